@@ -1,0 +1,2 @@
+# pybroker: a RocketMQ-compatible message broker.
+__version__ = "0.1.0"

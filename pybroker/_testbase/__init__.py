@@ -1,0 +1,1 @@
+# pybroker._testbase

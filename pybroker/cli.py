@@ -1,0 +1,88 @@
+# pybroker's command line: `pybroker <subcommand>`; the one module that writes to stdout.
+"""The ``pybroker`` command.
+
+Each subcommand is one function decorated with :func:`subcommand`: it adds its arguments to
+the parser it is given and returns the function that runs it (``run(args) -> exit code``).
+"""
+import argparse
+import logging
+import sys
+from typing import Callable
+
+import pybroker
+from pybroker import config as config_module
+from pybroker.errors import ConfigError
+
+Runner = Callable[[argparse.Namespace], int]
+_SUBCOMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], Runner]]] = []
+
+
+def subcommand(name: str, help_text: str):
+    """Register ``add(parser) -> runner`` as ``pybroker <name>``."""
+    def register(add: Callable[[argparse.ArgumentParser], Runner]):
+        _SUBCOMMANDS.append((name, help_text, add))
+        return add
+    return register
+
+
+@subcommand("config", "load and validate a configuration file, print the effective settings")
+def _add_config(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument("-c", "--config-file", metavar="FILE",
+                        help="broker.conf (Java Properties syntax); default: built-in defaults")
+    parser.add_argument("--namesrv", action="store_true",
+                        help="read the file as a NameServer's configuration")
+    parser.add_argument("--all", action="store_true",
+                        help="print every setting, not only the important ones")
+    return _run_config
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    load = config_module.load_namesrv_config if args.namesrv \
+        else config_module.load_broker_config
+    try:
+        loaded = load(args.config_file)
+    except ConfigError as error:
+        sys.stderr.write(f"pybroker config: invalid configuration in "
+                         f"{args.config_file or 'defaults'}:\n{error}\n")
+        return 1
+    except OSError as error:
+        sys.stderr.write(f"pybroker config: cannot read {args.config_file}: {error}\n")
+        return 1
+    settings = config_module.all_settings(loaded) if args.all \
+        else config_module.important_settings(loaded)
+    sys.stdout.write("".join(config_module.properties_line(key, value) + "\n"
+                             for key, value in settings))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``pybroker`` argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="pybroker", description="A message broker speaking Apache RocketMQ's protocol.")
+    parser.add_argument("--version", action="version",
+                        version=f"pybroker {pybroker.__version__}")
+    commands = parser.add_subparsers(title="subcommands", dest="subcommand", metavar="COMMAND")
+    for name, help_text, add in _SUBCOMMANDS:
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(run=add(command))
+    return parser
+
+
+def _log_to_stderr() -> None:
+    # Warnings (e.g. unknown broker.conf keys) reach the user on stderr, stdout stays data.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("pybroker")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``pybroker`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    _log_to_stderr()
+    return args.run(args)

@@ -1,0 +1,883 @@
+# pybroker configuration: the one schema of every setting, broker.conf loading, derived values.
+"""Configuration of pybroker's broker and NameServer processes.
+
+Every setting is declared once, as a field of one frozen area dataclass (:class:`BrokerConfig`,
+:class:`StoreConfig`, :class:`RemotingConfig`, :class:`NamesrvConfig`): the RocketMQ key
+(``flushIntervalCommitLog``), the Python attribute (``flush_interval_commit_log``, always the
+key in snake_case), the type (str, Java int, Java long, bool, float, or an enum of allowed
+strings, taken from the annotation), Java's default, the unit, a validator and an ``important``
+flag (RocketMQ's ``@ImportantField``). Keys marked ``pybroker_only`` do not exist in Java.
+
+Files use Java ``Properties`` syntax (:func:`load_properties`), read as ISO-8859-1 like
+``Properties.load(InputStream)``. Deliberate differences from Java's loader, each because Java
+would silently run with a value the user did not mean:
+
+* a value Java cannot parse (``listenPort=10911x``) is ignored by Java; here it stops start-up;
+* booleans must be ``true`` or ``false`` (any case); Java reads every other word as false;
+* surrounding whitespace of non-string values is stripped (Java keeps it and then fails or
+  reads ``true `` as false); string values stay literal;
+* an empty value of an optional string (``haMasterAddress=``) means "not set";
+* no ``${...}`` or environment substitution (Java Properties has none either).
+
+Unknown keys are logged as a WARNING on logger ``pybroker.config`` and ignored; invalid values
+raise :class:`pybroker.errors.ConfigError` with ``key=value: rule`` lines. This is the only
+module that reads ``os.environ``.
+"""
+import dataclasses
+import enum
+import logging
+import math
+import os
+import re
+import socket
+from typing import Any, Callable, Mapping
+
+from pybroker.errors import ConfigError
+from pybroker.protocol.constants import PROPERTIES_MAX_BYTES, SystemTopic
+from pybroker.store import layout
+
+LOGGER = logging.getLogger("pybroker.config")
+
+JAVA_INT_MIN, JAVA_INT_MAX = -(1 << 31), (1 << 31) - 1
+JAVA_LONG_MIN, JAVA_LONG_MAX = -(1 << 63), (1 << 63) - 1
+# Room for the request header around the largest record in one frame (SEND or PULL reply).
+FRAME_HEADER_ALLOWANCE_BYTES = 64 * 1024
+DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class BrokerRole(enum.StrEnum):
+    """``brokerRole``: how a broker replicates (RocketMQ ``BrokerRole``)."""
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class FlushDiskType(enum.StrEnum):
+    """``flushDiskType``: whether a send waits for its bytes to reach the disk."""
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+def _java_text(value: Any) -> str:
+    """A value as broker.conf spells it: true/false, enum names, '' for "not set"."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# --- validators ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A validator: ``check(value)`` is true for allowed values; ``text`` states the rule."""
+    text: str
+    check: Callable[[Any], bool]
+
+
+def between(low: float, high: float) -> Rule:
+    """Inclusive range, in the setting's unit."""
+    return Rule(f"must be between {low} and {high}", lambda value: low <= value <= high)
+
+
+def at_least(low: float) -> Rule:
+    """Lower bound, inclusive, in the setting's unit."""
+    return Rule(f"must be >= {low}", lambda value: value >= low)
+
+
+def matches(pattern: str, text: str) -> Rule:
+    """The whole string matches ``pattern``; ``text`` says so in words."""
+    compiled = re.compile(pattern)
+    return Rule(text, lambda value: compiled.fullmatch(value) is not None)
+
+
+def only(allowed: Any, why: str) -> Rule:
+    """A Java setting whose other values pybroker does not implement."""
+    return Rule(f"must be {_java_text(allowed)} ({why})", lambda value: value == allowed)
+
+
+def power_of_two(low: int, high: int) -> Rule:
+    """A power of two within [low, high] (ring sizes: index by mask)."""
+    return Rule(f"must be a power of two between {low} and {high}",
+                lambda value: low <= value <= high and value & (value - 1) == 0)
+
+
+_ADDRESS = r"[A-Za-z0-9._-]+:[0-9]{1,5}"
+ADDRESS_RULE = Rule("must be host:port with port 1..65535", lambda value: _address_ok(value))
+ADDRESS_LIST_RULE = Rule("must be host:port[;host:port...] with ports 1..65535",
+                         lambda value: all(_address_ok(part) for part in value.split(";")))
+NAME_RULE = matches(r"[A-Za-z0-9_.%|-]{1,127}",
+                    "must be 1..127 of letters, digits and . _ - % |")
+HOST_RULE = matches(r"[A-Za-z0-9._-]{1,255}", "must be an IPv4 address or a host name")
+DELETE_WHEN_RULE = Rule("must be hours 0..23 separated by ';', e.g. 04 or 04;16",
+                        lambda value: _hours(value) is not None)
+DELAY_LEVEL_RULE = Rule("must be 1 or more space-separated durations like 1s 5m 2h 1d",
+                        lambda value: _delay_levels_ms(value) is not None)
+PORT_RULE = between(1, 65535)
+PERCENT_RULE = between(0, 100)
+
+
+def _address_ok(text: str) -> bool:
+    return re.fullmatch(_ADDRESS, text) is not None and 1 <= int(text.rsplit(":", 1)[1]) <= 65535
+
+
+def _hours(text: str) -> tuple[int, ...] | None:
+    parts = text.split(";")
+    if not all(re.fullmatch(r"[0-9]{1,2}", part) and int(part) < 24 for part in parts):
+        return None
+    return tuple(int(part) for part in parts)
+
+
+def _delay_levels_ms(text: str) -> tuple[int, ...] | None:
+    """Java's schedule service: '1s 5s ... 2h' -> level i (1-based) delay in ms."""
+    levels = []
+    for item in text.split():
+        found = re.fullmatch(r"([0-9]{1,9})([smhd])", item)
+        if found is None or int(found.group(1)) == 0:
+            return None
+        levels.append(int(found.group(1)) * DELAY_UNIT_MS[found.group(2)])
+    return tuple(levels) or None
+
+
+# --- declaring a setting ------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class SettingSpec:
+    """One setting: everything the schema knows about it."""
+    key: str              # RocketMQ (or pybroker-only) broker.conf key
+    attribute: str        # Python attribute: snake_case of key
+    kind: str             # "str", "int" (Java int), "long", "bool", "float" or "enum"
+    default: Any          # Java's default; a callable is evaluated at load (host name, CPUs)
+    unit: str             # "ms", "s", "hours", "bytes", "pages", "count", "percent" or ""
+    doc: str
+    rule: Rule | None
+    important: bool
+    pybroker_only: bool
+    optional: bool        # None allowed ("not set")
+    enum_type: type | None
+
+
+def setting(key: str, default: Any, doc: str, *, unit: str = "", rule: Rule | None = None,
+            important: bool = False, long: bool = False, pybroker_only: bool = False) -> Any:
+    """Declare a dataclass field as a setting; ``default`` may be a zero-argument callable."""
+    meta = {"key": key, "doc": doc, "unit": unit, "rule": rule, "important": important,
+            "long": long, "pybroker_only": pybroker_only, "default": default}
+    if callable(default):
+        return dataclasses.field(default_factory=default, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z])(?=[a-z])",
+                  lambda found: "_" + found.group(0), key).lower()
+
+
+def _spec_of(field: dataclasses.Field) -> SettingSpec:
+    meta, annotation = field.metadata, field.type
+    optional = annotation == str | None
+    enum_type = annotation if isinstance(annotation, type) and issubclass(
+        annotation, enum.Enum) else None
+    if enum_type is not None:
+        kind = "enum"
+    elif annotation is bool:
+        kind = "bool"
+    elif annotation is int:
+        kind = "long" if meta["long"] else "int"
+    elif annotation is float:
+        kind = "float"
+    else:
+        assert annotation is str or optional, (field.name, annotation)
+        kind = "str"
+    # One setting, one name: the attribute is always the key in snake_case.
+    assert _snake(meta["key"]) == field.name, (meta["key"], field.name)
+    return SettingSpec(meta["key"], field.name, kind, meta["default"], meta["unit"], meta["doc"],
+                       meta["rule"], meta["important"], meta["pybroker_only"], optional,
+                       enum_type)
+
+
+def settings_of(area: type) -> tuple[SettingSpec, ...]:
+    """The declared settings of an area dataclass, in declaration order."""
+    return tuple(_spec_of(field) for field in dataclasses.fields(area))
+
+
+def _local_host_name() -> str:
+    name = socket.gethostname()
+    return name if NAME_RULE.check(name) else "DEFAULT_BROKER"   # Java's fallback name
+
+
+def _local_address() -> str:
+    """Like Java's RemotingUtil.getLocalAddress: a non-loopback IPv4, else 127.0.0.1."""
+    import psutil   # imported here: only needed when brokerIP1/2 are not configured
+    candidates = [address.address for addresses in psutil.net_if_addrs().values()
+                  for address in addresses if address.family == socket.AF_INET
+                  and not address.address.startswith("127.")]
+    for address in candidates:
+        if not address.startswith("192.168."):   # Java takes 192.168.x only as a last resort
+            return address
+    return candidates[-1] if candidates else "127.0.0.1"
+
+
+def _namesrv_addr_from_environment() -> str | None:
+    # Java's default for namesrvAddr is the NAMESRV_ADDR environment variable.
+    return os.environ.get("NAMESRV_ADDR") or None
+
+
+def _cpu_count() -> int:
+    return max(1, min(64, os.cpu_count() or 1))
+
+
+def _home(*parts: str) -> Callable[[], str]:
+    return lambda: os.path.join(os.path.expanduser("~"), *parts)
+
+
+# --- the schema ---------------------------------------------------------------------------------
+_NO_ACL = "pybroker has no ACL; clients would be let in unauthenticated"
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    """Broker identity, registration and behaviour (Java ``BrokerConfig``, plus ``listenPort``
+    of the broker's ``NettyServerConfig``)."""
+    broker_cluster_name: str = setting("brokerClusterName", "DefaultCluster",
+        "cluster this broker registers under", rule=NAME_RULE, important=True)
+    broker_name: str = setting("brokerName", _local_host_name,
+        "master/slave set name; default: host name", rule=NAME_RULE, important=True)
+    broker_id: int = setting("brokerId", 0, "0 = master, > 0 = slave", long=True,
+        rule=between(0, JAVA_LONG_MAX), important=True)
+    broker_ip1: str = setting("brokerIP1", _local_address, "address given to clients",
+        rule=HOST_RULE, important=True)
+    broker_ip2: str = setting("brokerIP2", _local_address, "address given to slaves for HA",
+        rule=HOST_RULE)
+    namesrv_addr: str | None = setting("namesrvAddr", _namesrv_addr_from_environment,
+        "NameServers, host:port;host:port; default: $NAMESRV_ADDR", rule=ADDRESS_LIST_RULE,
+        important=True)
+    listen_port: int = setting("listenPort", 10911,
+        "main remoting port; listenPort-2 is the fast channel, listenPort+1 the default HA port",
+        rule=between(3, 65534), important=True)
+    broker_permission: int = setting("brokerPermission", 6,
+        "PermName bits: 8 priority, 4 read, 2 write, 1 inherit", rule=between(0, 15))
+    default_topic_queue_nums: int = setting("defaultTopicQueueNums", 8,
+        "queues of an auto-created topic", unit="count", rule=between(1, 65535))
+    auto_create_topic_enable: bool = setting("autoCreateTopicEnable", True,
+        "create unknown topics on send (TBW102)", important=True)
+    auto_create_subscription_group: bool = setting("autoCreateSubscriptionGroup", True,
+        "create unknown groups", important=True)
+    cluster_topic_enable: bool = setting("clusterTopicEnable", True,
+        "cluster-name topic is writable")
+    broker_topic_enable: bool = setting("brokerTopicEnable", True, "broker-name topic is writable")
+    trace_topic_enable: bool = setting("traceTopicEnable", False, "create the trace topic",
+        important=True)
+    msg_trace_topic_name: str = setting("msgTraceTopicName", str(SystemTopic.TRACE), "trace topic",
+        rule=NAME_RULE, important=True)
+    register_name_server_period: int = setting("registerNameServerPeriod", 30000,
+        "re-registration period (Java clamps; we reject)", unit="ms", rule=between(10000, 60000))
+    register_broker_timeout_mills: int = setting("registerBrokerTimeoutMills", 6000,
+        "REGISTER_BROKER timeout", unit="ms", rule=between(1, 600000))
+    long_polling_enable: bool = setting("longPollingEnable", True,
+        "hold pulls that find nothing until a message arrives")
+    short_polling_time_mills: int = setting("shortPollingTimeMills", 1000,
+        "hold time when long polling is off", unit="ms", long=True, rule=between(0, 600000))
+    long_polling_suspend_max_ms: int = setting("longPollingSuspendMaxMs", 120000,
+        "cap on a pull's suspendTimeoutMillis", unit="ms", rule=between(1000, 3600000),
+        pybroker_only=True)
+    notify_consumer_ids_changed_enable: bool = setting("notifyConsumerIdsChangedEnable", True,
+        "tell consumers when group members change")
+    slave_read_enable: bool = setting("slaveReadEnable", False, "serve pulls from a slave")
+    reject_transaction_message: bool = setting("rejectTransactionMessage", False,
+        "refuse half messages", important=True)
+    transaction_time_out: int = setting("transactionTimeOut", 6000,
+        "age of a half message before its first check", unit="ms", long=True, rule=at_least(0),
+        important=True)
+    transaction_check_max: int = setting("transactionCheckMax", 15,
+        "checks before a half message is discarded", unit="count", rule=at_least(1), important=True)
+    transaction_check_interval: int = setting("transactionCheckInterval", 60000,
+        "check-back period (5.x: 30000)", unit="ms", long=True, rule=at_least(1000), important=True)
+    flush_consumer_offset_interval: int = setting("flushConsumerOffsetInterval", 5000,
+        "consumerOffset.json persist period", unit="ms", rule=at_least(100))
+    region_id: str = setting("regionId", "DefaultRegion", "region reported in traces")
+    trace_on: bool = setting("traceOn", True, "trace switch reported to clients")
+    enable_property_filter: bool = setting("enablePropertyFilter", False, "allow SQL92 filters")
+    enable_calc_filter_bit_map: bool = setting("enableCalcFilterBitMap", False,
+        "precompute SQL92 filter bitmaps")
+    compressed_register: bool = setting("compressedRegister", False,
+        "compress REGISTER_BROKER bodies")
+    force_register: bool = setting("forceRegister", True, "register even when unchanged")
+    fetch_namesrv_addr_by_address_server: bool = setting("fetchNamesrvAddrByAddressServer", False,
+        "learn NameServers from an address server",
+        rule=only(False, "pybroker has no address-server client"), important=True)
+    acl_enable: bool = setting("aclEnable", False, "access control", rule=only(False, _NO_ACL),
+        important=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreConfig:
+    """CommitLog, ConsumeQueue, index, flush, cleanup and HA (Java ``MessageStoreConfig``).
+
+    Differences from Java's defaults: ``storePathRootDir`` is ``~/pybroker/store`` (Java:
+    ``~/store``) so the two never share a store by accident; ``storePathCommitLog`` follows
+    ``storePathRootDir`` when not set (5.x behaviour; 4.9.x kept ``~/store/commitlog``).
+    """
+    store_path_root_dir: str = setting("storePathRootDir", _home("pybroker", "store"),
+        "store root directory", important=True)
+    store_path_commit_log: str | None = setting("storePathCommitLog", None,
+        "CommitLog directory; default: <root>/commitlog", important=True)
+    mapped_file_size_commit_log: int = setting("mappedFileSizeCommitLog", 1 << 30,
+        "CommitLog file size", unit="bytes", rule=at_least(4096))
+    mapped_file_size_consume_queue: int = setting("mappedFileSizeConsumeQueue", 300000 * 20,
+        "ConsumeQueue file size, rounded up to a multiple of 20", unit="bytes",
+        rule=at_least(layout.CQ_STORE_UNIT_SIZE))
+    flush_disk_type: FlushDiskType = setting("flushDiskType", FlushDiskType.ASYNC_FLUSH,
+        "SYNC_FLUSH: a send waits for fdatasync", important=True)
+    broker_role: BrokerRole = setting("brokerRole", BrokerRole.ASYNC_MASTER, "replication role",
+        important=True)
+    flush_interval_commit_log: int = setting("flushIntervalCommitLog", 500, "async flush period",
+        unit="ms", rule=between(1, 60000), important=True)
+    commit_interval_commit_log: int = setting("commitIntervalCommitLog", 200,
+        "transient pool commit period", unit="ms", rule=between(1, 60000), important=True)
+    flush_commit_log_timed: bool = setting("flushCommitLogTimed", False,
+        "flush on the period only (5.x default: true)", important=True)
+    flush_commit_log_least_pages: int = setting("flushCommitLogLeastPages", 4,
+        "dirty pages before an async flush", unit="pages", rule=at_least(0))
+    flush_commit_log_thorough_interval: int = setting("flushCommitLogThoroughInterval", 10000,
+        "flush regardless of pages after", unit="ms", rule=at_least(0))
+    flush_interval_consume_queue: int = setting("flushIntervalConsumeQueue", 1000,
+        "ConsumeQueue flush period", unit="ms", rule=between(1, 60000))
+    flush_consume_queue_least_pages: int = setting("flushConsumeQueueLeastPages", 2,
+        "dirty pages before a CQ flush", unit="pages", rule=at_least(0))
+    flush_consume_queue_thorough_interval: int = setting("flushConsumeQueueThoroughInterval", 60000,
+        "CQ flush regardless after", unit="ms", rule=at_least(0))
+    flush_delay_offset_interval: int = setting("flushDelayOffsetInterval", 10000,
+        "delayOffset.json persist period", unit="ms", long=True, rule=at_least(100))
+    sync_flush_timeout: int = setting("syncFlushTimeout", 5000,
+        "SYNC_FLUSH / SYNC_MASTER wait before FLUSH_*_TIMEOUT", unit="ms", rule=between(1, 600000))
+    max_message_size: int = setting("maxMessageSize", 4 << 20, "largest message body", unit="bytes",
+        rule=between(1, 1 << 30))
+    check_crc_on_recover: bool = setting("checkCRCOnRecover", True, "verify body CRC in recovery")
+    message_delay_level: str = setting("messageDelayLevel",
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "delay of level 1, 2, ...",
+        rule=DELAY_LEVEL_RULE)
+    delete_when: str = setting("deleteWhen", "04", "hours when expired files are deleted",
+        rule=DELETE_WHEN_RULE, important=True)
+    file_reserved_time: int = setting("fileReservedTime", 72, "keep CommitLog files this long",
+        unit="hours", rule=at_least(0), important=True)
+    disk_max_used_space_ratio: int = setting("diskMaxUsedSpaceRatio", 75,
+        "clean when the disk is fuller (Java uses 10..95)", unit="percent", rule=PERCENT_RULE)
+    disk_space_warning_level_ratio: int = setting("diskSpaceWarningLevelRatio", 90,
+        "refuse sends above (5.x key)", unit="percent", rule=PERCENT_RULE)
+    disk_space_clean_forcibly_ratio: int = setting("diskSpaceCleanForciblyRatio", 85,
+        "delete unexpired files above (5.x key)", unit="percent", rule=PERCENT_RULE)
+    clean_file_forcibly_enable: bool = setting("cleanFileForciblyEnable", True,
+        "delete unexpired files when the disk is full", important=True)
+    clean_resource_interval: int = setting("cleanResourceInterval", 10000, "cleanup period",
+        unit="ms", rule=at_least(100))
+    delete_commit_log_files_interval: int = setting("deleteCommitLogFilesInterval", 100,
+        "pause between two file deletions", unit="ms", rule=at_least(0))
+    delete_consume_queue_files_interval: int = setting("deleteConsumeQueueFilesInterval", 100,
+        "pause between two CQ deletions", unit="ms", rule=at_least(0))
+    destroy_maped_file_interval_forcibly: int = setting("destroyMapedFileIntervalForcibly", 120000,
+        "unmap a still-held file after", unit="ms", rule=at_least(0))
+    redelete_hanged_file_interval: int = setting("redeleteHangedFileInterval", 120000,
+        "retry a failed deletion after", unit="ms", rule=at_least(0))
+    max_hash_slot_num: int = setting("maxHashSlotNum", 5000000, "hash slots per IndexFile",
+        unit="count", rule=at_least(1))
+    max_index_num: int = setting("maxIndexNum", 20000000, "entries per IndexFile", unit="count",
+        rule=at_least(1))
+    message_index_enable: bool = setting("messageIndexEnable", True, "build IndexFiles",
+        important=True)
+    message_index_safe: bool = setting("messageIndexSafe", False,
+        "recover the index from the older checkpoint", important=True)
+    max_transfer_bytes_on_message_in_memory: int = setting("maxTransferBytesOnMessageInMemory",
+        256 << 10, "pull reply cap, hot data", unit="bytes", rule=at_least(1), important=True)
+    max_transfer_count_on_message_in_memory: int = setting("maxTransferCountOnMessageInMemory", 32,
+        "pull reply cap, hot data", unit="count", rule=at_least(1), important=True)
+    max_transfer_bytes_on_message_in_disk: int = setting("maxTransferBytesOnMessageInDisk",
+        64 << 10, "pull reply cap, cold data", unit="bytes", rule=at_least(1), important=True)
+    max_transfer_count_on_message_in_disk: int = setting("maxTransferCountOnMessageInDisk", 8,
+        "pull reply cap, cold data", unit="count", rule=at_least(1), important=True)
+    access_message_in_memory_max_ratio: int = setting("accessMessageInMemoryMaxRatio", 40,
+        "share of RAM counted as hot", unit="percent", rule=PERCENT_RULE, important=True)
+    default_query_max_num: int = setting("defaultQueryMaxNum", 32, "query result default cap",
+        unit="count", rule=at_least(1))
+    warm_maped_file_enable: bool = setting("warmMapedFileEnable", False,
+        "pre-write new CommitLog files")
+    transient_store_pool_enable: bool = setting("transientStorePoolEnable", False,
+        "write to a buffer, commit to the file later", important=True)
+    transient_store_pool_size: int = setting("transientStorePoolSize", 5, "buffers in the pool",
+        unit="count", rule=at_least(1))
+    ha_listen_port: int = setting("haListenPort", 10912, "HA port; default: listenPort+1",
+        rule=PORT_RULE)
+    ha_send_heartbeat_interval: int = setting("haSendHeartbeatInterval", 5000,
+        "master heartbeat when idle", unit="ms", rule=at_least(100))
+    ha_housekeeping_interval: int = setting("haHousekeepingInterval", 20000,
+        "drop a silent HA peer after", unit="ms", rule=at_least(1000))
+    ha_transfer_batch_size: int = setting("haTransferBatchSize", 32 << 10, "HA chunk size",
+        unit="bytes", rule=between(1, 64 << 20))
+    ha_master_address: str | None = setting("haMasterAddress", None,
+        "slave: master's HA address; default: from the NameServer", rule=ADDRESS_RULE,
+        important=True)
+    ha_slave_fallbehind_max: int = setting("haSlaveFallbehindMax", 256 << 20,
+        "SYNC_MASTER: a slave further behind is not in sync", unit="bytes", rule=at_least(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class RemotingConfig:
+    """Network settings: the Java Netty keys that mean something here, then pybroker's own.
+
+    Java's broker start-up sets both server socket buffers to 131072 bytes; 0 = OS default.
+    """
+    server_worker_threads: int = setting("serverWorkerThreads", 8,
+        "Java Netty threads; accepted, pybroker uses remotingWorkers", unit="count",
+        rule=between(1, 1024))
+    server_channel_max_idle_time_seconds: int = setting("serverChannelMaxIdleTimeSeconds", 120,
+        "close idle connections after; 0 = never", unit="s", rule=at_least(0))
+    server_socket_snd_buf_size: int = setting("serverSocketSndBufSize", 131072, "SO_SNDBUF",
+        unit="bytes", rule=between(0, 64 << 20))
+    server_socket_rcv_buf_size: int = setting("serverSocketRcvBufSize", 131072, "SO_RCVBUF",
+        unit="bytes", rule=between(0, 64 << 20))
+    server_socket_backlog: int = setting("serverSocketBacklog", 1024, "listen backlog",
+        unit="count", rule=between(1, 65535))
+    connect_timeout_millis: int = setting("connectTimeoutMillis", 3000, "outgoing connect timeout",
+        unit="ms", rule=between(1, 600000))
+    client_channel_max_idle_time_seconds: int = setting("clientChannelMaxIdleTimeSeconds", 120,
+        "close idle outgoing connections after", unit="s", rule=at_least(0))
+    client_socket_snd_buf_size: int = setting("clientSocketSndBufSize", 0,
+        "SO_SNDBUF of outgoing connections", unit="bytes", rule=between(0, 64 << 20))
+    client_socket_rcv_buf_size: int = setting("clientSocketRcvBufSize", 0,
+        "SO_RCVBUF of outgoing connections", unit="bytes", rule=between(0, 64 << 20))
+    use_tls: bool = setting("useTLS", False, "TLS to peers",
+        rule=only(False, "pybroker speaks plain TCP only"))
+    remoting_workers: int = setting("remotingWorkers", _cpu_count,
+        "remoting processes; default: CPU count", unit="count", rule=between(1, 64), important=True,
+        pybroker_only=True)
+    frame_max_bytes: int = setting("frameMaxBytes", 16 << 20,
+        "largest frame accepted (Java's 16 MiB)", unit="bytes", rule=between(4096, 1 << 30),
+        important=True, pybroker_only=True)
+    ext_fields_max: int = setting("extFieldsMax", 1024, "ext fields in one header", unit="count",
+        rule=between(16, 65535), pybroker_only=True)
+    send_ring_size_bytes: int = setting("sendRingSizeBytes", 32 << 20,
+        "remoting -> appender ring per worker", unit="bytes", rule=power_of_two(1 << 16, 1 << 30),
+        pybroker_only=True)
+    completion_ring_slots: int = setting("completionRingSlots", 16384,
+        "appender -> remoting completions per worker", unit="count", rule=power_of_two(64, 1 << 20),
+        pybroker_only=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class NamesrvConfig:
+    """NameServer settings (Java ``NamesrvConfig`` plus the NameServer's ``listenPort``).
+
+    Paths default under ``~/pybroker/namesrv`` (Java: ``~/namesrv``) so they never collide.
+    """
+    listen_port: int = setting("listenPort", 9876, "NameServer port", rule=PORT_RULE,
+        important=True)
+    kv_config_path: str = setting("kvConfigPath", _home("pybroker", "namesrv", "kvConfig.json"),
+        "KV config file", important=True)
+    order_message_enable: bool = setting("orderMessageEnable", False,
+        "serve ORDER_TOPIC_CONFIG KV in routes", important=True)
+    scan_not_active_broker_interval: int = setting("scanNotActiveBrokerInterval", 5000,
+        "expired-broker scan period (5.x key)", unit="ms", long=True, rule=at_least(100))
+    broker_channel_expired_time_ms: int = setting("brokerChannelExpiredTimeMs", 120000,
+        "drop a broker not heard from for (Java constant)", unit="ms", rule=between(1000, 3600000),
+        pybroker_only=True)
+
+
+# --- Java Properties syntax ---------------------------------------------------------------------
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")   # Java's only line terminators (not \x85, \u2028)
+_WHITESPACE = " \t\f"
+_ESCAPED = {"t": "\t", "r": "\r", "n": "\n", "f": "\f"}
+
+
+def load_properties(path: str | os.PathLike) -> dict[str, str]:
+    """Read a Java ``.properties`` file into {key: value}; the last duplicate wins.
+
+    Bytes are decoded as ISO-8859-1 exactly like Java's ``Properties.load(InputStream)``
+    (other characters must be written as ``\\uXXXX``). Raises ``OSError`` for an unreadable
+    file and :class:`ConfigError` for a malformed ``\\u`` escape.
+    """
+    with open(path, "rb") as stream:
+        text = stream.read().decode("iso-8859-1")
+    return parse_properties(text, source=os.fspath(path))
+
+
+def parse_properties(text: str, source: str = "<text>") -> dict[str, str]:
+    """Parse Java Properties text: ``#``/``!`` comments, ``=``/``:``/whitespace separators,
+    backslash line continuation, ``\\uXXXX`` and ``\\t \\n \\r \\f`` escapes."""
+    entries: dict[str, str] = {}
+    for number, logical in _logical_lines(text):
+        raw_key, raw_value = _split_key_value(logical)
+        try:
+            entries[_unescape(raw_key)] = _unescape(raw_value)
+        except ValueError as error:
+            raise ConfigError(f"{source}:{number}: {error}") from None
+    return entries
+
+
+def _logical_lines(text: str):
+    """Yield (first line number, logical line) with continuations joined, comments dropped."""
+    pending: str | None = None
+    start = 0
+    for number, line in enumerate(_LINE_BREAK.split(text), 1):
+        if pending is None:
+            current = line.lstrip(_WHITESPACE)
+            if not current or current[0] in "#!":
+                continue   # blank or comment; a comment never continues
+            start = number
+        else:
+            # A continuation line's leading whitespace is dropped; '#' there is data.
+            current = pending + line.lstrip(_WHITESPACE)
+        trailing = len(current) - len(current.rstrip("\\"))
+        if trailing % 2 == 1:   # an odd count: the last backslash joins the next line
+            pending = current[:-1]
+            continue
+        pending = None
+        yield start, current
+    if pending is not None:
+        yield start, pending   # continuation at end of file: Java drops the backslash
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    """Java's rule: the key ends at the first unescaped '=', ':' or whitespace; then
+    whitespace and at most one '=' or ':' are skipped before the value."""
+    position, escaped, separated = 0, False, False
+    while position < len(line):
+        char = line[position]
+        if not escaped and char in "=:":
+            separated = True
+            break
+        if not escaped and char in _WHITESPACE:
+            break
+        escaped = char == "\\" and not escaped
+        position += 1
+    key = line[:position]
+    position += 1
+    while position < len(line):
+        char = line[position]
+        if char in _WHITESPACE:
+            position += 1
+        elif char in "=:" and not separated:
+            separated = True
+            position += 1
+        else:
+            break
+    return key, line[position:]
+
+
+def _unescape(raw: str) -> str:
+    if "\\" not in raw:
+        return raw
+    out, position = [], 0
+    while position < len(raw):
+        char = raw[position]
+        position += 1
+        if char != "\\":
+            out.append(char)
+        elif position < len(raw) and raw[position] == "u":
+            digits = raw[position + 1:position + 5]
+            if not re.fullmatch(r"[0-9A-Fa-f]{4}", digits):
+                raise ValueError("Malformed \\uxxxx encoding: \\u" + digits)
+            out.append(chr(int(digits, 16)))
+            position += 5
+        elif position < len(raw):
+            out.append(_ESCAPED.get(raw[position], raw[position]))   # \x -> x
+            position += 1
+    # Java strings are UTF-16: join escaped surrogate pairs into one code point.
+    return "".join(out).encode("utf-16-le", "surrogatepass").decode("utf-16-le",
+                                                                     "surrogatepass")
+
+
+def properties_line(key: str, value: str) -> str:
+    """``key=value`` escaped so that :func:`parse_properties` reads back the same pair."""
+    def escape(text: str, is_key: bool) -> str:
+        out = []
+        for index, char in enumerate(text):
+            if char == "\\":
+                out.append("\\\\")
+            elif char in "\t\n\r\f":
+                out.append("\\" + {"\t": "t", "\n": "n", "\r": "r", "\f": "f"}[char])
+            elif (is_key and char in "=: #!") or (char == " " and index == 0):
+                out.append("\\" + char)
+            elif ord(char) < 0x20 or ord(char) > 0xFF:
+                units = char.encode("utf-16-be", "surrogatepass")
+                out.extend(f"\\u{units[i]:02X}{units[i + 1]:02X}"
+                           for i in range(0, len(units), 2))
+            else:
+                out.append(char)
+        return "".join(out)
+    return escape(key, True) + "=" + escape(value, False)
+
+
+# --- typed values -------------------------------------------------------------------------------
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+_JAVA_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?")
+_RANGES = {"int": (JAVA_INT_MIN, JAVA_INT_MAX), "long": (JAVA_LONG_MIN, JAVA_LONG_MAX)}
+
+
+def parse_value(spec: SettingSpec, text: str) -> Any:
+    """Convert broker.conf text to the setting's type and check its rule.
+
+    Raises :class:`ConfigError` ``"key=text: rule"``.
+    """
+    value = _convert(spec, text)
+    if value is not None and spec.rule is not None and not spec.rule.check(value):
+        raise ConfigError(f"{spec.key}={text}: {spec.rule.text}")
+    return value
+
+
+def _convert(spec: SettingSpec, text: str) -> Any:
+    if spec.kind == "str":
+        return None if spec.optional and text == "" else text
+    word = text.strip()
+    if spec.kind in _RANGES:
+        low, high = _RANGES[spec.kind]
+        if _JAVA_INTEGER.fullmatch(word) and low <= int(word) <= high:
+            return int(word)
+        raise ConfigError(f"{spec.key}={text}: must be a Java {spec.kind} ({low}..{high})")
+    if spec.kind == "bool":
+        if word.lower() in ("true", "false"):
+            return word.lower() == "true"
+        raise ConfigError(f"{spec.key}={text}: must be true or false")
+    if spec.kind == "float":
+        if _JAVA_DECIMAL.fullmatch(word):
+            return float(word.rstrip("fFdD"))
+        raise ConfigError(f"{spec.key}={text}: must be a decimal number")
+    assert spec.kind == "enum" and spec.enum_type is not None
+    names = [member.value for member in spec.enum_type]
+    if word in names:   # case-sensitive, like Java's Enum.valueOf
+        return spec.enum_type(word)
+    raise ConfigError(f"{spec.key}={text}: must be one of {', '.join(names)}")
+
+
+# --- loading ------------------------------------------------------------------------------------
+# Java keys that pybroker reads but does not use: warned about as such, not as typos.
+JAVA_KEYS_NOT_USED = frozenset((
+    "rocketmqHome", "messageStorePlugIn", "sendMessageThreadPoolNums",
+    "pullMessageThreadPoolNums", "processReplyMessageThreadPoolNums",
+    "queryMessageThreadPoolNums", "adminBrokerThreadPoolNums", "clientManageThreadPoolNums",
+    "consumerManageThreadPoolNums", "heartbeatThreadPoolNums", "endTransactionThreadPoolNums",
+    "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity", "useReentrantLockWhenPutMessage",
+    "serverSelectorThreads", "serverCallbackExecutorThreads", "useEpollNativeSelector",
+    "serverPooledByteBufAllocatorEnable", "clientWorkerThreads", "clientCallbackExecutorThreads",
+    "brokerFastFailureEnable", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue",
+    "rmqAddressServerDomain", "rmqAddressServerSubGroup", "highSpeedMode", "transferMsgByHeap",
+    "filterSupportRetry", "storeReplyMessageEnable", "disableConsumeIfConsumerReadSlowly",
+    "consumerFallbehindThreshold", "flushLeastPagesWhenWarmMapedFile", "maxMsgsNumBatch",
+    "osPageCacheBusyTimeOutMills", "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
+    "productEnvName", "clusterTest", "configStorePath", "flushConsumerOffsetHistoryInterval",
+))
+# Java keys naming features pybroker lacks; any value but Java's default stops start-up.
+JAVA_KEYS_UNSUPPORTED = {
+    "enableDLegerCommitLog": "false", "enableControllerMode": "false",
+    "enableConsumeQueueExt": "false", "duplicationEnable": "false",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class DerivedConfig:
+    """Values computed from the broker settings right after loading (never set directly)."""
+    fast_listen_port: int                     # listenPort - 2: Java's "VIP" channel
+    broker_addr: str                          # brokerIP1:listenPort, registered with NameServers
+    ha_server_addr: str                       # brokerIP2:haListenPort
+    namesrv_addresses: tuple[tuple[str, int], ...]
+    delay_levels_ms: tuple[int, ...]          # level i (1-based) -> delay in ms
+    delete_when_hours: tuple[int, ...]
+    consume_queue_entries_per_file: int       # entries (20 bytes each) in one CQ file
+    record_size_max_bytes: int                # largest CommitLog record maxMessageSize allows
+    index_file_size_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A broker process's effective configuration (``pybroker broker -c broker.conf``)."""
+    broker: BrokerConfig
+    store: StoreConfig
+    remoting: RemotingConfig
+    derived: DerivedConfig
+    path: str | None = None                   # the broker.conf read, if any
+    unknown_keys: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class NamesrvProcessConfig:
+    """A NameServer process's effective configuration (``pybroker namesrv -c ...``)."""
+    namesrv: NamesrvConfig
+    remoting: RemotingConfig
+    path: str | None = None
+    unknown_keys: tuple[str, ...] = ()
+
+
+_BROKER_AREAS = {"broker": BrokerConfig, "store": StoreConfig, "remoting": RemotingConfig}
+_NAMESRV_AREAS = {"namesrv": NamesrvConfig, "remoting": RemotingConfig}
+
+
+def _key_index(areas: Mapping[str, type]) -> dict[str, tuple[str, SettingSpec]]:
+    index = {}
+    for area_name, area in areas.items():
+        for spec in settings_of(area):
+            # One table per mapping: a key feeds exactly one setting of a process.
+            assert spec.key not in index, spec.key
+            index[spec.key] = (area_name, spec)
+    return index
+
+
+_BROKER_KEYS = _key_index(_BROKER_AREAS)
+_NAMESRV_KEYS = _key_index(_NAMESRV_AREAS)
+assert not set(_BROKER_KEYS) & (JAVA_KEYS_NOT_USED | set(JAVA_KEYS_UNSUPPORTED))
+
+
+def _read_entries(path: str | os.PathLike | None,
+                  overrides: Mapping[str, Any] | None) -> dict[str, str]:
+    entries = load_properties(path) if path is not None else {}
+    for key, value in (overrides or {}).items():
+        entries[key] = value if isinstance(value, str) else _java_text(value)
+    return entries
+
+
+def _parse_entries(entries: Mapping[str, str], keys: Mapping[str, tuple[str, SettingSpec]],
+                   source: str) -> tuple[dict[str, dict[str, Any]], tuple[str, ...]]:
+    """Typed values per area, and the unknown keys; raises every invalid value at once."""
+    values: dict[str, dict[str, Any]] = {area: {} for area, _ in keys.values()}
+    unknown, errors = [], []
+    for key, text in entries.items():
+        if key in JAVA_KEYS_UNSUPPORTED:
+            if text.strip().lower() != JAVA_KEYS_UNSUPPORTED[key]:
+                errors.append(f"{key}={text}: must be {JAVA_KEYS_UNSUPPORTED[key]} "
+                              "(pybroker does not implement this feature)")
+            continue
+        if key not in keys:
+            unknown.append(key)
+            why = ("a RocketMQ setting pybroker does not use" if key in JAVA_KEYS_NOT_USED
+                   else "unknown key")
+            LOGGER.warning("%s: %s: %s (ignored)", source, key, why)
+            continue
+        area, spec = keys[key]
+        try:
+            values[area][spec.attribute] = parse_value(spec, text)
+        except ConfigError as error:
+            errors.append(str(error))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return values, tuple(unknown)
+
+
+def load_broker_config(path: str | os.PathLike | None = None,
+                       overrides: Mapping[str, Any] | None = None) -> Config:
+    """Load a broker's configuration: defaults, then ``path`` (a broker.conf), then
+    ``overrides`` ({RocketMQ key: value as text or typed}), then derived values.
+
+    Unknown keys are logged as warnings on ``pybroker.config``; invalid values raise
+    :class:`ConfigError` with one ``key=value: rule`` line per problem.
+    """
+    entries = _read_entries(path, overrides)
+    source = os.fspath(path) if path is not None else "overrides"
+    values, unknown = _parse_entries(entries, _BROKER_KEYS, source)
+    broker = BrokerConfig(**values["broker"])
+    store = StoreConfig(**values["store"])
+    remoting = RemotingConfig(**values["remoting"])
+    broker, store = _effective_broker_settings(broker, store, set(entries))
+    derived = _derive_broker(broker, store, remoting)
+    return Config(broker, store, remoting, derived,
+                  os.fspath(path) if path is not None else None, unknown)
+
+
+def load_namesrv_config(path: str | os.PathLike | None = None,
+                        overrides: Mapping[str, Any] | None = None) -> NamesrvProcessConfig:
+    """Load a NameServer's configuration (same rules as :func:`load_broker_config`)."""
+    entries = _read_entries(path, overrides)
+    source = os.fspath(path) if path is not None else "overrides"
+    values, unknown = _parse_entries(entries, _NAMESRV_KEYS, source)
+    return NamesrvProcessConfig(NamesrvConfig(**values["namesrv"]),
+                                RemotingConfig(**values["remoting"]),
+                                os.fspath(path) if path is not None else None, unknown)
+
+
+def _effective_broker_settings(broker: BrokerConfig, store: StoreConfig,
+                               set_keys: set[str]) -> tuple[BrokerConfig, StoreConfig]:
+    """Apply Java's start-up adjustments so each setting shows the value in effect."""
+    changes: dict[str, Any] = {}
+    if store.store_path_commit_log is None:
+        changes["store_path_commit_log"] = os.path.join(store.store_path_root_dir, "commitlog")
+    if "haListenPort" not in set_keys:   # 5.x rule; 4.9.x always forced listenPort + 1
+        changes["ha_listen_port"] = broker.listen_port + 1
+    # Java's getter rounds the consume-queue file size up to whole 20-byte entries.
+    unit = layout.CQ_STORE_UNIT_SIZE
+    changes["mapped_file_size_consume_queue"] = \
+        math.ceil(store.mapped_file_size_consume_queue / unit) * unit
+    # Java's getter clamps the cleanup threshold to 10..95 %.
+    ratio = min(95, max(10, store.disk_max_used_space_ratio))
+    if ratio != store.disk_max_used_space_ratio:
+        LOGGER.warning("diskMaxUsedSpaceRatio=%d is used as %d (RocketMQ's range is 10..95)",
+                       store.disk_max_used_space_ratio, ratio)
+        changes["disk_max_used_space_ratio"] = ratio
+    store = dataclasses.replace(store, **changes)
+    if store.broker_role is BrokerRole.SLAVE:
+        if broker.broker_id <= 0:
+            raise ConfigError(f"brokerId={broker.broker_id}: must be > 0 when brokerRole=SLAVE")
+    elif broker.broker_id != 0:   # Java silently makes every master brokerId 0
+        LOGGER.warning("brokerId=%d is used as 0: brokerRole=%s is a master",
+                       broker.broker_id, store.broker_role)
+        broker = dataclasses.replace(broker, broker_id=0)
+    return broker, store
+
+
+def _derive_broker(broker: BrokerConfig, store: StoreConfig,
+                   remoting: RemotingConfig) -> DerivedConfig:
+    record_max = layout.record_size(store.max_message_size, layout.TOPIC_MAX_BYTES_V1,
+                                    PROPERTIES_MAX_BYTES, born_host_v6=True, store_host_v6=True)
+    fast_port = broker.listen_port - 2
+    _require(store.ha_listen_port not in (broker.listen_port, fast_port), "haListenPort",
+             store.ha_listen_port, f"must differ from listenPort {broker.listen_port} and the "
+             f"fast port {fast_port}")
+    # A record never spans CommitLog files and each file keeps room for its BLANK marker.
+    _require(store.mapped_file_size_commit_log >= record_max + layout.END_FILE_MIN_BLANK_BYTES,
+             "mappedFileSizeCommitLog", store.mapped_file_size_commit_log,
+             f"must hold the largest record ({record_max} bytes for maxMessageSize="
+             f"{store.max_message_size}) plus an 8-byte end marker")
+    _require(remoting.frame_max_bytes >= record_max + FRAME_HEADER_ALLOWANCE_BYTES,
+             "frameMaxBytes", remoting.frame_max_bytes,
+             f"must carry the largest record ({record_max} bytes) plus "
+             f"{FRAME_HEADER_ALLOWANCE_BYTES} bytes of header")
+    # The appender takes whole records from the ring: two largest records must fit.
+    _require(remoting.send_ring_size_bytes >= 2 * record_max, "sendRingSizeBytes",
+             remoting.send_ring_size_bytes, f"must hold two largest records ({record_max} "
+             "bytes each)")
+    index_size = layout.index_file_size(store.max_hash_slot_num, store.max_index_num)
+    _require(index_size <= JAVA_INT_MAX, "maxIndexNum", store.max_index_num,
+             f"IndexFile would be {index_size} bytes (> 2 GiB) with maxHashSlotNum="
+             f"{store.max_hash_slot_num}")
+    assert store.mapped_file_size_consume_queue % layout.CQ_STORE_UNIT_SIZE == 0
+    levels, hours = _delay_levels_ms(store.message_delay_level), _hours(store.delete_when)
+    assert levels is not None and hours is not None   # both passed their rules
+    addresses = tuple((host, int(port)) for host, port in (
+        part.rsplit(":", 1) for part in (broker.namesrv_addr or "").split(";") if part))
+    return DerivedConfig(
+        fast_listen_port=fast_port,
+        broker_addr=f"{broker.broker_ip1}:{broker.listen_port}",
+        ha_server_addr=f"{broker.broker_ip2}:{store.ha_listen_port}",
+        namesrv_addresses=addresses, delay_levels_ms=levels, delete_when_hours=hours,
+        consume_queue_entries_per_file=(store.mapped_file_size_consume_queue
+                                        // layout.CQ_STORE_UNIT_SIZE),
+        record_size_max_bytes=record_max, index_file_size_bytes=index_size)
+
+
+def _require(condition: bool, key: str, value: Any, rule: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}={_java_text(value)}: {rule}")
+
+
+# --- listing ------------------------------------------------------------------------------------
+def _area_values(config: Config | NamesrvProcessConfig):
+    for field in dataclasses.fields(config):
+        area = getattr(config, field.name)
+        if dataclasses.is_dataclass(area) and not isinstance(area, DerivedConfig):
+            for spec in settings_of(type(area)):
+                yield spec, getattr(area, spec.attribute)
+
+
+def all_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str, str]]:
+    """Every effective setting as (RocketMQ key, value in broker.conf spelling)."""
+    return [(spec.key, _java_text(value)) for spec, value in _area_values(config)]
+
+
+def important_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str, str]]:
+    """The settings flagged important (logged at start-up), as (key, value text)."""
+    return [(spec.key, _java_text(value)) for spec, value in _area_values(config)
+            if spec.important]

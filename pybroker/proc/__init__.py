@@ -1,0 +1,1 @@
+# pybroker.proc

@@ -1,0 +1,1 @@
+# pybroker.protocol: wire facts and codecs. No I/O, no store.

@@ -1,0 +1,87 @@
+# The store checkpoint file: one mapped 4096-byte page of flush timestamps and offsets (§4.6).
+"""StoreCheckpoint: the recovery point of abnormal recovery.
+
+Layout (big-endian longs, the rest of the page zero; offsets from :mod:`pybroker.store.layout`)::
+
+    off  size  field
+      0     8  physicMsgTimestamp     store time (ms) of the last flushed CommitLog record
+      8     8  logicsMsgTimestamp     store time (ms) of the last flushed ConsumeQueue entry
+     16     8  indexMsgTimestamp      store time (ms) covered by the last flushed IndexFile
+     24     8  masterFlushedOffset    5.x
+     32     8  confirmPhyOffset       5.x
+
+Only the flusher writes it (DESIGN rule 1). The fields are Python attributes; :meth:`flush` stores
+all of them into the page and msyncs it, raising DurabilityError on failure.
+"""
+import os
+import struct
+
+from pybroker.store import layout
+from pybroker.store.mapped_file import MappedFile
+
+_LONG = struct.Struct(">q")
+_FIELDS = (
+    ("physic_msg_timestamp", layout.CHECKPOINT_PHYSIC_MSG_TIMESTAMP_POSITION),
+    ("logics_msg_timestamp", layout.CHECKPOINT_LOGICS_MSG_TIMESTAMP_POSITION),
+    ("index_msg_timestamp", layout.CHECKPOINT_INDEX_MSG_TIMESTAMP_POSITION),
+    ("master_flushed_offset", layout.CHECKPOINT_MASTER_FLUSHED_OFFSET_POSITION),
+    ("confirm_phy_offset", layout.CHECKPOINT_CONFIRM_PHY_OFFSET_POSITION),
+)
+_FIELDS_END = max(position for _, position in _FIELDS) + _LONG.size
+assert _FIELDS_END <= layout.CHECKPOINT_FILE_SIZE
+
+
+class StoreCheckpoint:
+    """The checkpoint file at ``path`` (created zeroed when absent unless ``read_only``).
+
+    Attributes (all int): ``physic_msg_timestamp``, ``logics_msg_timestamp``,
+    ``index_msg_timestamp`` (ms since the epoch), ``master_flushed_offset`` and
+    ``confirm_phy_offset`` (CommitLog physical offsets, bytes).
+    """
+
+    def __init__(self, path: str, read_only: bool = False):
+        self.path = path
+        existed = os.path.exists(path)
+        self._file = MappedFile(path, layout.CHECKPOINT_FILE_SIZE, read_only,
+                                file_from_offset=0, allocation="zero_fill")
+        self.physic_msg_timestamp = 0
+        self.logics_msg_timestamp = 0
+        self.index_msg_timestamp = 0
+        self.master_flushed_offset = 0
+        self.confirm_phy_offset = 0
+        if existed:
+            self.reload()
+
+    def reload(self) -> None:
+        """Re-read every field from the page (readers in other processes)."""
+        page = self._file.buffer()
+        try:
+            for name, position in _FIELDS:
+                setattr(self, name, _LONG.unpack_from(page, position)[0])
+        finally:
+            page.release()
+
+    def flush(self) -> None:
+        """Store every field into the page and msync it (raises DurabilityError on failure)."""
+        packed = b"".join(_LONG.pack(getattr(self, name)) for name, _ in _FIELDS)
+        self._file.write_at(0, packed)
+        self._file.flush()
+
+    def min_timestamp(self) -> int:
+        """Abnormal-recovery point: min(physic, logics) - 3000 ms, never below 0 (ms)."""
+        earliest = min(self.physic_msg_timestamp, self.logics_msg_timestamp)
+        return max(earliest - layout.CHECKPOINT_RECOVERY_SAFETY_MS, 0)
+
+    def min_timestamp_index(self) -> int:
+        """Recovery point when ``messageIndexSafe``: also no later than the index time (ms)."""
+        return min(self.min_timestamp(), self.index_msg_timestamp)
+
+    def recovery_point_ms(self, message_index_safe: bool = False) -> int:
+        """The store time (ms) abnormal recovery rewinds to."""
+        return self.min_timestamp_index() if message_index_safe else self.min_timestamp()
+
+    def shutdown(self) -> None:
+        """Flush (when writable) and close the page."""
+        if not self._file.read_only:
+            self.flush()
+        self._file.close()

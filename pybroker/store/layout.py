@@ -1,0 +1,131 @@
+# On-disk layouts of RocketMQ's store files: offsets and sizes, derived from each other and
+# asserted at import (reference §4). Nothing here is configuration.
+"""Byte layouts of the CommitLog record, ConsumeQueue unit, IndexFile and checkpoint.
+
+CommitLog record, v1 magic, IPv4 born and store hosts (IPv6 hosts are 20 bytes each and shift
+everything after them; :func:`record_size` handles both)::
+
+    off  size  field
+      0     4  TOTALSIZE                 whole record length
+      4     4  MAGICCODE                 v1 0xDAA320A7 / v2 0xDAA320AB
+      8     4  BODYCRC                   crc32(body) & 0x7FFFFFFF
+     12     4  QUEUEID
+     16     4  FLAG                      user flag
+     20     8  QUEUEOFFSET               consume-queue index
+     28     8  PHYSICALOFFSET            file base + file position
+     36     4  SYSFLAG
+     40     8  BORNTIMESTAMP             ms
+     48   8/20 BORNHOST                  ip + port(int)
+     56     8  STORETIMESTAMP            ms, set at append
+     64   8/20 STOREHOSTADDRESS          ip + port(int)
+     72     4  RECONSUMETIMES
+     76     8  PREPARED TRANSACTION OFFSET
+     84   4+n  BODY                      int length + bytes
+   88+n   1+t  TOPIC                     v1: signed byte length (v2: short) + utf-8
+      .   2+p  PROPERTIES                short length + properties string
+"""
+
+# --- CommitLog record ---------------------------------------------------------------------------
+MESSAGE_MAGIC_CODE_V1 = -626843481   # 0xDAA320A7
+MESSAGE_MAGIC_CODE_V2 = -626843477   # 0xDAA320AB
+BLANK_MAGIC_CODE = -875286124        # 0xCBD43194: end-of-file filler marker
+assert MESSAGE_MAGIC_CODE_V1 == 0xDAA320A7 - (1 << 32)
+assert MESSAGE_MAGIC_CODE_V2 == 0xDAA320AB - (1 << 32)
+assert BLANK_MAGIC_CODE == 0xCBD43194 - (1 << 32)
+
+# The BLANK marker is TOTALSIZE + MAGIC; every non-final file keeps room for it.
+END_FILE_MIN_BLANK_BYTES = 4 + 4
+
+IPV4_HOST_BYTES = 4 + 4     # address + port(int)
+IPV6_HOST_BYTES = 16 + 4
+
+RECORD_TOTAL_SIZE_POSITION = 0
+RECORD_MAGIC_POSITION = RECORD_TOTAL_SIZE_POSITION + 4
+RECORD_BODY_CRC_POSITION = RECORD_MAGIC_POSITION + 4
+RECORD_QUEUE_ID_POSITION = RECORD_BODY_CRC_POSITION + 4
+RECORD_FLAG_POSITION = RECORD_QUEUE_ID_POSITION + 4
+RECORD_QUEUE_OFFSET_POSITION = RECORD_FLAG_POSITION + 4
+RECORD_PHYSICAL_OFFSET_POSITION = RECORD_QUEUE_OFFSET_POSITION + 8
+RECORD_SYS_FLAG_POSITION = RECORD_PHYSICAL_OFFSET_POSITION + 8
+RECORD_BORN_TIMESTAMP_POSITION = RECORD_SYS_FLAG_POSITION + 4
+RECORD_BORN_HOST_POSITION = RECORD_BORN_TIMESTAMP_POSITION + 8
+# Fields after BORNHOST move with the host sizes; these are the IPv4/IPv4 positions.
+RECORD_STORE_TIMESTAMP_POSITION_V4 = RECORD_BORN_HOST_POSITION + IPV4_HOST_BYTES
+RECORD_STORE_HOST_POSITION_V4 = RECORD_STORE_TIMESTAMP_POSITION_V4 + 8
+RECORD_RECONSUME_TIMES_POSITION_V4 = RECORD_STORE_HOST_POSITION_V4 + IPV4_HOST_BYTES
+RECORD_PREPARED_OFFSET_POSITION_V4 = RECORD_RECONSUME_TIMES_POSITION_V4 + 4
+RECORD_BODY_LENGTH_POSITION_V4 = RECORD_PREPARED_OFFSET_POSITION_V4 + 8
+assert (RECORD_QUEUE_OFFSET_POSITION, RECORD_PHYSICAL_OFFSET_POSITION) == (20, 28)
+assert (RECORD_SYS_FLAG_POSITION, RECORD_BORN_TIMESTAMP_POSITION) == (36, 40)
+assert (RECORD_STORE_TIMESTAMP_POSITION_V4, RECORD_STORE_HOST_POSITION_V4) == (56, 64)
+assert (RECORD_RECONSUME_TIMES_POSITION_V4, RECORD_BODY_LENGTH_POSITION_V4) == (72, 84)
+
+# Fixed bytes of a record without hosts, body, topic and properties bytes:
+# totalsize, magic, crc, queueid, flag, queueoffset, physoffset, sysflag, borntime,
+# storetime, reconsume, prepared offset, body length, properties length.
+RECORD_FIXED_BYTES_WITHOUT_HOSTS = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 8 + 4 + 2
+TOPIC_LENGTH_BYTES_V1 = 1
+TOPIC_LENGTH_BYTES_V2 = 2
+TOPIC_MAX_BYTES_V1 = 127    # a signed byte
+
+
+def record_size(body_bytes: int, topic_bytes: int, properties_bytes: int,
+                born_host_v6: bool = False, store_host_v6: bool = False,
+                topic_length_bytes: int = TOPIC_LENGTH_BYTES_V1) -> int:
+    """Total size of a CommitLog record with these variable parts."""
+    hosts = ((IPV6_HOST_BYTES if born_host_v6 else IPV4_HOST_BYTES)
+             + (IPV6_HOST_BYTES if store_host_v6 else IPV4_HOST_BYTES))
+    return (RECORD_FIXED_BYTES_WITHOUT_HOSTS + hosts + topic_length_bytes
+            + body_bytes + topic_bytes + properties_bytes)
+
+
+assert record_size(0, 0, 0) == 91   # the reference's "91 + n + t + p"
+
+# --- ConsumeQueue unit (§4.4) --------------------------------------------------------------------
+CQ_UNIT_PHYSICAL_OFFSET_POSITION = 0
+CQ_UNIT_SIZE_POSITION = CQ_UNIT_PHYSICAL_OFFSET_POSITION + 8
+CQ_UNIT_TAGS_CODE_POSITION = CQ_UNIT_SIZE_POSITION + 4
+CQ_STORE_UNIT_SIZE = CQ_UNIT_TAGS_CODE_POSITION + 8
+assert CQ_STORE_UNIT_SIZE == 8 + 4 + 8 == 20
+CQ_FILLER_SIZE = 0x7FFFFFFF   # size of the filler units written before a late first entry
+
+# --- IndexFile (§4.5) ----------------------------------------------------------------------------
+INDEX_HEADER_BEGIN_TIMESTAMP_POSITION = 0
+INDEX_HEADER_END_TIMESTAMP_POSITION = 8
+INDEX_HEADER_BEGIN_PHY_OFFSET_POSITION = 16
+INDEX_HEADER_END_PHY_OFFSET_POSITION = 24
+INDEX_HEADER_HASH_SLOT_COUNT_POSITION = 32
+INDEX_HEADER_INDEX_COUNT_POSITION = 36
+INDEX_HEADER_SIZE = INDEX_HEADER_INDEX_COUNT_POSITION + 4
+assert INDEX_HEADER_SIZE == 40
+INDEX_HASH_SLOT_SIZE = 4
+INDEX_ENTRY_KEY_HASH_POSITION = 0
+INDEX_ENTRY_PHY_OFFSET_POSITION = 4
+INDEX_ENTRY_TIME_DIFF_POSITION = 12
+INDEX_ENTRY_PREV_INDEX_POSITION = 16
+INDEX_ENTRY_SIZE = INDEX_ENTRY_PREV_INDEX_POSITION + 4
+assert INDEX_ENTRY_SIZE == 4 + 8 + 4 + 4 == 20
+INDEX_FIRST_ENTRY_NUMBER = 1   # entry 0 is never used: 0 means "empty slot / end of chain"
+
+
+def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
+    """Bytes of one IndexFile with the given slot and entry counts."""
+    return INDEX_HEADER_SIZE + max_hash_slot_num * INDEX_HASH_SLOT_SIZE \
+        + max_index_num * INDEX_ENTRY_SIZE
+
+
+assert index_file_size(5_000_000, 20_000_000) == 420_000_040
+
+# --- Checkpoint (§4.6) --------------------------------------------------------------------------
+CHECKPOINT_PHYSIC_MSG_TIMESTAMP_POSITION = 0
+CHECKPOINT_LOGICS_MSG_TIMESTAMP_POSITION = 8
+CHECKPOINT_INDEX_MSG_TIMESTAMP_POSITION = 16
+CHECKPOINT_MASTER_FLUSHED_OFFSET_POSITION = 24
+CHECKPOINT_CONFIRM_PHY_OFFSET_POSITION = 32
+CHECKPOINT_FILE_SIZE = 4096
+# Abnormal recovery starts this far before min(physic, logics) timestamps.
+CHECKPOINT_RECOVERY_SAFETY_MS = 3000
+
+# --- File names ---------------------------------------------------------------------------------
+OFFSET_FILE_NAME_DIGITS = 20          # commitlog/ and consumequeue/ segment names
+INDEX_FILE_NAME_FORMAT = "%Y%m%d%H%M%S"  # + 3 digits of milliseconds = 17 digits

@@ -1,0 +1,78 @@
+# Every on-disk path of a store root (reference §4.1): the one place that spells them.
+"""Paths inside a store root directory (``storePathRootDir``), RocketMQ's layout.
+
+Every function takes the store root and returns a path string; nothing here touches the disk.
+"""
+import os
+
+from pybroker.store import layout
+
+COMMITLOG_DIR = "commitlog"
+CONSUME_QUEUE_DIR = "consumequeue"
+INDEX_DIR = "index"
+CHECKPOINT_FILE = "checkpoint"
+ABORT_FILE = "abort"
+LOCK_FILE = "lock"
+CONFIG_DIR = "config"
+
+TOPICS_CONFIG = "topics.json"
+CONSUMER_OFFSET_CONFIG = "consumerOffset.json"
+SUBSCRIPTION_GROUP_CONFIG = "subscriptionGroup.json"
+DELAY_OFFSET_CONFIG = "delayOffset.json"
+CONSUMER_FILTER_CONFIG = "consumerFilter.json"
+
+
+def commitlog_dir(store_root: str) -> str:
+    """``<root>/commitlog``: CommitLog segments named by 20-digit start offset."""
+    return os.path.join(store_root, COMMITLOG_DIR)
+
+
+def consume_queue_root(store_root: str) -> str:
+    """``<root>/consumequeue``: one directory per topic."""
+    return os.path.join(store_root, CONSUME_QUEUE_DIR)
+
+
+def consume_queue_dir(store_root: str, topic: str, queue_id: int) -> str:
+    """``<root>/consumequeue/<topic>/<queue_id>``: segments of one consume queue."""
+    if not topic or os.sep in topic or topic in (".", ".."):
+        raise ValueError(f"topic {topic!r} cannot name a directory")
+    if queue_id < 0:
+        raise ValueError(f"queue_id must be >= 0, got {queue_id}")
+    return os.path.join(store_root, CONSUME_QUEUE_DIR, topic, str(queue_id))
+
+
+def index_dir(store_root: str) -> str:
+    """``<root>/index``: IndexFiles named by creation time (17 digits)."""
+    return os.path.join(store_root, INDEX_DIR)
+
+
+def checkpoint_path(store_root: str) -> str:
+    """``<root>/checkpoint``: the 4096-byte checkpoint (§4.6)."""
+    return os.path.join(store_root, CHECKPOINT_FILE)
+
+
+def abort_path(store_root: str) -> str:
+    """``<root>/abort``: present while a store is open (§4.7)."""
+    return os.path.join(store_root, ABORT_FILE)
+
+
+def lock_path(store_root: str) -> str:
+    """``<root>/lock``: holds the exclusive lock of the broker owning the store (§4.7)."""
+    return os.path.join(store_root, LOCK_FILE)
+
+
+def config_dir(store_root: str) -> str:
+    """``<root>/config``: the broker's JSON documents (§4.8)."""
+    return os.path.join(store_root, CONFIG_DIR)
+
+
+def config_path(store_root: str, file_name: str) -> str:
+    """``<root>/config/<file_name>``, e.g. ``config_path(root, TOPICS_CONFIG)``."""
+    if os.sep in file_name:
+        raise ValueError(f"config file name {file_name!r} must not contain {os.sep!r}")
+    return os.path.join(store_root, CONFIG_DIR, file_name)
+
+
+def offset_file_path(directory: str, offset: int) -> str:
+    """``<directory>/<offset as 20 digits>``: a CommitLog or ConsumeQueue segment."""
+    return os.path.join(directory, str(offset).zfill(layout.OFFSET_FILE_NAME_DIGITS))

@@ -1,0 +1,69 @@
+# pybroker build: the Cython extension list and build options only.
+"""Build pybroker's Cython extensions.
+
+Every ``pybroker/_fast/<name>.pyx`` becomes the extension ``pybroker._fast.<name>``; all link
+zlib (Java's CRC32 is zlib's crc32). Cythonizing happens in ``build_ext`` only, so metadata
+steps stay cheap. Build switches (read here and nowhere else):
+
+* ``PYBROKER_DEBUG=1``    defines PYBROKER_DEBUG, enables line tracing and annotation.
+* ``PYBROKER_SANITIZE=1`` adds ASan/UBSan.
+* ``PYBROKER_BUILD_ONLY=frame,record`` builds only those extensions (development).
+* ``build_ext --cython-always`` regenerates every .c even when it looks up to date.
+"""
+import glob
+import os
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
+
+FAST_DIR = os.path.join("pybroker", "_fast")
+DEBUG = os.environ.get("PYBROKER_DEBUG", "") not in ("", "0")
+SANITIZE = os.environ.get("PYBROKER_SANITIZE", "") not in ("", "0")
+ONLY = [n for n in os.environ.get("PYBROKER_BUILD_ONLY", "").split(",") if n]
+
+
+def _extensions():
+    compile_args = ["-O2", "-Wall", "-Wsign-compare", "-Wno-unused-function"]
+    link_args = []
+    macros = []
+    if DEBUG:
+        compile_args += ["-O0", "-g"]
+        macros += [("PYBROKER_DEBUG", "1"), ("CYTHON_TRACE", "1")]
+    if SANITIZE:
+        flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+        compile_args += flags
+        link_args += flags
+    extensions = []
+    for pyx in sorted(glob.glob(os.path.join(FAST_DIR, "*.pyx"))):
+        stem = os.path.splitext(os.path.basename(pyx))[0]
+        if ONLY and stem not in ONLY:
+            continue
+        extensions.append(Extension(
+            "pybroker._fast." + stem, [pyx], include_dirs=[FAST_DIR],
+            extra_compile_args=compile_args, extra_link_args=link_args,
+            define_macros=macros, libraries=["z"],
+        ))
+    return extensions
+
+
+class build_ext(_build_ext):
+    user_options = _build_ext.user_options + [
+        ("cython-always", None, "regenerate every .c file from its .pyx"),
+    ]
+    boolean_options = _build_ext.boolean_options + ["cython-always"]
+
+    def initialize_options(self):
+        super().initialize_options()
+        self.cython_always = False
+
+    def finalize_options(self):
+        from Cython.Build import cythonize
+
+        directives = {"language_level": "3", "embedsignature": True, "linetrace": DEBUG}
+        self.distribution.ext_modules[:] = cythonize(
+            self.distribution.ext_modules, compiler_directives=directives,
+            annotate=DEBUG, force=bool(self.cython_always or self.force))
+        super().finalize_options()
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": build_ext})

@@ -1,0 +1,139 @@
+"""Checkpoint, abort/lock files and the status tables hold RocketMQ's on-disk and wire facts.
+
+Method: write the checkpoint through StoreCheckpoint and read the raw page back with struct at the
+§4.6 offsets; lock the store from this process and from a child process; check every status maps
+to the reference's response code.
+"""
+import multiprocessing
+import os
+import struct
+
+import pytest
+
+from pybroker.protocol.codes import ResponseCode
+from pybroker.store import layout, paths
+from pybroker.store.checkpoint import StoreCheckpoint
+from pybroker.store.lock_file import (StoreLock, StoreLockedError, abort_file_exists,
+                                      create_abort_file, delete_abort_file)
+from pybroker.store.status import GetStatus, PutStatus, pull_response, send_response
+
+
+def test_checkpoint_layout_on_disk_and_reload(tmp_path):
+    path = paths.checkpoint_path(str(tmp_path))
+    checkpoint = StoreCheckpoint(path)
+    values = (1_700_000_001_000, 1_700_000_002_000, 1_699_999_990_000, 123_456, 654_321)
+    (checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp,
+     checkpoint.index_msg_timestamp, checkpoint.master_flushed_offset,
+     checkpoint.confirm_phy_offset) = values
+    checkpoint.flush()
+    with open(path, "rb") as handle:
+        page = handle.read()
+    assert len(page) == layout.CHECKPOINT_FILE_SIZE
+    assert struct.unpack_from(">qqqqq", page, 0) == values
+    assert not any(page[40:])
+    checkpoint.shutdown()
+    reloaded = StoreCheckpoint(path, read_only=True)
+    assert reloaded.physic_msg_timestamp == values[0]
+    assert reloaded.confirm_phy_offset == values[4]
+    assert reloaded.min_timestamp() == values[0] - 3000
+    assert reloaded.min_timestamp_index() == values[2]
+    assert reloaded.recovery_point_ms(message_index_safe=False) == values[0] - 3000
+    assert reloaded.recovery_point_ms(message_index_safe=True) == values[2]
+    reloaded.shutdown()
+
+
+def test_checkpoint_min_timestamp_never_negative(tmp_path):
+    checkpoint = StoreCheckpoint(str(tmp_path / "checkpoint"))
+    checkpoint.physic_msg_timestamp = 1000
+    checkpoint.logics_msg_timestamp = 500_000
+    assert checkpoint.min_timestamp() == 0
+    checkpoint.shutdown()
+
+
+def test_abort_file_lifecycle(tmp_path):
+    root = str(tmp_path / "store")
+    assert not abort_file_exists(root)
+    create_abort_file(root)
+    assert abort_file_exists(root) and os.path.getsize(paths.abort_path(root)) == 0
+    delete_abort_file(root)
+    delete_abort_file(root)
+    assert not abort_file_exists(root)
+
+
+def _try_lock(root: str, queue) -> None:
+    try:
+        StoreLock(root).acquire()
+        queue.put("locked")
+    except StoreLockedError as exc:
+        queue.put(str(exc))
+
+
+def test_lock_is_exclusive_in_process_and_across_processes(tmp_path):
+    root = str(tmp_path)
+    with StoreLock(root) as lock:
+        assert lock.locked
+        with open(paths.lock_path(root), "rb") as handle:
+            assert handle.read(4) == b"lock"
+        with pytest.raises(StoreLockedError, match="held by another broker"):
+            StoreLock(root).acquire()
+        context = multiprocessing.get_context("spawn")
+        queue = context.Queue()
+        child = context.Process(target=_try_lock, args=(root, queue))
+        child.start()
+        answer = queue.get(timeout=60)
+        child.join(60)
+        assert "held by another broker" in answer
+    second = StoreLock(root)
+    second.acquire()
+    second.release()
+
+
+@pytest.mark.parametrize("status, code", [
+    (PutStatus.PUT_OK, ResponseCode.SUCCESS),
+    (PutStatus.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_DISK_TIMEOUT),
+    (PutStatus.FLUSH_SLAVE_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT),
+    (PutStatus.SLAVE_NOT_AVAILABLE, ResponseCode.SLAVE_NOT_AVAILABLE),
+    (PutStatus.MESSAGE_ILLEGAL, ResponseCode.MESSAGE_ILLEGAL),
+    (PutStatus.PROPERTIES_SIZE_EXCEEDED, ResponseCode.MESSAGE_ILLEGAL),
+    (PutStatus.SERVICE_NOT_AVAILABLE, ResponseCode.SERVICE_NOT_AVAILABLE),
+    (PutStatus.OS_PAGE_CACHE_BUSY, ResponseCode.SYSTEM_ERROR),
+    (PutStatus.CREATE_MAPPED_FILE_FAILED, ResponseCode.SYSTEM_ERROR),
+    (PutStatus.UNKNOWN_ERROR, ResponseCode.SYSTEM_ERROR),
+])
+def test_send_table(status, code):
+    response_code, remark = send_response(status, max_message_size=4_194_304)
+    assert response_code == code
+    assert (remark is None) == status.stored
+    if status is PutStatus.OS_PAGE_CACHE_BUSY:
+        assert remark.startswith("[PC_SYNCHRONIZED]")
+    if status is PutStatus.MESSAGE_ILLEGAL:
+        assert "4194304" in remark
+
+
+@pytest.mark.parametrize("status, at_zero, elsewhere", [
+    (GetStatus.FOUND, ResponseCode.SUCCESS, ResponseCode.SUCCESS),
+    (GetStatus.NO_MATCHED_MESSAGE, ResponseCode.PULL_RETRY_IMMEDIATELY,
+     ResponseCode.PULL_RETRY_IMMEDIATELY),
+    (GetStatus.OFFSET_OVERFLOW_ONE, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_NOT_FOUND),
+    (GetStatus.OFFSET_OVERFLOW_BADLY, ResponseCode.PULL_OFFSET_MOVED,
+     ResponseCode.PULL_OFFSET_MOVED),
+    (GetStatus.OFFSET_TOO_SMALL, ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_OFFSET_MOVED),
+    (GetStatus.NO_MESSAGE_IN_QUEUE, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED),
+    (GetStatus.NO_MATCHED_LOGIC_QUEUE, ResponseCode.PULL_NOT_FOUND,
+     ResponseCode.PULL_OFFSET_MOVED),
+])
+def test_pull_table(status, at_zero, elsewhere):
+    assert pull_response(status, 0)[0] == at_zero
+    assert pull_response(status, 17)[0] == elsewhere
+
+
+def test_paths_follow_the_store_layout(tmp_path):
+    root = str(tmp_path)
+    assert paths.consume_queue_dir(root, "TopicA", 3) == os.path.join(root, "consumequeue",
+                                                                      "TopicA", "3")
+    assert paths.offset_file_path(paths.commitlog_dir(root), 1 << 30).endswith(
+        os.path.join("commitlog", "00000000001073741824"))
+    assert paths.config_path(root, paths.TOPICS_CONFIG).endswith(
+        os.path.join("config", "topics.json"))
+    with pytest.raises(ValueError):
+        paths.consume_queue_dir(root, "../x", 0)

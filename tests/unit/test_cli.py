@@ -1,0 +1,92 @@
+"""The `pybroker` command line works as a user runs it: exit codes, stdout data, stderr warnings.
+
+Method: run `python -m pybroker ...` as a real subprocess against the golden broker.conf and
+files written to tmp_path; parse what it prints and compare with pybroker.config's own answer.
+"""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pybroker
+from pybroker import config
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden" / "broker.conf"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    environment = {key: value for key, value in os.environ.items() if key != "NAMESRV_ADDR"}
+    environment["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "pybroker", *args], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT, env=environment)
+
+
+def printed_settings(stdout: str) -> dict[str, str]:
+    return config.parse_properties(stdout)
+
+
+def test_version():
+    result = run("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"pybroker {pybroker.__version__}"
+
+
+def test_no_subcommand_prints_help_and_fails():
+    result = run()
+    assert result.returncode == 2
+    assert "config" in result.stderr and result.stdout == ""
+
+
+def test_config_prints_important_settings_of_golden_file():
+    result = run("config", "-c", str(GOLDEN))
+    assert result.returncode == 0, result.stderr
+    printed = printed_settings(result.stdout)
+    expected = dict(config.important_settings(config.load_broker_config(GOLDEN)))
+    assert printed == expected
+    assert printed["brokerName"] == "broker-a" and printed["brokerRole"] == "SYNC_MASTER"
+    # Keys Java reads but pybroker does not use are named on stderr, not on stdout.
+    assert "sendMessageThreadPoolNums" in result.stderr
+    assert "sendMessageThreadPoolNums" not in result.stdout
+
+
+def test_config_all_prints_every_setting():
+    result = run("config", "-c", str(GOLDEN), "--all")
+    assert result.returncode == 0, result.stderr
+    printed = printed_settings(result.stdout)
+    assert printed == dict(config.all_settings(config.load_broker_config(GOLDEN)))
+    assert printed["messageDelayLevel"].endswith("2h 1d")
+    assert len(result.stdout.splitlines()) == len(printed)
+
+
+def test_config_warns_about_unknown_key(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text("brokerName=b\nlistenPrt=1\n")
+    result = run("config", "-c", str(path))
+    assert result.returncode == 0
+    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1 and "listenPrt" in warnings[0]
+
+
+def test_config_bad_value_exits_1_with_the_rule(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text("listenPort=abc\nflushDiskType=FAST\n")
+    result = run("config", "-c", str(path))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "listenPort=abc: must be a Java int" in result.stderr
+    assert "flushDiskType=FAST: must be one of ASYNC_FLUSH, SYNC_FLUSH" in result.stderr
+
+
+def test_config_missing_file_exits_1(tmp_path):
+    result = run("config", "-c", str(tmp_path / "absent.conf"))
+    assert result.returncode == 1
+    assert "absent.conf" in result.stderr
+
+
+def test_config_namesrv(tmp_path):
+    path = tmp_path / "namesrv.conf"
+    path.write_text("listenPort=9988\n")
+    result = run("config", "--namesrv", "-c", str(path))
+    assert result.returncode == 0, result.stderr
+    assert printed_settings(result.stdout)["listenPort"] == "9988"

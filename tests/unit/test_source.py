@@ -1,0 +1,27 @@
+"""Source rules are tests: tools/tidy.py (lengths and bans) and ruff (pyflakes-level errors).
+
+Method: run each checker over the repository and fail with its output.
+"""
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_tidy():
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "tidy.py"), str(ROOT)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff():
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (pip install '.[test]' installs it)")
+    result = subprocess.run([ruff, "check", "--no-cache", str(ROOT)], capture_output=True,
+                            text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr

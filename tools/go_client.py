@@ -1,0 +1,128 @@
+# Builds rmqgo, the Go-client harness in tests/compat/goclient, into a cache folder; prints its path.
+"""Build the ``rmqgo`` binary (github.com/apache/rocketmq-client-go/v2 v2.1.2) once per source.
+
+Library::
+
+    build = build_go_client()          # ~/.cache/pybroker/rmqgo/rmqgo-<digest>
+    subprocess.run([str(build.path), "version"])
+
+CLI::
+
+    python tools/go_client.py [--cache-dir DIR] [--force]    # prints the binary's path
+
+The binary's name carries a digest of go.mod, go.sum, every .go file and ``go version``, so a
+second call with unchanged sources does nothing (idempotent), and an edit rebuilds. Modules come
+from the Go module proxy only (``-mod=mod``, GOPROXY left at its default); the build writes to a
+temporary name and renames, so two concurrent builds cannot leave a half-written binary.
+"""
+import argparse
+import dataclasses
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GOCLIENT_DIR = ROOT / "tests" / "compat" / "goclient"
+BINARY_STEM = "rmqgo"
+PINNED_CLIENT = "github.com/apache/rocketmq-client-go/v2 v2.1.2"
+
+
+class GoBuildError(RuntimeError):
+    """go is missing, or `go build` failed or overran its deadline."""
+
+
+@dataclasses.dataclass
+class GoBuild:
+    """A built binary: path, whether this call compiled it, and seconds spent compiling."""
+    path: pathlib.Path
+    built: bool
+    seconds: float
+
+
+def go_available() -> str | None:
+    """Why rmqgo cannot be built here (no `go` on PATH), or None when it can."""
+    return None if shutil.which("go") else "`go` is not on PATH"
+
+
+def default_cache_dir() -> pathlib.Path:
+    """~/.cache/pybroker/rmqgo."""
+    return pathlib.Path.home() / ".cache" / "pybroker" / "rmqgo"
+
+
+def go_version(timeout_s: float = 60) -> str:
+    """`go version` output, e.g. 'go version go1.26.8 linux/amd64'."""
+    result = subprocess.run(["go", "version"], capture_output=True, text=True,
+                            timeout=timeout_s, check=True)
+    return result.stdout.strip()
+
+
+def source_digest(source_dir: pathlib.Path = GOCLIENT_DIR, toolchain: str = "") -> str:
+    """First 16 hex digits of sha256 over the toolchain string and every build input file."""
+    digest = hashlib.sha256(toolchain.encode())
+    inputs = [source_dir / "go.mod", source_dir / "go.sum", *sorted(source_dir.glob("*.go"))]
+    for path in inputs:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def check_pin(source_dir: pathlib.Path = GOCLIENT_DIR) -> None:
+    """Refuse to build when go.mod no longer pins the client version the harness is for."""
+    text = (source_dir / "go.mod").read_text(encoding="utf-8")
+    if PINNED_CLIENT not in text:
+        raise GoBuildError(f"{source_dir / 'go.mod'} does not require {PINNED_CLIENT}")
+
+
+def build_go_client(cache_dir=None, timeout_s: float = 900, force: bool = False) -> GoBuild:
+    """Build rmqgo into cache_dir unless a binary for the same sources exists; return it.
+
+    timeout_s bounds the whole `go build` (module download included), in seconds.
+    """
+    reason = go_available()
+    if reason:
+        raise GoBuildError(reason)
+    check_pin()
+    cache = pathlib.Path(cache_dir) if cache_dir else default_cache_dir()
+    target = cache / f"{BINARY_STEM}-{source_digest(toolchain=go_version())}"
+    if target.is_file() and os.access(target, os.X_OK) and not force:
+        return GoBuild(target, built=False, seconds=0.0)
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = cache / f".{target.name}.{os.getpid()}.partial"
+    argv = ["go", "build", "-mod=mod", "-buildvcs=false", "-trimpath", "-o", str(partial), "."]
+    started = time.monotonic()
+    try:
+        result = subprocess.run(argv, cwd=GOCLIENT_DIR, capture_output=True, text=True,
+                                timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as error:
+        partial.unlink(missing_ok=True)
+        raise GoBuildError(f"go build overran {timeout_s} s") from error
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise GoBuildError(f"go build failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    os.replace(partial, target)
+    return GoBuild(target, built=True, seconds=time.monotonic() - started)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-dir", type=pathlib.Path, default=None,
+                        help="where binaries go (default ~/.cache/pybroker/rmqgo)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    args = parser.parse_args(argv)
+    try:
+        build = build_go_client(args.cache_dir, force=args.force)
+    except GoBuildError as error:
+        sys.stderr.write(f"go_client: {error}\n")
+        return 1
+    if build.built:
+        sys.stderr.write(f"go_client: built in {build.seconds:.1f} s, "
+                         f"{build.path.stat().st_size} bytes\n")
+    sys.stdout.write(f"{build.path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
