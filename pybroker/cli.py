@@ -55,6 +55,96 @@ def _run_config(args: argparse.Namespace) -> int:
     return 0
 
 
+@subcommand("namesrv", "run a NameServer (brokers register here, clients look routes up)")
+def _add_namesrv(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument("-c", "--config-file", metavar="FILE",
+                        help="namesrv.conf (listenPort, kvConfigPath, ...); default: built-in")
+    parser.add_argument("--listen-address", metavar="IP", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; 0.0.0.0 for every interface)")
+    return _run_namesrv
+
+
+def _run_namesrv(args: argparse.Namespace) -> int:
+    from pybroker.errors import StoreCorruptError
+    from pybroker.namesrv.server import run_namesrv   # only this subcommand needs the server
+    try:
+        loaded = config_module.load_namesrv_config(args.config_file)
+    except ConfigError as error:
+        sys.stderr.write(f"pybroker namesrv: invalid configuration in "
+                         f"{args.config_file or 'defaults'}:\n{error}\n")
+        return 1
+    except OSError as error:
+        sys.stderr.write(f"pybroker namesrv: cannot read {args.config_file}: {error}\n")
+        return 1
+    try:
+        return run_namesrv(loaded, args.listen_address)
+    except (OSError, StoreCorruptError) as error:   # port in use, unusable kvConfigPath
+        sys.stderr.write(f"pybroker namesrv: cannot start: {error}\n")
+        return 1
+
+
+def _load_broker(command: str, args: argparse.Namespace):
+    """Load broker.conf plus ``-n``; None (after a message on stderr) when it is invalid."""
+    overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else None
+    try:
+        return config_module.load_broker_config(args.config_file, overrides)
+    except ConfigError as error:
+        sys.stderr.write(f"pybroker {command}: invalid configuration in "
+                         f"{args.config_file or 'defaults'}:\n{error}\n")
+    except OSError as error:
+        sys.stderr.write(f"pybroker {command}: cannot read {args.config_file}: {error}\n")
+    return None
+
+
+def _broker_arguments(parser: argparse.ArgumentParser, namesrv_default: str | None) -> None:
+    parser.add_argument("-c", "--config-file", metavar="FILE",
+                        help="broker.conf with Java RocketMQ's property names")
+    parser.add_argument("-n", "--namesrv-addr", metavar="ADDR", default=namesrv_default,
+                        help="NameServer addresses, 'ip:port;ip:port' (overrides namesrvAddr)")
+
+
+@subcommand("broker", "run a broker (supervisor, remoting workers, appender, dispatcher, "
+                      "flusher)")
+def _add_broker(parser: argparse.ArgumentParser) -> Runner:
+    _broker_arguments(parser, None)
+    return _run_broker
+
+
+def _run_broker(args: argparse.Namespace) -> int:
+    from pybroker.proc.supervisor import run_broker   # only these subcommands fork workers
+    loaded = _load_broker("broker", args)
+    if loaded is None:
+        return 1
+    _log_important(loaded)
+    return run_broker(loaded)
+
+
+@subcommand("standalone", "run a NameServer and a broker under one supervisor (embedded "
+                          "defaults: NameServer 127.0.0.1:9876, broker 10911)")
+def _add_standalone(parser: argparse.ArgumentParser) -> Runner:
+    _broker_arguments(parser, None)
+    parser.add_argument("--namesrv-port", type=int, default=9876,
+                        help="port of the embedded NameServer (default 9876)")
+    return _run_standalone
+
+
+def _run_standalone(args: argparse.Namespace) -> int:
+    from pybroker.proc.standalone import run_standalone
+    if not args.namesrv_addr:
+        args.namesrv_addr = f"127.0.0.1:{args.namesrv_port}"
+    loaded = _load_broker("standalone", args)
+    if loaded is None:
+        return 1
+    _log_important(loaded)
+    return run_standalone(loaded, args.namesrv_port)
+
+
+def _log_important(loaded) -> None:
+    log = logging.getLogger("pybroker.config")
+    for key, value in config_module.important_settings(loaded):
+        log.info("%s=%s", key, value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``pybroker`` argument parser with every registered subcommand."""
     parser = argparse.ArgumentParser(

@@ -1,4 +1,4 @@
-# Builds rmqgo, the Go-client harness in tests/compat/goclient, into a cache folder; prints its path.
+# Builds rmqgo, the Go-client harness in tests/compat/goclient, into a cache folder (prints path).
 """Build the ``rmqgo`` binary (github.com/apache/rocketmq-client-go/v2 v2.1.2) once per source.
 
 Library::

@@ -1,5 +1,4 @@
 # Contract of the remoting frame codec: frame splitting, ROCKETMQ binary header (§1.1, §1.4).
-from libc.stdint cimport int32_t
 
 cdef enum:
     # §1.1 frame: length(4) | header word(4) = type << 24 | header length | header | body

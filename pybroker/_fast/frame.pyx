@@ -281,22 +281,29 @@ def frame_parts(object buffer, Py_ssize_t frame_start, Py_ssize_t frame_length,
 
 # --- ROCKETMQ binary header decode --------------------------------------------------------------
 
-cdef str _decode_text(const unsigned char *text, Py_ssize_t length, str what, Py_ssize_t at):
-    try:
-        return PyUnicode_DecodeUTF8(<const char *>text, length, NULL)
-    except UnicodeDecodeError as error:
-        raise ProtocolError(f"ROCKETMQ header: {what} at header byte {at} is not valid UTF-8 "
-                            f"({error.reason} at its byte {error.start})") from None
+# Where the string being decoded sits, so one UnicodeDecodeError handler per header can say.
+cdef struct TextPlace:
+    const char *what
+    Py_ssize_t at
+
+
+cdef inline str _decode_text(const unsigned char *text, Py_ssize_t length, TextPlace *place,
+                             const char *what, Py_ssize_t at):
+    # No try block per string (it costs more than the decode); decode_binary_header catches.
+    place.what = what
+    place.at = at
+    return PyUnicode_DecodeUTF8(<const char *>text, length, NULL)
 
 
 cdef dict _decode_ext_fields(const unsigned char *header, Py_ssize_t block_at,
-                             Py_ssize_t header_length, Py_ssize_t ext_fields_max):
+                             Py_ssize_t header_length, Py_ssize_t ext_fields_max,
+                             TextPlace *place):
     """Entries of the ext block [block_at, header_length); zero-length values are dropped."""
     cdef dict ext_fields = {}
     cdef set dropped_keys = None
     cdef Py_ssize_t position = block_at
     cdef Py_ssize_t entries_count = 0
-    cdef Py_ssize_t key_length, value_length
+    cdef Py_ssize_t key_length, value_length, fields_count
     cdef str key
     while position < header_length:
         entries_count += 1
@@ -311,29 +318,35 @@ cdef dict _decode_ext_fields(const unsigned char *header, Py_ssize_t block_at,
         if key_length <= 0 or key_length > header_length - position - 4:
             raise ProtocolError(f"ROCKETMQ header: ext key length {key_length} at header byte "
                                 f"{position - 2} is not within 1..{header_length - position - 4}")
-        key = _decode_text(header + position, key_length, "ext key", position)
+        key = _decode_text(header + position, key_length, place, "ext key", position)
         position += key_length
         value_length = pb_unpack_int32(header + position)
         position += 4
         if value_length < 0 or value_length > header_length - position:
             raise ProtocolError(f"ROCKETMQ header: ext value length {value_length} of key "
                                 f"{key!r} is not within 0..{header_length - position}")
-        if key in ext_fields or (dropped_keys is not None and key in dropped_keys):
+        if dropped_keys is not None and key in dropped_keys:
             raise ProtocolError(f"ROCKETMQ header: duplicate ext key {key!r}")
         if value_length == 0:
             # Java reads a zero-length value as null, and a null value is no field at all.
+            if key in ext_fields:
+                raise ProtocolError(f"ROCKETMQ header: duplicate ext key {key!r}")
             if dropped_keys is None:
                 dropped_keys = set()
             dropped_keys.add(key)
         else:
-            ext_fields[key] = _decode_text(header + position, value_length, "ext value",
-                                           position)
+            # A duplicate key leaves the size unchanged: one hash lookup instead of two.
+            fields_count = len(ext_fields)
+            ext_fields[key] = _decode_text(header + position, value_length, place,
+                                           "ext value", position)
+            if len(ext_fields) == fields_count:
+                raise ProtocolError(f"ROCKETMQ header: duplicate ext key {key!r}")
         position += value_length
     return ext_fields
 
 
 cdef tuple _decode_binary_header(const unsigned char *header, Py_ssize_t header_length,
-                                 Py_ssize_t ext_fields_max):
+                                 Py_ssize_t ext_fields_max, TextPlace *place):
     cdef int32_t remark_length, ext_length
     cdef Py_ssize_t ext_at
     cdef object remark = None
@@ -346,7 +359,7 @@ cdef tuple _decode_binary_header(const unsigned char *header, Py_ssize_t header_
         raise ProtocolError(f"ROCKETMQ header: remark length {remark_length} is not within "
                             f"0..{header_length - BINARY_HEADER_FIXED_BYTES}")
     if remark_length > 0:
-        remark = _decode_text(header + BINARY_REMARK_AT, remark_length, "remark",
+        remark = _decode_text(header + BINARY_REMARK_AT, remark_length, place, "remark",
                               BINARY_REMARK_AT)
     ext_at = BINARY_REMARK_AT + remark_length
     ext_length = pb_unpack_int32(header + ext_at)
@@ -361,7 +374,7 @@ cdef tuple _decode_binary_header(const unsigned char *header, Py_ssize_t header_
     return (pb_unpack_int16(header + BINARY_CODE_AT), language,
             pb_unpack_int16(header + BINARY_VERSION_AT),
             pb_unpack_int32(header + BINARY_OPAQUE_AT), pb_unpack_int32(header + BINARY_FLAG_AT),
-            remark, _decode_ext_fields(header, ext_at, header_length, ext_fields_max))
+            remark, _decode_ext_fields(header, ext_at, header_length, ext_fields_max, place))
 
 
 def decode_binary_header(object buffer, Py_ssize_t header_start, Py_ssize_t header_length,
@@ -375,13 +388,18 @@ def decode_binary_header(object buffer, Py_ssize_t header_start, Py_ssize_t head
     entries raises ProtocolError.
     """
     cdef Py_buffer view
+    cdef TextPlace place
     if ext_fields_max < 0:
         raise ValueError(f"ext_fields_max {ext_fields_max} is negative")
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
         _check_range(view.len, header_start, header_length, "header")
         return _decode_binary_header(<const unsigned char *>view.buf + header_start,
-                                     header_length, ext_fields_max)
+                                     header_length, ext_fields_max, &place)
+    except UnicodeDecodeError as error:
+        raise ProtocolError(f"ROCKETMQ header: {place.what.decode()} at header byte {place.at} "
+                            f"is not valid UTF-8 ({error.reason} at its byte {error.start})"
+                            ) from None
     finally:
         PyBuffer_Release(&view)
 

@@ -1,1 +1,1 @@
-# pybroker._testbase
+# Test support shipped with the package: launch real pybroker processes on free local ports.

@@ -1,1 +1,1 @@
-# pybroker.broker
+# pybroker.broker: request handlers, pure functions of (context, channel, command).

@@ -128,3 +128,15 @@ SEND_RETRY_RESPONSE_CODES = frozenset({
     ResponseCode.SYSTEM_ERROR, ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID,
     ResponseCode.NOT_IN_CURRENT_UNIT, ResponseCode.SYSTEM_BUSY, ResponseCode.GO_AWAY,
 })
+
+
+class InternalCode(enum.IntEnum):
+    """Codes used only between pybroker's own processes (remoting workers and the metadata
+    service, over a unix socket). Chosen far from RocketMQ's ranges; never sent to clients."""
+    WORKER_HELLO = 30001            # worker -> service: ext workerId
+    METADATA_SNAPSHOT = 30002       # service -> worker (oneway): body = MetadataState.snapshot()
+    SEND_TO_CHANNEL = 30003         # service -> worker (oneway): ext channelId, body = a frame
+    CHANNEL_CLOSED = 30004          # worker -> service (oneway): ext channelId
+    CREATE_TOPIC_ON_SEND = 30005    # worker -> service: ext topic, defaultTopic, queueNums, sysFlag
+    COMMIT_OFFSET = 30006           # worker -> service (oneway): ext group, topic, queueId, offset
+    CLIENT_RESPONSE = 30007         # worker -> service (oneway): ext channelId, body = a frame

@@ -41,7 +41,8 @@ func parseConsumeFlags(args []string) (*consumeFlags, error) {
 	fs.StringVar(&f.model, "model", "clustering", "clustering|broadcasting")
 	fs.StringVar(&f.from, "from", "first", "where a new group starts: first|last|timestamp")
 	fs.StringVar(&f.timestamp, "timestamp", "", "yyyyMMddHHmmss for --from timestamp")
-	fs.IntVar(&f.count, "count", 0, "exit after this many distinct msgIds (0 = until timeout)")
+	fs.IntVar(&f.count, "count", 0, "exit once this many distinct msgIds were consumed "+
+		"successfully (0 = run until --timeout)")
 	fs.DurationVar(&f.linger, "linger", 0, "after --count, keep listening this long "+
 		"(reveals extra deliveries)")
 	fs.BoolVar(&f.orderly, "orderly", false, "orderly consumption (queue locks)")
@@ -106,10 +107,12 @@ func (f *consumeFlags) selector() consumer.MessageSelector {
 	return consumer.MessageSelector{Type: consumer.TAG, Expression: f.expr}
 }
 
-// tally counts deliveries per msgId and signals once the distinct count reaches the target.
+// tally counts deliveries per msgId and signals once enough distinct msgIds were consumed
+// successfully (a delivery refused by --retry-first does not count).
 type tally struct {
 	mu         sync.Mutex
 	deliveries map[string]int
+	consumed   map[string]bool
 	total      int
 	target     int
 	reached    chan struct{}
@@ -117,7 +120,8 @@ type tally struct {
 }
 
 func newTally(target int) *tally {
-	return &tally{deliveries: map[string]int{}, target: target, reached: make(chan struct{})}
+	return &tally{deliveries: map[string]int{}, consumed: map[string]bool{}, target: target,
+		reached: make(chan struct{})}
 }
 
 // record returns how many times this msgId has now been delivered.
@@ -126,14 +130,23 @@ func (t *tally) record(msgID string) int {
 	defer t.mu.Unlock()
 	t.deliveries[msgID]++
 	t.total++
-	if t.target > 0 && !t.closed && len(t.deliveries) >= t.target {
-		t.closed = true
-		close(t.reached)
-	}
 	return t.deliveries[msgID]
 }
 
-func (t *tally) snapshot() (distinct int, total int, duplicated int) {
+// acknowledge marks msgIds consumed successfully.
+func (t *tally) acknowledge(msgs []*primitive.MessageExt) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, msg := range msgs {
+		t.consumed[msg.MsgId] = true
+	}
+	if t.target > 0 && !t.closed && len(t.consumed) >= t.target {
+		t.closed = true
+		close(t.reached)
+	}
+}
+
+func (t *tally) snapshot() (distinct, consumed, total, duplicated int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, n := range t.deliveries {
@@ -141,7 +154,7 @@ func (t *tally) snapshot() (distinct int, total int, duplicated int) {
 			duplicated++
 		}
 	}
-	return len(t.deliveries), t.total, duplicated
+	return len(t.deliveries), len(t.consumed), t.total, duplicated
 }
 
 // handler builds the consume callback: emit each message, optionally refuse first deliveries.
@@ -157,6 +170,7 @@ func (f *consumeFlags) handler(t *tally) func(context.Context, ...*primitive.Mes
 			}
 		}
 		if !refuse {
+			t.acknowledge(msgs)
 			return consumer.ConsumeSuccess, nil
 		}
 		if f.orderly {
@@ -214,16 +228,17 @@ func waitForCount(t *tally, f *consumeFlags, started time.Time) bool {
 }
 
 func consumeSummary(t *tally, f *consumeFlags, reached bool, started time.Time) error {
-	distinct, total, duplicated := t.snapshot()
+	distinct, consumed, total, duplicated := t.snapshot()
 	out.emit(map[string]interface{}{
-		"type": "summary", "command": "consume", "distinct": distinct, "deliveries": total,
+		"type": "summary", "command": "consume", "distinct": distinct, "consumed": consumed,
+		"deliveries": total,
 		"duplicated": duplicated, "target": f.count, "reached": reached,
 		"model": f.model, "orderly": f.orderly, "expr": strings.TrimSpace(f.expr),
 		"elapsedMs": time.Since(started).Milliseconds(),
 	})
 	if !reached {
-		return timeoutError{fmt.Sprintf("timed out after %v with %d of %d distinct messages",
-			f.common.timeout, distinct, f.count)}
+		return timeoutError{fmt.Sprintf("timed out after %v with %d of %d messages consumed",
+			f.common.timeout, consumed, f.count)}
 	}
 	return nil
 }

@@ -20,6 +20,9 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 )
 
+// rebalanceSettle is how long --commit waits after Start for the first rebalance.
+const rebalanceSettle = time.Second
+
 type pullFlags struct {
 	common   commonFlags
 	group    string
@@ -233,6 +236,11 @@ func runPull(args []string) error {
 		return err
 	}
 	defer boundedShutdown("pull consumer", pc.Shutdown)
+	if f.commit {
+		// PersistOffset only writes queues the (asynchronous) first rebalance has assigned to
+		// this client, and drops the others' offsets: let that rebalance finish first.
+		time.Sleep(rebalanceSettle)
+	}
 	p := &puller{flags: f, consumer: pc, enough: make(chan struct{}), next: map[int]int64{}}
 	for _, mq := range queues {
 		p.pending.Add(1)

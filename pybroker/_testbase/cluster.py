@@ -1,0 +1,144 @@
+# Launch a real pybroker (standalone: NameServer + broker) as a subprocess for tests and tools.
+"""A pybroker standalone process on free 127.0.0.1 ports with its store in a temp directory.
+
+``with StandaloneBroker(tmp_path) as broker:`` starts ``python -m pybroker standalone`` and
+waits until the broker has registered with its NameServer (or fails with the log tail);
+leaving the block stops it with SIGTERM (SIGKILL after a deadline). ``kill()`` is ``kill -9``
+of the whole process group (crash tests); ``start()`` again restarts on the same store.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+READY_LINE = "boot success"
+
+TEST_PROFILE = {
+    "brokerClusterName": "DefaultCluster",
+    "brokerName": "broker-a",
+    "brokerId": "0",
+    "brokerIP1": "127.0.0.1",
+    "brokerIP2": "127.0.0.1",
+    "mappedFileSizeCommitLog": str(8 * 1024 * 1024),
+    "mappedFileSizeConsumeQueue": str(6000 * 20),
+    "maxMessageSize": str(1024 * 1024),
+    "maxHashSlotNum": "10000",
+    "maxIndexNum": "40000",
+    "remotingWorkers": "2",
+}
+
+
+def free_port(offsets=(0,)) -> int:
+    """A port p such that p + every offset is free on 127.0.0.1 (a broker needs -2, 0, +1)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base - min(offsets) < 1024 or base + max(offsets) > 65535:
+            continue
+        if all(_free(base + offset) for offset in offsets):
+            return base
+    raise RuntimeError("no free port range found")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class StandaloneBroker:
+    """One pybroker standalone process. ``overrides``: broker.conf keys over TEST_PROFILE."""
+
+    def __init__(self, work_dir, overrides: dict | None = None):
+        self.work_dir = str(work_dir)
+        self.store_dir = os.path.join(self.work_dir, "store")
+        self.namesrv_port = free_port()
+        self.broker_port = free_port((-2, 0, 1))
+        self.conf_path = os.path.join(self.work_dir, "broker.conf")
+        self.log_path = os.path.join(self.work_dir, "pybroker.log")
+        values = dict(TEST_PROFILE, listenPort=str(self.broker_port),
+                      storePathRootDir=self.store_dir,
+                      namesrvAddr=f"127.0.0.1:{self.namesrv_port}")
+        values.update(overrides or {})
+        os.makedirs(self.work_dir, exist_ok=True)
+        with open(self.conf_path, "w", encoding="utf-8") as conf:
+            conf.writelines(f"{key}={value}\n" for key, value in values.items())
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def start(self) -> "StandaloneBroker":
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pybroker", "standalone", "-c", self.conf_path,
+             "--namesrv-port", str(self.namesrv_port)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self._wait_ready()
+        return self
+
+    def _log_text(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as log:
+                return log.read()
+        except FileNotFoundError:
+            return ""
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        start_offset = len(self._log_text())
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"pybroker exited with {self.process.returncode}:\n"
+                                   f"{self._log_text()[-4000:]}")
+            if READY_LINE in self._log_text()[start_offset:]:
+                return
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"pybroker not ready after {READY_TIMEOUT_S} s:\n"
+                           f"{self._log_text()[-4000:]}")
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit status (SIGKILL after the deadline)."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RuntimeError(f"pybroker did not stop in {STOP_TIMEOUT_S} s:\n"
+                               f"{self._log_text()[-4000:]}") from None
+
+    def kill(self) -> None:
+        """``kill -9`` every process of the broker (supervisor, workers, NameServer)."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+    def __enter__(self) -> "StandaloneBroker":
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()

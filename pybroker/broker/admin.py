@@ -1,0 +1,422 @@
+# Admin handlers (mqadmin): topics, groups, stats, connections, runtime info, client calls.
+"""Handlers of the broker administration requests (reference §2.10, §2.12), run in the
+metadata service.
+
+Bodies are what Java's fastjson writes, so ``mqadmin`` parses them: compact JSON with bean
+fields in alphabetical order. Maps keyed by a MessageQueue (TopicStatsTable, ConsumeStats)
+use fastjson's object-valued keys, which are not standard JSON:
+``{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}}``.
+
+GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY are forwarded to the client's channel
+with :meth:`MetadataState.call_client` (correlated by channel id and opaque; the service
+hands the client's response to :meth:`MetadataState.complete_client_call`); the client's
+answer is returned under the admin request's opaque.
+"""
+import logging
+
+import orjson
+
+from pybroker.config import BrokerRole, all_settings
+from pybroker.protocol import bodies, constants, fastjson
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import RemotingCommand, create_request, create_response
+from pybroker.protocol.headers import parse_request_header, validate_group, validate_topic
+from pybroker.protocol.message_id import decode_offset_message_id
+from pybroker.store import config_docs, paths
+from pybroker.store.config_docs import SubscriptionGroupConfig, TopicConfig
+
+__all__ = ["HANDLERS", "encode_message_queue_map", "encode_topic_stats_table",
+           "encode_consume_stats", "encode_consumer_connection"]
+
+log = logging.getLogger(__name__)
+
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+SLAVE_REMARK = ("Can't modify topic or subscription group from slave broker, please execute it "
+                "from master broker.")
+QUEUE_NUMS_MAX = 65535          # bound on an admin-created topic's queue count
+V3_1_8_SNAPSHOT = 62            # MQVersion ordinal: oldest client that answers 307/309
+# Java's default thread-pool queue capacities, reported by GET_BROKER_RUNTIME_INFO.
+_POOL_CAPACITIES = {"sendThreadPoolQueueCapacity": "10000",
+                    "pullThreadPoolQueueCapacity": "100000",
+                    "queryThreadPoolQueueCapacity": "20000",
+                    "EndTransactionThreadPoolQueueCapacity": "100000"}
+
+
+def _ok(request: RemotingCommand, body: bytes | None = None) -> RemotingCommand:
+    return create_response(request, ResponseCode.SUCCESS, body=body)
+
+
+def _error(request: RemotingCommand, remark: str,
+           code: int = ResponseCode.SYSTEM_ERROR) -> RemotingCommand:
+    return create_response(request, code, remark)
+
+
+def _is_slave(ctx) -> bool:
+    return ctx.config.store.broker_role == BrokerRole.SLAVE
+
+
+def _json(value) -> bytes:
+    return orjson.dumps(value, option=_SORTED)
+
+
+# --- fastjson object-keyed maps ----------------------------------------------------------------
+def encode_message_queue_map(entries) -> bytes:
+    """A Java ``Map<MessageQueue, V>`` as fastjson writes it: each key a MessageQueue object,
+    each value ``V`` as a JSON object with sorted fields. ``entries``: (MessageQueue, dict)."""
+    parts = [bodies.encode_message_queue(queue) + b":" + _json(value) for queue, value in entries]
+    return b"{" + b",".join(parts) + b"}"
+
+
+def encode_topic_stats_table(entries) -> bytes:
+    """TopicStatsTable: (MessageQueue, {"lastUpdateTimestamp","maxOffset","minOffset"})."""
+    return b'{"offsetTable":' + encode_message_queue_map(entries) + b"}"
+
+
+def encode_consume_stats(entries, consume_tps: float) -> bytes:
+    """ConsumeStats: (MessageQueue, {"brokerOffset","consumerOffset","lastTimestamp"})."""
+    return (b'{"consumeTps":' + orjson.dumps(float(consume_tps)) + b',"offsetTable":'
+            + encode_message_queue_map(entries) + b"}")
+
+
+def _language_name(language: int) -> str:
+    try:
+        return constants.LanguageCode(language).name
+    except ValueError:
+        return constants.LanguageCode.OTHER.name
+
+
+def _subscription_json(subscription: bodies.SubscriptionData) -> dict:
+    return {"classFilterMode": subscription.class_filter_mode,
+            "codeSet": sorted(subscription.code_set),
+            "expressionType": subscription.expression_type,
+            "subString": subscription.sub_string, "subVersion": subscription.sub_version,
+            "tagsSet": sorted(subscription.tags_set), "topic": subscription.topic}
+
+
+def encode_consumer_connection(info) -> bytes:
+    """ConsumerConnection of a :class:`pybroker.broker.metadata.ConsumerGroupInfo`."""
+    connections = [{"clientAddr": client.channel.remote_address, "clientId": client.client_id,
+                    "language": _language_name(client.language), "version": client.version}
+                   for client in info.channels.values()]
+    return _json({
+        "connectionSet": connections,
+        "consumeFromWhere": constants.ConsumeFromWhere(info.consume_from_where).name,
+        "consumeType": constants.ConsumeType(info.consume_type).name,
+        "messageModel": constants.MessageModel(info.message_model).name,
+        "subscriptionTable": {topic: _subscription_json(subscription)
+                              for topic, subscription in info.subscriptions.items()},
+    })
+
+
+def _message_queue(ctx, topic: str, queue_id: int) -> bodies.MessageQueue:
+    return bodies.MessageQueue(topic, ctx.config.broker.broker_name, queue_id)
+
+
+# --- topics -------------------------------------------------------------------------------------
+def _parse_attributes(text: str | None) -> dict:
+    # 5.x AttributeParser syntax "+key=value,-key": additions kept, deletions dropped.
+    attributes = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if item.startswith("+") and "=" in item:
+            key, value = item[1:].split("=", 1)
+            attributes[key] = value
+    return attributes
+
+
+def _topic_config_from_header(header) -> TopicConfig | str:
+    if header.topic_filter_type not in constants.TOPIC_FILTER_TYPES:
+        return f"unknown topicFilterType {header.topic_filter_type[:40]!r}"
+    for name, value in (("readQueueNums", header.read_queue_nums),
+                        ("writeQueueNums", header.write_queue_nums)):
+        if not 0 <= value <= QUEUE_NUMS_MAX:
+            return f"{name} {value} is out of range 0..{QUEUE_NUMS_MAX}"
+    return TopicConfig(header.topic, header.read_queue_nums, header.write_queue_nums,
+                       header.perm, header.topic_filter_type, header.topic_sys_flag or 0,
+                       bool(header.order), _parse_attributes(header.attributes))
+
+
+async def handle_update_and_create_topic(ctx, channel, request):
+    """UPDATE_AND_CREATE_TOPIC (17): create or replace a topic (Java 4.9 refuses system
+    topics, which include the cluster and broker names). Persisted; the service re-registers
+    with the name servers on the change."""
+    if _is_slave(ctx):
+        return _error(request, SLAVE_REMARK)
+    header = parse_request_header(request.code, request.ext_fields)
+    remark = validate_topic(header.topic)
+    if remark is not None:
+        return _error(request, remark)
+    if ctx.metadata.is_system_topic(header.topic):
+        return _error(request, f"The topic[{header.topic}] is conflict with system topic.")
+    topic_config = _topic_config_from_header(header)
+    if isinstance(topic_config, str):
+        return _error(request, topic_config, ResponseCode.INVALID_PARAMETER)
+    log.info("updateAndCreateTopic called by %s: %s", channel.remote_address, topic_config)
+    ctx.metadata.update_topic_config(topic_config)
+    return _ok(request)
+
+
+async def handle_delete_topic_in_broker(ctx, channel, request):
+    """DELETE_TOPIC_IN_BROKER (215): forget the topic, its consume queues and its consumer
+    offsets (CommitLog data ages out normally). System topics are refused."""
+    if _is_slave(ctx):
+        return _error(request, SLAVE_REMARK)
+    header = parse_request_header(request.code, request.ext_fields)
+    remark = validate_topic(header.topic)
+    if remark is not None:
+        return _error(request, remark)
+    if ctx.metadata.is_system_topic(header.topic):
+        return _error(request, f"The topic[{header.topic}] is conflict with system topic.")
+    log.info("deleteTopic %s called by %s", header.topic, channel.remote_address)
+    ctx.metadata.delete_topic_config(header.topic)
+    ctx.metadata.remove_offsets_of_topic(header.topic)
+    ctx.store.delete_topics([header.topic])
+    return _ok(request)
+
+
+async def handle_get_all_topic_config(ctx, channel, request):
+    """GET_ALL_TOPIC_CONFIG (21): the topics.json document (compact)."""
+    return _ok(request, _json(ctx.metadata.topics.to_json()))
+
+
+async def handle_get_topic_stats_info(ctx, channel, request):
+    """GET_TOPIC_STATS_INFO (202): min/max queue offset and last store time per write queue."""
+    header = parse_request_header(request.code, request.ext_fields)
+    topic_config = ctx.metadata.topic_config(header.topic)
+    if topic_config is None:
+        return _error(request, f"topic[{header.topic}] not exist", ResponseCode.TOPIC_NOT_EXIST)
+    store = ctx.store
+    entries = []
+    for queue_id in range(topic_config.write_queue_nums):
+        min_offset = max(store.get_min_offset_in_queue(header.topic, queue_id), 0)
+        max_offset = max(store.get_max_offset_in_queue(header.topic, queue_id), 0)
+        timestamp_ms = 0
+        if max_offset > 0:
+            timestamp_ms = store.get_message_store_timestamp(header.topic, queue_id,
+                                                             max_offset - 1)
+        entries.append((_message_queue(ctx, header.topic, queue_id),
+                        {"lastUpdateTimestamp": timestamp_ms, "maxOffset": max_offset,
+                         "minOffset": min_offset}))
+    return _ok(request, encode_topic_stats_table(entries))
+
+
+# --- consumers ----------------------------------------------------------------------------------
+def _consume_stats_entries(ctx, group: str, topic: str) -> list:
+    topic_config = ctx.metadata.topic_config(topic)
+    if topic_config is None:
+        return []
+    info = ctx.metadata.consumer_group_info(group)
+    if ctx.metadata.consumer_subscription(group, topic) is None and \
+            info is not None and info.subscriptions:
+        return []   # the live group does not subscribe to this topic
+    entries = []
+    for queue_id in range(topic_config.read_queue_nums):
+        broker_offset = max(ctx.store.get_max_offset_in_queue(topic, queue_id), 0)
+        consumer_offset = max(ctx.metadata.query(group, topic, queue_id), 0)
+        stats = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
+                 "lastTimestamp": 0}
+        if consumer_offset > 0:
+            last_ms = ctx.store.get_message_store_timestamp(topic, queue_id, consumer_offset - 1)
+            if last_ms > 0:
+                stats["lastTimestamp"] = last_ms
+        entries.append((_message_queue(ctx, topic, queue_id), stats))
+    return entries
+
+
+async def handle_get_consume_stats(ctx, channel, request):
+    """GET_CONSUME_STATS (208): broker vs consumer offset per queue of the group's topics
+    (those it committed offsets for, or the one named). consumeTps is 0: no TPS statistics."""
+    header = parse_request_header(request.code, request.ext_fields)
+    if header.topic is None or not header.topic.strip():
+        topics = sorted(ctx.metadata.topics_of_group(header.consumer_group))
+    else:
+        topics = [header.topic]
+    entries = []
+    for topic in topics:
+        entries += _consume_stats_entries(ctx, header.consumer_group, topic)
+    return _ok(request, encode_consume_stats(entries, 0.0))
+
+
+async def handle_get_consumer_connection_list(ctx, channel, request):
+    """GET_CONSUMER_CONNECTION_LIST (203): the group's live connections and subscriptions;
+    CONSUMER_NOT_ONLINE when it has none."""
+    header = parse_request_header(request.code, request.ext_fields)
+    info = ctx.metadata.consumer_group_info(header.consumer_group)
+    if info is None:
+        return _error(request, f"the consumer group[{header.consumer_group}] not online",
+                      ResponseCode.CONSUMER_NOT_ONLINE)
+    return _ok(request, encode_consumer_connection(info))
+
+
+# --- broker -------------------------------------------------------------------------------------
+def runtime_info(ctx) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's table: the store's figures plus the broker's keys (§2.10).
+
+    pybroker has no thread pools and no daily counters: queue sizes read 0, capacities are
+    Java's defaults, "today now" totals are the store's totals and "morning" totals 0.
+    """
+    info = dict(ctx.store.runtime_info())
+    version = constants.CURRENT_VERSION
+    info.update(_POOL_CAPACITIES)
+    info.update({
+        "brokerVersionDesc": version.name, "brokerVersion": str(int(version)),
+        "msgPutTotalYesterdayMorning": "0", "msgPutTotalTodayMorning": "0",
+        "msgPutTotalTodayNow": info.get("putMessageTimesTotal", "0"),
+        "msgGetTotalYesterdayMorning": "0", "msgGetTotalTodayMorning": "0",
+        "msgGetTotalTodayNow": info.get("getMessageTransferedMsgCount", "0"),
+        "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0",
+        "queryThreadPoolQueueSize": "0", "EndTransactionQueueSize": "0",
+        "sendThreadPoolQueueHeadWaitTimeMills": "0",
+        "pullThreadPoolQueueHeadWaitTimeMills": "0",
+        "queryThreadPoolQueueHeadWaitTimeMills": "0",
+        "pageCacheLockTimeMills": "0", "startAcceptSendRequestTimeStamp": "0",
+    })
+    info.setdefault("dispatchBehindBytes", "0")
+    info.setdefault("earliestMessageTimeStamp", "-1")
+    return info
+
+
+async def handle_get_broker_runtime_info(ctx, channel, request):
+    """GET_BROKER_RUNTIME_INFO (28): KVTable of runtime figures."""
+    return _ok(request, bodies.encode_kv_table(runtime_info(ctx)))
+
+
+async def handle_get_broker_config(ctx, channel, request):
+    """GET_BROKER_CONFIG (26): every effective setting as Java Properties text (``key=value``
+    lines; unset values left out, as Java leaves out nulls). pybroker keeps no secrets in its
+    settings. Response header ``version``: a DataVersion JSON."""
+    lines = [f"{key}={value}\n" for key, value in all_settings(ctx.config) if value != ""]
+    version = ctx.metadata.topics.data_version
+    return create_response(request, ResponseCode.SUCCESS,
+                           ext_fields={"version": _json({"counter": 0,
+                                                         "timestamp": version.timestamp})},
+                           body="".join(lines).encode("utf-8"))
+
+
+# --- subscription groups and offsets -------------------------------------------------------
+async def handle_get_all_subscription_group_config(ctx, channel, request):
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): the subscriptionGroup.json document."""
+    return _ok(request, _json(ctx.metadata.groups.to_json()))
+
+
+async def handle_update_and_create_subscription_group(ctx, channel, request):
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body = a SubscriptionGroupConfig."""
+    if _is_slave(ctx):
+        return _error(request, SLAVE_REMARK)
+    if not request.body:
+        return _error(request, "SubscriptionGroupConfig body is empty")
+    try:
+        group_config = SubscriptionGroupConfig.from_json(fastjson.loads(request.body))
+    except (ValueError, TypeError) as error:
+        return _error(request, f"bad SubscriptionGroupConfig body: {error}")
+    remark = validate_group(group_config.group_name)
+    if remark is not None:
+        return _error(request, remark)
+    log.info("updateAndCreateSubscriptionGroup called by %s: %s", channel.remote_address,
+             group_config)
+    ctx.metadata.update_subscription_group(group_config)
+    return _ok(request)
+
+
+async def handle_delete_subscription_group(ctx, channel, request):
+    """DELETE_SUBSCRIPTIONGROUP (207): forget the group (and its offsets when
+    ``removeOffset`` (4.9) or ``cleanOffset`` (5.x) is true)."""
+    if _is_slave(ctx):
+        return _error(request, SLAVE_REMARK)
+    header = parse_request_header(request.code, request.ext_fields)
+    ctx.metadata.delete_subscription_group(header.group_name)
+    if header.remove_offset or header.clean_offset:
+        ctx.metadata.remove_offsets_of_group(header.group_name)
+    return _ok(request)
+
+
+async def handle_get_all_consumer_offset(ctx, channel, request):
+    """GET_ALL_CONSUMER_OFFSET (43): the consumerOffset.json document (quoted queue-id keys,
+    which fastjson reads as well as its own bare ones)."""
+    return _ok(request, _json(ctx.metadata.offsets.to_json()))
+
+
+async def handle_get_all_delay_offset(ctx, channel, request):
+    """GET_ALL_DELAY_OFFSET (45): the delayOffset.json document, from the schedule service's
+    provider when it registered one (``metadata.delay_offsets_provider``), else the file."""
+    provider = ctx.metadata.delay_offsets_provider
+    if provider is not None:
+        document = provider()
+    else:
+        root = ctx.config.store.store_path_root_dir
+        document = config_docs.load_delay_offsets(
+            paths.config_path(root, paths.DELAY_OFFSET_CONFIG))
+    return _ok(request, _json(document.to_json()))
+
+
+# --- broker -> client calls ---------------------------------------------------------------------
+async def _call_consumer(ctx, request, code: int, group: str, client_id: str | None):
+    client = ctx.metadata.find_consumer_channel(group, client_id or "")
+    if client is None:
+        return _error(request, f"The Consumer <{group}> <{client_id}> not online")
+    if client.version < V3_1_8_SNAPSHOT:
+        return _error(request, f"The Consumer <{client_id}> Version <{client.version}> too low "
+                               "to finish, please upgrade it to V3_1_8_SNAPSHOT")
+    forwarded = create_request(code, dict(request.ext_fields), request.body)
+    try:
+        answer = await ctx.metadata.call_client(client.channel, forwarded)
+    except TimeoutError as error:
+        return _error(request, f"consumer <{group}> <{client_id}> Timeout: {error!r}",
+                      ResponseCode.CONSUME_MSG_TIMEOUT)
+    except (ConnectionError, OSError, RuntimeError) as error:
+        return _error(request, f"invoke consumer <{group}> <{client_id}> Exception: {error!r}")
+    # The client's answer goes back under the admin request's opaque.
+    return create_response(request, answer.code, answer.remark, dict(answer.ext_fields),
+                           answer.body)
+
+
+async def handle_get_consumer_running_info(ctx, channel, request):
+    """GET_CONSUMER_RUNNING_INFO (307): ask the client; its ConsumerRunningInfo comes back."""
+    header = parse_request_header(request.code, request.ext_fields)
+    return await _call_consumer(ctx, request, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                                header.consumer_group, header.client_id)
+
+
+def _message_record(ctx, message_id: str | None) -> bytes | None:
+    try:
+        _, _, physical_offset = decode_offset_message_id(message_id or "")
+    except ValueError:
+        return None   # Java also forwards the request unchanged when the id does not decode
+    selected = ctx.store.look_message_by_offset(physical_offset)
+    if selected is None:
+        return None
+    with selected:
+        return bytes(selected.buffer)
+
+
+async def handle_consume_message_directly(ctx, channel, request):
+    """CONSUME_MESSAGE_DIRECTLY (309): send the stored message (by offset msgId) to the client
+    to consume; its ConsumeMessageDirectlyResult comes back."""
+    header = parse_request_header(request.code, request.ext_fields)
+    request.ext_fields["brokerName"] = ctx.config.broker.broker_name
+    record = _message_record(ctx, header.msg_id)
+    if record is not None:
+        request.body = record
+    return await _call_consumer(ctx, request, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                                header.consumer_group, header.client_id)
+
+
+_C = RequestCode
+HANDLERS = {
+    _C.UPDATE_AND_CREATE_TOPIC: handle_update_and_create_topic,
+    _C.DELETE_TOPIC_IN_BROKER: handle_delete_topic_in_broker,
+    _C.GET_ALL_TOPIC_CONFIG: handle_get_all_topic_config,
+    _C.GET_TOPIC_STATS_INFO: handle_get_topic_stats_info,
+    _C.GET_CONSUME_STATS: handle_get_consume_stats,
+    _C.GET_CONSUMER_CONNECTION_LIST: handle_get_consumer_connection_list,
+    _C.GET_BROKER_RUNTIME_INFO: handle_get_broker_runtime_info,
+    _C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: handle_get_all_subscription_group_config,
+    _C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: handle_update_and_create_subscription_group,
+    _C.DELETE_SUBSCRIPTIONGROUP: handle_delete_subscription_group,
+    _C.GET_ALL_CONSUMER_OFFSET: handle_get_all_consumer_offset,
+    _C.GET_ALL_DELAY_OFFSET: handle_get_all_delay_offset,
+    _C.GET_BROKER_CONFIG: handle_get_broker_config,
+    _C.GET_CONSUMER_RUNNING_INFO: handle_get_consumer_running_info,
+    _C.CONSUME_MESSAGE_DIRECTLY: handle_consume_message_directly,
+}
+del _C

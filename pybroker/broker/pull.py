@@ -1,0 +1,203 @@
+# PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): checks, store read, long polling, offset commit.
+"""The pull handler (Java ``PullMessageProcessor``, reference §2.3, §4.4, §8 items 8, 9, 22, 23).
+
+Pre-checks run in Java's order with its codes and remarks: broker readable; subscription group
+(auto-created by the metadata layer) exists and may consume; topic exists and is readable;
+queueId below readQueueNums; subscription from the request (pull flag SUBSCRIPTION) or from
+the consumer's heartbeat, not older than the request's subVersion; tag expressions only (SQL92
+is refused as Java refuses it with enablePropertyFilter=false; pybroker has no SQL92 filter).
+
+The store result becomes a response through :func:`pybroker.store.status.pull_response`; the
+four header longs are always present (§8.8). PULL_NOT_FOUND with the SUSPEND flag on the first
+attempt parks the request in ``ctx.long_poll`` and returns None; the later answer goes out
+through ``channel.send``. A first attempt with the COMMIT_OFFSET flag on a master stores the
+piggy-backed ``commitOffset``.
+"""
+import functools
+
+from pybroker.broker.long_poll import HeldPull
+from pybroker.config import BrokerRole
+from pybroker.protocol import constants
+from pybroker.protocol.bodies import SubscriptionData, build_subscription
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import RemotingCommand, create_response
+from pybroker.protocol.headers import PULL_MESSAGE_RESPONSE, encode_header, parse_request_header
+from pybroker.store.status import pull_response
+
+__all__ = ["handle_pull_message", "process_pull", "HANDLERS"]
+
+_PullFlag = constants.PullSysFlag
+_MASTER_ID = 0
+# Java FAQUrl (4.9.x) and FAQUrl.suggestTodo.
+_FAQ_URL = "http://rocketmq.apache.org/docs/faq/"
+_SUGGEST_TODO = f"\nSee {_FAQ_URL} for further details."
+# Java MessageStoreConfig.offsetCheckInSlave default; not a pybroker setting.
+_OFFSET_CHECK_IN_SLAVE = False
+
+
+def _refuse(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+    # Java's pre-check answers carry an empty PullMessageResponseHeader: no ext fields.
+    return create_response(request, code, remark)
+
+
+def _is_tag_type(expression_type: str | None) -> bool:
+    return expression_type is None or expression_type == constants.EXPRESSION_TYPE_TAG
+
+
+async def handle_pull_message(ctx, channel, request: RemotingCommand) -> RemotingCommand | None:
+    """Answer a PULL_MESSAGE / LITE_PULL_MESSAGE request, or hold it (returns None)."""
+    return await process_pull(ctx, channel, request, allow_suspend=True)
+
+
+async def process_pull(ctx, channel, request: RemotingCommand,
+                       allow_suspend: bool) -> RemotingCommand | None:
+    """Run a pull. ``allow_suspend`` is True on the first attempt (it may be held and may
+    commit the piggy-backed offset) and False when a held pull runs again."""
+    header = parse_request_header(request.code, request.ext_fields)
+    checked = _check_group_and_topic(ctx, channel, request, header)
+    if isinstance(checked, RemotingCommand):
+        return checked
+    group_config = checked
+    subscription = _resolve_subscription(ctx, request, header)
+    if isinstance(subscription, RemotingCommand):
+        return subscription
+    tag_codes = _tag_codes(subscription)
+    response = _read_store(ctx, request, header, group_config, tag_codes)
+    if (response.code == ResponseCode.PULL_NOT_FOUND and allow_suspend
+            and header.sys_flag & _PullFlag.SUSPEND
+            and _suspend(ctx, channel, request, header, tag_codes)):
+        response = None
+    if (allow_suspend and header.sys_flag & _PullFlag.COMMIT_OFFSET
+            and ctx.config.store.broker_role != BrokerRole.SLAVE):
+        await ctx.metadata.commit_offset(header.consumer_group, header.topic, header.queue_id,
+                                         header.commit_offset)
+    return response
+
+
+def _check_group_and_topic(ctx, channel, request: RemotingCommand, header):
+    """The subscription group config, or the refusal answering the request."""
+    broker = ctx.config.broker
+    if not broker.broker_permission & constants.Perm.READ:
+        return _refuse(request, ResponseCode.NO_PERMISSION,
+                       f"the broker[{broker.broker_ip1}] pulling message is forbidden")
+    group = header.consumer_group
+    group_config = ctx.metadata.subscription_group(group)
+    if group_config is None:
+        return _refuse(request, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                       f"subscription group [{group}] does not exist, {_SUGGEST_TODO}")
+    if not group_config.consume_enable:
+        return _refuse(request, ResponseCode.NO_PERMISSION,
+                       f"subscription group no permission, {group}")
+    topic = header.topic
+    topic_config = ctx.metadata.topic_config(topic)
+    if topic_config is None:
+        return _refuse(request, ResponseCode.TOPIC_NOT_EXIST,
+                       f"topic[{topic}] not exist, apply first please! {_SUGGEST_TODO}")
+    if not topic_config.perm & constants.Perm.READ:
+        return _refuse(request, ResponseCode.NO_PERMISSION,
+                       f"the topic[{topic}] pulling message is forbidden")
+    queue_id = header.queue_id
+    if queue_id < 0 or queue_id >= topic_config.read_queue_nums:
+        return _refuse(request, ResponseCode.SYSTEM_ERROR,
+                       f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                       f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}] "
+                       f"consumer:[/{channel.remote_address}]")
+    return group_config
+
+
+def _resolve_subscription(ctx, request: RemotingCommand, header):
+    """The subscription to filter with, or the refusal answering the request."""
+    topic = header.topic
+    if header.sys_flag & _PullFlag.SUBSCRIPTION:
+        expression_type = header.expression_type
+        if not _is_tag_type(expression_type) and header.subscription:
+            # A non-tag expression parses (Java keeps it as is) and is refused below.
+            subscription = SubscriptionData(topic=topic, sub_string=header.subscription,
+                                            sub_version=header.sub_version,
+                                            expression_type=expression_type)
+        else:
+            try:
+                subscription = build_subscription(topic, header.subscription, expression_type,
+                                                  header.sub_version)
+            except ValueError:
+                return _refuse(request, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                               "parse the consumer's subscription failed")
+    else:
+        subscription = ctx.metadata.consumer_subscription(header.consumer_group, topic)
+        if subscription is None:
+            return _refuse(request, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                           "the consumer's subscription not exist" + _SUGGEST_TODO)
+        if subscription.sub_version < header.sub_version:
+            return _refuse(request, ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                           "the consumer's subscription not latest")
+    if not _is_tag_type(subscription.expression_type):
+        remark = ("The broker does not support consumer to filter message by "
+                  + subscription.expression_type)
+        if ctx.config.broker.enable_property_filter:
+            remark += " (pybroker does not implement SQL92 filtering yet)"
+        return _refuse(request, ResponseCode.SYSTEM_ERROR, remark)
+    return subscription
+
+
+def _tag_codes(subscription: SubscriptionData) -> frozenset[int] | None:
+    """The tag hash codes a consume-queue unit must carry; None takes every unit (§4.4)."""
+    if subscription.class_filter_mode or subscription.sub_string == constants.SUBSCRIBE_ALL:
+        return None
+    return subscription.code_set
+
+
+def _suggest_broker_id(ctx, group_config, suggest_pull_from_slave: bool) -> int:
+    if not ctx.config.broker.slave_read_enable:
+        return _MASTER_ID
+    if suggest_pull_from_slave:
+        return group_config.which_broker_when_consume_slowly
+    return group_config.broker_id
+
+
+def _read_store(ctx, request: RemotingCommand, header, group_config,
+                tag_codes: frozenset[int] | None) -> RemotingCommand:
+    """Read the queue and build the response (body = the raw records, one copy)."""
+    result = ctx.store.get_messages(header.consumer_group, header.topic, header.queue_id,
+                                    header.queue_offset, header.max_msg_nums,
+                                    header.max_msg_bytes, tag_codes)
+    try:
+        code, _ = pull_response(result.status, header.queue_offset)
+        suggest = _suggest_broker_id(ctx, group_config, result.suggest_pull_from_slave)
+        # Java 4.9.x also sets PULL_RETRY_IMMEDIATELY for a slave without slaveReadEnable, but
+        # its status mapping then overwrites that code: a slave serves what it has, suggesting
+        # the master. Only an offset it cannot vouch for is refused.
+        if (code == ResponseCode.PULL_OFFSET_MOVED and not _OFFSET_CHECK_IN_SLAVE
+                and ctx.config.store.broker_role == BrokerRole.SLAVE):
+            code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, group_config.broker_id
+        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else None
+        ext_fields = encode_header(PULL_MESSAGE_RESPONSE, {
+            "suggest_which_broker_id": suggest,
+            "next_begin_offset": result.next_begin_offset,
+            "min_offset": result.min_offset,
+            "max_offset": result.max_offset,
+        })
+        # Java puts the GetMessageStatus name in the remark of every store answer.
+        return create_response(request, code, result.status.name, ext_fields, body)
+    finally:
+        result.release()
+
+
+def _suspend(ctx, channel, request: RemotingCommand, header,
+             tag_codes: frozenset[int] | None) -> bool:
+    """Hand the pull to the long-poll service; False when it cannot hold it."""
+    if ctx.long_poll is None:
+        return False
+    broker = ctx.config.broker
+    if broker.long_polling_enable:
+        timeout_ms = min(header.suspend_timeout_millis, broker.long_polling_suspend_max_ms)
+    else:
+        timeout_ms = broker.short_polling_time_mills
+    held = HeldPull(header.topic, header.queue_id, header.queue_offset, tag_codes, timeout_ms,
+                    channel, functools.partial(process_pull, ctx, channel, request, False))
+    return ctx.long_poll.hold(held)
+
+
+HANDLERS = {
+    RequestCode.PULL_MESSAGE: handle_pull_message,
+    RequestCode.LITE_PULL_MESSAGE: handle_pull_message,
+}

@@ -1,0 +1,33 @@
+# Which process answers which request code: the one routing table of the broker.
+"""Request routing of the multi-process broker (docs/architecture.md, "Request routing").
+
+DATA codes are answered by the remoting worker that received them (they touch the store and the
+send ring). METADATA codes are forwarded to the metadata service in the supervisor, the single
+writer of topics, groups, offsets, the client registry and locks. Anything else is answered
+REQUEST_CODE_NOT_SUPPORTED by the transport.
+"""
+from pybroker.protocol.codes import RequestCode
+
+DATA_CODES = frozenset({
+    RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+    RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.QUERY_MESSAGE,
+    RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME,
+    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION,
+})
+
+METADATA_CODES = frozenset({
+    RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+    RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET,
+    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER,
+    RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_TOPIC_STATS_INFO,
+    RequestCode.GET_CONSUME_STATS, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+    RequestCode.GET_BROKER_RUNTIME_INFO, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET,
+    RequestCode.GET_BROKER_CONFIG, RequestCode.GET_CONSUMER_RUNNING_INFO,
+    RequestCode.CONSUME_MESSAGE_DIRECTLY,
+})
+
+assert not DATA_CODES & METADATA_CODES, "a code is answered in exactly one place"

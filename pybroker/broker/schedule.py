@@ -1,0 +1,163 @@
+# The delay (schedule) service: delivers SCHEDULE_TOPIC_XXXX messages when their time comes.
+"""ScheduleService (reference §5.1; Java 4.9 ``ScheduleMessageService``).
+
+Delay level L lives in queue L - 1 of SCHEDULE_TOPIC_XXXX; its consume-queue tags code is the
+deliver time (store time + delay of L, computed by the dispatcher). Per level, the service reads
+from the offset persisted in ``config/delayOffset.json`` and re-puts every due message to its
+REAL_TOPIC/REAL_QID with DELAY removed and WAIT false (the dispatcher then computes the ordinary
+tags code). It stops a level at the first message not yet due, or at a put that fails (that level
+then pauses :data:`FAILURE_PAUSE_MS`). The supervisor calls :meth:`ScheduleService.run_once` on
+a timer (Java: first run 1 s after start, every 100 ms) and :meth:`persist` at shutdown.
+"""
+import logging
+
+from pybroker._fast import record as record_codec
+from pybroker.broker import send
+from pybroker.protocol.constants import Property, SystemGroup, SystemTopic
+from pybroker.protocol.properties import decode_properties, encode_properties
+from pybroker.store import config_docs
+from pybroker.store.status import GetStatus
+
+log = logging.getLogger("pybroker.broker.schedule")
+
+FAILURE_PAUSE_MS = 10_000        # Java DELAY_FOR_A_PERIOD after a failed put
+PERSIST_INTERVAL_MS = 10_000     # flushDelayOffsetInterval default
+READ_BATCH_COUNT = 32            # records read per get_messages call
+DELIVER_PER_LEVEL_MAX = 1024     # bound on one run_once per level, so every level gets a turn
+_SKIP_STATUSES = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
+                  GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
+
+
+def delivered_message(data, level_delay_ms: int, now_ms: int) -> tuple | None:
+    """(deliver time ms, records, topic, queue id, sys flag) for the schedule record in ``data``.
+
+    None when the record has no usable REAL_TOPIC/REAL_QID (it is skipped). Deliver time is
+    store time + the level's delay, corrected to ``now_ms`` when it lies further ahead than
+    one delay (Java's correctDeliverTimestamp, for clocks that moved back).
+    """
+    decoded = record_codec.decode(data, 0)
+    deliver_ms = decoded.store_timestamp + level_delay_ms
+    if deliver_ms > now_ms + level_delay_ms:
+        deliver_ms = now_ms
+    properties = decode_properties(decoded.properties)
+    topic = properties.get(Property.REAL_TOPIC)
+    try:
+        queue_id = int(properties.get(Property.REAL_QUEUE_ID, ""))
+    except ValueError:
+        queue_id = -1
+    if not topic or queue_id < 0:
+        return None
+    properties.pop(Property.DELAY_TIME_LEVEL, None)
+    properties.pop(Property.WAIT_STORE_MSG_OK, None)
+    records = send.encode_message(
+        topic, queue_id, decoded.flag, decoded.body, encode_properties(properties),
+        decoded.sys_flag, decoded.born_timestamp, (decoded.born_host, decoded.born_port),
+        (decoded.store_host, decoded.store_port), decoded.reconsume_times)
+    return deliver_ms, records, topic, queue_id, decoded.sys_flag
+
+
+class ScheduleService:
+    """Delivers delayed messages; one instance per broker, driven by :meth:`run_once`.
+
+    Parameters
+    ----------
+    store_reader
+        Offers ``get_messages(group, topic, queue_id, queue_offset, max_count)`` (MessageStore).
+    putter
+        A :class:`pybroker.broker.context.Putter`.
+    delay_levels_ms : sequence of int
+        Delay of level 1, 2, ... in ms (``config.derived.delay_levels_ms``).
+    offsets_path : str
+        ``<store>/config/delayOffset.json``.
+    persist_interval_ms : int
+        Least time between two writes of the offsets file by :meth:`run_once`.
+    """
+
+    def __init__(self, store_reader, putter, delay_levels_ms, offsets_path: str,
+                 persist_interval_ms: int = PERSIST_INTERVAL_MS):
+        self.store_reader = store_reader
+        self.putter = putter
+        self.delay_levels_ms = tuple(delay_levels_ms)
+        self.offsets_path = offsets_path
+        self.persist_interval_ms = persist_interval_ms
+        self.document = config_docs.load_delay_offsets(offsets_path)
+        self._dirty = False
+        self._persisted_ms = 0
+        self._paused_until_ms: dict[int, int] = {}
+
+    @property
+    def offset_table(self) -> dict[int, int]:
+        """Next queue offset to deliver, per delay level (1-based)."""
+        return self.document.offset_table
+
+    def persist(self) -> None:
+        """Write delayOffset.json now (safe write through config_docs)."""
+        config_docs.save_delay_offsets(self.offsets_path, self.document)
+        self._dirty = False
+
+    async def run_once(self, now_ms: int) -> int:
+        """Deliver every message due at ``now_ms`` (bounded per level); returns how many."""
+        delivered = 0
+        for level in range(1, len(self.delay_levels_ms) + 1):
+            if self._paused_until_ms.get(level, 0) > now_ms:
+                continue
+            delivered += await self._run_level(level, now_ms)
+        if self._dirty and now_ms - self._persisted_ms >= self.persist_interval_ms:
+            self.persist()
+            self._persisted_ms = now_ms
+        return delivered
+
+    def _read(self, level: int, queue_offset: int) -> tuple[int, list[bytes]]:
+        """(offset of the first record, copies of up to a batch of records) from ``level``."""
+        result = self.store_reader.get_messages(SystemGroup.SCHEDULE_CONSUMER,
+                                                SystemTopic.SCHEDULE, level - 1, queue_offset,
+                                                READ_BATCH_COUNT)
+        try:
+            if result.status in _SKIP_STATUSES and result.next_begin_offset != queue_offset:
+                return result.next_begin_offset, []
+            if result.status is not GetStatus.FOUND:
+                return queue_offset, []
+            return queue_offset, [bytes(buffer) for buffer in result.buffers]
+        finally:
+            result.release()
+
+    async def _run_level(self, level: int, now_ms: int) -> int:
+        delay_ms = self.delay_levels_ms[level - 1]
+        queue_offset = self.offset_table.get(level, 0)
+        delivered = 0
+        try:
+            while delivered < DELIVER_PER_LEVEL_MAX:
+                start, batch = self._read(level, queue_offset)
+                if start != queue_offset:
+                    queue_offset = start
+                    continue
+                if not batch:
+                    return delivered
+                for data in batch:
+                    outcome = await self._deliver(level, data, delay_ms, now_ms)
+                    if outcome is None:
+                        return delivered
+                    delivered += outcome
+                    queue_offset += 1
+        finally:
+            if self.offset_table.get(level, 0) != queue_offset:
+                self.offset_table[level] = queue_offset
+                self._dirty = True
+        return delivered
+
+    async def _deliver(self, level: int, data: bytes, delay_ms: int, now_ms: int) -> int | None:
+        """1 delivered, 0 skipped, None: stop this level (not due yet, or the put failed)."""
+        message = delivered_message(data, delay_ms, now_ms)
+        if message is None:
+            log.warning("schedule level %d: record without REAL_TOPIC/REAL_QID skipped", level)
+            return 0
+        deliver_ms, records, topic, queue_id, sys_flag = message
+        if deliver_ms > now_ms:
+            return None
+        result = await self.putter.put(records, topic, queue_id, 1, sys_flag, False)
+        if not result.status.stored:
+            log.error("schedule level %d: re-put to %s-%d failed: %s; pausing the level",
+                      level, topic, queue_id, result.status.name)
+            self._paused_until_ms[level] = now_ms + FAILURE_PAUSE_MS
+            return None
+        return 1

@@ -1,0 +1,153 @@
+# CONSUMER_SEND_MSG_BACK (36): a consumer returns a message for retry or dead-lettering.
+"""The send-back handler (reference §2.7, §5.2; Java 4.9 ``consumerSendMsgBack``).
+
+Steps in Java's order: group config (SUBSCRIPTION_GROUP_NOT_EXIST), broker write permission
+(NO_PERMISSION), ``retryQueueNums <= 0`` (SUCCESS, dropped), retry topic ``%RETRY%<group>``
+created if needed, the original record loaded by its physical offset (SYSTEM_ERROR when it is not
+there), then either the DLQ ``%DLQ%<group>`` (reconsume times at the maximum, or delayLevel < 0)
+or the retry topic with delay level ``3 + reconsumeTimes`` when the header says 0. The new record
+keeps body, flag, sysFlag, born host/time and store host; reconsume times + 1; ``RETRY_TOPIC``
+and ``ORIGIN_MESSAGE_ID`` set; it is put like any send (so ``DELAY`` sends it via the schedule
+topic).
+"""
+import random
+
+from pybroker._fast import record as record_codec
+from pybroker.broker import send
+from pybroker.protocol import headers
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_response
+from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, DLQ_QUEUE_NUMS_PER_GROUP,
+                                         RETRY_GROUP_TOPIC_PREFIX, TRANSACTION_TYPE_MASK,
+                                         MessageSysFlag, MQVersion, Perm, Property, TopicSysFlag)
+from pybroker.protocol.message_id import offset_message_id
+from pybroker.protocol.properties import decode_properties
+from pybroker.store.status import send_response
+
+_random = random.Random()
+_REDIRECTABLE_TYPES = (0, int(MessageSysFlag.TRANSACTION_COMMIT_TYPE))
+
+
+async def _retry_topic(ctx, header, group_config):
+    """The retry topic's config (created RW when absent); SendRefused when unusable."""
+    retry_topic = RETRY_GROUP_TOPIC_PREFIX + header.group
+    topic_sys_flag = int(TopicSysFlag.UNIT_SUB) if header.unit_mode else 0
+    config = await send.send_back_topic(ctx, retry_topic, group_config.retry_queue_nums,
+                                        topic_sys_flag)
+    if config is None:
+        raise send.SendRefused(ResponseCode.SYSTEM_ERROR, f"topic[{retry_topic}] not exist")
+    if not config.perm & Perm.WRITE:
+        raise send.SendRefused(ResponseCode.NO_PERMISSION,
+                               f"the topic[{retry_topic}] sending message is forbidden")
+    return retry_topic
+
+
+def _check_request(ctx, header):
+    """Group name, group config and broker permission; returns the group config or None when
+    the group has no retry queues (answered SUCCESS, message dropped)."""
+    remark = headers.validate_group(header.group)
+    if remark is not None:
+        raise send.SendRefused(ResponseCode.SYSTEM_ERROR, remark)
+    group_config = ctx.metadata.subscription_group(header.group)
+    if group_config is None:
+        raise send.SendRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                               f"subscription group not exist, {header.group}")
+    broker = ctx.config.broker
+    if not broker.broker_permission & Perm.WRITE:
+        raise send.SendRefused(ResponseCode.NO_PERMISSION,
+                               f"the broker[{broker.broker_ip1}] sending message is forbidden")
+    if group_config.retry_queue_nums <= 0:
+        return None
+    return group_config
+
+
+def _load_original(ctx, physical_offset: int):
+    """(SelectResult, decoded record) at ``physical_offset``; the caller releases the result."""
+    selected = ctx.store.look_message_by_offset(physical_offset) if physical_offset >= 0 else None
+    if selected is None:
+        raise send.SendRefused(ResponseCode.SYSTEM_ERROR,
+                               f"look message by offset failed, {physical_offset}")
+    decoded = record_codec.decode(selected.buffer, 0)
+    if decoded.physical_offset != physical_offset:
+        selected.release()
+        raise send.SendRefused(ResponseCode.SYSTEM_ERROR,
+                               f"look message by offset failed, {physical_offset}")
+    return selected, decoded
+
+
+def _destination(ctx, request, header, group_config, decoded, retry_topic: str,
+                 properties: dict[str, str]) -> tuple[str, int, bool]:
+    """(topic, queue id, to DLQ) and the DELAY property, by the rules of §5.2 step 6."""
+    max_reconsume_times = group_config.retry_max_times
+    if request.version >= MQVersion.V3_4_9 and header.max_reconsume_times is not None:
+        max_reconsume_times = header.max_reconsume_times
+    if decoded.reconsume_times >= max_reconsume_times or header.delay_level < 0:
+        properties.pop(Property.DELAY_TIME_LEVEL, None)
+        dlq_topic = DLQ_GROUP_TOPIC_PREFIX + header.group
+        return dlq_topic, _random.randrange(DLQ_QUEUE_NUMS_PER_GROUP), True
+    delay_level = header.delay_level or 3 + decoded.reconsume_times
+    properties[Property.DELAY_TIME_LEVEL] = str(delay_level)
+    return retry_topic, _random.randrange(group_config.retry_queue_nums), False
+
+
+def _rebuild(ctx, decoded, topic: str, queue_id: int, properties: dict[str, str]) -> tuple:
+    """(encoded record, topic, queue id) of the message to put, after any delay redirect."""
+    properties.setdefault(Property.RETRY_TOPIC, decoded.topic)
+    if not properties.get(Property.ORIGIN_MESSAGE_ID, "").strip():
+        properties[Property.ORIGIN_MESSAGE_ID] = offset_message_id(
+            decoded.store_host, decoded.store_port, decoded.physical_offset)
+    if decoded.sys_flag & TRANSACTION_TYPE_MASK in _REDIRECTABLE_TYPES:
+        topic, queue_id = send.redirect_delay(topic, queue_id, properties,
+                                              len(ctx.config.derived.delay_levels_ms))
+    stored = send.stored_properties(properties, ctx.config.broker.broker_cluster_name)
+    records = send.encode_message(
+        topic, queue_id, decoded.flag, decoded.body, stored, decoded.sys_flag,
+        decoded.born_timestamp, (decoded.born_host, decoded.born_port),
+        (decoded.store_host, decoded.store_port), decoded.reconsume_times + 1)
+    return records, topic, queue_id
+
+
+async def _send_back(ctx, request, header) -> int:
+    """The whole send-back; returns the response code (remark via SendRefused)."""
+    group_config = _check_request(ctx, header)
+    if group_config is None:
+        return ResponseCode.SUCCESS
+    retry_topic = await _retry_topic(ctx, header, group_config)
+    selected, decoded = _load_original(ctx, header.physical_offset)
+    try:
+        properties = decode_properties(decoded.properties)
+        properties.pop(Property.WAIT_STORE_MSG_OK, None)
+        topic, queue_id, to_dlq = _destination(ctx, request, header, group_config, decoded,
+                                               retry_topic, properties)
+        if to_dlq and await send.send_back_topic(ctx, topic, DLQ_QUEUE_NUMS_PER_GROUP,
+                                                 0) is None:
+            raise send.SendRefused(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] not exist")
+        records, topic, queue_id = _rebuild(ctx, decoded, topic, queue_id, properties)
+        sys_flag = decoded.sys_flag
+    finally:
+        del decoded
+        selected.release()
+    result = await ctx.putter.put(records, topic, queue_id, 1, sys_flag, False)
+    code, remark = send_response(result.status, ctx.config.store.max_message_size)
+    if code != ResponseCode.SUCCESS:
+        raise send.SendRefused(code, remark or result.status.name)
+    return code
+
+
+async def handle_consumer_send_msg_back(ctx, channel, request):
+    """CONSUMER_SEND_MSG_BACK (36): SUCCESS, or an error code with Java's remark.
+
+    The header's ``offset`` is the CommitLog physical offset (bytes) of the returned message.
+    """
+    header = headers.parse_request_header(request.code, request.ext_fields)
+    try:
+        code = await _send_back(ctx, request, header)
+        remark = None
+    except send.SendRefused as refusal:
+        code, remark = refusal.code, refusal.remark
+    if request.is_oneway:
+        return None
+    return create_response(request, code, remark)
+
+
+HANDLERS = {RequestCode.CONSUMER_SEND_MSG_BACK: handle_consumer_send_msg_back}

@@ -1,0 +1,249 @@
+# The transaction check service: asks producers about half messages left unfinished too long.
+"""TransactionCheckService (reference §2.8, §5.3; Java 4.9 ``TransactionalMessageServiceImpl``).
+
+One pass (:meth:`TransactionCheckService.run_once`) over half queue 0 of
+RMQ_SYS_TRANS_HALF_TOPIC:
+
+1. read the op queue (RMQ_SYS_TRANS_OP_HALF_TOPIC, same queue id) from its offset: each marker's
+   body names finished half queue offsets;
+2. walk the half queue from its offset: a finished offset is skipped; a half message whose
+   ``TRANSACTION_CHECK_TIMES`` reached ``transactionCheckMax`` moves to
+   TRANS_CHECK_MAX_TIME_TOPIC; one younger than ``transactionTimeOut`` (or its
+   ``CHECK_IMMUNITY_TIME_IN_SECONDS``) ends the walk; any other is re-appended to the half queue
+   with the counter + 1 and CHECK_TRANSACTION_STATE (oneway, body = the re-appended record with
+   REAL topic/queue restored) goes to one live channel of its producer group (``PGROUP``);
+3. the half and op offsets advance past what is finished and are committed under the group
+   CID_RMQ_SYS_TRANS in the metadata's consumer offsets.
+
+The metadata object must offer ``producer_channels(group)``, ``query(group, topic, queue_id)``
+(-1 when absent) and ``commit(group, topic, queue_id, offset)`` (MetadataState does).
+"""
+import logging
+import random
+
+from pybroker._fast import record as record_codec
+from pybroker.broker import send
+from pybroker.protocol import headers
+from pybroker.protocol.codes import RequestCode
+from pybroker.protocol.command import create_request
+from pybroker.protocol.constants import Property, SystemGroup, SystemTopic
+from pybroker.protocol.message_id import offset_message_id
+from pybroker.protocol.properties import decode_properties, encode_properties
+from pybroker.store.status import GetStatus
+
+log = logging.getLogger("pybroker.broker.transaction_check")
+
+HALF_QUEUE_ID = 0
+READ_BATCH_COUNT = 32
+OP_READ_MAX = 8192           # op markers read in one pass
+HALF_SCAN_MAX = 4096         # half messages examined in one pass
+_GROUP = SystemGroup.TRANS_CHECK
+_SKIP_STATUSES = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
+                  GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
+
+
+def op_marker_offsets(body) -> list[int]:
+    """Half queue offsets named by an op marker body: ``"5"`` (4.9) or ``"5,6,"`` (5.x)."""
+    offsets = []
+    for part in bytes(body).decode("ascii", "replace").split(","):
+        part = part.strip()
+        if part.isdigit():
+            offsets.append(int(part))
+    return offsets
+
+
+def check_request(decoded, properties: dict[str, str], physical_offset: int, queue_offset: int):
+    """The oneway CHECK_TRANSACTION_STATE for the half record just re-appended at
+    ``physical_offset``/``queue_offset`` (body: that record with REAL topic/queue restored)."""
+    uniq_id = properties.get(Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    fields = headers.encode_header(headers.CHECK_TRANSACTION_STATE_REQUEST, {
+        "transaction_state_table_offset": queue_offset, "commit_log_offset": physical_offset,
+        "msg_id": uniq_id, "transaction_id": uniq_id,
+        "offset_msg_id": offset_message_id(decoded.store_host, decoded.store_port,
+                                           physical_offset),
+        "topic": properties.get(Property.REAL_TOPIC)})
+    try:
+        real_queue_id = int(properties.get(Property.REAL_QUEUE_ID, "0"))
+    except ValueError:
+        real_queue_id = 0
+    body = send.encode_message(
+        properties.get(Property.REAL_TOPIC) or decoded.topic, real_queue_id, decoded.flag,
+        decoded.body, encode_properties(properties), decoded.sys_flag, decoded.born_timestamp,
+        (decoded.born_host, decoded.born_port), (decoded.store_host, decoded.store_port),
+        decoded.reconsume_times, decoded.prepared_transaction_offset, decoded.store_timestamp,
+        queue_offset, physical_offset)
+    return create_request(RequestCode.CHECK_TRANSACTION_STATE, fields, bytes(body), oneway=True)
+
+
+def _next_op_offset(op_offset: int, done_op_offsets: set[int]) -> int:
+    """Java calculateOpOffset: advance over the contiguous run of finished op offsets."""
+    while op_offset in done_op_offsets:
+        op_offset += 1
+    return op_offset
+
+
+class TransactionCheckService:
+    """Checks unfinished half messages; the supervisor calls :meth:`run_once` every
+    ``transactionCheckInterval`` ms.
+
+    ``settings`` offers ``transaction_time_out`` (ms) and ``transaction_check_max`` (count):
+    ``config.broker``.
+    """
+
+    def __init__(self, store_reader, putter, metadata, settings):
+        self.store_reader = store_reader
+        self.putter = putter
+        self.metadata = metadata
+        self.settings = settings
+        self._random = random.Random()
+
+    def _start_offset(self, topic: str, queue_id: int) -> int:
+        offset = self.metadata.query(_GROUP, topic, queue_id)
+        if offset < 0:
+            offset = max(0, self.store_reader.get_min_offset_in_queue(topic, queue_id))
+        return offset
+
+    def _read(self, topic: str, queue_id: int, queue_offset: int) -> tuple[int, list[bytes]]:
+        """(offset of the first record, copies of up to a batch of records)."""
+        result = self.store_reader.get_messages(_GROUP, topic, queue_id, queue_offset,
+                                                READ_BATCH_COUNT)
+        try:
+            if result.status in _SKIP_STATUSES and result.next_begin_offset != queue_offset:
+                return result.next_begin_offset, []
+            if result.status is not GetStatus.FOUND:
+                return queue_offset, []
+            return queue_offset, [bytes(buffer) for buffer in result.buffers]
+        finally:
+            result.release()
+
+    def _records(self, topic: str, queue_id: int, queue_offset: int, limit: int):
+        """Yield (queue offset, record bytes) from ``queue_offset``, at most ``limit``."""
+        produced = 0
+        while produced < limit:
+            start, batch = self._read(topic, queue_id, queue_offset)
+            if start != queue_offset:
+                queue_offset = start
+                continue
+            if not batch:
+                return
+            for data in batch:
+                yield queue_offset, data
+                queue_offset += 1
+                produced += 1
+
+    def _read_op_queue(self, op_offset: int, half_offset: int):
+        """(finished half offset -> op offset for those >= half_offset, done op offsets)."""
+        remove_map: dict[int, int] = {}
+        done_op_offsets: set[int] = set()
+        for queue_offset, data in self._records(SystemTopic.TRANS_OP_HALF, HALF_QUEUE_ID,
+                                                op_offset, OP_READ_MAX):
+            decoded = record_codec.decode(data, 0)
+            for half_queue_offset in op_marker_offsets(decoded.body):
+                if half_queue_offset < half_offset:
+                    done_op_offsets.add(queue_offset)
+                else:
+                    remove_map[half_queue_offset] = queue_offset
+        return remove_map, done_op_offsets
+
+    async def run_once(self, now_ms: int) -> int:
+        """One check pass at ``now_ms``; returns how many check requests were issued."""
+        half_offset = self._start_offset(SystemTopic.TRANS_HALF, HALF_QUEUE_ID)
+        op_offset = self._start_offset(SystemTopic.TRANS_OP_HALF, HALF_QUEUE_ID)
+        remove_map, done_op_offsets = self._read_op_queue(op_offset, half_offset)
+        # Records appended from here on (this pass's re-appends) wait for the next pass.
+        half_end = self.store_reader.get_max_offset_in_queue(SystemTopic.TRANS_HALF,
+                                                             HALF_QUEUE_ID)
+        checks = 0
+        next_half_offset = half_offset
+        for queue_offset, data in self._records(SystemTopic.TRANS_HALF, HALF_QUEUE_ID,
+                                                half_offset, HALF_SCAN_MAX):
+            if queue_offset >= half_end:
+                break
+            if queue_offset in remove_map:
+                done_op_offsets.add(remove_map.pop(queue_offset))
+            else:
+                outcome = await self._examine(data, now_ms, remove_map, done_op_offsets)
+                if outcome is None:
+                    break
+                checks += outcome
+            next_half_offset = queue_offset + 1
+        if next_half_offset != half_offset:
+            self.metadata.commit(_GROUP, SystemTopic.TRANS_HALF, HALF_QUEUE_ID, next_half_offset)
+        next_op_offset = _next_op_offset(op_offset, done_op_offsets)
+        if next_op_offset != op_offset:
+            self.metadata.commit(_GROUP, SystemTopic.TRANS_OP_HALF, HALF_QUEUE_ID,
+                                 next_op_offset)
+        return checks
+
+    def _immunity_ms(self, properties: dict[str, str]) -> tuple[int, bool]:
+        """(age before the first check in ms, whether the message set its own)."""
+        text = properties.get(Property.CHECK_IMMUNITY_TIME_IN_SECONDS)
+        timeout_ms = self.settings.transaction_time_out
+        if text is None:
+            return timeout_ms, False
+        try:
+            seconds = int(text)
+        except ValueError:
+            return timeout_ms, True
+        return (seconds * 1000 if seconds >= 0 else timeout_ms), True
+
+    async def _examine(self, data: bytes, now_ms: int, remove_map: dict[int, int],
+                       done_op_offsets: set[int]) -> int | None:
+        """1 checked, 0 finished or discarded, None: stop the walk here (too young)."""
+        decoded = record_codec.decode(data, 0)
+        properties = decode_properties(decoded.properties)
+        try:
+            check_times = int(properties.get(Property.TRANSACTION_CHECK_TIMES, "0"))
+        except ValueError:
+            check_times = 0
+        if check_times >= self.settings.transaction_check_max:
+            return await self._discard(decoded, properties)
+        age_ms = now_ms - decoded.born_timestamp
+        immunity_ms, own_immunity = self._immunity_ms(properties)
+        if 0 <= age_ms < immunity_ms:
+            prepared_text = properties.get(Property.TRANSACTION_PREPARED_QUEUE_OFFSET, "")
+            if own_immunity and prepared_text.isdigit() and int(prepared_text) in remove_map:
+                done_op_offsets.add(remove_map.pop(int(prepared_text)))
+                return 0
+            return None
+        properties[Property.TRANSACTION_CHECK_TIMES] = str(check_times + 1)
+        records = send.encode_message(
+            decoded.topic, decoded.queue_id, decoded.flag, decoded.body,
+            encode_properties(properties), decoded.sys_flag, decoded.born_timestamp,
+            (decoded.born_host, decoded.born_port), (decoded.store_host, decoded.store_port),
+            decoded.reconsume_times, decoded.prepared_transaction_offset)
+        result = await self.putter.put(records, decoded.topic, decoded.queue_id, 1,
+                                       decoded.sys_flag, False)
+        if not result.status.stored:
+            log.error("transaction check: re-append of a half message failed: %s",
+                      result.status.name)
+            return None
+        self._send_check(decoded, properties, result.physical_offset, result.queue_offset)
+        return 1
+
+    def _send_check(self, decoded, properties, physical_offset: int, queue_offset: int) -> None:
+        group = properties.get(Property.PRODUCER_GROUP, "")
+        channels = self.metadata.producer_channels(group) if group else []
+        if not channels:
+            log.warning("transaction check: no live producer of group %r", group)
+            return
+        channel = channels[self._random.randrange(len(channels))]
+        request = check_request(decoded, properties, physical_offset, queue_offset)
+        try:
+            channel.send(request)
+        except (ConnectionError, OSError) as error:
+            log.warning("transaction check to %s failed: %s", channel.remote_address, error)
+
+    async def _discard(self, decoded, properties: dict[str, str]) -> int:
+        """Move a half message checked too often to TRANS_CHECK_MAX_TIME_TOPIC queue 0."""
+        records = send.encode_message(
+            SystemTopic.TRANS_CHECK_MAX_TIME, 0, decoded.flag, decoded.body,
+            encode_properties(properties), decoded.sys_flag, decoded.born_timestamp,
+            (decoded.born_host, decoded.born_port), (decoded.store_host, decoded.store_port),
+            decoded.reconsume_times)
+        result = await self.putter.put(records, SystemTopic.TRANS_CHECK_MAX_TIME, 0, 1,
+                                       decoded.sys_flag, False)
+        if not result.status.stored:
+            log.error("transaction check: discard to %s failed: %s",
+                      SystemTopic.TRANS_CHECK_MAX_TIME, result.status.name)
+        return 0

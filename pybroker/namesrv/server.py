@@ -1,0 +1,132 @@
+# The NameServer process: listener, expired-broker scan, channel-close cleanup, signal shutdown.
+"""Run a NameServer (``pybroker namesrv``) on one asyncio loop.
+
+Start-up: load the KV config (``kvConfigPath``), listen on ``<address>:listenPort``, log the
+important settings and "The Name Server boot success. serializeType=JSON" with the address.
+While running: every ``scanNotActiveBrokerInterval`` ms (5 s, the 5.x period; 4.9.x used 10 s)
+brokers silent for ``brokerChannelExpiredTimeMs`` (120 s, or the broker's own 5.x
+``heartbeatTimeoutMillis``) are dropped and their connections closed; a closed connection drops
+the brokers registered over it at once. SIGTERM or SIGINT: stop listening, close every
+connection, return 0.
+"""
+import asyncio
+import logging
+import signal
+from typing import Callable
+
+from pybroker import config as config_module
+from pybroker.config import NamesrvProcessConfig
+from pybroker.namesrv.kv_config import KVConfigManager
+from pybroker.namesrv.processor import NamesrvProcessor, wall_clock_ms
+from pybroker.namesrv.route_table import RouteInfoManager
+from pybroker.remoting.connection import ConnectionLimits
+from pybroker.remoting.server import RemotingServer, RequestTable, start_server
+
+log = logging.getLogger(__name__)
+
+LISTEN_ADDRESS_DEFAULT = "127.0.0.1"
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class NamesrvController:
+    """The NameServer's state and listener (Java ``NamesrvController``).
+
+    ``config``: the loaded :class:`~pybroker.config.NamesrvProcessConfig`. ``listen_address``:
+    the IP to bind. ``now_ms``: clock in ms since the epoch.
+    """
+
+    def __init__(self, config: NamesrvProcessConfig,
+                 listen_address: str = LISTEN_ADDRESS_DEFAULT,
+                 now_ms: Callable[[], int] = wall_clock_ms):
+        namesrv = config.namesrv
+        self.config = config
+        self.listen_address = listen_address
+        self.now_ms = now_ms
+        self.route_table = RouteInfoManager(namesrv.broker_channel_expired_time_ms)
+        self.kv_config = KVConfigManager(namesrv.kv_config_path)
+        self.processor = NamesrvProcessor(self.route_table, self.kv_config,
+                                          order_message_enable=namesrv.order_message_enable,
+                                          now_ms=now_ms)
+        self.server: RemotingServer | None = None
+        self._scan_task: asyncio.Task | None = None
+
+    async def start(self) -> str:
+        """Load the KV config and listen; returns the served ``"ip:port"``."""
+        self.kv_config.load()
+        limits = ConnectionLimits.from_config(self.config.remoting)
+        self.server = await start_server(
+            self.listen_address, self.config.namesrv.listen_port,
+            RequestTable(self.processor.handlers), on_close=self._connection_closed,
+            limits=limits, backlog=self.config.remoting.server_socket_backlog)
+        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
+        return self.server.address
+
+    def _connection_closed(self, connection, exc: BaseException | None) -> None:
+        removed = self.route_table.channel_closed(connection, connection.remote_address)
+        if removed:
+            log.info("connection from %s closed; removed brokers %s",
+                     connection.remote_address, removed)
+
+    async def _scan_loop(self) -> None:
+        interval_s = self.config.namesrv.scan_not_active_broker_interval / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            self.scan_not_active_brokers()
+
+    def scan_not_active_brokers(self) -> None:
+        """Drop brokers whose heartbeats stopped, and close their connections."""
+        for _, channel in self.route_table.scan_not_active(self.now_ms()):
+            abort = getattr(channel, "abort", None)
+            if abort is not None:
+                abort("broker channel expired")
+
+    async def stop(self) -> None:
+        """Stop scanning, stop listening, close every connection."""
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            try:
+                await self._scan_task
+            except asyncio.CancelledError:
+                pass
+            self._scan_task = None
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+            self.server = None
+
+
+async def serve(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRESS_DEFAULT,
+                stop_event: asyncio.Event | None = None) -> int:
+    """Run a NameServer until SIGTERM/SIGINT (or ``stop_event`` is set); returns exit code 0.
+
+    Signal handlers are installed only when running in the main thread.
+    """
+    stop_event = stop_event if stop_event is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for stop_signal in _STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(stop_signal, stop_event.set)
+            installed.append(stop_signal)
+        except (RuntimeError, ValueError):   # not the main thread
+            break
+    controller = NamesrvController(config, listen_address)
+    try:
+        address = await controller.start()
+        for key, value in config_module.important_settings(config):
+            log.info("%s=%s", key, value)
+        log.info("The Name Server boot success. serializeType=JSON, listening on %s", address)
+        await stop_event.wait()
+        log.info("The Name Server shutting down")
+    finally:
+        await controller.stop()
+        for stop_signal in installed:
+            loop.remove_signal_handler(stop_signal)
+    log.info("The Name Server stopped")
+    return 0
+
+
+def run_namesrv(config: NamesrvProcessConfig,
+                listen_address: str = LISTEN_ADDRESS_DEFAULT) -> int:
+    """Run :func:`serve` on a new event loop (blocking); returns the exit code."""
+    return asyncio.run(serve(config, listen_address))

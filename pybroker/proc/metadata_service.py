@@ -1,0 +1,193 @@
+# The metadata service: the single writer of broker metadata, serving forwarded requests.
+"""Metadata service, run in the supervisor (docs/architecture.md, "Processes").
+
+Remoting workers connect over a unix socket and forward every METADATA request
+(:data:`pybroker.broker.routing.METADATA_CODES`) with the client's channel in ext fields; the
+service runs the ordinary broker handler against the authoritative
+:class:`~pybroker.broker.metadata.MetadataState` and answers. Whenever the metadata changed, a
+snapshot is pushed to every worker BEFORE the answer, on the same ordered connection, so a
+client that sends a heartbeat and then pulls always finds its subscription in the worker.
+Commands for clients (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, calls to clients)
+travel back to the owning worker as SEND_TO_CHANNEL.
+"""
+import logging
+from typing import Callable
+
+from pybroker.broker import admin, client_manage, consumer_manage
+from pybroker.broker.channel import Channel
+from pybroker.broker.routing import METADATA_CODES
+from pybroker.protocol.codes import InternalCode, ResponseCode
+from pybroker.errors import ProtocolError
+from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
+                                       decode, encode)
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.server import RequestTable, start_server, start_unix_server
+
+log = logging.getLogger("pybroker.proc.metadata")
+
+EXT_WORKER_ID = "workerId"
+EXT_CHANNEL_ID = "channelId"
+
+HANDLERS = {**client_manage.HANDLERS, **consumer_manage.HANDLERS, **admin.HANDLERS}
+assert set(HANDLERS) == set(METADATA_CODES), set(HANDLERS) ^ set(METADATA_CODES)
+
+
+def worker_of_channel(channel_id: str) -> str:
+    """The worker id part of a channel id ``"<worker>:<connection>"``."""
+    return channel_id.split(":", 1)[0]
+
+
+class MetadataService:
+    """Serves forwarded metadata requests for ``ctx`` (whose ``metadata`` is authoritative).
+
+    ``on_topics_changed()`` is called after topics change (re-register with NameServers).
+    """
+
+    def __init__(self, ctx, socket_path: str, on_topics_changed: Callable[[], None]):
+        self.ctx = ctx
+        self.socket_path = socket_path
+        self.on_topics_changed = on_topics_changed
+        self.workers: dict[str, RemotingConnection] = {}
+        self.server = None
+        self._pushed_versions: tuple = ()
+        table = RequestTable()
+        for code, handler in HANDLERS.items():
+            table.register(code, self._forwarded(handler))
+        table.register(InternalCode.WORKER_HELLO, self._worker_hello)
+        table.register(InternalCode.CHANNEL_CLOSED, self._channel_closed)
+        table.register(InternalCode.CREATE_TOPIC_ON_SEND, self._create_topic_on_send)
+        table.register(InternalCode.COMMIT_OFFSET, self._commit_offset)
+        table.register(InternalCode.CLIENT_RESPONSE, self._client_response)
+        self.table = table
+
+    async def start(self) -> None:
+        """Listen on ``socket_path``."""
+        # Worker connections live as long as the workers: no idle timeout.
+        self.server = await start_unix_server(self.socket_path, self.table, idle_timeout_ms=0,
+                                              on_close=self._connection_closed)
+
+    async def start_on(self, listener) -> None:
+        """Serve an already bound and listening unix socket (bound before the workers were
+        forked, so they can connect before this loop runs)."""
+        self.server = await start_server(None, 0, self.table, sock=listener, idle_timeout_ms=0,
+                                         on_close=self._connection_closed)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    # --- snapshots ------------------------------------------------------------------------------
+    def push_if_changed(self) -> None:
+        """Send the metadata snapshot to every worker when it changed since the last push."""
+        metadata = self.ctx.metadata
+        versions = metadata.versions()
+        if versions == self._pushed_versions:
+            return
+        topics_changed = versions[:2] != self._pushed_versions[:2]
+        self._pushed_versions = versions
+        snapshot = metadata.snapshot()
+        for connection in self.workers.values():
+            connection.send(create_request(InternalCode.METADATA_SNAPSHOT, None, snapshot,
+                                           oneway=True))
+        if topics_changed:
+            self.on_topics_changed()
+
+    # --- channels ------------------------------------------------------------------------------
+    def _sender(self, channel_id: str) -> Callable[[RemotingCommand], None]:
+        def send(command: RemotingCommand) -> None:
+            connection = self.workers.get(worker_of_channel(channel_id))
+            if connection is None or connection.is_closed:
+                raise ConnectionError(f"channel {channel_id}: its worker is gone")
+            connection.send(create_request(InternalCode.SEND_TO_CHANNEL,
+                                           {EXT_CHANNEL_ID: channel_id}, encode(command),
+                                           oneway=True))
+        return send
+
+    def channel(self, channel_id: str, address: str = "") -> Channel:
+        """A Channel object for a client connection living in some worker."""
+        return Channel(channel_id, address, send=self._sender(channel_id))
+
+    def _forwarded(self, handler):
+        async def run(connection: RemotingConnection, request: RemotingCommand):
+            ext_fields = dict(request.ext_fields)
+            try:
+                channel = Channel.from_forwarded(ext_fields, None)
+            except ValueError as error:
+                return create_response(request, ResponseCode.SYSTEM_ERROR, str(error))
+            channel.send = self._sender(channel.channel_id)
+            request.ext_fields = ext_fields
+            response = await handler(self.ctx, channel, request)
+            self.push_if_changed()
+            return response
+        return run
+
+    # --- internal requests ---------------------------------------------------------------------
+    async def _worker_hello(self, connection: RemotingConnection, request: RemotingCommand):
+        worker_id = request.ext_fields.get(EXT_WORKER_ID, "")
+        if not worker_id:
+            return create_response(request, ResponseCode.SYSTEM_ERROR, "no workerId")
+        connection.attachment = worker_id
+        self.workers[worker_id] = connection
+        log.info("remoting worker %s connected", worker_id)
+        return create_response(request, ResponseCode.SUCCESS,
+                               body=self.ctx.metadata.snapshot())
+
+    def _connection_closed(self, connection: RemotingConnection, exc) -> None:
+        worker_id = connection.attachment
+        if isinstance(worker_id, str) and self.workers.get(worker_id) is connection:
+            del self.workers[worker_id]
+            self._drop_worker_channels(worker_id + ":")
+            self.push_if_changed()
+
+    def _drop_worker_channels(self, prefix: str) -> None:
+        """A worker went away: every client channel it held is closed."""
+        metadata = self.ctx.metadata
+        channel_ids = {channel_id for info in metadata.consumer_groups.values()
+                       for channel_id in info.channels if channel_id.startswith(prefix)}
+        channel_ids.update(channel_id for group in metadata.producer_groups.values()
+                           for channel_id in group if channel_id.startswith(prefix))
+        for channel_id in channel_ids:
+            metadata.channel_closed(channel_id)
+
+    async def _channel_closed(self, connection: RemotingConnection, request: RemotingCommand):
+        channel_id = request.ext_fields.get(EXT_CHANNEL_ID, "")
+        if channel_id:
+            self.ctx.metadata.channel_closed(channel_id)
+            self.push_if_changed()
+        return None
+
+    async def _create_topic_on_send(self, connection: RemotingConnection,
+                                    request: RemotingCommand):
+        ext = request.ext_fields
+        try:
+            queue_nums, sys_flag = int(ext.get("queueNums", "4")), int(ext.get("sysFlag", "0"))
+        except ValueError:
+            return create_response(request, ResponseCode.SYSTEM_ERROR, "bad queueNums/sysFlag")
+        created = self.ctx.metadata.create_topic_on_send_now(
+            ext.get("topic", ""), ext.get("defaultTopic", ""), queue_nums, sys_flag)
+        self.push_if_changed()
+        if created is None:
+            return create_response(request, ResponseCode.TOPIC_NOT_EXIST, "not created")
+        return create_response(request, ResponseCode.SUCCESS)
+
+    async def _commit_offset(self, connection: RemotingConnection, request: RemotingCommand):
+        ext = request.ext_fields
+        try:
+            self.ctx.metadata.commit(ext["group"], ext["topic"], int(ext["queueId"]),
+                                     int(ext["offset"]))
+        except (KeyError, ValueError) as error:
+            log.warning("bad internal COMMIT_OFFSET: %r", error)
+        return None
+
+    async def _client_response(self, connection: RemotingConnection, request: RemotingCommand):
+        channel_id = request.ext_fields.get(EXT_CHANNEL_ID, "")
+        body = request.body
+        if channel_id and body:
+            frame = bytes(body)
+            try:
+                response = decode(frame, 0, len(frame))
+            except ProtocolError as error:
+                log.warning("bad relayed client response: %s", error)
+                return None
+            self.ctx.metadata.complete_client_call(channel_id, response)
+        return None

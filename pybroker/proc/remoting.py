@@ -1,0 +1,203 @@
+# A remoting worker process: client connections, data requests, forwarding of metadata requests.
+"""Remoting worker (docs/architecture.md, "Processes").
+
+Listens with SO_REUSEPORT on listenPort and the fast port (listenPort - 2), alongside its sibling
+workers. DATA requests run here against the read-only store reader and the send ring;
+METADATA requests are forwarded to the metadata service over a unix socket with the client's
+channel attached, and the answer is relayed under the client's opaque. The service pushes
+metadata snapshots (applied to the local replica) and commands for this worker's clients.
+"""
+import asyncio
+import logging
+import signal
+
+from pybroker.broker import end_transaction, pull, query, send, send_back
+from pybroker.broker.channel import Channel
+from pybroker.broker.context import BrokerContext
+from pybroker.broker.long_poll import LongPollService
+from pybroker.broker.metadata import MetadataReplica
+from pybroker.broker.routing import DATA_CODES, METADATA_CODES
+from pybroker.proc.metadata_service import EXT_CHANNEL_ID, EXT_WORKER_ID
+from pybroker.protocol import constants
+from pybroker.protocol.codes import InternalCode, ResponseCode
+from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
+                                       encode)
+from pybroker.remoting.client import RemotingClient
+from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.server import RequestTable, start_server
+from pybroker.store.config_docs import TopicConfig
+
+log = logging.getLogger("pybroker.proc.remoting")
+
+DATA_HANDLERS = {**send.HANDLERS, **pull.HANDLERS, **query.HANDLERS, **send_back.HANDLERS,
+                 **end_transaction.HANDLERS}
+assert set(DATA_HANDLERS) == set(DATA_CODES), set(DATA_HANDLERS) ^ set(DATA_CODES)
+
+FORWARD_TIMEOUT_MS = 15_000
+# How often held pulls are re-checked even without a dispatcher wake-up (Java: 5 s).
+HELD_PULL_SWEEP_S = 5.0
+
+
+class RemotingWorker:
+    """One worker's asyncio side. ``data_plane`` attaches the store reader and the putter
+    (see :mod:`pybroker.proc.dataplane`); ``metadata_socket`` is the service's unix path."""
+
+    def __init__(self, worker_id: int, config, data_plane, metadata_socket: str,
+                 listen_host: str = "0.0.0.0"):
+        self.worker_id = worker_id
+        self.config = config
+        self.data_plane = data_plane
+        self.metadata_socket = metadata_socket
+        self.listen_host = listen_host
+        self.connections: dict[str, RemotingConnection] = {}
+        self.servers = []
+        client_table = RequestTable()
+        client_table.register(InternalCode.METADATA_SNAPSHOT, self._apply_snapshot)
+        client_table.register(InternalCode.SEND_TO_CHANNEL, self._send_to_channel)
+        self.metadata_client = RemotingClient(
+            client_table, limits=ConnectionLimits(idle_timeout_ms=0))
+        self.replica = MetadataReplica(self._create_topic, self._commit_offset)
+        self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue)
+        self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
+                                 data_plane.store_host, long_poll=self.long_poll)
+        self.stopping = asyncio.Event()
+
+    # --- start and stop -------------------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, self.stopping.set)
+        await self.metadata_client.connect(self.metadata_socket)
+        hello = await self.metadata_client.invoke(create_request(
+            InternalCode.WORKER_HELLO, {EXT_WORKER_ID: str(self.worker_id)}), FORWARD_TIMEOUT_MS)
+        if hello.code != ResponseCode.SUCCESS:
+            raise RuntimeError(f"metadata service refused worker {self.worker_id}: {hello.remark}")
+        self.replica.apply(hello.body)
+        self.data_plane.start(loop, self._on_data_plane_wake)
+        table = self._request_table()
+        limits = ConnectionLimits.from_config(self.config.remoting)
+        for port in (self.config.broker.listen_port, self.config.derived.fast_listen_port):
+            self.servers.append(await start_server(
+                self.listen_host, port, table, reuse_port=True, limits=limits,
+                on_connect=self._connected, on_close=self._disconnected))
+        sweeper = loop.create_task(self._sweep_held_pulls())
+        log.info("remoting worker %d serving ports %d and %d", self.worker_id,
+                 self.config.broker.listen_port, self.config.derived.fast_listen_port)
+        await self.stopping.wait()
+        sweeper.cancel()
+        await self._stop()
+
+    async def _stop(self) -> None:
+        for server in self.servers:
+            server.close()
+        self.long_poll.close()
+        for server in self.servers:
+            await server.wait_closed()
+        self.metadata_client.close()
+        self.data_plane.close()
+
+    async def _sweep_held_pulls(self) -> None:
+        while True:
+            await asyncio.sleep(HELD_PULL_SWEEP_S)
+            self.long_poll.check_held()
+
+    def _on_data_plane_wake(self, dispatched_moved: bool) -> None:
+        if dispatched_moved:
+            self.long_poll.check_held()
+
+    # --- request table --------------------------------------------------------------------------
+    def _request_table(self) -> RequestTable:
+        table = RequestTable()
+        for code, handler in DATA_HANDLERS.items():
+            table.register(code, self._local(handler))
+        for code in METADATA_CODES:
+            table.register(code, self._forward)
+        return table
+
+    def _local(self, handler):
+        ctx = self.ctx
+
+        async def run(connection: RemotingConnection, request: RemotingCommand):
+            channel = connection.attachment
+            channel.language, channel.version = request.language, request.version
+            return await handler(ctx, channel, request)
+        return run
+
+    async def _forward(self, connection: RemotingConnection, request: RemotingCommand):
+        channel = connection.attachment
+        channel.language, channel.version = request.language, request.version
+        ext_fields = dict(request.ext_fields)
+        ext_fields.update(channel.forward_ext_fields())
+        forwarded = create_request(request.code, ext_fields, request.body,
+                                   oneway=request.is_oneway, language=request.language)
+        forwarded.version, forwarded.remark = request.version, request.remark
+        if request.is_oneway:
+            self.metadata_client.invoke_oneway(forwarded)
+            return None
+        answer = await self.metadata_client.invoke(forwarded, FORWARD_TIMEOUT_MS)
+        response = create_response(request, answer.code, answer.remark, answer.ext_fields,
+                                   answer.body)
+        response.version = answer.version
+        return response
+
+    # --- channels -------------------------------------------------------------------------------
+    def _connected(self, connection: RemotingConnection) -> None:
+        channel_id = f"{self.worker_id}:{connection.connection_id}"
+        connection.attachment = Channel(channel_id, connection.remote_address,
+                                        send=connection.send)
+        connection.unmatched_response = self._relay_client_response
+        self.connections[channel_id] = connection
+
+    def _relay_client_response(self, connection: RemotingConnection,
+                               response: RemotingCommand) -> None:
+        """A client answered a call the metadata service made (GET_CONSUMER_RUNNING_INFO...)."""
+        if self.metadata_client.is_connected:
+            self.metadata_client.invoke_oneway(create_request(
+                InternalCode.CLIENT_RESPONSE, {EXT_CHANNEL_ID: connection.attachment.channel_id},
+                encode(response), oneway=True))
+
+    def _disconnected(self, connection: RemotingConnection, exc) -> None:
+        channel = connection.attachment
+        if not isinstance(channel, Channel):
+            return
+        self.connections.pop(channel.channel_id, None)
+        self.long_poll.channel_closed(channel.channel_id)
+        if self.metadata_client.is_connected:
+            self.metadata_client.invoke_oneway(create_request(
+                InternalCode.CHANNEL_CLOSED, {EXT_CHANNEL_ID: channel.channel_id}, oneway=True))
+
+    # --- from the metadata service --------------------------------------------------------------
+    async def _apply_snapshot(self, connection: RemotingConnection, request: RemotingCommand):
+        self.replica.apply(request.body)
+        return None
+
+    async def _send_to_channel(self, connection: RemotingConnection, request: RemotingCommand):
+        target = self.connections.get(request.ext_fields.get(EXT_CHANNEL_ID, ""))
+        if target is not None and request.body is not None:
+            target.send_frame(bytes(request.body))
+        return None
+
+    async def _create_topic(self, topic: str, default_topic: str, queue_nums: int,
+                            topic_sys_flag: int) -> TopicConfig | None:
+        answer = await self.metadata_client.invoke(create_request(
+            InternalCode.CREATE_TOPIC_ON_SEND,
+            {"topic": topic, "defaultTopic": default_topic, "queueNums": str(queue_nums),
+             "sysFlag": str(topic_sys_flag)}), FORWARD_TIMEOUT_MS)
+        # The snapshot that carries the new topic arrived before this answer.
+        return self.replica.topic_config(topic) if answer.code == ResponseCode.SUCCESS else None
+
+    async def _commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.metadata_client.invoke_oneway(create_request(
+            InternalCode.COMMIT_OFFSET, {"group": group, "topic": topic,
+                                         "queueId": str(queue_id), "offset": str(offset)},
+            oneway=True))
+
+
+def run_remoting_worker(worker_id: int, config, data_plane, metadata_socket: str) -> int:
+    """Main of a forked remoting worker process; returns its exit status."""
+    worker = RemotingWorker(worker_id, config, data_plane, metadata_socket)
+    asyncio.run(worker.run())
+    return 0
+
+
+__all__ = ["RemotingWorker", "run_remoting_worker", "constants"]

@@ -1,0 +1,162 @@
+# Shared regions: plain files in a run directory mapped with mmap; the creator owns and unlinks.
+"""Create, attach and close the memory shared between broker processes (STYLE §8.2).
+
+A region is a plain file (under ``<store>/run/`` or ``/dev/shm/pybroker-<pid>/``) mapped
+``MAP_SHARED``. The process that creates it (the supervisor) owns it: its ``close()`` unmaps and
+unlinks. Attachers (workers) only map and close. Ownership is tied to the creating *pid*, so a
+forked child that inherits the creator's object never unlinks on close. Never
+``multiprocessing.shared_memory``: its resource tracker may unlink a block when any attached
+process exits.
+
+Views pin maps: a ring holds a buffer on the map and ``data()`` views pin it too; ``close()``
+closes the rings adopted by the region first, and raises BufferError while other views remain.
+"""
+import errno
+import mmap
+import os
+
+from pybroker._fast.ring import ByteRing, CompletionRing
+
+# Pre-fault the pages at map time (shared regions are small and touched on every hot path).
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+
+class SharedRegion:
+    """One mapped file. Use :meth:`create` or :meth:`attach`; ``buffer`` is the mmap."""
+
+    def __init__(self, path: str, buffer: mmap.mmap, owner_pid: int | None):
+        self.path = path
+        self.buffer = buffer
+        self.size_bytes = len(buffer)
+        self.owner_pid = owner_pid
+        self.ring: ByteRing | CompletionRing | None = None
+        self._closed = False
+
+    @classmethod
+    def create(cls, path: str, size_bytes: int) -> "SharedRegion":
+        """Create (or replace a stale) file of size_bytes at path and map it; this process owns
+        it. The file's mode is 0600."""
+        if size_bytes <= 0:
+            raise ValueError(f"region size must be > 0 bytes, got {size_bytes}")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, size_bytes)
+            buffer = mmap.mmap(fd, size_bytes, _MAP_FLAGS, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        os.close(fd)
+        return cls(path, buffer, os.getpid())
+
+    @classmethod
+    def attach(cls, path: str, size_bytes: int | None = None) -> "SharedRegion":
+        """Map an existing region read-write; size_bytes, if given, must match the file."""
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            file_size_bytes = os.fstat(fd).st_size
+            if file_size_bytes <= 0 or (size_bytes is not None and size_bytes != file_size_bytes):
+                raise ValueError(f"shared region {path} is {file_size_bytes} bytes, "
+                                 f"expected {size_bytes if size_bytes is not None else '> 0'}")
+            buffer = mmap.mmap(fd, file_size_bytes, _MAP_FLAGS, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        return cls(path, buffer, None)
+
+    @property
+    def owner(self) -> bool:
+        """True in the creating process (the one that unlinks at close)."""
+        return self.owner_pid == os.getpid()
+
+    def close(self) -> None:
+        """Close the adopted ring, unmap, and unlink if this process created the region.
+        Idempotent. BufferError if views of the map are still held elsewhere."""
+        if self._closed:
+            return
+        if self.ring is not None:
+            self.ring.close()
+        self.buffer.close()
+        self._closed = True
+        if self.owner:
+            _unlink_quietly(self.path)
+
+    def __enter__(self) -> "SharedRegion":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _unlink_quietly(path: str) -> None:
+    # Already gone is fine (a supervisor restart may have cleaned the run directory).
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def create_byte_ring(path: str, capacity_bytes: int) -> SharedRegion:
+    """Create a region at path holding a fresh ByteRing of capacity_bytes; region.ring."""
+    region = SharedRegion.create(path, ByteRing.region_size(capacity_bytes))
+    region.ring = ByteRing(region.buffer, True, capacity_bytes)
+    return region
+
+
+def attach_byte_ring(path: str) -> SharedRegion:
+    """Attach to the ByteRing region at path; region.ring is this process's side."""
+    region = SharedRegion.attach(path)
+    try:
+        region.ring = ByteRing(region.buffer, False)
+    except BaseException:
+        region.close()
+        raise
+    return region
+
+
+def create_completion_ring(path: str, slot_count: int) -> SharedRegion:
+    """Create a region at path holding a fresh CompletionRing of slot_count slots."""
+    region = SharedRegion.create(path, CompletionRing.region_size(slot_count))
+    region.ring = CompletionRing(region.buffer, True, slot_count)
+    return region
+
+
+def attach_completion_ring(path: str) -> SharedRegion:
+    """Attach to the CompletionRing region at path."""
+    region = SharedRegion.attach(path)
+    try:
+        region.ring = CompletionRing(region.buffer, False)
+    except BaseException:
+        region.close()
+        raise
+    return region
+
+
+class RunDirectory:
+    """The directory holding a broker's shared regions. The creator makes it (mode 0700) and
+    removes it at close once its regions are gone; attachers only name files in it."""
+
+    def __init__(self, path: str, create: bool):
+        self.path = path
+        self.owner_pid = os.getpid() if create else None
+        if create:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        elif not os.path.isdir(path):
+            raise FileNotFoundError(errno.ENOENT, "run directory does not exist", path)
+
+    def region_path(self, name: str) -> str:
+        """Path of the region called name (a plain file name) in this directory."""
+        if not name or os.sep in name or name in (".", ".."):
+            raise ValueError(f"region name {name!r} must be a plain file name")
+        return os.path.join(self.path, name)
+
+    def close(self) -> None:
+        """In the creating process, remove the directory if it is empty (idempotent)."""
+        if self.owner_pid != os.getpid():
+            return
+        try:
+            os.rmdir(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            if error.errno != errno.ENOTEMPTY:
+                raise

@@ -1,0 +1,242 @@
+# The supervisor: recovery, forking and watching the workers, metadata and periodic services.
+"""Broker supervisor (docs/architecture.md, "Processes" and "Crash model").
+
+One *generation* = recover the store in this process, hand it over, fork the data plane
+(appender, dispatcher, flusher) and the remoting workers, then serve the metadata service and
+the periodic services until SIGTERM/SIGINT or until a worker dies. A dead worker ends the
+generation: every other worker is stopped and the next generation starts with abnormal recovery
+(the abort file is still there), as after a ``kill -9`` of the whole broker. Too many deaths in
+a short time stop the broker with a non-zero exit.
+"""
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+
+from pybroker.broker.context import BrokerContext
+from pybroker.broker.metadata import MetadataState
+from pybroker.broker.registration import NamesrvRegistration
+from pybroker.proc import dataplane
+from pybroker.proc.metadata_service import MetadataService
+from pybroker.proc.remoting import run_remoting_worker
+from pybroker.store import lock_file
+from pybroker.store.message_store import MessageStore
+
+log = logging.getLogger("pybroker.proc.supervisor")
+
+GENERATION_DEATHS_MAX = 5          # deaths within GENERATION_DEATHS_WINDOW_S stop the broker
+GENERATION_DEATHS_WINDOW_S = 60.0
+WORKER_STOP_TIMEOUT_S = 15.0
+OFFSET_PERSIST_INTERVAL_S = 5.0
+CHANNEL_SCAN_INTERVAL_S = 10.0
+WORKERS_READY_TIMEOUT_S = 30.0
+
+
+def _child(name: str, main) -> int:
+    """Fork a worker running ``main()``; returns its pid in the parent."""
+    pid = os.fork()
+    if pid:
+        return pid
+    status = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the supervisor decides on Ctrl-C
+        status = main()
+    except BaseException:
+        log.exception("worker %s failed", name)
+    finally:
+        logging.shutdown()
+        os._exit(status if isinstance(status, int) else 1)
+
+
+class Supervisor:
+    """Runs one broker until stopped; :meth:`run` returns the process exit status."""
+
+    def __init__(self, config):
+        self.config = config
+        self.store_root = config.store.store_path_root_dir
+        self.run_dir = os.path.join(self.store_root, "run")
+        self.metadata = None
+        self.children: dict[int, str] = {}
+        self.deaths: list[float] = []
+        self._stop_requested = False
+
+    # --- generations ----------------------------------------------------------------------------
+    def run(self) -> int:
+        os.makedirs(self.store_root, exist_ok=True)
+        lock = lock_file.StoreLock(self.store_root)
+        lock.acquire()
+        try:
+            self.metadata = MetadataState(self.config)
+            while True:
+                outcome = self._generation(lock)
+                if outcome == "stopped":
+                    lock_file.delete_abort_file(self.store_root)
+                    log.info("broker %s stopped cleanly", self.config.broker.broker_name)
+                    return 0
+                now = time.monotonic()
+                self.deaths = [t for t in self.deaths if now - t < GENERATION_DEATHS_WINDOW_S]
+                self.deaths.append(now)
+                if len(self.deaths) > GENERATION_DEATHS_MAX:
+                    log.error("%d worker deaths within %.0f s: giving up", len(self.deaths),
+                              GENERATION_DEATHS_WINDOW_S)
+                    return 1
+                log.warning("restarting the data plane with abnormal recovery")
+        finally:
+            if self.metadata is not None:
+                self.metadata.shutdown()
+            lock.release()
+
+    def _recover(self, lock) -> int:
+        """Recover the store in this process; returns the valid end of the CommitLog."""
+        store = MessageStore(self.config.store, lock=lock)
+        if not store.load():
+            raise RuntimeError(f"store {self.store_root} could not be loaded")
+        store.start()
+        valid_end = store.max_physical_offset
+        store.hand_over()
+        log.info("store %s recovered (%s), CommitLog valid to %d", self.store_root,
+                 "abnormal" if store.last_recovery_abnormal else "normal", valid_end)
+        return valid_end
+
+    def _generation(self, lock) -> str:
+        valid_end = self._recover(lock)
+        workers = self.config.remoting.remoting_workers
+        plane = dataplane.DataPlane.create(self.config, self.run_dir, workers, valid_end)
+        service_socket = _bind_unix_socket(os.path.join(self.run_dir, "metadata.sock"))
+        try:
+            for name, main in plane.worker_mains():
+                self.children[_child(name, main)] = name
+            socket_path = service_socket.getsockname()
+            for index in range(workers):
+                pid = _child(f"remoting-{index}", lambda i=index: run_remoting_worker(
+                    i, self.config, plane.remoting_attachment(i), socket_path))
+                self.children[pid] = f"remoting-{index}"
+            outcome = asyncio.run(self._serve(plane, service_socket, workers))
+        finally:
+            self._stop_children(plane)
+            service_socket.close()
+            plane.close()
+        return outcome
+
+    # --- the generation's event loop ------------------------------------------------------------
+    async def _serve(self, plane, service_socket, workers: int) -> str:
+        loop = asyncio.get_running_loop()
+        outcome = loop.create_future()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, _resolve, outcome, "stopped")
+        loop.add_signal_handler(signal.SIGCHLD, self._reap, outcome)
+        attachment = plane.supervisor_attachment()
+        attachment.start(loop, lambda moved: None)
+        ctx = BrokerContext(self.config, attachment.reader, attachment.putter, self.metadata,
+                            attachment.store_host)
+        registration = NamesrvRegistration(self.config, lambda: self.metadata.topics)
+        service = MetadataService(ctx, service_socket.getsockname(),
+                                  registration.topics_changed)
+        await service.start_on(service_socket)
+        tasks = [loop.create_task(self._periodic(service))]
+        try:
+            await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
+                              outcome)
+            tasks.append(loop.create_task(registration.run()))
+            broker = self.config.broker
+            log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
+                     broker.broker_name, self.config.derived.broker_addr,
+                     broker.namesrv_addr or "(none)")
+            result = await outcome
+            if result == "stopped":
+                await registration.unregister_all()
+            return result
+        finally:
+            for task in tasks:
+                task.cancel()
+            service.close()
+            registration.close()
+            attachment.close()
+
+    async def _periodic(self, service: MetadataService) -> None:
+        last_scan = time.monotonic()
+        while True:
+            await asyncio.sleep(OFFSET_PERSIST_INTERVAL_S)
+            self.metadata.persist_if_dirty()
+            if time.monotonic() - last_scan >= CHANNEL_SCAN_INTERVAL_S:
+                last_scan = time.monotonic()
+                self.metadata.scan_expired()
+                service.push_if_changed()
+
+    def _reap(self, outcome: asyncio.Future) -> None:
+        # Only our workers: in standalone mode the NameServer is a sibling child.
+        for pid in list(self.children):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if not done:
+                continue
+            name = self.children.pop(pid)
+            log.error("worker %s (pid %d) died: %s", name, pid, _describe_status(status))
+            _resolve(outcome, "worker-died")
+
+    def _stop_children(self, plane) -> None:
+        """Stop the remoting workers first (no new requests), then the data plane in the order
+        appender, dispatcher, flusher so each finishes the work of the one before it."""
+        order = sorted(self.children.items(), key=lambda item: plane.stop_rank(item[1]))
+        for pid, name in order:
+            _terminate(pid, name)
+        self.children.clear()
+
+
+def _terminate(pid: int, name: str) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + WORKER_STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            if status != 0:
+                log.warning("worker %s exited: %s", name, _describe_status(status))
+            return
+        time.sleep(0.02)   # tidy: allow (supervisor shutdown, not a data-plane loop)
+    log.error("worker %s did not stop within %.0f s: killing it", name, WORKER_STOP_TIMEOUT_S)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def _describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def _resolve(future: asyncio.Future, value: str) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+async def _wait_until(predicate, timeout_s: float, outcome: asyncio.Future) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if outcome.done():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError("remoting workers did not connect to the metadata service")
+        await asyncio.sleep(0.02)
+
+
+def _bind_unix_socket(path: str) -> socket.socket:
+    """Bind and listen before forking, so workers can connect before the loop runs."""
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    return listener
+
+
+def run_broker(config) -> int:
+    """``pybroker broker``: run the supervisor in this process."""
+    return Supervisor(config).run()

@@ -1,0 +1,227 @@
+# Wake-ups between processes: eventfds plus the sleep-flag protocol (DESIGN §2 rule 4, §6).
+"""Cheap, explicit wake-ups: signal only a side that has flagged itself asleep.
+
+The sleeping side (consumer of a ring, producer waiting for space, a worker waiting for a
+published position) runs: set its flag in shared memory, full fence, re-check for work, and
+only then block on its eventfd. The other side, after publishing, fences and takes the flag
+(``ByteRing.commit``/``release``, ``CompletionRing.commit``, ``ControlBlock.publish`` do that)
+and writes the eventfd only when the flag was set. Either the sleeper sees the new work in its
+re-check or the publisher sees the flag: a wake-up is never lost, and a busy peer costs no
+syscall. No spinning: the sleeper blocks in poll() or in the asyncio loop's epoll.
+
+Eventfds are created before fork (the supervisor) and inherited; one per sleeping side is
+enough even when it watches several rings or positions (the appender: all send rings).
+"""
+import asyncio
+import os
+import select
+from typing import Callable, Protocol, Sequence
+
+from pybroker.store.control_block import ControlBlock
+
+
+class SleepFlag(Protocol):
+    """One shared-memory sleep flag of the sleeping side."""
+
+    def set_sleeping(self) -> bool:
+        """Set the flag, fence, re-check; True when work is already there."""
+
+    def clear_sleeping(self) -> None:
+        """Clear the flag (awake again)."""
+
+
+class WakeFd:
+    """A non-blocking eventfd. ``signal()`` from any process that inherited it; ``wait()``
+    blocks the owner until signalled. Counts: signals_sent (this process), wakeups (reads
+    that found a signal)."""
+
+    def __init__(self, fd: int | None = None):
+        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
+        self.signals_sent = 0
+        self.wakeups = 0
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def signal(self) -> None:
+        """Add 1 to the eventfd counter (one write syscall)."""
+        try:
+            os.eventfd_write(self.fd, 1)
+        except BlockingIOError:
+            # The counter is at its maximum: the owner has a wake-up pending anyway.
+            pass
+        self.signals_sent += 1
+
+    def consume(self) -> int:
+        """Read and reset the counter without blocking; the number of signals, or 0."""
+        try:
+            count = os.eventfd_read(self.fd)
+        except BlockingIOError:
+            return 0
+        self.wakeups += 1
+        return count
+
+    def wait(self, timeout_ms: int | None) -> bool:
+        """Block until signalled or timeout_ms (None = no limit) passes; True if signalled.
+        Resets the counter."""
+        if self.consume():
+            return True
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        poller.poll(timeout_ms)
+        return self.consume() > 0
+
+    def close(self) -> None:
+        """Close the descriptor (idempotent)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class ConsumerSide:
+    """A ring's consumer sleep flag (ByteRing or CompletionRing)."""
+
+    def __init__(self, ring):
+        self.set_sleeping = ring.set_consumer_sleeping
+        self.clear_sleeping = ring.clear_consumer_sleeping
+
+
+class ProducerSide:
+    """A ByteRing's producer sleep flag (waiting for space: back-pressure)."""
+
+    def __init__(self, ring):
+        self.set_sleeping = ring.set_producer_sleeping
+        self.clear_sleeping = ring.clear_producer_sleeping
+
+
+class PositionWatch:
+    """Sleep until a control-block field reaches ``target`` (e.g. the dispatcher waiting for
+    written_position, a SYNC_FLUSH ack waiting for flushed_position). The field's publisher
+    gets this worker slot's bit from ``ControlBlock.publish`` and signals its eventfd."""
+
+    def __init__(self, block: ControlBlock, field: str, slot: int, target: int = 0):
+        self.block = block
+        self.field = field
+        self.slot = slot
+        self.target = target
+
+    def set_sleeping(self) -> bool:
+        self.block.add_waiter(self.field, self.slot)
+        return self.block.load(self.field) >= self.target
+
+    def clear_sleeping(self) -> None:
+        self.block.remove_waiter(self.field, self.slot)
+
+
+def signal_mask(mask: int, wake_fds: Sequence[WakeFd]) -> int:
+    """Signal the eventfd of every worker slot whose bit is set in mask (from
+    ControlBlock.publish); returns how many were signalled."""
+    signalled = 0
+    while mask:
+        slot = (mask & -mask).bit_length() - 1
+        mask &= mask - 1
+        wake_fds[slot].signal()
+        signalled += 1
+    return signalled
+
+
+class Sleeper:
+    """Blocking wait for the appender / dispatcher / flusher loops.
+
+    ``sleep(timeout_ms)`` arms every flag; if any reports work it returns True at once,
+    otherwise it blocks on the eventfd. Flags are cleared on return either way."""
+
+    def __init__(self, wake_fd: WakeFd, flags: Sequence[SleepFlag]):
+        self.wake_fd = wake_fd
+        self.flags = list(flags)
+
+    def arm(self) -> bool:
+        """Set every flag; True (and all cleared) as soon as one reports work."""
+        for flag in self.flags:
+            if flag.set_sleeping():
+                self.disarm()
+                return True
+        return False
+
+    def disarm(self) -> None:
+        for flag in self.flags:
+            flag.clear_sleeping()
+
+    def sleep(self, timeout_ms: int | None) -> bool:
+        """Wait for work: True when work was found or a signal came, False on timeout."""
+        if self.arm():
+            return True
+        signalled = self.wake_fd.wait(timeout_ms)
+        self.disarm()
+        return signalled
+
+    async def sleep_async(self, timeout_ms: int | None) -> bool:
+        """sleep() for a coroutine: waits in the running loop (add_reader), never blocks it."""
+        if self.arm():
+            return True
+        if self.wake_fd.consume():
+            self.disarm()
+            return True
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+        loop.add_reader(self.wake_fd.fd, _set_once, readable)
+        try:
+            timeout_s = None if timeout_ms is None else timeout_ms / 1000
+            await asyncio.wait_for(readable, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            loop.remove_reader(self.wake_fd.fd)
+            self.disarm()
+        return self.wake_fd.consume() > 0
+
+
+def _set_once(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class AsyncWakeReader:
+    """Persistent asyncio integration for remoting workers: the eventfd stays registered with
+    ``loop.add_reader``; each wake-up (and each time the re-check finds work) calls
+    ``on_wake()`` in the loop's own turn, e.g. to drain the completion ring. After
+    ``rounds_max`` rounds back to back it yields to other callbacks and continues with
+    ``call_soon``, so a producer that never pauses cannot starve the sockets."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, wake_fd: WakeFd,
+                 flags: Sequence[SleepFlag], on_wake: Callable[[], object],
+                 rounds_max: int = 16):
+        self.loop = loop
+        self.sleeper = Sleeper(wake_fd, flags)
+        self.on_wake = on_wake
+        self.rounds_max = rounds_max
+        self.rounds = 0
+        self._started = False
+
+    def start(self) -> None:
+        """Register the eventfd, run on_wake once and arm the flags."""
+        self.loop.add_reader(self.sleeper.wake_fd.fd, self._readable)
+        self._started = True
+        self._run()
+
+    def stop(self) -> None:
+        """Unregister the eventfd and clear the flags (idempotent)."""
+        if self._started:
+            self._started = False
+            self.loop.remove_reader(self.sleeper.wake_fd.fd)
+            self.sleeper.disarm()
+
+    def _readable(self) -> None:
+        self.sleeper.wake_fd.consume()
+        self._run()
+
+    def _run(self) -> None:
+        if not self._started:
+            return
+        for _ in range(self.rounds_max):
+            self.sleeper.disarm()
+            self.rounds += 1
+            self.on_wake()
+            if not self.sleeper.arm():
+                return
+        self.loop.call_soon(self._run)

@@ -1,0 +1,279 @@
+# Remoting server: the request table (code -> handler) and the asyncio listener.
+"""Serve RocketMQ remoting requests.
+
+:class:`RequestTable` maps request codes to handlers ``async (connection, command) ->
+RemotingCommand | None`` and turns their outcomes into replies the way a Java broker does (§1.5):
+an unknown code gets REQUEST_CODE_NOT_SUPPORTED (3) "request type N not supported"; a
+:class:`pybroker.errors.HeaderError` its own code and remark; any other exception SYSTEM_ERROR (1)
+with a one-line remark (the stack trace goes to the log, never to the client); oneway requests
+(flag bit 1) are never answered; a handler returning None sends nothing (it may answer later with
+``connection.send``).
+
+Handlers are coroutines, but most finish without waiting. The table starts each one with
+``coroutine.send(None)`` right inside the read callback and only wraps it in a Task when it
+actually waits; benchmarks/micro/test_bench_remoting.py measures the gain.
+
+:func:`start_server` / :func:`start_unix_server` listen (TCP with optional SO_REUSEPORT, or a
+unix socket, or a socket bound by the caller) and return a :class:`RemotingServer`.
+"""
+import asyncio
+import logging
+import socket
+import types
+from typing import Awaitable, Callable, Optional
+
+from pybroker.errors import HeaderError
+from pybroker.protocol.codes import ResponseCode
+from pybroker.protocol.command import RemotingCommand, create_response
+from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+
+LOGGER = logging.getLogger("pybroker.remoting")
+
+Handler = Callable[[RemotingConnection, RemotingCommand], Awaitable[Optional[RemotingCommand]]]
+OnConnect = Callable[[RemotingConnection], None]
+OnClose = Callable[[RemotingConnection, Optional[BaseException]], None]
+
+_SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
+_NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+# A remark is for a person reading a client log, not a dump.
+SYSTEM_ERROR_REMARK_MAX_CHARS = 256
+
+
+class RequestTable:
+    """Request code -> handler, and the rules that turn handler outcomes into replies.
+
+    ``handlers``: an optional initial mapping. ``eager``: start handlers inside the read
+    callback and make a Task only when they wait (True), or always make a Task (False).
+    """
+
+    def __init__(self, handlers: Optional[dict[int, Handler]] = None, *, eager: bool = True):
+        self._handlers: dict[int, Handler] = dict(handlers or {})
+        self.eager = eager
+
+    def register(self, code: int, handler: Handler) -> None:
+        """Serve request ``code`` with ``handler`` (replacing any earlier one)."""
+        self._handlers[int(code)] = handler
+
+    def update(self, handlers: dict[int, Handler]) -> None:
+        """Register every ``code: handler`` of ``handlers``."""
+        for code, handler in handlers.items():
+            self.register(code, handler)
+
+    def __contains__(self, code: int) -> bool:
+        return code in self._handlers
+
+    def __call__(self, connection: RemotingConnection, request: RemotingCommand) -> None:
+        """Run the handler of ``request`` (the connection's dispatch callback)."""
+        handler = self._handlers.get(request.code)
+        if handler is None:
+            if not request.is_oneway:
+                connection.send(create_response(
+                    request, _NOT_SUPPORTED, f"request type {request.code} not supported"))
+            return
+        try:
+            coroutine = handler(connection, request)
+        except Exception as error:  # a handler that raised before its first await
+            _answer_error(connection, request, error)
+            return
+        if not self.eager:
+            self._spawn(connection, _finish(connection, request, coroutine))
+            return
+        try:
+            yielded = coroutine.send(None)
+        except StopIteration as stop:
+            _answer(connection, request, stop.value)
+            return
+        except Exception as error:
+            _answer_error(connection, request, error)
+            return
+        # The handler waits on something: a Task takes over from where it stopped.
+        self._spawn(connection, _finish(connection, request, _resume(coroutine, yielded)))
+
+    @staticmethod
+    def _spawn(connection: RemotingConnection, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        # The loop keeps only weak references to tasks; the connection keeps them alive.
+        connection.handler_tasks.add(task)
+        task.add_done_callback(connection.handler_tasks.discard)
+
+
+@types.coroutine
+def _resume(coroutine, yielded):
+    """Continue a coroutine that has already yielded ``yielded`` (the future it waits on)."""
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as error:  # cancellation and throws go to the handler
+            try:
+                yielded = coroutine.throw(error)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                yielded = coroutine.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+async def _finish(connection: RemotingConnection, request: RemotingCommand, awaitable) -> None:
+    try:
+        response = await awaitable
+    except asyncio.CancelledError:
+        raise
+    except Exception as error:
+        _answer_error(connection, request, error)
+        return
+    _answer(connection, request, response)
+
+
+def _answer(connection: RemotingConnection, request: RemotingCommand,
+            response: Optional[RemotingCommand]) -> None:
+    if response is None or request.is_oneway:
+        return
+    try:
+        connection.send(response)
+    except (ValueError, TypeError) as error:  # e.g. a reply over frame_max_bytes
+        _answer_error(connection, request, error)
+
+
+def _answer_error(connection: RemotingConnection, request: RemotingCommand,
+                  error: Exception) -> None:
+    if isinstance(error, HeaderError):
+        code, remark = error.code, error.remark
+    else:
+        LOGGER.error("request code %d from %s failed", request.code, connection.remote_address,
+                     exc_info=error)
+        code = _SYSTEM_ERROR
+        remark = f"{type(error).__name__}: {error}"[:SYSTEM_ERROR_REMARK_MAX_CHARS]
+    if request.is_oneway:
+        return
+    connection.send(create_response(request, code, remark))
+
+
+class RemotingServer:
+    """A listening remoting server: its connections and its lifetime.
+
+    ``connections``: connection_id -> live :class:`RemotingConnection`. ``on_connect(connection)``
+    and ``on_close(connection, exc)`` let the broker track channels.
+    """
+
+    def __init__(self, table: RequestTable, limits: ConnectionLimits,
+                 on_connect: Optional[OnConnect], on_close: Optional[OnClose],
+                 connections_max: int = 0):
+        if connections_max < 0:
+            raise ValueError(f"connections_max={connections_max}: must be >= 0 (0 = no cap)")
+        self.table = table
+        self.limits = limits
+        self.connections_max = connections_max
+        self.refused_connections_total = 0
+        self.connections: dict[int, RemotingConnection] = {}
+        self._on_connect = on_connect
+        self._on_close = on_close
+        self._server: Optional[asyncio.AbstractServer] = None
+        self._address = ""
+
+    def _make_connection(self) -> RemotingConnection:
+        return RemotingConnection(self.table, self.limits, on_open=self._opened,
+                                  on_close=self._closed)
+
+    def _opened(self, connection: RemotingConnection) -> None:
+        if self.connections_max and len(self.connections) >= self.connections_max:
+            self.refused_connections_total += 1
+            LOGGER.warning("refusing remoting connection from %s: %d connections open, the "
+                           "connections_max", connection.remote_address, len(self.connections))
+            connection.abort("connections_max reached")
+            return
+        self.connections[connection.connection_id] = connection
+        if self._on_connect is not None:
+            self._on_connect(connection)
+
+    def _closed(self, connection: RemotingConnection, exc: Optional[BaseException]) -> None:
+        if self.connections.pop(connection.connection_id, None) is None:
+            return  # refused at the cap: on_connect never saw it
+        if self._on_close is not None:
+            self._on_close(connection, exc)
+
+    def _listening(self, server: asyncio.AbstractServer) -> "RemotingServer":
+        self._server = server
+        # Kept from the start: the address stays readable after close() for logs.
+        name = server.sockets[0].getsockname() if server.sockets else ""
+        self._address = f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
+        return self
+
+    @property
+    def sockets(self) -> tuple:
+        """The listening sockets."""
+        return tuple(self._server.sockets) if self._server is not None else ()
+
+    @property
+    def address(self) -> str:
+        """``"ip:port"`` of the first listening socket (the real port when 0 was asked), or the
+        unix socket path."""
+        return self._address
+
+    def close(self) -> None:
+        """Stop listening and close every connection (unsent data is discarded)."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections.values()):
+            for task in list(connection.handler_tasks):
+                task.cancel()
+            connection.abort("server closed")
+
+    async def wait_closed(self) -> None:
+        """Wait until the listener and every connection have closed, and their handler tasks
+        have been cancelled."""
+        tasks = []
+        for connection in list(self.connections.values()):
+            if connection.closed_future is not None:
+                tasks.append(connection.closed_future)
+        if tasks:
+            await asyncio.gather(*tasks)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+async def start_server(host: Optional[str], port: int, table: RequestTable, *,
+                       reuse_port: bool = False, sock: Optional[socket.socket] = None,
+                       backlog: int = 1024, on_connect: Optional[OnConnect] = None,
+                       on_close: Optional[OnClose] = None, connections_max: int = 0,
+                       limits: Optional[ConnectionLimits] = None,
+                       **limit_values) -> RemotingServer:
+    """Listen on ``host:port`` (port 0: an ephemeral port, see :attr:`RemotingServer.address`).
+
+    ``reuse_port`` sets SO_REUSEPORT so several worker processes share the port. ``sock``: an
+    already bound socket (TCP or unix) to serve instead of host/port. ``connections_max``:
+    connections beyond this many are closed at once (0 = no cap). Limits: pass a
+    :class:`ConnectionLimits` as ``limits`` or its fields as keywords (``idle_timeout_ms=...``).
+    """
+    server = RemotingServer(table, _limits(limits, limit_values), on_connect, on_close,
+                            connections_max)
+    loop = asyncio.get_running_loop()
+    make = server._make_connection
+    if sock is not None and sock.family == socket.AF_UNIX:
+        listener = await loop.create_unix_server(make, sock=sock, backlog=backlog)
+    elif sock is not None:
+        listener = await loop.create_server(make, sock=sock, backlog=backlog)
+    else:
+        listener = await loop.create_server(make, host, port, reuse_port=reuse_port or None,
+                                            backlog=backlog)
+    return server._listening(listener)
+
+
+async def start_unix_server(path: str, table: RequestTable, *, backlog: int = 1024,
+                            on_connect: Optional[OnConnect] = None,
+                            on_close: Optional[OnClose] = None, connections_max: int = 0,
+                            limits: Optional[ConnectionLimits] = None,
+                            **limit_values) -> RemotingServer:
+    """Listen on the unix socket ``path`` (the metadata service); otherwise as start_server."""
+    server = RemotingServer(table, _limits(limits, limit_values), on_connect, on_close,
+                            connections_max)
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_unix_server(server._make_connection, path, backlog=backlog)
+    return server._listening(listener)
+
+
+def _limits(limits: Optional[ConnectionLimits], limit_values: dict) -> ConnectionLimits:
+    if limits is not None and limit_values:
+        raise TypeError("pass either limits= or limit keywords, not both")
+    return limits if limits is not None else ConnectionLimits(**limit_values)

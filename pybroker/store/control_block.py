@@ -1,0 +1,223 @@
+# The control block: a fixed-layout mapped file of the positions writers publish (DESIGN §2.2).
+"""Published positions, one writer per field; readers never block writers.
+
+The file is a run-time exchange area, not a RocketMQ format: words are native-endian unsigned
+64-bit, read with acquire loads and written with release stores (``pybroker._fast.ring``).
+Every field has its own 64-byte cache line, so writers in different processes never share a
+line; a line also holds the field's *waiters* mask, the sleep flags of workers blocked until the
+field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
+
+    offset        size  content                                       writer
+    0             8     magic "PBCTRLB1"                               creator
+    8             8     layout version (1)                             creator
+    16            8     file size in bytes                             creator
+    64 * (1 + i)  8     field i value (FIELDS order below)             FIELD_OWNERS[i]
+    64 * (1 + i)+8 8    field i waiters mask                           waiters set, publisher takes
+    WORKERS_OFFSET + 64 * w        8  appends  (records appended)     worker in slot w
+    WORKERS_OFFSET + 64 * w + 8    8  batches  (drains / group commits)
+    WORKERS_OFFSET + 64 * w + 16   8  wakeups  (times woken from sleep)
+
+with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 704 and ``WORKER_SLOTS_MAX`` = 32 lines, so the
+block ends at 2752 and the file is one 4096-byte page. Positions are CommitLog physical offsets
+(bytes); timestamps are epoch milliseconds; ``broker_state`` holds a :class:`BrokerState`.
+"""
+import enum
+import mmap
+import os
+
+from pybroker._fast import ring
+
+CACHE_LINE_BYTES = 64
+MAGIC = int.from_bytes(b"PBCTRLB1", "little")
+LAYOUT_VERSION = 1
+MAGIC_OFFSET = 0
+VERSION_OFFSET = 8
+SIZE_OFFSET = 16
+WAITERS_FIELD_OFFSET = 8
+
+# (field name, writer): the order fixes the offsets, so append only.
+FIELD_OWNERS = (
+    ("written_position", "appender"),
+    ("written_store_timestamp", "appender"),
+    ("flushed_position", "flusher"),
+    ("dispatched_position", "dispatcher"),
+    ("replicated_position", "ha"),
+    ("logics_flushed_timestamp", "dispatcher"),
+    ("index_flushed_timestamp", "dispatcher"),
+    ("physic_flushed_timestamp", "flusher"),
+    ("generation", "supervisor"),
+    ("broker_state", "supervisor"),
+)
+FIELDS = tuple(name for name, _ in FIELD_OWNERS)
+FIELD_OFFSETS = {name: CACHE_LINE_BYTES * (1 + index) for index, name in enumerate(FIELDS)}
+
+WORKER_COUNTERS = ("appends", "batches", "wakeups")
+WORKER_COUNTER_OFFSETS = {name: 8 * index for index, name in enumerate(WORKER_COUNTERS)}
+WORKER_SLOTS_MAX = 32
+WORKERS_OFFSET = CACHE_LINE_BYTES * (1 + len(FIELDS))
+BLOCK_END_OFFSET = WORKERS_OFFSET + CACHE_LINE_BYTES * WORKER_SLOTS_MAX
+FILE_SIZE_BYTES = 4096
+
+assert FIELD_OFFSETS["written_position"] == 64
+assert FIELD_OFFSETS["broker_state"] == 640
+assert WORKERS_OFFSET == 704
+assert BLOCK_END_OFFSET == 2752 <= FILE_SIZE_BYTES
+assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
+assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
+# A waiters mask is one 64-bit word: one bit per worker slot.
+assert WORKER_SLOTS_MAX <= 64
+
+
+class BrokerState(enum.IntEnum):
+    """Values of ``broker_state`` (a zeroed block reads as STARTING)."""
+
+    STARTING = 0
+    RUNNING = 1
+    STOPPING = 2
+    FAILED = 3
+
+
+class _Word:
+    """Descriptor: an unsigned 64-bit word at ``owner._base + offset`` of the owner's map.
+
+    Get is an acquire load, set a release store (only the field's writer sets it)."""
+
+    def __init__(self, offset: int, doc: str):
+        self.offset = offset
+        self.__doc__ = doc
+
+    def __get__(self, block, owner=None):
+        if block is None:
+            return self
+        return ring.load_u64(block._words(), block._base + self.offset)
+
+    def __set__(self, block, value: int) -> None:
+        ring.store_u64(block._words(), block._base + self.offset, value)
+
+
+class WorkerCounters:
+    """The counters of one worker slot (single writer: that worker; the profiler reads)."""
+
+    def __init__(self, block: "ControlBlock", slot: int):
+        self._block = block
+        self._base = WORKERS_OFFSET + CACHE_LINE_BYTES * slot
+
+    def _words(self):
+        return self._block._words()
+
+    appends = _Word(WORKER_COUNTER_OFFSETS["appends"], "records appended by this worker (count)")
+    batches = _Word(WORKER_COUNTER_OFFSETS["batches"], "drains / group commits done (count)")
+    wakeups = _Word(WORKER_COUNTER_OFFSETS["wakeups"], "times this worker woke from a sleep")
+
+    def add(self, appends: int = 0, batches: int = 0, wakeups: int = 0) -> None:
+        """Increase the counters (plain load + release store: there is one writer)."""
+        words = self._words()
+        for name, delta in (("appends", appends), ("batches", batches), ("wakeups", wakeups)):
+            if delta:
+                offset = self._base + WORKER_COUNTER_OFFSETS[name]
+                ring.store_u64(words, offset, ring.load_u64(words, offset) + delta)
+
+
+class ControlBlock:
+    """The mapped control block at ``path``; ``create=True`` (supervisor) writes a fresh,
+    zeroed block (replacing any stale file), ``create=False`` attaches and checks the header.
+
+    Every field of FIELDS is a property: get = acquire load, set = release store (only the
+    owner sets). ``publish`` also takes the field's waiters for the caller to wake.
+    """
+
+    _base = 0
+    _map = None
+
+    def __init__(self, path: str, create: bool):
+        self.path = path
+        flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, FILE_SIZE_BYTES)
+            elif os.fstat(fd).st_size != FILE_SIZE_BYTES:
+                raise ValueError(f"control block {path} is {os.fstat(fd).st_size} bytes, "
+                                 f"expected {FILE_SIZE_BYTES}")
+            self._map = mmap.mmap(fd, FILE_SIZE_BYTES, mmap.MAP_SHARED,
+                                  mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        if create:
+            ring.store_u64(self._map, VERSION_OFFSET, LAYOUT_VERSION)
+            ring.store_u64(self._map, SIZE_OFFSET, FILE_SIZE_BYTES)
+            ring.store_u64(self._map, MAGIC_OFFSET, MAGIC)
+        elif ring.load_u64(self._map, MAGIC_OFFSET) != MAGIC or \
+                ring.load_u64(self._map, VERSION_OFFSET) != LAYOUT_VERSION:
+            self._map.close()
+            raise ValueError(f"{path} is not a version {LAYOUT_VERSION} control block")
+
+    def _words(self) -> mmap.mmap:
+        if self._map is None:
+            raise ValueError(f"control block {self.path} is closed")
+        return self._map
+
+    def close(self) -> None:
+        """Unmap (idempotent). The file stays; its creator removes it."""
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    def __enter__(self) -> "ControlBlock":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def load(self, field: str) -> int:
+        """Acquire-load a field by name."""
+        return ring.load_u64(self._words(), FIELD_OFFSETS[field])
+
+    def publish(self, field: str, value: int, monotonic: bool = False) -> int:
+        """Store value into field (release; with monotonic=True never lower it), fence, and
+        take the waiters mask: the returned bits are worker slots the caller must signal."""
+        words = self._words()
+        offset = FIELD_OFFSETS[field]
+        if monotonic:
+            ring.max_u64(words, offset, value)
+        else:
+            ring.store_u64(words, offset, value)
+        ring.fence()
+        waiters_offset = offset + WAITERS_FIELD_OFFSET
+        if ring.load_u64(words, waiters_offset) == 0:
+            return 0
+        return ring.exchange_u64(words, waiters_offset, 0)
+
+    def add_waiter(self, field: str, slot: int) -> None:
+        """Set worker slot's bit in field's waiters mask (sequentially consistent)."""
+        _check_slot(slot)
+        ring.fetch_or_u64(self._words(), FIELD_OFFSETS[field] + WAITERS_FIELD_OFFSET, 1 << slot)
+
+    def remove_waiter(self, field: str, slot: int) -> None:
+        """Clear worker slot's bit in field's waiters mask."""
+        _check_slot(slot)
+        ring.fetch_and_u64(self._words(), FIELD_OFFSETS[field] + WAITERS_FIELD_OFFSET,
+                           ~(1 << slot) & 0xFFFFFFFFFFFFFFFF)
+
+    def waiters(self, field: str) -> int:
+        """The current waiters mask of field (diagnostics)."""
+        return ring.load_u64(self._words(), FIELD_OFFSETS[field] + WAITERS_FIELD_OFFSET)
+
+    def worker(self, slot: int) -> WorkerCounters:
+        """Counters of worker slot (0 <= slot < WORKER_SLOTS_MAX)."""
+        _check_slot(slot)
+        return WorkerCounters(self, slot)
+
+    @property
+    def state(self) -> BrokerState:
+        """broker_state as a BrokerState."""
+        return BrokerState(self.broker_state)
+
+
+def _check_slot(slot: int) -> None:
+    if not 0 <= slot < WORKER_SLOTS_MAX:
+        raise ValueError(f"worker slot must be in [0, {WORKER_SLOTS_MAX}), got {slot}")
+
+
+for _field, _owner in FIELD_OWNERS:
+    setattr(ControlBlock, _field, _Word(FIELD_OFFSETS[_field], f"written by the {_owner}"))

@@ -1,0 +1,243 @@
+# Reput: tail the CommitLog and write each record's ConsumeQueue unit and index keys (§4.3-4.5).
+"""The dispatcher ("reput" service): CommitLog records -> ConsumeQueue units + IndexFile keys.
+
+:meth:`Dispatcher.dispatch_until` walks whole records from ``reput_from_offset`` up to a given
+physical offset and, for each record:
+
+* ConsumeQueue unit (physical offset, size, tags code) at the record's queue offset, unless the
+  record is a PREPARED or ROLLBACK transaction record (those have no queue offset). The tags code
+  is the Java hash of ``TAGS`` (0 without tags); for ``SCHEDULE_TOPIC_XXXX`` with a ``DELAY``
+  level > 0 it is the delivery time: store time + delay of the level (capped to the last level).
+* Index keys ``topic#UNIQ_KEY`` and ``topic#k`` per ``KEYS`` entry, unless ROLLBACK (the
+  :class:`~pybroker.store.index_file.IndexService` applies that rule and skips records it has).
+
+Both writes are idempotent (a ConsumeQueue skips units it already has, the index skips records
+below its end offset), so re-dispatching a range after recovery is safe.
+
+The walk itself runs per file in ``pybroker._fast.record``; Python per record only looks up the
+three or four properties it needs with ``str.rfind`` (no dict of all properties) and calls the two
+writers. Records are taken only up to a complete record: a partially replicated tail (a slave's
+last chunk) stops the walk until more bytes arrive. A damaged record in the written region is an
+invariant violation and raises :class:`~pybroker.errors.StoreCorruptError`.
+
+The dispatched position is published after every call through ``on_dispatched(offset)`` (the
+control block in the multi-process broker) and kept in :attr:`Dispatcher.reput_from_offset`.
+"""
+import logging
+import re
+from collections.abc import Callable
+
+from pybroker._fast import record as record_codec
+from pybroker._fast.jhash import tags_code as java_tags_code
+from pybroker.errors import StoreCorruptError
+from pybroker.protocol.constants import (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR,
+                                         TRANSACTION_TYPE_MASK, MessageSysFlag, Property,
+                                         SystemTopic)
+from pybroker.store.commitlog import CommitLog
+from pybroker.store.consume_queue import ConsumeQueueStore
+from pybroker.store.index_file import IndexService
+from pybroker.store.mapped_file import MappedFile
+
+__all__ = ["Dispatcher", "parse_delay_levels", "property_value", "DELAY_UNIT_MS"]
+
+log = logging.getLogger(__name__)
+
+DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_PREPARED = int(MessageSysFlag.TRANSACTION_PREPARED_TYPE)
+_ROLLBACK = int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
+_NO_QUEUE_TYPES = (_PREPARED, _ROLLBACK)
+_TAGS_KEY = Property.TAGS + NAME_VALUE_SEPARATOR
+_KEYS_KEY = Property.KEYS + NAME_VALUE_SEPARATOR
+_UNIQ_KEY = Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
+_DELAY_KEY = Property.DELAY_TIME_LEVEL + NAME_VALUE_SEPARATOR
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """``messageDelayLevel`` ("1s 5s ... 2h") -> delay of level 1, 2, ... in ms.
+
+    ValueError on an item that is not a positive number followed by s, m, h or d.
+    """
+    levels = []
+    for item in text.split():
+        found = re.fullmatch(r"([0-9]{1,9})([smhd])", item)
+        if found is None or int(found.group(1)) == 0:
+            raise ValueError(f"messageDelayLevel item {item!r} is not like '5s', '1m', '2h'")
+        levels.append(int(found.group(1)) * DELAY_UNIT_MS[found.group(2)])
+    if not levels:
+        raise ValueError("messageDelayLevel names no level")
+    return tuple(levels)
+
+
+def property_value(properties: str, key_with_separator: str) -> str | None:
+    """Value of one property in a properties string without decoding the others.
+
+    ``key_with_separator`` is ``name + "\\x01"``. Like Java's decoder the last occurrence wins
+    and an empty value counts as absent.
+    """
+    at = properties.rfind(key_with_separator)
+    while at >= 0:
+        if at == 0 or properties[at - 1] == PROPERTY_SEPARATOR:
+            start = at + len(key_with_separator)
+            end = properties.find(PROPERTY_SEPARATOR, start)
+            value = properties[start:end] if end >= 0 else properties[start:]
+            return value or None
+        at = properties.rfind(key_with_separator, 0, at)
+    return None
+
+
+class Dispatcher:
+    """Reput from the CommitLog into the consume queues and the index (the single writer of both).
+
+    Parameters
+    ----------
+    commitlog : CommitLog
+        The log to tail (read side is enough).
+    consume_queue_store : ConsumeQueueStore
+        Writable consume queues; a queue is created on its first record.
+    index_service : IndexService or None
+        Writable index, or None when ``messageIndexEnable`` is false.
+    delay_levels_ms : tuple of int
+        Delay of level 1, 2, ... (ms), for the schedule topic's tags code.
+    reput_from_offset : int
+        Physical offset (bytes) of the first record to dispatch.
+    on_dispatched : callable, optional
+        Called with the new dispatched physical offset after each :meth:`dispatch_until`.
+    """
+
+    def __init__(self, commitlog: CommitLog, consume_queue_store: ConsumeQueueStore,
+                 index_service: IndexService | None, delay_levels_ms: tuple[int, ...],
+                 reput_from_offset: int = 0,
+                 on_dispatched: Callable[[int], None] | None = None):
+        if reput_from_offset < 0:
+            raise ValueError(f"reput_from_offset must be >= 0, got {reput_from_offset}")
+        self.commitlog = commitlog
+        self.consume_queue_store = consume_queue_store
+        self.index_service = index_service
+        self.delay_levels_ms = tuple(delay_levels_ms)
+        self.reput_from_offset = reput_from_offset
+        self.on_dispatched = on_dispatched
+        self.last_store_timestamp = 0     # ms, store time of the last dispatched record
+        self.dispatched_total = 0         # records dispatched since construction
+        # One-entry cache: consecutive records mostly share a topic-queue.
+        self._last_queue_key: tuple[str, int] | None = None
+        self._last_queue = None
+
+    def dispatch_behind_bytes(self, max_physical_offset: int | None = None) -> int:
+        """Bytes written to the CommitLog but not dispatched yet."""
+        if max_physical_offset is None:
+            max_physical_offset = self.commitlog.max_offset()
+        return max(max_physical_offset - self.reput_from_offset, 0)
+
+    def dispatch_until(self, max_physical_offset: int) -> int:
+        """Dispatch every whole record in ``[reput_from_offset, max_physical_offset)``.
+
+        Returns the number of records dispatched. Stops early at the end of written data or at a
+        record not yet complete (it is taken on a later call). StoreCorruptError on damage.
+        """
+        queue = self.commitlog.mapped_file_queue
+        dispatched = 0
+        offset = self.reput_from_offset
+        while offset < max_physical_offset:
+            mapped_file = queue.find_mapped_file_by_offset(offset)
+            if mapped_file is None:
+                min_offset = self.commitlog.min_offset()
+                if 0 <= offset < min_offset:
+                    # Files below were deleted by cleanup: resume at the oldest record left.
+                    log.warning("reput offset %d is below the CommitLog min %d; skipping ahead",
+                                offset, min_offset)
+                    offset = min_offset
+                    continue
+                break
+            count, next_offset = self._dispatch_file(mapped_file, offset, max_physical_offset)
+            dispatched += count
+            if next_offset == offset:
+                break
+            offset = next_offset
+        self.reput_from_offset = offset
+        self.dispatched_total += dispatched
+        if self.on_dispatched is not None:
+            self.on_dispatched(offset)
+        return dispatched
+
+    def _dispatch_file(self, mapped_file: MappedFile, offset: int,
+                       max_physical_offset: int) -> tuple[int, int]:
+        """Dispatch records of one file from global ``offset``: (count, next global offset)."""
+        base = mapped_file.file_from_offset
+        position = offset - base
+        end = min(mapped_file.wrote_position, max_physical_offset - base)
+        if position >= end or not mapped_file.hold():
+            return 0, offset
+        buffer = mapped_file.buffer()
+        count = 0
+        check, decode, dispatch_one = record_codec.check, record_codec.decode, self._dispatch_one
+        try:
+            while position < end:
+                status, total_size = check(buffer, position, end, False)
+                if status == record_codec.RECORD_OK:
+                    message_record = decode(buffer, position)
+                    dispatch_one(message_record)
+                    message_record.body.release()
+                    position += total_size
+                    count += 1
+                elif status == record_codec.RECORD_BLANK:
+                    return count, base + self.commitlog.file_size
+                elif status in (record_codec.RECORD_END, record_codec.RECORD_TRUNCATED):
+                    break   # end of data, or a record whose bytes are not all here yet
+                else:
+                    raise StoreCorruptError(
+                        f"{mapped_file.path}: damaged record at file position {position} "
+                        f"(physical offset {base + position}, status {status}) in the written "
+                        f"region; dispatch stops")
+            return count, base + position
+        finally:
+            buffer.release()
+            mapped_file.release()
+
+    def _dispatch_one(self, message_record) -> None:
+        """ConsumeQueue unit and index keys of one decoded record."""
+        properties = message_record.properties
+        transaction_type = message_record.sys_flag & TRANSACTION_TYPE_MASK
+        topic = message_record.topic
+        store_timestamp = message_record.store_timestamp
+        if transaction_type not in _NO_QUEUE_TYPES:
+            tags_code = self._tags_code(topic, properties, store_timestamp)
+            queue_key = (topic, message_record.queue_id)
+            if queue_key != self._last_queue_key:
+                self._last_queue = self.consume_queue_store.find_or_create(*queue_key)
+                self._last_queue_key = queue_key
+            if not self._last_queue.put(message_record.physical_offset,
+                                        message_record.total_size, tags_code,
+                                        message_record.queue_offset):
+                raise StoreCorruptError(
+                    f"consume queue {topic}-{message_record.queue_id} refused queue offset "
+                    f"{message_record.queue_offset} of physical offset "
+                    f"{message_record.physical_offset}: the queue and the CommitLog disagree")
+        index_service = self.index_service
+        if index_service is not None and transaction_type != _ROLLBACK:
+            keys = property_value(properties, _KEYS_KEY)
+            uniq_key = property_value(properties, _UNIQ_KEY)
+            if keys or uniq_key:
+                index_service.build_index(topic, keys, uniq_key, message_record.physical_offset,
+                                          store_timestamp, message_record.sys_flag)
+        self.last_store_timestamp = store_timestamp
+
+    def _tags_code(self, topic: str, properties: str, store_timestamp: int) -> int:
+        tags_code = java_tags_code(property_value(properties, _TAGS_KEY))
+        if topic != SystemTopic.SCHEDULE:
+            return tags_code
+        level_text = property_value(properties, _DELAY_KEY)
+        try:
+            level = int(level_text) if level_text is not None else 0
+        except ValueError:
+            log.warning("schedule record at %d has DELAY %r; tags code kept", store_timestamp,
+                        level_text)
+            return tags_code
+        level = min(level, len(self.delay_levels_ms))
+        if level <= 0:
+            return tags_code
+        return store_timestamp + self.delay_levels_ms[level - 1]
+
+    def forget_queues(self) -> None:
+        """Drop the cached queue (call after consume queues were destroyed or replaced)."""
+        self._last_queue_key = None
+        self._last_queue = None

@@ -1,0 +1,85 @@
+# Tests of the delay (schedule) service over a real store with an injected clock.
+"""Goal: delayed messages reach their real topic/queue exactly when due (DELAY removed, REAL_*
+kept), progress survives a restart through delayOffset.json, and nothing is delivered twice.
+Method: DELAY sends through the real send handler into a real MessageStore on tmp_path whose
+clock the test sets; ScheduleService.run_once is driven with explicit times.
+"""
+import importlib.util
+import pathlib
+
+import pytest
+
+from pybroker.broker import schedule, send
+from pybroker.protocol.codes import ResponseCode
+from pybroker.store import config_docs, paths
+
+_spec = importlib.util.spec_from_file_location(
+    "send_harness", pathlib.Path(__file__).with_name("send_harness.py"))
+harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(harness)
+T0 = 1_800_000_000_000
+
+
+@pytest.fixture
+def broker(tmp_path):
+    clock = [T0]
+    created = harness.Broker(tmp_path, clock_ms=lambda: clock[0])
+    created.clock = clock
+    yield created
+    created.close()
+
+
+def service(broker, **kwargs):
+    path = paths.config_path(str(broker.store.store_root), paths.DELAY_OFFSET_CONFIG)
+    return schedule.ScheduleService(broker.store, broker.putter,
+                                    broker.config.derived.delay_levels_ms, path, **kwargs)
+
+
+def send_delayed(broker, level: int, body: bytes, queue_id: int = 1) -> None:
+    response = broker.call(send.handle_send_message, harness.send_request(
+        "java", body, queue_id=queue_id, properties=harness.properties_text(
+            DELAY=str(level), TAGS="tg", WAIT="true")))
+    assert response.code == ResponseCode.SUCCESS
+
+
+def test_delivers_when_due_and_only_once(broker):
+    send_delayed(broker, 1, b"one")
+    send_delayed(broker, 2, b"two", queue_id=3)
+    send_delayed(broker, 1, b"three")
+    delay = service(broker, persist_interval_ms=0)
+    assert harness.run(delay.run_once(T0 + 999)) == 0
+    assert harness.run(delay.run_once(T0 + 1000)) == 2
+    delivered = broker.records(harness.TOPIC, 1)
+    assert [bytes(r.body) for r, _ in delivered] == [b"one", b"three"]
+    for _, properties in delivered:
+        assert "DELAY" not in properties and "WAIT" not in properties
+        assert properties["REAL_TOPIC"] == harness.TOPIC and properties["TAGS"] == "tg"
+    assert delay.offset_table == {1: 2}
+    assert harness.run(delay.run_once(T0 + 5000)) == 1
+    assert [bytes(r.body) for r, _ in broker.records(harness.TOPIC, 3)] == [b"two"]
+    saved = config_docs.load_delay_offsets(delay.offsets_path).offset_table
+    assert saved == {1: 2, 2: 1}
+    again = service(broker, persist_interval_ms=0)
+    assert again.offset_table == saved
+    assert harness.run(again.run_once(T0 + 10_000_000)) == 0
+    assert len(broker.records(harness.TOPIC, 1)) == 2
+
+
+def test_stops_at_the_first_message_not_due(broker):
+    send_delayed(broker, 3, b"early")          # 10 s
+    broker.clock[0] = T0 + 5000
+    send_delayed(broker, 3, b"late")
+    delay = service(broker)
+    assert harness.run(delay.run_once(T0 + 12_000)) == 1
+    assert delay.offset_table == {3: 1}
+    assert harness.run(delay.run_once(T0 + 15_000)) == 1
+
+
+def test_persist_interval_bounds_file_writes(broker):
+    send_delayed(broker, 1, b"x")
+    delay = service(broker, persist_interval_ms=60_000)
+    delay._persisted_ms = T0
+    assert harness.run(delay.run_once(T0 + 1000)) == 1
+    assert config_docs.load_delay_offsets(delay.offsets_path).offset_table == {}
+    delay.persist()
+    assert config_docs.load_delay_offsets(delay.offsets_path).offset_table == {1: 1}

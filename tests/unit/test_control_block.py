@@ -1,0 +1,158 @@
+"""The control block keeps every published position at its documented offset, visible across
+processes, monotonic where asked, never torn, and rejects files that are not a control block.
+
+Method: the layout table is checked against the derived offsets; fields are written through one
+ControlBlock and read through another on the same real file; forked writer processes publish
+their own fields while the test reads them concurrently (values whose two 32-bit halves must
+agree expose torn reads); damaged and wrong-size files must raise.
+"""
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from pybroker._fast import ring
+from pybroker.store import control_block
+from pybroker.store.control_block import BrokerState, ControlBlock
+
+FORK = multiprocessing.get_context("fork")
+CONTRACT_FIELDS = (
+    "written_position", "written_store_timestamp", "flushed_position", "dispatched_position",
+    "replicated_position", "logics_flushed_timestamp", "index_flushed_timestamp",
+    "physic_flushed_timestamp", "generation", "broker_state",
+)
+
+
+def test_layout_table():
+    assert control_block.FIELDS == CONTRACT_FIELDS
+    lines = [offset // control_block.CACHE_LINE_BYTES
+             for offset in control_block.FIELD_OFFSETS.values()]
+    # One cache line per field, after the header line, in FIELDS order.
+    assert lines == list(range(1, len(CONTRACT_FIELDS) + 1))
+    assert control_block.WORKERS_OFFSET == 64 * (1 + len(CONTRACT_FIELDS))
+    last_worker_line_end = control_block.WORKERS_OFFSET + 64 * control_block.WORKER_SLOTS_MAX
+    assert last_worker_line_end <= control_block.FILE_SIZE_BYTES
+    assert {owner for _, owner in control_block.FIELD_OWNERS} == {
+        "appender", "flusher", "dispatcher", "ha", "supervisor"}
+
+
+def test_fields_round_trip_between_two_maps(tmp_path, rand):
+    path = str(tmp_path / "control")
+    with ControlBlock(path, create=True) as writer, ControlBlock(path, create=False) as reader:
+        assert os.path.getsize(path) == control_block.FILE_SIZE_BYTES
+        values = {name: rand.randrange(2**64) for name in CONTRACT_FIELDS}
+        for name, value in values.items():
+            setattr(writer, name, value)
+        for name, value in values.items():
+            assert getattr(reader, name) == value
+            assert reader.load(name) == value
+            # The word really is at the documented offset.
+            offset = control_block.FIELD_OFFSETS[name]
+            assert int.from_bytes(reader._map[offset:offset + 8], "little") == value
+        writer.broker_state = BrokerState.RUNNING
+        assert reader.state is BrokerState.RUNNING
+        with pytest.raises(OverflowError):
+            writer.written_position = -1
+
+
+def test_create_replaces_a_stale_block(tmp_path):
+    path = str(tmp_path / "control")
+    with ControlBlock(path, create=True) as block:
+        block.generation = 7
+        block.flushed_position = 1 << 40
+    with ControlBlock(path, create=True) as block:
+        assert block.generation == 0 and block.flushed_position == 0
+        assert block.state is BrokerState.STARTING
+
+
+def test_attach_rejects_other_files(tmp_path):
+    wrong_size = tmp_path / "short"
+    wrong_size.write_bytes(bytes(100))
+    with pytest.raises(ValueError, match="expected 4096"):
+        ControlBlock(str(wrong_size), create=False)
+    zeroed = tmp_path / "zeroed"
+    zeroed.write_bytes(bytes(control_block.FILE_SIZE_BYTES))
+    with pytest.raises(ValueError, match="not a version 1 control block"):
+        ControlBlock(str(zeroed), create=False)
+    with pytest.raises(FileNotFoundError):
+        ControlBlock(str(tmp_path / "missing"), create=False)
+    block = ControlBlock(str(tmp_path / "closed"), create=True)
+    block.close()
+    block.close()
+    with pytest.raises(ValueError, match="closed"):
+        block.load("written_position")
+    with pytest.raises(ValueError, match="closed"):
+        block.written_position = 1
+
+
+def test_monotonic_publish_and_waiters(tmp_path):
+    with ControlBlock(str(tmp_path / "control"), create=True) as block:
+        assert block.publish("written_position", 100, monotonic=True) == 0
+        block.publish("written_position", 50, monotonic=True)
+        assert block.written_position == 100
+        block.add_waiter("written_position", 3)
+        block.add_waiter("written_position", 31)
+        block.add_waiter("flushed_position", 5)
+        assert block.waiters("written_position") == (1 << 3) | (1 << 31)
+        # The publisher takes the mask: each sleeper is signalled once.
+        assert block.publish("written_position", 200) == (1 << 3) | (1 << 31)
+        assert block.publish("written_position", 300) == 0
+        block.remove_waiter("flushed_position", 5)
+        assert block.publish("flushed_position", 1) == 0
+        for bad in (-1, control_block.WORKER_SLOTS_MAX):
+            with pytest.raises(ValueError, match="worker slot"):
+                block.add_waiter("written_position", bad)
+        with pytest.raises(KeyError):
+            block.publish("no_such_field", 1)
+
+
+def test_worker_counters(tmp_path):
+    path = str(tmp_path / "control")
+    with ControlBlock(path, create=True) as writer, ControlBlock(path, create=False) as reader:
+        counters = writer.worker(2)
+        counters.add(appends=128, batches=2)
+        counters.add(appends=64, batches=1, wakeups=1)
+        counters.wakeups += 4
+        seen = reader.worker(2)
+        assert (seen.appends, seen.batches, seen.wakeups) == (192, 3, 5)
+        assert (reader.worker(1).appends, reader.worker(3).appends) == (0, 0)
+        with pytest.raises(ValueError, match="worker slot"):
+            reader.worker(control_block.WORKER_SLOTS_MAX)
+
+
+def doubled(value: int) -> int:
+    """A 64-bit word whose halves are equal: a torn read breaks the equality."""
+    return (value << 32) | value
+
+
+def run_field_writer(path: str, field: str, count: int) -> None:
+    with ControlBlock(path, create=False) as block:
+        for value in range(1, count + 1):
+            block.publish(field, doubled(value))
+
+
+def test_cross_process_writers_readers_never_see_torn_or_backward_values(tmp_path):
+    path = str(tmp_path / "control")
+    count = 20_000
+    fields = ("written_position", "flushed_position", "dispatched_position")
+    with ControlBlock(path, create=True) as reader:
+        writers = [FORK.Process(target=run_field_writer, args=(path, field, count))
+                   for field in fields]
+        for process in writers:
+            process.start()
+        last = dict.fromkeys(fields, 0)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for field in fields:
+                word = reader.load(field)
+                assert word >> 32 == word & 0xFFFFFFFF, f"torn read of {field}: {word:#x}"
+                assert word >= last[field], f"{field} went backwards"
+                last[field] = word
+            if all(value == doubled(count) for value in last.values()):
+                break
+        for process in writers:
+            process.join(max(0.0, deadline - time.monotonic()))
+        assert all(p.exitcode == 0 for p in writers), [p.exitcode for p in writers]
+        assert last == dict.fromkeys(fields, doubled(count))
+        assert ring.load_u64(reader._map, control_block.MAGIC_OFFSET) == control_block.MAGIC

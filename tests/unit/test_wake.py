@@ -1,0 +1,272 @@
+"""Eventfd wake-ups with the sleep-flag protocol are never lost and never sent to an awake peer.
+
+Method: real forked processes play ping-pong through a byte ring and a completion ring, so every
+round races a sleeper's flag-fence-recheck against the peer's publish-fence-check; a position
+watcher sleeps on a control-block field a forked publisher advances; an asyncio loop drains
+completions through loop.add_reader. Every blocking wait has a timeout that, if it expires
+with nothing to do, fails the test, and the whole exchange runs under a deadline.
+"""
+import asyncio
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from pybroker._fast.ring import ByteRing, CompletionRing
+from pybroker.proc import shared
+from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, PositionWatch, Sleeper, WakeFd,
+                                signal_mask)
+from pybroker.store.control_block import ControlBlock
+
+FORK = multiprocessing.get_context("fork")
+WAIT_MS = 5000
+DEADLINE_S = 60
+
+
+def join_all(processes, errors_dir):
+    deadline = time.monotonic() + DEADLINE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    alive = [p for p in processes if p.is_alive()]
+    for process in alive:
+        process.kill()
+        process.join()
+    messages = [p.read_text() for p in sorted(errors_dir.glob("*.err"))]
+    assert not alive, f"deadline of {DEADLINE_S} s passed: {messages}"
+    assert [p.exitcode for p in processes] == [0] * len(processes), messages
+
+
+def fail(error_path, message: str, code: int = 3) -> None:
+    error_path.write_text(message)
+    os._exit(code)
+
+
+def test_wake_fd_signal_wait_and_timeout():
+    wake = WakeFd()
+    started = time.monotonic()
+    assert wake.wait(20) is False
+    assert 0.015 <= time.monotonic() - started < 2
+    wake.signal()
+    wake.signal()
+    assert wake.consume() == 2 and wake.consume() == 0
+    wake.signal()
+    assert wake.wait(None) is True
+    assert (wake.signals_sent, wake.wakeups) == (3, 2)
+    wake.close()
+    wake.close()
+
+
+def test_sleeper_returns_at_once_when_work_is_there():
+    region = bytearray(ByteRing.region_size(256))
+    producer, consumer = ByteRing(region, True, 256), ByteRing(region, False)
+    wake = WakeFd()
+    sleeper = Sleeper(wake, [ConsumerSide(consumer)])
+    producer.put(b"x")
+    assert producer.commit() is False          # consumer awake: no signal needed
+    started = time.monotonic()
+    assert sleeper.sleep(WAIT_MS) is True      # the re-check found the record
+    assert time.monotonic() - started < 1
+    assert producer.put(b"y") >= 0
+    assert producer.commit() is False          # the flag was cleared on return
+    assert sleeper.sleep(0) is True
+    count, _, end = consumer.peek_batch()
+    consumer.release(end)
+    assert sleeper.sleep(10) is False          # nothing: times out
+    wake.close()
+
+
+def run_pinger(paths, rounds, work_fd, done_fd, error_path):
+    requests = shared.attach_byte_ring(paths[0]).ring
+    completions = shared.attach_completion_ring(paths[1]).ring
+    sleeper = Sleeper(done_fd, [ConsumerSide(completions)])
+    for round_index in range(rounds):
+        requests.put(round_index.to_bytes(8, "little"))
+        if requests.commit():
+            work_fd.signal()
+        while True:
+            answers = completions.drain()
+            if answers:
+                break
+            if not sleeper.sleep(WAIT_MS):
+                fail(error_path, f"pinger: wake-up lost in round {round_index}")
+        if answers != [(round_index, 0, 1, round_index * 8, round_index)]:
+            fail(error_path, f"pinger: round {round_index} answered {answers}", 4)
+    error_path.with_suffix(".signals").write_text(str(work_fd.signals_sent))
+
+
+def run_ponger(paths, rounds, work_fd, done_fd, error_path):
+    requests = shared.attach_byte_ring(paths[0]).ring
+    completions = shared.attach_completion_ring(paths[1]).ring
+    sleeper = Sleeper(work_fd, [ConsumerSide(requests)])
+    data = requests.data()
+    answered = 0
+    while answered < rounds:
+        count, start, end = requests.peek_batch()
+        if count == 0:
+            if not sleeper.sleep(WAIT_MS):
+                fail(error_path, f"ponger: wake-up lost after {answered} rounds")
+            continue
+        for offset, length in requests.iter_records(start, end):
+            request_id = int.from_bytes(data[offset:offset + length], "little")
+            completions.push(request_id, 0, 1, request_id * 8, request_id)
+            answered += 1
+        requests.release(end)
+        if completions.commit():
+            done_fd.signal()
+    del data
+
+
+def test_ping_pong_races_lose_no_wake_up(tmp_path):
+    rounds = 3000
+    paths = [str(tmp_path / "requests.ring"), str(tmp_path / "completions.ring")]
+    work_fd, done_fd = WakeFd(), WakeFd()
+    with shared.create_byte_ring(paths[0], 4096), shared.create_completion_ring(paths[1], 64):
+        processes = [
+            FORK.Process(target=run_ponger, args=(paths, rounds, work_fd, done_fd,
+                                                   tmp_path / "ponger.err")),
+            FORK.Process(target=run_pinger, args=(paths, rounds, work_fd, done_fd,
+                                                   tmp_path / "pinger.err")),
+        ]
+        for process in processes:
+            process.start()
+        join_all(processes, tmp_path)
+    # At most one signal per round: the protocol never signals per message to an awake peer.
+    assert int((tmp_path / "pinger.signals").read_text()) <= rounds
+    work_fd.close()
+    done_fd.close()
+
+
+def run_position_publisher(path, steps, wake_fds, error_path):
+    with ControlBlock(path, create=False) as block:
+        for step in range(1, steps + 1):
+            mask = block.publish("written_position", step * 100, monotonic=True)
+            signal_mask(mask, wake_fds)
+            if step % 64 == 0:
+                os.sched_yield()
+
+
+def run_position_watcher(path, steps, slot, wake_fd, error_path):
+    with ControlBlock(path, create=False) as block:
+        watch = PositionWatch(block, "written_position", slot)
+        sleeper = Sleeper(wake_fd, [watch])
+        seen = 0
+        while seen < steps * 100:
+            watch.target = seen + 1
+            if block.written_position < watch.target and not sleeper.sleep(WAIT_MS):
+                fail(error_path, f"watcher {slot}: wake-up lost at position {seen}")
+            position = block.written_position
+            if position < seen:
+                fail(error_path, f"watcher {slot}: position went back to {position}", 4)
+            seen = position
+        block.worker(slot).add(wakeups=wake_fd.wakeups)
+
+
+def test_position_watchers_are_woken_by_the_publisher(tmp_path):
+    path = str(tmp_path / "control")
+    steps = 5000
+    wake_fds = [WakeFd() for _ in range(3)]
+    with ControlBlock(path, create=True) as block:
+        watchers = [FORK.Process(target=run_position_watcher,
+                                 args=(path, steps, slot, wake_fds[slot],
+                                       tmp_path / f"watcher{slot}.err"))
+                    for slot in (1, 2)]
+        publisher = FORK.Process(target=run_position_publisher,
+                                 args=(path, steps, wake_fds, tmp_path / "publisher.err"))
+        for process in watchers + [publisher]:
+            process.start()
+        join_all(watchers + [publisher], tmp_path)
+        assert block.written_position == steps * 100
+        assert block.waiters("written_position") & 0b110 in (0, 0b010, 0b100, 0b110)
+        assert block.worker(0).wakeups == 0
+    for wake in wake_fds:
+        wake.close()
+
+
+def test_signal_mask_signals_each_bit_once():
+    wake_fds = [WakeFd() for _ in range(5)]
+    assert signal_mask(0b10110, wake_fds) == 3
+    assert [w.consume() for w in wake_fds] == [0, 1, 1, 0, 1]
+    for wake in wake_fds:
+        wake.close()
+
+
+def run_completion_producer(path, total, done_fd, seed):
+    completions = shared.attach_completion_ring(path).ring
+    pushed = 0
+    burst = 1
+    while pushed < total:
+        burst = (burst * 1103515245 + seed) % 37 + 1
+        entries = [(pushed + i, 0, 1, 0, pushed + i) for i in range(min(burst, total - pushed))]
+        taken = completions.push_many(entries)
+        pushed += taken
+        if completions.commit():
+            done_fd.signal()
+        if taken < len(entries) or burst % 5 == 0:
+            os.sched_yield()
+
+
+def test_asyncio_reader_drains_every_completion(tmp_path, rand):
+    path = str(tmp_path / "completions.ring")
+    total = 20_000
+    done_fd = WakeFd()
+    with shared.create_completion_ring(path, 256) as region:
+        consumer = region.ring
+        received = []
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            finished = loop.create_future()
+
+            def on_wake():
+                received.extend(consumer.drain())
+                if len(received) >= total and not finished.done():
+                    finished.set_result(None)
+
+            reader = AsyncWakeReader(loop, done_fd, [ConsumerSide(consumer)], on_wake)
+            reader.start()
+            producer = FORK.Process(target=run_completion_producer,
+                                    args=(path, total, done_fd, rand.randrange(1 << 16)))
+            producer.start()
+            try:
+                await asyncio.wait_for(finished, DEADLINE_S)
+            finally:
+                reader.stop()
+                producer.join(DEADLINE_S)
+            assert producer.exitcode == 0
+            return reader.rounds
+
+        rounds = asyncio.run(main())
+    assert [entry[0] for entry in received] == list(range(total))
+    assert 0 < rounds <= total
+    done_fd.close()
+
+
+def test_sleep_async_timeout_and_signal():
+    region = bytearray(CompletionRing.region_size(4))
+    producer, consumer = CompletionRing(region, True, 4), CompletionRing(region, False)
+    wake = WakeFd()
+    sleeper = Sleeper(wake, [ConsumerSide(consumer)])
+
+    async def main():
+        assert await sleeper.sleep_async(10) is False
+        loop = asyncio.get_running_loop()
+
+        def publish():
+            producer.push(7, 0, 1, 0, 0)
+            if producer.commit():
+                wake.signal()
+
+        loop.call_later(0.01, publish)
+        assert await sleeper.sleep_async(WAIT_MS) is True
+        assert consumer.drain() == [(7, 0, 1, 0, 0)]
+
+    asyncio.run(main())
+    wake.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 64])
+def test_position_watch_rejects_bad_slots(tmp_path, bad):
+    with ControlBlock(str(tmp_path / "control"), create=True) as block:
+        with pytest.raises(ValueError, match="worker slot"):
+            PositionWatch(block, "flushed_position", bad).set_sleeping()
