@@ -13,7 +13,7 @@ test: compile
 	$(PYTHON) -m pytest
 
 bench: compile
-	$(PYTHON) -m pytest benchmarks/micro --benchmark-only -p no:timeout
+	$(PYTHON) -m pytest benchmarks/micro --benchmark-only --timeout=0
 
 clean:
 	rm -rf build pybroker/_fast/*.c pybroker/_fast/*.so pybroker/_fast/*.html

@@ -532,70 +532,68 @@ cdef class CompletionRing:
 
 # ---- 64-bit words of the control block --------------------------------------------------------
 
-cdef uint64_t *_word_at(Py_buffer *view, object buffer, Py_ssize_t offset,
-                        int flags) except NULL:
-    """Acquire buffer and point at the aligned 64-bit word at offset (released on error)."""
-    PyObject_GetBuffer(buffer, view, flags)
-    if offset < 0 or offset > view.len - 8 or \
-            (<uintptr_t>view.buf + <uintptr_t>offset) & 7:
-        length = view.len
-        PyBuffer_Release(view)
-        raise ValueError(f"no 8-byte aligned word at offset {offset} of a {length}-byte buffer")
-    return <uint64_t *>(<unsigned char *>view.buf + offset)
+cdef enum WordOp:
+    WORD_LOAD, WORD_STORE, WORD_MAX, WORD_EXCHANGE, WORD_OR, WORD_AND
+
+
+cdef uint64_t _word_op(object buffer, Py_ssize_t offset, WordOp op, uint64_t value) except? 0:
+    """Apply op to the aligned native 64-bit word at byte offset of buffer; returns the value
+    loaded (load), the previous value (exchange/or/and) or 0."""
+    cdef Py_buffer view
+    cdef uint64_t result = 0
+    cdef uint64_t *word
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE if op == WORD_LOAD else PyBUF_WRITABLE)
+    try:
+        if offset < 0 or offset > view.len - 8 or \
+                (<uintptr_t>view.buf + <uintptr_t>offset) & 7:
+            raise ValueError(f"no 8-byte aligned word at offset {offset} of a "
+                             f"{view.len}-byte buffer")
+        word = <uint64_t *>(<unsigned char *>view.buf + offset)
+        if op == WORD_LOAD:
+            result = pb_load_acquire_u64(word)
+        elif op == WORD_STORE:
+            pb_store_release_u64(word, value)
+        elif op == WORD_MAX:
+            pb_max_u64(word, value)
+        elif op == WORD_EXCHANGE:
+            result = pb_exchange_u64(word, value)
+        elif op == WORD_OR:
+            result = pb_fetch_or_u64(word, value)
+        else:
+            result = pb_fetch_and_u64(word, value)
+        return result
+    finally:
+        PyBuffer_Release(&view)
 
 
 def load_u64(buffer, Py_ssize_t offset):
     """Acquire-load the native unsigned 64-bit word at byte offset (8-byte aligned)."""
-    cdef Py_buffer view
-    cdef uint64_t *word = _word_at(&view, buffer, offset, PyBUF_SIMPLE)
-    cdef uint64_t value = pb_load_acquire_u64(word)
-    PyBuffer_Release(&view)
-    return value
+    return _word_op(buffer, offset, WORD_LOAD, 0)
 
 
 def store_u64(buffer, Py_ssize_t offset, uint64_t value):
     """Release-store value into the native unsigned 64-bit word at byte offset."""
-    cdef Py_buffer view
-    cdef uint64_t *word = _word_at(&view, buffer, offset, PyBUF_WRITABLE)
-    pb_store_release_u64(word, value)
-    PyBuffer_Release(&view)
+    _word_op(buffer, offset, WORD_STORE, value)
 
 
 def max_u64(buffer, Py_ssize_t offset, uint64_t value):
     """Raise the word at byte offset to value if larger (monotonic publish; never lowers)."""
-    cdef Py_buffer view
-    cdef uint64_t *word = _word_at(&view, buffer, offset, PyBUF_WRITABLE)
-    pb_max_u64(word, value)
-    PyBuffer_Release(&view)
+    _word_op(buffer, offset, WORD_MAX, value)
 
 
 def exchange_u64(buffer, Py_ssize_t offset, uint64_t value):
-    """Atomically swap value into the word at byte offset (sequentially consistent); returns
-    the previous value. Used for sleep flags outside rings."""
-    cdef Py_buffer view
-    cdef uint64_t *word = _word_at(&view, buffer, offset, PyBUF_WRITABLE)
-    cdef uint64_t previous = pb_exchange_u64(word, value)
-    PyBuffer_Release(&view)
-    return previous
+    """Swap value into the word (sequentially consistent); returns the previous value."""
+    return _word_op(buffer, offset, WORD_EXCHANGE, value)
 
 
 def fetch_or_u64(buffer, Py_ssize_t offset, uint64_t bits):
-    """Atomically OR bits into the word at byte offset (sequentially consistent); returns the
-    previous value. Used to register a waiter bit on a published position."""
-    cdef Py_buffer view
-    cdef uint64_t *word = _word_at(&view, buffer, offset, PyBUF_WRITABLE)
-    cdef uint64_t previous = pb_fetch_or_u64(word, bits)
-    PyBuffer_Release(&view)
-    return previous
+    """OR bits into the word (sequentially consistent; registers a waiter bit); previous."""
+    return _word_op(buffer, offset, WORD_OR, bits)
 
 
 def fetch_and_u64(buffer, Py_ssize_t offset, uint64_t bits):
-    """Atomically AND bits into the word at byte offset; returns the previous value."""
-    cdef Py_buffer view
-    cdef uint64_t *word = _word_at(&view, buffer, offset, PyBUF_WRITABLE)
-    cdef uint64_t previous = pb_fetch_and_u64(word, bits)
-    PyBuffer_Release(&view)
-    return previous
+    """AND bits into the word (sequentially consistent); returns the previous value."""
+    return _word_op(buffer, offset, WORD_AND, bits)
 
 
 def fence():

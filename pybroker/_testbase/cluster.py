@@ -15,7 +15,7 @@ import time
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
-READY_LINE = "boot success"
+READY_LINE = "] boot success"   # the broker's line, not the NameServer's
 
 TEST_PROFILE = {
     "brokerClusterName": "DefaultCluster",

@@ -16,6 +16,7 @@ import logging
 
 import orjson
 
+from pybroker.broker.metadata import subscription_to_json
 from pybroker.config import BrokerRole, all_settings
 from pybroker.protocol import bodies, constants, fastjson
 from pybroker.protocol.codes import RequestCode, ResponseCode
@@ -85,14 +86,6 @@ def _language_name(language: int) -> str:
         return constants.LanguageCode.OTHER.name
 
 
-def _subscription_json(subscription: bodies.SubscriptionData) -> dict:
-    return {"classFilterMode": subscription.class_filter_mode,
-            "codeSet": sorted(subscription.code_set),
-            "expressionType": subscription.expression_type,
-            "subString": subscription.sub_string, "subVersion": subscription.sub_version,
-            "tagsSet": sorted(subscription.tags_set), "topic": subscription.topic}
-
-
 def encode_consumer_connection(info) -> bytes:
     """ConsumerConnection of a :class:`pybroker.broker.metadata.ConsumerGroupInfo`."""
     connections = [{"clientAddr": client.channel.remote_address, "clientId": client.client_id,
@@ -103,7 +96,7 @@ def encode_consumer_connection(info) -> bytes:
         "consumeFromWhere": constants.ConsumeFromWhere(info.consume_from_where).name,
         "consumeType": constants.ConsumeType(info.consume_type).name,
         "messageModel": constants.MessageModel(info.message_model).name,
-        "subscriptionTable": {topic: _subscription_json(subscription)
+        "subscriptionTable": {topic: subscription_to_json(subscription)
                               for topic, subscription in info.subscriptions.items()},
     })
 

@@ -7,7 +7,7 @@ NOTIFY_CONSUMER_IDS_CHANGED (40, oneway, header ``consumerGroup``) through each 
 """
 import logging
 
-from pybroker.broker.metadata import make_channel_info, unit_sub_sys_flag
+from pybroker.broker.metadata import make_channel_info
 from pybroker.protocol import bodies, constants
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
@@ -50,6 +50,10 @@ async def handle_heartbeat(ctx, channel, request: RemotingCommand) -> RemotingCo
         previous = metadata.heartbeat_fingerprints.get(group)
         if fingerprint != 0 and previous is not None and previous != fingerprint:
             subscription_changed = True
+        if fingerprint != 0 and heartbeat.without_sub and previous is None:
+            # Unlike Java: a group this broker has no subscriptions for (it restarted) asks
+            # the client for a full heartbeat instead of staying without subscriptions.
+            subscription_changed = True
         metadata.heartbeat_fingerprints[group] = fingerprint
         _register_consumer(ctx, client, consumer_data,
                            without_sub=fingerprint != 0 and bool(heartbeat.without_sub))
@@ -70,9 +74,11 @@ def _register_consumer(ctx, client, consumer_data: bodies.ConsumerData,
     if group_config is not None:
         notify_enabled = group_config.notify_consumer_ids_changed_enable
         retry_topic = constants.RETRY_GROUP_TOPIC_PREFIX + group
+        # Unit-mode consumers get a UNIT_SUB retry topic (TopicSysFlag.buildSysFlag).
+        topic_sys_flag = int(constants.TopicSysFlag.UNIT_SUB) if consumer_data.unit_mode else 0
         metadata.create_topic_for_send_back(retry_topic, group_config.retry_queue_nums,
                                             int(constants.PERM_READ_WRITE),
-                                            unit_sub_sys_flag(consumer_data.unit_mode))
+                                            topic_sys_flag)
     subscriptions = None if without_sub else consumer_data.subscriptions
     changed = metadata.register_consumer(
         group, client, consumer_data.consume_type, consumer_data.message_model,

@@ -17,7 +17,10 @@ worker's copy, rebuilt from :meth:`MetadataState.snapshot` bytes):
 * ``async create_topic_on_send(topic, default_topic, queue_nums, topic_sys_flag)``
 * ``async commit_offset(group, topic, queue_id, consumer_offset)``
 
-Everything else is used by the metadata handlers in the service. Times are ms from ``now_ms``.
+``producer_channels(group)`` (transaction checks) exists on MetadataState only: channels live
+in the service. Everything else is used by the metadata handlers and periodic tasks in the
+service (``persist_if_dirty`` every flushConsumerOffsetInterval, ``scan_expired`` every 10 s,
+``shutdown``). Times are ms from ``now_ms``.
 """
 import asyncio
 import dataclasses
@@ -33,7 +36,7 @@ from pybroker.protocol.bodies import MessageQueue, SubscriptionData
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.protocol.constants import (
-    ConsumeFromWhere, ConsumeType, MessageModel, Perm, SystemTopic, TopicSysFlag)
+    ConsumeFromWhere, ConsumeType, MessageModel, Perm, SystemTopic)
 from pybroker.store import config_docs, paths
 from pybroker.store.config_docs import (
     ConsumerOffsetDocument, SubscriptionGroupConfig, SubscriptionGroupDocument, TopicConfig,
@@ -41,7 +44,7 @@ from pybroker.store.config_docs import (
 
 __all__ = ["MetadataState", "MetadataReplica", "ClientChannelInfo", "ConsumerGroupInfo",
            "CHANNEL_EXPIRED_TIMEOUT_MS", "CLIENT_CALL_TIMEOUT_MS", "REBALANCE_LOCK_LEASE_MS",
-           "SCHEDULE_QUEUE_NUMS", "offset_table_key", "make_channel_info", "unit_sub_sys_flag"]
+           "SCHEDULE_QUEUE_NUMS", "offset_table_key", "subscription_to_json", "make_channel_info"]
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +113,9 @@ class _LockEntry:
     last_update_ms: int
 
 
-# --- subscription JSON (snapshot only) --------------------------------------------------------
-def _subscription_to_json(subscription: SubscriptionData) -> dict:
+# --- subscription JSON (snapshots, and ConsumerConnection bodies) ------------------------------
+def subscription_to_json(subscription: SubscriptionData) -> dict:
+    """A SubscriptionData as Java's JSON object (field names of §7.3)."""
     return {"topic": subscription.topic, "subString": subscription.sub_string,
             "tagsSet": sorted(subscription.tags_set), "codeSet": sorted(subscription.code_set),
             "subVersion": subscription.sub_version,
@@ -703,7 +707,7 @@ class MetadataState:
         """Compact JSON of topics, subscription groups and consumer subscriptions, with their
         data versions, for :meth:`MetadataReplica.apply`."""
         subscriptions = {
-            group: [_subscription_to_json(s) for s in info.subscriptions.values()]
+            group: [subscription_to_json(s) for s in info.subscriptions.values()]
             for group, info in self.consumer_groups.items() if info.subscriptions}
         return orjson.dumps({
             "versions": list(self.versions()),
@@ -758,7 +762,7 @@ class MetadataReplica:
                 subscriptions = {group: {s["topic"]: _subscription_from_json(s) for s in subs}
                                  for group, subs in value["subscriptions"].items()}
             auto_create = bool(value["autoCreateSubscriptionGroup"])
-        except (orjson.JSONDecodeError, KeyError, TypeError, IndexError) as error:
+        except (orjson.JSONDecodeError, KeyError, TypeError, IndexError, AttributeError) as error:
             raise ValueError(f"bad metadata snapshot: {error!r:.200}") from None
         self._topics, self._groups, self._subscriptions = topics, groups, subscriptions
         self._auto_create_subscription_group = auto_create
@@ -798,11 +802,6 @@ class MetadataReplica:
                             consumer_offset: int) -> None:
         """Forward a consumer offset to the metadata service."""
         await self._commit_offset(group, topic, queue_id, consumer_offset)
-
-
-def unit_sub_sys_flag(unit_mode: bool) -> int:
-    """Topic sysFlag of a retry topic created for a consumer (UNIT_SUB when unit mode)."""
-    return int(TopicSysFlag.UNIT_SUB) if unit_mode else 0
 
 
 def make_channel_info(channel, client_id: str, now_ms: int) -> ClientChannelInfo:

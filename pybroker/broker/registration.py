@@ -93,15 +93,16 @@ class NamesrvRegistration:
         self._kick.set()
 
     async def run(self) -> None:
-        """Register now, then every registerNameServerPeriod and on topic changes."""
+        """Register every registerNameServerPeriod and at once on topic changes (the caller
+        registers once at start-up before it announces the broker)."""
         period_s = self.config.broker.register_name_server_period / 1000
         while True:
-            await self.register_all()
             try:
                 await asyncio.wait_for(self._kick.wait(), period_s)
             except TimeoutError:
                 pass
             self._kick.clear()
+            await self.register_all()
 
     def close(self) -> None:
         self.pool.close()

@@ -1,1 +1,20 @@
-# pybroker.client
+# pybroker.client: asyncio RocketMQ client (producer, consumers, admin); blocking facade in .sync
+"""Python client of the RocketMQ remoting protocol.
+
+asyncio classes are exported here; :mod:`pybroker.client.sync` has blocking twins of the same
+names.
+"""
+from pybroker.client.admin import Admin
+from pybroker.client.consumer import ConsumeContext, ConsumeStatus, PushConsumer
+from pybroker.client.instance import ClientInstance
+from pybroker.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from pybroker.client.producer import Producer
+from pybroker.client.pull_consumer import LitePullConsumer
+from pybroker.client.rebalance import (AllocateConsistentHash, allocate_average,
+                                       allocate_average_by_circle)
+from pybroker.client.route import SelectByHash, SelectManual, SelectRoundRobin
+
+__all__ = ["Admin", "AllocateConsistentHash", "ClientInstance", "ConsumeContext",
+           "ConsumeStatus", "LitePullConsumer", "Message", "MessageExt", "MessageQueue",
+           "Producer", "PushConsumer", "SelectByHash", "SelectManual", "SelectRoundRobin",
+           "SendResult", "SendStatus", "allocate_average", "allocate_average_by_circle"]

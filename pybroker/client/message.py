@@ -23,6 +23,7 @@ from pybroker.protocol.constants import (
     COMPRESSION_TYPE_MASK,
     KEY_SEPARATOR,
     PROPERTIES_MAX_BYTES,
+    PROPERTY_SEPARATOR,
     MessageSysFlag,
     Property,
 )
@@ -239,7 +240,10 @@ def encode_batch(messages: Iterable[Message]) -> bytes:
     """
     chunks = []
     for message in messages:
-        properties = _properties.encode_properties(message.properties).encode("utf-8")
+        # Java 4.9.x leaves out the separator after the last pair; the broker accepts both and
+        # inserts one before the batch properties it appends.
+        properties = _properties.encode_properties(message.properties).rstrip(
+            PROPERTY_SEPARATOR).encode("utf-8")
         if len(properties) > PROPERTIES_MAX_BYTES:
             raise ValueError(f"properties of {len(properties)} bytes exceed "
                              f"{PROPERTIES_MAX_BYTES}")

@@ -1,4 +1,4 @@
-# Topic routes on the client: publish/subscribe queue lists, queue selectors, broker fault avoidance.
+# Client-side topic routes: publish/subscribe queues, queue selectors, broker fault avoidance.
 """What a client derives from a topic's TopicRouteData (protocol reference §7.1).
 
 * :class:`TopicPublishInfo` - writable queues of brokers that have a master, in route order,
@@ -88,7 +88,7 @@ class LatencyFaultTolerance:
         if failed:
             latency_ms = max(latency_ms, FAILED_SEND_LATENCY_MS)
         isolation_ms = 0
-        for step_ms, duration_ms in zip(LATENCY_STEPS_MS, ISOLATION_STEPS_MS):
+        for step_ms, duration_ms in zip(LATENCY_STEPS_MS, ISOLATION_STEPS_MS, strict=True):
             if latency_ms >= step_ms:
                 isolation_ms = duration_ms
         if isolation_ms:

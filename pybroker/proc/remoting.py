@@ -65,8 +65,8 @@ class RemotingWorker:
     # --- start and stop -------------------------------------------------------------------------
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        for signal_number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signal_number, self.stopping.set)
+        # SIGTERM from the supervisor only; Ctrl-C reaches the supervisor, which decides.
+        loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
         await self.metadata_client.connect(self.metadata_socket)
         hello = await self.metadata_client.invoke(create_request(
             InternalCode.WORKER_HELLO, {EXT_WORKER_ID: str(self.worker_id)}), FORWARD_TIMEOUT_MS)

@@ -34,11 +34,14 @@ class SharedRegion:
 
     @classmethod
     def create(cls, path: str, size_bytes: int) -> "SharedRegion":
-        """Create (or replace a stale) file of size_bytes at path and map it; this process owns
-        it. The file's mode is 0600."""
+        """Create (replacing a stale one) the file of size_bytes at path and map it; this
+        process owns it. The file's mode is 0600."""
         if size_bytes <= 0:
             raise ValueError(f"region size must be > 0 bytes, got {size_bytes}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        # A stale file is unlinked, not truncated: a process still mapping it keeps its own
+        # pages instead of faulting (SIGBUS) on a shrunk file.
+        _unlink_quietly(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(fd, size_bytes)
             buffer = mmap.mmap(fd, size_bytes, _MAP_FLAGS, mmap.PROT_READ | mmap.PROT_WRITE)

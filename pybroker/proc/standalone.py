@@ -30,7 +30,10 @@ def _port_open(port: int) -> bool:
 
 def run_standalone(config, namesrv_port: int) -> int:
     """Run NameServer + broker; returns the broker's exit status."""
-    namesrv_config = config_module.load_namesrv_config(overrides={"listenPort": str(namesrv_port)})
+    # The embedded NameServer keeps its KV file beside the broker's store, not in ~/namesrv.
+    kv_config_path = os.path.join(config.store.store_path_root_dir, "namesrv", "kvConfig.json")
+    namesrv_config = config_module.load_namesrv_config(
+        overrides={"listenPort": str(namesrv_port), "kvConfigPath": kv_config_path})
     pid = os.fork()
     if pid == 0:
         status = 1

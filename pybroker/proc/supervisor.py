@@ -9,6 +9,7 @@ generation: every other worker is stopped and the next generation starts with ab
 a short time stop the broker with a non-zero exit.
 """
 import asyncio
+import ctypes
 import logging
 import os
 import signal
@@ -18,10 +19,12 @@ import time
 from pybroker.broker.context import BrokerContext
 from pybroker.broker.metadata import MetadataState
 from pybroker.broker.registration import NamesrvRegistration
+from pybroker.broker.schedule import ScheduleService
+from pybroker.broker.transaction_check import TransactionCheckService
 from pybroker.proc import dataplane
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
-from pybroker.store import lock_file
+from pybroker.store import lock_file, paths
 from pybroker.store.message_store import MessageStore
 
 log = logging.getLogger("pybroker.proc.supervisor")
@@ -32,6 +35,7 @@ WORKER_STOP_TIMEOUT_S = 15.0
 OFFSET_PERSIST_INTERVAL_S = 5.0
 CHANNEL_SCAN_INTERVAL_S = 10.0
 WORKERS_READY_TIMEOUT_S = 30.0
+SCHEDULE_INTERVAL_S = 0.1
 
 
 def _child(name: str, main) -> int:
@@ -41,8 +45,12 @@ def _child(name: str, main) -> int:
         return pid
     status = 1
     try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # the supervisor decides on Ctrl-C
+        _die_with_parent()
+        # Only the supervisor decides when workers stop: a signal to the whole process group
+        # (Ctrl-C, `kill -TERM -<pgid>`) must not cut a data-plane worker short. Remoting
+        # workers install their own SIGTERM handler (graceful stop).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         status = main()
     except BaseException:
         log.exception("worker %s failed", name)
@@ -51,13 +59,27 @@ def _child(name: str, main) -> int:
         os._exit(status if isinstance(status, int) else 1)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this worker when the supervisor dies: a ``kill -9`` of the supervisor must be a
+    ``kill -9`` of the whole broker (the next start recovers), never orphans holding ports."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError) as error:
+        log.warning("cannot tie the worker's life to the supervisor: %s", error)
+    if os.getppid() == 1:      # the supervisor died before prctl took effect
+        os._exit(1)
+
+
 class Supervisor:
     """Runs one broker until stopped; :meth:`run` returns the process exit status."""
 
     def __init__(self, config):
         self.config = config
         self.store_root = config.store.store_path_root_dir
-        self.run_dir = os.path.join(self.store_root, "run")
         self.metadata = None
         self.children: dict[int, str] = {}
         self.deaths: list[float] = []
@@ -104,8 +126,10 @@ class Supervisor:
     def _generation(self, lock) -> str:
         valid_end = self._recover(lock)
         workers = self.config.remoting.remoting_workers
-        plane = dataplane.DataPlane.create(self.config, self.run_dir, workers, valid_end)
-        service_socket = _bind_unix_socket(os.path.join(self.run_dir, "metadata.sock"))
+        plane = dataplane.DataPlane.create(self.config, paths.run_dir(self.store_root), workers,
+                                           valid_end)
+        service_socket = _bind_unix_socket(os.path.join(paths.run_dir(self.store_root),
+                                                        "metadata.sock"))
         try:
             for name, main in plane.worker_mains():
                 self.children[_child(name, main)] = name
@@ -136,10 +160,12 @@ class Supervisor:
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
         await service.start_on(service_socket)
-        tasks = [loop.create_task(self._periodic(service))]
+        tasks = [loop.create_task(self._periodic(service)),
+                 loop.create_task(self._services(attachment))]
         try:
             await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
                               outcome)
+            await registration.register_all()
             tasks.append(loop.create_task(registration.run()))
             broker = self.config.broker
             log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
@@ -166,6 +192,31 @@ class Supervisor:
                 self.metadata.scan_expired()
                 service.push_if_changed()
 
+    async def _services(self, attachment) -> None:
+        """Delay delivery (every 100 ms, as Java's per-level timers) and transaction checks
+        (every transactionCheckInterval); both write through the supervisor's own ring."""
+        config = self.config
+        root = config.store.store_path_root_dir
+        schedule = ScheduleService(attachment.reader, attachment.putter,
+                                   config.derived.delay_levels_ms,
+                                   paths.config_path(root, paths.DELAY_OFFSET_CONFIG))
+        self.metadata.delay_offsets_provider = lambda: schedule.document
+        checker = TransactionCheckService(attachment.reader, attachment.putter, self.metadata,
+                                          config.broker)
+        check_interval_ms = config.broker.transaction_check_interval
+        next_check_ms = _now_ms() + check_interval_ms
+        try:
+            while True:
+                await asyncio.sleep(SCHEDULE_INTERVAL_S)
+                now_ms = _now_ms()
+                await schedule.run_once(now_ms)
+                if now_ms >= next_check_ms:
+                    next_check_ms = now_ms + check_interval_ms
+                    await checker.run_once(now_ms)
+        finally:
+            schedule.persist()
+            self.metadata.delay_offsets_provider = None
+
     def _reap(self, outcome: asyncio.Future) -> None:
         # Only our workers: in standalone mode the NameServer is a sibling child.
         for pid in list(self.children):
@@ -180,12 +231,24 @@ class Supervisor:
             _resolve(outcome, "worker-died")
 
     def _stop_children(self, plane) -> None:
-        """Stop the remoting workers first (no new requests), then the data plane in the order
-        appender, dispatcher, flusher so each finishes the work of the one before it."""
-        order = sorted(self.children.items(), key=lambda item: plane.stop_rank(item[1]))
-        for pid, name in order:
+        """Stop the remoting workers first (no new requests), then let the data plane finish:
+        the appender drains the rings, the dispatcher dispatches all of it, the flusher makes
+        it durable and writes the checkpoint; each exits by itself."""
+        remoting = [(pid, name) for pid, name in self.children.items()
+                    if plane.stop_rank(name) == 0]
+        for pid, name in remoting:
             _terminate(pid, name)
+        plane.request_stop()
+        data_plane = sorted(((pid, name) for pid, name in self.children.items()
+                             if plane.stop_rank(name) > 0),
+                            key=lambda item: plane.stop_rank(item[1]))
+        for pid, name in data_plane:
+            _await_exit(pid, name)
         self.children.clear()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _terminate(pid: int, name: str) -> None:
@@ -193,9 +256,17 @@ def _terminate(pid: int, name: str) -> None:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
+    _await_exit(pid, name)
+
+
+def _await_exit(pid: int, name: str) -> None:
+    """Wait for a worker to exit; SIGKILL it after WORKER_STOP_TIMEOUT_S."""
     deadline = time.monotonic() + WORKER_STOP_TIMEOUT_S
     while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
         if done:
             if status != 0:
                 log.warning("worker %s exited: %s", name, _describe_status(status))

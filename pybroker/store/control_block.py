@@ -131,8 +131,10 @@ class ControlBlock:
 
     def __init__(self, path: str, create: bool):
         self.path = path
-        flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
-        fd = os.open(path, flags, 0o600)
+        if create and os.path.lexists(path):
+            # Unlink, never truncate, a stale block: a process still mapping it must not fault.
+            os.unlink(path)
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
         try:
             if create:
                 os.ftruncate(fd, FILE_SIZE_BYTES)

@@ -76,3 +76,13 @@ def config_path(store_root: str, file_name: str) -> str:
 def offset_file_path(directory: str, offset: int) -> str:
     """``<directory>/<offset as 20 digits>``: a CommitLog or ConsumeQueue segment."""
     return os.path.join(directory, str(offset).zfill(layout.OFFSET_FILE_NAME_DIGITS))
+
+
+def run_dir(store_root: str) -> str:
+    """``<root>/run``: the shared regions and sockets of a running broker (not data)."""
+    return os.path.join(store_root, "run")
+
+
+def control_block_path(store_root: str) -> str:
+    """``<root>/run/control``: the published positions (store/control_block.py)."""
+    return os.path.join(run_dir(store_root), "control")

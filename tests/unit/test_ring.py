@@ -406,3 +406,43 @@ def test_cross_process_every_byte_in_order_exactly_once(tmp_path, rand):
 
 def test_cross_process_small_records_large_ring(tmp_path, rand):
     run_pair(tmp_path, 1 << 16, 50_000, rand.randrange(1 << 20), 64)
+
+
+def close_inherited(region) -> None:
+    region.close()          # a forked child inherits the creator's object: unmap only
+
+
+def test_shared_region_ownership_and_run_directory(tmp_path):
+    run_directory = shared.RunDirectory(str(tmp_path / "run"), create=True)
+    path = run_directory.region_path("worker-0.send")
+    with pytest.raises(ValueError, match="plain file name"):
+        run_directory.region_path("../escape")
+    stale = shared.SharedRegion.create(path, 4096)
+    stale.buffer[:4] = b"old!"
+    region = shared.create_completion_ring(path, 16)   # replaces the stale file
+    assert stale.buffer[:4] == b"old!"                 # the old map keeps its own pages
+    stale.owner_pid = None
+    stale.close()
+    child = FORK.Process(target=close_inherited, args=(region,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0 and os.path.exists(path)
+    with pytest.raises(ValueError, match="expected 999"):
+        shared.SharedRegion.attach(path, 999)
+    attached = shared.attach_completion_ring(path)
+    assert attached.ring.slot_count == 16 and not attached.owner
+    attached.close()
+    assert os.path.exists(path)                         # attachers never unlink
+    run_directory.close()                               # not empty: stays
+    assert os.path.isdir(run_directory.path)
+    region.close()
+    region.close()
+    assert not os.path.exists(path)
+    with pytest.raises(FileNotFoundError):
+        shared.attach_byte_ring(path)
+    run_directory.close()
+    assert not os.path.exists(run_directory.path)
+    with pytest.raises(FileNotFoundError):
+        shared.RunDirectory(run_directory.path, create=False)
+    with pytest.raises(ValueError, match="> 0 bytes"):
+        shared.SharedRegion.create(str(tmp_path / "empty"), 0)

@@ -170,6 +170,9 @@ def test_5x_heartbeat_v2_without_sub_keeps_subscriptions(tmp_path):
     changed = call(ctx, channel, heartbeat_request(consumer_body(
         "C", "G", topics=(), heartbeatFingerprint=12, withoutSub=True)))
     assert changed.ext_fields["IS_SUB_CHANGE"] == "true"
+    unknown = call(ctx, channel, heartbeat_request(consumer_body(
+        "C", "NewGroup", topics=(), heartbeatFingerprint=12, withoutSub=True)))
+    assert unknown.ext_fields["IS_SUB_CHANGE"] == "true"   # e.g. after a broker restart
 
 
 def test_consumer_list_by_group_matches_java_and_fails_when_empty(tmp_path):

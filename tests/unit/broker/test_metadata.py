@@ -18,7 +18,7 @@ from pybroker.broker.metadata import (
 from pybroker.config import load_broker_config
 from pybroker.protocol.bodies import MessageQueue, build_subscription
 from pybroker.protocol.codes import RequestCode
-from pybroker.protocol.command import create_response
+from pybroker.protocol.command import create_request, create_response
 from pybroker.protocol.constants import (
     ConsumeFromWhere, ConsumeType, MessageModel, Perm, SystemTopic)
 from pybroker.store import config_docs, paths
@@ -147,6 +147,21 @@ def test_java_written_documents_load(tmp_path):
         for queue_id, consumer_offset in queues.items():
             assert state.query(group, topic, queue_id) == consumer_offset
     assert state.topic_config(SystemTopic.SCHEDULE) is not None   # system topics added
+
+
+def test_java_5x_topics_keep_their_additions_through_a_change(tmp_path):
+    config_dir = paths.config_dir(str(tmp_path))
+    os.makedirs(config_dir)
+    shutil.copy(os.path.join(GOLDEN_CONFIG, "topics-5x.json"),
+                os.path.join(config_dir, "topics.json"))
+    state = make_state(tmp_path)
+    order_topic = state.topic_config("OrderTopic")
+    assert (order_topic.order, order_topic.attributes) == (True, {"+message.type": "FIFO"})
+    state.update_topic_config(TopicConfig("Other", 1, 1))
+    restarted = make_state(tmp_path)
+    assert restarted.topic_config("OrderTopic") == order_topic
+    version = restarted.topics.data_version
+    assert (version.counter, version.state_version) == (4, 0)
 
 
 # --- groups and offsets -----------------------------------------------------------------------
@@ -324,7 +339,9 @@ def test_replica_rejects_bad_snapshots_and_keeps_its_state(tmp_path):
     replica = MetadataReplica(None, None)
     replica.apply(state.snapshot())
     assert replica.subscription_group("Unknown") is None
-    for bad in (b"", b"{", b"[]", b'{"versions":[1]}', b"\xff"):
+    for bad in (b"", b"{", b"[]", b'{"versions":[1]}', b"\xff",
+                b'{"versions":[9,9,9,9,9],"topics":[],"groups":{},"subscriptions":{},'
+                b'"autoCreateSubscriptionGroup":true}'):
         with pytest.raises(ValueError):
             replica.apply(bad)
     assert replica.topic_config("TBW102") is not None
@@ -334,7 +351,6 @@ def test_call_client_correlates_by_channel_and_opaque(tmp_path):
     state = make_state(tmp_path)
     sent = []
     channel = make_channel("a", sent)
-    from pybroker.protocol.command import create_request
 
     async def scenario():
         request = create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"clientId": "c"})

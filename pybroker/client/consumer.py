@@ -1,0 +1,532 @@
+# Push consumer: subscriptions, rebalance, long-poll pulls, concurrent consumption, send-back.
+"""The asyncio push consumer (the blocking facade is :mod:`pybroker.client.sync`).
+
+Per assigned queue there is one pull task (long polling: the broker holds an empty pull up to
+``broker_suspend_max_time_ms``) feeding a :class:`ProcessQueue`; flow control pauses the pull
+while a queue holds more than ``pull_threshold_for_queue`` unconsumed messages. Messages are
+handed to the listener in batches of ``consume_message_batch_max_size``, at most
+``consume_thread_max`` batches at a time. A failed batch (RECONSUME_LATER or an exception) is
+sent back with CONSUMER_SEND_MSG_BACK, falling back to a send to ``%RETRY%<group>``; a message
+that cannot be sent back either is consumed again locally 5 s later. The consumer offset of a
+queue only advances past messages that are done (consumed or sent back).
+
+Clustering: the group's clients split the queues (``allocate_strategy``), offsets live on the
+broker. Broadcasting: every client gets every queue, offsets live in a local file, failures are
+not retried. Rebalance runs every 20 s and at once on NOTIFY_CONSUMER_IDS_CHANGED.
+"""
+import asyncio
+import concurrent.futures
+import dataclasses
+import enum
+import inspect
+import logging
+import os
+import time
+from typing import Any, Callable, Optional
+
+from pybroker.client.errors import (BrokerResponseError, ClientError, ClientStateError,
+                                    NoRouteError)
+from pybroker.client.instance import ClientInstance, check_response, request
+from pybroker.client.message import Message, MessageExt
+from pybroker.client.offset_store import (OFFSET_UNKNOWN, LocalFileOffsetStore,
+                                          RemoteOffsetStore)
+from pybroker.client.pulling import PullResult, pull_message, queue_offset_query
+from pybroker.client.rebalance import Strategy, allocate_average
+from pybroker.client.route import subscribe_queues
+from pybroker.protocol import bodies, headers
+from pybroker.protocol.bodies import ConsumerData, MessageQueue, SubscriptionData
+from pybroker.protocol.codes import RequestCode
+from pybroker.protocol.constants import (ConsumeFromWhere, ConsumeType, MessageModel, Property,
+                                         RETRY_GROUP_TOPIC_PREFIX, SUBSCRIBE_ALL, SystemGroup)
+
+LOGGER = logging.getLogger("pybroker.client")
+
+RECONSUME_LOCALLY_DELAY_MS = 5000
+PULL_FLOW_CONTROL_DELAY_MS = 50
+SEND_BACK_FALLBACK_DELAY_BASE = 3   # delay level of a fallback retry send: 3 + reconsume times
+_RETRIABLE_ERRORS = (ConnectionError, TimeoutError, OSError, BrokerResponseError, ClientError)
+
+
+class ConsumeStatus(enum.Enum):
+    """What a listener returns for a batch."""
+    CONSUME_SUCCESS = 0
+    RECONSUME_LATER = 1
+
+
+@dataclasses.dataclass
+class ConsumeContext:
+    """Per-batch context handed to the listener.
+
+    ``delay_level_when_next_consume``: delay level for sending back a failed batch (0 = the
+    broker's choice, 3 + reconsume times; -1 = straight to the dead-letter queue).
+    """
+    message_queue: MessageQueue
+    delay_level_when_next_consume: int = 0
+
+
+Listener = Callable[[list[MessageExt], ConsumeContext], Any]
+
+
+class ProcessQueue:
+    """Pulled, not yet finished messages of one queue, keyed by queue offset."""
+
+    def __init__(self, next_offset: int):
+        self.messages: dict[int, MessageExt] = {}
+        self.next_offset = next_offset
+        self.max_offset = -1
+        self.body_bytes = 0
+        self.dropped = False
+
+    @property
+    def count(self) -> int:
+        """Messages held."""
+        return len(self.messages)
+
+    def put(self, messages: list[MessageExt]) -> None:
+        """Hold ``messages`` (a message already held is ignored)."""
+        for message in messages:
+            if message.queue_offset not in self.messages:
+                self.messages[message.queue_offset] = message
+                self.body_bytes += len(message.body)
+            self.max_offset = max(self.max_offset, message.queue_offset)
+
+    def remove(self, messages: list[MessageExt]) -> int:
+        """Release finished ``messages``; the consumer offset that is now safe to commit
+        (the lowest offset still held, or one past the highest seen), -1 if none yet."""
+        for message in messages:
+            if self.messages.pop(message.queue_offset, None) is not None:
+                self.body_bytes -= len(message.body)
+        if self.messages:
+            return min(self.messages)
+        return self.max_offset + 1 if self.max_offset >= 0 else -1
+
+
+def matches(subscription: SubscriptionData, message: MessageExt) -> bool:
+    """True when ``message``'s tag passes a TAG subscription (the broker filters by hash code
+    only, so the client checks the tag text again)."""
+    if not subscription.tags_set:
+        return True
+    return message.tags in subscription.tags_set
+
+
+class PushConsumer:
+    """Consumes the subscribed topics of one consumer group with a listener.
+
+    ``group``: consumer group. ``namesrv_addr`` or a shared ``instance``. ``message_model``:
+    CLUSTERING or BROADCASTING. ``consume_from_where``/``consume_timestamp_ms`` (ms since the
+    epoch): where a queue without a stored offset starts. ``allocate_strategy``: see
+    :mod:`pybroker.client.rebalance`. Sizes are message counts unless named ``_bytes``; times
+    in ms. ``offset_store_dir``: where broadcasting offsets are kept.
+    """
+
+    def __init__(self, group: str, namesrv_addr: Optional[str] = None, *,
+                 instance: Optional[ClientInstance] = None,
+                 message_model: MessageModel = MessageModel.CLUSTERING,
+                 consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp_ms: Optional[int] = None,
+                 allocate_strategy: Strategy = allocate_average,
+                 consume_message_batch_max_size: int = 1, pull_batch_size: int = 32,
+                 pull_threshold_for_queue: int = 1000,
+                 pull_threshold_size_for_queue_bytes: int = 100 << 20,
+                 consume_thread_max: int = 20, max_reconsume_times: int = 16,
+                 broker_suspend_max_time_ms: int = 15000,
+                 consumer_timeout_ms_when_suspend: int = 30000,
+                 pull_time_delay_ms_when_exception: int = 3000,
+                 shutdown_timeout_ms: int = 10000, offset_store_dir: Optional[str] = None,
+                 **instance_options: Any):
+        remark = headers.validate_group(group)
+        if remark is not None:
+            raise ValueError(remark)
+        if not 1 <= consume_message_batch_max_size <= 1024:
+            raise ValueError("consume_message_batch_max_size must be in [1, 1024]")
+        if not 1 <= pull_batch_size <= 1024:
+            raise ValueError("pull_batch_size must be in [1, 1024]")
+        if instance is None:
+            if namesrv_addr is None:
+                raise ValueError("give namesrv_addr or an instance")
+            instance = ClientInstance(namesrv_addr, **instance_options)
+        self.group = group
+        self.instance = instance
+        self.message_model = MessageModel(message_model)
+        self.consume_from_where = ConsumeFromWhere(consume_from_where)
+        self.consume_timestamp_ms = consume_timestamp_ms
+        self.allocate_strategy = allocate_strategy
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue_bytes = pull_threshold_size_for_queue_bytes
+        self.consume_thread_max = consume_thread_max
+        self.max_reconsume_times = max_reconsume_times
+        self.broker_suspend_max_time_ms = broker_suspend_max_time_ms
+        self.consumer_timeout_ms_when_suspend = consumer_timeout_ms_when_suspend
+        self.pull_time_delay_ms_when_exception = pull_time_delay_ms_when_exception
+        self.shutdown_timeout_ms = shutdown_timeout_ms
+        self.offset_store_dir = offset_store_dir or os.path.join(
+            os.path.expanduser("~"), ".rocketmq_offsets")
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self.listener: Optional[Listener] = None
+        self.offset_store = None
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
+        self._consume_tasks: set[asyncio.Task] = set()
+        self._semaphore: Optional[asyncio.Semaphore] = None
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._rebalance_lock: Optional[asyncio.Lock] = None
+        self._inner_producer = None
+        self._started = False
+
+    # --- configuration -----------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = SUBSCRIBE_ALL) -> None:
+        """Consume ``topic`` filtered by a tag expression (``"*"``, ``"TagA || TagB"``)."""
+        remark = headers.validate_topic(topic)
+        if remark is not None:
+            raise ValueError(remark)
+        self.subscriptions[topic] = bodies.build_subscription(
+            topic, expression, sub_version=time.time_ns() // 1_000_000)
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming ``topic`` (takes effect at the next rebalance)."""
+        self.subscriptions.pop(topic, None)
+
+    def register_message_listener(self, listener: Listener) -> None:
+        """``listener(messages, context) -> ConsumeStatus``: a coroutine function (run on the
+        loop) or a plain function (run in the consumer's thread pool)."""
+        self.listener = listener
+
+    # --- life cycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register the group, start the instance, heartbeat and rebalance once."""
+        if self._started:
+            raise ClientStateError(f"consumer {self.group} already started")
+        if self.listener is None or not self.subscriptions:
+            raise ClientStateError("subscribe and register a message listener before start")
+        if self.message_model == MessageModel.CLUSTERING:
+            self.subscribe(RETRY_GROUP_TOPIC_PREFIX + self.group)
+            self.offset_store = RemoteOffsetStore(self.instance, self.group)
+        else:
+            self.offset_store = LocalFileOffsetStore(self.offset_store_dir,
+                                                     self.instance.client_id, self.group)
+        self._semaphore = asyncio.Semaphore(self.consume_thread_max)
+        self._rebalance_lock = asyncio.Lock()
+        if not inspect.iscoroutinefunction(self.listener):
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self.consume_thread_max, thread_name_prefix=f"pybroker-consume-{self.group}")
+        self.instance.register_consumer(self.group, self)
+        await self.instance.start()
+        self._started = True
+        for topic in self.subscriptions:
+            await self.instance.update_route(topic)
+        await self.instance.send_heartbeat()
+        await self.rebalance()
+
+    async def shutdown(self) -> None:
+        """Stop pulling, let running batches finish (at most ``shutdown_timeout_ms``),
+        persist offsets, unregister and stop the instance. No task or thread is left."""
+        if not self._started:
+            return
+        self._started = False
+        pulls = list(self._pull_tasks.values())
+        for task in pulls:
+            task.cancel()
+        await asyncio.gather(*pulls, return_exceptions=True)
+        self._pull_tasks.clear()
+        if self._consume_tasks:
+            await asyncio.wait(set(self._consume_tasks), timeout=self.shutdown_timeout_ms / 1000)
+            for task in set(self._consume_tasks):
+                task.cancel()
+            await asyncio.gather(*self._consume_tasks, return_exceptions=True)
+        await self.persist_offsets()
+        self.instance.consumers.pop(self.group, None)
+        await self.instance.unregister_client(consumer_group=self.group)
+        if self._inner_producer is not None:
+            await self._inner_producer.shutdown()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        await self.instance.shutdown()
+
+    async def __aenter__(self) -> "PushConsumer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.shutdown()
+
+    # --- what the instance asks --------------------------------------------------------------
+
+    def consumer_data(self) -> ConsumerData:
+        """This group's entry in the heartbeat."""
+        return ConsumerData(group_name=self.group, consume_type=ConsumeType.CONSUME_PASSIVELY,
+                            message_model=self.message_model,
+                            consume_from_where=self.consume_from_where,
+                            subscriptions=list(self.subscriptions.values()))
+
+    def route_topics(self) -> list[str]:
+        """Topics whose routes the instance keeps fresh for this consumer."""
+        return list(self.subscriptions)
+
+    def notify_consumer_ids_changed(self) -> None:
+        """The broker says the group changed: rebalance now."""
+        if self._started:
+            self.instance.spawn(self.rebalance())
+
+    async def persist_offsets(self) -> None:
+        """Write the offsets of the assigned queues to their store."""
+        if self.offset_store is not None:
+            await self.offset_store.persist_all()
+
+    # --- rebalance -----------------------------------------------------------------------------
+
+    async def rebalance(self) -> None:
+        """Recompute this client's queues for every subscribed topic and start/stop pulls."""
+        if not self._started:
+            return
+        async with self._rebalance_lock:
+            for topic in list(self.subscriptions):
+                try:
+                    await self._rebalance_topic(topic)
+                except _RETRIABLE_ERRORS as error:
+                    LOGGER.info("rebalance of %s/%s failed: %s", self.group, topic, error)
+
+    async def _rebalance_topic(self, topic: str) -> None:
+        route = self.instance.routes.get(topic) or await self.instance.update_route(topic)
+        if route is None:
+            return
+        queues = subscribe_queues(topic, route)
+        if self.message_model == MessageModel.BROADCASTING:
+            mine = set(queues)
+        else:
+            client_ids = await self._find_consumer_ids(topic)
+            if not client_ids:
+                return
+            mine = set(self.allocate_strategy(self.group, self.instance.client_id, queues,
+                                              client_ids))
+        for queue in [q for q in self.process_queues if q.topic == topic and q not in mine]:
+            await self._drop_queue(queue)
+        for queue in sorted(mine - set(self.process_queues),
+                            key=lambda q: (q.broker_name, q.queue_id)):
+            offset = await self._compute_pull_from_where(queue)
+            if offset < 0:
+                continue
+            process_queue = ProcessQueue(offset)
+            self.process_queues[queue] = process_queue
+            self._pull_tasks[queue] = asyncio.create_task(
+                self._pull_loop(queue, process_queue), name=f"pybroker-pull-{queue}")
+            LOGGER.info("%s: consume %s from offset %d", self.group, queue, offset)
+
+    async def _find_consumer_ids(self, topic: str) -> list[str]:
+        route = self.instance.routes[topic]
+        for broker in route.broker_datas:
+            address = broker.broker_addrs.get(0) or next(iter(broker.broker_addrs.values()), None)
+            if address is None:
+                continue
+            fields = headers.encode_header(headers.CONSUMER_GROUP_REQUEST,
+                                           {"consumer_group": self.group})
+            response = await self.instance.invoke(
+                address, request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, fields))
+            check_response(response, address)
+            return bodies.decode_consumer_list(response.body or b'{"consumerIdList":[]}')
+        return []
+
+    async def _drop_queue(self, queue: MessageQueue) -> None:
+        process_queue = self.process_queues.pop(queue)
+        process_queue.dropped = True
+        task = self._pull_tasks.pop(queue, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self.offset_store.persist(queue)
+        self.offset_store.remove(queue)
+        LOGGER.info("%s: no longer consumes %s", self.group, queue)
+
+    async def _compute_pull_from_where(self, queue: MessageQueue) -> int:
+        offset = await self.offset_store.read_offset(queue, from_store=True)
+        if offset >= 0:
+            return offset
+        where = self.consume_from_where
+        if queue.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or where in (
+                ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                ConsumeFromWhere.CONSUME_FROM_MIN_OFFSET):
+            return 0
+        if where == ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            timestamp_ms = self.consume_timestamp_ms
+            if timestamp_ms is None:
+                timestamp_ms = time.time_ns() // 1_000_000 - 30 * 60 * 1000
+            return await queue_offset_query(self.instance, queue,
+                                            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp_ms)
+        return await queue_offset_query(self.instance, queue, RequestCode.GET_MAX_OFFSET)
+
+    # --- pulling -------------------------------------------------------------------------------
+
+    async def _pull_loop(self, queue: MessageQueue, process_queue: ProcessQueue) -> None:
+        delay_s = self.pull_time_delay_ms_when_exception / 1000
+        while not process_queue.dropped and self._started:
+            if (process_queue.count > self.pull_threshold_for_queue
+                    or process_queue.body_bytes > self.pull_threshold_size_for_queue_bytes):
+                await asyncio.sleep(PULL_FLOW_CONTROL_DELAY_MS / 1000)
+                continue
+            subscription = self.subscriptions.get(queue.topic)
+            if subscription is None:
+                return
+            try:
+                result = await self._pull(queue, process_queue.next_offset, subscription)
+            except _RETRIABLE_ERRORS as error:
+                LOGGER.info("pull %s failed: %s", queue, error)
+                await asyncio.sleep(delay_s)
+                continue
+            if process_queue.dropped:
+                return
+            self._on_pulled(queue, process_queue, subscription, result)
+
+    async def _pull(self, queue: MessageQueue, queue_offset: int,
+                    subscription: SubscriptionData) -> PullResult:
+        commit_offset = 0
+        if self.message_model == MessageModel.CLUSTERING:
+            commit_offset = max(self.offset_store.cached_offset(queue), 0)
+        return await pull_message(
+            self.instance, self.group, queue, queue_offset, subscription,
+            max_nums=self.pull_batch_size, commit_offset=commit_offset,
+            suspend_timeout_ms=self.broker_suspend_max_time_ms,
+            timeout_ms=self.consumer_timeout_ms_when_suspend)
+
+    def _on_pulled(self, queue: MessageQueue, process_queue: ProcessQueue,
+                   subscription: SubscriptionData, result: PullResult) -> None:
+        process_queue.next_offset = result.next_begin_offset
+        if result.offset_moved:
+            LOGGER.warning("%s: offset of %s moved to %d", self.group, queue,
+                           result.next_begin_offset)
+            self.offset_store.update_offset(queue, result.next_begin_offset)
+            return
+        messages = [m for m in result.messages if matches(subscription, m)]
+        if not messages:
+            if process_queue.count == 0 and result.messages:
+                # Everything pulled was filtered out: the offset may move past it now.
+                self.offset_store.update_offset(queue, result.next_begin_offset, True)
+            return
+        for message in messages:
+            self._restore_retry_topic(message)
+        process_queue.put(messages)
+        size = self.consume_message_batch_max_size
+        for start in range(0, len(messages), size):
+            self._submit(queue, process_queue, messages[start:start + size])
+
+    def _restore_retry_topic(self, message: MessageExt) -> None:
+        if message.topic == RETRY_GROUP_TOPIC_PREFIX + self.group:
+            original = message.properties.get(Property.RETRY_TOPIC)
+            if original:
+                message.topic = original
+
+    # --- consuming ------------------------------------------------------------------------------
+
+    def _submit(self, queue: MessageQueue, process_queue: ProcessQueue,
+                batch: list[MessageExt], delay_ms: int = 0) -> None:
+        task = asyncio.create_task(self._consume(queue, process_queue, batch, delay_ms))
+        self._consume_tasks.add(task)
+        task.add_done_callback(self._consume_tasks.discard)
+
+    async def _consume(self, queue: MessageQueue, process_queue: ProcessQueue,
+                       batch: list[MessageExt], delay_ms: int) -> None:
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
+        async with self._semaphore:
+            if process_queue.dropped:
+                return
+            context = ConsumeContext(queue)
+            status = await self._call_listener(batch, context)
+            failed = [] if status == ConsumeStatus.CONSUME_SUCCESS else batch
+            again = await self._send_back_all(failed, context) if failed else []
+            done = [m for m in batch if m not in again]
+            offset = process_queue.remove(done)
+            if offset >= 0 and not process_queue.dropped:
+                self.offset_store.update_offset(queue, offset, increase_only=True)
+            if again:
+                self._submit(queue, process_queue, again, RECONSUME_LOCALLY_DELAY_MS)
+
+    async def _call_listener(self, batch: list[MessageExt],
+                             context: ConsumeContext) -> ConsumeStatus:
+        try:
+            if self._executor is None:
+                status = await self.listener(batch, context)
+            else:
+                loop = asyncio.get_running_loop()
+                status = await loop.run_in_executor(self._executor, self.listener, batch,
+                                                    context)
+        except Exception:   # a listener's bug must not stop consumption; retry the batch
+            LOGGER.exception("%s: listener raised; batch will be consumed again", self.group)
+            return ConsumeStatus.RECONSUME_LATER
+        if status is None:
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus(status)
+
+    async def _send_back_all(self, failed: list[MessageExt],
+                             context: ConsumeContext) -> list[MessageExt]:
+        """Send back each failed message; those that could not be sent back."""
+        if self.message_model == MessageModel.BROADCASTING:
+            LOGGER.warning("%s: broadcasting does not retry; dropped %d message(s)", self.group,
+                           len(failed))
+            return []
+        again = []
+        for message in failed:
+            if not await self._send_back(message, context.delay_level_when_next_consume):
+                message.reconsume_times += 1
+                again.append(message)
+        return again
+
+    async def _send_back(self, message: MessageExt, delay_level: int) -> bool:
+        try:
+            address = await self.instance.find_master(message.broker_name, message.topic)
+            fields = headers.encode_header(headers.CONSUMER_SEND_MSG_BACK_REQUEST, {
+                "physical_offset": message.physical_offset, "group": self.group,
+                "delay_level": delay_level, "origin_msg_id": message.msg_id,
+                "origin_topic": message.topic, "max_reconsume_times": self.max_reconsume_times})
+            response = await self.instance.invoke(
+                address, request(RequestCode.CONSUMER_SEND_MSG_BACK, fields))
+            check_response(response, address)
+            return True
+        except (*_RETRIABLE_ERRORS, NoRouteError) as error:
+            LOGGER.info("send-back of %s failed (%s); sending to the retry topic",
+                        message.msg_id, error)
+        return await self._send_to_retry_topic(message)
+
+    async def _send_to_retry_topic(self, message: MessageExt) -> bool:
+        retry = Message(RETRY_GROUP_TOPIC_PREFIX + self.group, message.body, flag=message.flag)
+        retry.properties = dict(message.properties)
+        retry.properties.setdefault(Property.ORIGIN_MESSAGE_ID, message.msg_id)
+        retry.properties.setdefault(Property.RETRY_TOPIC, message.topic)
+        retry.properties[Property.RECONSUME_TIME] = str(message.reconsume_times + 1)
+        retry.properties[Property.MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
+        retry.delay_level = SEND_BACK_FALLBACK_DELAY_BASE + message.reconsume_times
+        try:
+            producer = await self._retry_producer()
+            await producer.send(retry)
+            return True
+        except (*_RETRIABLE_ERRORS, NoRouteError, ValueError) as error:
+            LOGGER.warning("retry send of %s failed (%s); consuming it again locally",
+                           message.msg_id, error)
+            return False
+
+    async def _retry_producer(self):
+        if self._inner_producer is None:
+            from pybroker.client.producer import Producer   # the producer imports nothing here
+            producer = Producer(SystemGroup.CLIENT_INNER_PRODUCER, instance=self.instance)
+            if SystemGroup.CLIENT_INNER_PRODUCER in self.instance.producers:
+                producer = self.instance.producers[SystemGroup.CLIENT_INNER_PRODUCER]
+            else:
+                await producer.start()
+                self._inner_producer = producer
+            return producer
+        return self._inner_producer
+
+    # --- inspection ---------------------------------------------------------------------------
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        """Queues this client consumes now."""
+        return sorted(self.process_queues, key=lambda q: (q.topic, q.broker_name, q.queue_id))
+
+    async def consumer_offset(self, queue: MessageQueue) -> int:
+        """The consumer offset of ``queue`` held in memory (-1 when none)."""
+        if self.offset_store is None:
+            return OFFSET_UNKNOWN
+        return self.offset_store.cached_offset(queue)

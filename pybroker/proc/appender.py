@@ -1,0 +1,254 @@
+# The appender process: the only CommitLog writer; drains every send ring, group-commits a batch.
+"""Main loop of the appender (DESIGN §2 rules 1-4, §6).
+
+Per wake-up it drains EVERY send ring: each ring record is one put request (layout in
+:mod:`pybroker.proc.ring_putter`), appended with one ``CommitLog.append_encoded`` call (one copy;
+the records are patched in the ring slot first). The store timestamp is taken once per drain.
+Then, once per drain: ``written_store_timestamp`` and ``written_position`` are published (in that
+order, so a reader that loads the timestamp first never sees a time later than the record at
+the position it loads next), each completion ring is committed once, and whoever flagged itself
+asleep (dispatcher and SYNC_FLUSH flusher via the position's waiter bits, workers via their
+completion flag or their wait for ring space) gets one eventfd signal. The appender sleeps only
+when every ring is empty.
+
+Back-pressure: a ring's requests are taken only while its completion ring has free slots; a
+full completion ring stops that ring until its worker drains it (the RingPutter bounds its
+in-flight puts by the slot count, so this is a safety net; the appender then re-checks every
+``_BLOCKED_WAIT_MS``).
+"""
+import dataclasses
+import logging
+import time
+
+from pybroker._fast import record as record_codec
+from pybroker.proc.ring_putter import PUT_HEADER, PUT_STATUSES, put_header_size
+from pybroker.proc.wake import ConsumerSide, Sleeper, WakeFd, signal_mask
+from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
+from pybroker.store import layout, paths
+from pybroker.store.commitlog import CommitLog, topic_queue_key
+from pybroker.store.consume_queue import ConsumeQueueStore
+from pybroker.store.control_block import WORKER_SLOTS_MAX, BrokerState, ControlBlock
+from pybroker.store.message_store import StoreSettings
+from pybroker.store.status import PutStatus
+
+__all__ = ["run_appender", "DataPlaneWakes", "APPENDER_SLOT", "DISPATCHER_SLOT",
+           "FLUSHER_SLOT", "store_setting", "now_ms"]
+
+log = logging.getLogger("pybroker.proc.appender")
+
+# Control-block slots of the data-plane workers (waiter bits, counters); remoting workers use
+# slots 0.. upwards.
+APPENDER_SLOT = WORKER_SLOTS_MAX - 1
+DISPATCHER_SLOT = WORKER_SLOTS_MAX - 2
+FLUSHER_SLOT = WORKER_SLOTS_MAX - 3
+_IDLE_WAIT_MS = 1000          # an idle appender re-checks broker_state this often
+_BLOCKED_WAIT_MS = 1          # completion ring full: wait for the worker to drain it
+_STATUS_CODES = {status: code for code, status in enumerate(PUT_STATUSES)}
+_NO_QUEUE_OFFSET_TYPES = (int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
+                          int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE))
+_DEFAULTS = StoreSettings()
+# Settings of the flush services that StoreSettings does not carry (Java's defaults).
+_EXTRA_DEFAULTS = {"flush_interval_commit_log": 500, "flush_commit_log_least_pages": 4,
+                   "flush_commit_log_thorough_interval": 10_000,
+                   "flush_interval_consume_queue": 1000, "flush_consume_queue_least_pages": 2,
+                   "flush_consume_queue_thorough_interval": 60_000, "sync_flush_timeout": 5000}
+
+
+def store_setting(settings, name: str):
+    """A store setting by snake_case name; a missing attribute takes Java's default."""
+    if hasattr(settings, name):
+        return getattr(settings, name)
+    if name in _EXTRA_DEFAULTS:
+        return _EXTRA_DEFAULTS[name]
+    return getattr(_DEFAULTS, name)
+
+
+def now_ms() -> int:
+    """Wall clock, ms since the epoch (store timestamps)."""
+    return time.time_ns() // 1_000_000
+
+
+def is_sync_flush(settings) -> bool:
+    flush_disk_type = store_setting(settings, "flush_disk_type")
+    return str(getattr(flush_disk_type, "value", flush_disk_type)) == "SYNC_FLUSH"
+
+
+@dataclasses.dataclass
+class DataPlaneWakes:
+    """The eventfds of the data plane; ``workers[i]`` is remoting worker slot i's."""
+    appender: WakeFd
+    dispatcher: WakeFd
+    flusher: WakeFd
+    workers: list[WakeFd]
+
+    def by_slot(self) -> dict[int, WakeFd]:
+        """Control-block slot -> eventfd, for signal_mask()."""
+        slots = dict(enumerate(self.workers))
+        slots.update({APPENDER_SLOT: self.appender, DISPATCHER_SLOT: self.dispatcher,
+                      FLUSHER_SLOT: self.flusher})
+        return slots
+
+
+def run_appender(settings, rings, completion_rings, control: ControlBlock,
+                 wakes: DataPlaneWakes, clock_ms=now_ms) -> None:
+    """Append until ``control.broker_state`` is STOPPING (or later) and the rings are empty.
+
+    ``rings[i]`` (consumer side) and ``completion_rings[i]`` (producer side) belong to remoting
+    worker slot i. Raises (and the process must exit non-zero) on a store failure.
+    """
+    appender = _Appender(settings, rings, completion_rings, control, wakes, clock_ms)
+    try:
+        appender.run()
+    finally:
+        appender.commitlog.shutdown(0)
+
+
+def _written_end(commitlog: CommitLog) -> int:
+    """End of the records in the last CommitLog file (start-up without a published position)."""
+    files = commitlog.mapped_file_queue.mapped_files
+    if not files:
+        return 0
+    last = files[-1]
+    if not last.hold():
+        raise RuntimeError(f"{last.path} is shut down")
+    buffer = last.buffer()
+    try:
+        status, position, _ = record_codec.scan(buffer, 0, last.file_size, False)
+    finally:
+        buffer.release()
+        last.release()
+    if status == record_codec.RECORD_BLANK:
+        return last.file_from_offset + last.file_size
+    return last.file_from_offset + position
+
+
+def _topic_queue_table(settings, commitlog: CommitLog, written_position: int) -> dict[str, int]:
+    """Next queue offset per queue: the consume queues' max offsets (read-only), then any
+    records the CommitLog holds beyond what they cover."""
+    store_root = store_setting(settings, "store_path_root_dir")
+    queues = ConsumeQueueStore(store_root, store_setting(settings,
+                                                         "mapped_file_size_consume_queue"),
+                               read_only=True)
+    try:
+        if not queues.load():
+            raise ValueError(f"store {store_root}: a consume-queue file has the wrong size")
+        for queue in queues.queues():
+            queue.recover()
+        table = {topic_queue_key(queue.topic, queue.queue_id): queue.max_offset_in_queue()
+                 for queue in queues.queues()}
+        covered = max(queues.max_physical_offset(), commitlog.min_offset(), 0)
+    finally:
+        queues.close()
+    for message_record in commitlog.record_iterator(covered, written_position):
+        if message_record.sys_flag & TRANSACTION_TYPE_MASK not in _NO_QUEUE_OFFSET_TYPES:
+            key = topic_queue_key(message_record.topic, message_record.queue_id)
+            table[key] = max(table.get(key, 0), message_record.queue_offset + 1)
+        message_record.body.release()
+    return table
+
+
+class _Appender:
+    def __init__(self, settings, rings, completion_rings, control, wakes, clock_ms):
+        if len(rings) != len(completion_rings) or len(rings) > FLUSHER_SLOT:
+            raise ValueError(f"{len(rings)} send rings and {len(completion_rings)} completion "
+                             f"rings: need one of each per worker, at most {FLUSHER_SLOT}")
+        self.rings = list(rings)
+        self.completion_rings = list(completion_rings)
+        self.control = control
+        self.wakes = wakes
+        self.slots = wakes.by_slot()
+        self.clock_ms = clock_ms
+        self.counters = control.worker(APPENDER_SLOT)
+        store_root = store_setting(settings, "store_path_root_dir")
+        self.commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
+                                   or paths.commitlog_dir(store_root),
+                                   store_setting(settings, "mapped_file_size_commit_log"))
+        if not self.commitlog.load():
+            raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
+        written = control.written_position or _written_end(self.commitlog)
+        self.commitlog.set_wrote_and_flushed(written)
+        self.commitlog.set_topic_queue_table(_topic_queue_table(settings, self.commitlog,
+                                                                written))
+        self.blocked = False
+        log.info("appender: %d rings, CommitLog written to %d", len(self.rings), written)
+
+    def run(self) -> None:
+        sleeper = Sleeper(self.wakes.appender, [ConsumerSide(ring) for ring in self.rings])
+        while True:
+            if self.drain():
+                continue
+            if self.control.broker_state >= BrokerState.STOPPING:
+                log.info("appender: stopping at %d", self.commitlog.max_offset())
+                return
+            if sleeper.sleep(_BLOCKED_WAIT_MS if self.blocked else _IDLE_WAIT_MS):
+                self.counters.add(wakeups=1)
+
+    def drain(self) -> int:
+        """One group commit over every ring; returns the number of requests taken."""
+        store_timestamp = self.clock_ms()
+        self.blocked = False
+        requests = records = 0
+        for index in range(len(self.rings)):
+            taken, appended = self._drain_ring(index, store_timestamp)
+            requests += taken
+            records += appended
+        if not requests:
+            return 0
+        control = self.control
+        control.written_store_timestamp = store_timestamp
+        signal_mask(control.publish("written_position", self.commitlog.max_offset()),
+                    self.slots)
+        for index, completions in enumerate(self.completion_rings):
+            if completions.commit():
+                self.wakes.workers[index].signal()
+        self.counters.add(appends=records, batches=1)
+        return requests
+
+    def _drain_ring(self, index: int, store_timestamp: int) -> tuple[int, int]:
+        ring, completions = self.rings[index], self.completion_rings[index]
+        taken = appended = 0
+        for _ in range(2):     # a run stops at the ring's wrap: a second peek takes the rest
+            free_slots = completions.free_slots()
+            if free_slots == 0:
+                self.blocked = True
+                break
+            count, start, end = ring.peek_batch(free_slots)
+            if count == 0:
+                break
+            data = ring.data()
+            for payload_offset, length in ring.iter_records(start, end):
+                appended += self._append(data, payload_offset, length, completions,
+                                         store_timestamp)
+            taken += count
+            if ring.release(end):
+                self.wakes.workers[index].signal()
+        return taken, appended
+
+    def _append(self, data, offset: int, length: int, completions, store_timestamp: int) -> int:
+        """Append one request and push its completion; returns the records appended."""
+        request_id, queue_id, count, sys_flag, _, topic_length = \
+            PUT_HEADER.unpack_from(data, offset)
+        header_size = put_header_size(topic_length)
+        status, result = PutStatus.MESSAGE_ILLEGAL, None
+        if 0 < topic_length <= layout.TOPIC_MAX_BYTES_V1 and header_size < length:
+            topic_start = offset + PUT_HEADER.size
+            try:
+                topic = str(data[topic_start:topic_start + topic_length], "utf-8")
+            except UnicodeDecodeError:
+                topic = None
+            if topic is not None:
+                records = data[offset + header_size:offset + length]
+                try:
+                    result = self.commitlog.append_encoded(records, topic, queue_id, count,
+                                                           sys_flag, store_timestamp)
+                finally:
+                    records.release()
+                status = result.status
+        if result is None or status is not PutStatus.PUT_OK:
+            if not completions.push(request_id, _STATUS_CODES[status], 0, 0, 0):
+                raise AssertionError("completion ring full after a free-slot check")
+            return 0
+        if not completions.push(request_id, _STATUS_CODES[status], result.count,
+                                result.physical_offset, result.queue_offset):
+            raise AssertionError("completion ring full after a free-slot check")
+        return result.count

@@ -1,0 +1,157 @@
+# The data plane's shared parts: rings, control block, eventfds, and what each process attaches.
+"""Wiring of one broker generation's data plane (docs/architecture.md, "Processes").
+
+The supervisor creates everything before forking (regions under ``<store>/run``, eventfds
+inherited by the children); slot ``i < N`` is remoting worker ``i``, slot ``N`` is the
+supervisor's own ring (delay delivery, transaction checks). Each process then uses its side:
+the appender consumes every send ring and produces completions; a remoting worker (or the
+supervisor) gets a :class:`Attachment` with a read-only store reader and a RingPutter.
+"""
+import logging
+import os
+import socket
+
+from pybroker.proc.appender import DataPlaneWakes, is_sync_flush, run_appender, store_setting
+from pybroker.proc.dispatcher import run_dispatcher
+from pybroker.proc.flusher import run_flusher
+from pybroker.proc.ring_putter import RingPutter
+from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
+from pybroker.proc.wake import AsyncWakeReader, WakeFd
+from pybroker.store import paths
+from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.reader import MessageStoreReader
+
+log = logging.getLogger("pybroker.proc.dataplane")
+
+# Stop order: remoting workers first (no new puts), then each data-plane worker after the one
+# whose output it consumes.
+_STOP_RANKS = {"appender": 1, "dispatcher": 2, "flusher": 3}
+
+
+def store_host_of(config) -> tuple[bytes, int]:
+    """Broker IP bytes + listen port: the STOREHOSTADDRESS of records and offset message ids."""
+    address = config.broker.broker_ip1
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    return socket.inet_pton(family, address), config.broker.listen_port
+
+
+class Attachment:
+    """A process's view of the data plane: ``reader``, ``putter``, ``store_host``."""
+
+    def __init__(self, plane: "DataPlane", slot: int):
+        config = plane.config
+        self.plane = plane
+        self.control = plane.control
+        self.store_host = store_host_of(config)
+        self.reader = MessageStoreReader(config.store, plane.control.dispatched_position)
+        self.putter = RingPutter(
+            plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
+            plane.wakes.appender, slot, self.store_host, is_sync_flush(config.store),
+            store_setting(config.store, "sync_flush_timeout"))
+        self.wake_fd = plane.wakes.workers[slot]
+        self._dispatched = plane.control.dispatched_position
+        self._wake_reader = None
+        self._on_wake = None
+
+    def start(self, loop, on_wake) -> None:
+        """Serve wake-ups in ``loop``: completions, flushed and dispatched positions.
+        ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up."""
+        self._on_wake = on_wake
+        self._wake_reader = AsyncWakeReader(loop, self.wake_fd, self.putter.sleep_flags(),
+                                            self._wake)
+        self._wake_reader.start()
+
+    def _wake(self) -> None:
+        self.putter.on_wake()
+        dispatched = self.control.dispatched_position
+        moved = dispatched != self._dispatched
+        if moved:
+            self._dispatched = dispatched
+            self.reader.advance(dispatched)
+        self._on_wake(moved)
+
+    def close(self) -> None:
+        if self._wake_reader is not None:
+            self._wake_reader.stop()
+            self._wake_reader = None
+        self.reader.close()
+
+
+class DataPlane:
+    """Everything shared by one generation's processes. Create with :meth:`create`."""
+
+    def __init__(self, config, run_directory, control, rings, completions, wakes, workers):
+        self.config = config
+        self.run_directory = run_directory
+        self.control = control
+        self.rings = rings
+        self.completions = completions
+        self.wakes = wakes
+        self.workers = workers
+
+    @classmethod
+    def create(cls, config, run_dir: str, workers: int, valid_end: int) -> "DataPlane":
+        """Create the regions and eventfds for ``workers`` remoting workers (+ the supervisor's
+        slot) with every position at the recovered CommitLog end ``valid_end``."""
+        store = config.store
+        run_directory = RunDirectory(run_dir, create=True)
+        control = ControlBlock(paths.control_block_path(store.store_path_root_dir), create=True)
+        for field in ("written_position", "flushed_position", "dispatched_position"):
+            control.publish(field, valid_end)
+        slots = workers + 1
+        ring_bytes = config.remoting.send_ring_size_bytes
+        slot_count = config.remoting.completion_ring_slots
+        rings = [create_byte_ring(run_directory.region_path(f"send-{slot}"), ring_bytes)
+                 for slot in range(slots)]
+        completions = [create_completion_ring(run_directory.region_path(f"done-{slot}"),
+                                              slot_count) for slot in range(slots)]
+        wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(), [WakeFd() for _ in range(slots)])
+        control.broker_state = BrokerState.RUNNING
+        return cls(config, run_directory, control, rings, completions, wakes, workers)
+
+    def worker_mains(self):
+        """(name, main) of the appender, dispatcher and flusher processes."""
+        store, control, wakes = self.config.store, self.control, self.wakes
+        rings = [region.ring for region in self.rings]
+        completions = [region.ring for region in self.completions]
+        return [("appender", lambda: _exit_status(run_appender(store, rings, completions,
+                                                               control, wakes))),
+                ("dispatcher", lambda: _exit_status(run_dispatcher(store, control, wakes))),
+                ("flusher", lambda: _exit_status(run_flusher(store, control, wakes)))]
+
+    def remoting_attachment(self, slot: int) -> Attachment:
+        """Remoting worker ``slot``'s attachment (call in the worker process)."""
+        return Attachment(self, slot)
+
+    def supervisor_attachment(self) -> Attachment:
+        """The supervisor's attachment (the last slot)."""
+        return Attachment(self, self.workers)
+
+    @staticmethod
+    def stop_rank(name: str) -> int:
+        return _STOP_RANKS.get(name, 0)
+
+    def request_stop(self) -> None:
+        """Ask the data-plane workers to finish: they drain, dispatch and flush, then exit."""
+        self.control.broker_state = BrokerState.STOPPING
+        for wake_fd in (self.wakes.appender, self.wakes.dispatcher, self.wakes.flusher):
+            wake_fd.signal()
+
+    def close(self) -> None:
+        """Unmap and unlink every region; close the eventfds (supervisor, after the workers
+        have exited)."""
+        for region in self.rings + self.completions:
+            region.close()
+        for wake_fd in (self.wakes.appender, self.wakes.dispatcher, self.wakes.flusher,
+                        *self.wakes.workers):
+            wake_fd.close()
+        self.control.close()
+        try:
+            os.unlink(paths.control_block_path(self.config.store.store_path_root_dir))
+        except FileNotFoundError:
+            pass
+        self.run_directory.close()
+
+
+def _exit_status(result) -> int:
+    return 0 if result is None else int(result)

@@ -1,0 +1,147 @@
+# The dispatcher process: reput CommitLog -> ConsumeQueue + index; publishes dispatched position.
+"""Main loop of the dispatcher (DESIGN §2 rules 1, 2, 4).
+
+It tails ``written_position`` (published by the appender) over a READ-ONLY CommitLog and runs
+:class:`pybroker.store.dispatch.Dispatcher`, the only writer of consume queues and index files.
+Per batch it publishes ``dispatched_position`` once and, when something was dispatched, signals
+every remoting worker's eventfd once (long polls and readers learn the new position). It sleeps
+as a waiter on ``written_position`` (the appender signals it only then).
+
+Every ``flushIntervalConsumeQueue`` ms it msyncs the consume queues (at least
+``flushConsumeQueueLeastPages`` dirty pages, or all of them once
+``flushConsumeQueueThoroughInterval`` ms passed, as Java) and the newest IndexFile, and
+publishes ``logics_flushed_timestamp`` (store time of the last record dispatched before a
+thorough flush) and ``index_flushed_timestamp`` for the flusher's checkpoint. A flush error
+raises DurabilityError: the process must exit non-zero.
+"""
+import logging
+
+from pybroker.errors import StoreCorruptError
+from pybroker.proc.appender import DISPATCHER_SLOT, DataPlaneWakes, now_ms, store_setting
+from pybroker.proc.wake import PositionWatch, Sleeper
+from pybroker.store import paths
+from pybroker.store.commitlog import CommitLog
+from pybroker.store.consume_queue import ConsumeQueueStore
+from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.dispatch import Dispatcher, parse_delay_levels
+from pybroker.store.index_file import IndexService
+from pybroker.store.reader import follow_commitlog
+
+__all__ = ["run_dispatcher"]
+
+log = logging.getLogger("pybroker.proc.dispatcher")
+
+# Bytes dispatched per batch before the position is published (bounds reader latency).
+_BATCH_BYTES_MAX = 4 << 20
+_IDLE_WAIT_MS = 1000
+
+
+def _open_store(settings):
+    store_root = store_setting(settings, "store_path_root_dir")
+    commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
+                          or paths.commitlog_dir(store_root),
+                          store_setting(settings, "mapped_file_size_commit_log"), read_only=True)
+    queues = ConsumeQueueStore(store_root,
+                               store_setting(settings, "mapped_file_size_consume_queue"))
+    index_service = None
+    if store_setting(settings, "message_index_enable"):
+        index_service = IndexService(paths.index_dir(store_root),
+                                     store_setting(settings, "max_hash_slot_num"),
+                                     store_setting(settings, "max_index_num"))
+    if not (commitlog.load() and queues.load()
+            and (index_service is None or index_service.load())):
+        raise ValueError(f"store {store_root}: a file has the wrong size")
+    queues.recover()      # recovery ran before the fork: this only sets positions
+    return commitlog, queues, index_service
+
+
+def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes,
+                   clock_ms=now_ms) -> None:
+    """Dispatch until ``control.broker_state`` is STOPPING (or later) and nothing is left."""
+    commitlog, queues, index_service = _open_store(settings)
+    start = control.dispatched_position or queues.max_physical_offset()
+    dispatcher = Dispatcher(commitlog, queues, index_service,
+                            parse_delay_levels(store_setting(settings, "message_delay_level")),
+                            max(start, commitlog.min_offset(), 0))
+    flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
+    watch = PositionWatch(control, "written_position", DISPATCHER_SLOT)
+    sleeper = Sleeper(wakes.dispatcher, [watch])
+    counters = control.worker(DISPATCHER_SLOT)
+    followed = -1
+    log.info("dispatcher: reput from %d", dispatcher.reput_from_offset)
+    try:
+        while True:
+            written = control.written_position
+            if written > dispatcher.reput_from_offset:
+                follow_commitlog(commitlog, followed, written)
+                followed = written
+                count = _dispatch_batch(dispatcher, written)
+                control.publish("dispatched_position", dispatcher.reput_from_offset, True)
+                if count:
+                    for wake_fd in wakes.workers:
+                        wake_fd.signal()
+                counters.add(appends=count, batches=1)
+            wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)
+            if written > dispatcher.reput_from_offset:
+                continue
+            if control.broker_state >= BrokerState.STOPPING:
+                flusher.flush(dispatcher.last_store_timestamp, thorough=True)
+                return
+            watch.target = dispatcher.reput_from_offset + 1
+            if sleeper.sleep(min(wait_ms, _IDLE_WAIT_MS)):
+                counters.add(wakeups=1)
+    finally:
+        commitlog.shutdown(0)
+        queues.close()
+        if index_service is not None:
+            index_service.close()
+
+
+def _dispatch_batch(dispatcher: Dispatcher, written: int) -> int:
+    """Dispatch one batch (bounded in bytes); StoreCorruptError when no progress is possible."""
+    before = dispatcher.reput_from_offset
+    count = dispatcher.dispatch_until(min(written, before + _BATCH_BYTES_MAX))
+    if dispatcher.reput_from_offset == before:
+        count = dispatcher.dispatch_until(written)     # one record larger than the bound
+    if dispatcher.reput_from_offset == before:
+        raise StoreCorruptError(f"dispatch cannot pass physical offset {before} although "
+                                f"{written} is written")
+    return count
+
+
+class _LogicsFlusher:
+    """Periodic ConsumeQueue + index flush of the dispatcher (Java FlushConsumeQueueService)."""
+
+    def __init__(self, settings, queues, index_service, control, clock_ms):
+        self.queues = queues
+        self.index_service = index_service
+        self.control = control
+        self.clock_ms = clock_ms
+        self.interval_ms = store_setting(settings, "flush_interval_consume_queue")
+        self.least_pages = store_setting(settings, "flush_consume_queue_least_pages")
+        self.thorough_interval_ms = store_setting(settings,
+                                                  "flush_consume_queue_thorough_interval")
+        now = clock_ms()
+        self.next_flush_ms = now + self.interval_ms
+        self.last_thorough_ms = now
+
+    def maybe_flush(self, last_store_timestamp: int) -> int:
+        """Flush when the interval passed; returns ms until the next flush is due."""
+        now = self.clock_ms()
+        if now >= self.next_flush_ms:
+            thorough = now >= self.last_thorough_ms + self.thorough_interval_ms
+            self.flush(last_store_timestamp, thorough)
+            self.next_flush_ms = now + self.interval_ms
+        return max(self.next_flush_ms - now, 1)
+
+    def flush(self, last_store_timestamp: int, thorough: bool) -> None:
+        """msync the consume queues and the index; publish what is now durable."""
+        self.queues.flush(0 if thorough else self.least_pages)
+        if thorough:
+            self.last_thorough_ms = self.clock_ms()
+            if last_store_timestamp:
+                self.control.publish("logics_flushed_timestamp", last_store_timestamp, True)
+        if self.index_service is not None:
+            index_timestamp = self.index_service.flush()
+            if index_timestamp:
+                self.control.publish("index_flushed_timestamp", index_timestamp, True)

@@ -1,0 +1,151 @@
+# The flusher process: CommitLog flush + checkpoint; publishes the flushed position (fail-stop).
+"""Main loop of the flusher (DESIGN §2 rules 1, 2, 6; STYLE §8.6).
+
+ASYNC_FLUSH: every ``flushIntervalCommitLog`` ms, msync when at least
+``flushCommitLogLeastPages`` pages are dirty, or whatever is dirty once
+``flushCommitLogThoroughInterval`` ms passed (Java FlushRealTimeService). SYNC_FLUSH: a waiter
+on ``written_position`` (the appender signals it once per drain while it sleeps), it flushes up
+to the written position at once (the group commit of Java's GroupCommitService), publishes
+``flushed_position`` and signals the remoting workers waiting on it.
+
+The flusher maps the CommitLog files itself (read-write, never writing a byte: the appender is
+their only writer) and flushes with ``MappedFile.flush``, i.e. ``msync(MS_SYNC)`` of the page
+range. That is sound across processes: msync of a shared file mapping becomes
+``vfs_fsync_range`` on the file, which writes back every dirty page-cache page of the range,
+and dirty state lives in the page cache (the appender's stores into its own shared mapping
+mark the same pages dirty), so the pages the appender dirtied are written whichever process
+asks. (A read-only mapping would not do: Python's ``mmap.flush`` skips msync for
+ACCESS_READ maps.)
+
+After each flush it writes the checkpoint: physicMsgTimestamp = store time of the last record
+flushed (``written_store_timestamp`` loaded BEFORE ``written_position``, so it is never later
+than that record), logics/index timestamps from the dispatcher's published ones. A flush error
+raises DurabilityError out of :func:`run_flusher`; the process must exit non-zero (fail-stop),
+nothing is retried.
+"""
+import logging
+
+from pybroker.proc.appender import (FLUSHER_SLOT, DataPlaneWakes, is_sync_flush, now_ms,
+                                    store_setting)
+from pybroker.proc.wake import PositionWatch, Sleeper, signal_mask
+from pybroker.store import paths
+from pybroker.store.checkpoint import StoreCheckpoint
+from pybroker.store.commitlog import CommitLog
+from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.reader import follow_commitlog
+
+__all__ = ["run_flusher"]
+
+log = logging.getLogger("pybroker.proc.flusher")
+
+_SYNC_IDLE_WAIT_MS = 1000
+_STOP_WAIT_DISPATCHER_MS = 10_000   # longest wait for the dispatcher's final flush at stop
+_STOP_POLL_MS = 10
+
+
+def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes,
+                clock_ms=now_ms) -> None:
+    """Flush until ``control.broker_state`` is STOPPING (or later); a last full flush then."""
+    store_root = store_setting(settings, "store_path_root_dir")
+    commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
+                          or paths.commitlog_dir(store_root),
+                          store_setting(settings, "mapped_file_size_commit_log"))
+    if not commitlog.load():
+        raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
+    checkpoint = StoreCheckpoint(paths.checkpoint_path(store_root))
+    try:
+        _Flusher(settings, commitlog, checkpoint, control, wakes, clock_ms).run()
+    finally:
+        commitlog.shutdown(0)
+        checkpoint.shutdown()
+
+
+class _Flusher:
+    def __init__(self, settings, commitlog, checkpoint, control, wakes, clock_ms):
+        self.commitlog = commitlog
+        self.checkpoint = checkpoint
+        self.control = control
+        self.wakes = wakes
+        self.slots = wakes.by_slot()
+        self.clock_ms = clock_ms
+        self.sync = is_sync_flush(settings)
+        self.interval_ms = store_setting(settings, "flush_interval_commit_log")
+        self.least_pages = store_setting(settings, "flush_commit_log_least_pages")
+        self.thorough_interval_ms = store_setting(settings,
+                                                  "flush_commit_log_thorough_interval")
+        self.last_thorough_ms = clock_ms()
+        self.counters = control.worker(FLUSHER_SLOT)
+        self.stop_deadline_ms: int | None = None
+        flushed = control.flushed_position
+        commitlog.set_wrote_and_flushed(flushed)
+        self.followed = flushed
+        log.info("flusher: %s from %d", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH", flushed)
+
+    def _stopping(self) -> bool:
+        """STOPPING, and the dispatcher is done (or did not finish in time): the last flush
+        and checkpoint must carry the dispatcher's final timestamps."""
+        control = self.control
+        if control.broker_state < BrokerState.STOPPING:
+            return False
+        if self.stop_deadline_ms is None:
+            self.stop_deadline_ms = self.clock_ms() + _STOP_WAIT_DISPATCHER_MS
+        dispatched = (control.dispatched_position >= control.written_position
+                      and control.logics_flushed_timestamp >= control.written_store_timestamp)
+        if not dispatched and self.clock_ms() >= self.stop_deadline_ms:
+            log.warning("flusher: the dispatcher did not finish; last checkpoint without it")
+            return True
+        return dispatched
+
+    def run(self) -> None:
+        watch = PositionWatch(self.control, "written_position", FLUSHER_SLOT)
+        sleeper = Sleeper(self.wakes.flusher, [watch] if self.sync else [])
+        while True:
+            stopping = self._stopping()
+            flushed = self.flush_once(least_pages=0 if (self.sync or stopping) else None)
+            if stopping:
+                if not flushed:
+                    self.write_checkpoint(0, -1)   # the dispatcher's last timestamps
+                log.info("flusher: stopping at %d", self.commitlog.flushed_where)
+                return
+            watch.target = self.commitlog.flushed_where + 1
+            wait_ms = _SYNC_IDLE_WAIT_MS if self.sync else self.interval_ms
+            if self.stop_deadline_ms is not None:
+                wait_ms = _STOP_POLL_MS      # waiting for the dispatcher to finish
+            if sleeper.sleep(wait_ms):
+                self.counters.add(wakeups=1)
+
+    def flush_once(self, least_pages: int | None) -> bool:
+        """Flush up to the written position; True when the flushed position advanced.
+
+        ``least_pages`` None: the ASYNC rule (configured pages, 0 after the thorough interval).
+        """
+        control = self.control
+        store_timestamp = control.written_store_timestamp   # before the position: see module
+        written = control.written_position
+        if written > self.followed:
+            follow_commitlog(self.commitlog, self.followed, written)
+            self.followed = written
+        if least_pages is None:
+            now = self.clock_ms()
+            least_pages = self.least_pages
+            if now >= self.last_thorough_ms + self.thorough_interval_ms:
+                least_pages, self.last_thorough_ms = 0, now
+        if not self.commitlog.flush(least_pages):
+            return False
+        self.write_checkpoint(store_timestamp, written)
+        flushed = self.commitlog.flushed_where
+        signal_mask(control.publish("flushed_position", flushed, True), self.slots)
+        self.counters.add(batches=1)
+        return True
+
+    def write_checkpoint(self, store_timestamp: int, written: int) -> None:
+        """Checkpoint after a flush: ``store_timestamp`` (ms) counts only when everything up
+        to ``written`` is flushed; logics/index timestamps as the dispatcher published them."""
+        checkpoint, control = self.checkpoint, self.control
+        if self.commitlog.flushed_where >= written >= 0 and store_timestamp:
+            checkpoint.physic_msg_timestamp = store_timestamp
+        checkpoint.logics_msg_timestamp = max(checkpoint.logics_msg_timestamp,
+                                              control.logics_flushed_timestamp)
+        checkpoint.index_msg_timestamp = max(checkpoint.index_msg_timestamp,
+                                             control.index_flushed_timestamp)
+        checkpoint.flush()

@@ -1,0 +1,311 @@
+# RingPutter: the Putter of a remoting worker - send ring to the appender, completion ring back.
+"""Put requests travel to the appender through the worker's send ring (DESIGN §2 rule 3, §6).
+
+One ring record is one put request (header fields native-endian; the ring never leaves the
+host)::
+
+    off       size  field
+    0         8     request_id   int64, unique per worker; echoed in the completion
+    8         4     queue_id     int32
+    12        4     count        int32, records in the run
+    16        4     sys_flag     int32, sysFlag of the run (transaction type bits are used)
+    20        4     flags        int32, PUT_FLAG_WAIT_STORE
+    24        2     topic_length int16, bytes of the UTF-8 topic
+    26        n     topic        UTF-8
+    26+n      pad   to a multiple of 8 (put_header_size)
+    header    ...   the whole encoded CommitLog records (one copy, patched by the appender)
+
+The appender answers with one completion slot per request: (request_id, status code, count,
+physical offset, queue offset); the status code is the index of the PutStatus in
+:data:`PUT_STATUSES`. Under SYNC_FLUSH a ``wait_store`` put is answered only once the
+control block's ``flushed_position`` covers the run (or ``syncFlushTimeout`` ms passed:
+FLUSH_DISK_TIMEOUT).
+
+Wake-ups: the worker has ONE eventfd. Its sleep flags (:meth:`RingPutter.sleep_flags`) are the
+completion ring's consumer flag, the send ring's producer flag while a put waits for space, and
+a waiter bit on ``flushed_position`` while SYNC_FLUSH acknowledgements are held; whoever
+publishes signals the eventfd only when the flag is set. :meth:`RingPutter.on_wake` runs in the
+event loop's own turn (``pybroker.proc.wake.AsyncWakeReader``).
+"""
+import asyncio
+import collections
+import itertools
+import struct
+
+from pybroker.proc.wake import AsyncWakeReader
+from pybroker.protocol.message_id import offset_message_id
+from pybroker.store import layout
+from pybroker.store.message_store import PutResult
+from pybroker.store.status import PutStatus
+
+__all__ = ["RingPutter", "PUT_HEADER", "PUT_FLAG_WAIT_STORE", "PUT_STATUSES",
+           "put_header_size"]
+
+PUT_HEADER = struct.Struct("=qiiiih")
+assert PUT_HEADER.size == 26
+PUT_FLAG_WAIT_STORE = 1
+# Completion status codes: the index in this tuple (every process runs the same code).
+PUT_STATUSES = tuple(PutStatus)
+_PUT_OK = PUT_STATUSES.index(PutStatus.PUT_OK)
+_RECORD_ALIGN_BYTES = 8
+
+
+def put_header_size(topic_length: int) -> int:
+    """Bytes of a request header carrying a topic of ``topic_length`` UTF-8 bytes."""
+    return (PUT_HEADER.size + topic_length + _RECORD_ALIGN_BYTES - 1) & -_RECORD_ALIGN_BYTES
+
+
+def _record_sizes(view: memoryview, count: int) -> list[int]:
+    """TOTALSIZE of each record of a run (the worker encoded them: trusted, but bounded)."""
+    if count == 1:
+        return [len(view)]
+    sizes, position = [], 0
+    while position + 4 <= len(view) and len(sizes) < count:
+        size = int.from_bytes(view[position:position + 4], "big")
+        if size <= 0:
+            break
+        sizes.append(size)
+        position += size
+    return sizes
+
+
+class _Pending:
+    __slots__ = ("future", "sizes", "wait_flush", "deadline", "result")
+
+    def __init__(self, future, sizes, wait_flush):
+        self.future = future
+        self.sizes = sizes
+        self.wait_flush = wait_flush
+        self.deadline = 0.0
+        self.result: PutResult | None = None
+
+
+class _SpaceFlag:
+    """Producer flag of the send ring, armed only while a put waits for space or slots."""
+
+    def __init__(self, putter: "RingPutter"):
+        self._putter = putter
+
+    def set_sleeping(self) -> bool:
+        if not self._putter._space_waiters:
+            return False
+        return self._putter.ring.set_producer_sleeping()
+
+    def clear_sleeping(self) -> None:
+        self._putter.ring.clear_producer_sleeping()
+
+
+class _CompletionFlag:
+    """Consumer flag of the completion ring."""
+
+    def __init__(self, putter: "RingPutter"):
+        self._putter = putter
+
+    def set_sleeping(self) -> bool:
+        return self._putter.completion_ring.set_consumer_sleeping()
+
+    def clear_sleeping(self) -> None:
+        self._putter.completion_ring.clear_consumer_sleeping()
+
+
+class _FlushFlag:
+    """Waiter bit on flushed_position, set only while SYNC_FLUSH acknowledgements are held."""
+
+    def __init__(self, putter: "RingPutter"):
+        self._putter = putter
+        self._armed = False
+
+    def set_sleeping(self) -> bool:
+        held = self._putter._flush_waits
+        if not held:
+            return False
+        control = self._putter.control
+        control.add_waiter("flushed_position", self._putter.slot)
+        self._armed = True
+        return control.flushed_position >= held[0][0]
+
+    def clear_sleeping(self) -> None:
+        if self._armed:
+            self._armed = False
+            self._putter.control.remove_waiter("flushed_position", self._putter.slot)
+
+
+class RingPutter:
+    """Putter of a remoting worker (see the module docstring).
+
+    Parameters
+    ----------
+    ring, completion_ring : pybroker._fast.ring.ByteRing / CompletionRing
+        This worker's producer side of its send ring and consumer side of its completion ring.
+    control : pybroker.store.control_block.ControlBlock
+        Read for ``flushed_position``.
+    appender_wake : pybroker.proc.wake.WakeFd
+        Signalled when a commit finds the appender asleep.
+    slot : int
+        This worker's slot (control-block waiter bit).
+    store_host : (bytes, int)
+        Broker IP bytes and port, for offset message ids.
+    sync_flush : bool
+        ``flushDiskType`` is SYNC_FLUSH.
+    sync_flush_timeout_ms : int
+        How long a SYNC_FLUSH ``wait_store`` put waits for the flush (ms).
+    """
+
+    def __init__(self, ring, completion_ring, control, appender_wake, slot: int,
+                 store_host: tuple[bytes, int], sync_flush: bool = False,
+                 sync_flush_timeout_ms: int = 5000):
+        self.ring = ring
+        self.completion_ring = completion_ring
+        self.control = control
+        self.appender_wake = appender_wake
+        self.slot = slot
+        self.store_host = store_host
+        self.sync_flush = sync_flush
+        self.sync_flush_timeout_s = sync_flush_timeout_ms / 1000
+        self._request_ids = itertools.count(1)
+        self._pending: dict[int, _Pending] = {}
+        # A put may start only with a completion slot free for it: the appender can then
+        # always complete what it takes from the ring.
+        self._inflight_max = completion_ring.slot_count
+        self._space_waiters: collections.deque = collections.deque()
+        # (end physical offset, request id), in append order: held SYNC_FLUSH acks.
+        self._flush_waits: collections.deque = collections.deque()
+        self._timeout_handle: asyncio.TimerHandle | None = None
+        self._flags = [_CompletionFlag(self), _SpaceFlag(self), _FlushFlag(self)]
+        self._reader = None
+        self.puts_total = 0
+        self.space_waits_total = 0
+
+    # --- wiring ---------------------------------------------------------------------------------
+    def sleep_flags(self) -> list:
+        """The sleep flags to arm before this worker blocks on its eventfd."""
+        return list(self._flags)
+
+    def start(self, wake_fd, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Drive on_wake from ``wake_fd`` in ``loop`` (the worker may instead combine
+        sleep_flags() and on_wake() with its other wake-up work in one AsyncWakeReader)."""
+        loop = loop or asyncio.get_running_loop()
+        self._reader = AsyncWakeReader(loop, wake_fd, self._flags, self.on_wake)
+        self._reader.start()
+
+    def stop(self) -> None:
+        """Undo start() (idempotent)."""
+        if self._reader is not None:
+            self._reader.stop()
+            self._reader = None
+
+    # --- put ------------------------------------------------------------------------------------
+    async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
+                  wait_store: bool) -> PutResult:
+        """Send ``count`` encoded records of one topic/queue to the appender; the PutResult
+        (``store_timestamp`` is 0: the completion does not carry it)."""
+        view = memoryview(records).cast("B")
+        topic_bytes = topic.encode()
+        if not topic_bytes or len(topic_bytes) > layout.TOPIC_MAX_BYTES_V1 or count <= 0:
+            return PutResult(PutStatus.MESSAGE_ILLEGAL)
+        header_size = put_header_size(len(topic_bytes))
+        size = header_size + len(view)
+        if size > self.ring.record_max_bytes:
+            return PutResult(PutStatus.MESSAGE_SIZE_EXCEEDED)
+        offset = await self._reserve(size)
+        request_id = next(self._request_ids)
+        wait_flush = self.sync_flush and wait_store
+        data = self.ring.data()
+        PUT_HEADER.pack_into(data, offset, request_id, queue_id, count, sys_flag,
+                             PUT_FLAG_WAIT_STORE if wait_store else 0, len(topic_bytes))
+        data[offset + PUT_HEADER.size:offset + PUT_HEADER.size + len(topic_bytes)] = topic_bytes
+        data[offset + header_size:offset + size] = view
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_flush)
+        if self.ring.commit():
+            self.appender_wake.signal()
+        self.puts_total += 1
+        return await future
+
+    async def _reserve(self, size: int) -> int:
+        """Room for a request of ``size`` bytes (and a completion slot): waits, never drops."""
+        while True:
+            if len(self._pending) < self._inflight_max and not self._space_waiters:
+                offset = self.ring.reserve(size)
+                if offset >= 0:
+                    return offset
+            self.space_waits_total += 1
+            waiter = asyncio.get_running_loop().create_future()
+            self._space_waiters.append(waiter)
+            # Arm now: the appender signals only a producer flagged asleep.
+            if self._flags[1].set_sleeping():
+                self._flags[1].clear_sleeping()
+                self._wake_space_waiters()
+            await waiter
+
+    def _wake_space_waiters(self) -> None:
+        waiters, self._space_waiters = self._space_waiters, collections.deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # --- completions ----------------------------------------------------------------------------
+    def on_wake(self) -> None:
+        """Drain the completion ring, resolve finished puts, release SYNC_FLUSH acks that the
+        flushed position covers, and let puts waiting for space retry."""
+        for completion in self.completion_ring.drain():
+            self._complete(*completion)
+        if self._flush_waits:
+            self._release_flushed(self.control.flushed_position)
+        if self._space_waiters:
+            self._wake_space_waiters()
+
+    def _complete(self, request_id: int, status_code: int, count: int, physical_offset: int,
+                  queue_offset: int) -> None:
+        pending = self._pending.get(request_id)
+        if pending is None:
+            raise RuntimeError(f"completion for unknown request {request_id}")
+        if status_code != _PUT_OK:
+            status = PUT_STATUSES[status_code] if 0 <= status_code < len(PUT_STATUSES) \
+                else PutStatus.UNKNOWN_ERROR
+            self._resolve(request_id, PutResult(status))
+            return
+        ip, port = self.store_host
+        ids, position = [], physical_offset
+        for size in pending.sizes:
+            ids.append(offset_message_id(ip, port, position))
+            position += size
+        result = PutResult(PutStatus.PUT_OK, physical_offset, queue_offset, count,
+                           position - physical_offset, ",".join(ids), 0)
+        if not pending.wait_flush:
+            self._resolve(request_id, result)
+            return
+        pending.result = result
+        pending.deadline = asyncio.get_running_loop().time() + self.sync_flush_timeout_s
+        self._flush_waits.append((position, request_id))
+        if self._timeout_handle is None:
+            self._arm_timeout()
+
+    def _resolve(self, request_id: int, result: PutResult) -> None:
+        pending = self._pending.pop(request_id)
+        if not pending.future.done():
+            pending.future.set_result(result)
+
+    def _release_flushed(self, flushed_position: int) -> None:
+        waits = self._flush_waits
+        while waits and waits[0][0] <= flushed_position:
+            _, request_id = waits.popleft()
+            self._resolve(request_id, self._pending[request_id].result)
+
+    def _arm_timeout(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timeout_handle = None
+        if self._flush_waits:
+            deadline = self._pending[self._flush_waits[0][1]].deadline
+            self._timeout_handle = loop.call_at(deadline, self._on_flush_timeout)
+
+    def _on_flush_timeout(self) -> None:
+        self._release_flushed(self.control.flushed_position)
+        now = asyncio.get_running_loop().time()
+        waits = self._flush_waits
+        while waits and self._pending[waits[0][1]].deadline <= now:
+            _, request_id = waits.popleft()
+            result = self._pending[request_id].result
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            self._resolve(request_id, result)
+        self._arm_timeout()

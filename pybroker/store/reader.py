@@ -1,0 +1,279 @@
+# MessageStoreReader: the store's read API for processes that never write (remoting workers).
+"""Read-only view of a store that another process writes, current up to a dispatched position.
+
+The CommitLog, the consume queues and the index are mapped READ-ONLY; no lock file, no abort
+file, no recovery (the supervisor recovered before the workers started). The read methods are
+those of :class:`~pybroker.store.message_store.MessageStore` (shared code in
+:mod:`pybroker.store.reads`) and return the same result types.
+
+What may be served is bounded by ``dispatched_position``: every record below it is whole, and
+every consume-queue unit pointing below it is written (the dispatcher publishes the position
+after writing them, with a release store; the caller read it with an acquire load). The caller
+passes new positions with :meth:`MessageStoreReader.advance`; nothing is refreshed then. A read
+brings a file or queue up to date only when the position moved since that object was last
+brought up to date, and that costs no system call unless a new file must be mapped (the last
+known file is full, or a queue directory is not known yet). A pull on an idle queue while
+nothing is dispatched costs no system call at all.
+"""
+import logging
+import os
+
+import numpy as np
+import psutil
+
+from pybroker.store import layout, paths
+from pybroker.store.commitlog import CommitLog
+from pybroker.store.consume_queue import UNIT_DTYPE, ConsumeQueue, ConsumeQueueStore
+from pybroker.store.index_file import IndexService
+from pybroker.store.mapped_file import MappedFile
+from pybroker.store.message_store import StoreSettings, transfer_limits
+from pybroker.store.reads import StoreReads
+
+__all__ = ["MessageStoreReader", "follow_commitlog"]
+
+log = logging.getLogger(__name__)
+
+_DEFAULTS = StoreSettings()
+_UNIT_SIZE = layout.CQ_STORE_UNIT_SIZE
+# First chunk of units checked when a queue file grows; later chunks grow 4x (numpy per chunk).
+_UNIT_SCAN_CHUNK_MIN = 256
+
+
+def _setting(settings, name: str):
+    return getattr(settings, name, getattr(_DEFAULTS, name))
+
+
+def _grown_units(mapped_file: MappedFile, start_unit: int, units_per_file: int,
+                 limit_physical_offset: int) -> int:
+    """Units of a file valid from ``start_unit`` on: the new unit count of the file.
+
+    A unit counts when it is a filler or points at a record that ends at or below
+    ``limit_physical_offset`` (dispatched, so completely written before it was published).
+    """
+    if start_unit >= units_per_file or not mapped_file.hold():
+        return start_unit
+    buffer = mapped_file.buffer()
+    position, chunk = start_unit, _UNIT_SCAN_CHUNK_MIN
+    try:
+        while position < units_per_file:
+            count = min(chunk, units_per_file - position)
+            units = np.frombuffer(buffer, UNIT_DTYPE, count, position * _UNIT_SIZE)
+            physical_offsets, sizes = units["phy"], units["size"]
+            filler = (physical_offsets == 0) & (sizes == layout.CQ_FILLER_SIZE)
+            valid = filler | ((physical_offsets >= 0) & (sizes > 0)
+                              & (physical_offsets + sizes <= limit_physical_offset))
+            del units, physical_offsets, sizes, filler
+            if bool(valid.all()):
+                position += count
+                chunk *= 4
+                continue
+            position += int(np.argmin(valid))
+            break
+        return position
+    finally:
+        buffer.release()
+        mapped_file.release()
+
+
+def follow_commitlog(commitlog: CommitLog, previous_position: int, target_position: int) -> int:
+    """Bring a CommitLog that another process writes up to ``target_position`` (bytes).
+
+    Maps files created since (only when ``target_position`` lies beyond the last mapped file;
+    a new file starts with ``flushed_position`` 0) and sets ``wrote_position`` of every file
+    not complete at ``previous_position`` (-1: all files). Returns 1 when the directory was
+    listed, else 0. Used by the reader, the dispatcher and the flusher.
+    """
+    queue = commitlog.mapped_file_queue
+    file_size = commitlog.file_size
+    files = queue.mapped_files
+    listed = 0
+    if not files or target_position > files[-1].file_from_offset + file_size:
+        known = len(files)
+        queue.refresh()
+        listed = 1
+        for mapped_file in queue.mapped_files[known:]:
+            mapped_file.flushed_position = 0
+    for mapped_file in reversed(queue.mapped_files):
+        if 0 <= previous_position and \
+                mapped_file.file_from_offset + file_size <= previous_position:
+            break      # complete at the previous call already, as is every file before it
+        mapped_file.wrote_position = \
+            min(max(target_position - mapped_file.file_from_offset, 0), file_size)
+    return listed
+
+
+class MessageStoreReader(StoreReads):
+    """Read side of a store written by other processes (the appender and the dispatcher).
+
+    Parameters
+    ----------
+    settings : StoreSettings or duck-typed object (``pybroker.config.StoreConfig``)
+        Store root, file sizes, index sizes and pull caps; missing attributes take Java's
+        defaults.
+    dispatched_position : int
+        CommitLog physical offset (bytes) up to which data may be served; see :meth:`advance`.
+
+    Reads: ``get_messages``, ``query_messages``, ``look_message_by_offset``,
+    ``view_message_by_id``, ``get_commit_log_data``, ``get_max_offset_in_queue``,
+    ``get_min_offset_in_queue``, ``get_offset_in_queue_by_time``,
+    ``get_earliest_message_time``, ``get_message_store_timestamp``, ``runtime_info``.
+    Call :meth:`close` when done.
+    """
+
+    def __init__(self, settings=None, dispatched_position: int = 0):
+        settings = settings if settings is not None else StoreSettings()
+        self.settings = settings
+        self.store_root = _setting(settings, "store_path_root_dir")
+        self.commitlog_dir = _setting(settings, "store_path_commit_log") or \
+            paths.commitlog_dir(self.store_root)
+        ratio = _setting(settings, "access_message_in_memory_max_ratio")
+        self._memory_bytes = psutil.virtual_memory().total * ratio // 100
+        self._transfer_limits = transfer_limits(settings)
+        self._stats = {"get_times_found": 0, "get_times_miss": 0, "get_transferred_count": 0}
+        self.dispatched_position = max(dispatched_position, 0)
+        self.commitlog = CommitLog(self.commitlog_dir,
+                                   _setting(settings, "mapped_file_size_commit_log"),
+                                   read_only=True)
+        if not self.commitlog.load():
+            raise ValueError(f"store {self.store_root}: a CommitLog file has the wrong size")
+        self.consume_queue_store = ConsumeQueueStore(
+            self.store_root, _setting(settings, "mapped_file_size_consume_queue"), read_only=True)
+        self.index_service: IndexService | None = None
+        if _setting(settings, "message_index_enable"):
+            self.index_service = IndexService(paths.index_dir(self.store_root),
+                                              _setting(settings, "max_hash_slot_num"),
+                                              _setting(settings, "max_index_num"),
+                                              read_only=True)
+            if not self.index_service.load():
+                raise ValueError(f"store {self.store_root}: an IndexFile has the wrong size")
+        # Position each object was last brought up to (-1: never).
+        self._commitlog_position = -1
+        self._index_position = -1
+        self._queue_positions: dict[tuple[str, int], int] = {}
+        self._missing_queues: dict[tuple[str, int], int] = {}
+        self.refreshes_total = 0      # refreshes that mapped new files (diagnostics, tests)
+
+    # --- position -------------------------------------------------------------------------------
+    def advance(self, dispatched_position: int) -> None:
+        """Allow reads up to ``dispatched_position`` (bytes; never moves back). No I/O here."""
+        if dispatched_position > self.dispatched_position:
+            self.dispatched_position = dispatched_position
+
+    def close(self) -> None:
+        """Unmap every file (idempotent); results still held keep their files mapped."""
+        self.commitlog.shutdown(0)
+        self.consume_queue_store.close()
+        if self.index_service is not None:
+            self.index_service.close()
+
+    def __enter__(self) -> "MessageStoreReader":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # --- hooks of StoreReads ----------------------------------------------------------------------
+    def _commitlog(self) -> CommitLog:
+        target = self.dispatched_position
+        if self._commitlog_position != target:
+            self._sync_commitlog(self._commitlog_position, target)
+            self._commitlog_position = target
+        return self.commitlog
+
+    def _sync_commitlog(self, previous: int, target: int) -> None:
+        self.refreshes_total += follow_commitlog(self.commitlog, previous, target)
+
+    def _index_service(self) -> IndexService | None:
+        index_service = self.index_service
+        target = self.dispatched_position
+        if index_service is None or self._index_position == target:
+            return index_service
+        files = index_service.index_files
+        if not files or files[-1].is_write_full():
+            # A new IndexFile may exist: map the directory again (the writer rolls rarely).
+            if not index_service.load():
+                raise ValueError(f"store {self.store_root}: an IndexFile has the wrong size")
+            self.refreshes_total += 1
+        self._index_position = target
+        return index_service
+
+    def _find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        key = (topic, queue_id)
+        target = self.dispatched_position
+        queue = self.consume_queue_store.find(topic, queue_id)
+        if queue is None:
+            if self._missing_queues.get(key) == target:
+                return None
+            queue = self._open_queue(topic, queue_id)
+            if queue is None:
+                self._missing_queues[key] = target
+                return None
+            self._missing_queues.pop(key, None)
+            self._grow_queue(queue, target)
+            queue.correct_min_offset(max(self.commitlog.min_offset(), 0))
+            self._queue_positions[key] = target
+        elif self._queue_positions.get(key) != target:
+            self._grow_queue(queue, target)
+            self._queue_positions[key] = target
+        return queue
+
+    def _open_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        try:
+            queue_dir = paths.consume_queue_dir(self.store_root, topic, queue_id)
+        except ValueError:
+            return None          # a topic or queue id that cannot name a directory
+        if not os.path.isdir(queue_dir):
+            return None
+        queue = self.consume_queue_store.find_or_create(topic, queue_id)
+        if not queue.load():
+            log.error("consume queue %s: a file has the wrong size; not served", queue_dir)
+            del self.consume_queue_store.queue_table[topic][queue_id]
+            return None
+        for mapped_file in queue.mapped_file_queue.mapped_files:
+            mapped_file.wrote_position = mapped_file.flushed_position = 0
+        self.refreshes_total += 1
+        return queue
+
+    def _grow_queue(self, queue: ConsumeQueue, target: int) -> None:
+        """Advance the queue's files over units that point below ``target``."""
+        file_queue = queue.mapped_file_queue
+        units_per_file = queue.mapped_file_size // _UNIT_SIZE
+        was_empty = queue.min_offset_in_queue() >= queue.max_offset_in_queue()
+        checked_for_files = False
+        index = 0
+        while True:
+            files = file_queue.mapped_files
+            while index < len(files) and files[index].wrote_position >= queue.mapped_file_size:
+                index += 1
+            if index == len(files):
+                if checked_for_files:
+                    break
+                known = len(files)
+                file_queue.refresh()   # the last file is full (or none): look for the next
+                checked_for_files = True
+                for mapped_file in file_queue.mapped_files[known:]:
+                    mapped_file.wrote_position = mapped_file.flushed_position = 0
+                self.refreshes_total += 1
+                continue
+            mapped_file = files[index]
+            count = _grown_units(mapped_file, mapped_file.wrote_position // _UNIT_SIZE,
+                                 units_per_file, target)
+            mapped_file.wrote_position = mapped_file.flushed_position = count * _UNIT_SIZE
+            if count < units_per_file:
+                break
+        if was_empty and queue.max_offset_in_queue() > queue.min_offset_in_queue():
+            queue.correct_min_offset(max(self.commitlog.min_offset(), 0))
+
+    # --- runtime figures ------------------------------------------------------------------------
+    def runtime_info(self) -> dict[str, str]:
+        """The read-side figures of GET_BROKER_RUNTIME_INFO (Java's key names, string values)."""
+        stats = self._stats
+        commitlog = self._commitlog()
+        return {
+            "getMessageTimesTotalFound": str(stats["get_times_found"]),
+            "getMessageTimesTotalMiss": str(stats["get_times_miss"]),
+            "getMessageTransferedMsgCount": str(stats["get_transferred_count"]),
+            "commitLogMinOffset": str(commitlog.min_offset()),
+            "commitLogMaxOffset": str(commitlog.max_offset()),
+            "earliestMessageTimeStamp": str(self.get_earliest_message_time()),
+        }

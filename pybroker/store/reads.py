@@ -1,0 +1,391 @@
+# Read side shared by MessageStore and MessageStoreReader: pull, look-up, query, queue offsets.
+"""The store's read API over a CommitLog, consume queues and an index, and its result types.
+
+:class:`StoreReads` holds every read of Java's DefaultMessageStore that a remoting worker serves
+itself (pull, view by id, query by key, queue offsets and times). It is a mixin: the owner sets
+``_memory_bytes`` (bytes of RAM counted as hot), ``_transfer_limits`` (in-memory bytes, in-memory
+count, in-disk bytes, in-disk count caps of one pull) and ``_stats`` (a dict of counters), and
+provides the hooks :meth:`StoreReads._commitlog`, :meth:`StoreReads._find_queue` and
+:meth:`StoreReads._index_service`. :class:`~pybroker.store.message_store.MessageStore` returns
+its own (writable, always current) objects; :class:`~pybroker.store.reader.MessageStoreReader`
+returns read-only ones, refreshed lazily up to the dispatched position.
+
+Reads hand out memoryview slices of the mapped CommitLog that hold their file: call
+``release()`` on every result.
+"""
+import numpy as np
+
+from pybroker._fast import record as record_codec
+from pybroker.protocol.message_id import decode_offset_message_id
+from pybroker.store import layout
+from pybroker.store.commitlog import CommitLog
+from pybroker.store.consume_queue import ConsumeQueue
+from pybroker.store.index_file import IndexService
+from pybroker.store.mapped_file import MappedFile
+from pybroker.store.status import GetStatus
+
+__all__ = ["StoreReads", "GetResult", "SelectResult", "QueryResult"]
+
+# Java scans at most max(16000 bytes of units, maxMsgNums units) per pull.
+_PULL_SCAN_UNITS_MIN = 16000 // layout.CQ_STORE_UNIT_SIZE
+# IndexService caps a query at maxMsgsNumBatch (Java default 64) and retries 3 times.
+_QUERY_MAX_NUM = 64
+_QUERY_ATTEMPTS = 3
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+class _Holds:
+    """Views of mapped files plus the holds that keep those files mapped."""
+    __slots__ = ("buffers", "_mapped_files")
+
+    def __init__(self):
+        self.buffers: list[memoryview] = []
+        self._mapped_files: list[MappedFile] = []
+
+    def _add(self, view: memoryview, mapped_file: MappedFile) -> None:
+        self.buffers.append(view)
+        self._mapped_files.append(mapped_file)
+
+    @property
+    def buffer_total_size(self) -> int:
+        """Bytes in :attr:`buffers`."""
+        return sum(view.nbytes for view in self.buffers)
+
+    def release(self) -> None:
+        """Release every view and hold; the buffers are unusable afterwards. Idempotent."""
+        buffers, mapped_files = self.buffers, self._mapped_files
+        self.buffers, self._mapped_files = [], []
+        for view in buffers:
+            view.release()
+        for mapped_file in mapped_files:
+            mapped_file.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+class SelectResult(_Holds):
+    """One raw region of the CommitLog (a record, or replication data); ``buffer`` is a view."""
+    __slots__ = ("physical_offset",)
+
+    def __init__(self, physical_offset: int, view: memoryview, mapped_file: MappedFile):
+        super().__init__()
+        self.physical_offset = physical_offset
+        self._add(view, mapped_file)
+
+    @property
+    def buffer(self) -> memoryview:
+        return self.buffers[0]
+
+
+class GetResult(_Holds):
+    """Outcome of :meth:`MessageStore.get_messages`: status, offsets (queue offsets) and the
+    raw records as views of the CommitLog (no copy). Call :meth:`release` when sent."""
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset",
+                 "suggest_pull_from_slave")
+
+    def __init__(self, status: GetStatus, next_begin_offset: int, min_offset: int,
+                 max_offset: int):
+        super().__init__()
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.suggest_pull_from_slave = False
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+    def __repr__(self) -> str:
+        return (f"GetResult({self.status.name}, next={self.next_begin_offset}, "
+                f"min={self.min_offset}, max={self.max_offset}, count={self.message_count})")
+
+
+class QueryResult(_Holds):
+    """Outcome of :meth:`MessageStore.query_messages`: raw records (views) plus the newest index
+    file's end timestamp (ms) and end physical offset, for the QUERY_MESSAGE response header."""
+    __slots__ = ("index_last_update_timestamp", "index_last_update_phy_offset")
+
+    def __init__(self):
+        super().__init__()
+        self.index_last_update_timestamp = 0
+        self.index_last_update_phy_offset = 0
+
+
+class StoreReads:
+    """Read methods of the store facade (a mixin; see the module docstring for its contract)."""
+
+    _memory_bytes: int
+    _transfer_limits: tuple[int, int, int, int]
+    _stats: dict[str, int]
+
+    # --- hooks ---------------------------------------------------------------------------------
+    def _commitlog(self) -> CommitLog:
+        """The CommitLog to read, current up to what may be served."""
+        return self.commitlog
+
+    def _find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The consume queue of (topic, queue_id), current up to what may be served, or None."""
+        return self.consume_queue_store.find(topic, queue_id)
+
+    def _index_service(self) -> IndexService | None:
+        """The index to query, or None without one."""
+        return self.index_service
+
+    # --- pull ---------------------------------------------------------------------------------
+    def get_messages(self, group: str, topic: str, queue_id: int, queue_offset: int,
+                     max_count: int, max_bytes: int | None = None,
+                     tag_codes: set[int] | frozenset[int] | None = None) -> GetResult:
+        """Read up to ``max_count`` records of a queue from ``queue_offset`` (Java getMessage).
+
+        Status and ``next_begin_offset`` follow reference §2.3; the reply is capped by
+        maxTransferBytes/CountOnMessageInMemory (InDisk for records further than
+        accessMessageInMemoryMaxRatio of RAM behind the CommitLog end) and ``max_bytes``.
+        ``tag_codes``: match units whose ``(int)`` tags code is in the set; None matches all.
+        ``group`` is accepted for the broker's interface and not used by the store.
+        """
+        queue = self._find_queue(topic, queue_id)
+        if queue is None:
+            # Java creates the queue here, so an unknown queue answers as an empty one.
+            self._stats["get_times_miss"] += 1
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        min_offset, max_offset = queue.min_offset_in_queue(), queue.max_offset_in_queue()
+        if max_offset == 0:
+            result = GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        elif queue_offset < min_offset:
+            result = GetResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        elif queue_offset == max_offset:
+            result = GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, min_offset,
+                               max_offset)
+        elif queue_offset > max_offset:
+            # Reference §2.3 / 5.x: continue at max (4.9.x sent 0 when the min was 0).
+            result = GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset,
+                               max_offset)
+        else:
+            result = self._read_queue(queue, queue_offset, max_count, max_bytes, tag_codes,
+                                      min_offset, max_offset)
+        stats = self._stats
+        if result.status is GetStatus.FOUND:
+            stats["get_times_found"] += 1
+            stats["get_transferred_count"] += result.message_count
+        else:
+            stats["get_times_miss"] += 1
+        return result
+
+    def _read_queue(self, queue, queue_offset: int, max_count: int, max_bytes: int | None,
+                    tag_codes, min_offset: int, max_offset: int) -> GetResult:
+        scan_units = max(_PULL_SCAN_UNITS_MIN, max_count)
+        with queue.read_units(queue_offset, scan_units) as units_view:
+            units = units_view.units
+            # Small native copies; the map is released when the with-block ends.
+            physical_offsets = units["phy"].astype(np.int64)
+            sizes = units["size"].astype(np.int64)
+            tags_codes = units["tags"].astype(np.int64) if tag_codes is not None else None
+        if len(physical_offsets) == 0:
+            # The consume-queue file for this offset is gone: continue in the next file.
+            units_per_file = queue.mapped_file_size // layout.CQ_STORE_UNIT_SIZE
+            next_file = queue_offset + units_per_file - queue_offset % units_per_file
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset)
+        if tags_codes is None:
+            matched = np.arange(len(physical_offsets))
+        else:
+            codes = np.array([c for c in tag_codes if _INT32_MIN <= c <= _INT32_MAX], np.int32)
+            matched = np.flatnonzero(np.isin(tags_codes.astype(np.int32), codes))
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
+        scanned = self._collect(result, physical_offsets, sizes, matched, max_count, max_bytes)
+        result.next_begin_offset = queue_offset + scanned
+        last_visited = int(physical_offsets[min(scanned, len(physical_offsets) - 1)])
+        result.suggest_pull_from_slave = \
+            self._commitlog().max_offset() - last_visited > self._memory_bytes
+        return result
+
+    def _batch_limits(self, physical_offsets):
+        """Per unit (bytes limit, count limit): in-memory or in-disk transfer caps."""
+        memory_bytes, memory_count, disk_bytes, disk_count = self._transfer_limits
+        in_disk = self._commitlog().max_offset() - physical_offsets > self._memory_bytes
+        limit_bytes = np.where(in_disk, disk_bytes, memory_bytes)
+        limit_count = np.where(in_disk, disk_count, memory_count)
+        return limit_bytes, limit_count
+
+    def _collect(self, result: GetResult, physical_offsets, sizes, matched, max_count: int,
+                 max_bytes: int | None) -> int:
+        """Java's pull loop over units; returns how many units were scanned (i / 20 in Java).
+
+        Runs of units the tag filter rejects are handled with numpy: the loop in Python is per
+        matched unit. A unit ends the batch (isTheBatchFull) before it is filtered or read.
+        """
+        unit_count = len(physical_offsets)
+        limit_bytes, limit_count = self._batch_limits(physical_offsets)
+        position = taken = taken_bytes = 0
+        next_match = 0
+        while True:
+            while next_match < len(matched) and matched[next_match] < position:
+                next_match += 1
+            match = int(matched[next_match]) if next_match < len(matched) else unit_count
+            stop = min(match + 1, unit_count)
+            if taken and stop > position:
+                run_sizes = taken_bytes + sizes[position:stop]
+                full = (taken >= max_count) | (taken > limit_count[position:stop] - 1) | \
+                    (run_sizes > limit_bytes[position:stop])
+                if max_bytes is not None:
+                    full |= run_sizes > max_bytes
+                first_full = int(np.argmax(full))
+                if full[first_full]:
+                    return position + first_full
+            if match > position and not taken:
+                result.status = GetStatus.NO_MATCHED_MESSAGE
+            if match >= unit_count:
+                return unit_count
+            physical_offset, size = int(physical_offsets[match]), int(sizes[match])
+            if not self._add_record(result, physical_offset, size):
+                if not taken:
+                    result.status = GetStatus.MESSAGE_WAS_REMOVING
+                # Skip every unit of the CommitLog file that is gone.
+                file_size = self._commitlog().file_size
+                next_file = physical_offset + file_size - physical_offset % file_size
+                position = max(match + 1, int(np.searchsorted(physical_offsets, next_file)))
+                continue
+            taken += 1
+            taken_bytes += size
+            result.status = GetStatus.FOUND
+            position = match + 1
+
+    def _add_record(self, holds: _Holds, physical_offset: int, size: int) -> bool:
+        """Append a view of ``size`` bytes at ``physical_offset`` to ``holds``; False if gone."""
+        mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
+            physical_offset)
+        if mapped_file is None:
+            return False
+        view = mapped_file.view(physical_offset - mapped_file.file_from_offset, size)
+        if view is None:
+            return False
+        holds._add(view, mapped_file)
+        return True
+
+    # --- single records, query by key, replication -------------------------------------------
+    def look_message_by_offset(self, physical_offset: int) -> SelectResult | None:
+        """The whole raw record at ``physical_offset`` (VIEW_MESSAGE_BY_ID), or None."""
+        mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
+            physical_offset)
+        if mapped_file is None:
+            return None
+        position = physical_offset - mapped_file.file_from_offset
+        view = mapped_file.view(position, mapped_file.wrote_position - position)
+        if view is None:
+            return None
+        try:
+            status, total_size = record_codec.check(view, 0, len(view), False)
+            record_view = view[:total_size] if status == record_codec.RECORD_OK else None
+        finally:
+            view.release()
+        if record_view is None:
+            mapped_file.release()
+            return None
+        return SelectResult(physical_offset, record_view, mapped_file)
+
+    def view_message_by_id(self, message_id: str) -> SelectResult | None:
+        """The raw record named by an offset message id (ValueError for a malformed id)."""
+        _, _, physical_offset = decode_offset_message_id(message_id)
+        return self.look_message_by_offset(physical_offset)
+
+    def query_messages(self, topic: str, key: str, max_num: int, begin_ms: int,
+                       end_ms: int) -> QueryResult:
+        """Raw records indexed under ``topic#key`` stored in [begin_ms, end_ms] (ms).
+
+        Up to ``min(max_num, 64)`` records, oldest first within a round; hash collisions are
+        included (clients compare keys, as with Java). Empty without an index.
+        """
+        result = QueryResult()
+        if self._index_service() is None:
+            return result
+        max_num = min(max_num, _QUERY_MAX_NUM)
+        last_query_ms = end_ms
+        for _ in range(_QUERY_ATTEMPTS):
+            phy_offsets, last_timestamp, last_phy_offset = self._index_service().query(
+                topic, key, max_num, begin_ms, last_query_ms)
+            if not phy_offsets:
+                break
+            result.index_last_update_timestamp = last_timestamp
+            result.index_last_update_phy_offset = last_phy_offset
+            for number, physical_offset in enumerate(sorted(phy_offsets)):
+                selected = self.look_message_by_offset(physical_offset)
+                if selected is None:
+                    continue
+                if number == 0:
+                    last_query_ms = record_codec.read_store_timestamp(selected.buffer, 0)
+                result._add(selected.buffers.pop(), selected._mapped_files.pop())
+            if result.buffers or last_query_ms < begin_ms:
+                break
+        return result
+
+    def get_commit_log_data(self, physical_offset: int) -> SelectResult | None:
+        """CommitLog bytes from ``physical_offset`` to the end of that file's data (HA master)."""
+        view = self._commitlog().read_raw(physical_offset, self._commitlog().file_size)
+        if view is None:
+            return None
+        mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
+            physical_offset)
+        return SelectResult(physical_offset, view, mapped_file)
+
+    # --- queue offsets and times ---------------------------------------------------------------
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """Next queue offset to be written; 0 for an unknown queue."""
+        queue = self._find_queue(topic, queue_id)
+        return queue.max_offset_in_queue() if queue is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """First valid queue offset; -1 for an unknown queue (Java)."""
+        queue = self._find_queue(topic, queue_id)
+        return queue.min_offset_in_queue() if queue is not None else -1
+
+    def _store_timestamp_at(self, physical_offset: int, size: int) -> int:
+        """Store time (ms) of the record at ``physical_offset``; -1 when it is gone."""
+        mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
+            physical_offset)
+        if mapped_file is None:
+            return -1
+        view = mapped_file.view(physical_offset - mapped_file.file_from_offset, size)
+        if view is None:
+            return -1
+        try:
+            return record_codec.read_store_timestamp(view, 0)
+        except ValueError:
+            return -1
+        finally:
+            view.release()
+            mapped_file.release()
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int,
+                                    boundary: str = "lower") -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: queue offset by store time (see ConsumeQueue); 0 when
+        the queue is unknown. ``boundary`` is ``"lower"`` or ``"upper"`` (case-insensitive)."""
+        queue = self._find_queue(topic, queue_id)
+        if queue is None:
+            return 0
+        return queue.offset_by_time(timestamp_ms, self._store_timestamp_at, boundary.lower())
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Store time (ms) of the message at ``queue_offset``; -1 when there is none."""
+        queue = self._find_queue(topic, queue_id)
+        unit = queue.get(queue_offset) if queue is not None else None
+        if unit is None:
+            return -1
+        return self._store_timestamp_at(unit[0], unit[1])
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        """Store time (ms) of the first message of a queue, or of the whole CommitLog when
+        ``topic`` is None; -1 when there is none."""
+        if topic is None:
+            selected = self.look_message_by_offset(max(self._commitlog().min_offset(), 0))
+            if selected is None:
+                return -1
+            with selected:
+                return record_codec.read_store_timestamp(selected.buffer, 0)
+        queue = self._find_queue(topic, queue_id)
+        if queue is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, queue.min_offset_in_queue())

@@ -1,0 +1,264 @@
+"""The data plane stores every acknowledged put once, at consecutive queue offsets, durably.
+
+Method: real forked processes over real shared rings, a real control block and a store in
+tmp_path - an appender, a dispatcher and a flusher, plus two producer processes each running a
+RingPutter in an asyncio loop. Producers write their acknowledgements to JSON files; the test
+then reads the store back through MessageStoreReader (and, after kill -9 of the appender under
+load, through MessageStore's abnormal recovery) and checks every acknowledgement against it.
+Every wait has a deadline that fails the test.
+"""
+import asyncio
+import json
+import os
+import signal
+import time
+import traceback
+
+import pytest
+
+from pybroker._fast import record as record_codec
+from pybroker.config import FlushDiskType, StoreConfig
+from pybroker.proc.appender import DataPlaneWakes, run_appender
+from pybroker.proc.dispatcher import run_dispatcher
+from pybroker.proc.flusher import run_flusher
+from pybroker.proc.ring_putter import RingPutter
+from pybroker.proc.shared import create_byte_ring, create_completion_ring
+from pybroker.proc.wake import WakeFd
+from pybroker.store import lock_file
+from pybroker.store.checkpoint import StoreCheckpoint
+from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.message_store import MessageStore
+from pybroker.store.reader import MessageStoreReader
+from pybroker.store.status import GetStatus
+
+HOST = bytes([127, 0, 0, 1])
+PORT = 10911
+TOPIC = "PlaneTopic"
+QUEUES = 4
+PRODUCERS = 2
+
+
+def settings_for(tmp_path, flush_disk_type: str) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=str(tmp_path / "store"),
+                       mapped_file_size_commit_log=128 * 1024,
+                       mapped_file_size_consume_queue=256 * 20, max_hash_slot_num=256,
+                       max_index_num=2048, flush_disk_type=FlushDiskType(flush_disk_type),
+                       flush_interval_commit_log=20, flush_interval_consume_queue=50)
+
+
+def encode(body: bytes, queue_id: int) -> bytearray:
+    size = record_codec.encoded_size(len(body), len(TOPIC), 0, 0)
+    buffer = bytearray(size)
+    record_codec.encode_into(buffer, 0, TOPIC.encode(), queue_id, 0, body, b"", 0,
+                             1_700_000_000_000, HOST, 4242, HOST, PORT)
+    return buffer
+
+
+class Plane:
+    """Shared regions, eventfds and child processes of one data plane."""
+
+    def __init__(self, tmp_path, settings):
+        self.settings = settings
+        self.root = settings.store_path_root_dir
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        os.makedirs(self.root, exist_ok=True)
+        lock_file.create_abort_file(self.root)        # the store is "open" from here on
+        self.control = ControlBlock(str(run_dir / "control"), create=True)
+        self.rings = [create_byte_ring(str(run_dir / f"send-{i}"), 1 << 18)
+                      for i in range(PRODUCERS)]
+        self.completions = [create_completion_ring(str(run_dir / f"done-{i}"), 256)
+                            for i in range(PRODUCERS)]
+        self.wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(),
+                                    [WakeFd() for _ in range(PRODUCERS)])
+        self.pids: dict[str, int] = {}
+
+    def fork(self, name: str, function, *args) -> int:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                function(*args)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        self.pids[name] = pid
+        return pid
+
+    def start_workers(self) -> None:
+        self.fork("appender", run_appender, self.settings, [r.ring for r in self.rings],
+                  [c.ring for c in self.completions], self.control, self.wakes)
+        self.fork("dispatcher", run_dispatcher, self.settings, self.control, self.wakes)
+        self.fork("flusher", run_flusher, self.settings, self.control, self.wakes)
+
+    def stop_workers(self, deadline_s: float = 20) -> None:
+        # The supervisor's order: no more appends, dispatch the rest, then the last flush
+        # writes the checkpoint with the dispatcher's final timestamps.
+        self.control.broker_state = int(BrokerState.STOPPING)
+        for name, wake_fd in (("appender", self.wakes.appender),
+                              ("dispatcher", self.wakes.dispatcher),
+                              ("flusher", self.wakes.flusher)):
+            wake_fd.signal()
+            assert wait_exit(self.pids.pop(name), deadline_s) == 0, f"{name} failed"
+
+    def kill_all(self) -> None:
+        for pid in self.pids.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            wait_exit(pid, 10)
+        self.pids.clear()
+
+
+def wait_exit(pid: int, deadline_s: float) -> int:
+    """Exit code of child ``pid``; kills it and fails the test past the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"process {pid} did not exit within {deadline_s} s")
+
+
+def produce(plane: Plane, index: int, count: int, result_path: str, sync: bool) -> None:
+    """Child: send ``count`` messages through a RingPutter; write the acknowledgements."""
+    async def main():
+        putter = RingPutter(plane.rings[index].ring, plane.completions[index].ring,
+                            plane.control, plane.wakes.appender, index, (HOST, PORT), sync,
+                            5000)
+        putter.start(plane.wakes.workers[index])
+        in_flight = asyncio.Semaphore(48)
+        acks, failed = [], []
+
+        async def one(number: int):
+            queue_id = (number + index) % QUEUES
+            body = b"p%d-%06d" % (index, number)
+            async with in_flight:
+                if failed:
+                    return
+                try:
+                    result = await asyncio.wait_for(
+                        putter.put(encode(body, queue_id), TOPIC, queue_id, 1, 0, True), 3)
+                except TimeoutError:
+                    failed.append(number)     # the appender is gone: stop sending
+                    return
+            end = result.physical_offset + result.wrote_bytes
+            acks.append({"queue_id": queue_id, "queue_offset": result.queue_offset,
+                         "physical_offset": result.physical_offset, "body": body.decode(),
+                         "status": result.status.name, "message_id": result.message_id,
+                         "flushed": plane.control.flushed_position >= end})
+        await asyncio.gather(*(one(n) for n in range(count)), return_exceptions=True)
+        putter.stop()
+        with open(result_path, "w") as output:
+            json.dump(acks, output)
+    asyncio.run(main())
+
+
+def run_producers(plane: Plane, tmp_path, count: int, sync: bool,
+                  deadline_s: float = 60) -> list[dict]:
+    paths = [str(tmp_path / f"acks-{i}.json") for i in range(PRODUCERS)]
+    pids = [plane.fork(f"producer-{i}", produce, plane, i, count, paths[i], sync)
+            for i in range(PRODUCERS)]
+    for i, pid in enumerate(pids):
+        assert wait_exit(pid, deadline_s) == 0
+        plane.pids.pop(f"producer-{i}")
+    acks = []
+    for path in paths:
+        with open(path) as source:
+            acks += json.load(source)
+    return acks
+
+
+def check_acks_in_store(store, acks: list[dict]) -> None:
+    """Each queue's acknowledged bodies sit at consecutive offsets from 0, as acknowledged."""
+    for queue_id in range(QUEUES):
+        mine = sorted((a for a in acks if a["queue_id"] == queue_id),
+                      key=lambda a: a["queue_offset"])
+        assert [a["queue_offset"] for a in mine] == list(range(len(mine)))
+        queue_offset = 0
+        while queue_offset < len(mine):
+            with store.get_messages("g", TOPIC, queue_id, queue_offset, 32) as result:
+                assert result.status is GetStatus.FOUND, (queue_id, queue_offset, result)
+                for buffer in result.buffers:
+                    stored = record_codec.decode(buffer, 0)
+                    ack = mine[stored.queue_offset]
+                    assert bytes(stored.body).decode() == ack["body"]
+                    assert stored.physical_offset == ack["physical_offset"]
+                    stored.body.release()
+                queue_offset = result.next_begin_offset
+
+
+@pytest.fixture
+def plane_factory(tmp_path):
+    planes = []
+
+    def make(flush_disk_type: str) -> Plane:
+        plane = Plane(tmp_path, settings_for(tmp_path, flush_disk_type))
+        planes.append(plane)
+        return plane
+    yield make
+    for plane in planes:
+        plane.kill_all()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flush_disk_type", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_two_producers_every_ack_is_readable_in_order(tmp_path, plane_factory,
+                                                      flush_disk_type):
+    plane = plane_factory(flush_disk_type)
+    sync = flush_disk_type == "SYNC_FLUSH"
+    plane.start_workers()
+    count = 1500
+    acks = run_producers(plane, tmp_path, count, sync)
+    assert len(acks) == PRODUCERS * count
+    assert {a["status"] for a in acks} == {"PUT_OK"}
+    if sync:
+        assert all(a["flushed"] for a in acks), "a SYNC_FLUSH ack came before its flush"
+    plane.stop_workers()
+    control = plane.control
+    assert control.dispatched_position == control.written_position > 0
+    assert control.flushed_position == control.written_position
+    with MessageStoreReader(plane.settings, control.dispatched_position) as reader:
+        check_acks_in_store(reader, acks)
+        ack = acks[len(acks) // 2]
+        with reader.view_message_by_id(ack["message_id"]) as viewed:
+            assert bytes(record_codec.decode(viewed.buffer, 0).body).decode() == ack["body"]
+    checkpoint = StoreCheckpoint(os.path.join(plane.root, "checkpoint"), read_only=True)
+    assert checkpoint.physic_msg_timestamp > 0 and checkpoint.logics_msg_timestamp > 0
+    counters = control.worker(31)
+    assert counters.appends == PRODUCERS * count and 0 < counters.batches <= counters.appends
+
+
+@pytest.mark.timeout(120)
+def test_kill_of_the_appender_loses_no_acknowledged_message(tmp_path, plane_factory):
+    plane = plane_factory("SYNC_FLUSH")
+    plane.start_workers()
+    paths = [str(tmp_path / f"acks-{i}.json") for i in range(PRODUCERS)]
+    for i in range(PRODUCERS):
+        plane.fork(f"producer-{i}", produce, plane, i, 20_000, paths[i], True)
+    deadline = time.monotonic() + 30
+    while plane.control.written_position < 96 * 1024:
+        assert time.monotonic() < deadline, "no load reached the CommitLog"
+        time.sleep(0.005)
+    os.kill(plane.pids["appender"], signal.SIGKILL)
+    for i in range(PRODUCERS):
+        assert wait_exit(plane.pids.pop(f"producer-{i}"), 30) == 0
+    plane.kill_all()       # the rest of the broker dies too: the store is as after kill -9
+    acks = []
+    for path in paths:
+        with open(path) as source:
+            acks += [a for a in json.load(source) if a["status"] == "PUT_OK"]
+    assert 0 < len(acks) < PRODUCERS * 20_000
+    store = MessageStore(plane.settings)
+    assert store.load()
+    try:
+        assert store.last_recovery_abnormal
+        check_acks_in_store(store, acks)
+    finally:
+        store.shutdown()

@@ -1,0 +1,177 @@
+"""MessageStoreReader serves exactly what a writer dispatched, the same way MessageStore does.
+
+Method: a MessageStore writes a real store in tmp_path (tiny CommitLog, consume-queue and index
+files so that files roll while the reader is open); a MessageStoreReader opened beside it is
+advanced to chosen dispatched positions and its answers are compared with the writer's own
+(the oracle) and with what was put. File mapping is counted by the reader's refreshes_total.
+"""
+import os
+
+import pytest
+
+from pybroker._fast import record as record_codec
+from pybroker._fast.jhash import tags_code
+from pybroker.protocol.properties import encode_properties
+from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.reader import MessageStoreReader
+from pybroker.store.status import GetStatus, PutStatus
+
+HOST = bytes([127, 0, 0, 1])
+TOPIC = "ReaderTopic"
+
+
+def encode(body: bytes, topic: str = TOPIC, queue_id: int = 0, **properties) -> bytearray:
+    encoded = encode_properties(properties).encode()
+    size = record_codec.encoded_size(len(body), len(topic.encode()), len(encoded), 0)
+    buffer = bytearray(size)
+    record_codec.encode_into(buffer, 0, topic.encode(), queue_id, 0, body, encoded, 0,
+                             1_700_000_000_000, HOST, 4242, HOST, 10911)
+    return buffer
+
+
+def settings_for(tmp_path) -> StoreSettings:
+    return StoreSettings(store_path_root_dir=str(tmp_path / "store"),
+                         mapped_file_size_commit_log=16 * 1024,
+                         mapped_file_size_consume_queue=32 * 20, max_hash_slot_num=64,
+                         max_index_num=256)
+
+
+def body_of(index: int, size: int) -> bytes:
+    return (b"%06d|" % index) * (1 + size)
+
+
+def bodies(result) -> list[bytes]:
+    return [bytes(record_codec.decode(buffer, 0).body) for buffer in result.buffers]
+
+
+def read_queue(store, topic: str, queue_id: int) -> list[bytes]:
+    found, queue_offset = [], 0
+    while True:
+        result = store.get_messages("g", topic, queue_id, queue_offset, 32)
+        with result:
+            if result.status is not GetStatus.FOUND:
+                return found
+            found += bodies(result)
+            queue_offset = result.next_begin_offset
+
+
+@pytest.fixture
+def writer(tmp_path):
+    with MessageStore(settings_for(tmp_path)) as store:
+        yield store
+
+
+def put_many(store, rand, count: int, queues: int = 3) -> list[tuple[int, bytes, int]]:
+    """(queue_id, body, end physical offset) of each put, in put order."""
+    puts = []
+    for index in range(count):
+        queue_id = rand.randrange(queues)
+        body = body_of(index, rand.randrange(0, 40))
+        result = store.put_messages(encode(body, queue_id=queue_id, KEYS=f"k{index}",
+                                           TAGS=f"t{index % 3}"), TOPIC, queue_id, 1, 0)
+        assert result.status is PutStatus.PUT_OK
+        puts.append((queue_id, body, result.physical_offset + result.wrote_bytes))
+    return puts
+
+
+def test_reader_serves_only_up_to_the_dispatched_position(tmp_path, writer, rand):
+    puts = put_many(writer, rand, 60)
+    with MessageStoreReader(settings_for(tmp_path)) as reader:
+        assert reader.get_messages("g", TOPIC, 0, 0, 32).status is \
+            GetStatus.NO_MESSAGE_IN_QUEUE
+        for cut in (0, 1, 17, 59):
+            reader.advance(puts[cut][2])
+            for queue_id in range(3):
+                expected = [body for q, body, _ in puts[:cut + 1] if q == queue_id]
+                assert read_queue(reader, TOPIC, queue_id) == expected
+                assert reader.get_max_offset_in_queue(TOPIC, queue_id) == len(expected)
+
+
+def test_reader_follows_files_created_after_it_opened(tmp_path, writer, rand):
+    with MessageStoreReader(settings_for(tmp_path)) as reader:
+        puts = []
+        for _ in range(4):
+            puts += put_many(writer, rand, 80)
+            reader.advance(writer.max_physical_offset)
+            for queue_id in range(3):
+                assert read_queue(reader, TOPIC, queue_id) == \
+                    [body for q, body, _ in puts if q == queue_id]
+            with reader.query_messages(TOPIC, "k79", 32, 0, 1 << 62) as queried:
+                assert puts[-1][1] in bodies(queried)
+        assert len(reader.commitlog.mapped_file_queue.mapped_files) >= 3
+        assert len(reader.index_service.index_files) >= 2
+
+
+def test_reader_answers_like_the_writer(tmp_path, writer, rand):
+    puts = put_many(writer, rand, 150)
+    with MessageStoreReader(settings_for(tmp_path), writer.max_physical_offset) as reader:
+        for _ in range(40):
+            queue_id, offset = rand.randrange(4), rand.randrange(-2, 70)
+            tags = {tags_code(f"t{rand.randrange(3)}")} if rand.random() < 0.5 else None
+            max_count = rand.randrange(1, 40)
+            ours = reader.get_messages("g", TOPIC, queue_id, offset, max_count, tag_codes=tags)
+            theirs = writer.get_messages("g", TOPIC, queue_id, offset, max_count,
+                                         tag_codes=tags)
+            with ours, theirs:
+                assert (ours.status, ours.next_begin_offset, ours.min_offset,
+                        ours.max_offset) == (theirs.status, theirs.next_begin_offset,
+                                             theirs.min_offset, theirs.max_offset)
+                assert bodies(ours) == bodies(theirs)
+        for queue_id in range(3):
+            for name in ("get_min_offset_in_queue", "get_max_offset_in_queue"):
+                assert getattr(reader, name)(TOPIC, queue_id) == \
+                    getattr(writer, name)(TOPIC, queue_id)
+            stamp = writer.get_message_store_timestamp(TOPIC, queue_id, 1)
+            assert reader.get_message_store_timestamp(TOPIC, queue_id, 1) == stamp
+            assert reader.get_offset_in_queue_by_time(TOPIC, queue_id, stamp) == \
+                writer.get_offset_in_queue_by_time(TOPIC, queue_id, stamp)
+        assert reader.get_earliest_message_time() == writer.get_earliest_message_time()
+        index = rand.randrange(len(puts))
+        with reader.query_messages(TOPIC, f"k{index}", 32, 0, 1 << 62) as queried:
+            assert puts[index][1] in bodies(queried)
+        put = writer.put_messages(encode(b"by id"), TOPIC, 0, 1, 0)
+        reader.advance(writer.max_physical_offset)
+        with reader.view_message_by_id(put.message_id) as viewed:
+            assert bytes(record_codec.decode(viewed.buffer, 0).body) == b"by id"
+        assert reader.runtime_info()["commitLogMaxOffset"] == str(writer.max_physical_offset)
+
+
+def test_reader_answers_the_same_call_for_the_same_limits(tmp_path, writer, rand):
+    put_many(writer, rand, 90, queues=1)
+    with MessageStoreReader(settings_for(tmp_path), writer.max_physical_offset) as reader:
+        for offset in range(0, 90, 7):
+            for max_count in (1, 5, 32):
+                with reader.get_messages("g", TOPIC, 0, offset, max_count) as ours, \
+                        writer.get_messages("g", TOPIC, 0, offset, max_count) as theirs:
+                    assert bodies(ours) == bodies(theirs)
+                    assert ours.next_begin_offset == theirs.next_begin_offset
+
+
+def test_idle_pulls_map_nothing_and_unknown_queues_are_checked_once(tmp_path, writer, rand):
+    put_many(writer, rand, 20)
+    with MessageStoreReader(settings_for(tmp_path), writer.max_physical_offset) as reader:
+        read_queue(reader, TOPIC, 0)
+        reader.get_messages("g", "NoSuchTopic", 0, 0, 32).release()
+        mapped = reader.refreshes_total
+        for _ in range(50):
+            result = reader.get_messages("g", TOPIC, 0, reader.get_max_offset_in_queue(
+                TOPIC, 0), 32)
+            assert result.status is GetStatus.OFFSET_OVERFLOW_ONE
+            assert reader.get_messages("g", "NoSuchTopic", 0, 0, 32).status is \
+                GetStatus.NO_MESSAGE_IN_QUEUE
+        assert reader.refreshes_total == mapped
+        assert reader.get_messages("g", "bad/topic", 0, 0, 32).status is \
+            GetStatus.NO_MESSAGE_IN_QUEUE
+
+
+def test_reader_sees_a_queue_created_later_and_never_writes(tmp_path, writer, rand):
+    put_many(writer, rand, 5)
+    with MessageStoreReader(settings_for(tmp_path), writer.max_physical_offset) as reader:
+        assert reader.get_max_offset_in_queue("Later", 1) == 0
+        writer.put_messages(encode(b"late", topic="Later", queue_id=1), "Later", 1, 1, 0)
+        assert reader.get_max_offset_in_queue("Later", 1) == 0     # not dispatched to us yet
+        reader.advance(writer.max_physical_offset)
+        assert read_queue(reader, "Later", 1) == [b"late"]
+        assert reader.commitlog.read_only and reader.consume_queue_store.read_only
+    assert not os.path.exists(os.path.join(str(tmp_path / "store"), "consumequeue", "Later",
+                                           "0"))
