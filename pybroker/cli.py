@@ -83,11 +83,16 @@ def _run_namesrv(args: argparse.Namespace) -> int:
         return 1
 
 
-def _load_broker(command: str, args: argparse.Namespace):
-    """Load broker.conf plus ``-n``; None (after a message on stderr) when it is invalid."""
-    overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else None
+def _load_broker(command: str, args: argparse.Namespace, defaults: dict | None = None):
+    """Load broker.conf plus ``-n``; None (after a message on stderr) when it is invalid.
+    ``defaults``: values for keys the file does not set."""
+    overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else {}
     try:
-        return config_module.load_broker_config(args.config_file, overrides)
+        if defaults:
+            given = config_module.load_properties(args.config_file) if args.config_file else {}
+            overrides.update({key: value for key, value in defaults.items()
+                              if key not in given})
+        return config_module.load_broker_config(args.config_file, overrides or None)
     except ConfigError as error:
         sys.stderr.write(f"pybroker {command}: invalid configuration in "
                          f"{args.config_file or 'defaults'}:\n{error}\n")
@@ -132,7 +137,9 @@ def _run_standalone(args: argparse.Namespace) -> int:
     from pybroker.proc.standalone import run_standalone
     if not args.namesrv_addr:
         args.namesrv_addr = f"127.0.0.1:{args.namesrv_port}"
-    loaded = _load_broker("standalone", args)
+    # A standalone broker is for clients on this machine: announce the loopback address unless
+    # broker.conf names another one.
+    loaded = _load_broker("standalone", args, {"brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1"})
     if loaded is None:
         return 1
     _log_important(loaded)

@@ -30,7 +30,7 @@ HOST = bytes([127, 0, 0, 1])
 TOPIC = "BenchTopic"
 QUEUES = 8
 IN_FLIGHT = 64
-MESSAGES = {"ASYNC_FLUSH": 40_000, "SYNC_FLUSH": 20_000}
+MESSAGES = {"ASYNC_FLUSH": 100_000, "SYNC_FLUSH": 50_000}
 DEADLINE_S = 120
 
 
@@ -111,14 +111,15 @@ def _run_plane(tmp_path, producers: int, flush_disk_type: str) -> dict:
     producer_pids = [_fork(_produce, rings[i].ring, done[i].ring, control, wakes, i, count,
                            sync, paths[i]) for i in range(producers)]
     try:
-        for pid in producer_pids:
-            assert _wait(pid, DEADLINE_S) == 0
+        producer_codes = [_wait(pid, DEADLINE_S) for pid in producer_pids]
     finally:
         control.broker_state = int(BrokerState.STOPPING)
-        for wake_fd in (wakes.appender, wakes.dispatcher, wakes.flusher):
-            wake_fd.signal()
-        codes = [_wait(pid, 30) for pid in workers]
-    assert codes == [0, 0, 0]
+        wakes.appender.signal()
+        codes = [_wait(workers[0], 30)]
+        for pid in workers[1:]:          # dispatcher, then flusher: each after its upstream
+            os.kill(pid, signal.SIGTERM)
+            codes.append(_wait(pid, 30))
+    assert codes == [0, 0, 0] and producer_codes == [0] * producers
     results = []
     for path in paths:
         with open(path) as source:

@@ -18,7 +18,9 @@ in-flight puts by the slot count, so this is a safety net; the appender then re-
 """
 import dataclasses
 import logging
+import signal
 import time
+from collections.abc import Callable
 
 from pybroker._fast import record as record_codec
 from pybroker.proc.ring_putter import PUT_HEADER, PUT_STATUSES, put_header_size
@@ -32,7 +34,7 @@ from pybroker.store.message_store import StoreSettings
 from pybroker.store.status import PutStatus
 
 __all__ = ["run_appender", "DataPlaneWakes", "APPENDER_SLOT", "DISPATCHER_SLOT",
-           "FLUSHER_SLOT", "store_setting", "now_ms"]
+           "FLUSHER_SLOT", "store_setting", "now_ms", "stop_on_sigterm"]
 
 log = logging.getLogger("pybroker.proc.appender")
 
@@ -68,6 +70,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def stop_on_sigterm(wake_fd: WakeFd) -> Callable[[], bool]:
+    """Install a SIGTERM handler (forked child's main thread) that wakes ``wake_fd``; returns
+    "was SIGTERM received". The supervisor stops the data plane in order: broker_state
+    STOPPING (the appender drains and exits), then SIGTERM to the dispatcher, then to the
+    flusher, each after the previous one exited, so each finishes what its upstream wrote."""
+    received = []
+
+    def on_sigterm(signal_number, frame) -> None:
+        received.append(signal_number)
+        wake_fd.signal()
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return lambda: bool(received)
+
+
 def is_sync_flush(settings) -> bool:
     flush_disk_type = store_setting(settings, "flush_disk_type")
     return str(getattr(flush_disk_type, "value", flush_disk_type)) == "SYNC_FLUSH"
@@ -91,7 +107,8 @@ class DataPlaneWakes:
 
 def run_appender(settings, rings, completion_rings, control: ControlBlock,
                  wakes: DataPlaneWakes, clock_ms=now_ms) -> None:
-    """Append until ``control.broker_state`` is STOPPING (or later) and the rings are empty.
+    """Append until ``control.broker_state`` is STOPPING (or later), or SIGTERM, and the rings
+    are empty.
 
     ``rings[i]`` (consumer side) and ``completion_rings[i]`` (producer side) belong to remoting
     worker slot i. Raises (and the process must exit non-zero) on a store failure.
@@ -174,10 +191,11 @@ class _Appender:
 
     def run(self) -> None:
         sleeper = Sleeper(self.wakes.appender, [ConsumerSide(ring) for ring in self.rings])
+        terminated = stop_on_sigterm(self.wakes.appender)
         while True:
             if self.drain():
                 continue
-            if self.control.broker_state >= BrokerState.STOPPING:
+            if self.control.broker_state >= BrokerState.STOPPING or terminated():
                 log.info("appender: stopping at %d", self.commitlog.max_offset())
                 return
             if sleeper.sleep(_BLOCKED_WAIT_MS if self.blocked else _IDLE_WAIT_MS):

@@ -3,7 +3,8 @@
 
 It tails ``written_position`` (published by the appender) over a READ-ONLY CommitLog and runs
 :class:`pybroker.store.dispatch.Dispatcher`, the only writer of consume queues and index files.
-Per batch it publishes ``dispatched_position`` once and, when something was dispatched, signals
+It stops on request (SIGTERM by default), after dispatching everything written. Per batch it
+publishes ``dispatched_position`` once and, when something was dispatched, signals
 every remoting worker's eventfd once (long polls and readers learn the new position). It sleeps
 as a waiter on ``written_position`` (the appender signals it only then).
 
@@ -15,14 +16,16 @@ thorough flush) and ``index_flushed_timestamp`` for the flusher's checkpoint. A 
 raises DurabilityError: the process must exit non-zero.
 """
 import logging
+from collections.abc import Callable
 
 from pybroker.errors import StoreCorruptError
-from pybroker.proc.appender import DISPATCHER_SLOT, DataPlaneWakes, now_ms, store_setting
+from pybroker.proc.appender import (DISPATCHER_SLOT, DataPlaneWakes, now_ms, stop_on_sigterm,
+                                    store_setting)
 from pybroker.proc.wake import PositionWatch, Sleeper
 from pybroker.store import paths
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
-from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.control_block import ControlBlock
 from pybroker.store.dispatch import Dispatcher, parse_delay_levels
 from pybroker.store.index_file import IndexService
 from pybroker.store.reader import follow_commitlog
@@ -55,9 +58,11 @@ def _open_store(settings):
     return commitlog, queues, index_service
 
 
-def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes,
-                   clock_ms=now_ms) -> None:
-    """Dispatch until ``control.broker_state`` is STOPPING (or later) and nothing is left."""
+def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=now_ms,
+                   stop_requested: Callable[[], bool] | None = None) -> None:
+    """Dispatch until ``stop_requested()`` (default: SIGTERM, see
+    :func:`pybroker.proc.appender.stop_on_sigterm`), then dispatch what is written, flush
+    thoroughly and return."""
     commitlog, queues, index_service = _open_store(settings)
     start = control.dispatched_position or queues.max_physical_offset()
     dispatcher = Dispatcher(commitlog, queues, index_service,
@@ -67,6 +72,7 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes,
     watch = PositionWatch(control, "written_position", DISPATCHER_SLOT)
     sleeper = Sleeper(wakes.dispatcher, [watch])
     counters = control.worker(DISPATCHER_SLOT)
+    stop_requested = stop_requested or stop_on_sigterm(wakes.dispatcher)
     followed = -1
     log.info("dispatcher: reput from %d", dispatcher.reput_from_offset)
     try:
@@ -84,7 +90,7 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes,
             wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)
             if written > dispatcher.reput_from_offset:
                 continue
-            if control.broker_state >= BrokerState.STOPPING:
+            if stop_requested() and control.written_position <= dispatcher.reput_from_offset:
                 flusher.flush(dispatcher.last_store_timestamp, thorough=True)
                 return
             watch.target = dispatcher.reput_from_offset + 1

@@ -24,14 +24,16 @@ raises DurabilityError out of :func:`run_flusher`; the process must exit non-zer
 nothing is retried.
 """
 import logging
+import os
+from collections.abc import Callable
 
 from pybroker.proc.appender import (FLUSHER_SLOT, DataPlaneWakes, is_sync_flush, now_ms,
-                                    store_setting)
+                                    stop_on_sigterm, store_setting)
 from pybroker.proc.wake import PositionWatch, Sleeper, signal_mask
 from pybroker.store import paths
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
-from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.control_block import ControlBlock
 from pybroker.store.reader import follow_commitlog
 
 __all__ = ["run_flusher"]
@@ -39,29 +41,32 @@ __all__ = ["run_flusher"]
 log = logging.getLogger("pybroker.proc.flusher")
 
 _SYNC_IDLE_WAIT_MS = 1000
-_STOP_WAIT_DISPATCHER_MS = 10_000   # longest wait for the dispatcher's final flush at stop
-_STOP_POLL_MS = 10
 
 
-def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes,
-                clock_ms=now_ms) -> None:
-    """Flush until ``control.broker_state`` is STOPPING (or later); a last full flush then."""
+def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=now_ms,
+                stop_requested: Callable[[], bool] | None = None) -> None:
+    """Flush until ``stop_requested()`` (default: SIGTERM, see
+    :func:`pybroker.proc.appender.stop_on_sigterm`); then a last full flush and checkpoint
+    (send SIGTERM after the dispatcher exited, so it carries the final logics timestamps)."""
     store_root = store_setting(settings, "store_path_root_dir")
     commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
                           or paths.commitlog_dir(store_root),
                           store_setting(settings, "mapped_file_size_commit_log"))
     if not commitlog.load():
         raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
+    os.makedirs(store_root, exist_ok=True)        # a fresh store: nothing recovered it yet
     checkpoint = StoreCheckpoint(paths.checkpoint_path(store_root))
     try:
-        _Flusher(settings, commitlog, checkpoint, control, wakes, clock_ms).run()
+        _Flusher(settings, commitlog, checkpoint, control, wakes, clock_ms,
+                 stop_requested).run()
     finally:
         commitlog.shutdown(0)
         checkpoint.shutdown()
 
 
 class _Flusher:
-    def __init__(self, settings, commitlog, checkpoint, control, wakes, clock_ms):
+    def __init__(self, settings, commitlog, checkpoint, control, wakes, clock_ms,
+                 stop_requested):
         self.commitlog = commitlog
         self.checkpoint = checkpoint
         self.control = control
@@ -75,32 +80,17 @@ class _Flusher:
                                                   "flush_commit_log_thorough_interval")
         self.last_thorough_ms = clock_ms()
         self.counters = control.worker(FLUSHER_SLOT)
-        self.stop_deadline_ms: int | None = None
+        self.stop_requested = stop_requested or stop_on_sigterm(wakes.flusher)
         flushed = control.flushed_position
         commitlog.set_wrote_and_flushed(flushed)
         self.followed = flushed
         log.info("flusher: %s from %d", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH", flushed)
 
-    def _stopping(self) -> bool:
-        """STOPPING, and the dispatcher is done (or did not finish in time): the last flush
-        and checkpoint must carry the dispatcher's final timestamps."""
-        control = self.control
-        if control.broker_state < BrokerState.STOPPING:
-            return False
-        if self.stop_deadline_ms is None:
-            self.stop_deadline_ms = self.clock_ms() + _STOP_WAIT_DISPATCHER_MS
-        dispatched = (control.dispatched_position >= control.written_position
-                      and control.logics_flushed_timestamp >= control.written_store_timestamp)
-        if not dispatched and self.clock_ms() >= self.stop_deadline_ms:
-            log.warning("flusher: the dispatcher did not finish; last checkpoint without it")
-            return True
-        return dispatched
-
     def run(self) -> None:
         watch = PositionWatch(self.control, "written_position", FLUSHER_SLOT)
         sleeper = Sleeper(self.wakes.flusher, [watch] if self.sync else [])
         while True:
-            stopping = self._stopping()
+            stopping = self.stop_requested()
             flushed = self.flush_once(least_pages=0 if (self.sync or stopping) else None)
             if stopping:
                 if not flushed:
@@ -108,10 +98,7 @@ class _Flusher:
                 log.info("flusher: stopping at %d", self.commitlog.flushed_where)
                 return
             watch.target = self.commitlog.flushed_where + 1
-            wait_ms = _SYNC_IDLE_WAIT_MS if self.sync else self.interval_ms
-            if self.stop_deadline_ms is not None:
-                wait_ms = _STOP_POLL_MS      # waiting for the dispatcher to finish
-            if sleeper.sleep(wait_ms):
+            if sleeper.sleep(_SYNC_IDLE_WAIT_MS if self.sync else self.interval_ms):
                 self.counters.add(wakeups=1)
 
     def flush_once(self, least_pages: int | None) -> bool:

@@ -137,8 +137,14 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._data_start = 0      # first unconsumed byte in _receive_buffer
         self._data_end = 0        # end of the received bytes
         self._write_queue: list[bytes] = []
+        self._queued_bytes = 0        # bytes in _write_queue
+        self._transport_unsent = 0    # transport buffer at the last flush or resume (bytes)
         self._flush_scheduled = False
         self._reading_paused = False
+        self._writing_paused = False  # the transport asked us to stop writing
+        # Whole frames left in the receive buffer while the replies already queued exceed
+        # write_buffer_high_bytes: run once they drain (a stalled reader holds 1 reply batch).
+        self._frames_held = False
         self._pending: dict[int, asyncio.Future] = {}
         self._deadlines_by_opaque: dict[int, tuple[float, int]] = {}  # (loop time, timeout_ms)
         self._sweep_timer: Optional[asyncio.TimerHandle] = None
@@ -208,11 +214,20 @@ class RemotingConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self._data_end += nbytes
         self._last_activity = self._loop.time()
+        self._process_frames()
+
+    def _process_frames(self) -> None:
+        high_bytes = self.limits.write_buffer_high_bytes
         try:
             frames, tail_position = split_frames(self._receive_buffer, self._data_start,
                                                  self._data_end, self.limits.frame_max_bytes)
             for frame_start, frame_length in frames:
                 if self._closed:
+                    return
+                if self._queued_bytes + self._transport_unsent > high_bytes:
+                    # One read may hold hundreds of requests, each answered with up to a
+                    # pull batch: stop here and run the rest once the replies have drained.
+                    self._hold_frames()
                     return
                 self._receive(_command.decode(
                     self._receive_buffer, frame_start, frame_length,
@@ -230,22 +245,53 @@ class RemotingConnection(asyncio.BufferedProtocol):
             # No timer move needed: the timer never sleeps longer than the partial-frame timeout.
             self._partial_since = self._last_activity
 
+    def _hold_frames(self) -> None:
+        self._frames_held = True
+        self._update_reading()
+        if not self._flush_scheduled and not self._writing_paused:
+            # Nothing will wake us (no flush pending, no resume_writing coming): retry soon.
+            self._loop.call_soon(self._run_held_frames)
+
+    def _run_held_frames(self) -> None:
+        if self._closed or not self._frames_held or self._writing_paused:
+            return
+        self._transport_unsent = self._transport.get_write_buffer_size()
+        self._frames_held = False
+        self._process_frames()
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        # Read while neither the transport's write buffer nor held frames say stop.
+        paused = self._writing_paused or self._frames_held
+        if paused == self._reading_paused or self._closed:
+            return
+        self._reading_paused = paused
+        if paused:
+            self._transport.pause_reading()
+        else:
+            self._transport.resume_reading()
+
     def eof_received(self) -> bool:
         return False  # close our side too: RocketMQ has no half-closed use
 
     def pause_writing(self) -> None:
         # The peer is not reading its replies: stop reading its requests until it does.
-        if not self._reading_paused and not self._closed:
-            self._reading_paused = True
-            self._transport.pause_reading()
+        if not self._writing_paused and not self._closed:
+            self._writing_paused = True
+            self._update_reading()
             self._stall_since = self._loop.time()
             self._arm_timer()
 
     def resume_writing(self) -> None:
         self._stall_since = None
-        if self._reading_paused and not self._closed:
-            self._reading_paused = False
-            self._transport.resume_reading()
+        self._writing_paused = False
+        if self._closed:
+            return
+        self._transport_unsent = self._transport.get_write_buffer_size()
+        if self._frames_held:
+            self._loop.call_soon(self._run_held_frames)
+        else:
+            self._update_reading()
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         self._closed = True
@@ -334,6 +380,7 @@ class RemotingConnection(asyncio.BufferedProtocol):
                          len(frame))
             return
         self._write_queue.append(frame)
+        self._queued_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -343,14 +390,17 @@ class RemotingConnection(asyncio.BufferedProtocol):
         if self._closed or not self._write_queue:
             return
         queue, self._write_queue = self._write_queue, []
+        self._queued_bytes = 0
         self._transport.writelines(queue)
         self._last_activity = self._loop.time()
-        unsent_bytes = self._transport.get_write_buffer_size()
+        unsent_bytes = self._transport_unsent = self._transport.get_write_buffer_size()
         if unsent_bytes > self.limits.write_buffer_max_bytes:
             LOGGER.warning("closing remoting connection from %s: %d unsent bytes, over "
                            "write_buffer_max_bytes %d", self.remote_address, unsent_bytes,
                            self.limits.write_buffer_max_bytes)
             self.abort(f"{unsent_bytes} unsent bytes over write_buffer_max_bytes")
+        elif self._frames_held and not self._writing_paused:
+            self._loop.call_soon(self._run_held_frames)
 
     async def invoke(self, command: RemotingCommand, timeout_ms: int) -> RemotingCommand:
         """Send request ``command`` and wait up to ``timeout_ms`` for the response to its opaque.

@@ -137,4 +137,25 @@ def test_kill_minus_9_loses_no_acknowledged_message(tmp_path):
                 seen += [bytes(m.body) for m in _records(response.body)]
     assert seen == [b"m-%d" % index for index in range(200)]
     assert acked == list(range(200))
-    assert "abnormal" in broker._log_text()
+    assert "recovered (abnormal)" in broker._log_text()
+
+
+def test_sigterm_stops_cleanly_and_restart_recovers_normally(tmp_path):
+    broker = StandaloneBroker(tmp_path)
+    with broker:
+        with SyncRemotingClient() as client:
+            client.connect(broker.broker_addr)
+            for index in range(50):
+                assert _send(client, "CleanTopic", b"c-%d" % index, queue_id=0).code == 0
+        assert broker.stop() == 0
+        assert not (tmp_path / "store" / "abort").exists()
+        log_before_restart = len(broker._log_text())
+        broker.start()
+        assert "recovered (normal)" in broker._log_text()[log_before_restart:]
+        with SyncRemotingClient() as client:
+            client.connect(broker.broker_addr)
+            response = _pull(client, "g", "CleanTopic", 0, 0, max_nums=64)
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            assert [bytes(m.body) for m in _records(response.body)] == \
+                [b"c-%d" % index for index in range(32)]
+            assert int(response.ext_fields["maxOffset"]) == 50

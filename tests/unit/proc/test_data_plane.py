@@ -65,7 +65,8 @@ class Plane:
         os.makedirs(self.root, exist_ok=True)
         lock_file.create_abort_file(self.root)        # the store is "open" from here on
         self.control = ControlBlock(str(run_dir / "control"), create=True)
-        self.rings = [create_byte_ring(str(run_dir / f"send-{i}"), 1 << 18)
+        # 4 KiB send rings: 48 puts in flight do not fit, so producers wait for space.
+        self.rings = [create_byte_ring(str(run_dir / f"send-{i}"), 1 << 12)
                       for i in range(PRODUCERS)]
         self.completions = [create_completion_ring(str(run_dir / f"done-{i}"), 256)
                             for i in range(PRODUCERS)]
@@ -97,10 +98,10 @@ class Plane:
         # The supervisor's order: no more appends, dispatch the rest, then the last flush
         # writes the checkpoint with the dispatcher's final timestamps.
         self.control.broker_state = int(BrokerState.STOPPING)
-        for name, wake_fd in (("appender", self.wakes.appender),
-                              ("dispatcher", self.wakes.dispatcher),
-                              ("flusher", self.wakes.flusher)):
-            wake_fd.signal()
+        self.wakes.appender.signal()
+        assert wait_exit(self.pids.pop("appender"), deadline_s) == 0, "appender failed"
+        for name in ("dispatcher", "flusher"):
+            os.kill(self.pids[name], signal.SIGTERM)
             assert wait_exit(self.pids.pop(name), deadline_s) == 0, f"{name} failed"
 
     def kill_all(self) -> None:
@@ -126,12 +127,13 @@ def wait_exit(pid: int, deadline_s: float) -> int:
     pytest.fail(f"process {pid} did not exit within {deadline_s} s")
 
 
-def produce(plane: Plane, index: int, count: int, result_path: str, sync: bool) -> None:
+def produce(plane: Plane, index: int, count: int, result_path: str, sync: bool,
+            sync_flush_timeout_ms: int = 5000) -> None:
     """Child: send ``count`` messages through a RingPutter; write the acknowledgements."""
     async def main():
         putter = RingPutter(plane.rings[index].ring, plane.completions[index].ring,
                             plane.control, plane.wakes.appender, index, (HOST, PORT), sync,
-                            5000)
+                            sync_flush_timeout_ms)
         putter.start(plane.wakes.workers[index])
         in_flight = asyncio.Semaphore(48)
         acks, failed = [], []
@@ -156,23 +158,26 @@ def produce(plane: Plane, index: int, count: int, result_path: str, sync: bool) 
         await asyncio.gather(*(one(n) for n in range(count)), return_exceptions=True)
         putter.stop()
         with open(result_path, "w") as output:
-            json.dump(acks, output)
+            json.dump({"acks": acks, "space_waits": putter.space_waits_total}, output)
     asyncio.run(main())
 
 
-def run_producers(plane: Plane, tmp_path, count: int, sync: bool,
-                  deadline_s: float = 60) -> list[dict]:
+def run_producers(plane: Plane, tmp_path, count: int, sync: bool, *args,
+                  deadline_s: float = 60) -> tuple[list[dict], int]:
+    """(acknowledgements of every producer, times a producer waited for ring space)."""
     paths = [str(tmp_path / f"acks-{i}.json") for i in range(PRODUCERS)]
-    pids = [plane.fork(f"producer-{i}", produce, plane, i, count, paths[i], sync)
+    pids = [plane.fork(f"producer-{i}", produce, plane, i, count, paths[i], sync, *args)
             for i in range(PRODUCERS)]
     for i, pid in enumerate(pids):
         assert wait_exit(pid, deadline_s) == 0
         plane.pids.pop(f"producer-{i}")
-    acks = []
+    acks, space_waits = [], 0
     for path in paths:
         with open(path) as source:
-            acks += json.load(source)
-    return acks
+            produced = json.load(source)
+        acks += produced["acks"]
+        space_waits += produced["space_waits"]
+    return acks, space_waits
 
 
 def check_acks_in_store(store, acks: list[dict]) -> None:
@@ -215,8 +220,8 @@ def test_two_producers_every_ack_is_readable_in_order(tmp_path, plane_factory,
     sync = flush_disk_type == "SYNC_FLUSH"
     plane.start_workers()
     count = 1500
-    acks = run_producers(plane, tmp_path, count, sync)
-    assert len(acks) == PRODUCERS * count
+    acks, space_waits = run_producers(plane, tmp_path, count, sync)
+    assert len(acks) == PRODUCERS * count and space_waits > 0
     assert {a["status"] for a in acks} == {"PUT_OK"}
     if sync:
         assert all(a["flushed"] for a in acks), "a SYNC_FLUSH ack came before its flush"
@@ -253,7 +258,7 @@ def test_kill_of_the_appender_loses_no_acknowledged_message(tmp_path, plane_fact
     acks = []
     for path in paths:
         with open(path) as source:
-            acks += [a for a in json.load(source) if a["status"] == "PUT_OK"]
+            acks += [a for a in json.load(source)["acks"] if a["status"] == "PUT_OK"]
     assert 0 < len(acks) < PRODUCERS * 20_000
     store = MessageStore(plane.settings)
     assert store.load()
@@ -262,3 +267,17 @@ def test_kill_of_the_appender_loses_no_acknowledged_message(tmp_path, plane_fact
         check_acks_in_store(store, acks)
     finally:
         store.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_sync_flush_ack_times_out_without_a_flusher(tmp_path, plane_factory):
+    plane = plane_factory("SYNC_FLUSH")
+    plane.fork("appender", run_appender, plane.settings, [r.ring for r in plane.rings],
+               [c.ring for c in plane.completions], plane.control, plane.wakes)
+    plane.fork("dispatcher", run_dispatcher, plane.settings, plane.control, plane.wakes)
+    started = time.monotonic()
+    acks, _ = run_producers(plane, tmp_path, 40, True, 150)
+    assert time.monotonic() - started >= 0.15
+    assert {a["status"] for a in acks} == {"FLUSH_DISK_TIMEOUT"} and len(acks) == 80
+    assert not any(a["flushed"] for a in acks)
+    assert plane.control.flushed_position == 0 < plane.control.written_position

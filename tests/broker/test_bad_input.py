@@ -1,0 +1,500 @@
+# Bad input against a running pybroker: refused with RocketMQ codes, nothing stored, others served.
+"""Every must-refuse input (reliability §5) is refused by a real broker without harm to anyone else.
+
+Method: one `pybroker standalone` process per module (small idle timeout, small maxMessageSize).
+Each case talks to it over a real socket - raw bytes for framing faults, pybroker's remoting
+client for well-framed but bad requests - and checks the reply code and remark (or, for bytes
+that cannot be framed, that the connection is closed and the broker log names the fault). Around
+every case the test snapshots what is stored (CommitLog max offset, max offsets of the touched
+queues, the topic list) and the broker's process ids: all must be unchanged afterwards (no
+record, no auto-created topic, no crashed worker), and a second, well-behaved client must then
+complete a send and a pull. A hypothesis fuzz sends a few hundred random, truncated and lying
+frames and checks the same liveness afterwards.
+"""
+import contextlib
+import socket
+import struct
+import time
+
+import orjson
+import psutil
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from pybroker._fast import record
+from pybroker._testbase.cluster import StandaloneBroker
+from pybroker.protocol import bodies
+from pybroker.protocol import properties as props
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import RemotingCommand, create_request, decode, encode
+from pybroker.protocol.constants import TOPICS_NOT_ALLOWED_TO_SEND
+from pybroker.remoting.client import SyncRemotingClient
+
+pytestmark = [pytest.mark.slow]
+
+TIMEOUT_MS = 10_000
+IDLE_TIMEOUT_S = 2
+MAX_MESSAGE_SIZE = 64 * 1024
+FRAME_MAX_BYTES = 16 << 20           # the broker's default frameMaxBytes
+BAD_TOPIC = "BadInputTopic"           # the queue refused sends aim at
+GOOD_TOPIC = "WellBehavedTopic"       # the second client's send + pull
+BULK_TOPIC = "BulkReplyTopic"         # big pull replies for the client that stops reading
+LOG_WAIT_S = 5.0
+
+
+# --- the broker -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    overrides = {"serverChannelMaxIdleTimeSeconds": str(IDLE_TIMEOUT_S),
+                 "maxMessageSize": str(MAX_MESSAGE_SIZE)}
+    with StandaloneBroker(tmp_path_factory.mktemp("bad_input"), overrides) as running:
+        with _client(running) as client:
+            for queue_id in range(4):
+                _expect_success(_send(client, BAD_TOPIC, b"seed", queue_id=queue_id))
+            seeded_bytes = 0
+            for queue_id in range(4):
+                pulled = _expect_success(_pull(client, BAD_TOPIC, queue_id, 0, sys_flag=6))
+                seeded_bytes += sum(message.total_size for message in _records(pulled.body))
+            seeded_bytes += _well_behaved_round_trip(running)
+            # Every seed record visible before the first case takes its snapshot.
+            assert _commitlog_max_offset(client, seeded_bytes) == seeded_bytes
+        yield running
+
+
+@contextlib.contextmanager
+def _client(broker, address=None):
+    with SyncRemotingClient() as client:
+        client.connect(address or broker.broker_addr)
+        yield client
+
+
+def _expect_success(response: RemotingCommand) -> RemotingCommand:
+    assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
+    return response
+
+
+def _send_fields(topic, queue_id=0, properties=None, **changes) -> dict:
+    properties = props.encode_properties({"TAGS": "TagA", "WAIT": "true"}) \
+        if properties is None else properties
+    ext = {"a": "bad_input_producer", "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id),
+           "f": "0", "g": str(int(time.time() * 1000)), "h": "0", "i": properties, "j": "0",
+           "k": "false", "m": "false"}
+    ext.update(changes)
+    return {key: value for key, value in ext.items() if value is not None}
+
+
+def _send(client, topic, body: bytes = b"payload", queue_id=0, **changes) -> RemotingCommand:
+    request = create_request(RequestCode.SEND_MESSAGE_V2,
+                             _send_fields(topic, queue_id, **changes), body)
+    return client.invoke(request, TIMEOUT_MS)
+
+
+def _pull_fields(topic, queue_id, queue_offset, group="bad_input_consumer", sys_flag=4,
+                 max_nums=32) -> dict:
+    return {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+            "queueOffset": str(queue_offset), "maxMsgNums": str(max_nums),
+            "sysFlag": str(sys_flag), "commitOffset": "0", "suspendTimeoutMillis": "5000",
+            "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+
+
+def _pull(client, topic, queue_id, queue_offset, **changes) -> RemotingCommand:
+    request = create_request(RequestCode.PULL_MESSAGE,
+                             _pull_fields(topic, queue_id, queue_offset, **changes))
+    return client.invoke(request, TIMEOUT_MS)
+
+
+def _records(body) -> list:
+    found, position, data = [], 0, bytes(body or b"")
+    while position < len(data):
+        message = record.decode(data, position)
+        found.append(message)
+        position += message.total_size
+    return found
+
+
+# --- what must not change ---------------------------------------------------------------------
+
+def _commitlog_max_offset(client, at_least: int = 0) -> int:
+    """CommitLog max offset (bytes) once the broker reports at least ``at_least``.
+
+    The figure follows the dispatched position, which trails an acknowledged send by a few
+    milliseconds; waiting for a known minimum keeps the comparison exact.
+    """
+    deadline = time.monotonic() + LOG_WAIT_S
+    while True:
+        info = _expect_success(client.invoke(
+            create_request(RequestCode.GET_BROKER_RUNTIME_INFO), TIMEOUT_MS))
+        value = int(bodies.decode_kv_table(info.body)["commitLogMaxOffset"])
+        if value >= at_least or time.monotonic() > deadline:
+            return value
+        time.sleep(0.02)
+
+
+def _stored_state(broker, queues, commitlog_at_least: int = 0) -> dict:
+    with _client(broker) as client:
+        state = {"commitLogMaxOffset": _commitlog_max_offset(client, commitlog_at_least)}
+        for topic, queue_id in queues:
+            answer = client.invoke(create_request(
+                RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}),
+                TIMEOUT_MS)
+            state[(topic, queue_id)] = (answer.code, answer.ext_fields.get("offset"))
+        topics = _expect_success(client.invoke(
+            create_request(RequestCode.GET_ALL_TOPIC_CONFIG), TIMEOUT_MS))
+        state["topics"] = sorted(orjson.loads(topics.body)["topicConfigTable"])
+    return state
+
+
+def _process_ids(broker) -> set[int]:
+    return {child.pid for child in psutil.Process(broker.process.pid).children(recursive=True)}
+
+
+def _well_behaved_round_trip(broker) -> int:
+    """A second client sends one message and pulls it back; returns its record size (bytes)."""
+    body = b"good-%d" % time.monotonic_ns()
+    with _client(broker) as client:
+        sent = _expect_success(_send(client, GOOD_TOPIC, body, queue_id=0))
+        queue_offset = int(sent.ext_fields["queueOffset"])
+        # SUSPEND | SUBSCRIPTION: held until the dispatcher has the message.
+        pulled = _expect_success(_pull(client, GOOD_TOPIC, 0, queue_offset, group="good_group",
+                                       sys_flag=6))
+        message = _records(pulled.body)[0]
+        assert bytes(message.body) == body
+        return message.total_size
+
+
+@contextlib.contextmanager
+def _harmless(broker, queues=((BAD_TOPIC, 0),)):
+    """Nothing stored, no process replaced, and a good client served after the block.
+
+    The good client's record is appended after whatever the block did, so once it is
+    dispatched the CommitLog must have grown by exactly its size.
+    """
+    queues = tuple(queues) + ((GOOD_TOPIC, 0),)
+    before = _stored_state(broker, queues)
+    process_ids = _process_ids(broker)
+    yield
+    good_record_bytes = _well_behaved_round_trip(broker)
+    expected = dict(before, commitLogMaxOffset=before["commitLogMaxOffset"] + good_record_bytes)
+    code, offset = before[(GOOD_TOPIC, 0)]
+    expected[(GOOD_TOPIC, 0)] = (ResponseCode.SUCCESS, str(int(offset or 0) + 1))
+    expected["topics"] = sorted(set(before["topics"]) | {GOOD_TOPIC})
+    assert _stored_state(broker, queues, expected["commitLogMaxOffset"]) == expected
+    assert _process_ids(broker) == process_ids, "a broker process died and was replaced"
+
+
+# --- raw sockets ------------------------------------------------------------------------------
+
+def _raw_socket(address: str, receive_buffer_bytes: int = 0) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    sock = socket.socket()
+    if receive_buffer_bytes:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)
+    sock.connect((host, int(port)))
+    return sock
+
+
+def _frame(header: bytes, body: bytes = b"", serialize_type: int = 0,
+           length: int | None = None, header_length: int | None = None) -> bytes:
+    """A frame whose length fields may lie (``length``, ``header_length``)."""
+    header_length = len(header) if header_length is None else header_length
+    length = 4 + len(header) + len(body) if length is None else length
+    return (struct.pack(">II", length & 0xFFFFFFFF,
+                        ((serialize_type & 0xFF) << 24) | (header_length & 0xFFFFFF))
+            + header + body)
+
+
+def _read_frame(sock: socket.socket, timeout_s: float = 10.0) -> RemotingCommand | None:
+    """The next whole frame, or None when the broker closed the connection."""
+    sock.settimeout(timeout_s)
+    data = b""
+    try:
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+    except ConnectionResetError:
+        return None
+    length = 4 + struct.unpack(">I", data[:4])[0]
+    return decode(data, 0, length, copy_body=True)
+
+
+def _closed_by_broker(sock: socket.socket, timeout_s: float = 10.0) -> bool:
+    """True when the broker closes the connection within ``timeout_s`` and sends nothing."""
+    sock.settimeout(timeout_s)
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _log_after(broker, offset: int, needle: str) -> str:
+    """The broker log line containing ``needle`` written after byte ``offset`` (waits)."""
+    deadline = time.monotonic() + LOG_WAIT_S
+    while True:
+        for line in broker._log_text()[offset:].splitlines():
+            if needle in line:
+                return line
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no broker log line with {needle!r}; log tail:\n"
+                                 f"{broker._log_text()[offset:][-2000:]}")
+        time.sleep(0.05)
+
+
+def _good_json_header(code=int(RequestCode.GET_MAX_OFFSET), ext=None) -> bytes:
+    return orjson.dumps({"code": code, "language": "JAVA", "version": 395, "opaque": 7,
+                         "flag": 0, "extFields": ext or {"topic": BAD_TOPIC, "queueId": "0"}})
+
+
+UNFRAMEABLE = {
+    "length_below_header_word": (struct.pack(">I", 2) + b"xy", "is below 4"),
+    "negative_length": (struct.pack(">i", -5) + b"\0" * 8, "is below 4"),
+    "length_over_frame_cap": (struct.pack(">II", FRAME_MAX_BYTES, 16), "over frame_max_bytes"),
+    "header_length_beyond_frame": (_frame(b"{}", header_length=4000), "exceeds frame length"),
+    "serialize_type_unknown": (_frame(_good_json_header(), serialize_type=7), "serialize type 7"),
+    "bad_json": (_frame(b'{"code": 30, "opaque": 1, "extFields": {'), "not valid JSON"),
+    "json_not_an_object": (_frame(b"[30, 1]"), "JSON header"),
+    "json_nested_ext_value": (_frame(b'{"code":30,"opaque":1,"extFields":{"topic":{"a":1}}}'),
+                              "JSON header"),
+    "binary_remark_length_lies": (_frame(struct.pack(">hBhiii", 30, 0, 395, 1, 0, 999)
+                                         + b"\0" * 4, serialize_type=1), "remark length 999"),
+    "binary_ext_key_length_negative": (
+        _frame(struct.pack(">hBhiiii", 30, 0, 395, 1, 0, 0, 8) + struct.pack(">hi", -3, 0)
+               + b"\0\0", serialize_type=1), "ext key length -3"),
+    "tls_client_hello": (bytes.fromhex("16030100c4010000c00303") + b"\0" * 32,
+                         "TLS ClientHello"),
+    "http_request": (b"GET / HTTP/1.1\r\nHost: broker\r\n\r\n", "looks like HTTP"),
+    "http2_preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/2 preface"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNFRAMEABLE))
+def test_unframeable_bytes_close_the_connection_with_a_log_line(broker, name):
+    data, log_needle = UNFRAMEABLE[name]
+    with _harmless(broker):
+        log_offset = len(broker._log_text())
+        with _raw_socket(broker.broker_addr) as sock:
+            sock.sendall(data)
+            assert _closed_by_broker(sock), f"{name}: the broker answered instead of closing"
+        line = _log_after(broker, log_offset, log_needle)
+        assert "closing remoting connection" in line
+
+
+def test_a_good_frame_after_garbage_on_another_connection_is_served(broker):
+    """A framing fault closes only its own connection: a raw client beside it is answered."""
+    with _raw_socket(broker.broker_addr) as good, _raw_socket(broker.broker_addr) as bad:
+        bad.sendall(UNFRAMEABLE["bad_json"][0])
+        assert _closed_by_broker(bad)
+        good.sendall(_frame(_good_json_header()))
+        answer = _read_frame(good)
+        assert answer is not None and answer.code == ResponseCode.SUCCESS
+
+
+# --- well-framed requests the broker refuses --------------------------------------------------
+
+REFUSED_SENDS = {
+    # name: (send changes, expected code, remark fragment)
+    "topic_missing": (dict(b=None), ResponseCode.SYSTEM_ERROR, "the custom field <b> is null"),
+    "producer_group_missing": (dict(a=None), ResponseCode.SYSTEM_ERROR, "<a> is null"),
+    "queue_id_not_a_number": (dict(e="zero"), ResponseCode.SYSTEM_ERROR,
+                              "<e> has an invalid int value"),
+    "queue_id_overflows_int": (dict(e="2147483648"), ResponseCode.SYSTEM_ERROR,
+                               "<e> has an invalid int value"),
+    "born_timestamp_not_a_number": (dict(g="12:00"), ResponseCode.SYSTEM_ERROR,
+                                    "<g> has an invalid long value"),
+    "sys_flag_with_spaces": (dict(f=" 0"), ResponseCode.SYSTEM_ERROR,
+                             "<f> has an invalid int value"),
+    "topic_illegal_characters": (dict(b="bad topic!"), ResponseCode.SYSTEM_ERROR,
+                                 "contains illegal characters"),
+    "topic_blank": (dict(b="   "), ResponseCode.SYSTEM_ERROR, "topic is blank"),
+    "topic_128_characters": (dict(b="T" * 128), ResponseCode.SYSTEM_ERROR,
+                             "longer than topic max length: 127"),
+    "topic_too_long_in_utf8_bytes": (dict(b="\u00e9" * 100), ResponseCode.SYSTEM_ERROR,
+                                     "contains illegal characters"),
+    "queue_id_out_of_range": (dict(e="99"), ResponseCode.SYSTEM_ERROR,
+                              "request queueId[99] is illegal"),
+    "properties_over_32767_bytes": (dict(i=props.encode_properties({"KEYS": "k" * 40_000})),
+                                    ResponseCode.MESSAGE_ILLEGAL, ""),
+    "properties_malformed": (dict(i="KEYS\x01a\x01b\x02"), ResponseCode.MESSAGE_ILLEGAL,
+                             "malformed pair"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_SENDS))
+def test_refused_send_stores_nothing(broker, name):
+    changes, code, remark = REFUSED_SENDS[name]
+    with _harmless(broker, queues=((BAD_TOPIC, 0), (BAD_TOPIC, 99))):
+        with _client(broker) as client:
+            answer = _send(client, BAD_TOPIC, b"must not be stored", **changes)
+            # The connection stays usable after a refusal.
+            assert _send(client, BAD_TOPIC, b"x", e="zero").code == ResponseCode.SYSTEM_ERROR
+    assert (answer.code, name) == (code, name), answer.remark
+    assert remark in (answer.remark or ""), answer.remark
+    assert len(answer.remark or "") < 1000 and "Traceback" not in (answer.remark or "")
+
+
+@pytest.mark.parametrize("topic", sorted(TOPICS_NOT_ALLOWED_TO_SEND))
+def test_send_to_a_system_topic_is_forbidden(broker, topic):
+    with _harmless(broker, queues=((topic, 0),)):
+        with _client(broker) as client:
+            answer = _send(client, topic, b"sneaky", queue_id=0)
+    assert answer.code == ResponseCode.NO_PERMISSION, answer.remark
+    assert f"topic[{topic}] is forbidden" in answer.remark
+
+
+@pytest.mark.parametrize("body_bytes", [MAX_MESSAGE_SIZE + 1, 4 * MAX_MESSAGE_SIZE])
+def test_body_over_max_message_size_is_illegal(broker, body_bytes):
+    with _harmless(broker):
+        with _client(broker) as client:
+            answer = _send(client, BAD_TOPIC, b"b" * body_bytes)
+    assert answer.code == ResponseCode.MESSAGE_ILLEGAL, answer.remark
+    assert "msg body length limit" in answer.remark or "body" in answer.remark
+
+
+def test_empty_body_is_illegal(broker):
+    with _harmless(broker):
+        with _client(broker) as client:
+            answer = _send(client, BAD_TOPIC, b"")
+    assert answer.code == ResponseCode.MESSAGE_ILLEGAL, answer.remark
+
+
+def test_batch_with_a_malformed_body_stores_nothing(broker):
+    with _harmless(broker):
+        with _client(broker) as client:
+            fields = _send_fields(BAD_TOPIC, 0, m="true")
+            fields["m"] = "true"
+            answer = client.invoke(create_request(RequestCode.SEND_BATCH_MESSAGE, fields,
+                                                  struct.pack(">i", 9999) + b"short"),
+                                   TIMEOUT_MS)
+    assert answer.code == ResponseCode.MESSAGE_ILLEGAL, answer.remark
+
+
+PULL_REFUSALS = {
+    "topic_does_not_exist": (dict(topic="NoSuchTopicAnywhere"), ResponseCode.TOPIC_NOT_EXIST,
+                             "topic[NoSuchTopicAnywhere] not exist"),
+    "queue_id_out_of_range": (dict(queue_id=99), ResponseCode.SYSTEM_ERROR,
+                              "queueId[99] is illegal"),
+    "queue_id_negative": (dict(queue_id=-1), ResponseCode.SYSTEM_ERROR,
+                          "queueId[-1] is illegal"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PULL_REFUSALS))
+def test_pull_of_what_does_not_exist_is_refused(broker, name):
+    changes, code, remark = PULL_REFUSALS[name]
+    pull = dict(topic=BAD_TOPIC, queue_id=0, queue_offset=0)
+    pull.update(changes)
+    with _harmless(broker, queues=((BAD_TOPIC, 0), (pull["topic"], pull["queue_id"]))):
+        with _client(broker) as client:
+            answer = client.invoke(create_request(
+                RequestCode.PULL_MESSAGE, _pull_fields(pull["topic"], pull["queue_id"],
+                                                       pull["queue_offset"])), TIMEOUT_MS)
+    assert answer.code == code, answer.remark
+    assert remark in answer.remark
+
+
+def test_pull_with_a_non_numeric_offset_is_refused(broker):
+    with _harmless(broker):
+        with _client(broker) as client:
+            fields = _pull_fields(BAD_TOPIC, 0, 0)
+            fields["queueOffset"] = "0x10"
+            answer = client.invoke(create_request(RequestCode.PULL_MESSAGE, fields), TIMEOUT_MS)
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert "<queueOffset> has an invalid long value" in answer.remark
+
+
+def test_unknown_request_code_keeps_the_connection(broker):
+    with _harmless(broker), _raw_socket(broker.broker_addr) as sock:
+        for code in (9999, 30001, -5):
+            sock.sendall(_frame(_good_json_header(code=code, ext={})))
+            answer = _read_frame(sock)
+            assert answer is not None, f"closed after unknown code {code}"
+            assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            assert answer.remark == f"request type {code} not supported"
+        sock.sendall(_frame(_good_json_header()))
+        answer = _read_frame(sock)
+        assert answer is not None and answer.code == ResponseCode.SUCCESS
+
+
+def test_idle_client_is_closed_after_the_idle_timeout(broker):
+    with _harmless(broker):
+        log_offset = len(broker._log_text())
+        with _raw_socket(broker.broker_addr) as sock:
+            started = time.monotonic()
+            assert _closed_by_broker(sock, timeout_s=IDLE_TIMEOUT_S + 10)
+            elapsed_s = time.monotonic() - started
+        assert IDLE_TIMEOUT_S - 0.5 <= elapsed_s <= IDLE_TIMEOUT_S + 5, elapsed_s
+        _log_after(broker, log_offset, f"idle for {IDLE_TIMEOUT_S * 1000} ms")
+
+
+def test_namesrv_refuses_register_broker_with_a_bad_body_crc32(broker):
+    body = bodies.encode_register_broker_body(bodies.RegisterBrokerBody(
+        bodies.DataVersion(1, 1), {"EvilTopic": {"topicName": "EvilTopic"}}), False)
+    fields = {"brokerName": "evil-broker", "brokerAddr": "127.0.0.1:1",
+              "clusterName": "DefaultCluster", "haServerAddr": "127.0.0.1:2", "brokerId": "0",
+              "bodyCrc32": str((bodies.body_crc32(body) + 1) & 0x7FFFFFFF)}
+    with _harmless(broker), _client(broker, broker.namesrv_addr) as namesrv:
+        answer = namesrv.invoke(create_request(RequestCode.REGISTER_BROKER, fields, body),
+                                TIMEOUT_MS)
+        assert answer.code == ResponseCode.SYSTEM_ERROR
+        assert answer.remark == "crc32 not match"
+        cluster = _expect_success(namesrv.invoke(
+            create_request(RequestCode.GET_BROKER_CLUSTER_INFO), TIMEOUT_MS))
+        assert b"evil-broker" not in bytes(cluster.body)
+        assert b"broker-a" in bytes(cluster.body)
+        route = namesrv.invoke(create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                              {"topic": "EvilTopic"}), TIMEOUT_MS)
+        assert route.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+# --- a client that stops reading --------------------------------------------------------------
+
+BULK_MESSAGES = 40
+BULK_BODY_BYTES = 8 * 1024
+STALLED_PULLS = 600
+# What a stalled client may make the broker hold: the write pause threshold (1 MiB) plus the
+# replies to one read's worth of requests is far below this; 600 replies of ~256 KiB are not.
+STALLED_GROWTH_MAX_BYTES = 24 << 20
+
+
+def _broker_rss_bytes(broker) -> int:
+    total = 0
+    for child in psutil.Process(broker.process.pid).children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += child.memory_info().rss
+    return total
+
+
+def _send_without_blocking(sock: socket.socket, data: bytes) -> int:
+    """Write what the kernel takes now; returns the bytes written."""
+    sock.setblocking(False)
+    written = 0
+    with contextlib.suppress(BlockingIOError):
+        while written < len(data):
+            written += sock.send(data[written:written + 65536])
+    return written
+
+
+def test_client_that_stops_reading_does_not_grow_broker_memory(broker):
+    with _client(broker) as client:
+        if client.invoke(create_request(RequestCode.GET_MAX_OFFSET, {
+                "topic": BULK_TOPIC, "queueId": "0"}), TIMEOUT_MS).ext_fields.get("offset") \
+                in (None, "0"):
+            for index in range(BULK_MESSAGES):
+                _expect_success(_send(client, BULK_TOPIC, bytes([index]) * BULK_BODY_BYTES))
+        first = _expect_success(_pull(client, BULK_TOPIC, 0, 0, sys_flag=6))
+        assert len(first.body) > 200 * 1024     # each stalled pull is answered with this much
+    pull_frame = encode(create_request(RequestCode.PULL_MESSAGE,
+                                       _pull_fields(BULK_TOPIC, 0, 0)))
+    with _harmless(broker, queues=((BULK_TOPIC, 0),)):
+        rss_before = _broker_rss_bytes(broker)
+        with _raw_socket(broker.broker_addr, receive_buffer_bytes=4096) as stalled:
+            written = _send_without_blocking(stalled, pull_frame * STALLED_PULLS)
+            assert written >= 64 * 1024, written
+            time.sleep(1.5)
+            growth = _broker_rss_bytes(broker) - rss_before
+            # Everyone else is still served while the stalled client holds its connection.
+            _well_behaved_round_trip(broker)
+        assert growth < STALLED_GROWTH_MAX_BYTES, f"broker grew by {growth >> 20} MiB"
