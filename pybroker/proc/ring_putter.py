@@ -173,6 +173,7 @@ class RingPutter:
         self._timeout_handle: asyncio.TimerHandle | None = None
         self._flags = [_CompletionFlag(self), _SpaceFlag(self), _FlushFlag(self)]
         self._reader = None
+        self._commit_scheduled = False
         self.puts_total = 0
         self.space_waits_total = 0
 
@@ -215,12 +216,20 @@ class RingPutter:
                              PUT_FLAG_WAIT_STORE if wait_store else 0, len(topic_bytes))
         data[offset + PUT_HEADER.size:offset + PUT_HEADER.size + len(topic_bytes)] = topic_bytes
         data[offset + header_size:offset + size] = view
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_flush)
-        if self.ring.commit():
-            self.appender_wake.signal()
+        # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
+        # lock-stepped one producer with the appender (fewer messages/s, not more).
+        self._commit()
         self.puts_total += 1
         return await future
+
+    def _commit(self) -> None:
+        """Publish the reserved requests; signal the appender only if it sleeps."""
+        self._commit_scheduled = False
+        if self.ring.commit():
+            self.appender_wake.signal()
 
     async def _reserve(self, size: int) -> int:
         """Room for a request of ``size`` bytes (and a completion slot): waits, never drops."""
@@ -230,6 +239,7 @@ class RingPutter:
                 if offset >= 0:
                     return offset
             self.space_waits_total += 1
+            self._commit()        # what is reserved must reach the appender to free space
             waiter = asyncio.get_running_loop().create_future()
             self._space_waiters.append(waiter)
             # Arm now: the appender signals only a producer flagged asleep.

@@ -46,6 +46,7 @@ def _child(name: str, main) -> int:
     status = 1
     try:
         _die_with_parent()
+        _set_process_name(name)
         # Only the supervisor decides when workers stop: a signal to the whole process group
         # (Ctrl-C, `kill -TERM -<pgid>`) must not cut a data-plane worker short. Remoting
         # workers install their own SIGTERM handler (graceful stop).
@@ -60,6 +61,20 @@ def _child(name: str, main) -> int:
 
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+_PROCESS_NAME_BYTES_MAX = 15      # the kernel's comm field, without its NUL
+
+
+def _set_process_name(name: str) -> None:
+    """Name the worker ``pb-<name>`` in /proc/<pid>/comm (ps, top, psutil ``name()``): all
+    workers share the supervisor's command line, and operators and crash tests must tell the
+    appender from the flusher."""
+    title = f"pb-{name}".encode()[:_PROCESS_NAME_BYTES_MAX]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(title), 0, 0, 0)
+    except (OSError, AttributeError) as error:
+        log.warning("cannot name the worker process %s: %s", name, error)
 
 
 def _die_with_parent() -> None:
@@ -232,18 +247,16 @@ class Supervisor:
 
     def _stop_children(self, plane) -> None:
         """Stop the remoting workers first (no new requests), then let the data plane finish:
-        the appender drains the rings, the dispatcher dispatches all of it, the flusher makes
-        it durable and writes the checkpoint; each exits by itself."""
-        remoting = [(pid, name) for pid, name in self.children.items()
-                    if plane.stop_rank(name) == 0]
-        for pid, name in remoting:
-            _terminate(pid, name)
-        plane.request_stop()
-        data_plane = sorted(((pid, name) for pid, name in self.children.items()
-                             if plane.stop_rank(name) > 0),
-                            key=lambda item: plane.stop_rank(item[1]))
-        for pid, name in data_plane:
-            _await_exit(pid, name)
+        the appender drains the rings and exits on STOPPING; only then is the dispatcher told
+        to stop (it dispatches everything written), and after it the flusher (it makes all of
+        it durable and writes the checkpoint)."""
+        ranked = sorted(self.children.items(), key=lambda item: plane.stop_rank(item[1]))
+        for pid, name in ranked:
+            if plane.stop_rank(name) == plane.stop_rank("appender"):
+                plane.request_stop()
+                _await_exit(pid, name)
+            else:
+                _terminate(pid, name)
         self.children.clear()
 
 

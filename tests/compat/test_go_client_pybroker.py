@@ -185,6 +185,20 @@ def test_sync_send_push_consume_keys_tags_props_exact(run_rmqgo, broker):
     summary = _records(records, "summary")[0]
     assert (summary["distinct"], summary["deliveries"], summary["duplicated"]) == (count, count, 0)
 
+    # The group's offsets were committed: a second run of the same group gets nothing.
+    code, records, stderr = run_rmqgo(
+        "consume", "--namesrv", broker.namesrv_addr, "--topic", topic, "--group", group,
+        "--count", 1, "--timeout", "5s")
+    assert code == 3 and _records(records, "message") == [], stderr
+    # A tag expression filters on the broker: only Tag1 messages reach a new group.
+    code, records, stderr = run_rmqgo(
+        "consume", "--namesrv", broker.namesrv_addr, "--topic", topic, "--group",
+        f"{group}_tag", "--expr", "Tag1 || NoSuchTag", "--count", count // 2,
+        "--linger", "2s", "--timeout", "60s")
+    assert code == 0, stderr
+    assert sorted(m["msgId"] for m in _records(records, "message")) == sorted(
+        msg_id for msg_id, send in sent.items() if send["index"] % 2 == 1)
+
 
 def test_async_and_oneway_send_counted_by_pull(run_rmqgo, broker):
     topic, body_size = _unique("GoAsync"), 64
@@ -193,18 +207,26 @@ def test_async_and_oneway_send_counted_by_pull(run_rmqgo, broker):
     code, records, stderr = run_rmqgo(*base, "--mode", "async", "--count", 15)
     assert code == 0, stderr
     sent = _check_sends(_records(records, "send"), 15, body_size)
+    big_size = 20_000  # over the client's 4 KiB threshold: the body travels zlib-compressed
+    code, records, stderr = run_rmqgo("send", "--namesrv", broker.namesrv_addr, "--topic", topic,
+                                      "--mode", "async", "--count", 3, "--body-size", big_size)
+    assert code == 0, stderr
+    big = _check_sends(_records(records, "send"), 3, big_size)
     assert _records(records, "summary")[0]["acked"] == 15
     code, records, stderr = run_rmqgo(*base, "--mode", "oneway", "--count", 7, "--body",
                                       "oneway-{i}")
     assert code == 0, stderr
     assert [s["status"] for s in _records(records, "send")] == ["SEND_ONEWAY"] * 7
 
-    pulled = _pull_all(run_rmqgo, broker, topic, 22)
-    for send in sent.values():
-        message = pulled[(send["queueId"], send["queueOffset"])]
-        assert message["msgId"] == send["msgId"]
-        assert message["bodySha256"] == _sha256(_expected_body(send["index"], body_size))
-    oneway = sorted(m["bodySha256"] for m in pulled.values() if m["msgId"] not in sent)
+    pulled = _pull_all(run_rmqgo, broker, topic, 25)
+    for sends, size in ((sent, body_size), (big, big_size)):
+        for send in sends.values():
+            message = pulled[(send["queueId"], send["queueOffset"])]
+            assert message["msgId"] == send["msgId"] and message["bodySize"] == size
+            assert message["bodySha256"] == _sha256(_expected_body(send["index"], size))
+            assert bool(message["sysFlag"] & 1) == (size > 4096)  # COMPRESSED_FLAG
+    oneway = sorted(m["bodySha256"] for m in pulled.values()
+                    if m["msgId"] not in sent and m["msgId"] not in big)
     assert oneway == sorted(_sha256(f"oneway-{i}".encode()) for i in range(7))
     for queue_id in (0, 1):  # dense queue offsets: nothing lost, nothing duplicated
         offsets = sorted(offset for queue, offset in pulled if queue == queue_id)
@@ -266,15 +288,20 @@ def test_two_clustering_instances_share_the_queues(rmqgo, run_rmqgo, broker, tmp
     topic, group, count = _unique("GoShare"), _unique("go_share"), 40
     namesrv = ("--namesrv", broker.namesrv_addr, "--topic", topic)
     _create_topic(run_rmqgo, broker, topic, 4)
-    consumers = [_popen_rmqgo(rmqgo, tmp_path / name, "consume", *namesrv, "--group", group,
-                              "--instance", name, "--count", 0, "--timeout", "30s")
-                 for name in ("share-a", "share-b")]
+    consumers = []
     try:
-        deadline = time.monotonic() + 20
-        while len(_consumer_ids(broker, group)) < 2:
-            assert time.monotonic() < deadline, "both consumers never registered"
-            time.sleep(0.2)
-        time.sleep(6)  # NOTIFY_CONSUMER_IDS_CHANGED -> both rebalance to 2 + 2 queues
+        # One after the other: the first takes all 4 queues, and must give 2 up when the
+        # broker tells it (NOTIFY_CONSUMER_IDS_CHANGED) that the second one joined.
+        for members, name in enumerate(("share-a", "share-b"), start=1):
+            consumers.append(_popen_rmqgo(rmqgo, tmp_path / name, "consume", *namesrv,
+                                          "--group", group, "--instance", name, "--count", 0,
+                                          "--timeout", "20s"))
+            deadline = time.monotonic() + 10
+            while len(_consumer_ids(broker, group)) < members:
+                assert time.monotonic() < deadline, f"{name} never registered"
+                time.sleep(0.2)
+            time.sleep(2)
+        time.sleep(3)  # well below the client's 20 s periodic rebalance
         code, records, stderr = run_rmqgo("send", *namesrv, "--count", count)
         assert code == 0, stderr
         sent = {s["msgId"]: s for s in _records(records, "send")}

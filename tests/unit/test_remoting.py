@@ -701,9 +701,8 @@ def test_unsent_bytes_over_the_hard_cap_close_at_once():
             on_close=first_close_reason(closed))
         sock = stalled_peer_socket()
         await loop.sock_connect(sock, server.sockets[0].getsockname()[:2])
-        # One burst: every request arrives in one read, before reading can be paused.
-        burst = wire.encode(create_request(BIG, {"bytes": str(256 * 1024)})) * 64
-        await loop.sock_sendall(sock, burst)
+        # Held frames keep a burst below the cap; one reply larger than it cannot be held.
+        await loop.sock_sendall(sock, wire.encode(create_request(BIG, {"bytes": str(8 << 20)})))
         reason = await closed
         sock.close()
         server.close()
@@ -711,6 +710,44 @@ def test_unsent_bytes_over_the_hard_cap_close_at_once():
 
     reason = run(scenario)
     assert reason.endswith("unsent bytes over write_buffer_max_bytes")
+
+
+def test_burst_from_a_stalled_peer_is_held_then_answered_in_full():
+    """Requests of one read are not all answered at once: frames wait in the receive buffer
+    while the replies already queued exceed write_buffer_high_bytes, then run as they drain."""
+    requests_count, reply_bytes, high_bytes = 64, 256 * 1024, 64 * 1024
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        connected, closed = loop.create_future(), loop.create_future()
+        server = await start_server(
+            "127.0.0.1", 0, make_table(), write_buffer_high_bytes=high_bytes,
+            write_stall_timeout_ms=60_000, write_buffer_max_bytes=1 << 20,
+            on_connect=first_of(connected), on_close=first_close_reason(closed))
+        sock = stalled_peer_socket()
+        await loop.sock_connect(sock, server.sockets[0].getsockname()[:2])
+        server_side = await connected
+        request = wire.encode(create_request(BIG, {"bytes": str(reply_bytes)}))
+        await loop.sock_sendall(sock, request * requests_count)
+        await asyncio.sleep(0.3)
+        held_unsent_bytes = server_side.unsent_bytes
+        still_open = not closed.done()
+        received = bytearray()
+        frame_bytes = len(wire.encode(create_response(create_request(BIG), 0,
+                                                      body=b"\x5a" * reply_bytes)))
+        while len(received) < requests_count * frame_bytes:
+            chunk = await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), DEADLINE_S / 2)
+            assert chunk, f"closed: {closed.result() if closed.done() else None}"
+            received += chunk
+        sock.close()
+        server.close()
+        return still_open, held_unsent_bytes, len(received), frame_bytes
+
+    still_open, held_unsent_bytes, received_bytes, frame_bytes = run(scenario)
+    assert still_open
+    # At most the pause threshold plus one reply (and its frame header) waits in memory.
+    assert held_unsent_bytes <= high_bytes + frame_bytes
+    assert received_bytes == requests_count * frame_bytes
 
 
 @pytest.mark.parametrize("values", [

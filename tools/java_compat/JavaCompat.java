@@ -309,6 +309,11 @@ public final class JavaCompat {
         var defaultModel = consumer.getMessageModel();
         consumer.setMessageModel(Enum.valueOf(defaultModel.getDeclaringClass(), modelName));
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        // The 5.x client's first rebalance and first periodic heartbeat both fire 1 s after
+        // start; when they collide the heartbeat carrying the rebalance's new subVersion is
+        // skipped (tryLock) and every pull is refused SUBSCRIPTION_NOT_LATEST until the next
+        // heartbeat, 30 s later by default (the Java broker checks the version the same way).
+        consumer.setHeartbeatBrokerInterval(3000);
         consumer.setConsumeThreadMin(2);
         consumer.setConsumeThreadMax(2);
         consumer.subscribe(topic, "*");

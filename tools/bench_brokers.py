@@ -1,0 +1,327 @@
+# Broker launchers and the process-tree sampler used by tools/bench_side_by_side.py.
+"""Start pybroker or Java RocketMQ with one shared broker.conf on 127.0.0.1; measure them.
+
+Every process started here is registered in ``LIVE`` and stopped by :func:`stop_all`
+(SIGTERM to its process group, SIGKILL after a deadline); the driver calls it from ``finally``,
+at interpreter exit and on SIGINT/SIGTERM, so an interrupted benchmark leaves nothing running.
+"""
+import json
+import os
+import pathlib
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import java_rocketmq as jr  # noqa: E402  (tools/ is not a package)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+PYBROKER_READY_LINE = "] boot success"
+LIVE: list[subprocess.Popen] = []
+
+
+def shared_broker_conf(flush_disk_type: str) -> dict:
+    """The broker.conf given to BOTH brokers (addresses, ports and paths are added per broker).
+
+    128 MiB CommitLog files keep the disk footprint of a run small for both brokers; every
+    other store setting is RocketMQ's default. remotingWorkers is pybroker's (Java ignores it).
+    """
+    return {
+        "brokerClusterName": "DefaultCluster", "brokerName": "broker-a", "brokerId": "0",
+        "brokerRole": "ASYNC_MASTER", "flushDiskType": flush_disk_type,
+        "autoCreateTopicEnable": "true", "autoCreateSubscriptionGroup": "true",
+        "mappedFileSizeCommitLog": str(128 << 20), "diskMaxUsedSpaceRatio": "95",
+        "remotingWorkers": "2",
+    }
+
+
+UPDATE_AND_CREATE_TOPIC = 17
+GET_ROUTEINFO_BY_TOPIC = 105
+
+
+def remoting_request(port: int, code: int, ext_fields: dict, timeout_s: float = 5.0) -> dict:
+    """One JSON-header request to 127.0.0.1:port; returns the response header as a dict."""
+    header = json.dumps({"code": code, "language": "JAVA", "version": 373, "opaque": 1,
+                         "flag": 0, "extFields": ext_fields}, separators=(",", ":")).encode()
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    with socket.create_connection((jr.LOOPBACK, port), timeout=timeout_s) as sock:
+        sock.sendall(frame)
+        frame_len, header_word = struct.unpack(">ii", jr._recv_exactly(sock, 8))
+        if not 4 <= frame_len <= 16 << 20:
+            raise jr.HarnessError(f"bad response frame length {frame_len}")
+        rest = jr._recv_exactly(sock, frame_len - 4)
+    return json.loads(rest[:header_word & 0xFFFFFF])
+
+
+def create_topic(broker, topic: str, queue_count: int = 4, timeout_s: float = 30.0) -> None:
+    """Create topic on the broker (UPDATE_AND_CREATE_TOPIC) and wait for its route.
+
+    Done before every load so consumers find the route at start instead of at their next
+    30 s route poll, and no broker pays for auto-creation inside a measured run.
+    """
+    fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queue_count),
+              "writeQueueNums": str(queue_count), "perm": "6", "topicFilterType": "SINGLE_TAG",
+              "topicSysFlag": "0", "order": "false"}
+    broker_port = int(broker.broker_addr.rsplit(":", 1)[1])
+    answer = remoting_request(broker_port, UPDATE_AND_CREATE_TOPIC, fields)
+    if answer.get("code") != 0:
+        raise jr.HarnessError(f"creating {topic} failed: {answer}")
+    namesrv_port = int(broker.namesrv_addr.rsplit(":", 1)[1])
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if remoting_request(namesrv_port, GET_ROUTEINFO_BY_TOPIC, {"topic": topic})["code"] == 0:
+            return
+        time.sleep(0.1)
+    raise jr.HarnessError(f"no route for {topic} in the NameServer after {timeout_s} s")
+
+
+def stop_process(process: subprocess.Popen, term_timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM the process (its group on timeout: SIGKILL), reap it, drop it from LIVE."""
+    if process.poll() is None:
+        try:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=term_timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)   # leftovers of the group (forked workers)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+    if process in LIVE:
+        LIVE.remove(process)
+
+
+def stop_all() -> None:
+    """Stop every process this module (or the driver) started and registered in LIVE."""
+    for process in list(reversed(LIVE)):
+        stop_process(process, term_timeout_s=10)
+
+
+def spawn(argv: list[str], log_path: pathlib.Path, cwd=None) -> subprocess.Popen:
+    """Start argv in its own session with stdout+stderr to log_path; registered in LIVE."""
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    LIVE.append(process)
+    return process
+
+
+def run_bounded(argv: list[str], timeout_s: float, cwd=None) -> jr.JavaRun:
+    """Run argv to completion or timeout_s (then stopped); registered in LIVE meanwhile."""
+    started = time.monotonic()
+    process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    LIVE.append(process)
+    timed_out = False
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        stop_process(process, term_timeout_s=5)
+        stdout, stderr = process.communicate(timeout=10)
+    finally:
+        stop_process(process, term_timeout_s=5)   # no-op when it exited; else interrupted
+    return jr.JavaRun(None if timed_out else process.returncode, stdout, stderr,
+                      time.monotonic() - started, timed_out)
+
+
+class PyBroker:
+    """``python -m pybroker standalone`` (NameServer + broker) on free ports under work_dir.
+
+    ``wrapper``: argv prefix (the profile mode runs the broker under py-spy).
+    """
+    name = "pybroker"
+
+    def __init__(self, work_dir: pathlib.Path, conf: dict, wrapper=()):
+        self.work_dir = pathlib.Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.namesrv_port = jr.free_port()
+        self.broker_port = jr.free_port(offsets=(-2, 0, 1))
+        store = self.work_dir / "store"
+        self.conf = dict(conf, storePathRootDir=str(store),
+                         storePathCommitLog=str(store / "commitlog"), brokerIP1=jr.LOOPBACK,
+                         listenPort=str(self.broker_port), namesrvAddr=self.namesrv_addr)
+        self.conf_path = self.work_dir / "broker.conf"
+        self.log_path = self.work_dir / "pybroker.log"
+        self.wrapper = list(wrapper)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"{jr.LOOPBACK}:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{jr.LOOPBACK}:{self.broker_port}"
+
+    def start(self) -> "PyBroker":
+        jr.write_properties(self.conf_path, self.conf)
+        argv = [*self.wrapper, sys.executable, "-m", "pybroker", "standalone",
+                "-c", str(self.conf_path), "--namesrv-port", str(self.namesrv_port)]
+        self.process = spawn(argv, self.log_path, cwd=ROOT)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise jr.HarnessError(f"pybroker exited ({self.process.returncode}):\n"
+                                      + self.log_tail())
+            if PYBROKER_READY_LINE in self.log_text() and self._registered():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise jr.HarnessError("pybroker not ready in time:\n" + self.log_tail())
+
+    def _registered(self) -> bool:
+        body = jr.remoting_call(self.namesrv_port, jr.GET_BROKER_CLUSTER_INFO)
+        return bool(body) and self.broker_addr.encode() in body
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_text()[-chars:]
+
+    def root_pids(self) -> list[int]:
+        """The pids whose process trees are the broker (py-spy, when wrapping, is excluded)."""
+        if self.process is None:
+            return []
+        if not self.wrapper:
+            return [self.process.pid]
+        try:
+            return [child.pid for child in psutil.Process(self.process.pid).children()]
+        except psutil.Error:
+            return []
+
+    def stop(self) -> None:
+        """SIGTERM the supervisor (it stops workers and NameServer in order), then the group."""
+        if self.process is None:
+            return
+        for pid in self.root_pids() if self.wrapper else []:
+            try:
+                os.kill(pid, signal.SIGTERM)    # the broker under py-spy; py-spy then exits
+            except ProcessLookupError:
+                pass
+        stop_process(self.process)
+        self.process = None
+
+
+class JavaBroker:
+    """Java NameServer + broker (tools/java_rocketmq.py) with the shared broker.conf."""
+    name = "java"
+
+    def __init__(self, work_dir: pathlib.Path, conf: dict, install: jr.RocketMQInstall,
+                 heap_mb: int = 1024):
+        self.work_dir = pathlib.Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.conf_path = self.work_dir / "shared-broker.conf"
+        store = self.work_dir / "store"
+        jr.write_properties(self.conf_path, dict(conf, storePathRootDir=str(store),
+                                                 storePathCommitLog=str(store / "commitlog")))
+        self.harness = jr.JavaRocketMQ(self.work_dir, install=install, free_ports=True,
+                                       broker_conf=self.conf_path, broker_heap_mb=heap_mb,
+                                       ready_timeout_s=READY_TIMEOUT_S)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.harness.namesrv_addr
+
+    @property
+    def broker_addr(self) -> str:
+        return self.harness.broker_addr
+
+    def start(self) -> "JavaBroker":
+        self.harness.start()
+        return self
+
+    def root_pids(self) -> list[int]:
+        return [process.pid for process in self.harness.processes.values()]
+
+    def log_tail(self, chars: int = 3000) -> str:
+        path = self.harness.logs_dir / "broker.out"
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        self.harness.stop()
+
+
+def _tree(root_pids) -> list[psutil.Process]:
+    processes = []
+    for pid in root_pids:
+        try:
+            root = psutil.Process(pid)
+            processes.append(root)
+            processes.extend(root.children(recursive=True))
+        except psutil.Error:
+            continue
+    return processes
+
+
+class TreeSampler:
+    """Samples every process under root_pids every interval_s: CPU seconds and peak RSS.
+
+    CPU is user+system seconds used between start() and stop(), summed over the processes
+    (a process seen first mid-run counts from zero). RSS is the sum over the processes; pages
+    shared between forked pybroker processes (mmapped store files) count once per process.
+    """
+
+    def __init__(self, root_pids, interval_s: float = 0.25):
+        self.root_pids = list(root_pids)
+        self.interval_s = interval_s
+        self.first_cpu: dict[int, float] = {}
+        self.last_cpu: dict[int, float] = {}
+        self.peak_rss_bytes = 0
+        self.peak_process_count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self, baseline: bool) -> None:
+        rss_total, processes = 0, _tree(self.root_pids)
+        for process in processes:
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    rss_total += process.memory_info().rss
+            except psutil.Error:
+                continue
+            cpu = times.user + times.system
+            self.first_cpu.setdefault(process.pid, cpu if baseline else 0.0)
+            self.last_cpu[process.pid] = cpu
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss_total)
+        self.peak_process_count = max(self.peak_process_count, len(processes))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample(baseline=False)
+
+    def start(self) -> "TreeSampler":
+        self._sample(baseline=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sample(baseline=False)
+        cpu_s = sum(self.last_cpu[pid] - self.first_cpu[pid] for pid in self.last_cpu)
+        return {"broker_cpu_s": round(cpu_s, 3),
+                "peak_rss_mib": round(self.peak_rss_bytes / 2**20, 1),
+                "broker_processes": self.peak_process_count}
