@@ -36,6 +36,7 @@ CHILD = textwrap.dedent("""
     settings = StoreSettings(store_path_root_dir=sys.argv[2], **eval(sys.argv[3]))
     store = MessageStore(settings)
     store.start()
+    os.write(1, b"ready\\n")   # the parent's kill timer starts only now (slow start-ups)
     number = int(sys.argv[4])
     host = bytes([127, 0, 0, 1])
     while True:
@@ -58,10 +59,15 @@ def run_and_kill(root: str, first_number: int, delay_s: float) -> list[tuple[int
     child = subprocess.Popen([sys.executable, "-c", CHILD, ROOT, root, repr(SETTINGS),
                               str(first_number)], stdout=subprocess.PIPE, cwd=ROOT)
     try:
+        # Under load the interpreter may take longer than delay_s to start: time from "ready".
+        assert child.stdout.readline() == b"ready\n", "writer did not start"
         time.sleep(delay_s)
     finally:
         os.kill(child.pid, signal.SIGKILL)
-        output, _ = child.communicate(timeout=30)
+        # Through the same buffered pipe as readline() (communicate() would skip its buffer).
+        output = child.stdout.read()
+        child.stdout.close()
+        child.wait(timeout=30)
     lines = output.split(b"\n")[:-1]     # the last piece may be a torn line
     return [tuple(int(field) for field in line.split()) for line in lines]
 

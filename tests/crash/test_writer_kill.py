@@ -38,6 +38,7 @@ CHILD = textwrap.dedent("""
     max_offset = int(sys.argv[4])
     commitlog.set_wrote_and_flushed(max_offset)
     commitlog.set_topic_queue_table({"CrashTopic-0": start_index})
+    os.write(1, b"ready\\n")   # the parent's kill timer starts only now (slow start-ups)
     host = bytes([127, 0, 0, 1])
     pending = []
     index = start_index
@@ -68,9 +69,15 @@ def run_and_kill(root: str, start_index: int, max_offset: int, delay_s: float) -
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, root, str(FILE_SIZE), str(start_index), str(max_offset)],
         stdout=subprocess.PIPE, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    # Under load the interpreter may take longer than delay_s to start: time from "ready".
+    assert child.stdout.readline() == b"ready\n", "writer did not start"
     time.sleep(delay_s)
     child.send_signal(signal.SIGKILL)
-    output, _ = child.communicate(timeout=60)
+    # Read through the same buffered pipe as readline() above (communicate() would bypass
+    # what that buffer already holds); the pipe ends when the killed child's end closes.
+    output = child.stdout.read()
+    child.stdout.close()
+    child.wait(timeout=60)
     assert child.returncode == -signal.SIGKILL, "writer ended before it was killed"
     reported = []
     for line in output.split(b"\n"):
