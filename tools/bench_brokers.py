@@ -212,10 +212,15 @@ class PyBroker:
         """SIGTERM the supervisor (it stops workers and NameServer in order), then the group."""
         if self.process is None:
             return
-        for pid in self.root_pids() if self.wrapper else []:
+        if self.wrapper:
+            for pid in self.root_pids():
+                try:
+                    os.kill(pid, signal.SIGTERM)    # the broker under py-spy
+                except ProcessLookupError:
+                    pass
             try:
-                os.kill(pid, signal.SIGTERM)    # the broker under py-spy; py-spy then exits
-            except ProcessLookupError:
+                self.process.wait(timeout=STOP_TIMEOUT_S)   # py-spy writes its output, exits
+            except subprocess.TimeoutExpired:
                 pass
         stop_process(self.process)
         self.process = None

@@ -60,22 +60,22 @@ class Scenario:
     def name(self) -> str:
         flush = "sync" if self.flush == "SYNC_FLUSH" else "async"
         size = "1KiB" if self.body_bytes == 1024 else f"{self.body_bytes}B"
-        return f"{self.kind}-{size}-{flush}flush"
+        return f"{self.kind}-{size}-flush-{flush}"
 
 
 def matrix(mode: str, with_go: bool) -> list[Scenario]:
     """The scenarios of a mode (message counts sized so pybroker runs take seconds)."""
     if mode in ("quick", "profile"):
-        scenarios = [Scenario("produce", 128, 20000, "ASYNC_FLUSH"),
-                     Scenario("produce_consume", 128, 20000, "ASYNC_FLUSH"),
-                     Scenario("batch", 128, 40000, "ASYNC_FLUSH")]
+        scenarios = [Scenario("produce", 128, 15000, "ASYNC_FLUSH"),
+                     Scenario("produce_consume", 128, 15000, "ASYNC_FLUSH"),
+                     Scenario("batch", 128, 30000, "ASYNC_FLUSH")]
         return scenarios[:1] if mode == "profile" else scenarios
     scenarios = []
     for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         for size in (128, 1024):
-            scenarios += [Scenario("produce", size, 30000, flush),
-                          Scenario("produce_consume", size, 30000, flush),
-                          Scenario("batch", size, 60000, flush)]
+            scenarios += [Scenario("produce", size, 25000, flush),
+                          Scenario("produce_consume", size, 25000, flush),
+                          Scenario("batch", size, 50000, flush)]
     if with_go:
         scenarios += [Scenario("go_produce", 128, 20000, "ASYNC_FLUSH"),
                       Scenario("go_produce", 1024, 20000, "ASYNC_FLUSH")]
@@ -262,6 +262,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-go", action="store_true", help="skip the Go producer (--full)")
     parser.add_argument("--work-dir", type=pathlib.Path, default=None,
                         help="stores and logs (default: a temporary directory, removed)")
+    parser.add_argument("--only", default=None,
+                        help="run only scenarios whose name contains this text")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     return parser
 
@@ -290,7 +292,7 @@ def main(argv=None) -> int:
             return 0
         with_go = args.mode == "full" and not args.no_go
         tools = LoadTools(work_root, install, with_go)
-        scenarios = matrix(args.mode, with_go)
+        scenarios = [s for s in matrix(args.mode, with_go) if (args.only or "") in s.name]
         records = run_matrix(args, tools, install, scenarios, work_root)
     except KeyboardInterrupt:
         sys.stderr.write("[bench] interrupted; stopping everything\n")

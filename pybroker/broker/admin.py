@@ -42,6 +42,9 @@ _POOL_CAPACITIES = {"sendThreadPoolQueueCapacity": "10000",
                     "queryThreadPoolQueueCapacity": "20000",
                     "EndTransactionThreadPoolQueueCapacity": "100000"}
 
+# Store rate keys of GET_BROKER_RUNTIME_INFO, each "<10 s> <1 min> <10 min>" messages/s.
+_TPS_KEYS = ("putTps", "getFoundTps", "getMissTps", "getTotalTps", "getTransferedTps")
+
 
 def _ok(request: RemotingCommand, body: bytes | None = None) -> RemotingCommand:
     return create_response(request, ResponseCode.SUCCESS, body=body)
@@ -230,6 +233,16 @@ async def handle_get_consume_stats(ctx, channel, request):
     return _ok(request, encode_consume_stats(entries, 0.0))
 
 
+async def handle_query_topic_consume_by_who(ctx, channel, request):
+    """QUERY_TOPIC_CONSUME_BY_WHO (300): GroupList body ``{"groupList":[...]}`` of the groups
+    with a live member subscribed to the topic or with committed offsets for it (mqadmin
+    queryMsgById / messageTrackDetail ask this)."""
+    header = parse_request_header(request.code, request.ext_fields)
+    groups = (ctx.metadata.consumer_groups_of_topic(header.topic)
+              | ctx.metadata.groups_of_topic(header.topic))
+    return _ok(request, _json({"groupList": sorted(groups)}))
+
+
 async def handle_get_consumer_connection_list(ctx, channel, request):
     """GET_CONSUMER_CONNECTION_LIST (203): the group's live connections and subscriptions;
     CONSUMER_NOT_ONLINE when it has none."""
@@ -247,6 +260,9 @@ def runtime_info(ctx) -> dict[str, str]:
 
     pybroker has no thread pools and no daily counters: queue sizes read 0, capacities are
     Java's defaults, "today now" totals are the store's totals and "morning" totals 0.
+    The TPS keys (three rates: last 10 s, 1 min, 10 min) must be present, since mqadmin
+    clusterList splits them without a null check; pybroker does not sample rates yet, so
+    they read 0.0.
     """
     info = dict(ctx.store.runtime_info())
     version = constants.CURRENT_VERSION
@@ -264,6 +280,8 @@ def runtime_info(ctx) -> dict[str, str]:
         "queryThreadPoolQueueHeadWaitTimeMills": "0",
         "pageCacheLockTimeMills": "0", "startAcceptSendRequestTimeStamp": "0",
     })
+    for key in _TPS_KEYS:
+        info.setdefault(key, "0.0 0.0 0.0")
     info.setdefault("dispatchBehindBytes", "0")
     info.setdefault("earliestMessageTimeStamp", "-1")
     return info
@@ -402,6 +420,7 @@ HANDLERS = {
     _C.GET_TOPIC_STATS_INFO: handle_get_topic_stats_info,
     _C.GET_CONSUME_STATS: handle_get_consume_stats,
     _C.GET_CONSUMER_CONNECTION_LIST: handle_get_consumer_connection_list,
+    _C.QUERY_TOPIC_CONSUME_BY_WHO: handle_query_topic_consume_by_who,
     _C.GET_BROKER_RUNTIME_INFO: handle_get_broker_runtime_info,
     _C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: handle_get_all_subscription_group_config,
     _C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: handle_update_and_create_subscription_group,

@@ -43,7 +43,12 @@ class Attachment:
         self.plane = plane
         self.control = plane.control
         self.store_host = store_host_of(config)
-        self.reader = MessageStoreReader(config.store, plane.control.dispatched_position)
+        control = plane.control
+        # Reads consult the live positions: a request handled before this loop has run the
+        # dispatcher's wake-up must still see what its client was already acknowledged.
+        self.reader = MessageStoreReader(
+            config.store, control.dispatched_position,
+            positions=lambda: (control.dispatched_position, control.written_position))
         self.putter = RingPutter(
             plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
             plane.wakes.appender, slot, self.store_host, is_sync_flush(config.store),

@@ -261,15 +261,8 @@ class MessageStore(StoreReads):
     def shutdown(self) -> None:
         """Flush everything, write the checkpoint, delete the abort file, release the lock."""
         if self.loaded:
-            self.running = False
-            self.flush()
-            self.commitlog.shutdown(0)
-            self.consume_queue_store.close()
-            if self.index_service is not None:
-                self.index_service.close()
-            self.checkpoint.shutdown()
+            self._close_files()
             lock_file.delete_abort_file(self.store_root)
-            self.loaded = False
         if self._own_lock:
             self._lock.release()
 
@@ -277,8 +270,10 @@ class MessageStore(StoreReads):
         """Flush and close every file but keep the abort file (and the caller's lock): the
         recovered store now belongs to the worker processes, and a crash of any of them must
         lead to abnormal recovery."""
-        if not self.loaded:
-            return
+        if self.loaded:
+            self._close_files()
+
+    def _close_files(self) -> None:
         self.running = False
         self.flush()
         self.commitlog.shutdown(0)

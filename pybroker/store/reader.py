@@ -9,7 +9,11 @@ those of :class:`~pybroker.store.message_store.MessageStore` (shared code in
 What may be served is bounded by ``dispatched_position``: every record below it is whole, and
 every consume-queue unit pointing below it is written (the dispatcher publishes the position
 after writing them, with a release store; the caller read it with an acquire load). The caller
-passes new positions with :meth:`MessageStoreReader.advance`; nothing is refreshed then. A read
+passes new positions with :meth:`MessageStoreReader.advance` (or a ``positions`` source that
+every read consults, so a request never sees positions older than those its client was told
+about); nothing is refreshed then. CommitLog look-ups by physical offset (view by id) may also
+read up to ``written_position``: a record is whole once the appender published it, and a sync
+send is acknowledged then, before it is dispatched. A read
 brings a file or queue up to date only when the position moved since that object was last
 brought up to date, and that costs no system call unless a new file must be mapped (the last
 known file is full, or a queue directory is not known yet). A pull on an idle queue while
@@ -17,6 +21,7 @@ nothing is dispatched costs no system call at all.
 """
 import logging
 import os
+from collections.abc import Callable
 
 import numpy as np
 import psutil
@@ -112,6 +117,9 @@ class MessageStoreReader(StoreReads):
         defaults.
     dispatched_position : int
         CommitLog physical offset (bytes) up to which data may be served; see :meth:`advance`.
+    positions : callable returning (dispatched_position, written_position), optional
+        Consulted at every read (acquire loads of the control block, no system call), so reads
+        are as current as the writers; without it only :meth:`advance` moves the positions.
 
     Reads: ``get_messages``, ``query_messages``, ``look_message_by_offset``,
     ``view_message_by_id``, ``get_commit_log_data``, ``get_max_offset_in_queue``,
@@ -120,7 +128,8 @@ class MessageStoreReader(StoreReads):
     Call :meth:`close` when done.
     """
 
-    def __init__(self, settings=None, dispatched_position: int = 0):
+    def __init__(self, settings=None, dispatched_position: int = 0,
+                 positions: Callable[[], tuple[int, int]] | None = None):
         settings = settings if settings is not None else StoreSettings()
         self.settings = settings
         self.store_root = _setting(settings, "store_path_root_dir")
@@ -131,6 +140,8 @@ class MessageStoreReader(StoreReads):
         self._transfer_limits = transfer_limits(settings)
         self._stats = {"get_times_found": 0, "get_times_miss": 0, "get_transferred_count": 0}
         self.dispatched_position = max(dispatched_position, 0)
+        self.written_position = self.dispatched_position
+        self._positions = positions
         self.commitlog = CommitLog(self.commitlog_dir,
                                    _setting(settings, "mapped_file_size_commit_log"),
                                    read_only=True)
@@ -154,10 +165,17 @@ class MessageStoreReader(StoreReads):
         self.refreshes_total = 0      # refreshes that mapped new files (diagnostics, tests)
 
     # --- position -------------------------------------------------------------------------------
-    def advance(self, dispatched_position: int) -> None:
-        """Allow reads up to ``dispatched_position`` (bytes; never moves back). No I/O here."""
+    def advance(self, dispatched_position: int, written_position: int = 0) -> None:
+        """Allow reads up to ``dispatched_position`` and CommitLog look-ups up to
+        ``written_position`` (bytes; neither moves back). No I/O here."""
         if dispatched_position > self.dispatched_position:
             self.dispatched_position = dispatched_position
+        self.written_position = max(self.written_position, written_position,
+                                    self.dispatched_position)
+
+    def _catch_up(self) -> None:
+        if self._positions is not None:
+            self.advance(*self._positions())
 
     def close(self) -> None:
         """Unmap every file (idempotent); results still held keep their files mapped."""
@@ -174,7 +192,10 @@ class MessageStoreReader(StoreReads):
 
     # --- hooks of StoreReads ----------------------------------------------------------------------
     def _commitlog(self) -> CommitLog:
-        target = self.dispatched_position
+        self._catch_up()
+        # Every record below written_position is whole; consume-queue units and index
+        # entries still bound what is served to dispatched_position.
+        target = self.written_position
         if self._commitlog_position != target:
             self._sync_commitlog(self._commitlog_position, target)
             self._commitlog_position = target
@@ -184,6 +205,7 @@ class MessageStoreReader(StoreReads):
         self.refreshes_total += follow_commitlog(self.commitlog, previous, target)
 
     def _index_service(self) -> IndexService | None:
+        self._catch_up()
         index_service = self.index_service
         target = self.dispatched_position
         if index_service is None or self._index_position == target:
@@ -198,6 +220,7 @@ class MessageStoreReader(StoreReads):
         return index_service
 
     def _find_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        self._catch_up()
         key = (topic, queue_id)
         target = self.dispatched_position
         queue = self.consume_queue_store.find(topic, queue_id)

@@ -29,6 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOPICS = ("StoreCompatA", "StoreCompatB")
 QUEUES_PER_TOPIC = 4          # the auto-created topic's queue count (defaultTopicQueueNums)
 MESSAGE_COUNT = 900
+APPENDED_COUNT = 150          # sent through the second broker after it opened the store
 BODY_SIZE_MAX = 3000          # under the client's 4 KiB compression threshold: bodies stay raw
 SHARED_KEYS = 50              # "grp-N" keys: each names ~18 messages (under queryMessage's 32)
 # Both brokers must use the same sizes: files are opened only at their configured size.
@@ -78,26 +79,36 @@ def java_peer(tmp_path_factory):
     return install, classes
 
 
-@pytest.fixture(scope="module")
-def plan(tmp_path_factory):
-    """The seeded message plan: a list of dicts and the JSON-lines file StoreCompat reads."""
-    seed = random.SystemRandom().randrange(1 << 32)
-    print(f"seed={seed}")  # noqa: T201 (tests may print)
-    generator = random.Random(seed)
+def make_plan(generator: random.Random, count: int, first_index: int, path) -> tuple:
+    """``count`` planned messages numbered from ``first_index``: (entries, JSON-lines path)."""
     entries = []
-    for index in range(MESSAGE_COUNT):
+    for index in range(first_index, first_index + count):
         # A third go to one queue so that it rolls several ConsumeQueue files.
         topic = TOPICS[0] if index % 3 == 0 else generator.choice(TOPICS)
         queue_id = 0 if index % 3 == 0 else generator.randrange(QUEUES_PER_TOPIC)
         body = generator.randbytes(generator.randint(1, BODY_SIZE_MAX))
-        entries.append({"topic": topic, "queueId": queue_id, "tags": f"Tag{index % 3}",
+        entries.append({"index": index, "topic": topic, "queueId": queue_id,
+                        "tags": f"Tag{index % 3}",
                         "keys": f"k-{index} grp-{index % SHARED_KEYS}", "body": body})
-    path = tmp_path_factory.mktemp("store_compat_plan") / "plan.jsonl"
     with open(path, "w", encoding="utf-8") as out:
         for entry in entries:
             line = dict(entry, body=base64.b64encode(entry["body"]).decode())
             out.write(json.dumps(line) + "\n")
     return entries, path
+
+
+@pytest.fixture(scope="module")
+def generator() -> random.Random:
+    seed = random.SystemRandom().randrange(1 << 32)
+    print(f"seed={seed}")  # noqa: T201 (tests may print)
+    return random.Random(seed)
+
+
+@pytest.fixture(scope="module")
+def plan(generator, tmp_path_factory):
+    """The seeded message plan: a list of dicts and the JSON-lines file StoreCompat reads."""
+    path = tmp_path_factory.mktemp("store_compat_plan") / "plan.jsonl"
+    return make_plan(generator, MESSAGE_COUNT, 0, path)
 
 
 def _run_client(java_peer, harness, args) -> list[dict]:
@@ -117,9 +128,10 @@ def _send_plan(java_peer, harness, namesrv_addr: str, plan) -> dict:
     results = _run_client(java_peer, harness, ["send", namesrv_addr, "store_compat_producer",
                                                str(path)])
     assert len(results) == len(entries)
+    by_index = {entry["index"]: entry for entry in entries}
     acked = {}
     for result in results:
-        entry = entries[result["index"]]
+        entry = by_index[result["index"]]
         assert result["status"] == "SEND_OK", result
         assert (result["topic"], result["queueId"]) == (entry["topic"], entry["queueId"])
         acked[(result["topic"], result["queueId"], result["queueOffset"])] = result["index"]
@@ -186,19 +198,49 @@ def _copy_store(source: pathlib.Path, target: pathlib.Path) -> None:
     assert not (target / "abort").exists(), "the first broker did not shut down cleanly"
 
 
-def test_java_written_store_opens_in_pybroker(java_peer, plan, tmp_path):
+def _start_java(install, work_dir: pathlib.Path, source_store=None):
+    """A started Java NameServer + broker on free ports, on a fresh copy of ``source_store``
+    (or an empty store). Retried on a port another process took between probe and bind."""
+    for attempt in range(3):
+        java = java_rocketmq.JavaRocketMQ(work_dir, install, free_ports=True,
+                                          broker_overrides=FILE_SIZES)
+        shutil.rmtree(java.store_dir, ignore_errors=True)
+        if source_store is not None:
+            _copy_store(source_store, java.store_dir)
+        try:
+            return java.start()
+        except java_rocketmq.HarnessError as error:
+            if "BindException" not in str(error) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def test_java_written_store_opens_in_pybroker(java_peer, plan, generator, tmp_path):
     install, _ = java_peer
-    java = java_rocketmq.JavaRocketMQ(tmp_path / "java", install, free_ports=True,
-                                      broker_overrides=FILE_SIZES)
-    with java:
+    java = _start_java(install, tmp_path / "java")
+    try:
         acked = _send_plan(java_peer, java, java.namesrv_addr, plan)
+    finally:
+        java.stop()
     _assert_files_rolled(java.store_dir)
     _copy_store(java.store_dir, tmp_path / "py" / "store")
+    more = make_plan(generator, APPENDED_COUNT, MESSAGE_COUNT, tmp_path / "more.jsonl")
+    both = (plan[0] + more[0], None)
     with StandaloneBroker(tmp_path / "py", FILE_SIZES) as broker:
         _check_dump(java_peer, java, broker.namesrv_addr, plan, acked)
         _check_query(java_peer, java, broker.namesrv_addr, plan, acked)
+        # pybroker appends to the Java-written files: queue offsets go on where Java stopped.
+        acked.update(_send_plan(java_peer, java, broker.namesrv_addr, more))
+        _check_dump(java_peer, java, broker.namesrv_addr, both, acked)
         log_text = broker._log_text()
     assert "normal recovery" in log_text and "abnormal recovery" not in log_text
+    # And the store, written by both, opens in Java again.
+    java_again = _start_java(install, tmp_path / "java_again", tmp_path / "py" / "store")
+    try:
+        _check_dump(java_peer, java_again, java_again.namesrv_addr, both, acked)
+        _check_query(java_peer, java_again, java_again.namesrv_addr, both, acked)
+    finally:
+        java_again.stop()
 
 
 def test_pybroker_written_store_opens_in_java(java_peer, plan, tmp_path):
@@ -210,9 +252,11 @@ def test_pybroker_written_store_opens_in_java(java_peer, plan, tmp_path):
     assert broker.process.returncode == 0, broker._log_text()[-3000:]
     store_dir = pathlib.Path(broker.store_dir)
     _assert_files_rolled(store_dir)
-    java = java_rocketmq.JavaRocketMQ(tmp_path / "java", install, free_ports=True,
-                                      broker_overrides=FILE_SIZES)
-    _copy_store(store_dir, java.store_dir)
-    with java:
+    java = _start_java(install, tmp_path / "java", store_dir)
+    try:
         _check_dump(java_peer, java, java.namesrv_addr, plan, acked)
         _check_query(java_peer, java, java.namesrv_addr, plan, acked)
+    finally:
+        java.stop()
+    # Java took the store as cleanly shut down (no abort file): normal recovery.
+    assert "last shutdown normally" in (java.logs_dir / "broker.log").read_text(errors="replace")

@@ -1,9 +1,9 @@
 // Drives the official RocketMQ Java client (4.9.x and 5.x remoting API) through compat scenarios.
 //
 // Usage: java -cp "lib/*:classes" JavaCompat MODE NAMESRV key=value...
-//   send      topic count run           sync, async, oneway sends of COUNT each + one batch of COUNT
+//   send      topic count run   sync, async, oneway sends of COUNT each + one batch of COUNT
 //   dump      topic group               DefaultMQPullConsumer: every message of every queue
-//   push      topic group count instances model [send=0|1] [timeout=S] [from=first]
+//   push      topic group count instances model [send=0|1] [timeout=S] [expect=N]
 //             start INSTANCES push consumers (CLUSTERING|BROADCASTING), wait for the queue
 //             assignment, send COUNT messages (send=1) and print what each instance receives
 //   litepull  topic group take [timeout=S]  DefaultLitePullConsumer: poll >= TAKE, commitSync
@@ -364,7 +364,8 @@ public final class JavaCompat {
             if (sendFirst) {
                 sendNumbered(namesrv, topic, count);
             }
-            int expected = broadcasting ? count * instances : count;
+            // expect=N: messages already in the topic are consumed too (first offset).
+            int expected = intOption(options, "expect", broadcasting ? count * instances : count);
             return awaitCount(received, expected, deadlineMs, 3000);
         } finally {
             for (DefaultMQPushConsumer consumer : consumers) {

@@ -1,9 +1,10 @@
-// Java client driver for the store-compatibility tests: send a message plan, dump queues, query keys.
+// Java client for the store-compatibility tests: send a message plan, dump queues, query keys.
 //
 // Usage: java -cp "lib/*:classes" StoreCompat MODE NAMESRV GROUP ARGS...
-//   send  NAMESRV GROUP PLAN_FILE   PLAN_FILE: JSON lines {topic, queueId, tags, keys, body (base64)};
-//                                   each is sent synchronously to exactly that queue; prints one
-//                                   RESULT JSON line per message (status, queueId, queueOffset, ids)
+//   send  NAMESRV GROUP PLAN_FILE   PLAN_FILE: JSON lines {index, topic, queueId, tags, keys, body
+//                                   (base64)}; each is sent synchronously to exactly that queue
+//                                   with user property planIndex=index; prints one RESULT JSON
+//                                   line per message (status, queueId, queueOffset, ids)
 //   dump  NAMESRV GROUP TOPIC,...   DefaultMQPullConsumer: pull every queue of every topic from
 //                                   offset 0 to the end; one RESULT JSON line per message
 //   query NAMESRV GROUP TOPIC KEY,... queryMessage per key; one RESULT JSON line per key
@@ -76,12 +77,12 @@ public final class StoreCompat {
         producer.setRetryTimesWhenSendFailed(0);
         producer.start();
         try {
-            int index = 0;
             for (String line : Files.readAllLines(Paths.get(planFile), StandardCharsets.UTF_8)) {
                 if (line.isEmpty()) {
                     continue;
                 }
                 JSONObject plan = JSON.parseObject(line);
+                int index = plan.getIntValue("index");
                 String topic = plan.getString("topic");
                 byte[] body = Base64.getDecoder().decode(plan.getString("body"));
                 Message message = new Message(topic, plan.getString("tags"),
@@ -101,7 +102,6 @@ public final class StoreCompat {
                 fields.put("msgId", sent.getMsgId());
                 fields.put("offsetMsgId", sent.getOffsetMsgId());
                 result(fields);
-                index++;
             }
             return true;
         } finally {
@@ -125,7 +125,8 @@ public final class StoreCompat {
         consumer.start();
         try {
             for (String topic : topics) {
-                Set<MessageQueue> queues = new TreeSet<>(consumer.fetchSubscribeMessageQueues(topic));
+                Set<MessageQueue> queues =
+                    new TreeSet<>(consumer.fetchSubscribeMessageQueues(topic));
                 for (MessageQueue queue : queues) {
                     dumpQueue(consumer, queue);
                 }

@@ -194,6 +194,19 @@ def test_consumer_connection_list(broker):
     assert missing.code == ResponseCode.CONSUMER_NOT_ONLINE
 
 
+def test_topic_consume_by_who_lists_live_and_offset_groups(broker):
+    broker.metadata.commit("Committed", "Work", 0, 3)
+    broker.metadata.commit("OtherTopic", "Elsewhere", 0, 1)
+    register_consumer(broker, "Live", ["Work"], Channel("0:c", "1.2.3.4:5", 0, 409))
+    response = broker.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "Work"})
+    assert response.code == ResponseCode.SUCCESS
+    assert orjson.loads(response.body) == {"groupList": ["Committed", "Live"]}
+    nobody = broker.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "Nobody"})
+    assert orjson.loads(nobody.body) == {"groupList": []}
+    with pytest.raises(HeaderError):
+        broker.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {})
+
+
 # --- broker -------------------------------------------------------------------------------------
 def test_runtime_info_and_broker_config(broker):
     broker.put("Info", 0, 2)
@@ -207,6 +220,9 @@ def test_runtime_info_and_broker_config(broker):
                 "startAcceptSendRequestTimeStamp", "commitLogDirCapacity"):
         assert key in table, key
     assert (table["brokerVersion"], table["msgPutTotalTodayNow"]) == ("409", "2")
+    # mqadmin clusterList splits these without a null check: three rates each.
+    for key in ("putTps", "getFoundTps", "getMissTps", "getTotalTps", "getTransferedTps"):
+        assert [float(rate) for rate in table[key].split(" ")] == [0.0, 0.0, 0.0], key
     response = broker.call(C.GET_BROKER_CONFIG)
     settings = parse_properties(bytes(response.body).decode())
     assert (settings["brokerName"], settings["listenPort"]) == (BROKER, "10911")
