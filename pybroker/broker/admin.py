@@ -299,8 +299,10 @@ async def handle_get_broker_config(ctx, channel, request):
     lines = [f"{key}={value}\n" for key, value in all_settings(ctx.config) if value != ""]
     version = ctx.metadata.topics.data_version
     return create_response(request, ResponseCode.SUCCESS,
+                           # Ext values travel as str; _json gives bytes.
                            ext_fields={"version": _json({"counter": 0,
-                                                         "timestamp": version.timestamp})},
+                                                         "timestamp": version.timestamp}
+                                                        ).decode()},
                            body="".join(lines).encode("utf-8"))
 
 

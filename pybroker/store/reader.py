@@ -287,6 +287,19 @@ class MessageStoreReader(StoreReads):
         if was_empty and queue.max_offset_in_queue() > queue.min_offset_in_queue():
             queue.correct_min_offset(max(self.commitlog.min_offset(), 0))
 
+    # --- topic deletion -------------------------------------------------------------------------
+    def delete_topics(self, topics) -> int:
+        """Forget (unmap) this reader's consume queues of ``topics``; returns 0 files deleted.
+
+        The files belong to the dispatcher, their single writer, which does not yet learn of
+        deletions: in the multi-process broker a deleted topic's consume-queue files stay on
+        disk until the CommitLog they point into expires (docs/architecture.md, gaps).
+        """
+        for topic in topics:
+            for queue in self.consume_queue_store.queue_table.pop(topic, {}).values():
+                queue.close()
+        return 0
+
     # --- runtime figures ------------------------------------------------------------------------
     def runtime_info(self) -> dict[str, str]:
         """The read-side figures of GET_BROKER_RUNTIME_INFO (Java's key names, string values)."""

@@ -172,7 +172,7 @@ def _sent_records(results) -> dict[str, dict]:
     assert batch["status"] == "SEND_OK", batch
     ids, offset_ids = batch["msgId"].split(","), batch["offsetMsgId"].split(",")
     run = next(iter(sent)).split("-")[0]
-    for index, (msg_id, offset_id) in enumerate(zip(ids, offset_ids)):
+    for index, (msg_id, offset_id) in enumerate(zip(ids, offset_ids, strict=True)):
         sent[f"{run}-batch-{index}"] = {"msgId": msg_id, "offsetMsgId": offset_id,
                                         "queueId": batch["queueId"],
                                         "queueOffset": str(int(batch["queueOffset"]) + index)}

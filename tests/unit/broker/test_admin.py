@@ -228,6 +228,8 @@ def test_runtime_info_and_broker_config(broker):
     assert (settings["brokerName"], settings["listenPort"]) == (BROKER, "10911")
     assert settings["autoCreateTopicEnable"] == "true"
     assert set(orjson.loads(response.ext_fields["version"])) == {"counter", "timestamp"}
+    # Ext values must be str to go on the wire (bytes made every real GET_BROKER_CONFIG fail).
+    assert isinstance(response.ext_fields["version"], str)
 
 
 # --- groups and offsets ---------------------------------------------------------------------

@@ -175,3 +175,27 @@ def test_reader_sees_a_queue_created_later_and_never_writes(tmp_path, writer, ra
         assert reader.commitlog.read_only and reader.consume_queue_store.read_only
     assert not os.path.exists(os.path.join(str(tmp_path / "store"), "consumequeue", "Later",
                                            "0"))
+
+
+def test_positions_source_is_read_at_every_call_and_bounds_look_ups_by_written(tmp_path,
+                                                                                writer):
+    starts, ends = [], []
+    for index in range(10):
+        result = writer.put_messages(encode(body_of(index, 5)), TOPIC, 0, 1, 0)
+        assert result.status is PutStatus.PUT_OK
+        starts.append(result.physical_offset)
+        ends.append(result.physical_offset + result.wrote_bytes)
+    live = {"dispatched": ends[3], "written": ends[7]}
+    with MessageStoreReader(settings_for(tmp_path),
+                            positions=lambda: (live["dispatched"], live["written"])) as reader:
+        # Dispatched bounds what queues serve; written bounds look-ups by physical offset.
+        assert read_queue(reader, TOPIC, 0) == [body_of(i, 5) for i in range(4)]
+        for index in (3, 7):
+            with reader.look_message_by_offset(starts[index]) as selected:
+                assert bytes(record_codec.decode(selected.buffer, 0).body) == body_of(index, 5)
+        assert reader.look_message_by_offset(starts[8]) is None
+        # Moved by the source alone, without advance(): the next calls see it.
+        live.update(dispatched=ends[9], written=ends[9])
+        assert reader.get_max_offset_in_queue(TOPIC, 0) == 10
+        with reader.look_message_by_offset(starts[9]) as selected:
+            assert bytes(record_codec.decode(selected.buffer, 0).body) == body_of(9, 5)
