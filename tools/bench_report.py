@@ -89,9 +89,9 @@ def machine() -> dict:
 
 def build_result(args, install, records: list[dict], scenarios, started: float) -> dict:
     import bench_side_by_side as driver
+    mode = args.mode + (f" (only {args.only})" if args.only else "")
     return {
-        "mode": args.mode, "started": time.strftime("%Y-%m-%dT%H:%M:%S",
-                                                    time.localtime(started)),
+        "mode": mode, "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "duration_s": round(time.time() - started, 1), "runs": args.runs,
         "brokers": args.brokers, "java_rocketmq_version": install.version,
         "machine": machine(),
@@ -221,6 +221,7 @@ def write_docs(results_dir: pathlib.Path, doc_path: pathlib.Path) -> None:
         text = doc_path.read_text(encoding="utf-8")
         if NOTES_MARKER in text:
             notes = text.split(NOTES_MARKER, 1)[1]
-    sections = [_section(newest[mode]) for mode in ("quick", "full") if mode in newest]
+    order = sorted(newest, key=lambda mode: ({"quick": 0, "full": 1}.get(mode, 2), mode))
+    sections = [_section(newest[mode]) for mode in order]
     doc_path.write_text(INTRO + "\n" + "\n".join(sections) + "\n" + NOTES_MARKER
                         + (notes or "\n"), encoding="utf-8")

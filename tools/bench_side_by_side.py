@@ -38,6 +38,7 @@ JAVA_BENCH_DIR = ROOT / "tools" / "java_bench"
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 PRODUCER_CLASS = "BenchProducer"
 CONSUMER_CLASS = "BenchConsumer"
+TRANSACTION_CLASS = "BenchTransactionProducer"
 LOAD_TIMEOUT_S = 150.0          # hard bound on one load program
 # Threads for a 2-core box shared by broker and load: enough in-flight requests to keep a broker
 # busy, few enough that the client JVM does not starve it.
@@ -50,7 +51,8 @@ GO_INFLIGHT = 8
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """One load: kind is produce | produce_consume | batch | go_produce; messages per run."""
+    """One load: kind is produce | produce_consume | batch | transaction | go_produce;
+    messages per run."""
     kind: str
     body_bytes: int
     messages: int
@@ -76,6 +78,7 @@ def matrix(mode: str, with_go: bool) -> list[Scenario]:
             scenarios += [Scenario("produce", size, 25000, flush),
                           Scenario("produce_consume", size, 25000, flush),
                           Scenario("batch", size, 50000, flush)]
+    scenarios.append(Scenario("transaction", 128, 10000, "ASYNC_FLUSH"))
     if with_go:
         scenarios += [Scenario("go_produce", 128, 20000, "ASYNC_FLUSH"),
                       Scenario("go_produce", 1024, 20000, "ASYNC_FLUSH")]
@@ -137,7 +140,8 @@ def run_java_load(tools: LoadTools, scenario: Scenario, namesrv: str, topic: str
             consumer.update(result or {"error": run.stderr[-1500:] or run.stdout[-1500:]})
         thread = threading.Thread(target=consume, daemon=True)
         thread.start()
-    result, run = tools.run_java(PRODUCER_CLASS, _producer_args(scenario, namesrv, topic))
+    main_class = TRANSACTION_CLASS if scenario.kind == "transaction" else PRODUCER_CLASS
+    result, run = tools.run_java(main_class, _producer_args(scenario, namesrv, topic))
     if not result:
         result = {"error": (run.stderr[-1500:] or run.stdout[-1500:]), "timed_out":
                   run.timed_out}

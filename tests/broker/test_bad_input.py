@@ -573,7 +573,53 @@ def _lying_frames(draw) -> bytes:
     return frame + draw(st.binary(max_size=16))   # trailing junk after a frame
 
 
-FUZZ_INPUTS = st.one_of(st.binary(max_size=300), _json_frames(), _binary_frames(),
+FUZZ_TOPIC = "FuzzTopic"
+# Valid requests of the data and metadata paths; the fuzz replaces some of their values.
+FUZZ_TEMPLATES = [
+    (RequestCode.SEND_MESSAGE_V2, _send_fields(FUZZ_TOPIC, 0)),
+    (RequestCode.SEND_BATCH_MESSAGE, _send_fields(FUZZ_TOPIC, 0, m="true")),
+    (RequestCode.PULL_MESSAGE, _pull_fields(FUZZ_TOPIC, 0, 0)),
+    (RequestCode.QUERY_MESSAGE, {"topic": FUZZ_TOPIC, "key": "k", "maxNum": "32",
+                                 "beginTimestamp": "0", "endTimestamp": "9999999999999"}),
+    (RequestCode.VIEW_MESSAGE_BY_ID, {"offset": "0"}),
+    (RequestCode.GET_MAX_OFFSET, {"topic": FUZZ_TOPIC, "queueId": "0"}),
+    (RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": FUZZ_TOPIC, "queueId": "0"}),
+    (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": FUZZ_TOPIC, "queueId": "0",
+                                              "timestamp": "0"}),
+    (RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": "0", "group": "fuzz_group",
+                                          "delayLevel": "0", "originTopic": FUZZ_TOPIC}),
+    (RequestCode.END_TRANSACTION, {"producerGroup": "fuzz_producer",
+                                   "tranStateTableOffset": "0", "commitLogOffset": "0",
+                                   "commitOrRollback": "8", "msgId": "00" * 16}),
+    (RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "fuzz_group", "topic": FUZZ_TOPIC,
+                                         "queueId": "0"}),
+    (RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "fuzz_group", "topic": FUZZ_TOPIC,
+                                          "queueId": "0", "commitOffset": "0"}),
+    (RequestCode.HEART_BEAT, {}),
+    (RequestCode.LOCK_BATCH_MQ, {}),
+    (RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "fuzz_group"}),
+]
+_numbers = st.one_of(st.integers(-2, 64), st.integers(-(1 << 63), (1 << 63) - 1),
+                     st.integers(1 << 63, 1 << 70)).map(str)
+
+
+@st.composite
+def _mutated_requests(draw) -> bytes:
+    """A valid request with a few values (and the body) replaced by numbers or text."""
+    code, fields = draw(st.sampled_from(FUZZ_TEMPLATES))
+    fields = dict(fields)
+    for key in draw(st.lists(st.sampled_from(sorted(fields) or ["topic"]), max_size=3)):
+        fields[key] = draw(st.one_of(_numbers, _text))
+    body = draw(st.one_of(st.binary(max_size=200),
+                          st.recursive(st.none() | st.booleans() | st.integers(-5, 5) | _text,
+                                       lambda inner: st.lists(inner, max_size=3)
+                                       | st.dictionaries(_text, inner, max_size=3),
+                                       max_leaves=8).map(orjson.dumps)))
+    return encode(create_request(code, fields, body))
+
+
+FUZZ_INPUTS = st.one_of(_mutated_requests(), _mutated_requests(),
+st.binary(max_size=300), _json_frames(), _binary_frames(),
                         _lying_frames(), st.lists(_json_frames(), min_size=2, max_size=5)
                         .map(b"".join))
 

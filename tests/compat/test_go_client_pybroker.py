@@ -322,6 +322,20 @@ def test_two_clustering_instances_share_the_queues(rmqgo, run_rmqgo, broker, tmp
     for messages in per_instance:
         for message in messages:
             assert message["queueId"] == sent[message["msgId"]]["queueId"]
+    # Both shut down: they unregistered, and their last offsets were committed.
+    assert _consumer_ids(broker, group) == []
+    per_queue = [sum(1 for s in sent.values() if s["queueId"] == q) for q in range(4)]
+    assert [_committed_offset(broker, group, topic, q) for q in range(4)] == per_queue
+
+
+def _committed_offset(broker, group: str, topic: str, queue_id: int) -> int:
+    with SyncRemotingClient() as client:
+        client.connect(broker.broker_addr)
+        answer = client.invoke(create_request(RequestCode.QUERY_CONSUMER_OFFSET,
+                                              {"consumerGroup": group, "topic": topic,
+                                               "queueId": str(queue_id)}), TIMEOUT_MS)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return int(answer.ext_fields["offset"])
 
 
 def test_broadcasting_delivers_every_message_to_each_consumer(rmqgo, run_rmqgo, broker,

@@ -35,7 +35,9 @@ SEND_RATE_PER_S = 300          # all producers together
 PRODUCERS = 3
 KILLS_PER_CASE = 2
 TIMEOUT_MS = 5000
-RECOVERY_TIMEOUT_S = 60
+# A new generation must be serving this soon after a worker's death: the survivors stop at
+# once (a stuck one costs WORKER_STOP_TIMEOUT_S = 15 s before the supervisor kills it).
+RECOVERY_TIMEOUT_S = 12
 TARGETS = ("broker", "appender", "dispatcher", "flusher", "remoting-0")
 # Small files so that the load rolls CommitLog and ConsumeQueue files too.
 OVERRIDES = {"mappedFileSizeCommitLog": str(256 * 1024),
