@@ -98,7 +98,7 @@ class Supervisor:
         self.metadata = None
         self.children: dict[int, str] = {}
         self.deaths: list[float] = []
-        self._stop_requested = False
+        self.data_plane_stopped_cleanly = False
 
     # --- generations ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -109,10 +109,15 @@ class Supervisor:
             self.metadata = MetadataState(self.config)
             while True:
                 outcome = self._generation(lock)
-                if outcome == "stopped":
+                if outcome == "stopped" and self.data_plane_stopped_cleanly:
                     lock_file.delete_abort_file(self.store_root)
                     log.info("broker %s stopped cleanly", self.config.broker.broker_name)
                     return 0
+                if outcome == "stopped":
+                    # The abort file stays: the next start verifies the tail (abnormal).
+                    log.error("broker %s stopped, but a data-plane worker did not finish "
+                              "cleanly", self.config.broker.broker_name)
+                    return 1
                 now = time.monotonic()
                 self.deaths = [t for t in self.deaths if now - t < GENERATION_DEATHS_WINDOW_S]
                 self.deaths.append(now)
@@ -155,7 +160,7 @@ class Supervisor:
                 self.children[pid] = f"remoting-{index}"
             outcome = asyncio.run(self._serve(plane, service_socket, workers))
         finally:
-            self._stop_children(plane)
+            self.data_plane_stopped_cleanly = self._stop_children(plane)
             service_socket.close()
             plane.close()
         return outcome
@@ -245,49 +250,59 @@ class Supervisor:
             log.error("worker %s (pid %d) died: %s", name, pid, _describe_status(status))
             _resolve(outcome, "worker-died")
 
-    def _stop_children(self, plane) -> None:
+    def _stop_children(self, plane) -> bool:
         """Stop the remoting workers first (no new requests), then let the data plane finish:
         the appender drains the rings and exits on STOPPING; only then is the dispatcher told
         to stop (it dispatches everything written), and after it the flusher (it makes all of
-        it durable and writes the checkpoint)."""
+        it durable and writes the checkpoint). True when all three were alive and exited 0."""
         ranked = sorted(self.children.items(), key=lambda item: plane.stop_rank(item[1]))
+        finished = []
         for pid, name in ranked:
             if plane.stop_rank(name) == plane.stop_rank("appender"):
                 plane.request_stop()
-                _await_exit(pid, name)
+                clean = _await_exit(pid, name)
             else:
-                _terminate(pid, name)
+                clean = _terminate(pid, name)
+            if plane.stop_rank(name) > 0:
+                finished.append(clean)
         self.children.clear()
+        return len(finished) == 3 and all(finished)
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _terminate(pid: int, name: str) -> None:
+def _terminate(pid: int, name: str) -> bool:
+    """SIGTERM a worker and wait for it (see _await_exit)."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
-        return
-    _await_exit(pid, name)
+        return False
+    return _await_exit(pid, name)
 
 
-def _await_exit(pid: int, name: str) -> None:
-    """Wait for a worker to exit; SIGKILL it after WORKER_STOP_TIMEOUT_S."""
+def _await_exit(pid: int, name: str) -> bool:
+    """Wait for a worker to exit; SIGKILL it after WORKER_STOP_TIMEOUT_S. True when it exited
+    by itself with status 0."""
     deadline = time.monotonic() + WORKER_STOP_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            return
+            return False
         if done:
             if status != 0:
                 log.warning("worker %s exited: %s", name, _describe_status(status))
-            return
+            return status == 0
         time.sleep(0.02)   # tidy: allow (supervisor shutdown, not a data-plane loop)
     log.error("worker %s did not stop within %.0f s: killing it", name, WORKER_STOP_TIMEOUT_S)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    return False
 
 
 def _describe_status(status: int) -> str:
@@ -322,5 +337,9 @@ def _bind_unix_socket(path: str) -> socket.socket:
 
 
 def run_broker(config) -> int:
-    """``pybroker broker``: run the supervisor in this process."""
-    return Supervisor(config).run()
+    """``pybroker broker``: run the supervisor in this process; returns the exit status."""
+    try:
+        return Supervisor(config).run()
+    except lock_file.StoreLockedError as error:
+        log.error("cannot start: %s", error)
+        return 1

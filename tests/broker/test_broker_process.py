@@ -159,3 +159,14 @@ def test_sigterm_stops_cleanly_and_restart_recovers_normally(tmp_path):
             assert [bytes(m.body) for m in _records(response.body)] == \
                 [b"c-%d" % index for index in range(32)]
             assert int(response.ext_fields["maxOffset"]) == 50
+
+
+def test_second_broker_on_the_same_store_is_refused(tmp_path):
+    with StandaloneBroker(tmp_path / "first") as first:
+        second = StandaloneBroker(tmp_path / "second", {"storePathRootDir": first.store_dir})
+        with pytest.raises(RuntimeError, match="exited with 1"):
+            second.start()
+        assert "cannot start" in second._log_text()
+        with SyncRemotingClient() as client:
+            client.connect(first.broker_addr)
+            assert _send(client, "StillServing", b"ok", queue_id=0).code == ResponseCode.SUCCESS
