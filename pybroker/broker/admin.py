@@ -12,6 +12,7 @@ with :meth:`MetadataState.call_client` (correlated by channel id and opaque; the
 hands the client's response to :meth:`MetadataState.complete_client_call`); the client's
 answer is returned under the admin request's opaque.
 """
+import inspect
 import logging
 
 import orjson
@@ -166,7 +167,11 @@ async def handle_delete_topic_in_broker(ctx, channel, request):
     log.info("deleteTopic %s called by %s", header.topic, channel.remote_address)
     ctx.metadata.delete_topic_config(header.topic)
     ctx.metadata.remove_offsets_of_topic(header.topic)
-    ctx.store.delete_topics([header.topic])
+    deleted = ctx.store.delete_topics([header.topic])
+    if inspect.isawaitable(deleted):
+        # Multi-process broker: wait until the dispatcher destroyed the queues (the request
+        # then behaves as in Java: a re-created topic starts at queue offset 0).
+        await deleted
     return _ok(request)
 
 

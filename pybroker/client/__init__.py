@@ -8,13 +8,18 @@ from pybroker.client.admin import Admin
 from pybroker.client.consumer import ConsumeContext, ConsumeStatus, PushConsumer
 from pybroker.client.instance import ClientInstance
 from pybroker.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
+from pybroker.client.orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
 from pybroker.client.producer import Producer
 from pybroker.client.pull_consumer import LitePullConsumer
 from pybroker.client.rebalance import (AllocateConsistentHash, allocate_average,
                                        allocate_average_by_circle)
 from pybroker.client.route import SelectByHash, SelectManual, SelectRoundRobin
+from pybroker.client.transaction import (LocalTransactionState, TransactionProducer,
+                                         TransactionSendResult)
 
 __all__ = ["Admin", "AllocateConsistentHash", "ClientInstance", "ConsumeContext",
-           "ConsumeStatus", "LitePullConsumer", "Message", "MessageExt", "MessageQueue",
-           "Producer", "PushConsumer", "SelectByHash", "SelectManual", "SelectRoundRobin",
-           "SendResult", "SendStatus", "allocate_average", "allocate_average_by_circle"]
+           "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "ConsumeStatus", "LitePullConsumer",
+           "LocalTransactionState", "Message", "MessageExt", "MessageQueue", "Producer",
+           "PushConsumer", "SelectByHash", "SelectManual", "SelectRoundRobin", "SendResult",
+           "SendStatus", "TransactionProducer", "TransactionSendResult", "allocate_average",
+           "allocate_average_by_circle"]

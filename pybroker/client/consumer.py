@@ -30,6 +30,7 @@ from pybroker.client.instance import ClientInstance, check_response, request
 from pybroker.client.message import Message, MessageExt
 from pybroker.client.offset_store import (OFFSET_UNKNOWN, LocalFileOffsetStore,
                                           RemoteOffsetStore)
+from pybroker.client.orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus, OrderlyService
 from pybroker.client.pulling import PullResult, pull_message, queue_offset_query
 from pybroker.client.rebalance import Strategy, allocate_average
 from pybroker.client.route import subscribe_queues
@@ -76,6 +77,15 @@ class ProcessQueue:
         self.max_offset = -1
         self.body_bytes = 0
         self.dropped = False
+        # Orderly consumption: the broker lock, one consume task, the batch-in-flight lock.
+        self.locked = False
+        self.last_lock_timestamp_ms = 0
+        self.try_unlock_times = 0
+        self.orderly_task: Optional[asyncio.Task] = None
+        self.consume_lock = asyncio.Lock()
+        # For GET_CONSUMER_RUNNING_INFO; ms since the epoch.
+        self.last_pull_timestamp_ms = 0
+        self.last_consume_timestamp_ms = 0
 
     @property
     def count(self) -> int:
@@ -174,6 +184,9 @@ class PushConsumer:
         self._rebalance_lock: Optional[asyncio.Lock] = None
         self._inner_producer = None
         self._started = False
+        self.orderly = False
+        self._orderly_service: Optional[OrderlyService] = None
+        self.start_timestamp_ms = 0
 
     # --- configuration -----------------------------------------------------------------------
 
@@ -193,6 +206,14 @@ class PushConsumer:
         """``listener(messages, context) -> ConsumeStatus``: a coroutine function (run on the
         loop) or a plain function (run in the consumer's thread pool)."""
         self.listener = listener
+        self.orderly = False
+
+    def register_message_listener_orderly(self, listener) -> None:
+        """``listener(messages, ConsumeOrderlyContext) -> ConsumeOrderlyStatus``: each queue is
+        consumed in queue-offset order by one call at a time; clustering consumers hold the
+        queue's broker lock while they consume it (see :mod:`pybroker.client.orderly`)."""
+        self.listener = listener
+        self.orderly = True
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -213,9 +234,14 @@ class PushConsumer:
         if not inspect.iscoroutinefunction(self.listener):
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.consume_thread_max, thread_name_prefix=f"pybroker-consume-{self.group}")
+        if self.orderly:
+            self._orderly_service = OrderlyService(self)
         self.instance.register_consumer(self.group, self)
         await self.instance.start()
         self._started = True
+        self.start_timestamp_ms = time.time_ns() // 1_000_000
+        if self._orderly_service is not None:
+            self._orderly_service.start()
         for topic in self.subscriptions:
             await self.instance.update_route(topic)
         await self.instance.send_heartbeat()
@@ -238,6 +264,8 @@ class PushConsumer:
                 task.cancel()
             await asyncio.gather(*self._consume_tasks, return_exceptions=True)
         await self.persist_offsets()
+        if self._orderly_service is not None:
+            await self._orderly_service.stop()
         self.instance.consumers.pop(self.group, None)
         await self.instance.unregister_client(consumer_group=self.group)
         if self._inner_producer is not None:
@@ -307,10 +335,15 @@ class PushConsumer:
             await self._drop_queue(queue)
         for queue in sorted(mine - set(self.process_queues),
                             key=lambda q: (q.broker_name, q.queue_id)):
+            process_queue = ProcessQueue(0)
+            service = self._orderly_service
+            if service is not None and service.clustering and \
+                    not await service.lock(queue, process_queue):
+                continue   # another client still holds it: try again next rebalance
             offset = await self._compute_pull_from_where(queue)
             if offset < 0:
                 continue
-            process_queue = ProcessQueue(offset)
+            process_queue.next_offset = offset
             self.process_queues[queue] = process_queue
             self._pull_tasks[queue] = asyncio.create_task(
                 self._pull_loop(queue, process_queue), name=f"pybroker-pull-{queue}")
@@ -332,13 +365,22 @@ class PushConsumer:
 
     async def _drop_queue(self, queue: MessageQueue) -> None:
         process_queue = self.process_queues.pop(queue)
+        service = self._orderly_service
+        # Orderly: let the running batch finish and commit before the queue is let go.
+        held = service is not None and await service.wait_batch(queue, process_queue)
         process_queue.dropped = True
-        task = self._pull_tasks.pop(queue, None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        await self.offset_store.persist(queue)
-        self.offset_store.remove(queue)
+        try:
+            task = self._pull_tasks.pop(queue, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            await self.offset_store.persist(queue)
+            self.offset_store.remove(queue)
+            if service is not None and service.clustering:
+                await service.unlock([queue])
+        finally:
+            if held:
+                process_queue.consume_lock.release()
         LOGGER.info("%s: no longer consumes %s", self.group, queue)
 
     async def _compute_pull_from_where(self, queue: MessageQueue) -> int:
@@ -394,6 +436,7 @@ class PushConsumer:
     def _on_pulled(self, queue: MessageQueue, process_queue: ProcessQueue,
                    subscription: SubscriptionData, result: PullResult) -> None:
         process_queue.next_offset = result.next_begin_offset
+        process_queue.last_pull_timestamp_ms = time.time_ns() // 1_000_000
         if result.offset_moved:
             LOGGER.warning("%s: offset of %s moved to %d", self.group, queue,
                            result.next_begin_offset)
@@ -408,6 +451,9 @@ class PushConsumer:
         for message in messages:
             self._restore_retry_topic(message)
         process_queue.put(messages)
+        if self._orderly_service is not None:
+            self._orderly_service.wake(queue, process_queue)
+            return
         size = self.consume_message_batch_max_size
         for start in range(0, len(messages), size):
             self._submit(queue, process_queue, messages[start:start + size])
@@ -518,6 +564,58 @@ class PushConsumer:
                 self._inner_producer = producer
             return producer
         return self._inner_producer
+
+    # --- what the broker asks (pybroker.client.client_calls) --------------------------------
+
+    async def reset_offset(self, offsets: dict[MessageQueue, int]) -> None:
+        """Continue each queue of ``offsets`` from its queue offset (RESET_CONSUMER_CLIENT_OFFSET):
+        its process queue is dropped, the offset stored, and a rebalance starts it again."""
+        if not self._started or not offsets:
+            return
+        async with self._rebalance_lock:
+            for queue, queue_offset in offsets.items():
+                if queue in self.process_queues:
+                    await self._drop_queue(queue)
+                self.offset_store.update_offset(queue, queue_offset)
+                try:
+                    await self.offset_store.persist(queue, oneway=False)
+                except _RETRIABLE_ERRORS as error:
+                    LOGGER.warning("%s: reset offset of %s not stored: %s", self.group, queue,
+                                   error)
+        LOGGER.info("%s: offsets reset for %d queue(s)", self.group, len(offsets))
+        await self.rebalance()
+
+    async def consume_directly(self, message: MessageExt) -> tuple[str, Optional[str]]:
+        """Hand ``message`` to the listener once (CONSUME_MESSAGE_DIRECTLY); returns Java's
+        CMResult name and a remark. No offset moves and nothing is sent back."""
+        self._restore_retry_topic(message)
+        if self.orderly:
+            context = ConsumeOrderlyContext(message.message_queue)
+            names = {ConsumeOrderlyStatus.SUCCESS: "CR_SUCCESS",
+                     ConsumeOrderlyStatus.COMMIT: "CR_COMMIT",
+                     ConsumeOrderlyStatus.ROLLBACK: "CR_ROLLBACK",
+                     ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT: "CR_LATER"}
+            status_type = ConsumeOrderlyStatus
+        else:
+            context = ConsumeContext(message.message_queue)
+            names = {ConsumeStatus.CONSUME_SUCCESS: "CR_SUCCESS",
+                     ConsumeStatus.RECONSUME_LATER: "CR_LATER"}
+            status_type = ConsumeStatus
+        try:
+            if self._executor is None:
+                status = await self.listener([message], context)
+            else:
+                loop = asyncio.get_running_loop()
+                status = await loop.run_in_executor(self._executor, self.listener, [message],
+                                                    context)
+        except Exception as error:   # reported to the admin, as Java does
+            return "CR_THROW_EXCEPTION", repr(error)
+        if status is None:
+            return "CR_RETURN_NULL", None
+        try:
+            return names[status_type(status)], None
+        except ValueError:
+            return "CR_THROW_EXCEPTION", f"listener returned {status!r}"
 
     # --- inspection ---------------------------------------------------------------------------
 

@@ -12,12 +12,14 @@ Producers and consumers register themselves (:meth:`register_producer`,
 ``rebalance()``, ``persist_offsets()``, ``route_topics()`` and ``notify_consumer_ids_changed()``.
 """
 import asyncio
+import functools
 import logging
 import os
 import socket
 import time
 from typing import Any, Awaitable, Callable, Optional
 
+from pybroker.client import client_calls
 from pybroker.client.errors import ClientStateError, NoRouteError, RequestTimeoutError, error_for
 from pybroker.client.route import MASTER_ID, TopicPublishInfo
 from pybroker.protocol import bodies, headers
@@ -102,6 +104,8 @@ class ClientInstance:
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_consumer_ids_changed,
             RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction_state,
         })
+        for code, handler in client_calls.HANDLERS.items():
+            self.table.register(code, functools.partial(handler, self))
         self._pool: Optional[RemotingClientPool] = None
         self._clients: set[RemotingClient] = set()
         self._tasks: list[asyncio.Task] = []

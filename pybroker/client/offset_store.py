@@ -72,8 +72,9 @@ class RemoteOffsetStore(_OffsetTable):
         self.update_offset(queue, offset, increase_only=True)
         return self.offsets[queue]
 
-    async def persist(self, queue: MessageQueue) -> None:
-        """Send the offset of ``queue`` to its broker (oneway)."""
+    async def persist(self, queue: MessageQueue, oneway: bool = True) -> None:
+        """Send the offset of ``queue`` to its broker: oneway (as Java's periodic persist), or
+        waiting for the broker's answer (typed error if it refuses)."""
         offset = self.offsets.get(queue)
         if offset is None:
             return
@@ -81,8 +82,13 @@ class RemoteOffsetStore(_OffsetTable):
         fields = headers.encode_header(headers.UPDATE_CONSUMER_OFFSET_REQUEST, {
             "consumer_group": self.group, "topic": queue.topic, "queue_id": queue.queue_id,
             "commit_offset": offset})
-        await self.instance.invoke_oneway(
-            address, request(RequestCode.UPDATE_CONSUMER_OFFSET, fields, oneway=True))
+        if oneway:
+            await self.instance.invoke_oneway(
+                address, request(RequestCode.UPDATE_CONSUMER_OFFSET, fields, oneway=True))
+            return
+        response = await self.instance.invoke(
+            address, request(RequestCode.UPDATE_CONSUMER_OFFSET, fields))
+        check_response(response, address)
 
     async def persist_all(self, queues: Optional[Iterable[MessageQueue]] = None) -> None:
         """Persist ``queues`` (default: every queue in memory); failures are logged."""
@@ -123,8 +129,9 @@ class LocalFileOffsetStore(_OffsetTable):
             self._load()
         return self.offsets.get(queue, OFFSET_UNKNOWN)
 
-    async def persist(self, queue: MessageQueue) -> None:
-        """Write the whole table (a single queue is not written alone)."""
+    async def persist(self, queue: MessageQueue, oneway: bool = True) -> None:
+        """Write the whole table (a single queue is not written alone; ``oneway`` is only
+        there to match RemoteOffsetStore)."""
         await self.persist_all()
 
     async def persist_all(self, queues: Optional[Iterable[MessageQueue]] = None) -> None:

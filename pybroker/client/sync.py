@@ -17,6 +17,7 @@ from pybroker.client import admin as _admin
 from pybroker.client import consumer as _consumer
 from pybroker.client import producer as _producer
 from pybroker.client import pull_consumer as _pull_consumer
+from pybroker.client import transaction as _transaction
 from pybroker.client.errors import ClientStateError, RequestTimeoutError
 
 CALL_TIMEOUT_MS_DEFAULT = 120_000
@@ -96,6 +97,13 @@ class Producer(_Blocking):
         return self._submit(run())
 
 
+class TransactionProducer(Producer):
+    """Blocking :class:`pybroker.client.transaction.TransactionProducer` (same arguments);
+    plain-function listener callbacks run in its thread pool."""
+    _async_class = _transaction.TransactionProducer
+    _methods = Producer._methods + ("send_message_in_transaction",)
+
+
 class PushConsumer(_Blocking):
     """Blocking :class:`pybroker.client.consumer.PushConsumer` (same arguments)."""
     _async_class = _consumer.PushConsumer
@@ -129,4 +137,4 @@ class Admin(_Blocking):
                 "broker_runtime_info")
 
 
-__all__ = ["Admin", "LitePullConsumer", "Producer", "PushConsumer"]
+__all__ = ["Admin", "LitePullConsumer", "Producer", "PushConsumer", "TransactionProducer"]

@@ -15,6 +15,11 @@ Back-pressure: a ring's requests are taken only while its completion ring has fr
 full completion ring stops that ring until its worker drains it (the RingPutter bounds its
 in-flight puts by the slot count, so this is a safety net; the appender then re-checks every
 ``_BLOCKED_WAIT_MS``).
+
+Store changes, checked once per loop turn (acquire loads, no system call): while the dispatcher's
+cleanup publishes ``disk_full`` every put completes SERVICE_NOT_AVAILABLE (Java's disk-full
+running flag); when ``commitlog_min_offset`` moves the maps of the deleted files are dropped; a
+topic deletion request (:mod:`pybroker.proc.topic_deletion`) drops the topics' queue offsets.
 """
 import dataclasses
 import logging
@@ -24,6 +29,7 @@ from collections.abc import Callable
 
 from pybroker._fast import record as record_codec
 from pybroker.proc.ring_putter import PUT_HEADER, PUT_STATUSES, put_header_size
+from pybroker.proc.topic_deletion import read_requested_topics, requests_path
 from pybroker.proc.wake import ConsumerSide, Sleeper, WakeFd, signal_mask
 from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
 from pybroker.store import layout, paths
@@ -187,12 +193,46 @@ class _Appender:
         self.commitlog.set_topic_queue_table(_topic_queue_table(settings, self.commitlog,
                                                                 written))
         self.blocked = False
+        self.disk_full = False
+        self.deletion_seq = control.topic_deletion_appended
+        self.requests_path = requests_path(store_root)
+        self.commitlog_min_offset = 0
         log.info("appender: %d rings, CommitLog written to %d", len(self.rings), written)
+
+    def check_store_changes(self) -> None:
+        """Follow the disk-full flag, the CommitLog min offset and topic deletions."""
+        control = self.control
+        disk_full = bool(control.disk_full)
+        if disk_full != self.disk_full:
+            self.disk_full = disk_full
+            log.warning("appender: disk %s: puts are %s", "full" if disk_full else "free again",
+                        "refused" if disk_full else "accepted")
+        min_offset = control.commitlog_min_offset
+        if min_offset > self.commitlog_min_offset:
+            self.commitlog_min_offset = min_offset
+            self.commitlog.mapped_file_queue.forget_files_below(min_offset)
+        requested = control.topic_deletion_requested
+        if requested != self.deletion_seq:
+            self.delete_topics(requested)
+
+    def delete_topics(self, requested: int) -> None:
+        """Drop the queue offsets of the requested topics at the current end (between two
+        drains, so it equals the published written position) and pass it to the dispatcher."""
+        topics = set(read_requested_topics(self.requests_path, self.deletion_seq, requested))
+        for key in self.commitlog.topic_queue_table:
+            topic, _, queue_id = key.rpartition("-")
+            if topic in topics and queue_id.isdigit():
+                self.commitlog.remove_topic_queue(topic, int(queue_id))
+        self.control.topic_deletion_offset = self.commitlog.max_offset()
+        self.control.publish("topic_deletion_appended", requested)
+        self.deletion_seq = requested
+        self.wakes.dispatcher.signal()
 
     def run(self) -> None:
         sleeper = Sleeper(self.wakes.appender, [ConsumerSide(ring) for ring in self.rings])
         terminated = stop_on_sigterm(self.wakes.appender)
         while True:
+            self.check_store_changes()
             if self.drain():
                 continue
             if self.control.broker_state >= BrokerState.STOPPING or terminated():
@@ -248,7 +288,9 @@ class _Appender:
             PUT_HEADER.unpack_from(data, offset)
         header_size = put_header_size(topic_length)
         status, result = PutStatus.MESSAGE_ILLEGAL, None
-        if 0 < topic_length <= layout.TOPIC_MAX_BYTES_V1 and header_size < length:
+        if self.disk_full:
+            status = PutStatus.SERVICE_NOT_AVAILABLE
+        elif 0 < topic_length <= layout.TOPIC_MAX_BYTES_V1 and header_size < length:
             topic_start = offset + PUT_HEADER.size
             try:
                 topic = str(data[topic_start:topic_start + topic_length], "utf-8")

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 
+from pybroker.proc import topic_deletion
 from pybroker.proc.appender import DataPlaneWakes, is_sync_flush, run_appender, store_setting
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
@@ -48,7 +49,8 @@ class Attachment:
         # dispatcher's wake-up must still see what its client was already acknowledged.
         self.reader = MessageStoreReader(
             config.store, control.dispatched_position,
-            positions=lambda: (control.dispatched_position, control.written_position))
+            positions=lambda: (control.dispatched_position, control.written_position),
+            store_changes=lambda: (control.commitlog_min_offset, control.topic_deletion_done))
         self.putter = RingPutter(
             plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
             plane.wakes.appender, slot, self.store_host, is_sync_flush(config.store),
@@ -129,8 +131,13 @@ class DataPlane:
         return Attachment(self, slot)
 
     def supervisor_attachment(self) -> Attachment:
-        """The supervisor's attachment (the last slot)."""
-        return Attachment(self, self.workers)
+        """The supervisor's attachment (the last slot); its reader submits topic deletions
+        to the data plane (pybroker/proc/topic_deletion.py)."""
+        attachment = Attachment(self, self.workers)
+        store_root = self.config.store.store_path_root_dir
+        attachment.reader.topic_deleter = topic_deletion.TopicDeletionRequests(
+            topic_deletion.requests_path(store_root), self.control, self.wakes.appender).delete
+        return attachment
 
     @staticmethod
     def stop_rank(name: str) -> int:
@@ -151,10 +158,13 @@ class DataPlane:
                         *self.wakes.workers):
             wake_fd.close()
         self.control.close()
-        try:
-            os.unlink(paths.control_block_path(self.config.store.store_path_root_dir))
-        except FileNotFoundError:
-            pass
+        store_root = self.config.store.store_path_root_dir
+        for path in (paths.control_block_path(store_root),
+                     topic_deletion.requests_path(store_root)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
         self.run_directory.close()
 
 

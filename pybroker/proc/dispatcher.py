@@ -14,6 +14,15 @@ Every ``flushIntervalConsumeQueue`` ms it msyncs the consume queues (at least
 publishes ``logics_flushed_timestamp`` (store time of the last record dispatched before a
 thorough flush) and ``index_flushed_timestamp`` for the flusher's checkpoint. A flush error
 raises DurabilityError: the process must exit non-zero.
+
+Every ``cleanResourceInterval`` ms, when dispatch has caught up, it runs one
+:class:`pybroker.store.cleanup.StoreCleaner` pass (expired CommitLog files, then the
+consume-queue and index files below the new CommitLog min offset; only files already
+dispatched can go) and publishes ``commitlog_min_offset`` and ``disk_full``: the appender then
+answers puts SERVICE_NOT_AVAILABLE, and every other process drops its maps of the deleted files.
+Java's pauses between two deletions (``deleteCommitLogFilesInterval``,
+``deleteConsumeQueueFilesInterval``) are not taken here: they would stall dispatch.
+Topic deletions arrive through :mod:`pybroker.proc.topic_deletion`.
 """
 import logging
 from collections.abc import Callable
@@ -21,8 +30,10 @@ from collections.abc import Callable
 from pybroker.errors import StoreCorruptError
 from pybroker.proc.appender import (DISPATCHER_SLOT, DataPlaneWakes, now_ms, stop_on_sigterm,
                                     store_setting)
+from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
 from pybroker.proc.wake import PositionWatch, Sleeper
 from pybroker.store import paths
+from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.control_block import ControlBlock
@@ -37,6 +48,7 @@ log = logging.getLogger("pybroker.proc.dispatcher")
 # Bytes dispatched per batch before the position is published (bounds reader latency).
 _BATCH_BYTES_MAX = 4 << 20
 _IDLE_WAIT_MS = 1000
+_CLEAN_RESOURCE_INTERVAL_MS = 10_000     # Java's cleanResourceInterval default
 
 
 def _open_store(settings):
@@ -69,6 +81,9 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock
                             parse_delay_levels(store_setting(settings, "message_delay_level")),
                             max(start, commitlog.min_offset(), 0))
     flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
+    cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
+    deletions = DispatcherDeletions(requests_path(store_setting(settings,
+                                                                "store_path_root_dir")), control)
     watch = PositionWatch(control, "written_position", DISPATCHER_SLOT)
     sleeper = Sleeper(wakes.dispatcher, [watch])
     counters = control.worker(DISPATCHER_SLOT)
@@ -77,19 +92,22 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock
     log.info("dispatcher: reput from %d", dispatcher.reput_from_offset)
     try:
         while True:
-            written = control.written_position
-            if written > dispatcher.reput_from_offset:
+            written = control.written_position     # before the deletion fields: see there
+            target = deletions.target(written)
+            if target > dispatcher.reput_from_offset:
                 follow_commitlog(commitlog, followed, written)
                 followed = written
-                count = _dispatch_batch(dispatcher, written)
+                count = _dispatch_batch(dispatcher, target)
                 control.publish("dispatched_position", dispatcher.reput_from_offset, True)
                 if count:
                     for wake_fd in wakes.workers:
                         wake_fd.signal()
                 counters.add(appends=count, batches=1)
+            deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher)
             wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)
             if written > dispatcher.reput_from_offset:
                 continue
+            wait_ms = min(wait_ms, cleanup.maybe_run())
             if stop_requested() and control.written_position <= dispatcher.reput_from_offset:
                 flusher.flush(dispatcher.last_store_timestamp, thorough=True)
                 return
@@ -101,6 +119,56 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock
         queues.close()
         if index_service is not None:
             index_service.close()
+
+
+class _Cleanup:
+    """Periodic expired-file cleanup of the dispatcher (Java's cleanResourceInterval timer)."""
+
+    def __init__(self, settings, commitlog, queues, index_service, control, clock_ms):
+        self.commitlog = commitlog
+        self.control = control
+        self.clock_ms = clock_ms
+        self.interval_ms = getattr(settings, "clean_resource_interval",
+                                   _CLEAN_RESOURCE_INTERVAL_MS)
+        self.cleaner = StoreCleaner(commitlog, queues, index_service,
+                                    _NoPauseSettings(settings), clock_ms=clock_ms,
+                                    sleep=lambda seconds: None)
+        self.next_run_ms = clock_ms() + self.interval_ms
+        self.publish()
+
+    def maybe_run(self) -> int:
+        """One pass when due (call only when dispatch caught up); ms until the next one."""
+        now = self.clock_ms()
+        if now >= self.next_run_ms:
+            report = self.cleaner.run_once()
+            self.next_run_ms = self.clock_ms() + self.interval_ms
+            if report.commitlog_files_deleted or report.consume_queue_files_deleted:
+                log.info("cleanup: %d CommitLog, %d consume-queue, %d index file(s) deleted",
+                         report.commitlog_files_deleted, report.consume_queue_files_deleted,
+                         report.index_files_deleted)
+            self.publish()
+        return max(self.next_run_ms - now, 1)
+
+    def publish(self) -> None:
+        """Publish the CommitLog min offset (bytes) and the disk-full flag."""
+        self.control.publish("commitlog_min_offset", max(self.commitlog.min_offset(), 0), True)
+        disk_full = int(self.cleaner.disk_full)
+        if self.control.disk_full != disk_full:
+            self.control.publish("disk_full", disk_full)
+
+
+class _NoPauseSettings:
+    """The store settings with Java's pauses between two deletions set to 0 ms."""
+
+    _NO_PAUSE = ("delete_commit_log_files_interval", "delete_consume_queue_files_interval")
+
+    def __init__(self, settings):
+        self._settings = settings
+
+    def __getattr__(self, name: str):
+        if name in self._NO_PAUSE:
+            return 0
+        return store_setting(self._settings, name)
 
 
 def _dispatch_batch(dispatcher: Dispatcher, written: int) -> int:

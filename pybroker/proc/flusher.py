@@ -84,6 +84,7 @@ class _Flusher:
         flushed = control.flushed_position
         commitlog.set_wrote_and_flushed(flushed)
         self.followed = flushed
+        self.commitlog_min_offset = 0
         log.info("flusher: %s from %d", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH", flushed)
 
     def run(self) -> None:
@@ -107,6 +108,11 @@ class _Flusher:
         ``least_pages`` None: the ASYNC rule (configured pages, 0 after the thorough interval).
         """
         control = self.control
+        min_offset = control.commitlog_min_offset
+        if min_offset > self.commitlog_min_offset:
+            # The dispatcher's cleanup deleted files: drop their maps (and their disk space).
+            self.commitlog_min_offset = min_offset
+            self.commitlog.mapped_file_queue.forget_files_below(min_offset)
         store_timestamp = control.written_store_timestamp   # before the position: see module
         written = control.written_position
         if written > self.followed:

@@ -28,7 +28,9 @@ ext-field count (ProtocolError: one log line with the TLS/HTTP hint, then close)
 (nothing read or written), partial-frame time (a frame started but not finished: slowloris), and
 writes: above ``write_buffer_high_bytes`` of unsent replies reading is paused until the peer
 drains; a peer that does not drain within ``write_stall_timeout_ms``, or lets the unsent bytes
-pass ``write_buffer_max_bytes``, is closed.
+pass ``write_buffer_max_bytes``, is closed. The same threshold is checked between the frames of
+one read: the rest wait in the receive buffer until the replies drain, so a peer that pipelines
+requests and reads nothing holds about one threshold of replies, not one reply per request.
 """
 import asyncio
 import dataclasses

@@ -17,9 +17,12 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
     WORKERS_OFFSET + 64 * w + 8    8  batches  (drains / group commits)
     WORKERS_OFFSET + 64 * w + 16   8  wakeups  (times woken from sleep)
 
-with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 704 and ``WORKER_SLOTS_MAX`` = 32 lines, so the
-block ends at 2752 and the file is one 4096-byte page. Positions are CommitLog physical offsets
+with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1088 and ``WORKER_SLOTS_MAX`` = 32 lines, so
+the block ends at 3136 and the file is one 4096-byte page. Positions are CommitLog physical offsets
 (bytes); timestamps are epoch milliseconds; ``broker_state`` holds a :class:`BrokerState`.
+``commitlog_min_offset`` (bytes) and ``disk_full`` (0/1: puts answer SERVICE_NOT_AVAILABLE) come
+from the dispatcher's expired-file cleanup; the ``topic_deletion_*`` sequence numbers and
+offset are the topic-deletion handshake (pybroker/proc/topic_deletion.py).
 """
 import enum
 import mmap
@@ -47,6 +50,12 @@ FIELD_OWNERS = (
     ("physic_flushed_timestamp", "flusher"),
     ("generation", "supervisor"),
     ("broker_state", "supervisor"),
+    ("commitlog_min_offset", "dispatcher"),
+    ("disk_full", "dispatcher"),
+    ("topic_deletion_requested", "supervisor"),
+    ("topic_deletion_appended", "appender"),
+    ("topic_deletion_offset", "appender"),
+    ("topic_deletion_done", "dispatcher"),
 )
 FIELDS = tuple(name for name, _ in FIELD_OWNERS)
 FIELD_OFFSETS = {name: CACHE_LINE_BYTES * (1 + index) for index, name in enumerate(FIELDS)}
@@ -60,8 +69,9 @@ FILE_SIZE_BYTES = 4096
 
 assert FIELD_OFFSETS["written_position"] == 64
 assert FIELD_OFFSETS["broker_state"] == 640
-assert WORKERS_OFFSET == 704
-assert BLOCK_END_OFFSET == 2752 <= FILE_SIZE_BYTES
+assert FIELD_OFFSETS["topic_deletion_done"] == 1024
+assert WORKERS_OFFSET == 1088
+assert BLOCK_END_OFFSET == 3136 <= FILE_SIZE_BYTES
 assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
 assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
 # A waiters mask is one 64-bit word: one bit per worker slot.

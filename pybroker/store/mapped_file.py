@@ -423,11 +423,28 @@ class MappedFileQueue:
     def load(self) -> bool:
         """Map existing files in name order; False if a file has the wrong size."""
         for name in self._file_names():
-            mapped_file = self._map_file(name)
+            try:
+                mapped_file = self._map_file(name)
+            except FileNotFoundError:
+                if not self.read_only:
+                    raise
+                continue     # the writer's cleanup deleted it since the listing
             if mapped_file is None:
                 return False
             self.mapped_files.append(mapped_file)
         return True
+
+    def forget_files_below(self, offset: int) -> int:
+        """Reader side: drop the files that end at or below global ``offset`` (bytes), which
+        another process's cleanup deleted; returns how many. A held file closes when its last
+        hold is released (its map stays valid until then: the file is unlinked, not cut)."""
+        size = self.mapped_file_size
+        gone = [f for f in self.mapped_files if f.file_from_offset + size <= offset]
+        for mapped_file in gone:
+            mapped_file.shutdown(0)
+        if gone:
+            self.mapped_files = self.mapped_files[len(gone):]
+        return len(gone)
 
     def refresh(self) -> int:
         """Reader side: map files created by the writer since load(); returns how many."""

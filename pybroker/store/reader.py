@@ -120,6 +120,10 @@ class MessageStoreReader(StoreReads):
     positions : callable returning (dispatched_position, written_position), optional
         Consulted at every read (acquire loads of the control block, no system call), so reads
         are as current as the writers; without it only :meth:`advance` moves the positions.
+    store_changes : callable returning (commitlog_min_offset, topic_deletion_done), optional
+        Also consulted at every read: when either moves (expired-file cleanup, topic deletion
+        in the dispatcher) the reader drops its maps of deleted CommitLog files, reloads the
+        index and forgets every consume queue (reopened lazily, min offsets corrected).
 
     Reads: ``get_messages``, ``query_messages``, ``look_message_by_offset``,
     ``view_message_by_id``, ``get_commit_log_data``, ``get_max_offset_in_queue``,
@@ -129,7 +133,8 @@ class MessageStoreReader(StoreReads):
     """
 
     def __init__(self, settings=None, dispatched_position: int = 0,
-                 positions: Callable[[], tuple[int, int]] | None = None):
+                 positions: Callable[[], tuple[int, int]] | None = None,
+                 store_changes: Callable[[], tuple[int, int]] | None = None):
         settings = settings if settings is not None else StoreSettings()
         self.settings = settings
         self.store_root = _setting(settings, "store_path_root_dir")
@@ -142,6 +147,10 @@ class MessageStoreReader(StoreReads):
         self.dispatched_position = max(dispatched_position, 0)
         self.written_position = self.dispatched_position
         self._positions = positions
+        self._store_changes = store_changes
+        self._seen_store_changes = (0, 0)
+        # Set by the supervisor: submits deleted topics to the dispatcher (an awaitable).
+        self.topic_deleter: Callable | None = None
         self.commitlog = CommitLog(self.commitlog_dir,
                                    _setting(settings, "mapped_file_size_commit_log"),
                                    read_only=True)
@@ -176,6 +185,24 @@ class MessageStoreReader(StoreReads):
     def _catch_up(self) -> None:
         if self._positions is not None:
             self.advance(*self._positions())
+        if self._store_changes is not None:
+            changes = self._store_changes()
+            if changes != self._seen_store_changes:
+                self._seen_store_changes = changes
+                self._forget_deleted_files(changes[0])
+
+    def _forget_deleted_files(self, commitlog_min_offset: int) -> None:
+        """Files were deleted by the dispatcher: drop their maps (held ones close when
+        released) and forget every queue, so reopened queues see the files left on disk."""
+        self.commitlog.mapped_file_queue.forget_files_below(commitlog_min_offset)
+        self.consume_queue_store.close()
+        self.consume_queue_store.queue_table.clear()
+        self._queue_positions.clear()
+        self._missing_queues.clear()
+        if self.index_service is not None and not self.index_service.load():
+            raise ValueError(f"store {self.store_root}: an IndexFile has the wrong size")
+        self._index_position = -1
+        self.refreshes_total += 1
 
     def close(self) -> None:
         """Unmap every file (idempotent); results still held keep their files mapped."""
@@ -288,16 +315,22 @@ class MessageStoreReader(StoreReads):
             queue.correct_min_offset(max(self.commitlog.min_offset(), 0))
 
     # --- topic deletion -------------------------------------------------------------------------
-    def delete_topics(self, topics) -> int:
-        """Forget (unmap) this reader's consume queues of ``topics``; returns 0 files deleted.
+    def delete_topics(self, topics):
+        """Forget (unmap) this reader's consume queues of ``topics``.
 
-        The files belong to the dispatcher, their single writer, which does not yet learn of
-        deletions: in the multi-process broker a deleted topic's consume-queue files stay on
-        disk until the CommitLog they point into expires (docs/architecture.md, gaps).
+        The files belong to the dispatcher, their single writer: with a :attr:`topic_deleter`
+        (the supervisor's, pybroker/proc/topic_deletion.py) the topics are submitted to it and
+        its awaitable is returned (it resolves to the topics deleted once the dispatcher
+        destroyed their queues); without one nothing is deleted and 0 is returned.
         """
+        topics = list(topics)
         for topic in topics:
             for queue in self.consume_queue_store.queue_table.pop(topic, {}).values():
                 queue.close()
+            for key in [key for key in self._queue_positions if key[0] == topic]:
+                del self._queue_positions[key]
+        if self.topic_deleter is not None:
+            return self.topic_deleter(topics)
         return 0
 
     # --- runtime figures ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 # Bad input against a running pybroker: refused with RocketMQ codes, nothing stored, others served.
-"""Every must-refuse input (reliability §5) is refused by a real broker without harm to anyone else.
+"""Every must-refuse input (reliability §5) is refused by a real broker, harming nobody else.
 
 Method: one `pybroker standalone` process per module (small idle timeout, small maxMessageSize).
 Each case talks to it over a real socket - raw bytes for framing faults, pybroker's remoting
@@ -320,7 +320,7 @@ REFUSED_SENDS = {
     "queue_id_out_of_range": (dict(e="99"), ResponseCode.SYSTEM_ERROR,
                               "request queueId[99] is illegal"),
     "properties_over_32767_bytes": (dict(i=props.encode_properties({"KEYS": "k" * 40_000})),
-                                    ResponseCode.MESSAGE_ILLEGAL, ""),
+                                    ResponseCode.MESSAGE_ILLEGAL, "longer than 32767 bytes"),
     "properties_malformed": (dict(i="KEYS\x01a\x01b\x02"), ResponseCode.MESSAGE_ILLEGAL,
                              "malformed pair"),
 }

@@ -284,33 +284,47 @@ def _consumer_ids(broker, group: str) -> list[str]:
     return orjson.loads(answer.body)["consumerIdList"]
 
 
-def test_two_clustering_instances_share_the_queues(rmqgo, run_rmqgo, broker, tmp_path):
-    topic, group, count = _unique("GoShare"), _unique("go_share"), 40
-    namesrv = ("--namesrv", broker.namesrv_addr, "--topic", topic)
-    _create_topic(run_rmqgo, broker, topic, 4)
+def _start_one_by_one(rmqgo, broker, tmp_path, group: str, args) -> list:
+    """Start two consumers of `group`, the second once the first has its queues: the first
+    takes all 4 queues and must give 2 up when the broker tells it
+    (NOTIFY_CONSUMER_IDS_CHANGED) that the second one joined."""
     consumers = []
     try:
-        # One after the other: the first takes all 4 queues, and must give 2 up when the
-        # broker tells it (NOTIFY_CONSUMER_IDS_CHANGED) that the second one joined.
         for members, name in enumerate(("share-a", "share-b"), start=1):
-            consumers.append(_popen_rmqgo(rmqgo, tmp_path / name, "consume", *namesrv,
-                                          "--group", group, "--instance", name, "--count", 0,
-                                          "--timeout", "20s"))
+            consumers.append(_popen_rmqgo(rmqgo, tmp_path / name, "consume", *args,
+                                          "--group", group, "--instance", name))
             deadline = time.monotonic() + 10
             while len(_consumer_ids(broker, group)) < members:
                 assert time.monotonic() < deadline, f"{name} never registered"
                 time.sleep(0.2)
             time.sleep(2)
-        time.sleep(3)  # well below the client's 20 s periodic rebalance
+    except BaseException:
+        _kill_all(consumers)
+        raise
+    time.sleep(3)  # well below the client's 20 s periodic rebalance
+    return consumers
+
+
+def _kill_all(processes) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_two_clustering_instances_share_the_queues(rmqgo, run_rmqgo, broker, tmp_path):
+    topic, group, count = _unique("GoShare"), _unique("go_share"), 40
+    namesrv = ("--namesrv", broker.namesrv_addr, "--topic", topic)
+    _create_topic(run_rmqgo, broker, topic, 4)
+    consumers = _start_one_by_one(rmqgo, broker, tmp_path, group,
+                                  (*namesrv, "--count", 0, "--timeout", "20s"))
+    try:
         code, records, stderr = run_rmqgo("send", *namesrv, "--count", count)
         assert code == 0, stderr
         sent = {s["msgId"]: s for s in _records(records, "send")}
         outcomes = [_finish(process) for process in consumers]
     finally:
-        for process in consumers:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        _kill_all(consumers)
     per_instance = []
     for code, records, stderr in outcomes:
         assert code == 0, stderr
@@ -326,6 +340,37 @@ def test_two_clustering_instances_share_the_queues(rmqgo, run_rmqgo, broker, tmp
     assert _consumer_ids(broker, group) == []
     per_queue = [sum(1 for s in sent.values() if s["queueId"] == q) for q in range(4)]
     assert [_committed_offset(broker, group, topic, q) for q in range(4)] == per_queue
+
+
+def test_orderly_queues_change_hands_through_unlock_and_lock(run_rmqgo, broker):
+    """The first orderly instance locks all 4 queues, consumes round 1 and shuts down (it
+    unlocks them and commits); the second must lock them at once (not after the broker's 60 s
+    lock expiry) and consume exactly round 2, in order per key.
+
+    Not a rebalance between two live orderly instances: v2.1.2 never unlocks a queue it gives
+    up in a rebalance (removeUnnecessaryMessageQueue: "TODO orderly"), so the newcomer waits
+    for the lock to expire - the Java 4.9.8 broker behaves the same."""
+    topic, group, count = _unique("GoOrderHand"), _unique("go_order_hand"), 24
+    namesrv = ("--namesrv", broker.namesrv_addr, "--topic", topic)
+    _create_topic(run_rmqgo, broker, topic, 4, "--order")
+    for round_number, instance in ((1, "hand-a"), (2, "hand-b")):
+        code, records, stderr = run_rmqgo("send", *namesrv, "--count", count, "--selector",
+                                          "hash", "--sharding-key", "key-{i%6}",
+                                          "--props", "seq={i}", "--props", f"round={round_number}")
+        assert code == 0, stderr
+        sent = {s["msgId"] for s in _records(records, "send")}
+        code, records, stderr = run_rmqgo("consume", *namesrv, "--group", group, "--orderly",
+                                          "--instance", instance, "--count", count,
+                                          "--linger", "1s", "--timeout", "40s")
+        assert code == 0, stderr
+        messages = _records(records, "message")
+        assert sorted(m["msgId"] for m in messages) == sorted(sent)
+        sequences = {}
+        for message in messages:
+            assert message["props"]["round"] == str(round_number)
+            sequences.setdefault(message["props"]["SHARDING_KEY"], []).append(
+                int(message["props"]["seq"]))
+        assert sequences == {f"key-{k}": list(range(k, count, 6)) for k in range(6)}
 
 
 def _committed_offset(broker, group: str, topic: str, queue_id: int) -> int:

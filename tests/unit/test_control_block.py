@@ -20,7 +20,9 @@ FORK = multiprocessing.get_context("fork")
 CONTRACT_FIELDS = (
     "written_position", "written_store_timestamp", "flushed_position", "dispatched_position",
     "replicated_position", "logics_flushed_timestamp", "index_flushed_timestamp",
-    "physic_flushed_timestamp", "generation", "broker_state",
+    "physic_flushed_timestamp", "generation", "broker_state", "commitlog_min_offset",
+    "disk_full", "topic_deletion_requested", "topic_deletion_appended", "topic_deletion_offset",
+    "topic_deletion_done",
 )
 
 
