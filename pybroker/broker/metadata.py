@@ -136,6 +136,12 @@ def offset_table_key(group: str, topic: str) -> str:
     return f"{topic}@{group}"
 
 
+def _expire_client_call(future: asyncio.Future, timeout_ms: int) -> None:
+    """Fail a broker -> client call still waiting after ``timeout_ms``."""
+    if not future.done():
+        future.set_exception(TimeoutError(f"no answer from the client in {timeout_ms} ms"))
+
+
 class MetadataState:
     """Authoritative broker metadata (one instance, in the metadata service).
 
@@ -677,13 +683,17 @@ class MetadataState:
         if timeout_ms is None:
             timeout_ms = self.client_call_timeout_ms
         key = (channel.channel_id, request.opaque)
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._client_calls[key] = future
+        # A timer, not asyncio.timeout(): eager request tables run handlers outside a task,
+        # where asyncio.timeout() raises RuntimeError.
+        timer = loop.call_later(timeout_ms / 1000, _expire_client_call, future, timeout_ms)
         try:
             channel.send(request)
-            async with asyncio.timeout(timeout_ms / 1000):
-                return await future
+            return await future
         finally:
+            timer.cancel()
             self._client_calls.pop(key, None)
 
     def complete_client_call(self, channel_id: str, response: RemotingCommand) -> bool:

@@ -191,6 +191,11 @@ class MessageStoreReader(StoreReads):
                 self._seen_store_changes = changes
                 self._forget_deleted_files(changes[0])
 
+    def _physical_min_offset(self) -> int:
+        """CommitLog min offset (bytes): the published one may be ahead of this reader's maps
+        (files it never mapped were deleted)."""
+        return max(self.commitlog.min_offset(), self._seen_store_changes[0], 0)
+
     def _forget_deleted_files(self, commitlog_min_offset: int) -> None:
         """Files were deleted by the dispatcher: drop their maps (held ones close when
         released) and forget every queue, so reopened queues see the files left on disk."""
@@ -260,7 +265,7 @@ class MessageStoreReader(StoreReads):
                 return None
             self._missing_queues.pop(key, None)
             self._grow_queue(queue, target)
-            queue.correct_min_offset(max(self.commitlog.min_offset(), 0))
+            queue.correct_min_offset(self._physical_min_offset())
             self._queue_positions[key] = target
         elif self._queue_positions.get(key) != target:
             self._grow_queue(queue, target)
@@ -312,7 +317,7 @@ class MessageStoreReader(StoreReads):
             if count < units_per_file:
                 break
         if was_empty and queue.max_offset_in_queue() > queue.min_offset_in_queue():
-            queue.correct_min_offset(max(self.commitlog.min_offset(), 0))
+            queue.correct_min_offset(self._physical_min_offset())
 
     # --- topic deletion -------------------------------------------------------------------------
     def delete_topics(self, topics):

@@ -5,11 +5,13 @@ Method: one `pybroker standalone` per module (StandaloneBroker on free loopback 
 a temp directory) and a fresh topic and group per test; drive the `rmqgo` CLI
 (tools/go_client.py builds it; skipped when `go` is missing unless PYBROKER_REQUIRE_PEERS=1)
 and compare counts, ids, queue offsets, bodies, tags, keys and user properties exactly:
-sync / async / oneway / batch send, push clustering (also two instances sharing the queues
-after a rebalance), broadcasting, pull with offset commit and re-read, ordered send by sharding
-key with orderly consume, delay level 1 (visible after >= 1 s, not before) and redelivery of
-refused messages through the retry topic. Query by key and view by id are not covered: the Go
-client v2.1.2 has no API for them (rmqgo's usage says so too).
+sync / async / oneway / batch send (also zlib-compressed bodies), push clustering with
+committed offsets and broker-side tag filtering, two instances sharing the queues after a
+rebalance, broadcasting, pull with offset commit and re-read, ordered send by sharding key with
+orderly consume (also queue locks handed from one instance to the next), delay level 1 (visible
+after >= 1 s, not before) and redelivery of refused messages through the retry topic. Query by
+key and view by id are not covered: the Go client v2.1.2 has no API for them (rmqgo's usage
+says so too); tests/client and the Java client's tests cover them against pybroker.
 """
 import hashlib
 import importlib.util

@@ -367,3 +367,49 @@ def test_call_client_correlates_by_channel_and_opaque(tmp_path):
         assert state.complete_client_call(channel.channel_id, create_response(late, 0)) is False
 
     asyncio.run(scenario())
+
+
+def test_call_client_works_outside_a_task(tmp_path):
+    """Eager request tables start handlers in the read callback, with no current task: the
+    call must still wait and time out (asyncio.timeout() refused to run there)."""
+    state = make_state(tmp_path)
+    sent = []
+    channel = make_channel("a", sent)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        outcome = loop.create_future()
+        request = create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"clientId": "c"})
+        answer = create_response(request, 0, body=b"{}")
+
+        def drive(coroutine, value=None):   # how RequestTable steps an eager handler
+            try:
+                coroutine.send(value)
+            except StopIteration as stop:
+                outcome.set_result(stop.value)
+            except Exception as error:   # the outcome under test, whatever it is
+                outcome.set_result(error)
+            else:
+                waiting = next(iter(state._client_calls.values()), None)
+                if waiting is not None:
+                    waiting.add_done_callback(lambda done: drive_done(coroutine, done))
+
+        def drive_done(coroutine, done):
+            try:
+                coroutine.send(None)
+            except StopIteration as stop:
+                outcome.set_result(stop.value)
+            except Exception as error:   # TimeoutError after the timer fired
+                outcome.set_result(error)
+
+        loop.call_soon(drive, state.call_client(channel, request, 1000))
+        await asyncio.sleep(0.01)
+        assert sent == [request]
+        assert state.complete_client_call(channel.channel_id, answer) is True
+        assert await outcome is answer
+        outcome = loop.create_future()
+        loop.call_soon(drive, state.call_client(channel, create_request(
+            RequestCode.GET_CONSUMER_RUNNING_INFO), 20))
+        assert isinstance(await outcome, TimeoutError)
+
+    asyncio.run(scenario())
