@@ -161,10 +161,11 @@ the newest result file of each mode.
 **The load tool is ours.** RocketMQ's benchmark classes
 (`org.apache.rocketmq.example.benchmark.Producer`, `Consumer`, `BatchProducer`,
 `TransactionProducer`) live in `rocketmq-example`, which is not published on Maven Central at any
-version, so `tools/java_bench/BenchProducer.java` and `BenchConsumer.java` re-implement their
-behaviour, flags (`-w` threads, `-s` body bytes, `-q` message count, `-y` async, `-b` batch) and
-statistics (Send TPS, Max/Average RT, Send Failed, Response Failed; Consume TPS, B2C/S2C RT) on
-top of the official `rocketmq-client` jars; the producer uses the ROCKETMQ binary header
+version, so `tools/java_bench/BenchProducer.java` (also the batch producer, `-b`),
+`BenchConsumer.java` and `BenchTransactionProducer.java` re-implement their behaviour, flags
+(`-w` threads, `-s` body bytes, `-q` message count, `-y` async, `-b` batch) and statistics
+(Send TPS, Max/Average RT, Send Failed, Response Failed; Consume TPS, B2C/S2C RT) on top of
+the official `rocketmq-client` jars; the producer uses the ROCKETMQ binary header
 encoding, as the official Producer does. The Go client (`rmqgo send --mode async`, v2.1.2) is a
 second, independent producer load (JSON headers).
 
@@ -203,7 +204,7 @@ def _section(result: dict) -> str:
         + ", ".join(f"{s['name']} {s['messages']}" for s in load["scenarios"]) + ".", "",
         table(result), "",
         "Ratios are pybroker median / Java median (send and consume TPS: higher is better for "
-        "pybroker; RT, CPU per message and RSS: lower is better).", ""])
+        "pybroker;\nRT, CPU per message and RSS: lower is better).", ""])
 
 
 def write_docs(results_dir: pathlib.Path, doc_path: pathlib.Path) -> None:

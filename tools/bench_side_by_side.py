@@ -245,8 +245,9 @@ def _progress(record: dict) -> None:
 def _install_signal_handlers() -> None:
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
+    # SIGINT too: a shell starts background jobs with SIGINT ignored, which Python inherits.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ from pybroker.client.orderly import ConsumeOrderlyStatus
 from pybroker.client.producer import Producer
 from pybroker.client.route import SelectByHash
 from pybroker.client.transaction import LocalTransactionState, TransactionProducer
-from pybroker.protocol import fastjson, headers
+from pybroker.protocol import fastjson
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.constants import ConsumeFromWhere
 from tests.client.conftest import Peer, _load_harness, _unavailable
@@ -197,6 +197,11 @@ def _orderly_listener(log: list, fail_first: set, concurrent_calls: dict, lock: 
     return listener
 
 
+def _queues_of(consumer, topic: str) -> list:
+    """The consumer's queues of ``topic`` (not those of its retry topic)."""
+    return [queue for queue in consumer.process_queues if queue.topic == topic]
+
+
 def _check_order(log, sent: dict[str, list[str]]) -> None:
     bodies = [entry[0] for entry in log]
     assert sorted(bodies) == sorted(b for values in sent.values() for b in values)
@@ -227,14 +232,14 @@ def test_orderly_locks_order_and_takeover(rocketmq_peer):
         try:
             await _wait_until(lambda: len(log) >= 40, 60, "the first consumer's messages")
             assert all(pq.locked for pq in first.process_queues.values())
-            assert len(first.process_queues) == 4
+            assert len(_queues_of(first, topic)) == 4
             await second.start()
             more = await _send_keyed(rocketmq_peer, topic, keys, 10)
             for key, values in more.items():
                 sent[key] += values
             total = sum(len(v) for v in sent.values())
-            await _wait_until(lambda: len(first.process_queues) == 2
-                              and len(second.process_queues) == 2, 60, "the queues to split")
+            await _wait_until(lambda: len(_queues_of(first, topic)) == 2
+                              and len(_queues_of(second, topic)) == 2, 60, "the queues to split")
             await _wait_until(lambda: len(log) >= total, 90, "every message")
             await asyncio.sleep(1.5)   # a duplicate would show up now
             assert all(pq.locked for c in (first, second) for pq in c.process_queues.values())
@@ -273,15 +278,17 @@ def test_orderly_dead_letter_after_max_reconsume(rocketmq_peer):
             await consumer.shutdown()
         assert log == [b for b in sent["k"] if b != "k:2"]
         assert attempts["k:2"] == 3   # first try + max_reconsume_times, then dead-lettered
+        # 4.9.8 keeps the retry send's delay level on a dead letter: it waits in the schedule
+        # topic (level 3 + reconsume times) with the DLQ as its real topic.
         async with Admin(rocketmq_peer.namesrv_addr) as admin:
             started = time.monotonic()
             dead = []
-            while not dead:   # the dead-letter topic's route and index arrive shortly
-                assert time.monotonic() - started < 10, "nothing in the dead-letter queue"
+            while not dead:
+                assert time.monotonic() - started < 10, "no dead letter scheduled"
                 await asyncio.sleep(0.2)
-                dead = await admin.query_message_by_key(f"%DLQ%{group}", "k")
-            assert [m.body for m in dead] == [b"k:2"]
-            print("dead letter found after", time.monotonic() - started)
+                dead = await admin.query_message_by_key("SCHEDULE_TOPIC_XXXX", "k")
+                dead = [m for m in dead if m.properties.get("REAL_TOPIC") == f"%DLQ%{group}"]
+            assert [(m.body, m.properties["DELAY"]) for m in dead] == [(b"k:2", "5")]
     run(scenario())
 
 

@@ -14,12 +14,10 @@ key and view by id are not covered: the Go client v2.1.2 has no API for them (rm
 says so too); tests/client and the Java client's tests cover them against pybroker.
 """
 import hashlib
-import importlib.util
 import json
 import os
 import pathlib
 import subprocess
-import sys
 import time
 import uuid
 
@@ -30,33 +28,19 @@ from pybroker._testbase.cluster import StandaloneBroker
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
-from tests.conftest import require_peers
+from tests.compat import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(300)]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT_MS = 10_000
 
 
-def _load_go_client():
-    spec = importlib.util.spec_from_file_location("_pybroker_tools_go_client",
-                                                  ROOT / "tools" / "go_client.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-go_client = _load_go_client()
+go_client = peers.go_client
 
 
 @pytest.fixture(scope="module")
 def rmqgo() -> pathlib.Path:
-    reason = go_client.go_available()
-    if reason:
-        if require_peers():
-            pytest.fail(f"PYBROKER_REQUIRE_PEERS=1 but {reason}")
-        pytest.skip(reason)
-    return go_client.build_go_client().path
+    return peers.rmqgo_path()
 
 
 @pytest.fixture(scope="module")

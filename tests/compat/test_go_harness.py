@@ -9,18 +9,19 @@ read them back with the Go push and pull consumers against the real Java broker,
 counts, ids, offsets and body checksums exactly.
 """
 import hashlib
-import importlib.util
 import json
 import os
 import pathlib
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
 
 import pytest
+
+from tests.compat import peers
+from tests.conftest import require_peers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GO_CLIENT_VERSION = "v2.1.2"
@@ -29,35 +30,12 @@ ROUND_TRIP_COUNT = 20
 WATCHDOG_GRACE_S = 7
 
 
-def _load_tool(name: str):
-    """Import tools/<name>.py by path (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"_pybroker_tools_{name}",
-                                                  ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _require_peers() -> bool:
-    return os.environ.get("PYBROKER_REQUIRE_PEERS", "") not in ("", "0")
-
-
-def _missing_peer(reason: str):
-    if _require_peers():
-        pytest.fail(f"PYBROKER_REQUIRE_PEERS=1 but {reason}")
-    pytest.skip(reason)
-
-
-go_client = _load_tool("go_client")
+go_client = peers.go_client
 
 
 @pytest.fixture(scope="module")
 def rmqgo() -> pathlib.Path:
-    reason = go_client.go_available()
-    if reason:
-        _missing_peer(reason)
-    return go_client.build_go_client().path
+    return peers.rmqgo_path()
 
 
 @pytest.fixture
@@ -225,14 +203,14 @@ def test_silent_name_server_is_bounded_by_timeout(rmqgo):
 def java_broker(request, rmqgo, tmp_path_factory):
     """A Java NameServer + broker on free loopback ports, for one pinned RocketMQ version."""
     if not (ROOT / "tools" / "java_rocketmq.py").is_file():
-        _missing_peer("tools/java_rocketmq.py (the Java RocketMQ harness) is absent")
-    java = _load_tool("java_rocketmq")
+        peers.unavailable("tools/java_rocketmq.py (the Java RocketMQ harness) is absent")
+    java = peers.java_rocketmq
     reason = java.java_available()
     if reason:
-        _missing_peer(f"Java RocketMQ peer: {reason}")
+        peers.unavailable(f"Java RocketMQ peer: {reason}")
     install = java.RocketMQInstall(request.param)
     if not install.is_complete():
-        if not _require_peers():
+        if not require_peers():
             pytest.skip(f"Java RocketMQ {request.param} is not installed "
                         f"(python tools/java_rocketmq.py install --version {request.param})")
         install.install()

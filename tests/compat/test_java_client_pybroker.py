@@ -12,17 +12,15 @@ pybroker's NameServer and each command's output is checked for the expected valu
 java/javac or jars skip with the reason (fail under PYBROKER_REQUIRE_PEERS=1).
 """
 import hashlib
-import importlib.util
 import pathlib
 import re
-import sys
 import urllib.parse
 from collections import Counter, defaultdict
 
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
-from tests.conftest import require_peers
+from tests.compat import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -32,34 +30,8 @@ KINDS = ("sync", "async", "oneway", "batch")
 UNICODE_VALUE = "π≈3.14"
 
 
-def _load_harness():
-    spec = importlib.util.spec_from_file_location("java_rocketmq",
-                                                  ROOT / "tools" / "java_rocketmq.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("java_rocketmq", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
-
-
-def _unavailable(reason: str):
-    if require_peers():
-        pytest.fail(f"Java RocketMQ client required (PYBROKER_REQUIRE_PEERS=1): {reason}")
-    pytest.skip(reason)
-
-
-def _install(version: str):
-    reason = harness.java_available()
-    if reason:
-        _unavailable(reason)
-    install = harness.RocketMQInstall(version)
-    try:
-        install.install(timeout_s=1200)
-    except harness.HarnessError as error:
-        _unavailable(f"cannot install Java RocketMQ {version}: {error}")
-    return install
+harness = peers.java_rocketmq
+_install = peers.java_install
 
 
 def _compiled(install) -> pathlib.Path:

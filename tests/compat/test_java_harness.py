@@ -6,48 +6,24 @@ is left. Skips with the reason when java/javac/mvn or the jars are unavailable, 
 PYBROKER_REQUIRE_PEERS=1, which turns that skip into a failure. Installs the jars (Maven Central)
 on first use.
 """
-import importlib.util
 import json
 import pathlib
-import sys
 
 import pytest
 
-from tests.conftest import require_peers
+from tests.compat import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOOLS_DIR = pathlib.Path(__file__).resolve().parents[2] / "tools"
 
 
-def _load_harness():
-    spec = importlib.util.spec_from_file_location("java_rocketmq", TOOLS_DIR / "java_rocketmq.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("java_rocketmq", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
-
-
-def _unavailable(reason: str):
-    if require_peers():
-        pytest.fail(f"Java RocketMQ peer required (PYBROKER_REQUIRE_PEERS=1): {reason}")
-    pytest.skip(reason)
+harness = peers.java_rocketmq
 
 
 @pytest.fixture(scope="module")
 def install():
-    reason = harness.java_available()
-    if reason:
-        _unavailable(reason)
-    rocketmq = harness.RocketMQInstall(harness.DEFAULT_VERSION)
-    try:
-        rocketmq.install(timeout_s=1200)
-    except harness.HarnessError as error:
-        _unavailable(f"cannot install Java RocketMQ {rocketmq.version}: {error}")
-    return rocketmq
+    return peers.java_install()
 
 
 def test_cluster_list_shows_the_broker(install, tmp_path):

@@ -6,7 +6,6 @@ pinned Java mqadmin (tools/java_rocketmq.py) with `-n <our address>` and check i
 KV write through mqadmin is read back over our own client. Skips with the reason when
 java/javac/mvn or the jars are unavailable, unless PYBROKER_REQUIRE_PEERS=1.
 """
-import importlib.util
 import pathlib
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from pybroker.protocol.codes import RequestCode as C
 from pybroker.protocol.codes import ResponseCode as R
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
-from tests.conftest import require_peers
+from tests.compat import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -29,34 +28,12 @@ TOOLS_DIR = ROOT / "tools"
 TOPIC = "PyNamesrvCompatTopic"
 
 
-def _load_harness():
-    spec = importlib.util.spec_from_file_location("java_rocketmq", TOOLS_DIR / "java_rocketmq.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("java_rocketmq", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
-
-
-def _unavailable(reason: str):
-    if require_peers():
-        pytest.fail(f"Java RocketMQ peer required (PYBROKER_REQUIRE_PEERS=1): {reason}")
-    pytest.skip(reason)
+harness = peers.java_rocketmq
 
 
 @pytest.fixture(scope="module")
 def install():
-    reason = harness.java_available()
-    if reason:
-        _unavailable(reason)
-    rocketmq = harness.RocketMQInstall(harness.DEFAULT_VERSION)
-    try:
-        rocketmq.install(timeout_s=1200)
-    except harness.HarnessError as error:
-        _unavailable(f"cannot install Java RocketMQ {rocketmq.version}: {error}")
-    return rocketmq
+    return peers.java_install()
 
 
 @pytest.fixture

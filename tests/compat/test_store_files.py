@@ -10,18 +10,16 @@ with the same body, tags and keys; queue offsets are contiguous and keys find ex
 planned messages. Skips when Java/Maven are missing (fails under PYBROKER_REQUIRE_PEERS=1).
 """
 import base64
-import importlib.util
 import json
 import os
 import pathlib
 import random
 import shutil
-import sys
 
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
-from tests.conftest import require_peers
+from tests.compat import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -43,39 +41,19 @@ FILE_SIZES = {
 CLIENT_TIMEOUT_S = 120
 
 
-def _load_tool(name: str):
-    """Import tools/<name>.py by path (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"_pybroker_tools_{name}",
-                                                  ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-java_rocketmq = _load_tool("java_rocketmq")
-
-
-def _unavailable(reason: str):
-    if require_peers():
-        pytest.fail(f"Java RocketMQ peer required (PYBROKER_REQUIRE_PEERS=1): {reason}")
-    pytest.skip(reason)
+java_rocketmq = peers.java_rocketmq
 
 
 @pytest.fixture(scope="module")
 def java_peer(tmp_path_factory):
     """(install, classes dir) with StoreCompat compiled against the 4.9.8 client."""
-    reason = java_rocketmq.java_available()
-    if reason:
-        _unavailable(reason)
-    install = java_rocketmq.RocketMQInstall("4.9.8")
+    install = peers.java_install("4.9.8")
     try:
-        install.install(timeout_s=1200)
         classes = java_rocketmq.compile_java(
             install, [ROOT / "tools" / "java_store" / "StoreCompat.java"],
             tmp_path_factory.mktemp("store_compat_classes"))
     except java_rocketmq.HarnessError as error:
-        _unavailable(f"cannot prepare Java RocketMQ 4.9.8: {error}")
+        peers.unavailable(f"cannot prepare Java RocketMQ 4.9.8: {error}")
     return install, classes
 
 
