@@ -28,7 +28,8 @@ from pybroker.client.transaction import LocalTransactionState, TransactionProduc
 from pybroker.protocol import fastjson
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.constants import ConsumeFromWhere
-from tests.client.conftest import Peer, _load_harness, _unavailable
+from tests import peers
+from tests.client.conftest import Peer
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(300)]
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -40,15 +41,10 @@ TRANSACTION_OVERRIDES = {"transactionTimeOut": "1000", "transactionCheckInterval
 @pytest.fixture(scope="module")
 def rocketmq_peer(tmp_path_factory):
     """Java RocketMQ 4.9.8 with fast transaction checks (skips without Java)."""
-    harness = _load_harness()
-    reason = harness.java_available()
-    if reason:
-        _unavailable(reason)
-    install = harness.RocketMQInstall(harness.DEFAULT_VERSION)
-    if not install.is_complete():
-        _unavailable(f"Java RocketMQ {install.version} not installed")
-    rmq = harness.JavaRocketMQ(tmp_path_factory.mktemp("rmq-tx"), install, free_ports=True,
-                               broker_overrides=TRANSACTION_OVERRIDES)
+    install = peers.java_install()
+    rmq = peers.java_rocketmq.JavaRocketMQ(tmp_path_factory.mktemp("rmq-tx"), install,
+                                           free_ports=True,
+                                           broker_overrides=TRANSACTION_OVERRIDES)
     with rmq:
         yield Peer(rmq.namesrv_addr, rmq.broker_addr)
 

@@ -28,7 +28,7 @@ from pybroker._testbase.cluster import StandaloneBroker
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
-from tests.compat import peers
+from tests import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(300)]
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from tests.compat import peers
+from tests import peers
 from tests.conftest import require_peers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
-from tests.compat import peers
+from tests import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from tests.compat import peers
+from tests import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -19,7 +19,7 @@ from pybroker.protocol.codes import RequestCode as C
 from pybroker.protocol.codes import ResponseCode as R
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
-from tests.compat import peers
+from tests import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 

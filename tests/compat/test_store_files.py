@@ -19,7 +19,7 @@ import shutil
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
-from tests.compat import peers
+from tests import peers
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 

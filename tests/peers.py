@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import require_peers
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def load_tool(name: str):
