@@ -11,6 +11,9 @@ GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY are forwarded to the clie
 with :meth:`MetadataState.call_client` (correlated by channel id and opaque; the service
 hands the client's response to :meth:`MetadataState.complete_client_call`); the client's
 answer is returned under the admin request's opaque.
+INVOKE_BROKER_TO_RESET_OFFSET (222) commits the new offsets and tells every live member
+(RESET_CONSUMER_CLIENT_OFFSET, oneway); INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) asks each
+member with GET_CONSUMER_STATUS_FROM_CLIENT (221).
 """
 import inspect
 import logging
@@ -27,7 +30,7 @@ from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.store import config_docs, paths
 from pybroker.store.config_docs import SubscriptionGroupConfig, TopicConfig
 
-__all__ = ["HANDLERS", "encode_message_queue_map", "encode_topic_stats_table",
+__all__ = ["HANDLERS", "encode_message_queue_map", "encode_offset_map", "encode_topic_stats_table",
            "encode_consume_stats", "encode_consumer_connection"]
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,7 @@ _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 SLAVE_REMARK = ("Can't modify topic or subscription group from slave broker, please execute it "
                 "from master broker.")
 QUEUE_NUMS_MAX = 65535          # bound on an admin-created topic's queue count
+V3_0_7_SNAPSHOT = 28            # MQVersion ordinal: oldest client that answers 220/221
 V3_1_8_SNAPSHOT = 62            # MQVersion ordinal: oldest client that answers 307/309
 # Java's default thread-pool queue capacities, reported by GET_BROKER_RUNTIME_INFO.
 _POOL_CAPACITIES = {"sendThreadPoolQueueCapacity": "10000",
@@ -44,6 +48,7 @@ _POOL_CAPACITIES = {"sendThreadPoolQueueCapacity": "10000",
                     "EndTransactionThreadPoolQueueCapacity": "100000"}
 
 # Store rate keys of GET_BROKER_RUNTIME_INFO, each "<10 s> <1 min> <10 min>" messages/s.
+CONSUMER_STATUS_TIMEOUT_MS = 5000   # Java waits 5 s for each client's 221 answer
 _TPS_KEYS = ("putTps", "getFoundTps", "getMissTps", "getTotalTps", "getTransferedTps")
 
 
@@ -69,6 +74,14 @@ def encode_message_queue_map(entries) -> bytes:
     """A Java ``Map<MessageQueue, V>`` as fastjson writes it: each key a MessageQueue object,
     each value ``V`` as a JSON object with sorted fields. ``entries``: (MessageQueue, dict)."""
     parts = [bodies.encode_message_queue(queue) + b":" + _json(value) for queue, value in entries]
+    return b"{" + b",".join(parts) + b"}"
+
+
+def encode_offset_map(entries) -> bytes:
+    """A Java ``Map<MessageQueue, Long>`` as fastjson writes it (ResetOffsetBody's
+    offsetTable, GetConsumerStatusBody's tables). ``entries``: (MessageQueue, int)."""
+    parts = [bodies.encode_message_queue(queue) + b":" + str(int(offset)).encode()
+             for queue, offset in entries]
     return b"{" + b",".join(parts) + b"}"
 
 
@@ -419,6 +432,153 @@ async def handle_consume_message_directly(ctx, channel, request):
                                 header.consumer_group, header.client_id)
 
 
+# --- offset reset and consumer status (mqadmin resetOffsetByTime, getConsumerStatus) -------
+def _reset_target(ctx, header, queue_id: int) -> int:
+    # 5.x explicit offset, else the offset by time (-1 = the end of the queue), never negative.
+    if header.queue_id >= 0 and header.consumer_offset not in (None, -1):
+        return header.consumer_offset
+    if header.timestamp == -1:
+        return max(ctx.store.get_max_offset_in_queue(header.topic, queue_id), 0)
+    return max(ctx.store.get_offset_in_queue_by_time(header.topic, queue_id, header.timestamp), 0)
+
+
+def _check_explicit_offset(ctx, header) -> str | None:
+    if header.queue_id < 0 or header.consumer_offset in (None, -1):
+        return None
+    min_offset = ctx.store.get_min_offset_in_queue(header.topic, header.queue_id)
+    max_offset = ctx.store.get_max_offset_in_queue(header.topic, header.queue_id)
+    if min_offset >= 0 and header.consumer_offset < min_offset \
+            or header.consumer_offset > max_offset:
+        return (f"Target offset {header.consumer_offset} not in consume queue range "
+                f"[{min_offset}-{max_offset}]")
+    return None
+
+
+def reset_offset_table(ctx, header, topic_config) -> dict[int, int] | str:
+    """{queue_id: new consumer offset} of an INVOKE_BROKER_TO_RESET_OFFSET, or an error remark.
+
+    Like Java's Broker2Client.resetOffset: without ``isForce`` a queue only moves backwards
+    (a committed offset below the target stays). A queue the group never committed takes the
+    target; a group with no committed offset on the topic is refused as Java refuses it.
+    """
+    committed = ctx.metadata.consumer_offsets(header.group, header.topic)
+    if not committed:
+        return f"THe consumer group <{header.group}> not exist"
+    if header.queue_id >= 0:
+        if header.queue_id >= topic_config.write_queue_nums:
+            return f"queueId {header.queue_id} out of range of topic {header.topic}"
+        queue_ids = [header.queue_id]
+    else:
+        queue_ids = range(topic_config.write_queue_nums)
+    table = {}
+    for queue_id in queue_ids:
+        target = _reset_target(ctx, header, queue_id)
+        current = committed.get(queue_id, -1)
+        table[queue_id] = target if header.is_force or current < 0 or target < current \
+            else current
+    return table
+
+
+def _old_client(clients) -> str | None:
+    for client in clients:
+        if client.version < V3_0_7_SNAPSHOT:
+            return f"the client does not support this feature. version={client.version}"
+    return None
+
+
+async def handle_invoke_broker_to_reset_offset(ctx, channel, request):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222): move the group's consumer offsets of a topic to
+    the offset of ``timestamp`` (ms; -1 = the end) or, 5.x, of ``queueId`` to ``offset``.
+
+    The committed offsets are updated and RESET_CONSUMER_CLIENT_OFFSET (220, oneway) goes to
+    every live member, which restarts those queues there. Answers the ResetOffsetBody;
+    CONSUMER_NOT_ONLINE when the group has no live member (mqadmin then falls back to
+    updating the offsets itself)."""
+    if _is_slave(ctx):
+        return _error(request, "Can not reset offset in slave broker")
+    header = parse_request_header(request.code, request.ext_fields)
+    topic_config = ctx.metadata.topic_config(header.topic)
+    if topic_config is None:
+        return _error(request, "[reset-offset] reset offset failed, no topic in this broker. "
+                               f"topic={header.topic}")
+    remark = _check_explicit_offset(ctx, header)
+    table = remark or reset_offset_table(ctx, header, topic_config)
+    if isinstance(table, str):
+        return _error(request, table)
+    info = ctx.metadata.consumer_group_info(header.group)
+    clients = [] if info is None else list(info.channels.values())
+    if not clients:
+        return _error(request, "Consumer not online, so can not reset offset, Group: "
+                               f"{header.group} Topic: {header.topic} Timestamp: "
+                               f"{header.timestamp}", ResponseCode.CONSUMER_NOT_ONLINE)
+    remark = _old_client(clients)
+    if remark is not None:
+        return _error(request, remark)
+    for queue_id, consumer_offset in table.items():
+        ctx.metadata.commit(header.group, header.topic, queue_id, consumer_offset)
+    body = b'{"offsetTable":' + encode_offset_map(
+        (_message_queue(ctx, header.topic, queue_id), consumer_offset)
+        for queue_id, consumer_offset in table.items()) + b"}"
+    fields = {"topic": header.topic, "group": header.group,
+              "timestamp": str(header.timestamp), "isForce": str(header.is_force).lower()}
+    for client in clients:
+        try:
+            client.channel.send(create_request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                                               dict(fields), body, oneway=True))
+        except (ConnectionError, OSError, RuntimeError) as error:
+            log.warning("reset offset of %s to %s failed: %s", header.group, client.client_id,
+                        error)
+    log.info("reset offset of %s on %s by %s: %s", header.group, header.topic,
+             channel.remote_address, table)
+    return _ok(request, body)
+
+
+def _status_table(answer) -> dict | None:
+    # A client's GetConsumerStatusBody: its messageQueueTable, re-keyed by MessageQueue.
+    if answer.code != ResponseCode.SUCCESS or not answer.body:
+        return None
+    try:
+        document = fastjson.loads(answer.body)
+        table = document.get("messageQueueTable") or {}
+        return {bodies.message_queue_from_json(orjson.loads(key), "messageQueueTable key"):
+                int(offset) for key, offset in table.items()}
+    except (ValueError, TypeError, AttributeError, orjson.JSONDecodeError) as error:
+        log.warning("bad GetConsumerStatusBody from a client: %s", error)
+        return None
+
+
+async def handle_invoke_broker_to_get_consumer_status(ctx, channel, request):
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): ask each live member of the group (or the
+    one whose client id is ``clientAddr``) with GET_CONSUMER_STATUS_FROM_CLIENT (221) for its
+    offsets of the topic; answers GetConsumerStatusBody ``consumerTable`` by client id."""
+    header = parse_request_header(request.code, request.ext_fields)
+    info = ctx.metadata.consumer_group_info(header.group)
+    if info is None or not info.channels:
+        return _error(request, "No Any Consumer online in the consumer group: "
+                               f"[{header.group}]")
+    clients = [client for client in info.channels.values()
+               if not header.client_addr or header.client_addr == client.client_id]
+    remark = _old_client(info.channels.values())
+    if remark is not None:
+        return _error(request, remark)
+    parts = []
+    for client in clients:
+        forwarded = create_request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+                                   {"topic": header.topic, "group": header.group})
+        try:
+            answer = await ctx.metadata.call_client(client.channel, forwarded,
+                                                    CONSUMER_STATUS_TIMEOUT_MS)
+        except (TimeoutError, ConnectionError, OSError, RuntimeError) as error:
+            log.warning("consumer status of %s failed: %s", client.client_id, error)
+            continue
+        table = _status_table(answer)
+        if table is not None:
+            parts.append(orjson.dumps(client.client_id) + b":"
+                         + encode_offset_map(table.items()))
+    body = b'{"consumerTable":{' + b",".join(parts) + b'},"messageQueueTable":{}}'
+    return _ok(request, body)
+
+
 _C = RequestCode
 HANDLERS = {
     _C.UPDATE_AND_CREATE_TOPIC: handle_update_and_create_topic,
@@ -437,5 +597,7 @@ HANDLERS = {
     _C.GET_BROKER_CONFIG: handle_get_broker_config,
     _C.GET_CONSUMER_RUNNING_INFO: handle_get_consumer_running_info,
     _C.CONSUME_MESSAGE_DIRECTLY: handle_consume_message_directly,
+    _C.INVOKE_BROKER_TO_RESET_OFFSET: handle_invoke_broker_to_reset_offset,
+    _C.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: handle_invoke_broker_to_get_consumer_status,
 }
 del _C

@@ -28,6 +28,7 @@ METADATA_CODES = frozenset({
     RequestCode.GET_ALL_CONSUMER_OFFSET, RequestCode.GET_ALL_DELAY_OFFSET,
     RequestCode.GET_BROKER_CONFIG, RequestCode.GET_CONSUMER_RUNNING_INFO,
     RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
 })
 
 assert not DATA_CODES & METADATA_CODES, "a code is answered in exactly one place"

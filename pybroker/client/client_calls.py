@@ -5,6 +5,7 @@
   (``mqTable`` keyed by MessageQueue objects), which mqadmin ``consumerStatus`` parses.
 * CONSUME_MESSAGE_DIRECTLY (309): consume the record in the body once with the group's
   listener; answer a ConsumeMessageDirectlyResult.
+* GET_CONSUMER_STATUS_FROM_CLIENT (221): the group's offsets of a topic in this client.
 * RESET_CONSUMER_CLIENT_OFFSET (220): ``{"offsetTable":{<MessageQueue>:offset}}`` (object keys,
   read with :func:`pybroker.protocol.fastjson.loads`); the consumer restarts those queues there.
 
@@ -174,6 +175,26 @@ async def on_reset_consumer_client_offset(instance, connection, command: Remotin
     return create_response(command, ResponseCode.SUCCESS)
 
 
+async def on_get_consumer_status_from_client(instance, connection, command: RemotingCommand
+                                             ) -> RemotingCommand:
+    """GET_CONSUMER_STATUS_FROM_CLIENT (221): the group's offsets of ``topic`` in this client,
+    as GetConsumerStatusBody (MessageQueue object keys, fastjson style)."""
+    try:
+        header = headers.GET_CONSUMER_STATUS_REQUEST.parse(command.ext_fields)
+    except HeaderError as error:
+        return _error(command, error.remark)
+    consumer = instance.consumers.get(header.group)
+    queues = [] if consumer is None else sorted(
+        (queue for queue in consumer.process_queues if queue.topic == header.topic),
+        key=lambda queue: (queue.broker_name, queue.queue_id))
+    entries = [bodies.encode_message_queue(queue) + b":"
+               + str(max(consumer.offset_store.cached_offset(queue), 0)).encode()
+               for queue in queues]
+    body = b'{"consumerTable":{},"messageQueueTable":{' + b",".join(entries) + b"}}"
+    return create_response(command, ResponseCode.SUCCESS, body=body)
+
+
 HANDLERS = {RequestCode.GET_CONSUMER_RUNNING_INFO: on_get_consumer_running_info,
+            RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT: on_get_consumer_status_from_client,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: on_consume_message_directly,
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET: on_reset_consumer_client_offset}

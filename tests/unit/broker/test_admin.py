@@ -340,3 +340,123 @@ def test_consume_message_directly_sends_the_stored_record(broker):
     assert (bytes(decoded.body), decoded.physical_offset) == (b"message 0",
                                                               result.physical_offset)
     assert response.code == ResponseCode.SUCCESS
+
+
+# --- offset reset (222) and consumer status (223 -> 221) -----------------------------------------
+T0 = 1_700_000_000_000   # the store clock of Broker: T0 + number of messages put before
+
+
+def reset_fields(timestamp, force=False, **extra):
+    return {"topic": "T", "group": "G", "timestamp": str(timestamp),
+            "isForce": "true" if force else "false", **extra}
+
+
+def offset_table(body) -> dict[int, int]:
+    document = fastjson.loads(body)
+    table = {}
+    for key, offset in document["offsetTable"].items():
+        queue = bodies.message_queue_from_json(orjson.loads(key), "key")
+        assert (queue.topic, queue.broker_name) == ("T", BROKER)
+        table[queue.queue_id] = offset
+    return table
+
+
+@pytest.fixture
+def reset_broker(broker):
+    """Topic T with 10 messages in queue 0 (store times T0..T0+9) and 4 in queue 1
+    (T0+10..T0+13); group G committed the ends and has one live member recording sends."""
+    create_topic(broker, "T", 2, 2)
+    broker.put("T", 0, 10)
+    broker.put("T", 1, 4)
+    broker.metadata.commit("G", "T", 0, 10)
+    broker.metadata.commit("G", "T", 1, 4)
+    broker.sent = []
+    register_consumer(broker, "G", ["T"], Channel("0:client", "1.2.3.4:5", 0, 409,
+                                                  broker.sent.append))
+    broker.sent.clear()   # the join notification
+    return broker
+
+
+def test_reset_offset_by_time_commits_and_notifies_the_clients(reset_broker):
+    broker = reset_broker
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0 + 5))
+    assert response.code == ResponseCode.SUCCESS
+    assert offset_table(response.body) == {0: 5, 1: 0}
+    assert broker.metadata.consumer_offsets("G", "T") == {0: 5, 1: 0}
+    notice, = broker.sent
+    assert notice.code == C.RESET_CONSUMER_CLIENT_OFFSET and notice.is_oneway
+    assert (notice.ext_fields["topic"], notice.ext_fields["group"],
+            notice.ext_fields["timestamp"]) == ("T", "G", str(T0 + 5))
+    assert offset_table(notice.body) == {0: 5, 1: 0}
+    # Without isForce a queue only moves backwards; with it, also forwards.
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0 + 8))
+    assert offset_table(response.body) == {0: 5, 1: 0}
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0 + 8, force=True))
+    assert offset_table(response.body) == {0: 8, 1: 0}
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(-1, force=True))
+    assert broker.metadata.consumer_offsets("G", "T") == {0: 10, 1: 4}
+    assert len(broker.sent) == 4
+
+
+def test_reset_offset_of_one_queue_to_an_offset(reset_broker):
+    broker = reset_broker
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET,
+                           reset_fields(0, queueId="1", offset="2"))
+    assert offset_table(response.body) == {1: 2}
+    assert broker.metadata.consumer_offsets("G", "T") == {0: 10, 1: 2}
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET,
+                           reset_fields(0, queueId="1", offset="5"))
+    assert (response.code, response.remark) == (
+        ResponseCode.SYSTEM_ERROR, "Target offset 5 not in consume queue range [0-4]")
+    assert broker.metadata.consumer_offsets("G", "T") == {0: 10, 1: 2}
+
+
+def test_reset_offset_refusals(reset_broker):
+    broker = reset_broker
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET,
+                           {**reset_fields(T0), "topic": "Nope"})
+    assert response.code == ResponseCode.SYSTEM_ERROR and "no topic" in response.remark
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, {**reset_fields(T0), "group": "H"})
+    assert (response.code, response.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                "THe consumer group <H> not exist")
+    with pytest.raises(HeaderError):
+        broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": "T", "group": "G"})
+    broker.metadata.unregister_consumer("G", "0:client")
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0))
+    assert (response.code, response.remark) == (
+        ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online, so can not reset offset, "
+        f"Group: G Topic: T Timestamp: {T0}")
+    register_consumer(broker, "G", ["T"], Channel("0:old", "1.2.3.4:6", 0, 27,
+                                                  broker.sent.append))
+    broker.sent.clear()
+    response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0))
+    assert response.code == ResponseCode.SYSTEM_ERROR and "does not support" in response.remark
+    assert broker.metadata.consumer_offsets("G", "T") == {0: 10, 1: 4} and broker.sent == []
+
+
+def test_consumer_status_is_asked_of_each_client(reset_broker):
+    broker = reset_broker
+    client_body = (b'{"messageQueueTable":{{"brokerName":"broker-a","queueId":1,"topic":"T"}'
+                   b':3}}')
+
+    async def scenario():
+        request = create_request(C.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                                 {"topic": "T", "group": "G"})
+        answered = asyncio.ensure_future(answer_later(broker, broker.sent, body=client_body))
+        response = await HANDLERS[request.code](broker.ctx, broker.channel, request)
+        await answered
+        return response
+    response = asyncio.run(scenario())
+    forwarded, = broker.sent
+    assert (forwarded.code, forwarded.ext_fields) == (C.GET_CONSUMER_STATUS_FROM_CLIENT,
+                                                      {"topic": "T", "group": "G"})
+    assert response.code == ResponseCode.SUCCESS
+    document = fastjson.loads(response.body)
+    assert document["messageQueueTable"] == {}
+    (key, offset), = document["consumerTable"]["client-1"].items()
+    assert (orjson.loads(key), offset) == ({"brokerName": BROKER, "queueId": 1, "topic": "T"},
+                                           3)
+    response = broker.call(C.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                           {"topic": "T", "group": "Nobody"})
+    assert (response.code, response.remark) == (
+        ResponseCode.SYSTEM_ERROR, "No Any Consumer online in the consumer group: [Nobody]")
