@@ -173,7 +173,7 @@ class RingPutter:
         self._timeout_handle: asyncio.TimerHandle | None = None
         self._flags = [_CompletionFlag(self), _SpaceFlag(self), _FlushFlag(self)]
         self._reader = None
-        self._commit_scheduled = False
+        self._signal_scheduled = False
         self.puts_total = 0
         self.space_waits_total = 0
 
@@ -221,15 +221,23 @@ class RingPutter:
         self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_flush)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
         # lock-stepped one producer with the appender (fewer messages/s, not more).
-        self._commit()
+        self._commit(loop)
         self.puts_total += 1
         return await future
 
-    def _commit(self) -> None:
-        """Publish the reserved requests; signal the appender only if it sleeps."""
-        self._commit_scheduled = False
-        if self.ring.commit():
-            self.appender_wake.signal()
+    def _commit(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Publish the reserved requests at once; when the appender sleeps, wake it after the
+        callbacks of this loop turn (the other puts decoded from the same reads) have
+        committed too: one eventfd write per turn instead of one per sleeping appender seen."""
+        if self.ring.commit() and not self._signal_scheduled:
+            # The flag is taken: nobody else signals this appender until we do, and we do
+            # in this loop's next turn, so the wake-up is late by one turn, never lost.
+            self._signal_scheduled = True
+            loop.call_soon(self._signal_appender)
+
+    def _signal_appender(self) -> None:
+        self._signal_scheduled = False
+        self.appender_wake.signal()
 
     async def _reserve(self, size: int) -> int:
         """Room for a request of ``size`` bytes (and a completion slot): waits, never drops."""
@@ -239,8 +247,9 @@ class RingPutter:
                 if offset >= 0:
                     return offset
             self.space_waits_total += 1
-            self._commit()        # what is reserved must reach the appender to free space
-            waiter = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            self._commit(loop)    # what is reserved must reach the appender to free space
+            waiter = loop.create_future()
             self._space_waiters.append(waiter)
             # Arm now: the appender signals only a producer flagged asleep.
             if self._flags[1].set_sleeping():
