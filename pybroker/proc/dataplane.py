@@ -59,18 +59,13 @@ class Attachment:
         self._dispatched = plane.control.dispatched_position
         self._wake_reader = None
         self._on_wake = None
-        # Remoting workers hold long polls and learn of new messages from the dispatcher; the
-        # supervisor's reader consults the live positions and needs no dispatch wake-ups.
-        self._dispatched_watch = _DispatchedWatch(self) if slot < plane.workers else None
 
     def start(self, loop, on_wake) -> None:
         """Serve wake-ups in ``loop``: completions, flushed and dispatched positions.
         ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up."""
         self._on_wake = on_wake
-        flags = self.putter.sleep_flags()
-        if self._dispatched_watch is not None:
-            flags.append(self._dispatched_watch)
-        self._wake_reader = AsyncWakeReader(loop, self.wake_fd, flags, self._wake)
+        self._wake_reader = AsyncWakeReader(loop, self.wake_fd, self.putter.sleep_flags(),
+                                            self._wake)
         self._wake_reader.start()
 
     def _wake(self) -> None:
@@ -87,23 +82,6 @@ class Attachment:
             self._wake_reader.stop()
             self._wake_reader = None
         self.reader.close()
-
-
-class _DispatchedWatch:
-    """Waiter bit on dispatched_position: the dispatcher signals only the workers that set it
-    (and took it back: one signal per sleep, however many batches it dispatches meanwhile)."""
-
-    def __init__(self, attachment: Attachment):
-        self._attachment = attachment
-
-    def set_sleeping(self) -> bool:
-        attachment = self._attachment
-        attachment.control.add_waiter("dispatched_position", attachment.putter.slot)
-        return attachment.control.dispatched_position != attachment._dispatched
-
-    def clear_sleeping(self) -> None:
-        attachment = self._attachment
-        attachment.control.remove_waiter("dispatched_position", attachment.putter.slot)
 
 
 class DataPlane:

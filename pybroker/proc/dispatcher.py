@@ -4,9 +4,9 @@
 It tails ``written_position`` (published by the appender) over a READ-ONLY CommitLog and runs
 :class:`pybroker.store.dispatch.Dispatcher`, the only writer of consume queues and index files.
 It stops on request (SIGTERM by default), after dispatching everything written. Per batch it
-publishes ``dispatched_position`` once and signals only the remoting workers that flagged
-themselves asleep as its waiters (their long polls learn the new position). It sleeps as a
-waiter on ``written_position`` (the appender signals it only then).
+publishes ``dispatched_position`` once and, when something was dispatched, signals
+every remoting worker's eventfd once (long polls and readers learn the new position). It sleeps
+as a waiter on ``written_position`` (the appender signals it only then).
 
 Every ``flushIntervalConsumeQueue`` ms it msyncs the consume queues (at least
 ``flushConsumeQueueLeastPages`` dirty pages, or all of them once
@@ -31,7 +31,7 @@ from pybroker.errors import StoreCorruptError
 from pybroker.proc.appender import (DISPATCHER_SLOT, DataPlaneWakes, now_ms, stop_on_sigterm,
                                     store_setting)
 from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
-from pybroker.proc.wake import PositionWatch, Sleeper, signal_mask
+from pybroker.proc.wake import PositionWatch, Sleeper
 from pybroker.store import paths
 from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog
@@ -87,7 +87,6 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock
     watch = PositionWatch(control, "written_position", DISPATCHER_SLOT)
     sleeper = Sleeper(wakes.dispatcher, [watch])
     counters = control.worker(DISPATCHER_SLOT)
-    worker_wakes = wakes.by_slot()
     stop_requested = stop_requested or stop_on_sigterm(wakes.dispatcher)
     followed = -1
     log.info("dispatcher: reput from %d", dispatcher.reput_from_offset)
@@ -99,9 +98,10 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock
                 follow_commitlog(commitlog, followed, written)
                 followed = written
                 count = _dispatch_batch(dispatcher, target)
-                # Only workers flagged as waiters (remoting workers while asleep) are signalled.
-                signal_mask(control.publish("dispatched_position", dispatcher.reput_from_offset,
-                                            True), worker_wakes)
+                control.publish("dispatched_position", dispatcher.reput_from_offset, True)
+                if count:
+                    for wake_fd in wakes.workers:
+                        wake_fd.signal()
                 counters.add(appends=count, batches=1)
             deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher)
             wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)

@@ -48,6 +48,9 @@ PUT_FLAG_WAIT_STORE = 1
 PUT_STATUSES = tuple(PutStatus)
 _PUT_OK = PUT_STATUSES.index(PutStatus.PUT_OK)
 _RECORD_ALIGN_BYTES = 8
+# Puts committed while the appender's wake-up is deferred to the end of the loop turn, beyond
+# which it is signalled at once (measured: a whole turn of 64 puts lock-stepped the two sides).
+_SIGNAL_DEFER_PUTS_MAX = 16
 
 
 def put_header_size(topic_length: int) -> int:
@@ -173,7 +176,8 @@ class RingPutter:
         self._timeout_handle: asyncio.TimerHandle | None = None
         self._flags = [_CompletionFlag(self), _SpaceFlag(self), _FlushFlag(self)]
         self._reader = None
-        self._signal_scheduled = False
+        self._signal_handle: asyncio.Handle | None = None
+        self._deferred_puts = 0
         self.puts_total = 0
         self.space_waits_total = 0
 
@@ -228,15 +232,22 @@ class RingPutter:
     def _commit(self, loop: asyncio.AbstractEventLoop) -> None:
         """Publish the reserved requests at once; when the appender sleeps, wake it after the
         callbacks of this loop turn (the other puts decoded from the same reads) have
-        committed too: one eventfd write per turn instead of one per sleeping appender seen."""
-        if self.ring.commit() and not self._signal_scheduled:
+        committed too, or as soon as _SIGNAL_DEFER_PUTS_MAX puts wait, so that a long turn
+        still overlaps with the appender's drain instead of lock-stepping with it."""
+        if self.ring.commit():
             # The flag is taken: nobody else signals this appender until we do, and we do
-            # in this loop's next turn, so the wake-up is late by one turn, never lost.
-            self._signal_scheduled = True
-            loop.call_soon(self._signal_appender)
+            # in this loop's next turn at the latest, so the wake-up is late, never lost.
+            self._deferred_puts = 0
+            if self._signal_handle is None:
+                self._signal_handle = loop.call_soon(self._signal_appender)
+        if self._signal_handle is not None:
+            self._deferred_puts += 1
+            if self._deferred_puts >= _SIGNAL_DEFER_PUTS_MAX:
+                self._signal_handle.cancel()
+                self._signal_appender()
 
     def _signal_appender(self) -> None:
-        self._signal_scheduled = False
+        self._signal_handle = None
         self.appender_wake.signal()
 
     async def _reserve(self, size: int) -> int:
