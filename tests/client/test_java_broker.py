@@ -8,7 +8,6 @@ checks that shutdown leaves no task or thread behind. Waits are bounded and fail
 import asyncio
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -21,36 +20,16 @@ from pybroker.client.producer import Producer
 from pybroker.client.pull_consumer import LitePullConsumer
 from pybroker.client.route import SelectByHash
 from pybroker.protocol.constants import ConsumeFromWhere, MessageModel
+from tests.client.scenario import (
+    create_topic as _create_topic,
+    unique_name as _name,
+    wait_until as _wait_until,
+    run_scenario as run,
+)
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(240)]
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 FAST = {"rebalance_interval_ms": 1000, "persist_consumer_offset_interval_ms": 1000}
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
-def run(coroutine):
-    """Run one scenario in a fresh loop and check it left no task running."""
-    async def checked():
-        result = await coroutine
-        leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        assert leftover == [], leftover
-        return result
-    threads_before = threading.active_count()
-    result = asyncio.run(checked())
-    assert threading.active_count() <= threads_before
-    return result
-
-
-async def _create_topic(peer, topic: str, queue_nums: int = 4) -> None:
-    async with Admin(peer.namesrv_addr) as admin:
-        await admin.create_topic(topic, queue_nums, broker_addr=peer.broker_addr)
-        deadline = time.monotonic() + 20
-        while await admin.topic_route(topic) is None:
-            assert time.monotonic() < deadline, "topic never reached the name server"
-            await asyncio.sleep(0.2)
 
 
 async def _send_many(peer, topic: str, count: int, **message_options) -> dict[str, bytes]:
@@ -62,13 +41,6 @@ async def _send_many(peer, topic: str, count: int, **message_options) -> dict[st
             assert result.status == SendStatus.SEND_OK
             sent[result.msg_id] = body
     return sent
-
-
-async def _wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def test_send_modes_and_results(rocketmq_peer):

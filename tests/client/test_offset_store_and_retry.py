@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import json
 import time
-import uuid
 
 import pytest
 
@@ -23,13 +22,10 @@ from pybroker.client.offset_store import (OFFSET_UNKNOWN, LocalFileOffsetStore,
                                           RemoteOffsetStore)
 from pybroker.client.producer import Producer
 from pybroker.protocol.bodies import BrokerData, MessageQueue, QueueData
+from tests.client.scenario import create_topic as _create_topic, unique_name as _name
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 DEAD_BROKER = "broker-dead"
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 # --- local file store ----------------------------------------------------------------------------
@@ -72,19 +68,10 @@ def broker(tmp_path_factory):
         yield running
 
 
-async def _create_topic(namesrv_addr: str, broker_addr: str, topic: str) -> None:
-    async with Admin(namesrv_addr) as admin:
-        await admin.create_topic(topic, 4, broker_addr=broker_addr)
-        deadline = time.monotonic() + 20
-        while await admin.topic_route(topic) is None:
-            assert time.monotonic() < deadline, "topic never reached the name server"
-            await asyncio.sleep(0.2)
-
-
 def test_remote_store_persists_and_reads_back(broker):
     async def scenario():
         topic, group = _name("off"), _name("cg")
-        await _create_topic(broker.namesrv_addr, broker.broker_addr, topic)
+        await _create_topic(broker, topic)
         instance = ClientInstance(broker.namesrv_addr)
         await instance.start()
         try:
@@ -168,7 +155,7 @@ async def _producer_with_route(broker, topic, proxy_address, keep_live, **option
 def test_send_retries_on_another_broker(broker, fault_avoidance):
     async def scenario():
         topic = _name("retry")
-        await _create_topic(broker.namesrv_addr, broker.broker_addr, topic)
+        await _create_topic(broker, topic)
         proxy = _FaultProxy()
         address = await proxy.start()
         producer = await _producer_with_route(broker, topic, address, True,
@@ -193,7 +180,7 @@ def test_send_retries_on_another_broker(broker, fault_avoidance):
 def test_send_gives_up_after_all_attempts(broker):
     async def scenario():
         topic = _name("dead")
-        await _create_topic(broker.namesrv_addr, broker.broker_addr, topic)
+        await _create_topic(broker, topic)
         proxy = _FaultProxy()
         address = await proxy.start()
         producer = await _producer_with_route(broker, topic, address, False,

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -27,6 +26,11 @@ from pybroker.client.message import Message, SendStatus
 from pybroker.client.producer import Producer
 from pybroker.protocol.constants import ConsumeFromWhere
 from tests.client.conftest import Peer
+from tests.client.scenario import (
+    create_topic as _create_topic,
+    unique_name as _name,
+    wait_until as _wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SCRIPT = pathlib.Path(__file__).with_name("resilience_consumer.py")
@@ -34,10 +38,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 FAST = {"rebalance_interval_ms": 1000, "persist_consumer_offset_interval_ms": 1000}
 QUEUES = 4
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture(scope="module")
@@ -85,22 +85,6 @@ class ConsumerProcess:
                 self.process.kill()
                 self.process.wait(10)
         self.reader.join(10)
-
-
-async def _wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
-async def _create_topic(peer: Peer, topic: str) -> None:
-    async with Admin(peer.namesrv_addr) as admin:
-        await admin.create_topic(topic, QUEUES, broker_addr=peer.broker_addr)
-        deadline = time.monotonic() + 20
-        while await admin.topic_route(topic) is None:
-            assert time.monotonic() < deadline, "topic never reached the name server"
-            await asyncio.sleep(0.2)
 
 
 async def _send(peer: Peer, topic: str, count: int) -> set[tuple[int, int]]:

@@ -11,7 +11,6 @@ go through the broker exactly as mqadmin sends them. Waits are bounded and fail 
 import asyncio
 import threading
 import time
-import uuid
 from collections import defaultdict
 
 import orjson
@@ -30,6 +29,12 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.constants import ConsumeFromWhere
 from tests import peers
 from tests.client.conftest import Peer
+from tests.client.scenario import (
+    create_topic as _create_topic,
+    unique_name as _name,
+    wait_until as _wait_until,
+    run_scenario as run,
+)
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(300)]
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -47,39 +52,6 @@ def rocketmq_peer(tmp_path_factory):
                                            broker_overrides=TRANSACTION_OVERRIDES)
     with rmq:
         yield Peer(rmq.namesrv_addr, rmq.broker_addr)
-
-
-def _name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
-def run(coroutine):
-    """Run one scenario in a fresh loop; no task or thread may outlive it."""
-    async def checked():
-        result = await coroutine
-        leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        assert leftover == [], leftover
-        return result
-    threads_before = threading.active_count()
-    result = asyncio.run(checked())
-    assert threading.active_count() <= threads_before
-    return result
-
-
-async def _create_topic(peer, topic: str, queue_nums: int = 4) -> None:
-    async with Admin(peer.namesrv_addr) as admin:
-        await admin.create_topic(topic, queue_nums, broker_addr=peer.broker_addr)
-        deadline = time.monotonic() + 20
-        while await admin.topic_route(topic) is None:
-            assert time.monotonic() < deadline, "topic never reached the name server"
-            await asyncio.sleep(0.2)
-
-
-async def _wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 class _Listener:
