@@ -128,22 +128,70 @@ def _run_broker(args: argparse.Namespace) -> int:
                           "defaults: NameServer 127.0.0.1:9876, broker 10911)")
 def _add_standalone(parser: argparse.ArgumentParser) -> Runner:
     _broker_arguments(parser, None)
-    parser.add_argument("--namesrv-port", type=int, default=9876,
-                        help="port of the embedded NameServer (default 9876)")
+    parser.add_argument("--namesrv-port", type=int, default=None,
+                        help=f"port of the embedded NameServer (default: the port of the "
+                             f"first 127.x address in broker.conf's namesrvAddr, else "
+                             f"{_STANDALONE_NAMESRV_PORT}); the broker then registers with "
+                             f"127.0.0.1:PORT")
     return _run_standalone
+
+
+_STANDALONE_NAMESRV_PORT = 9876
+_LOOPBACK_PREFIX = "127."
+
+
+def _loopback_port(namesrv_addr: str | None) -> int | None:
+    """The port of the first 127.x entry of an ``ip:port;ip:port`` list, or None."""
+    for entry in (namesrv_addr or "").split(";"):
+        host, _, port = entry.strip().rpartition(":")
+        if (host.startswith(_LOOPBACK_PREFIX) or host == "localhost") and port.isdigit():
+            return int(port)
+    return None
+
+
+def standalone_namesrv(namesrv_addr_option: str | None, namesrv_port_option: int | None,
+                       file_namesrv_addr: str | None) -> tuple[int, str]:
+    """(embedded NameServer port, namesrvAddr the broker registers with) of ``standalone``.
+
+    ``-n`` wins for the registration list; ``--namesrv-port`` (when given) sets the embedded
+    port and, without ``-n``, the list; otherwise broker.conf's namesrvAddr is honoured, its
+    first loopback entry naming the embedded port, and the embedded NameServer is added to the
+    list when the file names none on this machine.
+    """
+    file_port = _loopback_port(file_namesrv_addr)
+    if namesrv_port_option is not None:
+        port = namesrv_port_option
+    elif file_port is not None:
+        port = file_port
+    else:
+        port = _STANDALONE_NAMESRV_PORT
+    embedded = f"127.0.0.1:{port}"
+    if namesrv_addr_option:
+        return port, namesrv_addr_option
+    if namesrv_port_option is not None or not file_namesrv_addr:
+        return port, embedded
+    if file_port is None:
+        return port, f"{embedded};{file_namesrv_addr}"
+    return port, file_namesrv_addr
 
 
 def _run_standalone(args: argparse.Namespace) -> int:
     from pybroker.proc.standalone import run_standalone
-    if not args.namesrv_addr:
-        args.namesrv_addr = f"127.0.0.1:{args.namesrv_port}"
+    file_namesrv_addr = None
+    if args.config_file:
+        try:
+            file_namesrv_addr = config_module.load_properties(args.config_file).get("namesrvAddr")
+        except (OSError, ConfigError):
+            pass    # _load_broker reports the unreadable file
+    port, args.namesrv_addr = standalone_namesrv(args.namesrv_addr, args.namesrv_port,
+                                                 file_namesrv_addr)
     # A standalone broker is for clients on this machine: announce the loopback address unless
     # broker.conf names another one.
     loaded = _load_broker("standalone", args, {"brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1"})
     if loaded is None:
         return 1
     _log_important(loaded)
-    return run_standalone(loaded, args.namesrv_port)
+    return run_standalone(loaded, port)
 
 
 def _log_important(loaded) -> None:

@@ -826,11 +826,15 @@ def _derive_broker(broker: BrokerConfig, store: StoreConfig,
     _require(store.ha_listen_port not in (broker.listen_port, fast_port), "haListenPort",
              store.ha_listen_port, f"must differ from listenPort {broker.listen_port} and the "
              f"fast port {fast_port}")
-    # A record never spans CommitLog files and each file keeps room for its BLANK marker.
-    _require(store.mapped_file_size_commit_log >= record_max + layout.END_FILE_MIN_BLANK_BYTES,
-             "mappedFileSizeCommitLog", store.mapped_file_size_commit_log,
-             f"must hold the largest record ({record_max} bytes for maxMessageSize="
-             f"{store.max_message_size}) plus an 8-byte end marker")
+    # A record never spans CommitLog files and each file keeps room for its BLANK marker. Java
+    # loads a file size below maxMessageSize (small test deployments do) and refuses a message
+    # that does not fit a whole file at put time (MESSAGE_ILLEGAL); so does the CommitLog here.
+    # (The schema's own minimum, 4096 bytes, holds the smallest records.)
+    if store.mapped_file_size_commit_log < record_max + layout.END_FILE_MIN_BLANK_BYTES:
+        LOGGER.warning("mappedFileSizeCommitLog=%d is smaller than the largest record "
+                       "maxMessageSize=%d allows (%d bytes): messages that do not fit one "
+                       "CommitLog file are refused with MESSAGE_ILLEGAL",
+                       store.mapped_file_size_commit_log, store.max_message_size, record_max)
     _require(remoting.frame_max_bytes >= record_max + FRAME_HEADER_ALLOWANCE_BYTES,
              "frameMaxBytes", remoting.frame_max_bytes,
              f"must carry the largest record ({record_max} bytes) plus "

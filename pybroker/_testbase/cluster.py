@@ -55,9 +55,11 @@ def _free(port: int) -> bool:
 
 
 class StandaloneBroker:
-    """One pybroker standalone process. ``overrides``: broker.conf keys over TEST_PROFILE."""
+    """One pybroker standalone process. ``overrides``: broker.conf keys over TEST_PROFILE.
+    ``pass_namesrv_port``: False starts it without ``--namesrv-port`` (the embedded NameServer
+    port then comes from broker.conf's namesrvAddr)."""
 
-    def __init__(self, work_dir, overrides: dict | None = None):
+    def __init__(self, work_dir, overrides: dict | None = None, pass_namesrv_port: bool = True):
         self.work_dir = str(work_dir)
         self.store_dir = os.path.join(self.work_dir, "store")
         self.namesrv_port = free_port()
@@ -72,6 +74,7 @@ class StandaloneBroker:
         with open(self.conf_path, "w", encoding="utf-8") as conf:
             conf.writelines(f"{key}={value}\n" for key, value in values.items())
         self.process: subprocess.Popen | None = None
+        self.pass_namesrv_port = pass_namesrv_port
 
     @property
     def namesrv_addr(self) -> str:
@@ -83,9 +86,11 @@ class StandaloneBroker:
 
     def start(self) -> "StandaloneBroker":
         log = open(self.log_path, "ab")
+        argv = [sys.executable, "-m", "pybroker", "standalone", "-c", self.conf_path]
+        if self.pass_namesrv_port:
+            argv += ["--namesrv-port", str(self.namesrv_port)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "pybroker", "standalone", "-c", self.conf_path,
-             "--namesrv-port", str(self.namesrv_port)],
+            argv,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self._wait_ready()

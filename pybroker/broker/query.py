@@ -11,7 +11,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
 from pybroker.protocol.headers import (QUERY_MESSAGE_RESPONSE, QUEUE_OFFSET_RESPONSE,
                                        STORE_TIMESTAMP_RESPONSE, encode_header,
-                                       parse_request_header)
+                                       java_parse_boolean, parse_request_header)
 
 __all__ = ["handle_query_message", "handle_view_message_by_id", "handle_get_max_offset",
            "handle_get_min_offset", "handle_search_offset_by_timestamp",
@@ -28,7 +28,7 @@ async def handle_query_message(ctx, channel, request: RemotingCommand) -> Remoti
     index position header is present either way."""
     header = parse_request_header(request.code, request.ext_fields)
     max_num = header.max_num
-    if request.ext_fields.get(constants.UNIQUE_KEY_QUERY_EXT) == "true":
+    if java_parse_boolean(request.ext_fields.get(constants.UNIQUE_KEY_QUERY_EXT)):
         max_num = ctx.config.store.default_query_max_num
     result = ctx.store.query_messages(header.topic, header.key, max_num,
                                       header.begin_timestamp, header.end_timestamp)

@@ -21,6 +21,7 @@ import socket
 
 from pybroker._fast import record as record_codec
 from pybroker.protocol import headers
+from pybroker.protocol.headers import java_parse_boolean
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_response
 from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, DLQ_QUEUE_NUMS_PER_GROUP,
@@ -161,7 +162,7 @@ def stored_properties(properties: dict[str, str], cluster_name: str) -> str:
 def wait_store_of(properties: dict[str, str]) -> bool:
     """``WAIT`` as Java reads it: absent means true, else Boolean.parseBoolean."""
     value = properties.get(_WAIT)
-    return value is None or value.lower() == "true"
+    return value is None or java_parse_boolean(value)
 
 
 def parse_properties(text: str | None) -> dict[str, str]:
@@ -202,11 +203,6 @@ def parse_properties(text: str | None) -> dict[str, str]:
         raise SendRefused(ResponseCode.MESSAGE_ILLEGAL,
                           f"the message tag {tags[:32]!r} is blank or contains '|'")
     return properties
-
-
-def java_parse_boolean(value: str | None) -> bool:
-    """Java Boolean.parseBoolean: true only for "true" in any case."""
-    return value is not None and value.lower() == "true"
 
 
 async def send_back_topic(ctx, topic: str, queue_nums: int, topic_sys_flag: int):

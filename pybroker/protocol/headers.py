@@ -10,9 +10,10 @@ Parsing rules (Java ``RemotingCommand.decodeCommandCustomHeader`` plus client qu
 
 * a missing required field raises :class:`HeaderError` with remark
   ``the custom field <name> is null`` and code SYSTEM_ERROR;
-* ``""`` for a numeric, boolean or optional field counts as absent (Go sends empty strings);
+* ``""`` for a numeric or optional string field counts as absent (Go sends empty strings);
 * numbers must be decimal and fit their Java type (int = int32, long = int64);
-* booleans are ``true``/``false`` in any case;
+* booleans are read as Java's ``Boolean.parseBoolean`` reads them: ``true`` in any case is
+  true, any other text (``"1"``, ``"0"``, ``"yes"``, ``""``) is false, never an error;
 * unknown ext keys (``bname``, ``ns``, ``AccessKey``, ...) are ignored.
 
 SEND_MESSAGE (10) and SEND_REPLY_MESSAGE (324) use the long names; SEND_MESSAGE_V2 (310),
@@ -89,17 +90,15 @@ def _to_long(wire_name: str, text: str) -> int:
     return _to_integer_slow(wire_name, text, _LONG_MIN, _LONG_MAX, LONG)
 
 
+def java_parse_boolean(text: str | None) -> bool:
+    """Java's ``Boolean.parseBoolean``: True only for "true" in any case (None is False)."""
+    return text is not None and (text == "true" or text.lower() == "true")
+
+
 def _to_bool(wire_name: str, text: str) -> bool:
-    if text == "true":
-        return True
-    if text == "false":
-        return False
-    lowered = text.lower() if type(text) is str else ""
-    if lowered == "true":
-        return True
-    if lowered == "false":
-        return False
-    raise _bad_value(wire_name, BOOL, text)
+    # Java's Boolean.parseBoolean: "true" in any case is true, anything else is false. The C++
+    # client core sends "0"/"1" and Java reads both as false; so do we. Never an error.
+    return text == "true" or text.lower() == "true"
 
 
 def _to_float(wire_name: str, text: str) -> float:
@@ -132,8 +131,12 @@ class HeaderSchema:
 
     @staticmethod
     def _step(f: Field, key: str) -> tuple:
-        # "" means absent except for a required string, which Java would accept as a value.
-        empty_is_absent = f.type != STR or not f.required
+        # "" means absent except for a required string, which Java would accept as a value,
+        # and a boolean, which Java parses (parseBoolean("") is false).
+        if f.type == BOOL:
+            empty_is_absent = False
+        else:
+            empty_is_absent = f.type != STR or not f.required
         return (key, _CONVERTERS[f.type], f.required, f.default, empty_is_absent)
 
     @property

@@ -321,12 +321,16 @@ def test_default_delay_levels_are_java_18():
     assert len(levels) == 18 and levels[2] == 10_000 and levels[-1] == 7_200_000
 
 
-def test_commit_log_file_must_hold_the_largest_record(tmp_path):
-    with pytest.raises(ConfigError) as caught:
-        load_text(tmp_path, "mappedFileSizeCommitLog=4194304\nmaxMessageSize=4194304\n")
-    assert str(caught.value).startswith("mappedFileSizeCommitLog=4194304: must hold the largest")
-    assert "maxMessageSize=4194304" in str(caught.value)
-    load_text(tmp_path, "mappedFileSizeCommitLog=4194304\nmaxMessageSize=65536\n")
+def test_commit_log_file_smaller_than_max_message_size_loads_as_in_java(tmp_path, caplog):
+    # Java accepts 1 MiB CommitLog files with the default 4 MiB maxMessageSize; a message that
+    # does not fit one file is refused at put time instead (tests/broker/test_java_conf.py).
+    with caplog.at_level("WARNING", logger="pybroker.config"):
+        loaded = load_text(tmp_path, "mappedFileSizeCommitLog=1048576\n")
+    assert loaded.store.mapped_file_size_commit_log == 1 << 20
+    assert loaded.store.max_message_size == 4 << 20
+    assert "refused with MESSAGE_ILLEGAL" in caplog.text
+    with pytest.raises(ConfigError, match="^mappedFileSizeCommitLog=64: must be >= 4096"):
+        load_text(tmp_path, "mappedFileSizeCommitLog=64\n")
 
 
 def test_frame_and_ring_must_carry_the_largest_record(tmp_path):

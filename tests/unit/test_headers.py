@@ -98,7 +98,6 @@ def test_numbers_at_java_limits(field, text, expected):
     ("queueId", " 5"), ("queueId", "5 "), ("queueId", "1_0"), ("queueId", "\u0663"),
     ("queueId", "0x10"), ("queueId", "abc"), ("queueId", "-"), ("queueId", "9" * 5000),
     ("bornTimestamp", "9223372036854775808"), ("bornTimestamp", "1e3"),
-    ("unitMode", "yes"), ("unitMode", "1"),
 ])
 def test_bad_values_raise_header_error_naming_field_and_value(field, text):
     with pytest.raises(HeaderError) as caught:
@@ -109,11 +108,35 @@ def test_bad_values_raise_header_error_naming_field_and_value(field, text):
     assert caught.value.code == ResponseCode.SYSTEM_ERROR
 
 
-@pytest.mark.parametrize("text, expected", [("true", True), ("TRUE", True), ("True", True),
-                                            ("false", False), ("FaLsE", False)])
-def test_booleans_are_case_insensitive(text, expected):
-    header = parse_request_header(RequestCode.SEND_MESSAGE, dict(GO_LONG_SEND, batch=text))
-    assert header.batch is expected
+@pytest.mark.parametrize("text, expected", [
+    ("true", True), ("TRUE", True), ("True", True), ("false", False), ("FaLsE", False),
+    # Java's Boolean.parseBoolean: anything but "true" (any case) is false, never an error.
+    # The C++ client core sends "0"/"1".
+    ("1", False), ("0", False), ("yes", False), ("", False), (" true", False), ("truee", False),
+])
+def test_booleans_read_as_java_parse_boolean(text, expected):
+    for code, key in ((RequestCode.SEND_MESSAGE, "batch"), (RequestCode.SEND_MESSAGE, "unitMode")):
+        header = parse_request_header(code, dict(GO_LONG_SEND, **{key: text}))
+        assert getattr(header, headers._snake_case(key)) is expected
+    v2 = {"a": "g", "b": "T", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0",
+          "k": text, "m": text}
+    header = parse_request_header(RequestCode.SEND_MESSAGE_V2, v2)
+    assert header.unit_mode is expected and header.batch is expected
+
+
+def test_every_boolean_field_of_every_schema_is_lenient():
+    schemas = {id(s): s for s, _ in headers.REQUEST_SCHEMAS.values()}
+    for schema in schemas.values():
+        for f in schema.fields:
+            if f.type != headers.BOOL:
+                continue
+            for text, expected in (("1", False), ("TrUe", True), ("0", False)):
+                values = {g.wire_name: {headers.STR: "x", headers.INT: "1", headers.LONG: "1",
+                                        headers.BOOL: "false", headers.FLOAT: "1"}[g.type]
+                          for g in schema.fields if g.required}
+                values[f.wire_name] = text
+                parsed = schema.parse(values)
+                assert getattr(parsed, f.attribute) is expected, (schema.name, f.wire_name)
 
 
 def test_non_string_values_raise_header_error():
