@@ -18,12 +18,12 @@ import pytest
 
 from pybroker._fast import record as record_codec
 from pybroker.config import FlushDiskType, StoreConfig
-from pybroker.proc.appender import APPENDER_SLOT, DataPlaneWakes, run_appender
+from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import create_byte_ring, create_completion_ring
-from pybroker.proc.wake import WakeFd
+from pybroker.proc.wake import APPENDER_SLOT, DataPlaneWakes, WakeFd
 from pybroker.store.control_block import BrokerState, ControlBlock
 
 HOST = bytes([127, 0, 0, 1])

@@ -6,10 +6,10 @@ handler code runs in a remoting worker (store = read-only reader, putter = send 
 metadata = replica) and in tests (store = a MessageStore on a temp dir, putter =
 :class:`StorePutter`, metadata = the authoritative state).
 """
-import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
+from pybroker import clock
 from pybroker.protocol.command import RemotingCommand
 
 
@@ -33,10 +33,6 @@ class StorePutter:
                                        wait_store_ok=wait_store)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass
 class BrokerContext:
     """Everything a handler may use. See docs/architecture.md for who owns what."""
@@ -46,7 +42,7 @@ class BrokerContext:
     metadata: Any                    # pybroker.broker.metadata.MetadataState
     store_host: tuple[bytes, int]    # broker IP bytes + listen port
     long_poll: Any = None            # pybroker.broker.long_poll.LongPollService (workers only)
-    now_ms: Callable[[], int] = field(default=_now_ms)
+    now_ms: Callable[[], int] = field(default=clock.now_ms)
 
 
 Handler = Callable[[BrokerContext, Any, RemotingCommand], Awaitable[RemotingCommand | None]]

@@ -25,12 +25,12 @@ service (``persist_if_dirty`` every flushConsumerOffsetInterval, ``scan_expired`
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import orjson
 
+from pybroker import clock
 from pybroker.protocol import constants
 from pybroker.protocol.bodies import MessageQueue, SubscriptionData
 from pybroker.protocol.codes import RequestCode
@@ -69,10 +69,6 @@ _SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
                   "CID_ONSAPI_OWNER")
 
 PERM_READ_WRITE = int(constants.PERM_READ_WRITE)
-
-
-def _now_ms_default() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # --- client registry values -----------------------------------------------------------------
@@ -164,7 +160,7 @@ class MetadataState:
         self.topics_path = paths.config_path(root, paths.TOPICS_CONFIG)
         self.groups_path = paths.config_path(root, paths.SUBSCRIPTION_GROUP_CONFIG)
         self.offsets_path = paths.config_path(root, paths.CONSUMER_OFFSET_CONFIG)
-        self.now_ms = now_ms or _now_ms_default
+        self.now_ms = now_ms or clock.now_ms
         self.on_change = on_change
         self.lock_lease_ms = lock_lease_ms
         self.channel_expired_timeout_ms = channel_expired_timeout_ms

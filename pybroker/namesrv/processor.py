@@ -11,10 +11,10 @@ REQUEST_CODE_NOT_SUPPORTED.
 Remarks follow the Java NameServer's wording where clients or tools show them.
 """
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pybroker import clock
 from pybroker.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from pybroker.namesrv.route_table import RouteInfoManager
 from pybroker.protocol import bodies
@@ -33,11 +33,6 @@ TOPIC_NOT_EXIST_REMARK = ("No topic route info in name server for the topic: {to
 CRC32_NOT_MATCH_REMARK = "crc32 not match"
 
 
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch (the NameServer's default clock)."""
-    return time.time_ns() // 1_000_000
-
-
 def _success(request: RemotingCommand, ext_fields: dict | None = None,
              body: bytes | None = None) -> RemotingCommand:
     return create_response(request, ResponseCode.SUCCESS, None, ext_fields, body)
@@ -52,7 +47,7 @@ class NamesrvProcessor:
     """
 
     def __init__(self, route_table: RouteInfoManager, kv_config: KVConfigManager, *,
-                 order_message_enable: bool = False, now_ms: Callable[[], int] = wall_clock_ms):
+                 order_message_enable: bool = False, now_ms: Callable[[], int] = clock.now_ms):
         self.route_table = route_table
         self.kv_config = kv_config
         self.order_message_enable = order_message_enable

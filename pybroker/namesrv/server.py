@@ -14,10 +14,11 @@ import logging
 import signal
 from typing import Callable
 
+from pybroker import clock
 from pybroker import config as config_module
 from pybroker.config import NamesrvProcessConfig
 from pybroker.namesrv.kv_config import KVConfigManager
-from pybroker.namesrv.processor import NamesrvProcessor, wall_clock_ms
+from pybroker.namesrv.processor import NamesrvProcessor
 from pybroker.namesrv.route_table import RouteInfoManager
 from pybroker.remoting.connection import ConnectionLimits
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
@@ -37,7 +38,7 @@ class NamesrvController:
 
     def __init__(self, config: NamesrvProcessConfig,
                  listen_address: str = LISTEN_ADDRESS_DEFAULT,
-                 now_ms: Callable[[], int] = wall_clock_ms):
+                 now_ms: Callable[[], int] = clock.now_ms):
         namesrv = config.namesrv
         self.config = config
         self.listen_address = listen_address

@@ -2,7 +2,7 @@
 """Main loop of the appender (DESIGN §2 rules 1-4, §6).
 
 Per wake-up it drains EVERY send ring: each ring record is one put request (layout in
-:mod:`pybroker.proc.ring_putter`), appended with one ``CommitLog.append_encoded`` call (one copy;
+:mod:`pybroker.proc.ring_format`), appended with one ``CommitLog.append_encoded`` call (one copy;
 the records are patched in the ring slot first). The store timestamp is taken once per drain.
 Then, once per drain: ``written_store_timestamp`` and ``written_position`` are published (in that
 order, so a reader that loads the timestamp first never sees a time later than the record at
@@ -21,98 +21,34 @@ cleanup publishes ``disk_full`` every put completes SERVICE_NOT_AVAILABLE (Java'
 running flag); when ``commitlog_min_offset`` moves the maps of the deleted files are dropped; a
 topic deletion request (:mod:`pybroker.proc.topic_deletion`) drops the topics' queue offsets.
 """
-import dataclasses
 import logging
-import signal
-import time
-from collections.abc import Callable
 
+from pybroker import clock
 from pybroker._fast import record as record_codec
-from pybroker.proc.ring_putter import PUT_HEADER, PUT_STATUSES, put_header_size
+from pybroker.proc import ring_format
 from pybroker.proc.topic_deletion import read_requested_topics, requests_path
-from pybroker.proc.wake import ConsumerSide, Sleeper, WakeFd, signal_mask
+from pybroker.proc.wake import (APPENDER_SLOT, FLUSHER_SLOT, ConsumerSide, DataPlaneWakes, Sleeper,
+                                signal_mask, stop_on_sigterm)
 from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
-from pybroker.store import layout, paths
+from pybroker.store import paths
 from pybroker.store.commitlog import CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
-from pybroker.store.control_block import WORKER_SLOTS_MAX, BrokerState, ControlBlock
-from pybroker.store.message_store import StoreSettings
+from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.settings import store_setting
 from pybroker.store.status import PutStatus
 
-__all__ = ["run_appender", "DataPlaneWakes", "APPENDER_SLOT", "DISPATCHER_SLOT",
-           "FLUSHER_SLOT", "store_setting", "now_ms", "stop_on_sigterm"]
+__all__ = ["run_appender"]
 
 log = logging.getLogger("pybroker.proc.appender")
 
-# Control-block slots of the data-plane workers (waiter bits, counters); remoting workers use
-# slots 0.. upwards.
-APPENDER_SLOT = WORKER_SLOTS_MAX - 1
-DISPATCHER_SLOT = WORKER_SLOTS_MAX - 2
-FLUSHER_SLOT = WORKER_SLOTS_MAX - 3
 _IDLE_WAIT_MS = 1000          # an idle appender re-checks broker_state this often
 _BLOCKED_WAIT_MS = 1          # completion ring full: wait for the worker to drain it
-_STATUS_CODES = {status: code for code, status in enumerate(PUT_STATUSES)}
 _NO_QUEUE_OFFSET_TYPES = (int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
                           int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE))
-_DEFAULTS = StoreSettings()
-# Settings of the flush services that StoreSettings does not carry (Java's defaults).
-_EXTRA_DEFAULTS = {"flush_interval_commit_log": 500, "flush_commit_log_least_pages": 4,
-                   "flush_commit_log_thorough_interval": 10_000,
-                   "flush_interval_consume_queue": 1000, "flush_consume_queue_least_pages": 2,
-                   "flush_consume_queue_thorough_interval": 60_000, "sync_flush_timeout": 5000}
-
-
-def store_setting(settings, name: str):
-    """A store setting by snake_case name; a missing attribute takes Java's default."""
-    if hasattr(settings, name):
-        return getattr(settings, name)
-    if name in _EXTRA_DEFAULTS:
-        return _EXTRA_DEFAULTS[name]
-    return getattr(_DEFAULTS, name)
-
-
-def now_ms() -> int:
-    """Wall clock, ms since the epoch (store timestamps)."""
-    return time.time_ns() // 1_000_000
-
-
-def stop_on_sigterm(wake_fd: WakeFd) -> Callable[[], bool]:
-    """Install a SIGTERM handler (forked child's main thread) that wakes ``wake_fd``; returns
-    "was SIGTERM received". The supervisor stops the data plane in order: broker_state
-    STOPPING (the appender drains and exits), then SIGTERM to the dispatcher, then to the
-    flusher, each after the previous one exited, so each finishes what its upstream wrote."""
-    received = []
-
-    def on_sigterm(signal_number, frame) -> None:
-        received.append(signal_number)
-        wake_fd.signal()
-    signal.signal(signal.SIGTERM, on_sigterm)
-    return lambda: bool(received)
-
-
-def is_sync_flush(settings) -> bool:
-    flush_disk_type = store_setting(settings, "flush_disk_type")
-    return str(getattr(flush_disk_type, "value", flush_disk_type)) == "SYNC_FLUSH"
-
-
-@dataclasses.dataclass
-class DataPlaneWakes:
-    """The eventfds of the data plane; ``workers[i]`` is remoting worker slot i's."""
-    appender: WakeFd
-    dispatcher: WakeFd
-    flusher: WakeFd
-    workers: list[WakeFd]
-
-    def by_slot(self) -> dict[int, WakeFd]:
-        """Control-block slot -> eventfd, for signal_mask()."""
-        slots = dict(enumerate(self.workers))
-        slots.update({APPENDER_SLOT: self.appender, DISPATCHER_SLOT: self.dispatcher,
-                      FLUSHER_SLOT: self.flusher})
-        return slots
 
 
 def run_appender(settings, rings, completion_rings, control: ControlBlock,
-                 wakes: DataPlaneWakes, clock_ms=now_ms) -> None:
+                 wakes: DataPlaneWakes, clock_ms=clock.now_ms) -> None:
     """Append until ``control.broker_state`` is STOPPING (or later), or SIGTERM, and the rings
     are empty.
 
@@ -284,31 +220,25 @@ class _Appender:
 
     def _append(self, data, offset: int, length: int, completions, store_timestamp: int) -> int:
         """Append one request and push its completion; returns the records appended."""
-        request_id, queue_id, count, sys_flag, _, topic_length = \
-            PUT_HEADER.unpack_from(data, offset)
-        header_size = put_header_size(topic_length)
+        request = ring_format.read_put_request(data, offset, length)
         status, result = PutStatus.MESSAGE_ILLEGAL, None
         if self.disk_full:
             status = PutStatus.SERVICE_NOT_AVAILABLE
-        elif 0 < topic_length <= layout.TOPIC_MAX_BYTES_V1 and header_size < length:
-            topic_start = offset + PUT_HEADER.size
+        elif request.topic is not None:
+            records = data[request.records_offset:request.records_end]
             try:
-                topic = str(data[topic_start:topic_start + topic_length], "utf-8")
-            except UnicodeDecodeError:
-                topic = None
-            if topic is not None:
-                records = data[offset + header_size:offset + length]
-                try:
-                    result = self.commitlog.append_encoded(records, topic, queue_id, count,
-                                                           sys_flag, store_timestamp)
-                finally:
-                    records.release()
-                status = result.status
+                result = self.commitlog.append_encoded(records, request.topic, request.queue_id,
+                                                       request.count, request.sys_flag,
+                                                       store_timestamp)
+            finally:
+                records.release()
+            status = result.status
         if result is None or status is not PutStatus.PUT_OK:
-            if not completions.push(request_id, _STATUS_CODES[status], 0, 0, 0):
+            if not completions.push(request.request_id, ring_format.status_code(status), 0, 0,
+                                    0):
                 raise AssertionError("completion ring full after a free-slot check")
             return 0
-        if not completions.push(request_id, _STATUS_CODES[status], result.count,
-                                result.physical_offset, result.queue_offset):
+        if not completions.push(request.request_id, ring_format.status_code(status),
+                                result.count, result.physical_offset, result.queue_offset):
             raise AssertionError("completion ring full after a free-slot check")
         return result.count

@@ -12,15 +12,16 @@ import os
 import socket
 
 from pybroker.proc import topic_deletion
-from pybroker.proc.appender import DataPlaneWakes, is_sync_flush, run_appender, store_setting
+from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
-from pybroker.proc.wake import AsyncWakeReader, WakeFd
+from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, WakeFd
 from pybroker.store import paths
 from pybroker.store.control_block import BrokerState, ControlBlock
 from pybroker.store.reader import MessageStoreReader
+from pybroker.store.settings import is_sync_flush, store_setting
 
 log = logging.getLogger("pybroker.proc.dataplane")
 

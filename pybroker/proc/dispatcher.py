@@ -27,11 +27,11 @@ Topic deletions arrive through :mod:`pybroker.proc.topic_deletion`.
 import logging
 from collections.abc import Callable
 
+from pybroker import clock
 from pybroker.errors import StoreCorruptError
-from pybroker.proc.appender import (DISPATCHER_SLOT, DataPlaneWakes, now_ms, stop_on_sigterm,
-                                    store_setting)
 from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
-from pybroker.proc.wake import PositionWatch, Sleeper
+from pybroker.proc.wake import (DISPATCHER_SLOT, DataPlaneWakes, PositionWatch, Sleeper,
+                                stop_on_sigterm)
 from pybroker.store import paths
 from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog
@@ -40,6 +40,7 @@ from pybroker.store.control_block import ControlBlock
 from pybroker.store.dispatch import Dispatcher, parse_delay_levels
 from pybroker.store.index_file import IndexService
 from pybroker.store.reader import follow_commitlog
+from pybroker.store.settings import store_setting
 
 __all__ = ["run_dispatcher"]
 
@@ -70,10 +71,10 @@ def _open_store(settings):
     return commitlog, queues, index_service
 
 
-def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=now_ms,
+def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=clock.now_ms,
                    stop_requested: Callable[[], bool] | None = None) -> None:
     """Dispatch until ``stop_requested()`` (default: SIGTERM, see
-    :func:`pybroker.proc.appender.stop_on_sigterm`), then dispatch what is written, flush
+    :func:`pybroker.proc.wake.stop_on_sigterm`), then dispatch what is written, flush
     thoroughly and return."""
     commitlog, queues, index_service = _open_store(settings)
     start = control.dispatched_position or queues.max_physical_offset()

@@ -27,14 +27,15 @@ import logging
 import os
 from collections.abc import Callable
 
-from pybroker.proc.appender import (FLUSHER_SLOT, DataPlaneWakes, is_sync_flush, now_ms,
-                                    stop_on_sigterm, store_setting)
-from pybroker.proc.wake import PositionWatch, Sleeper, signal_mask
+from pybroker import clock
+from pybroker.proc.wake import (FLUSHER_SLOT, DataPlaneWakes, PositionWatch, Sleeper, signal_mask,
+                                stop_on_sigterm)
 from pybroker.store import paths
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import ControlBlock
 from pybroker.store.reader import follow_commitlog
+from pybroker.store.settings import is_sync_flush, store_setting
 
 __all__ = ["run_flusher"]
 
@@ -43,10 +44,10 @@ log = logging.getLogger("pybroker.proc.flusher")
 _SYNC_IDLE_WAIT_MS = 1000
 
 
-def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=now_ms,
+def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=clock.now_ms,
                 stop_requested: Callable[[], bool] | None = None) -> None:
     """Flush until ``stop_requested()`` (default: SIGTERM, see
-    :func:`pybroker.proc.appender.stop_on_sigterm`); then a last full flush and checkpoint
+    :func:`pybroker.proc.wake.stop_on_sigterm`); then a last full flush and checkpoint
     (send SIGTERM after the dispatcher exited, so it carries the final logics timestamps)."""
     store_root = store_setting(settings, "store_path_root_dir")
     commitlog = CommitLog(store_setting(settings, "store_path_commit_log")

@@ -1,25 +1,10 @@
 # RingPutter: the Putter of a remoting worker - send ring to the appender, completion ring back.
 """Put requests travel to the appender through the worker's send ring (DESIGN §2 rule 3, §6).
 
-One ring record is one put request (header fields native-endian; the ring never leaves the
-host)::
-
-    off       size  field
-    0         8     request_id   int64, unique per worker; echoed in the completion
-    8         4     queue_id     int32
-    12        4     count        int32, records in the run
-    16        4     sys_flag     int32, sysFlag of the run (transaction type bits are used)
-    20        4     flags        int32, PUT_FLAG_WAIT_STORE
-    24        2     topic_length int16, bytes of the UTF-8 topic
-    26        n     topic        UTF-8
-    26+n      pad   to a multiple of 8 (put_header_size)
-    header    ...   the whole encoded CommitLog records (one copy, patched by the appender)
-
-The appender answers with one completion slot per request: (request_id, status code, count,
-physical offset, queue offset); the status code is the index of the PutStatus in
-:data:`PUT_STATUSES`. Under SYNC_FLUSH a ``wait_store`` put is answered only once the
-control block's ``flushed_position`` covers the run (or ``syncFlushTimeout`` ms passed:
-FLUSH_DISK_TIMEOUT).
+The request and completion layouts are :mod:`pybroker.proc.ring_format`; the appender answers
+with one completion slot per request. Under SYNC_FLUSH a ``wait_store`` put is answered only
+once the control block's ``flushed_position`` covers the run (or ``syncFlushTimeout`` ms
+passed: FLUSH_DISK_TIMEOUT).
 
 Wake-ups: the worker has ONE eventfd. Its sleep flags (:meth:`RingPutter.sleep_flags`) are the
 completion ring's consumer flag, the send ring's producer flag while a put waits for space, and
@@ -30,32 +15,20 @@ event loop's own turn (``pybroker.proc.wake.AsyncWakeReader``).
 import asyncio
 import collections
 import itertools
-import struct
 
+from pybroker.proc import ring_format
 from pybroker.proc.wake import AsyncWakeReader
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout
 from pybroker.store.message_store import PutResult
 from pybroker.store.status import PutStatus
 
-__all__ = ["RingPutter", "PUT_HEADER", "PUT_FLAG_WAIT_STORE", "PUT_STATUSES",
-           "put_header_size"]
+__all__ = ["RingPutter"]
 
-PUT_HEADER = struct.Struct("=qiiiih")
-assert PUT_HEADER.size == 26
-PUT_FLAG_WAIT_STORE = 1
-# Completion status codes: the index in this tuple (every process runs the same code).
-PUT_STATUSES = tuple(PutStatus)
-_PUT_OK = PUT_STATUSES.index(PutStatus.PUT_OK)
-_RECORD_ALIGN_BYTES = 8
+_PUT_OK = ring_format.status_code(PutStatus.PUT_OK)
 # Puts committed while the appender's wake-up is deferred to the end of the loop turn, beyond
 # which it is signalled at once (measured: a whole turn of 64 puts lock-stepped the two sides).
 _SIGNAL_DEFER_PUTS_MAX = 16
-
-
-def put_header_size(topic_length: int) -> int:
-    """Bytes of a request header carrying a topic of ``topic_length`` UTF-8 bytes."""
-    return (PUT_HEADER.size + topic_length + _RECORD_ALIGN_BYTES - 1) & -_RECORD_ALIGN_BYTES
 
 
 def _record_sizes(view: memoryview, count: int) -> list[int]:
@@ -208,18 +181,14 @@ class RingPutter:
         topic_bytes = topic.encode()
         if not topic_bytes or len(topic_bytes) > layout.TOPIC_MAX_BYTES_V1 or count <= 0:
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        header_size = put_header_size(len(topic_bytes))
-        size = header_size + len(view)
+        size = ring_format.put_request_size(len(topic_bytes), len(view))
         if size > self.ring.record_max_bytes:
             return PutResult(PutStatus.MESSAGE_SIZE_EXCEEDED)
         offset = await self._reserve(size)
         request_id = next(self._request_ids)
         wait_flush = self.sync_flush and wait_store
-        data = self.ring.data()
-        PUT_HEADER.pack_into(data, offset, request_id, queue_id, count, sys_flag,
-                             PUT_FLAG_WAIT_STORE if wait_store else 0, len(topic_bytes))
-        data[offset + PUT_HEADER.size:offset + PUT_HEADER.size + len(topic_bytes)] = topic_bytes
-        data[offset + header_size:offset + size] = view
+        ring_format.write_put_request(self.ring.data(), offset, request_id, queue_id, count,
+                                      sys_flag, wait_store, topic_bytes, view)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_flush)
@@ -291,9 +260,7 @@ class RingPutter:
         if pending is None:
             raise RuntimeError(f"completion for unknown request {request_id}")
         if status_code != _PUT_OK:
-            status = PUT_STATUSES[status_code] if 0 <= status_code < len(PUT_STATUSES) \
-                else PutStatus.UNKNOWN_ERROR
-            self._resolve(request_id, PutResult(status))
+            self._resolve(request_id, PutResult(ring_format.status_of(status_code)))
             return
         ip, port = self.store_host
         ids, position = [], physical_offset

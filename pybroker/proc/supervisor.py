@@ -16,6 +16,7 @@ import signal
 import socket
 import time
 
+from pybroker import clock
 from pybroker.broker.context import BrokerContext
 from pybroker.broker.metadata import MetadataState
 from pybroker.broker.registration import NamesrvRegistration
@@ -224,11 +225,11 @@ class Supervisor:
         checker = TransactionCheckService(attachment.reader, attachment.putter, self.metadata,
                                           config.broker)
         check_interval_ms = config.broker.transaction_check_interval
-        next_check_ms = _now_ms() + check_interval_ms
+        next_check_ms = clock.now_ms() + check_interval_ms
         try:
             while True:
                 await asyncio.sleep(SCHEDULE_INTERVAL_S)
-                now_ms = _now_ms()
+                now_ms = clock.now_ms()
                 await schedule.run_once(now_ms)
                 if now_ms >= next_check_ms:
                     next_check_ms = now_ms + check_interval_ms
@@ -267,10 +268,6 @@ class Supervisor:
                 finished.append(clean)
         self.children.clear()
         return len(finished) == 3 and all(finished)
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _terminate(pid: int, name: str) -> bool:

@@ -13,11 +13,19 @@ Eventfds are created before fork (the supervisor) and inherited; one per sleepin
 enough even when it watches several rings or positions (the appender: all send rings).
 """
 import asyncio
+import dataclasses
 import os
 import select
-from typing import Callable, Protocol, Sequence
+import signal
+from typing import Callable, Mapping, Protocol, Sequence
 
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import WORKER_SLOTS_MAX, ControlBlock
+
+# Control-block slots of the data-plane workers (waiter bits, counters); remoting workers use
+# slots 0.. upwards.
+APPENDER_SLOT = WORKER_SLOTS_MAX - 1
+DISPATCHER_SLOT = WORKER_SLOTS_MAX - 2
+FLUSHER_SLOT = WORKER_SLOTS_MAX - 3
 
 
 class SleepFlag(Protocol):
@@ -78,6 +86,36 @@ class WakeFd:
             self.fd = -1
 
 
+@dataclasses.dataclass
+class DataPlaneWakes:
+    """The eventfds of the data plane; ``workers[i]`` is remoting worker slot i's."""
+    appender: WakeFd
+    dispatcher: WakeFd
+    flusher: WakeFd
+    workers: list[WakeFd]
+
+    def by_slot(self) -> dict[int, WakeFd]:
+        """Control-block slot -> eventfd, for signal_mask()."""
+        slots = dict(enumerate(self.workers))
+        slots.update({APPENDER_SLOT: self.appender, DISPATCHER_SLOT: self.dispatcher,
+                      FLUSHER_SLOT: self.flusher})
+        return slots
+
+
+def stop_on_sigterm(wake_fd: WakeFd) -> Callable[[], bool]:
+    """Install a SIGTERM handler (forked child's main thread) that wakes ``wake_fd``; returns
+    "was SIGTERM received". The supervisor stops the data plane in order: broker_state
+    STOPPING (the appender drains and exits), then SIGTERM to the dispatcher, then to the
+    flusher, each after the previous one exited, so each finishes what its upstream wrote."""
+    received = []
+
+    def on_sigterm(signal_number, frame) -> None:
+        received.append(signal_number)
+        wake_fd.signal()
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return lambda: bool(received)
+
+
 class ConsumerSide:
     """A ring's consumer sleep flag (ByteRing or CompletionRing)."""
 
@@ -113,7 +151,7 @@ class PositionWatch:
         self.block.remove_waiter(self.field, self.slot)
 
 
-def signal_mask(mask: int, wake_fds: Sequence[WakeFd]) -> int:
+def signal_mask(mask: int, wake_fds: Mapping[int, WakeFd] | Sequence[WakeFd]) -> int:
     """Signal the eventfd of every worker slot whose bit is set in mask (from
     ControlBlock.publish); returns how many were signalled."""
     signalled = 0

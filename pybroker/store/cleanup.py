@@ -35,6 +35,7 @@ import os
 import time
 from collections.abc import Callable
 
+from pybroker import clock
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.index_file import IndexService
@@ -66,10 +67,6 @@ def disk_partition_used_ratio(path: str) -> float:
     if stats.f_blocks <= 0:
         return -1.0
     return (stats.f_blocks - stats.f_bfree) / stats.f_blocks
-
-
-def _real_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def is_time_to_delete(delete_when: str, now_ms: int) -> bool:
@@ -114,7 +111,7 @@ class StoreCleaner:
         self.consume_queue_store = consume_queue_store
         self.index_service = index_service
         self.settings = settings
-        self.clock_ms = clock_ms or _real_clock_ms
+        self.clock_ms = clock_ms or clock.now_ms
         self.disk_used_ratio = disk_used_ratio or disk_partition_used_ratio
         self.sleep = sleep
         self.disk_full = False
@@ -196,7 +193,7 @@ class StoreCleaner:
         # MappedFileQueue ages files against the real clock; shift the limit so that the
         # comparison is made against the injected one: real_now < mtime + shifted
         # <=> clock_now < mtime + expired.
-        shifted_ms = expired_ms - (now_ms - _real_clock_ms())
+        shifted_ms = expired_ms - (now_ms - clock.now_ms())
         deleted = self.commitlog.delete_expired_files(
             shifted_ms, self.settings.delete_commit_log_files_interval,
             self.settings.destroy_maped_file_interval_forcibly, clean_at_once)

@@ -16,11 +16,11 @@ raises :class:`StoreCorruptError` naming it, instead of silently starting empty.
 import dataclasses
 import logging
 import os
-import time
 from typing import Any, Callable, TypeVar
 
 import orjson
 
+from pybroker import clock
 from pybroker.errors import StoreCorruptError
 from pybroker.protocol import fastjson
 
@@ -40,24 +40,20 @@ BAK_SUFFIX = ".bak"
 T = TypeVar("T")
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # --- value types -------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class DataVersion:
     """Version stamp of a document: ``timestamp`` (ms) and ``counter`` (+1 per change)."""
 
-    timestamp: int = dataclasses.field(default_factory=_now_ms)
+    timestamp: int = dataclasses.field(default_factory=clock.now_ms)
     counter: int = 0
     state_version: int | None = None   # 5.x only; written back only when it was read
 
     def next_version(self) -> None:
         """Record one change: counter + 1 and timestamp = now (ms)."""
         self.counter += 1
-        self.timestamp = _now_ms()
+        self.timestamp = clock.now_ms()
 
     @classmethod
     def from_json(cls, value: Any) -> "DataVersion":

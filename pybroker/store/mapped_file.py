@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+from pybroker import clock
 from pybroker.errors import DurabilityError, StoreCorruptError
 from pybroker.store import layout
 
@@ -61,10 +62,6 @@ def offset_file_name(offset: int) -> str:
 def is_offset_file_name(name: str) -> bool:
     """True for names that are exactly OFFSET_FILE_NAME_DIGITS decimal digits."""
     return len(name) == layout.OFFSET_FILE_NAME_DIGITS and name.isdigit()
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _create_file(path: str, file_size: int, allocation: str) -> None:
@@ -260,12 +257,12 @@ class MappedFile:
         """Stop new holds; close when released, or force after ``interval_forcibly_ms``."""
         if self._available:
             self._available = False
-            self._shutdown_started_ms = _now_ms()
+            self._shutdown_started_ms = clock.now_ms()
             self.release()
             return
         with self._hold_lock:
             forced = (self._hold_count > 0
-                      and _now_ms() - self._shutdown_started_ms >= interval_forcibly_ms)
+                      and clock.now_ms() - self._shutdown_started_ms >= interval_forcibly_ms)
             if forced:
                 self._hold_count = _FORCED_HOLD_COUNT - self._hold_count
         if forced:
@@ -587,7 +584,7 @@ class MappedFileQueue:
     def delete_expired_by_time(self, expired_ms: int, delete_interval_ms: int,
                                interval_forcibly_ms: int, clean_immediately: bool) -> int:
         """Delete files (never the last) unmodified for ``expired_ms``; returns how many."""
-        now_ms = _now_ms()
+        now_ms = clock.now_ms()
         expired = []
         for mapped_file in self.mapped_files[:-1]:
             if not clean_immediately and now_ms < mapped_file.last_modified_ms() + expired_ms:

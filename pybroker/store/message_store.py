@@ -18,12 +18,12 @@ StoreSettings default.
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Callable
 
 import numpy as np
 import psutil
 
+from pybroker import clock
 from pybroker.protocol.constants import MessageSysFlag, SystemTopic
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout, lock_file, paths, recovery
@@ -148,7 +148,7 @@ class MessageStore(StoreReads):
         elif overrides:
             settings = dataclasses.replace(settings, **overrides)
         self.settings = settings
-        self.clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self.clock_ms = clock_ms or clock.now_ms
         self._disk_used_ratio = disk_used_ratio
         self.store_root = _setting(settings, "store_path_root_dir")
         self.commitlog_dir = _setting(settings, "store_path_commit_log") or \

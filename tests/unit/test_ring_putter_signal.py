@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from pybroker.proc import shared
-from pybroker.proc.ring_putter import (_SIGNAL_DEFER_PUTS_MAX, PUT_HEADER, PUT_STATUSES,
-                                       RingPutter)
+from pybroker.proc.ring_format import read_put_request, status_code
+from pybroker.proc.ring_putter import _SIGNAL_DEFER_PUTS_MAX, RingPutter
 from pybroker.proc.wake import WakeFd
 from pybroker.store.control_block import ControlBlock
 from pybroker.store.status import PutStatus
@@ -37,9 +37,9 @@ def complete_all(ring, completions) -> int:
     taken = 0
     count, start, end = ring.peek_batch(1 << 20)
     data = ring.data()
-    for payload_offset, _ in ring.iter_records(start, end):
-        request_id = PUT_HEADER.unpack_from(data, payload_offset)[0]
-        completions.push(request_id, PUT_STATUSES.index(PutStatus.PUT_OK), 1, 0, 0)
+    for payload_offset, length in ring.iter_records(start, end):
+        request_id = read_put_request(data, payload_offset, length).request_id
+        completions.push(request_id, status_code(PutStatus.PUT_OK), 1, 0, 0)
         taken += 1
     ring.release(end)
     completions.commit()

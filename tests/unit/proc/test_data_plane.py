@@ -18,12 +18,12 @@ import pytest
 
 from pybroker._fast import record as record_codec
 from pybroker.config import FlushDiskType, StoreConfig
-from pybroker.proc.appender import DataPlaneWakes, run_appender
+from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import create_byte_ring, create_completion_ring
-from pybroker.proc.wake import WakeFd
+from pybroker.proc.wake import DataPlaneWakes, WakeFd
 from pybroker.store import lock_file
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.control_block import BrokerState, ControlBlock
