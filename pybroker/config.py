@@ -398,7 +398,7 @@ class StoreConfig:
     default_query_max_num: int = setting("defaultQueryMaxNum", 32, "query result default cap",
         unit="count", rule=at_least(1))
     warm_maped_file_enable: bool = setting("warmMapedFileEnable", False,
-        "pre-write new CommitLog files")
+        "fallocate and fault in each new CommitLog file whole (default: sparse files)")
     transient_store_pool_enable: bool = setting("transientStorePoolEnable", False,
         "write to a buffer, commit to the file later", important=True)
     transient_store_pool_size: int = setting("transientStorePoolSize", 5, "buffers in the pool",

@@ -121,7 +121,8 @@ class _Appender:
         store_root = store_setting(settings, "store_path_root_dir")
         self.commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
                                    or paths.commitlog_dir(store_root),
-                                   store_setting(settings, "mapped_file_size_commit_log"))
+                                   store_setting(settings, "mapped_file_size_commit_log"),
+                                   warm=store_setting(settings, "warm_maped_file_enable"))
         if not self.commitlog.load():
             raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
         written = control.written_position or _written_end(self.commitlog)

@@ -17,6 +17,10 @@ mark the same pages dirty), so the pages the appender dirtied are written whiche
 asks. (A read-only mapping would not do: Python's ``mmap.flush`` skips msync for
 ACCESS_READ maps.)
 
+After each flush it keeps a window of CommitLog pages faulted in ahead of the written position
+(:mod:`pybroker.store.prefault`), so the appender's stores into fresh pages of the sparse files
+are minor faults.
+
 After each flush it writes the checkpoint: physicMsgTimestamp = store time of the last record
 flushed (``written_store_timestamp`` loaded BEFORE ``written_position``, so it is never later
 than that record), logics/index timestamps from the dispatcher's published ones. A flush error
@@ -34,6 +38,7 @@ from pybroker.store import paths
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import ControlBlock
+from pybroker.store.prefault import PrefaultWindow
 from pybroker.store.reader import follow_commitlog
 from pybroker.store.settings import is_sync_flush, store_setting
 
@@ -86,6 +91,10 @@ class _Flusher:
         commitlog.set_wrote_and_flushed(flushed)
         self.followed = flushed
         self.commitlog_min_offset = 0
+        # Sparse CommitLog files: fault the pages ahead of the appender here, not in its
+        # append path (store/prefault.py). Warmed files are faulted in whole already.
+        self.prefault = None if store_setting(settings, "warm_maped_file_enable") \
+            else PrefaultWindow(commitlog, flushed)
         log.info("flusher: %s from %d", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH", flushed)
 
     def run(self) -> None:
@@ -94,6 +103,8 @@ class _Flusher:
         while True:
             stopping = self.stop_requested()
             flushed = self.flush_once(least_pages=0 if (self.sync or stopping) else None)
+            if self.prefault is not None and not stopping:
+                self.prefault.advance(self.followed)   # after the flush: acks go first
             if stopping:
                 if not flushed:
                     self.write_checkpoint(0, -1)   # the dispatcher's last timestamps

@@ -63,17 +63,21 @@ class CommitLog:
         Map files read-only (every process but the single writer).
     allocation : str
         How new segments are allocated (see :mod:`pybroker.store.mapped_file`).
+    warm : bool
+        ``warmMapedFileEnable``: new segments are fallocated and faulted in whole at creation
+        (costs about 3 s per GiB on the creating call), instead of sparse.
     """
 
     def __init__(self, store_path: str, file_size: int, read_only: bool = False, *,
-                 allocation: str = DEFAULT_ALLOCATION):
+                 allocation: str = DEFAULT_ALLOCATION, warm: bool = False):
         if file_size <= layout.END_FILE_MIN_BLANK_BYTES:
             raise ValueError(f"file_size {file_size} bytes leaves no room for records")
         self.store_path = store_path
         self.file_size = file_size
         self.read_only = read_only
-        self.mapped_file_queue = MappedFileQueue(store_path, file_size, read_only,
-                                                 allocation=allocation)
+        self.mapped_file_queue = MappedFileQueue(
+            store_path, file_size, read_only, allocation="fallocate" if warm else allocation,
+            warm=warm)
         self._topic_queue_table: dict[str, int] = {}
         self._held_records: dict[int, tuple[object, MappedFile, memoryview]] = {}
 

@@ -81,6 +81,7 @@ class StoreSettings:
     access_message_in_memory_max_ratio: int = 40
     default_query_max_num: int = 32
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    warm_maped_file_enable: bool = False
 
 
 _DEFAULTS = StoreSettings()
