@@ -6,6 +6,8 @@ the parser it is given and returns the function that runs it (``run(args) -> exi
 """
 import argparse
 import logging
+import os
+import shlex
 import sys
 from typing import Callable
 
@@ -191,7 +193,38 @@ def _run_standalone(args: argparse.Namespace) -> int:
     if loaded is None:
         return 1
     _log_important(loaded)
-    return run_standalone(loaded, port)
+    banner = serving_banner(loaded, port)
+
+    def on_serving() -> None:
+        sys.stdout.write(banner)
+        sys.stdout.flush()
+    return run_standalone(loaded, port, on_serving)
+
+
+def send_test_message_command(namesrv_addr: str, topic: str = "TopicTest") -> str:
+    """A shell command line that sends one message with pybroker.client and prints the
+    outcome (this interpreter, so the installed pybroker is the one that runs)."""
+    code = (f'from pybroker.client import Message; from pybroker.client.sync import Producer; '
+            f'p = Producer("quickstart_producer", "{namesrv_addr}"); p.start(); '
+            f'r = p.send(Message("{topic}", b"hello pybroker")); '
+            f'print(r.status.name, r.msg_id, r.message_queue); p.shutdown()')
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+
+
+def serving_banner(loaded, namesrv_port: int) -> str:
+    """What ``pybroker standalone`` prints on stdout once it serves (logs go to stderr)."""
+    namesrv_addr = f"127.0.0.1:{namesrv_port}"
+    bind = loaded.remoting.bind_address
+    broker = loaded.broker
+    return (f"pybroker {pybroker.__version__} standalone is serving (pid {os.getpid()})\n"
+            f"  NameServer  {namesrv_addr} (listening on 127.0.0.1 only)\n"
+            f"  broker      {loaded.derived.broker_addr} (listening on {bind}:"
+            f"{broker.listen_port} and {bind}:{loaded.derived.fast_listen_port}; "
+            f"bindAddress= in broker.conf binds one address)\n"
+            f"  store       {loaded.store.store_path_root_dir}\n"
+            f"  logs        stderr\n"
+            f"  stop        Ctrl-C, or kill -TERM {os.getpid()}\n"
+            f"Send a test message:\n  {send_test_message_command(namesrv_addr)}\n")
 
 
 def _log_important(loaded) -> None:

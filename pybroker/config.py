@@ -424,6 +424,9 @@ class RemotingConfig:
 
     Java's broker start-up sets both server socket buffers to 131072 bytes; 0 = OS default.
     """
+    bind_address: str = setting("bindAddress", "0.0.0.0",
+        "address listenPort and listenPort-2 listen on (5.x key); 0.0.0.0 = every interface",
+        rule=HOST_RULE, important=True)
     server_worker_threads: int = setting("serverWorkerThreads", 8,
         "Java Netty threads; accepted, pybroker uses remotingWorkers", unit="count",
         rule=between(1, 1024))

@@ -39,3 +39,17 @@ def pytest_addoption(parser):
 def require_peers() -> bool:
     """True when missing compat peers must fail instead of skip (CI)."""
     return os.environ.get("PYBROKER_REQUIRE_PEERS", "") not in ("", "0")
+
+
+def pytest_configure(config):
+    from tests import progress
+    progress.attach(config)
+
+
+def pytest_collection_finish(session):
+    """Peers are installed here, before the first test, never half way through the run."""
+    if session.config.option.collectonly:
+        return
+    if any(item.get_closest_marker("compat") for item in session.items):
+        from tests import peers
+        peers.prepare_all()

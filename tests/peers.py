@@ -2,13 +2,21 @@
 """Shared by the compat tests: the Java harness (tools/java_rocketmq.py), the Go client build
 (tools/go_client.py), and the rule for a missing peer: skip with the reason in a local run,
 fail when ``PYBROKER_REQUIRE_PEERS=1`` (``.ci/run`` sets it after installing the peers).
+
+Every peer is prepared once per session, before the first test runs: tests/conftest.py calls
+:func:`prepare_all` when the selected tests include compat tests, and each preparation prints
+one progress line with the time it took. The outcome (the install, or why there is none) is
+remembered, so every test sees the same peers whatever the order, and a failed install is not
+retried by each fixture.
 """
+import contextlib
 import importlib.util
 import pathlib
 import sys
 
 import pytest
 
+from tests import progress
 from tests.conftest import require_peers
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -36,23 +44,87 @@ def unavailable(reason: str):
 java_rocketmq = load_tool("java_rocketmq")
 go_client = load_tool("go_client")
 
+# peer key -> the prepared peer, or the reason (str) why it is missing.
+_prepared: dict[str, object] = {}
+
+
+def _prepare_java(version: str):
+    reason = java_rocketmq.java_available()
+    if reason:
+        progress.line(f"Java RocketMQ {version}: unavailable ({reason})")
+        return reason
+    install = java_rocketmq.RocketMQInstall(version)
+    if install.is_complete():
+        progress.line(f"Java RocketMQ {version} jars: cached in {install.lib_dir}")
+        return install
+    try:
+        with progress.stage(f"Java RocketMQ {version} jars: installing from Maven Central") \
+                as notes:
+            install.install(timeout_s=1200)
+            notes.append(f"{len(install.jar_names())} jars in {install.lib_dir}")
+    except java_rocketmq.HarnessError as error:
+        return f"cannot install Java RocketMQ {version}: {error}"
+    return install
+
+
+def _prepare_go():
+    reason = go_client.go_available()
+    if reason:
+        progress.line(f"Go client: unavailable ({reason})")
+        return reason
+    try:
+        with progress.stage("Go client rmqgo (rocketmq-client-go v2.1.2)") as notes:
+            build = go_client.build_go_client()
+            notes.append("built" if build.built else f"cached in {build.path.parent}")
+    except go_client.GoBuildError as error:
+        return f"cannot build the Go client: {error}"
+    return build.path
+
+
+def _prepared_peer(key: str, prepare):
+    if key not in _prepared:
+        _prepared[key] = prepare()
+    peer = _prepared[key]
+    if isinstance(peer, str):
+        unavailable(peer)
+    return peer
+
 
 def java_install(version: str = java_rocketmq.DEFAULT_VERSION):
     """The installed Java RocketMQ ``version`` (jars from Maven), or skip/fail."""
-    reason = java_rocketmq.java_available()
-    if reason:
-        unavailable(reason)
-    install = java_rocketmq.RocketMQInstall(version)
-    try:
-        install.install(timeout_s=1200)
-    except java_rocketmq.HarnessError as error:
-        unavailable(f"cannot install Java RocketMQ {version}: {error}")
-    return install
+    return _prepared_peer(f"java-{version}", lambda: _prepare_java(version))
 
 
 def rmqgo_path() -> pathlib.Path:
     """The built ``rmqgo`` binary (Go client v2.1.2), or skip/fail."""
-    reason = go_client.go_available()
-    if reason:
-        unavailable(reason)
-    return go_client.build_go_client().path
+    return _prepared_peer("go", _prepare_go)
+
+
+def prepare_all() -> None:
+    """Install every peer now (session start): both Java versions and the Go client.
+    Missing tools or failed installs are remembered; the tests then skip or fail with them."""
+    for version in java_rocketmq.VERSIONS:
+        if f"java-{version}" not in _prepared:
+            _prepared[f"java-{version}"] = _prepare_java(version)
+    if "go" not in _prepared:
+        _prepared["go"] = _prepare_go()
+
+
+@contextlib.contextmanager
+def java_broker(work_dir, install, **options):
+    """A running Java NameServer + broker (``JavaRocketMQ(work_dir, install, free_ports=True,
+    **options)``), its start-up shown as a progress stage; stopped on exit."""
+    broker = java_rocketmq.JavaRocketMQ(work_dir, install, **{"free_ports": True, **options})
+    with progress.stage(f"Java RocketMQ {install.version}: starting NameServer and broker"):
+        broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def compile_java(install, sources, out_dir):
+    """``java_rocketmq.compile_java`` shown as a progress stage (javac takes seconds)."""
+    names = ", ".join(pathlib.Path(source).name for source in sources)
+    with progress.stage(f"javac {names} against the {install.version} client"):
+        return java_rocketmq.compile_java(install, sources, out_dir)

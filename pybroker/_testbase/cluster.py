@@ -15,6 +15,7 @@ import time
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+DISPATCH_TIMEOUT_S = 30.0
 READY_LINE = "] boot success"   # the broker's line, not the NameServer's
 
 TEST_PROFILE = {
@@ -128,6 +129,34 @@ class StandaloneBroker:
             self.kill()
             raise RuntimeError(f"pybroker did not stop in {STOP_TIMEOUT_S} s:\n"
                                f"{self._log_text()[-4000:]}") from None
+
+    def wait_max_offset(self, topic: str, queue_id: int, expected: int,
+                        timeout_s: float = DISPATCH_TIMEOUT_S) -> None:
+        """Wait until the queue's max offset (GET_MAX_OFFSET: entries dispatched to its
+        ConsumeQueue) reaches ``expected``; AssertionError after ``timeout_s``.
+
+        A SEND_OK means the CommitLog has the record; the dispatcher makes it pullable a moment
+        later (Java's reput does the same), so a test that pulls right after sending waits
+        here first.
+        """
+        from pybroker.protocol.codes import RequestCode, ResponseCode
+        from pybroker.protocol.command import create_request
+        from pybroker.remoting.client import SyncRemotingClient
+        request = {"topic": topic, "queueId": str(queue_id)}
+        deadline = time.monotonic() + timeout_s
+        with SyncRemotingClient() as client:
+            client.connect(self.broker_addr)
+            while True:
+                response = client.invoke(create_request(RequestCode.GET_MAX_OFFSET, request),
+                                         int(timeout_s * 1000))
+                assert response.code == ResponseCode.SUCCESS, response.remark
+                offset = int(response.ext_fields["offset"])
+                if offset >= expected:
+                    return
+                assert time.monotonic() < deadline, (
+                    f"{topic}/{queue_id}: max offset {offset} after {timeout_s} s, "
+                    f"expected {expected}")
+                time.sleep(0.02)
 
     def kill(self) -> None:
         """``kill -9`` every process of the broker (supervisor, workers, NameServer)."""

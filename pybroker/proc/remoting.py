@@ -42,13 +42,13 @@ class RemotingWorker:
     """One worker's asyncio side. ``data_plane`` attaches the store reader and the putter
     (see :mod:`pybroker.proc.dataplane`); ``metadata_socket`` is the service's unix path."""
 
-    def __init__(self, worker_id: int, config, data_plane, metadata_socket: str,
-                 listen_host: str = "0.0.0.0"):
+    def __init__(self, worker_id: int, config, data_plane, metadata_socket: str):
         self.worker_id = worker_id
         self.config = config
         self.data_plane = data_plane
         self.metadata_socket = metadata_socket
-        self.listen_host = listen_host
+        # Java's broker binds every interface too (5.x: NettyServerConfig.bindAddress).
+        self.listen_host = config.remoting.bind_address
         self.connections: dict[str, RemotingConnection] = {}
         self.servers = []
         client_table = RequestTable()
@@ -81,8 +81,9 @@ class RemotingWorker:
                 self.listen_host, port, table, reuse_port=True, limits=limits,
                 on_connect=self._connected, on_close=self._disconnected))
         sweeper = loop.create_task(self._sweep_held_pulls())
-        log.info("remoting worker %d serving ports %d and %d", self.worker_id,
-                 self.config.broker.listen_port, self.config.derived.fast_listen_port)
+        log.info("remoting worker %d serving %s ports %d and %d", self.worker_id,
+                 self.listen_host, self.config.broker.listen_port,
+                 self.config.derived.fast_listen_port)
         await self.stopping.wait()
         sweeper.cancel()
         await self._stop()

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 
 from pybroker import config as config_module
 from pybroker.namesrv.server import run_namesrv
@@ -28,8 +29,10 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def run_standalone(config, namesrv_port: int) -> int:
-    """Run NameServer + broker; returns the broker's exit status."""
+def run_standalone(config, namesrv_port: int,
+                   on_serving: Callable[[], None] | None = None) -> int:
+    """Run NameServer + broker; returns the broker's exit status. ``on_serving()`` runs once,
+    when the broker serves and has registered with the NameServer."""
     # The embedded NameServer keeps its KV file beside the broker's store, not in ~/namesrv.
     kv_config_path = os.path.join(config.store.store_path_root_dir, "namesrv", "kvConfig.json")
     namesrv_config = config_module.load_namesrv_config(
@@ -49,7 +52,7 @@ def run_standalone(config, namesrv_port: int) -> int:
                 log.error("the embedded NameServer did not start on port %d", namesrv_port)
                 return 1
             time.sleep(0.05)   # tidy: allow (start-up wait, not a data-plane loop)
-        return run_broker(config)
+        return run_broker(config, on_serving)
     finally:
         try:
             os.kill(pid, signal.SIGTERM)

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 
 from pybroker import clock
 from pybroker.broker.context import BrokerContext
@@ -93,8 +94,10 @@ def _die_with_parent() -> None:
 class Supervisor:
     """Runs one broker until stopped; :meth:`run` returns the process exit status."""
 
-    def __init__(self, config):
+    def __init__(self, config, on_serving: Callable[[], None] | None = None):
         self.config = config
+        # Called once, when the first generation serves (standalone prints its banner).
+        self.on_serving = on_serving
         self.store_root = config.store.store_path_root_dir
         self.metadata = None
         self.children: dict[int, str] = {}
@@ -192,6 +195,9 @@ class Supervisor:
             log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                      broker.broker_name, self.config.derived.broker_addr,
                      broker.namesrv_addr or "(none)")
+            if self.on_serving is not None:
+                self.on_serving()
+                self.on_serving = None
             result = await outcome
             if result == "stopped":
                 await registration.unregister_all()
@@ -333,10 +339,11 @@ def _bind_unix_socket(path: str) -> socket.socket:
     return listener
 
 
-def run_broker(config) -> int:
-    """``pybroker broker``: run the supervisor in this process; returns the exit status."""
+def run_broker(config, on_serving: Callable[[], None] | None = None) -> int:
+    """``pybroker broker``: run the supervisor in this process; returns the exit status.
+    ``on_serving()`` runs once, when the broker first serves and has registered."""
     try:
-        return Supervisor(config).run()
+        return Supervisor(config, on_serving).run()
     except lock_file.StoreLockedError as error:
         log.error("cannot start: %s", error)
         return 1

@@ -72,6 +72,7 @@ def test_route_send_and_pull_round_trip(broker):
         assert sorted(offset for queue, offset, _ in sent if queue == 0) == list(range(10))
         received = {}
         for queue_id in (0, 1):
+            broker.wait_max_offset("RoundTrip", queue_id, 10)   # dispatched, then pulled
             response = _pull(client, "g1", "RoundTrip", queue_id, 0)
             assert response.code == ResponseCode.SUCCESS, response.remark
             assert int(response.ext_fields["nextBeginOffset"]) == 10
@@ -128,6 +129,7 @@ def test_kill_minus_9_loses_no_acknowledged_message(tmp_path):
                 acked.append(int(response.ext_fields["queueOffset"]))
         broker.kill()
         broker.start()
+        broker.wait_max_offset("CrashTopic", 0, len(acked))
         with SyncRemotingClient() as client:
             client.connect(broker.broker_addr)
             seen = []
@@ -152,6 +154,7 @@ def test_sigterm_stops_cleanly_and_restart_recovers_normally(tmp_path):
         log_before_restart = len(broker._log_text())
         broker.start()
         assert "recovered (normal)" in broker._log_text()[log_before_restart:]
+        broker.wait_max_offset("CleanTopic", 0, 50)
         with SyncRemotingClient() as client:
             client.connect(broker.broker_addr)
             response = _pull(client, "g", "CleanTopic", 0, 0, max_nums=64)

@@ -142,7 +142,8 @@ def test_delete_topic_removes_queue_files_and_restarts_offsets(broker, client):
         response = _send(client, topic, b"old-%d" % index)
         assert response.code == ResponseCode.SUCCESS, response.remark
         assert int(response.ext_fields["queueOffset"]) == index
-    assert _wait_for(lambda: _files(os.path.join(topic_dir, "0")))
+    broker.wait_max_offset(topic, 0, 5)     # all five dispatched before the deletion
+    assert _files(os.path.join(topic_dir, "0"))
     deleted = client.invoke(create_request(RequestCode.DELETE_TOPIC_IN_BROKER,
                                            {"topic": topic}), TIMEOUT_MS)
     assert deleted.code == ResponseCode.SUCCESS, deleted.remark
@@ -150,6 +151,7 @@ def test_delete_topic_removes_queue_files_and_restarts_offsets(broker, client):
     again = _send(client, topic, b"new-0")
     assert again.code == ResponseCode.SUCCESS, again.remark
     assert int(again.ext_fields["queueOffset"]) == 0
+    broker.wait_max_offset(topic, 0, 1)
     assert _min_offset(client, topic) == 0
     pulled = _pull(client, topic, 0)
     assert pulled.code == ResponseCode.SUCCESS, pulled.remark

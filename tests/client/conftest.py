@@ -35,6 +35,5 @@ def rocketmq_peer(request, tmp_path_factory):
         yield Peer(namesrv_addr, broker_addr)
         return
     install = peers.java_install()
-    rmq = peers.java_rocketmq.JavaRocketMQ(tmp_path_factory.mktemp("rmq"), install, free_ports=True)
-    with rmq:
+    with peers.java_broker(tmp_path_factory.mktemp("rmq"), install) as rmq:
         yield Peer(rmq.namesrv_addr, rmq.broker_addr)

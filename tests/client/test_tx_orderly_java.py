@@ -47,10 +47,8 @@ TRANSACTION_OVERRIDES = {"transactionTimeOut": "1000", "transactionCheckInterval
 def rocketmq_peer(tmp_path_factory):
     """Java RocketMQ 4.9.8 with fast transaction checks (skips without Java)."""
     install = peers.java_install()
-    rmq = peers.java_rocketmq.JavaRocketMQ(tmp_path_factory.mktemp("rmq-tx"), install,
-                                           free_ports=True,
-                                           broker_overrides=TRANSACTION_OVERRIDES)
-    with rmq:
+    with peers.java_broker(tmp_path_factory.mktemp("rmq-tx"), install,
+                           broker_overrides=TRANSACTION_OVERRIDES) as rmq:
         yield Peer(rmq.namesrv_addr, rmq.broker_addr)
 
 

@@ -21,9 +21,7 @@ import uuid
 import pytest
 
 from tests import peers
-from tests.conftest import require_peers
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 GO_CLIENT_VERSION = "v2.1.2"
 ROUND_TRIP_COUNT = 20
 # rmqgo's own hard bound past --timeout: watchdogGrace in main.go.
@@ -202,20 +200,9 @@ def test_silent_name_server_is_bounded_by_timeout(rmqgo):
 @pytest.fixture(scope="module", params=["4.9.8", "5.3.3"])
 def java_broker(request, rmqgo, tmp_path_factory):
     """A Java NameServer + broker on free loopback ports, for one pinned RocketMQ version."""
-    if not (ROOT / "tools" / "java_rocketmq.py").is_file():
-        peers.unavailable("tools/java_rocketmq.py (the Java RocketMQ harness) is absent")
-    java = peers.java_rocketmq
-    reason = java.java_available()
-    if reason:
-        peers.unavailable(f"Java RocketMQ peer: {reason}")
-    install = java.RocketMQInstall(request.param)
-    if not install.is_complete():
-        if not require_peers():
-            pytest.skip(f"Java RocketMQ {request.param} is not installed "
-                        f"(python tools/java_rocketmq.py install --version {request.param})")
-        install.install()
+    install = peers.java_install(request.param)
     work_dir = tmp_path_factory.mktemp(f"java-{request.param}")
-    with java.JavaRocketMQ(work_dir, install=install, free_ports=True) as broker:
+    with peers.java_broker(work_dir, install) as broker:
         yield broker
 
 

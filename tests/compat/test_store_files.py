@@ -19,7 +19,7 @@ import shutil
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
-from tests import peers
+from tests import peers, progress
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -49,7 +49,7 @@ def java_peer(tmp_path_factory):
     """(install, classes dir) with StoreCompat compiled against the 4.9.8 client."""
     install = peers.java_install("4.9.8")
     try:
-        classes = java_rocketmq.compile_java(
+        classes = peers.compile_java(
             install, [ROOT / "tools" / "java_store" / "StoreCompat.java"],
             tmp_path_factory.mktemp("store_compat_classes"))
     except java_rocketmq.HarnessError as error:
@@ -186,7 +186,9 @@ def _start_java(install, work_dir: pathlib.Path, source_store=None):
         if source_store is not None:
             _copy_store(source_store, java.store_dir)
         try:
-            return java.start()
+            with progress.stage(f"Java RocketMQ {install.version}: starting on "
+                                f"{'a copied' if source_store else 'an empty'} store"):
+                return java.start()
         except java_rocketmq.HarnessError as error:
             if "BindException" not in str(error) or attempt == 2:
                 raise

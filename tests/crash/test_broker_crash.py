@@ -242,6 +242,9 @@ def test_kill_minus_9_under_load(tmp_path, rand, target, flush_disk_type):
                 assert len(load.acked) >= restarted_at + 100, "the producer did not resume"
         assert not load.failures, load.failures
         assert load.consumed > 0, "the consumer thread read nothing"
+        for queue_id in range(QUEUES):      # the last acknowledged sends dispatched
+            acked_offsets = [offset for queue, offset in load.acked if queue == queue_id]
+            broker.wait_max_offset(TOPIC, queue_id, max(acked_offsets, default=-1) + 1)
         stored = _read_everything(broker.broker_addr)
     print(f"sent={load.sent} acknowledged={len(load.acked)} stored={len(stored)} "  # noqa: T201
           f"consumed_live={load.consumed}")

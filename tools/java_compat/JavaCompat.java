@@ -3,9 +3,10 @@
 // Usage: java -cp "lib/*:classes" JavaCompat MODE NAMESRV key=value...
 //   send      topic count run   sync, async, oneway sends of COUNT each + one batch of COUNT
 //   dump      topic group               DefaultMQPullConsumer: every message of every queue
-//   push      topic group count instances model [send=0|1] [timeout=S] [expect=N]
-//             start INSTANCES push consumers (CLUSTERING|BROADCASTING), wait for the queue
-//             assignment, send COUNT messages (send=1) and print what each instance receives
+//   push      topic group count instances model [send=0|1] [kinds=N run=R] [timeout=S]
+//             [expect=N]  start INSTANCES push consumers (CLUSTERING|BROADCASTING), wait for
+//             the queue assignment, then send N of each kind as `send` does (kinds=N), send
+//             COUNT messages (send=1), and print what each instance receives
 //   litepull  topic group take [timeout=S]  DefaultLitePullConsumer: poll >= TAKE, commitSync
 //   orderly   topic group keys perkey instances [timeout=S]
 //             MessageListenerOrderly consumers; messages sent by MessageQueueSelector on the key
@@ -145,9 +146,12 @@ public final class JavaCompat {
     }
 
     private static boolean send(String namesrv, Map<String, String> options) throws Exception {
-        String topic = options.get("topic");
-        String run = options.getOrDefault("run", "r");
-        int count = intOption(options, "count", 5);
+        return sendKinds(namesrv, options.get("topic"), options.getOrDefault("run", "r"),
+            intOption(options, "count", 5));
+    }
+
+    private static boolean sendKinds(String namesrv, String topic, String run, int count)
+        throws Exception {
         DefaultMQProducer producer = producer(namesrv, "compat-send");
         try {
             boolean ok = true;
@@ -359,6 +363,13 @@ public final class JavaCompat {
                 consumers.add(consumer);
             }
             if (!awaitAssignment(consumers, topic, queueCount, broadcasting, false, deadlineMs)) {
+                return false;
+            }
+            // Sent only now: a message already in the topic while a second consumer joins may
+            // be delivered twice during the rebalance (at-least-once, the Java broker too).
+            if (options.containsKey("kinds")
+                && !sendKinds(namesrv, topic, options.getOrDefault("run", "r"),
+                    intOption(options, "kinds", 0))) {
                 return false;
             }
             if (sendFirst) {

@@ -1,0 +1,59 @@
+# Progress lines for the long steps of a test session: peer installs, builds, slow fixtures.
+"""One terminal line per long step (``[stage] what ... 12.3 s``), shown even while pytest
+captures test output, so a run that downloads jars or builds the Go client says so.
+
+tests/conftest.py calls :func:`attach` with the session's config; without it (a script
+importing tests.peers) the lines go to stderr.
+"""
+import contextlib
+import sys
+import time
+
+_reporter = None
+_capture = None
+
+
+def attach(config) -> None:
+    """Write through this pytest session's terminal, around its output capture."""
+    global _reporter, _capture
+    _reporter = config.pluginmanager.get_plugin("terminalreporter")
+    _capture = config.pluginmanager.get_plugin("capturemanager")
+
+
+def _write(text: str, end_line: bool) -> None:
+    suspended = _capture.global_and_fixture_disabled() if _capture is not None \
+        else contextlib.nullcontext()
+    with suspended:
+        if _reporter is None:
+            sys.stderr.write(text + ("\n" if end_line else ""))
+            sys.stderr.flush()
+        elif end_line:
+            _reporter.write(text + "\n", flush=True)
+        else:
+            # Start on a line of its own, also in the middle of a row of -q dots.
+            writer = getattr(_reporter, "_tw", None)
+            if writer is not None and writer.width_of_current_line:
+                _reporter.write("\n")
+            _reporter.write(text, flush=True)
+
+
+def line(text: str) -> None:
+    """A whole progress line."""
+    _write(f"[stage] {text}", False)
+    _write("", True)
+
+
+@contextlib.contextmanager
+def stage(text: str):
+    """``[stage] text ...`` now, then `` 12.3 s`` (or `` failed after 12.3 s``) on the same
+    line when the block ends. The block may append words to the yielded list; they are
+    printed before the time (``... built, 40.4 s``)."""
+    _write(f"[stage] {text} ...", False)
+    notes: list[str] = []
+    started = time.monotonic()
+    try:
+        yield notes
+    except BaseException:
+        _write(f" failed after {time.monotonic() - started:.1f} s", True)
+        raise
+    _write(" " + ", ".join([*notes, f"{time.monotonic() - started:.1f} s"]), True)
