@@ -1,9 +1,11 @@
-# Broker launchers and the process-tree sampler used by tools/bench_side_by_side.py.
+# Broker launchers used by tools/bench_side_by_side.py: pybroker and Java RocketMQ, same conf.
 """Start pybroker or Java RocketMQ with one shared broker.conf on 127.0.0.1; measure them.
 
-Every process started here is registered in ``LIVE`` and stopped by :func:`stop_all`
-(SIGTERM to its process group, SIGKILL after a deadline); the driver calls it from ``finally``,
-at interpreter exit and on SIGINT/SIGTERM, so an interrupted benchmark leaves nothing running.
+Per-process figures (CPU, context switches, PSS) are taken by tools/bench_sample.py with each
+broker's ``root_pids()`` and ``role_of()``. Every process started here is registered in
+``LIVE`` and stopped by :func:`stop_all` (SIGTERM to its process group, SIGKILL after a
+deadline); the driver calls it from ``finally``, at interpreter exit and on SIGINT/SIGTERM, so
+an interrupted benchmark leaves nothing running.
 """
 import json
 import os
@@ -13,7 +15,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 
 import psutil
@@ -61,7 +62,7 @@ def remoting_request(port: int, code: int, ext_fields: dict, timeout_s: float = 
     return json.loads(rest[:header_word & 0xFFFFFF])
 
 
-def create_topic(broker, topic: str, queue_count: int = 4, timeout_s: float = 30.0) -> None:
+def create_topic(broker, topic: str, queue_count: int = 8, timeout_s: float = 30.0) -> None:
     """Create topic on the broker (UPDATE_AND_CREATE_TOPIC) and wait for its route.
 
     Done before every load so consumers find the route at start instead of at their next
@@ -197,6 +198,13 @@ class PyBroker:
     def log_tail(self, chars: int = 3000) -> str:
         return self.log_text()[-chars:]
 
+    def role_of(self, process: psutil.Process) -> str:
+        """supervisor (the root), a worker's role from its ``pb-<role>`` name, or namesrv."""
+        if process.pid in self.root_pids():
+            return "supervisor"
+        name = process.name()
+        return name[3:] if name.startswith("pb-") else "namesrv"
+
     def root_pids(self) -> list[int]:
         """The pids whose process trees are the broker (py-spy, when wrapping, is excluded)."""
         if self.process is None:
@@ -227,11 +235,12 @@ class PyBroker:
 
 
 class JavaBroker:
-    """Java NameServer + broker (tools/java_rocketmq.py) with the shared broker.conf."""
-    name = "java"
+    """Java NameServer + broker (tools/java_rocketmq.py) with the shared broker.conf; named
+    ``java-<version>``."""
 
     def __init__(self, work_dir: pathlib.Path, conf: dict, install: jr.RocketMQInstall,
                  heap_mb: int = 1024):
+        self.name = f"java-{install.version}"
         self.work_dir = pathlib.Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.conf_path = self.work_dir / "shared-broker.conf"
@@ -257,6 +266,13 @@ class JavaBroker:
     def root_pids(self) -> list[int]:
         return [process.pid for process in self.harness.processes.values()]
 
+    def role_of(self, process: psutil.Process) -> str:
+        """namesrv or broker (the harness's names of its two JVMs)."""
+        for role, started in self.harness.processes.items():
+            if started.pid == process.pid:
+                return role
+        return "jvm-child"
+
     def log_tail(self, chars: int = 3000) -> str:
         path = self.harness.logs_dir / "broker.out"
         try:
@@ -266,67 +282,3 @@ class JavaBroker:
 
     def stop(self) -> None:
         self.harness.stop()
-
-
-def _tree(root_pids) -> list[psutil.Process]:
-    processes = []
-    for pid in root_pids:
-        try:
-            root = psutil.Process(pid)
-            processes.append(root)
-            processes.extend(root.children(recursive=True))
-        except psutil.Error:
-            continue
-    return processes
-
-
-class TreeSampler:
-    """Samples every process under root_pids every interval_s: CPU seconds and peak RSS.
-
-    CPU is user+system seconds used between start() and stop(), summed over the processes
-    (a process seen first mid-run counts from zero). RSS is the sum over the processes; pages
-    shared between forked pybroker processes (mmapped store files) count once per process.
-    """
-
-    def __init__(self, root_pids, interval_s: float = 0.25):
-        self.root_pids = list(root_pids)
-        self.interval_s = interval_s
-        self.first_cpu: dict[int, float] = {}
-        self.last_cpu: dict[int, float] = {}
-        self.peak_rss_bytes = 0
-        self.peak_process_count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _sample(self, baseline: bool) -> None:
-        rss_total, processes = 0, _tree(self.root_pids)
-        for process in processes:
-            try:
-                with process.oneshot():
-                    times = process.cpu_times()
-                    rss_total += process.memory_info().rss
-            except psutil.Error:
-                continue
-            cpu = times.user + times.system
-            self.first_cpu.setdefault(process.pid, cpu if baseline else 0.0)
-            self.last_cpu[process.pid] = cpu
-        self.peak_rss_bytes = max(self.peak_rss_bytes, rss_total)
-        self.peak_process_count = max(self.peak_process_count, len(processes))
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample(baseline=False)
-
-    def start(self) -> "TreeSampler":
-        self._sample(baseline=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> dict:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._sample(baseline=False)
-        cpu_s = sum(self.last_cpu[pid] - self.first_cpu[pid] for pid in self.last_cpu)
-        return {"broker_cpu_s": round(cpu_s, 3),
-                "peak_rss_mib": round(self.peak_rss_bytes / 2**20, 1),
-                "broker_processes": self.peak_process_count}

@@ -7,7 +7,6 @@ pybroker or of its tests. py-spy launches the broker, so it may sample it withou
 over unrelated processes; stopping the broker ends py-spy, which then writes its output.
 """
 import collections
-import dataclasses
 import html
 import json
 import pathlib
@@ -23,7 +22,6 @@ import bench_brokers as bb
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE_RATE_HZ = 250
-PROFILE_MESSAGES = 30000
 SVG_WIDTH = 1400
 ROW_HEIGHT = 16
 MIN_FRACTION = 0.002          # frames narrower than this share of samples are not drawn
@@ -145,26 +143,26 @@ def flame_svg(stacks: collections.Counter, title: str) -> str:
     return "\n".join(parts)
 
 
-def profile(tools, scenario, work_root: pathlib.Path, run_scenario) -> dict:
-    """Run `scenario` once against pybroker under py-spy; returns the summary it writes."""
+def profile(tools, scenario, work_root: pathlib.Path, measure, timing) -> dict:
+    """Run `scenario` once (``measure(tools, broker, scenario, timing, 0)``) against pybroker
+    under py-spy; returns the summary it writes."""
     py_spy = ensure_py_spy()
     out_dir = ROOT / "benchmarks" / "results" / f"profile-{time.strftime('%Y%m%dT%H%M%S')}"
     out_dir.mkdir(parents=True, exist_ok=True)
     raw_path = out_dir / "collapsed.txt"
     wrapper = [py_spy, "record", "--subprocesses", "--nonblocking", "--rate",
                str(SAMPLE_RATE_HZ), "--format", "raw", "--output", str(raw_path), "--"]
-    scenario = dataclasses.replace(scenario, messages=PROFILE_MESSAGES)
     broker = bb.PyBroker(work_root / "profile", bb.shared_broker_conf(scenario.flush), wrapper)
     broker.start()
     try:
-        record = run_scenario(tools, broker, scenario, 0)
+        record = measure(tools, broker, scenario, timing, 0)
     finally:
         broker.stop()
     deadline = time.monotonic() + 30
     while not raw_path.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
-    summary = {"scenario": scenario.name, "messages": scenario.messages,
-               "send_tps": record.get("send_tps"), "broker_cpu_s": record.get("broker_cpu_s")}
+    summary = {"scenario": scenario.name, "window_messages": record.get("window_messages"),
+               "tps": record.get("tps"), "cpu": record.get("cpu"), "error": record.get("error")}
     return render(out_dir, summary)
 
 
@@ -188,4 +186,4 @@ if __name__ == "__main__":
     for stale in folder.glob("flame-*.svg"):
         stale.unlink()
     render(folder, {key: previous.get(key) for key in
-                    ("scenario", "messages", "send_tps", "broker_cpu_s")})
+                    ("scenario", "window_messages", "tps", "cpu")})

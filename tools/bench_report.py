@@ -1,5 +1,6 @@
-# Aggregation of side-by-side benchmark records into result JSON and docs/benchmarks.md.
-"""Medians, spreads and pybroker/Java ratios of bench_side_by_side.py records; the doc page."""
+# Aggregation of side-by-side benchmark records into result JSON, docs/benchmarks.md, comparisons.
+"""Medians, spreads and pybroker/Java ratios of bench_side_by_side.py records; the doc page; the
+change between two result files (``--quick`` regression check)."""
 import json
 import os
 import pathlib
@@ -10,24 +11,28 @@ import time
 
 import psutil
 
-# (record key, label, higher is better) for the per-broker aggregates.
+# (key, label, decimals); values come from _value().
 METRICS = (
-    ("send_tps", "send TPS"), ("consume_tps", "consume TPS"), ("avg_rt_ms", "avg RT ms"),
-    ("p99_rt_ms", "p99 RT ms"), ("max_rt_ms", "max RT ms"), ("failures", "failures"),
-    ("broker_cpu_s", "broker CPU s"), ("cpu_s_per_100k", "CPU s/100k msgs"),
-    ("peak_rss_mib", "peak RSS MiB"), ("avg_b2c_rt_ms", "consume avg B2C ms"),
+    ("tps", "TPS", 0), ("p99_rt_ms", "p99 RT ms", 1), ("avg_rt_ms", "avg RT ms", 2),
+    ("cpu_us_per_msg", "broker CPU µs/msg", 1), ("ctx_per_msg", "ctx switches/msg", 2),
+    ("pss_peak_mib", "PSS MiB", 0), ("machine_busy", "box busy", 2),
+    ("load_cpu_us_per_msg", "load CPU µs/msg", 1),
 )
-RATIO_METRICS = ("send_tps", "consume_tps", "avg_rt_ms", "cpu_s_per_100k", "peak_rss_mib")
+# Ratios pybroker / Java: (key, label, goal as (comparison, bound) or None).
+RATIOS = (("tps", "TPS", (">=", 1.3)), ("p99_rt_ms", "p99 RT", ("<=", 1.0)),
+          ("cpu_us_per_msg", "CPU/msg", ("<=", 0.6)), ("pss_peak_mib", "PSS", ("<=", 0.25)))
+PYBROKER_ROLES = ("supervisor", "namesrv", "remoting-0", "remoting-1", "appender",
+                  "dispatcher", "flusher")
 
 
 def _value(record: dict, key: str):
-    consumer = record.get("consumer") or {}
-    if key == "failures":
-        if "error" in record:
-            return None
-        return record.get("send_failed", 0) + record.get("response_failed", 0)
-    if key in ("consume_tps", "avg_b2c_rt_ms"):
-        return consumer.get(key)
+    if "error" in record:
+        return None
+    cpu = record.get("cpu") or {}
+    if key in ("cpu_us_per_msg", "ctx_per_msg", "machine_busy"):
+        return cpu.get(key)
+    if key.startswith("role:"):
+        return ((cpu.get("processes") or {}).get(key[5:]) or {}).get("cpu_us_per_msg")
     return record.get(key)
 
 
@@ -39,24 +44,46 @@ def _stats(values: list) -> dict | None:
             "max": round(max(values), 3), "n": len(values)}
 
 
+def _goal_met(ratio: float, goal, key: str, scenario: str) -> bool | None:
+    if goal is None:
+        return None
+    comparison, bound = goal
+    if key == "tps" and "-sync" in scenario:
+        bound = 1.0                  # SYNC_FLUSH: parity is the goal
+    elif key == "tps" and scenario.startswith("batch"):
+        bound = 1.5
+    return ratio >= bound if comparison == ">=" else ratio <= bound
+
+
 def aggregate(records: list[dict]) -> list[dict]:
-    """Per scenario: per broker median/min/max of every metric, and pybroker/java ratios."""
+    """Per scenario: per broker median/min/max of every metric and per role; pybroker/Java
+    ratios of medians against every Java broker present, with the goal met or not."""
     rows = []
     for scenario in dict.fromkeys(record["scenario"] for record in records):
-        row = {"scenario": scenario, "brokers": {}, "ratio_pybroker_over_java": {}}
-        for broker in ("pybroker", "java"):
-            mine = [r for r in records if r["scenario"] == scenario and r["broker"] == broker]
-            if mine:
-                row["brokers"][broker] = {key: _stats([_value(r, key) for r in mine])
-                                          for key, _ in METRICS}
-                row["brokers"][broker]["errors"] = sum("error" in r for r in mine)
-        both = row["brokers"]
-        if "pybroker" in both and "java" in both:
-            for key in RATIO_METRICS:
-                mine, theirs = both["pybroker"].get(key), both["java"].get(key)
-                if mine and theirs and theirs["median"]:
-                    row["ratio_pybroker_over_java"][key] = round(
-                        mine["median"] / theirs["median"], 3)
+        mine = [r for r in records if r["scenario"] == scenario]
+        row = {"scenario": scenario, "brokers": {}, "ratios": {}}
+        for broker in dict.fromkeys(r["broker"] for r in mine):
+            runs = [r for r in mine if r["broker"] == broker]
+            roles = sorted({role for r in runs for role in
+                            ((r.get("cpu") or {}).get("processes") or {})})
+            stats = {key: _stats([_value(r, key) for r in runs]) for key, _, _ in METRICS}
+            stats["roles"] = {role: _stats([_value(r, "role:" + role) for r in runs])
+                              for role in roles}
+            stats["errors"] = sum("error" in r for r in runs)
+            stats["failures"] = sum((r.get("send_failed") or 0) + (r.get("response_failed") or 0)
+                                    for r in runs)
+            row["brokers"][broker] = stats
+        ours = row["brokers"].get("pybroker")
+        for broker, theirs in row["brokers"].items():
+            if broker == "pybroker" or ours is None:
+                continue
+            ratios = {}
+            for key, _, goal in RATIOS:
+                if ours.get(key) and theirs.get(key) and theirs[key]["median"]:
+                    ratio = round(ours[key]["median"] / theirs[key]["median"], 3)
+                    ratios[key] = {"ratio": ratio, "goal_met": _goal_met(ratio, goal, key,
+                                                                          scenario)}
+            row["ratios"][broker] = ratios
         rows.append(row)
     return rows
 
@@ -87,20 +114,17 @@ def machine() -> dict:
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
 
 
-def build_result(args, install, records: list[dict], scenarios, started: float) -> dict:
-    import bench_side_by_side as driver
+def build_result(args, records: list[dict], scenarios, started: float, revision: str) -> dict:
     mode = args.mode + (f" (only {args.only})" if args.only else "")
     return {
         "mode": mode, "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "duration_s": round(time.time() - started, 1), "runs": args.runs,
-        "brokers": args.brokers, "java_rocketmq_version": install.version,
-        "machine": machine(),
-        "load": {"producer_threads": driver.PRODUCER_THREADS,
-                 "batch_threads": driver.BATCH_THREADS, "batch_size": driver.BATCH_SIZE,
-                 "consumer_threads": driver.CONSUMER_THREADS,
-                 "go_async_inflight": driver.GO_INFLIGHT,
-                 "scenarios": [{"name": s.name, "kind": s.kind, "body_bytes": s.body_bytes,
-                                "messages": s.messages, "flush": s.flush} for s in scenarios]},
+        "revision": revision, "tag": args.tag, "brokers": args.brokers,
+        "load_tool": "apache" if args.apache_classes else "java_bench",
+        "run_seconds": args.duration, "warmup_seconds": args.warmup, "machine": machine(),
+        "scenarios": [{"name": s.name, "kind": s.kind, "body_bytes": s.body_bytes,
+                       "threads": s.threads, "batch": s.batch, "flush": s.flush}
+                      for s in scenarios],
         "summary": aggregate(records), "records": records,
     }
 
@@ -115,40 +139,98 @@ def _cell(stats: dict | None, digits: int = 0) -> str:
            f"{fmt.format(stats['max'])})"
 
 
-def _ratio(row: dict, key: str) -> str:
-    value = row["ratio_pybroker_over_java"].get(key)
-    return f"{value:.2f}" if value is not None else "–"
+def _ratio_cell(ratios: dict, key: str) -> str:
+    entry = ratios.get(key)
+    if not entry:
+        return "–"
+    mark = {True: " ✓", False: " ✗", None: ""}[entry["goal_met"]]
+    return f"{entry['ratio']:.2f}{mark}"
 
 
 def table(result: dict) -> str:
-    """Markdown tables: throughput/latency per scenario and broker, then resources."""
-    lines = ["| scenario | broker | send TPS | consume TPS | avg RT ms | p99 RT ms | max RT ms "
-             "| failures |", "|---|---|---|---|---|---|---|---|"]
+    """Markdown tables: figures per scenario and broker, ratios, pybroker per process."""
+    labels = [label for _, label, _ in METRICS]
+    lines = ["| scenario | broker | " + " | ".join(labels) + " |",
+             "|---|---|" + "---|" * len(labels)]
     for row in result["summary"]:
         for broker, stats in row["brokers"].items():
-            errors = f" ({stats['errors']} run errors)" if stats["errors"] else ""
-            lines.append(f"| {row['scenario']} | {broker}{errors} | "
-                         f"{_cell(stats['send_tps'])} | {_cell(stats['consume_tps'])} | "
-                         f"{_cell(stats['avg_rt_ms'], 2)} | {_cell(stats['p99_rt_ms'], 1)} | "
-                         f"{_cell(stats['max_rt_ms'], 0)} | {_cell(stats['failures'])} |")
-    lines += ["", "| scenario | broker | broker CPU s | CPU s per 100k msgs | peak RSS MiB |",
-              "|---|---|---|---|---|"]
+            errors = f" ({stats['errors']} failed runs)" if stats["errors"] else ""
+            lines.append(f"| {row['scenario']} | {broker}{errors} | " + " | ".join(
+                _cell(stats.get(key), digits) for key, _, digits in METRICS) + " |")
+    lines += ["", "| scenario | pybroker / | " + " | ".join(label for _, label, _ in RATIOS) + " |",
+              "|---|---|" + "---|" * len(RATIOS)]
     for row in result["summary"]:
-        for broker, stats in row["brokers"].items():
-            lines.append(f"| {row['scenario']} | {broker} | {_cell(stats['broker_cpu_s'], 1)} | "
-                         f"{_cell(stats['cpu_s_per_100k'], 1)} | "
-                         f"{_cell(stats['peak_rss_mib'])} |")
-    lines += ["", "| scenario | send TPS | consume TPS | avg RT | CPU per msg | peak RSS |",
-              "|---|---|---|---|---|---|"]
+        for broker, ratios in row["ratios"].items():
+            lines.append(f"| {row['scenario']} | {broker} | " + " | ".join(
+                _ratio_cell(ratios, key) for key, _, _ in RATIOS) + " |")
+    lines += ["", "CPU µs per message per process (median; pybroker):", "",
+              "| scenario | " + " | ".join(PYBROKER_ROLES) + " | load |",
+              "|---|" + "---|" * (len(PYBROKER_ROLES) + 1)]
     for row in result["summary"]:
-        if row["ratio_pybroker_over_java"]:
+        stats = row["brokers"].get("pybroker")
+        if stats:
+            roles = stats["roles"]
             lines.append(f"| {row['scenario']} | " + " | ".join(
-                _ratio(row, key) for key in RATIO_METRICS) + " |")
+                _cell(roles.get(role), 1) for role in PYBROKER_ROLES) + " | "
+                + _cell(stats.get("load_cpu_us_per_msg"), 1) + " |")
     return "\n".join(lines)
 
 
 def summary_text(result: dict) -> str:
-    return f"mode {result['mode']}, {result['duration_s']} s\n" + table(result)
+    return f"mode {result['mode']} at {result.get('revision')}, {result['duration_s']} s\n" \
+        + table(result)
+
+
+def previous_result(results_dir: pathlib.Path, mode: str, exclude: pathlib.Path) -> dict | None:
+    """The newest result of ``mode`` in results_dir other than ``exclude``."""
+    found = None
+    for path in sorted(results_dir.glob("*.json")):
+        if path == exclude:
+            continue
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        if result.get("mode") == mode and result.get("summary") and "revision" in result:
+            found = result
+    return found
+
+
+def _median(row: dict, broker: str, key: str):
+    stats = (row["brokers"].get(broker) or {}).get(key)
+    return stats["median"] if stats else None
+
+
+def compare_text(previous: dict, current: dict) -> str:
+    """pybroker's figures and ratios now vs the previous result, scenario by scenario."""
+    lines = [f"Change since {previous.get('revision')} ({previous['started']}) -> "
+             f"{current.get('revision')}:", "",
+             "| scenario | figure | before | now | change |", "|---|---|---|---|---|"]
+    before_rows = {row["scenario"]: row for row in previous["summary"]}
+    for row in current["summary"]:
+        old = before_rows.get(row["scenario"])
+        if old is None:
+            continue
+        pairs = [(f"pybroker {label}", _median(old, "pybroker", key),
+                  _median(row, "pybroker", key)) for key, label, _ in METRICS[:5]]
+        for broker, ratios in row["ratios"].items():
+            for key, label, _ in RATIOS:
+                before = ((old["ratios"].get(broker) or {}).get(key) or {}).get("ratio")
+                now = (ratios.get(key) or {}).get("ratio")
+                pairs.append((f"{label} ratio vs {broker}", before, now))
+        for role in PYBROKER_ROLES:
+            pairs.append((f"{role} µs/msg",
+                          ((old["brokers"].get("pybroker") or {}).get("roles", {}).get(role)
+                           or {}).get("median"),
+                          ((row["brokers"].get("pybroker") or {}).get("roles", {}).get(role)
+                           or {}).get("median")))
+        for label, before, now in pairs:
+            if before is None or now is None:
+                continue
+            change = f"{(now - before) / before * 100:+.0f} %" if before else "–"
+            lines.append(f"| {row['scenario']} | {label} | {before:.2f} | {now:.2f} | "
+                         f"{change} |")
+    return "\n".join(lines)
 
 
 NOTES_MARKER = "<!-- Hand-written notes below this line are kept when the page is regenerated. -->"
@@ -158,53 +240,48 @@ Generated by `tools/bench_side_by_side.py` (see `benchmarks/e2e/README.md`); raw
 `benchmarks/results/*.json`. Do not edit above the marker at the end: the page is rewritten from
 the newest result file of each mode.
 
-**The load tool is ours.** RocketMQ's benchmark classes
-(`org.apache.rocketmq.example.benchmark.Producer`, `Consumer`, `BatchProducer`,
-`TransactionProducer`) live in `rocketmq-example`, which is not published on Maven Central at any
-version, so `tools/java_bench/BenchProducer.java` (also the batch producer, `-b`),
-`BenchConsumer.java` and `BenchTransactionProducer.java` re-implement their behaviour, flags
-(`-w` threads, `-s` body bytes, `-q` message count, `-y` async, `-b` batch) and statistics
-(Send TPS, Max/Average RT, Send Failed, Response Failed; Consume TPS, B2C/S2C RT) on top of
-the official `rocketmq-client` jars; the producer uses the ROCKETMQ binary header
-encoding, as the official Producer does. The Go client (`rmqgo send --mode async`, v2.1.2) is a
-second, independent producer load (JSON headers).
+**Method.** RocketMQ's benchmark defaults: 64 sender threads (also 8 and 32), 128 B and 1 KiB
+bodies, a batch producer (64 threads x 16 messages), a push consumer with 20 threads draining a
+backlog of 1,000,000 messages. Every run lasts 60 s (quick: 30 s) and its first 10 s are
+discarded: the load program opens a measured window after the warm-up, and the broker's
+processes are sampled at the window's two edges. Each (run, scenario, broker) starts a fresh
+broker on an empty store with the same broker.conf (RocketMQ defaults except 128 MiB CommitLog
+files, `flushDiskType` per scenario; pybroker `remotingWorkers=2`); brokers take turns within a
+run. Cells are `median (min–max)` over the runs.
 
-**Method.** Both brokers get the same broker.conf (RocketMQ defaults except 128 MiB CommitLog
-files, auto-create on, `flushDiskType` per scenario; pybroker `remotingWorkers=2`). Every
-(run, broker) pair starts a fresh broker on an empty store; runs alternate between brokers so
-each ratio compares figures taken minutes apart. Each run sends a fixed number of messages to a
-fresh topic and stops by itself; produce_consume starts a push consumer (from the first offset)
-alongside the producer and ends when it has received every message. RT is per request
-(milliseconds, client side). Broker CPU = user+system seconds of every broker process
-(pybroker: supervisor, NameServer, remoting workers, appender, dispatcher, flusher; Java:
-NameServer and broker JVMs) during the load; peak RSS = the largest sum of their RSS (pages
-shared between pybroker's forked processes count once per process, so pybroker's figure is an
-upper bound). Cells are `median (min–max)` over the runs.
+**Load tool.** `tools/java_bench/BenchProducer` and `BenchConsumer` on the official 4.9.8 client
+jars, against every broker: Apache's `rocketmq-example` (Producer, BatchProducer, Consumer) is
+not on Maven Central. The notes below compare them with Apache's classes built from source.
 
-**Noise.** A 2-vCPU virtual machine shared with other engineers' test runs; the load generator
-runs on the same two cores as the broker and competes with it. Absolute figures move by tens of
-percent between sessions; ratios measured back to back are the figures to quote.
+**Figures.** TPS = messages acknowledged (consumed) in the window / window seconds. RT per
+request, client side (consume: store-to-consume). Broker CPU µs/msg = user+system CPU of every
+broker process in the window / messages in the window (pybroker: supervisor, embedded
+NameServer, remoting workers, appender, dispatcher, flusher; Java: NameServer and broker JVMs);
+ctx switches/msg likewise (voluntary + involuntary, every thread). PSS = the peak over the run
+of the summed proportional set size of the broker's processes (shared pages divided among the
+processes mapping them: the memory the broker really holds). Box busy = share of both vCPUs
+busy in the window (load generator included); load CPU = the load program's µs per message.
+Ratios are pybroker median / Java median; ✓/✗ mark the goals of issue #9 (TPS ≥ 1.3, 1.0
+under SYNC_FLUSH, 1.5 for batch; p99 ≤ 1.0; CPU/msg ≤ 0.6; PSS ≤ 0.25).
+
+**Noise.** A 2-vCPU virtual machine shared with other engineers' work; the load generator runs
+on the same two cores as the broker. CPU µs per message per process is the figure least hurt
+by noise; TPS moves by tens of percent between sessions.
 """
 
 
 def _section(result: dict) -> str:
     machine_info = result["machine"]
-    load = result["load"]
     return "\n".join([
-        f"## {result['mode']} — {result['started']} ({result['duration_s']} s, "
-        f"{result['runs']} run(s), Java RocketMQ {result['java_rocketmq_version']})", "",
+        f"## {result['mode']} — {result['started']} at {result.get('revision', '?')} "
+        f"({result['duration_s']} s, {result['runs']} run(s) of {result['run_seconds']} s, "
+        f"{result['warmup_seconds']} s warm-up, load tool {result['load_tool']})", "",
         f"Machine: {machine_info['cpu_model']}, {machine_info['logical_cpus']} logical CPUs, "
         f"{machine_info['memory_gib']} GiB, Linux {machine_info['kernel']}, Python "
         f"{machine_info['python']}, {machine_info['java']}; load average at the end "
-        f"{machine_info['load_average_at_end']}.", "",
-        f"Load: producer {load['producer_threads']} sync sender threads; batch "
-        f"{load['batch_threads']} threads x {load['batch_size']} messages per request; consumer "
-        f"{load['consumer_threads']} consume threads; Go producer async with "
-        f"{load['go_async_inflight']} requests in flight. Messages per run: "
-        + ", ".join(f"{s['name']} {s['messages']}" for s in load["scenarios"]) + ".", "",
-        table(result), "",
-        "Ratios are pybroker median / Java median (send and consume TPS: higher is better for "
-        "pybroker;\nRT, CPU per message and RSS: lower is better).", ""])
+        f"{machine_info['load_average_at_end']}." + (f" {result['tag']}" if result.get("tag")
+                                                     else ""), "",
+        table(result), ""])
 
 
 def write_docs(results_dir: pathlib.Path, doc_path: pathlib.Path) -> None:
@@ -215,14 +292,14 @@ def write_docs(results_dir: pathlib.Path, doc_path: pathlib.Path) -> None:
             result = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             continue
-        if result.get("summary"):
+        if result.get("summary") and "revision" in result:
             newest[result["mode"]] = result
     notes = ""
     if doc_path.exists():
         text = doc_path.read_text(encoding="utf-8")
         if NOTES_MARKER in text:
             notes = text.split(NOTES_MARKER, 1)[1]
-    order = sorted(newest, key=lambda mode: ({"quick": 0, "full": 1}.get(mode, 2), mode))
+    order = sorted(newest, key=lambda mode: ({"full": 0, "quick": 1}.get(mode, 2), mode))
     sections = [_section(newest[mode]) for mode in order]
     doc_path.write_text(INTRO + "\n" + "\n".join(sections) + "\n" + NOTES_MARKER
                         + (notes or "\n"), encoding="utf-8")

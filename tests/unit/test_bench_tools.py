@@ -1,6 +1,7 @@
 """Goal: the side-by-side benchmark's pure pieces compute what the report quotes. Method: feed
-hand-made load outputs, records and py-spy collapsed stacks through the parsers, aggregation and
-flame-graph writer, and check medians, spreads, ratios, process grouping and well-formed SVG."""
+hand-made load outputs, process snapshots, records and py-spy collapsed stacks through the
+parsers, window events, per-message figures, aggregation, comparison and flame-graph writer, and
+check medians, spreads, ratios, goals, process grouping and well-formed SVG."""
 import collections
 import pathlib
 import sys
@@ -9,58 +10,120 @@ import xml.etree.ElementTree as ElementTree
 TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
 
+import bench_load  # noqa: E402
 import bench_profile  # noqa: E402
 import bench_report  # noqa: E402
+import bench_sample  # noqa: E402
 import bench_side_by_side as driver  # noqa: E402
 
 
 def test_result_line_is_the_last_bench_result_json():
-    stdout = ("topic: t\nBENCH_RESULT {\"send_tps\": 1.0}\n[Complete] Send TPS: 5\n"
-              "BENCH_RESULT {\"send_tps\": 2.5, \"send_failed\": 0}\n")
-    assert driver.parse_result_line(stdout) == {"send_tps": 2.5, "send_failed": 0}
+    stdout = ("topic: t\nBENCH_RESULT {\"tps\": 1.0}\n[Complete] Send TPS: 5\n"
+              "BENCH_RESULT {\"tps\": 2.5, \"send_failed\": 0}\n")
+    assert driver.parse_result_line(stdout) == {"tps": 2.5, "send_failed": 0}
     assert driver.parse_result_line("no result here\n") == {}
 
 
-def test_scenario_names_filter_flush_modes_apart():
-    names = [scenario.name for scenario in driver.matrix("full", with_go=True)]
+def test_matrix_follows_the_standard_tool_and_names_are_unique():
+    full = driver.matrix("full")
+    names = [scenario.name for scenario in full]
     assert len(names) == len(set(names))
-    sync = [name for name in names if "flush-sync" in name]
-    assert sync and all("SYNC" not in name and "flush-async" not in name for name in sync)
-    assert [s.kind for s in driver.matrix("profile", False)] == ["produce"]
+    assert {s.threads for s in full if s.kind == "produce"} == {8, 32, 64}
+    assert {s.body_bytes for s in full if s.threads == 64} == {128, 1024}
+    assert any(s.flush == "SYNC_FLUSH" for s in full)
+    assert [s.name for s in full if s.kind == "batch"] == ["batch-128B-w64x16-async"]
+    assert "produce-128B-w64-sync" in names
+    assert [s.kind for s in driver.matrix("profile")] == ["produce"]
 
 
-def _record(broker, run, send_tps, cpu_s, consumer_tps=None, **extra):
-    record = {"scenario": "produce-128B-flush-async", "broker": broker, "run": run,
-              "send_tps": send_tps, "broker_cpu_s": cpu_s, "send_failed": 0,
-              "response_failed": 1 if run == 2 else 0, "peak_rss_mib": 100.0 * (run + 1),
-              "cpu_s_per_100k": cpu_s * 10, **extra}
-    if consumer_tps is not None:
-        record["consumer"] = {"consume_tps": consumer_tps}
-    return record
+def test_apache_lines_open_the_window_then_close_it_at_each_later_line():
+    seen = []
+    events = bench_load.WindowEvents(seen.append, apache=True, apache_lines_max=3)
+    line = "Current Time: 2026-12-03 10:00:00,000 Send TPS: {} Max RT(ms): 9 Average RT(ms): 1.0"
+    assert events("topic: BenchmarkTest threadCount: 64") is False
+    assert events(line.format(900)) is False
+    assert events(line.format(1000)) is False
+    assert events(line.format(1100)) is True        # the third line stops the run
+    assert seen == ["warmup_done", "measure_end", "measure_end"]
+    assert events.apache_tps == [900, 1000, 1100]
+    assert events.apache_avg_rt_ms == [1.0, 1.0, 1.0]
+    consumer = bench_load.WindowEvents(seen.append, apache=True, apache_lines_max=9)
+    consumer("Current Time: x TPS: 50 FAIL: 0 AVG(B2C) RT(ms): 1.0")
+    assert consumer("Current Time: x TPS: 0 FAIL: 0 AVG(B2C) RT(ms): 1.0") is True
 
 
-def test_aggregate_gives_median_spread_and_ratio_of_medians():
-    records = [_record("pybroker", run, tps, cpu, consumer_tps=tps + 1)
-               for run, (tps, cpu) in enumerate([(100, 1.0), (300, 3.0), (200, 2.0)])]
-    records += [_record("java", run, tps, 4.0) for run, tps in enumerate([400, 500, 600])]
+def test_our_marks_become_window_events():
+    seen = []
+    events = bench_load.WindowEvents(seen.append, apache=False)
+    assert events("BENCH_MARK warmup_done 1700000000000") is False
+    assert events("Current Time: x Send TPS: 5") is False
+    assert events("BENCH_MARK measure_end 1700000050000") is False
+    assert seen == ["warmup_done", "measure_end"]
+
+
+def _snapshot(time_s, processes, busy_s, total_s):
+    return {"time": time_s, "processes": processes, "machine_busy_s": busy_s,
+            "machine_total_s": total_s}
+
+
+def test_window_figures_divide_cpu_and_context_switches_per_message_per_role():
+    before = _snapshot(10.0, {1: {"role": "appender", "cpu_s": 1.0, "ctx": 100},
+                              2: {"role": "gone", "cpu_s": 5.0, "ctx": 1}}, 30.0, 40.0)
+    after = _snapshot(20.0, {1: {"role": "appender", "cpu_s": 3.0, "ctx": 300},
+                             3: {"role": "late", "cpu_s": 0.5, "ctx": 50}}, 45.0, 60.0)
+    figures = bench_sample.window_figures(before, after, 100_000)
+    assert figures["processes"]["appender"] == {"cpu_us_per_msg": 20.0, "ctx_per_msg": 0.002,
+                                                "cores": 0.2}
+    assert figures["processes"]["late"]["cpu_us_per_msg"] == 5.0
+    assert "gone" not in figures["processes"]
+    assert figures["cpu_us_per_msg"] == 25.0 and figures["ctx_per_msg"] == 0.0025
+    assert figures["machine_busy"] == 0.75
+
+
+def _record(broker, run, tps, cpu_us, **extra):
+    return {"scenario": "produce-128B-w64-async", "broker": broker, "run": run, "tps": tps,
+            "p99_rt_ms": 10.0, "send_failed": 0, "response_failed": 1 if run == 2 else 0,
+            "pss_peak_mib": 100.0 * (run + 1),
+            "cpu": {"cpu_us_per_msg": cpu_us, "ctx_per_msg": 0.5, "machine_busy": 0.9,
+                    "processes": {"appender": {"cpu_us_per_msg": cpu_us / 2}}}, **extra}
+
+
+def test_aggregate_gives_median_spread_ratios_and_goals_per_java_version():
+    records = [_record("pybroker", run, tps, cpu)
+               for run, (tps, cpu) in enumerate([(100, 10.0), (300, 30.0), (200, 20.0)])]
+    records += [_record("java-4.9.8", run, tps, 40.0) for run, tps in enumerate([100, 150, 50])]
+    records += [_record("java-5.3.3", run, 400, 10.0) for run in range(3)]
     (row,) = bench_report.aggregate(records)
     mine = row["brokers"]["pybroker"]
-    assert mine["send_tps"] == {"median": 200, "min": 100, "max": 300, "n": 3}
-    assert mine["consume_tps"]["median"] == 201
-    assert mine["failures"]["max"] == 1 and mine["failures"]["min"] == 0
-    assert row["brokers"]["java"]["consume_tps"] is None
-    assert row["ratio_pybroker_over_java"]["send_tps"] == round(200 / 500, 3)
-    assert "consume_tps" not in row["ratio_pybroker_over_java"]
+    assert mine["tps"] == {"median": 200, "min": 100, "max": 300, "n": 3}
+    assert mine["roles"]["appender"]["median"] == 10.0
+    assert mine["failures"] == 1
+    assert row["ratios"]["java-4.9.8"]["tps"] == {"ratio": 2.0, "goal_met": True}
+    assert row["ratios"]["java-4.9.8"]["cpu_us_per_msg"] == {"ratio": 0.5, "goal_met": True}
+    assert row["ratios"]["java-5.3.3"]["tps"] == {"ratio": 0.5, "goal_met": False}
+    assert row["ratios"]["java-5.3.3"]["pss_peak_mib"]["goal_met"] is False
     table = bench_report.table({"summary": [row]})
-    assert "200 (100–300)" in table and "0.40" in table
+    assert "200 (100–300)" in table and "2.00 ✓" in table and "0.50 ✗" in table
 
 
-def test_a_failed_run_is_counted_as_an_error_not_as_zero_failures():
-    records = [_record("pybroker", 0, 100, 1.0), _record("pybroker", 1, 100, 1.0,
+def test_a_failed_run_is_counted_as_an_error_not_as_a_figure():
+    records = [_record("pybroker", 0, 100, 1.0), _record("pybroker", 1, 999, 1.0,
                                                          error="timed out")]
     (row,) = bench_report.aggregate(records)
     assert row["brokers"]["pybroker"]["errors"] == 1
-    assert row["brokers"]["pybroker"]["failures"]["n"] == 1
+    assert row["brokers"]["pybroker"]["tps"]["n"] == 1
+
+
+def test_quick_comparison_prints_pybroker_figures_and_ratios_before_and_after():
+    before = {"revision": "aaa", "started": "t0", "summary": bench_report.aggregate(
+        [_record("pybroker", 0, 100, 20.0), _record("java-4.9.8", 0, 200, 10.0)])}
+    after = {"revision": "bbb", "summary": bench_report.aggregate(
+        [_record("pybroker", 0, 150, 10.0), _record("java-4.9.8", 0, 200, 10.0)])}
+    text = bench_report.compare_text(before, after)
+    assert "aaa" in text and "bbb" in text
+    assert "| produce-128B-w64-async | pybroker TPS | 100.00 | 150.00 | +50 % |" in text
+    assert "| produce-128B-w64-async | TPS ratio vs java-4.9.8 | 0.50 | 0.75 | +50 % |" in text
+    assert "| produce-128B-w64-async | appender µs/msg | 10.00 | 5.00 | -50 % |" in text
 
 
 COLLAPSED = "\n".join([

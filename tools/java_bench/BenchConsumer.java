@@ -15,14 +15,15 @@ import org.apache.rocketmq.common.message.MessageExt;
  * Our own re-implementation of the behaviour of RocketMQ's benchmark Consumer (not published on
  * Maven Central). Flags: -n namesrv, -t topic (BenchmarkTest), -g group (benchmark_consumer),
  * -w consume threads (20), -q messages after which it stops (0 = until -T), -T time bound in
- * seconds (600), -f start from the first offset (true: a run sees every message of a fresh
- * topic however late its rebalance happens).
+ * seconds (600), -W warm-up seconds not measured (0), -f start from the first offset (true: a
+ * run sees every message of a fresh topic however late its rebalance happens).
  * Prints "Consume TPS ... AVG(B2C) RT ... AVG(S2C) RT ... MAX(B2C) RT ... MAX(S2C) RT" every 5 s
- * and at the end, then one "BENCH_RESULT {json}" line. B2C = consume time minus born time, S2C =
- * consume time minus store time, both in milliseconds on this machine's clock.
+ * and at the end, the window marks of {@link BenchWindow}, then one "BENCH_RESULT {json}" line
+ * whose "window_*"/"tps" figures cover only the measured window. B2C = consume time minus born
+ * time, S2C = consume time minus store time, both in milliseconds on this machine's clock.
  */
 public final class BenchConsumer {
-    private static final String FLAGS = "n t g w q T f";
+    private static final String FLAGS = "n t g w q T W f";
     private final RtHistogram born2Consumer = new RtHistogram();
     private final AtomicLong store2ConsumerSumMs = new AtomicLong();
     private final AtomicLong store2ConsumerMaxMs = new AtomicLong();
@@ -31,6 +32,7 @@ public final class BenchConsumer {
     private final AtomicLong lastNanos = new AtomicLong();
     private CountDownLatch done;
     private long wanted;
+    private BenchWindow window;
 
     public static void main(String[] args) throws Exception {
         new BenchConsumer().run(new BenchFlags(args, FLAGS));
@@ -64,10 +66,13 @@ public final class BenchConsumer {
                 return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             }
         });
+        window = new BenchWindow(flags.number("W", 0), timeBoundS);
+        window.start();
         consumer.start();
         System.out.printf("Consumer Started.%n");
         Thread reporter = startReporter();
         boolean complete = done.await(timeBoundS, TimeUnit.SECONDS);
+        window.end();
         reporter.interrupt();
         printStats("[Complete]");
         printResult(threads, complete);
@@ -80,11 +85,13 @@ public final class BenchConsumer {
         long nowNanos = System.nanoTime();
         firstNanos.compareAndSet(0, nowNanos);
         born2Consumer.record((nowMs - message.getBornTimestamp()) * 1000);
+        window.record(1, (nowMs - message.getStoreTimestamp()) * 1000);
         long store2Consumer = nowMs - message.getStoreTimestamp();
         store2ConsumerSumMs.addAndGet(store2Consumer);
         store2ConsumerMaxMs.accumulateAndGet(store2Consumer, Math::max);
         lastNanos.accumulateAndGet(nowNanos, Math::max);
         if (received.incrementAndGet() == wanted) {
+            window.end();
             done.countDown();
         }
     }
@@ -132,7 +139,7 @@ public final class BenchConsumer {
             + ",\"avg_s2c_rt_ms\":"
             + BenchFlags.decimal(store2ConsumerSumMs.get() / (double) count)
             + ",\"max_s2c_rt_ms\":" + store2ConsumerMaxMs.get()
-            + ",\"threads\":" + threads + "}";
+            + ",\"threads\":" + threads + "," + window.json() + "}";
         System.out.println("BENCH_RESULT " + json);
     }
 }

@@ -1,8 +1,11 @@
-// Minimal "-x value" flag parsing and the RT histogram shared by the benchmark load programs.
+// Flag parsing, the RT histogram and the measured window shared by the benchmark load programs.
 
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicLongArray;
 
@@ -108,5 +111,150 @@ final class RtHistogram {
             }
         }
         return maxMs();
+    }
+}
+
+/**
+ * The measured window of a load program: the first -W seconds (JIT, page faults, connection
+ * set-up) are discarded, the window ends at the -T time bound (or earlier via {@link #end}).
+ * It prints "BENCH_MARK warmup_done <epoch ms>" when the window opens and "BENCH_MARK
+ * measure_end <epoch ms>" when it closes, so the driver samples the broker's processes at the
+ * same instants. Counts and latencies are recorded only inside the window.
+ */
+final class BenchWindow {
+    private final long startNanos;
+    private final long warmupEndNanos;
+    private final long deadlineNanos;
+    private final Object markLock = new Object();
+    private volatile boolean measuring;
+    private volatile boolean ended;
+    private volatile long windowStartNanos;
+    private volatile long windowEndNanos;
+    private final AtomicLong messages = new AtomicLong();
+    private final AtomicLong requests = new AtomicLong();
+    private final List<Long> perSecond = new ArrayList<>();
+    final RtHistogram histogram = new RtHistogram();
+
+    BenchWindow(long warmupS, long durationS) {
+        startNanos = System.nanoTime();
+        warmupEndNanos = startNanos + TimeUnit.SECONDS.toNanos(Math.max(0, warmupS));
+        deadlineNanos = startNanos + TimeUnit.SECONDS.toNanos(Math.max(warmupS + 1, durationS));
+    }
+
+    /** Start the timer thread that opens the window, samples per-second counts and closes it. */
+    void start() {
+        Thread timer = new Thread(this::runTimer, "bench-window");
+        timer.setDaemon(true);
+        timer.start();
+    }
+
+    private void runTimer() {
+        try {
+            sleepUntil(warmupEndNanos);
+            open();
+            long next = windowStartNanos;
+            long last = 0;
+            while (!ended && System.nanoTime() < deadlineNanos) {
+                next += TimeUnit.SECONDS.toNanos(1);
+                sleepUntil(Math.min(next, deadlineNanos));
+                long now = messages.get();
+                synchronized (perSecond) {
+                    perSecond.add(now - last);
+                }
+                last = now;
+            }
+            end();
+        } catch (InterruptedException stop) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private static void sleepUntil(long nanos) throws InterruptedException {
+        long left = nanos - System.nanoTime();
+        if (left > 0) {
+            TimeUnit.NANOSECONDS.sleep(left);
+        }
+    }
+
+    private void open() {
+        synchronized (markLock) {
+            if (measuring || ended) {
+                return;
+            }
+            windowStartNanos = System.nanoTime();
+            measuring = true;
+            mark("warmup_done");
+        }
+    }
+
+    /** Close the window now (idempotent): the deadline passed or the wanted count arrived. */
+    void end() {
+        synchronized (markLock) {
+            if (ended) {
+                return;
+            }
+            if (!measuring) {
+                open();
+            }
+            measuring = false;
+            ended = true;
+            windowEndNanos = System.nanoTime();
+            mark("measure_end");
+        }
+    }
+
+    private static void mark(String name) {
+        System.out.println("BENCH_MARK " + name + " " + System.currentTimeMillis());
+        System.out.flush();
+    }
+
+    boolean expired() {
+        return ended || System.nanoTime() >= deadlineNanos;
+    }
+
+    long deadlineNanos() {
+        return deadlineNanos;
+    }
+
+    /** Count a completed request of count messages with latency rtUs, if inside the window. */
+    void record(int count, long rtUs) {
+        if (measuring) {
+            messages.addAndGet(count);
+            requests.incrementAndGet();
+            histogram.record(rtUs);
+        }
+    }
+
+    long messages() {
+        return messages.get();
+    }
+
+    double seconds() {
+        long end = ended ? windowEndNanos : System.nanoTime();
+        long begin = windowStartNanos == 0 ? startNanos : windowStartNanos;
+        return Math.max(1e-9, (end - begin) / 1e9);
+    }
+
+    double tps() {
+        return messages.get() / seconds();
+    }
+
+    /** JSON fields of the window: messages, seconds, TPS, RT quantiles, per-second TPS. */
+    String json() {
+        StringBuilder series = new StringBuilder();
+        synchronized (perSecond) {
+            for (Long count : perSecond) {
+                series.append(series.length() == 0 ? "" : ",").append(count);
+            }
+        }
+        return "\"window_messages\":" + messages.get() + ",\"window_requests\":" + requests.get()
+            + ",\"window_s\":" + BenchFlags.decimal(seconds())
+            + ",\"warmup_s\":" + BenchFlags.decimal((warmupEndNanos - startNanos) / 1e9)
+            + ",\"tps\":" + BenchFlags.decimal(tps())
+            + ",\"avg_rt_ms\":" + BenchFlags.decimal(histogram.averageMs())
+            + ",\"p50_rt_ms\":" + BenchFlags.decimal(histogram.quantileMs(0.50))
+            + ",\"p99_rt_ms\":" + BenchFlags.decimal(histogram.quantileMs(0.99))
+            + ",\"max_rt_ms\":" + BenchFlags.decimal(histogram.maxMs())
+            + ",\"tps_per_second\":[" + series + "]";
     }
 }

@@ -18,26 +18,26 @@ import org.apache.rocketmq.common.message.Message;
  * Our own re-implementation of the behaviour of RocketMQ's benchmark Producer and BatchProducer
  * (the official classes are not published on Maven Central). Flags:
  * -n namesrv, -t topic (BenchmarkTest), -w sender threads (64), -s body bytes (128),
- * -q total messages (0 = until -T), -T time bound in seconds (600), -y async (false),
- * -i async in-flight requests (64), -b messages per batch request (1 = single sends),
- * -k key per message (false), -g producer group, -z header encoding ROCKETMQ|JSON (ROCKETMQ, as
- * the official Producer sets).
- * Prints "Send TPS ... Max RT ... Average RT ... Send Failed ... Response Failed" every 5 s and
- * at the end, then one "BENCH_RESULT {json}" line. RT is per request, in milliseconds.
+ * -q total messages (0 = until -T), -T time bound in seconds (600), -W warm-up seconds not
+ * measured (0), -y async (false), -i async in-flight requests (64), -b messages per batch
+ * request (1 = single sends), -k key per message (false), -g producer group, -z header encoding
+ * ROCKETMQ|JSON (ROCKETMQ, as the official Producer sets).
+ * Prints "Send TPS ... Max RT ... Average RT ... Send Failed ... Response Failed" every 10 s
+ * (TPS of the last 10 s, as the official tool) and at the end, the window marks of
+ * {@link BenchWindow}, then one "BENCH_RESULT {json}" line whose TPS and RT figures cover only
+ * the measured window (after -W, up to -T or the last of -q messages). RT is per request, ms.
  */
 public final class BenchProducer {
-    private static final String FLAGS = "n t w s q T y i b k g z";
-    private final RtHistogram histogram = new RtHistogram();
+    private static final String FLAGS = "n t w s q T W y i b k g z";
     private final AtomicLong messagesOk = new AtomicLong();
     private final AtomicLong sendFailed = new AtomicLong();
     private final AtomicLong responseFailed = new AtomicLong();
-    private final AtomicLong lastDoneNanos = new AtomicLong();
     private DefaultMQProducer producer;
     private String topic;
     private byte[] body;
     private int batchSize;
     private boolean keyEnable;
-    private long deadlineNanos;
+    private BenchWindow window;
 
     public static void main(String[] args) throws Exception {
         BenchFlags flags = new BenchFlags(args, FLAGS);
@@ -62,7 +62,6 @@ public final class BenchProducer {
         boolean async = flags.flag("y");
         int threads = async ? 1 : (int) Math.max(1, flags.number("w", 64));
         long total = flags.number("q", 0);
-        long timeBoundS = flags.number("T", 600);
         System.out.printf("topic: %s threadCount: %d messageSize: %d batchSize: %d "
             + "messageQuantity: %d asyncEnable: %s%n", topic, threads, body.length, batchSize,
             total, async);
@@ -71,18 +70,18 @@ public final class BenchProducer {
         producer.setInstanceName(Long.toString(System.nanoTime()));
         producer.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
         producer.start();
-        long startNanos = System.nanoTime();
-        deadlineNanos = startNanos + TimeUnit.SECONDS.toNanos(timeBoundS);
-        Thread reporter = startReporter(startNanos);
+        window = new BenchWindow(flags.number("W", 0), flags.number("T", 600));
+        window.start();
+        Thread reporter = startReporter();
         if (async) {
             sendAsync(total, (int) Math.max(1, flags.number("i", 64)));
         } else {
             sendFromThreads(threads, total);
         }
+        window.end();
         reporter.interrupt();
-        long endNanos = Math.max(lastDoneNanos.get(), startNanos + 1);
-        printStats("[Complete]", (endNanos - startNanos) / 1e9);
-        printResult(threads, total, async, (endNanos - startNanos) / 1e9);
+        printStats("[Complete]", window.tps());
+        printResult(threads, total, async);
         producer.shutdown();
         System.exit(0);
     }
@@ -117,7 +116,7 @@ public final class BenchProducer {
 
     private void sendLoop(long share) {
         long sent = 0;
-        while (sent < share && System.nanoTime() < deadlineNanos) {
+        while (sent < share && !window.expired()) {
             List<Message> messages = nextRequest(share - sent);
             sent += messages.size();
             long began = System.nanoTime();
@@ -139,12 +138,11 @@ public final class BenchProducer {
     private void completed(SendResult result, int count, long beganNanos) {
         long now = System.nanoTime();
         if (result != null && result.getSendStatus() == SendStatus.SEND_OK) {
-            histogram.record((now - beganNanos) / 1000);
+            window.record(count, (now - beganNanos) / 1000);
             messagesOk.addAndGet(count);
         } else {
             responseFailed.incrementAndGet();
         }
-        lastDoneNanos.accumulateAndGet(now, Math::max);
     }
 
     /** One thread, at most `inflight` requests awaiting their callback (flow control). */
@@ -152,8 +150,8 @@ public final class BenchProducer {
         Semaphore permits = new Semaphore(inflight);
         long limit = total == 0 ? Long.MAX_VALUE : total;
         long sent = 0;
-        while (sent < limit && System.nanoTime() < deadlineNanos) {
-            long remainingNanos = deadlineNanos - System.nanoTime();
+        while (sent < limit && !window.expired()) {
+            long remainingNanos = window.deadlineNanos() - System.nanoTime();
             if (!permits.tryAcquire(remainingNanos, TimeUnit.NANOSECONDS)) {
                 break;
             }
@@ -161,7 +159,7 @@ public final class BenchProducer {
             sent += messages.size();
             sendOneAsync(messages, permits);
         }
-        long remainingNanos = Math.max(0, deadlineNanos - System.nanoTime());
+        long remainingNanos = Math.max(0, window.deadlineNanos() - System.nanoTime());
         permits.tryAcquire(inflight, remainingNanos, TimeUnit.NANOSECONDS);
     }
 
@@ -192,12 +190,15 @@ public final class BenchProducer {
         }
     }
 
-    private Thread startReporter(long startNanos) {
+    private Thread startReporter() {
         Thread reporter = new Thread(() -> {
+            long lastCount = 0;
             try {
                 while (true) {
-                    Thread.sleep(5000);
-                    printStats("[Progress]", (System.nanoTime() - startNanos) / 1e9);
+                    Thread.sleep(10000);
+                    long count = messagesOk.get();
+                    printStats("[Progress]", (count - lastCount) / 10.0);
+                    lastCount = count;
                 }
             } catch (InterruptedException done) {
                 Thread.currentThread().interrupt();
@@ -208,27 +209,22 @@ public final class BenchProducer {
         return reporter;
     }
 
-    private void printStats(String label, double elapsedS) {
+    private void printStats(String label, double tps) {
         System.out.printf("%s Current Time: %d Send TPS: %d Max RT(ms): %.3f Average RT(ms): "
             + "%.3f Send Failed: %d Response Failed: %d%n", label, System.currentTimeMillis(),
-            (long) (messagesOk.get() / elapsedS), histogram.maxMs(), histogram.averageMs(),
+            (long) tps, window.histogram.maxMs(), window.histogram.averageMs(),
             sendFailed.get(), responseFailed.get());
     }
 
-    private void printResult(int threads, long total, boolean async, double elapsedS) {
+    private void printResult(int threads, long total, boolean async) {
         String json = "{\"messages_ok\":" + messagesOk.get()
-            + ",\"requests_ok\":" + histogram.count()
             + ",\"messages_wanted\":" + total
-            + ",\"elapsed_s\":" + BenchFlags.decimal(elapsedS)
-            + ",\"send_tps\":" + BenchFlags.decimal(messagesOk.get() / elapsedS)
-            + ",\"avg_rt_ms\":" + BenchFlags.decimal(histogram.averageMs())
-            + ",\"p50_rt_ms\":" + BenchFlags.decimal(histogram.quantileMs(0.50))
-            + ",\"p99_rt_ms\":" + BenchFlags.decimal(histogram.quantileMs(0.99))
-            + ",\"max_rt_ms\":" + BenchFlags.decimal(histogram.maxMs())
+            + ",\"send_tps\":" + BenchFlags.decimal(window.tps())
             + ",\"send_failed\":" + sendFailed.get()
             + ",\"response_failed\":" + responseFailed.get()
             + ",\"threads\":" + threads + ",\"batch\":" + batchSize
-            + ",\"body_bytes\":" + body.length + ",\"async\":" + async + "}";
+            + ",\"body_bytes\":" + body.length + ",\"async\":" + async + ","
+            + window.json() + "}";
         System.out.println("BENCH_RESULT " + json);
     }
 }
