@@ -27,6 +27,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request, create_response
 from pybroker.protocol.headers import parse_request_header, validate_group, validate_topic
 from pybroker.protocol.message_id import decode_offset_message_id
+from pybroker.stats.runtime_info import runtime_info as broker_runtime_info
 from pybroker.store import config_docs, paths
 from pybroker.store.config_docs import SubscriptionGroupConfig, TopicConfig
 
@@ -239,16 +240,22 @@ def _consume_stats_entries(ctx, group: str, topic: str) -> list:
 
 async def handle_get_consume_stats(ctx, channel, request):
     """GET_CONSUME_STATS (208): broker vs consumer offset per queue of the group's topics
-    (those it committed offsets for, or the one named). consumeTps is 0: no TPS statistics."""
+    (those it committed offsets for, or the one named); consumeTps is the sum over those
+    topics of GROUP_GET_NUMS tps in the last minute (Java's tpsGroupGetNums)."""
     header = parse_request_header(request.code, request.ext_fields)
     if header.topic is None or not header.topic.strip():
         topics = sorted(ctx.metadata.topics_of_group(header.consumer_group))
     else:
         topics = [header.topic]
     entries = []
+    consume_tps = 0.0
+    service = ctx.stats_service
     for topic in topics:
-        entries += _consume_stats_entries(ctx, header.consumer_group, topic)
-    return _ok(request, encode_consume_stats(entries, 0.0))
+        topic_entries = _consume_stats_entries(ctx, header.consumer_group, topic)
+        entries += topic_entries
+        if topic_entries and service is not None:
+            consume_tps += service.group_get_tps(header.consumer_group, topic)
+    return _ok(request, encode_consume_stats(entries, consume_tps))
 
 
 async def handle_query_topic_consume_by_who(ctx, channel, request):
@@ -259,6 +266,30 @@ async def handle_query_topic_consume_by_who(ctx, channel, request):
     groups = (ctx.metadata.consumer_groups_of_topic(header.topic)
               | ctx.metadata.groups_of_topic(header.topic))
     return _ok(request, _json({"groupList": sorted(groups)}))
+
+
+async def handle_get_producer_connection_list(ctx, channel, request):
+    """GET_PRODUCER_CONNECTION_LIST (204): ProducerConnection of the group's live producers;
+    SYSTEM_ERROR "the producer group[g] not exist" when it has none (as Java)."""
+    header = parse_request_header(request.code, request.ext_fields)
+    clients = ctx.metadata.producer_clients(header.producer_group)
+    if not clients:
+        return _error(request, f"the producer group[{header.producer_group}] not exist")
+    connections = [{"clientAddr": client.channel.remote_address, "clientId": client.client_id,
+                    "language": _language_name(client.language), "version": client.version}
+                   for client in clients]
+    return _ok(request, _json({"connectionSet": connections}))
+
+
+async def handle_view_broker_stats_data(ctx, channel, request):
+    """VIEW_BROKER_STATS_DATA (315): BrokerStatsData (minute / hour / day sum, tps, avgpt) of
+    a StatsItem such as TOPIC_PUT_NUMS <topic> or GROUP_GET_NUMS <topic@group>."""
+    header = parse_request_header(request.code, request.ext_fields)
+    service = ctx.stats_service
+    data = service.view(header.stats_name, header.stats_key) if service is not None else None
+    if data is None:
+        return _error(request, f"The stats <{header.stats_name}> <{header.stats_key}> not exist")
+    return _ok(request, _json(data))
 
 
 async def handle_get_consumer_connection_list(ctx, channel, request):
@@ -306,7 +337,10 @@ def runtime_info(ctx) -> dict[str, str]:
 
 
 async def handle_get_broker_runtime_info(ctx, channel, request):
-    """GET_BROKER_RUNTIME_INFO (28): KVTable of runtime figures."""
+    """GET_BROKER_RUNTIME_INFO (28): KVTable of runtime figures: the shared statistics
+    (pybroker/stats/runtime_info.py) in a broker, the store's own figures otherwise."""
+    if ctx.stats_service is not None:
+        return _ok(request, bodies.encode_kv_table(broker_runtime_info(ctx)))
     return _ok(request, bodies.encode_kv_table(runtime_info(ctx)))
 
 
@@ -587,6 +621,8 @@ HANDLERS = {
     _C.GET_TOPIC_STATS_INFO: handle_get_topic_stats_info,
     _C.GET_CONSUME_STATS: handle_get_consume_stats,
     _C.GET_CONSUMER_CONNECTION_LIST: handle_get_consumer_connection_list,
+    _C.GET_PRODUCER_CONNECTION_LIST: handle_get_producer_connection_list,
+    _C.VIEW_BROKER_STATS_DATA: handle_view_broker_stats_data,
     _C.QUERY_TOPIC_CONSUME_BY_WHO: handle_query_topic_consume_by_who,
     _C.GET_BROKER_RUNTIME_INFO: handle_get_broker_runtime_info,
     _C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: handle_get_all_subscription_group_config,

@@ -42,6 +42,8 @@ class BrokerContext:
     metadata: Any                    # pybroker.broker.metadata.MetadataState
     store_host: tuple[bytes, int]    # broker IP bytes + listen port
     long_poll: Any = None            # pybroker.broker.long_poll.LongPollService (workers only)
+    stats: Any = None                # pybroker.stats.recorder.Recorder (counts requests)
+    stats_service: Any = None        # pybroker.stats.service.StatsService (supervisor only)
     now_ms: Callable[[], int] = field(default=clock.now_ms)
 
 

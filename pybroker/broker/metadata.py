@@ -267,6 +267,10 @@ class MetadataState:
         """Channels of the live producers of ``group`` (transaction checks), oldest first."""
         return [info.channel for info in self.producer_groups.get(group, {}).values()]
 
+    def producer_clients(self, group: str) -> list:
+        """ClientChannelInfo of the live producers of ``group`` (GET_PRODUCER_CONNECTION_LIST)."""
+        return list(self.producer_groups.get(group, {}).values())
+
     # --- topics ----------------------------------------------------------------------------------
     def is_system_topic(self, topic: str) -> bool:
         """True for TopicValidator's system topics and those created at start."""

@@ -22,7 +22,7 @@ from pybroker.protocol.bodies import SubscriptionData, build_subscription
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
 from pybroker.protocol.headers import PULL_MESSAGE_RESPONSE, encode_header, parse_request_header
-from pybroker.store.status import pull_response
+from pybroker.store.status import GetStatus, pull_response
 
 __all__ = ["handle_pull_message", "process_pull", "HANDLERS"]
 
@@ -157,9 +157,13 @@ def _suggest_broker_id(ctx, group_config, suggest_pull_from_slave: bool) -> int:
 def _read_store(ctx, request: RemotingCommand, header, group_config,
                 tag_codes: frozenset[int] | None) -> RemotingCommand:
     """Read the queue and build the response (body = the raw records, one copy)."""
+    stats = ctx.stats
+    started = stats.now_ns() if stats is not None else 0
     result = ctx.store.get_messages(header.consumer_group, header.topic, header.queue_id,
                                     header.queue_offset, header.max_msg_nums,
                                     header.max_msg_bytes, tag_codes)
+    if stats is not None:
+        _count_get(stats, header, result, stats.now_ns() - started)
     try:
         code, _ = pull_response(result.status, header.queue_offset)
         suggest = _suggest_broker_id(ctx, group_config, result.suggest_pull_from_slave)
@@ -180,6 +184,14 @@ def _read_store(ctx, request: RemotingCommand, header, group_config,
         return create_response(request, code, result.status.name, ext_fields, body)
     finally:
         result.release()
+
+
+def _count_get(stats, header, result, elapsed_ns: int) -> None:
+    found = result.status is GetStatus.FOUND
+    size_bytes = sum(len(buffer) for buffer in result.buffers) if found else 0
+    stats.store_get(found, result.message_count, size_bytes, elapsed_ns)
+    if found:
+        stats.group_get(header.topic, header.consumer_group, result.message_count, size_bytes)
 
 
 def _suspend(ctx, channel, request: RemotingCommand, header,

@@ -359,8 +359,8 @@ async def _send_single(ctx, channel, request, header, config) -> tuple:
     records = encode_message(topic, queue_id, header.flag, body, stored, sys_flag,
                              header.born_timestamp, born_host_of(channel.remote_address),
                              ctx.store_host, reconsume_times)
-    result = await ctx.putter.put(records, topic, queue_id, 1, sys_flag,
-                                  wait_store_of(properties))
+    result = await timed_put(ctx, records, topic, queue_id, 1, sys_flag,
+                             wait_store_of(properties))
     return result, response_queue_id
 
 
@@ -435,8 +435,35 @@ async def _send_batch(ctx, channel, request, header, config) -> tuple:
             records, position, topic_bytes, queue_id, flag,
             body_view[body_start:body_start + body_length], props, sys_flag, born_timestamp,
             born_host[0], born_host[1], store_host[0], store_host[1], reconsume_times)
-    result = await ctx.putter.put(records, topic, queue_id, len(encoded), sys_flag, wait)
+    result = await timed_put(ctx, records, topic, queue_id, len(encoded), sys_flag, wait)
     return result, queue_id
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+def _message_type_label(topic: str) -> int:
+    # Java counts a put under the topic it was stored in (delay and half-transaction
+    # messages under their system topics); the label says which kind it was.
+    if topic == SystemTopic.TRANS_HALF:
+        return 2
+    if topic == SystemTopic.SCHEDULE:
+        return 1
+    return 0
+
+
+async def timed_put(ctx, records, topic: str, queue_id: int, count: int, sys_flag: int,
+                    wait_store: bool):
+    """``ctx.putter.put`` counted as Java counts a put: its latency (putMessageEntireTime)
+    and, when stored, TOPIC_PUT_NUMS / TOPIC_PUT_SIZE / BROKER_PUT_NUMS."""
+    stats = ctx.stats
+    if stats is None:
+        return await ctx.putter.put(records, topic, queue_id, count, sys_flag, wait_store)
+    started = stats.now_ns()
+    result = await ctx.putter.put(records, topic, queue_id, count, sys_flag, wait_store)
+    stats.put_latency(stats.now_ns() - started)
+    if result.status.stored:
+        stats.topic_put(topic, result.count, result.wrote_bytes, _message_type_label(topic))
+    return result
 
 
 # --- handler ------------------------------------------------------------------------------------

@@ -117,6 +117,8 @@ async def _send_back(ctx, request, header) -> int:
     try:
         properties = decode_properties(decoded.properties)
         properties.pop(Property.WAIT_STORE_MSG_OK, None)
+        # SNDBCK_PUT_NUMS is counted under the topic the message was first sent to.
+        back_topic = properties.get(Property.RETRY_TOPIC) or decoded.topic
         topic, queue_id, to_dlq = _destination(ctx, request, header, group_config, decoded,
                                                retry_topic, properties)
         if to_dlq and await send.send_back_topic(ctx, topic, DLQ_QUEUE_NUMS_PER_GROUP,
@@ -127,10 +129,12 @@ async def _send_back(ctx, request, header) -> int:
     finally:
         del decoded
         selected.release()
-    result = await ctx.putter.put(records, topic, queue_id, 1, sys_flag, False)
+    result = await send.timed_put(ctx, records, topic, queue_id, 1, sys_flag, False)
     code, remark = send_response(result.status, ctx.config.store.max_message_size)
     if code != ResponseCode.SUCCESS:
         raise send.SendRefused(code, remark or result.status.name)
+    if ctx.stats is not None:
+        ctx.stats.send_back(back_topic, header.group)
     return code
 
 

@@ -16,7 +16,7 @@ from pybroker.client.offset_store import OFFSET_UNKNOWN, RemoteOffsetStore
 from pybroker.client.pulling import queue_offset_query
 from pybroker.client.route import MASTER_ID, subscribe_queues
 from pybroker.errors import ProtocolError
-from pybroker.protocol import bodies, headers
+from pybroker.protocol import bodies, fastjson, headers
 from pybroker.protocol.bodies import ClusterInfo, MessageQueue, TopicRouteData
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.constants import PERM_READ_WRITE, UNIQUE_KEY_QUERY_EXT, SystemTopic
@@ -205,6 +205,33 @@ class Admin:
         if len(messages) != 1:
             raise ProtocolError(f"VIEW_MESSAGE_BY_ID answered {len(messages)} records")
         return messages[0]
+
+    async def broker_stats(self, broker_addr: str, stats_name: str,
+                           stats_key: str) -> dict[str, dict[str, float]]:
+        """VIEW_BROKER_STATS_DATA: {"statsMinute"|"statsHour"|"statsDay": {sum, tps, avgpt}}
+        of a broker StatsItem (``TOPIC_PUT_NUMS`` + topic, ``GROUP_GET_NUMS`` +
+        ``topic@group``, ...)."""
+        fields = {"statsName": stats_name, "statsKey": stats_key}
+        response = await self.instance.invoke(broker_addr, request(
+            RequestCode.VIEW_BROKER_STATS_DATA, fields))
+        check_response(response, broker_addr)
+        return fastjson.loads(response.body or b"{}")
+
+    async def consume_stats(self, broker_addr: str, group: str,
+                            topic: str = "") -> dict[str, Any]:
+        """GET_CONSUME_STATS of one broker: ``consumeTps`` and the per-queue offsets."""
+        fields = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+        response = await self.instance.invoke(broker_addr, request(
+            RequestCode.GET_CONSUME_STATS, fields))
+        check_response(response, broker_addr)
+        return fastjson.loads(response.body or b"{}")
+
+    async def producer_connection(self, broker_addr: str, group: str) -> list[dict]:
+        """GET_PRODUCER_CONNECTION_LIST: the live producers of ``group`` on one broker."""
+        response = await self.instance.invoke(broker_addr, request(
+            RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}))
+        check_response(response, broker_addr)
+        return fastjson.loads(response.body or b"{}").get("connectionSet", [])
 
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO of one broker: its statistics table."""

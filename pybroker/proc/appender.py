@@ -30,6 +30,8 @@ from pybroker.proc.topic_deletion import read_requested_topics, requests_path
 from pybroker.proc.wake import (APPENDER_SLOT, FLUSHER_SLOT, ConsumerSide, DataPlaneWakes, Sleeper,
                                 signal_mask, stop_on_sigterm)
 from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
+from pybroker.stats.region import (WRITER_APPENDER, StatsCounter, StatsHistogram,
+                                   private_writer)
 from pybroker.store import paths
 from pybroker.store.commitlog import CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
@@ -48,14 +50,16 @@ _NO_QUEUE_OFFSET_TYPES = (int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
 
 
 def run_appender(settings, rings, completion_rings, control: ControlBlock,
-                 wakes: DataPlaneWakes, clock_ms=clock.now_ms) -> None:
+                 wakes: DataPlaneWakes, clock_ms=clock.now_ms,
+                 stats=None) -> None:
     """Append until ``control.broker_state`` is STOPPING (or later), or SIGTERM, and the rings
     are empty.
 
     ``rings[i]`` (consumer side) and ``completion_rings[i]`` (producer side) belong to remoting
     worker slot i. Raises (and the process must exit non-zero) on a store failure.
     """
-    appender = _Appender(settings, rings, completion_rings, control, wakes, clock_ms)
+    appender = _Appender(settings, rings, completion_rings, control, wakes, clock_ms,
+                         stats if stats is not None else private_writer(WRITER_APPENDER))
     try:
         appender.run()
     finally:
@@ -107,7 +111,7 @@ def _topic_queue_table(settings, commitlog: CommitLog, written_position: int) ->
 
 
 class _Appender:
-    def __init__(self, settings, rings, completion_rings, control, wakes, clock_ms):
+    def __init__(self, settings, rings, completion_rings, control, wakes, clock_ms, stats):
         if len(rings) != len(completion_rings) or len(rings) > FLUSHER_SLOT:
             raise ValueError(f"{len(rings)} send rings and {len(completion_rings)} completion "
                              f"rings: need one of each per worker, at most {FLUSHER_SLOT}")
@@ -118,6 +122,7 @@ class _Appender:
         self.slots = wakes.by_slot()
         self.clock_ms = clock_ms
         self.counters = control.worker(APPENDER_SLOT)
+        self.stats = stats          # this process's section of the instrument region
         store_root = store_setting(settings, "store_path_root_dir")
         self.commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
                                    or paths.commitlog_dir(store_root),
@@ -183,12 +188,25 @@ class _Appender:
         store_timestamp = self.clock_ms()
         self.blocked = False
         requests = records = 0
+        stats = self.stats
+        # Java's pageCacheLockTimeMills: how long the running append has held the CommitLog.
+        stats.set(StatsCounter.PAGE_CACHE_LOCK_BEGIN_MS, store_timestamp)
+        start_offset = self.commitlog.max_offset()
         for index in range(len(self.rings)):
             taken, appended = self._drain_ring(index, store_timestamp)
             requests += taken
             records += appended
+        stats.set(StatsCounter.PAGE_CACHE_LOCK_BEGIN_MS, 0)
         if not requests:
             return 0
+        appended_bytes = self.commitlog.max_offset() - start_offset
+        stats.add(StatsCounter.PUT_REQUESTS, requests)
+        if records:
+            stats.add(StatsCounter.PUT_MESSAGES, records)
+            stats.add(StatsCounter.PUT_BYTES, appended_bytes)
+            stats.add(StatsCounter.GROUP_COMMITS)
+            stats.record(StatsHistogram.GROUP_COMMIT_MESSAGES, records)
+            stats.record(StatsHistogram.GROUP_COMMIT_BYTES, appended_bytes)
         control = self.control
         control.written_store_timestamp = store_timestamp
         signal_mask(control.publish("written_position", self.commitlog.max_offset()),
@@ -235,6 +253,7 @@ class _Appender:
                 records.release()
             status = result.status
         if result is None or status is not PutStatus.PUT_OK:
+            self.stats.add(StatsCounter.PUT_FAILED)
             if not completions.push(request.request_id, ring_format.status_code(status), 0, 0,
                                     0):
                 raise AssertionError("completion ring full after a free-slot check")

@@ -18,6 +18,8 @@ from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
 from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, WakeFd
+from pybroker.stats.region import (WRITER_APPENDER, WRITER_DISPATCHER, WRITER_FLUSHER,
+                                   remoting_writer)
 from pybroker.store import paths
 from pybroker.store.control_block import BrokerState, ControlBlock
 from pybroker.store.reader import MessageStoreReader
@@ -57,6 +59,10 @@ class Attachment:
             plane.wakes.appender, slot, self.store_host, is_sync_flush(config.store),
             store_setting(config.store, "sync_flush_timeout"))
         self.wake_fd = plane.wakes.workers[slot]
+        # This process's section of the instrument region (remoting workers only).
+        self.stats_writer = None
+        if plane.stats_region is not None and slot < plane.workers:
+            self.stats_writer = plane.stats_region.writer(remoting_writer(slot))
         self._dispatched = plane.control.dispatched_position
         self._wake_reader = None
         self._on_wake = None
@@ -89,6 +95,7 @@ class DataPlane:
     """Everything shared by one generation's processes. Create with :meth:`create`."""
 
     def __init__(self, config, run_directory, control, rings, completions, wakes, workers):
+        self.stats_region = None      # set by the supervisor (pybroker/stats/region.py)
         self.config = config
         self.run_directory = run_directory
         self.control = control
@@ -122,10 +129,18 @@ class DataPlane:
         store, control, wakes = self.config.store, self.control, self.wakes
         rings = [region.ring for region in self.rings]
         completions = [region.ring for region in self.completions]
-        return [("appender", lambda: _exit_status(run_appender(store, rings, completions,
-                                                               control, wakes))),
-                ("dispatcher", lambda: _exit_status(run_dispatcher(store, control, wakes))),
-                ("flusher", lambda: _exit_status(run_flusher(store, control, wakes)))]
+        region = self.stats_region
+
+        def writer(slot: int):
+            # Called in the forked child: its own section of the inherited map.
+            return region.writer(slot) if region is not None else None
+        return [("appender", lambda: _exit_status(run_appender(
+                    store, rings, completions, control, wakes,
+                    stats=writer(WRITER_APPENDER)))),
+                ("dispatcher", lambda: _exit_status(run_dispatcher(
+                    store, control, wakes, stats=writer(WRITER_DISPATCHER)))),
+                ("flusher", lambda: _exit_status(run_flusher(
+                    store, control, wakes, stats=writer(WRITER_FLUSHER))))]
 
     def remoting_attachment(self, slot: int) -> Attachment:
         """Remoting worker ``slot``'s attachment (call in the worker process)."""

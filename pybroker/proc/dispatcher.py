@@ -32,6 +32,8 @@ from pybroker.errors import StoreCorruptError
 from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
 from pybroker.proc.wake import (DISPATCHER_SLOT, DataPlaneWakes, PositionWatch, Sleeper,
                                 stop_on_sigterm)
+from pybroker.stats.region import (WRITER_DISPATCHER, StatsCounter, StatsHistogram,
+                                   private_writer)
 from pybroker.store import paths
 from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog
@@ -72,7 +74,7 @@ def _open_store(settings):
 
 
 def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=clock.now_ms,
-                   stop_requested: Callable[[], bool] | None = None) -> None:
+                   stop_requested: Callable[[], bool] | None = None, stats=None) -> None:
     """Dispatch until ``stop_requested()`` (default: SIGTERM, see
     :func:`pybroker.proc.wake.stop_on_sigterm`), then dispatch what is written, flush
     thoroughly and return."""
@@ -88,6 +90,7 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock
     watch = PositionWatch(control, "written_position", DISPATCHER_SLOT)
     sleeper = Sleeper(wakes.dispatcher, [watch])
     counters = control.worker(DISPATCHER_SLOT)
+    stats = stats if stats is not None else private_writer(WRITER_DISPATCHER)
     stop_requested = stop_requested or stop_on_sigterm(wakes.dispatcher)
     followed = -1
     log.info("dispatcher: reput from %d", dispatcher.reput_from_offset)
@@ -98,7 +101,12 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock
             if target > dispatcher.reput_from_offset:
                 follow_commitlog(commitlog, followed, written)
                 followed = written
+                stats.record(StatsHistogram.DISPATCH_LAG_BYTES,
+                             written - dispatcher.reput_from_offset)
                 count = _dispatch_batch(dispatcher, target)
+                stats.add(StatsCounter.DISPATCHED_MESSAGES, count)
+                stats.add(StatsCounter.DISPATCH_BATCHES)
+                stats.record(StatsHistogram.DISPATCH_BATCH_MESSAGES, count)
                 control.publish("dispatched_position", dispatcher.reput_from_offset, True)
                 if count:
                     for wake_fd in wakes.workers:

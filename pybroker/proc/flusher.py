@@ -29,11 +29,13 @@ nothing is retried.
 """
 import logging
 import os
+import time
 from collections.abc import Callable
 
 from pybroker import clock
 from pybroker.proc.wake import (FLUSHER_SLOT, DataPlaneWakes, PositionWatch, Sleeper, signal_mask,
                                 stop_on_sigterm)
+from pybroker.stats.region import WRITER_FLUSHER, StatsCounter, StatsHistogram, private_writer
 from pybroker.store import paths
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
@@ -50,7 +52,7 @@ _SYNC_IDLE_WAIT_MS = 1000
 
 
 def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=clock.now_ms,
-                stop_requested: Callable[[], bool] | None = None) -> None:
+                stop_requested: Callable[[], bool] | None = None, stats=None) -> None:
     """Flush until ``stop_requested()`` (default: SIGTERM, see
     :func:`pybroker.proc.wake.stop_on_sigterm`); then a last full flush and checkpoint
     (send SIGTERM after the dispatcher exited, so it carries the final logics timestamps)."""
@@ -64,7 +66,8 @@ def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms
     checkpoint = StoreCheckpoint(paths.checkpoint_path(store_root))
     try:
         _Flusher(settings, commitlog, checkpoint, control, wakes, clock_ms,
-                 stop_requested).run()
+                 stop_requested, stats if stats is not None
+                 else private_writer(WRITER_FLUSHER)).run()
     finally:
         commitlog.shutdown(0)
         checkpoint.shutdown()
@@ -72,7 +75,7 @@ def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms
 
 class _Flusher:
     def __init__(self, settings, commitlog, checkpoint, control, wakes, clock_ms,
-                 stop_requested):
+                 stop_requested, stats):
         self.commitlog = commitlog
         self.checkpoint = checkpoint
         self.control = control
@@ -86,6 +89,7 @@ class _Flusher:
                                                   "flush_commit_log_thorough_interval")
         self.last_thorough_ms = clock_ms()
         self.counters = control.worker(FLUSHER_SLOT)
+        self.stats = stats
         self.stop_requested = stop_requested or stop_on_sigterm(wakes.flusher)
         flushed = control.flushed_position
         commitlog.set_wrote_and_flushed(flushed)
@@ -135,8 +139,16 @@ class _Flusher:
             least_pages = self.least_pages
             if now >= self.last_thorough_ms + self.thorough_interval_ms:
                 least_pages, self.last_thorough_ms = 0, now
+        before = self.commitlog.flushed_where
+        started = time.monotonic_ns()
         if not self.commitlog.flush(least_pages):
             return False
+        stats = self.stats
+        flushed_bytes = self.commitlog.flushed_where - before
+        stats.record(StatsHistogram.FLUSH_LATENCY_US, (time.monotonic_ns() - started) // 1000)
+        stats.record(StatsHistogram.FLUSH_BYTES, flushed_bytes)
+        stats.add(StatsCounter.FLUSHES)
+        stats.add(StatsCounter.FLUSHED_BYTES, flushed_bytes)
         self.write_checkpoint(store_timestamp, written)
         flushed = self.commitlog.flushed_where
         signal_mask(control.publish("flushed_position", flushed, True), self.slots)

@@ -19,12 +19,13 @@ from pybroker.broker.metadata import MetadataReplica
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID, EXT_WORKER_ID
 from pybroker.protocol import constants
-from pybroker.protocol.codes import InternalCode, ResponseCode
+from pybroker.protocol.codes import InternalCode, RequestCode, ResponseCode
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        encode)
 from pybroker.remoting.client import RemotingClient
 from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
 from pybroker.remoting.server import RequestTable, start_server
+from pybroker.stats.recorder import Recorder
 from pybroker.store.config_docs import TopicConfig
 
 log = logging.getLogger("pybroker.proc.remoting")
@@ -33,6 +34,11 @@ DATA_HANDLERS = {**send.HANDLERS, **pull.HANDLERS, **query.HANDLERS, **send_back
                  **end_transaction.HANDLERS}
 assert set(DATA_HANDLERS) == set(DATA_CODES), set(DATA_HANDLERS) ^ set(DATA_CODES)
 
+# Request families reported as Java's thread-pool queues (requests waiting in this worker).
+_FAMILIES = {RequestCode.SEND_MESSAGE: "send", RequestCode.SEND_MESSAGE_V2: "send",
+             RequestCode.SEND_BATCH_MESSAGE: "send", RequestCode.CONSUMER_SEND_MSG_BACK: "send",
+             RequestCode.PULL_MESSAGE: "pull", RequestCode.QUERY_MESSAGE: "query",
+             RequestCode.VIEW_MESSAGE_BY_ID: "query", RequestCode.END_TRANSACTION: "transaction"}
 FORWARD_TIMEOUT_MS = 15_000
 # How often held pulls are re-checked even without a dispatcher wake-up (Java: 5 s).
 HELD_PULL_SWEEP_S = 5.0
@@ -59,7 +65,8 @@ class RemotingWorker:
         self.replica = MetadataReplica(self._create_topic, self._commit_offset)
         self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue)
         self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
-                                 data_plane.store_host, long_poll=self.long_poll)
+                                 data_plane.store_host, long_poll=self.long_poll,
+                                 stats=Recorder(getattr(data_plane, "stats_writer", None)))
         self.stopping = asyncio.Event()
 
     # --- start and stop -------------------------------------------------------------------------
@@ -110,18 +117,25 @@ class RemotingWorker:
     def _request_table(self) -> RequestTable:
         table = RequestTable()
         for code, handler in DATA_HANDLERS.items():
-            table.register(code, self._local(handler))
+            table.register(code, self._local(handler, code))
         for code in METADATA_CODES:
             table.register(code, self._forward)
         return table
 
-    def _local(self, handler):
+    def _local(self, handler, code: int):
         ctx = self.ctx
+        stats = ctx.stats
+        family = _FAMILIES.get(code)
 
         async def run(connection: RemotingConnection, request: RemotingCommand):
             channel = connection.attachment
             channel.language, channel.version = request.language, request.version
-            return await handler(ctx, channel, request)
+            started = stats.now_ns()
+            stats.request_started(family)
+            try:
+                return await handler(ctx, channel, request)
+            finally:
+                stats.request_finished(family, (stats.now_ns() - started) // 1000)
         return run
 
     async def _forward(self, connection: RemotingConnection, request: RemotingCommand):

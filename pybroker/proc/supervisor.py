@@ -26,6 +26,8 @@ from pybroker.broker.transaction_check import TransactionCheckService
 from pybroker.proc import dataplane
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
+from pybroker.stats.region import StatsRegion, writer_count
+from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths
 from pybroker.store.message_store import MessageStore
 
@@ -38,6 +40,7 @@ OFFSET_PERSIST_INTERVAL_S = 5.0
 CHANNEL_SCAN_INTERVAL_S = 10.0
 WORKERS_READY_TIMEOUT_S = 30.0
 SCHEDULE_INTERVAL_S = 0.1
+STATS_SAMPLE_INTERVAL_S = 1.0
 
 
 def _child(name: str, main) -> int:
@@ -103,6 +106,8 @@ class Supervisor:
         self.children: dict[int, str] = {}
         self.deaths: list[float] = []
         self.data_plane_stopped_cleanly = False
+        self.stats_region = None
+        self.stats = None
 
     # --- generations ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -111,6 +116,7 @@ class Supervisor:
         lock.acquire()
         try:
             self.metadata = MetadataState(self.config)
+            self._create_stats()
             while True:
                 outcome = self._generation(lock)
                 if outcome == "stopped" and self.data_plane_stopped_cleanly:
@@ -133,7 +139,18 @@ class Supervisor:
         finally:
             if self.metadata is not None:
                 self.metadata.shutdown()
+            if self.stats_region is not None:
+                self.stats_region.close()
             lock.release()
+
+    def _create_stats(self) -> None:
+        """The instrument region lives as long as this supervisor: workers of every
+        generation write into the same sections, so counters and windows continue."""
+        os.makedirs(paths.run_dir(self.store_root), mode=0o700, exist_ok=True)
+        self.stats_region = StatsRegion.create(
+            paths.stats_region_path(self.store_root),
+            writer_count(self.config.remoting.remoting_workers), clock.now_ms())
+        self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name)
 
     def _recover(self, lock) -> int:
         """Recover the store in this process; returns the valid end of the CommitLog."""
@@ -152,6 +169,8 @@ class Supervisor:
         workers = self.config.remoting.remoting_workers
         plane = dataplane.DataPlane.create(self.config, paths.run_dir(self.store_root), workers,
                                            valid_end)
+        plane.stats_region = self.stats_region
+        self.stats.control = plane.control
         service_socket = _bind_unix_socket(os.path.join(paths.run_dir(self.store_root),
                                                         "metadata.sock"))
         try:
@@ -179,13 +198,14 @@ class Supervisor:
         attachment = plane.supervisor_attachment()
         attachment.start(loop, lambda moved: None)
         ctx = BrokerContext(self.config, attachment.reader, attachment.putter, self.metadata,
-                            attachment.store_host)
+                            attachment.store_host, stats_service=self.stats)
         registration = NamesrvRegistration(self.config, lambda: self.metadata.topics)
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
         await service.start_on(service_socket)
         tasks = [loop.create_task(self._periodic(service)),
-                 loop.create_task(self._services(attachment))]
+                 loop.create_task(self._services(attachment)),
+                 loop.create_task(self._sample_stats())]
         try:
             await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
                               outcome)
@@ -218,6 +238,12 @@ class Supervisor:
                 last_scan = time.monotonic()
                 self.metadata.scan_expired()
                 service.push_if_changed()
+
+    async def _sample_stats(self) -> None:
+        """The statistics sampler: once a second (Java StoreStatsService's rate)."""
+        while True:
+            self.stats.tick()
+            await asyncio.sleep(STATS_SAMPLE_INTERVAL_S)
 
     async def _services(self, attachment) -> None:
         """Delay delivery (every 100 ms, as Java's per-level timers) and transaction checks

@@ -383,6 +383,13 @@ DELETE_SUBSCRIPTION_GROUP_REQUEST = _schema("DeleteSubscriptionGroupRequestHeade
     ("removeOffset", BOOL, False, False),   # 4.9.x name
     ("cleanOffset", BOOL, False, False),    # 5.x name
 ])
+VIEW_BROKER_STATS_DATA_REQUEST = _schema("ViewBrokerStatsDataRequestHeader", [
+    ("statsName", STR, True),
+    ("statsKey", STR, True),
+])
+PRODUCER_GROUP_REQUEST = _schema("GetProducerConnectionListRequestHeader", [
+    ("producerGroup", STR, True),
+])
 GET_CONSUME_STATS_REQUEST = _schema("GetConsumeStatsRequestHeader", [
     ("consumerGroup", STR, True),
     ("topic", STR, False),
@@ -518,6 +525,8 @@ REQUEST_SCHEMAS: dict[int, tuple[HeaderSchema, bool]] = {
     _C.GET_CONSUMER_LIST_BY_GROUP: (CONSUMER_GROUP_REQUEST, False),
     _C.NOTIFY_CONSUMER_IDS_CHANGED: (CONSUMER_GROUP_REQUEST, False),
     _C.GET_CONSUMER_CONNECTION_LIST: (CONSUMER_GROUP_REQUEST, False),
+    _C.GET_PRODUCER_CONNECTION_LIST: (PRODUCER_GROUP_REQUEST, False),
+    _C.VIEW_BROKER_STATS_DATA: (VIEW_BROKER_STATS_DATA_REQUEST, False),
     _C.QUERY_CONSUMER_OFFSET: (QUERY_CONSUMER_OFFSET_REQUEST, False),
     _C.UPDATE_CONSUMER_OFFSET: (UPDATE_CONSUMER_OFFSET_REQUEST, False),
     _C.GET_MAX_OFFSET: (GET_MAX_OFFSET_REQUEST, False),

@@ -83,6 +83,12 @@ def run_dir(store_root: str) -> str:
     return os.path.join(store_root, "run")
 
 
+def stats_region_path(store_root: str) -> str:
+    """``<root>/run/stats``: the instrument region (pybroker/stats/region.py); created by the
+    supervisor at start, unlinked when it exits."""
+    return os.path.join(run_dir(store_root), "stats")
+
+
 def control_block_path(store_root: str) -> str:
     """``<root>/run/control``: the published positions (store/control_block.py)."""
     return os.path.join(run_dir(store_root), "control")

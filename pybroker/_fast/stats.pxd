@@ -1,0 +1,139 @@
+# Contract of pybroker._fast.stats: the shared-memory instrument region (pybroker/stats/).
+from libc.stdint cimport uint32_t, uint64_t
+
+cdef extern from "stats.h" nogil:
+    void pb_stats_add(uint64_t *word, uint64_t delta)
+    void pb_stats_set(uint64_t *word, uint64_t value)
+    void pb_stats_raise(uint64_t *word, uint64_t value)
+    uint64_t pb_stats_load(const uint64_t *word)
+    unsigned pb_stats_bucket(uint64_t value)
+    void pb_stats_record(uint64_t *histogram, uint64_t value)
+    void pb_stats_record_n(uint64_t *histogram, uint64_t value, uint64_t times)
+
+# Region layout (all words native-endian u64; one writer per word):
+#   @0       header page (immutable after creation): magic "PBSTATS1", layout version, size,
+#            writer count, boot timestamp (ms), sections offset
+#   @4096    window area, written by the sampler (the supervisor) only: cursor line, then
+#            WINDOW_ROWS rows of (timestamp ms, WINDOW_COLUMNS-1 values), one row per sample
+#   @SECTIONS_OFFSET + w * SECTION_BYTES   writer w's section:
+#            counters   COUNTERS_PER_WRITER words           (StatsCounter indices)
+#            histograms HISTOGRAMS_PER_WRITER x HIST_WORDS   (StatsHistogram indices;
+#                       64 log2 buckets, then count, sum, max)
+#            keys line  published key count (release store after the entry is complete)
+#            key entries KEYS_PER_WRITER x KEY_ENTRY_BYTES:
+#                 +0 key length in bytes + 1 (0 = unused)  +8 kind u32 | label u32
+#                 +16 words[KEY_WORDS] (KeyWord indices)   +48 key bytes (UTF-8)
+cpdef enum:
+    STATS_MAGIC_OFFSET = 0
+    STATS_VERSION_OFFSET = 8
+    STATS_SIZE_OFFSET = 16
+    STATS_WRITERS_OFFSET = 24
+    STATS_BOOT_MS_OFFSET = 32
+    STATS_SECTIONS_OFFSET_OFFSET = 40
+    STATS_LAYOUT_VERSION = 1
+    STATS_PAGE_BYTES = 4096
+    WINDOW_AREA_OFFSET = 4096
+    WINDOW_CURSOR_OFFSET = 4096           # rows ever written (monotonic)
+    WINDOW_ROWS_OFFSET = 4096 + 64
+    WINDOW_COLUMNS = 16                   # column 0: timestamp ms
+    WINDOW_ROWS = 1024                    # > 601 one-second samples (Java's 600 s window)
+    WINDOW_AREA_BYTES = 64 + WINDOW_COLUMNS * 8 * WINDOW_ROWS
+    COUNTERS_PER_WRITER = 64
+    HIST_WORDS = 72
+    HIST_BUCKETS = 64
+    HIST_COUNT_WORD = 64
+    HIST_SUM_WORD = 65
+    HIST_MAX_WORD = 66
+    HISTOGRAMS_PER_WRITER = 16
+    KEY_WORDS = 4
+    KEY_HEADER_BYTES = 48
+    KEY_BYTES_MAX = 400                   # topic (127) + "@" + group (255) fits
+    KEY_ENTRY_BYTES = 448
+    KEYS_PER_WRITER = 1024
+    SECTION_COUNTERS_OFFSET = 0
+    SECTION_HISTOGRAMS_OFFSET = COUNTERS_PER_WRITER * 8
+    SECTION_KEY_COUNT_OFFSET = SECTION_HISTOGRAMS_OFFSET + HISTOGRAMS_PER_WRITER * HIST_WORDS * 8
+    SECTION_KEYS_OFFSET = SECTION_KEY_COUNT_OFFSET + 64
+    SECTION_BYTES = SECTION_KEYS_OFFSET + KEYS_PER_WRITER * KEY_ENTRY_BYTES
+
+
+# Scalar counters of a writer section (the same index space in every section, so a reader sums
+# a counter over all writers). "gauge" words are set, not added.
+cpdef enum StatsCounter:
+    PUT_MESSAGES = 0              # appender: records appended (Java putMessageTimesTotal)
+    PUT_BYTES = 1                 # appender: bytes appended (putMessageSizeTotal)
+    PUT_FAILED = 2                # appender: put requests that failed (putMessageFailedTimes)
+    PUT_REQUESTS = 3              # appender: put requests taken from the rings
+    GROUP_COMMITS = 4             # appender: drains that appended something
+    PAGE_CACHE_LOCK_BEGIN_MS = 5  # appender gauge: start of the running drain, 0 between drains
+    GET_FOUND = 8                 # remoting: store reads that found messages
+    GET_MISS = 9                  # remoting: store reads that found none
+    GET_TRANSFERRED_MESSAGES = 10 # remoting: messages handed to consumers
+    GET_TRANSFERRED_BYTES = 11    # remoting: bytes of those messages
+    BROKER_PUT_NUMS = 12          # remoting: messages stored by SEND requests
+    BROKER_GET_NUMS = 13          # remoting: messages pulled (Java BROKER_GET_NUMS)
+    SEND_STARTED = 16             # remoting: requests per family started / answered
+    SEND_FINISHED = 17
+    PULL_STARTED = 18
+    PULL_FINISHED = 19
+    QUERY_STARTED = 20
+    QUERY_FINISHED = 21
+    TRANSACTION_STARTED = 22
+    TRANSACTION_FINISHED = 23
+    PULL_HELD = 24                # remoting gauge: pulls held by long polling
+    PUT_ENTIRE_TIME_MAX_MS = 25   # remoting: longest put (ms), raised only
+    REQUESTS_TOTAL = 26           # remoting: every request received
+    GET_ENTIRE_TIME_MAX_MS = 27   # remoting: longest store read (ms), raised only
+    DISPATCHED_MESSAGES = 28      # dispatcher
+    DISPATCH_BATCHES = 29
+    FLUSHES = 30                  # flusher: flushes that advanced the flushed position
+    FLUSHED_BYTES = 31
+    PUT_DISTRIBUTE_0 = 32         # remoting: Java's 13 put-latency buckets (ms), 32..44
+    KEYS_DROPPED = 45             # any writer: keyed updates lost because its table is full
+    SEND_BACK_MESSAGES = 46       # remoting: CONSUMER_SEND_MSG_BACK re-puts
+
+
+cpdef enum StatsHistogram:
+    PUT_LATENCY_US = 0            # remoting: put request to its completion (client's wait)
+    GROUP_COMMIT_MESSAGES = 1     # appender: records per drain
+    GROUP_COMMIT_BYTES = 2        # appender: bytes per drain
+    FLUSH_LATENCY_US = 3          # flusher: one CommitLog flush (msync) call
+    FLUSH_BYTES = 4               # flusher: bytes made durable per flush
+    DISPATCH_LAG_BYTES = 5        # dispatcher: written - dispatched when a batch starts
+    RPC_LATENCY_US = 6            # remoting: request received to response queued
+    MESSAGE_SIZE_BYTES = 7        # remoting: stored message size (body + properties + topic)
+    SYNC_FLUSH_WAIT_US = 8        # remoting: SYNC_FLUSH acknowledgement held for the flush
+    DISPATCH_BATCH_MESSAGES = 9   # dispatcher: records per batch
+
+
+cpdef enum StatsKeyKind:
+    KEY_TOPIC_PUT = 1             # key topic; words: messages, bytes, requests
+    KEY_GROUP_GET = 2             # key topic@group; words: messages, bytes, requests
+    KEY_SEND_BACK = 3             # key topic@group; words: messages, requests
+    KEY_GROUP_GET_LATENCY = 4     # key topic@group; words: ms sum, requests
+
+
+cpdef enum KeyWord:
+    KEY_MESSAGES = 0
+    KEY_BYTES = 1
+    KEY_REQUESTS = 2
+
+
+cdef class StatsWriter:
+    """One writer's section. Hot loops keep the pointers and call the pb_stats_* inlines."""
+    cdef Py_buffer _view
+    cdef bint _held
+    cdef readonly int writer
+    cdef uint64_t *counters
+    cdef uint64_t *histograms
+    cdef uint64_t *key_count
+    cdef unsigned char *keys
+    cdef dict _key_index
+
+    cdef int _check(self, int index, int limit) except -1
+
+    cdef inline uint64_t *histogram(self, int index) noexcept nogil:
+        return self.histograms + index * HIST_WORDS
+
+    cdef inline uint64_t *key_words(self, int entry) noexcept nogil:
+        return <uint64_t *>(self.keys + entry * KEY_ENTRY_BYTES + 16)

@@ -1,0 +1,85 @@
+# What a remoting worker records per request: Java's broker stats keys, from Python paths.
+"""The remoting worker's side of the statistics (Java BrokerStatsManager's inc* calls).
+
+One :class:`Recorder` per worker wraps its :class:`~pybroker._fast.stats.StatsWriter`. Each
+call is a handful of C-level stores (no system call, no allocation after a key's first use).
+"""
+import time
+
+from pybroker.stats.region import StatsCounter as C
+from pybroker.stats.region import StatsHistogram as H
+from pybroker.stats.region import StatsKeyKind as K
+from pybroker.stats.region import StatsWriter, private_writer
+from pybroker.stats.service import put_distribute_bucket
+
+__all__ = ["Recorder", "FAMILY_COUNTERS"]
+
+# Request families whose requests waiting are reported as Java's thread-pool queue sizes.
+FAMILY_COUNTERS = {"send": (C.SEND_STARTED, C.SEND_FINISHED),
+                   "pull": (C.PULL_STARTED, C.PULL_FINISHED),
+                   "query": (C.QUERY_STARTED, C.QUERY_FINISHED),
+                   "transaction": (C.TRANSACTION_STARTED, C.TRANSACTION_FINISHED)}
+
+
+class Recorder:
+    """Counters of one remoting worker (or of a test's in-process broker)."""
+
+    def __init__(self, writer: StatsWriter | None = None):
+        self.writer = writer if writer is not None else private_writer()
+
+    def request_started(self, family: str | None) -> None:
+        writer = self.writer
+        writer.add(C.REQUESTS_TOTAL)
+        if family is not None:
+            writer.add(FAMILY_COUNTERS[family][0])
+
+    def request_finished(self, family: str | None, elapsed_us: int) -> None:
+        writer = self.writer
+        writer.record(H.RPC_LATENCY_US, elapsed_us)
+        if family is not None:
+            writer.add(FAMILY_COUNTERS[family][1])
+
+    def topic_put(self, topic: str, messages: int, size_bytes: int, label: int = 0) -> None:
+        """A SEND stored ``messages`` messages of ``size_bytes`` (TOPIC_PUT_NUMS/SIZE,
+        BROKER_PUT_NUMS, the message-size histogram)."""
+        writer = self.writer
+        writer.key_add(writer.key(K.KEY_TOPIC_PUT, label, topic), messages, size_bytes)
+        writer.add(C.BROKER_PUT_NUMS, messages)
+        if messages:
+            writer.record(H.MESSAGE_SIZE_BYTES, size_bytes // messages, messages)
+
+    def put_latency(self, elapsed_ns: int) -> None:
+        """A put request's wait for the store (Java putMessageEntireTime)."""
+        writer = self.writer
+        elapsed_ms = elapsed_ns // 1_000_000
+        writer.record(H.PUT_LATENCY_US, elapsed_ns // 1000)
+        writer.add(C.PUT_DISTRIBUTE_0 + put_distribute_bucket(elapsed_ms))
+        writer.raise_to(C.PUT_ENTIRE_TIME_MAX_MS, elapsed_ms)
+
+    def store_get(self, found: bool, messages: int, size_bytes: int, elapsed_ns: int) -> None:
+        """One store read for a pull (Java StoreStatsService's get counters)."""
+        writer = self.writer
+        if found:
+            writer.add(C.GET_FOUND)
+            writer.add(C.GET_TRANSFERRED_MESSAGES, messages)
+            writer.add(C.GET_TRANSFERRED_BYTES, size_bytes)
+        else:
+            writer.add(C.GET_MISS)
+        writer.raise_to(C.GET_ENTIRE_TIME_MAX_MS, elapsed_ns // 1_000_000)
+
+    def group_get(self, topic: str, group: str, messages: int, size_bytes: int) -> None:
+        """Messages handed to a consumer group (GROUP_GET_NUMS/SIZE, BROKER_GET_NUMS)."""
+        writer = self.writer
+        writer.key_add(writer.key(K.KEY_GROUP_GET, 0, f"{topic}@{group}"), messages,
+                       size_bytes)
+        writer.add(C.BROKER_GET_NUMS, messages)
+
+    def send_back(self, topic: str, group: str) -> None:
+        """A consumer sent a message back (SNDBCK_PUT_NUMS)."""
+        writer = self.writer
+        writer.key_add(writer.key(K.KEY_SEND_BACK, 0, f"{topic}@{group}"), 1)
+        writer.add(C.SEND_BACK_MESSAGES)
+
+    @staticmethod
+    def now_ns() -> int:
+        return time.monotonic_ns()

@@ -1,0 +1,216 @@
+# The instrument region: one file, one section per writer process, read from anywhere.
+"""Create, attach and read the shared-memory instrument region (layout: ``_fast/stats.pxd``).
+
+The supervisor creates the region once per broker start (not per generation): a worker of a
+new generation attaches to the section its predecessor wrote and continues its counters, so
+totals survive a worker restart. Writer slots::
+
+    0 appender   1 dispatcher   2 flusher   3 ha   4 supervisor   5 + i  remoting worker i
+
+Every word of a section has that section's process as its only writer. Readers take a
+:func:`snapshot` and decode it here with numpy (no Python object per counter).
+"""
+import dataclasses
+import mmap
+import os
+
+import numpy as np
+
+from pybroker._fast import stats as _stats
+from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind, StatsWriter
+
+__all__ = ["StatsRegion", "Snapshot", "KeyTotals", "StatsCounter", "StatsHistogram",
+           "StatsKeyKind", "StatsWriter", "WRITER_APPENDER", "WRITER_DISPATCHER",
+           "WRITER_FLUSHER", "WRITER_HA", "WRITER_SUPERVISOR", "remoting_writer",
+           "writer_count", "writer_name"]
+
+WRITER_APPENDER = 0
+WRITER_DISPATCHER = 1
+WRITER_FLUSHER = 2
+WRITER_HA = 3
+WRITER_SUPERVISOR = 4
+_REMOTING_BASE = 5
+_NAMES = {WRITER_APPENDER: "appender", WRITER_DISPATCHER: "dispatcher",
+          WRITER_FLUSHER: "flusher", WRITER_HA: "ha", WRITER_SUPERVISOR: "supervisor"}
+
+_WORDS_PER_SECTION = _stats.SECTION_BYTES // 8
+_HIST_BLOCK = _stats.HISTOGRAMS_PER_WRITER * _stats.HIST_WORDS
+assert _stats.SECTION_BYTES % 64 == 0
+assert _stats.KEY_HEADER_BYTES + _stats.KEY_BYTES_MAX <= _stats.KEY_ENTRY_BYTES
+assert 16 + 8 * _stats.KEY_WORDS <= _stats.KEY_HEADER_BYTES
+assert _stats.HIST_MAX_WORD < _stats.HIST_WORDS
+assert _stats.SECTION_HISTOGRAMS_OFFSET == 8 * _stats.COUNTERS_PER_WRITER
+assert max(StatsCounter) < _stats.COUNTERS_PER_WRITER
+assert max(StatsHistogram) < _stats.HISTOGRAMS_PER_WRITER
+# Java's 13 put-latency buckets occupy PUT_DISTRIBUTE_0 .. PUT_DISTRIBUTE_0 + 12.
+PUT_DISTRIBUTE_BUCKETS = 13
+assert StatsCounter.PUT_DISTRIBUTE_0 + PUT_DISTRIBUTE_BUCKETS <= StatsCounter.KEYS_DROPPED
+
+
+def remoting_writer(worker_index: int) -> int:
+    """Writer slot of remoting worker ``worker_index``."""
+    return _REMOTING_BASE + worker_index
+
+
+def writer_count(remoting_workers: int) -> int:
+    """Sections of a broker with ``remoting_workers`` remoting workers."""
+    return _REMOTING_BASE + remoting_workers
+
+
+def writer_name(writer: int) -> str:
+    """``appender``, ..., ``remoting-<i>``."""
+    return _NAMES.get(writer, f"remoting-{writer - _REMOTING_BASE}")
+
+
+class StatsRegion:
+    """The mapped region file at ``path``. :meth:`create` (the supervisor; it unlinks at
+    :meth:`close`) or :meth:`attach` (any reader, e.g. ``pybroker prof``)."""
+
+    def __init__(self, path: str, buffer: mmap.mmap, owner_pid: int | None):
+        self.path = path
+        self.buffer = buffer
+        self.owner_pid = owner_pid
+        self.writers = _stats.check_header(buffer)
+
+    @classmethod
+    def create(cls, path: str, writers: int, boot_ms: int) -> "StatsRegion":
+        size = _stats.region_size(writers)
+        if os.path.lexists(path):
+            os.unlink(path)     # never truncate a map another process may still hold
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            # No MAP_POPULATE: key tables are large and mostly untouched (sparse file).
+            buffer = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        _stats.initialise(buffer, writers, boot_ms)
+        return cls(path, buffer, os.getpid())
+
+    @classmethod
+    def attach(cls, path: str) -> "StatsRegion":
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            buffer = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED,
+                               mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        return cls(path, buffer, None)
+
+    @property
+    def boot_ms(self) -> int:
+        return int(np.frombuffer(self.buffer, np.uint64, 1, _stats.STATS_BOOT_MS_OFFSET)[0])
+
+    def writer(self, slot: int) -> StatsWriter:
+        """The section of writer ``slot`` (call in the writing process)."""
+        return StatsWriter(self.buffer, slot)
+
+    def window_append(self, values: list[int]) -> None:
+        """Append a sample row (the sampler only)."""
+        _stats.window_append(self.buffer, values)
+
+    def snapshot(self) -> "Snapshot":
+        return Snapshot(_stats.snapshot(self.buffer), self.writers)
+
+    def close(self) -> None:
+        """Unmap; the creating process also unlinks the file. Writers must be closed first."""
+        if self.buffer is None:
+            return
+        try:
+            self.buffer.close()
+        except BufferError:
+            return          # a writer still holds it; the map goes with the process
+        self.buffer = None
+        if self.owner_pid == os.getpid():
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+@dataclasses.dataclass
+class KeyTotals:
+    """One keyed item summed over writers and labels: messages, bytes, requests."""
+    messages: int = 0
+    size_bytes: int = 0
+    requests: int = 0
+
+
+class Snapshot:
+    """A copy of the region decoded with numpy: ``counters`` [writers, counters],
+    ``histograms`` [writers, histograms, HIST_WORDS], keyed entries via :meth:`keys`."""
+
+    def __init__(self, data: bytes, writers: int):
+        self.data = data
+        self.writers = writers
+        words = np.frombuffer(data, np.uint64)
+        start = _stats.sections_offset() // 8
+        sections = words[start:start + writers * _WORDS_PER_SECTION].reshape(
+            writers, _WORDS_PER_SECTION)
+        self.counters = sections[:, :_stats.COUNTERS_PER_WRITER]
+        first = _stats.COUNTERS_PER_WRITER
+        self.histograms = sections[:, first:first + _HIST_BLOCK].reshape(
+            writers, _stats.HISTOGRAMS_PER_WRITER, _stats.HIST_WORDS)
+        self._key_counts = sections[:, _stats.SECTION_KEY_COUNT_OFFSET // 8]
+
+    def counter(self, index: int, writer: int | None = None) -> int:
+        """A counter summed over every writer (or of one writer)."""
+        if writer is not None:
+            return int(self.counters[writer, index])
+        return int(self.counters[:, index].sum())
+
+    def histogram(self, index: int) -> np.ndarray:
+        """A histogram (HIST_WORDS words) summed over every writer."""
+        return self.histograms[:, index, :].sum(axis=0)
+
+    def window_rows(self) -> np.ndarray:
+        """The sampler's rows, oldest first: [rows, WINDOW_COLUMNS] (column 0: time ms)."""
+        words = np.frombuffer(self.data, np.uint64)
+        cursor = int(words[_stats.WINDOW_CURSOR_OFFSET // 8])
+        start = _stats.WINDOW_ROWS_OFFSET // 8
+        table = words[start:start + _stats.WINDOW_ROWS * _stats.WINDOW_COLUMNS].reshape(
+            _stats.WINDOW_ROWS, _stats.WINDOW_COLUMNS)
+        count = min(cursor, _stats.WINDOW_ROWS)
+        order = [(cursor - count + i) % _stats.WINDOW_ROWS for i in range(count)]
+        return table[order]
+
+    def keys(self) -> dict[tuple[int, str], KeyTotals]:
+        """{(kind, key): totals over writers and labels}."""
+        totals: dict[tuple[int, str], KeyTotals] = {}
+        for (kind, _label, key), words in self.labelled_keys().items():
+            item = totals.setdefault((kind, key), KeyTotals())
+            item.messages += words[0]
+            item.size_bytes += words[1]
+            item.requests += words[2]
+        return totals
+
+    def labelled_keys(self) -> dict[tuple[int, int, str], list[int]]:
+        """{(kind, label, key): [messages, bytes, requests]} summed over writers."""
+        result: dict[tuple[int, int, str], list[int]] = {}
+        data = self.data
+        base = _stats.sections_offset() + _stats.SECTION_KEYS_OFFSET
+        for writer in range(self.writers):
+            start = base + writer * _stats.SECTION_BYTES
+            for entry in range(min(int(self._key_counts[writer]), _stats.KEYS_PER_WRITER)):
+                at = start + entry * _stats.KEY_ENTRY_BYTES
+                length = int.from_bytes(data[at:at + 8], "little") - 1
+                if length < 0:
+                    continue
+                kind = int.from_bytes(data[at + 8:at + 12], "little")
+                label = int.from_bytes(data[at + 12:at + 16], "little")
+                words = np.frombuffer(data, np.uint64, 3, at + 16)
+                key_at = at + _stats.KEY_HEADER_BYTES
+                key = data[key_at:key_at + length].decode("utf-8", "replace")
+                item = result.setdefault((kind, label, key), [0, 0, 0])
+                for index in range(3):
+                    item[index] += int(words[index])
+        return result
+
+
+def private_writer(slot: int = WRITER_SUPERVISOR) -> StatsWriter:
+    """A writer over an anonymous region of its own (a process or test running a worker loop
+    without a broker's region: the figures go nowhere, the code path stays the same)."""
+    writers = max(slot + 1, _REMOTING_BASE)
+    buffer = mmap.mmap(-1, _stats.region_size(writers))
+    _stats.initialise(buffer, writers, 0)
+    return StatsWriter(buffer, slot)

@@ -1,0 +1,156 @@
+# GET_BROKER_RUNTIME_INFO: Java's keys, meanings and string formats from the shared counters.
+"""The runtime table mqadmin brokerStatus prints (Java 4.9.8 keys, plus 5.x putLatency99/999).
+
+Every figure is measured: store counters come from the instrument region (the appender's puts,
+the remoting workers' reads), rates from the supervisor's sampler, positions from the control
+block. Java keys pybroker cannot measure are left out rather than filled with a made-up value
+(the thread pools' head wait times: pybroker has no thread-pool queues; requests waiting in a
+worker are reported as the queue sizes). Formats follow Java: rates are ``Double.toString``
+with an empty field for a window not yet filled, putLatency99 ``%.2f``.
+"""
+import os
+import time
+
+from pybroker.protocol import constants
+from pybroker.stats.region import StatsCounter as C
+from pybroker.stats.service import PUT_DISTRIBUTE_DESC, histogram_percentile
+from pybroker.stats.windows import java_double
+from pybroker.store import paths
+from pybroker.store.message_store import human_readable_bytes
+
+__all__ = ["runtime_info", "disk_used_ratio", "format_runtime"]
+
+# Java BrokerConfig's default queue capacities (pybroker has no thread pools to size).
+_POOL_CAPACITIES = {"sendThreadPoolQueueCapacity": "10000",
+                    "pullThreadPoolQueueCapacity": "100000",
+                    "queryThreadPoolQueueCapacity": "20000",
+                    "EndTransactionThreadPoolQueueCapacity": "100000"}
+_QUEUES = {"sendThreadPoolQueueSize": (C.SEND_STARTED, C.SEND_FINISHED),
+           "pullThreadPoolQueueSize": (C.PULL_STARTED, C.PULL_FINISHED),
+           "queryThreadPoolQueueSize": (C.QUERY_STARTED, C.QUERY_FINISHED),
+           "EndTransactionQueueSize": (C.TRANSACTION_STARTED, C.TRANSACTION_FINISHED)}
+# Java TransientStorePool.availableBufferNums() when the pool is off (pybroker has none).
+_NO_TRANSIENT_POOL = str(2 ** 31 - 1)
+
+
+def disk_used_ratio(path: str) -> float:
+    """Java UtilAll.getDiskPartitionSpaceUsedPercent: used / (used + usable), rounded up to a
+    percent, as a fraction; -1 when the path does not exist."""
+    try:
+        disk = os.statvfs(path)
+    except OSError:
+        return -1.0
+    total = disk.f_blocks * disk.f_frsize
+    if total <= 0:
+        return -1.0
+    used = total - disk.f_bfree * disk.f_frsize
+    entire = used + disk.f_bavail * disk.f_frsize
+    round_up = 1 if used * 100 % entire else 0
+    return (used * 100 // entire + round_up) / 100.0
+
+
+def format_runtime(elapsed_ms: int) -> str:
+    """Java's "[ 0 days, 1 hours, 2 minutes, 3 seconds ]"."""
+    seconds_total = elapsed_ms // 1000
+    days, rest = divmod(seconds_total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"[ {days} days, {hours} hours, {minutes} minutes, {seconds} seconds ]"
+
+
+def _store_figures(service, snapshot) -> dict[str, str]:
+    counter = snapshot.counter
+    put_total = counter(C.PUT_MESSAGES)
+    put_bytes = counter(C.PUT_BYTES)
+    distribute, latency = service.last_minute(snapshot)
+    rates = service.rates
+    total_tps = " ".join(java_double((rates["get_found"].rate(seconds) or 0.0)
+                                     + (rates["get_miss"].rate(seconds) or 0.0))
+                         for seconds in (10, 60, 600))
+    boot_ms = service.region.boot_ms
+    return {
+        "bootTimestamp": str(boot_ms),
+        "runtime": format_runtime(time.time_ns() // 1_000_000 - boot_ms),
+        "putMessageEntireTimeMax": str(counter(C.PUT_ENTIRE_TIME_MAX_MS)),
+        "putMessageTimesTotal": str(put_total),
+        "putMessageFailedTimes": str(counter(C.PUT_FAILED)),
+        "putMessageSizeTotal": str(put_bytes),
+        "putMessageAverageSize": java_double(put_bytes / put_total if put_total else 0.0),
+        "putMessageDistributeTime": "".join(f"{name}:{int(count)} " for name, count
+                                            in zip(PUT_DISTRIBUTE_DESC, distribute, strict=True)),
+        "getMessageEntireTimeMax": str(counter(C.GET_ENTIRE_TIME_MAX_MS)),
+        "getMessageTimesTotalFound": str(counter(C.GET_FOUND)),
+        "getMessageTimesTotalMiss": str(counter(C.GET_MISS)),
+        "getMessageTransferedMsgCount": str(counter(C.GET_TRANSFERRED_MESSAGES)),
+        "putTps": rates["put"].java_text(),
+        "getFoundTps": rates["get_found"].java_text(),
+        "getMissTps": rates["get_miss"].java_text(),
+        "getTotalTps": total_tps,
+        "getTransferedTps": rates["transferred"].java_text(),
+        # The put latency histogram is in µs; Java prints milliseconds.
+        "putLatency99": f"{histogram_percentile(latency, 0.99) / 1000:.2f}",
+        "putLatency999": f"{histogram_percentile(latency, 0.999) / 1000:.2f}",
+    }
+
+
+def _broker_figures(service, snapshot, control) -> dict[str, str]:
+    morning = service.morning
+    counter = snapshot.counter
+    info = {
+        "msgPutTotalYesterdayMorning": str(morning["put_yesterday"]),
+        "msgPutTotalTodayMorning": str(morning["put_today"]),
+        "msgPutTotalTodayNow": str(counter(C.PUT_MESSAGES)),
+        "msgGetTotalYesterdayMorning": str(morning["get_yesterday"]),
+        "msgGetTotalTodayMorning": str(morning["get_today"]),
+        "msgGetTotalTodayNow": str(counter(C.GET_TRANSFERRED_MESSAGES)),
+    }
+    info.update(_POOL_CAPACITIES)
+    for key, (started, finished) in _QUEUES.items():
+        info[key] = str(max(counter(started) - counter(finished), 0))
+    written = control.written_position
+    info["dispatchBehindBytes"] = str(max(written - control.dispatched_position, 0))
+    info["remainHowManyDataToFlush"] = human_readable_bytes(
+        max(written - control.flushed_position, 0))
+    begin_ms = counter(C.PAGE_CACHE_LOCK_BEGIN_MS)
+    info["pageCacheLockTimeMills"] = str(
+        max(time.time_ns() // 1_000_000 - begin_ms, 0) if begin_ms else 0)
+    info["remainTransientStoreBufferNumbs"] = _NO_TRANSIENT_POOL
+    return info
+
+
+def _disk_figures(config) -> dict[str, str]:
+    store = config.store
+    root = store.store_path_root_dir
+    commitlog_dir = store.store_path_commit_log or paths.commitlog_dir(root)
+    ratio = disk_used_ratio(commitlog_dir)
+    info = {"commitLogDiskRatio": java_double(ratio),
+            f"commitLogDiskRatio_{commitlog_dir}": java_double(ratio),
+            "consumeQueueDiskRatio": java_double(disk_used_ratio(
+                paths.consume_queue_root(root)))}
+    try:
+        disk = os.statvfs(root)
+        info["commitLogDirCapacity"] = (
+            f"Total : {human_readable_bytes(disk.f_blocks * disk.f_frsize)}, "
+            f"Free : {human_readable_bytes(disk.f_bavail * disk.f_frsize)}.")
+    except OSError:
+        pass    # Java leaves the key out when the directory does not exist
+    return info
+
+
+def runtime_info(ctx) -> dict[str, str]:
+    """The GET_BROKER_RUNTIME_INFO table of a broker whose ``ctx.stats_service`` is the supervisor's
+    StatsService (with ``control`` set for the running generation)."""
+    service = ctx.stats_service
+    snapshot = service.region.snapshot()
+    store_info = ctx.store.runtime_info()
+    version = constants.CURRENT_VERSION
+    info = {"brokerVersionDesc": version.name, "brokerVersion": str(int(version)),
+            "commitLogMinOffset": store_info["commitLogMinOffset"],
+            "commitLogMaxOffset": str(service.control.written_position),
+            "earliestMessageTimeStamp": store_info["earliestMessageTimeStamp"],
+            "startAcceptSendRequestTimeStamp": str(getattr(
+                ctx.config.broker, "start_accept_send_request_time_stamp", 0))}
+    info.update(_store_figures(service, snapshot))
+    info.update(_broker_figures(service, snapshot, service.control))
+    info.update(_disk_figures(ctx.config))
+    return info

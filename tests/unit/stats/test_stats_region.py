@@ -1,0 +1,186 @@
+# Unit tests of the instrument region, Java's windows and the figures built from them.
+"""Goal: the shared-memory instruments count exactly what their writers add, readers in other
+processes see it, a re-attached writer continues its keyed entries, and Java's sampled windows
+and number formats come out as Java computes and prints them.
+
+Method: real regions (a file under a temp dir and anonymous maps), a forked child as a second
+writer, and hand-computed expectations for the Java formulas (StatsItem, StoreStatsService,
+Double.toString, UtilAll.getDiskPartitionSpaceUsedPercent).
+"""
+import os
+
+import numpy as np
+import pytest
+
+from pybroker._fast import stats as fast_stats
+from pybroker.stats.region import (StatsCounter, StatsHistogram, StatsKeyKind, StatsRegion,
+                                   remoting_writer, writer_count)
+from pybroker.stats.runtime_info import disk_used_ratio, format_runtime
+from pybroker.stats.service import (StatsService, histogram_percentile,
+                                    put_distribute_bucket)
+from pybroker.stats.windows import ItemWindows, RateWindow, java_double
+
+C, H, K = StatsCounter, StatsHistogram, StatsKeyKind
+
+
+@pytest.fixture
+def region(tmp_path):
+    created = StatsRegion.create(str(tmp_path / "stats"), writer_count(2), 1234)
+    yield created
+    created.close()
+
+
+def test_counters_histograms_and_keys_sum_over_writers(region):
+    first, second = region.writer(remoting_writer(0)), region.writer(remoting_writer(1))
+    first.add(C.GET_FOUND, 3)
+    second.add(C.GET_FOUND, 4)
+    second.raise_to(C.PUT_ENTIRE_TIME_MAX_MS, 9)
+    second.raise_to(C.PUT_ENTIRE_TIME_MAX_MS, 5)
+    for value in (0, 1, 1000, 1023, 1024):
+        first.record(H.RPC_LATENCY_US, value)
+    second.record(H.MESSAGE_SIZE_BYTES, 100, times=7)
+    first.key_add(first.key(K.KEY_TOPIC_PUT, 0, "T"), 2, 200)
+    second.key_add(second.key(K.KEY_TOPIC_PUT, 1, "T"), 3, 300)
+    second.key_add(-1, 1)
+    snapshot = region.snapshot()
+    assert snapshot.counter(C.GET_FOUND) == 7
+    assert snapshot.counter(C.GET_FOUND, remoting_writer(1)) == 4
+    assert snapshot.counter(C.PUT_ENTIRE_TIME_MAX_MS) == 9
+    assert snapshot.counter(C.KEYS_DROPPED) == 1
+    latency = snapshot.histogram(H.RPC_LATENCY_US)
+    # bucket = bit length: 0 -> 0, 1 -> 1, 1000 and 1023 -> 10, 1024 -> 11
+    assert {b: int(latency[b]) for b in np.nonzero(latency[:64])[0]} == {0: 1, 1: 1, 10: 2,
+                                                                          11: 1}
+    assert latency[fast_stats.HIST_COUNT_WORD] == 5
+    assert latency[fast_stats.HIST_SUM_WORD] == 3048
+    assert latency[fast_stats.HIST_MAX_WORD] == 1024
+    sizes = snapshot.histogram(H.MESSAGE_SIZE_BYTES)
+    assert sizes[7] == 7 and sizes[fast_stats.HIST_SUM_WORD] == 700
+    totals = snapshot.keys()[(K.KEY_TOPIC_PUT, "T")]
+    assert (totals.messages, totals.size_bytes, totals.requests) == (5, 500, 2)
+    first.close()
+    second.close()
+
+
+def test_a_forked_writer_is_seen_and_a_new_writer_continues_its_keys(region):
+    pid = os.fork()
+    if pid == 0:
+        writer = region.writer(remoting_writer(1))
+        writer.add(C.BROKER_PUT_NUMS, 11)
+        writer.key_add(writer.key(K.KEY_GROUP_GET, 0, "T@G"), 5, 50)
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    # A restarted worker attaches to the same section: same entry, counters go on.
+    again = region.writer(remoting_writer(1))
+    entry = again.key(K.KEY_GROUP_GET, 0, "T@G")
+    assert entry == 0
+    again.key_add(entry, 1, 10)
+    again.add(C.BROKER_PUT_NUMS)
+    snapshot = region.snapshot()
+    assert snapshot.counter(C.BROKER_PUT_NUMS) == 12
+    totals = snapshot.keys()[(K.KEY_GROUP_GET, "T@G")]
+    assert (totals.messages, totals.size_bytes, totals.requests) == (6, 60, 2)
+    again.close()
+
+
+def test_key_table_full_and_long_keys_are_refused(region):
+    writer = region.writer(0)
+    assert writer.key(K.KEY_TOPIC_PUT, 0, "x" * (fast_stats.KEY_BYTES_MAX + 1)) == -1
+    for index in range(fast_stats.KEYS_PER_WRITER):
+        assert writer.key(K.KEY_TOPIC_PUT, 0, f"t{index}") == index
+    assert writer.key(K.KEY_TOPIC_PUT, 0, "one more") == -1
+    writer.close()
+
+
+def test_window_rows_wrap_oldest_first(region):
+    for row in range(fast_stats.WINDOW_ROWS + 3):
+        region.window_append([row, row * 2])
+    rows = region.snapshot().window_rows()
+    assert len(rows) == fast_stats.WINDOW_ROWS
+    assert rows[0][0] == 3 and rows[-1][0] == fast_stats.WINDOW_ROWS + 2
+    assert rows[-1][1] == 2 * (fast_stats.WINDOW_ROWS + 2)
+
+
+def test_region_header_is_checked(tmp_path):
+    path = tmp_path / "junk"
+    path.write_bytes(b"\0" * 8192)
+    with pytest.raises(ValueError, match="stats region"):
+        StatsRegion.attach(str(path))
+
+
+def test_java_double_to_string():
+    cases = {0.0: "0.0", 1.0: "1.0", 1234.5: "1234.5", 1e7: "1.0E7", 12345678.9: "1.23456789E7",
+             0.001: "0.001", 0.0001: "1.0E-4", -3e9: "-3.0E9"}
+    assert {value: java_double(value) for value in cases} == cases
+
+
+def test_rate_window_prints_like_store_stats_service():
+    window = RateWindow()
+    for second in range(12):
+        window.sample(1000 * second, 50 * second)
+    # 12 samples: the 10 s rate exists (needs 11), 60 s and 600 s are empty as in Java.
+    assert window.java_text() == "50.0  "
+    assert window.rate(10) == 50.0
+
+
+def test_item_windows_follow_stats_item():
+    windows = ItemWindows(0)
+    windows.sample("minute", 100_000, 1, 10)
+    figures = windows.figures("minute")
+    # a zero snapshot one period (10 s) before the first one
+    assert (figures.sum, figures.tps, figures.avgpt) == (10, 1.0, 10.0)
+    for step in range(1, 10):
+        windows.sample("minute", 100_000 + 10_000 * step, 1 + step, 10 + 20 * step)
+    figures = windows.figures("minute")
+    # 7 snapshots kept: steps 3..9 -> value 70..190 over 60 s, times 4..10
+    assert (figures.sum, figures.tps, figures.avgpt) == (120, 2.0, 20.0)
+
+
+def test_put_distribute_buckets_match_java_bounds():
+    expected = {0: 0, 1: 1, 9: 1, 10: 2, 49: 2, 50: 3, 199: 4, 999: 6, 1000: 7, 4999: 10,
+                5000: 11, 9999: 11, 10_000: 12, 99_999: 12}
+    assert {ms: put_distribute_bucket(ms) for ms in expected} == expected
+
+
+def test_percentile_interpolates_inside_a_log2_bucket():
+    buckets = np.zeros(fast_stats.HIST_WORDS, np.uint64)
+    buckets[11] = 100          # 100 values in [1024, 2048)
+    assert histogram_percentile(buckets, 0.5) == pytest.approx(1536)
+    assert histogram_percentile(np.zeros(fast_stats.HIST_WORDS, np.uint64), 0.99) == 0.0
+
+
+def test_disk_ratio_and_runtime_formats(tmp_path):
+    disk = os.statvfs(tmp_path)
+    used = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
+    entire = used + disk.f_bavail * disk.f_frsize
+    percent = -(-used * 100 // entire)           # rounded up, as Java does
+    assert disk_used_ratio(str(tmp_path)) == percent / 100
+    assert disk_used_ratio(str(tmp_path / "missing")) == -1.0
+    assert format_runtime(90_061_000) == "[ 1 days, 1 hours, 1 minutes, 1 seconds ]"
+
+
+def test_service_tick_rates_items_and_morning(region):
+    clock = [1_000_000]
+    days = ["monday"]
+    service = StatsService(region, "DefaultCluster", clock_ms=lambda: clock[0],
+                           local_date=lambda: days[0])
+    writer = region.writer(remoting_writer(0))
+    appender = region.writer(0)
+    for _ in range(12):
+        appender.add(C.PUT_MESSAGES, 100)
+        writer.key_add(writer.key(K.KEY_GROUP_GET, 0, "T@G"), 10, 100)
+        writer.add(C.GET_TRANSFERRED_MESSAGES, 10)
+        service.tick()
+        clock[0] += 1000
+    assert service.rates["put"].rate(10) == 100.0
+    # 10 s samples at t=0 (first sight: 10) and t=10 s (110); the last second is not sampled
+    assert service.view("GROUP_GET_NUMS", "T@G")["statsMinute"]["sum"] == 110
+    assert service.view("GROUP_GET_SIZE", "T@G")["statsMinute"]["sum"] == 1100
+    assert service.view("GROUP_GET_NUMS", "T@G")["statsDay"]["sum"] == 0
+    assert service.view("TOPIC_PUT_NUMS", "T@G") is None
+    assert service.group_get_tps("G", "T") > 0
+    days[0] = "tuesday"
+    service.tick()
+    assert service.morning["put_today"] == 1200 and service.morning["get_today"] == 120
+    writer.close()
+    appender.close()
