@@ -54,6 +54,9 @@ def _run_config(args: argparse.Namespace) -> int:
         else config_module.important_settings(loaded)
     sys.stdout.write("".join(config_module.properties_line(key, value) + "\n"
                              for key, value in settings))
+    if not args.namesrv:
+        # Settings honesty: what loads but changes nothing (Properties comments).
+        sys.stdout.write("".join(line + "\n" for line in config_module.not_acted_on_lines()))
     return 0
 
 

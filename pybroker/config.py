@@ -32,6 +32,7 @@ import re
 import socket
 from typing import Any, Callable, Mapping
 
+from pybroker.config_not_acted_on import SETTINGS_NOT_ACTED_ON, not_acted_on_lines  # noqa: F401
 from pybroker.errors import ConfigError
 from pybroker.protocol.constants import PROPERTIES_MAX_BYTES, SystemTopic
 from pybroker.store import layout
@@ -752,6 +753,9 @@ def _parse_entries(entries: Mapping[str, str], keys: Mapping[str, tuple[str, Set
             LOGGER.warning("%s: %s: %s (ignored)", source, key, why)
             continue
         area, spec = keys[key]
+        if key in SETTINGS_NOT_ACTED_ON:
+            LOGGER.warning("%s: %s=%s is accepted but not acted on: %s", source, key, text,
+                           SETTINGS_NOT_ACTED_ON[key])
         try:
             values[area][spec.attribute] = parse_value(spec, text)
         except ConfigError as error:
