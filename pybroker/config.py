@@ -24,180 +24,29 @@ raise :class:`pybroker.errors.ConfigError` with ``key=value: rule`` lines. This 
 module that reads ``os.environ``.
 """
 import dataclasses
-import enum
 import logging
 import math
 import os
 import re
 import socket
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from pybroker.config_not_acted_on import SETTINGS_NOT_ACTED_ON, not_acted_on_lines  # noqa: F401
 from pybroker.errors import ConfigError
 from pybroker.protocol.constants import PROPERTIES_MAX_BYTES, SystemTopic
+# The declaration language and the store's own area are re-exported: one import for users.
+from pybroker.schema import (ADDRESS_LIST_RULE, ADDRESS_RULE, DELAY_LEVEL_RULE,  # noqa: F401
+                             DELETE_WHEN_RULE, HOST_RULE, JAVA_INT_MAX, JAVA_LONG_MAX, NAME_RULE,
+                             PERCENT_RULE, PORT_RULE, Rule, SettingSpec, at_least, between,
+                             delete_when_hours, home, java_text, matches, only, parse_value,
+                             power_of_two, setting, settings_of)
 from pybroker.store import layout
+from pybroker.store.settings import BrokerRole, FlushDiskType, StoreConfig  # noqa: F401
 
 LOGGER = logging.getLogger("pybroker.config")
 
-JAVA_INT_MIN, JAVA_INT_MAX = -(1 << 31), (1 << 31) - 1
-JAVA_LONG_MIN, JAVA_LONG_MAX = -(1 << 63), (1 << 63) - 1
 # Room for the request header around the largest record in one frame (SEND or PULL reply).
 FRAME_HEADER_ALLOWANCE_BYTES = 64 * 1024
-DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-class BrokerRole(enum.StrEnum):
-    """``brokerRole``: how a broker replicates (RocketMQ ``BrokerRole``)."""
-    ASYNC_MASTER = "ASYNC_MASTER"
-    SYNC_MASTER = "SYNC_MASTER"
-    SLAVE = "SLAVE"
-
-
-class FlushDiskType(enum.StrEnum):
-    """``flushDiskType``: whether a send waits for its bytes to reach the disk."""
-    ASYNC_FLUSH = "ASYNC_FLUSH"
-    SYNC_FLUSH = "SYNC_FLUSH"
-
-
-def _java_text(value: Any) -> str:
-    """A value as broker.conf spells it: true/false, enum names, '' for "not set"."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-# --- validators ---------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """A validator: ``check(value)`` is true for allowed values; ``text`` states the rule."""
-    text: str
-    check: Callable[[Any], bool]
-
-
-def between(low: float, high: float) -> Rule:
-    """Inclusive range, in the setting's unit."""
-    return Rule(f"must be between {low} and {high}", lambda value: low <= value <= high)
-
-
-def at_least(low: float) -> Rule:
-    """Lower bound, inclusive, in the setting's unit."""
-    return Rule(f"must be >= {low}", lambda value: value >= low)
-
-
-def matches(pattern: str, text: str) -> Rule:
-    """The whole string matches ``pattern``; ``text`` says so in words."""
-    compiled = re.compile(pattern)
-    return Rule(text, lambda value: compiled.fullmatch(value) is not None)
-
-
-def only(allowed: Any, why: str) -> Rule:
-    """A Java setting whose other values pybroker does not implement."""
-    return Rule(f"must be {_java_text(allowed)} ({why})", lambda value: value == allowed)
-
-
-def power_of_two(low: int, high: int) -> Rule:
-    """A power of two within [low, high] (ring sizes: index by mask)."""
-    return Rule(f"must be a power of two between {low} and {high}",
-                lambda value: low <= value <= high and value & (value - 1) == 0)
-
-
-_ADDRESS = r"[A-Za-z0-9._-]+:[0-9]{1,5}"
-ADDRESS_RULE = Rule("must be host:port with port 1..65535", lambda value: _address_ok(value))
-ADDRESS_LIST_RULE = Rule("must be host:port[;host:port...] with ports 1..65535",
-                         lambda value: all(_address_ok(part) for part in value.split(";")))
-NAME_RULE = matches(r"[A-Za-z0-9_.%|-]{1,127}",
-                    "must be 1..127 of letters, digits and . _ - % |")
-HOST_RULE = matches(r"[A-Za-z0-9._-]{1,255}", "must be an IPv4 address or a host name")
-DELETE_WHEN_RULE = Rule("must be hours 0..23 separated by ';', e.g. 04 or 04;16",
-                        lambda value: _hours(value) is not None)
-DELAY_LEVEL_RULE = Rule("must be 1 or more space-separated durations like 1s 5m 2h 1d",
-                        lambda value: _delay_levels_ms(value) is not None)
-PORT_RULE = between(1, 65535)
-PERCENT_RULE = between(0, 100)
-
-
-def _address_ok(text: str) -> bool:
-    return re.fullmatch(_ADDRESS, text) is not None and 1 <= int(text.rsplit(":", 1)[1]) <= 65535
-
-
-def _hours(text: str) -> tuple[int, ...] | None:
-    parts = text.split(";")
-    if not all(re.fullmatch(r"[0-9]{1,2}", part) and int(part) < 24 for part in parts):
-        return None
-    return tuple(int(part) for part in parts)
-
-
-def _delay_levels_ms(text: str) -> tuple[int, ...] | None:
-    """Java's schedule service: '1s 5s ... 2h' -> level i (1-based) delay in ms."""
-    levels = []
-    for item in text.split():
-        found = re.fullmatch(r"([0-9]{1,9})([smhd])", item)
-        if found is None or int(found.group(1)) == 0:
-            return None
-        levels.append(int(found.group(1)) * DELAY_UNIT_MS[found.group(2)])
-    return tuple(levels) or None
-
-
-# --- declaring a setting ------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class SettingSpec:
-    """One setting: everything the schema knows about it."""
-    key: str              # RocketMQ (or pybroker-only) broker.conf key
-    attribute: str        # Python attribute: snake_case of key
-    kind: str             # "str", "int" (Java int), "long", "bool", "float" or "enum"
-    default: Any          # Java's default; a callable is evaluated at load (host name, CPUs)
-    unit: str             # "ms", "s", "hours", "bytes", "pages", "count", "percent" or ""
-    doc: str
-    rule: Rule | None
-    important: bool
-    pybroker_only: bool
-    optional: bool        # None allowed ("not set")
-    enum_type: type | None
-
-
-def setting(key: str, default: Any, doc: str, *, unit: str = "", rule: Rule | None = None,
-            important: bool = False, long: bool = False, pybroker_only: bool = False) -> Any:
-    """Declare a dataclass field as a setting; ``default`` may be a zero-argument callable."""
-    meta = {"key": key, "doc": doc, "unit": unit, "rule": rule, "important": important,
-            "long": long, "pybroker_only": pybroker_only, "default": default}
-    if callable(default):
-        return dataclasses.field(default_factory=default, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
-
-
-def _snake(key: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z])(?=[a-z])",
-                  lambda found: "_" + found.group(0), key).lower()
-
-
-def _spec_of(field: dataclasses.Field) -> SettingSpec:
-    meta, annotation = field.metadata, field.type
-    optional = annotation == str | None
-    enum_type = annotation if isinstance(annotation, type) and issubclass(
-        annotation, enum.Enum) else None
-    if enum_type is not None:
-        kind = "enum"
-    elif annotation is bool:
-        kind = "bool"
-    elif annotation is int:
-        kind = "long" if meta["long"] else "int"
-    elif annotation is float:
-        kind = "float"
-    else:
-        assert annotation is str or optional, (field.name, annotation)
-        kind = "str"
-    # One setting, one name: the attribute is always the key in snake_case.
-    assert _snake(meta["key"]) == field.name, (meta["key"], field.name)
-    return SettingSpec(meta["key"], field.name, kind, meta["default"], meta["unit"], meta["doc"],
-                       meta["rule"], meta["important"], meta["pybroker_only"], optional,
-                       enum_type)
-
-
-def settings_of(area: type) -> tuple[SettingSpec, ...]:
-    """The declared settings of an area dataclass, in declaration order."""
-    return tuple(_spec_of(field) for field in dataclasses.fields(area))
 
 
 def _local_host_name() -> str:
@@ -224,10 +73,6 @@ def _namesrv_addr_from_environment() -> str | None:
 
 def _cpu_count() -> int:
     return max(1, min(64, os.cpu_count() or 1))
-
-
-def _home(*parts: str) -> Callable[[], str]:
-    return lambda: os.path.join(os.path.expanduser("~"), *parts)
 
 
 # --- the schema ---------------------------------------------------------------------------------
@@ -310,120 +155,11 @@ class BrokerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class StoreConfig:
-    """CommitLog, ConsumeQueue, index, flush, cleanup and HA (Java ``MessageStoreConfig``).
-
-    Differences from Java's defaults: ``storePathRootDir`` is ``~/pybroker/store`` (Java:
-    ``~/store``) so the two never share a store by accident; ``storePathCommitLog`` follows
-    ``storePathRootDir`` when not set (5.x behaviour; 4.9.x kept ``~/store/commitlog``).
-    """
-    store_path_root_dir: str = setting("storePathRootDir", _home("pybroker", "store"),
-        "store root directory", important=True)
-    store_path_commit_log: str | None = setting("storePathCommitLog", None,
-        "CommitLog directory; default: <root>/commitlog", important=True)
-    mapped_file_size_commit_log: int = setting("mappedFileSizeCommitLog", 1 << 30,
-        "CommitLog file size", unit="bytes", rule=at_least(4096))
-    mapped_file_size_consume_queue: int = setting("mappedFileSizeConsumeQueue", 300000 * 20,
-        "ConsumeQueue file size, rounded up to a multiple of 20", unit="bytes",
-        rule=at_least(layout.CQ_STORE_UNIT_SIZE))
-    flush_disk_type: FlushDiskType = setting("flushDiskType", FlushDiskType.ASYNC_FLUSH,
-        "SYNC_FLUSH: a send waits for fdatasync", important=True)
-    broker_role: BrokerRole = setting("brokerRole", BrokerRole.ASYNC_MASTER, "replication role",
-        important=True)
-    flush_interval_commit_log: int = setting("flushIntervalCommitLog", 500, "async flush period",
-        unit="ms", rule=between(1, 60000), important=True)
-    commit_interval_commit_log: int = setting("commitIntervalCommitLog", 200,
-        "transient pool commit period", unit="ms", rule=between(1, 60000), important=True)
-    flush_commit_log_timed: bool = setting("flushCommitLogTimed", False,
-        "flush on the period only (5.x default: true)", important=True)
-    flush_commit_log_least_pages: int = setting("flushCommitLogLeastPages", 4,
-        "dirty pages before an async flush", unit="pages", rule=at_least(0))
-    flush_commit_log_thorough_interval: int = setting("flushCommitLogThoroughInterval", 10000,
-        "flush regardless of pages after", unit="ms", rule=at_least(0))
-    flush_interval_consume_queue: int = setting("flushIntervalConsumeQueue", 1000,
-        "ConsumeQueue flush period", unit="ms", rule=between(1, 60000))
-    flush_consume_queue_least_pages: int = setting("flushConsumeQueueLeastPages", 2,
-        "dirty pages before a CQ flush", unit="pages", rule=at_least(0))
-    flush_consume_queue_thorough_interval: int = setting("flushConsumeQueueThoroughInterval", 60000,
-        "CQ flush regardless after", unit="ms", rule=at_least(0))
-    flush_delay_offset_interval: int = setting("flushDelayOffsetInterval", 10000,
-        "delayOffset.json persist period", unit="ms", long=True, rule=at_least(100))
-    sync_flush_timeout: int = setting("syncFlushTimeout", 5000,
-        "SYNC_FLUSH / SYNC_MASTER wait before FLUSH_*_TIMEOUT", unit="ms", rule=between(1, 600000))
-    max_message_size: int = setting("maxMessageSize", 4 << 20, "largest message body", unit="bytes",
-        rule=between(1, 1 << 30))
-    check_crc_on_recover: bool = setting("checkCRCOnRecover", True, "verify body CRC in recovery")
-    message_delay_level: str = setting("messageDelayLevel",
-        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "delay of level 1, 2, ...",
-        rule=DELAY_LEVEL_RULE)
-    delete_when: str = setting("deleteWhen", "04", "hours when expired files are deleted",
-        rule=DELETE_WHEN_RULE, important=True)
-    file_reserved_time: int = setting("fileReservedTime", 72, "keep CommitLog files this long",
-        unit="hours", rule=at_least(0), important=True)
-    disk_max_used_space_ratio: int = setting("diskMaxUsedSpaceRatio", 75,
-        "clean when the disk is fuller (Java uses 10..95)", unit="percent", rule=PERCENT_RULE)
-    disk_space_warning_level_ratio: int = setting("diskSpaceWarningLevelRatio", 90,
-        "refuse sends above (5.x key)", unit="percent", rule=PERCENT_RULE)
-    disk_space_clean_forcibly_ratio: int = setting("diskSpaceCleanForciblyRatio", 85,
-        "delete unexpired files above (5.x key)", unit="percent", rule=PERCENT_RULE)
-    clean_file_forcibly_enable: bool = setting("cleanFileForciblyEnable", True,
-        "delete unexpired files when the disk is full", important=True)
-    clean_resource_interval: int = setting("cleanResourceInterval", 10000, "cleanup period",
-        unit="ms", rule=at_least(100))
-    delete_commit_log_files_interval: int = setting("deleteCommitLogFilesInterval", 100,
-        "pause between two file deletions", unit="ms", rule=at_least(0))
-    delete_consume_queue_files_interval: int = setting("deleteConsumeQueueFilesInterval", 100,
-        "pause between two CQ deletions", unit="ms", rule=at_least(0))
-    destroy_maped_file_interval_forcibly: int = setting("destroyMapedFileIntervalForcibly", 120000,
-        "unmap a still-held file after", unit="ms", rule=at_least(0))
-    redelete_hanged_file_interval: int = setting("redeleteHangedFileInterval", 120000,
-        "retry a failed deletion after", unit="ms", rule=at_least(0))
-    max_hash_slot_num: int = setting("maxHashSlotNum", 5000000, "hash slots per IndexFile",
-        unit="count", rule=at_least(1))
-    max_index_num: int = setting("maxIndexNum", 20000000, "entries per IndexFile", unit="count",
-        rule=at_least(1))
-    message_index_enable: bool = setting("messageIndexEnable", True, "build IndexFiles",
-        important=True)
-    message_index_safe: bool = setting("messageIndexSafe", False,
-        "recover the index from the older checkpoint", important=True)
-    max_transfer_bytes_on_message_in_memory: int = setting("maxTransferBytesOnMessageInMemory",
-        256 << 10, "pull reply cap, hot data", unit="bytes", rule=at_least(1), important=True)
-    max_transfer_count_on_message_in_memory: int = setting("maxTransferCountOnMessageInMemory", 32,
-        "pull reply cap, hot data", unit="count", rule=at_least(1), important=True)
-    max_transfer_bytes_on_message_in_disk: int = setting("maxTransferBytesOnMessageInDisk",
-        64 << 10, "pull reply cap, cold data", unit="bytes", rule=at_least(1), important=True)
-    max_transfer_count_on_message_in_disk: int = setting("maxTransferCountOnMessageInDisk", 8,
-        "pull reply cap, cold data", unit="count", rule=at_least(1), important=True)
-    access_message_in_memory_max_ratio: int = setting("accessMessageInMemoryMaxRatio", 40,
-        "share of RAM counted as hot", unit="percent", rule=PERCENT_RULE, important=True)
-    default_query_max_num: int = setting("defaultQueryMaxNum", 32, "query result default cap",
-        unit="count", rule=at_least(1))
-    warm_maped_file_enable: bool = setting("warmMapedFileEnable", False,
-        "fallocate and fault in each new CommitLog file whole (default: sparse files)")
-    transient_store_pool_enable: bool = setting("transientStorePoolEnable", False,
-        "write to a buffer, commit to the file later", important=True)
-    transient_store_pool_size: int = setting("transientStorePoolSize", 5, "buffers in the pool",
-        unit="count", rule=at_least(1))
-    ha_listen_port: int = setting("haListenPort", 10912, "HA port; default: listenPort+1",
-        rule=PORT_RULE)
-    ha_send_heartbeat_interval: int = setting("haSendHeartbeatInterval", 5000,
-        "master heartbeat when idle", unit="ms", rule=at_least(100))
-    ha_housekeeping_interval: int = setting("haHousekeepingInterval", 20000,
-        "drop a silent HA peer after", unit="ms", rule=at_least(1000))
-    ha_transfer_batch_size: int = setting("haTransferBatchSize", 32 << 10, "HA chunk size",
-        unit="bytes", rule=between(1, 64 << 20))
-    ha_master_address: str | None = setting("haMasterAddress", None,
-        "slave: master's HA address; default: from the NameServer", rule=ADDRESS_RULE,
-        important=True)
-    ha_slave_fallbehind_max: int = setting("haSlaveFallbehindMax", 256 << 20,
-        "SYNC_MASTER: a slave further behind is not in sync", unit="bytes", rule=at_least(0))
-
-
-@dataclasses.dataclass(frozen=True)
 class RemotingConfig:
     """Network settings: the Java Netty keys that mean something here, then pybroker's own.
 
-    Java's broker start-up sets both server socket buffers to 131072 bytes; 0 = OS default.
+    The server socket buffers default to 131072 bytes, as older Java brokers set them at start-up;
+    Java 4.9.8 and 5.3.3 default to 0 (OS default, autotuned). 0 is accepted here too.
     """
     bind_address: str = setting("bindAddress", "0.0.0.0",
         "address listenPort and listenPort-2 listen on (5.x key); 0.0.0.0 = every interface",
@@ -473,7 +209,7 @@ class NamesrvConfig:
     """
     listen_port: int = setting("listenPort", 9876, "NameServer port", rule=PORT_RULE,
         important=True)
-    kv_config_path: str = setting("kvConfigPath", _home("pybroker", "namesrv", "kvConfig.json"),
+    kv_config_path: str = setting("kvConfigPath", home("pybroker", "namesrv", "kvConfig.json"),
         "KV config file", important=True)
     order_message_enable: bool = setting("orderMessageEnable", False,
         "serve ORDER_TOPIC_CONFIG KV in routes", important=True)
@@ -609,47 +345,6 @@ def properties_line(key: str, value: str) -> str:
     return escape(key, True) + "=" + escape(value, False)
 
 
-# --- typed values -------------------------------------------------------------------------------
-_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
-_JAVA_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?")
-_RANGES = {"int": (JAVA_INT_MIN, JAVA_INT_MAX), "long": (JAVA_LONG_MIN, JAVA_LONG_MAX)}
-
-
-def parse_value(spec: SettingSpec, text: str) -> Any:
-    """Convert broker.conf text to the setting's type and check its rule.
-
-    Raises :class:`ConfigError` ``"key=text: rule"``.
-    """
-    value = _convert(spec, text)
-    if value is not None and spec.rule is not None and not spec.rule.check(value):
-        raise ConfigError(f"{spec.key}={text}: {spec.rule.text}")
-    return value
-
-
-def _convert(spec: SettingSpec, text: str) -> Any:
-    if spec.kind == "str":
-        return None if spec.optional and text == "" else text
-    word = text.strip()
-    if spec.kind in _RANGES:
-        low, high = _RANGES[spec.kind]
-        if _JAVA_INTEGER.fullmatch(word) and low <= int(word) <= high:
-            return int(word)
-        raise ConfigError(f"{spec.key}={text}: must be a Java {spec.kind} ({low}..{high})")
-    if spec.kind == "bool":
-        if word.lower() in ("true", "false"):
-            return word.lower() == "true"
-        raise ConfigError(f"{spec.key}={text}: must be true or false")
-    if spec.kind == "float":
-        if _JAVA_DECIMAL.fullmatch(word):
-            return float(word.rstrip("fFdD"))
-        raise ConfigError(f"{spec.key}={text}: must be a decimal number")
-    assert spec.kind == "enum" and spec.enum_type is not None
-    names = [member.value for member in spec.enum_type]
-    if word in names:   # case-sensitive, like Java's Enum.valueOf
-        return spec.enum_type(word)
-    raise ConfigError(f"{spec.key}={text}: must be one of {', '.join(names)}")
-
-
 # --- loading ------------------------------------------------------------------------------------
 # Java keys that pybroker reads but does not use: warned about as such, not as typos.
 JAVA_KEYS_NOT_USED = frozenset((
@@ -731,7 +426,7 @@ def _read_entries(path: str | os.PathLike | None,
                   overrides: Mapping[str, Any] | None) -> dict[str, str]:
     entries = load_properties(path) if path is not None else {}
     for key, value in (overrides or {}).items():
-        entries[key] = value if isinstance(value, str) else _java_text(value)
+        entries[key] = value if isinstance(value, str) else java_text(value)
     return entries
 
 
@@ -855,8 +550,8 @@ def _derive_broker(broker: BrokerConfig, store: StoreConfig,
              f"IndexFile would be {index_size} bytes (> 2 GiB) with maxHashSlotNum="
              f"{store.max_hash_slot_num}")
     assert store.mapped_file_size_consume_queue % layout.CQ_STORE_UNIT_SIZE == 0
-    levels, hours = _delay_levels_ms(store.message_delay_level), _hours(store.delete_when)
-    assert levels is not None and hours is not None   # both passed their rules
+    levels, hours = store.delay_levels_ms, delete_when_hours(store.delete_when)
+    assert hours is not None   # it passed its rule
     addresses = tuple((host, int(port)) for host, port in (
         part.rsplit(":", 1) for part in (broker.namesrv_addr or "").split(";") if part))
     return DerivedConfig(
@@ -871,7 +566,7 @@ def _derive_broker(broker: BrokerConfig, store: StoreConfig,
 
 def _require(condition: bool, key: str, value: Any, rule: str) -> None:
     if not condition:
-        raise ConfigError(f"{key}={_java_text(value)}: {rule}")
+        raise ConfigError(f"{key}={java_text(value)}: {rule}")
 
 
 # --- listing ------------------------------------------------------------------------------------
@@ -885,10 +580,10 @@ def _area_values(config: Config | NamesrvProcessConfig):
 
 def all_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str, str]]:
     """Every effective setting as (RocketMQ key, value in broker.conf spelling)."""
-    return [(spec.key, _java_text(value)) for spec, value in _area_values(config)]
+    return [(spec.key, java_text(value)) for spec, value in _area_values(config)]
 
 
 def important_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str, str]]:
     """The settings flagged important (logged at start-up), as (key, value text)."""
-    return [(spec.key, _java_text(value)) for spec, value in _area_values(config)
+    return [(spec.key, java_text(value)) for spec, value in _area_values(config)
             if spec.important]

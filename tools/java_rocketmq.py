@@ -28,6 +28,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import shutil
 import signal
 import socket
@@ -602,6 +603,30 @@ class JavaRocketMQ:
             self.write_files()
         argv = self.client_argv(main_class, args, extra_classpath, heap_mb, system_properties)
         return run_java(argv, timeout_s, cwd=self.work_dir)
+
+    def printed_defaults(self, role: str = "broker", timeout_s: float = 120) -> dict:
+        """Run ``BrokerStartup -p`` (role "broker") or ``NamesrvStartup -p`` (role "namesrv")
+        without a config file: {key: [values]} of every setting Java prints with its defaults
+        (5.x prints some keys twice, e.g. listenPort of two config objects)."""
+        self.install.require()
+        self.write_files()
+        main_class = BROKER_CLASS if role == "broker" else NAMESRV_CLASS
+        argv = ["java", *self._jvm_common(256), *self._logging_flags(role), "-cp",
+                self.install.classpath(), main_class, "-p"]
+        run = run_java(argv, timeout_s, cwd=self.work_dir)
+        if run.returncode != 0:
+            raise HarnessError(f"{main_class} -p failed (exit {run.returncode}, timed out "
+                               f"{run.timed_out}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+        # 4.x prints through its logger (logs/<role>.log), 5.x to stdout.
+        log_path = self.logs_dir / f"{role}.log"
+        text = run.stdout + (log_path.read_text(encoding="utf-8", errors="replace")
+                             if log_path.exists() else "")
+        printed: dict[str, list[str]] = {}
+        for line in text.splitlines():
+            found = re.search(r" - ([A-Za-z][A-Za-z0-9_.]*)=(.*)$", line)
+            if found:
+                printed.setdefault(found.group(1), []).append(found.group(2))
+        return printed
 
     def mqadmin(self, *args, timeout_s: float = 60) -> str:
         """Run mqadmin with args (adds -n <namesrv> unless given); returns its stdout."""

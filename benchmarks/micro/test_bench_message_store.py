@@ -16,9 +16,11 @@ from pybroker._fast import record as record_codec
 from pybroker.store import lock_file
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
-from pybroker.store.dispatch import Dispatcher, parse_delay_levels
+from pybroker.schema import parse_delay_levels
+from pybroker.store.dispatch import Dispatcher
 from pybroker.store.index_file import IndexService
-from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.message_store import MessageStore
+from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus, PutStatus
 
 HOST = bytes([127, 0, 0, 1])
@@ -37,11 +39,11 @@ def encode_run(body_bytes: int, count: int) -> bytes:
     return bytes(buffer)
 
 
-def settings(root, **overrides) -> StoreSettings:
+def settings(root, **overrides) -> StoreConfig:
     values = dict(store_path_root_dir=str(root), mapped_file_size_commit_log=32 << 20,
                   max_hash_slot_num=100_000, max_index_num=400_000)
     values.update(overrides)
-    return StoreSettings(**values)
+    return StoreConfig(**values)
 
 
 @pytest.mark.parametrize("batch", [1, 32])

@@ -32,11 +32,10 @@ from pybroker.proc.wake import (APPENDER_SLOT, FLUSHER_SLOT, ConsumerSide, DataP
 from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
 from pybroker.stats.region import (WRITER_APPENDER, StatsCounter, StatsHistogram,
                                    private_writer)
-from pybroker.store import paths
 from pybroker.store.commitlog import CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.control_block import BrokerState, ControlBlock
-from pybroker.store.settings import store_setting
+from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 
 __all__ = ["run_appender"]
@@ -49,7 +48,7 @@ _NO_QUEUE_OFFSET_TYPES = (int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
                           int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE))
 
 
-def run_appender(settings, rings, completion_rings, control: ControlBlock,
+def run_appender(settings: StoreConfig, rings, completion_rings, control: ControlBlock,
                  wakes: DataPlaneWakes, clock_ms=clock.now_ms,
                  stats=None) -> None:
     """Append until ``control.broker_state`` is STOPPING (or later), or SIGTERM, and the rings
@@ -85,12 +84,12 @@ def _written_end(commitlog: CommitLog) -> int:
     return last.file_from_offset + position
 
 
-def _topic_queue_table(settings, commitlog: CommitLog, written_position: int) -> dict[str, int]:
+def _topic_queue_table(settings: StoreConfig, commitlog: CommitLog,
+                       written_position: int) -> dict[str, int]:
     """Next queue offset per queue: the consume queues' max offsets (read-only), then any
     records the CommitLog holds beyond what they cover."""
-    store_root = store_setting(settings, "store_path_root_dir")
-    queues = ConsumeQueueStore(store_root, store_setting(settings,
-                                                         "mapped_file_size_consume_queue"),
+    store_root = settings.store_path_root_dir
+    queues = ConsumeQueueStore(store_root, settings.mapped_file_size_consume_queue,
                                read_only=True)
     try:
         if not queues.load():
@@ -123,11 +122,9 @@ class _Appender:
         self.clock_ms = clock_ms
         self.counters = control.worker(APPENDER_SLOT)
         self.stats = stats          # this process's section of the instrument region
-        store_root = store_setting(settings, "store_path_root_dir")
-        self.commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
-                                   or paths.commitlog_dir(store_root),
-                                   store_setting(settings, "mapped_file_size_commit_log"),
-                                   warm=store_setting(settings, "warm_maped_file_enable"))
+        store_root = settings.store_path_root_dir
+        self.commitlog = CommitLog(settings.commitlog_dir, settings.mapped_file_size_commit_log,
+                                   warm=settings.warm_maped_file_enable)
         if not self.commitlog.load():
             raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
         written = control.written_position or _written_end(self.commitlog)

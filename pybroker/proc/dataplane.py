@@ -23,7 +23,6 @@ from pybroker.stats.region import (WRITER_APPENDER, WRITER_DISPATCHER, WRITER_FL
 from pybroker.store import paths
 from pybroker.store.control_block import BrokerState, ControlBlock
 from pybroker.store.reader import MessageStoreReader
-from pybroker.store.settings import is_sync_flush, store_setting
 
 log = logging.getLogger("pybroker.proc.dataplane")
 
@@ -56,8 +55,8 @@ class Attachment:
             store_changes=lambda: (control.commitlog_min_offset, control.topic_deletion_done))
         self.putter = RingPutter(
             plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
-            plane.wakes.appender, slot, self.store_host, is_sync_flush(config.store),
-            store_setting(config.store, "sync_flush_timeout"))
+            plane.wakes.appender, slot, self.store_host, config.store.sync_flush,
+            config.store.sync_flush_timeout)
         self.wake_fd = plane.wakes.workers[slot]
         # This process's section of the instrument region (remoting workers only).
         self.stats_writer = None

@@ -24,6 +24,7 @@ Java's pauses between two deletions (``deleteCommitLogFilesInterval``,
 ``deleteConsumeQueueFilesInterval``) are not taken here: they would stall dispatch.
 Topic deletions arrive through :mod:`pybroker.proc.topic_deletion`.
 """
+import dataclasses
 import logging
 from collections.abc import Callable
 
@@ -39,10 +40,10 @@ from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.control_block import ControlBlock
-from pybroker.store.dispatch import Dispatcher, parse_delay_levels
+from pybroker.store.dispatch import Dispatcher
 from pybroker.store.index_file import IndexService
 from pybroker.store.reader import follow_commitlog
-from pybroker.store.settings import store_setting
+from pybroker.store.settings import StoreConfig
 
 __all__ = ["run_dispatcher"]
 
@@ -51,21 +52,19 @@ log = logging.getLogger("pybroker.proc.dispatcher")
 # Bytes dispatched per batch before the position is published (bounds reader latency).
 _BATCH_BYTES_MAX = 4 << 20
 _IDLE_WAIT_MS = 1000
-_CLEAN_RESOURCE_INTERVAL_MS = 10_000     # Java's cleanResourceInterval default
 
 
-def _open_store(settings):
-    store_root = store_setting(settings, "store_path_root_dir")
-    commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
-                          or paths.commitlog_dir(store_root),
-                          store_setting(settings, "mapped_file_size_commit_log"), read_only=True)
+def _open_store(settings: StoreConfig):
+    store_root = settings.store_path_root_dir
+    commitlog = CommitLog(settings.commitlog_dir, settings.mapped_file_size_commit_log,
+                          read_only=True)
     queues = ConsumeQueueStore(store_root,
-                               store_setting(settings, "mapped_file_size_consume_queue"))
+                               settings.mapped_file_size_consume_queue)
     index_service = None
-    if store_setting(settings, "message_index_enable"):
+    if settings.message_index_enable:
         index_service = IndexService(paths.index_dir(store_root),
-                                     store_setting(settings, "max_hash_slot_num"),
-                                     store_setting(settings, "max_index_num"))
+                                     settings.max_hash_slot_num,
+                                     settings.max_index_num)
     if not (commitlog.load() and queues.load()
             and (index_service is None or index_service.load())):
         raise ValueError(f"store {store_root}: a file has the wrong size")
@@ -73,7 +72,8 @@ def _open_store(settings):
     return commitlog, queues, index_service
 
 
-def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=clock.now_ms,
+def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWakes,
+                   clock_ms: Callable[[], int] = clock.now_ms,
                    stop_requested: Callable[[], bool] | None = None, stats=None) -> None:
     """Dispatch until ``stop_requested()`` (default: SIGTERM, see
     :func:`pybroker.proc.wake.stop_on_sigterm`), then dispatch what is written, flush
@@ -81,12 +81,11 @@ def run_dispatcher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock
     commitlog, queues, index_service = _open_store(settings)
     start = control.dispatched_position or queues.max_physical_offset()
     dispatcher = Dispatcher(commitlog, queues, index_service,
-                            parse_delay_levels(store_setting(settings, "message_delay_level")),
+                            settings.delay_levels_ms,
                             max(start, commitlog.min_offset(), 0))
     flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
     cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
-    deletions = DispatcherDeletions(requests_path(store_setting(settings,
-                                                                "store_path_root_dir")), control)
+    deletions = DispatcherDeletions(requests_path(settings.store_path_root_dir), control)
     watch = PositionWatch(control, "written_position", DISPATCHER_SLOT)
     sleeper = Sleeper(wakes.dispatcher, [watch])
     counters = control.worker(DISPATCHER_SLOT)
@@ -137,11 +136,12 @@ class _Cleanup:
         self.commitlog = commitlog
         self.control = control
         self.clock_ms = clock_ms
-        self.interval_ms = getattr(settings, "clean_resource_interval",
-                                   _CLEAN_RESOURCE_INTERVAL_MS)
-        self.cleaner = StoreCleaner(commitlog, queues, index_service,
-                                    _NoPauseSettings(settings), clock_ms=clock_ms,
-                                    sleep=lambda seconds: None)
+        self.interval_ms = settings.clean_resource_interval
+        # Java's pauses between two deletions would stall dispatch: none here.
+        no_pause = dataclasses.replace(settings, delete_commit_log_files_interval=0,
+                                       delete_consume_queue_files_interval=0)
+        self.cleaner = StoreCleaner(commitlog, queues, index_service, no_pause,
+                                    clock_ms=clock_ms, sleep=lambda seconds: None)
         self.next_run_ms = clock_ms() + self.interval_ms
         self.publish()
 
@@ -166,20 +166,6 @@ class _Cleanup:
             self.control.publish("disk_full", disk_full)
 
 
-class _NoPauseSettings:
-    """The store settings with Java's pauses between two deletions set to 0 ms."""
-
-    _NO_PAUSE = ("delete_commit_log_files_interval", "delete_consume_queue_files_interval")
-
-    def __init__(self, settings):
-        self._settings = settings
-
-    def __getattr__(self, name: str):
-        if name in self._NO_PAUSE:
-            return 0
-        return store_setting(self._settings, name)
-
-
 def _dispatch_batch(dispatcher: Dispatcher, written: int) -> int:
     """Dispatch one batch (bounded in bytes); StoreCorruptError when no progress is possible."""
     before = dispatcher.reput_from_offset
@@ -200,10 +186,9 @@ class _LogicsFlusher:
         self.index_service = index_service
         self.control = control
         self.clock_ms = clock_ms
-        self.interval_ms = store_setting(settings, "flush_interval_consume_queue")
-        self.least_pages = store_setting(settings, "flush_consume_queue_least_pages")
-        self.thorough_interval_ms = store_setting(settings,
-                                                  "flush_consume_queue_thorough_interval")
+        self.interval_ms = settings.flush_interval_consume_queue
+        self.least_pages = settings.flush_consume_queue_least_pages
+        self.thorough_interval_ms = settings.flush_consume_queue_thorough_interval
         now = clock_ms()
         self.next_flush_ms = now + self.interval_ms
         self.last_thorough_ms = now

@@ -42,7 +42,7 @@ from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import ControlBlock
 from pybroker.store.prefault import PrefaultWindow
 from pybroker.store.reader import follow_commitlog
-from pybroker.store.settings import is_sync_flush, store_setting
+from pybroker.store.settings import StoreConfig
 
 __all__ = ["run_flusher"]
 
@@ -51,15 +51,14 @@ log = logging.getLogger("pybroker.proc.flusher")
 _SYNC_IDLE_WAIT_MS = 1000
 
 
-def run_flusher(settings, control: ControlBlock, wakes: DataPlaneWakes, clock_ms=clock.now_ms,
+def run_flusher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWakes,
+                clock_ms: Callable[[], int] = clock.now_ms,
                 stop_requested: Callable[[], bool] | None = None, stats=None) -> None:
     """Flush until ``stop_requested()`` (default: SIGTERM, see
     :func:`pybroker.proc.wake.stop_on_sigterm`); then a last full flush and checkpoint
     (send SIGTERM after the dispatcher exited, so it carries the final logics timestamps)."""
-    store_root = store_setting(settings, "store_path_root_dir")
-    commitlog = CommitLog(store_setting(settings, "store_path_commit_log")
-                          or paths.commitlog_dir(store_root),
-                          store_setting(settings, "mapped_file_size_commit_log"))
+    store_root = settings.store_path_root_dir
+    commitlog = CommitLog(settings.commitlog_dir, settings.mapped_file_size_commit_log)
     if not commitlog.load():
         raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
     os.makedirs(store_root, exist_ok=True)        # a fresh store: nothing recovered it yet
@@ -82,11 +81,10 @@ class _Flusher:
         self.wakes = wakes
         self.slots = wakes.by_slot()
         self.clock_ms = clock_ms
-        self.sync = is_sync_flush(settings)
-        self.interval_ms = store_setting(settings, "flush_interval_commit_log")
-        self.least_pages = store_setting(settings, "flush_commit_log_least_pages")
-        self.thorough_interval_ms = store_setting(settings,
-                                                  "flush_commit_log_thorough_interval")
+        self.sync = settings.sync_flush
+        self.interval_ms = settings.flush_interval_commit_log
+        self.least_pages = settings.flush_commit_log_least_pages
+        self.thorough_interval_ms = settings.flush_commit_log_thorough_interval
         self.last_thorough_ms = clock_ms()
         self.counters = control.worker(FLUSHER_SLOT)
         self.stats = stats
@@ -97,7 +95,7 @@ class _Flusher:
         self.commitlog_min_offset = 0
         # Sparse CommitLog files: fault the pages ahead of the appender here, not in its
         # append path (store/prefault.py). Warmed files are faulted in whole already.
-        self.prefault = None if store_setting(settings, "warm_maped_file_enable") \
+        self.prefault = None if settings.warm_maped_file_enable \
             else PrefaultWindow(commitlog, flushed)
         log.info("flusher: %s from %d", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH", flushed)
 

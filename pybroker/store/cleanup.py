@@ -39,15 +39,12 @@ from pybroker import clock
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.index_file import IndexService
+from pybroker.store.settings import StoreConfig
 
-__all__ = ["StoreCleaner", "CleanupReport", "disk_partition_used_ratio", "is_time_to_delete",
-           "DISK_SPACE_WARNING_LEVEL_RATIO_PERCENT", "DISK_SPACE_CLEAN_FORCIBLY_RATIO_PERCENT"]
+__all__ = ["StoreCleaner", "CleanupReport", "disk_partition_used_ratio", "is_time_to_delete"]
 
 log = logging.getLogger(__name__)
 
-# Java 4.9.x system-property defaults (5.x broker.conf keys of the same names).
-DISK_SPACE_WARNING_LEVEL_RATIO_PERCENT = 90
-DISK_SPACE_CLEAN_FORCIBLY_RATIO_PERCENT = 85
 _DISK_MAX_USED_SPACE_RATIO_MIN, _DISK_MAX_USED_SPACE_RATIO_MAX = 10, 95
 _MS_PER_HOUR = 3_600_000
 # Java retries a manual deletion request this many passes.
@@ -94,16 +91,12 @@ class CleanupReport:
 class StoreCleaner:
     """Periodic cleanup of one store; call :meth:`run_once` every ``cleanResourceInterval`` ms.
 
-    ``settings`` is duck typed (a StoreSettings or pybroker.config.StoreConfig): it must have
-    ``file_reserved_time`` (hours), ``delete_when``, ``disk_max_used_space_ratio`` (percent),
-    ``destroy_maped_file_interval_forcibly``, ``delete_commit_log_files_interval``,
-    ``delete_consume_queue_files_interval``, ``redelete_hanged_file_interval`` (ms) and
-    ``clean_file_forcibly_enable``; ``disk_space_warning_level_ratio`` and
-    ``disk_space_clean_forcibly_ratio`` (percent) are optional.
+    ``settings``: the store's :class:`pybroker.store.settings.StoreConfig` (``fileReservedTime``,
+    ``deleteWhen``, the disk ratios, the deletion intervals, ``cleanFileForciblyEnable``).
     """
 
     def __init__(self, commitlog: CommitLog, consume_queue_store: ConsumeQueueStore,
-                 index_service: IndexService | None, settings, *,
+                 index_service: IndexService | None, settings: StoreConfig, *,
                  clock_ms: Callable[[], int] | None = None,
                  disk_used_ratio: Callable[[str], float] | None = None,
                  sleep: Callable[[float], None] = time.sleep):
@@ -120,9 +113,6 @@ class StoreCleaner:
         self._last_redelete_ms = 0
 
     # --- thresholds ------------------------------------------------------------------------
-    def _ratio(self, name: str, default_percent: int) -> float:
-        return getattr(self.settings, name, default_percent) / 100.0
-
     def max_used_space_ratio(self) -> float:
         """``diskMaxUsedSpaceRatio`` as a fraction, clamped to Java's 10..95 %."""
         percent = min(max(self.settings.disk_max_used_space_ratio,
@@ -135,10 +125,8 @@ class StoreCleaner:
 
     def check_space(self, report: CleanupReport) -> None:
         """Fill ``space_full``/``clean_immediately``/``disk_full`` from the disk usage."""
-        warning = self._ratio("disk_space_warning_level_ratio",
-                              DISK_SPACE_WARNING_LEVEL_RATIO_PERCENT)
-        forcibly = self._ratio("disk_space_clean_forcibly_ratio",
-                               DISK_SPACE_CLEAN_FORCIBLY_RATIO_PERCENT)
+        warning = self.settings.disk_space_warning_level_ratio / 100.0
+        forcibly = self.settings.disk_space_clean_forcibly_ratio / 100.0
         commitlog_ratio = self.disk_used_ratio(self.commitlog.store_path)
         if commitlog_ratio > warning:
             if not self.disk_full:
@@ -200,9 +188,8 @@ class StoreCleaner:
         report.commitlog_files_deleted = deleted
         if deleted and clean_at_once:
             log.warning("forced cleanup deleted %d CommitLog file(s) regardless of age "
-                        "(disk above %.0f%%)", deleted, 100 * self._ratio(
-                            "disk_space_clean_forcibly_ratio",
-                            DISK_SPACE_CLEAN_FORCIBLY_RATIO_PERCENT))
+                        "(disk above %d%%)", deleted,
+                        self.settings.disk_space_clean_forcibly_ratio)
         elif deleted:
             log.info("deleted %d expired CommitLog file(s)", deleted)
         elif report.space_full:

@@ -24,7 +24,6 @@ The dispatched position is published after every call through ``on_dispatched(of
 control block in the multi-process broker) and kept in :attr:`Dispatcher.reput_from_offset`.
 """
 import logging
-import re
 from collections.abc import Callable
 
 from pybroker._fast import record as record_codec
@@ -38,11 +37,10 @@ from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.index_file import IndexService
 from pybroker.store.mapped_file import MappedFile
 
-__all__ = ["Dispatcher", "parse_delay_levels", "property_value", "DELAY_UNIT_MS"]
+__all__ = ["Dispatcher", "property_value"]
 
 log = logging.getLogger(__name__)
 
-DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PREPARED = int(MessageSysFlag.TRANSACTION_PREPARED_TYPE)
 _ROLLBACK = int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 _NO_QUEUE_TYPES = (_PREPARED, _ROLLBACK)
@@ -50,22 +48,6 @@ _TAGS_KEY = Property.TAGS + NAME_VALUE_SEPARATOR
 _KEYS_KEY = Property.KEYS + NAME_VALUE_SEPARATOR
 _UNIQ_KEY = Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
 _DELAY_KEY = Property.DELAY_TIME_LEVEL + NAME_VALUE_SEPARATOR
-
-
-def parse_delay_levels(text: str) -> tuple[int, ...]:
-    """``messageDelayLevel`` ("1s 5s ... 2h") -> delay of level 1, 2, ... in ms.
-
-    ValueError on an item that is not a positive number followed by s, m, h or d.
-    """
-    levels = []
-    for item in text.split():
-        found = re.fullmatch(r"([0-9]{1,9})([smhd])", item)
-        if found is None or int(found.group(1)) == 0:
-            raise ValueError(f"messageDelayLevel item {item!r} is not like '5s', '1m', '2h'")
-        levels.append(int(found.group(1)) * DELAY_UNIT_MS[found.group(2)])
-    if not levels:
-        raise ValueError("messageDelayLevel names no level")
-    return tuple(levels)
 
 
 def property_value(properties: str, key_with_separator: str) -> str | None:

@@ -11,9 +11,7 @@ In this single-process library dispatch is synchronous: every put is dispatched 
 returns (the broker moves dispatch to its dispatcher process). Reads hand out memoryview slices
 of the mapped CommitLog that hold their file: call ``release()`` on every result.
 
-Settings are duck typed: :class:`StoreSettings` (Java's defaults) or any object with the same
-snake_case attributes, such as ``pybroker.config.StoreConfig``; a missing attribute takes the
-StoreSettings default.
+Settings are a :class:`pybroker.store.settings.StoreConfig` (Java's names and defaults).
 """
 import dataclasses
 import logging
@@ -31,76 +29,19 @@ from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
-from pybroker.store.dispatch import Dispatcher, parse_delay_levels
+from pybroker.store.dispatch import Dispatcher
 from pybroker.store.index_file import IndexService
 from pybroker.store.reads import GetResult, QueryResult, SelectResult, StoreReads
+from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 
-__all__ = ["MessageStore", "StoreSettings", "PutResult", "GetResult", "SelectResult",
+__all__ = ["MessageStore", "PutResult", "GetResult", "SelectResult",
            "QueryResult"]
 
 log = logging.getLogger(__name__)
 
 _BORN_HOST_V6 = int(MessageSysFlag.BORNHOST_V6)
 _STORE_HOST_V6 = int(MessageSysFlag.STOREHOSTADDRESS_V6)
-
-
-@dataclasses.dataclass
-class StoreSettings:
-    """Store settings with Java's defaults (MessageStoreConfig), snake_case of the Java keys.
-
-    Sizes are bytes, times ms unless the name says otherwise (``file_reserved_time`` hours,
-    ratios percent).
-    """
-    store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "pybroker", "store")
-    store_path_commit_log: str | None = None
-    mapped_file_size_commit_log: int = 1 << 30
-    mapped_file_size_consume_queue: int = 300_000 * layout.CQ_STORE_UNIT_SIZE
-    flush_disk_type: str = "ASYNC_FLUSH"
-    broker_role: str = "ASYNC_MASTER"
-    max_message_size: int = 4 << 20
-    check_crc_on_recover: bool = True
-    message_index_enable: bool = True
-    message_index_safe: bool = False
-    max_hash_slot_num: int = 5_000_000
-    max_index_num: int = 20_000_000
-    file_reserved_time: int = 72
-    delete_when: str = "04"
-    disk_max_used_space_ratio: int = 75
-    disk_space_warning_level_ratio: int = 90
-    disk_space_clean_forcibly_ratio: int = 85
-    clean_file_forcibly_enable: bool = True
-    destroy_maped_file_interval_forcibly: int = 120_000
-    redelete_hanged_file_interval: int = 120_000
-    delete_commit_log_files_interval: int = 100
-    delete_consume_queue_files_interval: int = 100
-    max_transfer_bytes_on_message_in_memory: int = 256 << 10
-    max_transfer_count_on_message_in_memory: int = 32
-    max_transfer_bytes_on_message_in_disk: int = 64 << 10
-    max_transfer_count_on_message_in_disk: int = 8
-    access_message_in_memory_max_ratio: int = 40
-    default_query_max_num: int = 32
-    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-    warm_maped_file_enable: bool = False
-
-
-_DEFAULTS = StoreSettings()
-
-
-def _setting(settings, name: str):
-    return getattr(settings, name, getattr(_DEFAULTS, name))
-
-
-def transfer_limits(settings) -> tuple[int, int, int, int]:
-    """Pull caps: (in-memory bytes, in-memory count, in-disk bytes, in-disk count)."""
-    return (_setting(settings, "max_transfer_bytes_on_message_in_memory"),
-            _setting(settings, "max_transfer_count_on_message_in_memory"),
-            _setting(settings, "max_transfer_bytes_on_message_in_disk"),
-            _setting(settings, "max_transfer_count_on_message_in_disk"))
-
-
-def _enum_text(value) -> str:
-    return str(getattr(value, "value", value))
 
 
 @dataclasses.dataclass(slots=True)
@@ -133,31 +74,31 @@ class MessageStore(StoreReads):
 
     Parameters
     ----------
-    settings : StoreSettings or duck-typed object, optional
-        Store settings; keyword ``overrides`` replace single attributes (StoreSettings only).
+    settings : StoreConfig, optional
+        Store settings (default: Java's); keyword ``overrides`` replace single settings.
     clock_ms : callable, optional
         Returns ms since the epoch; store timestamps and cleanup ages use it.
     disk_used_ratio : callable, optional
         ``disk_used_ratio(path)`` -> used fraction of that partition (cleanup thresholds).
     """
 
-    def __init__(self, settings=None, *, clock_ms: Callable[[], int] | None = None,
+    def __init__(self, settings: StoreConfig | None = None, *,
+                 clock_ms: Callable[[], int] | None = None,
                  disk_used_ratio: Callable[[str], float] | None = None,
                  lock: lock_file.StoreLock | None = None, **overrides):
         if settings is None:
-            settings = StoreSettings(**overrides)
+            settings = StoreConfig(**overrides)
         elif overrides:
             settings = dataclasses.replace(settings, **overrides)
-        self.settings = settings
+        self._settings = settings
         self.clock_ms = clock_ms or clock.now_ms
         self._disk_used_ratio = disk_used_ratio
-        self.store_root = _setting(settings, "store_path_root_dir")
-        self.commitlog_dir = _setting(settings, "store_path_commit_log") or \
-            paths.commitlog_dir(self.store_root)
-        self.delay_levels_ms = parse_delay_levels(_setting(settings, "message_delay_level"))
-        self.sync_flush = _enum_text(_setting(settings, "flush_disk_type")) == "SYNC_FLUSH"
-        self.is_slave = _enum_text(_setting(settings, "broker_role")) == "SLAVE"
-        ratio = _setting(settings, "access_message_in_memory_max_ratio")
+        self.store_root = settings.store_path_root_dir
+        self.commitlog_dir = settings.commitlog_dir
+        self.delay_levels_ms = settings.delay_levels_ms
+        self.sync_flush = settings.sync_flush
+        self.is_slave = settings.is_slave
+        ratio = settings.access_message_in_memory_max_ratio
         self._memory_bytes = psutil.virtual_memory().total * ratio // 100
         # A lock passed in is the caller's (the supervisor keeps it across generations).
         self._own_lock = lock is None
@@ -176,9 +117,20 @@ class MessageStore(StoreReads):
                        "get_times_found": 0, "get_times_miss": 0, "get_transferred_count": 0}
 
     @property
+    def settings(self) -> StoreConfig:
+        """The store settings. Replacing them (tests) takes effect at the next pull and
+        cleanup pass; paths and file sizes are fixed at construction."""
+        return self._settings
+
+    @settings.setter
+    def settings(self, settings: StoreConfig) -> None:
+        self._settings = settings
+        if self.cleaner is not None:
+            self.cleaner.settings = settings
+
+    @property
     def _transfer_limits(self) -> tuple[int, int, int, int]:
-        # Looked up per pull: the settings object may be changed at run time.
-        return transfer_limits(self.settings)
+        return self._settings.transfer_limits()
 
     # --- life cycle ---------------------------------------------------------------------------
     @property
@@ -197,14 +149,14 @@ class MessageStore(StoreReads):
         abnormal = lock_file.abort_file_exists(self.store_root)
         settings = self.settings
         self.commitlog = CommitLog(self.commitlog_dir,
-                                   _setting(settings, "mapped_file_size_commit_log"))
+                                   settings.mapped_file_size_commit_log)
         self.consume_queue_store = ConsumeQueueStore(
-            self.store_root, _setting(settings, "mapped_file_size_consume_queue"))
+            self.store_root, settings.mapped_file_size_consume_queue)
         self.checkpoint = StoreCheckpoint(paths.checkpoint_path(self.store_root))
-        if _setting(settings, "message_index_enable"):
+        if settings.message_index_enable:
             self.index_service = IndexService(paths.index_dir(self.store_root),
-                                              _setting(settings, "max_hash_slot_num"),
-                                              _setting(settings, "max_index_num"))
+                                              settings.max_hash_slot_num,
+                                              settings.max_index_num)
         if not (self.commitlog.load() and self.consume_queue_store.load()
                 and (self.index_service is None or self.index_service.load())):
             log.error("store %s: a file has the wrong size; not loaded", self.store_root)
@@ -223,8 +175,8 @@ class MessageStore(StoreReads):
             self.index_service.delete_newer_than(checkpoint.index_msg_timestamp)
         self.consume_queue_store.recover()
         result = recovery.recover(self.commitlog, abnormal, checkpoint, None,
-                                  _setting(self.settings, "check_crc_on_recover"),
-                                  _setting(self.settings, "message_index_safe"))
+                                  self.settings.check_crc_on_recover,
+                                  self.settings.message_index_safe)
         self.recovery_result = result
         (log.warning if abnormal else log.info)(
             "store %s: %s recovery, CommitLog valid to %d", self.store_root,

@@ -31,21 +31,16 @@ from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import UNIT_DTYPE, ConsumeQueue, ConsumeQueueStore
 from pybroker.store.index_file import IndexService
 from pybroker.store.mapped_file import MappedFile
-from pybroker.store.message_store import StoreSettings, transfer_limits
 from pybroker.store.reads import StoreReads
+from pybroker.store.settings import StoreConfig
 
 __all__ = ["MessageStoreReader", "follow_commitlog"]
 
 log = logging.getLogger(__name__)
 
-_DEFAULTS = StoreSettings()
 _UNIT_SIZE = layout.CQ_STORE_UNIT_SIZE
 # First chunk of units checked when a queue file grows; later chunks grow 4x (numpy per chunk).
 _UNIT_SCAN_CHUNK_MIN = 256
-
-
-def _setting(settings, name: str):
-    return getattr(settings, name, getattr(_DEFAULTS, name))
 
 
 def _grown_units(mapped_file: MappedFile, start_unit: int, units_per_file: int,
@@ -112,9 +107,8 @@ class MessageStoreReader(StoreReads):
 
     Parameters
     ----------
-    settings : StoreSettings or duck-typed object (``pybroker.config.StoreConfig``)
-        Store root, file sizes, index sizes and pull caps; missing attributes take Java's
-        defaults.
+    settings : StoreConfig
+        Store root, file sizes, index sizes and pull caps.
     dispatched_position : int
         CommitLog physical offset (bytes) up to which data may be served; see :meth:`advance`.
     positions : callable returning (dispatched_position, written_position), optional
@@ -132,17 +126,16 @@ class MessageStoreReader(StoreReads):
     Call :meth:`close` when done.
     """
 
-    def __init__(self, settings=None, dispatched_position: int = 0,
+    def __init__(self, settings: StoreConfig | None = None, dispatched_position: int = 0,
                  positions: Callable[[], tuple[int, int]] | None = None,
                  store_changes: Callable[[], tuple[int, int]] | None = None):
-        settings = settings if settings is not None else StoreSettings()
+        settings = settings if settings is not None else StoreConfig()
         self.settings = settings
-        self.store_root = _setting(settings, "store_path_root_dir")
-        self.commitlog_dir = _setting(settings, "store_path_commit_log") or \
-            paths.commitlog_dir(self.store_root)
-        ratio = _setting(settings, "access_message_in_memory_max_ratio")
+        self.store_root = settings.store_path_root_dir
+        self.commitlog_dir = settings.commitlog_dir
+        ratio = settings.access_message_in_memory_max_ratio
         self._memory_bytes = psutil.virtual_memory().total * ratio // 100
-        self._transfer_limits = transfer_limits(settings)
+        self._transfer_limits = settings.transfer_limits()
         self._stats = {"get_times_found": 0, "get_times_miss": 0, "get_transferred_count": 0}
         self.dispatched_position = max(dispatched_position, 0)
         self.written_position = self.dispatched_position
@@ -152,17 +145,17 @@ class MessageStoreReader(StoreReads):
         # Set by the supervisor: submits deleted topics to the dispatcher (an awaitable).
         self.topic_deleter: Callable | None = None
         self.commitlog = CommitLog(self.commitlog_dir,
-                                   _setting(settings, "mapped_file_size_commit_log"),
+                                   settings.mapped_file_size_commit_log,
                                    read_only=True)
         if not self.commitlog.load():
             raise ValueError(f"store {self.store_root}: a CommitLog file has the wrong size")
         self.consume_queue_store = ConsumeQueueStore(
-            self.store_root, _setting(settings, "mapped_file_size_consume_queue"), read_only=True)
+            self.store_root, settings.mapped_file_size_consume_queue, read_only=True)
         self.index_service: IndexService | None = None
-        if _setting(settings, "message_index_enable"):
+        if settings.message_index_enable:
             self.index_service = IndexService(paths.index_dir(self.store_root),
-                                              _setting(settings, "max_hash_slot_num"),
-                                              _setting(settings, "max_index_num"),
+                                              settings.max_hash_slot_num,
+                                              settings.max_index_num,
                                               read_only=True)
             if not self.index_service.load():
                 raise ValueError(f"store {self.store_root}: an IndexFile has the wrong size")

@@ -1,27 +1,169 @@
-# Store settings as the data-plane workers read them (interim: becomes the declared schema).
-"""Store settings by snake_case name, with Java's defaults for what a settings object lacks."""
-from pybroker.store.message_store import StoreSettings
+# The store's settings, declared once with Java's names and defaults (MessageStoreConfig).
+"""Store settings: :class:`StoreConfig` is the one declaration of every store setting (its
+``broker.conf`` key, Java's default, unit, rule); ``pybroker.config`` composes it into the
+broker's schema and loads it, and every store and data-plane class takes a StoreConfig.
+Tests build one directly: ``StoreConfig(store_path_root_dir=..., mapped_file_size_commit_log=...)``.
 
-__all__ = ["store_setting", "is_sync_flush"]
+Values are not validated when a StoreConfig is built directly (only when loaded from text by
+``pybroker.config``); the derived properties (:attr:`StoreConfig.commitlog_dir`,
+:attr:`StoreConfig.sync_flush`, ...) are the one place their rule is written.
+"""
+import dataclasses
+import enum
 
-_DEFAULTS = StoreSettings()
-# Settings of the flush services that StoreSettings does not carry (Java's defaults).
-_EXTRA_DEFAULTS = {"flush_interval_commit_log": 500, "flush_commit_log_least_pages": 4,
-                   "flush_commit_log_thorough_interval": 10_000,
-                   "flush_interval_consume_queue": 1000, "flush_consume_queue_least_pages": 2,
-                   "flush_consume_queue_thorough_interval": 60_000, "sync_flush_timeout": 5000}
+from pybroker.schema import (ADDRESS_RULE, DELAY_LEVEL_RULE, DELETE_WHEN_RULE, PERCENT_RULE,
+                             PORT_RULE, at_least, between, home, parse_delay_levels, setting)
+from pybroker.store import layout, paths
 
-
-def store_setting(settings, name: str):
-    """A store setting by snake_case name; a missing attribute takes Java's default."""
-    if hasattr(settings, name):
-        return getattr(settings, name)
-    if name in _EXTRA_DEFAULTS:
-        return _EXTRA_DEFAULTS[name]
-    return getattr(_DEFAULTS, name)
+__all__ = ["StoreConfig", "BrokerRole", "FlushDiskType"]
 
 
-def is_sync_flush(settings) -> bool:
-    """``flushDiskType`` is SYNC_FLUSH."""
-    flush_disk_type = store_setting(settings, "flush_disk_type")
-    return str(getattr(flush_disk_type, "value", flush_disk_type)) == "SYNC_FLUSH"
+class BrokerRole(enum.StrEnum):
+    """``brokerRole``: how a broker replicates (RocketMQ ``BrokerRole``)."""
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class FlushDiskType(enum.StrEnum):
+    """``flushDiskType``: whether a send waits for its bytes to reach the disk."""
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreConfig:
+    """CommitLog, ConsumeQueue, index, flush, cleanup and HA (Java ``MessageStoreConfig``).
+
+    Differences from Java's defaults: ``storePathRootDir`` is ``~/pybroker/store`` (Java:
+    ``~/store``) so the two never share a store by accident; ``storePathCommitLog`` follows
+    ``storePathRootDir`` when not set (5.x behaviour; 4.9.x kept ``~/store/commitlog``).
+    """
+    store_path_root_dir: str = setting("storePathRootDir", home("pybroker", "store"),
+        "store root directory", important=True)
+    store_path_commit_log: str | None = setting("storePathCommitLog", None,
+        "CommitLog directory; default: <root>/commitlog", important=True)
+    mapped_file_size_commit_log: int = setting("mappedFileSizeCommitLog", 1 << 30,
+        "CommitLog file size", unit="bytes", rule=at_least(4096))
+    mapped_file_size_consume_queue: int = setting("mappedFileSizeConsumeQueue", 300000 * 20,
+        "ConsumeQueue file size, rounded up to a multiple of 20", unit="bytes",
+        rule=at_least(layout.CQ_STORE_UNIT_SIZE))
+    flush_disk_type: FlushDiskType = setting("flushDiskType", FlushDiskType.ASYNC_FLUSH,
+        "SYNC_FLUSH: a send waits for fdatasync", important=True)
+    broker_role: BrokerRole = setting("brokerRole", BrokerRole.ASYNC_MASTER, "replication role",
+        important=True)
+    flush_interval_commit_log: int = setting("flushIntervalCommitLog", 500, "async flush period",
+        unit="ms", rule=between(1, 60000), important=True)
+    commit_interval_commit_log: int = setting("commitIntervalCommitLog", 200,
+        "transient pool commit period", unit="ms", rule=between(1, 60000), important=True)
+    flush_commit_log_timed: bool = setting("flushCommitLogTimed", True,
+        "flush on the period only (pybroker's flusher always sleeps the period)", important=True)
+    flush_commit_log_least_pages: int = setting("flushCommitLogLeastPages", 4,
+        "dirty pages before an async flush", unit="pages", rule=at_least(0))
+    flush_commit_log_thorough_interval: int = setting("flushCommitLogThoroughInterval", 10000,
+        "flush regardless of pages after", unit="ms", rule=at_least(0))
+    flush_interval_consume_queue: int = setting("flushIntervalConsumeQueue", 1000,
+        "ConsumeQueue flush period", unit="ms", rule=between(1, 60000))
+    flush_consume_queue_least_pages: int = setting("flushConsumeQueueLeastPages", 2,
+        "dirty pages before a CQ flush", unit="pages", rule=at_least(0))
+    flush_consume_queue_thorough_interval: int = setting("flushConsumeQueueThoroughInterval", 60000,
+        "CQ flush regardless after", unit="ms", rule=at_least(0))
+    flush_delay_offset_interval: int = setting("flushDelayOffsetInterval", 10000,
+        "delayOffset.json persist period", unit="ms", long=True, rule=at_least(100))
+    sync_flush_timeout: int = setting("syncFlushTimeout", 5000,
+        "SYNC_FLUSH / SYNC_MASTER wait before FLUSH_*_TIMEOUT", unit="ms", rule=between(1, 600000))
+    max_message_size: int = setting("maxMessageSize", 4 << 20, "largest message body", unit="bytes",
+        rule=between(1, 1 << 30))
+    check_crc_on_recover: bool = setting("checkCRCOnRecover", True, "verify body CRC in recovery")
+    message_delay_level: str = setting("messageDelayLevel",
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "delay of level 1, 2, ...",
+        rule=DELAY_LEVEL_RULE)
+    delete_when: str = setting("deleteWhen", "04", "hours when expired files are deleted",
+        rule=DELETE_WHEN_RULE, important=True)
+    file_reserved_time: int = setting("fileReservedTime", 72, "keep CommitLog files this long",
+        unit="hours", rule=at_least(0), important=True)
+    disk_max_used_space_ratio: int = setting("diskMaxUsedSpaceRatio", 75,
+        "clean when the disk is fuller (Java uses 10..95)", unit="percent", rule=PERCENT_RULE)
+    disk_space_warning_level_ratio: int = setting("diskSpaceWarningLevelRatio", 90,
+        "refuse sends above (5.x key)", unit="percent", rule=PERCENT_RULE)
+    disk_space_clean_forcibly_ratio: int = setting("diskSpaceCleanForciblyRatio", 85,
+        "delete unexpired files above (5.x key)", unit="percent", rule=PERCENT_RULE)
+    clean_file_forcibly_enable: bool = setting("cleanFileForciblyEnable", True,
+        "delete unexpired files when the disk is full", important=True)
+    clean_resource_interval: int = setting("cleanResourceInterval", 10000, "cleanup period",
+        unit="ms", rule=at_least(100))
+    delete_commit_log_files_interval: int = setting("deleteCommitLogFilesInterval", 100,
+        "pause between two file deletions", unit="ms", rule=at_least(0))
+    delete_consume_queue_files_interval: int = setting("deleteConsumeQueueFilesInterval", 100,
+        "pause between two CQ deletions", unit="ms", rule=at_least(0))
+    destroy_maped_file_interval_forcibly: int = setting("destroyMapedFileIntervalForcibly", 120000,
+        "unmap a still-held file after", unit="ms", rule=at_least(0))
+    redelete_hanged_file_interval: int = setting("redeleteHangedFileInterval", 120000,
+        "retry a failed deletion after", unit="ms", rule=at_least(0))
+    max_hash_slot_num: int = setting("maxHashSlotNum", 5000000, "hash slots per IndexFile",
+        unit="count", rule=at_least(1))
+    max_index_num: int = setting("maxIndexNum", 20000000, "entries per IndexFile", unit="count",
+        rule=at_least(1))
+    message_index_enable: bool = setting("messageIndexEnable", True, "build IndexFiles",
+        important=True)
+    message_index_safe: bool = setting("messageIndexSafe", False,
+        "recover the index from the older checkpoint", important=True)
+    max_transfer_bytes_on_message_in_memory: int = setting("maxTransferBytesOnMessageInMemory",
+        256 << 10, "pull reply cap, hot data", unit="bytes", rule=at_least(1), important=True)
+    max_transfer_count_on_message_in_memory: int = setting("maxTransferCountOnMessageInMemory", 32,
+        "pull reply cap, hot data", unit="count", rule=at_least(1), important=True)
+    max_transfer_bytes_on_message_in_disk: int = setting("maxTransferBytesOnMessageInDisk",
+        64 << 10, "pull reply cap, cold data", unit="bytes", rule=at_least(1), important=True)
+    max_transfer_count_on_message_in_disk: int = setting("maxTransferCountOnMessageInDisk", 8,
+        "pull reply cap, cold data", unit="count", rule=at_least(1), important=True)
+    access_message_in_memory_max_ratio: int = setting("accessMessageInMemoryMaxRatio", 40,
+        "share of RAM counted as hot", unit="percent", rule=PERCENT_RULE, important=True)
+    default_query_max_num: int = setting("defaultQueryMaxNum", 32, "query result default cap",
+        unit="count", rule=at_least(1))
+    warm_maped_file_enable: bool = setting("warmMapedFileEnable", False,
+        "fallocate and fault in each new CommitLog file whole (default: sparse files)")
+    transient_store_pool_enable: bool = setting("transientStorePoolEnable", False,
+        "write to a buffer, commit to the file later", important=True)
+    transient_store_pool_size: int = setting("transientStorePoolSize", 5, "buffers in the pool",
+        unit="count", rule=at_least(1))
+    ha_listen_port: int = setting("haListenPort", 10912, "HA port; default: listenPort+1",
+        rule=PORT_RULE)
+    ha_send_heartbeat_interval: int = setting("haSendHeartbeatInterval", 5000,
+        "master heartbeat when idle", unit="ms", rule=at_least(100))
+    ha_housekeeping_interval: int = setting("haHousekeepingInterval", 20000,
+        "drop a silent HA peer after", unit="ms", rule=at_least(1000))
+    ha_transfer_batch_size: int = setting("haTransferBatchSize", 32 << 10, "HA chunk size",
+        unit="bytes", rule=between(1, 64 << 20))
+    ha_master_address: str | None = setting("haMasterAddress", None,
+        "slave: master's HA address; default: from the NameServer", rule=ADDRESS_RULE,
+        important=True)
+    ha_slave_fallbehind_max: int = setting("haSlaveFallbehindMax", 256 << 20,
+        "SYNC_MASTER: a slave further behind is not in sync", unit="bytes", rule=at_least(0))
+
+    # --- derived -------------------------------------------------------------------------------
+    @property
+    def commitlog_dir(self) -> str:
+        """``storePathCommitLog``, or ``<storePathRootDir>/commitlog`` when not set."""
+        return self.store_path_commit_log or paths.commitlog_dir(self.store_path_root_dir)
+
+    @property
+    def sync_flush(self) -> bool:
+        """``flushDiskType`` is SYNC_FLUSH: a send waits for its bytes to reach the disk."""
+        return self.flush_disk_type == FlushDiskType.SYNC_FLUSH
+
+    @property
+    def is_slave(self) -> bool:
+        """``brokerRole`` is SLAVE."""
+        return self.broker_role == BrokerRole.SLAVE
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """``messageDelayLevel`` as the delay of level 1, 2, ... in ms (ValueError if bad)."""
+        return parse_delay_levels(self.message_delay_level)
+
+    def transfer_limits(self) -> tuple[int, int, int, int]:
+        """Pull caps: (in-memory bytes, in-memory count, in-disk bytes, in-disk count)."""
+        return (self.max_transfer_bytes_on_message_in_memory,
+                self.max_transfer_count_on_message_in_memory,
+                self.max_transfer_bytes_on_message_in_disk,
+                self.max_transfer_count_on_message_in_disk)

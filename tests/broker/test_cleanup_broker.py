@@ -20,7 +20,7 @@ from pybroker.protocol.command import create_request
 from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.remoting.client import SyncRemotingClient
 from pybroker.store.cleanup import disk_partition_used_ratio
-from pybroker.store.message_store import StoreSettings
+from pybroker.store.settings import StoreConfig
 from pybroker.store.reader import MessageStoreReader
 
 pytestmark = [pytest.mark.slow]
@@ -129,10 +129,10 @@ def test_expired_files_deleted_while_serving(broker, client):
 
 
 def _reader_settings(broker):
-    return StoreSettings(store_path_root_dir=broker.store_dir,
-                         mapped_file_size_commit_log=COMMITLOG_FILE_BYTES,
-                         mapped_file_size_consume_queue=CQ_UNITS_PER_FILE * 20,
-                         message_index_enable=False)
+    return StoreConfig(store_path_root_dir=broker.store_dir,
+                       mapped_file_size_commit_log=COMMITLOG_FILE_BYTES,
+                       mapped_file_size_consume_queue=CQ_UNITS_PER_FILE * 20,
+                       message_index_enable=False)
 
 
 def test_delete_topic_removes_queue_files_and_restarts_offsets(broker, client):
@@ -153,9 +153,14 @@ def test_delete_topic_removes_queue_files_and_restarts_offsets(broker, client):
     assert int(again.ext_fields["queueOffset"]) == 0
     broker.wait_max_offset(topic, 0, 1)
     assert _min_offset(client, topic) == 0
-    pulled = _pull(client, topic, 0)
-    assert pulled.code == ResponseCode.SUCCESS, pulled.remark
-    assert b"new-0" in pulled.body and b"old-" not in pulled.body
+    # A send is answered once appended; a pull serves what the dispatcher has dispatched since.
+    pulls = []
+
+    def pulled() -> bool:
+        pulls.append(_pull(client, topic, 0))
+        return pulls[-1].code == ResponseCode.SUCCESS
+    assert _wait_for(pulled), pulls[-1].remark
+    assert b"new-0" in pulls[-1].body and b"old-" not in pulls[-1].body
 
 
 def test_disk_full_refuses_puts(tmp_path):

@@ -18,7 +18,8 @@ import pytest
 
 from pybroker._fast import record as record_codec
 from pybroker.store import lock_file
-from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.message_store import MessageStore
+from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
@@ -32,8 +33,9 @@ CHILD = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, sys.argv[1])
     from pybroker._fast import record
-    from pybroker.store.message_store import MessageStore, StoreSettings
-    settings = StoreSettings(store_path_root_dir=sys.argv[2], **eval(sys.argv[3]))
+    from pybroker.store.message_store import MessageStore
+    from pybroker.store.settings import StoreConfig
+    settings = StoreConfig(store_path_root_dir=sys.argv[2], **eval(sys.argv[3]))
     store = MessageStore(settings)
     store.start()
     os.write(1, b"ready\\n")   # the parent's kill timer starts only now (slow start-ups)
@@ -82,7 +84,7 @@ def test_sigkill_under_sync_flush_loses_no_acked_message(tmp_path, rand):
         for number, queue_id, queue_offset in received:
             acked[(queue_id, queue_offset)] = number
         assert lock_file.abort_file_exists(root)
-        with MessageStore(StoreSettings(store_path_root_dir=root, **SETTINGS)) as store:
+        with MessageStore(StoreConfig(store_path_root_dir=root, **SETTINGS)) as store:
             assert store.last_recovery_abnormal
             for (queue_id, queue_offset), number in acked.items():
                 result = store.get_messages("check", "Crash", queue_id, queue_offset, 1)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pybroker import config
+from pybroker import config, schema
 from pybroker.errors import ConfigError
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden" / "broker.conf"
@@ -221,7 +221,7 @@ def test_every_validator_rejects_a_bad_value(setting_spec):
     rejected = []
     for text in BREAKERS:
         try:
-            value = config._convert(setting_spec, text)
+            value = schema._convert(setting_spec, text)
         except ConfigError:
             continue   # not even the right type: another test's business
         if value is None or setting_spec.rule.check(value):
@@ -421,7 +421,7 @@ def test_schema_keys_and_attributes():
         assert len(keys) == len(set(keys)), area
     for item in ALL_SPECS:
         assert item.unit in ("", "ms", "s", "hours", "bytes", "pages", "count", "percent")
-        assert item.doc and item.attribute == config._snake(item.key)
+        assert item.doc and item.attribute == schema._snake(item.key)
     assert spec("brokerIP1").attribute == "broker_ip1"
     assert spec("checkCRCOnRecover").attribute == "check_crc_on_recover"
     own = {item.key for item in ALL_SPECS if item.pybroker_only}

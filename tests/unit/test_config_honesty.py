@@ -14,8 +14,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "pybroker"
 _AREAS = (config.BrokerConfig, config.StoreConfig, config.RemotingConfig)
 
 
+# Where areas are declared: a field's own declaration line is not a read of it.
+_DECLARATION = re.compile(r"^    \w+: [^=]+ = setting\(.*$", re.MULTILINE)
+
+
 def _sources() -> str:
-    return "\n".join(path.read_text(encoding="utf-8") for path in ROOT.rglob("*.py*")
+    return "\n".join(_DECLARATION.sub("", path.read_text(encoding="utf-8"))
+                     for path in ROOT.rglob("*.py*")
                      if path.name != "config.py" and path.suffix in (".py", ".pyx"))
 
 

@@ -24,7 +24,8 @@ from pybroker.protocol.command import create_request, create_response
 from pybroker.protocol.constants import ConsumeFromWhere, ConsumeType, MessageModel
 from pybroker.store import config_docs, paths
 from pybroker.store.config_docs import DelayOffsetDocument, TopicConfig
-from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.message_store import MessageStore
+from pybroker.store.settings import StoreConfig
 
 HOST = bytes([127, 0, 0, 1])
 BROKER = "broker-a"
@@ -45,7 +46,7 @@ class Broker:
         values.update(overrides)
         config = load_broker_config(overrides=values)
         self.put_results = []
-        self.store = MessageStore(StoreSettings(
+        self.store = MessageStore(StoreConfig(
             store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=64 * 1024,
             mapped_file_size_consume_queue=64 * 20, max_hash_slot_num=64, max_index_num=512),
             clock_ms=lambda: 1_700_000_000_000 + len(self.put_results))

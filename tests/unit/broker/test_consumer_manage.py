@@ -19,7 +19,8 @@ from pybroker.config import load_broker_config
 from pybroker.protocol import bodies
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request, decode
-from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.message_store import MessageStore
+from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -44,7 +45,7 @@ class Broker:
         config = load_broker_config(overrides={
             "brokerName": "broker-a", "brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1",
             "storePathRootDir": str(tmp_path), "namesrvAddr": "127.0.0.1:9876"})
-        self.store = MessageStore(StoreSettings(
+        self.store = MessageStore(StoreConfig(
             store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=64 * 1024,
             mapped_file_size_consume_queue=64 * 20, max_hash_slot_num=64, max_index_num=512))
         self.store.start()

@@ -5,12 +5,14 @@ files and pick the hour) and an injected disk-usage function (to cross the 75/85
 each pass's CleanupReport and the files on disk are checked, with pull results holding views of
 the oldest file while cleanup runs.
 """
+import dataclasses
 import os
 import time
 
 from pybroker._fast import record as record_codec
 from pybroker.store.cleanup import StoreCleaner, is_time_to_delete
-from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.message_store import MessageStore
+from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus, PutStatus
 
 HOST = bytes([127, 0, 0, 1])
@@ -46,7 +48,7 @@ def open_store(tmp_path, world, **overrides) -> MessageStore:
                   max_index_num=128, delete_when="04", file_reserved_time=72,
                   delete_commit_log_files_interval=0, delete_consume_queue_files_interval=0)
     values.update(overrides)
-    store = MessageStore(StoreSettings(**values), clock_ms=world.clock_ms,
+    store = MessageStore(StoreConfig(**values), clock_ms=world.clock_ms,
                          disk_used_ratio=world.used)
     store.start()
     return store
@@ -79,10 +81,11 @@ def test_expired_files_deleted_at_delete_when_then_queues_corrected(tmp_path):
         young = store.clean_expired_files()
         assert young.commitlog_files_deleted == 0 and len(commitlog_names(store)) == 4
         world.now_ms += 73 * HOUR_MS          # old enough, but not the hour yet
-        store.settings.delete_when = "%02d" % ((time.localtime(world.now_ms / 1000).tm_hour
-                                                + 1) % 24)
+        next_hour = (time.localtime(world.now_ms / 1000).tm_hour + 1) % 24
+        store.settings = dataclasses.replace(store.settings, delete_when="%02d" % next_hour)
         assert store.clean_expired_files().commitlog_files_deleted == 0
-        store.settings.delete_when = "%02d" % time.localtime(world.now_ms / 1000).tm_hour
+        this_hour = time.localtime(world.now_ms / 1000).tm_hour
+        store.settings = dataclasses.replace(store.settings, delete_when="%02d" % this_hour)
         report = store.clean_expired_files()
         assert report.time_up and report.commitlog_files_deleted == 3
         assert len(commitlog_names(store)) == 1

@@ -13,7 +13,8 @@ from pybroker.protocol.constants import MessageSysFlag
 from pybroker.protocol.properties import encode_properties
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
-from pybroker.store.dispatch import Dispatcher, parse_delay_levels, property_value
+from pybroker.schema import parse_delay_levels
+from pybroker.store.dispatch import Dispatcher, property_value
 from pybroker.store.index_file import IndexService
 
 HOST = bytes([127, 0, 0, 1])

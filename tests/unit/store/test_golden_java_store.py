@@ -19,7 +19,8 @@ import pytest
 from pybroker._fast import record as record_codec
 from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.protocol.properties import decode_properties, keys_of, tags_of
-from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.message_store import MessageStore
+from pybroker.store.settings import StoreConfig
 from pybroker.store.reader import MessageStoreReader
 from pybroker.store.status import GetStatus
 
@@ -63,7 +64,7 @@ def expected_messages() -> dict[tuple[int, int], tuple[int, str, list[str], byte
 
 
 @pytest.fixture
-def settings(tmp_path) -> StoreSettings:
+def settings(tmp_path) -> StoreConfig:
     """A copy of the golden store restored to Java's file sizes, and settings matching them."""
     store_dir = tmp_path / "store"
     shutil.copytree(GOLDEN / "store", store_dir)
@@ -74,10 +75,10 @@ def settings(tmp_path) -> StoreSettings:
     for packed in (store_dir / "index").glob("*.gz"):
         packed.with_suffix("").write_bytes(gzip.decompress(packed.read_bytes()))
         packed.unlink()
-    return StoreSettings(store_path_root_dir=str(store_dir),
-                         mapped_file_size_commit_log=COMMITLOG_FILE_SIZE,
-                         mapped_file_size_consume_queue=300 * 20, max_message_size=512 * 1024,
-                         max_hash_slot_num=1000, max_index_num=4000)
+    return StoreConfig(store_path_root_dir=str(store_dir),
+                       mapped_file_size_commit_log=COMMITLOG_FILE_SIZE,
+                       mapped_file_size_consume_queue=300 * 20, max_message_size=512 * 1024,
+                       max_hash_slot_num=1000, max_index_num=4000)
 
 
 def _digest(root: pathlib.Path) -> dict[str, str]:

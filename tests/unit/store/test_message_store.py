@@ -5,6 +5,7 @@ records encoded with pybroker._fast.record; every §2.3 pull status is provoked 
 and mapped through status.pull_response; crashes are real child processes that exit without
 shutdown (abort file left behind) before the parent reopens the store.
 """
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -19,7 +20,8 @@ from pybroker.protocol.codes import ResponseCode
 from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.protocol.properties import encode_properties
 from pybroker.store import lock_file, paths
-from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.message_store import MessageStore
+from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus, PutStatus, pull_response
 
 HOST = bytes([127, 0, 0, 1])
@@ -39,13 +41,13 @@ def encode(body: bytes, topic: str = TOPIC, queue_id: int = 0, sys_flag: int = 0
     return buffer
 
 
-def make_settings(tmp_path, **overrides) -> StoreSettings:
+def make_settings(tmp_path, **overrides) -> StoreConfig:
     values = dict(store_path_root_dir=str(tmp_path / "store"),
                   mapped_file_size_commit_log=64 * 1024,
                   mapped_file_size_consume_queue=64 * 20, max_hash_slot_num=64,
                   max_index_num=512)
     values.update(overrides)
-    return StoreSettings(**values)
+    return StoreConfig(**values)
 
 
 def bodies(result) -> list[bytes]:
@@ -211,7 +213,8 @@ def test_transfer_limits_in_memory_and_in_disk(tmp_path):
         by_bytes = store.get_messages("g", TOPIC, 0, 0, 32)
         assert (by_bytes.message_count, by_bytes.next_begin_offset) == (5, 5)
         by_bytes.release()
-        store.settings.max_transfer_bytes_on_message_in_memory = 1 << 20
+        store.settings = dataclasses.replace(store.settings,
+                                             max_transfer_bytes_on_message_in_memory=1 << 20)
         by_count = store.get_messages("g", TOPIC, 0, 0, 100)
         assert by_count.message_count == 32 and not by_count.suggest_pull_from_slave
         by_count.release()
@@ -228,12 +231,13 @@ CHILD = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, sys.argv[1])
     from pybroker._fast import record
-    from pybroker.store.message_store import MessageStore, StoreSettings
+    from pybroker.store.message_store import MessageStore
+    from pybroker.store.settings import StoreConfig
     host = bytes([127, 0, 0, 1])
-    settings = StoreSettings(store_path_root_dir=sys.argv[2],
-                             mapped_file_size_commit_log=64 * 1024,
-                             mapped_file_size_consume_queue=64 * 20, max_hash_slot_num=64,
-                             max_index_num=512, flush_disk_type="SYNC_FLUSH")
+    settings = StoreConfig(store_path_root_dir=sys.argv[2],
+                           mapped_file_size_commit_log=64 * 1024,
+                           mapped_file_size_consume_queue=64 * 20, max_hash_slot_num=64,
+                           max_index_num=512, flush_disk_type="SYNC_FLUSH")
     store = MessageStore(settings)
     store.start()
     for index in range(int(sys.argv[3])):

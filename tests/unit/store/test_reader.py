@@ -12,7 +12,8 @@ import pytest
 from pybroker._fast import record as record_codec
 from pybroker._fast.jhash import tags_code
 from pybroker.protocol.properties import encode_properties
-from pybroker.store.message_store import MessageStore, StoreSettings
+from pybroker.store.message_store import MessageStore
+from pybroker.store.settings import StoreConfig
 from pybroker.store.reader import MessageStoreReader
 from pybroker.store.status import GetStatus, PutStatus
 
@@ -29,11 +30,11 @@ def encode(body: bytes, topic: str = TOPIC, queue_id: int = 0, **properties) -> 
     return buffer
 
 
-def settings_for(tmp_path) -> StoreSettings:
-    return StoreSettings(store_path_root_dir=str(tmp_path / "store"),
-                         mapped_file_size_commit_log=16 * 1024,
-                         mapped_file_size_consume_queue=32 * 20, max_hash_slot_num=64,
-                         max_index_num=256)
+def settings_for(tmp_path) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=str(tmp_path / "store"),
+                       mapped_file_size_commit_log=16 * 1024,
+                       mapped_file_size_consume_queue=32 * 20, max_hash_slot_num=64,
+                       max_index_num=256)
 
 
 def body_of(index: int, size: int) -> bytes:
