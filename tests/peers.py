@@ -10,9 +10,12 @@ remembered, so every test sees the same peers whatever the order, and a failed i
 retried by each fixture.
 """
 import contextlib
+import hashlib
 import importlib.util
+import os
 import pathlib
 import sys
+import urllib.parse
 
 import pytest
 
@@ -128,3 +131,28 @@ def compile_java(install, sources, out_dir):
     names = ", ".join(pathlib.Path(source).name for source in sources)
     with progress.stage(f"javac {names} against the {install.version} client"):
         return java_rocketmq.compile_java(install, sources, out_dir)
+
+
+def compiled_java(install, source: pathlib.Path) -> pathlib.Path:
+    """The classes of one tools/ Java source for this client version, compiled once per source
+    digest into the install's cache (shared by every test that runs it)."""
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    out_dir = install.cache_dir / f"java_{source.stem}" / digest
+    if not (out_dir / f"{source.stem}.class").is_file():
+        staging = out_dir.with_name(digest + f".partial{os.getpid()}")
+        compile_java(install, [source], staging)
+        try:
+            staging.rename(out_dir)
+        except OSError:
+            if not (out_dir / f"{source.stem}.class").is_file():   # another run won the race
+                raise
+    return out_dir
+
+
+def parse_result_line(line: str) -> dict:
+    """{key: value} of a harness "RESULT op=... k=v" line (values URL-decoded)."""
+    fields = {}
+    for pair in line.split()[1:]:
+        key, _, value = pair.partition("=")
+        fields[key] = urllib.parse.unquote_plus(value)
+    return fields

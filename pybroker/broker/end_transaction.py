@@ -4,15 +4,17 @@
 Commit: the half record at ``commitLogOffset`` is validated (it is a half message, its ``PGROUP``
 is the request's producer group, its queue offset is ``tranStateTableOffset`` and its physical
 offset ``commitLogOffset``; else SYSTEM_ERROR with Java's remark), the final message is rebuilt
-(topic and queue from REAL_TOPIC/REAL_QID, those and TRAN_MSG removed, sysFlag type COMMIT,
-prepared transaction offset = the half record's physical offset, store time of the half record
-encoded, which the store replaces at append as Java 4.9's does) and put; then the op marker
+(topic and queue from REAL_TOPIC/REAL_QID, properties as stored, sysFlag type COMMIT, prepared
+transaction offset = the half record's physical offset, store time of the half record encoded,
+which the store replaces at append as Java 4.9's does; see :func:`_final_message`) and put;
+then the op marker
 (topic RMQ_SYS_TRANS_OP_HALF_TOPIC, same queue as the half record, tag ``d``, body = the half
 queue offset in decimal) is written. Rollback: validation and the op marker only. Unknown (0):
 nothing, no response.
 """
 from pybroker._fast import record as record_codec
 from pybroker.broker import send
+from pybroker.broker.reput import RePut, real_destination, reput_message
 from pybroker.protocol import headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_response
@@ -24,8 +26,8 @@ from pybroker.store.status import send_response
 
 OP_MARKER_TAG = "d"      # TransactionalMessageUtil.REMOVETAG
 _FIND_FAILED = "Find prepared transaction message failed"
-_REMOVED_ON_COMMIT = (Property.REAL_TOPIC, Property.REAL_QUEUE_ID, Property.TRANSACTION_PREPARED,
-                      Property.WAIT_STORE_MSG_OK)
+_CLEARED_ON_COMMIT = frozenset((Property.REAL_TOPIC, Property.REAL_QUEUE_ID,
+                                Property.TRANSACTION_PREPARED))
 
 
 def encode_op_marker(ctx, half_queue_id: int, half_queue_offset: int, now_ms: int) -> bytearray:
@@ -56,27 +58,24 @@ def _check_half(decoded, properties: dict[str, str], header) -> None:
                                "The transaction state table offset wrong")
 
 
-def _final_message(ctx, decoded, properties: dict[str, str]) -> tuple:
-    """(records, topic, queue id, sys flag) of the committed message."""
-    real_topic = properties.get(Property.REAL_TOPIC)
-    try:
-        real_queue_id = int(properties.get(Property.REAL_QUEUE_ID, ""))
-    except ValueError:
-        real_queue_id = -1
-    if not real_topic or real_queue_id < 0:
+def _final_message(ctx, decoded, properties: dict[str, str]) -> RePut:
+    """The committed message (Java 4.9 EndTransactionProcessor.endMessageTransaction).
+
+    Java stores the half record's properties string unchanged: REAL_TOPIC, REAL_QID,
+    TRAN_MSG=true, PGROUP and WAIT stay on the committed message. It removes REAL_TOPIC,
+    REAL_QID and TRAN_MSG only from the map its store looks at, which matters for a DELAY the
+    message carries (the delay redirect then recomputes the string from that map).
+    """
+    destination = real_destination(properties)
+    if destination is None:
         raise send.SendRefused(ResponseCode.SYSTEM_ERROR,
                                "the half message has no REAL_TOPIC/REAL_QID")
-    for name in _REMOVED_ON_COMMIT:
-        properties.pop(name, None)
+    seen = {name: value for name, value in properties.items() if name not in _CLEARED_ON_COMMIT}
     sys_flag = (decoded.sys_flag & ~TRANSACTION_TYPE_MASK) | END_TRANSACTION_COMMIT
-    topic, queue_id = send.redirect_delay(real_topic, real_queue_id, properties,
-                                          len(ctx.config.derived.delay_levels_ms))
-    records = send.encode_message(
-        topic, queue_id, decoded.flag, decoded.body, encode_properties(properties), sys_flag,
-        decoded.born_timestamp, (decoded.born_host, decoded.born_port),
-        (decoded.store_host, decoded.store_port), decoded.reconsume_times,
-        decoded.physical_offset, decoded.store_timestamp)
-    return records, topic, queue_id, sys_flag
+    return reput_message(decoded, destination[0], destination[1], properties, redirect=seen,
+                         levels_count=len(ctx.config.derived.delay_levels_ms),
+                         sys_flag=sys_flag, prepared_transaction_offset=decoded.physical_offset,
+                         store_timestamp=decoded.store_timestamp)
 
 
 async def _end(ctx, header) -> None:
@@ -97,8 +96,8 @@ async def _end(ctx, header) -> None:
         decoded = None
         selected.release()
     if final is not None:
-        records, topic, queue_id, sys_flag = final
-        result = await ctx.putter.put(records, topic, queue_id, 1, sys_flag, False)
+        result = await ctx.putter.put(final.records, final.topic, final.queue_id, 1,
+                                      final.sys_flag, False)
         if not result.status.stored:
             code, remark = send_response(result.status, ctx.config.store.max_message_size)
             raise send.SendRefused(code, remark)

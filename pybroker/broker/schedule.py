@@ -4,17 +4,18 @@
 Delay level L lives in queue L - 1 of SCHEDULE_TOPIC_XXXX; its consume-queue tags code is the
 deliver time (store time + delay of L, computed by the dispatcher). Per level, the service reads
 from the offset persisted in ``config/delayOffset.json`` and re-puts every due message to its
-REAL_TOPIC/REAL_QID with DELAY removed and WAIT false (the dispatcher then computes the ordinary
-tags code). It stops a level at the first message not yet due, or at a put that fails (that level
-then pauses :data:`FAILURE_PAUSE_MS`). The supervisor calls :meth:`ScheduleService.run_once` on
-a timer (Java: first run 1 s after start, every 100 ms) and :meth:`persist` at shutdown.
+REAL_TOPIC/REAL_QID with its properties unchanged, as Java does (see :func:`delivered_message`;
+the dispatcher then computes the ordinary tags code). It stops a level at the first message not
+yet due, or at a put that fails (that level then pauses :data:`FAILURE_PAUSE_MS`). The
+supervisor calls :meth:`ScheduleService.run_once` on a timer (Java: first run 1 s after start,
+every 100 ms) and :meth:`persist` at shutdown.
 """
 import logging
 
 from pybroker._fast import record as record_codec
-from pybroker.broker import send
-from pybroker.protocol.constants import Property, SystemGroup, SystemTopic
-from pybroker.protocol.properties import decode_properties, encode_properties
+from pybroker.broker.reput import RePut, real_destination, reput_message
+from pybroker.protocol.constants import SystemGroup, SystemTopic
+from pybroker.protocol.properties import decode_properties
 from pybroker.store import config_docs
 from pybroker.store.status import GetStatus
 
@@ -28,32 +29,27 @@ _SKIP_STATUSES = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
                   GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
 
 
-def delivered_message(data, level_delay_ms: int, now_ms: int) -> tuple | None:
-    """(deliver time ms, records, topic, queue id, sys flag) for the schedule record in ``data``.
+def delivered_message(data, level_delay_ms: int, now_ms: int) -> tuple[int, RePut] | None:
+    """(deliver time ms, the re-put) for the schedule record in ``data``.
 
     None when the record has no usable REAL_TOPIC/REAL_QID (it is skipped). Deliver time is
     store time + the level's delay, corrected to ``now_ms`` when it lies further ahead than
     one delay (Java's correctDeliverTimestamp, for clocks that moved back).
+
+    Java 4.9 (ScheduleMessageService.messageTimeup) stores the schedule record's properties
+    string unchanged: DELAY, WAIT, REAL_TOPIC and REAL_QID stay, so a consumer's
+    getDelayTimeLevel() still reads the level. Only the put itself does not wait (WAIT false
+    in the map) and no second redirect happens (DELAY cleared in the map).
     """
     decoded = record_codec.decode(data, 0)
     deliver_ms = decoded.store_timestamp + level_delay_ms
     if deliver_ms > now_ms + level_delay_ms:
         deliver_ms = now_ms
     properties = decode_properties(decoded.properties)
-    topic = properties.get(Property.REAL_TOPIC)
-    try:
-        queue_id = int(properties.get(Property.REAL_QUEUE_ID, ""))
-    except ValueError:
-        queue_id = -1
-    if not topic or queue_id < 0:
+    destination = real_destination(properties)
+    if destination is None:
         return None
-    properties.pop(Property.DELAY_TIME_LEVEL, None)
-    properties.pop(Property.WAIT_STORE_MSG_OK, None)
-    records = send.encode_message(
-        topic, queue_id, decoded.flag, decoded.body, encode_properties(properties),
-        decoded.sys_flag, decoded.born_timestamp, (decoded.born_host, decoded.born_port),
-        (decoded.store_host, decoded.store_port), decoded.reconsume_times)
-    return deliver_ms, records, topic, queue_id, decoded.sys_flag
+    return deliver_ms, reput_message(decoded, destination[0], destination[1], properties)
 
 
 class ScheduleService:
@@ -151,13 +147,14 @@ class ScheduleService:
         if message is None:
             log.warning("schedule level %d: record without REAL_TOPIC/REAL_QID skipped", level)
             return 0
-        deliver_ms, records, topic, queue_id, sys_flag = message
+        deliver_ms, reput = message
         if deliver_ms > now_ms:
             return None
-        result = await self.putter.put(records, topic, queue_id, 1, sys_flag, False)
+        result = await self.putter.put(reput.records, reput.topic, reput.queue_id, 1,
+                                       reput.sys_flag, False)
         if not result.status.stored:
             log.error("schedule level %d: re-put to %s-%d failed: %s; pausing the level",
-                      level, topic, queue_id, result.status.name)
+                      level, reput.topic, reput.queue_id, result.status.name)
             self._paused_until_ms[level] = now_ms + FAILURE_PAUSE_MS
             return None
         return 1

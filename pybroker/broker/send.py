@@ -10,9 +10,9 @@ broker write permission for order topics (NO_PERMISSION), topic name (SYSTEM_ERR
 or is auto-created (TOPIC_NOT_EXIST), queue id < queue count (SYSTEM_ERROR), then the message:
 body, properties, retry/DLQ, delay and transaction redirects. Every refusal stores nothing.
 
-The helpers :func:`encode_message`, :func:`redirect_delay`, :func:`stored_properties` and
-:func:`send_back_topic` are shared with the send-back, end-transaction, schedule and
-transaction-check services, which re-put records the same way.
+The helpers :func:`encode_message`, :func:`redirect_delay` and :func:`send_back_topic` are shared
+with the one re-put path (:mod:`pybroker.broker.reput`) of the send-back, end-transaction,
+schedule and transaction-check services.
 """
 import inspect
 import random
@@ -149,9 +149,12 @@ def redirect_delay(topic: str, queue_id: int, properties: dict[str, str],
     return SystemTopic.SCHEDULE, level - 1
 
 
-def stored_properties(properties: dict[str, str], cluster_name: str) -> str:
-    """The properties string as stored: ``WAIT`` dropped, ``CLUSTER`` set (§3.2, §8 item 20)."""
-    wait = properties.pop(_WAIT, None)
+def stored_properties(properties: dict[str, str], cluster_name: str,
+                      keep_wait: bool = False) -> str:
+    """The properties string as stored: ``CLUSTER`` set and ``WAIT`` dropped (§3.2, §8 item 20)
+    unless ``keep_wait``: Java recomputes the string from the whole map, WAIT included, when it
+    redirects a message to the schedule or the transaction half topic."""
+    wait = None if keep_wait else properties.pop(_WAIT, None)
     properties[Property.CLUSTER] = cluster_name
     text = encode_properties(properties)
     if wait is not None:
@@ -351,7 +354,8 @@ async def _send_single(ctx, channel, request, header, config) -> tuple:
     elif sys_flag & TRANSACTION_TYPE_MASK in (0, int(MessageSysFlag.TRANSACTION_COMMIT_TYPE)):
         topic, queue_id = redirect_delay(topic, queue_id, properties,
                                          len(ctx.config.derived.delay_levels_ms))
-    stored = stored_properties(properties, ctx.config.broker.broker_cluster_name)
+    redirected = topic in (SystemTopic.SCHEDULE, SystemTopic.TRANS_HALF)
+    stored = stored_properties(properties, ctx.config.broker.broker_cluster_name, redirected)
     if len(stored.encode()) > PROPERTIES_MAX_BYTES:
         code, remark = send_response(PutStatus.PROPERTIES_SIZE_EXCEEDED,
                                      ctx.config.store.max_message_size)

@@ -6,26 +6,26 @@ Steps in Java's order: group config (SUBSCRIPTION_GROUP_NOT_EXIST), broker write
 created if needed, the original record loaded by its physical offset (SYSTEM_ERROR when it is not
 there), then either the DLQ ``%DLQ%<group>`` (reconsume times at the maximum, or delayLevel < 0)
 or the retry topic with delay level ``3 + reconsumeTimes`` when the header says 0. The new record
-keeps body, flag, sysFlag, born host/time and store host; reconsume times + 1; ``RETRY_TOPIC``
-and ``ORIGIN_MESSAGE_ID`` set; it is put like any send (so ``DELAY`` sends it via the schedule
-topic).
+(:func:`pybroker.broker.reput.reput_message`) keeps body, flag, sysFlag, born host/time and store
+host; reconsume times + 1; ``RETRY_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``WAIT=false`` and ``DELAY``
+set as Java sets them; a retry goes via the schedule topic (REAL_TOPIC/REAL_QID added).
 """
 import random
 
 from pybroker._fast import record as record_codec
 from pybroker.broker import send
+from pybroker.broker.reput import reput_message
 from pybroker.protocol import headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_response
 from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, DLQ_QUEUE_NUMS_PER_GROUP,
-                                         RETRY_GROUP_TOPIC_PREFIX, TRANSACTION_TYPE_MASK,
-                                         MessageSysFlag, MQVersion, Perm, Property, TopicSysFlag)
+                                         RETRY_GROUP_TOPIC_PREFIX, MQVersion, Perm, Property,
+                                         TopicSysFlag)
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.protocol.properties import decode_properties
 from pybroker.store.status import send_response
 
 _random = random.Random()
-_REDIRECTABLE_TYPES = (0, int(MessageSysFlag.TRANSACTION_COMMIT_TYPE))
 
 
 async def _retry_topic(ctx, header, group_config):
@@ -75,14 +75,18 @@ def _load_original(ctx, physical_offset: int):
     return selected, decoded
 
 
-def _destination(ctx, request, header, group_config, decoded, retry_topic: str,
+def _destination(request, header, group_config, decoded, retry_topic: str,
                  properties: dict[str, str]) -> tuple[str, int, bool]:
-    """(topic, queue id, to DLQ) and the DELAY property, by the rules of §5.2 step 6."""
+    """(topic, queue id, to DLQ) by the rules of §5.2 step 6; sets the DELAY property.
+
+    Java writes the level with setDelayTimeLevel, so a DLQ message carries ``DELAY=0`` and a
+    retry one ``DELAY=<level>`` (which the put then turns into a schedule redirect).
+    """
     max_reconsume_times = group_config.retry_max_times
     if request.version >= MQVersion.V3_4_9 and header.max_reconsume_times is not None:
         max_reconsume_times = header.max_reconsume_times
     if decoded.reconsume_times >= max_reconsume_times or header.delay_level < 0:
-        properties.pop(Property.DELAY_TIME_LEVEL, None)
+        properties[Property.DELAY_TIME_LEVEL] = "0"
         dlq_topic = DLQ_GROUP_TOPIC_PREFIX + header.group
         return dlq_topic, _random.randrange(DLQ_QUEUE_NUMS_PER_GROUP), True
     delay_level = header.delay_level or 3 + decoded.reconsume_times
@@ -90,21 +94,17 @@ def _destination(ctx, request, header, group_config, decoded, retry_topic: str,
     return retry_topic, _random.randrange(group_config.retry_queue_nums), False
 
 
-def _rebuild(ctx, decoded, topic: str, queue_id: int, properties: dict[str, str]) -> tuple:
-    """(encoded record, topic, queue id) of the message to put, after any delay redirect."""
+def _returned_properties(decoded) -> dict[str, str]:
+    """The returned message's properties as Java 4.9's consumerSendMsgBack sets them before
+    the destination: RETRY_TOPIC kept or set to the original topic, ``WAIT=false`` (written,
+    not removed), ORIGIN_MESSAGE_ID kept or set to the record's offset message id."""
+    properties = decode_properties(decoded.properties)
     properties.setdefault(Property.RETRY_TOPIC, decoded.topic)
+    properties[Property.WAIT_STORE_MSG_OK] = "false"
     if not properties.get(Property.ORIGIN_MESSAGE_ID, "").strip():
         properties[Property.ORIGIN_MESSAGE_ID] = offset_message_id(
             decoded.store_host, decoded.store_port, decoded.physical_offset)
-    if decoded.sys_flag & TRANSACTION_TYPE_MASK in _REDIRECTABLE_TYPES:
-        topic, queue_id = send.redirect_delay(topic, queue_id, properties,
-                                              len(ctx.config.derived.delay_levels_ms))
-    stored = send.stored_properties(properties, ctx.config.broker.broker_cluster_name)
-    records = send.encode_message(
-        topic, queue_id, decoded.flag, decoded.body, stored, decoded.sys_flag,
-        decoded.born_timestamp, (decoded.born_host, decoded.born_port),
-        (decoded.store_host, decoded.store_port), decoded.reconsume_times + 1)
-    return records, topic, queue_id
+    return properties
 
 
 async def _send_back(ctx, request, header) -> int:
@@ -115,21 +115,24 @@ async def _send_back(ctx, request, header) -> int:
     retry_topic = await _retry_topic(ctx, header, group_config)
     selected, decoded = _load_original(ctx, header.physical_offset)
     try:
-        properties = decode_properties(decoded.properties)
-        properties.pop(Property.WAIT_STORE_MSG_OK, None)
+        properties = _returned_properties(decoded)
         # SNDBCK_PUT_NUMS is counted under the topic the message was first sent to.
-        back_topic = properties.get(Property.RETRY_TOPIC) or decoded.topic
-        topic, queue_id, to_dlq = _destination(ctx, request, header, group_config, decoded,
+        back_topic = properties[Property.RETRY_TOPIC]
+        topic, queue_id, to_dlq = _destination(request, header, group_config, decoded,
                                                retry_topic, properties)
         if to_dlq and await send.send_back_topic(ctx, topic, DLQ_QUEUE_NUMS_PER_GROUP,
                                                  0) is None:
             raise send.SendRefused(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] not exist")
-        records, topic, queue_id = _rebuild(ctx, decoded, topic, queue_id, properties)
-        sys_flag = decoded.sys_flag
+        # The map the put sees is the stored one: a retry's DELAY redirects it to the
+        # schedule topic with REAL_TOPIC/REAL_QID, a DLQ's DELAY=0 does not.
+        reput = reput_message(decoded, topic, queue_id, properties, redirect=properties,
+                              levels_count=len(ctx.config.derived.delay_levels_ms),
+                              reconsume_times=decoded.reconsume_times + 1)
     finally:
         del decoded
         selected.release()
-    result = await send.timed_put(ctx, records, topic, queue_id, 1, sys_flag, False)
+    result = await send.timed_put(ctx, reput.records, reput.topic, reput.queue_id, 1,
+                                  reput.sys_flag, False)
     code, remark = send_response(result.status, ctx.config.store.max_message_size)
     if code != ResponseCode.SUCCESS:
         raise send.SendRefused(code, remark or result.status.name)

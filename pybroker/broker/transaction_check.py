@@ -9,7 +9,8 @@ RMQ_SYS_TRANS_HALF_TOPIC:
 2. walk the half queue from its offset: a finished offset is skipped; a half message whose
    ``TRANSACTION_CHECK_TIMES`` reached ``transactionCheckMax`` moves to
    TRANS_CHECK_MAX_TIME_TOPIC; one younger than ``transactionTimeOut`` (or its
-   ``CHECK_IMMUNITY_TIME_IN_SECONDS``) ends the walk; any other is re-appended to the half queue
+   ``CHECK_IMMUNITY_TIME_IN_SECONDS``, then it is put back carrying its first offset and the walk
+   goes on, as in Java) ends the walk; any other is re-appended to the half queue
    with the counter + 1 and CHECK_TRANSACTION_STATE (oneway, body = the re-appended record with
    REAL topic/queue restored) goes to one live channel of its producer group (``PGROUP``);
 3. the half and op offsets advance past what is finished and are committed under the group
@@ -22,13 +23,13 @@ import logging
 import random
 
 from pybroker._fast import record as record_codec
-from pybroker.broker import send
+from pybroker.broker.reput import real_destination, reput_message
 from pybroker.protocol import headers
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import create_request
 from pybroker.protocol.constants import Property, SystemGroup, SystemTopic
 from pybroker.protocol.message_id import offset_message_id
-from pybroker.protocol.properties import decode_properties, encode_properties
+from pybroker.protocol.properties import decode_properties
 from pybroker.store.status import GetStatus
 
 log = logging.getLogger("pybroker.broker.transaction_check")
@@ -54,7 +55,12 @@ def op_marker_offsets(body) -> list[int]:
 
 def check_request(decoded, properties: dict[str, str], physical_offset: int, queue_offset: int):
     """The oneway CHECK_TRANSACTION_STATE for the half record just re-appended at
-    ``physical_offset``/``queue_offset`` (body: that record with REAL topic/queue restored)."""
+    ``physical_offset``/``queue_offset``.
+
+    Body: that record with REAL topic/queue restored and the properties Java 4.9's
+    sendCheckMessage encodes (the map after the check: TRANSACTION_CHECK_TIMES counted and
+    ``WAIT=false``, which a producer's checkLocalTransaction sees).
+    """
     uniq_id = properties.get(Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     fields = headers.encode_header(headers.CHECK_TRANSACTION_STATE_REQUEST, {
         "transaction_state_table_offset": queue_offset, "commit_log_offset": physical_offset,
@@ -62,16 +68,13 @@ def check_request(decoded, properties: dict[str, str], physical_offset: int, que
         "offset_msg_id": offset_message_id(decoded.store_host, decoded.store_port,
                                            physical_offset),
         "topic": properties.get(Property.REAL_TOPIC)})
-    try:
-        real_queue_id = int(properties.get(Property.REAL_QUEUE_ID, "0"))
-    except ValueError:
-        real_queue_id = 0
-    body = send.encode_message(
-        properties.get(Property.REAL_TOPIC) or decoded.topic, real_queue_id, decoded.flag,
-        decoded.body, encode_properties(properties), decoded.sys_flag, decoded.born_timestamp,
-        (decoded.born_host, decoded.born_port), (decoded.store_host, decoded.store_port),
-        decoded.reconsume_times, decoded.prepared_transaction_offset, decoded.store_timestamp,
-        queue_offset, physical_offset)
+    shown = dict(properties)
+    shown[Property.WAIT_STORE_MSG_OK] = "false"
+    destination = real_destination(properties) or (decoded.topic, 0)
+    body = reput_message(decoded, destination[0], destination[1], shown,
+                         prepared_transaction_offset=decoded.prepared_transaction_offset,
+                         store_timestamp=decoded.store_timestamp, queue_offset=queue_offset,
+                         physical_offset=physical_offset).records
     return create_request(RequestCode.CHECK_TRANSACTION_STATE, fields, bytes(body), oneway=True)
 
 
@@ -189,7 +192,7 @@ class TransactionCheckService:
 
     async def _examine(self, data: bytes, now_ms: int, remove_map: dict[int, int],
                        done_op_offsets: set[int]) -> int | None:
-        """1 checked, 0 finished or discarded, None: stop the walk here (too young)."""
+        """1 checked, 0 finished, discarded or put back immune, None: stop the walk here."""
         decoded = record_codec.decode(data, 0)
         properties = decode_properties(decoded.properties)
         try:
@@ -198,28 +201,53 @@ class TransactionCheckService:
             check_times = 0
         if check_times >= self.settings.transaction_check_max:
             return await self._discard(decoded, properties)
+        # Java's needDiscard counts the check before the age tests, immune put-backs too.
+        properties[Property.TRANSACTION_CHECK_TIMES] = str(check_times + 1)
         age_ms = now_ms - decoded.born_timestamp
         immunity_ms, own_immunity = self._immunity_ms(properties)
+        if own_immunity and age_ms < immunity_ms:
+            return await self._immune(decoded, properties, remove_map, done_op_offsets)
         if 0 <= age_ms < immunity_ms:
-            prepared_text = properties.get(Property.TRANSACTION_PREPARED_QUEUE_OFFSET, "")
-            if own_immunity and prepared_text.isdigit() and int(prepared_text) in remove_map:
-                done_op_offsets.add(remove_map.pop(int(prepared_text)))
-                return 0
             return None
-        properties[Property.TRANSACTION_CHECK_TIMES] = str(check_times + 1)
-        records = send.encode_message(
-            decoded.topic, decoded.queue_id, decoded.flag, decoded.body,
-            encode_properties(properties), decoded.sys_flag, decoded.born_timestamp,
-            (decoded.born_host, decoded.born_port), (decoded.store_host, decoded.store_port),
-            decoded.reconsume_times, decoded.prepared_transaction_offset)
-        result = await self.putter.put(records, decoded.topic, decoded.queue_id, 1,
-                                       decoded.sys_flag, False)
+        # Java's renewHalfMessageInner stores the properties with the new check count.
+        result = await self._put(reput_message(decoded, decoded.topic, decoded.queue_id,
+                                               properties))
         if not result.status.stored:
             log.error("transaction check: re-append of a half message failed: %s",
                       result.status.name)
             return None
         self._send_check(decoded, properties, result.physical_offset, result.queue_offset)
         return 1
+
+    async def _immune(self, decoded, properties: dict[str, str], remove_map: dict[int, int],
+                      done_op_offsets: set[int]) -> int | None:
+        """A half message still inside its own CHECK_IMMUNITY_TIME_IN_SECONDS (Java's
+        checkPrepareQueueOffset): finished when the op queue names its first half offset
+        (TRANSACTION_PREPARED_QUEUE_OFFSET), else put back at the end of the half queue
+        carrying that offset, so the walk goes on. None (stop) on a bad offset or put."""
+        text = properties.get(Property.TRANSACTION_PREPARED_QUEUE_OFFSET)
+        if text is not None:
+            try:
+                first_offset = int(text)
+            except ValueError:
+                return None
+            if first_offset == -1:
+                return None
+            if first_offset in remove_map:
+                done_op_offsets.add(remove_map.pop(first_offset))
+                return 0
+        else:
+            text = str(decoded.queue_offset)
+        # renewImmunityHalfMessageInner recomputes the string after WAIT was set false.
+        properties[Property.TRANSACTION_PREPARED_QUEUE_OFFSET] = text
+        properties[Property.WAIT_STORE_MSG_OK] = "false"
+        result = await self._put(reput_message(decoded, decoded.topic, decoded.queue_id,
+                                               properties))
+        if not result.status.stored:
+            log.error("transaction check: put-back of an immune half message failed: %s",
+                      result.status.name)
+            return None
+        return 0
 
     def _send_check(self, decoded, properties, physical_offset: int, queue_offset: int) -> None:
         group = properties.get(Property.PRODUCER_GROUP, "")
@@ -234,15 +262,15 @@ class TransactionCheckService:
         except (ConnectionError, OSError) as error:
             log.warning("transaction check to %s failed: %s", channel.remote_address, error)
 
+    async def _put(self, reput):
+        return await self.putter.put(reput.records, reput.topic, reput.queue_id, 1,
+                                     reput.sys_flag, False)
+
     async def _discard(self, decoded, properties: dict[str, str]) -> int:
-        """Move a half message checked too often to TRANS_CHECK_MAX_TIME_TOPIC queue 0."""
-        records = send.encode_message(
-            SystemTopic.TRANS_CHECK_MAX_TIME, 0, decoded.flag, decoded.body,
-            encode_properties(properties), decoded.sys_flag, decoded.born_timestamp,
-            (decoded.born_host, decoded.born_port), (decoded.store_host, decoded.store_port),
-            decoded.reconsume_times)
-        result = await self.putter.put(records, SystemTopic.TRANS_CHECK_MAX_TIME, 0, 1,
-                                       decoded.sys_flag, False)
+        """Move a half message checked too often to TRANS_CHECK_MAX_TIME_TOPIC queue 0, its
+        properties as stored (Java's toMessageExtBrokerInner)."""
+        result = await self._put(reput_message(decoded, SystemTopic.TRANS_CHECK_MAX_TIME, 0,
+                                               properties))
         if not result.status.stored:
             log.error("transaction check: discard to %s failed: %s",
                       SystemTopic.TRANS_CHECK_MAX_TIME, result.status.name)

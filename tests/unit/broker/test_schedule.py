@@ -1,6 +1,7 @@
 # Tests of the delay (schedule) service over a real store with an injected clock.
-"""Goal: delayed messages reach their real topic/queue exactly when due (DELAY removed, REAL_*
-kept), progress survives a restart through delayOffset.json, and nothing is delivered twice.
+"""Goal: delayed messages reach their real topic/queue exactly when due (their properties kept
+as Java keeps them: DELAY, WAIT, REAL_*), progress survives a restart through delayOffset.json,
+and nothing is delivered twice.
 Method: DELAY sends through the real send handler into a real MessageStore on tmp_path whose
 clock the test sets; ScheduleService.run_once is driven with explicit times.
 """
@@ -52,8 +53,10 @@ def test_delivers_when_due_and_only_once(broker):
     delivered = broker.records(harness.TOPIC, 1)
     assert [bytes(r.body) for r, _ in delivered] == [b"one", b"three"]
     for _, properties in delivered:
-        assert "DELAY" not in properties and "WAIT" not in properties
+        # Java keeps the schedule record's properties (consumers read getDelayTimeLevel()).
+        assert properties["DELAY"] == "1" and properties["WAIT"] == "true"
         assert properties["REAL_TOPIC"] == harness.TOPIC and properties["TAGS"] == "tg"
+        assert properties["REAL_QID"] == "1" and properties["CLUSTER"]
     assert delay.offset_table == {1: 2}
     assert harness.run(delay.run_once(T0 + 5000)) == 1
     assert [bytes(r.body) for r, _ in broker.records(harness.TOPIC, 3)] == [b"two"]

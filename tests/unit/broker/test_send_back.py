@@ -53,7 +53,7 @@ def test_first_failure_goes_to_retry_via_level_three(broker):
     assert response.code == ResponseCode.SUCCESS and response.remark is None
     [(decoded, properties)] = broker.records(SystemTopic.SCHEDULE, 2)
     assert properties["REAL_TOPIC"] == "%RETRY%CG" and properties["DELAY"] == "3"
-    assert properties["RETRY_TOPIC"] == harness.TOPIC
+    assert properties["RETRY_TOPIC"] == harness.TOPIC and properties["WAIT"] == "false"
     assert properties["ORIGIN_MESSAGE_ID"] == offset_message_id(harness.HOST, 10911, offset)
     assert decoded.reconsume_times == 1 and bytes(decoded.body) == b"payload"
     assert broker.metadata.topic_config("%RETRY%CG") is not None
@@ -70,7 +70,10 @@ def test_dead_letter(broker, reconsume_times, delay_level):
     response = broker.call(handle, back_request(offset, delay_level))
     assert response.code == ResponseCode.SUCCESS
     [(decoded, properties)] = broker.records("%DLQ%CG", 0)
-    assert "DELAY" not in properties and decoded.reconsume_times == int(reconsume_times) + 1
+    # Java's setDelayTimeLevel(0) writes DELAY=0; WAIT=false is written, not removed.
+    assert properties["DELAY"] == "0" and properties["WAIT"] == "false"
+    assert "REAL_TOPIC" not in properties
+    assert decoded.reconsume_times == int(reconsume_times) + 1
 
 
 def test_header_max_reconsume_times_overrides_the_group(broker):

@@ -19,6 +19,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand
 from pybroker.protocol.constants import SystemGroup, SystemTopic
 from pybroker.protocol.message_id import decode_offset_message_id
+from pybroker.protocol.properties import decode_properties
 
 _spec = importlib.util.spec_from_file_location(
     "send_harness", pathlib.Path(__file__).with_name("send_harness.py"))
@@ -35,8 +36,9 @@ def broker(tmp_path):
     created.close()
 
 
-def send_half(broker, uniq: str) -> tuple[int, int]:
-    properties = harness.properties_text(TRAN_MSG="true", PGROUP="PG", UNIQ_KEY=uniq)
+def send_half(broker, uniq: str, **extra) -> tuple[int, int]:
+    properties = harness.properties_text(TRAN_MSG="true", PGROUP="PG", UNIQ_KEY=uniq,
+                                         WAIT="true", **extra)
     response = broker.call(send.handle_send_message, harness.send_request(
         "java", uniq.encode(), queue_id=1, sys_flag=4, properties=properties))
     assert response.code == ResponseCode.SUCCESS
@@ -74,6 +76,11 @@ def test_check_flow(broker):
     assert renewed_properties["TRANSACTION_CHECK_TIMES"] == "1"
     body = record_codec.decode(request.body, 0)
     assert (body.topic, body.queue_id, bytes(body.body)) == (harness.TOPIC, 1, b"OPEN")
+    # As Java 4.9: the stored copy keeps WAIT, the producer sees the map with WAIT=false.
+    assert renewed_properties["WAIT"] == "true"
+    shown = decode_properties(body.properties)
+    assert shown["WAIT"] == "false" and shown["TRANSACTION_CHECK_TIMES"] == "1"
+    assert shown["REAL_TOPIC"] == harness.TOPIC and shown["TRAN_MSG"] == "true"
     metadata = broker.metadata
     assert metadata.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_HALF, 0) == 2
     assert metadata.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_OP_HALF, 0) == 1
@@ -100,6 +107,33 @@ def test_no_live_producer_still_counts_the_check(broker):
     send_half(broker, "ALONE")
     assert harness.run(checker(broker).run_once(BORN + 7000)) == 1
     assert broker.sent == []
+
+
+def test_immune_half_is_put_back_and_the_walk_goes_on(broker):
+    first_offset = send_half(broker, "IMMUNE", CHECK_IMMUNITY_TIME_IN_SECONDS="60")[1]
+    send_half(broker, "PLAIN")
+    service = checker(broker)
+    # 7 s: PLAIN is checked; IMMUNE (60 s) is put back carrying its first offset (Java's
+    # checkPrepareQueueOffset) instead of stopping the walk.
+    assert harness.run(service.run_once(BORN + 7000)) == 1
+    assert [bytes(r.body) for r, _ in broker.records(SystemTopic.TRANS_HALF, 0)] == [
+        b"IMMUNE", b"PLAIN", b"IMMUNE", b"PLAIN"]
+    [_, _, (_, immune), _] = broker.records(SystemTopic.TRANS_HALF, 0)
+    assert immune["TRAN_PREPARED_QUEUE_OFFSET"] == str(first_offset)
+    assert immune["TRANSACTION_CHECK_TIMES"] == "1" and immune["WAIT"] == "false"
+    assert len(broker.sent) == 1
+    commit(broker, broker.records(SystemTopic.TRANS_HALF, 0)[0][0].physical_offset, first_offset)
+    # Next pass, as in Java 4.9: the copy is put back again while immune (the op marker of a
+    # first offset behind the walk only counts as done), PLAIN's unanswered copy is checked.
+    assert harness.run(service.run_once(BORN + 8000)) == 1
+    assert [bytes(r.body) for r, _ in broker.records(SystemTopic.TRANS_HALF, 0)][4:] == [
+        b"IMMUNE", b"PLAIN"]
+    assert broker.metadata.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_HALF, 0) == 4
+    # Put-backs count as checks (Java's needDiscard runs first): at transactionCheckMax=2
+    # both copies are discarded on the next pass.
+    assert harness.run(service.run_once(BORN + 61_000)) == 0
+    assert sorted(bytes(r.body) for r, _ in broker.records(
+        SystemTopic.TRANS_CHECK_MAX_TIME, 0)) == [b"IMMUNE", b"PLAIN"]
 
 
 def test_op_marker_bodies():
