@@ -31,7 +31,8 @@ import re
 import socket
 from typing import Any, Mapping
 
-from pybroker.config_not_acted_on import SETTINGS_NOT_ACTED_ON, not_acted_on_lines  # noqa: F401
+from pybroker.config_not_acted_on import (  # noqa: F401
+    JAVA_KEYS_NOT_USED, JAVA_KEYS_UNSUPPORTED, SETTINGS_NOT_ACTED_ON, not_acted_on_lines)
 from pybroker.errors import ConfigError
 from pybroker.protocol.constants import PROPERTIES_MAX_BYTES, SystemTopic
 # The declaration language and the store's own area are re-exported: one import for users.
@@ -152,6 +153,16 @@ class BrokerConfig:
         rule=only(False, "pybroker has no address-server client"), important=True)
     acl_enable: bool = setting("aclEnable", False, "access control", rule=only(False, _NO_ACL),
         important=True)
+    metrics_exporter_type: str = setting("metricsExporterType", "DISABLE",
+        "metrics exporter: DISABLE or PROM (Prometheus pull endpoint)", important=True,
+        rule=Rule("must be DISABLE or PROM (pybroker has no OTLP_GRPC or LOG exporter)",
+                  lambda value: value in ("DISABLE", "PROM")))
+    metrics_prom_exporter_host: str = setting("metricsPromExporterHost", "",
+        "address of the Prometheus endpoint; default: brokerIP1")
+    metrics_prom_exporter_port: int = setting("metricsPromExporterPort", 5557,
+        "port of the Prometheus endpoint", rule=between(1, 65535))
+    metrics_label: str = setting("metricsLabel", "",
+        "extra labels on every metric, 'key:value,key:value'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,29 +357,6 @@ def properties_line(key: str, value: str) -> str:
 
 
 # --- loading ------------------------------------------------------------------------------------
-# Java keys that pybroker reads but does not use: warned about as such, not as typos.
-JAVA_KEYS_NOT_USED = frozenset((
-    "rocketmqHome", "messageStorePlugIn", "sendMessageThreadPoolNums",
-    "pullMessageThreadPoolNums", "processReplyMessageThreadPoolNums",
-    "queryMessageThreadPoolNums", "adminBrokerThreadPoolNums", "clientManageThreadPoolNums",
-    "consumerManageThreadPoolNums", "heartbeatThreadPoolNums", "endTransactionThreadPoolNums",
-    "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity", "useReentrantLockWhenPutMessage",
-    "serverSelectorThreads", "serverCallbackExecutorThreads", "useEpollNativeSelector",
-    "serverPooledByteBufAllocatorEnable", "clientWorkerThreads", "clientCallbackExecutorThreads",
-    "brokerFastFailureEnable", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue",
-    "rmqAddressServerDomain", "rmqAddressServerSubGroup", "highSpeedMode", "transferMsgByHeap",
-    "filterSupportRetry", "storeReplyMessageEnable", "disableConsumeIfConsumerReadSlowly",
-    "consumerFallbehindThreshold", "flushLeastPagesWhenWarmMapedFile", "maxMsgsNumBatch",
-    "osPageCacheBusyTimeOutMills", "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
-    "productEnvName", "clusterTest", "configStorePath", "flushConsumerOffsetHistoryInterval",
-))
-# Java keys naming features pybroker lacks; any value but Java's default stops start-up.
-JAVA_KEYS_UNSUPPORTED = {
-    "enableDLegerCommitLog": "false", "enableControllerMode": "false",
-    "enableConsumeQueueExt": "false", "duplicationEnable": "false",
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class DerivedConfig:
     """Values computed from the broker settings right after loading (never set directly)."""

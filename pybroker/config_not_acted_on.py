@@ -32,3 +32,26 @@ def not_acted_on_lines() -> list[str]:
     """``# key: reason`` lines for every setting pybroker accepts but does not act on."""
     return [f"# {key}: accepted, not acted on: {reason}"
             for key, reason in sorted(SETTINGS_NOT_ACTED_ON.items())]
+
+
+# Java keys that pybroker reads but does not use: warned about as such, not as typos.
+JAVA_KEYS_NOT_USED = frozenset((
+    "rocketmqHome", "messageStorePlugIn", "sendMessageThreadPoolNums",
+    "pullMessageThreadPoolNums", "processReplyMessageThreadPoolNums",
+    "queryMessageThreadPoolNums", "adminBrokerThreadPoolNums", "clientManageThreadPoolNums",
+    "consumerManageThreadPoolNums", "heartbeatThreadPoolNums", "endTransactionThreadPoolNums",
+    "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity", "useReentrantLockWhenPutMessage",
+    "serverSelectorThreads", "serverCallbackExecutorThreads", "useEpollNativeSelector",
+    "serverPooledByteBufAllocatorEnable", "clientWorkerThreads", "clientCallbackExecutorThreads",
+    "brokerFastFailureEnable", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue",
+    "rmqAddressServerDomain", "rmqAddressServerSubGroup", "highSpeedMode", "transferMsgByHeap",
+    "filterSupportRetry", "storeReplyMessageEnable", "disableConsumeIfConsumerReadSlowly",
+    "consumerFallbehindThreshold", "flushLeastPagesWhenWarmMapedFile", "maxMsgsNumBatch",
+    "osPageCacheBusyTimeOutMills", "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
+    "productEnvName", "clusterTest", "configStorePath", "flushConsumerOffsetHistoryInterval",
+))
+# Java keys naming features pybroker lacks; any value but Java's default stops start-up.
+JAVA_KEYS_UNSUPPORTED = {
+    "enableDLegerCommitLog": "false", "enableControllerMode": "false",
+    "enableConsumeQueueExt": "false", "duplicationEnable": "false",
+}

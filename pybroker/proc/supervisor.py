@@ -26,6 +26,7 @@ from pybroker.broker.transaction_check import TransactionCheckService
 from pybroker.proc import dataplane
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
+from pybroker.stats.prometheus import BrokerCollector, MetricsServer
 from pybroker.stats.region import StatsRegion, writer_count
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths
@@ -203,6 +204,7 @@ class Supervisor:
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
         await service.start_on(service_socket)
+        metrics = await self._start_metrics(attachment)
         tasks = [loop.create_task(self._periodic(service)),
                  loop.create_task(self._services(attachment)),
                  loop.create_task(self._sample_stats())]
@@ -227,6 +229,8 @@ class Supervisor:
                 task.cancel()
             service.close()
             registration.close()
+            if metrics is not None:
+                metrics.close()
             attachment.close()
 
     async def _periodic(self, service: MetadataService) -> None:
@@ -238,6 +242,18 @@ class Supervisor:
                 last_scan = time.monotonic()
                 self.metadata.scan_expired()
                 service.push_if_changed()
+
+    async def _start_metrics(self, attachment):
+        """The Prometheus endpoint (metricsExporterType=PROM), served in this loop."""
+        broker = self.config.broker
+        if broker.metrics_exporter_type != "PROM":
+            return None
+        collector = BrokerCollector(self.config, self.stats, self.metadata, attachment.reader,
+                                    lambda: dict(self.children))
+        server = MetricsServer(collector, broker.metrics_prom_exporter_host or broker.broker_ip1,
+                               broker.metrics_prom_exporter_port)
+        await server.start()
+        return server
 
     async def _sample_stats(self) -> None:
         """The statistics sampler: once a second (Java StoreStatsService's rate)."""

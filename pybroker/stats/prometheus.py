@@ -1,0 +1,272 @@
+# The Prometheus endpoint: Java 5.x's metric names and labels, plus pybroker's own instruments.
+"""``metricsExporterType=PROM``: one endpoint, served by the supervisor from the shared region.
+
+Java RocketMQ 5.x exports OpenTelemetry metrics through a Prometheus pull exporter on
+``metricsPromExporterHost:metricsPromExporterPort`` (default brokerIP1:5557). pybroker serves
+the same names and labels where it measures the figure (BrokerMetricsConstant,
+DefaultStoreMetricsConstant, RemotingMetricsConstant), every series with Java's common labels
+``cluster``, ``node_type="broker"``, ``node_id=<brokerName>`` (+ ``metricsLabel``), and adds its
+own ``pybroker_*`` instruments (group commits, flushes, dispatch lag, wake-ups, per-process CPU
+and RSS). The text format is written by ``prometheus_client``; the HTTP side is a small asyncio
+server in the supervisor's loop (no thread in a process that forks its workers). Not exported:
+``rocketmq_consumer_inflight_messages`` (pybroker does not track pulled-but-uncommitted
+offsets), ``rocketmq_processor_watermark`` (no thread pools), timer and RocksDB metrics.
+"""
+import asyncio
+import logging
+import os
+
+import psutil
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily)
+
+from pybroker._fast import stats as _stats
+from pybroker.proc.wake import APPENDER_SLOT, DISPATCHER_SLOT, FLUSHER_SLOT
+from pybroker.stats.region import StatsHistogram as H
+from pybroker.stats.region import StatsKeyKind as K
+
+__all__ = ["BrokerCollector", "MetricsServer", "MESSAGE_TYPES"]
+
+log = logging.getLogger("pybroker.stats.prometheus")
+
+# Label value of rocketmq_messages_in_total's message_type per key label (send.py).
+MESSAGE_TYPES = {0: "normal", 1: "delay", 2: "transaction"}
+_REQUEST_BYTES_MAX = 16 * 1024
+_REQUEST_TIMEOUT_S = 5.0
+
+
+def common_labels(config) -> dict[str, str]:
+    """Java's LABEL_MAP: cluster, node_type, node_id and metricsLabel's key:value pairs."""
+    broker = config.broker
+    labels = {"cluster": broker.broker_cluster_name, "node_type": "broker",
+              "node_id": broker.broker_name}
+    for pair in broker.metrics_label.split(","):
+        key, _, value = pair.partition(":")
+        if key.strip() and value.strip():
+            labels[key.strip()] = value.strip()
+    return labels
+
+
+# Exported log2 buckets: 0 .. _BUCKETS_EXPORTED-1 (values up to 2^27 - 1, e.g. 134 s in µs);
+# larger values count in +Inf. A fixed set keeps the series stable across scrapes.
+_BUCKETS_EXPORTED = 28
+
+
+def _log2_buckets(words, scale: float = 1.0) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative (le, count) of a log2 histogram: bucket b holds values <= 2^b - 1."""
+    counts = [int(count) for count in words[:_stats.HIST_BUCKETS]]
+    buckets, total = [], 0
+    for bucket in range(_BUCKETS_EXPORTED):
+        total += counts[bucket]
+        buckets.append((f"{((1 << bucket) - 1) * scale:.9g}", total))
+    buckets.append(("+Inf", int(words[_stats.HIST_COUNT_WORD])))
+    return buckets, int(words[_stats.HIST_SUM_WORD]) * scale
+
+
+class BrokerCollector:
+    """A prometheus_client collector over the supervisor's StatsService and metadata."""
+
+    def __init__(self, config, service, metadata, reader, children=lambda: {}):
+        self.config = config
+        self.service = service
+        self.metadata = metadata
+        self.reader = reader
+        self.children = children          # {pid: worker name}
+        self.labels = common_labels(config)
+
+    def _family(self, kind, name: str, doc: str, extra=(), **options):
+        return kind(name, doc, labels=[*self.labels, *extra], **options)
+
+    def collect(self):
+        snapshot = self.service.region.snapshot()
+        yield from self._traffic(snapshot)
+        yield from self._histograms(snapshot)
+        yield from self._metadata_gauges()
+        yield from self._storage()
+        yield from self._processes()
+
+    def _traffic(self, snapshot):
+        base = list(self.labels.values())
+        families = {
+            "in": self._family(CounterMetricFamily, "rocketmq_messages_in",
+                               "Total number of incoming messages", ("topic", "message_type")),
+            "in_bytes": self._family(CounterMetricFamily, "rocketmq_throughput_in",
+                                     "Total traffic of incoming messages (bytes)",
+                                     ("topic", "message_type")),
+            "out": self._family(CounterMetricFamily, "rocketmq_messages_out",
+                                "Total number of outgoing messages",
+                                ("topic", "consumer_group")),
+            "out_bytes": self._family(CounterMetricFamily, "rocketmq_throughput_out",
+                                      "Total traffic of outgoing messages (bytes)",
+                                      ("topic", "consumer_group")),
+        }
+        for (kind, label, key), words in sorted(snapshot.labelled_keys().items()):
+            if kind == K.KEY_TOPIC_PUT:
+                values = [key, MESSAGE_TYPES.get(label, "normal")]
+                families["in"].add_metric(base + values, words[0])
+                families["in_bytes"].add_metric(base + values, words[1])
+            elif kind == K.KEY_GROUP_GET:
+                topic, _, group = key.partition("@")
+                families["out"].add_metric(base + [topic, group], words[0])
+                families["out_bytes"].add_metric(base + [topic, group], words[1])
+        yield from families.values()
+
+    def _histograms(self, snapshot):
+        base = list(self.labels.values())
+        specs = (
+            ("rocketmq_message_size", "Incoming messages size", H.MESSAGE_SIZE_BYTES, 1.0,
+             {}),
+            ("rocketmq_rpc_latency", "Rpc latency (ms)", H.RPC_LATENCY_US, 0.001,
+             {"protocol_type": "remoting"}),
+            ("pybroker_put_latency_seconds", "Put request to completion, SYNC_FLUSH wait "
+             "included", H.PUT_LATENCY_US, 1e-6, {}),
+            ("pybroker_group_commit_messages", "Records appended per appender drain",
+             H.GROUP_COMMIT_MESSAGES, 1.0, {}),
+            ("pybroker_group_commit_bytes", "Bytes appended per appender drain",
+             H.GROUP_COMMIT_BYTES, 1.0, {}),
+            ("pybroker_flush_latency_seconds", "One CommitLog flush (msync) call",
+             H.FLUSH_LATENCY_US, 1e-6, {}),
+            ("pybroker_flush_bytes", "Bytes made durable per flush", H.FLUSH_BYTES, 1.0, {}),
+            ("pybroker_dispatch_lag_bytes", "Written minus dispatched when a dispatch batch "
+             "starts", H.DISPATCH_LAG_BYTES, 1.0, {}),
+        )
+        for name, doc, index, scale, extra in specs:
+            family = HistogramMetricFamily(name, doc, labels=[*self.labels, *extra])
+            buckets, total = _log2_buckets(snapshot.histogram(index), scale)
+            family.add_metric(base + list(extra.values()), buckets, total)
+            yield family
+
+    def _gauge(self, name: str, doc: str, value, extra: dict | None = None):
+        family = self._family(GaugeMetricFamily, name, doc, tuple(extra or ()))
+        family.add_metric(list(self.labels.values()) + list((extra or {}).values()), value)
+        return family
+
+    def _metadata_gauges(self):
+        metadata = self.metadata
+        yield self._gauge("rocketmq_topic_number", "Active topic number",
+                          len(metadata.topic_configs()))
+        yield self._gauge("rocketmq_consumer_group_number", "Active subscription group number",
+                          len(metadata.groups.subscription_group_table))
+        base = list(self.labels.values())
+        producers = self._family(GaugeMetricFamily, "rocketmq_producer_connections",
+                                 "Producer connections", ("producer_group",))
+        for group, channels in sorted(metadata.producer_groups.items()):
+            producers.add_metric(base + [group], len(channels))
+        yield producers
+        consumers = self._family(GaugeMetricFamily, "rocketmq_consumer_connections",
+                                 "Consumer connections", ("consumer_group",))
+        for group, info in sorted(metadata.consumer_groups.items()):
+            consumers.add_metric(base + [group], len(info.channels))
+        yield consumers
+        yield self._lag()
+
+    def _lag(self):
+        family = self._family(GaugeMetricFamily, "rocketmq_consumer_lag_messages",
+                              "Consumer lag messages", ("topic", "consumer_group"))
+        base = list(self.labels.values())
+        for key, queues in sorted(self.metadata.offsets.offset_table.items()):
+            topic, _, group = key.partition("@")
+            if self.metadata.topic_config(topic) is None:
+                continue
+            lag = 0
+            for queue_id, consumer_offset in queues.items():
+                broker_offset = self.reader.get_max_offset_in_queue(topic, int(queue_id))
+                lag += max(broker_offset - max(consumer_offset, 0), 0)
+            family.add_metric(base + [topic, group], lag)
+        return family
+
+    def _storage(self):
+        control = self.service.control
+        written = control.written_position
+        store = self.config.store
+        yield self._gauge("rocketmq_storage_size", "Broker storage size",
+                          _directory_bytes(store.store_path_root_dir),
+                          {"storage_type": "local"})
+        yield self._gauge("rocketmq_storage_flush_behind_bytes", "Broker flush behind bytes",
+                          max(written - control.flushed_position, 0),
+                          {"storage_type": "local"})
+        yield self._gauge("rocketmq_storage_dispatch_behind_bytes",
+                          "Broker dispatch behind bytes",
+                          max(written - control.dispatched_position, 0),
+                          {"storage_type": "local"})
+
+    def _processes(self):
+        base = list(self.labels.values())
+        cpu = self._family(CounterMetricFamily, "pybroker_process_cpu_seconds",
+                           "CPU time of each broker process", ("process",))
+        rss = self._family(GaugeMetricFamily, "pybroker_process_rss_bytes",
+                           "Resident set size of each broker process", ("process",))
+        processes = {os.getpid(): "supervisor", **self.children()}
+        for pid, name in sorted(processes.items(), key=lambda item: item[1]):
+            try:
+                process = psutil.Process(pid)
+                times, memory = process.cpu_times(), process.memory_info()
+            except psutil.Error:
+                continue
+            cpu.add_metric(base + [name], times.user + times.system)
+            rss.add_metric(base + [name], memory.rss)
+        yield cpu
+        yield rss
+        wakeups = self._family(CounterMetricFamily, "pybroker_wakeups",
+                               "Times a data-plane worker woke from a sleep", ("process",))
+        control = self.service.control
+        for name, slot in (("appender", APPENDER_SLOT), ("dispatcher", DISPATCHER_SLOT),
+                           ("flusher", FLUSHER_SLOT)):
+            wakeups.add_metric(base + [name], control.worker(slot).wakeups)
+        yield wakeups
+
+
+def _directory_bytes(path: str) -> int:
+    """Bytes allocated on disk under ``path`` (sparse files count what they hold)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+class MetricsServer:
+    """GET /metrics over HTTP/1.x in the caller's event loop (one request per connection)."""
+
+    def __init__(self, collector: BrokerCollector, host: str, port: int):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(collector)
+        self.host, self.port = host, port
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, self.host, self.port,
+                                                 reuse_address=True)
+        log.info("Prometheus metrics on http://%s:%d/metrics", self.host, self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT_S)
+            if len(head) > _REQUEST_BYTES_MAX:
+                raise ValueError("request head too large")
+            method, path = (head.split(b"\r\n", 1)[0].split(b" ") + [b"", b""])[:2]
+            if method not in (b"GET", b"HEAD"):
+                status, body = b"405 Method Not Allowed", b"only GET\n"
+            elif path.split(b"?")[0] not in (b"/metrics", b"/"):
+                status, body = b"404 Not Found", b"try /metrics\n"
+            else:
+                status, body = b"200 OK", generate_latest(self.registry)
+            writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: "
+                         + CONTENT_TYPE_LATEST.encode() + b"\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+                         + (body if method != b"HEAD" else b""))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+                ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
