@@ -26,7 +26,6 @@ from pybroker.broker.transaction_check import TransactionCheckService
 from pybroker.proc import dataplane
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
-from pybroker.stats.prometheus import BrokerCollector, MetricsServer
 from pybroker.stats.region import StatsRegion, writer_count
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths
@@ -248,6 +247,8 @@ class Supervisor:
         broker = self.config.broker
         if broker.metrics_exporter_type != "PROM":
             return None
+        # Imported only when enabled: prometheus_client is needed by brokers that export.
+        from pybroker.stats.prometheus import BrokerCollector, MetricsServer
         collector = BrokerCollector(self.config, self.stats, self.metadata, attachment.reader,
                                     lambda: dict(self.children))
         server = MetricsServer(collector, broker.metrics_prom_exporter_host or broker.broker_ip1,
