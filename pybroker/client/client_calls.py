@@ -94,7 +94,9 @@ def consumer_running_info(instance, consumer) -> bytes:
         for queue, pq in sorted(consumer.process_queues.items(),
                                 key=lambda item: (item[0].topic, item[0].broker_name,
                                                   item[0].queue_id))]
-    status_table = {topic: _ZERO_STATUS for topic in sorted(consumer.subscriptions)}
+    stats = getattr(consumer, "stats", None)
+    status_table = {topic: stats.status(topic) if stats is not None else _ZERO_STATUS
+                    for topic in sorted(consumer.subscriptions)}
     head = orjson.dumps({"properties": _properties(instance, consumer),
                          "statusTable": status_table, "subscriptionSet": subscriptions},
                         option=orjson.OPT_SORT_KEYS)

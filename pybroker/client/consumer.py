@@ -24,6 +24,7 @@ import os
 import time
 from typing import Any, Callable, Optional
 
+from pybroker.client.consume_stats import ConsumerStats
 from pybroker.client.errors import (BrokerResponseError, ClientError, ClientStateError,
                                     NoRouteError)
 from pybroker.client.instance import ClientInstance, check_response, request
@@ -187,6 +188,7 @@ class PushConsumer:
         self.orderly = False
         self._orderly_service: Optional[OrderlyService] = None
         self.start_timestamp_ms = 0
+        self.stats = ConsumerStats()          # GET_CONSUMER_RUNNING_INFO's statusTable
 
     # --- configuration -----------------------------------------------------------------------
 
@@ -427,11 +429,16 @@ class PushConsumer:
         commit_offset = 0
         if self.message_model == MessageModel.CLUSTERING:
             commit_offset = max(self.offset_store.cached_offset(queue), 0)
-        return await pull_message(
+        started = time.monotonic_ns()
+        result = await pull_message(
             self.instance, self.group, queue, queue_offset, subscription,
             max_nums=self.pull_batch_size, commit_offset=commit_offset,
             suspend_timeout_ms=self.broker_suspend_max_time_ms,
             timeout_ms=self.consumer_timeout_ms_when_suspend)
+        if result.messages:      # Java counts pulls that found messages
+            self.stats.pulled(queue.topic, (time.monotonic_ns() - started) // 1_000_000,
+                              len(result.messages))
+        return result
 
     def _on_pulled(self, queue: MessageQueue, process_queue: ProcessQueue,
                    subscription: SubscriptionData, result: PullResult) -> None:
@@ -480,8 +487,11 @@ class PushConsumer:
             if process_queue.dropped:
                 return
             context = ConsumeContext(queue)
+            started = time.monotonic_ns()
             status = await self._call_listener(batch, context)
             failed = [] if status == ConsumeStatus.CONSUME_SUCCESS else batch
+            self.stats.consumed(queue.topic, (time.monotonic_ns() - started) // 1_000_000,
+                                len(batch) - len(failed), len(failed))
             again = await self._send_back_all(failed, context) if failed else []
             done = [m for m in batch if m not in again]
             offset = process_queue.remove(done)

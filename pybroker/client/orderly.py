@@ -206,7 +206,11 @@ class OrderlyService:
                 batch = [process_queue.messages[offset] for offset in
                          sorted(process_queue.messages)[:consumer.consume_message_batch_max_size]]
                 context = ConsumeOrderlyContext(queue)
+                started = time.monotonic_ns()
                 status = await self._call_listener(batch, context)
+                ok = status != ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                consumer.stats.consumed(queue.topic, (time.monotonic_ns() - started) // 1_000_000,
+                                        len(batch) if ok else 0, 0 if ok else len(batch))
                 if status != ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT or \
                         not await self._retry_needed(batch):
                     offset = process_queue.remove(batch)

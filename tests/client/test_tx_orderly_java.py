@@ -300,6 +300,17 @@ def test_broker_calls_running_info_direct_consume_and_reset(rocketmq_peer):
             assert len(tables) == 2 and all(t["locked"] for t in tables)
             assert sorted(t["commitOffset"] for t in tables) == [5, 5]
             assert {s["topic"] for s in document["subscriptionSet"]} >= {topic}
+            # statusTable: the consumer's own minute windows, sampled every 10 s as in Java.
+            deadline = time.monotonic() + 30
+            while document["statusTable"][topic]["consumeOKTPS"] == 0:
+                assert time.monotonic() < deadline, document["statusTable"]
+                await asyncio.sleep(1.0)
+                document = fastjson.loads((await _call_through_broker(
+                    rocketmq_peer, RequestCode.GET_CONSUMER_RUNNING_INFO,
+                    {"consumerGroup": group, "clientId": client_id,
+                     "jstackEnable": "false"})).body)
+            status = document["statusTable"][topic]
+            assert status["pullTPS"] > 0 and status["consumeFailedMsgs"] == 0
             direct = await _call_through_broker(rocketmq_peer,
                                                 RequestCode.CONSUME_MESSAGE_DIRECTLY, {
                                                     "consumerGroup": group,
