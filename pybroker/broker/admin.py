@@ -20,7 +20,7 @@ import logging
 
 import orjson
 
-from pybroker.broker.metadata import subscription_to_json
+from pybroker.broker.managers.consumer import subscription_to_json
 from pybroker.config import BrokerRole, all_settings
 from pybroker.protocol import bodies, constants, fastjson
 from pybroker.protocol.codes import RequestCode, ResponseCode
@@ -157,13 +157,13 @@ async def handle_update_and_create_topic(ctx, channel, request):
     remark = validate_topic(header.topic)
     if remark is not None:
         return _error(request, remark)
-    if ctx.metadata.is_system_topic(header.topic):
+    if ctx.metadata.topics.is_system_topic(header.topic):
         return _error(request, f"The topic[{header.topic}] is conflict with system topic.")
     topic_config = _topic_config_from_header(header)
     if isinstance(topic_config, str):
         return _error(request, topic_config, ResponseCode.INVALID_PARAMETER)
     log.info("updateAndCreateTopic called by %s: %s", channel.remote_address, topic_config)
-    ctx.metadata.update_topic_config(topic_config)
+    ctx.metadata.topics.update_topic_config(topic_config)
     return _ok(request)
 
 
@@ -176,11 +176,11 @@ async def handle_delete_topic_in_broker(ctx, channel, request):
     remark = validate_topic(header.topic)
     if remark is not None:
         return _error(request, remark)
-    if ctx.metadata.is_system_topic(header.topic):
+    if ctx.metadata.topics.is_system_topic(header.topic):
         return _error(request, f"The topic[{header.topic}] is conflict with system topic.")
     log.info("deleteTopic %s called by %s", header.topic, channel.remote_address)
-    ctx.metadata.delete_topic_config(header.topic)
-    ctx.metadata.remove_offsets_of_topic(header.topic)
+    ctx.metadata.topics.delete_topic_config(header.topic)
+    ctx.metadata.offsets.remove_offsets_of_topic(header.topic)
     deleted = ctx.store.delete_topics([header.topic])
     if inspect.isawaitable(deleted):
         # Multi-process broker: wait until the dispatcher destroyed the queues (the request
@@ -220,14 +220,14 @@ def _consume_stats_entries(ctx, group: str, topic: str) -> list:
     topic_config = ctx.metadata.topic_config(topic)
     if topic_config is None:
         return []
-    info = ctx.metadata.consumer_group_info(group)
+    info = ctx.metadata.consumers.consumer_group_info(group)
     if ctx.metadata.consumer_subscription(group, topic) is None and \
             info is not None and info.subscriptions:
         return []   # the live group does not subscribe to this topic
     entries = []
     for queue_id in range(topic_config.read_queue_nums):
         broker_offset = max(ctx.store.get_max_offset_in_queue(topic, queue_id), 0)
-        consumer_offset = max(ctx.metadata.query(group, topic, queue_id), 0)
+        consumer_offset = max(ctx.metadata.offsets.query(group, topic, queue_id), 0)
         stats = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
                  "lastTimestamp": 0}
         if consumer_offset > 0:
@@ -244,7 +244,7 @@ async def handle_get_consume_stats(ctx, channel, request):
     topics of GROUP_GET_NUMS tps in the last minute (Java's tpsGroupGetNums)."""
     header = parse_request_header(request.code, request.ext_fields)
     if header.topic is None or not header.topic.strip():
-        topics = sorted(ctx.metadata.topics_of_group(header.consumer_group))
+        topics = sorted(ctx.metadata.offsets.topics_of_group(header.consumer_group))
     else:
         topics = [header.topic]
     entries = []
@@ -263,8 +263,8 @@ async def handle_query_topic_consume_by_who(ctx, channel, request):
     with a live member subscribed to the topic or with committed offsets for it (mqadmin
     queryMsgById / messageTrackDetail ask this)."""
     header = parse_request_header(request.code, request.ext_fields)
-    groups = (ctx.metadata.consumer_groups_of_topic(header.topic)
-              | ctx.metadata.groups_of_topic(header.topic))
+    groups = (ctx.metadata.consumers.consumer_groups_of_topic(header.topic)
+              | ctx.metadata.offsets.groups_of_topic(header.topic))
     return _ok(request, _json({"groupList": sorted(groups)}))
 
 
@@ -272,7 +272,7 @@ async def handle_get_producer_connection_list(ctx, channel, request):
     """GET_PRODUCER_CONNECTION_LIST (204): ProducerConnection of the group's live producers;
     SYSTEM_ERROR "the producer group[g] not exist" when it has none (as Java)."""
     header = parse_request_header(request.code, request.ext_fields)
-    clients = ctx.metadata.producer_clients(header.producer_group)
+    clients = ctx.metadata.producers.producer_clients(header.producer_group)
     if not clients:
         return _error(request, f"the producer group[{header.producer_group}] not exist")
     connections = [{"clientAddr": client.channel.remote_address, "clientId": client.client_id,
@@ -296,7 +296,7 @@ async def handle_get_consumer_connection_list(ctx, channel, request):
     """GET_CONSUMER_CONNECTION_LIST (203): the group's live connections and subscriptions;
     CONSUMER_NOT_ONLINE when it has none."""
     header = parse_request_header(request.code, request.ext_fields)
-    info = ctx.metadata.consumer_group_info(header.consumer_group)
+    info = ctx.metadata.consumers.consumer_group_info(header.consumer_group)
     if info is None:
         return _error(request, f"the consumer group[{header.consumer_group}] not online",
                       ResponseCode.CONSUMER_NOT_ONLINE)
@@ -379,7 +379,7 @@ async def handle_update_and_create_subscription_group(ctx, channel, request):
         return _error(request, remark)
     log.info("updateAndCreateSubscriptionGroup called by %s: %s", channel.remote_address,
              group_config)
-    ctx.metadata.update_subscription_group(group_config)
+    ctx.metadata.groups.update_subscription_group(group_config)
     return _ok(request)
 
 
@@ -389,9 +389,9 @@ async def handle_delete_subscription_group(ctx, channel, request):
     if _is_slave(ctx):
         return _error(request, SLAVE_REMARK)
     header = parse_request_header(request.code, request.ext_fields)
-    ctx.metadata.delete_subscription_group(header.group_name)
+    ctx.metadata.groups.delete_subscription_group(header.group_name)
     if header.remove_offset or header.clean_offset:
-        ctx.metadata.remove_offsets_of_group(header.group_name)
+        ctx.metadata.offsets.remove_offsets_of_group(header.group_name)
     return _ok(request)
 
 
@@ -402,12 +402,10 @@ async def handle_get_all_consumer_offset(ctx, channel, request):
 
 
 async def handle_get_all_delay_offset(ctx, channel, request):
-    """GET_ALL_DELAY_OFFSET (45): the delayOffset.json document, from the schedule service's
-    provider when it registered one (``metadata.delay_offsets_provider``), else the file."""
-    provider = ctx.metadata.delay_offsets_provider
-    if provider is not None:
-        document = provider()
-    else:
+    """GET_ALL_DELAY_OFFSET (45): the delayOffset.json document, the schedule service's live
+    one when it runs (``metadata.delay_offsets()``), else the file."""
+    document = ctx.metadata.delay_offsets()
+    if document is None:
         root = ctx.config.store.store_path_root_dir
         document = config_docs.load_delay_offsets(
             paths.config_path(root, paths.DELAY_OFFSET_CONFIG))
@@ -416,7 +414,7 @@ async def handle_get_all_delay_offset(ctx, channel, request):
 
 # --- broker -> client calls ---------------------------------------------------------------------
 async def _call_consumer(ctx, request, code: int, group: str, client_id: str | None):
-    client = ctx.metadata.find_consumer_channel(group, client_id or "")
+    client = ctx.metadata.consumers.find_consumer_channel(group, client_id or "")
     if client is None:
         return _error(request, f"The Consumer <{group}> <{client_id}> not online")
     if client.version < V3_1_8_SNAPSHOT:
@@ -424,7 +422,7 @@ async def _call_consumer(ctx, request, code: int, group: str, client_id: str | N
                                "to finish, please upgrade it to V3_1_8_SNAPSHOT")
     forwarded = create_request(code, dict(request.ext_fields), request.body)
     try:
-        answer = await ctx.metadata.call_client(client.channel, forwarded)
+        answer = await ctx.metadata.client_calls.call_client(client.channel, forwarded)
     except TimeoutError as error:
         return _error(request, f"consumer <{group}> <{client_id}> Timeout: {error!r}",
                       ResponseCode.CONSUME_MSG_TIMEOUT)
@@ -495,7 +493,7 @@ def reset_offset_table(ctx, header, topic_config) -> dict[int, int] | str:
     (a committed offset below the target stays). A queue the group never committed takes the
     target; a group with no committed offset on the topic is refused as Java refuses it.
     """
-    committed = ctx.metadata.consumer_offsets(header.group, header.topic)
+    committed = ctx.metadata.offsets.consumer_offsets(header.group, header.topic)
     if not committed:
         return f"THe consumer group <{header.group}> not exist"
     if header.queue_id >= 0:
@@ -539,7 +537,7 @@ async def handle_invoke_broker_to_reset_offset(ctx, channel, request):
     table = remark or reset_offset_table(ctx, header, topic_config)
     if isinstance(table, str):
         return _error(request, table)
-    info = ctx.metadata.consumer_group_info(header.group)
+    info = ctx.metadata.consumers.consumer_group_info(header.group)
     clients = [] if info is None else list(info.channels.values())
     if not clients:
         return _error(request, "Consumer not online, so can not reset offset, Group: "
@@ -549,7 +547,7 @@ async def handle_invoke_broker_to_reset_offset(ctx, channel, request):
     if remark is not None:
         return _error(request, remark)
     for queue_id, consumer_offset in table.items():
-        ctx.metadata.commit(header.group, header.topic, queue_id, consumer_offset)
+        ctx.metadata.offsets.commit(header.group, header.topic, queue_id, consumer_offset)
     body = b'{"offsetTable":' + encode_offset_map(
         (_message_queue(ctx, header.topic, queue_id), consumer_offset)
         for queue_id, consumer_offset in table.items()) + b"}"
@@ -586,7 +584,7 @@ async def handle_invoke_broker_to_get_consumer_status(ctx, channel, request):
     one whose client id is ``clientAddr``) with GET_CONSUMER_STATUS_FROM_CLIENT (221) for its
     offsets of the topic; answers GetConsumerStatusBody ``consumerTable`` by client id."""
     header = parse_request_header(request.code, request.ext_fields)
-    info = ctx.metadata.consumer_group_info(header.group)
+    info = ctx.metadata.consumers.consumer_group_info(header.group)
     if info is None or not info.channels:
         return _error(request, "No Any Consumer online in the consumer group: "
                                f"[{header.group}]")
@@ -600,7 +598,7 @@ async def handle_invoke_broker_to_get_consumer_status(ctx, channel, request):
         forwarded = create_request(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
                                    {"topic": header.topic, "group": header.group})
         try:
-            answer = await ctx.metadata.call_client(client.channel, forwarded,
+            answer = await ctx.metadata.client_calls.call_client(client.channel, forwarded,
                                                     CONSUMER_STATUS_TIMEOUT_MS)
         except (TimeoutError, ConnectionError, OSError, RuntimeError) as error:
             log.warning("consumer status of %s failed: %s", client.client_id, error)

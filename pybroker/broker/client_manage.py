@@ -7,7 +7,7 @@ NOTIFY_CONSUMER_IDS_CHANGED (40, oneway, header ``consumerGroup``) through each 
 """
 import logging
 
-from pybroker.broker.metadata import make_channel_info
+from pybroker.broker.managers.client_channel import make_channel_info
 from pybroker.protocol import bodies, constants
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
@@ -47,18 +47,18 @@ async def handle_heartbeat(ctx, channel, request: RemotingCommand) -> RemotingCo
     subscription_changed = False
     for consumer_data in heartbeat.consumer_datas:
         group = consumer_data.group_name
-        previous = metadata.heartbeat_fingerprints.get(group)
+        previous = metadata.consumers.heartbeat_fingerprints.get(group)
         if fingerprint != 0 and previous is not None and previous != fingerprint:
             subscription_changed = True
         if fingerprint != 0 and heartbeat.without_sub and previous is None:
             # Unlike Java: a group this broker has no subscriptions for (it restarted) asks
             # the client for a full heartbeat instead of staying without subscriptions.
             subscription_changed = True
-        metadata.heartbeat_fingerprints[group] = fingerprint
+        metadata.consumers.heartbeat_fingerprints[group] = fingerprint
         _register_consumer(ctx, client, consumer_data,
                            without_sub=fingerprint != 0 and bool(heartbeat.without_sub))
     for group in heartbeat.producer_groups:
-        metadata.register_producer(group, client)
+        metadata.producers.register_producer(group, client)
     # A V1 heartbeat always carries subscriptions, so Java answers IS_SUB_CHANGE=true.
     sub_change = subscription_changed if fingerprint != 0 else True
     return create_response(request, ResponseCode.SUCCESS, ext_fields={
@@ -76,11 +76,11 @@ def _register_consumer(ctx, client, consumer_data: bodies.ConsumerData,
         retry_topic = constants.RETRY_GROUP_TOPIC_PREFIX + group
         # Unit-mode consumers get a UNIT_SUB retry topic (TopicSysFlag.buildSysFlag).
         topic_sys_flag = int(constants.TopicSysFlag.UNIT_SUB) if consumer_data.unit_mode else 0
-        metadata.create_topic_for_send_back(retry_topic, group_config.retry_queue_nums,
-                                            int(constants.PERM_READ_WRITE),
-                                            topic_sys_flag)
+        metadata.topics.create_topic_for_send_back(retry_topic, group_config.retry_queue_nums,
+                                                   int(constants.PERM_READ_WRITE),
+                                                   topic_sys_flag)
     subscriptions = None if without_sub else consumer_data.subscriptions
-    changed = metadata.register_consumer(
+    changed = metadata.consumers.register_consumer(
         group, client, consumer_data.consume_type, consumer_data.message_model,
         consumer_data.consume_from_where, subscriptions, notify_enabled)
     if changed:
@@ -92,12 +92,13 @@ async def handle_unregister_client(ctx, channel, request: RemotingCommand) -> Re
     header = parse_request_header(request.code, request.ext_fields)
     metadata = ctx.metadata
     if header.producer_group is not None:
-        metadata.unregister_producer(header.producer_group, channel.channel_id)
+        metadata.producers.unregister_producer(header.producer_group, channel.channel_id)
     if header.consumer_group is not None:
         group_config = metadata.subscription_group(header.consumer_group)
         notify_enabled = (group_config.notify_consumer_ids_changed_enable
                           if group_config is not None else True)
-        metadata.unregister_consumer(header.consumer_group, channel.channel_id, notify_enabled)
+        metadata.consumers.unregister_consumer(header.consumer_group, channel.channel_id,
+                                               notify_enabled)
     return create_response(request, ResponseCode.SUCCESS)
 
 
@@ -106,7 +107,7 @@ async def handle_get_consumer_list_by_group(ctx, channel,
     """GET_CONSUMER_LIST_BY_GROUP (38): client ids of the group's live consumers;
     SYSTEM_ERROR when it has none."""
     header = parse_request_header(request.code, request.ext_fields)
-    client_ids = ctx.metadata.consumer_client_ids(header.consumer_group)
+    client_ids = ctx.metadata.consumers.consumer_client_ids(header.consumer_group)
     if not client_ids:
         log.warning("getConsumerGroupInfo failed, %s %s", header.consumer_group,
                     channel.remote_address)

@@ -29,7 +29,8 @@ async def handle_query_consumer_offset(ctx, channel, request: RemotingCommand) -
     first message is still there, Java's "in memory" test simplified); else QUERY_NOT_FOUND.
     """
     header = parse_request_header(request.code, request.ext_fields)
-    consumer_offset = ctx.metadata.query(header.consumer_group, header.topic, header.queue_id)
+    consumer_offset = ctx.metadata.offsets.query(header.consumer_group, header.topic,
+                                                 header.queue_id)
     if consumer_offset >= 0:
         return _offset_response(request, consumer_offset)
     if header.set_zero_if_not_found is False:
@@ -66,7 +67,7 @@ async def handle_lock_batch_mq(ctx, channel, request: RemotingCommand) -> Remoti
     body = _decode_lock_body(request)
     if isinstance(body, RemotingCommand):
         return body
-    locked = ctx.metadata.try_lock_batch(body.consumer_group, body.mq_set, body.client_id,
+    locked = ctx.metadata.locks.try_lock_batch(body.consumer_group, body.mq_set, body.client_id,
                                          body.only_this_broker)
     return create_response(request, ResponseCode.SUCCESS,
                            body=bodies.encode_lock_batch_response(locked))
@@ -78,7 +79,7 @@ async def handle_unlock_batch_mq(ctx, channel,
     body = _decode_lock_body(request)
     if isinstance(body, RemotingCommand):
         return None if request.is_oneway else body
-    ctx.metadata.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
+    ctx.metadata.locks.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
     if request.is_oneway:
         return None
     return create_response(request, ResponseCode.SUCCESS)

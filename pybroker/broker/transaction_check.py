@@ -101,7 +101,7 @@ class TransactionCheckService:
         self._random = random.Random()
 
     def _start_offset(self, topic: str, queue_id: int) -> int:
-        offset = self.metadata.query(_GROUP, topic, queue_id)
+        offset = self.metadata.offsets.query(_GROUP, topic, queue_id)
         if offset < 0:
             offset = max(0, self.store_reader.get_min_offset_in_queue(topic, queue_id))
         return offset
@@ -171,10 +171,11 @@ class TransactionCheckService:
                 checks += outcome
             next_half_offset = queue_offset + 1
         if next_half_offset != half_offset:
-            self.metadata.commit(_GROUP, SystemTopic.TRANS_HALF, HALF_QUEUE_ID, next_half_offset)
+            self.metadata.offsets.commit(_GROUP, SystemTopic.TRANS_HALF, HALF_QUEUE_ID,
+                                         next_half_offset)
         next_op_offset = _next_op_offset(op_offset, done_op_offsets)
         if next_op_offset != op_offset:
-            self.metadata.commit(_GROUP, SystemTopic.TRANS_OP_HALF, HALF_QUEUE_ID,
+            self.metadata.offsets.commit(_GROUP, SystemTopic.TRANS_OP_HALF, HALF_QUEUE_ID,
                                  next_op_offset)
         return checks
 
@@ -251,7 +252,7 @@ class TransactionCheckService:
 
     def _send_check(self, decoded, properties, physical_offset: int, queue_offset: int) -> None:
         group = properties.get(Property.PRODUCER_GROUP, "")
-        channels = self.metadata.producer_channels(group) if group else []
+        channels = self.metadata.producers.producer_channels(group) if group else []
         if not channels:
             log.warning("transaction check: no live producer of group %r", group)
             return

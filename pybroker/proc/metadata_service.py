@@ -141,13 +141,7 @@ class MetadataService:
 
     def _drop_worker_channels(self, prefix: str) -> None:
         """A worker went away: every client channel it held is closed."""
-        metadata = self.ctx.metadata
-        channel_ids = {channel_id for info in metadata.consumer_groups.values()
-                       for channel_id in info.channels if channel_id.startswith(prefix)}
-        channel_ids.update(channel_id for group in metadata.producer_groups.values()
-                           for channel_id in group if channel_id.startswith(prefix))
-        for channel_id in channel_ids:
-            metadata.channel_closed(channel_id)
+        self.ctx.metadata.worker_closed(prefix)
 
     async def _channel_closed(self, connection: RemotingConnection, request: RemotingCommand):
         channel_id = request.ext_fields.get(EXT_CHANNEL_ID, "")
@@ -163,7 +157,7 @@ class MetadataService:
             queue_nums, sys_flag = int(ext.get("queueNums", "4")), int(ext.get("sysFlag", "0"))
         except ValueError:
             return create_response(request, ResponseCode.SYSTEM_ERROR, "bad queueNums/sysFlag")
-        created = self.ctx.metadata.create_topic_on_send_now(
+        created = self.ctx.metadata.topics.create_topic_on_send(
             ext.get("topic", ""), ext.get("defaultTopic", ""), queue_nums, sys_flag)
         self.push_if_changed()
         if created is None:
@@ -173,7 +167,7 @@ class MetadataService:
     async def _commit_offset(self, connection: RemotingConnection, request: RemotingCommand):
         ext = request.ext_fields
         try:
-            self.ctx.metadata.commit(ext["group"], ext["topic"], int(ext["queueId"]),
+            self.ctx.metadata.offsets.commit(ext["group"], ext["topic"], int(ext["queueId"]),
                                      int(ext["offset"]))
         except (KeyError, ValueError) as error:
             log.warning("bad internal COMMIT_OFFSET: %r", error)
@@ -189,5 +183,5 @@ class MetadataService:
             except ProtocolError as error:
                 log.warning("bad relayed client response: %s", error)
                 return None
-            self.ctx.metadata.complete_client_call(channel_id, response)
+            self.ctx.metadata.client_calls.complete_client_call(channel_id, response)
         return None

@@ -29,6 +29,7 @@ from pybroker.proc.remoting import run_remoting_worker
 from pybroker.stats.region import StatsRegion, writer_count
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths
+from pybroker.store.config_docs import DelayOffsetDocument
 from pybroker.store.message_store import MessageStore
 
 log = logging.getLogger("pybroker.proc.supervisor")
@@ -102,12 +103,17 @@ class Supervisor:
         # Called once, when the first generation serves (standalone prints its banner).
         self.on_serving = on_serving
         self.store_root = config.store.store_path_root_dir
-        self.metadata = None
+        self.metadata: MetadataState | None = None
+        # The delay service of the running generation (its offsets answer GET_ALL_DELAY_OFFSET).
+        self.schedule: ScheduleService | None = None
         self.children: dict[int, str] = {}
         self.deaths: list[float] = []
         self.data_plane_stopped_cleanly = False
         self.stats_region = None
         self.stats = None
+
+    def _delay_offsets(self) -> DelayOffsetDocument | None:
+        return None if self.schedule is None else self.schedule.document
 
     # --- generations ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -115,7 +121,7 @@ class Supervisor:
         lock = lock_file.StoreLock(self.store_root)
         lock.acquire()
         try:
-            self.metadata = MetadataState(self.config)
+            self.metadata = MetadataState(self.config, delay_offsets=self._delay_offsets)
             self._create_stats()
             while True:
                 outcome = self._generation(lock)
@@ -199,7 +205,7 @@ class Supervisor:
         attachment.start(loop, lambda moved: None)
         ctx = BrokerContext(self.config, attachment.reader, attachment.putter, self.metadata,
                             attachment.store_host, stats_service=self.stats)
-        registration = NamesrvRegistration(self.config, lambda: self.metadata.topics)
+        registration = NamesrvRegistration(self.config, lambda: self.metadata.topics.document)
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
         await service.start_on(service_socket)
@@ -270,7 +276,7 @@ class Supervisor:
         schedule = ScheduleService(attachment.reader, attachment.putter,
                                    config.derived.delay_levels_ms,
                                    paths.config_path(root, paths.DELAY_OFFSET_CONFIG))
-        self.metadata.delay_offsets_provider = lambda: schedule.document
+        self.schedule = schedule
         checker = TransactionCheckService(attachment.reader, attachment.putter, self.metadata,
                                           config.broker)
         check_interval_ms = config.broker.transaction_check_interval
@@ -285,7 +291,7 @@ class Supervisor:
                     await checker.run_once(now_ms)
         finally:
             schedule.persist()
-            self.metadata.delay_offsets_provider = None
+            self.schedule = None
 
     def _reap(self, outcome: asyncio.Future) -> None:
         # Only our workers: in standalone mode the NameServer is a sibling child.

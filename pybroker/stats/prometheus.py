@@ -147,16 +147,16 @@ class BrokerCollector:
         yield self._gauge("rocketmq_topic_number", "Active topic number",
                           len(metadata.topic_configs()))
         yield self._gauge("rocketmq_consumer_group_number", "Active subscription group number",
-                          len(metadata.groups.subscription_group_table))
+                          len(metadata.groups.subscription_groups()))
         base = list(self.labels.values())
         producers = self._family(GaugeMetricFamily, "rocketmq_producer_connections",
                                  "Producer connections", ("producer_group",))
-        for group, channels in sorted(metadata.producer_groups.items()):
+        for group, channels in sorted(metadata.producers.producer_groups.items()):
             producers.add_metric(base + [group], len(channels))
         yield producers
         consumers = self._family(GaugeMetricFamily, "rocketmq_consumer_connections",
                                  "Consumer connections", ("consumer_group",))
-        for group, info in sorted(metadata.consumer_groups.items()):
+        for group, info in sorted(metadata.consumers.consumer_groups.items()):
             consumers.add_metric(base + [group], len(info.channels))
         yield consumers
         yield self._lag()
@@ -165,7 +165,7 @@ class BrokerCollector:
         family = self._family(GaugeMetricFamily, "rocketmq_consumer_lag_messages",
                               "Consumer lag messages", ("topic", "consumer_group"))
         base = list(self.labels.values())
-        for key, queues in sorted(self.metadata.offsets.offset_table.items()):
+        for key, queues in sorted(self.metadata.offsets.document.offset_table.items()):
             topic, _, group = key.partition("@")
             if self.metadata.topic_config(topic) is None:
                 continue

@@ -43,7 +43,7 @@ class Broker:
         self.store.load()
         self.store.start()
         self.metadata = MetadataState(self.config)
-        self.metadata.update_topic_config(TopicConfig(TOPIC, read_queue_nums=4,
+        self.metadata.topics.update_topic_config(TopicConfig(TOPIC, read_queue_nums=4,
                                                       write_queue_nums=4))
         self.putter = Putter(self.store)
         self.ctx = BrokerContext(self.config, self.store, self.putter, self.metadata,

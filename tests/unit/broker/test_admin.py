@@ -15,7 +15,8 @@ from pybroker._fast import record as record_codec
 from pybroker.broker.admin import HANDLERS, encode_consume_stats, encode_topic_stats_table
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import BrokerContext
-from pybroker.broker.metadata import MetadataState, make_channel_info
+from pybroker.broker.managers.client_channel import make_channel_info
+from pybroker.broker.metadata import MetadataState
 from pybroker.config import load_broker_config, parse_properties
 from pybroker.errors import HeaderError
 from pybroker.protocol import bodies, fastjson
@@ -51,7 +52,9 @@ class Broker:
             mapped_file_size_consume_queue=64 * 20, max_hash_slot_num=64, max_index_num=512),
             clock_ms=lambda: 1_700_000_000_000 + len(self.put_results))
         self.store.start()
-        self.metadata = MetadataState(config, client_call_timeout_ms=200)
+        self.delay_offsets: DelayOffsetDocument | None = None     # no delay service
+        self.metadata = MetadataState(config, client_call_timeout_ms=200,
+                                      delay_offsets=lambda: self.delay_offsets)
         self.ctx = BrokerContext(config, self.store, None, self.metadata, (HOST, 10911))
         self.channel = Channel("0:admin", "192.0.2.9:41000", 0, 409)
 
@@ -78,7 +81,7 @@ def create_topic(broker, topic, read=4, write=4, **extra):
 
 def register_consumer(broker, group, topics, channel):
     subscriptions = [bodies.build_subscription(topic, "*", sub_version=1) for topic in topics]
-    broker.metadata.register_consumer(group, make_channel_info(channel, "client-1", 0),
+    broker.metadata.consumers.register_consumer(group, make_channel_info(channel, "client-1", 0),
                                       ConsumeType.CONSUME_PASSIVELY, MessageModel.CLUSTERING,
                                       ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, subscriptions)
 
@@ -120,11 +123,11 @@ def test_slave_refuses_changes(tmp_path):
 def test_delete_topic_removes_config_queues_and_offsets(broker):
     create_topic(broker, "Gone", 2, 2)
     broker.put("Gone", 1, 3)
-    broker.metadata.commit("G", "Gone", 1, 2)
+    broker.metadata.offsets.commit("G", "Gone", 1, 2)
     assert broker.call(C.DELETE_TOPIC_IN_BROKER, {"topic": "Gone"}).code == ResponseCode.SUCCESS
     assert broker.metadata.topic_config("Gone") is None
     assert broker.store.get_max_offset_in_queue("Gone", 1) == 0
-    assert broker.metadata.query("G", "Gone", 1) == -1
+    assert broker.metadata.offsets.query("G", "Gone", 1) == -1
     refused = broker.call(C.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"})
     assert refused.code == ResponseCode.SYSTEM_ERROR
     assert broker.metadata.topic_config("TBW102") is not None
@@ -163,8 +166,8 @@ def test_consume_stats_per_queue(broker):
     assert encode_consume_stats([], 0.0) == b'{"consumeTps":0.0,"offsetTable":{}}'
     create_topic(broker, "Work", 2, 2)
     results = broker.put("Work", 0, 4)
-    broker.metadata.commit("G", "Work", 0, 3)
-    broker.metadata.commit("G", "Other", 0, 1)   # no topic config: skipped
+    broker.metadata.offsets.commit("G", "Work", 0, 3)
+    broker.metadata.offsets.commit("G", "Other", 0, 1)   # no topic config: skipped
     response = broker.call(C.GET_CONSUME_STATS, {"consumerGroup": "G"})
     stats = fastjson.loads(response.body)
     assert stats["consumeTps"] == 0.0
@@ -196,8 +199,8 @@ def test_consumer_connection_list(broker):
 
 
 def test_topic_consume_by_who_lists_live_and_offset_groups(broker):
-    broker.metadata.commit("Committed", "Work", 0, 3)
-    broker.metadata.commit("OtherTopic", "Elsewhere", 0, 1)
+    broker.metadata.offsets.commit("Committed", "Work", 0, 3)
+    broker.metadata.offsets.commit("OtherTopic", "Elsewhere", 0, 1)
     register_consumer(broker, "Live", ["Work"], Channel("0:c", "1.2.3.4:5", 0, 409))
     response = broker.call(C.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "Work"})
     assert response.code == ResponseCode.SUCCESS
@@ -248,16 +251,16 @@ def test_subscription_group_admin(broker, tmp_path):
     for bad in (None, b"[", b"[]", b'{"groupName":"bad name"}'):
         response = broker.call(C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=bad)
         assert response.code == ResponseCode.SYSTEM_ERROR and response.remark
-    broker.metadata.commit("Slow", "T", 0, 5)
+    broker.metadata.offsets.commit("Slow", "T", 0, 5)
     broker.call(C.DELETE_SUBSCRIPTIONGROUP, {"groupName": "Slow"})
-    assert not broker.metadata.has_subscription_group("Slow")
-    assert broker.metadata.query("Slow", "T", 0) == 5          # offsets kept by default
+    assert not broker.metadata.groups.has_subscription_group("Slow")
+    assert broker.metadata.offsets.query("Slow", "T", 0) == 5          # offsets kept by default
     broker.call(C.DELETE_SUBSCRIPTIONGROUP, {"groupName": "Slow", "removeOffset": "true"})
-    assert broker.metadata.query("Slow", "T", 0) == -1
+    assert broker.metadata.offsets.query("Slow", "T", 0) == -1
 
 
 def test_all_consumer_and_delay_offsets(broker, tmp_path):
-    broker.metadata.commit("G", "T", 1, 7)
+    broker.metadata.offsets.commit("G", "T", 1, 7)
     offsets = config_docs.ConsumerOffsetDocument.from_json(
         fastjson.loads(broker.call(C.GET_ALL_CONSUMER_OFFSET).body))
     assert offsets.offset_table == {"T@G": {1: 7}}
@@ -267,7 +270,7 @@ def test_all_consumer_and_delay_offsets(broker, tmp_path):
     body = broker.call(C.GET_ALL_DELAY_OFFSET).body
     assert config_docs.DelayOffsetDocument.from_json(orjson.loads(body)).offset_table == \
         {1: 4, 3: 9}
-    broker.metadata.delay_offsets_provider = lambda: DelayOffsetDocument({2: 1})
+    broker.delay_offsets = DelayOffsetDocument({2: 1})
     assert orjson.loads(broker.call(C.GET_ALL_DELAY_OFFSET).body) == {"offsetTable": {"2": 1}}
 
 
@@ -278,7 +281,7 @@ def answer_later(broker, sent, code=0, body=b'{"jstack":""}'):
         while not sent:
             await asyncio.sleep(0)
         reply = create_response(sent[0], code, "from client", {"k": "v"}, body)
-        assert broker.metadata.complete_client_call("0:client", reply)
+        assert broker.metadata.client_calls.complete_client_call("0:client", reply)
     return answer()
 
 
@@ -369,8 +372,8 @@ def reset_broker(broker):
     create_topic(broker, "T", 2, 2)
     broker.put("T", 0, 10)
     broker.put("T", 1, 4)
-    broker.metadata.commit("G", "T", 0, 10)
-    broker.metadata.commit("G", "T", 1, 4)
+    broker.metadata.offsets.commit("G", "T", 0, 10)
+    broker.metadata.offsets.commit("G", "T", 1, 4)
     broker.sent = []
     register_consumer(broker, "G", ["T"], Channel("0:client", "1.2.3.4:5", 0, 409,
                                                   broker.sent.append))
@@ -383,7 +386,7 @@ def test_reset_offset_by_time_commits_and_notifies_the_clients(reset_broker):
     response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0 + 5))
     assert response.code == ResponseCode.SUCCESS
     assert offset_table(response.body) == {0: 5, 1: 0}
-    assert broker.metadata.consumer_offsets("G", "T") == {0: 5, 1: 0}
+    assert broker.metadata.offsets.consumer_offsets("G", "T") == {0: 5, 1: 0}
     notice, = broker.sent
     assert notice.code == C.RESET_CONSUMER_CLIENT_OFFSET and notice.is_oneway
     assert (notice.ext_fields["topic"], notice.ext_fields["group"],
@@ -395,7 +398,7 @@ def test_reset_offset_by_time_commits_and_notifies_the_clients(reset_broker):
     response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0 + 8, force=True))
     assert offset_table(response.body) == {0: 8, 1: 0}
     response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(-1, force=True))
-    assert broker.metadata.consumer_offsets("G", "T") == {0: 10, 1: 4}
+    assert broker.metadata.offsets.consumer_offsets("G", "T") == {0: 10, 1: 4}
     assert len(broker.sent) == 4
 
 
@@ -404,12 +407,12 @@ def test_reset_offset_of_one_queue_to_an_offset(reset_broker):
     response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET,
                            reset_fields(0, queueId="1", offset="2"))
     assert offset_table(response.body) == {1: 2}
-    assert broker.metadata.consumer_offsets("G", "T") == {0: 10, 1: 2}
+    assert broker.metadata.offsets.consumer_offsets("G", "T") == {0: 10, 1: 2}
     response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET,
                            reset_fields(0, queueId="1", offset="5"))
     assert (response.code, response.remark) == (
         ResponseCode.SYSTEM_ERROR, "Target offset 5 not in consume queue range [0-4]")
-    assert broker.metadata.consumer_offsets("G", "T") == {0: 10, 1: 2}
+    assert broker.metadata.offsets.consumer_offsets("G", "T") == {0: 10, 1: 2}
 
 
 def test_reset_offset_refusals(reset_broker):
@@ -422,7 +425,7 @@ def test_reset_offset_refusals(reset_broker):
                                                 "THe consumer group <H> not exist")
     with pytest.raises(HeaderError):
         broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": "T", "group": "G"})
-    broker.metadata.unregister_consumer("G", "0:client")
+    broker.metadata.consumers.unregister_consumer("G", "0:client")
     response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0))
     assert (response.code, response.remark) == (
         ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online, so can not reset offset, "
@@ -432,7 +435,7 @@ def test_reset_offset_refusals(reset_broker):
     broker.sent.clear()
     response = broker.call(C.INVOKE_BROKER_TO_RESET_OFFSET, reset_fields(T0))
     assert response.code == ResponseCode.SYSTEM_ERROR and "does not support" in response.remark
-    assert broker.metadata.consumer_offsets("G", "T") == {0: 10, 1: 4} and broker.sent == []
+    assert broker.metadata.offsets.consumer_offsets("G", "T") == {0: 10, 1: 4} and broker.sent == []
 
 
 def test_consumer_status_is_asked_of_each_client(reset_broker):

@@ -87,12 +87,12 @@ def test_java_heartbeat_registers_and_notifies_like_the_java_broker(tmp_path):
     assert response.version >= MQVersion.V4_9_4
     assert response.ext_fields == {"IS_SUPPORT_HEART_BEAT_V2": "true", "IS_SUB_CHANGE": "true"}
     metadata = ctx.metadata
-    assert metadata.consumer_client_ids(JAVA_GROUP) == [JAVA_CLIENT]
+    assert metadata.consumers.consumer_client_ids(JAVA_GROUP) == [JAVA_CLIENT]
     assert metadata.consumer_subscription(JAVA_GROUP, "CaptureTopic").sub_string == "*"
     retry = metadata.topic_config("%RETRY%" + JAVA_GROUP)
     assert (retry.read_queue_nums, retry.write_queue_nums, retry.perm) == (1, 1, 6)
-    assert [c.client_id for c in metadata.producer_groups["CLIENT_INNER_PRODUCER"].values()] \
-        == [JAVA_CLIENT]
+    inner = metadata.producers.producer_groups["CLIENT_INNER_PRODUCER"]
+    assert [c.client_id for c in inner.values()] == [JAVA_CLIENT]
     notify, = sent
     assert (notify.code, notify.flag, notify.ext_fields, notify.body) == \
         (java_notify.code, java_notify.flag, java_notify.ext_fields, java_notify.body)
@@ -117,7 +117,7 @@ def test_go_and_cpp_heartbeat_bodies_register(tmp_path):
     go_subscription = ctx.metadata.consumer_subscription("GoGroup", "GoTopic")
     assert go_subscription.code_set == {2598919, 2598920}
     assert go_subscription.sub_version == 1_700_000_000_123_456_789
-    cpp_info = ctx.metadata.consumer_group_info("CppGroup")
+    cpp_info = ctx.metadata.consumers.consumer_group_info("CppGroup")
     assert cpp_info.consume_type == ConsumeType.CONSUME_ACTIVELY
     assert cpp_info.channels["0:cpp"].language == LanguageCode.CPP
     assert ctx.metadata.topic_config("%RETRY%GoGroup") is not None
@@ -135,7 +135,7 @@ def test_join_and_leave_notify_every_member(tmp_path):
                                 {"clientID": "B", "consumerGroup": "G"})
     assert call(ctx, channel_b, unregister).code == ResponseCode.SUCCESS
     assert (len(sent_a), len(sent_b)) == (3, 1)
-    assert ctx.metadata.consumer_client_ids("G") == ["A"]
+    assert ctx.metadata.consumers.consumer_client_ids("G") == ["A"]
     assert all(c.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED for c in sent_a + sent_b)
 
 
@@ -153,7 +153,7 @@ def test_retry_topic_uses_group_retry_queues_and_unit_flag(tmp_path):
 def test_no_group_config_registers_without_retry_topic(tmp_path):
     ctx = make_context(tmp_path, autoCreateSubscriptionGroup="false")
     call(ctx, make_channel("c", []), heartbeat_request(consumer_body("C", "Unknown")))
-    assert ctx.metadata.consumer_client_ids("Unknown") == ["C"]
+    assert ctx.metadata.consumers.consumer_client_ids("Unknown") == ["C"]
     assert ctx.metadata.topic_config("%RETRY%Unknown") is None
 
 
@@ -199,11 +199,11 @@ def test_java_unregister_frame_and_producer_unregister(tmp_path):
     body = {"clientID": "P", "consumerDataSet": [], "producerDataSet": [{"groupName": "PG"}]}
     call(ctx, channel, heartbeat_request(body))
     assert call(ctx, channel, request).code == java_response.code
-    assert ctx.metadata.consumer_group_info(group) is None
+    assert ctx.metadata.consumers.consumer_group_info(group) is None
     producer = create_request(RequestCode.UNREGISTER_CLIENT, {"clientID": "P",
                                                               "producerGroup": "PG"})
     assert call(ctx, channel, producer).code == ResponseCode.SUCCESS
-    assert ctx.metadata.producer_channels("PG") == []
+    assert ctx.metadata.producers.producer_channels("PG") == []
 
 
 def test_bad_input_is_answered_or_raised_clearly(tmp_path):

@@ -99,12 +99,12 @@ def test_update_answers_unless_flagged_oneway(tmp_path):
         fields = {"consumerGroup": "G", "topic": "T", "queueId": "1", "commitOffset": "5"}
         oneway = create_request(RequestCode.UPDATE_CONSUMER_OFFSET, dict(fields), oneway=True)
         assert broker.call(oneway) is None
-        assert broker.ctx.metadata.query("G", "T", 1) == 5
+        assert broker.ctx.metadata.offsets.query("G", "T", 1) == 5
         fields["commitOffset"] = "6"   # Go: "oneway" without the flag, answered
         go_style = create_request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
         assert broker.call(go_style).code == ResponseCode.SUCCESS
-        assert broker.ctx.metadata.query("G", "T", 1) == 6
-        assert broker.ctx.metadata.offsets_dirty
+        assert broker.ctx.metadata.offsets.query("G", "T", 1) == 6
+        assert broker.ctx.metadata.offsets.dirty
     finally:
         broker.close()
 
@@ -127,7 +127,7 @@ def test_query_without_committed_offset(tmp_path):
         assert response.code == ResponseCode.QUERY_NOT_FOUND
         assert response.remark == "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot " \
                                   "first"
-        broker.ctx.metadata.commit("G", "Kept", 0, 2)
+        broker.ctx.metadata.offsets.commit("G", "Kept", 0, 2)
         assert broker.call(query("G", "Kept", 0)).ext_fields == {"offset": "2"}
     finally:
         broker.close()

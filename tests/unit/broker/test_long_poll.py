@@ -95,13 +95,13 @@ def test_timeout_answers_not_found_and_commits_only_on_first_attempt(broker):
     async def scenario():
         started = time.monotonic()
         assert await broker.start_pull(suspended(0, timeout_ms=100, commit_offset=0)) is None
-        assert broker.metadata.query(GROUP, TOPIC, 0) == 0
-        broker.metadata.commit(GROUP, TOPIC, 0, 42)
+        assert broker.metadata.offsets.query(GROUP, TOPIC, 0) == 0
+        broker.metadata.offsets.commit(GROUP, TOPIC, 0, 42)
         response = await broker.next_sent()
         assert time.monotonic() - started >= 0.09
         assert response.code == ResponseCode.PULL_NOT_FOUND
         assert header_longs(response) == {"suggest": 0, "next": 0, "min": 0, "max": 0}
-        assert broker.metadata.query(GROUP, TOPIC, 0) == 42   # the re-run committed nothing
+        assert broker.metadata.offsets.query(GROUP, TOPIC, 0) == 42   # the re-run committed nothing
     asyncio.run(scenario())
 
 

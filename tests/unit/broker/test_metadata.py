@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 from pybroker.broker.channel import Channel
-from pybroker.broker.metadata import (
-    CHANNEL_EXPIRED_TIMEOUT_MS, REBALANCE_LOCK_LEASE_MS, MetadataReplica, MetadataState,
-    make_channel_info)
+from pybroker.broker.managers.client_channel import make_channel_info
+from pybroker.broker.managers.rebalance_lock import REBALANCE_LOCK_LEASE_MS
+from pybroker.broker.metadata import CHANNEL_EXPIRED_TIMEOUT_MS, MetadataReplica, MetadataState
 from pybroker.config import load_broker_config
 from pybroker.protocol.bodies import MessageQueue, build_subscription
 from pybroker.protocol.codes import RequestCode
@@ -57,7 +57,7 @@ def make_channel(name: str, sent: list | None = None) -> Channel:
 
 def register(state, group, channel, client_id, topics=("TopicTest",), sub_version=1):
     subscriptions = [build_subscription(t, "*", sub_version=sub_version) for t in topics]
-    return state.register_consumer(group, make_channel_info(channel, client_id, 0),
+    return state.consumers.register_consumer(group, make_channel_info(channel, client_id, 0),
                                    ConsumeType.CONSUME_PASSIVELY, MessageModel.CLUSTERING,
                                    ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, subscriptions)
 
@@ -77,8 +77,8 @@ def test_system_topics_follow_the_config_switches(tmp_path):
     assert state.topic_config(CLUSTER).perm == 7 and state.topic_config(BROKER).perm == 7
     assert state.topic_config(CLUSTER + "_REPLY_TOPIC").write_queue_nums == 1
     assert state.topic_config(SystemTopic.TRACE) is None
-    assert state.is_system_topic(BROKER) and state.is_system_topic("rmq_sys_wheel")
-    assert not state.is_system_topic("TopicTest")
+    assert state.topics.is_system_topic(BROKER) and state.topics.is_system_topic("rmq_sys_wheel")
+    assert not state.topics.is_system_topic("TopicTest")
     other = make_state(tmp_path / "off", autoCreateTopicEnable="false",
                        traceTopicEnable="true", clusterTopicEnable="false",
                        brokerTopicEnable="false", defaultTopicQueueNums="4")
@@ -120,11 +120,11 @@ def test_auto_create_refused_without_inherit_and_retry_falls_back_to_one_queue(t
 def test_update_and_delete_topic(tmp_path):
     state = make_state(tmp_path)
     counter = state.topics.data_version.counter
-    state.update_topic_config(TopicConfig("Orders", 2, 3, 6, order=True))
-    assert state.delete_topic_config("Missing") is None
+    state.topics.update_topic_config(TopicConfig("Orders", 2, 3, 6, order=True))
+    assert state.topics.delete_topic_config("Missing") is None
     assert state.topics.data_version.counter == counter + 1
     assert make_state(tmp_path).topic_config("Orders").write_queue_nums == 3
-    assert state.delete_topic_config("Orders").read_queue_nums == 2
+    assert state.topics.delete_topic_config("Orders").read_queue_nums == 2
     assert make_state(tmp_path).topic_config("Orders") is None
     assert state.topics.data_version.counter == counter + 2
 
@@ -145,7 +145,7 @@ def test_java_written_documents_load(tmp_path):
     for key, queues in document.offset_table.items():
         topic, group = key.split("@")
         for queue_id, consumer_offset in queues.items():
-            assert state.query(group, topic, queue_id) == consumer_offset
+            assert state.offsets.query(group, topic, queue_id) == consumer_offset
     assert state.topic_config(SystemTopic.SCHEDULE) is not None   # system topics added
 
 
@@ -157,7 +157,7 @@ def test_java_5x_topics_keep_their_additions_through_a_change(tmp_path):
     state = make_state(tmp_path)
     order_topic = state.topic_config("OrderTopic")
     assert (order_topic.order, order_topic.attributes) == (True, {"+message.type": "FIFO"})
-    state.update_topic_config(TopicConfig("Other", 1, 1))
+    state.topics.update_topic_config(TopicConfig("Other", 1, 1))
     restarted = make_state(tmp_path)
     assert restarted.topic_config("OrderTopic") == order_topic
     version = restarted.topics.data_version
@@ -167,40 +167,43 @@ def test_java_5x_topics_keep_their_additions_through_a_change(tmp_path):
 # --- groups and offsets -----------------------------------------------------------------------
 def test_subscription_groups_auto_create_and_persist(tmp_path):
     state = make_state(tmp_path)
-    assert state.has_subscription_group("TOOLS_CONSUMER")
-    assert not state.has_subscription_group("GroupA")
+    assert state.groups.has_subscription_group("TOOLS_CONSUMER")
+    assert not state.groups.has_subscription_group("GroupA")
     assert state.subscription_group("GroupA").retry_max_times == 16
-    assert make_state(tmp_path).has_subscription_group("GroupA")
+    assert make_state(tmp_path).groups.has_subscription_group("GroupA")
     strict = make_state(tmp_path / "strict", autoCreateSubscriptionGroup="false")
     assert strict.subscription_group("GroupB") is None
     assert strict.subscription_group("CID_RMQ_SYS_X") is not None
-    state.update_subscription_group(SubscriptionGroupConfig("GroupC", retry_queue_nums=3))
-    assert state.delete_subscription_group("GroupA") is not None
+    state.groups.update_subscription_group(SubscriptionGroupConfig("GroupC", retry_queue_nums=3))
+    assert state.groups.delete_subscription_group("GroupA") is not None
     restarted = make_state(tmp_path)
-    assert restarted.subscription_groups()["GroupC"].retry_queue_nums == 3
-    assert not restarted.has_subscription_group("GroupA")
+    assert restarted.groups.subscription_groups()["GroupC"].retry_queue_nums == 3
+    assert not restarted.groups.has_subscription_group("GroupA")
 
 
 def test_offsets_commit_query_and_persist_through_restart(tmp_path):
     state = make_state(tmp_path)
-    assert state.query("G", "T", 0) == -1
+    assert state.offsets.query("G", "T", 0) == -1
     asyncio.run(state.commit_offset("G", "T", 0, 42))
-    state.commit("G", "T", 3, 7)
-    state.commit("G2", "T", 0, 1)
-    assert (state.query("G", "T", 0), state.query("G", "T", 3), state.query("G", "T", 1)) == \
+    state.offsets.commit("G", "T", 3, 7)
+    state.offsets.commit("G2", "T", 0, 1)
+    offsets = state.offsets
+    assert (offsets.query("G", "T", 0), offsets.query("G", "T", 3), offsets.query("G", "T", 1)) == \
         (42, 7, -1)
-    assert make_state(tmp_path).query("G", "T", 0) == -1   # not yet persisted
+    assert make_state(tmp_path).offsets.query("G", "T", 0) == -1   # not yet persisted
     assert state.persist_if_dirty() is True
     assert state.persist_if_dirty() is False
-    assert make_state(tmp_path).query("G", "T", 0) == 42
-    state.commit("G", "T", 0, 50)
+    assert make_state(tmp_path).offsets.query("G", "T", 0) == 42
+    state.offsets.commit("G", "T", 0, 50)
     state.shutdown()
     restarted = make_state(tmp_path)
-    assert restarted.query("G", "T", 0) == 50 and restarted.groups_of_topic("T") == {"G", "G2"}
-    restarted.remove_offsets_of_group("G")
-    assert restarted.topics_of_group("G") == set() and restarted.query("G2", "T", 0) == 1
-    restarted.remove_offsets_of_topic("T")
-    assert restarted.query("G2", "T", 0) == -1
+    assert restarted.offsets.query("G", "T", 0) == 50
+    assert restarted.offsets.groups_of_topic("T") == {"G", "G2"}
+    restarted.offsets.remove_offsets_of_group("G")
+    assert restarted.offsets.topics_of_group("G") == set()
+    assert restarted.offsets.query("G2", "T", 0) == 1
+    restarted.offsets.remove_offsets_of_topic("T")
+    assert restarted.offsets.query("G2", "T", 0) == -1
 
 
 # --- clients ------------------------------------------------------------------------------------
@@ -214,12 +217,12 @@ def test_join_and_leave_notify_the_group(tmp_path):
     assert len(sent_a) == 1
     assert register(state, "G", channel_b, "client-b") is True
     assert notified_groups(sent_a) == ["G", "G"] and notified_groups(sent_b) == ["G"]
-    assert state.consumer_client_ids("G") == ["client-a", "client-b"]
+    assert state.consumers.consumer_client_ids("G") == ["client-a", "client-b"]
     state.channel_closed(channel_b.channel_id)
     assert notified_groups(sent_a) == ["G"] * 3 and len(sent_b) == 1
-    assert state.consumer_client_ids("G") == ["client-a"]
+    assert state.consumers.consumer_client_ids("G") == ["client-a"]
     state.channel_closed(channel_a.channel_id)
-    assert state.consumer_group_info("G") is None and len(sent_a) == 3
+    assert state.consumers.consumer_group_info("G") is None and len(sent_a) == 3
 
 
 def test_subscription_changes_and_versions(tmp_path):
@@ -232,14 +235,14 @@ def test_subscription_changes_and_versions(tmp_path):
     assert state.consumer_subscription("G", "T1").sub_version == 2
     assert register(state, "G", channel, "c", topics=("T2",), sub_version=3) is True
     assert state.consumer_subscription("G", "T1") is None
-    assert state.consumer_groups_of_topic("T2") == {"G"}
-    assert changes.count("subscriptions") == 3 and state.subscription_version == 3
+    assert state.consumers.consumer_groups_of_topic("T2") == {"G"}
+    assert changes.count("subscriptions") == 3 and state.consumers.subscription_version == 3
 
 
 def test_notify_respects_broker_and_group_switches(tmp_path):
     sent = []
     state = make_state(tmp_path)
-    state.update_subscription_group(SubscriptionGroupConfig(
+    state.groups.update_subscription_group(SubscriptionGroupConfig(
         "Quiet", notify_consumer_ids_changed_enable=False))
     register(state, "Quiet", make_channel("a", sent), "c")
     off = make_state(tmp_path / "off", notifyConsumerIdsChangedEnable="false")
@@ -253,32 +256,35 @@ def test_idle_channels_expire_after_120_seconds(tmp_path):
     sent = []
     old, fresh = make_channel("old"), make_channel("fresh", sent)
     register(state, "G", old, "c-old")
-    state.register_producer("P", make_channel_info(old, "c-old", 0))
+    state.producers.register_producer("P", make_channel_info(old, "c-old", 0))
     clock.now_ms += CHANNEL_EXPIRED_TIMEOUT_MS // 2
     register(state, "G", fresh, "c-fresh")
-    state.register_producer("P", make_channel_info(fresh, "c-fresh", 0))
+    state.producers.register_producer("P", make_channel_info(fresh, "c-fresh", 0))
     clock.now_ms += CHANNEL_EXPIRED_TIMEOUT_MS // 2
     assert state.scan_expired() == set()       # exactly 120 s idle is not yet "> 120 s"
     clock.now_ms += 1
     sent.clear()
     assert state.scan_expired() == {old.channel_id}
-    assert state.consumer_client_ids("G") == ["c-fresh"] and notified_groups(sent) == ["G"]
-    assert [c.channel_id for c in state.producer_channels("P")] == [fresh.channel_id]
+    assert state.consumers.consumer_client_ids("G") == ["c-fresh"]
+    assert notified_groups(sent) == ["G"]
+    assert [c.channel_id for c in state.producers.producer_channels("P")] == [fresh.channel_id]
     assert state.scan_expired(clock.now_ms + CHANNEL_EXPIRED_TIMEOUT_MS) == {fresh.channel_id}
-    assert state.consumer_group_info("G") is None and state.producer_channels("P") == []
+    assert state.consumers.consumer_group_info("G") is None
+    assert state.producers.producer_channels("P") == []
 
 
 def test_producers_register_and_unregister(tmp_path):
     state = make_state(tmp_path)
     first, second = make_channel("a"), make_channel("bb")
-    state.register_producer("P", make_channel_info(first, "c1", 0))
-    state.register_producer("P", make_channel_info(second, "c2", 0))
-    state.register_producer("P", make_channel_info(first, "c1", 0))
-    assert state.producer_channels("P") == [first, second]
-    assert state.unregister_producer("P", first.channel_id) is True
-    assert state.unregister_producer("P", first.channel_id) is False
+    state.producers.register_producer("P", make_channel_info(first, "c1", 0))
+    state.producers.register_producer("P", make_channel_info(second, "c2", 0))
+    state.producers.register_producer("P", make_channel_info(first, "c1", 0))
+    assert state.producers.producer_channels("P") == [first, second]
+    assert state.producers.unregister_producer("P", first.channel_id) is True
+    assert state.producers.unregister_producer("P", first.channel_id) is False
     state.channel_closed(second.channel_id)
-    assert state.producer_channels("P") == [] and "P" not in state.producer_groups
+    assert state.producers.producer_channels("P") == []
+    assert "P" not in state.producers.producer_groups
 
 
 # --- locks -------------------------------------------------------------------------------------
@@ -286,32 +292,33 @@ def test_rebalance_locks_lease_renew_and_expire(tmp_path):
     clock = Clock()
     state = make_state(tmp_path, clock=clock)
     queues = [MessageQueue("T", BROKER, queue_id) for queue_id in range(3)]
-    assert state.try_lock_batch("G", queues[:2], "c1") == queues[:2]
-    assert state.try_lock_batch("G", queues, "c2") == queues[2:]
-    assert state.try_lock_batch("Other", queues[:1], "c2") == queues[:1]   # per group
+    assert state.locks.try_lock_batch("G", queues[:2], "c1") == queues[:2]
+    assert state.locks.try_lock_batch("G", queues, "c2") == queues[2:]
+    assert state.locks.try_lock_batch("Other", queues[:1], "c2") == queues[:1]   # per group
     clock.now_ms += REBALANCE_LOCK_LEASE_MS
-    assert state.try_lock_batch("G", queues[1:2], "c2") == []   # exactly 60 s: still held
-    assert state.try_lock_batch("G", queues[:1], "c1", only_this_broker=False) == queues[:1]
+    assert state.locks.try_lock_batch("G", queues[1:2], "c2") == []   # exactly 60 s: still held
+    assert state.locks.try_lock_batch("G", queues[:1], "c1", only_this_broker=False) == queues[:1]
     clock.now_ms += 1
     # queue 1 was not renewed by c1: its lease is over and c2 takes it; queue 0 was renewed.
-    assert state.try_lock_batch("G", queues[:2], "c2") == queues[1:2]
-    assert state.is_locked("G", queues[0], "c1") and not state.is_locked("G", queues[0], "c2")
-    state.unlock_batch("G", queues[:1], "c2")          # not the owner: no effect
-    assert state.is_locked("G", queues[0], "c1")
-    state.unlock_batch("G", queues[:1], "c1")
-    assert state.try_lock_batch("G", queues[:1], "c2") == queues[:1]
+    assert state.locks.try_lock_batch("G", queues[:2], "c2") == queues[1:2]
+    assert state.locks.is_locked("G", queues[0], "c1")
+    assert not state.locks.is_locked("G", queues[0], "c2")
+    state.locks.unlock_batch("G", queues[:1], "c2")          # not the owner: no effect
+    assert state.locks.is_locked("G", queues[0], "c1")
+    state.locks.unlock_batch("G", queues[:1], "c1")
+    assert state.locks.try_lock_batch("G", queues[:1], "c2") == queues[:1]
 
 
 # --- replicas and client calls ----------------------------------------------------------------
 def test_replica_applies_snapshots_and_delegates_writes(tmp_path):
     state = make_state(tmp_path)
-    state.update_topic_config(TopicConfig("Orders", 2, 2))
+    state.topics.update_topic_config(TopicConfig("Orders", 2, 2))
     register(state, "G", make_channel("a"), "c", topics=("Orders",), sub_version=5)
     calls = []
 
     async def create_topic(topic, default_topic, queue_nums, topic_sys_flag):
         calls.append(("create", topic, default_topic, queue_nums, topic_sys_flag))
-        return state.create_topic_on_send_now(topic, default_topic, queue_nums, topic_sys_flag)
+        return state.topics.create_topic_on_send(topic, default_topic, queue_nums, topic_sys_flag)
 
     async def commit_offset(group, topic, queue_id, consumer_offset):
         calls.append(("commit", group, topic, queue_id, consumer_offset))
@@ -329,7 +336,7 @@ def test_replica_applies_snapshots_and_delegates_writes(tmp_path):
     assert asyncio.run(replica.create_topic_on_send("Orders", "TBW102", 3)).read_queue_nums == 2
     asyncio.run(replica.commit_offset("G", "Orders", 1, 9))
     assert calls == [("create", "New", "TBW102", 3, 0), ("commit", "G", "Orders", 1, 9)]
-    state.delete_topic_config("Orders")
+    state.topics.delete_topic_config("Orders")
     replica.apply(state.snapshot())
     assert replica.topic_config("Orders") is None and replica.topic_config("New") is not None
 
@@ -354,17 +361,18 @@ def test_call_client_correlates_by_channel_and_opaque(tmp_path):
 
     async def scenario():
         request = create_request(RequestCode.GET_CONSUMER_RUNNING_INFO, {"clientId": "c"})
-        waiter = asyncio.ensure_future(state.call_client(channel, request, 1000))
+        waiter = asyncio.ensure_future(state.client_calls.call_client(channel, request, 1000))
         await asyncio.sleep(0)
         assert sent == [request]
         answer = create_response(request, 0, body=b"{}")
-        assert state.complete_client_call("0:other", answer) is False
-        assert state.complete_client_call(channel.channel_id, answer) is True
+        assert state.client_calls.complete_client_call("0:other", answer) is False
+        assert state.client_calls.complete_client_call(channel.channel_id, answer) is True
         assert await waiter is answer
         late = create_request(RequestCode.GET_CONSUMER_RUNNING_INFO)
         with pytest.raises(TimeoutError):
-            await state.call_client(channel, late, 10)
-        assert state.complete_client_call(channel.channel_id, create_response(late, 0)) is False
+            await state.client_calls.call_client(channel, late, 10)
+        answer = create_response(late, 0)
+        assert state.client_calls.complete_client_call(channel.channel_id, answer) is False
 
     asyncio.run(scenario())
 
@@ -390,7 +398,7 @@ def test_call_client_works_outside_a_task(tmp_path):
             except Exception as error:   # the outcome under test, whatever it is
                 outcome.set_result(error)
             else:
-                waiting = next(iter(state._client_calls.values()), None)
+                waiting = next(iter(state.client_calls._calls.values()), None)
                 if waiting is not None:
                     waiting.add_done_callback(lambda done: drive_done(coroutine, done))
 
@@ -402,13 +410,13 @@ def test_call_client_works_outside_a_task(tmp_path):
             except Exception as error:   # TimeoutError after the timer fired
                 outcome.set_result(error)
 
-        loop.call_soon(drive, state.call_client(channel, request, 1000))
+        loop.call_soon(drive, state.client_calls.call_client(channel, request, 1000))
         await asyncio.sleep(0.01)
         assert sent == [request]
-        assert state.complete_client_call(channel.channel_id, answer) is True
+        assert state.client_calls.complete_client_call(channel.channel_id, answer) is True
         assert await outcome is answer
         outcome = loop.create_future()
-        loop.call_soon(drive, state.call_client(channel, create_request(
+        loop.call_soon(drive, state.client_calls.call_client(channel, create_request(
             RequestCode.GET_CONSUMER_RUNNING_INFO), 20))
         assert isinstance(await outcome, TimeoutError)
 

@@ -15,7 +15,8 @@ from pybroker._fast import record as record_codec
 from pybroker.broker import pull
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import BrokerContext
-from pybroker.broker.metadata import MetadataState, make_channel_info
+from pybroker.broker.managers.client_channel import make_channel_info
+from pybroker.broker.metadata import MetadataState
 from pybroker.config import load_broker_config
 from pybroker.errors import HeaderError
 from pybroker.protocol import constants
@@ -54,7 +55,7 @@ class Broker:
         self.store.load()
         self.store.start()
         self.metadata = MetadataState(self.config)
-        self.metadata.update_topic_config(TopicConfig(TOPIC, read_queue_nums=4,
+        self.metadata.topics.update_topic_config(TopicConfig(TOPIC, read_queue_nums=4,
                                                       write_queue_nums=4))
         config = self.config
         if ctx_overrides:
@@ -74,7 +75,7 @@ class Broker:
 
     def register(self, expression: str = "*", sub_version: int = 1_700_000_000_000) -> None:
         subscription = build_subscription(TOPIC, expression, "TAG", sub_version)
-        self.metadata.register_consumer(
+        self.metadata.consumers.register_consumer(
             GROUP, make_channel_info(self.channel, "127.0.0.1@1", 0),
             constants.ConsumeType.CONSUME_PASSIVELY, constants.MessageModel.CLUSTERING,
             constants.ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, [subscription])
@@ -148,7 +149,7 @@ def test_java_push_pull_returns_raw_records_and_commits_offset(broker):
     assert response.remark == "FOUND"
     assert header_longs(response) == {"suggest": 0, "next": 5, "min": 0, "max": 5}
     assert bodies_of(response.body) == [b"message-%d" % n for n in range(1, 5)]
-    assert broker.metadata.query(GROUP, TOPIC, 0) == 1
+    assert broker.metadata.offsets.query(GROUP, TOPIC, 0) == 1
 
 
 def test_body_is_byte_identical_to_the_stored_records(broker):
@@ -171,7 +172,7 @@ def test_go_pull_with_subversion_zero_and_empty_subscription(broker):
     response = broker.pull(go_pull(0))
     assert response.code == ResponseCode.SUCCESS
     assert bodies_of(response.body) == [b"go"]
-    assert broker.metadata.query(GROUP, TOPIC, 0) == -1   # flag 0x2: no commit
+    assert broker.metadata.offsets.query(GROUP, TOPIC, 0) == -1   # flag 0x2: no commit
 
 
 @pytest.mark.parametrize("sys_flag", [0x14, 0x16])
@@ -265,11 +266,11 @@ def test_group_not_exist_without_auto_create(tmp_path):
 
 def test_group_auto_created_on_pull(broker):
     broker.pull(lite_pull(0, "*"))
-    assert broker.metadata.subscription_groups()[GROUP].group_name == GROUP
+    assert broker.metadata.groups.subscription_groups()[GROUP].group_name == GROUP
 
 
 def test_group_consume_disabled(broker):
-    broker.metadata.update_subscription_group(SubscriptionGroupConfig(GROUP,
+    broker.metadata.groups.update_subscription_group(SubscriptionGroupConfig(GROUP,
                                                                       consume_enable=False))
     refusal(broker.pull(java_pull(0)), ResponseCode.NO_PERMISSION,
             f"subscription group no permission, {GROUP}")
@@ -283,7 +284,7 @@ def test_topic_not_exist(broker):
 
 
 def test_topic_not_readable(broker):
-    broker.metadata.update_topic_config(TopicConfig(TOPIC, 4, 4, perm=2))
+    broker.metadata.topics.update_topic_config(TopicConfig(TOPIC, 4, 4, perm=2))
     refusal(broker.pull(java_pull(0)), ResponseCode.NO_PERMISSION,
             f"the topic[{TOPIC}] pulling message is forbidden")
 
@@ -335,16 +336,16 @@ def test_commit_offset_only_with_flag_bit_0(broker):
     broker.put(b"m")
     broker.register()
     broker.pull(java_pull(0, sys_flag=0x2, commit_offset=1))
-    assert broker.metadata.query(GROUP, TOPIC, 0) == -1
+    assert broker.metadata.offsets.query(GROUP, TOPIC, 0) == -1
     broker.pull(java_pull(0, sys_flag=0x1, commit_offset=1))
-    assert broker.metadata.query(GROUP, TOPIC, 0) == 1
+    assert broker.metadata.offsets.query(GROUP, TOPIC, 0) == 1
 
 
 def test_commit_offset_even_when_nothing_found(broker):
     broker.register()
     response = broker.pull(java_pull(0, sys_flag=0x1, commit_offset=0))
     assert response.code == ResponseCode.PULL_NOT_FOUND
-    assert broker.metadata.query(GROUP, TOPIC, 0) == 0
+    assert broker.metadata.offsets.query(GROUP, TOPIC, 0) == 0
 
 
 def test_slave_serves_messages_suggests_master_and_keeps_no_offset(tmp_path):
@@ -356,7 +357,7 @@ def test_slave_serves_messages_suggests_master_and_keeps_no_offset(tmp_path):
         response = broker.pull(java_pull(0, sys_flag=0x1, commit_offset=1))
         assert response.code == ResponseCode.SUCCESS
         assert header_longs(response)["suggest"] == 0
-        assert broker.metadata.query(GROUP, TOPIC, 0) == -1
+        assert broker.metadata.offsets.query(GROUP, TOPIC, 0) == -1
     finally:
         broker.close()
 
@@ -364,7 +365,8 @@ def test_slave_serves_messages_suggests_master_and_keeps_no_offset(tmp_path):
 def test_slave_does_not_move_offsets_it_answers_retry_with_group_broker_id(tmp_path):
     broker = Broker(tmp_path, ctx_overrides={"store": {"broker_role": "SLAVE"}})
     try:
-        broker.metadata.update_subscription_group(SubscriptionGroupConfig(GROUP, broker_id=2))
+        broker.metadata.groups.update_subscription_group(
+            SubscriptionGroupConfig(GROUP, broker_id=2))
         broker.put(b"m")
         broker.register()
         response = broker.pull(java_pull(7, sys_flag=0x1))
@@ -377,7 +379,8 @@ def test_slave_does_not_move_offsets_it_answers_retry_with_group_broker_id(tmp_p
 def test_slave_read_enable_suggests_the_group_broker_id(tmp_path):
     broker = Broker(tmp_path, {"slaveReadEnable": "true"})
     try:
-        broker.metadata.update_subscription_group(SubscriptionGroupConfig(GROUP, broker_id=3))
+        broker.metadata.groups.update_subscription_group(
+            SubscriptionGroupConfig(GROUP, broker_id=3))
         broker.put(b"m")
         broker.register()
         response = broker.pull(java_pull(0))

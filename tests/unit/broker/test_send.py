@@ -104,7 +104,8 @@ def test_transactional_send_goes_to_the_half_queue(broker):
 
 
 def test_multi_tag_topic_sets_the_flag(broker):
-    broker.metadata.update_topic_config(TopicConfig("MT", 1, 1, topic_filter_type="MULTI_TAG"))
+    broker.metadata.topics.update_topic_config(
+        TopicConfig("MT", 1, 1, topic_filter_type="MULTI_TAG"))
     broker.call(handle, harness.send_request("go", b"x", topic="MT"))
     [(decoded, _)] = broker.records("MT", 0)
     assert decoded.sys_flag & int(MessageSysFlag.MULTI_TAGS)
@@ -117,7 +118,7 @@ def test_unknown_topic_is_auto_created_from_tbw102(broker):
 
 
 def test_retry_topic_send_past_the_maximum_goes_to_the_dlq(broker):
-    broker.metadata.update_subscription_group(SubscriptionGroupConfig("CG"))
+    broker.metadata.groups.update_subscription_group(SubscriptionGroupConfig("CG"))
     retry = "%RETRY%CG"
     response = broker.call(handle, harness.send_request(
         "go", b"r", topic=retry, reconsumeTimes="2", maxReconsumeTimes="3"))

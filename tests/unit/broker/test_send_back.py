@@ -27,7 +27,8 @@ handle = send_back.handle_consumer_send_msg_back
 @pytest.fixture
 def broker(tmp_path):
     created = harness.Broker(tmp_path, {"autoCreateSubscriptionGroup": "false"})
-    created.metadata.update_subscription_group(SubscriptionGroupConfig("CG", retry_max_times=3))
+    created.metadata.groups.update_subscription_group(
+        SubscriptionGroupConfig("CG", retry_max_times=3))
     yield created
     created.close()
 
@@ -84,7 +85,8 @@ def test_header_max_reconsume_times_overrides_the_group(broker):
 
 
 def test_no_retry_queues_drops_with_success(broker):
-    broker.metadata.update_subscription_group(SubscriptionGroupConfig("CG", retry_queue_nums=0))
+    broker.metadata.groups.update_subscription_group(
+        SubscriptionGroupConfig("CG", retry_queue_nums=0))
     offset = sent_offset(broker)
     end = broker.commitlog_end()
     assert broker.call(handle, back_request(offset)).code == ResponseCode.SUCCESS

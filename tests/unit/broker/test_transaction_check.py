@@ -13,7 +13,7 @@ import pytest
 
 from pybroker._fast import record as record_codec
 from pybroker.broker import end_transaction, send, transaction_check
-from pybroker.broker.metadata import make_channel_info
+from pybroker.broker.managers.client_channel import make_channel_info
 from pybroker.protocol import headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand
@@ -31,7 +31,7 @@ BORN = harness.BORN_MS
 @pytest.fixture
 def broker(tmp_path):
     created = harness.Broker(tmp_path, {"transactionCheckMax": "2"})
-    created.metadata.register_producer("PG", make_channel_info(created.channel, "c1", 0))
+    created.metadata.producers.register_producer("PG", make_channel_info(created.channel, "c1", 0))
     yield created
     created.close()
 
@@ -82,12 +82,12 @@ def test_check_flow(broker):
     assert shown["WAIT"] == "false" and shown["TRANSACTION_CHECK_TIMES"] == "1"
     assert shown["REAL_TOPIC"] == harness.TOPIC and shown["TRAN_MSG"] == "true"
     metadata = broker.metadata
-    assert metadata.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_HALF, 0) == 2
-    assert metadata.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_OP_HALF, 0) == 1
+    assert metadata.offsets.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_HALF, 0) == 2
+    assert metadata.offsets.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_OP_HALF, 0) == 1
     # The producer answers for the renewed record: the next pass finds it finished.
     commit(broker, header.commit_log_offset, header.transaction_state_table_offset)
     assert harness.run(service.run_once(BORN + 8000)) == 0
-    assert metadata.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_HALF, 0) == 3
+    assert metadata.offsets.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_HALF, 0) == 3
     assert [bytes(r.body) for r, _ in broker.records(harness.TOPIC, 1)] == [b"DONE", b"OPEN"]
 
 
@@ -103,7 +103,7 @@ def test_too_many_checks_discard(broker):
 
 
 def test_no_live_producer_still_counts_the_check(broker):
-    broker.metadata.unregister_producer("PG", broker.channel.channel_id)
+    broker.metadata.producers.unregister_producer("PG", broker.channel.channel_id)
     send_half(broker, "ALONE")
     assert harness.run(checker(broker).run_once(BORN + 7000)) == 1
     assert broker.sent == []
@@ -128,7 +128,7 @@ def test_immune_half_is_put_back_and_the_walk_goes_on(broker):
     assert harness.run(service.run_once(BORN + 8000)) == 1
     assert [bytes(r.body) for r, _ in broker.records(SystemTopic.TRANS_HALF, 0)][4:] == [
         b"IMMUNE", b"PLAIN"]
-    assert broker.metadata.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_HALF, 0) == 4
+    assert broker.metadata.offsets.query(SystemGroup.TRANS_CHECK, SystemTopic.TRANS_HALF, 0) == 4
     # Put-backs count as checks (Java's needDiscard runs first): at transactionCheckMax=2
     # both copies are discarded on the next pass.
     assert harness.run(service.run_once(BORN + 61_000)) == 0
