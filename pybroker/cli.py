@@ -60,6 +60,14 @@ def _run_config(args: argparse.Namespace) -> int:
     return 0
 
 
+@subcommand("admin", "mqadmin's everyday commands (clusterList, brokerStatus, topicStatus, "
+                     "consumerProgress, statsAll, ...) against pybroker or Java brokers")
+def _add_admin(parser: argparse.ArgumentParser) -> Runner:
+    from pybroker.admin.cli import add_admin_arguments, run_admin
+    add_admin_arguments(parser)
+    return run_admin
+
+
 @subcommand("namesrv", "run a NameServer (brokers register here, clients look routes up)")
 def _add_namesrv(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("-c", "--config-file", metavar="FILE",

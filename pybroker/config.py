@@ -72,6 +72,11 @@ def _namesrv_addr_from_environment() -> str | None:
     return os.environ.get("NAMESRV_ADDR") or None
 
 
+def default_namesrv_addr() -> str:
+    """Name servers of command-line tools: NAMESRV_ADDR (as mqadmin), else 127.0.0.1:9876."""
+    return _namesrv_addr_from_environment() or "127.0.0.1:9876"
+
+
 def _cpu_count() -> int:
     return max(1, min(64, os.cpu_count() or 1))
 

@@ -1,0 +1,50 @@
+# `pybroker admin <command>`: mqadmin's everyday commands with its option letters.
+"""Wiring of ``pybroker admin``: one argparse sub-command per mqadmin command, each taking
+``-n namesrvAddr`` (default 127.0.0.1:9876, or ``NAMESRV_ADDR`` as mqadmin reads it) and
+``--json``. The commands talk RocketMQ's protocol, so they work against pybroker and Java
+brokers alike (docs/admin.md)."""
+import argparse
+import asyncio
+import sys
+
+from pybroker.admin import broker_commands, group_commands
+from pybroker.admin.output import Output
+from pybroker.client.admin import Admin
+from pybroker.client.errors import ClientError
+from pybroker.config import default_namesrv_addr
+
+__all__ = ["add_admin_arguments", "run_admin", "COMMANDS"]
+
+COMMANDS = {**broker_commands.COMMANDS, **group_commands.COMMANDS}
+ADMIN_TIMEOUT_S = 120
+
+
+def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every admin command as a sub-command of ``parser``."""
+    commands = parser.add_subparsers(title="commands", dest="admin_command", metavar="COMMAND")
+    for name, (_, help_text, options) in COMMANDS.items():
+        command = commands.add_parser(name, help=help_text, description=help_text)
+        command.add_argument("-n", "--namesrv-addr", dest="namesrv_addr",
+                             default=default_namesrv_addr(),
+                             help="name servers 'ip:port;ip:port'")
+        command.add_argument("--json", action="store_true", help="one JSON document")
+        for letter, dest, extra in options:
+            command.add_argument(letter, dest=dest, **extra)
+
+
+def run_admin(args: argparse.Namespace) -> int:
+    """Run the chosen admin command; 0 on success, 1 on a broker or connection error."""
+    if not getattr(args, "admin_command", None):
+        sys.stderr.write("pybroker admin: choose a command (pybroker admin -h)\n")
+        return 2
+    function = COMMANDS[args.admin_command][0]
+    out = Output(args.json)
+
+    async def run() -> int:
+        async with Admin(args.namesrv_addr) as admin:
+            return await asyncio.wait_for(function(admin, args, out), ADMIN_TIMEOUT_S)
+    try:
+        return asyncio.run(run())
+    except (ClientError, OSError, TimeoutError, ValueError) as error:
+        sys.stderr.write(f"pybroker admin {args.admin_command}: {error}\n")
+        return 1
