@@ -249,6 +249,7 @@ def test_every_schema_round_trips(rand):
 def test_every_request_code_in_the_reference_tables_has_a_schema_or_none_by_design():
     without_header = {RequestCode.HEART_BEAT, RequestCode.LOCK_BATCH_MQ,
                       RequestCode.UNLOCK_BATCH_MQ, RequestCode.GET_BROKER_CONFIG,
+                      RequestCode.UPDATE_BROKER_CONFIG,
                       RequestCode.GET_BROKER_RUNTIME_INFO, RequestCode.GET_ALL_CONSUMER_OFFSET,
                       RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.GET_BROKER_CLUSTER_INFO,
                       RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
