@@ -16,10 +16,12 @@ from pybroker.client.rebalance import (AllocateConsistentHash, allocate_average,
 from pybroker.client.route import SelectByHash, SelectManual, SelectRoundRobin
 from pybroker.client.transaction import (LocalTransactionState, TransactionProducer,
                                          TransactionSendResult)
+from pybroker.protocol.constants import ConsumeFromWhere, MessageModel
 
 __all__ = ["Admin", "AllocateConsistentHash", "ClientInstance", "ConsumeContext",
-           "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "ConsumeStatus", "LitePullConsumer",
-           "LocalTransactionState", "Message", "MessageExt", "MessageQueue", "Producer",
+           "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "ConsumeStatus",
+           "LitePullConsumer", "LocalTransactionState", "Message", "MessageExt", "MessageModel",
+           "MessageQueue", "Producer",
            "PushConsumer", "SelectByHash", "SelectManual", "SelectRoundRobin", "SendResult",
            "SendStatus", "TransactionProducer", "TransactionSendResult", "allocate_average",
            "allocate_average_by_circle"]

@@ -1,6 +1,8 @@
-"""README's test command is the one .ci/run executes, so the documented command stays true.
+"""README stays true: its test command is the one .ci/run executes, and the systemd unit it
+links runs a valid command.
 
-Method: pull the install-and-test line out of README.md and look for it verbatim in .ci/run.
+Method: pull the install-and-test line out of README.md and look for it verbatim in .ci/run;
+parse the systemd unit README points to and give its command line to the CLI parser.
 """
 import pathlib
 
@@ -13,3 +15,18 @@ def test_ci_runs_readme_test_command():
     assert len(lines) == 1, lines
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert lines[0].strip() in ci
+
+
+def test_systemd_unit_runs_a_valid_pybroker_command():
+    """docs/pybroker.service (README links it) starts a subcommand with arguments the CLI
+    accepts, and stops the supervisor alone (it stops its workers in order)."""
+    from pybroker.cli import build_parser
+    unit = (ROOT / "docs" / "pybroker.service").read_text(encoding="utf-8")
+    settings = dict(line.split("=", 1) for line in unit.splitlines()
+                    if "=" in line and not line.startswith("#"))
+    program, *arguments = settings["ExecStart"].split()
+    assert program.endswith("/bin/pybroker")
+    parsed = build_parser().parse_args(arguments)
+    assert parsed.subcommand == "standalone" and parsed.config_file
+    assert settings["KillMode"] == "mixed" and settings["KillSignal"] == "SIGTERM"
+    assert "docs/pybroker.service" in (ROOT / "README.md").read_text(encoding="utf-8")
