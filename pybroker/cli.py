@@ -13,6 +13,7 @@ from typing import Callable
 
 import pybroker
 from pybroker import config as config_module
+from pybroker import logs
 from pybroker.errors import ConfigError
 
 Runner = Callable[[argparse.Namespace], int]
@@ -257,13 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _log_to_stderr() -> None:
-    # Warnings (e.g. unknown broker.conf keys) reach the user on stderr, stdout stays data.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("pybroker")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+# The name each subcommand's process carries in log lines (pybroker/logs.py).
+_PROCESS_NAMES = {"broker": "supervisor", "standalone": "supervisor", "namesrv": "namesrv"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,5 +269,6 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    _log_to_stderr()
+    # Warnings (e.g. unknown broker.conf keys) reach the user on stderr, stdout stays data.
+    logs.configure(name=_PROCESS_NAMES.get(args.subcommand, "main"))
     return args.run(args)

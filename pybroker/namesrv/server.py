@@ -97,15 +97,16 @@ class NamesrvController:
 
 
 async def serve(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRESS_DEFAULT,
-                stop_event: asyncio.Event | None = None) -> int:
-    """Run a NameServer until SIGTERM/SIGINT (or ``stop_event`` is set); returns exit code 0.
+                stop_event: asyncio.Event | None = None, stop_signals=_STOP_SIGNALS) -> int:
+    """Run a NameServer until one of ``stop_signals`` (SIGTERM, SIGINT) arrives or
+    ``stop_event`` is set; returns exit code 0.
 
     Signal handlers are installed only when running in the main thread.
     """
     stop_event = stop_event if stop_event is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
-    for stop_signal in _STOP_SIGNALS:
+    for stop_signal in stop_signals:
         try:
             loop.add_signal_handler(stop_signal, stop_event.set)
             installed.append(stop_signal)
@@ -127,7 +128,7 @@ async def serve(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRE
     return 0
 
 
-def run_namesrv(config: NamesrvProcessConfig,
-                listen_address: str = LISTEN_ADDRESS_DEFAULT) -> int:
+def run_namesrv(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRESS_DEFAULT,
+                stop_signals=_STOP_SIGNALS) -> int:
     """Run :func:`serve` on a new event loop (blocking); returns the exit code."""
-    return asyncio.run(serve(config, listen_address))
+    return asyncio.run(serve(config, listen_address, stop_signals=stop_signals))

@@ -51,8 +51,8 @@ _NO_QUEUE_OFFSET_TYPES = (int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
 def run_appender(settings: StoreConfig, rings, completion_rings, control: ControlBlock,
                  wakes: DataPlaneWakes, clock_ms=clock.now_ms,
                  stats=None) -> None:
-    """Append until ``control.broker_state`` is STOPPING (or later), or SIGTERM, and the rings
-    are empty.
+    """Append until ``control.broker_state`` is STOPPING (or later), or the stop signal, and
+    the rings are empty.
 
     ``rings[i]`` (consumer side) and ``completion_rings[i]`` (producer side) belong to remoting
     worker slot i. Raises (and the process must exit non-zero) on a store failure.

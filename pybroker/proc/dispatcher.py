@@ -3,10 +3,10 @@
 
 It tails ``written_position`` (published by the appender) over a READ-ONLY CommitLog and runs
 :class:`pybroker.store.dispatch.Dispatcher`, the only writer of consume queues and index files.
-It stops on request (SIGTERM by default), after dispatching everything written. Per batch it
-publishes ``dispatched_position`` once and, when something was dispatched, signals
-every remoting worker's eventfd once (long polls and readers learn the new position). It sleeps
-as a waiter on ``written_position`` (the appender signals it only then).
+It stops on request (the supervisor's stop signal by default), after dispatching everything
+written. Per batch it publishes ``dispatched_position`` once and, when something was
+dispatched, signals every remoting worker's eventfd once (long polls and readers learn the new
+position). It sleeps as a waiter on ``written_position`` (the appender signals it only then).
 
 Every ``flushIntervalConsumeQueue`` ms it msyncs the consume queues (at least
 ``flushConsumeQueueLeastPages`` dirty pages, or all of them once
@@ -75,7 +75,7 @@ def _open_store(settings: StoreConfig):
 def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWakes,
                    clock_ms: Callable[[], int] = clock.now_ms,
                    stop_requested: Callable[[], bool] | None = None, stats=None) -> None:
-    """Dispatch until ``stop_requested()`` (default: SIGTERM, see
+    """Dispatch until ``stop_requested()`` (default: the stop signal, see
     :func:`pybroker.proc.wake.stop_on_sigterm`), then dispatch what is written, flush
     thoroughly and return."""
     commitlog, queues, index_service = _open_store(settings)

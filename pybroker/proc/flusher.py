@@ -54,9 +54,10 @@ _SYNC_IDLE_WAIT_MS = 1000
 def run_flusher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWakes,
                 clock_ms: Callable[[], int] = clock.now_ms,
                 stop_requested: Callable[[], bool] | None = None, stats=None) -> None:
-    """Flush until ``stop_requested()`` (default: SIGTERM, see
+    """Flush until ``stop_requested()`` (default: the stop signal, see
     :func:`pybroker.proc.wake.stop_on_sigterm`); then a last full flush and checkpoint
-    (send SIGTERM after the dispatcher exited, so it carries the final logics timestamps)."""
+    (send the stop signal after the dispatcher exited, so it carries the final logics
+    timestamps)."""
     store_root = settings.store_path_root_dir
     commitlog = CommitLog(settings.commitlog_dir, settings.mapped_file_size_commit_log)
     if not commitlog.load():

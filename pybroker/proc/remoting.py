@@ -1,15 +1,15 @@
 # A remoting worker process: client connections, data requests, forwarding of metadata requests.
 """Remoting worker (docs/architecture.md, "Processes").
 
-Listens with SO_REUSEPORT on listenPort and the fast port (listenPort - 2), alongside its sibling
-workers. DATA requests run here against the read-only store reader and the send ring;
-METADATA requests are forwarded to the metadata service over a unix socket with the client's
-channel attached, and the answer is relayed under the client's opaque. The service pushes
-metadata snapshots (applied to the local replica) and commands for this worker's clients.
+Serves its own SO_REUSEPORT listening sockets of listenPort and the fast port (listenPort - 2),
+bound by the supervisor (pybroker/proc/listeners.py), alongside its sibling workers. DATA
+requests run here against the read-only store reader and the send ring; METADATA requests are
+forwarded to the metadata service over a unix socket with the client's channel attached, and
+the answer is relayed under the client's opaque. The service pushes metadata snapshots (applied
+to the local replica) and commands for this worker's clients.
 """
 import asyncio
 import logging
-import signal
 
 from pybroker.broker import end_transaction, pull, query, send, send_back
 from pybroker.broker.channel import Channel
@@ -17,6 +17,7 @@ from pybroker.broker.context import BrokerContext
 from pybroker.broker.long_poll import LongPollService
 from pybroker.broker.metadata import MetadataReplica
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
+from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID, EXT_WORKER_ID
 from pybroker.protocol import constants
 from pybroker.protocol.codes import InternalCode, RequestCode, ResponseCode
@@ -48,13 +49,13 @@ class RemotingWorker:
     """One worker's asyncio side. ``data_plane`` attaches the store reader and the putter
     (see :mod:`pybroker.proc.dataplane`); ``metadata_socket`` is the service's unix path."""
 
-    def __init__(self, worker_id: int, config, data_plane, metadata_socket: str):
+    def __init__(self, worker_id: int, config, data_plane, metadata_socket: str,
+                 listen_sockets: dict):
         self.worker_id = worker_id
         self.config = config
         self.data_plane = data_plane
         self.metadata_socket = metadata_socket
-        # Java's broker binds every interface too (5.x: NettyServerConfig.bindAddress).
-        self.listen_host = config.remoting.bind_address
+        self.listen_sockets = listen_sockets
         self.connections: dict[str, RemotingConnection] = {}
         self.servers = []
         client_table = RequestTable()
@@ -72,8 +73,8 @@ class RemotingWorker:
     # --- start and stop -------------------------------------------------------------------------
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        # SIGTERM from the supervisor only; Ctrl-C reaches the supervisor, which decides.
-        loop.add_signal_handler(signal.SIGTERM, self.stopping.set)
+        # The supervisor's stop request only; Ctrl-C reaches the supervisor, which decides.
+        loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
         await self.metadata_client.connect(self.metadata_socket)
         hello = await self.metadata_client.invoke(create_request(
             InternalCode.WORKER_HELLO, {EXT_WORKER_ID: str(self.worker_id)}), FORWARD_TIMEOUT_MS)
@@ -83,13 +84,14 @@ class RemotingWorker:
         self.data_plane.start(loop, self._on_data_plane_wake)
         table = self._request_table()
         limits = ConnectionLimits.from_config(self.config.remoting)
-        for port in (self.config.broker.listen_port, self.config.derived.fast_listen_port):
+        for listen_socket in self.listen_sockets.values():
             self.servers.append(await start_server(
-                self.listen_host, port, table, reuse_port=True, limits=limits,
+                None, 0, table, sock=listen_socket, limits=limits,
+                backlog=self.config.remoting.server_socket_backlog,
                 on_connect=self._connected, on_close=self._disconnected))
         sweeper = loop.create_task(self._sweep_held_pulls())
         log.info("remoting worker %d serving %s ports %d and %d", self.worker_id,
-                 self.listen_host, self.config.broker.listen_port,
+                 self.config.remoting.bind_address, self.config.broker.listen_port,
                  self.config.derived.fast_listen_port)
         await self.stopping.wait()
         sweeper.cancel()
@@ -208,9 +210,11 @@ class RemotingWorker:
             oneway=True))
 
 
-def run_remoting_worker(worker_id: int, config, data_plane, metadata_socket: str) -> int:
-    """Main of a forked remoting worker process; returns its exit status."""
-    worker = RemotingWorker(worker_id, config, data_plane, metadata_socket)
+def run_remoting_worker(worker_id: int, config, data_plane, metadata_socket: str,
+                        listen_sockets: dict) -> int:
+    """Main of a forked remoting worker process; returns its exit status. ``listen_sockets``:
+    port -> this worker's listening socket."""
+    worker = RemotingWorker(worker_id, config, data_plane, metadata_socket, listen_sockets)
     asyncio.run(worker.run())
     return 0
 

@@ -7,9 +7,13 @@ the periodic services until SIGTERM/SIGINT or until a worker dies. A dead worker
 generation: every other worker is stopped and the next generation starts with abnormal recovery
 (the abort file is still there), as after a ``kill -9`` of the whole broker. Too many deaths in
 a short time stop the broker with a non-zero exit.
+
+Stops: SIGTERM or SIGINT to the supervisor alone or to its whole process group (workers ignore
+both, see :mod:`pybroker.proc.children`) end the generation in order and remove the abort
+file. A signal that arrives while a generation is being recovered or stopped is remembered
+and honoured as soon as the event loop runs.
 """
 import asyncio
-import ctypes
 import logging
 import os
 import signal
@@ -24,6 +28,8 @@ from pybroker.broker.registration import NamesrvRegistration
 from pybroker.broker.schedule import ScheduleService
 from pybroker.broker.transaction_check import TransactionCheckService
 from pybroker.proc import dataplane
+from pybroker.proc.children import STOP_SIGNAL, fork_child
+from pybroker.proc.listeners import Listeners, PortInUseError
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
 from pybroker.stats.region import StatsRegion, writer_count
@@ -44,57 +50,6 @@ SCHEDULE_INTERVAL_S = 0.1
 STATS_SAMPLE_INTERVAL_S = 1.0
 
 
-def _child(name: str, main) -> int:
-    """Fork a worker running ``main()``; returns its pid in the parent."""
-    pid = os.fork()
-    if pid:
-        return pid
-    status = 1
-    try:
-        _die_with_parent()
-        _set_process_name(name)
-        # Only the supervisor decides when workers stop: a signal to the whole process group
-        # (Ctrl-C, `kill -TERM -<pgid>`) must not cut a data-plane worker short. Remoting
-        # workers install their own SIGTERM handler (graceful stop).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        status = main()
-    except BaseException:
-        log.exception("worker %s failed", name)
-    finally:
-        logging.shutdown()
-        os._exit(status if isinstance(status, int) else 1)
-
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_NAME = 15
-_PROCESS_NAME_BYTES_MAX = 15      # the kernel's comm field, without its NUL
-
-
-def _set_process_name(name: str) -> None:
-    """Name the worker ``pb-<name>`` in /proc/<pid>/comm (ps, top, psutil ``name()``): all
-    workers share the supervisor's command line, and operators and crash tests must tell the
-    appender from the flusher."""
-    title = f"pb-{name}".encode()[:_PROCESS_NAME_BYTES_MAX]
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(title), 0, 0, 0)
-    except (OSError, AttributeError) as error:
-        log.warning("cannot name the worker process %s: %s", name, error)
-
-
-def _die_with_parent() -> None:
-    """SIGKILL this worker when the supervisor dies: a ``kill -9`` of the supervisor must be a
-    ``kill -9`` of the whole broker (the next start recovers), never orphans holding ports."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError) as error:
-        log.warning("cannot tie the worker's life to the supervisor: %s", error)
-    if os.getppid() == 1:      # the supervisor died before prctl took effect
-        os._exit(1)
-
-
 class Supervisor:
     """Runs one broker until stopped; :meth:`run` returns the process exit status."""
 
@@ -111,16 +66,34 @@ class Supervisor:
         self.data_plane_stopped_cleanly = False
         self.stats_region = None
         self.stats = None
+        self.stop_requested = False
+        self.listeners: Listeners | None = None
 
     def _delay_offsets(self) -> DelayOffsetDocument | None:
         return None if self.schedule is None else self.schedule.document
 
     # --- generations ----------------------------------------------------------------------------
+    def _remember_stop(self, signal_number, frame) -> None:
+        log.info("signal %d received: the broker stops once this step is done", signal_number)
+        self.stop_requested = True
+
+    def _catch_stop_signals(self) -> None:
+        """Outside the event loop a stop signal only sets a flag (asyncio's handlers replace
+        these while a generation serves, and reset them to the default when it ends)."""
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, self._remember_stop)
+
     def run(self) -> int:
+        self._catch_stop_signals()
         os.makedirs(self.store_root, exist_ok=True)
         lock = lock_file.StoreLock(self.store_root)
         lock.acquire()
         try:
+            remoting, ports = self.config.remoting, (self.config.broker.listen_port,
+                                                     self.config.derived.fast_listen_port)
+            self.listeners = Listeners.bind(remoting.bind_address, ports,
+                                            remoting.remoting_workers,
+                                            remoting.server_socket_backlog)
             self.metadata = MetadataState(self.config, delay_offsets=self._delay_offsets)
             self._create_stats()
             while True:
@@ -137,6 +110,10 @@ class Supervisor:
                 now = time.monotonic()
                 self.deaths = [t for t in self.deaths if now - t < GENERATION_DEATHS_WINDOW_S]
                 self.deaths.append(now)
+                if self.stop_requested:
+                    log.warning("a stop was requested while the generation ended: stopping; "
+                                "the next start recovers abnormally")
+                    return 1
                 if len(self.deaths) > GENERATION_DEATHS_MAX:
                     log.error("%d worker deaths within %.0f s: giving up", len(self.deaths),
                               GENERATION_DEATHS_WINDOW_S)
@@ -147,6 +124,8 @@ class Supervisor:
                 self.metadata.shutdown()
             if self.stats_region is not None:
                 self.stats_region.close()
+            if self.listeners is not None:
+                self.listeners.close()
             lock.release()
 
     def _create_stats(self) -> None:
@@ -181,13 +160,17 @@ class Supervisor:
                                                         "metadata.sock"))
         try:
             for name, main in plane.worker_mains():
-                self.children[_child(name, main)] = name
+                self.children[fork_child(name, main)] = name
             socket_path = service_socket.getsockname()
             for index in range(workers):
-                pid = _child(f"remoting-{index}", lambda i=index: run_remoting_worker(
-                    i, self.config, plane.remoting_attachment(i), socket_path))
+                pid = fork_child(f"remoting-{index}", lambda i=index: run_remoting_worker(
+                    i, self.config, plane.remoting_attachment(i), socket_path,
+                    self.listeners.for_worker(i)))
                 self.children[pid] = f"remoting-{index}"
-            outcome = asyncio.run(self._serve(plane, service_socket, workers))
+            try:
+                outcome = asyncio.run(self._serve(plane, service_socket, workers))
+            finally:
+                self._catch_stop_signals()
         finally:
             self.data_plane_stopped_cleanly = self._stop_children(plane)
             service_socket.close()
@@ -200,6 +183,8 @@ class Supervisor:
         outcome = loop.create_future()
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signal_number, _resolve, outcome, "stopped")
+        if self.stop_requested:
+            _resolve(outcome, "stopped")
         loop.add_signal_handler(signal.SIGCHLD, self._reap, outcome)
         attachment = plane.supervisor_attachment()
         attachment.start(loop, lambda moved: None)
@@ -326,9 +311,9 @@ class Supervisor:
 
 
 def _terminate(pid: int, name: str) -> bool:
-    """SIGTERM a worker and wait for it (see _await_exit)."""
+    """Ask a worker to stop (STOP_SIGNAL) and wait for it (see _await_exit)."""
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, STOP_SIGNAL)
     except ProcessLookupError:
         return False
     return _await_exit(pid, name)
@@ -393,6 +378,6 @@ def run_broker(config, on_serving: Callable[[], None] | None = None) -> int:
     ``on_serving()`` runs once, when the broker first serves and has registered."""
     try:
         return Supervisor(config, on_serving).run()
-    except lock_file.StoreLockedError as error:
+    except (lock_file.StoreLockedError, PortInUseError) as error:
         log.error("cannot start: %s", error)
         return 1

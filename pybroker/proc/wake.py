@@ -19,6 +19,7 @@ import select
 import signal
 from typing import Callable, Mapping, Protocol, Sequence
 
+from pybroker.proc.children import STOP_SIGNAL
 from pybroker.store.control_block import WORKER_SLOTS_MAX, ControlBlock
 
 # Control-block slots of the data-plane workers (waiter bits, counters); remoting workers use
@@ -103,16 +104,18 @@ class DataPlaneWakes:
 
 
 def stop_on_sigterm(wake_fd: WakeFd) -> Callable[[], bool]:
-    """Install a SIGTERM handler (forked child's main thread) that wakes ``wake_fd``; returns
-    "was SIGTERM received". The supervisor stops the data plane in order: broker_state
-    STOPPING (the appender drains and exits), then SIGTERM to the dispatcher, then to the
-    flusher, each after the previous one exited, so each finishes what its upstream wrote."""
+    """Install a handler of the supervisor's stop request (STOP_SIGNAL, SIGUSR1: SIGTERM and
+    SIGINT to the process group are ignored by workers, see pybroker.proc.children) in the
+    forked child's main thread that wakes ``wake_fd``; returns "was the stop requested". The
+    supervisor stops the data plane in order: broker_state STOPPING (the appender drains and
+    exits), then the stop signal to the dispatcher, then to the flusher, each after the
+    previous one exited, so each finishes what its upstream wrote."""
     received = []
 
-    def on_sigterm(signal_number, frame) -> None:
+    def on_stop(signal_number, frame) -> None:
         received.append(signal_number)
         wake_fd.signal()
-    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(STOP_SIGNAL, on_stop)
     return lambda: bool(received)
 
 

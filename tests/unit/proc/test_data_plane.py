@@ -19,6 +19,7 @@ import pytest
 from pybroker._fast import record as record_codec
 from pybroker.config import FlushDiskType, StoreConfig
 from pybroker.proc.appender import run_appender
+from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ring_putter import RingPutter
@@ -101,7 +102,7 @@ class Plane:
         self.wakes.appender.signal()
         assert wait_exit(self.pids.pop("appender"), deadline_s) == 0, "appender failed"
         for name in ("dispatcher", "flusher"):
-            os.kill(self.pids[name], signal.SIGTERM)
+            os.kill(self.pids[name], STOP_SIGNAL)
             assert wait_exit(self.pids.pop(name), deadline_s) == 0, f"{name} failed"
 
     def kill_all(self) -> None:
