@@ -20,13 +20,20 @@ from pybroker.protocol.codes import InternalCode, ResponseCode
 from pybroker.errors import ProtocolError
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        decode, encode)
-from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
 from pybroker.remoting.server import RequestTable, start_server, start_unix_server
 
 log = logging.getLogger("pybroker.proc.metadata")
 
 EXT_WORKER_ID = "workerId"
 EXT_CHANNEL_ID = "channelId"
+# Both ends of a worker <-> service link: it is internal, so no idle close and no close or
+# read pause for a write backlog (each end would wait on the other); the work on it is
+# bounded by the workers (pybroker/proc/metadata_link.py).
+INTERNAL_LINK_LIMITS = ConnectionLimits(idle_timeout_ms=0, write_stall_timeout_ms=1 << 40,
+                                        write_buffer_max_bytes=1 << 40,
+                                        requests_in_progress_max=1 << 30,
+                                        pause_reading_on_backlog=False)
 
 HANDLERS = {**client_manage.HANDLERS, **consumer_manage.HANDLERS, **admin.HANDLERS}
 assert set(HANDLERS) == set(METADATA_CODES), set(HANDLERS) ^ set(METADATA_CODES)
@@ -62,14 +69,15 @@ class MetadataService:
 
     async def start(self) -> None:
         """Listen on ``socket_path``."""
-        # Worker connections live as long as the workers: no idle timeout.
-        self.server = await start_unix_server(self.socket_path, self.table, idle_timeout_ms=0,
+        self.server = await start_unix_server(self.socket_path, self.table,
+                                              limits=INTERNAL_LINK_LIMITS,
                                               on_close=self._connection_closed)
 
     async def start_on(self, listener) -> None:
         """Serve an already bound and listening unix socket (bound before the workers were
         forked, so they can connect before this loop runs)."""
-        self.server = await start_server(None, 0, self.table, sock=listener, idle_timeout_ms=0,
+        self.server = await start_server(None, 0, self.table, sock=listener,
+                                         limits=INTERNAL_LINK_LIMITS,
                                          on_close=self._connection_closed)
 
     def close(self) -> None:

@@ -18,12 +18,12 @@ from pybroker.broker.long_poll import LongPollService
 from pybroker.broker.metadata import MetadataReplica
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
 from pybroker.proc.children import STOP_SIGNAL
-from pybroker.proc.metadata_service import EXT_CHANNEL_ID, EXT_WORKER_ID
+from pybroker.proc.metadata_link import LinkBusy, MetadataLink
+from pybroker.proc.metadata_service import EXT_CHANNEL_ID
 from pybroker.protocol import constants
 from pybroker.protocol.codes import InternalCode, RequestCode, ResponseCode
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        encode)
-from pybroker.remoting.client import RemotingClient
 from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
 from pybroker.remoting.server import RequestTable, start_server
 from pybroker.stats.recorder import Recorder
@@ -40,7 +40,6 @@ _FAMILIES = {RequestCode.SEND_MESSAGE: "send", RequestCode.SEND_MESSAGE_V2: "sen
              RequestCode.SEND_BATCH_MESSAGE: "send", RequestCode.CONSUMER_SEND_MSG_BACK: "send",
              RequestCode.PULL_MESSAGE: "pull", RequestCode.QUERY_MESSAGE: "query",
              RequestCode.VIEW_MESSAGE_BY_ID: "query", RequestCode.END_TRANSACTION: "transaction"}
-FORWARD_TIMEOUT_MS = 15_000
 # How often held pulls are re-checked even without a dispatcher wake-up (Java: 5 s).
 HELD_PULL_SWEEP_S = 5.0
 
@@ -61,8 +60,9 @@ class RemotingWorker:
         client_table = RequestTable()
         client_table.register(InternalCode.METADATA_SNAPSHOT, self._apply_snapshot)
         client_table.register(InternalCode.SEND_TO_CHANNEL, self._send_to_channel)
-        self.metadata_client = RemotingClient(
-            client_table, limits=ConnectionLimits(idle_timeout_ms=0))
+        self.exit_status = 0
+        self.metadata_client = MetadataLink(worker_id, metadata_socket, client_table,
+                                            self._apply_hello, self._link_lost)
         self.replica = MetadataReplica(self._create_topic, self._commit_offset)
         self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue)
         self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
@@ -75,12 +75,7 @@ class RemotingWorker:
         loop = asyncio.get_running_loop()
         # The supervisor's stop request only; Ctrl-C reaches the supervisor, which decides.
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
-        await self.metadata_client.connect(self.metadata_socket)
-        hello = await self.metadata_client.invoke(create_request(
-            InternalCode.WORKER_HELLO, {EXT_WORKER_ID: str(self.worker_id)}), FORWARD_TIMEOUT_MS)
-        if hello.code != ResponseCode.SUCCESS:
-            raise RuntimeError(f"metadata service refused worker {self.worker_id}: {hello.remark}")
-        self.replica.apply(hello.body)
+        await self.metadata_client.connect()
         self.data_plane.start(loop, self._on_data_plane_wake)
         table = self._request_table()
         limits = ConnectionLimits.from_config(self.config.remoting)
@@ -110,6 +105,13 @@ class RemotingWorker:
         while True:
             await asyncio.sleep(HELD_PULL_SWEEP_S)
             self.long_poll.check_held()
+
+    def _apply_hello(self, snapshot) -> None:
+        self.replica.apply(snapshot)
+
+    def _link_lost(self) -> None:
+        self.exit_status = 1
+        self.stopping.set()
 
     def _on_data_plane_wake(self, dispatched_moved: bool) -> None:
         if dispatched_moved:
@@ -151,7 +153,10 @@ class RemotingWorker:
         if request.is_oneway:
             self.metadata_client.invoke_oneway(forwarded)
             return None
-        answer = await self.metadata_client.invoke(forwarded, FORWARD_TIMEOUT_MS)
+        try:
+            answer = await self.metadata_client.forward(forwarded)
+        except LinkBusy as busy:
+            return create_response(request, ResponseCode.SYSTEM_BUSY, busy.remark)
         response = create_response(request, answer.code, answer.remark, answer.ext_fields,
                                    answer.body)
         response.version = answer.version
@@ -199,7 +204,7 @@ class RemotingWorker:
         answer = await self.metadata_client.invoke(create_request(
             InternalCode.CREATE_TOPIC_ON_SEND,
             {"topic": topic, "defaultTopic": default_topic, "queueNums": str(queue_nums),
-             "sysFlag": str(topic_sys_flag)}), FORWARD_TIMEOUT_MS)
+             "sysFlag": str(topic_sys_flag)}))
         # The snapshot that carries the new topic arrived before this answer.
         return self.replica.topic_config(topic) if answer.code == ResponseCode.SUCCESS else None
 
@@ -216,7 +221,7 @@ def run_remoting_worker(worker_id: int, config, data_plane, metadata_socket: str
     port -> this worker's listening socket."""
     worker = RemotingWorker(worker_id, config, data_plane, metadata_socket, listen_sockets)
     asyncio.run(worker.run())
-    return 0
+    return worker.exit_status
 
 
 __all__ = ["RemotingWorker", "run_remoting_worker", "constants"]

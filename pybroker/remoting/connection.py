@@ -31,6 +31,12 @@ drains; a peer that does not drain within ``write_stall_timeout_ms``, or lets th
 pass ``write_buffer_max_bytes``, is closed. The same threshold is checked between the frames of
 one read: the rest wait in the receive buffer until the replies drain, so a peer that pipelines
 requests and reads nothing holds about one threshold of replies, not one reply per request.
+Replies that do not exist yet count too: while ``requests_in_progress_max`` handlers of this
+connection are still waiting (a forwarded metadata request, a put waiting for the appender),
+its further frames wait in the receive buffer and reading is paused, so one client cannot
+queue unbounded work behind everybody else's. Internal links between broker processes
+(``pause_reading_on_backlog=False``) never stop reading because of their own write backlog:
+both ends of such a link wait on each other, and their work is bounded by the callers.
 """
 import asyncio
 import dataclasses
@@ -68,7 +74,9 @@ class ConnectionLimits:
     after this long (slowloris). ``write_buffer_high_bytes``: unsent bytes above which reading
     from the peer is paused (resumed below a quarter of it). ``write_stall_timeout_ms``: close a
     peer whose reading has been paused this long. ``write_buffer_max_bytes``: close at once when
-    unsent bytes exceed this.
+    unsent bytes exceed this. ``requests_in_progress_max``: handlers of this connection still
+    waiting, above which further frames wait (reading paused). ``pause_reading_on_backlog``:
+    False for internal links, which keep reading whatever their write backlog.
     """
     frame_max_bytes: int = _REMOTING_DEFAULTS.frame_max_bytes
     ext_fields_max: int = _REMOTING_DEFAULTS.ext_fields_max
@@ -77,6 +85,8 @@ class ConnectionLimits:
     write_buffer_high_bytes: int = 1 << 20
     write_stall_timeout_ms: int = 60_000
     write_buffer_max_bytes: int = 64 << 20
+    requests_in_progress_max: int = 1024
+    pause_reading_on_backlog: bool = True
 
     def __post_init__(self):
         checks = (("frame_max_bytes", self.frame_max_bytes, 16, 1 << 31),
@@ -86,7 +96,8 @@ class ConnectionLimits:
                   ("write_buffer_high_bytes", self.write_buffer_high_bytes, 4, 1 << 40),
                   ("write_stall_timeout_ms", self.write_stall_timeout_ms, 1, 1 << 40),
                   ("write_buffer_max_bytes", self.write_buffer_max_bytes,
-                   self.write_buffer_high_bytes, 1 << 40))
+                   self.write_buffer_high_bytes, 1 << 40),
+                  ("requests_in_progress_max", self.requests_in_progress_max, 1, 1 << 30))
         for name, value, low, high in checks:
             if not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name}={value!r}: must be an int in [{low}, {high}]")
@@ -219,17 +230,24 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._process_frames()
 
     def _process_frames(self) -> None:
-        high_bytes = self.limits.write_buffer_high_bytes
+        limits = self.limits
+        high_bytes = limits.write_buffer_high_bytes
         try:
             frames, tail_position = split_frames(self._receive_buffer, self._data_start,
-                                                 self._data_end, self.limits.frame_max_bytes)
+                                                 self._data_end, limits.frame_max_bytes)
             for frame_start, frame_length in frames:
                 if self._closed:
                     return
-                if self._queued_bytes + self._transport_unsent > high_bytes:
+                if limits.pause_reading_on_backlog and \
+                        self._queued_bytes + self._transport_unsent > high_bytes:
                     # One read may hold hundreds of requests, each answered with up to a
                     # pull batch: stop here and run the rest once the replies have drained.
                     self._hold_frames()
+                    return
+                if len(self.handler_tasks) >= limits.requests_in_progress_max:
+                    # Replies still to come: resumed by _task_done, not by a timer.
+                    self._frames_held = True
+                    self._update_reading()
                     return
                 self._receive(_command.decode(
                     self._receive_buffer, frame_start, frame_length,
@@ -252,6 +270,17 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._update_reading()
         if not self._flush_scheduled and not self._writing_paused:
             # Nothing will wake us (no flush pending, no resume_writing coming): retry soon.
+            self._loop.call_soon(self._run_held_frames)
+
+    def track_task(self, task: asyncio.Task) -> None:
+        """Count a handler that waits (see ``requests_in_progress_max``) until it finishes."""
+        self.handler_tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self.handler_tasks.discard(task)
+        if self._frames_held and not self._closed and \
+                len(self.handler_tasks) < self.limits.requests_in_progress_max:
             self._loop.call_soon(self._run_held_frames)
 
     def _run_held_frames(self) -> None:
@@ -278,6 +307,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     def pause_writing(self) -> None:
         # The peer is not reading its replies: stop reading its requests until it does.
+        if not self.limits.pause_reading_on_backlog:
+            return
         if not self._writing_paused and not self._closed:
             self._writing_paused = True
             self._update_reading()

@@ -5,7 +5,9 @@
 RemotingCommand | None`` and turns their outcomes into replies the way a Java broker does (§1.5):
 an unknown code gets REQUEST_CODE_NOT_SUPPORTED (3) "request type N not supported"; a
 :class:`pybroker.errors.HeaderError` its own code and remark; any other exception SYSTEM_ERROR (1)
-with a one-line remark (the stack trace goes to the log, never to the client); oneway requests
+with a one-line remark, the exception's type and first line with local paths (files, internal
+sockets) replaced by ``<path>`` (the stack trace goes to the log, rate limited per cause, never
+to the client); oneway requests
 (flag bit 1) are never answered; a handler returning None sends nothing (it may answer later with
 ``connection.send``).
 
@@ -18,6 +20,7 @@ unix socket, or a socket bound by the caller) and return a :class:`RemotingServe
 """
 import asyncio
 import logging
+import re
 import socket
 import types
 from typing import Awaitable, Callable, Optional
@@ -37,6 +40,17 @@ _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
 _NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
 # A remark is for a person reading a client log, not a dump.
 SYSTEM_ERROR_REMARK_MAX_CHARS = 256
+# Absolute paths (two or more segments), with an optional "unix:" prefix: store files and the
+# internal unix sockets are nobody's business outside the broker host.
+_LOCAL_PATH = re.compile(r"(?:unix:)?(?:/[^\s/'\"(),:;]+){2,}/?")
+
+
+def client_remark(error: BaseException) -> str:
+    """The remark a client gets for an unexpected ``error``: ``"Type: first line"`` without
+    local paths, at most SYSTEM_ERROR_REMARK_MAX_CHARS characters."""
+    lines = str(error).splitlines()
+    text = _LOCAL_PATH.sub("<path>", lines[0] if lines else "")
+    return f"{type(error).__name__}: {text}"[:SYSTEM_ERROR_REMARK_MAX_CHARS]
 
 
 class RequestTable:
@@ -92,9 +106,9 @@ class RequestTable:
     @staticmethod
     def _spawn(connection: RemotingConnection, coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
-        # The loop keeps only weak references to tasks; the connection keeps them alive.
-        connection.handler_tasks.add(task)
-        task.add_done_callback(connection.handler_tasks.discard)
+        # The loop keeps only weak references to tasks; the connection keeps them alive and
+        # counts them against its requests_in_progress_max.
+        connection.track_task(task)
 
 
 @types.coroutine
@@ -144,7 +158,7 @@ def _answer_error(connection: RemotingConnection, request: RemotingCommand,
         LOGGER.error("request code %d from %s failed", request.code, connection.remote_address,
                      exc_info=error)
         code = _SYSTEM_ERROR
-        remark = f"{type(error).__name__}: {error}"[:SYSTEM_ERROR_REMARK_MAX_CHARS]
+        remark = client_remark(error)
     if request.is_oneway:
         return
     connection.send(create_response(request, code, remark))

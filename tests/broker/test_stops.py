@@ -74,6 +74,9 @@ def _assert_all_gone(processes: list[psutil.Process], timeout_s: float = GONE_TI
 # Every log line: time, level, process name and pid, logger (pybroker/logs.py).
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (INFO|WARNING|ERROR|CRITICAL) "
                       r"\[(?P<name>[a-z0-9-]+) \d+\] pybroker[a-z_.]*: ")
+# What standalone prints on stdout (not log lines): a banner and indented lines.
+STDOUT_BANNER = re.compile(r"^pybroker \S+ standalone is serving.*?\nSend a test message:\n"
+                           r"  .*?\n", re.MULTILINE | re.DOTALL)
 PROCESS_NAMES = {"supervisor", "namesrv", "appender", "dispatcher", "flusher", "remoting-0",
                  "remoting-1"}
 
@@ -81,7 +84,8 @@ PROCESS_NAMES = {"supervisor", "namesrv", "appender", "dispatcher", "flusher", "
 def _assert_log_lines(text: str) -> set[str]:
     """Every line is a full log line; returns the process names seen."""
     names = set()
-    for line in text.splitlines():
+    for line in STDOUT_BANNER.sub("", text).splitlines():
+        assert not line.startswith("Traceback"), text[-3000:]
         found = LOG_LINE.match(line)
         assert found, f"log line without time, level or process: {line!r}"
         names.add(found["name"])
