@@ -91,6 +91,10 @@ cpdef enum StatsCounter:
     PUT_DISTRIBUTE_0 = 32         # remoting: Java's 13 put-latency buckets (ms), 32..44
     KEYS_DROPPED = 45             # any writer: keyed updates lost because its table is full
     SEND_BACK_MESSAGES = 46       # remoting: CONSUMER_SEND_MSG_BACK re-puts
+    SEND_OLDEST_MS = 48           # remoting gauges: start (epoch ms) of the oldest request
+    PULL_OLDEST_MS = 49           # of the family not answered yet, 0 when none (Java's
+    QUERY_OLDEST_MS = 50          # thread-pool queue head wait)
+    TRANSACTION_OLDEST_MS = 51
 
 
 cpdef enum StatsHistogram:

@@ -135,11 +135,11 @@ class RemotingWorker:
             channel = connection.attachment
             channel.language, channel.version = request.language, request.version
             started = stats.now_ns()
-            stats.request_started(family)
+            token = stats.request_started(family)
             try:
                 return await handler(ctx, channel, request)
             finally:
-                stats.request_finished(family, (stats.now_ns() - started) // 1000)
+                stats.request_finished(family, token, (stats.now_ns() - started) // 1000)
         return run
 
     async def _forward(self, connection: RemotingConnection, request: RemotingCommand):

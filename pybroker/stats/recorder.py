@@ -4,6 +4,7 @@
 One :class:`Recorder` per worker wraps its :class:`~pybroker._fast.stats.StatsWriter`. Each
 call is a handful of C-level stores (no system call, no allocation after a key's first use).
 """
+import itertools
 import time
 
 from pybroker.stats.region import StatsCounter as C
@@ -14,11 +15,13 @@ from pybroker.stats.service import put_distribute_bucket
 
 __all__ = ["Recorder", "FAMILY_COUNTERS"]
 
-# Request families whose requests waiting are reported as Java's thread-pool queue sizes.
-FAMILY_COUNTERS = {"send": (C.SEND_STARTED, C.SEND_FINISHED),
-                   "pull": (C.PULL_STARTED, C.PULL_FINISHED),
-                   "query": (C.QUERY_STARTED, C.QUERY_FINISHED),
-                   "transaction": (C.TRANSACTION_STARTED, C.TRANSACTION_FINISHED)}
+# Request families whose requests waiting are reported as Java's thread-pool queue sizes:
+# (started counter, answered counter, oldest-unanswered gauge).
+FAMILY_COUNTERS = {"send": (C.SEND_STARTED, C.SEND_FINISHED, C.SEND_OLDEST_MS),
+                   "pull": (C.PULL_STARTED, C.PULL_FINISHED, C.PULL_OLDEST_MS),
+                   "query": (C.QUERY_STARTED, C.QUERY_FINISHED, C.QUERY_OLDEST_MS),
+                   "transaction": (C.TRANSACTION_STARTED, C.TRANSACTION_FINISHED,
+                                   C.TRANSACTION_OLDEST_MS)}
 
 
 class Recorder:
@@ -26,18 +29,38 @@ class Recorder:
 
     def __init__(self, writer: StatsWriter | None = None):
         self.writer = writer if writer is not None else private_writer()
+        # Unanswered requests per family, oldest first: token -> start (epoch ms).
+        self._waiting: dict[str, dict[int, int]] = {family: {} for family in FAMILY_COUNTERS}
+        self._tokens = itertools.count(1)
 
-    def request_started(self, family: str | None) -> None:
+    def request_started(self, family: str | None) -> int:
+        """Count a request; returns the token to pass to :meth:`request_finished`."""
         writer = self.writer
         writer.add(C.REQUESTS_TOTAL)
-        if family is not None:
-            writer.add(FAMILY_COUNTERS[family][0])
+        if family is None:
+            return 0
+        started, _, oldest = FAMILY_COUNTERS[family]
+        writer.add(started)
+        token = next(self._tokens)
+        waiting = self._waiting[family]
+        now_ms = time.time_ns() // 1_000_000
+        if not waiting:
+            writer.set(oldest, now_ms)
+        waiting[token] = now_ms
+        return token
 
-    def request_finished(self, family: str | None, elapsed_us: int) -> None:
+    def request_finished(self, family: str | None, token: int, elapsed_us: int) -> None:
         writer = self.writer
         writer.record(H.RPC_LATENCY_US, elapsed_us)
-        if family is not None:
-            writer.add(FAMILY_COUNTERS[family][1])
+        if family is None:
+            return
+        _, finished, oldest = FAMILY_COUNTERS[family]
+        writer.add(finished)
+        waiting = self._waiting[family]
+        first = next(iter(waiting))
+        del waiting[token]
+        if token == first:
+            writer.set(oldest, next(iter(waiting.values()), 0))
 
     def topic_put(self, topic: str, messages: int, size_bytes: int, label: int = 0) -> None:
         """A SEND stored ``messages`` messages of ``size_bytes`` (TOPIC_PUT_NUMS/SIZE,

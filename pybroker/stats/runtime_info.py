@@ -4,9 +4,10 @@
 Every figure is measured: store counters come from the instrument region (the appender's puts,
 the remoting workers' reads), rates from the supervisor's sampler, positions from the control
 block. Java keys pybroker cannot measure are left out rather than filled with a made-up value
-(the thread pools' head wait times: pybroker has no thread-pool queues; requests waiting in a
-worker are reported as the queue sizes). Formats follow Java: rates are ``Double.toString``
-with an empty field for a window not yet filled, putLatency99 ``%.2f``.
+(dispatchMaxBuffer, scheduleMessageOffset_<level>). pybroker has no thread-pool queues: the
+requests a worker has received and not answered are the queue sizes, the age of the oldest
+one the head wait. Formats follow Java: rates are ``Double.toString`` with an empty field for a
+window not yet filled, putLatency99 ``%.2f``.
 """
 import os
 import time
@@ -29,6 +30,10 @@ _QUEUES = {"sendThreadPoolQueueSize": (C.SEND_STARTED, C.SEND_FINISHED),
            "pullThreadPoolQueueSize": (C.PULL_STARTED, C.PULL_FINISHED),
            "queryThreadPoolQueueSize": (C.QUERY_STARTED, C.QUERY_FINISHED),
            "EndTransactionQueueSize": (C.TRANSACTION_STARTED, C.TRANSACTION_FINISHED)}
+# Java's head wait of each pool queue: here the age of the oldest unanswered request.
+_HEAD_WAITS = {"sendThreadPoolQueueHeadWaitTimeMills": C.SEND_OLDEST_MS,
+               "pullThreadPoolQueueHeadWaitTimeMills": C.PULL_OLDEST_MS,
+               "queryThreadPoolQueueHeadWaitTimeMills": C.QUERY_OLDEST_MS}
 # Java TransientStorePool.availableBufferNums() when the pool is off (pybroker has none).
 _NO_TRANSIENT_POOL = str(2 ** 31 - 1)
 
@@ -107,6 +112,10 @@ def _broker_figures(service, snapshot, control) -> dict[str, str]:
     info.update(_POOL_CAPACITIES)
     for key, (started, finished) in _QUEUES.items():
         info[key] = str(max(counter(started) - counter(finished), 0))
+    now_ms = time.time_ns() // 1_000_000
+    for key, index in _HEAD_WAITS.items():
+        starts = [int(start) for start in snapshot.counters[:, index] if start]
+        info[key] = str(max(now_ms - min(starts), 0) if starts else 0)
     written = control.written_position
     info["dispatchBehindBytes"] = str(max(written - control.dispatched_position, 0))
     info["remainHowManyDataToFlush"] = human_readable_bytes(

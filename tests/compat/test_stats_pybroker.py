@@ -100,6 +100,11 @@ def test_sent_and_consumed_counts_are_exact(java, broker):
     assert int(status["commitLogMaxOffset"]) > int(before["commitLogMaxOffset"])
     assert float(status["commitLogDiskRatio"]) > 0
     assert status["putMessageDistributeTime"].startswith("[<=0ms]:")
+    assert status["sendThreadPoolQueueSize"] == "0"
+    assert status["sendThreadPoolQueueHeadWaitTimeMills"] == "0"
+    # clusterList prints "<tps>(<send queue size>,<head wait>ms)" from those two keys.
+    (cluster_row,) = _table(java.mqadmin("clusterList"), "DefaultCluster")
+    assert cluster_row[5].endswith("(0,0ms)"), cluster_row
     (row,) = _table(java.mqadmin("statsAll", "-t", topic), topic)
     # topic, group, accumulation, inTPS, outTPS, inMsg24Hour, outMsg24Hour
     assert row[1] == group and row[2] == "0"

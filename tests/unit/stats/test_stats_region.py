@@ -184,3 +184,20 @@ def test_service_tick_rates_items_and_morning(region):
     assert service.morning["put_today"] == 1200 and service.morning["get_today"] == 120
     writer.close()
     appender.close()
+
+
+def test_recorder_publishes_the_oldest_unanswered_request(region):
+    from pybroker.stats.recorder import Recorder
+    recorder = Recorder(region.writer(remoting_writer(0)))
+    first = recorder.request_started("send")
+    oldest = region.snapshot().counter(C.SEND_OLDEST_MS)
+    assert oldest > 0
+    second = recorder.request_started("send")
+    recorder.request_finished("send", first, 10)
+    # the second request is the oldest now (started at or after the first)
+    assert region.snapshot().counter(C.SEND_OLDEST_MS) >= oldest
+    recorder.request_finished("send", second, 10)
+    snapshot = region.snapshot()
+    assert snapshot.counter(C.SEND_OLDEST_MS) == 0
+    assert snapshot.counter(C.SEND_STARTED) - snapshot.counter(C.SEND_FINISHED) == 0
+    recorder.writer.close()
