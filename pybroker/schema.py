@@ -131,7 +131,7 @@ class SettingSpec:
     important: bool
     pybroker_only: bool
     optional: bool        # None allowed ("not set")
-    enum_type: type | None
+    enum_type: type[enum.Enum] | None
 
 
 def setting(key: str, default: Any, doc: str, *, unit: str = "", rule: Rule | None = None,

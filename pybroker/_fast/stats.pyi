@@ -1,4 +1,6 @@
 # Python face of pybroker._fast.stats (the shared-memory instrument region).
+import enum
+
 from typing_extensions import Buffer
 
 MAGIC: int
@@ -26,6 +28,13 @@ SECTION_KEY_COUNT_OFFSET: int
 SECTION_KEYS_OFFSET: int
 SECTION_BYTES: int
 STATS_BOOT_MS_OFFSET: int
+STATS_MAGIC_OFFSET: int
+STATS_VERSION_OFFSET: int
+STATS_SIZE_OFFSET: int
+STATS_WRITERS_OFFSET: int
+STATS_SECTIONS_OFFSET_OFFSET: int
+STATS_PAGE_BYTES: int
+WINDOW_AREA_BYTES: int
 
 def sections_offset() -> int: ...
 def region_size(writers: int) -> int: ...
@@ -33,6 +42,70 @@ def initialise(buffer: Buffer, writers: int, boot_ms: int) -> None: ...
 def check_header(buffer: Buffer) -> int: ...
 def snapshot(buffer: Buffer) -> bytes: ...
 def window_append(buffer: Buffer, values: list[int]) -> None: ...
+
+class StatsCounter(enum.IntEnum):
+    PUT_MESSAGES = 0
+    PUT_BYTES = 1
+    PUT_FAILED = 2
+    PUT_REQUESTS = 3
+    GROUP_COMMITS = 4
+    PAGE_CACHE_LOCK_BEGIN_MS = 5
+    GET_FOUND = 8
+    GET_MISS = 9
+    GET_TRANSFERRED_MESSAGES = 10
+    GET_TRANSFERRED_BYTES = 11
+    BROKER_PUT_NUMS = 12
+    BROKER_GET_NUMS = 13
+    SEND_STARTED = 16
+    SEND_FINISHED = 17
+    PULL_STARTED = 18
+    PULL_FINISHED = 19
+    QUERY_STARTED = 20
+    QUERY_FINISHED = 21
+    TRANSACTION_STARTED = 22
+    TRANSACTION_FINISHED = 23
+    PULL_HELD = 24
+    PUT_ENTIRE_TIME_MAX_MS = 25
+    REQUESTS_TOTAL = 26
+    GET_ENTIRE_TIME_MAX_MS = 27
+    DISPATCHED_MESSAGES = 28
+    DISPATCH_BATCHES = 29
+    FLUSHES = 30
+    FLUSHED_BYTES = 31
+    PUT_DISTRIBUTE_0 = 32
+    KEYS_DROPPED = 45
+    SEND_BACK_MESSAGES = 46
+    SEND_OLDEST_MS = 48
+    PULL_OLDEST_MS = 49
+    QUERY_OLDEST_MS = 50
+    TRANSACTION_OLDEST_MS = 51
+
+
+class StatsHistogram(enum.IntEnum):
+    PUT_LATENCY_US = 0
+    GROUP_COMMIT_MESSAGES = 1
+    GROUP_COMMIT_BYTES = 2
+    FLUSH_LATENCY_US = 3
+    FLUSH_BYTES = 4
+    DISPATCH_LAG_BYTES = 5
+    RPC_LATENCY_US = 6
+    MESSAGE_SIZE_BYTES = 7
+    SYNC_FLUSH_WAIT_US = 8
+    DISPATCH_BATCH_MESSAGES = 9
+
+
+class StatsKeyKind(enum.IntEnum):
+    KEY_TOPIC_PUT = 1
+    KEY_GROUP_GET = 2
+    KEY_SEND_BACK = 3
+    KEY_GROUP_GET_LATENCY = 4
+
+
+class KeyWord(enum.IntEnum):
+    KEY_MESSAGES = 0
+    KEY_BYTES = 1
+    KEY_REQUESTS = 2
+
 
 class StatsWriter:
     writer: int

@@ -107,9 +107,11 @@ class StandaloneBroker:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         start_offset = len(self._log_text())
+        process = self.process
+        assert process is not None      # started by the caller
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"pybroker exited with {self.process.returncode}:\n"
+            if process.poll() is not None:
+                raise RuntimeError(f"pybroker exited with {process.returncode}:\n"
                                    f"{self._log_text()[-4000:]}")
             if READY_LINE in self._log_text()[start_offset:]:
                 return

@@ -2,6 +2,8 @@
 """clusterList, brokerStatus, topicList, topicRoute, topicStatus, updateTopic, deleteTopic,
 getBrokerConfig, updateBrokerConfig, statsAll. Each is ``async def run(admin, args, out)``."""
 import time
+from collections.abc import Callable
+from typing import Any
 
 from pybroker.client.instance import check_response, request
 from pybroker.protocol import bodies, fastjson, headers
@@ -192,13 +194,14 @@ async def stats_all(admin, args, out) -> int:
             in_tps += data["statsMinute"]["tps"] if data else 0.0
             in_day += _day_sum(data)
         groups = await _consumers_of(admin, addresses, topic)
-        for group in groups or [None]:
+        candidates: list[str | None] = list(groups or []) or [None]
+        for group in candidates:
             out_tps, out_day, lag = 0.0, 0, 0
             for address in addresses if group else []:
                 data = await _stats_sum(admin, address, "GROUP_GET_NUMS", f"{topic}@{group}")
                 out_tps += data["statsMinute"]["tps"] if data else 0.0
                 out_day += _day_sum(data)
-                lag += await _lag(admin, address, group, topic)
+                lag += await _lag(admin, address, group or "", topic)
             if not args.active or in_day or out_day:
                 rows.append([topic, group or "", lag, in_tps, out_tps if group else None,
                              in_day, out_day if group else "NO_CONSUMER"])
@@ -229,9 +232,13 @@ async def _lag(admin, address: str, group: str, topic: str) -> int:
                    for entry in stats.get("offsetTable", {}).values()), 0)
 
 
-_BROKER_OR_CLUSTER = (("-b", "broker_addr", {"help": "broker address ip:port"}),
-                      ("-c", "cluster", {"help": "cluster name"}))
-COMMANDS = {
+# An option: (flag, destination, argparse keywords); a command: (coroutine, help, options).
+Option = tuple[str, str, dict[str, Any]]
+Command = tuple[Callable[..., Any], str, tuple[Option, ...]]
+_BROKER_OR_CLUSTER: tuple[Option, ...] = (
+    ("-b", "broker_addr", {"help": "broker address ip:port"}),
+    ("-c", "cluster", {"help": "cluster name"}))
+COMMANDS: dict[str, Command] = {
     "clusterList": (cluster_list, "brokers of the clusters with their rates",
                     (("-c", "cluster", {"help": "only this cluster"}),)),
     "brokerStatus": (broker_status, "a broker's runtime statistics", _BROKER_OR_CLUSTER),

@@ -7,7 +7,7 @@ import time
 
 import orjson
 
-from pybroker.admin.broker_commands import MASTER_ID, invoke, masters
+from pybroker.admin.broker_commands import MASTER_ID, Command, Option, invoke, masters
 from pybroker.client.instance import check_response, request
 from pybroker.client.message import Message
 from pybroker.client.producer import Producer
@@ -289,8 +289,8 @@ async def send_message(admin, args, out) -> int:
     return 0
 
 
-_BROKER_OR_CLUSTER = (("-b", "broker_addr", {}), ("-c", "cluster", {}))
-COMMANDS = {
+_BROKER_OR_CLUSTER: tuple[Option, ...] = (("-b", "broker_addr", {}), ("-c", "cluster", {}))
+COMMANDS: dict[str, Command] = {
     "updateSubGroup": (update_sub_group, "create or update a subscription group", (
         ("-g", "group", {"required": True}), *_BROKER_OR_CLUSTER,
         ("-s", "consume_enable", {"default": "true"}),

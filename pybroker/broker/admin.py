@@ -15,11 +15,13 @@ INVOKE_BROKER_TO_RESET_OFFSET (222) commits the new offsets and tells every live
 (RESET_CONSUMER_CLIENT_OFFSET, oneway); INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223) asks each
 member with GET_CONSUMER_STATUS_FROM_CLIENT (221).
 """
-import inspect
 import logging
+from collections.abc import Iterable
 
 import orjson
 
+from pybroker.broker.context import MetadataContext, MetadataHandler
+from pybroker.broker.interfaces import ClientChannel
 from pybroker.broker.managers.consumer import subscription_to_json
 from pybroker.config import BrokerRole, all_settings
 from pybroker.protocol import bodies, constants, fastjson
@@ -147,7 +149,8 @@ def _topic_config_from_header(header) -> TopicConfig | str:
                        bool(header.order), _parse_attributes(header.attributes))
 
 
-async def handle_update_and_create_topic(ctx, channel, request):
+async def handle_update_and_create_topic(ctx: MetadataContext, channel: ClientChannel,
+                                         request: RemotingCommand) -> RemotingCommand | None:
     """UPDATE_AND_CREATE_TOPIC (17): create or replace a topic (Java 4.9 refuses system
     topics, which include the cluster and broker names). Persisted; the service re-registers
     with the name servers on the change."""
@@ -167,7 +170,8 @@ async def handle_update_and_create_topic(ctx, channel, request):
     return _ok(request)
 
 
-async def handle_delete_topic_in_broker(ctx, channel, request):
+async def handle_delete_topic_in_broker(ctx: MetadataContext, channel: ClientChannel,
+                                        request: RemotingCommand) -> RemotingCommand | None:
     """DELETE_TOPIC_IN_BROKER (215): forget the topic, its consume queues and its consumer
     offsets (CommitLog data ages out normally). System topics are refused."""
     if _is_slave(ctx):
@@ -181,20 +185,22 @@ async def handle_delete_topic_in_broker(ctx, channel, request):
     log.info("deleteTopic %s called by %s", header.topic, channel.remote_address)
     ctx.metadata.topics.delete_topic_config(header.topic)
     ctx.metadata.offsets.remove_offsets_of_topic(header.topic)
-    deleted = ctx.store.delete_topics([header.topic])
-    if inspect.isawaitable(deleted):
-        # Multi-process broker: wait until the dispatcher destroyed the queues (the request
-        # then behaves as in Java: a re-created topic starts at queue offset 0).
-        await deleted
+    # Wait until the data plane destroyed the queues (the request then behaves as in Java: a
+    # re-created topic starts at queue offset 0); say so when it did not answer in time.
+    if not await ctx.topic_deleter.delete_topics([header.topic]):
+        return _error(request, f"topic {header.topic} deleted, but the data plane did not "
+                      "delete its consume queues in time; their files stay until they expire")
     return _ok(request)
 
 
-async def handle_get_all_topic_config(ctx, channel, request):
+async def handle_get_all_topic_config(ctx: MetadataContext, channel: ClientChannel,
+                                      request: RemotingCommand) -> RemotingCommand | None:
     """GET_ALL_TOPIC_CONFIG (21): the topics.json document (compact)."""
     return _ok(request, _json(ctx.metadata.topics.to_json()))
 
 
-async def handle_get_topic_stats_info(ctx, channel, request):
+async def handle_get_topic_stats_info(ctx: MetadataContext, channel: ClientChannel,
+                                      request: RemotingCommand) -> RemotingCommand | None:
     """GET_TOPIC_STATS_INFO (202): min/max queue offset and last store time per write queue."""
     header = parse_request_header(request.code, request.ext_fields)
     topic_config = ctx.metadata.topic_config(header.topic)
@@ -238,7 +244,8 @@ def _consume_stats_entries(ctx, group: str, topic: str) -> list:
     return entries
 
 
-async def handle_get_consume_stats(ctx, channel, request):
+async def handle_get_consume_stats(ctx: MetadataContext, channel: ClientChannel,
+                                   request: RemotingCommand) -> RemotingCommand | None:
     """GET_CONSUME_STATS (208): broker vs consumer offset per queue of the group's topics
     (those it committed offsets for, or the one named); consumeTps is the sum over those
     topics of GROUP_GET_NUMS tps in the last minute (Java's tpsGroupGetNums)."""
@@ -258,7 +265,8 @@ async def handle_get_consume_stats(ctx, channel, request):
     return _ok(request, encode_consume_stats(entries, consume_tps))
 
 
-async def handle_query_topic_consume_by_who(ctx, channel, request):
+async def handle_query_topic_consume_by_who(ctx: MetadataContext, channel: ClientChannel,
+                                            request: RemotingCommand) -> RemotingCommand | None:
     """QUERY_TOPIC_CONSUME_BY_WHO (300): GroupList body ``{"groupList":[...]}`` of the groups
     with a live member subscribed to the topic or with committed offsets for it (mqadmin
     queryMsgById / messageTrackDetail ask this)."""
@@ -268,7 +276,8 @@ async def handle_query_topic_consume_by_who(ctx, channel, request):
     return _ok(request, _json({"groupList": sorted(groups)}))
 
 
-async def handle_get_producer_connection_list(ctx, channel, request):
+async def handle_get_producer_connection_list(ctx: MetadataContext, channel: ClientChannel,
+                                              request: RemotingCommand) -> RemotingCommand | None:
     """GET_PRODUCER_CONNECTION_LIST (204): ProducerConnection of the group's live producers;
     SYSTEM_ERROR "the producer group[g] not exist" when it has none (as Java)."""
     header = parse_request_header(request.code, request.ext_fields)
@@ -281,7 +290,8 @@ async def handle_get_producer_connection_list(ctx, channel, request):
     return _ok(request, _json({"connectionSet": connections}))
 
 
-async def handle_view_broker_stats_data(ctx, channel, request):
+async def handle_view_broker_stats_data(ctx: MetadataContext, channel: ClientChannel,
+                                        request: RemotingCommand) -> RemotingCommand | None:
     """VIEW_BROKER_STATS_DATA (315): BrokerStatsData (minute / hour / day sum, tps, avgpt) of
     a StatsItem such as TOPIC_PUT_NUMS <topic> or GROUP_GET_NUMS <topic@group>."""
     header = parse_request_header(request.code, request.ext_fields)
@@ -292,7 +302,8 @@ async def handle_view_broker_stats_data(ctx, channel, request):
     return _ok(request, _json(data))
 
 
-async def handle_get_consumer_connection_list(ctx, channel, request):
+async def handle_get_consumer_connection_list(ctx: MetadataContext, channel: ClientChannel,
+                                              request: RemotingCommand) -> RemotingCommand | None:
     """GET_CONSUMER_CONNECTION_LIST (203): the group's live connections and subscriptions;
     CONSUMER_NOT_ONLINE when it has none."""
     header = parse_request_header(request.code, request.ext_fields)
@@ -336,7 +347,8 @@ def runtime_info(ctx) -> dict[str, str]:
     return info
 
 
-async def handle_get_broker_runtime_info(ctx, channel, request):
+async def handle_get_broker_runtime_info(ctx: MetadataContext, channel: ClientChannel,
+                                         request: RemotingCommand) -> RemotingCommand | None:
     """GET_BROKER_RUNTIME_INFO (28): KVTable of runtime figures: the shared statistics
     (pybroker/stats/runtime_info.py) in a broker, the store's own figures otherwise."""
     if ctx.stats_service is not None:
@@ -344,7 +356,8 @@ async def handle_get_broker_runtime_info(ctx, channel, request):
     return _ok(request, bodies.encode_kv_table(runtime_info(ctx)))
 
 
-async def handle_get_broker_config(ctx, channel, request):
+async def handle_get_broker_config(ctx: MetadataContext, channel: ClientChannel,
+                                   request: RemotingCommand) -> RemotingCommand | None:
     """GET_BROKER_CONFIG (26): every effective setting as Java Properties text (``key=value``
     lines; unset values left out, as Java leaves out nulls). pybroker keeps no secrets in its
     settings. Response header ``version``: a DataVersion JSON."""
@@ -359,12 +372,16 @@ async def handle_get_broker_config(ctx, channel, request):
 
 
 # --- subscription groups and offsets -------------------------------------------------------
-async def handle_get_all_subscription_group_config(ctx, channel, request):
+async def handle_get_all_subscription_group_config(
+        ctx: MetadataContext, channel: ClientChannel,
+        request: RemotingCommand) -> RemotingCommand | None:
     """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): the subscriptionGroup.json document."""
     return _ok(request, _json(ctx.metadata.groups.to_json()))
 
 
-async def handle_update_and_create_subscription_group(ctx, channel, request):
+async def handle_update_and_create_subscription_group(
+        ctx: MetadataContext, channel: ClientChannel,
+        request: RemotingCommand) -> RemotingCommand | None:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): body = a SubscriptionGroupConfig."""
     if _is_slave(ctx):
         return _error(request, SLAVE_REMARK)
@@ -383,7 +400,8 @@ async def handle_update_and_create_subscription_group(ctx, channel, request):
     return _ok(request)
 
 
-async def handle_delete_subscription_group(ctx, channel, request):
+async def handle_delete_subscription_group(ctx: MetadataContext, channel: ClientChannel,
+                                           request: RemotingCommand) -> RemotingCommand | None:
     """DELETE_SUBSCRIPTIONGROUP (207): forget the group (and its offsets when
     ``removeOffset`` (4.9) or ``cleanOffset`` (5.x) is true)."""
     if _is_slave(ctx):
@@ -395,13 +413,15 @@ async def handle_delete_subscription_group(ctx, channel, request):
     return _ok(request)
 
 
-async def handle_get_all_consumer_offset(ctx, channel, request):
+async def handle_get_all_consumer_offset(ctx: MetadataContext, channel: ClientChannel,
+                                         request: RemotingCommand) -> RemotingCommand | None:
     """GET_ALL_CONSUMER_OFFSET (43): the consumerOffset.json document (quoted queue-id keys,
     which fastjson reads as well as its own bare ones)."""
     return _ok(request, _json(ctx.metadata.offsets.to_json()))
 
 
-async def handle_get_all_delay_offset(ctx, channel, request):
+async def handle_get_all_delay_offset(ctx: MetadataContext, channel: ClientChannel,
+                                      request: RemotingCommand) -> RemotingCommand | None:
     """GET_ALL_DELAY_OFFSET (45): the delayOffset.json document, the schedule service's live
     one when it runs (``metadata.delay_offsets()``), else the file."""
     document = ctx.metadata.delay_offsets()
@@ -433,7 +453,8 @@ async def _call_consumer(ctx, request, code: int, group: str, client_id: str | N
                            answer.body)
 
 
-async def handle_get_consumer_running_info(ctx, channel, request):
+async def handle_get_consumer_running_info(ctx: MetadataContext, channel: ClientChannel,
+                                           request: RemotingCommand) -> RemotingCommand | None:
     """GET_CONSUMER_RUNNING_INFO (307): ask the client; its ConsumerRunningInfo comes back."""
     header = parse_request_header(request.code, request.ext_fields)
     return await _call_consumer(ctx, request, RequestCode.GET_CONSUMER_RUNNING_INFO,
@@ -452,7 +473,8 @@ def _message_record(ctx, message_id: str | None) -> bytes | None:
         return bytes(selected.buffer)
 
 
-async def handle_consume_message_directly(ctx, channel, request):
+async def handle_consume_message_directly(ctx: MetadataContext, channel: ClientChannel,
+                                          request: RemotingCommand) -> RemotingCommand | None:
     """CONSUME_MESSAGE_DIRECTLY (309): send the stored message (by offset msgId) to the client
     to consume; its ConsumeMessageDirectlyResult comes back."""
     header = parse_request_header(request.code, request.ext_fields)
@@ -499,7 +521,7 @@ def reset_offset_table(ctx, header, topic_config) -> dict[int, int] | str:
     if header.queue_id >= 0:
         if header.queue_id >= topic_config.write_queue_nums:
             return f"queueId {header.queue_id} out of range of topic {header.topic}"
-        queue_ids = [header.queue_id]
+        queue_ids: Iterable[int] = [header.queue_id]
     else:
         queue_ids = range(topic_config.write_queue_nums)
     table = {}
@@ -518,7 +540,8 @@ def _old_client(clients) -> str | None:
     return None
 
 
-async def handle_invoke_broker_to_reset_offset(ctx, channel, request):
+async def handle_invoke_broker_to_reset_offset(ctx: MetadataContext, channel: ClientChannel,
+                                               request: RemotingCommand) -> RemotingCommand | None:
     """INVOKE_BROKER_TO_RESET_OFFSET (222): move the group's consumer offsets of a topic to
     the offset of ``timestamp`` (ms; -1 = the end) or, 5.x, of ``queueId`` to ``offset``.
 
@@ -579,7 +602,9 @@ def _status_table(answer) -> dict | None:
         return None
 
 
-async def handle_invoke_broker_to_get_consumer_status(ctx, channel, request):
+async def handle_invoke_broker_to_get_consumer_status(
+        ctx: MetadataContext, channel: ClientChannel,
+        request: RemotingCommand) -> RemotingCommand | None:
     """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): ask each live member of the group (or the
     one whose client id is ``clientAddr``) with GET_CONSUMER_STATUS_FROM_CLIENT (221) for its
     offsets of the topic; answers GetConsumerStatusBody ``consumerTable`` by client id."""
@@ -612,7 +637,7 @@ async def handle_invoke_broker_to_get_consumer_status(ctx, channel, request):
 
 
 _C = RequestCode
-HANDLERS = {
+HANDLERS: dict[int, MetadataHandler] = {
     _C.UPDATE_AND_CREATE_TOPIC: handle_update_and_create_topic,
     _C.DELETE_TOPIC_IN_BROKER: handle_delete_topic_in_broker,
     _C.GET_ALL_TOPIC_CONFIG: handle_get_all_topic_config,

@@ -1,12 +1,12 @@
 # A client connection as broker handlers see it, whichever process they run in.
-"""The :class:`Channel` value handlers receive.
+"""The :class:`ClientChannel` interface handlers receive, and :class:`Channel`, its value type.
 
 In a remoting worker a Channel wraps the client's own connection. In the metadata service it is
 rebuilt from the ext fields the worker adds when it forwards a request
 (:data:`FORWARD_EXT_CHANNEL` ...), and ``send`` routes back through that worker.
 """
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from pybroker.protocol.command import RemotingCommand
 
@@ -17,6 +17,21 @@ FORWARD_EXT_LANGUAGE = "__pb_lang"
 FORWARD_EXT_VERSION = "__pb_ver"
 FORWARD_EXT_KEYS = (FORWARD_EXT_CHANNEL, FORWARD_EXT_ADDRESS, FORWARD_EXT_LANGUAGE,
                     FORWARD_EXT_VERSION)
+
+
+class ClientChannel(Protocol):
+    """One client connection, whichever process the handler runs in.
+
+    ``channel_id`` is unique in the broker (``"<worker>:<connection>"``); ``language`` and
+    ``version`` are those of the client's latest request."""
+    channel_id: str
+    remote_address: str
+    language: int
+    version: int
+
+    def send(self, command: RemotingCommand) -> None:
+        """Write ``command`` to the client (a late response or a oneway request); raises
+        ConnectionError when the connection is gone."""
 
 
 def _refuse_send(command: RemotingCommand) -> None:

@@ -7,6 +7,8 @@ NOTIFY_CONSUMER_IDS_CHANGED (40, oneway, header ``consumerGroup``) through each 
 """
 import logging
 
+from pybroker.broker.context import MetadataContext, MetadataHandler
+from pybroker.broker.interfaces import ClientChannel
 from pybroker.broker.managers.client_channel import make_channel_info
 from pybroker.protocol import bodies, constants
 from pybroker.protocol.codes import RequestCode, ResponseCode
@@ -28,7 +30,8 @@ def _java_bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-async def handle_heartbeat(ctx, channel, request: RemotingCommand) -> RemotingCommand:
+async def handle_heartbeat(ctx: MetadataContext, channel: ClientChannel,
+                           request: RemotingCommand) -> RemotingCommand:
     """HEART_BEAT (34): register the client's consumer and producer groups.
 
     For each consumer group with a subscription-group config (auto-created by default) the
@@ -87,7 +90,8 @@ def _register_consumer(ctx, client, consumer_data: bodies.ConsumerData,
         log.info("registerConsumer info changed %s %s", group, client.channel.remote_address)
 
 
-async def handle_unregister_client(ctx, channel, request: RemotingCommand) -> RemotingCommand:
+async def handle_unregister_client(ctx: MetadataContext, channel: ClientChannel,
+                                   request: RemotingCommand) -> RemotingCommand:
     """UNREGISTER_CLIENT (35): drop this channel from the named producer/consumer group."""
     header = parse_request_header(request.code, request.ext_fields)
     metadata = ctx.metadata
@@ -102,7 +106,7 @@ async def handle_unregister_client(ctx, channel, request: RemotingCommand) -> Re
     return create_response(request, ResponseCode.SUCCESS)
 
 
-async def handle_get_consumer_list_by_group(ctx, channel,
+async def handle_get_consumer_list_by_group(ctx: MetadataContext, channel: ClientChannel,
                                             request: RemotingCommand) -> RemotingCommand:
     """GET_CONSUMER_LIST_BY_GROUP (38): client ids of the group's live consumers;
     SYSTEM_ERROR when it has none."""
@@ -117,7 +121,7 @@ async def handle_get_consumer_list_by_group(ctx, channel,
                            body=bodies.encode_consumer_list(client_ids))
 
 
-HANDLERS = {
+HANDLERS: dict[int, MetadataHandler] = {
     RequestCode.HEART_BEAT: handle_heartbeat,
     RequestCode.UNREGISTER_CLIENT: handle_unregister_client,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: handle_get_consumer_list_by_group,

@@ -4,6 +4,8 @@
 They run in the metadata service: offsets and locks live in
 :class:`pybroker.broker.metadata.MetadataState`; ``ctx.store`` answers queue min offsets.
 """
+from pybroker.broker.context import MetadataContext, MetadataHandler
+from pybroker.broker.interfaces import ClientChannel
 from pybroker.protocol import bodies
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
@@ -21,7 +23,8 @@ def _offset_response(request: RemotingCommand, consumer_offset: int) -> Remoting
     return create_response(request, ResponseCode.SUCCESS, ext_fields=ext_fields)
 
 
-async def handle_query_consumer_offset(ctx, channel, request: RemotingCommand) -> RemotingCommand:
+async def handle_query_consumer_offset(ctx: MetadataContext, channel: ClientChannel,
+                                       request: RemotingCommand) -> RemotingCommand:
     """QUERY_CONSUMER_OFFSET (14): the committed offset.
 
     Without one: QUERY_NOT_FOUND when the 5.x header says ``setZeroIfNotFound=false``;
@@ -41,7 +44,7 @@ async def handle_query_consumer_offset(ctx, channel, request: RemotingCommand) -
     return create_response(request, ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_REMARK)
 
 
-async def handle_update_consumer_offset(ctx, channel,
+async def handle_update_consumer_offset(ctx: MetadataContext, channel: ClientChannel,
                                         request: RemotingCommand) -> RemotingCommand | None:
     """UPDATE_CONSUMER_OFFSET (15): record the offset (persisted every 5 s). No response to a
     flagged oneway request (Java's client); Go's unflagged "oneway" gets one."""
@@ -61,7 +64,8 @@ def _decode_lock_body(request: RemotingCommand) -> bodies.LockBatchRequest | Rem
         return create_response(request, ResponseCode.SYSTEM_ERROR, str(error))
 
 
-async def handle_lock_batch_mq(ctx, channel, request: RemotingCommand) -> RemotingCommand:
+async def handle_lock_batch_mq(ctx: MetadataContext, channel: ClientChannel,
+                               request: RemotingCommand) -> RemotingCommand:
     """LOCK_BATCH_MQ (41): lock queues for ordered consumption (60 s lease); the body lists
     the queues now held by the client."""
     body = _decode_lock_body(request)
@@ -73,7 +77,7 @@ async def handle_lock_batch_mq(ctx, channel, request: RemotingCommand) -> Remoti
                            body=bodies.encode_lock_batch_response(locked))
 
 
-async def handle_unlock_batch_mq(ctx, channel,
+async def handle_unlock_batch_mq(ctx: MetadataContext, channel: ClientChannel,
                                  request: RemotingCommand) -> RemotingCommand | None:
     """UNLOCK_BATCH_MQ (42): release the client's locks of the listed queues."""
     body = _decode_lock_body(request)
@@ -85,7 +89,7 @@ async def handle_unlock_batch_mq(ctx, channel,
     return create_response(request, ResponseCode.SUCCESS)
 
 
-HANDLERS = {
+HANDLERS: dict[int, MetadataHandler] = {
     RequestCode.QUERY_CONSUMER_OFFSET: handle_query_consumer_offset,
     RequestCode.UPDATE_CONSUMER_OFFSET: handle_update_consumer_offset,
     RequestCode.LOCK_BATCH_MQ: handle_lock_batch_mq,

@@ -1,50 +1,78 @@
 # The state broker handlers work with: config, store, putter, metadata, long polling, clock.
-""":class:`BrokerContext` and the :class:`Putter` protocol.
+""":class:`BrokerContext` (what every handler gets) and :class:`MetadataContext` (what the
+metadata handlers get in the metadata service), with the in-process implementations of the
+seams in :mod:`pybroker.broker.interfaces`.
 
 Handlers are ``async def handle(ctx, channel, request) -> RemotingCommand | None``. The same
 handler code runs in a remoting worker (store = read-only reader, putter = send ring,
-metadata = replica) and in tests (store = a MessageStore on a temp dir, putter =
-:class:`StorePutter`, metadata = the authoritative state).
+metadata = replica), in the metadata service (metadata = the single writer) and in tests
+(store = a MessageStore on a temp dir, putter = :class:`StorePutter`, metadata = the
+authoritative state).
 """
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any
 
 from pybroker import clock
+from pybroker.broker.interfaces import (ClientChannel, MetadataView, MetadataWriter, Putter,
+                                        StoreReader, TopicDeleter)
+from pybroker.broker.long_poll import LongPollService
+from pybroker.config import Config
 from pybroker.protocol.command import RemotingCommand
+from pybroker.stats.recorder import Recorder
+from pybroker.stats.service import StatsService
+from pybroker.store.message_store import MessageStore, PutResult
 
-
-class Putter(Protocol):
-    """How encoded records reach the CommitLog."""
-
-    async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
-                  wait_store: bool) -> Any:
-        """Append ``count`` whole encoded records of one topic/queue; returns a PutResult."""
+__all__ = ["BrokerContext", "MetadataContext", "Handler", "MetadataHandler", "StorePutter",
+           "StoreTopicDeleter"]
 
 
 class StorePutter:
     """Putter over an in-process MessageStore (tests, tools, the single-process store)."""
 
-    def __init__(self, store):
+    def __init__(self, store: MessageStore):
         self.store = store
 
-    async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
-                  wait_store: bool):
+    async def put(self, records: bytes | bytearray | memoryview, topic: str, queue_id: int,
+                  count: int, sys_flag: int, wait_store: bool) -> PutResult:
         return self.store.put_messages(records, topic, queue_id, count, sys_flag,
                                        wait_store_ok=wait_store)
+
+
+class StoreTopicDeleter:
+    """TopicDeleter over an in-process MessageStore: the queues go at once."""
+
+    def __init__(self, store: MessageStore):
+        self.store = store
+
+    async def delete_topics(self, topics: Sequence[str]) -> bool:
+        self.store.delete_topics(topics)
+        return True
 
 
 @dataclass
 class BrokerContext:
     """Everything a handler may use. See docs/architecture.md for who owns what."""
-    config: Any                      # pybroker.config.Config
-    store: Any                       # pybroker.store.message_store.MessageStore (or reader)
+    config: Config
+    store: StoreReader
     putter: Putter
-    metadata: Any                    # pybroker.broker.metadata.MetadataState
+    metadata: MetadataView
     store_host: tuple[bytes, int]    # broker IP bytes + listen port
-    long_poll: Any = None            # pybroker.broker.long_poll.LongPollService (workers only)
-    stats: Any = None                # pybroker.stats.recorder.Recorder (counts requests)
-    stats_service: Any = None        # pybroker.stats.service.StatsService (supervisor only)
+    long_poll: LongPollService | None = None       # remoting workers only
+    stats: Recorder | None = None                  # counts requests (remoting workers)
+    stats_service: StatsService | None = None      # the supervisor's statistics
     now_ms: Callable[[], int] = field(default=clock.now_ms)
 
 
-Handler = Callable[[BrokerContext, Any, RemotingCommand], Awaitable[RemotingCommand | None]]
+@dataclass
+class MetadataContext(BrokerContext):
+    """The context of the metadata handlers (they run in the metadata service, the single
+    writer): the metadata is the writer, and topic deletion reaches the data plane."""
+    metadata: MetadataWriter
+    topic_deleter: TopicDeleter = field(kw_only=True)
+
+
+Handler = Callable[[BrokerContext, ClientChannel, RemotingCommand],
+                   Coroutine[Any, Any, RemotingCommand | None]]
+MetadataHandler = Callable[[MetadataContext, ClientChannel, RemotingCommand],
+                           Coroutine[Any, Any, RemotingCommand | None]]

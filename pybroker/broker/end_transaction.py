@@ -12,6 +12,9 @@ then the op marker
 queue offset in decimal) is written. Rollback: validation and the op marker only. Unknown (0):
 nothing, no response.
 """
+from pybroker.broker.context import BrokerContext, Handler
+from pybroker.broker.interfaces import ClientChannel
+from pybroker.protocol.command import RemotingCommand
 from pybroker._fast import record as record_codec
 from pybroker.broker import send
 from pybroker.broker.reput import RePut, real_destination, reput_message
@@ -84,6 +87,7 @@ async def _end(ctx, header) -> None:
         if header.commit_log_offset >= 0 else None
     if selected is None:
         raise send.SendRefused(ResponseCode.SYSTEM_ERROR, _FIND_FAILED)
+    decoded: record_codec.MessageRecord | None = None
     try:
         decoded = record_codec.decode(selected.buffer, 0)
         properties = decode_properties(decoded.properties)
@@ -104,7 +108,8 @@ async def _end(ctx, header) -> None:
     await put_op_marker(ctx.putter, ctx, half_queue_id, half_queue_offset, ctx.now_ms())
 
 
-async def handle_end_transaction(ctx, channel, request):
+async def handle_end_transaction(ctx: BrokerContext, channel: ClientChannel,
+                                 request: RemotingCommand) -> RemotingCommand | None:
     """END_TRANSACTION (37). Offsets in the header: ``commitLogOffset`` is the half record's
     physical offset (bytes), ``tranStateTableOffset`` its half-queue offset.
 
@@ -115,7 +120,8 @@ async def handle_end_transaction(ctx, channel, request):
     decision = header.commit_or_rollback
     if decision == END_TRANSACTION_UNKNOWN:
         return None
-    code, remark = ResponseCode.SUCCESS, None
+    code: int = ResponseCode.SUCCESS
+    remark: str | None = None
     if str(ctx.config.store.broker_role) == "SLAVE":
         code, remark = ResponseCode.SLAVE_NOT_AVAILABLE, None
     elif decision not in (END_TRANSACTION_COMMIT, END_TRANSACTION_ROLLBACK):
@@ -131,4 +137,4 @@ async def handle_end_transaction(ctx, channel, request):
     return create_response(request, code, remark)
 
 
-HANDLERS = {RequestCode.END_TRANSACTION: handle_end_transaction}
+HANDLERS: dict[int, Handler] = {RequestCode.END_TRANSACTION: handle_end_transaction}

@@ -202,17 +202,21 @@ class MetadataState:
 
 class MetadataReplica:
     """A remoting worker's read-only copy of the metadata, current as of the last
-    :meth:`apply`. Writes go to the metadata service through the two coroutines given:
+    :meth:`apply`. Writes go to the metadata service through the coroutines given:
 
-    ``create_topic(topic, default_topic, queue_nums, topic_sys_flag) -> TopicConfig | None``
+    ``create_topic(topic, default_topic, queue_nums, topic_sys_flag) -> TopicConfig | None``,
+    ``create_send_back_topic(topic, queue_nums, perm, topic_sys_flag) -> TopicConfig | None``
     and ``commit_offset(group, topic, queue_id, consumer_offset) -> None``.
     """
 
     def __init__(self, create_topic: Callable[[str, str, int, int],
                                               Awaitable[TopicConfig | None]],
-                 commit_offset: Callable[[str, str, int, int], Awaitable[None]]):
+                 commit_offset: Callable[[str, str, int, int], Awaitable[None]],
+                 create_send_back_topic: Callable[[str, int, int, int],
+                                                  Awaitable[TopicConfig | None]]):
         self._create_topic = create_topic
         self._commit_offset = commit_offset
+        self._create_send_back_topic = create_send_back_topic
         self._versions: list = []
         self._topics: dict[str, TopicConfig] = {}
         self._groups: dict[str, SubscriptionGroupConfig] = {}
@@ -277,6 +281,17 @@ class MetadataReplica:
         created = await self._create_topic(topic, default_topic, queue_nums, topic_sys_flag)
         if created is not None:
             # Visible here at once; the next snapshot carries it too.
+            self._topics = {**self._topics, created.topic_name: created}
+        return created
+
+    async def create_topic_for_send_back(self, topic: str, queue_nums: int, perm: int,
+                                         topic_sys_flag: int = 0) -> TopicConfig | None:
+        """A %RETRY%/%DLQ% topic's config; an unknown one is created by the metadata service."""
+        found = self._topics.get(topic)
+        if found is not None:
+            return found
+        created = await self._create_send_back_topic(topic, queue_nums, perm, topic_sys_flag)
+        if created is not None:
             self._topics = {**self._topics, created.topic_name: created}
         return created
 

@@ -15,6 +15,8 @@ piggy-backed ``commitOffset``.
 """
 import functools
 
+from pybroker.broker.context import BrokerContext, Handler
+from pybroker.broker.interfaces import ClientChannel
 from pybroker.broker.long_poll import HeldPull
 from pybroker.config import BrokerRole
 from pybroker.protocol import constants
@@ -44,7 +46,8 @@ def _is_tag_type(expression_type: str | None) -> bool:
     return expression_type is None or expression_type == constants.EXPRESSION_TYPE_TAG
 
 
-async def handle_pull_message(ctx, channel, request: RemotingCommand) -> RemotingCommand | None:
+async def handle_pull_message(ctx: BrokerContext, channel: ClientChannel,
+                              request: RemotingCommand) -> RemotingCommand | None:
     """Answer a PULL_MESSAGE / LITE_PULL_MESSAGE request, or hold it (returns None)."""
     return await process_pull(ctx, channel, request, allow_suspend=True)
 
@@ -62,6 +65,7 @@ async def process_pull(ctx, channel, request: RemotingCommand,
     if isinstance(subscription, RemotingCommand):
         return subscription
     tag_codes = _tag_codes(subscription)
+    response: RemotingCommand | None    # None: the pull is held
     response = _read_store(ctx, request, header, group_config, tag_codes)
     if (response.code == ResponseCode.PULL_NOT_FOUND and allow_suspend
             and header.sys_flag & _PullFlag.SUSPEND
@@ -209,7 +213,7 @@ def _suspend(ctx, channel, request: RemotingCommand, header,
     return ctx.long_poll.hold(held)
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     RequestCode.PULL_MESSAGE: handle_pull_message,
     RequestCode.LITE_PULL_MESSAGE: handle_pull_message,
 }

@@ -6,6 +6,8 @@ GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, SEARCH_OFFSET_BY_TIMESTAMP 29, GET_EARLIES
 Every answer is read from ``ctx.store`` in the worker that received the request. Record bodies
 are the raw CommitLog records, copied once from the mapped file into the response body.
 """
+from pybroker.broker.context import BrokerContext, Handler
+from pybroker.broker.interfaces import ClientChannel
 from pybroker.protocol import constants
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
@@ -21,7 +23,8 @@ _BOUNDARY_UPPER = "upper"
 _BOUNDARY_LOWER = "lower"
 
 
-async def handle_query_message(ctx, channel, request: RemotingCommand) -> RemotingCommand:
+async def handle_query_message(ctx: BrokerContext, channel: ClientChannel,
+                               request: RemotingCommand) -> RemotingCommand:
     """QUERY_MESSAGE: records indexed under ``topic#key`` stored within [beginTimestamp,
     endTimestamp] (ms). With ext ``_UNIQUE_KEY_QUERY=true`` the key is a message's UNIQ_KEY
     and maxNum is the store's defaultQueryMaxNum. QUERY_NOT_FOUND when nothing matches; the
@@ -46,7 +49,8 @@ async def handle_query_message(ctx, channel, request: RemotingCommand) -> Remoti
                            "can not find message, maybe time range not correct", ext_fields)
 
 
-async def handle_view_message_by_id(ctx, channel, request: RemotingCommand) -> RemotingCommand:
+async def handle_view_message_by_id(ctx: BrokerContext, channel: ClientChannel,
+                                    request: RemotingCommand) -> RemotingCommand:
     """VIEW_MESSAGE_BY_ID: the one raw record at the CommitLog physical ``offset`` (bytes);
     SYSTEM_ERROR when no whole record starts there."""
     header = parse_request_header(request.code, request.ext_fields)
@@ -65,7 +69,8 @@ def _queue_offset_response(request: RemotingCommand, queue_offset: int) -> Remot
     return create_response(request, ResponseCode.SUCCESS, None, ext_fields)
 
 
-async def handle_get_max_offset(ctx, channel, request: RemotingCommand) -> RemotingCommand:
+async def handle_get_max_offset(ctx: BrokerContext, channel: ClientChannel,
+                                request: RemotingCommand) -> RemotingCommand:
     """GET_MAX_OFFSET: the queue's next offset to be written (its entry count); 0 when the
     queue does not exist. The 5.x ``committed`` flag changes nothing: only dispatched (hence
     committed) entries are visible to a worker."""
@@ -74,7 +79,8 @@ async def handle_get_max_offset(ctx, channel, request: RemotingCommand) -> Remot
         request, ctx.store.get_max_offset_in_queue(header.topic, header.queue_id))
 
 
-async def handle_get_min_offset(ctx, channel, request: RemotingCommand) -> RemotingCommand:
+async def handle_get_min_offset(ctx: BrokerContext, channel: ClientChannel,
+                                request: RemotingCommand) -> RemotingCommand:
     """GET_MIN_OFFSET: the queue's first valid offset; 0 when the queue does not exist."""
     header = parse_request_header(request.code, request.ext_fields)
     queue_offset = ctx.store.get_min_offset_in_queue(header.topic, header.queue_id)
@@ -89,7 +95,7 @@ def _boundary(boundary_type: str | None) -> str:
     return _BOUNDARY_LOWER
 
 
-async def handle_search_offset_by_timestamp(ctx, channel,
+async def handle_search_offset_by_timestamp(ctx: BrokerContext, channel: ClientChannel,
                                             request: RemotingCommand) -> RemotingCommand:
     """SEARCH_OFFSET_BY_TIMESTAMP: the queue offset of the message stored at ``timestamp``
     (ms), by the LOWER (default) or UPPER ``boundaryType``."""
@@ -99,7 +105,7 @@ async def handle_search_offset_by_timestamp(ctx, channel,
     return _queue_offset_response(request, queue_offset)
 
 
-async def handle_get_earliest_msg_storetime(ctx, channel,
+async def handle_get_earliest_msg_storetime(ctx: BrokerContext, channel: ClientChannel,
                                             request: RemotingCommand) -> RemotingCommand:
     """GET_EARLIEST_MSG_STORETIME: store time (ms) of the queue's first message; -1 if none."""
     header = parse_request_header(request.code, request.ext_fields)
@@ -108,7 +114,7 @@ async def handle_get_earliest_msg_storetime(ctx, channel,
     return create_response(request, ResponseCode.SUCCESS, None, ext_fields)
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     RequestCode.QUERY_MESSAGE: handle_query_message,
     RequestCode.VIEW_MESSAGE_BY_ID: handle_view_message_by_id,
     RequestCode.GET_MAX_OFFSET: handle_get_max_offset,

@@ -14,12 +14,14 @@ The helpers :func:`encode_message`, :func:`redirect_delay` and :func:`send_back_
 with the one re-put path (:mod:`pybroker.broker.reput`) of the send-back, end-transaction,
 schedule and transaction-check services.
 """
-import inspect
 import random
 import re
 import socket
 
+from pybroker.broker.interfaces import ClientChannel
+from pybroker.protocol.command import RemotingCommand
 from pybroker._fast import record as record_codec
+from pybroker.broker.context import BrokerContext, Handler
 from pybroker.protocol import headers
 from pybroker.protocol.headers import java_parse_boolean
 from pybroker.protocol.codes import RequestCode, ResponseCode
@@ -32,6 +34,7 @@ from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, DLQ_QUEUE_NUMS_
                                          SystemTopic, TopicSysFlag)
 from pybroker.protocol.properties import append_batch_properties, encode_properties
 from pybroker.store import layout
+from pybroker.store.config_docs import TopicConfig
 from pybroker.store.status import PutStatus, send_response
 
 PROPERTIES_COUNT_MAX = 128         # proxy rule adopted on the broker (reliability "Messages")
@@ -52,7 +55,7 @@ _random = random.Random()
 class SendRefused(Exception):
     """A refusal with its RocketMQ response code and remark (nothing was stored)."""
 
-    def __init__(self, code: int, remark: str):
+    def __init__(self, code: int, remark: str | None):
         super().__init__(remark)
         self.code = code
         self.remark = remark
@@ -208,22 +211,15 @@ def parse_properties(text: str | None) -> dict[str, str]:
     return properties
 
 
-async def send_back_topic(ctx, topic: str, queue_nums: int, topic_sys_flag: int):
-    """The config of a %RETRY%/%DLQ% topic, created (perm RW) when absent; None if impossible.
-
-    Uses ``metadata.create_topic_for_send_back`` when the metadata offers it (Java's
-    createTopicInSendMessageBackMethod; the service's MetadataState does), else
-    ``create_topic_on_send`` from TBW102 (a worker's MetadataReplica).
-    """
+async def send_back_topic(ctx: BrokerContext, topic: str, queue_nums: int,
+                          topic_sys_flag: int) -> TopicConfig | None:
+    """The config of a %RETRY%/%DLQ% topic, created (perm RW) when absent, as Java's
+    createTopicInSendMessageBackMethod does; None if impossible."""
     config = ctx.metadata.topic_config(topic)
     if config is not None:
         return config
-    create = getattr(ctx.metadata, "create_topic_for_send_back", None)
-    if create is not None:
-        created = create(topic, queue_nums, int(PERM_READ_WRITE), topic_sys_flag)
-        return await created if inspect.isawaitable(created) else created
-    return await ctx.metadata.create_topic_on_send(topic, SystemTopic.AUTO_CREATE_TEMPLATE,
-                                                   queue_nums, topic_sys_flag)
+    return await ctx.metadata.create_topic_for_send_back(topic, queue_nums,
+                                                         int(PERM_READ_WRITE), topic_sys_flag)
 
 
 def send_response_fields(ctx) -> dict[str, str]:
@@ -478,7 +474,8 @@ def _answer(request, code: int, remark: str | None, fields: dict[str, str]):
     return create_response(request, code, remark, fields)
 
 
-async def handle_send_message(ctx, channel, request):
+async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
+                              request: RemotingCommand) -> RemotingCommand | None:
     """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
 
     Returns the response (None for oneway requests). Response ext fields: ``msgId`` (offset
@@ -504,7 +501,7 @@ async def handle_send_message(ctx, channel, request):
     return _answer(request, code, remark, fields)
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     RequestCode.SEND_MESSAGE: handle_send_message,
     RequestCode.SEND_MESSAGE_V2: handle_send_message,
     RequestCode.SEND_BATCH_MESSAGE: handle_send_message,

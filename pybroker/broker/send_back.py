@@ -12,6 +12,9 @@ set as Java sets them; a retry goes via the schedule topic (REAL_TOPIC/REAL_QID 
 """
 import random
 
+from pybroker.broker.context import BrokerContext, Handler
+from pybroker.broker.interfaces import ClientChannel
+from pybroker.protocol.command import RemotingCommand
 from pybroker._fast import record as record_codec
 from pybroker.broker import send
 from pybroker.broker.reput import reput_message
@@ -141,7 +144,8 @@ async def _send_back(ctx, request, header) -> int:
     return code
 
 
-async def handle_consumer_send_msg_back(ctx, channel, request):
+async def handle_consumer_send_msg_back(ctx: BrokerContext, channel: ClientChannel,
+                                        request: RemotingCommand) -> RemotingCommand | None:
     """CONSUMER_SEND_MSG_BACK (36): SUCCESS, or an error code with Java's remark.
 
     The header's ``offset`` is the CommitLog physical offset (bytes) of the returned message.
@@ -157,4 +161,4 @@ async def handle_consumer_send_msg_back(ctx, channel, request):
     return create_response(request, code, remark)
 
 
-HANDLERS = {RequestCode.CONSUMER_SEND_MSG_BACK: handle_consumer_send_msg_back}
+HANDLERS: dict[int, Handler] = {RequestCode.CONSUMER_SEND_MSG_BACK: handle_consumer_send_msg_back}

@@ -66,7 +66,8 @@ class ConsumeContext:
     delay_level_when_next_consume: int = 0
 
 
-Listener = Callable[[list[MessageExt], ConsumeContext], Any]
+# A concurrently listener gets a ConsumeContext, an orderly one a ConsumeOrderlyContext.
+Listener = Callable[[list[MessageExt], Any], Any]
 
 
 class ProcessQueue:
@@ -176,7 +177,7 @@ class PushConsumer:
             os.path.expanduser("~"), ".rocketmq_offsets")
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.listener: Optional[Listener] = None
-        self.offset_store = None
+        self.offset_store: RemoteOffsetStore | LocalFileOffsetStore | None = None
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
         self._consume_tasks: set[asyncio.Task] = set()
@@ -189,6 +190,29 @@ class PushConsumer:
         self._orderly_service: Optional[OrderlyService] = None
         self.start_timestamp_ms = 0
         self.stats = ConsumerStats()          # GET_CONSUMER_RUNNING_INFO's statusTable
+
+    # --- what start() creates ------------------------------------------------------------------
+    @property
+    def _offsets(self) -> RemoteOffsetStore | LocalFileOffsetStore:
+        store = self.offset_store
+        if store is None:
+            raise ClientStateError(f"consumer {self.group} is not started")
+        return store
+
+    def _started_lock(self) -> asyncio.Lock:
+        if self._rebalance_lock is None:
+            raise ClientStateError(f"consumer {self.group} is not started")
+        return self._rebalance_lock
+
+    def _started_semaphore(self) -> asyncio.Semaphore:
+        if self._semaphore is None:
+            raise ClientStateError(f"consumer {self.group} is not started")
+        return self._semaphore
+
+    def _listener(self) -> Listener:
+        if self.listener is None:
+            raise ClientStateError(f"consumer {self.group} has no message listener")
+        return self.listener
 
     # --- configuration -----------------------------------------------------------------------
 
@@ -313,7 +337,7 @@ class PushConsumer:
         """Recompute this client's queues for every subscribed topic and start/stop pulls."""
         if not self._started:
             return
-        async with self._rebalance_lock:
+        async with self._started_lock():
             for topic in list(self.subscriptions):
                 try:
                     await self._rebalance_topic(topic)
@@ -376,8 +400,8 @@ class PushConsumer:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-            await self.offset_store.persist(queue)
-            self.offset_store.remove(queue)
+            await self._offsets.persist(queue)
+            self._offsets.remove(queue)
             if service is not None and service.clustering:
                 await service.unlock([queue])
         finally:
@@ -386,7 +410,7 @@ class PushConsumer:
         LOGGER.info("%s: no longer consumes %s", self.group, queue)
 
     async def _compute_pull_from_where(self, queue: MessageQueue) -> int:
-        offset = await self.offset_store.read_offset(queue, from_store=True)
+        offset = await self._offsets.read_offset(queue, from_store=True)
         if offset >= 0:
             return offset
         where = self.consume_from_where
@@ -428,7 +452,7 @@ class PushConsumer:
                     subscription: SubscriptionData) -> PullResult:
         commit_offset = 0
         if self.message_model == MessageModel.CLUSTERING:
-            commit_offset = max(self.offset_store.cached_offset(queue), 0)
+            commit_offset = max(self._offsets.cached_offset(queue), 0)
         started = time.monotonic_ns()
         result = await pull_message(
             self.instance, self.group, queue, queue_offset, subscription,
@@ -447,13 +471,13 @@ class PushConsumer:
         if result.offset_moved:
             LOGGER.warning("%s: offset of %s moved to %d", self.group, queue,
                            result.next_begin_offset)
-            self.offset_store.update_offset(queue, result.next_begin_offset)
+            self._offsets.update_offset(queue, result.next_begin_offset)
             return
         messages = [m for m in result.messages if matches(subscription, m)]
         if not messages:
             if process_queue.count == 0 and result.messages:
                 # Everything pulled was filtered out: the offset may move past it now.
-                self.offset_store.update_offset(queue, result.next_begin_offset, True)
+                self._offsets.update_offset(queue, result.next_begin_offset, True)
             return
         for message in messages:
             self._restore_retry_topic(message)
@@ -483,7 +507,7 @@ class PushConsumer:
                        batch: list[MessageExt], delay_ms: int) -> None:
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
-        async with self._semaphore:
+        async with self._started_semaphore():
             if process_queue.dropped:
                 return
             context = ConsumeContext(queue)
@@ -496,7 +520,7 @@ class PushConsumer:
             done = [m for m in batch if m not in again]
             offset = process_queue.remove(done)
             if offset >= 0 and not process_queue.dropped:
-                self.offset_store.update_offset(queue, offset, increase_only=True)
+                self._offsets.update_offset(queue, offset, increase_only=True)
             if again:
                 self._submit(queue, process_queue, again, RECONSUME_LOCALLY_DELAY_MS)
 
@@ -504,10 +528,10 @@ class PushConsumer:
                              context: ConsumeContext) -> ConsumeStatus:
         try:
             if self._executor is None:
-                status = await self.listener(batch, context)
+                status = await self._listener()(batch, context)
             else:
                 loop = asyncio.get_running_loop()
-                status = await loop.run_in_executor(self._executor, self.listener, batch,
+                status = await loop.run_in_executor(self._executor, self._listener(), batch,
                                                     context)
         except Exception:   # a listener's bug must not stop consumption; retry the batch
             LOGGER.exception("%s: listener raised; batch will be consumed again", self.group)
@@ -582,13 +606,13 @@ class PushConsumer:
         its process queue is dropped, the offset stored, and a rebalance starts it again."""
         if not self._started or not offsets:
             return
-        async with self._rebalance_lock:
+        async with self._started_lock():
             for queue, queue_offset in offsets.items():
                 if queue in self.process_queues:
                     await self._drop_queue(queue)
-                self.offset_store.update_offset(queue, queue_offset)
+                self._offsets.update_offset(queue, queue_offset)
                 try:
-                    await self.offset_store.persist(queue, oneway=False)
+                    await self._offsets.persist(queue, oneway=False)
                 except _RETRIABLE_ERRORS as error:
                     LOGGER.warning("%s: reset offset of %s not stored: %s", self.group, queue,
                                    error)
@@ -599,6 +623,9 @@ class PushConsumer:
         """Hand ``message`` to the listener once (CONSUME_MESSAGE_DIRECTLY); returns Java's
         CMResult name and a remark. No offset moves and nothing is sent back."""
         self._restore_retry_topic(message)
+        context: ConsumeContext | ConsumeOrderlyContext
+        names: dict[Any, str]
+        status_type: type[ConsumeStatus] | type[ConsumeOrderlyStatus]
         if self.orderly:
             context = ConsumeOrderlyContext(message.message_queue)
             names = {ConsumeOrderlyStatus.SUCCESS: "CR_SUCCESS",
@@ -613,10 +640,10 @@ class PushConsumer:
             status_type = ConsumeStatus
         try:
             if self._executor is None:
-                status = await self.listener([message], context)
+                status = await self._listener()([message], context)
             else:
                 loop = asyncio.get_running_loop()
-                status = await loop.run_in_executor(self._executor, self.listener, [message],
+                status = await loop.run_in_executor(self._executor, self._listener(), [message],
                                                     context)
         except Exception as error:   # reported to the admin, as Java does
             return "CR_THROW_EXCEPTION", repr(error)
@@ -637,4 +664,4 @@ class PushConsumer:
         """The consumer offset of ``queue`` held in memory (-1 when none)."""
         if self.offset_store is None:
             return OFFSET_UNKNOWN
-        return self.offset_store.cached_offset(queue)
+        return self._offsets.cached_offset(queue)

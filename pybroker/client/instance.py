@@ -146,7 +146,8 @@ class ClientInstance:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks, self._side_tasks = [], set()
         pool, self._pool = self._pool, None
-        pool.close()
+        if pool is not None:
+            pool.close()
         for client in self._clients:
             try:
                 await asyncio.wait_for(client.wait_closed(), CLOSE_WAIT_MS / 1000)
@@ -263,6 +264,7 @@ class ClientInstance:
         info = self.publish_infos.get(topic)
         if info is not None and info.ok:
             return info
+        assert self._route_lock is not None, "start() the instance first"
         async with self._route_lock:
             route = await self.update_route(topic)
             if route is None:
@@ -353,7 +355,7 @@ class ClientInstance:
             await consumer.rebalance()
 
     async def _on_consumer_ids_changed(self, connection, command: RemotingCommand) -> None:
-        group = (command.ext_fields or {}).get("consumerGroup")
+        group = (command.ext_fields or {}).get("consumerGroup", "")
         consumer = self.consumers.get(group)
         if consumer is not None:
             LOGGER.info("consumer ids of %s changed: rebalance now", group)

@@ -215,7 +215,7 @@ class OrderlyService:
                         not await self._retry_needed(batch):
                     offset = process_queue.remove(batch)
                     if offset >= 0 and not process_queue.dropped:
-                        consumer.offset_store.update_offset(queue, offset)
+                        consumer._offsets.update_offset(queue, offset)
                     process_queue.last_consume_timestamp_ms = _now_ms()
                     continue
             suspend_ms = context.suspend_current_queue_time_ms
@@ -227,12 +227,13 @@ class OrderlyService:
                              context: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
         consumer = self.consumer
         try:
-            if inspect.iscoroutinefunction(consumer.listener):
-                status = await consumer.listener(batch, context)
+            listener = consumer._listener()
+            if inspect.iscoroutinefunction(listener):
+                status = await listener(batch, context)
             else:
                 loop = asyncio.get_running_loop()
-                status = await loop.run_in_executor(consumer._executor, consumer.listener,
-                                                    batch, context)
+                status = await loop.run_in_executor(consumer._executor, listener, batch,
+                                                    context)
         except Exception:   # a listener's bug suspends the queue; the batch is consumed again
             LOGGER.exception("%s: orderly listener raised; suspending %s", consumer.group,
                              context.message_queue)

@@ -211,7 +211,7 @@ class Producer:
             max_text = properties.pop(Property.MAX_RECONSUME_TIMES, None)
             max_reconsume_times = int(max_text) if max_text else None
         return _Payload(message.topic, body, encode_properties(properties),
-                        sys_flag | compression_flag, message.flag, False, message.uniq_id,
+                        sys_flag | compression_flag, message.flag, False, message.uniq_id or "",
                         reconsume_times, max_reconsume_times)
 
     def _prepare_batch(self, messages: list[Message]) -> _Payload:
@@ -233,7 +233,7 @@ class Producer:
             raise ValueError(f"the batch is {len(body)} bytes, over {self.max_message_size}")
         wait = messages[0].properties.get(Property.WAIT_STORE_MSG_OK, "true")
         return _Payload(topic, body, encode_properties({Property.WAIT_STORE_MSG_OK: wait}), 0,
-                        0, True, ",".join(m.uniq_id for m in messages))
+                        0, True, ",".join(m.uniq_id or "" for m in messages))
 
     # --- the send loop -----------------------------------------------------------------------
 
@@ -279,6 +279,7 @@ class Producer:
                 last_error = error
             else:
                 self._record_latency(target, started, failed=False)
+                assert result is not None       # None only for oneway sends
                 return result
             LOGGER.info("send to %s failed (%s); retrying elsewhere", target, last_error)
             info = await self._publish_info(payload.topic)

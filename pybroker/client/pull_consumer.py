@@ -166,6 +166,7 @@ class LitePullConsumer:
         """Recompute the queues (subscribe mode) or apply the assignment; start/stop pulls."""
         if not self._started:
             return
+        assert self._lock is not None       # created by start()
         async with self._lock:
             try:
                 wanted = await self._wanted_queues()
@@ -242,6 +243,7 @@ class LitePullConsumer:
                         if not subscription.tags_set or m.tags in subscription.tags_set]
             if messages:
                 self._buffered_count += len(messages)
+                assert self._buffer is not None     # created by start()
                 self._buffer.put_nowait((queue, epoch, messages, result.next_begin_offset))
             elif result.messages and state.consumed_offset < result.next_begin_offset:
                 state.consumed_offset = result.next_begin_offset
@@ -255,11 +257,13 @@ class LitePullConsumer:
             raise ClientStateError(f"consumer {self.group} is not started")
         timeout_ms = self.poll_timeout_ms if timeout_ms is None else timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000
+        buffer = self._buffer
+        assert buffer is not None           # created by start()
         while True:
             remaining_s = deadline - time.monotonic()
             try:
                 queue, epoch, messages, next_offset = await asyncio.wait_for(
-                    self._buffer.get(), max(remaining_s, 0))
+                    buffer.get(), max(remaining_s, 0))
             except asyncio.TimeoutError:
                 return []
             self._buffered_count -= len(messages)

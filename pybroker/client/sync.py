@@ -87,7 +87,7 @@ class _Blocking:
 class Producer(_Blocking):
     """Blocking :class:`pybroker.client.producer.Producer` (same arguments)."""
     _async_class = _producer.Producer
-    _methods = ("send", "send_oneway", "send_batch")
+    _methods: tuple[str, ...] = ("send", "send_oneway", "send_batch")
 
     def send_async(self, message, callback=None, **kwargs) -> concurrent.futures.Future:
         """Start a send; returns a concurrent Future of the SendResult. ``callback(result,

@@ -11,7 +11,7 @@ REQUEST_CODE_NOT_SUPPORTED.
 Remarks follow the Java NameServer's wording where clients or tools show them.
 """
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from pybroker import clock
@@ -25,7 +25,7 @@ from pybroker.protocol.constants import MQVersion
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Any, RemotingCommand], Awaitable[RemotingCommand | None]]
+Handler = Callable[[Any, RemotingCommand], Coroutine[Any, Any, RemotingCommand | None]]
 
 # Java appends FAQUrl.suggestTodo(APPLY_TOPIC_URL) to this remark; clients only log it.
 TOPIC_NOT_EXIST_REMARK = ("No topic route info in name server for the topic: {topic}\n"

@@ -244,7 +244,7 @@ class _Appender:
             records = data[request.records_offset:request.records_end]
             try:
                 result = self.commitlog.append_encoded(records, request.topic, request.queue_id,
-                                                       request.count, request.sys_flag,
+                                                       request.record_count, request.sys_flag,
                                                        store_timestamp)
             finally:
                 records.release()

@@ -7,9 +7,11 @@ supervisor's own ring (delay delivery, transaction checks). Each process then us
 the appender consumes every send ring and produces completions; a remoting worker (or the
 supervisor) gets a :class:`Attachment` with a read-only store reader and a RingPutter.
 """
+import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 
 from pybroker.proc import topic_deletion
 from pybroker.proc.appender import run_appender
@@ -19,7 +21,7 @@ from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
 from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, WakeFd
 from pybroker.stats.region import (WRITER_APPENDER, WRITER_DISPATCHER, WRITER_FLUSHER,
-                                   remoting_writer)
+                                   StatsRegion, StatsWriter, remoting_writer)
 from pybroker.store import paths
 from pybroker.store.control_block import BrokerState, ControlBlock
 from pybroker.store.reader import MessageStoreReader
@@ -59,20 +61,21 @@ class Attachment:
             config.store.sync_flush_timeout)
         self.wake_fd = plane.wakes.workers[slot]
         # This process's section of the instrument region (remoting workers only).
-        self.stats_writer = None
+        self.stats_writer: StatsWriter | None = None
         if plane.stats_region is not None and slot < plane.workers:
             self.stats_writer = plane.stats_region.writer(remoting_writer(slot))
         self._dispatched = plane.control.dispatched_position
-        self._wake_reader = None
-        self._on_wake = None
+        self._wake_reader: AsyncWakeReader | None = None
+        self._on_wake: Callable[[bool], object] = lambda dispatched_moved: None
 
-    def start(self, loop, on_wake) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop,
+              on_wake: Callable[[bool], object]) -> None:
         """Serve wake-ups in ``loop``: completions, flushed and dispatched positions.
         ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up."""
         self._on_wake = on_wake
-        self._wake_reader = AsyncWakeReader(loop, self.wake_fd, self.putter.sleep_flags(),
-                                            self._wake)
-        self._wake_reader.start()
+        reader = self._wake_reader = AsyncWakeReader(loop, self.wake_fd,
+                                                     self.putter.sleep_flags(), self._wake)
+        reader.start()
 
     def _wake(self) -> None:
         self.putter.on_wake()
@@ -93,8 +96,10 @@ class Attachment:
 class DataPlane:
     """Everything shared by one generation's processes. Create with :meth:`create`."""
 
-    def __init__(self, config, run_directory, control, rings, completions, wakes, workers):
-        self.stats_region = None      # set by the supervisor (pybroker/stats/region.py)
+    def __init__(self, config, run_directory, control, rings, completions, wakes, workers,
+                 stats_region: StatsRegion | None = None):
+        # The supervisor's instrument region (pybroker/stats/region.py), None in tests.
+        self.stats_region = stats_region
         self.config = config
         self.run_directory = run_directory
         self.control = control
@@ -104,9 +109,11 @@ class DataPlane:
         self.workers = workers
 
     @classmethod
-    def create(cls, config, run_dir: str, workers: int, valid_end: int) -> "DataPlane":
+    def create(cls, config, run_dir: str, workers: int, valid_end: int,
+               stats_region: StatsRegion | None = None) -> "DataPlane":
         """Create the regions and eventfds for ``workers`` remoting workers (+ the supervisor's
-        slot) with every position at the recovered CommitLog end ``valid_end``."""
+        slot) with every position at the recovered CommitLog end ``valid_end``; workers
+        write their figures into ``stats_region``."""
         store = config.store
         run_directory = RunDirectory(run_dir, create=True)
         control = ControlBlock(paths.control_block_path(store.store_path_root_dir), create=True)
@@ -121,7 +128,8 @@ class DataPlane:
                                               slot_count) for slot in range(slots)]
         wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(), [WakeFd() for _ in range(slots)])
         control.broker_state = BrokerState.RUNNING
-        return cls(config, run_directory, control, rings, completions, wakes, workers)
+        return cls(config, run_directory, control, rings, completions, wakes, workers,
+                   stats_region)
 
     def worker_mains(self):
         """(name, main) of the appender, dispatcher and flusher processes."""
@@ -146,13 +154,15 @@ class DataPlane:
         return Attachment(self, slot)
 
     def supervisor_attachment(self) -> Attachment:
-        """The supervisor's attachment (the last slot); its reader submits topic deletions
-        to the data plane (pybroker/proc/topic_deletion.py)."""
-        attachment = Attachment(self, self.workers)
+        """The supervisor's attachment (the last slot)."""
+        return Attachment(self, self.workers)
+
+    def topic_deleter(self) -> topic_deletion.TopicDeletionRequests:
+        """The supervisor's way to delete topics' consume queues in the data plane
+        (pybroker/proc/topic_deletion.py; one per generation)."""
         store_root = self.config.store.store_path_root_dir
-        attachment.reader.topic_deleter = topic_deletion.TopicDeletionRequests(
-            topic_deletion.requests_path(store_root), self.control, self.wakes.appender).delete
-        return attachment
+        return topic_deletion.TopicDeletionRequests(topic_deletion.requests_path(store_root),
+                                                    self.control, self.wakes.appender)
 
     @staticmethod
     def stop_rank(name: str) -> int:

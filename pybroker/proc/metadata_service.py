@@ -14,14 +14,16 @@ import logging
 from typing import Callable
 
 from pybroker.broker import admin, client_manage, consumer_manage
-from pybroker.broker.channel import Channel
+from pybroker.broker.channel import FORWARD_EXT_CHANNEL, Channel
+from pybroker.broker.context import MetadataContext, MetadataHandler
 from pybroker.broker.routing import METADATA_CODES
 from pybroker.protocol.codes import InternalCode, ResponseCode
 from pybroker.errors import ProtocolError
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        decode, encode)
 from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
-from pybroker.remoting.server import RequestTable, start_server, start_unix_server
+from pybroker.remoting.server import (Handler, RemotingServer, RequestTable, start_server,
+                                      start_unix_server)
 
 log = logging.getLogger("pybroker.proc.metadata")
 
@@ -35,7 +37,8 @@ INTERNAL_LINK_LIMITS = ConnectionLimits(idle_timeout_ms=0, write_stall_timeout_m
                                         requests_in_progress_max=1 << 30,
                                         pause_reading_on_backlog=False)
 
-HANDLERS = {**client_manage.HANDLERS, **consumer_manage.HANDLERS, **admin.HANDLERS}
+HANDLERS: dict[int, MetadataHandler] = {**client_manage.HANDLERS, **consumer_manage.HANDLERS,
+                                        **admin.HANDLERS}
 assert set(HANDLERS) == set(METADATA_CODES), set(HANDLERS) ^ set(METADATA_CODES)
 
 
@@ -50,12 +53,13 @@ class MetadataService:
     ``on_topics_changed()`` is called after topics change (re-register with NameServers).
     """
 
-    def __init__(self, ctx, socket_path: str, on_topics_changed: Callable[[], None]):
+    def __init__(self, ctx: MetadataContext, socket_path: str,
+                 on_topics_changed: Callable[[], None]):
         self.ctx = ctx
         self.socket_path = socket_path
         self.on_topics_changed = on_topics_changed
         self.workers: dict[str, RemotingConnection] = {}
-        self.server = None
+        self.server: RemotingServer | None = None
         self._pushed_versions: tuple = ()
         table = RequestTable()
         for code, handler in HANDLERS.items():
@@ -115,14 +119,15 @@ class MetadataService:
         """A Channel object for a client connection living in some worker."""
         return Channel(channel_id, address, send=self._sender(channel_id))
 
-    def _forwarded(self, handler):
-        async def run(connection: RemotingConnection, request: RemotingCommand):
+    def _forwarded(self, handler: MetadataHandler) -> Handler:
+        async def run(connection: RemotingConnection,
+                      request: RemotingCommand) -> RemotingCommand | None:
             ext_fields = dict(request.ext_fields)
+            send = self._sender(ext_fields.get(FORWARD_EXT_CHANNEL, ""))
             try:
-                channel = Channel.from_forwarded(ext_fields, None)
+                channel = Channel.from_forwarded(ext_fields, send)
             except ValueError as error:
                 return create_response(request, ResponseCode.SYSTEM_ERROR, str(error))
-            channel.send = self._sender(channel.channel_id)
             request.ext_fields = ext_fields
             response = await handler(self.ctx, channel, request)
             self.push_if_changed()
@@ -161,12 +166,21 @@ class MetadataService:
     async def _create_topic_on_send(self, connection: RemotingConnection,
                                     request: RemotingCommand):
         ext = request.ext_fields
+        topics = self.ctx.metadata.topics
+        if not ext.get("topic"):
+            return create_response(request, ResponseCode.TOPIC_NOT_EXIST, "no topic")
         try:
             queue_nums, sys_flag = int(ext.get("queueNums", "4")), int(ext.get("sysFlag", "0"))
+            perm = int(ext["perm"]) if "perm" in ext else None
         except ValueError:
-            return create_response(request, ResponseCode.SYSTEM_ERROR, "bad queueNums/sysFlag")
-        created = self.ctx.metadata.topics.create_topic_on_send(
-            ext.get("topic", ""), ext.get("defaultTopic", ""), queue_nums, sys_flag)
+            return create_response(request, ResponseCode.SYSTEM_ERROR,
+                                   "bad queueNums/sysFlag/perm")
+        if perm is None:
+            created = topics.create_topic_on_send(ext.get("topic", ""), ext.get("defaultTopic", ""),
+                                                  queue_nums, sys_flag)
+        else:   # a %RETRY%/%DLQ% topic for a send-back (createTopicInSendMessageBackMethod)
+            created = topics.create_topic_for_send_back(ext.get("topic", ""), queue_nums, perm,
+                                                        sys_flag)
         self.push_if_changed()
         if created is None:
             return create_response(request, ResponseCode.TOPIC_NOT_EXIST, "not created")

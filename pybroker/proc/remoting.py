@@ -13,7 +13,7 @@ import logging
 
 from pybroker.broker import end_transaction, pull, query, send, send_back
 from pybroker.broker.channel import Channel
-from pybroker.broker.context import BrokerContext
+from pybroker.broker.context import BrokerContext, Handler
 from pybroker.broker.long_poll import LongPollService
 from pybroker.broker.metadata import MetadataReplica
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
@@ -25,24 +25,33 @@ from pybroker.protocol.codes import InternalCode, RequestCode, ResponseCode
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        encode)
 from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
-from pybroker.remoting.server import RequestTable, start_server
+from pybroker.remoting.server import Handler as ConnectionHandler
+from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.stats.recorder import Recorder
 from pybroker.store.config_docs import TopicConfig
 
 log = logging.getLogger("pybroker.proc.remoting")
 
-DATA_HANDLERS = {**send.HANDLERS, **pull.HANDLERS, **query.HANDLERS, **send_back.HANDLERS,
-                 **end_transaction.HANDLERS}
+DATA_HANDLERS: dict[int, Handler] = {**send.HANDLERS, **pull.HANDLERS, **query.HANDLERS,
+                                     **send_back.HANDLERS, **end_transaction.HANDLERS}
 assert set(DATA_HANDLERS) == set(DATA_CODES), set(DATA_HANDLERS) ^ set(DATA_CODES)
 
 # Request families reported as Java's thread-pool queues (requests waiting in this worker).
-_FAMILIES = {RequestCode.SEND_MESSAGE: "send", RequestCode.SEND_MESSAGE_V2: "send",
+_FAMILIES: dict[int, str] = {RequestCode.SEND_MESSAGE: "send", RequestCode.SEND_MESSAGE_V2: "send",
              RequestCode.SEND_BATCH_MESSAGE: "send", RequestCode.CONSUMER_SEND_MSG_BACK: "send",
              RequestCode.PULL_MESSAGE: "pull", RequestCode.QUERY_MESSAGE: "query",
              RequestCode.VIEW_MESSAGE_BY_ID: "query", RequestCode.END_TRANSACTION: "transaction"}
 # How often held pulls are re-checked even without a dispatcher wake-up (Java: 5 s).
 HELD_PULL_SWEEP_S = 5.0
 
+
+
+def _channel_of(connection: RemotingConnection) -> Channel:
+    """The Channel a client connection carries (set when it was accepted)."""
+    channel = connection.attachment
+    if not isinstance(channel, Channel):
+        raise TypeError(f"connection {connection.connection_id} carries no Channel")
+    return channel
 
 class RemotingWorker:
     """One worker's asyncio side. ``data_plane`` attaches the store reader and the putter
@@ -56,18 +65,20 @@ class RemotingWorker:
         self.metadata_socket = metadata_socket
         self.listen_sockets = listen_sockets
         self.connections: dict[str, RemotingConnection] = {}
-        self.servers = []
+        self.servers: list[RemotingServer] = []
         client_table = RequestTable()
         client_table.register(InternalCode.METADATA_SNAPSHOT, self._apply_snapshot)
         client_table.register(InternalCode.SEND_TO_CHANNEL, self._send_to_channel)
         self.exit_status = 0
         self.metadata_client = MetadataLink(worker_id, metadata_socket, client_table,
                                             self._apply_hello, self._link_lost)
-        self.replica = MetadataReplica(self._create_topic, self._commit_offset)
+        self.replica = MetadataReplica(self._create_topic, self._commit_offset,
+                                       self._create_send_back_topic)
         self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue)
+        self.stats = Recorder(data_plane.stats_writer)
         self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
                                  data_plane.store_host, long_poll=self.long_poll,
-                                 stats=Recorder(getattr(data_plane, "stats_writer", None)))
+                                 stats=self.stats)
         self.stopping = asyncio.Event()
 
     # --- start and stop -------------------------------------------------------------------------
@@ -83,7 +94,8 @@ class RemotingWorker:
             self.servers.append(await start_server(
                 None, 0, table, sock=listen_socket, limits=limits,
                 backlog=self.config.remoting.server_socket_backlog,
-                on_connect=self._connected, on_close=self._disconnected))
+                on_connect=self._connected, on_close=self._disconnected,
+                on_unmatched_response=self._relay_client_response))
         sweeper = loop.create_task(self._sweep_held_pulls())
         log.info("remoting worker %d serving %s ports %d and %d", self.worker_id,
                  self.config.remoting.bind_address, self.config.broker.listen_port,
@@ -126,13 +138,14 @@ class RemotingWorker:
             table.register(code, self._forward)
         return table
 
-    def _local(self, handler, code: int):
+    def _local(self, handler: Handler, code: int) -> ConnectionHandler:
         ctx = self.ctx
-        stats = ctx.stats
+        stats = self.stats
         family = _FAMILIES.get(code)
 
-        async def run(connection: RemotingConnection, request: RemotingCommand):
-            channel = connection.attachment
+        async def run(connection: RemotingConnection,
+                      request: RemotingCommand) -> RemotingCommand | None:
+            channel = _channel_of(connection)
             channel.language, channel.version = request.language, request.version
             started = stats.now_ns()
             token = stats.request_started(family)
@@ -142,8 +155,9 @@ class RemotingWorker:
                 stats.request_finished(family, token, (stats.now_ns() - started) // 1000)
         return run
 
-    async def _forward(self, connection: RemotingConnection, request: RemotingCommand):
-        channel = connection.attachment
+    async def _forward(self, connection: RemotingConnection,
+                       request: RemotingCommand) -> RemotingCommand | None:
+        channel = _channel_of(connection)
         channel.language, channel.version = request.language, request.version
         ext_fields = dict(request.ext_fields)
         ext_fields.update(channel.forward_ext_fields())
@@ -167,7 +181,6 @@ class RemotingWorker:
         channel_id = f"{self.worker_id}:{connection.connection_id}"
         connection.attachment = Channel(channel_id, connection.remote_address,
                                         send=connection.send)
-        connection.unmatched_response = self._relay_client_response
         self.connections[channel_id] = connection
 
     def _relay_client_response(self, connection: RemotingConnection,
@@ -175,8 +188,9 @@ class RemotingWorker:
         """A client answered a call the metadata service made (GET_CONSUMER_RUNNING_INFO...)."""
         if self.metadata_client.is_connected:
             self.metadata_client.invoke_oneway(create_request(
-                InternalCode.CLIENT_RESPONSE, {EXT_CHANNEL_ID: connection.attachment.channel_id},
-                encode(response), oneway=True))
+                InternalCode.CLIENT_RESPONSE,
+                {EXT_CHANNEL_ID: _channel_of(connection).channel_id}, encode(response),
+                oneway=True))
 
     def _disconnected(self, connection: RemotingConnection, exc) -> None:
         channel = connection.attachment
@@ -206,6 +220,14 @@ class RemotingWorker:
             {"topic": topic, "defaultTopic": default_topic, "queueNums": str(queue_nums),
              "sysFlag": str(topic_sys_flag)}))
         # The snapshot that carries the new topic arrived before this answer.
+        return self.replica.topic_config(topic) if answer.code == ResponseCode.SUCCESS else None
+
+    async def _create_send_back_topic(self, topic: str, queue_nums: int, perm: int,
+                                      topic_sys_flag: int) -> TopicConfig | None:
+        answer = await self.metadata_client.invoke(create_request(
+            InternalCode.CREATE_TOPIC_ON_SEND,
+            {"topic": topic, "queueNums": str(queue_nums), "perm": str(perm),
+             "sysFlag": str(topic_sys_flag)}))
         return self.replica.topic_config(topic) if answer.code == ResponseCode.SUCCESS else None
 
     async def _commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:

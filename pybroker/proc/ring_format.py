@@ -47,7 +47,7 @@ class PutRequest(NamedTuple):
     """A put request read from a ring; ``topic`` is None when the header is invalid."""
     request_id: int
     queue_id: int
-    count: int
+    record_count: int
     sys_flag: int
     flags: int
     topic: str | None

@@ -17,7 +17,7 @@ import collections
 import itertools
 
 from pybroker.proc import ring_format
-from pybroker.proc.wake import AsyncWakeReader
+from pybroker.proc.wake import AsyncWakeReader, SleepFlag
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout
 from pybroker.store.message_store import PutResult
@@ -35,7 +35,8 @@ def _record_sizes(view: memoryview, count: int) -> list[int]:
     """TOTALSIZE of each record of a run (the worker encoded them: trusted, but bounded)."""
     if count == 1:
         return [len(view)]
-    sizes, position = [], 0
+    sizes: list[int] = []
+    position = 0
     while position + 4 <= len(view) and len(sizes) < count:
         size = int.from_bytes(view[position:position + 4], "big")
         if size <= 0:
@@ -147,15 +148,16 @@ class RingPutter:
         # (end physical offset, request id), in append order: held SYNC_FLUSH acks.
         self._flush_waits: collections.deque = collections.deque()
         self._timeout_handle: asyncio.TimerHandle | None = None
-        self._flags = [_CompletionFlag(self), _SpaceFlag(self), _FlushFlag(self)]
-        self._reader = None
+        self._flags: list[SleepFlag] = [_CompletionFlag(self), _SpaceFlag(self),
+                                        _FlushFlag(self)]
+        self._reader: AsyncWakeReader | None = None
         self._signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
         self.puts_total = 0
         self.space_waits_total = 0
 
     # --- wiring ---------------------------------------------------------------------------------
-    def sleep_flags(self) -> list:
+    def sleep_flags(self) -> list[SleepFlag]:
         """The sleep flags to arm before this worker blocks on its eventfd."""
         return list(self._flags)
 
@@ -163,8 +165,8 @@ class RingPutter:
         """Drive on_wake from ``wake_fd`` in ``loop`` (the worker may instead combine
         sleep_flags() and on_wake() with its other wake-up work in one AsyncWakeReader)."""
         loop = loop or asyncio.get_running_loop()
-        self._reader = AsyncWakeReader(loop, wake_fd, self._flags, self.on_wake)
-        self._reader.start()
+        reader = self._reader = AsyncWakeReader(loop, wake_fd, self._flags, self.on_wake)
+        reader.start()
 
     def stop(self) -> None:
         """Undo start() (idempotent)."""
@@ -287,7 +289,12 @@ class RingPutter:
         waits = self._flush_waits
         while waits and waits[0][0] <= flushed_position:
             _, request_id = waits.popleft()
-            self._resolve(request_id, self._pending[request_id].result)
+            self._resolve(request_id, self._held_result(request_id))
+
+    def _held_result(self, request_id: int) -> PutResult:
+        result = self._pending[request_id].result
+        assert result is not None       # set before its flush wait was queued
+        return result
 
     def _arm_timeout(self) -> None:
         loop = asyncio.get_running_loop()
@@ -302,7 +309,7 @@ class RingPutter:
         waits = self._flush_waits
         while waits and self._pending[waits[0][1]].deadline <= now:
             _, request_id = waits.popleft()
-            result = self._pending[request_id].result
+            result = self._held_result(request_id)
             result.status = PutStatus.FLUSH_DISK_TIMEOUT
             self._resolve(request_id, result)
         self._arm_timeout()

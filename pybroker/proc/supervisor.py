@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from pybroker import clock
-from pybroker.broker.context import BrokerContext
+from pybroker.broker.context import MetadataContext
 from pybroker.broker.metadata import MetadataState
 from pybroker.broker.registration import NamesrvRegistration
 from pybroker.broker.schedule import ScheduleService
@@ -35,6 +35,7 @@ from pybroker.proc.remoting import run_remoting_worker
 from pybroker.stats.region import StatsRegion, writer_count
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths
+from pybroker.store.control_block import ControlBlock
 from pybroker.store.config_docs import DelayOffsetDocument
 from pybroker.store.message_store import MessageStore
 
@@ -64,8 +65,9 @@ class Supervisor:
         self.children: dict[int, str] = {}
         self.deaths: list[float] = []
         self.data_plane_stopped_cleanly = False
-        self.stats_region = None
-        self.stats = None
+        self.stats_region: StatsRegion | None = None
+        self.stats: StatsService | None = None
+        self.control: ControlBlock | None = None      # the running generation's
         self.stop_requested = False
         self.listeners: Listeners | None = None
 
@@ -135,7 +137,8 @@ class Supervisor:
         self.stats_region = StatsRegion.create(
             paths.stats_region_path(self.store_root),
             writer_count(self.config.remoting.remoting_workers), clock.now_ms())
-        self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name)
+        self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name,
+                                  control=lambda: self.control)
 
     def _recover(self, lock) -> int:
         """Recover the store in this process; returns the valid end of the CommitLog."""
@@ -153,19 +156,21 @@ class Supervisor:
         valid_end = self._recover(lock)
         workers = self.config.remoting.remoting_workers
         plane = dataplane.DataPlane.create(self.config, paths.run_dir(self.store_root), workers,
-                                           valid_end)
-        plane.stats_region = self.stats_region
-        self.stats.control = plane.control
+                                           valid_end, self.stats_region)
+        self.control = plane.control
         service_socket = _bind_unix_socket(os.path.join(paths.run_dir(self.store_root),
                                                         "metadata.sock"))
         try:
             for name, main in plane.worker_mains():
                 self.children[fork_child(name, main)] = name
             socket_path = service_socket.getsockname()
+            listeners = self.listeners
+            assert listeners is not None       # bound by run() before the first generation
             for index in range(workers):
-                pid = fork_child(f"remoting-{index}", lambda i=index: run_remoting_worker(
-                    i, self.config, plane.remoting_attachment(i), socket_path,
-                    self.listeners.for_worker(i)))
+                def remoting_main(i: int = index) -> int:
+                    return run_remoting_worker(i, self.config, plane.remoting_attachment(i),
+                                               socket_path, listeners.for_worker(i))
+                pid = fork_child(f"remoting-{index}", remoting_main)
                 self.children[pid] = f"remoting-{index}"
             try:
                 outcome = asyncio.run(self._serve(plane, service_socket, workers))
@@ -178,7 +183,13 @@ class Supervisor:
         return outcome
 
     # --- the generation's event loop ------------------------------------------------------------
+    def _running(self) -> tuple[MetadataState, StatsService]:
+        """The metadata and statistics services, which live from run() to its end."""
+        assert self.metadata is not None and self.stats is not None, "not running"
+        return self.metadata, self.stats
+
     async def _serve(self, plane, service_socket, workers: int) -> str:
+        metadata, stats = self._running()
         loop = asyncio.get_running_loop()
         outcome = loop.create_future()
         for signal_number in (signal.SIGTERM, signal.SIGINT):
@@ -188,9 +199,10 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGCHLD, self._reap, outcome)
         attachment = plane.supervisor_attachment()
         attachment.start(loop, lambda moved: None)
-        ctx = BrokerContext(self.config, attachment.reader, attachment.putter, self.metadata,
-                            attachment.store_host, stats_service=self.stats)
-        registration = NamesrvRegistration(self.config, lambda: self.metadata.topics.document)
+        ctx = MetadataContext(self.config, attachment.reader, attachment.putter, metadata,
+                              attachment.store_host, stats_service=stats,
+                              topic_deleter=plane.topic_deleter())
+        registration = NamesrvRegistration(self.config, lambda: metadata.topics.document)
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
         await service.start_on(service_socket)
@@ -224,13 +236,14 @@ class Supervisor:
             attachment.close()
 
     async def _periodic(self, service: MetadataService) -> None:
+        metadata, _ = self._running()
         last_scan = time.monotonic()
         while True:
             await asyncio.sleep(OFFSET_PERSIST_INTERVAL_S)
-            self.metadata.persist_if_dirty()
+            metadata.persist_if_dirty()
             if time.monotonic() - last_scan >= CHANNEL_SCAN_INTERVAL_S:
                 last_scan = time.monotonic()
-                self.metadata.scan_expired()
+                metadata.scan_expired()
                 service.push_if_changed()
 
     async def _start_metrics(self, attachment):
@@ -249,8 +262,9 @@ class Supervisor:
 
     async def _sample_stats(self) -> None:
         """The statistics sampler: once a second (Java StoreStatsService's rate)."""
+        _, stats = self._running()
         while True:
-            self.stats.tick()
+            stats.tick()
             await asyncio.sleep(STATS_SAMPLE_INTERVAL_S)
 
     async def _services(self, attachment) -> None:

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Sequence
 
 from pybroker.store import paths
 from pybroker.store.control_block import ControlBlock
@@ -76,12 +77,13 @@ class TopicDeletionRequests:
         with open(path, "w", encoding="utf-8"):
             pass
 
-    async def delete(self, topics, timeout_s: float = DELETION_TIMEOUT_S) -> int:
-        """Delete the consume queues of ``topics`` in the data plane; returns how many topics
-        were deleted (0 when the data plane did not answer within ``timeout_s`` seconds)."""
+    async def delete_topics(self, topics: Sequence[str],
+                            timeout_s: float = DELETION_TIMEOUT_S) -> bool:
+        """Delete the consume queues of ``topics`` in the data plane; False when the data
+        plane did not answer within ``timeout_s`` seconds."""
         topics = [topic for topic in topics if topic]
         if not topics:
-            return 0
+            return True
         async with self._lock:
             await self._wait_done(self.seq, timeout_s)
             seq = self.seq + 1
@@ -91,10 +93,10 @@ class TopicDeletionRequests:
             self.control.publish("topic_deletion_requested", seq)
             self.appender_wake.signal()
             if await self._wait_done(seq, timeout_s):
-                return len(topics)
+                return True
         log.error("topic deletion %d (%s) not done by the data plane within %.0f s", seq,
                   ",".join(topics), timeout_s)
-        return 0
+        return False
 
     async def _wait_done(self, seq: int, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

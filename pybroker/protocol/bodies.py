@@ -575,7 +575,7 @@ def encode_heartbeat(heartbeat: HeartbeatData) -> bytes:
 
 
 # --- REGISTER_BROKER body (§7.4) ---------------------------------------------------------------
-_TOPIC_CONFIG_DEFAULTS = {"readQueueNums": 16, "writeQueueNums": 16,
+_TOPIC_CONFIG_DEFAULTS: dict[str, Any] = {"readQueueNums": 16, "writeQueueNums": 16,
                           "perm": int(constants.PERM_READ_WRITE), "topicFilterType": "SINGLE_TAG",
                           "topicSysFlag": 0, "order": False}
 

@@ -90,7 +90,7 @@ class RemotingCommand:
                 and self.ext_fields == other.ext_fields
                 and bytes(self.body or b"") == bytes(other.body or b""))
 
-    __hash__ = None  # mutable value type
+    __hash__ = None  # type: ignore[assignment]  # mutable value type
 
     def __repr__(self) -> str:
         body_length = 0 if self.body is None else len(self.body)
@@ -147,7 +147,7 @@ def decode(frame_buffer, frame_start: int, frame_length: int, *,
         (code, language, version, opaque, flag, remark,
          ext_fields) = _decode_json_header(view[header_start:header_start + header_length],
                                            ext_fields_max)
-    body = None
+    body: bytes | memoryview | None = None
     if body_length:
         body = view[body_start:body_start + body_length]
         if copy_body:

@@ -121,8 +121,10 @@ class HeaderSchema:
     def __init__(self, name: str, fields: tuple[Field, ...]):
         self.name = name
         self.fields = fields
-        base = collections.namedtuple(name + "Base", [f.attribute for f in fields])
-        self.header_class = type(name, (base,), {"__slots__": (), "schema": self})
+        # One named-tuple class per header schema, made at import (a dynamic name by design).
+        base = collections.namedtuple(name + "Base",  # type: ignore[misc]
+                                      [f.attribute for f in fields])
+        self.header_class: Any = type(name, (base,), {"__slots__": (), "schema": self})
         self._plan = tuple(self._step(f, f.wire_name) for f in fields)
         has_short = any(f.short_name for f in fields)
         self._short_plan = (tuple(self._step(f, f.short_name or f.wire_name) for f in fields)
@@ -153,7 +155,7 @@ class HeaderSchema:
         plan = self._short_plan if short_names and self._short_plan is not None else self._plan
         if ext_fields is None:
             ext_fields = {}
-        values = []
+        values: list[Any] = []
         append = values.append
         get = ext_fields.get
         key = ""
@@ -655,9 +657,10 @@ def encode_header(schema_or_obj, values: Mapping[str, Any] | None = None, *,
             raise ValueError(f"{schema.name} has no field(s) {unknown}")
         pairs = [(f, values.get(f.attribute)) for f in schema.fields]
     else:
-        schema = getattr(schema_or_obj, "schema", None)
-        if not isinstance(schema, HeaderSchema) or values is not None:
+        header_schema = getattr(schema_or_obj, "schema", None)   # a header_class instance
+        if not isinstance(header_schema, HeaderSchema) or values is not None:
             raise TypeError("encode_header takes a HeaderSchema and values, or a header object")
+        schema = header_schema
         pairs = list(zip(schema.fields, schema_or_obj, strict=True))
     ext_fields: dict[str, str] = {}
     for f, value in pairs:
@@ -689,7 +692,7 @@ def validate_topic(name: str | None) -> str | None:
     Rules: not blank; only ``[%|a-zA-Z0-9_-]``; at most 127 bytes of UTF-8 (the commit-log
     record's 1-byte topic length), or 255 for ``%RETRY%``/``%DLQ%`` topics.
     """
-    if _is_blank(name):
+    if name is None or _is_blank(name):
         return "The specified topic is blank."
     if _has_illegal_characters(name):
         return (f"The specified topic: {name[:_REMARK_VALUE_MAX_CHARS]}, contains illegal "
@@ -708,7 +711,7 @@ def validate_topic(name: str | None) -> str | None:
 
 def validate_group(name: str | None) -> str | None:
     """None when ``name`` is a valid group name (same charset, at most 120), else the remark."""
-    if _is_blank(name):
+    if name is None or _is_blank(name):
         return "The specified group is blank."
     if _has_illegal_characters(name):
         return (f"The specified group: {name[:_REMARK_VALUE_MAX_CHARS]}, contains illegal "

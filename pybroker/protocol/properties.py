@@ -5,6 +5,8 @@ Each pair is written as ``name \\x01 value \\x02``, the pair separator included 
 pair. Decoding follows Java's ``MessageDecoder.string2messageProperties`` tolerance rules, so a
 string any client can produce decodes the way the Java broker would decode it.
 """
+from collections.abc import Mapping
+
 from pybroker.protocol.constants import (KEY_SEPARATOR, NAME_VALUE_SEPARATOR,
                                          PROPERTY_SEPARATOR, Property)
 
@@ -13,7 +15,7 @@ _SEGMENT_LENGTH_MIN = 3
 _PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
 
 
-def encode_properties(properties: dict[str, str | None]) -> str:
+def encode_properties(properties: Mapping[str, str | None]) -> str:
     """Encode ``{name: value}`` as a properties string; pairs whose value is None are skipped."""
     return "".join(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
                    for name, value in properties.items() if value is not None)

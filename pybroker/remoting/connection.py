@@ -42,7 +42,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from pybroker._fast.frame import split_frames
 from pybroker.config import RemotingConfig
@@ -108,10 +108,14 @@ class ConnectionLimits:
         """Limits from the broker's remoting settings (server or client idle time)."""
         idle_seconds = (remoting.server_channel_max_idle_time_seconds if server
                         else remoting.client_channel_max_idle_time_seconds)
-        values = dict(frame_max_bytes=remoting.frame_max_bytes,
+        values: dict[str, Any] = dict(frame_max_bytes=remoting.frame_max_bytes,
                       ext_fields_max=remoting.ext_fields_max, idle_timeout_ms=idle_seconds * 1000)
         values.update(overrides)
         return cls(**values)
+
+
+# The transport of a connection not made yet (asyncio calls connection_made first).
+_UNCONNECTED = asyncio.Transport()
 
 
 class RemotingConnection(asyncio.BufferedProtocol):
@@ -128,21 +132,22 @@ class RemotingConnection(asyncio.BufferedProtocol):
                  serialize_type: int = _SERIALIZE_JSON,
                  on_open: Optional[Callable[["RemotingConnection"], None]] = None,
                  on_close: Optional[Callable[["RemotingConnection", Optional[BaseException]],
-                                             None]] = None):
+                                             None]] = None,
+                 unmatched_response: Optional[Callable[["RemotingConnection", RemotingCommand],
+                                                       None]] = None):
         self.connection_id = next(_connection_ids)
         self.remote_address = ""
         self.attachment: object = None
         # Called with responses no invoke() here waits for (the broker relays a client's answer
         # to a call the metadata service made through this connection); None: log and drop.
-        self.unmatched_response: Optional[Callable[["RemotingConnection", RemotingCommand],
-                                                   None]] = None
+        self.unmatched_response = unmatched_response
         self.limits = limits
         self.serialize_type = serialize_type
         self._dispatch = dispatch
         self._on_open = on_open
         self._on_close = on_close
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._transport: Optional[asyncio.Transport] = None
+        self._loop: asyncio.AbstractEventLoop          # set by connection_made
+        self._transport: asyncio.Transport = _UNCONNECTED
         self._closed = False
         self._close_reason: Optional[str] = None
         # Allocated at the first read: a connection that never sends holds no buffer.
@@ -188,7 +193,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
     @property
     def unsent_bytes(self) -> int:
         """Bytes queued for this loop turn plus bytes the transport has not written yet."""
-        transport_bytes = 0 if self._transport is None else self._transport.get_write_buffer_size()
+        transport_bytes = 0 if self._transport is _UNCONNECTED \
+            else self._transport.get_write_buffer_size()
         return transport_bytes + sum(len(frame) for frame in self._write_queue)
 
     @property
@@ -499,7 +505,7 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         """Write what is queued, then close (the transport flushes its buffer first)."""
-        if self._closed or self._transport is None:
+        if self._closed or self._transport is _UNCONNECTED:
             return
         self._flush()
         self._closed = True
@@ -507,7 +513,7 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     def abort(self, reason: str) -> None:
         """Close at once, discarding unsent data; ``reason`` is kept in :attr:`close_reason`."""
-        if self._transport is None:
+        if self._transport is _UNCONNECTED:
             return
         if self._close_reason is None:
             self._close_reason = reason

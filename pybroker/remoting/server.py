@@ -23,7 +23,7 @@ import logging
 import re
 import socket
 import types
-from typing import Awaitable, Callable, Optional
+from typing import Any, Callable, Coroutine, Optional
 
 from pybroker.errors import HeaderError
 from pybroker.protocol.codes import ResponseCode
@@ -32,9 +32,12 @@ from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
 
 LOGGER = logging.getLogger("pybroker.remoting")
 
-Handler = Callable[[RemotingConnection, RemotingCommand], Awaitable[Optional[RemotingCommand]]]
+# A coroutine function: the table may drive it eagerly (coroutine.send) before any Task.
+Handler = Callable[[RemotingConnection, RemotingCommand],
+                   Coroutine[Any, Any, Optional[RemotingCommand]]]
 OnConnect = Callable[[RemotingConnection], None]
 OnClose = Callable[[RemotingConnection, Optional[BaseException]], None]
+OnUnmatchedResponse = Callable[[RemotingConnection, RemotingCommand], None]
 
 _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
 _NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
@@ -173,7 +176,8 @@ class RemotingServer:
 
     def __init__(self, table: RequestTable, limits: ConnectionLimits,
                  on_connect: Optional[OnConnect], on_close: Optional[OnClose],
-                 connections_max: int = 0):
+                 connections_max: int = 0,
+                 on_unmatched_response: Optional[OnUnmatchedResponse] = None):
         if connections_max < 0:
             raise ValueError(f"connections_max={connections_max}: must be >= 0 (0 = no cap)")
         self.table = table
@@ -183,12 +187,14 @@ class RemotingServer:
         self.connections: dict[int, RemotingConnection] = {}
         self._on_connect = on_connect
         self._on_close = on_close
-        self._server: Optional[asyncio.AbstractServer] = None
+        self._on_unmatched_response = on_unmatched_response
+        self._server: Optional[asyncio.Server] = None
         self._address = ""
 
     def _make_connection(self) -> RemotingConnection:
         return RemotingConnection(self.table, self.limits, on_open=self._opened,
-                                  on_close=self._closed)
+                                  on_close=self._closed,
+                                  unmatched_response=self._on_unmatched_response)
 
     def _opened(self, connection: RemotingConnection) -> None:
         if self.connections_max and len(self.connections) >= self.connections_max:
@@ -207,7 +213,7 @@ class RemotingServer:
         if self._on_close is not None:
             self._on_close(connection, exc)
 
-    def _listening(self, server: asyncio.AbstractServer) -> "RemotingServer":
+    def _listening(self, server: asyncio.Server) -> "RemotingServer":
         self._server = server
         # Kept from the start: the address stays readable after close() for logs.
         name = server.sockets[0].getsockname() if server.sockets else ""
@@ -252,6 +258,7 @@ async def start_server(host: Optional[str], port: int, table: RequestTable, *,
                        backlog: int = 1024, on_connect: Optional[OnConnect] = None,
                        on_close: Optional[OnClose] = None, connections_max: int = 0,
                        limits: Optional[ConnectionLimits] = None,
+                       on_unmatched_response: Optional[OnUnmatchedResponse] = None,
                        **limit_values) -> RemotingServer:
     """Listen on ``host:port`` (port 0: an ephemeral port, see :attr:`RemotingServer.address`).
 
@@ -259,9 +266,11 @@ async def start_server(host: Optional[str], port: int, table: RequestTable, *,
     already bound socket (TCP or unix) to serve instead of host/port. ``connections_max``:
     connections beyond this many are closed at once (0 = no cap). Limits: pass a
     :class:`ConnectionLimits` as ``limits`` or its fields as keywords (``idle_timeout_ms=...``).
+    ``on_unmatched_response(connection, response)``: a response no invoke() waits for (a
+    client's answer to a call the broker made through that connection).
     """
     server = RemotingServer(table, _limits(limits, limit_values), on_connect, on_close,
-                            connections_max)
+                            connections_max, on_unmatched_response)
     loop = asyncio.get_running_loop()
     make = server._make_connection
     if sock is not None and sock.family == socket.AF_UNIX:

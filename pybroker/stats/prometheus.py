@@ -56,7 +56,8 @@ _BUCKETS_EXPORTED = 28
 def _log2_buckets(words, scale: float = 1.0) -> tuple[list[tuple[str, float]], float]:
     """Cumulative (le, count) of a log2 histogram: bucket b holds values <= 2^b - 1."""
     counts = [int(count) for count in words[:_stats.HIST_BUCKETS]]
-    buckets, total = [], 0
+    buckets: list[tuple[str, float]] = []
+    total = 0
     for bucket in range(_BUCKETS_EXPORTED):
         total += counts[bucket]
         buckets.append((f"{((1 << bucket) - 1) * scale:.9g}", total))

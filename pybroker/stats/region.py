@@ -69,6 +69,7 @@ class StatsRegion:
     def __init__(self, path: str, buffer: mmap.mmap, owner_pid: int | None):
         self.path = path
         self.buffer = buffer
+        self.closed = False
         self.owner_pid = owner_pid
         self.writers = _stats.check_header(buffer)
 
@@ -114,13 +115,13 @@ class StatsRegion:
 
     def close(self) -> None:
         """Unmap; the creating process also unlinks the file. Writers must be closed first."""
-        if self.buffer is None:
+        if self.closed:
             return
         try:
             self.buffer.close()
         except BufferError:
             return          # a writer still holds it; the map goes with the process
-        self.buffer = None
+        self.closed = True
         if self.owner_pid == os.getpid():
             try:
                 os.unlink(self.path)

@@ -12,6 +12,7 @@ window not yet filled, putLatency99 ``%.2f``.
 import os
 import time
 
+from pybroker.broker.context import BrokerContext
 from pybroker.protocol import constants
 from pybroker.stats.region import StatsCounter as C
 from pybroker.stats.service import PUT_DISTRIBUTE_DESC, histogram_percentile
@@ -146,10 +147,11 @@ def _disk_figures(config) -> dict[str, str]:
     return info
 
 
-def runtime_info(ctx) -> dict[str, str]:
-    """The GET_BROKER_RUNTIME_INFO table of a broker whose ``ctx.stats_service`` is the supervisor's
-    StatsService (with ``control`` set for the running generation)."""
+def runtime_info(ctx: BrokerContext) -> dict[str, str]:
+    """The GET_BROKER_RUNTIME_INFO table of a broker whose ``ctx.stats_service`` is the
+    supervisor's StatsService (its ``control()`` is the running generation's)."""
     service = ctx.stats_service
+    assert service is not None, "runtime_info needs the supervisor's statistics"
     snapshot = service.region.snapshot()
     store_info = ctx.store.runtime_info()
     version = constants.CURRENT_VERSION
@@ -157,8 +159,8 @@ def runtime_info(ctx) -> dict[str, str]:
             "commitLogMinOffset": store_info["commitLogMinOffset"],
             "commitLogMaxOffset": str(service.control.written_position),
             "earliestMessageTimeStamp": store_info["earliestMessageTimeStamp"],
-            "startAcceptSendRequestTimeStamp": str(getattr(
-                ctx.config.broker, "start_accept_send_request_time_stamp", 0))}
+            # Java's BrokerConfig default: sends are accepted from the start (no such setting).
+            "startAcceptSendRequestTimeStamp": "0"}
     info.update(_store_figures(service, snapshot))
     info.update(_broker_figures(service, snapshot, service.control))
     info.update(_disk_figures(ctx.config))

@@ -11,6 +11,7 @@ windows as well as its counters.
 import collections
 import datetime
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from pybroker._fast import stats as _stats
 from pybroker.stats.region import (PUT_DISTRIBUTE_BUCKETS, Snapshot, StatsCounter,
                                    StatsHistogram, StatsKeyKind, StatsRegion)
 from pybroker.stats.windows import DAY, HOUR, MINUTE, PERIODS_MS, ItemWindows, RateWindow
+from pybroker.store.control_block import ControlBlock
 
 __all__ = ["StatsService", "STATS_NAMES", "WINDOW_COLUMNS", "PUT_DISTRIBUTE_DESC",
            "put_distribute_bucket", "histogram_percentile"]
@@ -85,11 +87,14 @@ def _now_ms() -> int:
 
 
 class StatsService:
-    """Owner of the region's sampling (one per supervisor). ``tick()`` once a second."""
+    """Owner of the region's sampling (one per supervisor). ``tick()`` once a second.
+    ``control()`` is the running generation's control block (None between generations)."""
 
     def __init__(self, region: StatsRegion, cluster_name: str, clock_ms=_now_ms,
-                 local_date=datetime.date.today):
+                 local_date=datetime.date.today,
+                 control: Callable[[], ControlBlock | None] = lambda: None):
         self.region = region
+        self._control = control
         self.cluster_name = cluster_name
         self.clock_ms = clock_ms
         self.local_date = local_date
@@ -103,6 +108,14 @@ class StatsService:
         self.today = local_date()
         self.recent: collections.deque = collections.deque(maxlen=_LAST_MINUTE_SAMPLES)
         self.last: Snapshot | None = None
+
+    @property
+    def control(self) -> ControlBlock:
+        """The running generation's control block (published positions)."""
+        control = self._control()
+        if control is None:
+            raise RuntimeError("no data plane runs: no control block")
+        return control
 
     # --- sampling ---------------------------------------------------------------------------
     def tick(self) -> Snapshot:

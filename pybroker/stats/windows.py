@@ -86,7 +86,7 @@ class ItemWindows:
     """The minute / hour / day snapshots of one StatsItem (value and times counters)."""
 
     def __init__(self, now_ms: int):
-        self.lists = {name: collections.deque(maxlen=keep)
+        self.lists: dict[str, collections.deque] = {name: collections.deque(maxlen=keep)
                       for name, (_, keep) in PERIODS_MS.items()}
         self.created_ms = now_ms
 

@@ -79,7 +79,8 @@ class CommitLog:
             store_path, file_size, read_only, allocation="fallocate" if warm else allocation,
             warm=warm)
         self._topic_queue_table: dict[str, int] = {}
-        self._held_records: dict[int, tuple[object, MappedFile, memoryview]] = {}
+        self._held_records: dict[int, tuple[record_codec.MessageRecord, MappedFile,
+                                            memoryview]] = {}
 
     # --- lifecycle -----------------------------------------------------------------------------
     def load(self) -> bool:

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 UNIT_SIZE = layout.CQ_STORE_UNIT_SIZE
 UNIT_DTYPE = np.dtype([("phy", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 assert UNIT_DTYPE.itemsize == UNIT_SIZE
+assert UNIT_DTYPE.fields is not None
 assert UNIT_DTYPE.fields["size"][1] == layout.CQ_UNIT_SIZE_POSITION
 assert UNIT_DTYPE.fields["tags"][1] == layout.CQ_UNIT_TAGS_CODE_POSITION
 _UNIT = struct.Struct(">qiq")
@@ -278,11 +279,14 @@ class ConsumeQueue:
         files = queue.mapped_files
         fresh = not files or (len(files) == 1 and files[0].wrote_position == 0)
         if not fresh:
-            return queue.last_mapped_file(expect_offset)
+            last = queue.last_mapped_file(expect_offset)
+            assert last is not None           # need_create: there always is one
+            return last
         if files and not (files[0].file_from_offset <= expect_offset
                           < files[0].file_from_offset + self.mapped_file_size):
             queue.delete_last_mapped_file()   # an empty file in the wrong place
         mapped_file = queue.last_mapped_file(expect_offset)
+        assert mapped_file is not None
         filler_count = (expect_offset - mapped_file.file_from_offset) // UNIT_SIZE
         if filler_count:
             mapped_file.append(_FILLER_UNIT * filler_count)

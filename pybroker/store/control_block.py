@@ -137,7 +137,24 @@ class ControlBlock:
     """
 
     _base = 0
-    _map = None
+    _map: mmap.mmap | None = None
+    # The FIELDS (descriptors set below, from FIELD_OWNERS); declared for the type checker.
+    written_position: int
+    written_store_timestamp: int
+    flushed_position: int
+    dispatched_position: int
+    replicated_position: int
+    logics_flushed_timestamp: int
+    index_flushed_timestamp: int
+    physic_flushed_timestamp: int
+    generation: int
+    broker_state: int
+    commitlog_min_offset: int
+    disk_full: int
+    topic_deletion_requested: int
+    topic_deletion_appended: int
+    topic_deletion_offset: int
+    topic_deletion_done: int
 
     def __init__(self, path: str, create: bool):
         self.path = path
@@ -231,5 +248,7 @@ def _check_slot(slot: int) -> None:
         raise ValueError(f"worker slot must be in [0, {WORKER_SLOTS_MAX}), got {slot}")
 
 
+assert tuple(name for name in ControlBlock.__annotations__ if not name.startswith("_")) \
+    == FIELDS, "declare every control-block field on ControlBlock, in FIELD_OWNERS order"
 for _field, _owner in FIELD_OWNERS:
     setattr(ControlBlock, _field, _Word(FIELD_OFFSETS[_field], f"written by the {_owner}"))

@@ -33,7 +33,7 @@ from pybroker.protocol.constants import (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATO
                                          TRANSACTION_TYPE_MASK, MessageSysFlag, Property,
                                          SystemTopic)
 from pybroker.store.commitlog import CommitLog
-from pybroker.store.consume_queue import ConsumeQueueStore
+from pybroker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pybroker.store.index_file import IndexService
 from pybroker.store.mapped_file import MappedFile
 
@@ -102,7 +102,7 @@ class Dispatcher:
         self.dispatched_total = 0         # records dispatched since construction
         # One-entry cache: consecutive records mostly share a topic-queue.
         self._last_queue_key: tuple[str, int] | None = None
-        self._last_queue = None
+        self._last_queue: ConsumeQueue | None = None
 
     def dispatch_behind_bytes(self, max_physical_offset: int | None = None) -> int:
         """Bytes written to the CommitLog but not dispatched yet."""
@@ -187,9 +187,10 @@ class Dispatcher:
             if queue_key != self._last_queue_key:
                 self._last_queue = self.consume_queue_store.find_or_create(*queue_key)
                 self._last_queue_key = queue_key
-            if not self._last_queue.put(message_record.physical_offset,
-                                        message_record.total_size, tags_code,
-                                        message_record.queue_offset):
+            queue = self._last_queue
+            assert queue is not None            # set with its key above
+            if not queue.put(message_record.physical_offset, message_record.total_size,
+                             tags_code, message_record.queue_offset):
                 raise StoreCorruptError(
                     f"consume queue {topic}-{message_record.queue_id} refused queue offset "
                     f"{message_record.queue_offset} of physical offset "

@@ -103,11 +103,12 @@ class MessageStore(StoreReads):
         # A lock passed in is the caller's (the supervisor keeps it across generations).
         self._own_lock = lock is None
         self._lock = lock if lock is not None else lock_file.StoreLock(self.store_root)
-        self.commitlog: CommitLog | None = None
-        self.consume_queue_store: ConsumeQueueStore | None = None
+        # Set by load(); using the store before load() is an AttributeError.
+        self.commitlog: CommitLog
+        self.consume_queue_store: ConsumeQueueStore
+        self.checkpoint: StoreCheckpoint
+        self.dispatcher: Dispatcher
         self.index_service: IndexService | None = None
-        self.checkpoint: StoreCheckpoint | None = None
-        self.dispatcher: Dispatcher | None = None
         self.cleaner: StoreCleaner | None = None
         self.recovery_result: recovery.RecoveryResult | None = None
         self.loaded = self.running = False
@@ -127,10 +128,6 @@ class MessageStore(StoreReads):
         self._settings = settings
         if self.cleaner is not None:
             self.cleaner.settings = settings
-
-    @property
-    def _transfer_limits(self) -> tuple[int, int, int, int]:
-        return self._settings.transfer_limits()
 
     # --- life cycle ---------------------------------------------------------------------------
     @property

@@ -135,15 +135,12 @@ class MessageStoreReader(StoreReads):
         self.commitlog_dir = settings.commitlog_dir
         ratio = settings.access_message_in_memory_max_ratio
         self._memory_bytes = psutil.virtual_memory().total * ratio // 100
-        self._transfer_limits = settings.transfer_limits()
         self._stats = {"get_times_found": 0, "get_times_miss": 0, "get_transferred_count": 0}
         self.dispatched_position = max(dispatched_position, 0)
         self.written_position = self.dispatched_position
         self._positions = positions
         self._store_changes = store_changes
         self._seen_store_changes = (0, 0)
-        # Set by the supervisor: submits deleted topics to the dispatcher (an awaitable).
-        self.topic_deleter: Callable | None = None
         self.commitlog = CommitLog(self.commitlog_dir,
                                    settings.mapped_file_size_commit_log,
                                    read_only=True)
@@ -311,25 +308,6 @@ class MessageStoreReader(StoreReads):
                 break
         if was_empty and queue.max_offset_in_queue() > queue.min_offset_in_queue():
             queue.correct_min_offset(self._physical_min_offset())
-
-    # --- topic deletion -------------------------------------------------------------------------
-    def delete_topics(self, topics):
-        """Forget (unmap) this reader's consume queues of ``topics``.
-
-        The files belong to the dispatcher, their single writer: with a :attr:`topic_deleter`
-        (the supervisor's, pybroker/proc/topic_deletion.py) the topics are submitted to it and
-        its awaitable is returned (it resolves to the topics deleted once the dispatcher
-        destroyed their queues); without one nothing is deleted and 0 is returned.
-        """
-        topics = list(topics)
-        for topic in topics:
-            for queue in self.consume_queue_store.queue_table.pop(topic, {}).values():
-                queue.close()
-            for key in [key for key in self._queue_positions if key[0] == topic]:
-                del self._queue_positions[key]
-        if self.topic_deleter is not None:
-            return self.topic_deleter(topics)
-        return 0
 
     # --- runtime figures ------------------------------------------------------------------------
     def runtime_info(self) -> dict[str, str]:

@@ -19,9 +19,10 @@ from pybroker._fast import record as record_codec
 from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.store import layout
 from pybroker.store.commitlog import CommitLog
-from pybroker.store.consume_queue import ConsumeQueue
+from pybroker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from pybroker.store.index_file import IndexService
 from pybroker.store.mapped_file import MappedFile
+from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus
 
 __all__ = ["StoreReads", "GetResult", "SelectResult", "QueryResult"]
@@ -119,9 +120,17 @@ class QueryResult(_Holds):
 class StoreReads:
     """Read methods of the store facade (a mixin; see the module docstring for its contract)."""
 
+    settings: StoreConfig
+    commitlog: CommitLog
+    consume_queue_store: ConsumeQueueStore
+    index_service: IndexService | None
     _memory_bytes: int
-    _transfer_limits: tuple[int, int, int, int]
     _stats: dict[str, int]
+
+    @property
+    def _transfer_limits(self) -> tuple[int, int, int, int]:
+        # Read per pull: a test may replace the settings of a running store.
+        return self.settings.transfer_limits()
 
     # --- hooks ---------------------------------------------------------------------------------
     def _commitlog(self) -> CommitLog:
@@ -305,7 +314,10 @@ class StoreReads:
         max_num = min(max_num, _QUERY_MAX_NUM)
         last_query_ms = end_ms
         for _ in range(_QUERY_ATTEMPTS):
-            phy_offsets, last_timestamp, last_phy_offset = self._index_service().query(
+            index_service = self._index_service()
+            if index_service is None:
+                break
+            phy_offsets, last_timestamp, last_phy_offset = index_service.query(
                 topic, key, max_num, begin_ms, last_query_ms)
             if not phy_offsets:
                 break
@@ -329,6 +341,7 @@ class StoreReads:
             return None
         mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
             physical_offset)
+        assert mapped_file is not None        # read_raw found it
         return SelectResult(physical_offset, view, mapped_file)
 
     # --- queue offsets and times ---------------------------------------------------------------

@@ -5,7 +5,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from pybroker.broker.channel import Channel
+from pybroker.broker.channel import ClientChannel
 from pybroker.broker.managers.client_channel import ClientChannelInfo
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import RemotingCommand, create_request
@@ -47,7 +47,7 @@ class ClientCalls:
                             client.client_id, error)
         return sent
 
-    async def call_client(self, channel: Channel, request: RemotingCommand,
+    async def call_client(self, channel: ClientChannel, request: RemotingCommand,
                           timeout_ms: int | None = None) -> RemotingCommand:
         """Send ``request`` to the client on ``channel`` and wait for its response.
 

@@ -2,7 +2,7 @@
 """One live client connection of a producer or consumer group."""
 import dataclasses
 
-from pybroker.broker.channel import Channel
+from pybroker.broker.channel import ClientChannel
 
 __all__ = ["ClientChannelInfo", "make_channel_info"]
 
@@ -12,7 +12,7 @@ class ClientChannelInfo:
     """One client connection of a group: ``language``/``version`` as in its last request,
     ``last_update_ms`` = time of its last heartbeat (ms)."""
     client_id: str
-    channel: Channel
+    channel: ClientChannel
     language: int
     version: int
     last_update_ms: int
@@ -22,6 +22,6 @@ class ClientChannelInfo:
         return self.channel.channel_id
 
 
-def make_channel_info(channel: Channel, client_id: str, now_ms: int) -> ClientChannelInfo:
+def make_channel_info(channel: ClientChannel, client_id: str, now_ms: int) -> ClientChannelInfo:
     """A :class:`ClientChannelInfo` for ``channel`` as of its latest request."""
     return ClientChannelInfo(client_id, channel, channel.language, channel.version, now_ms)

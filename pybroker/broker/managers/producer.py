@@ -5,7 +5,7 @@ dropped by the owner's periodic scan."""
 import logging
 from collections.abc import Callable, Iterable
 
-from pybroker.broker.channel import Channel
+from pybroker.broker.channel import ClientChannel
 from pybroker.broker.managers.client_channel import ClientChannelInfo
 
 __all__ = ["ProducerManager"]
@@ -41,7 +41,7 @@ class ProducerManager:
             del self.producer_groups[group]
         return True
 
-    def producer_channels(self, group: str) -> list[Channel]:
+    def producer_channels(self, group: str) -> list[ClientChannel]:
         """Channels of the live producers of ``group`` (transaction checks), oldest first."""
         return [info.channel for info in self.producer_groups.get(group, {}).values()]
 

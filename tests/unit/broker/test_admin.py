@@ -14,7 +14,7 @@ import pytest
 from pybroker._fast import record as record_codec
 from pybroker.broker.admin import HANDLERS, encode_consume_stats, encode_topic_stats_table
 from pybroker.broker.channel import Channel
-from pybroker.broker.context import BrokerContext
+from pybroker.broker.context import MetadataContext, StoreTopicDeleter
 from pybroker.broker.managers.client_channel import make_channel_info
 from pybroker.broker.metadata import MetadataState
 from pybroker.config import load_broker_config, parse_properties
@@ -55,7 +55,8 @@ class Broker:
         self.delay_offsets: DelayOffsetDocument | None = None     # no delay service
         self.metadata = MetadataState(config, client_call_timeout_ms=200,
                                       delay_offsets=lambda: self.delay_offsets)
-        self.ctx = BrokerContext(config, self.store, None, self.metadata, (HOST, 10911))
+        self.ctx = MetadataContext(config, self.store, None, self.metadata, (HOST, 10911),
+                                   topic_deleter=StoreTopicDeleter(self.store))
         self.channel = Channel("0:admin", "192.0.2.9:41000", 0, 409)
 
     def call(self, code, ext_fields=None, body=None):
@@ -131,6 +132,27 @@ def test_delete_topic_removes_config_queues_and_offsets(broker):
     refused = broker.call(C.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"})
     assert refused.code == ResponseCode.SYSTEM_ERROR
     assert broker.metadata.topic_config("TBW102") is not None
+
+
+class _SilentDataPlane:
+    """A TopicDeleter whose data plane never answers (the supervisor's gives up after 10 s)."""
+
+    def __init__(self):
+        self.asked = []
+
+    async def delete_topics(self, topics) -> bool:
+        self.asked.append(list(topics))
+        return False
+
+
+def test_delete_topic_not_done_by_the_data_plane_is_not_success(broker):
+    create_topic(broker, "Slow", 1, 1)
+    broker.ctx.topic_deleter = _SilentDataPlane()
+    response = broker.call(C.DELETE_TOPIC_IN_BROKER, {"topic": "Slow"})
+    assert response.code == ResponseCode.SYSTEM_ERROR
+    assert "did not delete its consume queues in time" in response.remark
+    assert broker.ctx.topic_deleter.asked == [["Slow"]]
+    assert broker.metadata.topic_config("Slow") is None     # the config went, as in Java
 
 
 def test_all_topic_config_is_the_compact_topics_document(broker):

@@ -14,7 +14,7 @@ import pytest
 
 from pybroker.broker.channel import Channel
 from pybroker.broker.client_manage import HANDLERS
-from pybroker.broker.context import BrokerContext
+from pybroker.broker.context import MetadataContext
 from pybroker.broker.metadata import MetadataState
 from pybroker.config import load_broker_config
 from pybroker.errors import HeaderError
@@ -39,15 +39,15 @@ def golden_frames(name: str):
     return frames
 
 
-def make_context(tmp_path, **overrides) -> BrokerContext:
+def make_context(tmp_path, **overrides) -> MetadataContext:
     values = {"brokerName": "broker-a", "brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1",
               "storePathRootDir": str(tmp_path), "namesrvAddr": "127.0.0.1:9876"}
     values.update(overrides)
     config = load_broker_config(overrides=values)
     clock = [1_700_000_000_000]
     metadata = MetadataState(config, now_ms=lambda: clock[0])
-    return BrokerContext(config, None, None, metadata, (bytes([127, 0, 0, 1]), 10911),
-                         now_ms=lambda: clock[0])
+    return MetadataContext(config, None, None, metadata, (bytes([127, 0, 0, 1]), 10911),
+                           now_ms=lambda: clock[0], topic_deleter=None)
 
 
 def make_channel(name: str, sent: list, language=LanguageCode.JAVA) -> Channel:

@@ -13,7 +13,7 @@ import os
 from pybroker._fast import record as record_codec
 from pybroker.broker.channel import Channel
 from pybroker.broker.consumer_manage import HANDLERS
-from pybroker.broker.context import BrokerContext
+from pybroker.broker.context import MetadataContext, StoreTopicDeleter
 from pybroker.broker.metadata import MetadataState
 from pybroker.config import load_broker_config
 from pybroker.protocol import bodies
@@ -50,8 +50,9 @@ class Broker:
             mapped_file_size_consume_queue=64 * 20, max_hash_slot_num=64, max_index_num=512))
         self.store.start()
         metadata = MetadataState(config, now_ms=lambda: self.clock[0])
-        self.ctx = BrokerContext(config, self.store, None, metadata, (HOST, 10911),
-                                 now_ms=lambda: self.clock[0])
+        self.ctx = MetadataContext(config, self.store, None, metadata, (HOST, 10911),
+                                   now_ms=lambda: self.clock[0],
+                                   topic_deleter=StoreTopicDeleter(self.store))
         self.channel = Channel("0:1", "192.0.2.2:40000", 0, 409, lambda command: None)
 
     def call(self, request):

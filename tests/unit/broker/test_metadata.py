@@ -323,7 +323,11 @@ def test_replica_applies_snapshots_and_delegates_writes(tmp_path):
     async def commit_offset(group, topic, queue_id, consumer_offset):
         calls.append(("commit", group, topic, queue_id, consumer_offset))
 
-    replica = MetadataReplica(create_topic, commit_offset)
+    async def create_send_back_topic(topic, queue_nums, perm, topic_sys_flag):
+        calls.append(("send back", topic, queue_nums, perm, topic_sys_flag))
+        return state.topics.create_topic_for_send_back(topic, queue_nums, perm, topic_sys_flag)
+
+    replica = MetadataReplica(create_topic, commit_offset, create_send_back_topic)
     replica.apply(state.snapshot())
     assert replica.versions == state.versions()
     assert replica.topic_config("Orders") == state.topic_config("Orders")
@@ -336,6 +340,10 @@ def test_replica_applies_snapshots_and_delegates_writes(tmp_path):
     assert asyncio.run(replica.create_topic_on_send("Orders", "TBW102", 3)).read_queue_nums == 2
     asyncio.run(replica.commit_offset("G", "Orders", 1, 9))
     assert calls == [("create", "New", "TBW102", 3, 0), ("commit", "G", "Orders", 1, 9)]
+    retry = asyncio.run(replica.create_topic_for_send_back("%RETRY%G", 2, 6))
+    assert (retry.write_queue_nums, retry.perm) == (2, 6) and replica.topic_config("%RETRY%G")
+    assert asyncio.run(replica.create_topic_for_send_back("%RETRY%G", 5, 6)) is retry
+    assert calls[2:] == [("send back", "%RETRY%G", 2, 6, 0)]
     state.topics.delete_topic_config("Orders")
     replica.apply(state.snapshot())
     assert replica.topic_config("Orders") is None and replica.topic_config("New") is not None
@@ -343,7 +351,7 @@ def test_replica_applies_snapshots_and_delegates_writes(tmp_path):
 
 def test_replica_rejects_bad_snapshots_and_keeps_its_state(tmp_path):
     state = make_state(tmp_path, autoCreateSubscriptionGroup="false")
-    replica = MetadataReplica(None, None)
+    replica = MetadataReplica(None, None, None)
     replica.apply(state.snapshot())
     assert replica.subscription_group("Unknown") is None
     for bad in (b"", b"{", b"[]", b'{"versions":[1]}', b"\xff",

@@ -28,7 +28,8 @@ def test_round_trip(topic):
     data = written(topic)
     length = ring_format.put_request_size(len(topic), len(RECORDS))
     request = ring_format.read_put_request(data, 8, length)
-    assert (request.request_id, request.queue_id, request.count, request.sys_flag) == (7, 3, 2, 4)
+    assert (request.request_id, request.queue_id, request.record_count,
+            request.sys_flag) == (7, 3, 2, 4)
     assert request.flags == ring_format.PUT_FLAG_WAIT_STORE
     assert request.topic == topic.decode()
     assert (request.records_offset - 8) % 8 == 0

@@ -66,12 +66,12 @@ def test_handshake_deletes_queues_at_the_appender_position(tmp_path):
 
     async def main():
         helper = asyncio.create_task(appender_then_dispatcher())
-        deleted = await requests.delete(["Gone"], timeout_s=5)
+        deleted = await requests.delete_topics(["Gone"], timeout_s=5)
         await helper
         return deleted
 
     try:
-        assert asyncio.run(main()) == 1
+        assert asyncio.run(main()) is True
         assert wake.signals == 1 and dispatcher.forgotten == 1
         assert control.topic_deletion_done == 1
         assert not os.path.exists(os.path.join(tmp_path, "consumequeue", "Gone"))
@@ -85,7 +85,7 @@ def test_delete_times_out_without_a_data_plane(tmp_path):
     control = ControlBlock(str(tmp_path / "control"), create=True)
     try:
         requests = TopicDeletionRequests(str(tmp_path / "requests"), control, _Wake())
-        assert asyncio.run(requests.delete(["Nobody"], timeout_s=0.05)) == 0
+        assert asyncio.run(requests.delete_topics(["Nobody"], timeout_s=0.05)) is False
         assert control.topic_deletion_requested == 1
     finally:
         control.close()
