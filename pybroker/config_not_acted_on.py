@@ -17,7 +17,7 @@ SETTINGS_NOT_ACTED_ON = {
     "registerBrokerTimeoutMills": "registration uses the client's own request timeout",
     "flushConsumerOffsetInterval": "consumer offsets are persisted every 5 s",
     "flushDelayOffsetInterval": "delay offsets are persisted with the schedule service",
-    "enableCalcFilterBitMap": "no SQL92 filter bitmaps",
+    "enableCalcFilterBitMap": "no SQL92 filter bitmaps (docs/compatibility.md says why)",
     "compressedRegister": "registrations are sent uncompressed",
     "forceRegister": "registration is always sent",
     "serverWorkerThreads": "remoting workers are processes (remotingWorkers)",

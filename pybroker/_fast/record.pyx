@@ -576,6 +576,24 @@ def decode(buf, Py_ssize_t offset):
         PyBuffer_Release(&view)
 
 
+def read_properties(buf, Py_ssize_t offset):
+    """The decoded properties string of the record at ``offset``, nothing else (the SQL92
+    filter's per-message read). ValueError unless a whole valid record starts there."""
+    cdef Py_buffer view
+    cdef RecordFields f
+    cdef RecordStatus status
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        _resolve_range(view.len, offset, view.len)
+        status = parse_record(<const unsigned char *>view.buf, offset, view.len, 0, &f)
+        if status != RECORD_STATUS_OK:
+            raise ValueError(f"no whole record at offset {offset} (status {status})")
+        return _utf8(<const unsigned char *>view.buf, f.properties_position,
+                     f.properties_length)
+    finally:
+        PyBuffer_Release(&view)
+
+
 # --- SEND_BATCH_MESSAGE body (§3.6) ---------------------------------------------------------
 
 cdef tuple _batch_entry(const unsigned char *data, Py_ssize_t at, Py_ssize_t remaining):

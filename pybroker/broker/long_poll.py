@@ -10,7 +10,10 @@ answered. It is run again, without suspension, when
 * its hold time ends (one asyncio timer per held pull instead of Java's 5 s sweep; the sweep
   itself is :meth:`~LongPollService.check_held`, a safety net against a lost notification).
 
-The answer of that second run goes out through the held channel's ``send``. Pulls held for a
+The answer of that second run goes out through the held channel's ``send``, unless the run
+found only messages its filter refuses (tags or SQL92) and the deadline is still ahead: then
+it parks again (:meth:`~LongPollService.hold_again`) beyond what it scanned, as Java wakes a
+held pull only for a matching arrival. Pulls held for a
 closed channel are dropped (:meth:`~LongPollService.channel_closed`). Holding costs the
 connection nothing: the handler returned None, so the transport keeps serving that channel.
 """
@@ -102,11 +105,28 @@ class LongPollService:
         loop = asyncio.get_running_loop()
         timeout_ms = max(held.timeout_ms, 0)
         held.deadline_ms = self._now(loop) + timeout_ms
+        self._park(loop, held, timeout_ms)
+        return True
+
+    def hold_again(self, held: HeldPull, queue_offset: int) -> bool:
+        """Park a woken pull again until its first deadline, waiting for messages beyond
+        ``queue_offset`` (its re-run scanned up to there and nothing matched its filter).
+        False when the deadline has passed or the service cannot hold it: answer it then."""
+        if self.closed or self._held_count >= self.held_pulls_max:
+            return False
+        loop = asyncio.get_running_loop()
+        remaining_ms = held.deadline_ms - self._now(loop)
+        if remaining_ms <= 0:
+            return False
+        held.queue_offset = queue_offset
+        self._park(loop, held, remaining_ms)
+        return True
+
+    def _park(self, loop: asyncio.AbstractEventLoop, held: HeldPull, timeout_ms: int) -> None:
         held.timer = loop.call_later(timeout_ms / 1000.0, self._expire, held)
         self._by_queue.setdefault((held.topic, held.queue_id), {})[held] = None
         self._by_channel.setdefault(held.channel.channel_id, {})[held] = None
         self._held_count += 1
-        return True
 
     def _forget(self, held: HeldPull) -> bool:
         """Remove ``held`` from the tables; False when it was not held any more."""

@@ -4,13 +4,15 @@
 Pre-checks run in Java's order with its codes and remarks: broker readable; subscription group
 (auto-created by the metadata layer) exists and may consume; topic exists and is readable;
 queueId below readQueueNums; subscription from the request (pull flag SUBSCRIPTION) or from
-the consumer's heartbeat, not older than the request's subVersion; tag expressions only (SQL92
-is refused as Java refuses it with enablePropertyFilter=false; pybroker has no SQL92 filter).
+the consumer's heartbeat, not older than the request's subVersion; then its filter
+(:mod:`pybroker.broker.message_filter`: tag codes, or an SQL92 selector evaluated per record
+when enablePropertyFilter is on).
 
 The store result becomes a response through :func:`pybroker.store.status.pull_response`; the
 four header longs are always present (§8.8). PULL_NOT_FOUND with the SUSPEND flag on the first
 attempt parks the request in ``ctx.long_poll`` and returns None; the later answer goes out
-through ``channel.send``. A first attempt with the COMMIT_OFFSET flag on a master stores the
+through ``channel.send``; a re-run that only found messages its filter refuses parks again
+until its deadline. A first attempt with the COMMIT_OFFSET flag on a master stores the
 piggy-backed ``commitOffset``.
 """
 import functools
@@ -18,6 +20,7 @@ import functools
 from pybroker.broker.context import BrokerContext, Handler
 from pybroker.broker.interfaces import ClientChannel
 from pybroker.broker.long_poll import HeldPull
+from pybroker.broker.message_filter import FilterRefused, MessageFilter, message_filter
 from pybroker.config import BrokerRole
 from pybroker.protocol import constants
 from pybroker.protocol.bodies import SubscriptionData, build_subscription
@@ -52,10 +55,12 @@ async def handle_pull_message(ctx: BrokerContext, channel: ClientChannel,
     return await process_pull(ctx, channel, request, allow_suspend=True)
 
 
-async def process_pull(ctx, channel, request: RemotingCommand,
-                       allow_suspend: bool) -> RemotingCommand | None:
+async def process_pull(ctx: BrokerContext, channel: ClientChannel, request: RemotingCommand,
+                       allow_suspend: bool,
+                       held: HeldPull | None = None) -> RemotingCommand | None:
     """Run a pull. ``allow_suspend`` is True on the first attempt (it may be held and may
-    commit the piggy-backed offset) and False when a held pull runs again."""
+    commit the piggy-backed offset) and False when a held pull (``held``) runs again; the
+    re-run reads from the held pull's offset, past what earlier re-runs found unmatched."""
     header = parse_request_header(request.code, request.ext_fields)
     checked = _check_group_and_topic(ctx, channel, request, header)
     if isinstance(checked, RemotingCommand):
@@ -64,12 +69,21 @@ async def process_pull(ctx, channel, request: RemotingCommand,
     subscription = _resolve_subscription(ctx, request, header)
     if isinstance(subscription, RemotingCommand):
         return subscription
-    tag_codes = _tag_codes(subscription)
     response: RemotingCommand | None    # None: the pull is held
-    response = _read_store(ctx, request, header, group_config, tag_codes)
+    try:
+        pull_filter = message_filter(subscription, bool(header.sys_flag & _PullFlag.SUBSCRIPTION),
+                                     ctx.config.broker.enable_property_filter)
+    except FilterRefused as refusal:
+        return _refuse(request, refusal.code, refusal.remark)
+    queue_offset = header.queue_offset if held is None else held.queue_offset
+    response, status, next_offset = _read_store(ctx, request, header, group_config, pull_filter,
+                                                queue_offset)
+    if (held is not None and status is GetStatus.NO_MATCHED_MESSAGE and ctx.long_poll is not None
+            and ctx.long_poll.hold_again(held, next_offset)):
+        return None
     if (response.code == ResponseCode.PULL_NOT_FOUND and allow_suspend
             and header.sys_flag & _PullFlag.SUSPEND
-            and _suspend(ctx, channel, request, header, tag_codes)):
+            and _suspend(ctx, channel, request, header, pull_filter)):
         response = None
     if (allow_suspend and header.sys_flag & _PullFlag.COMMIT_OFFSET
             and ctx.config.store.broker_role != BrokerRole.SLAVE):
@@ -115,7 +129,7 @@ def _resolve_subscription(ctx, request: RemotingCommand, header):
     if header.sys_flag & _PullFlag.SUBSCRIPTION:
         expression_type = header.expression_type
         if not _is_tag_type(expression_type) and header.subscription:
-            # A non-tag expression parses (Java keeps it as is) and is refused below.
+            # A non-tag expression is kept as is (Java FilterAPI.build); message_filter compiles it.
             subscription = SubscriptionData(topic=topic, sub_string=header.subscription,
                                             sub_version=header.sub_version,
                                             expression_type=expression_type)
@@ -134,20 +148,7 @@ def _resolve_subscription(ctx, request: RemotingCommand, header):
         if subscription.sub_version < header.sub_version:
             return _refuse(request, ResponseCode.SUBSCRIPTION_NOT_LATEST,
                            "the consumer's subscription not latest")
-    if not _is_tag_type(subscription.expression_type):
-        remark = ("The broker does not support consumer to filter message by "
-                  + subscription.expression_type)
-        if ctx.config.broker.enable_property_filter:
-            remark += " (pybroker does not implement SQL92 filtering yet)"
-        return _refuse(request, ResponseCode.SYSTEM_ERROR, remark)
     return subscription
-
-
-def _tag_codes(subscription: SubscriptionData) -> frozenset[int] | None:
-    """The tag hash codes a consume-queue unit must carry; None takes every unit (§4.4)."""
-    if subscription.class_filter_mode or subscription.sub_string == constants.SUBSCRIBE_ALL:
-        return None
-    return subscription.code_set
 
 
 def _suggest_broker_id(ctx, group_config, suggest_pull_from_slave: bool) -> int:
@@ -158,18 +159,19 @@ def _suggest_broker_id(ctx, group_config, suggest_pull_from_slave: bool) -> int:
     return group_config.broker_id
 
 
-def _read_store(ctx, request: RemotingCommand, header, group_config,
-                tag_codes: frozenset[int] | None) -> RemotingCommand:
-    """Read the queue and build the response (body = the raw records, one copy)."""
+def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter: MessageFilter,
+                queue_offset: int) -> tuple[RemotingCommand, GetStatus, int]:
+    """Read the queue from ``queue_offset`` and build the response (body = the raw records,
+    one copy); also the store status and the next offset to read."""
     stats = ctx.stats
     started = stats.now_ns() if stats is not None else 0
     result = ctx.store.get_messages(header.consumer_group, header.topic, header.queue_id,
-                                    header.queue_offset, header.max_msg_nums,
-                                    header.max_msg_bytes, tag_codes)
+                                    queue_offset, header.max_msg_nums, header.max_msg_bytes,
+                                    pull_filter.tag_codes, pull_filter.record_filter)
     if stats is not None:
         _count_get(stats, header, result, stats.now_ns() - started)
     try:
-        code, _ = pull_response(result.status, header.queue_offset)
+        code, _ = pull_response(result.status, queue_offset)
         suggest = _suggest_broker_id(ctx, group_config, result.suggest_pull_from_slave)
         # Java 4.9.x also sets PULL_RETRY_IMMEDIATELY for a slave without slaveReadEnable, but
         # its status mapping then overwrites that code: a slave serves what it has, suggesting
@@ -185,7 +187,8 @@ def _read_store(ctx, request: RemotingCommand, header, group_config,
             "max_offset": result.max_offset,
         })
         # Java puts the GetMessageStatus name in the remark of every store answer.
-        return create_response(request, code, result.status.name, ext_fields, body)
+        response = create_response(request, code, result.status.name, ext_fields, body)
+        return response, result.status, result.next_begin_offset
     finally:
         result.release()
 
@@ -199,7 +202,7 @@ def _count_get(stats, header, result, elapsed_ns: int) -> None:
 
 
 def _suspend(ctx, channel, request: RemotingCommand, header,
-             tag_codes: frozenset[int] | None) -> bool:
+             pull_filter: MessageFilter) -> bool:
     """Hand the pull to the long-poll service; False when it cannot hold it."""
     if ctx.long_poll is None:
         return False
@@ -208,9 +211,14 @@ def _suspend(ctx, channel, request: RemotingCommand, header,
         timeout_ms = min(header.suspend_timeout_millis, broker.long_polling_suspend_max_ms)
     else:
         timeout_ms = broker.short_polling_time_mills
-    held = HeldPull(header.topic, header.queue_id, header.queue_offset, tag_codes, timeout_ms,
-                    channel, functools.partial(process_pull, ctx, channel, request, False))
+    held = HeldPull(header.topic, header.queue_id, header.queue_offset, pull_filter.tag_codes,
+                    timeout_ms, channel, _NO_RERUN)
+    held.rerun = functools.partial(process_pull, ctx, channel, request, False, held)
     return ctx.long_poll.hold(held)
+
+
+async def _NO_RERUN() -> None:
+    return None
 
 
 HANDLERS: dict[int, Handler] = {

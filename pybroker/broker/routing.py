@@ -14,6 +14,7 @@ DATA_CODES = frozenset({
     RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME,
     RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION,
+    RequestCode.CHECK_CLIENT_CONFIG,
 })
 
 METADATA_CODES = frozenset({

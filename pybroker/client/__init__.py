@@ -14,6 +14,7 @@ from pybroker.client.pull_consumer import LitePullConsumer
 from pybroker.client.rebalance import (AllocateConsistentHash, allocate_average,
                                        allocate_average_by_circle)
 from pybroker.client.route import SelectByHash, SelectManual, SelectRoundRobin
+from pybroker.client.selector import MessageSelector
 from pybroker.client.transaction import (LocalTransactionState, TransactionProducer,
                                          TransactionSendResult)
 from pybroker.protocol.constants import ConsumeFromWhere, MessageModel
@@ -21,7 +22,7 @@ from pybroker.protocol.constants import ConsumeFromWhere, MessageModel
 __all__ = ["Admin", "AllocateConsistentHash", "ClientInstance", "ConsumeContext",
            "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "ConsumeStatus",
            "LitePullConsumer", "LocalTransactionState", "Message", "MessageExt", "MessageModel",
-           "MessageQueue", "Producer",
+           "MessageQueue", "MessageSelector", "Producer",
            "PushConsumer", "SelectByHash", "SelectManual", "SelectRoundRobin", "SendResult",
            "SendStatus", "TransactionProducer", "TransactionSendResult", "allocate_average",
            "allocate_average_by_circle"]

@@ -35,11 +35,13 @@ from pybroker.client.orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus,
 from pybroker.client.pulling import PullResult, pull_message, queue_offset_query
 from pybroker.client.rebalance import Strategy, allocate_average
 from pybroker.client.route import subscribe_queues
+from pybroker.client.selector import MessageSelector, subscription_of
 from pybroker.protocol import bodies, headers
 from pybroker.protocol.bodies import ConsumerData, MessageQueue, SubscriptionData
 from pybroker.protocol.codes import RequestCode
-from pybroker.protocol.constants import (ConsumeFromWhere, ConsumeType, MessageModel, Property,
-                                         RETRY_GROUP_TOPIC_PREFIX, SUBSCRIBE_ALL, SystemGroup)
+from pybroker.protocol.constants import (EXPRESSION_TYPE_TAG, ConsumeFromWhere, ConsumeType,
+                                         MessageModel, Property, RETRY_GROUP_TOPIC_PREFIX,
+                                         SUBSCRIBE_ALL, SystemGroup)
 
 LOGGER = logging.getLogger("pybroker.client")
 
@@ -216,13 +218,15 @@ class PushConsumer:
 
     # --- configuration -----------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = SUBSCRIBE_ALL) -> None:
-        """Consume ``topic`` filtered by a tag expression (``"*"``, ``"TagA || TagB"``)."""
+    def subscribe(self, topic: str, expression: "str | MessageSelector" = SUBSCRIBE_ALL) -> None:
+        """Consume ``topic`` filtered by a tag expression (``"*"``, ``"TagA || TagB"``) or a
+        :class:`MessageSelector` (``MessageSelector.by_sql("a > 5")``; the broker checks an
+        SQL92 selector when the consumer starts)."""
         remark = headers.validate_topic(topic)
         if remark is not None:
             raise ValueError(remark)
-        self.subscriptions[topic] = bodies.build_subscription(
-            topic, expression, sub_version=time.time_ns() // 1_000_000)
+        self.subscriptions[topic] = subscription_of(topic, expression,
+                                                    time.time_ns() // 1_000_000)
 
     def unsubscribe(self, topic: str) -> None:
         """Stop consuming ``topic`` (takes effect at the next rebalance)."""
@@ -270,8 +274,30 @@ class PushConsumer:
             self._orderly_service.start()
         for topic in self.subscriptions:
             await self.instance.update_route(topic)
+        try:
+            await self._check_subscriptions()
+        except ClientError:
+            await self.shutdown()
+            raise
         await self.instance.send_heartbeat()
         await self.rebalance()
+
+    async def _check_subscriptions(self) -> None:
+        """CHECK_CLIENT_CONFIG for every non-TAG subscription at one master of its topic, as
+        the Java consumer does at start: a selector the broker refuses fails the start."""
+        for topic, subscription in self.subscriptions.items():
+            if subscription.expression_type == EXPRESSION_TYPE_TAG:
+                continue
+            route = self.instance.routes.get(topic)
+            if route is None or not route.broker_datas:
+                continue
+            broker_name = route.broker_datas[0].broker_name
+            address = await self.instance.find_master(broker_name, topic)
+            body = bodies.encode_check_client_request(bodies.CheckClientRequest(
+                self.instance.client_id, self.group, subscription))
+            response = await self.instance.invoke(
+                address, request(RequestCode.CHECK_CLIENT_CONFIG, body=body))
+            check_response(response, address)
 
     async def shutdown(self) -> None:
         """Stop pulling, let running batches finish (at most ``shutdown_timeout_ms``),

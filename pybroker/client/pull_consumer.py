@@ -20,6 +20,7 @@ from pybroker.client.offset_store import OFFSET_UNKNOWN, RemoteOffsetStore
 from pybroker.client.pulling import pull_message, queue_offset_query
 from pybroker.client.rebalance import Strategy, allocate_average
 from pybroker.client.route import subscribe_queues
+from pybroker.client.selector import MessageSelector, subscription_of
 from pybroker.protocol import bodies, headers
 from pybroker.protocol.bodies import ConsumerData, MessageQueue, SubscriptionData
 from pybroker.protocol.codes import RequestCode
@@ -84,13 +85,14 @@ class LitePullConsumer:
 
     # --- configuration -----------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = SUBSCRIBE_ALL) -> None:
-        """Consume ``topic`` with the group (queues rebalanced among its clients). Call it
-        before :meth:`start`; later calls take effect after the next heartbeat (30 s)."""
+    def subscribe(self, topic: str, expression: "str | MessageSelector" = SUBSCRIBE_ALL) -> None:
+        """Consume ``topic`` with the group (queues rebalanced among its clients), filtered by
+        a tag expression or a :class:`MessageSelector` (``MessageSelector.by_sql(...)``).
+        Call it before :meth:`start`; later calls take effect after the next heartbeat (30 s)."""
         if self.assigned is not None:
             raise ClientStateError("subscribe and assign cannot be mixed")
-        self.subscriptions[topic] = bodies.build_subscription(
-            topic, expression, sub_version=time.time_ns() // 1_000_000)
+        self.subscriptions[topic] = subscription_of(topic, expression,
+                                                    time.time_ns() // 1_000_000)
 
     def assign(self, queues) -> None:
         """Consume exactly ``queues`` (no rebalance)."""

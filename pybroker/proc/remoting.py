@@ -11,7 +11,7 @@ to the local replica) and commands for this worker's clients.
 import asyncio
 import logging
 
-from pybroker.broker import end_transaction, pull, query, send, send_back
+from pybroker.broker import end_transaction, filter_check, pull, query, send, send_back
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import BrokerContext, Handler
 from pybroker.broker.long_poll import LongPollService
@@ -33,7 +33,8 @@ from pybroker.store.config_docs import TopicConfig
 log = logging.getLogger("pybroker.proc.remoting")
 
 DATA_HANDLERS: dict[int, Handler] = {**send.HANDLERS, **pull.HANDLERS, **query.HANDLERS,
-                                     **send_back.HANDLERS, **end_transaction.HANDLERS}
+                                     **send_back.HANDLERS, **end_transaction.HANDLERS,
+                                     **filter_check.HANDLERS}
 assert set(DATA_HANDLERS) == set(DATA_CODES), set(DATA_HANDLERS) ^ set(DATA_CODES)
 
 # Request families reported as Java's thread-pool queues (requests waiting in this worker).

@@ -574,6 +574,35 @@ def encode_heartbeat(heartbeat: HeartbeatData) -> bytes:
     return orjson.dumps(body, option=_SORTED)
 
 
+# --- CHECK_CLIENT_CONFIG body (Java CheckClientRequestBody) --------------------------------------
+@dataclass(frozen=True)
+class CheckClientRequest:
+    """A client's request to check a subscription's expression before it starts consuming."""
+    client_id: str | None
+    group: str | None
+    subscription: SubscriptionData | None
+
+
+def encode_check_client_request(request: CheckClientRequest) -> bytes:
+    body: dict[str, Any] = {"clientId": request.client_id, "group": request.group}
+    if request.subscription is not None:
+        body["subscriptionData"] = _subscription_json(request.subscription)
+    return orjson.dumps(body, option=_SORTED)
+
+
+def decode_check_client_request(data) -> CheckClientRequest:
+    """Decode a CHECK_CLIENT_CONFIG body; ValueError when it is not one."""
+    what = "CheckClientRequestBody"
+    obj = _object(_loads(data, what), what)
+    subscription = obj.get("subscriptionData")
+    if subscription is not None:
+        subscription = _decode_subscription(subscription, what + ".subscriptionData")
+    client_id, group = obj.get("clientId"), obj.get("group")
+    if not isinstance(client_id, (str, type(None))) or not isinstance(group, (str, type(None))):
+        raise ValueError(f"{what}: clientId and group must be strings")
+    return CheckClientRequest(client_id, group, subscription)
+
+
 # --- REGISTER_BROKER body (§7.4) ---------------------------------------------------------------
 _TOPIC_CONFIG_DEFAULTS: dict[str, Any] = {"readQueueNums": 16, "writeQueueNums": 16,
                           "perm": int(constants.PERM_READ_WRITE), "topicFilterType": "SINGLE_TAG",

@@ -148,13 +148,17 @@ class StoreReads:
     # --- pull ---------------------------------------------------------------------------------
     def get_messages(self, group: str, topic: str, queue_id: int, queue_offset: int,
                      max_count: int, max_bytes: int | None = None,
-                     tag_codes: set[int] | frozenset[int] | None = None) -> GetResult:
+                     tag_codes: set[int] | frozenset[int] | None = None,
+                     record_filter=None) -> GetResult:
         """Read up to ``max_count`` records of a queue from ``queue_offset`` (Java getMessage).
 
         Status and ``next_begin_offset`` follow reference §2.3; the reply is capped by
         maxTransferBytes/CountOnMessageInMemory (InDisk for records further than
         accessMessageInMemoryMaxRatio of RAM behind the CommitLog end) and ``max_bytes``.
         ``tag_codes``: match units whose ``(int)`` tags code is in the set; None matches all.
+        ``record_filter(view) -> bool``: called with each candidate record's bytes (after the
+        tag and batch-size checks); a refused record is skipped without counting towards the
+        batch, as Java's isMatchedByCommitLog (the SQL92 filter). It must not raise.
         ``group`` is accepted for the broker's interface and not used by the store.
         """
         queue = self._find_queue(topic, queue_id)
@@ -176,7 +180,7 @@ class StoreReads:
                                max_offset)
         else:
             result = self._read_queue(queue, queue_offset, max_count, max_bytes, tag_codes,
-                                      min_offset, max_offset)
+                                      min_offset, max_offset, record_filter)
         stats = self._stats
         if result.status is GetStatus.FOUND:
             stats["get_times_found"] += 1
@@ -186,7 +190,8 @@ class StoreReads:
         return result
 
     def _read_queue(self, queue, queue_offset: int, max_count: int, max_bytes: int | None,
-                    tag_codes, min_offset: int, max_offset: int) -> GetResult:
+                    tag_codes, min_offset: int, max_offset: int,
+                    record_filter=None) -> GetResult:
         scan_units = max(_PULL_SCAN_UNITS_MIN, max_count)
         with queue.read_units(queue_offset, scan_units) as units_view:
             units = units_view.units
@@ -205,7 +210,8 @@ class StoreReads:
             codes = np.array([c for c in tag_codes if _INT32_MIN <= c <= _INT32_MAX], np.int32)
             matched = np.flatnonzero(np.isin(tags_codes.astype(np.int32), codes))
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
-        scanned = self._collect(result, physical_offsets, sizes, matched, max_count, max_bytes)
+        scanned = self._collect(result, physical_offsets, sizes, matched, max_count, max_bytes,
+                                record_filter)
         result.next_begin_offset = queue_offset + scanned
         last_visited = int(physical_offsets[min(scanned, len(physical_offsets) - 1)])
         result.suggest_pull_from_slave = \
@@ -221,7 +227,7 @@ class StoreReads:
         return limit_bytes, limit_count
 
     def _collect(self, result: GetResult, physical_offsets, sizes, matched, max_count: int,
-                 max_bytes: int | None) -> int:
+                 max_bytes: int | None, record_filter=None) -> int:
         """Java's pull loop over units; returns how many units were scanned (i / 20 in Java).
 
         Runs of units the tag filter rejects are handled with numpy: the loop in Python is per
@@ -250,7 +256,11 @@ class StoreReads:
             if match >= unit_count:
                 return unit_count
             physical_offset, size = int(physical_offsets[match]), int(sizes[match])
-            if not self._add_record(result, physical_offset, size):
+            added = self._add_record(result, physical_offset, size, record_filter)
+            if added is None:                     # refused by the record filter
+                position = match + 1
+                continue
+            if not added:
                 if not taken:
                     result.status = GetStatus.MESSAGE_WAS_REMOVING
                 # Skip every unit of the CommitLog file that is gone.
@@ -263,8 +273,10 @@ class StoreReads:
             result.status = GetStatus.FOUND
             position = match + 1
 
-    def _add_record(self, holds: _Holds, physical_offset: int, size: int) -> bool:
-        """Append a view of ``size`` bytes at ``physical_offset`` to ``holds``; False if gone."""
+    def _add_record(self, holds: _Holds, physical_offset: int, size: int,
+                    record_filter=None) -> bool | None:
+        """Append a view of ``size`` bytes at ``physical_offset`` to ``holds``; False if gone,
+        None if ``record_filter`` refused it."""
         mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
             physical_offset)
         if mapped_file is None:
@@ -272,6 +284,10 @@ class StoreReads:
         view = mapped_file.view(physical_offset - mapped_file.file_from_offset, size)
         if view is None:
             return False
+        if record_filter is not None and not record_filter(view):
+            view.release()
+            mapped_file.release()
+            return None
         holds._add(view, mapped_file)
         return True
 

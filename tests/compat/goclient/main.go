@@ -79,6 +79,8 @@ func subcommands() []subcommand {
 			runPull},
 		{"admin", "admin API: create-topic, delete-topic, topic-list, queues",
 			runAdmin},
+		{"sqltable", "pull a topic from offset 0 once per SQL92 selector of --exprs-file",
+			runSQLTable},
 		{"version", "print harness, Go client and Go toolchain versions as JSON",
 			func([]string) error { return printVersion() }},
 	}

@@ -313,11 +313,12 @@ def test_empty_sql92_expression_fails_to_parse(broker):
             "parse the consumer's subscription failed")
 
 
-@pytest.mark.parametrize("enable_property_filter", ["false", "true"])
-def test_sql92_refused_like_java_without_property_filter(tmp_path, enable_property_filter):
-    broker = Broker(tmp_path, {"enablePropertyFilter": enable_property_filter})
+@pytest.mark.parametrize("expression", ["a > 1", "a >"])
+def test_sql92_refused_like_java_without_property_filter(tmp_path, expression):
+    # SQL92 with enablePropertyFilter=true: tests/unit/broker/test_pull_sql92.py.
+    broker = Broker(tmp_path, {"enablePropertyFilter": "false"})
     try:
-        request = java_pull(0, sys_flag=0x4, subscription="a > 1", expressionType="SQL92")
+        request = java_pull(0, sys_flag=0x4, subscription=expression, expressionType="SQL92")
         refusal(broker.pull(request), ResponseCode.SYSTEM_ERROR,
                 "The broker does not support consumer to filter message by SQL92")
     finally:
