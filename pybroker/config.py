@@ -492,6 +492,7 @@ def _effective_broker_settings(broker: BrokerConfig, store: StoreConfig,
         changes["store_path_commit_log"] = os.path.join(store.store_path_root_dir, "commitlog")
     if "haListenPort" not in set_keys:   # 5.x rule; 4.9.x always forced listenPort + 1
         changes["ha_listen_port"] = broker.listen_port + 1
+    changes.update(_ha_gap(store, set_keys))
     # Java's getter rounds the consume-queue file size up to whole 20-byte entries.
     unit = layout.CQ_STORE_UNIT_SIZE
     changes["mapped_file_size_consume_queue"] = \
@@ -511,6 +512,15 @@ def _effective_broker_settings(broker: BrokerConfig, store: StoreConfig,
                        broker.broker_id, store.broker_role)
         broker = dataclasses.replace(broker, broker_id=0)
     return broker, store
+
+
+def _ha_gap(store: StoreConfig, set_keys: set[str]) -> dict[str, Any]:
+    """One meaning, two Java names: 4.9.x haSlaveFallbehindMax, 5.x haMaxGapNotInSync."""
+    old, new = store.ha_slave_fallbehind_max, store.ha_max_gap_not_in_sync
+    _require(old == new or not {"haSlaveFallbehindMax", "haMaxGapNotInSync"} <= set_keys,
+             "haSlaveFallbehindMax", old, f"must equal haMaxGapNotInSync={new} (one setting)")
+    gap = old if "haSlaveFallbehindMax" in set_keys else new
+    return {"ha_slave_fallbehind_max": gap, "ha_max_gap_not_in_sync": gap}
 
 
 def _derive_broker(broker: BrokerConfig, store: StoreConfig,

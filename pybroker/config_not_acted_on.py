@@ -5,11 +5,6 @@
 # `pybroker config`, warned about when a broker.conf sets them. tests/unit/test_config_honesty.py
 # fails when a schema key is read nowhere outside this module and is not listed here.
 SETTINGS_NOT_ACTED_ON = {
-    "brokerIP2": "no HA transfer runs yet (master/slave replication is not built)",
-    "haListenPort": "no HA transfer runs yet", "haSendHeartbeatInterval": "no HA transfer runs yet",
-    "haHousekeepingInterval": "no HA transfer runs yet",
-    "haTransferBatchSize": "no HA transfer runs yet", "haMasterAddress": "no HA transfer runs yet",
-    "haSlaveFallbehindMax": "no HA transfer runs yet",
     "transientStorePoolEnable": "writes go straight to the mapped CommitLog (no buffer pool)",
     "transientStorePoolSize": "no transient store pool",
     "commitIntervalCommitLog": "no transient store pool, so no commit step",

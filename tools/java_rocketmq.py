@@ -393,7 +393,8 @@ class JavaRocketMQ:
                  broker_port: int = 10911, free_ports: bool = False, broker_conf=None,
                  broker_overrides=None, broker_namesrv_addr: str | None = None,
                  namesrv_heap_mb: int = 256, broker_heap_mb: int = 512,
-                 ready_timeout_s: float = 120, stop_timeout_s: float = 30):
+                 ready_timeout_s: float = 120, stop_timeout_s: float = 30,
+                 own_namesrv: bool = True):
         self.install = install or RocketMQInstall(version, cache_dir)
         self.work_dir = pathlib.Path(work_dir).resolve()
         if free_ports:
@@ -408,6 +409,9 @@ class JavaRocketMQ:
         self.broker_heap_mb = broker_heap_mb
         self.ready_timeout_s = ready_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        # False: only a broker, registering with a NameServer already on namesrv_port (HA
+        # tests pair a Java broker with pybroker ones under one NameServer).
+        self.own_namesrv = own_namesrv
         self.home_dir = self.work_dir / "home"
         self.conf_dir = self.work_dir / "conf"
         self.logs_dir = self.work_dir / "logs"
@@ -548,7 +552,8 @@ class JavaRocketMQ:
         if not detach:
             atexit.register(self.stop)
         try:
-            self._spawn("namesrv", self.namesrv_argv(), self.namesrv_port)
+            if self.own_namesrv:
+                self._spawn("namesrv", self.namesrv_argv(), self.namesrv_port)
             self._spawn("broker", self.broker_argv(), self.broker_port)
             self._wait_registered()
         except BaseException:

@@ -27,7 +27,7 @@ from pybroker import clock
 from pybroker._fast import record as record_codec
 from pybroker.proc import ring_format
 from pybroker.proc.topic_deletion import read_requested_topics, requests_path
-from pybroker.proc.wake import (APPENDER_SLOT, FLUSHER_SLOT, ConsumerSide, DataPlaneWakes, Sleeper,
+from pybroker.proc.wake import (APPENDER_SLOT, HA_SLOT, ConsumerSide, DataPlaneWakes, Sleeper,
                                 signal_mask, stop_on_sigterm)
 from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
 from pybroker.stats.region import (WRITER_APPENDER, StatsCounter, StatsHistogram,
@@ -111,9 +111,9 @@ def _topic_queue_table(settings: StoreConfig, commitlog: CommitLog,
 
 class _Appender:
     def __init__(self, settings, rings, completion_rings, control, wakes, clock_ms, stats):
-        if len(rings) != len(completion_rings) or len(rings) > FLUSHER_SLOT:
+        if len(rings) != len(completion_rings) or len(rings) > HA_SLOT:
             raise ValueError(f"{len(rings)} send rings and {len(completion_rings)} completion "
-                             f"rings: need one of each per worker, at most {FLUSHER_SLOT}")
+                             f"rings: need one of each per worker, at most {HA_SLOT}")
         self.rings = list(rings)
         self.completion_rings = list(completion_rings)
         self.control = control

@@ -13,10 +13,13 @@ import os
 import socket
 from collections.abc import Callable
 
+from pybroker.config import BrokerRole
 from pybroker.proc import topic_deletion
 from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
+from pybroker.proc.ha import run_ha
+from pybroker.proc.listeners import check_ports_free
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
 from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, WakeFd
@@ -24,13 +27,36 @@ from pybroker.stats.region import (WRITER_APPENDER, WRITER_DISPATCHER, WRITER_FL
                                    StatsRegion, StatsWriter, remoting_writer)
 from pybroker.store import paths
 from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.message_store import PutResult
 from pybroker.store.reader import MessageStoreReader
+from pybroker.store.status import PutStatus
 
 log = logging.getLogger("pybroker.proc.dataplane")
 
 # Stop order: remoting workers first (no new puts), then each data-plane worker after the one
-# whose output it consumes.
+# whose output it consumes. On a slave the ha worker is the writer (rank 1); on a master it
+# only reads and stops with the remoting workers (rank 0).
 _STOP_RANKS = {"appender": 1, "dispatcher": 2, "flusher": 3}
+_SLAVE_STOP_RANKS = {"ha": 1, "dispatcher": 2, "flusher": 3}
+
+
+def is_slave(config) -> bool:
+    return config.store.broker_role == BrokerRole.SLAVE
+
+
+class SlavePutter:
+    """The putter of a slave's processes: Java's store refuses every put on a slave
+    (SERVICE_NOT_AVAILABLE), and nothing may reach a ring nobody drains (no appender runs)."""
+
+    async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
+                  wait_store: bool) -> PutResult:
+        return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
+
+    def sleep_flags(self) -> list:
+        return []
+
+    def on_wake(self) -> None:
+        pass
 
 
 def store_host_of(config) -> tuple[bytes, int]:
@@ -55,10 +81,15 @@ class Attachment:
             config.store, control.dispatched_position,
             positions=lambda: (control.dispatched_position, control.written_position),
             store_changes=lambda: (control.commitlog_min_offset, control.topic_deletion_done))
-        self.putter = RingPutter(
-            plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
-            plane.wakes.appender, slot, self.store_host, config.store.sync_flush,
-            config.store.sync_flush_timeout)
+        if is_slave(config):
+            self.putter = SlavePutter()
+        else:
+            self.putter = RingPutter(
+                plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
+                plane.wakes.appender, slot, self.store_host, config.store.sync_flush,
+                config.store.sync_flush_timeout,
+                config.store.broker_role == BrokerRole.SYNC_MASTER,
+                config.store.ha_max_gap_not_in_sync)
         self.wake_fd = plane.wakes.workers[slot]
         # This process's section of the instrument region (remoting workers only).
         self.stats_writer: StatsWriter | None = None
@@ -97,7 +128,7 @@ class DataPlane:
     """Everything shared by one generation's processes. Create with :meth:`create`."""
 
     def __init__(self, config, run_directory, control, rings, completions, wakes, workers,
-                 stats_region: StatsRegion | None = None):
+                 stats_region: StatsRegion | None = None, ha_listener=None):
         # The supervisor's instrument region (pybroker/stats/region.py), None in tests.
         self.stats_region = stats_region
         self.config = config
@@ -107,13 +138,16 @@ class DataPlane:
         self.completions = completions
         self.wakes = wakes
         self.workers = workers
+        self.ha_listener = ha_listener
 
     @classmethod
     def create(cls, config, run_dir: str, workers: int, valid_end: int,
-               stats_region: StatsRegion | None = None) -> "DataPlane":
+               stats_region: StatsRegion | None = None,
+               ha_listener: socket.socket | None = None) -> "DataPlane":
         """Create the regions and eventfds for ``workers`` remoting workers (+ the supervisor's
         slot) with every position at the recovered CommitLog end ``valid_end``; workers
-        write their figures into ``stats_region``."""
+        write their figures into ``stats_region``; a master's ha worker serves slaves on
+        ``ha_listener`` (the supervisor's, see :func:`bind_ha_listener`)."""
         store = config.store
         run_directory = RunDirectory(run_dir, create=True)
         control = ControlBlock(paths.control_block_path(store.store_path_root_dir), create=True)
@@ -126,14 +160,16 @@ class DataPlane:
                  for slot in range(slots)]
         completions = [create_completion_ring(run_directory.region_path(f"done-{slot}"),
                                               slot_count) for slot in range(slots)]
-        wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(), [WakeFd() for _ in range(slots)])
+        wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(), [WakeFd() for _ in range(slots)],
+                               WakeFd())
         control.broker_state = BrokerState.RUNNING
         return cls(config, run_directory, control, rings, completions, wakes, workers,
-                   stats_region)
+                   stats_region, ha_listener)
 
     def worker_mains(self):
-        """(name, main) of the appender, dispatcher and flusher processes."""
-        store, control, wakes = self.config.store, self.control, self.wakes
+        """(name, main) of the data-plane processes: appender (master) or ha (slave) as the
+        CommitLog writer, dispatcher, flusher, and on a master the ha worker serving slaves."""
+        config, store, control, wakes = self.config, self.config.store, self.control, self.wakes
         rings = [region.ring for region in self.rings]
         completions = [region.ring for region in self.completions]
         region = self.stats_region
@@ -141,13 +177,18 @@ class DataPlane:
         def writer(slot: int):
             # Called in the forked child: its own section of the inherited map.
             return region.writer(slot) if region is not None else None
-        return [("appender", lambda: _exit_status(run_appender(
-                    store, rings, completions, control, wakes,
-                    stats=writer(WRITER_APPENDER)))),
-                ("dispatcher", lambda: _exit_status(run_dispatcher(
-                    store, control, wakes, stats=writer(WRITER_DISPATCHER)))),
-                ("flusher", lambda: _exit_status(run_flusher(
-                    store, control, wakes, stats=writer(WRITER_FLUSHER))))]
+        ha = ("ha", lambda: _exit_status(run_ha(config, control, wakes, self.ha_listener)))
+        if is_slave(config):
+            commitlog_writer = ha
+        else:
+            commitlog_writer = ("appender", lambda: _exit_status(run_appender(
+                store, rings, completions, control, wakes, stats=writer(WRITER_APPENDER))))
+        mains = [commitlog_writer,
+                 ("dispatcher", lambda: _exit_status(run_dispatcher(
+                     store, control, wakes, stats=writer(WRITER_DISPATCHER)))),
+                 ("flusher", lambda: _exit_status(run_flusher(
+                     store, control, wakes, stats=writer(WRITER_FLUSHER))))]
+        return mains if is_slave(config) else mains + [ha]
 
     def remoting_attachment(self, slot: int) -> Attachment:
         """Remoting worker ``slot``'s attachment (call in the worker process)."""
@@ -164,14 +205,21 @@ class DataPlane:
         return topic_deletion.TopicDeletionRequests(topic_deletion.requests_path(store_root),
                                                     self.control, self.wakes.appender)
 
-    @staticmethod
-    def stop_rank(name: str) -> int:
-        return _STOP_RANKS.get(name, 0)
+    def stop_rank(self, name: str) -> int:
+        """0 = stopped first with SIGTERM; 1 = the CommitLog writer (stopped by
+        :meth:`request_stop`); 2, 3 = after it, in data-flow order."""
+        return (_SLAVE_STOP_RANKS if is_slave(self.config) else _STOP_RANKS).get(name, 0)
+
+    @property
+    def writer_name(self) -> str:
+        """The process that writes the CommitLog in this role."""
+        return "ha" if is_slave(self.config) else "appender"
 
     def request_stop(self) -> None:
         """Ask the data-plane workers to finish: they drain, dispatch and flush, then exit."""
         self.control.broker_state = BrokerState.STOPPING
-        for wake_fd in (self.wakes.appender, self.wakes.dispatcher, self.wakes.flusher):
+        for wake_fd in (self.wakes.appender, self.wakes.dispatcher, self.wakes.flusher,
+                        self.wakes.ha):
             wake_fd.signal()
 
     def close(self) -> None:
@@ -180,12 +228,13 @@ class DataPlane:
         for region in self.rings + self.completions:
             region.close()
         for wake_fd in (self.wakes.appender, self.wakes.dispatcher, self.wakes.flusher,
-                        *self.wakes.workers):
+                        self.wakes.ha, *self.wakes.workers):
             wake_fd.close()
         self.control.close()
         store_root = self.config.store.store_path_root_dir
         for path in (paths.control_block_path(store_root),
-                     topic_deletion.requests_path(store_root)):
+                     topic_deletion.requests_path(store_root),
+                     paths.ha_master_address_path(store_root)):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -195,3 +244,24 @@ class DataPlane:
 
 def _exit_status(result) -> int:
     return 0 if result is None else int(result)
+
+
+def bind_ha_listener(config) -> socket.socket | None:
+    """A master's HA port (haListenPort on bindAddress), or None on a slave. The supervisor
+    binds it once, before any worker exists, like the remoting ports
+    (pybroker/proc/listeners.py): a busy port stops the start (PortInUseError), and the ha
+    workers of every generation inherit it, so a restart never closes the port."""
+    if is_slave(config):
+        return None
+    host, port = config.remoting.bind_address, config.store.ha_listen_port
+    check_ports_free(host, [port])
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen(config.remoting.server_socket_backlog)
+    except BaseException:
+        listener.close()
+        raise
+    return listener

@@ -11,12 +11,14 @@ to the local replica) and commands for this worker's clients.
 import asyncio
 import logging
 
-from pybroker.broker import end_transaction, filter_check, pull, query, send, send_back
+from pybroker.broker import (end_transaction, filter_check, pull, query, send, send_back,
+                             slave_role)
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import BrokerContext, Handler
 from pybroker.broker.long_poll import LongPollService
 from pybroker.broker.metadata import MetadataReplica
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
+from pybroker.config import BrokerRole
 from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.metadata_link import LinkBusy, MetadataLink
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID
@@ -133,8 +135,10 @@ class RemotingWorker:
     # --- request table --------------------------------------------------------------------------
     def _request_table(self) -> RequestTable:
         table = RequestTable()
+        slave = self.config.store.broker_role == BrokerRole.SLAVE
         for code, handler in DATA_HANDLERS.items():
-            table.register(code, self._local(handler, code))
+            table.register(code, self._local(slave_role.guard(code, handler) if slave
+                                             else handler, code))
         for code in METADATA_CODES:
             table.register(code, self._forward)
         return table

@@ -4,13 +4,19 @@
 The request and completion layouts are :mod:`pybroker.proc.ring_format`; the appender answers
 with one completion slot per request. Under SYNC_FLUSH a ``wait_store`` put is answered only
 once the control block's ``flushed_position`` covers the run (or ``syncFlushTimeout`` ms
-passed: FLUSH_DISK_TIMEOUT).
+passed: FLUSH_DISK_TIMEOUT). Under SYNC_MASTER it also waits for ``replicated_position``
+(a slave acknowledged the run; FLUSH_SLAVE_TIMEOUT after ``syncFlushTimeout``), and is answered
+SLAVE_NOT_AVAILABLE at once when no slave is connected or the slave is ``haMaxGapNotInSync``
+bytes or more behind the run's end (Java's isSlaveOK). With both, the replica's outcome wins,
+as in Java.
 
 Wake-ups: the worker has ONE eventfd. Its sleep flags (:meth:`RingPutter.sleep_flags`) are the
 completion ring's consumer flag, the send ring's producer flag while a put waits for space, and
-a waiter bit on ``flushed_position`` while SYNC_FLUSH acknowledgements are held; whoever
-publishes signals the eventfd only when the flag is set. :meth:`RingPutter.on_wake` runs in the
-event loop's own turn (``pybroker.proc.wake.AsyncWakeReader``).
+a waiter bit on ``flushed_position`` / ``replicated_position`` while acknowledgements wait for
+it; whoever publishes signals the eventfd only when the flag is set (the flusher once per
+flush, the ha worker once per slave report: waits are released per batch, never per
+message). :meth:`RingPutter.on_wake` runs in the event loop's own turn
+(``pybroker.proc.wake.AsyncWakeReader``).
 """
 import asyncio
 import collections
@@ -47,14 +53,15 @@ def _record_sizes(view: memoryview, count: int) -> list[int]:
 
 
 class _Pending:
-    __slots__ = ("future", "sizes", "wait_flush", "deadline", "result")
+    __slots__ = ("future", "sizes", "wait_store", "deadline", "result", "waiting")
 
-    def __init__(self, future, sizes, wait_flush):
+    def __init__(self, future, sizes, wait_store):
         self.future = future
         self.sizes = sizes
-        self.wait_flush = wait_flush
+        self.wait_store = wait_store
         self.deadline = 0.0
         self.result: PutResult | None = None
+        self.waiting: list = []          # the _AckWaits still holding this put
 
 
 class _SpaceFlag:
@@ -85,26 +92,54 @@ class _CompletionFlag:
         self._putter.completion_ring.clear_consumer_sleeping()
 
 
-class _FlushFlag:
-    """Waiter bit on flushed_position, set only while SYNC_FLUSH acknowledgements are held."""
+class _AckWait:
+    """Acknowledgements held until a published position covers their run's end:
+    ``flushed_position`` (SYNC_FLUSH) or ``replicated_position`` (SYNC_MASTER). Also the sleep
+    flag of that position: a waiter bit, set only while something is held."""
 
-    def __init__(self, putter: "RingPutter"):
+    def __init__(self, putter: "RingPutter", field: str, timeout_status: PutStatus):
         self._putter = putter
+        self.field = field
+        self.timeout_status = timeout_status
+        self.held: collections.deque = collections.deque()   # (end offset, request id)
         self._armed = False
 
+    def hold(self, end: int, request_id: int) -> None:
+        self.held.append((end, request_id))
+
+    def release(self) -> None:
+        """Let go of every held put the position covers (a put waiting for nothing else
+        is answered)."""
+        held = self.held
+        if not held:
+            return
+        position = self._putter.control.load(self.field)
+        while held and held[0][0] <= position:
+            self._putter._ack_done(held.popleft()[1], self)
+
+    def head_deadline(self) -> float | None:
+        """Deadline of the oldest put still held here (stale entries are dropped)."""
+        pending = self._putter._pending
+        while self.held:
+            found = pending.get(self.held[0][1])
+            if found is not None and self in found.waiting:
+                return found.deadline
+            self.held.popleft()
+        return None
+
     def set_sleeping(self) -> bool:
-        held = self._putter._flush_waits
+        held = self.held
         if not held:
             return False
         control = self._putter.control
-        control.add_waiter("flushed_position", self._putter.slot)
+        control.add_waiter(self.field, self._putter.slot)
         self._armed = True
-        return control.flushed_position >= held[0][0]
+        return control.load(self.field) >= held[0][0]
 
     def clear_sleeping(self) -> None:
         if self._armed:
             self._armed = False
-            self._putter.control.remove_waiter("flushed_position", self._putter.slot)
+            self._putter.control.remove_waiter(self.field, self._putter.slot)
 
 
 class RingPutter:
@@ -125,12 +160,18 @@ class RingPutter:
     sync_flush : bool
         ``flushDiskType`` is SYNC_FLUSH.
     sync_flush_timeout_ms : int
-        How long a SYNC_FLUSH ``wait_store`` put waits for the flush (ms).
+        How long a SYNC_FLUSH / SYNC_MASTER ``wait_store`` put waits for the flush and the
+        slave (ms).
+    sync_master : bool
+        ``brokerRole`` is SYNC_MASTER.
+    ha_max_gap_bytes : int
+        ``haMaxGapNotInSync``: a slave this far behind the run's end is not available.
     """
 
     def __init__(self, ring, completion_ring, control, appender_wake, slot: int,
                  store_host: tuple[bytes, int], sync_flush: bool = False,
-                 sync_flush_timeout_ms: int = 5000):
+                 sync_flush_timeout_ms: int = 5000, sync_master: bool = False,
+                 ha_max_gap_bytes: int = 256 << 20):
         self.ring = ring
         self.completion_ring = completion_ring
         self.control = control
@@ -139,17 +180,21 @@ class RingPutter:
         self.store_host = store_host
         self.sync_flush = sync_flush
         self.sync_flush_timeout_s = sync_flush_timeout_ms / 1000
+        self.sync_master = sync_master
+        self.ha_max_gap_bytes = ha_max_gap_bytes
         self._request_ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         # A put may start only with a completion slot free for it: the appender can then
         # always complete what it takes from the ring.
         self._inflight_max = completion_ring.slot_count
         self._space_waiters: collections.deque = collections.deque()
-        # (end physical offset, request id), in append order: held SYNC_FLUSH acks.
-        self._flush_waits: collections.deque = collections.deque()
+        self._flush_wait = _AckWait(self, "flushed_position", PutStatus.FLUSH_DISK_TIMEOUT)
+        self._replica_wait = _AckWait(self, "replicated_position",
+                                      PutStatus.FLUSH_SLAVE_TIMEOUT)
         self._timeout_handle: asyncio.TimerHandle | None = None
         self._flags: list[SleepFlag] = [_CompletionFlag(self), _SpaceFlag(self),
-                                        _FlushFlag(self)]
+                                        self._flush_wait, self._replica_wait]
+        self.slave_not_available_total = 0
         self._reader: AsyncWakeReader | None = None
         self._signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
@@ -188,12 +233,11 @@ class RingPutter:
             return PutResult(PutStatus.MESSAGE_SIZE_EXCEEDED)
         offset = await self._reserve(size)
         request_id = next(self._request_ids)
-        wait_flush = self.sync_flush and wait_store
         ring_format.write_put_request(self.ring.data(), offset, request_id, queue_id, count,
                                       sys_flag, wait_store, topic_bytes, view)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_flush)
+        self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_store)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
         # lock-stepped one producer with the appender (fewer messages/s, not more).
         self._commit(loop)
@@ -251,8 +295,8 @@ class RingPutter:
         flushed position covers, and let puts waiting for space retry."""
         for completion in self.completion_ring.drain():
             self._complete(*completion)
-        if self._flush_waits:
-            self._release_flushed(self.control.flushed_position)
+        self._flush_wait.release()
+        self._replica_wait.release()
         if self._space_waiters:
             self._wake_space_waiters()
 
@@ -271,45 +315,72 @@ class RingPutter:
             position += size
         result = PutResult(PutStatus.PUT_OK, physical_offset, queue_offset, count,
                            position - physical_offset, ",".join(ids), 0)
-        if not pending.wait_flush:
+        if not pending.wait_store:
+            self._resolve(request_id, result)
+            return
+        self._hold(request_id, pending, result, position)
+
+    def _hold(self, request_id: int, pending: _Pending, result: PutResult, end: int) -> None:
+        """Hold a stored ``wait_store`` put until the flush and/or a slave cover ``end``."""
+        if self.sync_flush:
+            pending.waiting.append(self._flush_wait)
+            self._flush_wait.hold(end, request_id)
+        if self.sync_master:
+            control = self.control
+            if control.ha_slaves_connected > 0 and \
+                    end - control.replicated_position < self.ha_max_gap_bytes:
+                pending.waiting.append(self._replica_wait)
+                self._replica_wait.hold(end, request_id)
+            else:
+                result.status = PutStatus.SLAVE_NOT_AVAILABLE
+                self.slave_not_available_total += 1
+        if not pending.waiting:
             self._resolve(request_id, result)
             return
         pending.result = result
         pending.deadline = asyncio.get_running_loop().time() + self.sync_flush_timeout_s
-        self._flush_waits.append((position, request_id))
         if self._timeout_handle is None:
             self._arm_timeout()
+
+    def _ack_done(self, request_id: int, wait: _AckWait) -> None:
+        """``wait``'s position covers this put; answer it when nothing else holds it."""
+        pending = self._pending.get(request_id)
+        if pending is None or wait not in pending.waiting:
+            return       # answered already (timed out)
+        pending.waiting.remove(wait)
+        if not pending.waiting:
+            self._resolve(request_id, pending.result)
 
     def _resolve(self, request_id: int, result: PutResult) -> None:
         pending = self._pending.pop(request_id)
         if not pending.future.done():
             pending.future.set_result(result)
 
-    def _release_flushed(self, flushed_position: int) -> None:
-        waits = self._flush_waits
-        while waits and waits[0][0] <= flushed_position:
-            _, request_id = waits.popleft()
-            self._resolve(request_id, self._held_result(request_id))
-
-    def _held_result(self, request_id: int) -> PutResult:
-        result = self._pending[request_id].result
-        assert result is not None       # set before its flush wait was queued
-        return result
-
     def _arm_timeout(self) -> None:
-        loop = asyncio.get_running_loop()
         self._timeout_handle = None
-        if self._flush_waits:
-            deadline = self._pending[self._flush_waits[0][1]].deadline
-            self._timeout_handle = loop.call_at(deadline, self._on_flush_timeout)
+        deadlines = [deadline for deadline in (self._flush_wait.head_deadline(),
+                                               self._replica_wait.head_deadline())
+                     if deadline is not None]
+        if deadlines:
+            self._timeout_handle = asyncio.get_running_loop().call_at(min(deadlines),
+                                                                      self._on_ack_timeout)
 
-    def _on_flush_timeout(self) -> None:
-        self._release_flushed(self.control.flushed_position)
+    def _on_ack_timeout(self) -> None:
+        """Answer every held put past its deadline: FLUSH_SLAVE_TIMEOUT while a slave still
+        holds it (the replica's outcome wins, as in Java), else FLUSH_DISK_TIMEOUT."""
+        self._flush_wait.release()
+        self._replica_wait.release()
         now = asyncio.get_running_loop().time()
-        waits = self._flush_waits
-        while waits and self._pending[waits[0][1]].deadline <= now:
-            _, request_id = waits.popleft()
-            result = self._held_result(request_id)
-            result.status = PutStatus.FLUSH_DISK_TIMEOUT
-            self._resolve(request_id, result)
+        for wait in (self._replica_wait, self._flush_wait):
+            while (deadline := wait.head_deadline()) is not None and deadline <= now:
+                request_id = wait.held.popleft()[1]
+                pending = self._pending[request_id]
+                result = pending.result
+                assert result is not None       # set before its wait was queued
+                if self._replica_wait in pending.waiting:
+                    result.status = self._replica_wait.timeout_status
+                elif result.status is PutStatus.PUT_OK:
+                    result.status = self._flush_wait.timeout_status
+                pending.waiting.clear()
+                self._resolve(request_id, result)
         self._arm_timeout()

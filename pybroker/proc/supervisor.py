@@ -26,15 +26,17 @@ from pybroker.broker.context import MetadataContext
 from pybroker.broker.metadata import MetadataState
 from pybroker.broker.registration import NamesrvRegistration
 from pybroker.broker.schedule import ScheduleService
+from pybroker.broker.slave_sync import SlaveLink
 from pybroker.broker.transaction_check import TransactionCheckService
 from pybroker.proc import dataplane
 from pybroker.proc.children import STOP_SIGNAL, fork_child
+from pybroker.proc.dataplane import bind_ha_listener, is_slave
 from pybroker.proc.listeners import Listeners, PortInUseError
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
 from pybroker.stats.region import StatsRegion, writer_count
 from pybroker.stats.service import StatsService
-from pybroker.store import lock_file, paths
+from pybroker.store import lock_file, paths, replica
 from pybroker.store.control_block import ControlBlock
 from pybroker.store.config_docs import DelayOffsetDocument
 from pybroker.store.message_store import MessageStore
@@ -70,6 +72,7 @@ class Supervisor:
         self.control: ControlBlock | None = None      # the running generation's
         self.stop_requested = False
         self.listeners: Listeners | None = None
+        self.ha_listener: socket.socket | None = None    # a master's haListenPort
 
     def _delay_offsets(self) -> DelayOffsetDocument | None:
         return None if self.schedule is None else self.schedule.document
@@ -96,6 +99,7 @@ class Supervisor:
             self.listeners = Listeners.bind(remoting.bind_address, ports,
                                             remoting.remoting_workers,
                                             remoting.server_socket_backlog)
+            self.ha_listener = bind_ha_listener(self.config)
             self.metadata = MetadataState(self.config, delay_offsets=self._delay_offsets)
             self._create_stats()
             while True:
@@ -128,6 +132,8 @@ class Supervisor:
                 self.stats_region.close()
             if self.listeners is not None:
                 self.listeners.close()
+            if self.ha_listener is not None:
+                self.ha_listener.close()
             lock.release()
 
     def _create_stats(self) -> None:
@@ -141,7 +147,11 @@ class Supervisor:
                                   control=lambda: self.control)
 
     def _recover(self, lock) -> int:
-        """Recover the store in this process; returns the valid end of the CommitLog."""
+        """Recover the store in this process; returns the valid end of the CommitLog. A
+        slave's pending truncation (store/replica.py) is applied first."""
+        store_config = self.config.store
+        replica.apply_pending_truncation(self.store_root, store_config.commitlog_dir,
+                                         store_config.mapped_file_size_commit_log)
         store = MessageStore(self.config.store, lock=lock)
         if not store.load():
             raise RuntimeError(f"store {self.store_root} could not be loaded")
@@ -156,7 +166,7 @@ class Supervisor:
         valid_end = self._recover(lock)
         workers = self.config.remoting.remoting_workers
         plane = dataplane.DataPlane.create(self.config, paths.run_dir(self.store_root), workers,
-                                           valid_end, self.stats_region)
+                                           valid_end, self.stats_region, self.ha_listener)
         self.control = plane.control
         service_socket = _bind_unix_socket(os.path.join(paths.run_dir(self.store_root),
                                                         "metadata.sock"))
@@ -202,13 +212,18 @@ class Supervisor:
         ctx = MetadataContext(self.config, attachment.reader, attachment.putter, metadata,
                               attachment.store_host, stats_service=stats,
                               topic_deleter=plane.topic_deleter())
-        registration = NamesrvRegistration(self.config, lambda: metadata.topics.document)
+        slave = SlaveLink(self.config, metadata, plane.wakes.ha,
+                          lambda: service.push_if_changed()) if is_slave(self.config) else None
+        registration = NamesrvRegistration(self.config, lambda: metadata.topics.document,
+                                           slave.on_registered if slave else None)
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
         await service.start_on(service_socket)
         metrics = await self._start_metrics(attachment)
         tasks = [loop.create_task(self._periodic(service)),
-                 loop.create_task(self._services(attachment)),
+                 # A slave runs no delay delivery or transaction checks (Java: master only).
+                 loop.create_task(slave.run(registration.topics_changed) if slave
+                                  else self._services(attachment)),
                  loop.create_task(self._sample_stats())]
         try:
             await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
@@ -233,6 +248,8 @@ class Supervisor:
             registration.close()
             if metrics is not None:
                 metrics.close()
+            if slave is not None:
+                slave.close()
             attachment.close()
 
     async def _periodic(self, service: MetadataService) -> None:
@@ -313,7 +330,7 @@ class Supervisor:
         ranked = sorted(self.children.items(), key=lambda item: plane.stop_rank(item[1]))
         finished = []
         for pid, name in ranked:
-            if plane.stop_rank(name) == plane.stop_rank("appender"):
+            if plane.stop_rank(name) == plane.stop_rank(plane.writer_name):
                 plane.request_stop()
                 clean = _await_exit(pid, name)
             else:

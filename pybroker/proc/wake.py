@@ -27,6 +27,7 @@ from pybroker.store.control_block import WORKER_SLOTS_MAX, ControlBlock
 APPENDER_SLOT = WORKER_SLOTS_MAX - 1
 DISPATCHER_SLOT = WORKER_SLOTS_MAX - 2
 FLUSHER_SLOT = WORKER_SLOTS_MAX - 3
+HA_SLOT = WORKER_SLOTS_MAX - 4
 
 
 class SleepFlag(Protocol):
@@ -89,17 +90,21 @@ class WakeFd:
 
 @dataclasses.dataclass
 class DataPlaneWakes:
-    """The eventfds of the data plane; ``workers[i]`` is remoting worker slot i's."""
+    """The eventfds of the data plane; ``workers[i]`` is remoting worker slot i's; ``ha`` the
+    ha worker's (pybroker/proc/ha.py)."""
     appender: WakeFd
     dispatcher: WakeFd
     flusher: WakeFd
     workers: list[WakeFd]
+    ha: WakeFd | None = None
 
     def by_slot(self) -> dict[int, WakeFd]:
         """Control-block slot -> eventfd, for signal_mask()."""
         slots = dict(enumerate(self.workers))
         slots.update({APPENDER_SLOT: self.appender, DISPATCHER_SLOT: self.dispatcher,
                       FLUSHER_SLOT: self.flusher})
+        if self.ha is not None:
+            slots[HA_SLOT] = self.ha
         return slots
 
 

@@ -16,13 +16,20 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
     WORKERS_OFFSET + 64 * w        8  appends  (records appended)     worker in slot w
     WORKERS_OFFSET + 64 * w + 8    8  batches  (drains / group commits)
     WORKERS_OFFSET + 64 * w + 16   8  wakeups  (times woken from sleep)
+    HA_SLAVES_OFFSET + 64 * s      8  ack offset of HA connection s    ha (master)
+    HA_SLAVES_OFFSET + 64 * s + 8  8  peer: IPv4 << 16 | port, 0 = free slot
+    HA_SLAVES_OFFSET + 64 * s + 16 8  connected since (ms)
 
-with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1088 and ``WORKER_SLOTS_MAX`` = 32 lines, so
-the block ends at 3136 and the file is one 4096-byte page. Positions are CommitLog physical offsets
+with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1152, ``WORKER_SLOTS_MAX`` = 32 lines and
+``HA_SLAVE_SLOTS_MAX`` = 8 lines, so the block ends at 3712 and the file is one 4096-byte
+page. Positions are CommitLog physical offsets
 (bytes); timestamps are epoch milliseconds; ``broker_state`` holds a :class:`BrokerState`.
 ``commitlog_min_offset`` (bytes) and ``disk_full`` (0/1: puts answer SERVICE_NOT_AVAILABLE) come
 from the dispatcher's expired-file cleanup; the ``topic_deletion_*`` sequence numbers and
 offset are the topic-deletion handshake (pybroker/proc/topic_deletion.py).
+``replicated_position`` is the highest offset any slave acknowledged (monotonic, Java's
+push2SlaveMaxOffset) and ``ha_slaves_connected`` the slaves connected now (count); both, and
+the per-slave lines, are written by the master's ha worker (pybroker/proc/ha_master.py).
 """
 import enum
 import mmap
@@ -32,7 +39,7 @@ from pybroker._fast import ring
 
 CACHE_LINE_BYTES = 64
 MAGIC = int.from_bytes(b"PBCTRLB1", "little")
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 MAGIC_OFFSET = 0
 VERSION_OFFSET = 8
 SIZE_OFFSET = 16
@@ -56,6 +63,7 @@ FIELD_OWNERS = (
     ("topic_deletion_appended", "appender"),
     ("topic_deletion_offset", "appender"),
     ("topic_deletion_done", "dispatcher"),
+    ("ha_slaves_connected", "ha"),
 )
 FIELDS = tuple(name for name, _ in FIELD_OWNERS)
 FIELD_OFFSETS = {name: CACHE_LINE_BYTES * (1 + index) for index, name in enumerate(FIELDS)}
@@ -64,14 +72,19 @@ WORKER_COUNTERS = ("appends", "batches", "wakeups")
 WORKER_COUNTER_OFFSETS = {name: 8 * index for index, name in enumerate(WORKER_COUNTERS)}
 WORKER_SLOTS_MAX = 32
 WORKERS_OFFSET = CACHE_LINE_BYTES * (1 + len(FIELDS))
-BLOCK_END_OFFSET = WORKERS_OFFSET + CACHE_LINE_BYTES * WORKER_SLOTS_MAX
+HA_SLAVE_WORDS = ("ack_offset", "peer", "connected_ms")
+HA_SLAVE_WORD_OFFSETS = {name: 8 * index for index, name in enumerate(HA_SLAVE_WORDS)}
+HA_SLAVE_SLOTS_MAX = 8
+HA_SLAVES_OFFSET = WORKERS_OFFSET + CACHE_LINE_BYTES * WORKER_SLOTS_MAX
+BLOCK_END_OFFSET = HA_SLAVES_OFFSET + CACHE_LINE_BYTES * HA_SLAVE_SLOTS_MAX
 FILE_SIZE_BYTES = 4096
 
 assert FIELD_OFFSETS["written_position"] == 64
 assert FIELD_OFFSETS["broker_state"] == 640
 assert FIELD_OFFSETS["topic_deletion_done"] == 1024
-assert WORKERS_OFFSET == 1088
-assert BLOCK_END_OFFSET == 3136 <= FILE_SIZE_BYTES
+assert WORKERS_OFFSET == 1152
+assert HA_SLAVES_OFFSET == 3200
+assert BLOCK_END_OFFSET == 3712 <= FILE_SIZE_BYTES
 assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
 assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
 # A waiters mask is one 64-bit word: one bit per worker slot.
@@ -236,6 +249,29 @@ class ControlBlock:
         """Counters of worker slot (0 <= slot < WORKER_SLOTS_MAX)."""
         _check_slot(slot)
         return WorkerCounters(self, slot)
+
+    def publish_ha_slave(self, slot: int, ack_offset: int, peer: int, connected_ms: int) -> None:
+        """Write HA connection ``slot``'s line (single writer: the master's ha worker);
+        ``peer`` 0 frees the slot. The peer word is stored last: a reader that sees it sees
+        the rest of the line."""
+        if not 0 <= slot < HA_SLAVE_SLOTS_MAX:
+            raise ValueError(f"HA slave slot must be in [0, {HA_SLAVE_SLOTS_MAX}), got {slot}")
+        words, base = self._words(), HA_SLAVES_OFFSET + CACHE_LINE_BYTES * slot
+        ring.store_u64(words, base + HA_SLAVE_WORD_OFFSETS["ack_offset"], ack_offset)
+        ring.store_u64(words, base + HA_SLAVE_WORD_OFFSETS["connected_ms"], connected_ms)
+        ring.store_u64(words, base + HA_SLAVE_WORD_OFFSETS["peer"], peer)
+
+    def ha_slaves(self) -> list[tuple[int, int, int]]:
+        """(ack offset, peer word, connected since ms) of every used HA slave line."""
+        words, lines = self._words(), []
+        for slot in range(HA_SLAVE_SLOTS_MAX):
+            base = HA_SLAVES_OFFSET + CACHE_LINE_BYTES * slot
+            peer = ring.load_u64(words, base + HA_SLAVE_WORD_OFFSETS["peer"])
+            if peer:
+                lines.append((ring.load_u64(words, base + HA_SLAVE_WORD_OFFSETS["ack_offset"]),
+                              peer, ring.load_u64(words, base
+                                                  + HA_SLAVE_WORD_OFFSETS["connected_ms"])))
+        return lines
 
     @property
     def state(self) -> BrokerState:

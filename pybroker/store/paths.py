@@ -92,3 +92,15 @@ def stats_region_path(store_root: str) -> str:
 def control_block_path(store_root: str) -> str:
     """``<root>/run/control``: the published positions (store/control_block.py)."""
     return os.path.join(run_dir(store_root), "control")
+
+
+def ha_truncate_path(store_root: str) -> str:
+    """``<root>/ha_truncate``: a slave's pending CommitLog truncation (store/replica.py); the
+    next start applies it before recovery. Not a RocketMQ file."""
+    return os.path.join(store_root, "ha_truncate")
+
+
+def ha_master_address_path(store_root: str) -> str:
+    """``<root>/run/ha-master``: the master HA address a slave's ha worker connects to
+    (written by the supervisor from the NameServer's answer or haMasterAddress)."""
+    return os.path.join(run_dir(store_root), "ha-master")

@@ -13,6 +13,7 @@ import enum
 
 from pybroker.schema import (ADDRESS_RULE, DELAY_LEVEL_RULE, DELETE_WHEN_RULE, PERCENT_RULE,
                              PORT_RULE, at_least, between, home, parse_delay_levels, setting)
+from pybroker.protocol.ha import TRANSFER_BODY_MAX_BYTES
 from pybroker.store import layout, paths
 
 __all__ = ["StoreConfig", "BrokerRole", "FlushDiskType"]
@@ -132,13 +133,17 @@ class StoreConfig:
         "master heartbeat when idle", unit="ms", rule=at_least(100))
     ha_housekeeping_interval: int = setting("haHousekeepingInterval", 20000,
         "drop a silent HA peer after", unit="ms", rule=at_least(1000))
-    ha_transfer_batch_size: int = setting("haTransferBatchSize", 32 << 10, "HA chunk size",
-        unit="bytes", rule=between(1, 64 << 20))
+    ha_transfer_batch_size: int = setting("haTransferBatchSize", 32 << 10, "HA chunk size "
+        "(at most what a Java slave's 4 MiB read buffer takes)", unit="bytes",
+        rule=between(1, TRANSFER_BODY_MAX_BYTES))
     ha_master_address: str | None = setting("haMasterAddress", None,
         "slave: master's HA address; default: from the NameServer", rule=ADDRESS_RULE,
         important=True)
     ha_slave_fallbehind_max: int = setting("haSlaveFallbehindMax", 256 << 20,
-        "SYNC_MASTER: a slave further behind is not in sync", unit="bytes", rule=at_least(0))
+        "4.9.x name of haMaxGapNotInSync", unit="bytes", rule=at_least(0))
+    ha_max_gap_not_in_sync: int = setting("haMaxGapNotInSync", 256 << 20,
+        "SYNC_MASTER: a slave this far behind answers SLAVE_NOT_AVAILABLE (4.9.x: "
+        "haSlaveFallbehindMax)", unit="bytes", rule=at_least(0))
 
     # --- derived -------------------------------------------------------------------------------
     @property

@@ -22,7 +22,7 @@ CONTRACT_FIELDS = (
     "replicated_position", "logics_flushed_timestamp", "index_flushed_timestamp",
     "physic_flushed_timestamp", "generation", "broker_state", "commitlog_min_offset",
     "disk_full", "topic_deletion_requested", "topic_deletion_appended", "topic_deletion_offset",
-    "topic_deletion_done",
+    "topic_deletion_done", "ha_slaves_connected",
 )
 
 
@@ -34,7 +34,10 @@ def test_layout_table():
     assert lines == list(range(1, len(CONTRACT_FIELDS) + 1))
     assert control_block.WORKERS_OFFSET == 64 * (1 + len(CONTRACT_FIELDS))
     last_worker_line_end = control_block.WORKERS_OFFSET + 64 * control_block.WORKER_SLOTS_MAX
-    assert last_worker_line_end <= control_block.FILE_SIZE_BYTES
+    assert control_block.HA_SLAVES_OFFSET == last_worker_line_end
+    assert control_block.BLOCK_END_OFFSET == \
+        last_worker_line_end + 64 * control_block.HA_SLAVE_SLOTS_MAX
+    assert control_block.BLOCK_END_OFFSET <= control_block.FILE_SIZE_BYTES
     assert {owner for _, owner in control_block.FIELD_OWNERS} == {
         "appender", "flusher", "dispatcher", "ha", "supervisor"}
 
@@ -75,7 +78,7 @@ def test_attach_rejects_other_files(tmp_path):
         ControlBlock(str(wrong_size), create=False)
     zeroed = tmp_path / "zeroed"
     zeroed.write_bytes(bytes(control_block.FILE_SIZE_BYTES))
-    with pytest.raises(ValueError, match="not a version 1 control block"):
+    with pytest.raises(ValueError, match="not a version 2 control block"):
         ControlBlock(str(zeroed), create=False)
     with pytest.raises(FileNotFoundError):
         ControlBlock(str(tmp_path / "missing"), create=False)
@@ -121,6 +124,20 @@ def test_worker_counters(tmp_path):
         assert (reader.worker(1).appends, reader.worker(3).appends) == (0, 0)
         with pytest.raises(ValueError, match="worker slot"):
             reader.worker(control_block.WORKER_SLOTS_MAX)
+
+
+def test_ha_slave_lines(tmp_path):
+    path = str(tmp_path / "control")
+    with ControlBlock(path, create=True) as writer, ControlBlock(path, create=False) as reader:
+        assert reader.ha_slaves() == []
+        writer.publish_ha_slave(3, 4096, (0x7F000001 << 16) | 10912, 1_700_000_000_000)
+        writer.publish_ha_slave(0, 12, 99, 5)
+        assert reader.ha_slaves() == [(12, 99, 5),
+                                      (4096, (0x7F000001 << 16) | 10912, 1_700_000_000_000)]
+        writer.publish_ha_slave(0, 0, 0, 0)       # peer 0 frees the line
+        assert [ack for ack, _, _ in reader.ha_slaves()] == [4096]
+        with pytest.raises(ValueError, match="HA slave slot"):
+            writer.publish_ha_slave(control_block.HA_SLAVE_SLOTS_MAX, 0, 1, 0)
 
 
 def doubled(value: int) -> int:

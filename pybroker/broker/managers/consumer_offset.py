@@ -70,6 +70,12 @@ class ConsumerOffsetManager:
         if doomed:
             self.dirty = True
 
+    def merge_from_master(self, document: ConsumerOffsetDocument) -> None:
+        """A slave overwrites the offsets its master has (Java putAll: entries only the slave
+        has, e.g. commits made while the master was down, stay); persisted now."""
+        self.document.offset_table.update(document.offset_table)
+        self.persist()
+
     def to_json(self) -> dict:
         """consumerOffset.json's content (GET_ALL_CONSUMER_OFFSET's body)."""
         return self.document.to_json()

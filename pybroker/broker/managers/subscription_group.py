@@ -101,6 +101,15 @@ class SubscriptionGroupManager:
             self._changed()
         return removed
 
+    def replace_from_master(self, document: SubscriptionGroupDocument) -> bool:
+        """A slave takes its master's groups when the data version differs; persisted."""
+        if document.data_version == self.document.data_version:
+            return False
+        self.document = document
+        self.persist()
+        self.on_change()
+        return True
+
     def _changed(self) -> None:
         self.document.data_version.next_version()
         self.persist()

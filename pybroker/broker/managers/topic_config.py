@@ -166,6 +166,17 @@ class TopicConfigManager:
         self.document.topic_config_table[topic_config.topic_name] = topic_config
         self._changed()
 
+    def replace_from_master(self, document: TopicConfigDocument) -> bool:
+        """A slave takes its master's topics when the data version differs (Java's
+        SlaveSynchronize clears the table and puts all, keeping the master's version);
+        persisted. True when taken."""
+        if document.data_version == self.document.data_version:
+            return False
+        self.document = document
+        self.persist()
+        self.on_change()
+        return True
+
     def _changed(self) -> None:
         self.document.data_version.next_version()
         self.persist()

@@ -1,0 +1,142 @@
+# A slave's link to its master: addresses from the NameServer, metadata sync every 10 s.
+"""What a slave broker does besides replicating the CommitLog (reference §6.2).
+
+* **Master addresses.** Each REGISTER_BROKER answer names the master's HA address
+  (``haServerAddr``) and remoting address (``masterAddr``). Unless ``haMasterAddress`` is
+  configured (then it is used and never replaced, as in Java), the HA address is written to
+  ``run/ha-master`` and the ha worker's eventfd is signalled: it reconnects to a new address.
+* **Metadata sync** (Java SlaveSynchronize), 3 s after start then every 10 s, against
+  ``masterAddr``: GET_ALL_TOPIC_CONFIG (21) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) replace
+  the slave's documents when the master's data version differs, GET_ALL_CONSUMER_OFFSET (43)
+  overwrites the offsets the master has, GET_ALL_DELAY_OFFSET (45) is written to
+  ``delayOffset.json`` as it came (the schedule service does not run on a slave; a slave
+  turned master starts from it). Everything goes through the metadata service's state
+  (persisted at once), so a restarted slave serves it before the first sync. Each request
+  failing is logged and retried on the next round.
+"""
+import asyncio
+import logging
+import os
+
+from pybroker.errors import HeaderError
+from pybroker.protocol import fastjson, headers
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_request
+from pybroker.remoting.client import RemotingClientPool
+from pybroker.store import config_docs, paths
+
+log = logging.getLogger("pybroker.broker.slave_sync")
+
+__all__ = ["SlaveLink", "SYNC_FIRST_DELAY_S", "SYNC_INTERVAL_S"]
+
+SYNC_FIRST_DELAY_S = 3.0
+SYNC_INTERVAL_S = 10.0
+SYNC_TIMEOUT_MS = 3000
+MASTER_UNKNOWN_RETRY_S = 3.0
+
+
+class SlaveLink:
+    """A slave's knowledge of its master (see the module docstring).
+
+    ``metadata`` is the metadata service's MetadataState; ``ha_wake`` the ha worker's WakeFd;
+    ``on_changed()`` runs after a sync changed something (push snapshots to the workers).
+    """
+
+    def __init__(self, config, metadata, ha_wake, on_changed):
+        self.config = config
+        self.metadata = metadata
+        self.ha_wake = ha_wake
+        self.on_changed = on_changed
+        self.store_root = config.store.store_path_root_dir
+        self.configured_ha_address = config.store.ha_master_address
+        self.ha_address: str | None = None
+        self.master_address: str | None = None
+        self.pool = RemotingClientPool()
+        self.syncs_total = 0
+        if self.configured_ha_address:
+            self._set_ha_address(self.configured_ha_address)
+
+    def on_registered(self, response) -> None:
+        """A REGISTER_BROKER answer: learn the master's addresses."""
+        try:
+            answer = headers.REGISTER_BROKER_RESPONSE.parse(response.ext_fields)
+        except HeaderError as error:     # a NameServer's bad answer must not stop the broker
+            log.warning("register answer without master addresses: %s", error)
+            return
+        if answer.master_addr and answer.master_addr != self.master_address:
+            log.info("master of %s is %s", self.config.broker.broker_name, answer.master_addr)
+        self.master_address = answer.master_addr or None   # None: the master is down
+        if not self.configured_ha_address and answer.ha_server_addr:
+            self._set_ha_address(answer.ha_server_addr)
+
+    def _set_ha_address(self, address: str) -> None:
+        if address == self.ha_address and os.path.exists(
+                paths.ha_master_address_path(self.store_root)):
+            return
+        self.ha_address = address
+        path = paths.ha_master_address_path(self.store_root)
+        with open(path + ".tmp", "w", encoding="utf-8") as out:
+            out.write(address + "\n")
+        os.replace(path + ".tmp", path)
+        self.ha_wake.signal()
+
+    async def run(self, register_soon) -> None:
+        """Sync from the master every 10 s (first after 3 s) until cancelled. While no master
+        is known, ``register_soon()`` is called every 3 s (Java waits for its next periodic
+        registration, up to 30 s; a restarted master is found sooner this way)."""
+        await asyncio.sleep(SYNC_FIRST_DELAY_S)
+        while True:
+            if not self.master_address:
+                register_soon()
+                await asyncio.sleep(MASTER_UNKNOWN_RETRY_S)
+                continue
+            if self.master_address != self.config.derived.broker_addr:
+                await self.sync_all(self.master_address)
+            await asyncio.sleep(SYNC_INTERVAL_S)
+
+    async def sync_all(self, address: str) -> None:
+        """One round of the four syncs against the master at ``address``."""
+        changed = False
+        for code, apply in ((RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
+                            (RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
+                            (RequestCode.GET_ALL_DELAY_OFFSET, self._delay_offsets),
+                            (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups)):
+            try:
+                response = await self.pool.invoke(address, create_request(code, {}),
+                                                  SYNC_TIMEOUT_MS)
+                if response.code != ResponseCode.SUCCESS or not response.body:
+                    raise ValueError(f"code {response.code} {response.remark or ''}")
+                changed |= apply(fastjson.loads(response.body))
+            except (OSError, TimeoutError, ConnectionError, ValueError, TypeError) as error:
+                log.error("slave sync %s from master %s failed: %s", code.name, address, error)
+        self.syncs_total += 1
+        if changed:
+            self.on_changed()
+
+    def _topics(self, value) -> bool:
+        taken = self.metadata.topics.replace_from_master(
+            config_docs.TopicConfigDocument.from_json(value))
+        if taken:
+            log.info("Update slave topic config from master, %s", self.master_address)
+        return taken
+
+    def _groups(self, value) -> bool:
+        taken = self.metadata.groups.replace_from_master(
+            config_docs.SubscriptionGroupDocument.from_json(value))
+        if taken:
+            log.info("Update slave Subscription Group from master, %s", self.master_address)
+        return taken
+
+    def _offsets(self, value) -> bool:
+        self.metadata.offsets.merge_from_master(
+            config_docs.ConsumerOffsetDocument.from_json(value))
+        return False
+
+    def _delay_offsets(self, value) -> bool:
+        config_docs.save_delay_offsets(
+            paths.config_path(self.store_root, paths.DELAY_OFFSET_CONFIG),
+            config_docs.DelayOffsetDocument.from_json(value))
+        return False
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,81 @@
+# The ha worker process: master (serves slaves) or slave (replicates), by brokerRole.
+"""Entry of the ``ha`` worker (DESIGN §2; docs/architecture.md, "Replication").
+
+On ASYNC_MASTER and SYNC_MASTER it runs :class:`pybroker.proc.ha_master.HAMasterService` on the
+HA port the supervisor bound; on SLAVE it runs :class:`pybroker.proc.ha_slave.HASlaveClient`,
+which is then the CommitLog's only writer (no appender is forked on a slave).
+
+Stopping: the master worker stops on SIGTERM (it only reads, so the supervisor stops it with
+the remoting workers); the slave worker is the data plane's writer and stops like the
+appender, when ``broker_state`` turns STOPPING (its eventfd is signalled) or on SIGTERM,
+after publishing what it appended. The supervisor also signals the eventfd when it wrote a
+new master address (``run/ha-master``). Exit status 0, or
+:data:`pybroker.proc.ha_slave.EXIT_TRUNCATE` when the slave recorded a truncation that the
+next generation applies before recovery.
+"""
+import asyncio
+import logging
+import signal
+
+from pybroker.config import BrokerRole
+from pybroker.proc.ha_master import HAMasterService
+from pybroker.proc.ha_slave import HASlaveClient
+from pybroker.store.control_block import BrokerState
+
+log = logging.getLogger("pybroker.proc.ha")
+
+__all__ = ["run_ha", "is_slave"]
+
+
+def is_slave(config) -> bool:
+    return config.store.broker_role == BrokerRole.SLAVE
+
+
+def run_ha(config, control, wakes, listener=None) -> int:
+    """Main of the forked ha worker; returns its exit status."""
+    if is_slave(config):
+        return asyncio.run(_run_slave(config, control, wakes))
+    return asyncio.run(_run_master(config, control, wakes, listener))
+
+
+async def _run_master(config, control, wakes, listener) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await HAMasterService(config.store, control, wakes, listener).run(stop)
+    log.info("ha (master): stopped")
+    return 0
+
+
+async def _run_slave(config, control, wakes) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    address_changed = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+    def readable() -> None:
+        wakes.ha.consume()
+        if control.broker_state >= BrokerState.STOPPING:
+            stop.set()
+        else:
+            address_changed.set()
+    loop.add_reader(wakes.ha.fd, readable)
+    client = HASlaveClient(config.store, control, wakes)
+    replicate = loop.create_task(client.run(address_changed))
+    stopping = loop.create_task(stop.wait())
+    try:
+        await asyncio.wait((replicate, stopping), return_when=asyncio.FIRST_COMPLETED)
+        if replicate.done():
+            return replicate.result()
+        replicate.cancel()
+        try:
+            await replicate
+        except asyncio.CancelledError:
+            pass
+        client.publish()
+        log.info("ha (slave): stopping at %d", client.replica.record_end)
+        return 0
+    finally:
+        stopping.cancel()
+        loop.remove_reader(wakes.ha.fd)
+        client.close()

@@ -1,0 +1,304 @@
+# The slave side of the ha worker: pulls the master's CommitLog and is the slave's only writer.
+"""Slave HA client (DESIGN §2: on a slave the ha worker takes the appender's role).
+
+It connects to the master HA address the supervisor writes to ``run/ha-master`` (learned from
+the NameServer's REGISTER_BROKER answer, or ``haMasterAddress``), speaks Java's classic HA
+protocol (:mod:`pybroker.protocol.ha`) and appends what it receives through
+:class:`pybroker.store.replica.ReplicaLog` (contiguous only, records checked before they
+count). Per read from the socket it publishes ``written_position`` once (the end of the last
+whole record, so the dispatcher and flusher never see half a record) with the waiter bits of
+the dispatcher and flusher, and reports its end to the master once (Java reports after every
+unit; one report per read carries the same information with fewer writes). It also reports
+every ``haSendHeartbeatInterval`` and drops a master it has not heard from for
+``haHousekeepingInterval``; it reconnects with back-off (0.5 s doubling to Java's 5 s).
+
+**Divergence.** Each connection starts by *verifying*: the first report asks for the bytes
+from a record boundary about ``_VERIFY_WINDOW_BYTES`` before this slave's end, and the bytes
+that come back are compared with the slave's own. Where they first differ (or, when the
+master's log is a strict prefix of the slave's, where the master's ends: two heartbeats at the
+same offset with no data between) the slave's tail is not the master's: the worker logs both
+offsets, records the truncation (:func:`pybroker.store.replica.request_truncation`) and exits
+with :data:`EXIT_TRUNCATE`; the supervisor restarts the data plane, which applies it before
+recovery. When the master has nothing at all from the verification point, the window grows
+(x4) on the next connection, down to the slave's oldest file. Classic Java (4.9.x and 5.x
+DefaultHAClient) has no such step and leaves a diverged slave appending to a mixed log; the
+truncation follows what Java's controller-mode slave does (truncate to the consistent point,
+then transfer).
+"""
+import asyncio
+import logging
+import socket
+
+from pybroker import clock
+from pybroker.proc.wake import HA_SLOT, signal_mask
+from pybroker.protocol import ha as ha_protocol
+from pybroker.store import paths
+from pybroker.store.commitlog import CommitLog
+from pybroker.store.replica import ReplicaLog, ReplicaRefused, request_truncation
+
+log = logging.getLogger("pybroker.proc.ha_slave")
+
+__all__ = ["HASlaveClient", "EXIT_TRUNCATE"]
+
+EXIT_TRUNCATE = 3                  # the worker's exit status when a truncation is pending
+_VERIFY_WINDOW_BYTES = 1 << 20
+_VERIFY_WINDOW_GROWTH = 4
+_BACKOFF_MIN_S = 0.5
+_BACKOFF_MAX_S = 5.0               # Java's HAClient retries every 5 s
+_ADDRESS_WAIT_S = 1.0
+_HEARTBEATS_AT_END = 2             # heartbeats at one offset that prove the master's end
+
+
+class _Diverged(Exception):
+    """The slave's tail is not the master's from ``offset`` on."""
+
+    def __init__(self, offset: int, reason: str):
+        super().__init__(reason)
+        self.offset = offset
+
+
+class _NothingToVerify(Exception):
+    """The master sent nothing from the verification point: widen the window."""
+
+
+class HASlaveClient:
+    """The slave's replication loop (see the module docstring)."""
+
+    def __init__(self, settings, control, wakes, clock_ms=clock.now_ms):
+        self.control = control
+        self.wakes = wakes
+        self.slots = wakes.by_slot()
+        self.clock_ms = clock_ms
+        self.heartbeat_ms = settings.ha_send_heartbeat_interval
+        self.housekeeping_ms = settings.ha_housekeeping_interval
+        self.connect_timeout_s = 3.0
+        self.store_root = settings.store_path_root_dir
+        self.address_path = paths.ha_master_address_path(self.store_root)
+        commitlog = CommitLog(settings.commitlog_dir,
+                              settings.mapped_file_size_commit_log)
+        if not commitlog.load():
+            raise ValueError(f"store {self.store_root}: a CommitLog file has the wrong size")
+        commitlog.set_wrote_and_flushed(control.written_position)
+        self.replica = ReplicaLog(commitlog, settings.check_crc_on_recover)
+        self.published = self.replica.record_end
+        self.window_bytes = _VERIFY_WINDOW_BYTES
+        self.master_address: str | None = None
+        self.counters = control.worker(HA_SLOT)
+
+    def close(self) -> None:
+        self.replica.commitlog.shutdown(0)
+
+    def read_master_address(self) -> str | None:
+        try:
+            with open(self.address_path, encoding="utf-8") as source:
+                text = source.read().strip()
+        except FileNotFoundError:
+            return None
+        return text or None
+
+    def publish(self) -> None:
+        """Publish the end of the last whole record (timestamp first, as the appender)."""
+        replica = self.replica
+        if replica.record_end != self.published:
+            self.published = replica.record_end
+            self.control.written_store_timestamp = replica.last_store_timestamp
+            signal_mask(self.control.publish("written_position", replica.record_end),
+                        self.slots)
+            self.counters.add(batches=1)
+
+    async def run(self, address_changed: asyncio.Event) -> int:
+        """Replicate until cancelled; returns EXIT_TRUNCATE when a truncation is pending."""
+        backoff_s = _BACKOFF_MIN_S
+        while True:
+            address = self.read_master_address()
+            address_changed.clear()
+            if address is None:
+                await _wait(address_changed, _ADDRESS_WAIT_S)
+                continue
+            if address != self.master_address:
+                log.info("update master address, OLD: %s NEW: %s", self.master_address, address)
+                self.master_address = address
+            before = self.replica.end
+            try:
+                await self._connect_and_replicate(address, address_changed)
+            except _Diverged as diverged:
+                log.warning("slave CommitLog diverges from the master's at physical offset %d "
+                            "(slave end %d, master %s): %s; truncating the slave to %d and "
+                            "restarting", diverged.offset, self.replica.end, address, diverged,
+                            diverged.offset)
+                request_truncation(self.store_root, diverged.offset)
+                return EXIT_TRUNCATE
+            except _NothingToVerify:
+                self._widen(address)
+            except (OSError, TimeoutError, ha_protocol.HAProtocolError, ReplicaRefused) as error:
+                log.warning("HAClient: connection to master %s ended: %s (slave end %d)",
+                            address, error or type(error).__name__, self.replica.end)
+            finally:
+                self.publish()
+            if self.replica.end > before:
+                backoff_s = _BACKOFF_MIN_S
+            await _wait(address_changed, backoff_s)
+            backoff_s = min(backoff_s * 2, _BACKOFF_MAX_S)
+
+    def _widen(self, address: str) -> None:
+        floor = max(self.replica.min_offset, 0)
+        if self.replica.end - self.window_bytes <= floor:
+            log.error("master %s has no data at or after the slave's oldest offset %d (slave "
+                      "end %d): no common point; the slave keeps its log and retries",
+                      address, floor, self.replica.end)
+        self.window_bytes *= _VERIFY_WINDOW_GROWTH
+
+    async def _connect_and_replicate(self, address: str, address_changed: asyncio.Event) -> None:
+        host, _, port = address.rpartition(":")
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, (host.strip("[]"), int(port))),
+                                   self.connect_timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            log.info("HAClient connect to master %s (slave end %d)", address, self.replica.end)
+            session = _Session(self, sock)
+            reader = loop.create_task(session.receive())
+            changed = loop.create_task(address_changed.wait())
+            try:
+                await asyncio.wait((reader, changed), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+                if not reader.done():
+                    reader.cancel()
+                    log.info("HAClient: master address changed; reconnecting")
+            if reader.done() and not reader.cancelled():
+                reader.result()
+        finally:
+            sock.close()
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except TimeoutError:
+        pass
+
+
+class _Session:
+    """One connection: verify, then append (see the module docstring)."""
+
+    def __init__(self, client: HASlaveClient, sock: socket.socket):
+        self.client = client
+        self.replica = client.replica
+        self.sock = sock
+        replica = self.replica
+        end = replica.end
+        if end > 0 and replica.min_offset >= 0:
+            self.verify_from = replica.record_boundary_at_or_below(
+                max(end - client.window_bytes, replica.min_offset))
+        else:
+            self.verify_from = end
+        self.verified = self.verify_from
+        self.verifying = self.verify_from < end
+        self.heartbeat_at = -1
+        self.heartbeats = 0
+        self.reported = -1
+        self.last_report_ms = 0
+
+    def report_offset(self) -> int:
+        return self.verified if self.verifying else self.replica.end
+
+    async def report(self, force: bool = False) -> None:
+        offset = self.report_offset()
+        if offset != self.reported or force:
+            await asyncio.get_running_loop().sock_sendall(self.sock,
+                                                          ha_protocol.encode_report(offset))
+            self.reported = offset
+            self.last_report_ms = self.client.clock_ms()
+
+    async def receive(self) -> None:
+        client, loop = self.client, asyncio.get_running_loop()
+        buffer = bytearray(ha_protocol.SLAVE_READ_BUFFER_BYTES)
+        view = memoryview(buffer)
+        filled = 0
+        await self.report(force=True)
+        if self.verifying:
+            log.info("HAClient: verifying the slave's tail from %d (slave end %d)",
+                     self.verify_from, self.replica.end)
+        last_read_ms = client.clock_ms()
+        tick_s = min(client.heartbeat_ms, client.housekeeping_ms) / 1000
+        while True:
+            try:
+                count = await asyncio.wait_for(loop.sock_recv_into(self.sock, view[filled:]),
+                                               tick_s)
+            except TimeoutError:
+                count = -1
+            now = client.clock_ms()
+            if count == 0:
+                if self.verifying and self.verified == self.verify_from:
+                    raise _NothingToVerify()     # e.g. our offset was beyond the master's
+                raise ConnectionError("closed by the master")
+            if count > 0:
+                last_read_ms = now
+                filled += count
+                consumed = self._units(view, filled)
+                buffer[:filled - consumed] = buffer[consumed:filled]
+                filled -= consumed
+                client.publish()
+            elif now - last_read_ms > client.housekeeping_ms:
+                raise TimeoutError(f"housekeeping: master silent for {now - last_read_ms} ms")
+            await self.report(force=now - self.last_report_ms > client.heartbeat_ms)
+
+    def _units(self, view, filled: int) -> int:
+        """Handle every whole transfer unit in ``view[:filled]``; returns bytes consumed."""
+        position = 0
+        header_bytes = ha_protocol.TRANSFER_HEADER_BYTES
+        while filled - position >= header_bytes:
+            offset, size = ha_protocol.parse_transfer_header(view, position)
+            if filled - position - header_bytes < size:
+                break
+            body = view[position + header_bytes:position + header_bytes + size]
+            try:
+                if self.verifying:
+                    self._verify(offset, body)
+                else:
+                    self._append(offset, body)
+            finally:
+                body.release()
+            position += header_bytes + size
+        return position
+
+    def _append(self, offset: int, body) -> None:
+        replica = self.replica
+        end = replica.end
+        if (end or replica.min_offset >= 0) and offset != end:
+            raise ReplicaRefused(f"master pushed offset not equal the max phy offset in slave, "
+                                 f"SLAVE: {end} MASTER: {offset}")
+        if len(body):
+            replica.append(offset, body)
+
+    def _verify(self, offset: int, body) -> None:
+        if offset != self.verified:
+            raise ha_protocol.HAProtocolError(f"master sent offset {offset} while the slave "
+                                              f"verifies at {self.verified}")
+        end = self.replica.end
+        if not len(body):
+            self.heartbeats = self.heartbeats + 1 if self.heartbeat_at == offset else 1
+            self.heartbeat_at = offset
+            if self.heartbeats >= _HEARTBEATS_AT_END:
+                if offset == self.verify_from:
+                    raise _NothingToVerify()
+                raise _Diverged(offset, f"the master's log ends at {offset}")
+            return
+        self.heartbeats = 0
+        compared = min(len(body), end - offset)
+        mismatch = self.replica.first_mismatch(offset, body[:compared])
+        if mismatch is not None:
+            cut = self.replica.record_boundary_at_or_below(mismatch)
+            raise _Diverged(cut, f"first different byte at {mismatch}")
+        self.verified = offset + compared
+        if self.verified == end:
+            self.verifying = False
+            self.client.window_bytes = _VERIFY_WINDOW_BYTES
+            log.info("HAClient: slave tail [%d, %d) matches the master; transferring",
+                     self.verify_from, end)
+            if compared < len(body):
+                self._append(end, body[compared:])

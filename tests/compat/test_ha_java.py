@@ -1,0 +1,201 @@
+"""Replication interoperates with the real Java brokers, both ways, ASYNC and SYNC.
+
+Method: one pybroker NameServer; a pybroker master with a Java slave (4.9.8 and 5.3.3, the
+brokers .ci/run installs from Maven Central), and a Java master with a pybroker slave; the
+master runs with brokerRole ASYNC_MASTER, then restarts on its store as SYNC_MASTER (one JVM
+start fewer than a fresh pair per role), with 1 MiB CommitLog files on both sides. Raw
+SEND_MESSAGE_V2 requests from four threads go to the master (under SYNC_MASTER every SUCCESS
+means the slave acknowledged). After each catch-up the two CommitLogs must be byte-identical
+(Java's BLANK fillers included); then the master is killed (kill -9) and the official Java
+client (JavaCompat dump, a DefaultMQPullConsumer) must read every acknowledged message from
+the slave.
+"""
+import concurrent.futures
+import os
+import pathlib
+import random
+import time
+
+import pytest
+
+from pybroker._testbase.ha_cluster import BrokerProcess, NameServerProcess
+from pybroker.protocol import fastjson
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_request
+from tests import peers
+from tests.compat.test_java_client_pybroker import JavaClient, _ops
+from tests.ha_support import assert_commitlogs_identical, client_for, send, wait_for
+
+pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
+
+harness = peers.java_rocketmq
+TOPIC = "HaJavaTopic"
+QUEUES = 4
+COUNT = 1200             # per role: about 1 MiB, so each run rolls a CommitLog file
+PRODUCERS = 4
+BUSY_RETRIES = 20
+FILE_SIZE = 1024 * 1024
+VERSIONS = ("4.9.8", "5.3.3")
+ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+
+
+def _java_broker(work_dir, install, namesrv: NameServerProcess, role: str, broker_id: int):
+    """A Java broker of broker-a registering with the pybroker NameServer."""
+    overrides = {"brokerName": "broker-a", "brokerId": str(broker_id), "brokerRole": role,
+                 "brokerIP2": "127.0.0.1", "mappedFileSizeCommitLog": str(FILE_SIZE),
+                 "maxMessageSize": str(256 * 1024), "haSendHeartbeatInterval": "1000",
+                 "haHousekeepingInterval": "5000", "slaveReadEnable": "true",
+                 "flushDiskType": "ASYNC_FLUSH", "waitTimeMillsInSendQueue": "1000"}
+    return harness.JavaRocketMQ(work_dir, install, namesrv_port=namesrv.port,
+                                broker_port=harness.free_port(offsets=(-2, 0, 1)),
+                                broker_overrides=overrides, own_namesrv=False)
+
+
+def _kill(java) -> None:
+    """kill -9 of a Java broker (a graceful 5.x stop takes ~10 s; nothing here needs it)."""
+    if "broker" in java.processes:
+        java.kill("broker")
+    java.stop()
+
+
+def _pybroker(work_dir, namesrv: NameServerProcess, role: str, broker_id: int,
+              port: int | None = None):
+    return BrokerProcess(work_dir, namesrv.address, {"brokerName": "broker-a",
+                                                     "brokerRole": role,
+                                                     "brokerId": str(broker_id)}, port)
+
+
+def _produce(address: str, rand, prefix: str) -> set[bytes]:
+    """COUNT sends from PRODUCERS threads; the set of acknowledged bodies (hex text: the Java
+    client prints them)."""
+    acked: set[bytes] = set()
+
+    def produce(index: int) -> None:
+        generator = random.Random(rand.random())
+        with client_for(address) as client:
+            for sequence in range(index, COUNT, PRODUCERS):
+                body = (f"{prefix}-{sequence}:".encode()
+                        + generator.randbytes(generator.randint(100, 700)).hex().encode())
+                for _ in range(BUSY_RETRIES):
+                    response = send(client, TOPIC, body, sequence % QUEUES,
+                                    f"{prefix}{sequence}")
+                    # A loaded Java broker sheds sends (SYSTEM_BUSY, nothing stored); its
+                    # producer retries them, so does this one.
+                    if response.code != ResponseCode.SYSTEM_BUSY:
+                        break
+                    time.sleep(0.05)
+                assert response.code == ResponseCode.SUCCESS, (sequence, response.code,
+                                                               response.remark)
+                acked.add(body)
+    with concurrent.futures.ThreadPoolExecutor(PRODUCERS) as pool:
+        for done in [pool.submit(produce, index) for index in range(PRODUCERS)]:
+            done.result()
+    return acked
+
+
+def _identical_when_caught_up(master_dir, slave_dir) -> None:
+    """Wait until the slave's files hold the master's bytes (the master has stopped writing)."""
+    def end_of(directory) -> int:
+        names = sorted(os.listdir(directory))
+        data = pathlib.Path(directory, names[-1]).read_bytes()
+        used = len(data.rstrip(b"\0"))
+        return int(names[-1]) + used
+    end = wait_for(lambda: end_of(master_dir), 10, "master CommitLog")
+
+    def caught_up() -> bool:
+        try:
+            assert_commitlogs_identical(master_dir, slave_dir, end, FILE_SIZE)
+            return True
+        except (AssertionError, FileNotFoundError, IndexError):
+            return False
+    wait_for(caught_up, 60, "byte-identical CommitLogs", interval_s=0.5)
+    assert end > FILE_SIZE, "the load must roll a CommitLog file"
+
+
+def _slave_has_topic(address: str) -> bool:
+    """The slave took the auto-created topic from its master (slave sync, every 10 s)."""
+    with client_for(address) as client:
+        response = client.invoke(create_request(RequestCode.GET_ALL_TOPIC_CONFIG, {}), 5000)
+    return TOPIC in fastjson.loads(response.body)["topicConfigTable"]
+
+
+def _java_reads_everything(tmp_path, install, namesrv, acked: set[bytes]) -> None:
+    client = JavaClient(install, tmp_path / "client", namesrv)
+    results = client.run("dump", topic=TOPIC, group="ha_java_dump", timeout_s=240)
+    bodies = {message["body"].encode() for message in _ops(results, "dump")}
+    missing = acked - bodies
+    assert not missing, f"{len(missing)} acknowledged messages not read from the slave"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_pybroker_master_java_slave(tmp_path, rand, version):
+    """The pybroker master runs ASYNC_MASTER, then restarts as SYNC_MASTER on the same store;
+    the Java slave follows both, then is read by the Java client after kill -9 of the master."""
+    install = peers.java_install(version)
+    namesrv = NameServerProcess(tmp_path / "namesrv").start()
+    java = _java_broker(tmp_path / "java-slave", install, namesrv, "SLAVE", 1)
+    masters = [_pybroker(tmp_path / "master", namesrv, ROLES[0], 0)]
+    masters.append(_pybroker(tmp_path / "master", namesrv, ROLES[1], 0, masters[0].port))
+    acked: set[bytes] = set()
+    try:
+        # Master first: a Java slave learns its master's addresses only from registration
+        # answers (every 30 s).
+        masters[0].start()
+        java.start(detach=True)
+        for master in masters:
+            if not master.alive:
+                master.start()
+            master.wait_slaves(1, 60)
+            acked |= _produce(master.address, rand, master.values["brokerRole"])
+            _identical_when_caught_up(master.commitlog_dir, java.store_dir / "commitlog")
+            if master is masters[0]:
+                master.stop()
+        # Java's slave sync takes the auto-created topic: every 10 s in 4.9.x, every 60 s in
+        # 5.x (its first round, 10 s after start, may come before it knows its master).
+        wait_for(lambda: _slave_has_topic(java.broker_addr), 90, "Java slave topic sync",
+                 interval_s=1)
+        masters[-1].kill()
+        _java_reads_everything(tmp_path, install, namesrv, acked)
+    finally:
+        _kill(java)
+        for master in masters:
+            master.kill()
+        namesrv.kill()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_java_master_pybroker_slave(tmp_path, rand, version):
+    """The Java master runs ASYNC_MASTER, then restarts as SYNC_MASTER on the same store; the
+    pybroker slave follows both (its restart-time verification runs against a Java master),
+    then the Java client reads everything from it after kill -9 of the Java master."""
+    install = peers.java_install(version)
+    namesrv = NameServerProcess(tmp_path / "namesrv").start()
+    javas = [_java_broker(tmp_path / "java-master", install, namesrv, role, 0)
+             for role in ROLES]
+    javas[1].broker_port = javas[0].broker_port
+    slave = _pybroker(tmp_path / "slave", namesrv, "SLAVE", 1)
+    acked: set[bytes] = set()
+    try:
+        for java in javas:
+            offset = len(slave.log_text())
+            java.start(detach=True)
+            if not slave.alive:
+                slave.start()
+            # The slave learned the Java master's HA address from the NameServer.
+            slave.wait_log("HAClient connect to master", 60, offset)
+            acked |= _produce(java.broker_addr, rand, java.broker_overrides["brokerRole"])
+            _identical_when_caught_up(java.store_dir / "commitlog", slave.commitlog_dir)
+            if java is not javas[-1]:
+                _kill(java)
+        assert "matches the master; transferring" in slave.log_text()
+        wait_for(lambda: slave.published("dispatched_position")
+                 == slave.published("written_position") > 0, 30, "slave dispatch")
+        wait_for(lambda: _slave_has_topic(slave.address), 30, "pybroker slave topic sync",
+                 interval_s=1)
+        _kill(javas[-1])
+        _java_reads_everything(tmp_path, install, namesrv, acked)
+    finally:
+        for java in javas:
+            _kill(java)
+        slave.kill()
+        namesrv.kill()

@@ -1,0 +1,122 @@
+# Shared by the HA tests: raw sends and pulls, positions, CommitLog comparison, bounded waits.
+"""Building blocks of the replication tests (broker, crash and compat suites).
+
+Requests are raw remoting frames over :class:`SyncRemotingClient` (SEND_MESSAGE_V2, PULL_MESSAGE
+and the admin codes), so the checks do not depend on any client library. Positions come from
+the broker's control block (``<store>/run/control``), which is what the processes publish.
+"""
+import os
+import time
+
+from pybroker._fast import record
+from pybroker.protocol import properties as props
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_request
+from pybroker.remoting.client import SyncRemotingClient
+from pybroker.store.control_block import ControlBlock
+
+TIMEOUT_MS = 5000
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
+    """Poll ``predicate()`` until it returns a true value (returned); AssertionError after
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(interval_s)
+
+
+def client_for(address: str) -> SyncRemotingClient:
+    client = SyncRemotingClient()
+    client.connect(address, 3000)
+    return client
+
+
+def send(client, topic: str, body: bytes, queue_id: int, key: str, wait: bool = True,
+         queues: int = 4):
+    """One SEND_MESSAGE_V2 as the Java producer sends it; the response."""
+    properties = props.encode_properties({"TAGS": "T", "KEYS": key, "UNIQ_KEY": key,
+                                          "WAIT": "true" if wait else "false"})
+    ext = {"a": "ha_producer", "b": topic, "c": "TBW102", "d": str(queues), "e": str(queue_id),
+           "f": "0", "g": str(time.time_ns() // 1_000_000), "h": "0", "i": properties,
+           "j": "0", "k": "false", "m": "false"}
+    return client.invoke(create_request(RequestCode.SEND_MESSAGE_V2, ext, body), TIMEOUT_MS)
+
+
+def pull(client, topic: str, queue_id: int, queue_offset: int, group: str = "ha_consumer",
+         max_nums: int = 32):
+    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+           "queueOffset": str(queue_offset), "maxMsgNums": str(max_nums), "sysFlag": "4",
+           "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+           "subVersion": "0", "expressionType": "TAG"}
+    return client.invoke(create_request(RequestCode.PULL_MESSAGE, ext), TIMEOUT_MS)
+
+
+def records_of(body) -> list:
+    """Decoded records of a pull answer; AssertionError unless every record is whole."""
+    data, position, found = bytes(body or b""), 0, []
+    while position < len(data):
+        status, total_size = record.check(data, position, len(data), True)
+        assert status == record.RECORD_OK, f"damaged record served at {position}"
+        found.append(record.decode(data, position))
+        position += total_size
+    return found
+
+
+def read_queue(client, topic: str, queue_id: int, start: int = 0) -> list[bytes]:
+    """Every body of one queue from ``start`` to its end, offsets checked contiguous."""
+    bodies, offset = [], start
+    while True:
+        response = pull(client, topic, queue_id, offset)
+        if response.code != ResponseCode.SUCCESS:
+            return bodies
+        for message in records_of(response.body):
+            assert (message.topic, message.queue_id, message.queue_offset) == \
+                (topic, queue_id, offset), "offset gap"
+            bodies.append(bytes(message.body))
+            offset += 1
+
+
+def control(store_dir: str) -> ControlBlock:
+    return ControlBlock(os.path.join(store_dir, "run", "control"), create=False)
+
+
+def position(store_dir: str, field: str) -> int:
+    """A published position of a running broker (-1 when its control block is gone)."""
+    try:
+        with control(store_dir) as block:
+            return block.load(field)
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
+def commitlog_bytes(commitlog_dir: str, end: int, file_size: int) -> bytes:
+    """The CommitLog's bytes [first file, end) read from disk (files must be contiguous)."""
+    data = bytearray()
+    names = sorted(os.listdir(commitlog_dir))
+    for name in names:
+        base = int(name)
+        if base >= end:
+            break
+        with open(os.path.join(commitlog_dir, name), "rb") as source:
+            data += source.read(min(file_size, end - base))
+    return bytes(data)
+
+
+def assert_commitlogs_identical(master_dir: str, slave_dir: str, end: int,
+                                file_size: int) -> None:
+    """Same file names below ``end`` and the same bytes up to ``end`` (Java's BLANK fillers
+    included: the slave copies whole files)."""
+    master_names = [n for n in sorted(os.listdir(master_dir)) if int(n) < end]
+    slave_names = [n for n in sorted(os.listdir(slave_dir)) if int(n) < end]
+    assert master_names == slave_names, (master_names, slave_names)
+    master = commitlog_bytes(master_dir, end, file_size)
+    slave = commitlog_bytes(slave_dir, end, file_size)
+    assert len(master) == len(slave), (len(master), len(slave))
+    if master != slave:
+        first = next(i for i, (a, b) in enumerate(zip(master, slave, strict=True)) if a != b)
+        raise AssertionError(f"CommitLogs differ first at byte {first} (of {len(master)})")
