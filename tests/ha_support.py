@@ -30,10 +30,20 @@ def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
         time.sleep(interval_s)
 
 
-def client_for(address: str) -> SyncRemotingClient:
-    client = SyncRemotingClient()
-    client.connect(address, 3000)
-    return client
+def client_for(address: str, timeout_s: float = 30) -> SyncRemotingClient:
+    """A connected client; retries while the broker is not listening (a data-plane restart
+    publishes positions before its remoting workers listen again)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        client = SyncRemotingClient()
+        try:
+            client.connect(address, 3000)
+            return client
+        except (OSError, TimeoutError):
+            client.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def send(client, topic: str, body: bytes, queue_id: int, key: str, wait: bool = True,

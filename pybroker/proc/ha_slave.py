@@ -19,8 +19,10 @@ master's log is a strict prefix of the slave's, where the master's ends: two hea
 same offset with no data between) the slave's tail is not the master's: the worker logs both
 offsets, records the truncation (:func:`pybroker.store.replica.request_truncation`) and exits
 with :data:`EXIT_TRUNCATE`; the supervisor restarts the data plane, which applies it before
-recovery. When the master has nothing at all from the verification point, the window grows
-(x4) on the next connection, down to the slave's oldest file. Classic Java (4.9.x and 5.x
+recovery. When the master has nothing from the verification point, or the bytes differ
+already in its first record (the logs may part before the window: bytes written by two
+masters at one offset never match for a whole record), the window grows (x4) on the next
+connection, down to the slave's oldest file. Classic Java (4.9.x and 5.x
 DefaultHAClient) has no such step and leaves a diverged slave appending to a mixed log; the
 truncation follows what Java's controller-mode slave does (truncate to the consistent point,
 then transfer).
@@ -57,8 +59,9 @@ class _Diverged(Exception):
         self.offset = offset
 
 
-class _NothingToVerify(Exception):
-    """The master sent nothing from the verification point: widen the window."""
+class _Widen(Exception):
+    """The verification point is not known to be common: the master sent nothing from it, or
+    its bytes differ already in the first record. Widen the window and reconnect."""
 
 
 class HASlaveClient:
@@ -128,7 +131,9 @@ class HASlaveClient:
                             diverged.offset)
                 request_truncation(self.store_root, diverged.offset)
                 return EXIT_TRUNCATE
-            except _NothingToVerify:
+            except _Widen:
+                log.info("HAClient: no common point in the last %d bytes of the slave; "
+                         "verifying a wider window next", self.window_bytes)
                 self._widen(address)
             except (OSError, TimeoutError, ha_protocol.HAProtocolError, ReplicaRefused) as error:
                 log.warning("HAClient: connection to master %s ended: %s (slave end %d)",
@@ -194,10 +199,17 @@ class _Session:
         if end > 0 and replica.min_offset >= 0:
             self.verify_from = replica.record_boundary_at_or_below(
                 max(end - client.window_bytes, replica.min_offset))
+            if self.verify_from == 0:
+                # A report of 0 asks a fresh slave's start (the master's last file): verify
+                # from the second record instead.
+                self.verify_from = min(replica.record_end_from(0), end)
         else:
             self.verify_from = end
         self.verified = self.verify_from
         self.verifying = self.verify_from < end
+        # A mismatch inside the first record says nothing about where the logs part: the
+        # divergence may lie before the window.
+        self.first_record_end = replica.record_end_from(self.verify_from)
         self.heartbeat_at = -1
         self.heartbeats = 0
         self.reported = -1
@@ -234,7 +246,7 @@ class _Session:
             now = client.clock_ms()
             if count == 0:
                 if self.verifying and self.verified == self.verify_from:
-                    raise _NothingToVerify()     # e.g. our offset was beyond the master's
+                    raise _Widen()     # e.g. our offset was beyond the master's
                 raise ConnectionError("closed by the master")
             if count > 0:
                 last_read_ms = now
@@ -284,13 +296,15 @@ class _Session:
             self.heartbeats = self.heartbeats + 1 if self.heartbeat_at == offset else 1
             self.heartbeat_at = offset
             if self.heartbeats >= _HEARTBEATS_AT_END:
-                if offset == self.verify_from:
-                    raise _NothingToVerify()
+                if offset < self.first_record_end:
+                    raise _Widen()
                 raise _Diverged(offset, f"the master's log ends at {offset}")
             return
         self.heartbeats = 0
         compared = min(len(body), end - offset)
         mismatch = self.replica.first_mismatch(offset, body[:compared])
+        if mismatch is not None and mismatch < self.first_record_end:
+            raise _Widen()
         if mismatch is not None:
             cut = self.replica.record_boundary_at_or_below(mismatch)
             raise _Diverged(cut, f"first different byte at {mismatch}")

@@ -173,6 +173,24 @@ class ReplicaLog:
             mapped_file.release()
         return base + position
 
+    def record_end_from(self, physical_offset: int) -> int:
+        """End of the record (or BLANK) starting at ``physical_offset``; the offset itself
+        when no whole record starts there."""
+        mapped_file = self.commitlog.mapped_file_queue.find_mapped_file_by_offset(
+            physical_offset)
+        if mapped_file is None or not mapped_file.hold():
+            return physical_offset
+        buffer = mapped_file.buffer()
+        try:
+            position = physical_offset - mapped_file.file_from_offset
+            status, total_size = record_codec.check(buffer, position,
+                                                    mapped_file.wrote_position, False)
+        finally:
+            buffer.release()
+            mapped_file.release()
+        whole = status in (record_codec.RECORD_OK, record_codec.RECORD_BLANK)
+        return physical_offset + total_size if whole else physical_offset
+
     def first_mismatch(self, physical_offset: int, data) -> int | None:
         """Compare ``data`` (bytes the master holds at ``physical_offset``) with this log's
         bytes at the same offsets, up to :attr:`end`: the offset of the first differing byte,
@@ -244,6 +262,23 @@ def pending_truncation(store_root: str) -> int | None:
     return None
 
 
+def _data_end(commitlog: CommitLog) -> int:
+    """End of the records of a loaded (not yet recovered) CommitLog: a scan of its last file."""
+    files = commitlog.mapped_file_queue.mapped_files
+    if not files or not files[-1].hold():
+        return 0
+    last = files[-1]
+    buffer = last.buffer()
+    try:
+        status, position, _ = record_codec.scan(buffer, 0, last.file_size, False)
+    finally:
+        buffer.release()
+        last.release()
+    if status == record_codec.RECORD_BLANK:
+        position = last.file_size
+    return last.file_from_offset + position
+
+
 def apply_pending_truncation(store_root: str, commitlog_dir: str, file_size: int) -> int | None:
     """Apply a pending truncation (call before recovery, with the store locked): zero the
     CommitLog after the offset, delete later files, drop the request. Returns the offset."""
@@ -254,7 +289,7 @@ def apply_pending_truncation(store_root: str, commitlog_dir: str, file_size: int
     if not commitlog.load():
         raise ValueError(f"{commitlog_dir}: a CommitLog file has the wrong size")
     try:
-        end = commitlog.max_offset()
+        end = _data_end(commitlog)
         if offset < end:
             commitlog.truncate_dirty_files(offset)
         log.warning("slave CommitLog truncated to physical offset %d (it ended at %d): the "

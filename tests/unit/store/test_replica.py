@@ -160,6 +160,11 @@ def test_first_mismatch_and_record_boundaries(tmp_path, rand):
                               True)[0] == record_codec.RECORD_OK
     assert replica.record_boundary_at_or_below(end + 100) == end
     assert replica.record_boundary_at_or_below(boundary) == boundary
+    first_end = replica.record_end_from(0)
+    assert record_codec.check(log_bytes(source, 0, first_end), 0, first_end,
+                              True) == (record_codec.RECORD_OK, first_end)
+    assert replica.record_end_from(first_end - 1) == first_end - 1    # no record starts there
+    assert replica.record_end_from(end) == end
 
 
 def test_truncation_is_applied_by_the_next_start(tmp_path, rand):
