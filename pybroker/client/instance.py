@@ -100,6 +100,8 @@ class ClientInstance:
         self.routes: dict[str, TopicRouteData] = {}
         self.publish_infos: dict[str, TopicPublishInfo] = {}
         self.broker_addresses: dict[str, dict[int, str]] = {}
+        # Queue -> broker id its last pull answer suggested (Java PullAPIWrapper's table).
+        self._pull_from_which_node: dict = {}
         self.table = RequestTable({
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_consumer_ids_changed,
             RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction_state,
@@ -305,6 +307,39 @@ class ClientInstance:
         if address is None:
             raise NoRouteError(f"broker {broker_name} has no known master")
         return address
+
+    def broker_address_for_subscribe(self, broker_name: str, broker_id: int,
+                                     only_this_broker: bool = False) -> Optional[str]:
+        """Java's findBrokerAddressInSubscribe over the route cache: ``broker_id``'s address;
+        for a slave id also id + 1; else, unless ``only_this_broker``, the lowest id known
+        (the master while it is routed, a slave once the master is gone)."""
+        addresses = self.broker_addresses.get(broker_name) or {}
+        address = addresses.get(broker_id)
+        if address is None and broker_id != MASTER_ID:
+            address = addresses.get(broker_id + 1)
+        if address is None and not only_this_broker and addresses:
+            address = addresses[min(addresses)]
+        return address
+
+    async def find_broker_for_subscribe(self, broker_name: str, broker_id: int = MASTER_ID,
+                                        topic: Optional[str] = None) -> str:
+        """:meth:`broker_address_for_subscribe` (not only that broker), refreshing ``topic``'s
+        route once when the broker name is unknown: where consumers pull and commit."""
+        address = self.broker_address_for_subscribe(broker_name, broker_id)
+        if address is None and topic is not None:
+            await self.update_route(topic)
+            address = self.broker_address_for_subscribe(broker_name, broker_id)
+        if address is None:
+            raise NoRouteError(f"broker {broker_name} has no known address")
+        return address
+
+    def pull_from_which_node(self, queue) -> int:
+        """The broker id the last pull answer of ``queue`` suggested (master at first)."""
+        return self._pull_from_which_node.get(queue, MASTER_ID)
+
+    def suggest_pull_from(self, queue, broker_id: int) -> None:
+        """Remember a pull answer's suggestWhichBrokerId for ``queue``'s next pull."""
+        self._pull_from_which_node[queue] = broker_id
 
     # --- heartbeats ---------------------------------------------------------------------------
 

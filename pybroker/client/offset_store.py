@@ -58,7 +58,9 @@ class RemoteOffsetStore(_OffsetTable):
         broker has none (QUERY_NOT_FOUND)."""
         if not from_store and queue in self.offsets:
             return self.offsets[queue]
-        address = await self.instance.find_master(queue.broker_name, queue.topic)
+        # Java: the master, else (master down) a slave of the set.
+        address = await self.instance.find_broker_for_subscribe(queue.broker_name,
+                                                                 topic=queue.topic)
         fields = headers.encode_header(headers.QUERY_CONSUMER_OFFSET_REQUEST, {
             "consumer_group": self.group, "topic": queue.topic, "queue_id": queue.queue_id})
         response = await self.instance.invoke(
@@ -78,7 +80,8 @@ class RemoteOffsetStore(_OffsetTable):
         offset = self.offsets.get(queue)
         if offset is None:
             return
-        address = await self.instance.find_master(queue.broker_name, queue.topic)
+        address = await self.instance.find_broker_for_subscribe(queue.broker_name,
+                                                                 topic=queue.topic)
         fields = headers.encode_header(headers.UPDATE_CONSUMER_OFFSET_REQUEST, {
             "consumer_group": self.group, "topic": queue.topic, "queue_id": queue.queue_id,
             "commit_offset": offset})

@@ -201,7 +201,8 @@ class LitePullConsumer:
 
     async def _find_consumer_ids(self, queues: list[MessageQueue]) -> list[str]:
         for queue in queues:
-            address = await self.instance.find_master(queue.broker_name, queue.topic)
+            address = await self.instance.find_broker_for_subscribe(queue.broker_name,
+                                                                     topic=queue.topic)
             fields = headers.encode_header(headers.CONSUMER_GROUP_REQUEST,
                                            {"consumer_group": self.group})
             response = await self.instance.invoke(

@@ -1,7 +1,9 @@
 # One PULL_MESSAGE round trip and the queue-offset queries both consumers share.
 """The pull request and its outcome (protocol reference §2.3, §2.6).
 
-:func:`pull_message` sends one PULL_MESSAGE to the queue's master and returns a
+:func:`pull_message` sends one PULL_MESSAGE to the broker the queue's previous answer
+suggested (``suggestWhichBrokerId``; the master at first, any broker of the set when the
+suggested one is not routed, as Java's client does) and returns a
 :class:`PullResult`: the decoded messages (FOUND), or none with the offset to continue from
 (NO_NEW_MSG 19, NO_MATCHED_MSG 20, OFFSET_ILLEGAL 21). :func:`queue_offset_query` asks
 GET_MAX_OFFSET / GET_MIN_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP for one queue.
@@ -48,7 +50,10 @@ async def pull_message(instance: ClientInstance, group: str, queue: MessageQueue
     ``commit_offset`` > 0 asks the broker to store it as the group's consumer offset.
     Waits at most ``timeout_ms``. Raises the typed error of any other response code.
     """
-    address = await instance.find_master(queue.broker_name, queue.topic)
+    # Java's PullAPIWrapper: the broker the previous answer suggested (slaveReadEnable), any
+    # broker of the set when that one is not routed (the master is down: its slave).
+    address = await instance.find_broker_for_subscribe(
+        queue.broker_name, instance.pull_from_which_node(queue), queue.topic)
     sys_flag = 0
     if commit_offset > 0:
         sys_flag |= PullSysFlag.COMMIT_OFFSET
@@ -72,6 +77,7 @@ async def pull_message(instance: ClientInstance, group: str, queue: MessageQueue
         header = headers.PULL_MESSAGE_RESPONSE.parse(response.ext_fields)
     except HeaderError as error:
         raise ProtocolError(f"pull response from {address}: {error.remark}") from None
+    instance.suggest_pull_from(queue, header.suggest_which_broker_id)
     messages = []
     if response.code == ResponseCode.SUCCESS and response.body:
         messages = decode_messages(response.body, queue.broker_name)

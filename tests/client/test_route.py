@@ -90,3 +90,23 @@ def test_round_robin_and_manual_selectors():
     for bad in (3, -1, True, MessageQueue("T", "b", 0), "0"):
         with pytest.raises(ValueError):
             manual(queues, None, bad)
+
+
+def test_subscribe_address_follows_the_suggestion_and_falls_back_to_any_broker():
+    """Java's findBrokerAddressInSubscribe: the suggested id, a slave id + 1, else (not only
+    this broker) the lowest id routed - the slave once the master left the route."""
+    from pybroker.client.instance import ClientInstance
+    instance = ClientInstance("127.0.0.1:9876", client_ip="127.0.0.1", instance_name="t")
+    queue = MessageQueue("T", "b", 0)
+    assert instance.pull_from_which_node(queue) == 0
+    instance.broker_addresses["b"] = {0: "m:1", 1: "s:1"}
+    assert instance.broker_address_for_subscribe("b", 0) == "m:1"
+    instance.suggest_pull_from(queue, 1)
+    assert instance.broker_address_for_subscribe("b", instance.pull_from_which_node(queue)) \
+        == "s:1"
+    instance.broker_addresses["b"] = {0: "m:1", 2: "s:2"}
+    assert instance.broker_address_for_subscribe("b", 1) == "s:2"       # id + 1
+    instance.broker_addresses["b"] = {1: "s:1"}                         # master gone
+    assert instance.broker_address_for_subscribe("b", 0) == "s:1"
+    assert instance.broker_address_for_subscribe("b", 0, only_this_broker=True) is None
+    assert instance.broker_address_for_subscribe("unknown", 0) is None
