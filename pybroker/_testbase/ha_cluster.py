@@ -44,6 +44,8 @@ class _Process:
         self.log_path = os.path.join(self.work_dir, "pybroker.log")
         self.argv_tail = argv_tail
         self.process: subprocess.Popen | None = None
+        # e.g. ["ip", "netns", "exec", "ns1"]: run the process in a network namespace.
+        self.command_prefix: list[str] = []
 
     def log_text(self) -> str:
         try:
@@ -55,7 +57,8 @@ class _Process:
     def start(self, wait: bool = True):
         offset = len(self.log_text())
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "pybroker", *self.argv_tail],
+            self.process = subprocess.Popen([*self.command_prefix, sys.executable, "-m",
+                                             "pybroker", *self.argv_tail],
                                             stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         if wait:
@@ -106,18 +109,19 @@ class _Process:
 class NameServerProcess(_Process):
     ready_line = NAMESRV_READY_LINE
 
-    def __init__(self, work_dir):
+    def __init__(self, work_dir, host: str = "127.0.0.1"):
         self.port = free_port()
+        self.host = host
         conf = os.path.join(str(work_dir), "namesrv.conf")
         os.makedirs(str(work_dir), exist_ok=True)
         with open(conf, "w", encoding="utf-8") as out:
             out.write(f"listenPort={self.port}\n"
                       f"kvConfigPath={os.path.join(str(work_dir), 'kvConfig.json')}\n")
-        super().__init__(work_dir, ["namesrv", "-c", conf])
+        super().__init__(work_dir, ["namesrv", "-c", conf, "--listen-address", host])
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def namesrv_port(self) -> int:      # the Java harness's name for it
