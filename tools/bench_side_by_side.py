@@ -4,6 +4,7 @@
     python tools/bench_side_by_side.py --quick            # 2 scenarios, pybroker + Java 4.9.8
     python tools/bench_side_by_side.py --full             # the matrix, pybroker + Java 4.9.8/5.3.3
     python tools/bench_side_by_side.py --profile          # one pybroker scenario under py-spy
+    python tools/bench_side_by_side.py --ha               # master+slave pairs, ASYNC/SYNC_MASTER
     python tools/bench_side_by_side.py --full --only w64 --brokers pybroker --runs 1
 
 The load follows RocketMQ's benchmark tool: 64 sender threads (plus 8 and 32), 128 B and 1 KiB
@@ -36,6 +37,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_brokers as bb  # noqa: E402
+import bench_ha  # noqa: E402
 import bench_load  # noqa: E402
 import bench_report  # noqa: E402
 import bench_sample  # noqa: E402
@@ -65,13 +67,15 @@ class Scenario:
     threads: int
     flush: str
     batch: int = 1
+    ha: str = ""          # "" one broker; ASYNC_MASTER / SYNC_MASTER: a master with a slave
 
     @property
     def name(self) -> str:
         flush = "sync" if self.flush == "SYNC_FLUSH" else "async"
         size = "1KiB" if self.body_bytes == 1024 else f"{self.body_bytes}B"
         threads = f"w{self.threads}" + (f"x{self.batch}" if self.batch > 1 else "")
-        return f"{self.kind}-{size}-{threads}-{flush}"
+        pair = f"-{self.ha.lower().replace('_', '')}" if self.ha else ""
+        return f"{self.kind}-{size}-{threads}-{flush}{pair}"
 
 
 def matrix(mode: str) -> list[Scenario]:
@@ -79,6 +83,10 @@ def matrix(mode: str) -> list[Scenario]:
     produce_128 = Scenario("produce", 128, 64, "ASYNC_FLUSH")
     if mode == "profile":
         return [produce_128]
+    if mode == "ha":
+        # Issue #10 item 9: the pairs on one load; SYNC_MASTER's anchor is Java's own figure.
+        return [Scenario("produce", 1024, 64, "ASYNC_FLUSH", ha="ASYNC_MASTER"),
+                Scenario("produce", 1024, 64, "ASYNC_FLUSH", ha="SYNC_MASTER")]
     if mode == "quick":
         return [produce_128, Scenario("produce", 1024, 64, "ASYNC_FLUSH")]
     return [produce_128, Scenario("produce", 1024, 64, "ASYNC_FLUSH"),
@@ -215,8 +223,12 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
     return record
 
 
-def _start_broker(name: str, work_dir: pathlib.Path, flush: str, installs: dict):
-    conf = bb.shared_broker_conf(flush)
+def _start_broker(name: str, work_dir: pathlib.Path, scenario: Scenario, installs: dict):
+    conf = bb.shared_broker_conf(scenario.flush)
+    if scenario.ha and name == "pybroker":
+        return bench_ha.PyBrokerPair(work_dir, conf, scenario.ha).start()
+    if scenario.ha:
+        return bench_ha.JavaBrokerPair(work_dir, conf, installs[name], scenario.ha).start()
     if name == "pybroker":
         return bb.PyBroker(work_dir, conf).start()
     return bb.JavaBroker(work_dir, conf, installs[name]).start()
@@ -231,7 +243,7 @@ def run_matrix(args, tools, installs: dict, scenarios: list[Scenario], work_root
             for name in args.brokers:
                 work_dir = work_root / f"{name}-{scenario.name}-{run_index}"
                 try:
-                    broker = _start_broker(name, work_dir, scenario.flush, installs)
+                    broker = _start_broker(name, work_dir, scenario, installs)
                 except jr.HarnessError as error:
                     record = {"scenario": scenario.name, "broker": name, "run": run_index,
                               "error": f"broker did not start: {error}"[-1500:]}
@@ -276,6 +288,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="the whole matrix against both Java versions, 60 s runs")
     mode.add_argument("--profile", action="store_const", dest="mode", const="profile",
                       help="one pybroker scenario under py-spy (installs py-spy)")
+    mode.add_argument("--ha", action="store_const", dest="mode", const="ha",
+                      help="produce 1 KiB with 64 threads to a master with one slave, "
+                           "ASYNC_MASTER and SYNC_MASTER, pybroker's pair and Java 4.9.8's")
     parser.add_argument("--brokers", default=None,
                         help=f"comma list of {','.join(BROKERS)} (default: per mode)")
     parser.add_argument("--runs", type=int, default=None, help="runs (default 3; quick 2)")
@@ -297,11 +312,12 @@ def _parser() -> argparse.ArgumentParser:
 def _settle_args(args) -> None:
     args.mode = args.mode or "quick"
     quick = args.mode == "quick"
-    default_brokers = "pybroker,java-4.9.8" if quick else ",".join(BROKERS)
+    short = quick or args.mode == "ha"
+    default_brokers = "pybroker,java-4.9.8" if short else ",".join(BROKERS)
     args.brokers = [name.strip() for name in (args.brokers or default_brokers).split(",")
                     if name.strip()]
     args.runs = args.runs or (2 if quick else 3)
-    args.duration = args.duration or (30 if quick else 60)
+    args.duration = args.duration or (30 if short else 60)
     if not set(args.brokers) <= set(BROKERS) or not 1 <= args.runs <= 10:
         raise SystemExit(f"--brokers takes {','.join(BROKERS)}; --runs 1..10")
     if not 0 <= args.warmup < args.duration:
