@@ -85,11 +85,12 @@ class _Process:
 
     def stop(self) -> int:
         """SIGTERM and wait; the exit status (SIGKILL after the deadline)."""
-        if not self.alive:
-            return self.process.returncode if self.process else 0
-        self.process.send_signal(signal.SIGTERM)
+        process = self.process
+        if process is None or process.poll() is not None:
+            return process.returncode if process else 0
+        process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(STOP_TIMEOUT_S)
+            return process.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.kill()
             raise RuntimeError(f"{self.argv_tail} did not stop in {STOP_TIMEOUT_S} s:\n"
@@ -180,7 +181,7 @@ class BrokerProcess(_Process):
     def supervisor_children(self) -> dict[str, int]:
         """{process name (pb-ha, pb-appender, ...): pid} of the running broker's workers."""
         import psutil
-        if not self.alive:
+        if self.process is None or self.process.poll() is not None:
             return {}
         return {child.name(): child.pid for child in psutil.Process(self.process.pid).children()}
 

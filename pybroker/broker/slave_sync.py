@@ -17,6 +17,7 @@
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 
 from pybroker.errors import HeaderError
 from pybroker.protocol import fastjson, headers
@@ -42,7 +43,8 @@ class SlaveLink:
     ``on_changed()`` runs after a sync changed something (push snapshots to the workers).
     """
 
-    def __init__(self, config, metadata, ha_wake, on_changed):
+    def __init__(self, config, metadata, ha_wake,
+                 on_changed: Callable[[], None] = lambda: None):
         self.config = config
         self.metadata = metadata
         self.ha_wake = ha_wake

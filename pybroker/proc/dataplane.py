@@ -81,6 +81,7 @@ class Attachment:
             config.store, control.dispatched_position,
             positions=lambda: (control.dispatched_position, control.written_position),
             store_changes=lambda: (control.commitlog_min_offset, control.topic_deletion_done))
+        self.putter: SlavePutter | RingPutter
         if is_slave(config):
             self.putter = SlavePutter()
         else:

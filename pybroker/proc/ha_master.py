@@ -35,6 +35,7 @@ from pybroker.proc.wake import HA_SLOT, signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import HA_SLAVE_SLOTS_MAX, BrokerState
+from pybroker.store.mapped_file import MappedFile
 from pybroker.store.reader import follow_commitlog
 
 log = logging.getLogger("pybroker.proc.ha_master")
@@ -91,7 +92,7 @@ class _SlaveConnection:
         self.next_transfer = -1
         self.pending = bytearray()            # an incomplete report
         self.out: list = []                   # buffers of the unit being sent
-        self.out_file = None                  # the mapped file the unit's view holds
+        self.out_file: MappedFile | None = None   # the mapped file the unit's view holds
         self.writer_registered = False
         self.pump_scheduled = False
         self.closed = False

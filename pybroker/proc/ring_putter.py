@@ -349,6 +349,7 @@ class RingPutter:
             return       # answered already (timed out)
         pending.waiting.remove(wait)
         if not pending.waiting:
+            assert pending.result is not None      # set before its wait was queued
             self._resolve(request_id, pending.result)
 
     def _resolve(self, request_id: int, result: PutResult) -> None:

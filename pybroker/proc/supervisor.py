@@ -212,12 +212,14 @@ class Supervisor:
         ctx = MetadataContext(self.config, attachment.reader, attachment.putter, metadata,
                               attachment.store_host, stats_service=stats,
                               topic_deleter=plane.topic_deleter())
-        slave = SlaveLink(self.config, metadata, plane.wakes.ha,
-                          lambda: service.push_if_changed()) if is_slave(self.config) else None
+        slave = SlaveLink(self.config, metadata, plane.wakes.ha) \
+            if is_slave(self.config) else None
         registration = NamesrvRegistration(self.config, lambda: metadata.topics.document,
                                            slave.on_registered if slave else None)
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
+        if slave is not None:
+            slave.on_changed = service.push_if_changed    # synced documents reach the workers
         await service.start_on(service_socket)
         metrics = await self._start_metrics(attachment)
         tasks = [loop.create_task(self._periodic(service)),

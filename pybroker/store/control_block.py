@@ -168,6 +168,7 @@ class ControlBlock:
     topic_deletion_appended: int
     topic_deletion_offset: int
     topic_deletion_done: int
+    ha_slaves_connected: int
 
     def __init__(self, path: str, create: bool):
         self.path = path

@@ -90,6 +90,7 @@ class ReplicaLog:
             raise ReplicaRefused(f"master pushed offset {physical_offset}, not the slave's "
                                  f"end {self.end}")
         mapped_file = queue.last_mapped_file(physical_offset, need_create=True)
+        assert mapped_file is not None      # need_create: a file or an OSError
         position = mapped_file.wrote_position
         if mapped_file.file_from_offset + position != physical_offset:
             raise ReplicaRefused(f"chunk at {physical_offset} does not continue file "
