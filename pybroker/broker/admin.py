@@ -360,14 +360,13 @@ async def handle_get_broker_config(ctx: MetadataContext, channel: ClientChannel,
                                    request: RemotingCommand) -> RemotingCommand | None:
     """GET_BROKER_CONFIG (26): every effective setting as Java Properties text (``key=value``
     lines; unset values left out, as Java leaves out nulls). pybroker keeps no secrets in its
-    settings. Response header ``version``: a DataVersion JSON."""
+    settings. Response header ``version``: the configuration's DataVersion JSON (Java's
+    Configuration.dataVersion)."""
     lines = [f"{key}={value}\n" for key, value in all_settings(ctx.config) if value != ""]
-    version = ctx.metadata.topics.data_version
+    version = ctx.metadata.config_version
     return create_response(request, ResponseCode.SUCCESS,
                            # Ext values travel as str; _json gives bytes.
-                           ext_fields={"version": _json({"counter": 0,
-                                                         "timestamp": version.timestamp}
-                                                        ).decode()},
+                           ext_fields={"version": _json(version.to_json()).decode()},
                            body="".join(lines).encode("utf-8"))
 
 

@@ -28,7 +28,8 @@ from pybroker.broker.managers.rebalance_lock import RebalanceLockManager
 from pybroker.broker.managers.subscription_group import SubscriptionGroupManager
 from pybroker.broker.managers.topic_config import TopicConfigManager
 from pybroker.protocol.bodies import SubscriptionData
-from pybroker.store.config_docs import DelayOffsetDocument, SubscriptionGroupConfig, TopicConfig
+from pybroker.store.config_docs import (DataVersion, DelayOffsetDocument,
+                                        SubscriptionGroupConfig, TopicConfig)
 from pybroker.store.message_store import PutResult
 from pybroker.store.reads import GetResult, QueryResult, SelectResult
 
@@ -113,6 +114,7 @@ class MetadataWriter(MetadataView, Protocol):
     consumers: ConsumerManager
     locks: RebalanceLockManager
     client_calls: ClientCalls
+    config_version: DataVersion
 
     def delay_offsets(self) -> DelayOffsetDocument | None:
         """The delay service's live offsets, None when no delay service runs here."""

@@ -39,7 +39,8 @@ from pybroker.broker.managers.topic_config import TopicConfigManager, topic_tabl
 from pybroker.config import Config
 from pybroker.protocol.bodies import SubscriptionData
 from pybroker.store import paths
-from pybroker.store.config_docs import DelayOffsetDocument, SubscriptionGroupConfig, TopicConfig
+from pybroker.store.config_docs import (DataVersion, DelayOffsetDocument,
+                                        SubscriptionGroupConfig, TopicConfig)
 
 __all__ = ["MetadataState", "MetadataReplica", "CHANNEL_EXPIRED_TIMEOUT_MS"]
 
@@ -69,6 +70,9 @@ class MetadataState:
                  channel_expired_timeout_ms: int = CHANNEL_EXPIRED_TIMEOUT_MS,
                  client_call_timeout_ms: int = CLIENT_CALL_TIMEOUT_MS):
         self.config = config
+        # The configuration's data version (Java Configuration.dataVersion): stamped when the
+        # broker starts; no request changes the settings of a running broker here.
+        self.config_version = DataVersion()
         root = store_root if store_root is not None else config.store.store_path_root_dir
         self.now_ms = now_ms or clock.now_ms
         self.on_change = on_change

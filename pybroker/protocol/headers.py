@@ -141,11 +141,6 @@ class HeaderSchema:
             empty_is_absent = f.type != STR or not f.required
         return (key, _CONVERTERS[f.type], f.required, f.default, empty_is_absent)
 
-    @property
-    def has_short_names(self) -> bool:
-        """True when this header also has a one-letter naming (the send headers)."""
-        return self._short_plan is not None
-
     def field(self, attribute: str) -> Field:
         """The field whose Python attribute name is ``attribute`` (KeyError if none)."""
         return self._by_attribute[attribute]
@@ -589,11 +584,6 @@ RESPONSE_SCHEMAS: dict[int, HeaderSchema] = {
     _C.QUERY_DATA_VERSION: QUERY_DATA_VERSION_RESPONSE,
 }
 del _C
-
-
-def request_schema(code: int) -> tuple[HeaderSchema, bool]:
-    """(schema, uses one-letter names) for a request code; (EMPTY, False) when it has none."""
-    return REQUEST_SCHEMAS.get(code, (EMPTY, False))
 
 
 def parse_request_header(code: int, ext_fields: Mapping[str, str] | None):

@@ -5,8 +5,7 @@ One :meth:`StoreCleaner.run_once` is one pass of Java's ``cleanResourceInterval`
 
 1. CommitLog (CleanCommitLogService). Files are deleted when it is time (the local hour is one of
    ``deleteWhen``, e.g. ``"04"`` or ``"04;05"``), or the disk is getting full (used ratio above
-   ``diskMaxUsedSpaceRatio``, clamped to 10..95 % as Java does), or a manual delete was asked
-   for. A file goes when it was last modified more than ``fileReservedTime`` hours ago - or
+   ``diskMaxUsedSpaceRatio``, clamped to 10..95 % as Java does). A file goes when it was last modified more than ``fileReservedTime`` hours ago - or
    regardless of age when the disk is above the forced-clean ratio (85 %, or above the warning
    ratio 90 %, which also sets :attr:`StoreCleaner.disk_full`: the store then refuses puts) and
    ``cleanFileForciblyEnable``. Never the last file; oldest first; at most 10 per pass; stops at
@@ -47,8 +46,6 @@ log = logging.getLogger(__name__)
 
 _DISK_MAX_USED_SPACE_RATIO_MIN, _DISK_MAX_USED_SPACE_RATIO_MAX = 10, 95
 _MS_PER_HOUR = 3_600_000
-# Java retries a manual deletion request this many passes.
-MANUAL_DELETE_FILE_SEVERAL_TIMES = 20
 
 
 def disk_partition_used_ratio(path: str) -> float:
@@ -108,7 +105,6 @@ class StoreCleaner:
         self.disk_used_ratio = disk_used_ratio or disk_partition_used_ratio
         self.sleep = sleep
         self.disk_full = False
-        self.manual_delete_times = 0
         self._last_physical_min_offset = 0
         self._last_redelete_ms = 0
 
@@ -161,20 +157,13 @@ class StoreCleaner:
         self.clean_consume_queues(report)
         return report
 
-    def execute_delete_files_manually(self) -> None:
-        """Admin request: delete expired files on the next passes whatever the hour."""
-        self.manual_delete_times = MANUAL_DELETE_FILE_SEVERAL_TIMES
-
     def clean_commit_log(self, report: CleanupReport) -> int:
         """Delete expired CommitLog files if it is time or the disk is full; returns how many."""
         now_ms = self.clock_ms()
         report.time_up = is_time_to_delete(self.settings.delete_when, now_ms)
         self.check_space(report)
-        manual = self.manual_delete_times > 0
-        if not (report.time_up or report.space_full or manual):
+        if not (report.time_up or report.space_full):
             return 0
-        if manual:
-            self.manual_delete_times -= 1
         clean_at_once = bool(self.settings.clean_file_forcibly_enable) and \
             report.clean_immediately
         expired_ms = self.settings.file_reserved_time * _MS_PER_HOUR

@@ -536,13 +536,6 @@ class MappedFileQueue:
                 return files[0]
         return None
 
-    def find_mapped_file_by_time(self, timestamp_ms: int) -> MappedFile | None:
-        """The first file modified at or after ``timestamp_ms``, else the last file."""
-        for mapped_file in self.mapped_files:
-            if mapped_file.last_modified_ms() >= timestamp_ms:
-                return mapped_file
-        return self.mapped_files[-1] if self.mapped_files else None
-
     def min_offset(self) -> int:
         """Base of the first file, or -1 when empty."""
         return self.mapped_files[0].file_from_offset if self.mapped_files else -1

@@ -253,7 +253,11 @@ def test_runtime_info_and_broker_config(broker):
     settings = parse_properties(bytes(response.body).decode())
     assert (settings["brokerName"], settings["listenPort"]) == (BROKER, "10911")
     assert settings["autoCreateTopicEnable"] == "true"
-    assert set(orjson.loads(response.ext_fields["version"])) == {"counter", "timestamp"}
+    version = orjson.loads(response.ext_fields["version"])
+    # The configuration's own version (Java Configuration.dataVersion), not the topics'.
+    assert version == {"counter": 0, "timestamp": broker.metadata.config_version.timestamp}
+    create_topic(broker, "AfterStart")
+    assert orjson.loads(broker.call(C.GET_BROKER_CONFIG).ext_fields["version"]) == version
     # Ext values must be str to go on the wire (bytes made every real GET_BROKER_CONFIG fail).
     assert isinstance(response.ext_fields["version"], str)
 
