@@ -1,7 +1,7 @@
 # pybroker._fast.crc: Java/zlib CRC-32 over any buffer, plain and masked (RocketMQ's body CRC).
 """CRC-32 as Java's ``java.util.zip.CRC32`` computes it (zlib's polynomial).
 
-RocketMQ stores ``crc32(body) & 0x7FFFFFFF`` in every CommitLog record (reference §0, §4.2).
+RocketMQ stores ``crc32(body) & 0x7FFFFFFF`` in every CommitLog record (protocol.md §0, §4.2).
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 

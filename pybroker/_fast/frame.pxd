@@ -1,7 +1,9 @@
-# Contract of the remoting frame codec: frame splitting, ROCKETMQ binary header (§1.1, §1.4).
+# Contract of the remoting frame codec: frame splitting, ROCKETMQ binary header
+# (protocol.md §1.1, §1.4).
 
 cdef enum:
-    # §1.1 frame: length(4) | header word(4) = type << 24 | header length | header | body
+    # protocol.md §1.1 frame: length(4) | header word(4) = type << 24 | header length | header |
+    # body
     FRAME_LENGTH_FIELD_BYTES = 4
     FRAME_HEADER_WORD_BYTES = 4
     FRAME_PREFIX_BYTES = FRAME_LENGTH_FIELD_BYTES + FRAME_HEADER_WORD_BYTES
@@ -16,7 +18,8 @@ cpdef enum:
     # Netty's frameMaxLength counts the whole frame, length field included.
     FRAME_MAX_BYTES_DEFAULT = 16777216
     EXT_FIELDS_MAX_DEFAULT = 1024
-    # §1.4 fixed part: code(2) language(1) version(2) opaque(4) flag(4) remark len(4) ext len(4)
+    # protocol.md §1.4 fixed part: code(2) language(1) version(2) opaque(4) flag(4) remark len(4)
+    # ext len(4)
     BINARY_HEADER_FIXED_BYTES = 21
 
 # Why a frame failed to split; the position and offending value travel in FrameFault.

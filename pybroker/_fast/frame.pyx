@@ -1,5 +1,5 @@
 # Remoting frame codec: split connection buffers into frames; ROCKETMQ binary header codec.
-"""RocketMQ remoting frames and the ROCKETMQ binary header (protocol reference §1.1, §1.4).
+"""RocketMQ remoting frames and the ROCKETMQ binary header (protocol.md §1.1, §1.4).
 
 Frame (every integer big-endian)::
 
@@ -735,8 +735,8 @@ def json_header_object(object code, object language, object version, object opaq
                        object flag, object remark, dict ext_fields):
     """The dict to hand orjson for a JSON header, in fastjson's alphabetical key order.
 
-    Java-compatible output (§8.4): ``language`` as its enum name, every ext value a str,
-    ``remark`` omitted when None, ``extFields`` omitted when empty, None ext entries left out,
+    Java-compatible output (protocol.md §8 item 4): ``language`` as its enum name, every ext value a
+    str, ``remark`` omitted when None, ``extFields`` omitted when empty, None ext entries left out,
     ``serializeTypeCurrentRPC`` "JSON". code/version/opaque/flag outside int32 or an unknown
     language raise ValueError; non-str remark, ext keys or values raise TypeError.
     """

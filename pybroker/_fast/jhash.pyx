@@ -1,7 +1,7 @@
 # pybroker._fast.jhash: Java String.hashCode (UTF-16 code units) for tags codes and index keys.
 """Java's ``String.hashCode``: ``h = 31*h + unit`` over UTF-16 code units, wrapping at 32 bits.
 
-Used for ConsumeQueue tags codes (reference §4.4) and IndexFile key hashes (§4.5). A Python str
+Used for ConsumeQueue tags codes (protocol.md §4.4) and IndexFile key hashes (§4.5). A Python str
 holds code points, so characters above U+FFFF are split into their two surrogate units first.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE

@@ -1,5 +1,5 @@
 # pybroker._fast.record: CommitLog record encode, append-time patch, verify/scan and decode.
-"""One CommitLog record (reference §4.2, §4.3), big-endian, hosts IPv4 unless sys_flag says v6::
+"""One CommitLog record (protocol.md §4.2, §4.3), big-endian, hosts IPv4 unless sys_flag says v6::
 
     off   size   field
       0      4   TOTALSIZE                 whole record, bytes
@@ -61,7 +61,8 @@ FIELD_POSITIONS = {
 }
 
 cdef enum:
-    # Batch inner message (§3.6): size, magic, crc, flag, body length, body, props length, props.
+    # Batch inner message (protocol.md §3.6): size, magic, crc, flag, body length, body, props
+    # length, props.
     BATCH_FLAG_POSITION = 12
     BATCH_BODY_LENGTH_POSITION = 16
     BATCH_FIXED_BYTES = 4 + 4 + 4 + 4 + 4 + 2
@@ -594,7 +595,7 @@ def read_properties(buf, Py_ssize_t offset):
         PyBuffer_Release(&view)
 
 
-# --- SEND_BATCH_MESSAGE body (§3.6) ---------------------------------------------------------
+# --- SEND_BATCH_MESSAGE body (protocol.md §3.6) ---------------------------------------------------
 
 cdef tuple _batch_entry(const unsigned char *data, Py_ssize_t at, Py_ssize_t remaining):
     # One inner message at data[at:]: (flag, body_start, body_length, properties), size checked.

@@ -1,5 +1,5 @@
 # Admin handlers (mqadmin): topics, groups, stats, connections, runtime info, client calls.
-"""Handlers of the broker administration requests (reference §2.10, §2.12), run in the
+"""Handlers of the broker administration requests (protocol.md §2.10, §2.12), run in the
 metadata service.
 
 Bodies are what Java's fastjson writes, so ``mqadmin`` parses them: compact JSON with bean
@@ -316,7 +316,8 @@ async def handle_get_consumer_connection_list(ctx: MetadataContext, channel: Cli
 
 # --- broker -------------------------------------------------------------------------------------
 def runtime_info(ctx) -> dict[str, str]:
-    """GET_BROKER_RUNTIME_INFO's table: the store's figures plus the broker's keys (§2.10).
+    """GET_BROKER_RUNTIME_INFO's table: the store's figures plus the broker's keys (protocol.md
+    §2.10).
 
     pybroker has no thread pools and no daily counters: queue sizes read 0, capacities are
     Java's defaults, "today now" totals are the store's totals and "morning" totals 0.

@@ -1,5 +1,5 @@
 # Client registration handlers: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP.
-"""Handlers of the client-registration requests (reference §2.5), run in the metadata service.
+"""Handlers of the client-registration requests (protocol.md §2.5), run in the metadata service.
 
 Registration state lives in :class:`pybroker.broker.metadata.MetadataState`; it also sends
 NOTIFY_CONSUMER_IDS_CHANGED (40, oneway, header ``consumerGroup``) through each member's

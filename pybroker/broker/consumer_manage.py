@@ -1,5 +1,5 @@
 # Consumer offset and ordered-consume lock handlers (QUERY/UPDATE_CONSUMER_OFFSET, LOCK/UNLOCK).
-"""Handlers of consumer offsets (reference §2.6) and ordered-consumption locks (§2.9).
+"""Handlers of consumer offsets (protocol.md §2.6) and ordered-consumption locks (§2.9).
 
 They run in the metadata service: offsets and locks live in
 :class:`pybroker.broker.metadata.MetadataState`; ``ctx.store`` answers queue min offsets.

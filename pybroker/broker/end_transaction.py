@@ -1,5 +1,5 @@
 # END_TRANSACTION (37): commit or roll back a half (prepared) transactional message.
-"""The end-transaction handler (reference §2.8, §5.3; Java 4.9 ``EndTransactionProcessor``).
+"""The end-transaction handler (protocol.md §2.8, §5.3; Java 4.9 ``EndTransactionProcessor``).
 
 Commit: the half record at ``commitLogOffset`` is validated (it is a half message, its ``PGROUP``
 is the request's producer group, its queue offset is ``tranStateTableOffset`` and its physical

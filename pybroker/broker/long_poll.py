@@ -1,5 +1,5 @@
 # Long polling of pulls: held PULL_MESSAGE requests per topic@queue, woken by arrivals or timers.
-"""The broker side of RocketMQ long polling (Java ``PullRequestHoldService``, reference §2.3).
+"""The broker side of RocketMQ long polling (Java ``PullRequestHoldService``, protocol.md §2.3).
 
 A pull that finds nothing new (PULL_NOT_FOUND) with the SUSPEND flag is parked here instead of
 answered. It is run again, without suspension, when

@@ -1,5 +1,5 @@
 # PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): checks, store read, long polling, offset commit.
-"""The pull handler (Java ``PullMessageProcessor``, reference §2.3, §4.4, §8 items 8, 9, 22, 23).
+"""The pull handler (Java ``PullMessageProcessor``, protocol.md §2.3, §4.4, §8 items 8, 9, 22, 23).
 
 Pre-checks run in Java's order with its codes and remarks: broker readable; subscription group
 (auto-created by the metadata layer) exists and may consume; topic exists and is readable;
@@ -9,11 +9,11 @@ the consumer's heartbeat, not older than the request's subVersion; then its filt
 when enablePropertyFilter is on).
 
 The store result becomes a response through :func:`pybroker.store.status.pull_response`; the
-four header longs are always present (§8.8). PULL_NOT_FOUND with the SUSPEND flag on the first
-attempt parks the request in ``ctx.long_poll`` and returns None; the later answer goes out
-through ``channel.send``; a re-run that only found messages its filter refuses parks again
-until its deadline. A first attempt with the COMMIT_OFFSET flag on a master stores the
-piggy-backed ``commitOffset``.
+four header longs are always present (protocol.md §8 item 8). PULL_NOT_FOUND with the SUSPEND flag
+on the first attempt parks the request in ``ctx.long_poll`` and returns None; the later answer goes
+out through ``channel.send``; a re-run that only found messages its filter refuses parks again until
+its deadline. A first attempt with the COMMIT_OFFSET flag on a master stores the piggy-backed
+``commitOffset``.
 """
 import functools
 

@@ -1,7 +1,7 @@
 # Read-only data handlers: query by key, view by id, and queue offset / time look-ups.
-"""QUERY_MESSAGE 12, VIEW_MESSAGE_BY_ID 33 (Java ``QueryMessageProcessor``, reference §2.4) and
+"""QUERY_MESSAGE 12, VIEW_MESSAGE_BY_ID 33 (Java ``QueryMessageProcessor``, protocol.md §2.4) and
 GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, SEARCH_OFFSET_BY_TIMESTAMP 29, GET_EARLIEST_MSG_STORETIME 32
-(Java ``AdminBrokerProcessor``, reference §2.6).
+(Java ``AdminBrokerProcessor``, protocol.md §2.6).
 
 Every answer is read from ``ctx.store`` in the worker that received the request. Record bodies
 are the raw CommitLog records, copied once from the mapped file into the response body.

@@ -1,5 +1,5 @@
 # Registration of this broker with every NameServer (REGISTER_BROKER / UNREGISTER_BROKER).
-"""Broker -> NameServer registration (reference §2.11, §7.4).
+"""Broker -> NameServer registration (protocol.md §2.11, §7.4).
 
 :class:`NamesrvRegistration` builds the REGISTER_BROKER request from the broker config and the
 current topic configs and sends it to every configured NameServer, at start, every

@@ -1,5 +1,5 @@
 # The delay (schedule) service: delivers SCHEDULE_TOPIC_XXXX messages when their time comes.
-"""ScheduleService (reference §5.1; Java 4.9 ``ScheduleMessageService``).
+"""ScheduleService (protocol.md §5.1; Java 4.9 ``ScheduleMessageService``).
 
 Delay level L lives in queue L - 1 of SCHEDULE_TOPIC_XXXX; its consume-queue tags code is the
 deliver time (store time + delay of L, computed by the dispatcher). Per level, the service reads

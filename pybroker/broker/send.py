@@ -1,7 +1,7 @@
 # Producer send handlers (SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320).
 """The send path: checks in the Java broker's order, one encode per request, one put.
 
-Reference §2.2, §3.1-3.7, §4.3, §5.1-5.3, §5.5. The request code only selects the header naming
+protocol.md §2.2, §3.1-3.7, §4.3, §5.1-5.3, §5.5. The request code only selects the header naming
 (long names for 10, one-letter names for 310/320); batch-ness is the header's ``batch`` flag.
 
 Check order (Java 4.9 ``AbstractSendMessageProcessor.msgCheck`` then ``SendMessageProcessor``):
@@ -37,7 +37,8 @@ from pybroker.store import layout
 from pybroker.store.config_docs import TopicConfig
 from pybroker.store.status import PutStatus, send_response
 
-PROPERTIES_COUNT_MAX = 128         # proxy rule adopted on the broker (reliability "Messages")
+# proxy rule adopted on the broker (security-and-faults.md, "Must-refuse inputs")
+PROPERTIES_COUNT_MAX = 128
 _CONTROL_CHARACTERS = re.compile("[\x00\x03-\x1f]")
 _V6_FLAGS = int(MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOSTADDRESS_V6)
 _BORN_V6 = int(MessageSysFlag.BORNHOST_V6)
@@ -135,7 +136,7 @@ def delay_level_of(properties: dict[str, str]) -> int:
 
 def redirect_delay(topic: str, queue_id: int, properties: dict[str, str],
                    levels_count: int) -> tuple[str, int]:
-    """Java's put-time delay redirect (§5.1) for NOT/COMMIT type messages.
+    """Java's put-time delay redirect (protocol.md §5.1) for NOT/COMMIT type messages.
 
     With ``DELAY`` > 0: the level is capped at ``levels_count`` (and written back), REAL_TOPIC
     and REAL_QID are set, and the message goes to SCHEDULE_TOPIC_XXXX queue level - 1.
@@ -154,9 +155,9 @@ def redirect_delay(topic: str, queue_id: int, properties: dict[str, str],
 
 def stored_properties(properties: dict[str, str], cluster_name: str,
                       keep_wait: bool = False) -> str:
-    """The properties string as stored: ``CLUSTER`` set and ``WAIT`` dropped (§3.2, §8 item 20)
-    unless ``keep_wait``: Java recomputes the string from the whole map, WAIT included, when it
-    redirects a message to the schedule or the transaction half topic."""
+    """The properties string as stored: ``CLUSTER`` set and ``WAIT`` dropped (protocol.md §3.2, §8
+    item 20) unless ``keep_wait``: Java recomputes the string from the whole map, WAIT included,
+    when it redirects a message to the schedule or the transaction half topic."""
     wait = None if keep_wait else properties.pop(_WAIT, None)
     properties[Property.CLUSTER] = cluster_name
     text = encode_properties(properties)
@@ -223,7 +224,7 @@ async def send_back_topic(ctx: BrokerContext, topic: str, queue_nums: int,
 
 
 def send_response_fields(ctx) -> dict[str, str]:
-    """The ext fields every send response carries (§8 item 7)."""
+    """The ext fields every send response carries (protocol.md §8 item 7)."""
     broker = ctx.config.broker
     return {Property.MSG_REGION: broker.region_id,
             Property.TRACE_SWITCH: "true" if broker.trace_on else "false"}
@@ -367,7 +368,8 @@ async def _send_single(ctx, channel, request, header, config) -> tuple:
 # --- batch --------------------------------------------------------------------------------------
 
 def _batch_properties(ctx, header) -> tuple[str, bool]:
-    """(stored batch properties, wait flag); DELAY and transactions are refused (§3.6)."""
+    """(stored batch properties, wait flag); DELAY and transactions are refused (protocol.md
+    §3.6)."""
     properties = parse_properties(header.properties)
     if delay_level_of(properties) > 0:
         raise SendRefused(ResponseCode.MESSAGE_ILLEGAL,
@@ -404,7 +406,7 @@ def _batch_entries(ctx, body, batch_properties: str) -> list[tuple[int, int, int
 
 
 async def _send_batch(ctx, channel, request, header, config) -> tuple:
-    """Encode N records into one buffer and put them in one call (§3.6)."""
+    """Encode N records into one buffer and put them in one call (protocol.md §3.6)."""
     topic = header.topic
     if len(topic) > layout.TOPIC_MAX_BYTES_V1:
         raise SendRefused(ResponseCode.MESSAGE_ILLEGAL,
@@ -483,7 +485,7 @@ async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
     ``MSG_REGION`` and ``TRACE_ON``; the code comes from :func:`store.status.send_response`.
     """
     fields = send_response_fields(ctx)
-    # HeaderError propagates: the transport answers it (broker_design "Handlers").
+    # HeaderError propagates: the transport answers it (architecture.md, "Errors").
     header = headers.parse_request_header(request.code, request.ext_fields)
     try:
         config = await _topic_config(ctx, channel, header)

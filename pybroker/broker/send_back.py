@@ -1,5 +1,5 @@
 # CONSUMER_SEND_MSG_BACK (36): a consumer returns a message for retry or dead-lettering.
-"""The send-back handler (reference §2.7, §5.2; Java 4.9 ``consumerSendMsgBack``).
+"""The send-back handler (protocol.md §2.7, §5.2; Java 4.9 ``consumerSendMsgBack``).
 
 Steps in Java's order: group config (SUBSCRIPTION_GROUP_NOT_EXIST), broker write permission
 (NO_PERMISSION), ``retryQueueNums <= 0`` (SUCCESS, dropped), retry topic ``%RETRY%<group>``
@@ -80,7 +80,7 @@ def _load_original(ctx, physical_offset: int):
 
 def _destination(request, header, group_config, decoded, retry_topic: str,
                  properties: dict[str, str]) -> tuple[str, int, bool]:
-    """(topic, queue id, to DLQ) by the rules of §5.2 step 6; sets the DELAY property.
+    """(topic, queue id, to DLQ) by the rules of protocol.md §5.2 step 6; sets the DELAY property.
 
     Java writes the level with setDelayTimeLevel, so a DLQ message carries ``DELAY=0`` and a
     retry one ``DELAY=<level>`` (which the put then turns into a schedule redirect).

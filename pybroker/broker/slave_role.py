@@ -1,5 +1,5 @@
 # What a broker with brokerRole=SLAVE refuses before any handler work: the one table.
-"""Refusals of the SLAVE role on the data path (reference §6.2; Java 4.9.x).
+"""Refusals of the SLAVE role on the data path (protocol.md §6.2; Java 4.9.x).
 
 A Java slave's store refuses every put (``DefaultMessageStore.checkStoreStatus``:
 SERVICE_NOT_AVAILABLE); the send processor maps that to SERVICE_NOT_AVAILABLE with its "messages

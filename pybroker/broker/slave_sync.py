@@ -1,5 +1,5 @@
 # A slave's link to its master: addresses from the NameServer, metadata sync every 10 s.
-"""What a slave broker does besides replicating the CommitLog (reference §6.2).
+"""What a slave broker does besides replicating the CommitLog (protocol.md §6.2).
 
 * **Master addresses.** Each REGISTER_BROKER answer names the master's HA address
   (``haServerAddr``) and remoting address (``masterAddr``). Unless ``haMasterAddress`` is

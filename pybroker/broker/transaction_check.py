@@ -1,5 +1,5 @@
 # The transaction check service: asks producers about half messages left unfinished too long.
-"""TransactionCheckService (reference §2.8, §5.3; Java 4.9 ``TransactionalMessageServiceImpl``).
+"""TransactionCheckService (protocol.md §2.8, §5.3; Java 4.9 ``TransactionalMessageServiceImpl``).
 
 One pass (:meth:`TransactionCheckService.run_once`) over half queue 0 of
 RMQ_SYS_TRANS_HALF_TOPIC:

@@ -1,5 +1,5 @@
 # Answers to the broker's calls into a client: running info, direct consume, offset reset.
-"""Handlers of broker -> client requests (protocol reference §2.12).
+"""Handlers of broker -> client requests (protocol.md §2.12).
 
 * GET_CONSUMER_RUNNING_INFO (307): a ConsumerRunningInfo document as Java's fastjson writes it
   (``mqTable`` keyed by MessageQueue objects), which mqadmin ``consumerStatus`` parses.

@@ -5,9 +5,9 @@
   level.
 * :class:`MessageExt` - what a consumer receives: a Message plus where it is stored.
 * :class:`SendResult` - the outcome of a send.
-* :func:`encode_batch` - the SEND_BATCH_MESSAGE body (protocol reference §3.6).
-* :func:`compress_body` / :func:`decode_messages` - zlib above a threshold (§3.7), and the
-  records of a PULL_MESSAGE / QUERY_MESSAGE / VIEW_MESSAGE_BY_ID body (§4.2).
+* :func:`encode_batch` - the SEND_BATCH_MESSAGE body (protocol.md §3.6).
+* :func:`compress_body` / :func:`decode_messages` - zlib above a threshold (protocol.md §3.7),
+  and the records of a PULL_MESSAGE / QUERY_MESSAGE / VIEW_MESSAGE_BY_ID body (protocol.md §4.2).
 """
 import dataclasses
 import enum
@@ -233,7 +233,7 @@ def inflate_body(body, sys_flag: int, inflated_max_bytes: int = BODY_INFLATED_MA
 
 
 def encode_batch(messages: Iterable[Message]) -> bytes:
-    """The SEND_BATCH_MESSAGE body: each message's flag, body and own properties (§3.6).
+    """The SEND_BATCH_MESSAGE body: each message's flag, body and own properties (protocol.md §3.6).
 
     Magic and body CRC are written as 0 (the broker computes its own). ValueError when a
     properties string does not fit its signed 16-bit length.

@@ -1,6 +1,6 @@
 # Orderly push consumption: broker queue locks and one in-order consume task per queue.
 """MessageListenerOrderly semantics for :class:`pybroker.client.consumer.PushConsumer`
-(protocol reference §2.9).
+(protocol.md §2.9).
 
 Clustering: a queue is consumed only while this client holds its lock at the broker
 (LOCK_BATCH_MQ, a 60 s lease on the broker; renewed every ``LOCK_RENEW_INTERVAL_MS``; this

@@ -1,5 +1,5 @@
 # One PULL_MESSAGE round trip and the queue-offset queries both consumers share.
-"""The pull request and its outcome (protocol reference §2.3, §2.6).
+"""The pull request and its outcome (protocol.md §2.3, §2.6).
 
 :func:`pull_message` sends one PULL_MESSAGE to the broker the queue's previous answer
 suggested (``suggestWhichBrokerId``; the master at first, any broker of the set when the

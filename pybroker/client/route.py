@@ -1,5 +1,5 @@
 # Client-side topic routes: publish/subscribe queues, queue selectors, broker fault avoidance.
-"""What a client derives from a topic's TopicRouteData (protocol reference §7.1).
+"""What a client derives from a topic's TopicRouteData (protocol.md §7.1).
 
 * :class:`TopicPublishInfo` - writable queues of brokers that have a master, in route order,
   with a round-robin cursor; :meth:`TopicPublishInfo.select_queue` skips the last failed broker

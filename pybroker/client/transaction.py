@@ -1,5 +1,5 @@
 # Transaction producer: half message, local transaction, END_TRANSACTION, check-back answers.
-"""The asyncio transaction producer (protocol reference §2.8, §5.3).
+"""The asyncio transaction producer (protocol.md §2.8, §5.3).
 
 :meth:`TransactionProducer.send_message_in_transaction` sends a half message (properties
 ``TRAN_MSG=true`` and ``PGROUP=<group>``, sysFlag PREPARED), runs the local transaction, and

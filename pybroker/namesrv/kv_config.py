@@ -1,5 +1,6 @@
 # The NameServer's KV config: string maps by namespace, persisted to kvConfigPath (KVConfigManager).
-"""Namespaced key/value settings kept by the NameServer (PUT/GET/DELETE_KV_CONFIG, §2.11).
+"""Namespaced key/value settings kept by the NameServer (PUT/GET/DELETE_KV_CONFIG, protocol.md
+§2.11).
 
 The file is Java's ``KVConfigSerializeWrapper`` document, ``{"configTable":{namespace:{key:
 value}}}``, so a Java NameServer's ``kvConfig.json`` loads here and the reverse. Every change is

@@ -1,5 +1,5 @@
 # NameServer request handlers: register/route/cluster/KV/admin codes (Java DefaultRequestProcessor).
-"""The NameServer's request handlers (§2.11), one async function per request code.
+"""The NameServer's request handlers (protocol.md §2.11), one async function per request code.
 
 A handler is ``async (connection, request) -> RemotingCommand | None``; ``connection`` needs
 only ``remote_address`` ("ip:port"), and the connection object itself identifies the broker's

@@ -1,5 +1,6 @@
 # The NameServer's routing state: clusters, brokers, topic queues, live brokers (RouteInfoManager).
-"""What a NameServer knows about its brokers, and the rules that keep it current (§2.11).
+"""What a NameServer knows about its brokers, and the rules that keep it current (protocol.md
+§2.11).
 
 Tables (Java ``RouteInfoManager``, 4.9.x shape):
 

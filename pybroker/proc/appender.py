@@ -1,5 +1,5 @@
 # The appender process: the only CommitLog writer; drains every send ring, group-commits a batch.
-"""Main loop of the appender (DESIGN §2 rules 1-4, §6).
+"""Main loop of the appender (design.md §2 rules 1-4, §6).
 
 Per wake-up it drains EVERY send ring: each ring record is one put request (layout in
 :mod:`pybroker.proc.ring_format`), appended with one ``CommitLog.append_encoded`` call (one copy;

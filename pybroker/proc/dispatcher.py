@@ -1,5 +1,5 @@
 # The dispatcher process: reput CommitLog -> ConsumeQueue + index; publishes dispatched position.
-"""Main loop of the dispatcher (DESIGN §2 rules 1, 2, 4).
+"""Main loop of the dispatcher (design.md §2 rules 1, 2, 4).
 
 It tails ``written_position`` (published by the appender) over a READ-ONLY CommitLog and runs
 :class:`pybroker.store.dispatch.Dispatcher`, the only writer of consume queues and index files.

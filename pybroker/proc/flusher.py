@@ -1,5 +1,5 @@
 # The flusher process: CommitLog flush + checkpoint; publishes the flushed position (fail-stop).
-"""Main loop of the flusher (DESIGN §2 rules 1, 2, 6; STYLE §8.6).
+"""Main loop of the flusher (design.md §2 rules 1, 2, 6; style.md §8.6).
 
 ASYNC_FLUSH: every ``flushIntervalCommitLog`` ms, msync when at least
 ``flushCommitLogLeastPages`` pages are dirty, or whatever is dirty once

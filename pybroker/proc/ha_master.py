@@ -1,5 +1,5 @@
 # The master side of the ha worker: streams the CommitLog (read-only) to slaves on the HA port.
-"""Master HA service (DESIGN §2, reference §6.2), Java's HAService/HAConnection on asyncio.
+"""Master HA service (design.md §2, protocol.md §6.2), Java's HAService/HAConnection on asyncio.
 
 The worker maps the CommitLog read-only and never writes it. Per slave connection:
 
@@ -23,7 +23,7 @@ The worker maps the CommitLog read-only and never writes it. Per slave connectio
 
 ``ha_slaves_connected`` counts connections that sent a valid first report (Java counts
 accepted sockets; a port scanner is not a slave). A SYNC_MASTER put needs at least one
-(reference §6.2: SLAVE_NOT_AVAILABLE otherwise).
+(protocol.md §6.2: SLAVE_NOT_AVAILABLE otherwise).
 """
 import asyncio
 import ipaddress

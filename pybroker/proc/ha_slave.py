@@ -1,5 +1,5 @@
 # The slave side of the ha worker: pulls the master's CommitLog and is the slave's only writer.
-"""Slave HA client (DESIGN §2: on a slave the ha worker takes the appender's role).
+"""Slave HA client (design.md §2: on a slave the ha worker takes the appender's role).
 
 It connects to the master HA address the supervisor writes to ``run/ha-master`` (learned from
 the NameServer's REGISTER_BROKER answer, or ``haMasterAddress``), speaks Java's classic HA

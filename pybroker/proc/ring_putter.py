@@ -1,5 +1,5 @@
 # RingPutter: the Putter of a remoting worker - send ring to the appender, completion ring back.
-"""Put requests travel to the appender through the worker's send ring (DESIGN §2 rule 3, §6).
+"""Put requests travel to the appender through the worker's send ring (design.md §2 rule 3, §6).
 
 The request and completion layouts are :mod:`pybroker.proc.ring_format`; the appender answers
 with one completion slot per request. Under SYNC_FLUSH a ``wait_store`` put is answered only

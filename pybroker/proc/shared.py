@@ -1,5 +1,5 @@
 # Shared regions: plain files in a run directory mapped with mmap; the creator owns and unlinks.
-"""Create, attach and close the memory shared between broker processes (STYLE §8.2).
+"""Create, attach and close the memory shared between broker processes (style.md §8.2).
 
 A region is a plain file (under ``<store>/run/`` or ``/dev/shm/pybroker-<pid>/``) mapped
 ``MAP_SHARED``. The process that creates it (the supervisor) owns it: its ``close()`` unmaps and

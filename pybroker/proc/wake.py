@@ -1,4 +1,4 @@
-# Wake-ups between processes: eventfds plus the sleep-flag protocol (DESIGN §2 rule 4, §6).
+# Wake-ups between processes: eventfds plus the sleep-flag protocol (design.md §2 rule 4, §6).
 """Cheap, explicit wake-ups: signal only a side that has flagged itself asleep.
 
 The sleeping side (consumer of a ring, producer waiting for space, a worker waiting for a

@@ -1,5 +1,5 @@
 # JSON (and compressed) request/response bodies of the RocketMQ protocol, with fastjson's quirks.
-"""Encoders and decoders of RocketMQ command bodies (reference §7, §8 items 10, 16, 17).
+"""Encoders and decoders of RocketMQ command bodies (protocol.md §7, §8 items 10, 16, 17).
 
 Output is compact JSON (no whitespace anywhere: Go splits route JSON on ``,`` and ``:``) with
 object fields in alphabetical order, as fastjson writes Java beans. Decoders take any buffer
@@ -222,7 +222,7 @@ def _enum_field(obj: dict, key: str, enum_type, default, what: str):
         raise ValueError(f"{what}: {key} ordinal {ordinal} out of range") from None
 
 
-# --- route data (§7.1, §7.2) -------------------------------------------------------------------
+# --- route data (protocol.md §7.1, §7.2) ----------------------------------------------------------
 def _dump_str(text: str, ascii_only: bool) -> bytes:
     # fastjson's BrowserCompatible (quoted form) escapes non-ASCII as \uXXXX; orjson never does.
     if ascii_only and not text.isascii():
@@ -340,7 +340,7 @@ def decode_cluster_info(data) -> ClusterInfo:
                             for name, names in clusters.items()})
 
 
-# --- small bodies (§7.5) -----------------------------------------------------------------------
+# --- small bodies (protocol.md §7.5) --------------------------------------------------------------
 def encode_topic_list(topics: Iterable[str], broker_addr: str | None = None) -> bytes:
     """TopicList ``{"topicList":[...]}``; sets are written sorted; null brokerAddr omitted
     (fastjson does not write null fields)."""
@@ -455,7 +455,7 @@ def decode_lock_batch_response(data) -> list[MessageQueue]:
             for q in _list(obj.get("lockOKMQSet"), what)]
 
 
-# --- subscriptions and heartbeats (§7.3) -------------------------------------------------------
+# --- subscriptions and heartbeats (protocol.md §7.3) ----------------------------------------------
 def build_subscription(topic: str, sub_string: str | None,
                        expression_type: str | None = constants.EXPRESSION_TYPE_TAG,
                        sub_version: int = 0) -> SubscriptionData:
@@ -518,7 +518,7 @@ def _decode_consumer_data(obj: Any, what: str) -> ConsumerData:
 
 
 def decode_heartbeat(data) -> HeartbeatData:
-    """Decode a HEART_BEAT body leniently (Java, Go and C++ shapes, §7.3, §8.16).
+    """Decode a HEART_BEAT body leniently (Java, Go and C++ shapes, protocol.md §7.3, §8 item 16).
 
     Enums by name or ordinal; codeSet entries as numbers or numeric strings; missing
     expressionType = TAG; missing heartbeatFingerprint = 0; any integer subVersion.
@@ -603,7 +603,7 @@ def decode_check_client_request(data) -> CheckClientRequest:
     return CheckClientRequest(client_id, group, subscription)
 
 
-# --- REGISTER_BROKER body (§7.4) ---------------------------------------------------------------
+# --- REGISTER_BROKER body (protocol.md §7.4) ------------------------------------------------------
 _TOPIC_CONFIG_DEFAULTS: dict[str, Any] = {"readQueueNums": 16, "writeQueueNums": 16,
                           "perm": int(constants.PERM_READ_WRITE), "topicFilterType": "SINGLE_TAG",
                           "topicSysFlag": 0, "order": False}

@@ -1,4 +1,5 @@
-# RocketMQ request and response codes: one table each, from the protocol facts (§2.1, §2.13).
+# RocketMQ request and response codes: one table each, from the protocol facts
+# (protocol.md §2.1, §2.13).
 """Request and response codes of the RocketMQ remoting protocol.
 
 ``RequestCode`` and ``ResponseCode`` are the only places these numbers are written. Response

@@ -1,15 +1,16 @@
 # RemotingCommand: one remoting frame as a Python value, and its encode/decode (JSON via orjson).
-"""The RocketMQ ``RemotingCommand`` (protocol reference §1.2-§1.5) and its wire codec.
+"""The RocketMQ ``RemotingCommand`` (protocol.md §1.2-§1.5) and its wire codec.
 
 Framing and the ROCKETMQ binary header live in :mod:`pybroker._fast.frame`; this module adds the
 JSON header (orjson, reading straight from a memoryview of the connection buffer) and the value
 type handlers work with.
 
-Decoded commands are lenient where real clients differ (§8.3): a C++ trailing newline, extra
-keys, ``remark`` absent/null/``""``, ``extFields`` absent/null/``{}``, ext values sent as JSON
-numbers or booleans, ``language`` as a name or an ordinal. They are strict where a lie would
-propagate: the header must be a JSON object, ext values flat scalars, the integer fields integers.
-Encoded JSON follows §8.4: compact, every ext value a string, ``language`` as its enum name.
+Decoded commands are lenient where real clients differ (protocol.md §8 item 3): a C++ trailing
+newline, extra keys, ``remark`` absent/null/``""``, ``extFields`` absent/null/``{}``, ext values
+sent as JSON numbers or booleans, ``language`` as a name or an ordinal. They are strict where a lie
+would propagate: the header must be a JSON object, ext values flat scalars, the integer fields
+integers. Encoded JSON follows protocol.md §8 item 4: compact, every ext value a string,
+``language`` as its enum name.
 """
 import itertools
 from typing import Optional, Union

@@ -1,12 +1,12 @@
 # Wire constants fixed by the RocketMQ protocol: written once here, imported everywhere else.
-"""RocketMQ protocol constants (facts from the protocol reference, §1 and §3).
+"""RocketMQ protocol constants (facts from the protocol reference, protocol.md §1 and §3).
 
 Request and response codes live in :mod:`pybroker.protocol.codes`; on-disk layouts in
 :mod:`pybroker.store.layout`. Nothing here is configuration.
 """
 import enum
 
-# --- Remoting frame (§1.1) -------------------------------------------------------------------
+# --- Remoting frame (protocol.md §1.1) ------------------------------------------------------------
 FRAME_LENGTH_FIELD_BYTES = 4          # int32 length of everything after it
 FRAME_HEADER_WORD_BYTES = 4           # serialize type << 24 | header length
 FRAME_HEADER_LENGTH_MASK = 0xFFFFFF
@@ -18,18 +18,19 @@ class SerializeType(enum.IntEnum):
     ROCKETMQ = 1
 
 
-# Bits of RemotingCommand.flag (§1.5)
+# Bits of RemotingCommand.flag (protocol.md §1.5)
 RPC_TYPE_RESPONSE = 0x1
 RPC_ONEWAY = 0x2
 
 # ROCKETMQ binary header fixed part: code(2) language(1) version(2) opaque(4) flag(4)
-# remark length(4) ext length(4) (§1.4)
+# remark length(4) ext length(4) (protocol.md §1.4)
 BINARY_HEADER_FIXED_BYTES = 2 + 1 + 2 + 4 + 4 + 4 + 4
 assert BINARY_HEADER_FIXED_BYTES == 21
 
 
 class LanguageCode(enum.IntEnum):
-    """Sender language, by the byte sent in binary headers and the name sent in JSON (§1.7)."""
+    """Sender language, by the byte sent in binary headers and the name sent in JSON (protocol.md
+    §1.7)."""
     JAVA = 0
     CPP = 1
     DOTNET = 2
@@ -46,7 +47,7 @@ class LanguageCode(enum.IntEnum):
     NODE_JS = 13
 
 
-# MQVersion ordinals that change behaviour (§1.6)
+# MQVersion ordinals that change behaviour (protocol.md §1.6)
 class MQVersion(enum.IntEnum):
     V3_0_11 = 37
     V3_4_9 = 121
@@ -64,7 +65,7 @@ class MQVersion(enum.IntEnum):
 CURRENT_VERSION = MQVersion.V4_9_8
 
 
-# --- Message sysFlag bits (§3.3) ---------------------------------------------------------------
+# --- Message sysFlag bits (protocol.md §3.3) ------------------------------------------------------
 class MessageSysFlag(enum.IntFlag):
     COMPRESSED = 0x001
     MULTI_TAGS = 0x002
@@ -90,7 +91,7 @@ def transaction_type(sys_flag: int) -> int:
     return sys_flag & TRANSACTION_TYPE_MASK
 
 
-# --- Pull sysFlag bits (§3.4) ------------------------------------------------------------------
+# --- Pull sysFlag bits (protocol.md §3.4) ---------------------------------------------------------
 class PullSysFlag(enum.IntFlag):
     COMMIT_OFFSET = 0x01
     SUSPEND = 0x02
@@ -116,7 +117,7 @@ PERM_READ_WRITE = Perm.READ | Perm.WRITE              # 6: a normal topic
 PERM_TEMPLATE = Perm.READ | Perm.WRITE | Perm.INHERIT  # 7: TBW102
 
 
-# --- Enums carried in JSON bodies by name (Java/Go) or ordinal (C++) (§3.4) ----------------------
+# --- Enums carried in JSON bodies by name (Java/Go) or ordinal (C++) (protocol.md §3.4) -----------
 class ConsumeType(enum.IntEnum):
     CONSUME_ACTIVELY = 0
     CONSUME_PASSIVELY = 1
@@ -142,7 +143,7 @@ EXPRESSION_TYPE_TAG = "TAG"
 EXPRESSION_TYPE_SQL92 = "SQL92"
 SUBSCRIBE_ALL = "*"
 
-# --- Message properties (§3.1, §3.2) -----------------------------------------------------------
+# --- Message properties (protocol.md §3.1, §3.2) --------------------------------------------------
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 KEY_SEPARATOR = " "
@@ -188,7 +189,7 @@ class Property:
     TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
 
 
-# --- Names (§3.8) ------------------------------------------------------------------------------
+# --- Names (protocol.md §3.8) ---------------------------------------------------------------------
 TOPIC_NAME_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
 TOPIC_NAME_MAX_LENGTH = 127
 RETRY_TOPIC_NAME_MAX_LENGTH = 255
@@ -237,5 +238,5 @@ END_TRANSACTION_UNKNOWN = TRANSACTION_NOT_TYPE
 END_TRANSACTION_COMMIT = int(MessageSysFlag.TRANSACTION_COMMIT_TYPE)
 END_TRANSACTION_ROLLBACK = int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 
-# Delay levels (§5.1): the default string; the schedule topic has one queue per level.
+# Delay levels (protocol.md §5.1): the default string; the schedule topic has one queue per level.
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"

@@ -1,4 +1,4 @@
-# The classic master/slave HA wire format (protocol reference §6.2): byte layouts and parsing.
+# The classic master/slave HA wire format (protocol.md §6.2): byte layouts and parsing.
 """RocketMQ's classic HA protocol, as the 4.9.x ``HAService`` / 5.x ``DefaultHAService`` speak
 it on the master's HA port. Raw TCP, no handshake, no framing beyond this::
 

@@ -6,7 +6,8 @@ A custom header travels as the command's ``extFields`` string map. Each schema l
 named tuple) whose attributes are the snake_case forms of the wire names, e.g.
 ``header.producer_group``.
 
-Parsing rules (Java ``RemotingCommand.decodeCommandCustomHeader`` plus client quirks, §2, §8.3):
+Parsing rules (Java ``RemotingCommand.decodeCommandCustomHeader`` plus client quirks, protocol.md
+§2, §8 item 3):
 
 * a missing required field raises :class:`HeaderError` with remark
   ``the custom field <name> is null`` and code SYSTEM_ERROR;
@@ -193,7 +194,7 @@ EMPTY = _schema("EmptyHeader", [])
 EMPTY_HEADER = EMPTY.header_class()
 
 
-# --- Producer send (§2.2) ----------------------------------------------------------------------
+# --- Producer send (protocol.md §2.2) -------------------------------------------------------------
 # Long name, type, required, default, V2 short name. `bname` is the long form of V2's `n`.
 SEND_MESSAGE_REQUEST = _schema("SendMessageRequestHeader", [
     ("producerGroup", STR, True, None, "a"),
@@ -224,7 +225,7 @@ SEND_MESSAGE_RESPONSE = _schema("SendMessageResponseHeader", [
     (constants.Property.TRACE_SWITCH, BOOL, False),
 ])
 
-# --- Pull (§2.3) -------------------------------------------------------------------------------
+# --- Pull (protocol.md §2.3) ----------------------------------------------------------------------
 PULL_MESSAGE_REQUEST = _schema("PullMessageRequestHeader", [
     ("consumerGroup", STR, True),
     ("topic", STR, True),
@@ -253,7 +254,7 @@ PULL_MESSAGE_RESPONSE = _schema("PullMessageResponseHeader", [
     ("forbiddenType", INT, False),
 ])
 
-# --- Query by key / view by id (§2.4) ----------------------------------------------------------
+# --- Query by key / view by id (protocol.md §2.4) -------------------------------------------------
 QUERY_MESSAGE_REQUEST = _schema("QueryMessageRequestHeader", [
     ("topic", STR, True),
     ("key", STR, True),
@@ -270,7 +271,7 @@ VIEW_MESSAGE_REQUEST = _schema("ViewMessageRequestHeader", [
     ("topic", STR, False),
 ])
 
-# --- Client registration (§2.5) ----------------------------------------------------------------
+# --- Client registration (protocol.md §2.5) -------------------------------------------------------
 HEARTBEAT_RESPONSE = _schema("HeartbeatResponseHeader", [
     ("IS_SUPPORT_HEART_BEAT_V2", BOOL, False, None, None, "is_support_heartbeat_v2"),
     ("IS_SUB_CHANGE", BOOL, False),
@@ -284,7 +285,7 @@ CONSUMER_GROUP_REQUEST = _schema("ConsumerGroupRequestHeader", [
     ("consumerGroup", STR, True),
 ])
 
-# --- Offsets and queue queries (§2.6) ----------------------------------------------------------
+# --- Offsets and queue queries (protocol.md §2.6) -------------------------------------------------
 QUERY_CONSUMER_OFFSET_REQUEST = _schema("QueryConsumerOffsetRequestHeader", [
     ("consumerGroup", STR, True),
     ("topic", STR, True),
@@ -322,7 +323,7 @@ STORE_TIMESTAMP_RESPONSE = _schema("GetEarliestMsgStoretimeResponseHeader", [
     ("timestamp", LONG, True),
 ])
 
-# --- Send-back, transactions (§2.7, §2.8) ------------------------------------------------------
+# --- Send-back, transactions (protocol.md §2.7, §2.8) ---------------------------------------------
 CONSUMER_SEND_MSG_BACK_REQUEST = _schema("ConsumerSendMsgBackRequestHeader", [
     ("offset", LONG, True, None, None, "physical_offset"),
     ("group", STR, True),
@@ -351,7 +352,7 @@ CHECK_TRANSACTION_STATE_REQUEST = _schema("CheckTransactionStateRequestHeader", 
     ("topic", STR, False),
 ])
 
-# --- Topic / group administration (§2.10) ------------------------------------------------------
+# --- Topic / group administration (protocol.md §2.10) ---------------------------------------------
 CREATE_TOPIC_REQUEST = _schema("CreateTopicRequestHeader", [
     ("topic", STR, True),
     ("defaultTopic", STR, True),
@@ -400,7 +401,7 @@ RESET_OFFSET_REQUEST = _schema("ResetOffsetRequestHeader", [   # 222 admin->brok
     ("offset", LONG, False, None, None, "consumer_offset"),
 ])
 
-# --- Broker -> client (§2.12) ------------------------------------------------------------------
+# --- Broker -> client (protocol.md §2.12) ---------------------------------------------------------
 GET_CONSUMER_STATUS_REQUEST = _schema("GetConsumerStatusRequestHeader", [
     ("topic", STR, True),
     ("group", STR, True),
@@ -437,7 +438,7 @@ REPLY_MESSAGE_REQUEST = _schema("ReplyMessageRequestHeader", [   # PUSH_REPLY_ME
     ("storeTimestamp", LONG, True),
 ])
 
-# --- Name server (§2.11) -----------------------------------------------------------------------
+# --- Name server (protocol.md §2.11) --------------------------------------------------------------
 REGISTER_BROKER_REQUEST = _schema("RegisterBrokerRequestHeader", [
     ("brokerName", STR, True),
     ("brokerAddr", STR, True),
@@ -663,7 +664,7 @@ def encode_header(schema_or_obj, values: Mapping[str, Any] | None = None, *,
     return ext_fields
 
 
-# --- Name validation at the edge (§3.8) --------------------------------------------------------
+# --- Name validation at the edge (protocol.md §3.8) -----------------------------------------------
 _NAME_ALLOWED = frozenset("%|-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 assert constants.TOPIC_NAME_PATTERN == r"^[%|a-zA-Z0-9_-]+$"
 

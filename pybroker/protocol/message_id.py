@@ -1,5 +1,5 @@
 # Message ids: the broker's offset message id and the client-style unique id (UNIQ_KEY).
-"""RocketMQ message ids (reference §3.5). Ids are opaque strings to everything but this module.
+"""RocketMQ message ids (protocol.md §3.5). Ids are opaque strings to everything but this module.
 
 * Offset message id: store host IP (4 or 16 bytes) + port (int) + physical offset (long),
   upper-case hex, 32 or 56 characters. Decoders tell IPv4 from IPv6 by the length alone.

@@ -1,5 +1,5 @@
 # Message properties string codec (name \x01 value \x02 ...) and the broker's property helpers.
-"""RocketMQ message properties as a string (reference §3.2).
+"""RocketMQ message properties as a string (protocol.md §3.2).
 
 Each pair is written as ``name \\x01 value \\x02``, the pair separator included after the last
 pair. Decoding follows Java's ``MessageDecoder.string2messageProperties`` tolerance rules, so a
@@ -57,7 +57,7 @@ def uniq_key_of(properties: dict[str, str]) -> str | None:
 
 
 def append_batch_properties(inner, batch):
-    """Append a batch's properties to one inner message's properties (§3.6).
+    """Append a batch's properties to one inner message's properties (protocol.md §3.6).
 
     Works on ``str`` or on UTF-8 ``bytes`` (both arguments the same type). A ``\\x02`` is
     inserted between them only when both are non-empty and ``inner`` does not already end with

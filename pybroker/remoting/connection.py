@@ -21,7 +21,7 @@ system call.
 Matching. Both sides may send requests on one connection (broker -> client
 NOTIFY_CONSUMER_IDS_CHANGED / CHECK_TRANSACTION_STATE). Requests go to the ``dispatch`` callable
 (a :class:`pybroker.remoting.server.RequestTable`); responses are matched by opaque to the futures
-of :meth:`RemotingConnection.invoke`; unmatched responses are logged and dropped (§1.5).
+of :meth:`RemotingConnection.invoke`; unmatched responses are logged and dropped (protocol.md §1.5).
 
 Limits (:class:`ConnectionLimits`), each closing only the offending connection: frame size and
 ext-field count (ProtocolError: one log line with the TLS/HTTP hint, then close), idle time

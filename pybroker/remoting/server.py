@@ -2,14 +2,13 @@
 """Serve RocketMQ remoting requests.
 
 :class:`RequestTable` maps request codes to handlers ``async (connection, command) ->
-RemotingCommand | None`` and turns their outcomes into replies the way a Java broker does (§1.5):
-an unknown code gets REQUEST_CODE_NOT_SUPPORTED (3) "request type N not supported"; a
-:class:`pybroker.errors.HeaderError` its own code and remark; any other exception SYSTEM_ERROR (1)
-with a one-line remark, the exception's type and first line with local paths (files, internal
-sockets) replaced by ``<path>`` (the stack trace goes to the log, rate limited per cause, never
-to the client); oneway requests
-(flag bit 1) are never answered; a handler returning None sends nothing (it may answer later with
-``connection.send``).
+RemotingCommand | None`` and turns their outcomes into replies the way a Java broker does
+(protocol.md §1.5): an unknown code gets REQUEST_CODE_NOT_SUPPORTED (3) "request type N not
+supported"; a :class:`pybroker.errors.HeaderError` its own code and remark; any other exception
+SYSTEM_ERROR (1) with a one-line remark, the exception's type and first line with local paths
+(files, internal sockets) replaced by ``<path>`` (the stack trace goes to the log, rate limited per
+cause, never to the client); oneway requests (flag bit 1) are never answered; a handler returning
+None sends nothing (it may answer later with ``connection.send``).
 
 Handlers are coroutines, but most finish without waiting. The table starts each one with
 ``coroutine.send(None)`` right inside the read callback and only wraps it in a Task when it

@@ -1,4 +1,5 @@
-# The store checkpoint file: one mapped 4096-byte page of flush timestamps and offsets (§4.6).
+# The store checkpoint file: one mapped 4096-byte page of flush timestamps and offsets (protocol.md
+# §4.6).
 """StoreCheckpoint: the recovery point of abnormal recovery.
 
 Layout (big-endian longs, the rest of the page zero; offsets from :mod:`pybroker.store.layout`)::
@@ -10,8 +11,8 @@ Layout (big-endian longs, the rest of the page zero; offsets from :mod:`pybroker
      24     8  masterFlushedOffset    5.x
      32     8  confirmPhyOffset       5.x
 
-Only the flusher writes it (DESIGN rule 1). The fields are Python attributes; :meth:`flush` stores
-all of them into the page and msyncs it, raising DurabilityError on failure.
+Only the flusher writes it (design.md §2 rule 1). The fields are Python attributes; :meth:`flush`
+stores all of them into the page and msyncs it, raising DurabilityError on failure.
 """
 import os
 import struct

@@ -5,11 +5,12 @@ One :meth:`StoreCleaner.run_once` is one pass of Java's ``cleanResourceInterval`
 
 1. CommitLog (CleanCommitLogService). Files are deleted when it is time (the local hour is one of
    ``deleteWhen``, e.g. ``"04"`` or ``"04;05"``), or the disk is getting full (used ratio above
-   ``diskMaxUsedSpaceRatio``, clamped to 10..95 % as Java does). A file goes when it was last modified more than ``fileReservedTime`` hours ago - or
-   regardless of age when the disk is above the forced-clean ratio (85 %, or above the warning
-   ratio 90 %, which also sets :attr:`StoreCleaner.disk_full`: the store then refuses puts) and
-   ``cleanFileForciblyEnable``. Never the last file; oldest first; at most 10 per pass; stops at
-   the first file it cannot delete; ``deleteCommitLogFilesInterval`` ms between two deletions.
+   ``diskMaxUsedSpaceRatio``, clamped to 10..95 % as Java does). A file goes when it was last
+   modified more than ``fileReservedTime`` hours ago - or regardless of age when the disk is above
+   the forced-clean ratio (85 %, or above the warning ratio 90 %, which also sets
+   :attr:`StoreCleaner.disk_full`: the store then refuses puts) and ``cleanFileForciblyEnable``.
+   Never the last file; oldest first; at most 10 per pass; stops at the first file it cannot delete;
+   ``deleteCommitLogFilesInterval`` ms between two deletions.
 2. Consume queues and index (CleanConsumeQueueService), when the CommitLog min offset moved: each
    queue deletes its files whose last unit points below the new min and corrects its min offset;
    index files whose entries all point below it are deleted.

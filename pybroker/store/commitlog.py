@@ -1,13 +1,13 @@
 # The CommitLog: append side (single writer), read side (any process), cross-file record walk.
 """RocketMQ's CommitLog over a :class:`~pybroker.store.mapped_file.MappedFileQueue`.
 
-File rules (reference §4.3): records never span files; if a run of ``size`` bytes does not fit in
+File rules (protocol.md §4.3): records never span files; if a run of ``size`` bytes does not fit in
 ``remaining - 8`` bytes of the current file, an 8-byte BLANK marker (TOTALSIZE = bytes to the file
 end, magic 0xCBD43194) is written and the run goes to the start of the next file.
 
-Append side (the appender, DESIGN rule 1 and 3): :meth:`CommitLog.append_encoded` takes a run of
-records already encoded (body CRC included) for ONE topic/queue, copies it into the mapped file in
-one copy and patches queue offset, physical offset and store time of every record in one C loop
+Append side (the appender, design.md §2 rule 1 and 3): :meth:`CommitLog.append_encoded` takes a run
+of records already encoded (body CRC included) for ONE topic/queue, copies it into the mapped file
+in one copy and patches queue offset, physical offset and store time of every record in one C loop
 (``record.patch_run``). Queue offsets come from the topic-queue table kept here.
 
 Read side: :meth:`CommitLog.read_record` and :meth:`CommitLog.read_raw` return views into the
@@ -28,7 +28,7 @@ from pybroker.store.status import PutStatus
 
 log = logging.getLogger("pybroker.store.commitlog")
 
-# Transaction types that get queue offset 0 and do not advance the queue (reference §4.3).
+# Transaction types that get queue offset 0 and do not advance the queue (protocol.md §4.3).
 _NO_QUEUE_OFFSET_TYPES = frozenset({int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
                                     int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)})
 

@@ -1,5 +1,5 @@
 # RocketMQ's config JSON documents (topics, offsets, groups, delay offsets): types, load, save.
-"""The broker's metadata documents under ``<store>/config/`` (reference §4.8).
+"""The broker's metadata documents under ``<store>/config/`` (protocol.md §4.8).
 
 Field names are Java's, read from fastjson output (bare integer keys accepted through
 :mod:`pybroker.protocol.fastjson`) and written as standard, pretty-printed JSON with quoted keys,

@@ -1,4 +1,5 @@
-# ConsumeQueue (per topic-queue index of CommitLog records, §4.4) and the table of all of them.
+# ConsumeQueue (per topic-queue index of CommitLog records, protocol.md §4.4) and the table of all
+# of them.
 """RocketMQ's ConsumeQueue: fixed 20-byte units in 20-digit-named files of one directory.
 
 Unit layout (positions from :mod:`pybroker.store.layout`)::
@@ -22,7 +23,7 @@ live exports), so internal scans keep arrays inside one helper frame and reduce 
 ints before the map is released; :meth:`ConsumeQueue.read_units` hands the caller a
 :class:`UnitsView` that must be released.
 
-Single writer: the dispatcher (DESIGN §2 rule 1). A ``read_only`` queue maps the files for
+Single writer: the dispatcher (design.md §2 rule 1). A ``read_only`` queue maps the files for
 readers; it learns the writer's progress through :meth:`ConsumeQueue.refresh`.
 """
 import logging
@@ -83,7 +84,8 @@ def _is_filler(units) -> np.ndarray:
 
 
 def _valid_prefix(units) -> tuple[int, int]:
-    """(valid unit count, max phy+size of real units) of the leading valid units (§4.4 rule)."""
+    """(valid unit count, max phy+size of real units) of the leading valid units (protocol.md §4.4
+    rule)."""
     valid = (units["phy"] >= 0) & (units["size"] > 0)
     count = len(units) if bool(valid.all()) else int(np.argmin(valid))
     return count, _last_phy_end(units[:count])

@@ -1,4 +1,5 @@
-# The control block: a fixed-layout mapped file of the positions writers publish (DESIGN §2.2).
+# The control block: a fixed-layout mapped file of the positions writers publish (design.md §2 rule
+# 2).
 """Published positions, one writer per field; readers never block writers.
 
 The file is a run-time exchange area, not a RocketMQ format: words are native-endian unsigned

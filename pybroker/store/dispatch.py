@@ -1,4 +1,5 @@
-# Reput: tail the CommitLog and write each record's ConsumeQueue unit and index keys (§4.3-4.5).
+# Reput: tail the CommitLog and write each record's ConsumeQueue unit and index keys (protocol.md
+# §4.3-4.5).
 """The dispatcher ("reput" service): CommitLog records -> ConsumeQueue units + IndexFile keys.
 
 :meth:`Dispatcher.dispatch_until` walks whole records from ``reput_from_offset`` up to a given

@@ -1,7 +1,8 @@
-# IndexFile (hash index of message keys, §4.5) and IndexService (the index/ directory of them).
+# IndexFile (hash index of message keys, protocol.md §4.5) and IndexService (the index/ directory of
+# them).
 """Query-by-key index: RocketMQ's IndexFile byte layout and the service that rolls its files.
 
-One IndexFile (reference §4.5; positions from :mod:`pybroker.store.layout`)::
+One IndexFile (protocol.md §4.5; positions from :mod:`pybroker.store.layout`)::
 
     header, 40 bytes
       0   8  beginTimestamp    store time of the first entry, ms
@@ -222,7 +223,7 @@ class IndexService:
     """The ``index/`` directory: IndexFiles oldest to newest, the last one written.
 
     ``max_hash_slot_num`` / ``max_index_num`` default to Java's 5,000,000 / 20,000,000. The
-    dispatcher is the only writer (DESIGN §2 rule 1); readers open with ``read_only=True`` and
+    dispatcher is the only writer (design.md §2 rule 1); readers open with ``read_only=True`` and
     call :meth:`load` again to see files created since.
     """
 

@@ -1,5 +1,5 @@
 # On-disk layouts of RocketMQ's store files: offsets and sizes, derived from each other and
-# asserted at import (reference §4). Nothing here is configuration.
+# asserted at import (protocol.md §4). Nothing here is configuration.
 """Byte layouts of the CommitLog record, ConsumeQueue unit, IndexFile and checkpoint.
 
 CommitLog record, v1 magic, IPv4 born and store hosts (IPv6 hosts are 20 bytes each and shift
@@ -81,7 +81,7 @@ def record_size(body_bytes: int, topic_bytes: int, properties_bytes: int,
 
 assert record_size(0, 0, 0) == 91   # the reference's "91 + n + t + p"
 
-# --- ConsumeQueue unit (§4.4) --------------------------------------------------------------------
+# --- ConsumeQueue unit (protocol.md §4.4) ---------------------------------------------------------
 CQ_UNIT_PHYSICAL_OFFSET_POSITION = 0
 CQ_UNIT_SIZE_POSITION = CQ_UNIT_PHYSICAL_OFFSET_POSITION + 8
 CQ_UNIT_TAGS_CODE_POSITION = CQ_UNIT_SIZE_POSITION + 4
@@ -89,7 +89,7 @@ CQ_STORE_UNIT_SIZE = CQ_UNIT_TAGS_CODE_POSITION + 8
 assert CQ_STORE_UNIT_SIZE == 8 + 4 + 8 == 20
 CQ_FILLER_SIZE = 0x7FFFFFFF   # size of the filler units written before a late first entry
 
-# --- IndexFile (§4.5) ----------------------------------------------------------------------------
+# --- IndexFile (protocol.md §4.5) -----------------------------------------------------------------
 INDEX_HEADER_BEGIN_TIMESTAMP_POSITION = 0
 INDEX_HEADER_END_TIMESTAMP_POSITION = 8
 INDEX_HEADER_BEGIN_PHY_OFFSET_POSITION = 16
@@ -116,7 +116,7 @@ def index_file_size(max_hash_slot_num: int, max_index_num: int) -> int:
 
 assert index_file_size(5_000_000, 20_000_000) == 420_000_040
 
-# --- Checkpoint (§4.6) --------------------------------------------------------------------------
+# --- Checkpoint (protocol.md §4.6) ----------------------------------------------------------------
 CHECKPOINT_PHYSIC_MSG_TIMESTAMP_POSITION = 0
 CHECKPOINT_LOGICS_MSG_TIMESTAMP_POSITION = 8
 CHECKPOINT_INDEX_MSG_TIMESTAMP_POSITION = 16

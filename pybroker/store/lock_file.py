@@ -1,4 +1,4 @@
-# The store's abort file (crash marker) and lock file (one broker per store), reference §4.7.
+# The store's abort file (crash marker) and lock file (one broker per store), protocol.md §4.7.
 """Abort file and lock file of a store root.
 
 ``abort`` is an empty file created when a store opens and deleted on clean shutdown; finding it

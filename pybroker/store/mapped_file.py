@@ -25,8 +25,8 @@ Creation: a new file is allocated under a temporary name and renamed into place,
 leaves a short file with a store name. ``allocation`` chooses how: ``"sparse"`` (ftruncate only,
 the default, as Java's ``RandomAccessFile.setLength``: a new 1 GiB CommitLog costs no disk until
 written), ``"fallocate"`` (posix_fallocate: blocks reserved, so a full disk fails here and not as
-SIGBUS later) or ``"zero_fill"`` (real writes of zeros: DESIGN §6 measured fdatasync on pre-written
-files about 2x faster than on fresh ones).
+SIGBUS later) or ``"zero_fill"`` (real writes of zeros: design.md §6 measured fdatasync on
+pre-written files about 2x faster than on fresh ones).
 
 Page faults: the first store into a fresh page of a file mapping allocates a page-cache page (and,
 in a sparse file, reserves its block): 3.0 µs per 4 KiB page on a fallocated file and 3.5 µs on a

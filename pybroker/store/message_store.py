@@ -2,7 +2,7 @@
 """The store facade: recovery, put, pull, query, offsets, cleanup and runtime figures.
 
 Life cycle: :meth:`MessageStore.load` takes the lock file, looks for the abort file, maps every
-file and recovers (normal without the abort file, abnormal with it: reference §4.6/§4.7), then
+file and recovers (normal without the abort file, abnormal with it: protocol.md §4.6/§4.7), then
 dispatches whatever the CommitLog holds beyond the consume queues; :meth:`MessageStore.start`
 creates the abort file; :meth:`MessageStore.shutdown` flushes everything, writes the checkpoint,
 deletes the abort file and releases the lock. ``with MessageStore(...) as store`` does all three.
@@ -166,7 +166,7 @@ class MessageStore(StoreReads):
         return True
 
     def _recover(self, abnormal: bool) -> None:
-        """Recovery rules of §4.6/§4.7, then dispatch to the end of valid data."""
+        """Recovery rules of protocol.md §4.6/§4.7, then dispatch to the end of valid data."""
         checkpoint = self.checkpoint
         if abnormal and self.index_service is not None:
             self.index_service.delete_newer_than(checkpoint.index_msg_timestamp)

@@ -1,4 +1,4 @@
-# Every on-disk path of a store root (reference §4.1): the one place that spells them.
+# Every on-disk path of a store root (protocol.md §4.1): the one place that spells them.
 """Paths inside a store root directory (``storePathRootDir``), RocketMQ's layout.
 
 Every function takes the store root and returns a path string; nothing here touches the disk.
@@ -47,22 +47,23 @@ def index_dir(store_root: str) -> str:
 
 
 def checkpoint_path(store_root: str) -> str:
-    """``<root>/checkpoint``: the 4096-byte checkpoint (§4.6)."""
+    """``<root>/checkpoint``: the 4096-byte checkpoint (protocol.md §4.6)."""
     return os.path.join(store_root, CHECKPOINT_FILE)
 
 
 def abort_path(store_root: str) -> str:
-    """``<root>/abort``: present while a store is open (§4.7)."""
+    """``<root>/abort``: present while a store is open (protocol.md §4.7)."""
     return os.path.join(store_root, ABORT_FILE)
 
 
 def lock_path(store_root: str) -> str:
-    """``<root>/lock``: holds the exclusive lock of the broker owning the store (§4.7)."""
+    """``<root>/lock``: holds the exclusive lock of the broker owning the store (protocol.md
+    §4.7)."""
     return os.path.join(store_root, LOCK_FILE)
 
 
 def config_dir(store_root: str) -> str:
-    """``<root>/config``: the broker's JSON documents (§4.8)."""
+    """``<root>/config``: the broker's JSON documents (protocol.md §4.8)."""
     return os.path.join(store_root, CONFIG_DIR)
 
 

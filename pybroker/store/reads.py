@@ -152,7 +152,7 @@ class StoreReads:
                      record_filter=None) -> GetResult:
         """Read up to ``max_count`` records of a queue from ``queue_offset`` (Java getMessage).
 
-        Status and ``next_begin_offset`` follow reference §2.3; the reply is capped by
+        Status and ``next_begin_offset`` follow protocol.md §2.3; the reply is capped by
         maxTransferBytes/CountOnMessageInMemory (InDisk for records further than
         accessMessageInMemoryMaxRatio of RAM behind the CommitLog end) and ``max_bytes``.
         ``tag_codes``: match units whose ``(int)`` tags code is in the set; None matches all.
@@ -175,7 +175,7 @@ class StoreReads:
             result = GetResult(GetStatus.OFFSET_OVERFLOW_ONE, queue_offset, min_offset,
                                max_offset)
         elif queue_offset > max_offset:
-            # Reference §2.3 / 5.x: continue at max (4.9.x sent 0 when the min was 0).
+            # protocol.md §2.3 / 5.x: continue at max (4.9.x sent 0 when the min was 0).
             result = GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset,
                                max_offset)
         else:

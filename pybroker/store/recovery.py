@@ -205,7 +205,7 @@ def recover_abnormally(commitlog: CommitLog, recovery_point_ms: int,
 def recover(commitlog: CommitLog, abort_file_present: bool, checkpoint: StoreCheckpoint,
             dispatch: Callable | None = None, check_crc: bool = True,
             message_index_safe: bool = False) -> RecoveryResult:
-    """Normal or abnormal recovery depending on the abort file (reference §4.7)."""
+    """Normal or abnormal recovery depending on the abort file (protocol.md §4.7)."""
     if not abort_file_present:
         return recover_normally(commitlog, check_crc)
     return recover_abnormally(commitlog, checkpoint.recovery_point_ms(message_index_safe),

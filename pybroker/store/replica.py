@@ -1,9 +1,9 @@
 # A slave's CommitLog writer: replicated bytes appended contiguously and checked before use.
 """The slave side of replication as a store object (no sockets, no processes).
 
-:class:`ReplicaLog` is the only writer of a slave's CommitLog (DESIGN §2: on a slave the ha
+:class:`ReplicaLog` is the only writer of a slave's CommitLog (design.md §2: on a slave the ha
 worker takes the appender's role). It appends the raw bytes a master sends, in Java's HA
-model (reference §6.2), under these rules:
+model (protocol.md §6.2), under these rules:
 
 * **Contiguous only.** A chunk must start exactly at the end of the log; an empty log accepts
   a first chunk only at a CommitLog file boundary (the master starts a fresh slave at the

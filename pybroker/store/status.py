@@ -2,9 +2,9 @@
 """Expected store outcomes and the single status -> (ResponseCode, remark) tables.
 
 Every handler translates store results through :func:`send_response` and
-:func:`pull_response`; there is no other switch on these statuses (STYLE §8.6, rule 10).
+:func:`pull_response`; there is no other switch on these statuses (style.md §8.6, rule 10).
 Mappings and remarks follow the Java broker's SendMessageProcessor / PullMessageProcessor
-(reference §2.2 and §2.3).
+(protocol.md §2.2 and §2.3).
 """
 import enum
 

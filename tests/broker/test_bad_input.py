@@ -1,5 +1,6 @@
 # Bad input against a running pybroker: refused with RocketMQ codes, nothing stored, others served.
-"""Every must-refuse input (reliability §5) is refused by a real broker, harming nobody else.
+"""Every must-refuse input (security-and-faults.md §5) is refused by a real broker, harming nobody
+else.
 
 Method: one `pybroker standalone` process per module (small idle timeout, small maxMessageSize).
 Each case talks to it over a real socket - raw bytes for framing faults, pybroker's remoting

@@ -2,7 +2,7 @@
 
 Method: real NameServer and broker processes (pybroker/_testbase/ha_cluster.py) on 127.0.0.1
 with 1 MiB CommitLog files, raw remoting requests (tests/ha_support.py). Each test drives one
-behaviour of reference §6.2 / issue #10 and checks it on the other side: the slave's CommitLog
+behaviour of protocol.md §6.2 / issue #10 and checks it on the other side: the slave's CommitLog
 files against the master's, the slave's pull answers, response codes of both roles, the
 slave's metadata documents, and the master's HA port against bad input. Every wait is bounded
 and fails the test.

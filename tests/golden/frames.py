@@ -1,4 +1,5 @@
-# Golden remoting frames, built by hand field by field from the protocol reference (§1.1-§1.4).
+# Golden remoting frames, built by hand field by field from the protocol reference (protocol.md
+# §1.1-§1.4).
 """Golden frames written by hand from the reference tables, never produced by our encoder.
 
 Each frame is the concatenation of its fields, one per line, with the field and value in the
@@ -66,7 +67,7 @@ EXPECTED_BINARY_EMPTY_VALUE = dict(
     body=None, serialize_type=1,
 )
 
-# --- JSON header: a Java 5.x send response, as in the reference's §1.3 example -----------------
+# --- JSON header: a Java 5.x send response, as in protocol.md §1.3 example -----------------
 JSON_JAVA_SEND_RESPONSE_HEADER = (
     b'{"code":0,"extFields":{"msgId":"0A00000100002A9F0000000000000011","queueId":"3",'
     b'"queueOffset":"17","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,'

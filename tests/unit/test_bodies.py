@@ -1,9 +1,9 @@
 """JSON and compressed bodies match the reference shapes byte for byte and decode every client's.
 
-Method: golden strings built from the reference examples (§7), both route key forms checked for
-whitespace Go's parser would choke on, round trips with seeded random data, lenient heartbeat
-variants in the Java, Go and C++ shapes, a compressed register body built independently in the
-test, and malformed inputs that must raise ValueError.
+Method: golden strings built from the reference examples (protocol.md §7), both route key forms
+checked for whitespace Go's parser would choke on, round trips with seeded random data, lenient
+heartbeat variants in the Java, Go and C++ shapes, a compressed register body built independently in
+the test, and malformed inputs that must raise ValueError.
 """
 import re
 import struct

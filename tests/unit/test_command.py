@@ -117,7 +117,7 @@ def test_create_response_echoes_the_opaque():
     assert (response.remark, response.ext_fields) == ("done", {"x": "1"})
 
 
-# --- JSON leniency (§8.3) -----------------------------------------------------------------------
+# --- JSON leniency (protocol.md §8 item 3) --------------------------------------------------------
 
 def test_cpp_trailing_newline_and_numbers_and_booleans():
     header = b'{"code":11,"extFields":{"queueId":3,"sysFlag":0,"m":true,"n":false,"x":1.5},' \
@@ -206,7 +206,7 @@ def test_framing_errors_surface_from_decode():
         decode_all(struct.pack(">iI", 6, (1 << 24) | 2) + b"{}")
 
 
-# --- JSON output strictness (§8.4) --------------------------------------------------------------
+# --- JSON output strictness (protocol.md §8 item 4) -----------------------------------------------
 
 def test_json_output_is_compact_with_string_values_and_language_name():
     response = RemotingCommand(0, LanguageCode.JAVA, 479, 42, 1, None, {"queueId": "3"})

@@ -396,7 +396,7 @@ def test_overrides_win_over_the_file_and_take_typed_values(tmp_path):
 
 # --- the schema and listings --------------------------------------------------------------------
 def test_java_defaults_of_the_reference():
-    """Defaults from rocketmq-protocol.md §4.9, §5.1, §5.3 and §6 (Java 4.9.x)."""
+    """Defaults from protocol.md §4.9, §5.1, §5.3 and §6 (Java 4.9.x)."""
     store = config.StoreConfig()
     assert (store.mapped_file_size_commit_log, store.mapped_file_size_consume_queue) == \
         (1 << 30, 300000 * 20)

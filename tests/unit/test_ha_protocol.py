@@ -1,7 +1,7 @@
 """The HA wire codec reads and writes Java's classic HA bytes and refuses what cannot be them.
 
-Method: table-driven vectors written from the protocol reference (§6.2) - big-endian longs and
-ints at fixed offsets - round-tripped through the codec, plus the partial-report and
+Method: table-driven vectors written from the protocol reference (protocol.md §6.2) - big-endian
+longs and ints at fixed offsets - round-tripped through the codec, plus the partial-report and
 bad-value cases a real socket delivers (split reads, garbage such as an HTTP greeting).
 """
 import struct

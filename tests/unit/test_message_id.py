@@ -1,4 +1,5 @@
-"""pybroker.protocol.message_id builds and parses RocketMQ's offset and unique message ids (§3.5).
+"""pybroker.protocol.message_id builds and parses RocketMQ's offset and unique message ids
+(protocol.md §3.5).
 
 Method: a hand-computed offset id, round trips for IPv4/IPv6, rejection of bad strings, and
 unique ids checked field by field (IP, pid, time since the local month start, counter).

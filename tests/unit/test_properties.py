@@ -1,4 +1,5 @@
-"""pybroker.protocol.properties encodes and decodes message properties as Java does (§3.2, §3.6).
+"""pybroker.protocol.properties encodes and decodes message properties as Java does (protocol.md
+§3.2, §3.6).
 
 Method: hand-written strings for each of Java's tolerance rules, round trips of random maps
 (hypothesis), the helpers on real property maps, and the batch-append separator rule.

@@ -1,9 +1,9 @@
 """pybroker._fast.record writes, patches, verifies, scans and decodes RocketMQ CommitLog records.
 
-Method: a record assembled by hand with struct from the reference table (§4.2) is compared byte
-for byte with encode_into; offsets are cross-checked with pybroker.store.layout; round trips
-cover v1, v2 (long topic) and IPv6 hosts; scans run over records, a BLANK marker and a zero tail;
-torn tails cut the last record at every byte; one byte is flipped in every field.
+Method: a record assembled by hand with struct from the reference table (protocol.md §4.2) is
+compared byte for byte with encode_into; offsets are cross-checked with pybroker.store.layout; round
+trips cover v1, v2 (long topic) and IPv6 hosts; scans run over records, a BLANK marker and a zero
+tail; torn tails cut the last record at every byte; one byte is flipped in every field.
 """
 import mmap
 import struct
@@ -404,7 +404,8 @@ def test_decode_rejects_non_ok():
 # --- SEND_BATCH_MESSAGE bodies --------------------------------------------------------------
 
 def inner_message(flag: int, body: bytes, properties: bytes) -> bytes:
-    """One inner message of a batch body, as §3.6 lays it out (clients write magic/CRC 0)."""
+    """One inner message of a batch body, as protocol.md §3.6 lays it out (clients write magic/CRC
+    0)."""
     return (struct.pack(">iiiii", 22 + len(body) + len(properties), 0, 0, flag, len(body))
             + body + struct.pack(">h", len(properties)) + properties)
 

@@ -250,7 +250,8 @@ def test_deferred_answer_through_connection_send():
         return quick, later, done_first
 
     quick, later, done_first = run(scenario)
-    assert quick.body == b"quick" and not done_first  # the held request blocks nothing (§8.23)
+    # the held request blocks nothing (protocol.md §8 item 23)
+    assert quick.body == b"quick" and not done_first
     assert later.code == 0 and later.remark == "later"
 
 

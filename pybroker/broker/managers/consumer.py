@@ -39,7 +39,7 @@ class ConsumerGroupInfo:
 
 # --- subscription JSON (snapshots, and ConsumerConnection bodies) ------------------------------
 def subscription_to_json(subscription: SubscriptionData) -> dict:
-    """A SubscriptionData as Java's JSON object (field names of §7.3)."""
+    """A SubscriptionData as Java's JSON object (field names of protocol.md §7.3)."""
     return {"topic": subscription.topic, "subString": subscription.sub_string,
             "tagsSet": sorted(subscription.tags_set), "codeSet": sorted(subscription.code_set),
             "subVersion": subscription.sub_version,

@@ -105,7 +105,7 @@ class TopicConfigManager:
     def create_topic_on_send(self, topic: str, default_topic: str, queue_nums: int,
                              topic_sys_flag: int = 0) -> TopicConfig | None:
         """The topic's config, auto-creating it from ``default_topic`` (TBW102) for a send,
-        with ``%RETRY%`` topics falling back to 1 read-write queue (reference §5.5)."""
+        with ``%RETRY%`` topics falling back to 1 read-write queue (protocol.md §5.5)."""
         found = self.topic_config(topic)
         if found is not None:
             return found

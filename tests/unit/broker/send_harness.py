@@ -115,7 +115,7 @@ def send_request(style: str, body, oneway=False, **kwargs) -> RemotingCommand:
 
 
 def batch_body(messages) -> bytes:
-    """The §3.6 batch encoding of [(body bytes, properties str)]."""
+    """The protocol.md §3.6 batch encoding of [(body bytes, properties str)]."""
     out = bytearray()
     for body, properties in messages:
         props = properties.encode()

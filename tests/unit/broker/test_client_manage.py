@@ -1,7 +1,7 @@
 """Client registration handlers register Java, Go, C++ and 5.x heartbeats and notify groups.
 
 Method: handlers called directly with decoded commands - the Java 4.9.8 client's own frames
-from tests/golden/java-4.9.8 and hand-written Go/C++/5.x bodies (reference §7.3) - against a
+from tests/golden/java-4.9.8 and hand-written Go/C++/5.x bodies (protocol.md §7.3) - against a
 real MetadataState in tmp_path; Channels record what is sent to them, and the broker's
 NOTIFY_CONSUMER_IDS_CHANGED is compared with the one the Java broker sent.
 """

@@ -1,4 +1,4 @@
-"""Consumer offset and lock handlers answer as the Java broker does (§2.6, §2.9).
+"""Consumer offset and lock handlers answer as the Java broker does (protocol.md §2.6, §2.9).
 
 Method: handlers called directly with decoded commands (the Java 4.9.8 client's own
 UPDATE/QUERY_CONSUMER_OFFSET frames from tests/golden, hand-built lock bodies) against a real

@@ -1,10 +1,10 @@
 # Tests of the PULL_MESSAGE / LITE_PULL_MESSAGE handler over a real store and real metadata.
 """Goal: the pull handler answers every client's pull exactly as the Java broker does (pre-check
-codes and remarks in Java's order, the §2.3 status rows, the four header longs, tag filtering,
-offset piggy-back). Method: a real MessageStore on tmp_path filled through put_messages, the
-real MetadataState, and requests built the way Java push (flag 0x3, no subscription), Go
-(subVersion 0, empty subscription key) and lite-pull (code 361, flag 0x14/0x16) clients send
-them; records in the body are decoded and compared with what was put.
+codes and remarks in Java's order, the protocol.md §2.3 status rows, the four header longs, tag
+filtering, offset piggy-back). Method: a real MessageStore on tmp_path filled through put_messages,
+the real MetadataState, and requests built the way Java push (flag 0x3, no subscription), Go
+(subVersion 0, empty subscription key) and lite-pull (code 361, flag 0x14/0x16) clients send them;
+records in the body are decoded and compared with what was put.
 """
 import asyncio
 import dataclasses
@@ -210,7 +210,7 @@ def test_max_msg_nums_bounds_the_batch(broker):
     assert header_longs(response)["next"] == 5
 
 
-# --- the §2.3 status rows -----------------------------------------------------------------------
+# --- the protocol.md §2.3 status rows -------------------------------------------------------------
 @pytest.mark.parametrize("queue_id, queue_offset, code, longs", [
     # queue empty / unknown: "not found" at 0, "moved" elsewhere, next corrected to 0
     (1, 0, ResponseCode.PULL_NOT_FOUND, {"next": 0, "min": 0, "max": 0}),
@@ -219,7 +219,7 @@ def test_max_msg_nums_bounds_the_batch(broker):
     (0, -1, ResponseCode.PULL_OFFSET_MOVED, {"next": 0, "min": 0, "max": 3}),
     # offset == max: not found, stays
     (0, 3, ResponseCode.PULL_NOT_FOUND, {"next": 3, "min": 0, "max": 3}),
-    # offset > max: moved to max (reference §2.3, Java 5.x)
+    # offset > max: moved to max (protocol.md §2.3, Java 5.x)
     (0, 9, ResponseCode.PULL_OFFSET_MOVED, {"next": 3, "min": 0, "max": 3}),
 ])
 def test_status_rows(broker, queue_id, queue_offset, code, longs):

@@ -1,8 +1,8 @@
 # Tests of the CONSUMER_SEND_MSG_BACK handler over a real store.
 """Goal: a returned message is re-put to the retry topic (via the schedule topic, delay level
-3 + reconsumeTimes or the requested one) or to the DLQ exactly by the §5.2 rules, and refusals
-carry Java's codes and remarks and store nothing. Method: messages sent through the real send
-handler, then CONSUMER_SEND_MSG_BACK requests built like the Java client's (long names, version
+3 + reconsumeTimes or the requested one) or to the DLQ exactly by the protocol.md §5.2 rules, and
+refusals carry Java's codes and remarks and store nothing. Method: messages sent through the real
+send handler, then CONSUMER_SEND_MSG_BACK requests built like the Java client's (long names, version
 401) against a real MessageStore on tmp_path; stored records are decoded and compared.
 """
 import importlib.util

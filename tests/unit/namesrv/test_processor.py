@@ -1,4 +1,4 @@
-"""NameServer handlers answer every §2.11 code as a Java NameServer does.
+"""NameServer handlers answer every protocol.md §2.11 code as a Java NameServer does.
 
 Method: call each handler of NamesrvProcessor directly with RemotingCommands built like the
 broker's and clients' requests (registration bodies encoded by pybroker.protocol.bodies, plain

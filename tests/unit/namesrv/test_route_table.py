@@ -1,4 +1,5 @@
-"""The NameServer's route table keeps RocketMQ's registration, expiry and lookup rules (§2.11).
+"""The NameServer's route table keeps RocketMQ's registration, expiry and lookup rules (protocol.md
+§2.11).
 
 Method: drive a RouteInfoManager directly with registrations of masters and slaves, DataVersion
 changes, unregistrations, closed channels and clock values, and check its tables and the routes,

@@ -1,8 +1,8 @@
 """Checkpoint, abort/lock files and the status tables hold RocketMQ's on-disk and wire facts.
 
 Method: write the checkpoint through StoreCheckpoint and read the raw page back with struct at the
-§4.6 offsets; lock the store from this process and from a child process; check every status maps
-to the reference's response code.
+protocol.md §4.6 offsets; lock the store from this process and from a child process; check every
+status maps to the reference's response code.
 """
 import multiprocessing
 import os

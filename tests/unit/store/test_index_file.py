@@ -1,4 +1,5 @@
-"""Goal: IndexFile bytes follow §4.5 and IndexService answers key queries like a plain model.
+"""Goal: IndexFile bytes follow protocol.md §4.5 and IndexService answers key queries like a plain
+model.
 
 Method: tiny slot/entry counts on real temp files force hash-slot collisions and file rolls;
 query results are compared with a dict-of-lists oracle over random keys and time ranges; the

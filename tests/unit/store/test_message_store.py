@@ -1,8 +1,8 @@
 """MessageStore serves every put back by pull, key and id, and recovers from crashes and deletions.
 
 Method: real stores in tmp_path with 64 KiB CommitLog files and small consume-queue/index files,
-records encoded with pybroker._fast.record; every §2.3 pull status is provoked on a real store
-and mapped through status.pull_response; crashes are real child processes that exit without
+records encoded with pybroker._fast.record; every protocol.md §2.3 pull status is provoked on a real
+store and mapped through status.pull_response; crashes are real child processes that exit without
 shutdown (abort file left behind) before the parent reopens the store.
 """
 import dataclasses
