@@ -40,6 +40,7 @@ from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.control_block import ControlBlock
+from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.dispatch import Dispatcher
 from pybroker.store.index_file import IndexService
 from pybroker.store.reader import follow_commitlog
@@ -82,7 +83,8 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     start = control.dispatched_position or queues.max_physical_offset()
     dispatcher = Dispatcher(commitlog, queues, index_service,
                             settings.delay_levels_ms,
-                            max(start, commitlog.min_offset(), 0))
+                            max(start, commitlog.min_offset(), 0),
+                            damaged_records=DamagedRecords.load(settings.store_path_root_dir))
     flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
     cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
     deletions = DispatcherDeletions(requests_path(settings.store_path_root_dir), control)

@@ -28,6 +28,7 @@ from pybroker.broker.registration import NamesrvRegistration
 from pybroker.broker.schedule import ScheduleService
 from pybroker.broker.slave_sync import SlaveLink
 from pybroker.broker.transaction_check import TransactionCheckService
+from pybroker.errors import StoreCorruptError
 from pybroker.proc import dataplane
 from pybroker.proc.children import STOP_SIGNAL, fork_child
 from pybroker.proc.dataplane import bind_ha_listener, is_slave
@@ -411,6 +412,7 @@ def run_broker(config, on_serving: Callable[[], None] | None = None) -> int:
     ``on_serving()`` runs once, when the broker first serves and has registered."""
     try:
         return Supervisor(config, on_serving).run()
-    except (lock_file.StoreLockedError, PortInUseError) as error:
+    except (lock_file.StoreLockedError, PortInUseError, StoreCorruptError) as error:
+        # A refusal with its reason, not a traceback: the operator acts on the message.
         log.error("cannot start: %s", error)
         return 1

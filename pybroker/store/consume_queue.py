@@ -54,6 +54,27 @@ DEFAULT_MAPPED_FILE_SIZE = 300_000 * UNIT_SIZE   # mappedFileSizeConsumeQueue
 BOUNDARIES = ("lower", "upper")
 
 
+# How far past the last valid unit recover() looks for leftover bytes (a damaged tail).
+_TAIL_WINDOW_BYTES = 4096
+
+
+def _bytes_after(mapped_file: MappedFile, file_position: int) -> bool:
+    """True when non-zero bytes follow ``file_position`` (within _TAIL_WINDOW_BYTES)."""
+    if not mapped_file.hold():
+        raise RuntimeError(f"{mapped_file.path} is shutting down")
+    buffer = mapped_file.buffer()
+    try:
+        end = min(file_position + _TAIL_WINDOW_BYTES, len(buffer))
+        window = np.frombuffer(buffer, np.uint8, end - file_position, file_position)
+        try:
+            return bool(window.any())
+        finally:
+            del window
+    finally:
+        buffer.release()
+        mapped_file.release()
+
+
 def _apply_to_units(mapped_file: MappedFile, unit_count: int, function: Callable):
     """Call ``function(units)`` on units [0, unit_count) of a file; return its result.
 
@@ -170,6 +191,8 @@ class ConsumeQueue:
         self.mapped_file_queue = MappedFileQueue(self.queue_dir, mapped_file_size, read_only)
         self._min_logic_offset = 0          # bytes: first valid unit * 20
         self.last_dispatched_phy_offset = 0  # max physical_offset + size written (bytes)
+        # recover() found non-zero bytes right after the last valid unit (zeroed then).
+        self.tail_damaged = False
 
     def __repr__(self) -> str:
         return (f"ConsumeQueue({self.topic!r}, {self.queue_id}, min={self.min_offset_in_queue()},"
@@ -205,6 +228,7 @@ class ConsumeQueue:
             end_offset = mapped_file.file_from_offset + count * UNIT_SIZE
             last_phy_end = phy_end or last_phy_end
             if count < units_per_file:
+                self.tail_damaged = _bytes_after(mapped_file, count * UNIT_SIZE)
                 break
         if not self.read_only:
             self.mapped_file_queue.truncate_dirty_files(end_offset)
@@ -247,11 +271,14 @@ class ConsumeQueue:
         return self.mapped_file_queue.max_offset()
 
     # --- write --------------------------------------------------------------------------------
-    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+    def put(self, physical_offset: int, size: int, tags_code: int, queue_offset: int,
+            fill_gap: bool = False) -> bool:
         """Write the unit for ``queue_offset``; True when written or already present.
 
         An offset below the end (re-dispatch after recovery) is skipped as already written; a
-        gap above the end is refused (False, logged): the dispatcher has lost its place.
+        gap above the end is refused (False, logged): the dispatcher has lost its place -
+        unless ``fill_gap`` (dispatch jumped over damaged records an operator chose to skip):
+        then the gap is filled with filler units, which reads step over.
         """
         if self.read_only:
             raise PermissionError(f"{self.queue_dir}: read-only consume queue")
@@ -265,6 +292,17 @@ class ConsumeQueue:
         current_offset = mapped_file.file_from_offset + mapped_file.wrote_position
         if expect_offset < current_offset:
             return True
+        if expect_offset > current_offset and fill_gap:
+            gap_units = (expect_offset - current_offset) // UNIT_SIZE
+            log.warning("%s: queue offsets %d..%d belong to skipped damaged records: filled",
+                        self.queue_dir, current_offset // UNIT_SIZE, queue_offset - 1)
+            for _ in range(gap_units):
+                filler_file = self.mapped_file_queue.last_mapped_file(
+                    self.mapped_file_queue.max_offset())
+                if not filler_file.append(_FILLER_UNIT):
+                    raise AssertionError(f"{filler_file.path}: no room for a filler unit")
+            mapped_file = self._file_for(expect_offset)
+            current_offset = mapped_file.file_from_offset + mapped_file.wrote_position
         if expect_offset > current_offset:
             log.error("%s: queue offset %d leaves a gap after %d; unit refused", self.queue_dir,
                       queue_offset, current_offset // UNIT_SIZE)
@@ -391,6 +429,15 @@ class ConsumeQueue:
         self._min_logic_offset = min(self._min_logic_offset, cut_offset)
         self.last_dispatched_phy_offset = self._last_phy_end()
 
+    def truncate_at(self, queue_offset: int) -> None:
+        """Drop the units from ``queue_offset`` on (damaged units found by
+        pybroker.store.repair); bytes beyond the new end are zeroed."""
+        if self.read_only:
+            raise PermissionError(f"{self.queue_dir}: read-only consume queue")
+        self.mapped_file_queue.truncate_dirty_files(queue_offset * UNIT_SIZE)
+        self._min_logic_offset = min(self._min_logic_offset, queue_offset * UNIT_SIZE)
+        self.last_dispatched_phy_offset = self._last_phy_end()
+
     def _last_phy_end(self) -> int:
         for mapped_file in reversed(self.mapped_file_queue.mapped_files):
             count = mapped_file.wrote_position // UNIT_SIZE
@@ -431,6 +478,7 @@ class ConsumeQueueStore:
         self.mapped_file_size = mapped_file_size
         self.read_only = read_only
         self.queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self.rebuilt_queues = []     # (topic, queue_id) deleted by load(repair=True)
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queue_table.get(topic, {}).get(queue_id)
@@ -448,8 +496,12 @@ class ConsumeQueueStore:
     def queues(self) -> list[ConsumeQueue]:
         return [queue for queues in self.queue_table.values() for queue in queues.values()]
 
-    def load(self) -> bool:
-        """Map ``consumequeue/<topic>/<queue_id>/`` from disk; False if a file has a bad size."""
+    def load(self, repair: bool = False) -> bool:
+        """Map ``consumequeue/<topic>/<queue_id>/`` from disk; False if a file has a bad size.
+
+        ``repair``: a queue with a file of the wrong size is deleted instead (logged) and
+        recorded in :attr:`rebuilt_queues`; the caller re-dispatches it from the CommitLog.
+        """
         root = paths.consume_queue_root(self.store_root)
         try:
             topics = sorted(os.listdir(root))
@@ -463,8 +515,17 @@ class ConsumeQueueStore:
                 if not name.isdigit():
                     log.warning("ignoring %s: not a queue id", os.path.join(topic_dir, name))
                     continue
-                if not self.find_or_create(topic, int(name)).load():
+                queue = self.find_or_create(topic, int(name))
+                if queue.load():
+                    continue
+                if not repair:
                     return False
+                log.error("consume queue %s has a file of the wrong size: deleted, to be "
+                          "rebuilt from the CommitLog", queue.queue_dir)
+                queue.destroy()
+                self.queue_table[topic][int(name)] = ConsumeQueue(
+                    self.store_root, topic, int(name), self.mapped_file_size, self.read_only)
+                self.rebuilt_queues.append((topic, int(name)))
         return True
 
     def recover(self) -> int:

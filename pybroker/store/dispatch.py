@@ -21,6 +21,10 @@ writers. Records are taken only up to a complete record: a partially replicated 
 last chunk) stops the walk until more bytes arrive. A damaged record in the written region is an
 invariant violation and raises :class:`~pybroker.errors.StoreCorruptError`.
 
+Ranges recovery skipped at the operator's request (:mod:`pybroker.store.damaged_records`) are
+jumped over; after such a jump a queue-offset gap (the skipped record's unit, when it was never
+written) is filled with filler units instead of stopping that queue.
+
 The dispatched position is published after every call through ``on_dispatched(offset)`` (the
 control block in the multi-process broker) and kept in :attr:`Dispatcher.reput_from_offset`.
 """
@@ -90,7 +94,8 @@ class Dispatcher:
     def __init__(self, commitlog: CommitLog, consume_queue_store: ConsumeQueueStore,
                  index_service: IndexService | None, delay_levels_ms: tuple[int, ...],
                  reput_from_offset: int = 0,
-                 on_dispatched: Callable[[int], None] | None = None):
+                 on_dispatched: Callable[[int], None] | None = None,
+                 damaged_records=None):
         if reput_from_offset < 0:
             raise ValueError(f"reput_from_offset must be >= 0, got {reput_from_offset}")
         self.commitlog = commitlog
@@ -99,6 +104,8 @@ class Dispatcher:
         self.delay_levels_ms = tuple(delay_levels_ms)
         self.reput_from_offset = reput_from_offset
         self.on_dispatched = on_dispatched
+        self.damaged_records = damaged_records    # DamagedRecords or None
+        self._fill_gaps = False                   # set once a damaged range was jumped over
         self.last_store_timestamp = 0     # ms, store time of the last dispatched record
         self.dispatched_total = 0         # records dispatched since construction
         # One-entry cache: consecutive records mostly share a topic-queue.
@@ -121,6 +128,13 @@ class Dispatcher:
         dispatched = 0
         offset = self.reput_from_offset
         while offset < max_physical_offset:
+            limit = max_physical_offset
+            if self.damaged_records:
+                span = self.damaged_records.span_at(offset)
+                if span is not None:
+                    offset, self._fill_gaps = span[1], True
+                    continue
+                limit = min(limit, self.damaged_records.next_start(offset) or limit)
             mapped_file = queue.find_mapped_file_by_offset(offset)
             if mapped_file is None:
                 min_offset = self.commitlog.min_offset()
@@ -131,7 +145,7 @@ class Dispatcher:
                     offset = min_offset
                     continue
                 break
-            count, next_offset = self._dispatch_file(mapped_file, offset, max_physical_offset)
+            count, next_offset = self._dispatch_file(mapped_file, offset, limit)
             dispatched += count
             if next_offset == offset:
                 break
@@ -191,7 +205,7 @@ class Dispatcher:
             queue = self._last_queue
             assert queue is not None            # set with its key above
             if not queue.put(message_record.physical_offset, message_record.total_size,
-                             tags_code, message_record.queue_offset):
+                             tags_code, message_record.queue_offset, self._fill_gaps):
                 raise StoreCorruptError(
                     f"consume queue {topic}-{message_record.queue_id} refused queue offset "
                     f"{message_record.queue_offset} of physical offset "

@@ -234,13 +234,17 @@ class IndexService:
         self.max_index_num = max_index_num
         self.read_only = read_only
         self.index_files: list[IndexFile] = []
+        self.rebuilt = False       # load(repair=True) deleted damaged files
 
     def _open(self, name: str, end_phy_offset: int = 0, end_timestamp: int = 0) -> IndexFile:
         return IndexFile(os.path.join(self.index_dir, name), self.max_hash_slot_num,
                          self.max_index_num, end_phy_offset, end_timestamp, self.read_only)
 
-    def load(self) -> bool:
-        """Map every IndexFile of the directory, oldest first; False if one has the wrong size."""
+    def load(self, repair: bool = False) -> bool:
+        """Map every IndexFile of the directory, oldest first; False if one has the wrong size.
+
+        ``repair``: instead, delete every IndexFile (logged; :attr:`rebuilt` is set) so that
+        the caller rebuilds the index from the oldest CommitLog record."""
         self.close()
         try:
             names = sorted(n for n in os.listdir(self.index_dir)
@@ -251,8 +255,16 @@ class IndexService:
         for name in names:
             size = os.path.getsize(os.path.join(self.index_dir, name))
             if size != expected:
-                log.error("index file %s has %d bytes, expected %d", name, size, expected)
-                return False
+                log.error("index file %s has %d bytes, expected %d%s", name, size, expected,
+                          ": every index file is deleted, to be rebuilt from the CommitLog"
+                          if repair else "")
+                if not repair:
+                    return False
+                self.close()
+                for other in names:
+                    os.unlink(os.path.join(self.index_dir, other))
+                self.rebuilt = True
+                return True
             self.index_files.append(self._open(name))
         return True
 

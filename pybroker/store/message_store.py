@@ -24,11 +24,12 @@ import psutil
 from pybroker import clock
 from pybroker.protocol.constants import MessageSysFlag, SystemTopic
 from pybroker.protocol.message_id import offset_message_id
-from pybroker.store import layout, lock_file, paths, recovery
+from pybroker.store import layout, lock_file, paths, recovery, repair
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
+from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.dispatch import Dispatcher
 from pybroker.store.index_file import IndexService
 from pybroker.store.reads import GetResult, QueryResult, SelectResult, StoreReads
@@ -149,13 +150,16 @@ class MessageStore(StoreReads):
                                    settings.mapped_file_size_commit_log)
         self.consume_queue_store = ConsumeQueueStore(
             self.store_root, settings.mapped_file_size_consume_queue)
-        self.checkpoint = StoreCheckpoint(paths.checkpoint_path(self.store_root))
+        # Derived files are checked and rebuilt when damaged (pybroker/store/repair.py).
+        # The wall clock, not the injected one: "a time in the future" is a real-world test.
+        self.checkpoint = repair.open_checkpoint(paths.checkpoint_path(self.store_root),
+                                                 clock.now_ms())
         if settings.message_index_enable:
             self.index_service = IndexService(paths.index_dir(self.store_root),
                                               settings.max_hash_slot_num,
                                               settings.max_index_num)
-        if not (self.commitlog.load() and self.consume_queue_store.load()
-                and (self.index_service is None or self.index_service.load())):
+        if not (self.commitlog.load() and self.consume_queue_store.load(repair=True)
+                and (self.index_service is None or self.index_service.load(repair=True))):
             log.error("store %s: a file has the wrong size; not loaded", self.store_root)
             return False
         self._recover(abnormal)
@@ -171,10 +175,13 @@ class MessageStore(StoreReads):
         if abnormal and self.index_service is not None:
             self.index_service.delete_newer_than(checkpoint.index_msg_timestamp)
         self.consume_queue_store.recover()
+        damaged = DamagedRecords.load(self.store_root)
         result = recovery.recover(self.commitlog, abnormal, checkpoint, None,
                                   self.settings.check_crc_on_recover,
-                                  self.settings.message_index_safe)
+                                  self.settings.message_index_safe, damaged,
+                                  self.settings.skip_damaged_records_on_recover)
         self.recovery_result = result
+        self._keep_damaged_records(damaged, result.skipped_spans)
         (log.warning if abnormal else log.info)(
             "store %s: %s recovery, CommitLog valid to %d", self.store_root,
             "abnormal" if abnormal else "normal", result.valid_end_offset)
@@ -183,12 +190,19 @@ class MessageStore(StoreReads):
         reput_from = self.consume_queue_store.max_physical_offset()
         if result.dispatch_from_offset is not None:
             reput_from = min(reput_from, result.dispatch_from_offset)
+        cut_tails = repair.drop_damaged_tails(self.consume_queue_store, self.commitlog,
+                                              result.valid_end_offset)
+        if cut_tails is not None:
+            reput_from = min(reput_from, cut_tails)
+        if self.consume_queue_store.rebuilt_queues:
+            reput_from = 0       # a queue was deleted: rebuild it from the oldest record
         if self.index_service is not None and not self.index_service.index_files:
             reput_from = 0       # index files lost: rebuild them from the oldest record
         commitlog_min = self.commitlog.min_offset()
         reput_from = max(reput_from, commitlog_min, 0)
         self.dispatcher = Dispatcher(self.commitlog, self.consume_queue_store, self.index_service,
-                                     self.delay_levels_ms, reput_from)
+                                     self.delay_levels_ms, reput_from,
+                                     damaged_records=damaged)
         result.dispatched_count = self.dispatcher.dispatch_until(result.valid_end_offset)
         if self.dispatcher.reput_from_offset < result.valid_end_offset:
             log.error("store %s: dispatch stopped at %d before the valid end %d",
@@ -200,6 +214,17 @@ class MessageStore(StoreReads):
         if commitlog_min > 0:
             self.consume_queue_store.correct_min_offset(commitlog_min)
         self._last_put_store_timestamp = checkpoint.physic_msg_timestamp
+
+    def _keep_damaged_records(self, damaged: DamagedRecords, skipped) -> None:
+        """Record newly skipped ranges (and forget expired ones) in damagedRecords.json."""
+        changed = any([damaged.add(start, end) for start, end in skipped])
+        changed |= damaged.forget_below(max(self.commitlog.min_offset(), 0))
+        if changed:
+            damaged.save()
+        if damaged:
+            log.warning("store %s: %d damaged CommitLog range(s) skipped (%s); their records "
+                        "are never served", self.store_root, len(damaged), damaged.spans)
+        self.damaged_records = damaged
 
     def start(self) -> None:
         """Mark the store open (abort file); load() first when not loaded yet."""

@@ -56,6 +56,12 @@ def abort_path(store_root: str) -> str:
     return os.path.join(store_root, ABORT_FILE)
 
 
+def damaged_records_path(store_root: str) -> str:
+    """``<root>/damagedRecords.json``: CommitLog records recovery skipped at the operator's
+    request (pybroker only; pybroker/store/damaged_records.py)."""
+    return os.path.join(store_root, "damagedRecords.json")
+
+
 def lock_path(store_root: str) -> str:
     """``<root>/lock``: holds the exclusive lock of the broker owning the store (protocol.md
     §4.7)."""

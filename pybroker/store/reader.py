@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import psutil
 
+from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store import layout, paths
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import UNIT_DTYPE, ConsumeQueue, ConsumeQueueStore
@@ -138,6 +139,8 @@ class MessageStoreReader(StoreReads):
         self._stats = {"get_times_found": 0, "get_times_miss": 0, "get_transferred_count": 0}
         self.dispatched_position = max(dispatched_position, 0)
         self.written_position = self.dispatched_position
+        # Written by recovery before the workers start; read once.
+        self.damaged_records = DamagedRecords.load(self.store_root) or None
         self._positions = positions
         self._store_changes = store_changes
         self._seen_store_changes = (0, 0)

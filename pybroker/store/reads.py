@@ -126,6 +126,8 @@ class StoreReads:
     index_service: IndexService | None
     _memory_bytes: int
     _stats: dict[str, int]
+    # Damaged CommitLog ranges recovery skipped (pybroker.store.damaged_records): never served.
+    damaged_records = None
 
     @property
     def _transfer_limits(self) -> tuple[int, int, int, int]:
@@ -209,6 +211,12 @@ class StoreReads:
         else:
             codes = np.array([c for c in tag_codes if _INT32_MIN <= c <= _INT32_MAX], np.int32)
             matched = np.flatnonzero(np.isin(tags_codes.astype(np.int32), codes))
+        if self.damaged_records:
+            # Filler units (for skipped records) and units pointing into a skipped range are
+            # stepped over like filtered ones: the damaged bytes are never served.
+            unservable = self.damaged_records.mask(physical_offsets) | \
+                ((physical_offsets == 0) & (sizes == layout.CQ_FILLER_SIZE))
+            matched = matched[~unservable[matched]]
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
         scanned = self._collect(result, physical_offsets, sizes, matched, max_count, max_bytes,
                                 record_filter)
@@ -294,6 +302,8 @@ class StoreReads:
     # --- single records, query by key, replication -------------------------------------------
     def look_message_by_offset(self, physical_offset: int) -> SelectResult | None:
         """The whole raw record at ``physical_offset`` (VIEW_MESSAGE_BY_ID), or None."""
+        if self.damaged_records and self.damaged_records.span_at(physical_offset) is not None:
+            return None
         mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
             physical_offset)
         if mapped_file is None:

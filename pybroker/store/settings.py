@@ -76,6 +76,10 @@ class StoreConfig:
     max_message_size: int = setting("maxMessageSize", 4 << 20, "largest message body", unit="bytes",
         rule=between(1, 1 << 30))
     check_crc_on_recover: bool = setting("checkCRCOnRecover", True, "verify body CRC in recovery")
+    skip_damaged_records_on_recover: bool = setting("skipDamagedRecordsOnRecover", False,
+        "a damaged CommitLog record with valid records after it: false = refuse to start "
+        "(name file and offset), true = skip it, log it, never serve it, keep the rest",
+        pybroker_only=True, important=True)
     message_delay_level: str = setting("messageDelayLevel",
         "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", "delay of level 1, 2, ...",
         rule=DELAY_LEVEL_RULE)

@@ -1,10 +1,11 @@
-"""Recovery finds exactly the last whole record after every torn tail and stops at corruption.
+"""Recovery finds exactly the last whole record after every torn tail; mid-log damage stops it.
 
 Method: write a CommitLog of several 8 KiB files, keep its bytes, then for every case restore
 the files, damage them (truncate the last record at every byte, zero the tail, flip one byte in
 each field, corrupt a record in the middle), reload, run normal and abnormal recovery and compare
 the valid end, the bytes left on disk, the re-dispatched records and a following append against
-what was written.
+what was written. Damage with valid records after it must raise (files untouched) or, when
+asked to, be skipped with every later record kept.
 """
 import logging
 import os
@@ -12,9 +13,11 @@ import os
 import pytest
 
 from pybroker._fast import record as record_codec
+from pybroker.errors import StoreCorruptError
 from pybroker.store import layout, recovery
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
+from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.status import PutStatus
 
 FILE_SIZE = 8192
@@ -177,29 +180,73 @@ def test_flip_one_byte_in_each_field_of_last_record(store, abnormal):
         check_recovered_to(store, commitlog, result, expected_end)
 
 
-@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
-def test_corruption_in_the_middle_stops_and_logs_file_and_offset(store, abnormal, caplog):
-    # A record in the middle of the second-to-last file; whole valid records follow it.
+def _file_bytes(store: Store) -> dict[str, bytes]:
+    found = {}
+    for name in os.listdir(store.path):
+        with open(os.path.join(store.path, name), "rb") as handle:
+            found[name] = handle.read()
+    return found
+
+
+def _damage_middle_record(store: Store, field: str) -> tuple[int, int]:
+    """Damage a record in the middle of the second-to-last file; whole valid records follow
+    it. Returns its (physical offset, size)."""
     files = sorted(store.files)
     middle_file_base = int(files[-2])
     candidates = [(p, s) for p, s in store.records
                   if middle_file_base <= p < middle_file_base + FILE_SIZE]
     damaged_offset, damaged_size = candidates[len(candidates) // 2]
     store.restore()
-    body_at = layout.RECORD_BODY_LENGTH_POSITION_V4 + 4
-    store.patch(damaged_offset + body_at + 2, b"\xee")   # a body byte: CRC mismatch
+    if field == "body":                                    # CRC mismatch
+        store.patch(damaged_offset + layout.RECORD_BODY_LENGTH_POSITION_V4 + 6, b"\xee")
+    else:                                                  # TOTALSIZE: the record cannot parse
+        store.patch(damaged_offset + 1, b"\x7f")
+    return damaged_offset, damaged_size
+
+
+@pytest.mark.parametrize("field", ["body", "size"])
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_corruption_in_the_middle_stops_recovery_naming_file_and_offset(store, abnormal, field):
+    damaged_offset, _ = _damage_middle_record(store, field)
+    files_before = _file_bytes(store)
+    commitlog = store.open()
+    with pytest.raises(StoreCorruptError) as refused:
+        if abnormal:
+            recovery.recover_abnormally(commitlog, BASE_TIMESTAMP_MS)
+        else:
+            recovery.recover_normally(commitlog)
+    commitlog.shutdown(0)
+    message = str(refused.value)
+    assert sorted(store.files)[-2] in message and f"physical offset {damaged_offset}" in message
+    assert "skipDamagedRecordsOnRecover" in message
+    # Nothing was truncated or deleted.
+    assert _file_bytes(store) == files_before
+
+
+@pytest.mark.parametrize("field", ["body", "size"])
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_skip_damaged_keeps_every_later_record(store, abnormal, field, caplog, tmp_path):
+    damaged_offset, damaged_size = _damage_middle_record(store, field)
+    commitlog = store.open()
+    dispatched = []
     with caplog.at_level(logging.ERROR, logger="pybroker.store.recovery"):
-        commitlog, result, dispatched = recover(store, abnormal, BASE_TIMESTAMP_MS)
-    assert result.damaged_offset == damaged_offset
-    errors = [r for r in caplog.records
-              if r.name == "pybroker.store.recovery" and r.levelno == logging.ERROR]
-    assert len(errors) == 1
-    message = errors[0].getMessage()
-    assert files[-2] in message and str(damaged_offset) in message
+        if abnormal:
+            result = recovery.recover_abnormally(
+                commitlog, BASE_TIMESTAMP_MS,
+                lambda r: dispatched.append(r.physical_offset), skip_damaged=True)
+        else:
+            result = recovery.recover_normally(commitlog, skip_damaged=True)
+    assert result.valid_end_offset == store.max_offset == commitlog.max_offset()
+    assert result.skipped_spans == [(damaged_offset, damaged_offset + damaged_size)]
+    assert any(f"physical offset {damaged_offset}" in r.getMessage() for r in caplog.records)
     if abnormal:
-        assert dispatched and dispatched[-1][0] < damaged_offset
-    assert sorted(os.listdir(store.path)) == files[:-1]    # the later file is gone
-    check_recovered_to(store, commitlog, result, damaged_offset)
+        assert dispatched == [p for p, _ in store.records
+                              if p >= result.dispatch_from_offset and p != damaged_offset]
+    # A later start knows the span: no error even without the option.
+    commitlog.shutdown(0)
+    known = DamagedRecords(str(tmp_path), result.skipped_spans)
+    again = recovery.recover_normally(store.open(), damaged=known)
+    assert again.valid_end_offset == store.max_offset
 
 
 def test_abnormal_recovery_starts_at_newest_file_before_the_checkpoint(store, tmp_path):

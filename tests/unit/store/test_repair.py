@@ -1,0 +1,125 @@
+"""Damaged derived files are rebuilt from the CommitLog; skipped damaged records never come back.
+
+Method: real stores in tmp_path (64 KiB CommitLog files). Each case writes messages, shuts the
+store down, damages files on disk, reopens it and reads every queue back: consume-queue tails
+with garbage that even looks ordered, a consume queue lost together with a damaged record
+(dispatch must fill the skipped record's queue offset and go on), a truncated index file, and
+a checkpoint with impossible times.
+"""
+import os
+import shutil
+import struct
+
+import pytest
+
+from pybroker._fast import record as record_codec
+from pybroker.errors import StoreCorruptError
+from pybroker.store import layout, paths
+from pybroker.store.damaged_records import DamagedRecords
+from pybroker.store.message_store import MessageStore
+from tests.unit.store.test_message_store import TOPIC, body_of, bodies, make_settings, put
+
+COUNT = 400
+
+
+def _fill(tmp_path, **overrides) -> tuple[list[int], object]:
+    settings = make_settings(tmp_path, **overrides)
+    with MessageStore(settings) as store:
+        offsets = [put(store, index, KEYS=f"k{index}").physical_offset for index in range(COUNT)]
+    return offsets, settings
+
+
+def _read_all(store, queue_id: int = 0) -> list[bytes]:
+    read, queue_offset = [], 0
+    while True:
+        result = store.get_messages("g", TOPIC, queue_id, queue_offset, 32)
+        try:
+            read += bodies(result)
+        finally:
+            result.release()
+        if result.next_begin_offset == queue_offset:
+            return read
+        queue_offset = result.next_begin_offset
+
+
+def _queue_file(settings) -> str:
+    directory = paths.consume_queue_dir(settings.store_path_root_dir, TOPIC, 0)
+    return os.path.join(directory, sorted(os.listdir(directory))[-1])
+
+
+def test_ordered_garbage_after_the_last_unit_is_cut_and_rebuilt(tmp_path, caplog):
+    _, settings = _fill(tmp_path)
+    path = _queue_file(settings)
+    with open(path, "r+b") as file:
+        data = bytearray(file.read())
+        written = max(i for i in range(0, len(data), 20) if any(data[i:i + 20])) + 20
+        # Units that pass the old rule (phy >= 0, size > 0), in order, pointing at old records.
+        garbage = b"".join(struct.pack(">qiq", 100 + i, 50, 0) for i in range(3))
+        if written + len(garbage) <= len(data):
+            file.seek(written)
+            file.write(garbage)
+    with MessageStore(settings) as store:
+        assert _read_all(store) == [body_of(index) for index in range(COUNT)]
+    assert any("rebuilt from the CommitLog" in r.getMessage() for r in caplog.records)
+
+
+def test_lost_queue_and_a_damaged_record_skip_and_fill_the_gap(tmp_path):
+    offsets, settings = _fill(tmp_path, skip_damaged_records_on_recover=True)
+    root = settings.store_path_root_dir
+    shutil.rmtree(paths.consume_queue_root(root))
+    damaged = offsets[COUNT // 2]                  # not the first record of its file
+    if damaged % settings.mapped_file_size_commit_log == 0:
+        damaged = offsets[COUNT // 2 + 1]
+    name = paths.offset_file_path(settings.commitlog_dir,
+                                  damaged - damaged % settings.mapped_file_size_commit_log)
+    with open(name, "r+b") as file:
+        file.seek(damaged % settings.mapped_file_size_commit_log + 1)
+        file.write(b"\x7f")                         # TOTALSIZE: unparseable
+    lock_path = paths.abort_path(root)
+    open(lock_path, "w").close()                    # abnormal: re-dispatch from the start
+    with MessageStore(settings) as store:
+        skipped = offsets.index(damaged)
+        assert _read_all(store) == [body_of(i) for i in range(COUNT) if i != skipped]
+        assert store.get_max_offset_in_queue(TOPIC, 0) == COUNT
+        assert store.look_message_by_offset(damaged) is None
+        put(store, COUNT)
+        assert _read_all(store)[-1] == body_of(COUNT)
+    assert DamagedRecords.load(root).span_at(damaged) is not None
+    # The span is known now: a later start needs no option.
+    with MessageStore(make_settings(tmp_path)) as store:
+        assert len(_read_all(store)) == COUNT
+
+
+def test_damage_without_the_option_refuses_to_load(tmp_path):
+    offsets, settings = _fill(tmp_path)
+    damaged = offsets[-50]
+    name = paths.offset_file_path(settings.commitlog_dir,
+                                  damaged - damaged % settings.mapped_file_size_commit_log)
+    with open(name, "r+b") as file:
+        file.seek(damaged % settings.mapped_file_size_commit_log
+                  + layout.RECORD_BODY_LENGTH_POSITION_V4 + 5)
+        file.write(b"\xff")
+    with pytest.raises(StoreCorruptError, match=f"physical offset {damaged}"):
+        MessageStore(settings).load()
+
+
+def test_truncated_index_and_damaged_checkpoint_are_rebuilt(tmp_path, caplog):
+    _, settings = _fill(tmp_path)
+    root = settings.store_path_root_dir
+    index_dir = paths.index_dir(root)
+    for name in os.listdir(index_dir):
+        os.truncate(os.path.join(index_dir, name), 1000)
+    with open(paths.checkpoint_path(root), "r+b") as file:
+        file.write(struct.pack(">q", -5))
+    open(paths.abort_path(root), "w").close()
+    with MessageStore(settings) as store:
+        assert _read_all(store) == [body_of(index) for index in range(COUNT)]
+        found = store.query_messages(TOPIC, "k7", 32, 0, 1 << 62)
+        try:
+            assert [bytes(record_codec.decode(b, 0).body) for b in found.buffers] == \
+                [body_of(7)]
+        finally:
+            found.release()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("index file" in m and "rebuilt from the CommitLog" in m for m in messages)
+    assert any("checkpoint" in m and "damaged" in m for m in messages)
