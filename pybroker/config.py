@@ -128,6 +128,16 @@ class BrokerConfig:
         "hold pulls that find nothing until a message arrives")
     short_polling_time_mills: int = setting("shortPollingTimeMills", 1000,
         "hold time when long polling is off", unit="ms", long=True, rule=between(0, 600000))
+    broker_fast_failure_enable: bool = setting("brokerFastFailureEnable", True,
+        "answer SYSTEM_BUSY [TIMEOUT_CLEAN_QUEUE] to sends that waited in a remoting worker "
+        "longer than waitTimeMillsInSendQueue", important=True)
+    wait_time_mills_in_send_queue: int = setting("waitTimeMillsInSendQueue", 200,
+        "fast failure: longest wait of a send before the appender takes it", unit="ms",
+        long=True, rule=between(1, 600000))
+    worker_hang_timeout_millis: int = setting("workerHangTimeoutMillis", 10000,
+        "the supervisor restarts the generation when a worker's main loop stops turning "
+        "this long while work waits for it", unit="ms", rule=between(1000, 3600000),
+        pybroker_only=True)
     long_polling_suspend_max_ms: int = setting("longPollingSuspendMaxMs", 120000,
         "cap on a pull's suspendTimeoutMillis", unit="ms", rule=between(1000, 3600000),
         pybroker_only=True)

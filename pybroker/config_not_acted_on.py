@@ -38,11 +38,11 @@ JAVA_KEYS_NOT_USED = frozenset((
     "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity", "useReentrantLockWhenPutMessage",
     "serverSelectorThreads", "serverCallbackExecutorThreads", "useEpollNativeSelector",
     "serverPooledByteBufAllocatorEnable", "clientWorkerThreads", "clientCallbackExecutorThreads",
-    "brokerFastFailureEnable", "waitTimeMillsInSendQueue", "waitTimeMillsInPullQueue",
+    "waitTimeMillsInPullQueue",
     "rmqAddressServerDomain", "rmqAddressServerSubGroup", "highSpeedMode", "transferMsgByHeap",
     "filterSupportRetry", "storeReplyMessageEnable", "disableConsumeIfConsumerReadSlowly",
     "consumerFallbehindThreshold", "flushLeastPagesWhenWarmMapedFile", "maxMsgsNumBatch",
-    "osPageCacheBusyTimeOutMills", "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
+    "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
     "productEnvName", "clusterTest", "configStorePath", "flushConsumerOffsetHistoryInterval",
 ))
 # Java keys naming features pybroker lacks; any value but Java's default stops start-up.

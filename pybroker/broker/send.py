@@ -495,7 +495,8 @@ async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
             result, queue_id = await _send_single(ctx, channel, request, header, config)
     except SendRefused as refusal:
         return _answer(request, refusal.code, refusal.remark, fields)
-    code, remark = send_response(result.status, ctx.config.store.max_message_size)
+    code, remark = send_response(result.status, ctx.config.store.max_message_size,
+                                 waited_ms=result.waited_ms, queue_size=result.queue_size)
     if result.status.stored:
         fields["msgId"] = result.message_id
         fields["queueId"] = str(queue_id)

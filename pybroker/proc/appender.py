@@ -25,6 +25,7 @@ import logging
 
 from pybroker import clock
 from pybroker._fast import record as record_codec
+from pybroker._fast import ring
 from pybroker.proc import ring_format
 from pybroker.proc.topic_deletion import read_requested_topics, requests_path
 from pybroker.proc.wake import (APPENDER_SLOT, HA_SLOT, ConsumerSide, DataPlaneWakes, Sleeper,
@@ -171,6 +172,7 @@ class _Appender:
         sleeper = Sleeper(self.wakes.appender, [ConsumerSide(ring) for ring in self.rings])
         terminated = stop_on_sigterm(self.wakes.appender)
         while True:
+            self.counters.beat()
             self.check_store_changes()
             if self.drain():
                 continue
@@ -188,11 +190,15 @@ class _Appender:
         stats = self.stats
         # Java's pageCacheLockTimeMills: how long the running append has held the CommitLog.
         stats.set(StatsCounter.PAGE_CACHE_LOCK_BEGIN_MS, store_timestamp)
+        # The same for remoting workers: a put arriving while this drain is older than
+        # osPageCacheBusyTimeOutMills is refused [PC_SYNCHRONIZED] (pybroker/proc/ring_putter.py).
+        self.counters.busy_since_ms = store_timestamp
         start_offset = self.commitlog.max_offset()
         for index in range(len(self.rings)):
             taken, appended = self._drain_ring(index, store_timestamp)
             requests += taken
             records += appended
+        self.counters.busy_since_ms = 0
         stats.set(StatsCounter.PAGE_CACHE_LOCK_BEGIN_MS, 0)
         if not requests:
             return 0
@@ -226,19 +232,35 @@ class _Appender:
             if count == 0:
                 break
             data = ring.data()
-            for payload_offset, length in ring.iter_records(start, end):
+            records = ring.iter_records(start, end)
+            cancelled_up_to = self._claim(index, data, records[-1][0])
+            for payload_offset, length in records:
                 appended += self._append(data, payload_offset, length, completions,
-                                         store_timestamp)
+                                         store_timestamp, cancelled_up_to)
             taken += count
             if ring.release(end):
                 self.wakes.workers[index].signal()
         return taken, appended
 
-    def _append(self, data, offset: int, length: int, completions, store_timestamp: int) -> int:
+    def _claim(self, index: int, data, last_offset: int) -> int:
+        """Take the batch ending with the request at ``last_offset``: publish its id as taken,
+        fence, then read how far the producer withdrew requests (fast failure; the handshake
+        is in pybroker/store/control_block.py). Returns the cancel watermark."""
+        control = self.control
+        words = control.words()
+        ring.store_u64(words, control.taken_offset(index),
+                       ring_format.request_id_at(data, last_offset))
+        ring.fence()
+        return control.worker(index).cancel_request_id
+
+    def _append(self, data, offset: int, length: int, completions, store_timestamp: int,
+                cancelled_up_to: int = 0) -> int:
         """Append one request and push its completion; returns the records appended."""
         request = ring_format.read_put_request(data, offset, length)
         status, result = PutStatus.MESSAGE_ILLEGAL, None
-        if self.disk_full:
+        if 0 < request.request_id <= cancelled_up_to:
+            status = PutStatus.TIMEOUT_CLEAN_QUEUE     # answered busy already: never stored
+        elif self.disk_full:
             status = PutStatus.SERVICE_NOT_AVAILABLE
         elif request.topic is not None:
             records = data[request.records_offset:request.records_end]

@@ -13,8 +13,10 @@ import os
 import socket
 from collections.abc import Callable
 
+from pybroker import clock
 from pybroker.config import BrokerRole
 from pybroker.proc import topic_deletion
+from pybroker.proc.fast_failure import FastFailure
 from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
@@ -22,7 +24,7 @@ from pybroker.proc.ha import run_ha
 from pybroker.proc.listeners import check_ports_free
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
-from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, WakeFd
+from pybroker.proc.wake import APPENDER_SLOT, AsyncWakeReader, DataPlaneWakes, WakeFd
 from pybroker.stats.region import (WRITER_APPENDER, WRITER_DISPATCHER, WRITER_FLUSHER,
                                    StatsRegion, StatsWriter, remoting_writer)
 from pybroker.store import paths
@@ -66,6 +68,18 @@ def store_host_of(config) -> tuple[bytes, int]:
     return socket.inet_pton(family, address), config.broker.listen_port
 
 
+def _fast_failure(config, control, slot: int, workers: int) -> FastFailure | None:
+    """Client puts (remoting worker slots) fail fast; the supervisor's own puts (delay
+    delivery, transaction checks) wait and retry by themselves."""
+    if slot >= workers:
+        return None
+    broker = config.broker
+    return FastFailure(control, slot, APPENDER_SLOT,
+                       broker.wait_time_mills_in_send_queue
+                       if broker.broker_fast_failure_enable else None,
+                       config.store.os_page_cache_busy_time_out_mills, clock.now_ms)
+
+
 class Attachment:
     """A process's view of the data plane: ``reader``, ``putter``, ``store_host``."""
 
@@ -90,7 +104,8 @@ class Attachment:
                 plane.wakes.appender, slot, self.store_host, config.store.sync_flush,
                 config.store.sync_flush_timeout,
                 config.store.broker_role == BrokerRole.SYNC_MASTER,
-                config.store.ha_max_gap_not_in_sync)
+                config.store.ha_max_gap_not_in_sync,
+                fast_failure=_fast_failure(config, control, slot, plane.workers))
         self.wake_fd = plane.wakes.workers[slot]
         # This process's section of the instrument region (remoting workers only).
         self.stats_writer: StatsWriter | None = None

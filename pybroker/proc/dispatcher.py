@@ -97,6 +97,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     log.info("dispatcher: reput from %d", dispatcher.reput_from_offset)
     try:
         while True:
+            counters.beat()
             written = control.written_position     # before the deletion fields: see there
             target = deletions.target(written)
             if target > dispatcher.reput_from_offset:

@@ -104,6 +104,7 @@ class _Flusher:
         watch = PositionWatch(self.control, "written_position", FLUSHER_SLOT)
         sleeper = Sleeper(self.wakes.flusher, [watch] if self.sync else [])
         while True:
+            self.counters.beat()
             stopping = self.stop_requested()
             flushed = self.flush_once(least_pages=0 if (self.sync or stopping) else None)
             if self.prefault is not None and not stopping:

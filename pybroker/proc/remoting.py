@@ -46,6 +46,7 @@ _FAMILIES: dict[int, str] = {RequestCode.SEND_MESSAGE: "send", RequestCode.SEND_
              RequestCode.VIEW_MESSAGE_BY_ID: "query", RequestCode.END_TRANSACTION: "transaction"}
 # How often held pulls are re-checked even without a dispatcher wake-up (Java: 5 s).
 HELD_PULL_SWEEP_S = 5.0
+HEARTBEAT_INTERVAL_S = 1.0
 
 
 
@@ -100,11 +101,13 @@ class RemotingWorker:
                 on_connect=self._connected, on_close=self._disconnected,
                 on_unmatched_response=self._relay_client_response))
         sweeper = loop.create_task(self._sweep_held_pulls())
+        beat = loop.create_task(self._beat())
         log.info("remoting worker %d serving %s ports %d and %d", self.worker_id,
                  self.config.remoting.bind_address, self.config.broker.listen_port,
                  self.config.derived.fast_listen_port)
         await self.stopping.wait()
         sweeper.cancel()
+        beat.cancel()
         await self._stop()
 
     async def _stop(self) -> None:
@@ -115,6 +118,13 @@ class RemotingWorker:
             await server.wait_closed()
         self.metadata_client.close()
         self.data_plane.close()
+
+    async def _beat(self) -> None:
+        """Show the supervisor's watchdog that this event loop turns (pybroker/proc/watchdog.py)."""
+        counters = self.data_plane.control.worker(self.worker_id)
+        while True:
+            counters.beat()
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
     async def _sweep_held_pulls(self) -> None:
         while True:

@@ -32,7 +32,7 @@ from pybroker.store.status import PutStatus
 
 __all__ = ["PUT_HEADER", "PUT_FLAG_WAIT_STORE", "PUT_STATUSES", "PutRequest", "put_header_size",
            "put_request_size", "write_put_request", "read_put_request", "status_code",
-           "status_of"]
+           "status_of", "request_id_at"]
 
 PUT_HEADER = struct.Struct("=qiiiih")
 assert PUT_HEADER.size == 8 + 4 + 4 + 4 + 4 + 2
@@ -74,6 +74,14 @@ def write_put_request(data, offset: int, request_id: int, queue_id: int, count: 
                          PUT_FLAG_WAIT_STORE if wait_store else 0, len(topic))
     data[offset + PUT_HEADER.size:offset + PUT_HEADER.size + len(topic)] = topic
     data[offset + header_size:offset + header_size + len(records)] = records
+
+
+_REQUEST_ID = struct.Struct("=q")
+
+
+def request_id_at(data, offset: int) -> int:
+    """The request_id of the request at ``offset`` (the appender claims batches by id)."""
+    return _REQUEST_ID.unpack_from(data, offset)[0]
 
 
 def read_put_request(data, offset: int, length: int) -> PutRequest:

@@ -23,6 +23,7 @@ import collections
 import itertools
 
 from pybroker.proc import ring_format
+from pybroker.proc.fast_failure import FastFailure, Withdrawn
 from pybroker.proc.wake import AsyncWakeReader, SleepFlag
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout
@@ -166,12 +167,14 @@ class RingPutter:
         ``brokerRole`` is SYNC_MASTER.
     ha_max_gap_bytes : int
         ``haMaxGapNotInSync``: a slave this far behind the run's end is not available.
+    fast_failure : pybroker.proc.fast_failure.FastFailure, optional
+        Answer busy instead of waiting (remoting workers; see that module).
     """
 
     def __init__(self, ring, completion_ring, control, appender_wake, slot: int,
                  store_host: tuple[bytes, int], sync_flush: bool = False,
                  sync_flush_timeout_ms: int = 5000, sync_master: bool = False,
-                 ha_max_gap_bytes: int = 256 << 20):
+                 ha_max_gap_bytes: int = 256 << 20, fast_failure: FastFailure | None = None):
         self.ring = ring
         self.completion_ring = completion_ring
         self.control = control
@@ -200,6 +203,9 @@ class RingPutter:
         self._deferred_puts = 0
         self.puts_total = 0
         self.space_waits_total = 0
+        self.fast_failure = fast_failure
+        if fast_failure is not None:
+            fast_failure.attach(self._pending)
 
     # --- wiring ---------------------------------------------------------------------------------
     def sleep_flags(self) -> list[SleepFlag]:
@@ -231,13 +237,24 @@ class RingPutter:
         size = ring_format.put_request_size(len(topic_bytes), len(view))
         if size > self.ring.record_max_bytes:
             return PutResult(PutStatus.MESSAGE_SIZE_EXCEEDED)
-        offset = await self._reserve(size)
+        fast_failure = self.fast_failure
+        if fast_failure is not None:
+            refused = fast_failure.refuse_now()
+            if refused is not None:
+                return refused
+        started = asyncio.get_running_loop().time()
+        try:
+            offset = await self._reserve(size, started)
+        except Withdrawn as withdrawn:
+            return withdrawn.result
         request_id = next(self._request_ids)
         ring_format.write_put_request(self.ring.data(), offset, request_id, queue_id, count,
                                       sys_flag, wait_store, topic_bytes, view)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_store)
+        if fast_failure is not None:
+            fast_failure.committed(loop, request_id, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
         # lock-stepped one producer with the appender (fewer messages/s, not more).
         self._commit(loop)
@@ -265,8 +282,9 @@ class RingPutter:
         self._signal_handle = None
         self.appender_wake.signal()
 
-    async def _reserve(self, size: int) -> int:
-        """Room for a request of ``size`` bytes (and a completion slot): waits, never drops."""
+    async def _reserve(self, size: int, started: float) -> int:
+        """Room for a request of ``size`` bytes (and a completion slot): waits, never drops
+        (fast failure may withdraw the put: Withdrawn)."""
         while True:
             if len(self._pending) < self._inflight_max and not self._space_waiters:
                 offset = self.ring.reserve(size)
@@ -277,6 +295,8 @@ class RingPutter:
             self._commit(loop)    # what is reserved must reach the appender to free space
             waiter = loop.create_future()
             self._space_waiters.append(waiter)
+            if self.fast_failure is not None:
+                self.fast_failure.waiting(loop, waiter, started)
             # Arm now: the appender signals only a producer flagged asleep.
             if self._flags[1].set_sleeping():
                 self._flags[1].clear_sleeping()
@@ -305,6 +325,8 @@ class RingPutter:
         pending = self._pending.get(request_id)
         if pending is None:
             raise RuntimeError(f"completion for unknown request {request_id}")
+        if self.fast_failure is not None:
+            self.fast_failure.completed(request_id)
         if status_code != _PUT_OK:
             self._resolve(request_id, PutResult(ring_format.status_of(status_code)))
             return

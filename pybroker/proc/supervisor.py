@@ -35,6 +35,7 @@ from pybroker.proc.dataplane import bind_ha_listener, is_slave
 from pybroker.proc.listeners import Listeners, PortInUseError
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
+from pybroker.proc.watchdog import Watchdog
 from pybroker.stats.region import StatsRegion, writer_count
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths, replica
@@ -52,6 +53,7 @@ CHANNEL_SCAN_INTERVAL_S = 10.0
 WORKERS_READY_TIMEOUT_S = 30.0
 SCHEDULE_INTERVAL_S = 0.1
 STATS_SAMPLE_INTERVAL_S = 1.0
+WATCHDOG_INTERVAL_S = 1.0
 
 
 class Supervisor:
@@ -227,7 +229,8 @@ class Supervisor:
                  # A slave runs no delay delivery or transaction checks (Java: master only).
                  loop.create_task(slave.run(registration.topics_changed) if slave
                                   else self._services(attachment)),
-                 loop.create_task(self._sample_stats())]
+                 loop.create_task(self._sample_stats()),
+                 loop.create_task(self._watch(plane))]
         try:
             await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
                               outcome)
@@ -254,6 +257,14 @@ class Supervisor:
             if slave is not None:
                 slave.close()
             attachment.close()
+
+    async def _watch(self, plane) -> None:
+        """The hang watchdog (pybroker/proc/watchdog.py), once a second."""
+        watchdog = Watchdog(plane, self.children, self.config.broker.worker_hang_timeout_millis,
+                            self.config.store.flush_interval_commit_log)
+        while True:
+            await asyncio.sleep(WATCHDOG_INTERVAL_S)
+            watchdog.check(time.monotonic())
 
     async def _periodic(self, service: MetadataService) -> None:
         metadata, _ = self._running()

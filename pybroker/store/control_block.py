@@ -17,13 +17,24 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
     WORKERS_OFFSET + 64 * w        8  appends  (records appended)     worker in slot w
     WORKERS_OFFSET + 64 * w + 8    8  batches  (drains / group commits)
     WORKERS_OFFSET + 64 * w + 16   8  wakeups  (times woken from sleep)
+    WORKERS_OFFSET + 64 * w + 24   8  heartbeats (main-loop turns; the watchdog reads them)
+    WORKERS_OFFSET + 64 * w + 32   8  busy_since_ms (appender: start of the running drain,
+                                      epoch ms, 0 between drains: Java's page-cache lock time)
+    WORKERS_OFFSET + 64 * w + 40   8  cancel_request_id (producer of ring w: requests up to
+                                      this id not yet taken must be skipped, fast failure)
     HA_SLAVES_OFFSET + 64 * s      8  ack offset of HA connection s    ha (master)
     HA_SLAVES_OFFSET + 64 * s + 8  8  peer: IPv4 << 16 | port, 0 = free slot
     HA_SLAVES_OFFSET + 64 * s + 16 8  connected since (ms)
+    TAKEN_OFFSET + 8 * w           8  taken_request_id of ring w     appender
 
-with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1152, ``WORKER_SLOTS_MAX`` = 32 lines and
-``HA_SLAVE_SLOTS_MAX`` = 8 lines, so the block ends at 3712 and the file is one 4096-byte
-page. Positions are CommitLog physical offsets
+with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1152, ``WORKER_SLOTS_MAX`` = 32 lines,
+``HA_SLAVE_SLOTS_MAX`` = 8 lines and ``TAKEN_OFFSET`` = 3712 (4 lines, all written by the
+appender), so the block ends at 3968 and the file is one 4096-byte page. The fast-failure
+handshake (pybroker/proc/fast_failure.py): the producer stores ``cancel_request_id``, fences,
+loads ``taken_request_id``; the appender stores ``taken_request_id`` (the last id of the batch
+it took), fences, loads ``cancel_request_id``. One of the two sees the other's store, so a
+request is either skipped by the appender or appended, never answered busy and appended.
+Positions are CommitLog physical offsets
 (bytes); timestamps are epoch milliseconds; ``broker_state`` holds a :class:`BrokerState`.
 ``commitlog_min_offset`` (bytes) and ``disk_full`` (0/1: puts answer SERVICE_NOT_AVAILABLE) come
 from the dispatcher's expired-file cleanup; the ``topic_deletion_*`` sequence numbers and
@@ -40,7 +51,7 @@ from pybroker._fast import ring
 
 CACHE_LINE_BYTES = 64
 MAGIC = int.from_bytes(b"PBCTRLB1", "little")
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 MAGIC_OFFSET = 0
 VERSION_OFFSET = 8
 SIZE_OFFSET = 16
@@ -69,7 +80,8 @@ FIELD_OWNERS = (
 FIELDS = tuple(name for name, _ in FIELD_OWNERS)
 FIELD_OFFSETS = {name: CACHE_LINE_BYTES * (1 + index) for index, name in enumerate(FIELDS)}
 
-WORKER_COUNTERS = ("appends", "batches", "wakeups")
+WORKER_COUNTERS = ("appends", "batches", "wakeups", "heartbeats", "busy_since_ms",
+                   "cancel_request_id")
 WORKER_COUNTER_OFFSETS = {name: 8 * index for index, name in enumerate(WORKER_COUNTERS)}
 WORKER_SLOTS_MAX = 32
 WORKERS_OFFSET = CACHE_LINE_BYTES * (1 + len(FIELDS))
@@ -77,7 +89,8 @@ HA_SLAVE_WORDS = ("ack_offset", "peer", "connected_ms")
 HA_SLAVE_WORD_OFFSETS = {name: 8 * index for index, name in enumerate(HA_SLAVE_WORDS)}
 HA_SLAVE_SLOTS_MAX = 8
 HA_SLAVES_OFFSET = WORKERS_OFFSET + CACHE_LINE_BYTES * WORKER_SLOTS_MAX
-BLOCK_END_OFFSET = HA_SLAVES_OFFSET + CACHE_LINE_BYTES * HA_SLAVE_SLOTS_MAX
+TAKEN_OFFSET = HA_SLAVES_OFFSET + CACHE_LINE_BYTES * HA_SLAVE_SLOTS_MAX
+BLOCK_END_OFFSET = TAKEN_OFFSET + 8 * WORKER_SLOTS_MAX
 FILE_SIZE_BYTES = 4096
 
 assert FIELD_OFFSETS["written_position"] == 64
@@ -85,7 +98,8 @@ assert FIELD_OFFSETS["broker_state"] == 640
 assert FIELD_OFFSETS["topic_deletion_done"] == 1024
 assert WORKERS_OFFSET == 1152
 assert HA_SLAVES_OFFSET == 3200
-assert BLOCK_END_OFFSET == 3712 <= FILE_SIZE_BYTES
+assert TAKEN_OFFSET == 3712
+assert BLOCK_END_OFFSET == 3968 <= FILE_SIZE_BYTES
 assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
 assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
 # A waiters mask is one 64-bit word: one bit per worker slot.
@@ -132,6 +146,18 @@ class WorkerCounters:
     appends = _Word(WORKER_COUNTER_OFFSETS["appends"], "records appended by this worker (count)")
     batches = _Word(WORKER_COUNTER_OFFSETS["batches"], "drains / group commits done (count)")
     wakeups = _Word(WORKER_COUNTER_OFFSETS["wakeups"], "times this worker woke from a sleep")
+    heartbeats = _Word(WORKER_COUNTER_OFFSETS["heartbeats"],
+                       "main-loop turns of this worker (count; the supervisor's watchdog)")
+    busy_since_ms = _Word(WORKER_COUNTER_OFFSETS["busy_since_ms"],
+                          "appender: epoch ms the running drain began, 0 between drains")
+    cancel_request_id = _Word(WORKER_COUNTER_OFFSETS["cancel_request_id"],
+                              "producer of this slot's ring: skip untaken requests up to it")
+
+    def beat(self) -> None:
+        """One main-loop turn (single writer: plain load + release store)."""
+        words = self._words()
+        offset = self._base + WORKER_COUNTER_OFFSETS["heartbeats"]
+        ring.store_u64(words, offset, ring.load_u64(words, offset) + 1)
 
     def add(self, appends: int = 0, batches: int = 0, wakeups: int = 0) -> None:
         """Increase the counters (plain load + release store: there is one writer)."""
@@ -274,6 +300,15 @@ class ControlBlock:
                               peer, ring.load_u64(words, base
                                                   + HA_SLAVE_WORD_OFFSETS["connected_ms"])))
         return lines
+
+    def taken_offset(self, slot: int) -> int:
+        """Byte offset of ring ``slot``'s taken_request_id (the appender writes it)."""
+        _check_slot(slot)
+        return TAKEN_OFFSET + 8 * slot
+
+    def words(self) -> mmap.mmap:
+        """The mapped words (for pybroker._fast.ring's atomic helpers)."""
+        return self._words()
 
     @property
     def state(self) -> BrokerState:

@@ -51,6 +51,8 @@ class PutResult:
 
     ``message_id``: the offset message id of each record, joined by ``,`` for a batch.
     ``physical_offset``/``queue_offset``: of the first record; ``wrote_bytes`` of the run.
+    ``waited_ms``/``queue_size``: how long a put refused by fast failure waited, and how many
+    were waiting (the TIMEOUT_CLEAN_QUEUE remark).
     """
     status: PutStatus
     physical_offset: int = 0
@@ -59,6 +61,8 @@ class PutResult:
     wrote_bytes: int = 0
     message_id: str = ""
     store_timestamp: int = 0
+    waited_ms: int = 0
+    queue_size: int = 0
 
 
 

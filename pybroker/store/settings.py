@@ -76,6 +76,9 @@ class StoreConfig:
     max_message_size: int = setting("maxMessageSize", 4 << 20, "largest message body", unit="bytes",
         rule=between(1, 1 << 30))
     check_crc_on_recover: bool = setting("checkCRCOnRecover", True, "verify body CRC in recovery")
+    os_page_cache_busy_time_out_mills: int = setting("osPageCacheBusyTimeOutMills", 1000,
+        "a put arriving while the running append is older than this is refused "
+        "[PC_SYNCHRONIZED]", unit="ms", long=True, rule=between(1, 600000))
     skip_damaged_records_on_recover: bool = setting("skipDamagedRecordsOnRecover", False,
         "a damaged CommitLog record with valid records after it: false = refuse to start "
         "(name file and offset), true = skip it, log it, never serve it, keep the rest",

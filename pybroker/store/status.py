@@ -27,6 +27,9 @@ class PutStatus(enum.Enum):
     # rolls and retries, so a handler only sees it if the retry failed too.
     END_OF_FILE = "END_OF_FILE"
     MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
+    # Fast failure (Java BrokerFastFailure): the put waited in its remoting worker longer than
+    # waitTimeMillsInSendQueue and was withdrawn before the appender took it; never stored.
+    TIMEOUT_CLEAN_QUEUE = "TIMEOUT_CLEAN_QUEUE"
 
     @property
     def stored(self) -> bool:
@@ -76,19 +79,25 @@ SEND_RESPONSE_TABLE: dict[PutStatus, tuple[ResponseCode, str | None]] = {
         ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while"),
     PutStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
     PutStatus.END_OF_FILE: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT"),
+    PutStatus.TIMEOUT_CLEAN_QUEUE: (
+        ResponseCode.SYSTEM_BUSY, "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a "
+        "while, period in queue: {waited_ms}ms, size of queue: {queue_size}"),
 }
 assert set(SEND_RESPONSE_TABLE) == set(PutStatus), "every PutStatus needs a response"
 
 
 def send_response(status: PutStatus, max_message_size: int = 4_194_304,
-                  disk_usage: str = "") -> tuple[ResponseCode, str | None]:
+                  disk_usage: str = "", waited_ms: int = 0,
+                  queue_size: int = 0) -> tuple[ResponseCode, str | None]:
     """(response code, remark) answering a send whose store outcome is ``status``.
 
-    ``max_message_size`` (bytes) and ``disk_usage`` fill the Java remark templates.
+    ``max_message_size`` (bytes), ``disk_usage``, ``waited_ms`` and ``queue_size`` (fast
+    failure) fill the Java remark templates.
     """
     code, remark = SEND_RESPONSE_TABLE[status]
     if remark is not None:
-        remark = remark.format(max_message_size=max_message_size, disk_usage=disk_usage)
+        remark = remark.format(max_message_size=max_message_size, disk_usage=disk_usage,
+                               waited_ms=waited_ms, queue_size=queue_size)
     return code, remark
 
 

@@ -72,9 +72,10 @@ GOLDEN_EXPECTED = {
         "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h 1d",
     ("store", "ha_listen_port"): 10912,
     ("remoting", "server_worker_threads"): 8,
+    ("broker", "wait_time_mills_in_send_queue"): 400,
 }
 GOLDEN_NOT_USED = ["rocketmqHome", "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",
-                   "useReentrantLockWhenPutMessage", "waitTimeMillsInSendQueue"]
+                   "useReentrantLockWhenPutMessage"]
 
 
 def test_golden_broker_conf_loads_every_value_as_java_reads_it(caplog):

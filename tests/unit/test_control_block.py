@@ -78,7 +78,8 @@ def test_attach_rejects_other_files(tmp_path):
         ControlBlock(str(wrong_size), create=False)
     zeroed = tmp_path / "zeroed"
     zeroed.write_bytes(bytes(control_block.FILE_SIZE_BYTES))
-    with pytest.raises(ValueError, match="not a version 2 control block"):
+    version = control_block.LAYOUT_VERSION
+    with pytest.raises(ValueError, match=f"not a version {version} control block"):
         ControlBlock(str(zeroed), create=False)
     with pytest.raises(FileNotFoundError):
         ControlBlock(str(tmp_path / "missing"), create=False)
@@ -175,3 +176,22 @@ def test_cross_process_writers_readers_never_see_torn_or_backward_values(tmp_pat
         assert all(p.exitcode == 0 for p in writers), [p.exitcode for p in writers]
         assert last == dict.fromkeys(fields, doubled(count))
         assert ring.load_u64(reader._map, control_block.MAGIC_OFFSET) == control_block.MAGIC
+
+
+def test_fast_failure_words_have_one_writer_line_each(tmp_path):
+    # The producer's cancel word lives in its own worker line; every taken word is in the
+    # appender's lines after the worker area; the appender's busy_since_ms in its own line.
+    block = ControlBlock(str(tmp_path / "control"), create=True)
+    try:
+        worker = block.worker(3)
+        worker.cancel_request_id = 41
+        worker.beat()
+        worker.beat()
+        assert (worker.cancel_request_id, worker.heartbeats) == (41, 2)
+        assert block.taken_offset(0) == control_block.TAKEN_OFFSET >= \
+            control_block.WORKERS_OFFSET + control_block.CACHE_LINE_BYTES * \
+            control_block.WORKER_SLOTS_MAX
+        assert block.taken_offset(31) + 8 == control_block.BLOCK_END_OFFSET
+        assert block.worker(4).cancel_request_id == 0
+    finally:
+        block.close()

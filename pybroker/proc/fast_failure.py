@@ -1,0 +1,164 @@
+# Java's broker fast failure for a remoting worker's puts: answer "busy" instead of nothing.
+"""Fast failure of put requests (Java ``BrokerFastFailure`` + the store's page-cache check).
+
+A client must learn quickly that this broker cannot take its message, so that it retries on
+another one; a put that waits without an answer is the worst outcome (the client times out and
+does not know whether the message was stored).
+
+* **Page cache busy.** Before a put enters the send ring, the appender's ``busy_since_ms``
+  (start of its running drain, 0 between drains, in the control block) is read: a drain older
+  than ``osPageCacheBusyTimeOutMills`` (1000 ms) means the append is stuck, and the put is
+  answered at once with OS_PAGE_CACHE_BUSY: SYSTEM_ERROR "[PC_SYNCHRONIZED]broker busy, start
+  flow control for a while", Java's answer.
+* **Queue timeout** (``brokerFastFailureEnable``, ``waitTimeMillsInSendQueue`` 200 ms). A put
+  that waited longer than that in this worker - for ring space, or in the ring for the
+  appender - is answered SYSTEM_BUSY "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for
+  a while, period in queue: Nms, size of queue: M". A put already in the ring is withdrawn
+  with the handshake documented in :mod:`pybroker.store.control_block`: this worker stores the
+  highest withdrawn request id (``cancel_request_id``), fences and reads the appender's
+  ``taken_request_id``; only requests above the taken id are answered, and the appender, which
+  stores its taken id before reading the withdrawn one, completes those without storing them.
+  So a request answered busy is never stored, and a request the appender took is never
+  answered busy (like Java, which only cleans requests no thread has started).
+
+The check runs on a timer armed at the oldest waiting put's deadline, not per put.
+"""
+import asyncio
+import collections
+
+from pybroker._fast import ring
+from pybroker.store.message_store import PutResult
+from pybroker.store.status import PutStatus
+
+__all__ = ["FastFailure", "Withdrawn"]
+
+
+class Withdrawn(Exception):
+    """A put withdrawn while it waited for ring space; ``result`` is its answer."""
+
+    def __init__(self, result: PutResult):
+        super().__init__(result.status.value)
+        self.result = result
+
+
+class FastFailure:
+    """The fast-failure state of one remoting worker's RingPutter.
+
+    ``control``: the control block; ``slot``: the worker's ring slot; ``appender_slot``: the
+    appender's worker line (busy_since_ms); ``wait_ms``: waitTimeMillsInSendQueue, or None when
+    brokerFastFailureEnable is false; ``page_cache_busy_ms``: osPageCacheBusyTimeOutMills;
+    ``clock_ms``: epoch ms (the appender's busy_since_ms is epoch ms).
+    """
+
+    def __init__(self, control, slot: int, appender_slot: int, wait_ms: int | None,
+                 page_cache_busy_ms: int, clock_ms):
+        self._words = control.words()
+        self._busy_since = control.worker(appender_slot)
+        self._cancel = control.worker(slot)
+        self._taken_offset = control.taken_offset(slot)
+        self.wait_s = None if wait_ms is None else wait_ms / 1000
+        self.page_cache_busy_ms = page_cache_busy_ms
+        self.clock_ms = clock_ms
+        # (loop time committed, request id) of puts in the ring, in ring order.
+        self._in_ring: collections.deque = collections.deque()
+        # (loop time the put started, waiter future) of puts waiting for ring space.
+        self._waiting: collections.deque = collections.deque()
+        self._withdrawn_up_to = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._pending = None            # the RingPutter's request id -> _Pending
+        self.withdrawn_total = 0
+        self.page_cache_busy_total = 0
+
+    def attach(self, pending: dict) -> None:
+        """Use the RingPutter's pending table (request id -> entry with a ``future``)."""
+        self._pending = pending
+
+    # --- per put ----------------------------------------------------------------------------
+    def refuse_now(self) -> PutResult | None:
+        """OS_PAGE_CACHE_BUSY when the appender's running drain is too old, else None."""
+        began = self._busy_since.busy_since_ms
+        if began and self.clock_ms() - began > self.page_cache_busy_ms:
+            self.page_cache_busy_total += 1
+            return PutResult(PutStatus.OS_PAGE_CACHE_BUSY)
+        return None
+
+    def committed(self, loop, request_id: int, started: float) -> None:
+        """A put entered the ring (it started waiting at loop time ``started``)."""
+        if self.wait_s is None:
+            return
+        self._in_ring.append((started, request_id))
+        self._arm(loop, started)
+
+    def waiting(self, loop, waiter: asyncio.Future, started: float) -> None:
+        """A put waits for ring space on ``waiter`` since loop time ``started``."""
+        if self.wait_s is None:
+            return
+        self._waiting.append((started, waiter))
+        self._arm(loop, started)
+
+    def completed(self, request_id: int) -> None:
+        """The appender completed ``request_id`` (completions come in ring order)."""
+        in_ring = self._in_ring
+        while in_ring and in_ring[0][1] <= request_id:
+            in_ring.popleft()
+
+    # --- the timer ---------------------------------------------------------------------------
+    def _arm(self, loop, started: float) -> None:
+        if self._timer is None:
+            self._timer = loop.call_at(started + self.wait_s, self._check, loop)
+
+    def _check(self, loop) -> None:
+        self._timer = None
+        now = loop.time()
+        limit = now - self.wait_s
+        queued = len(self._in_ring) + len(self._waiting)
+        self._withdraw_waiters(now, limit, queued)
+        self._withdraw_in_ring(now, limit, queued)
+        oldest = [entry[0] for entry in (self._next_in_ring(), self._next_waiter()) if entry]
+        if oldest:
+            self._arm(loop, min(oldest))
+
+    def _next_in_ring(self):
+        for entry in self._in_ring:
+            if entry[1] > self._withdrawn_up_to:
+                return entry
+        return None
+
+    def _next_waiter(self):
+        while self._waiting and self._waiting[0][1].done():
+            self._waiting.popleft()
+        return self._waiting[0] if self._waiting else None
+
+    def _busy(self, now: float, started: float, queued: int) -> PutResult:
+        return PutResult(PutStatus.TIMEOUT_CLEAN_QUEUE, waited_ms=int((now - started) * 1000),
+                         queue_size=queued)
+
+    def _withdraw_waiters(self, now: float, limit: float, queued: int) -> None:
+        while self._waiting and self._waiting[0][0] <= limit:
+            started, waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_exception(Withdrawn(self._busy(now, started, queued)))
+                self.withdrawn_total += 1
+
+    def _withdraw_in_ring(self, now: float, limit: float, queued: int) -> None:
+        aged = [(started, request_id) for started, request_id in self._in_ring
+                if request_id > self._withdrawn_up_to and started <= limit]
+        if not aged:
+            return
+        highest = aged[-1][1]
+        self._cancel.cancel_request_id = highest
+        ring.fence()
+        taken = ring.load_u64(self._words, self._taken_offset)
+        self._withdrawn_up_to = highest
+        for started, request_id in aged:
+            if request_id <= taken:
+                continue             # the appender has it: its completion answers
+            entry = self._pending.get(request_id) if self._pending is not None else None
+            if entry is not None and not entry.future.done():
+                entry.future.set_result(self._busy(now, started, queued))
+                self.withdrawn_total += 1
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
