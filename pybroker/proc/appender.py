@@ -35,6 +35,7 @@ from pybroker.stats.region import (WRITER_APPENDER, StatsCounter, StatsHistogram
                                    private_writer)
 from pybroker.store.commitlog import CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
+from pybroker.store.disk_space import SpaceGuard
 from pybroker.store.control_block import BrokerState, ControlBlock
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
@@ -134,6 +135,8 @@ class _Appender:
                                                                 written))
         self.blocked = False
         self.disk_full = False
+        self.space = SpaceGuard(settings.commitlog_dir, settings.disk_space_warning_level_ratio,
+                                settings.mapped_file_size_commit_log)
         self.deletion_seq = control.topic_deletion_appended
         self.requests_path = requests_path(store_root)
         self.commitlog_min_offset = 0
@@ -142,7 +145,10 @@ class _Appender:
     def check_store_changes(self) -> None:
         """Follow the disk-full flag, the CommitLog min offset and topic deletions."""
         control = self.control
-        disk_full = bool(control.disk_full)
+        # The dispatcher's cleanup flag, or this process's own look at the disk: once a
+        # second and on every new CommitLog file, not only when a cleanup pass runs.
+        disk_full = bool(control.disk_full) or \
+            self.space.full(len(self.commitlog.mapped_file_queue.mapped_files))
         if disk_full != self.disk_full:
             self.disk_full = disk_full
             log.warning("appender: disk %s: puts are %s", "full" if disk_full else "free again",

@@ -15,6 +15,7 @@ import errno
 import mmap
 import os
 
+from pybroker.store import disk_space
 from pybroker._fast.ring import ByteRing, CompletionRing
 
 # Pre-fault the pages at map time (shared regions are small and touched on every hot path).
@@ -43,7 +44,9 @@ class SharedRegion:
         _unlink_quietly(path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            os.ftruncate(fd, size_bytes)
+            # Blocks allocated now: on a full disk this is an OSError naming the region, not
+            # a SIGBUS in whichever process touches a page first.
+            disk_space.allocate(fd, size_bytes, path)
             buffer = mmap.mmap(fd, size_bytes, _MAP_FLAGS, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)

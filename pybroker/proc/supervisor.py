@@ -14,6 +14,7 @@ file. A signal that arrives while a generation is being recovered or stopped is 
 and honoured as soon as the event loop runs.
 """
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -426,4 +427,9 @@ def run_broker(config, on_serving: Callable[[], None] | None = None) -> int:
     except (lock_file.StoreLockedError, PortInUseError, StoreCorruptError) as error:
         # A refusal with its reason, not a traceback: the operator acts on the message.
         log.error("cannot start: %s", error)
+        return 1
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        log.error("cannot start: the disk is full: %s", error)
         return 1

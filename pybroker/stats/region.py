@@ -16,6 +16,7 @@ import os
 
 import numpy as np
 
+from pybroker.store import disk_space
 from pybroker._fast import stats as _stats
 from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind, StatsWriter
 
@@ -80,8 +81,9 @@ class StatsRegion:
             os.unlink(path)     # never truncate a map another process may still hold
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            os.ftruncate(fd, size)
-            # No MAP_POPULATE: key tables are large and mostly untouched (sparse file).
+            # Allocated (a few MiB): a sparse region would SIGBUS its writers on a full disk.
+            disk_space.allocate(fd, size, path)
+            # No MAP_POPULATE: key tables are large and mostly untouched.
             buffer = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 
 from pybroker import clock
+from pybroker.store import disk_space
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.index_file import IndexService
@@ -52,16 +53,11 @@ _MS_PER_HOUR = 3_600_000
 def disk_partition_used_ratio(path: str) -> float:
     """Used fraction (0..1) of the partition holding ``path``; -1.0 when it cannot be read.
 
-    Java's ``(totalSpace - freeSpace) / totalSpace``: blocks reserved for root count as free
-    (statvfs ``f_bfree``), so this is a little below ``df``'s percentage.
+    ``path`` need not exist yet: a fresh store's consumequeue directory is created with its
+    first queue, and its partition is its nearest existing parent's (this used to read -1 and
+    log "-100.0% used" every pass). See :func:`pybroker.store.disk_space.used_ratio`.
     """
-    try:
-        stats = os.statvfs(path)
-    except OSError:
-        return -1.0
-    if stats.f_blocks <= 0:
-        return -1.0
-    return (stats.f_blocks - stats.f_bfree) / stats.f_blocks
+    return disk_space.used_ratio(path)
 
 
 def is_time_to_delete(delete_when: str, now_ms: int) -> bool:

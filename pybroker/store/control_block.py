@@ -48,6 +48,7 @@ import mmap
 import os
 
 from pybroker._fast import ring
+from pybroker.store import disk_space
 
 CACHE_LINE_BYTES = 64
 MAGIC = int.from_bytes(b"PBCTRLB1", "little")
@@ -205,7 +206,7 @@ class ControlBlock:
         fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o600)
         try:
             if create:
-                os.ftruncate(fd, FILE_SIZE_BYTES)
+                disk_space.allocate(fd, FILE_SIZE_BYTES, path)   # never SIGBUS on a full disk
             elif os.fstat(fd).st_size != FILE_SIZE_BYTES:
                 raise ValueError(f"control block {path} is {os.fstat(fd).st_size} bytes, "
                                  f"expected {FILE_SIZE_BYTES}")
