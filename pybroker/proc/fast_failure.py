@@ -65,7 +65,7 @@ class FastFailure:
         self._waiting: collections.deque = collections.deque()
         self._withdrawn_up_to = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._pending = None            # the RingPutter's request id -> _Pending
+        self._pending: dict | None = None    # the RingPutter's request id -> _Pending
         self.withdrawn_total = 0
         self.page_cache_busy_total = 0
 
@@ -104,11 +104,12 @@ class FastFailure:
 
     # --- the timer ---------------------------------------------------------------------------
     def _arm(self, loop, started: float) -> None:
-        if self._timer is None:
+        if self._timer is None and self.wait_s is not None:
             self._timer = loop.call_at(started + self.wait_s, self._check, loop)
 
     def _check(self, loop) -> None:
         self._timer = None
+        assert self.wait_s is not None          # armed only with fast failure on
         now = loop.time()
         limit = now - self.wait_s
         queued = len(self._in_ring) + len(self._waiting)

@@ -299,6 +299,7 @@ class ConsumeQueue:
             for _ in range(gap_units):
                 filler_file = self.mapped_file_queue.last_mapped_file(
                     self.mapped_file_queue.max_offset())
+                assert filler_file is not None          # created when missing
                 if not filler_file.append(_FILLER_UNIT):
                     raise AssertionError(f"{filler_file.path}: no room for a filler unit")
             mapped_file = self._file_for(expect_offset)
@@ -478,7 +479,8 @@ class ConsumeQueueStore:
         self.mapped_file_size = mapped_file_size
         self.read_only = read_only
         self.queue_table: dict[str, dict[int, ConsumeQueue]] = {}
-        self.rebuilt_queues = []     # (topic, queue_id) deleted by load(repair=True)
+        # (topic, queue_id) deleted by load(repair=True), to be rebuilt from the CommitLog.
+        self.rebuilt_queues: list[tuple[str, int]] = []
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queue_table.get(topic, {}).get(queue_id)

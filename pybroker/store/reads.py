@@ -20,6 +20,7 @@ from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.store import layout
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
+from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.index_file import IndexService
 from pybroker.store.mapped_file import MappedFile
 from pybroker.store.settings import StoreConfig
@@ -127,7 +128,7 @@ class StoreReads:
     _memory_bytes: int
     _stats: dict[str, int]
     # Damaged CommitLog ranges recovery skipped (pybroker.store.damaged_records): never served.
-    damaged_records = None
+    damaged_records: "DamagedRecords | None" = None
 
     @property
     def _transfer_limits(self) -> tuple[int, int, int, int]:
