@@ -1,0 +1,291 @@
+# The reliability fault table: inject each fault into a real broker under load, count losses.
+"""Run every fault of docs/reliability.md's table against real `pybroker standalone` brokers.
+
+For each fault and run: a fresh broker (SYNC_FLUSH, small files) takes about 300 sends/s from
+three producer threads (unique bodies, 4 queues); the fault is injected; the tool measures the
+*recovery time* - from the fault until a new send is acknowledged again - then stops the load,
+reads every queue from offset 0 and counts acknowledged messages that are missing or changed.
+Bounded: every wait has a deadline, every broker is killed at the end of its run.
+
+Usage (under the heavy lock, it takes a while)::
+
+    flock /tmp/pybroker-heavy.lock python tools/fault_table.py --runs 3 [--only NAME ...]
+
+Prints a Markdown table: fault, runs, acknowledged, acknowledged lost, recovery seconds
+(median and range).
+"""
+import argparse
+import contextlib
+import os
+import random
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pybroker._fast import record  # noqa: E402
+from pybroker._testbase.cluster import StandaloneBroker  # noqa: E402
+from pybroker.protocol import properties as props  # noqa: E402
+from pybroker.protocol.codes import RequestCode, ResponseCode  # noqa: E402
+from pybroker.protocol.command import create_request  # noqa: E402
+from pybroker.remoting.client import SyncRemotingClient  # noqa: E402
+from pybroker.store import layout  # noqa: E402
+
+TOPIC = "FaultTableTopic"
+QUEUES = 4
+PRODUCERS = 3
+RATE_PER_S = 300
+TIMEOUT_MS = 3000
+SERVE_DEADLINE_S = 60.0
+OVERRIDES = {"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": str(1 << 20),
+             "maxMessageSize": str(64 << 10), "mappedFileSizeConsumeQueue": str(2000 * 20)}
+
+
+def _send(client, body: bytes, queue_id: int):
+    properties = props.encode_properties({"WAIT": "true", "KEYS": body[:12].decode(),
+                                          "UNIQ_KEY": body[:16].hex()})
+    ext = {"a": "fault_producer", "b": TOPIC, "c": "TBW102", "d": str(QUEUES),
+           "e": str(queue_id), "f": "0", "g": str(time.time_ns() // 1_000_000), "h": "0",
+           "i": properties, "j": "0", "k": "false", "m": "false"}
+    return client.invoke(create_request(RequestCode.SEND_MESSAGE_V2, ext, body), TIMEOUT_MS)
+
+
+class Load:
+    """Producer threads; ``acked`` maps body -> (queue id, queue offset)."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.acked: dict[bytes, tuple[int, int]] = {}
+        self.last_ack = 0.0
+        self.sequence = 0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._produce, args=(random.Random(n),),
+                                         daemon=True) for n in range(PRODUCERS)]
+
+    def __enter__(self) -> "Load":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(15)
+
+    def _produce(self, generator: random.Random) -> None:
+        client = None
+        while not self.stop.is_set():
+            if client is None:
+                client = SyncRemotingClient()
+                try:
+                    client.connect(self.broker.broker_addr, 1000)
+                except (OSError, TimeoutError):
+                    client.close()
+                    client = None
+                    self.stop.wait(0.1)
+                    continue
+            with self.lock:
+                self.sequence += 1
+                body = b"%012d" % self.sequence + generator.randbytes(generator.randint(8, 500))
+            try:
+                response = _send(client, body, generator.randrange(QUEUES))
+            except (OSError, TimeoutError, ConnectionError):
+                client.close()
+                client = None
+                continue
+            if response.code == ResponseCode.SUCCESS:
+                with self.lock:
+                    self.acked[body] = (int(response.ext_fields["queueId"]),
+                                        int(response.ext_fields["queueOffset"]))
+                    self.last_ack = time.monotonic()
+            self.stop.wait(PRODUCERS / RATE_PER_S)
+        if client is not None:
+            client.close()
+
+    def acked_since(self, moment: float) -> bool:
+        return self.last_ack > moment
+
+
+def _stored(broker) -> dict[bytes, tuple[int, int]]:
+    found = {}
+    with SyncRemotingClient() as client:
+        client.connect(broker.broker_addr)
+        for queue_id in range(QUEUES):
+            offset = 0
+            while True:
+                ext = {"consumerGroup": "fault_table", "topic": TOPIC, "queueId": str(queue_id),
+                       "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": "4",
+                       "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+                       "subVersion": "0", "expressionType": "TAG"}
+                response = client.invoke(create_request(RequestCode.PULL_MESSAGE, ext),
+                                         TIMEOUT_MS)
+                if response.code not in (ResponseCode.SUCCESS,
+                                         ResponseCode.PULL_RETRY_IMMEDIATELY):
+                    break
+                data, position = bytes(response.body or b""), 0
+                while position < len(data):
+                    message = record.decode(data, position)
+                    found[bytes(message.body)] = (queue_id, message.queue_offset)
+                    position += message.total_size
+                offset = int(response.ext_fields["nextBeginOffset"])
+    return found
+
+
+def _worker(broker, name: str) -> psutil.Process:
+    for child in psutil.Process(broker.process.pid).children():
+        if child.name() == f"pb-{name}":
+            return child
+    raise RuntimeError(f"no pb-{name}")
+
+
+def _until_acked(load: Load, since: float) -> float:
+    deadline = since + SERVE_DEADLINE_S
+    while not load.acked_since(since):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the broker did not serve again")
+        time.sleep(0.02)
+    return load.last_ack - since
+
+
+# --- faults: each injects into a running broker under load and returns the recovery seconds ---
+
+def _kill_worker(name: str):
+    def inject(broker, load) -> float:
+        os.kill(_worker(broker, name).pid, signal.SIGKILL)
+        return _until_acked(load, time.monotonic())
+    return inject
+
+
+def _kill_broker(broker, load) -> float:
+    started = time.monotonic()
+    broker.kill()
+    broker.start()
+    return _until_acked(load, started)
+
+
+def _stop_group_and_restart(broker, load) -> float:
+    started = time.monotonic()
+    os.killpg(broker.process.pid, signal.SIGTERM)
+    if broker.process.wait(60) != 0:
+        raise RuntimeError("the clean stop did not exit 0")
+    broker.start()
+    return _until_acked(load, started)
+
+
+def _sigstop_appender(broker, load) -> float:
+    appender = _worker(broker, "appender")
+    started = time.monotonic()
+    os.kill(appender.pid, signal.SIGSTOP)
+    try:
+        return _until_acked(load, started)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(appender.pid, signal.SIGCONT)
+
+
+def _offline(damage):
+    """Stop the broker cleanly, damage its files, restart: seconds from stop to serving."""
+    def inject(broker, load) -> float:
+        started = time.monotonic()
+        if broker.stop() != 0:
+            raise RuntimeError("the clean stop did not exit 0")
+        damage(broker)
+        broker.start()
+        return _until_acked(load, started)
+    return inject
+
+
+def _garbage_in_queue_tail(broker) -> None:
+    queue_dir = os.path.join(broker.store_dir, "consumequeue", TOPIC, "0")
+    path = os.path.join(queue_dir, sorted(os.listdir(queue_dir))[-1])
+    with open(path, "r+b") as file:
+        data = file.read()
+        end = len(data.rstrip(b"\0"))
+        end += -end % layout.CQ_STORE_UNIT_SIZE
+        file.seek(end)
+        file.write(random.randbytes(min(800, len(data) - end)))
+
+
+def _truncate_index(broker) -> None:
+    index_dir = os.path.join(broker.store_dir, "index")
+    for name in os.listdir(index_dir):
+        path = os.path.join(index_dir, name)
+        os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _garbage_checkpoint(broker) -> None:
+    with open(os.path.join(broker.store_dir, "checkpoint"), "r+b") as file:
+        file.write(random.randbytes(40))
+
+
+FAULTS = {
+    "kill -9 of the whole broker": _kill_broker,
+    "kill -9 of the appender": _kill_worker("appender"),
+    "kill -9 of the dispatcher": _kill_worker("dispatcher"),
+    "kill -9 of the flusher": _kill_worker("flusher"),
+    "kill -9 of a remoting worker": _kill_worker("remoting-0"),
+    "SIGSTOP of the appender (watchdog)": _sigstop_appender,
+    "SIGTERM to the process group, restart": _stop_group_and_restart,
+    "garbage in a ConsumeQueue tail": _offline(_garbage_in_queue_tail),
+    "truncated IndexFiles": _offline(_truncate_index),
+    "garbage checkpoint": _offline(_garbage_checkpoint),
+}
+
+
+def run_once(name: str, work_dir: str) -> tuple[int, int, float]:
+    """(acknowledged, acknowledged lost, recovery seconds) of one run."""
+    broker = StandaloneBroker(work_dir, OVERRIDES)
+    broker.start()
+    try:
+        with Load(broker) as load:
+            deadline = time.monotonic() + 30
+            while len(load.acked) < 300:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the load did not start")
+                time.sleep(0.05)
+            recovery_s = FAULTS[name](broker, load)
+            started = time.monotonic()
+            while len(load.acked) < 600 and time.monotonic() < started + 20:
+                time.sleep(0.05)
+        stored = _stored(broker)
+        lost = sum(1 for body, where in load.acked.items() if stored.get(body) != where)
+        return len(load.acked), lost, recovery_s
+    finally:
+        broker.kill()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", nargs="*", default=None, help="fault names (substrings)")
+    args = parser.parse_args(argv)
+    rows = []
+    for name in FAULTS:
+        if args.only and not any(part in name for part in args.only):
+            continue
+        results = []
+        for run in range(args.runs):
+            with tempfile.TemporaryDirectory(prefix="pybroker-fault-") as work_dir:
+                results.append(run_once(name, work_dir))
+            sys.stderr.write(f"# {name} run {run + 1}: acked={results[-1][0]} "
+                             f"lost={results[-1][1]} recovery={results[-1][2]:.2f} s\n")
+            sys.stderr.flush()
+        seconds = [r[2] for r in results]
+        rows.append(f"| {name} | {len(results)} | {sum(r[0] for r in results)} | "
+                    f"{sum(r[1] for r in results)} | {statistics.median(seconds):.1f} "
+                    f"({min(seconds):.1f}-{max(seconds):.1f}) |")
+    sys.stdout.write("| fault | runs | acknowledged | acknowledged lost | "
+                     "recovery s, median (range) |\n|---|---|---|---|---|\n")
+    sys.stdout.write("\n".join(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
