@@ -35,8 +35,10 @@ def test_layout_table():
     assert control_block.WORKERS_OFFSET == 64 * (1 + len(CONTRACT_FIELDS))
     last_worker_line_end = control_block.WORKERS_OFFSET + 64 * control_block.WORKER_SLOTS_MAX
     assert control_block.HA_SLAVES_OFFSET == last_worker_line_end
-    assert control_block.BLOCK_END_OFFSET == \
+    assert control_block.TAKEN_OFFSET == \
         last_worker_line_end + 64 * control_block.HA_SLAVE_SLOTS_MAX
+    assert control_block.BLOCK_END_OFFSET == \
+        control_block.TAKEN_OFFSET + 8 * control_block.WORKER_SLOTS_MAX
     assert control_block.BLOCK_END_OFFSET <= control_block.FILE_SIZE_BYTES
     assert {owner for _, owner in control_block.FIELD_OWNERS} == {
         "appender", "flusher", "dispatcher", "ha", "supervisor"}
