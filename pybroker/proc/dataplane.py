@@ -222,7 +222,7 @@ class DataPlane:
                                                     self.control, self.wakes.appender)
 
     def stop_rank(self, name: str) -> int:
-        """0 = stopped first with SIGTERM; 1 = the CommitLog writer (stopped by
+        """0 = stopped first with the stop signal; 1 = the CommitLog writer (stopped by
         :meth:`request_stop`); 2, 3 = after it, in data-flow order."""
         return (_SLAVE_STOP_RANKS if is_slave(self.config) else _STOP_RANKS).get(name, 0)
 

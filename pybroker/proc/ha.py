@@ -5,9 +5,11 @@ On ASYNC_MASTER and SYNC_MASTER it runs :class:`pybroker.proc.ha_master.HAMaster
 HA port the supervisor bound; on SLAVE it runs :class:`pybroker.proc.ha_slave.HASlaveClient`,
 which is then the CommitLog's only writer (no appender is forked on a slave).
 
-Stopping: the master worker stops on SIGTERM (it only reads, so the supervisor stops it with
-the remoting workers); the slave worker is the data plane's writer and stops like the
-appender, when ``broker_state`` turns STOPPING (its eventfd is signalled) or on SIGTERM,
+Stopping: the master worker stops on the supervisor's stop signal (SIGUSR1; SIGTERM and
+SIGINT to the process group are ignored by workers, see :mod:`pybroker.proc.children`; it only
+reads, so the supervisor stops it with the remoting workers); the slave worker is the data
+plane's writer and stops like the appender, when ``broker_state`` turns STOPPING (its eventfd
+is signalled) or on the stop signal,
 after publishing what it appended. The supervisor also signals the eventfd when it wrote a
 new master address (``run/ha-master``). Exit status 0, or
 :data:`pybroker.proc.ha_slave.EXIT_TRUNCATE` when the slave recorded a truncation that the
@@ -15,9 +17,9 @@ next generation applies before recovery.
 """
 import asyncio
 import logging
-import signal
 
 from pybroker.config import BrokerRole
+from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.ha_master import HAMasterService
 from pybroker.proc.ha_slave import HASlaveClient
 from pybroker.store.control_block import BrokerState
@@ -41,7 +43,7 @@ def run_ha(config, control, wakes, listener=None) -> int:
 async def _run_master(config, control, wakes, listener) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(STOP_SIGNAL, stop.set)
     await HAMasterService(config.store, control, wakes, listener).run(stop)
     log.info("ha (master): stopped")
     return 0
@@ -51,7 +53,7 @@ async def _run_slave(config, control, wakes) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     address_changed = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(STOP_SIGNAL, stop.set)
 
     def readable() -> None:
         wakes.ha.consume()
