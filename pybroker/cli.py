@@ -69,6 +69,14 @@ def _add_admin(parser: argparse.ArgumentParser) -> Runner:
     return run_admin
 
 
+@subcommand("prof", "flush and page-cache profiler: record a running broker, report, "
+                    "compare recordings, top (docs/profiling.md)")
+def _add_prof(parser: argparse.ArgumentParser) -> Runner:
+    from pybroker.prof.cli import add_prof_arguments, run_prof
+    add_prof_arguments(parser)
+    return run_prof
+
+
 @subcommand("namesrv", "run a NameServer (brokers register here, clients look routes up)")
 def _add_namesrv(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("-c", "--config-file", metavar="FILE",

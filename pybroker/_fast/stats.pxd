@@ -95,6 +95,18 @@ cpdef enum StatsCounter:
     PULL_OLDEST_MS = 49           # of the family not answered yet, 0 when none (Java's
     QUERY_OLDEST_MS = 50          # thread-pool queue head wait)
     TRANSACTION_OLDEST_MS = 51
+    PROCESS_ID = 52               # any writer gauge: the pid of the process writing the section
+    PULL_PAGES = 53               # remoting: CommitLog pages under the records pulls returned
+    PULL_PAGES_COLD = 54          # remoting: of those, pages not in the page cache when read
+    PULLS_COLD = 55               # remoting: pulls that read at least one non-resident page
+    PULLS_IN_DISK = 56            # remoting: pulls Java's accessMessageInMemoryMaxRatio rule
+                                  # calls cold (suggest pulling from a slave)
+    MAPPED_FILES_CREATED = 57     # appender / flusher: CommitLog files created (incl. ahead)
+    PREFAULTED_BYTES = 58         # flusher: bytes populated ahead of the writer
+    PREFAULT_POSITION = 59        # flusher gauge: CommitLog offset populated up to
+    LOCKED_BYTES = 60             # flusher gauge: CommitLog bytes mlocked now
+    COMMITS = 61                  # appender: transient-pool commits (writes to the file)
+    COMMITTED_BYTES = 62          # appender: bytes committed from the pool to the file
 
 
 cpdef enum StatsHistogram:
@@ -108,11 +120,17 @@ cpdef enum StatsHistogram:
     MESSAGE_SIZE_BYTES = 7        # remoting: stored message size (body + properties + topic)
     SYNC_FLUSH_WAIT_US = 8        # remoting: SYNC_FLUSH acknowledgement held for the flush
     DISPATCH_BATCH_MESSAGES = 9   # dispatcher: records per batch
+    FILE_CREATE_US = 10           # appender / flusher: create + map (+ warm) a CommitLog file
+    FILE_CREATE_FAULTS = 11       # the same: page faults the creating thread took meanwhile
+    APPEND_DRAIN_US = 12          # appender: one drain's appends (Java's time in the put lock)
+    PULL_READ_US = 13             # remoting: one pull's store read and copy of the records
+    COMMIT_US = 14                # appender: one transient-pool commit (write to the file)
 
 
 cpdef enum StatsKeyKind:
     KEY_TOPIC_PUT = 1             # key topic; words: messages, bytes, requests
-    KEY_GROUP_GET = 2             # key topic@group; words: messages, bytes, requests
+    KEY_GROUP_GET = 2             # key topic@group; words: messages, bytes, requests,
+                                  # cold requests
     KEY_SEND_BACK = 3             # key topic@group; words: messages, requests
     KEY_GROUP_GET_LATENCY = 4     # key topic@group; words: ms sum, requests
 
@@ -121,6 +139,7 @@ cpdef enum KeyWord:
     KEY_MESSAGES = 0
     KEY_BYTES = 1
     KEY_REQUESTS = 2
+    KEY_COLD_REQUESTS = 3         # GROUP_GET: pulls that read a page not in the page cache
 
 
 cdef class StatsWriter:

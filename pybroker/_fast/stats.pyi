@@ -79,6 +79,17 @@ class StatsCounter(enum.IntEnum):
     PULL_OLDEST_MS = 49
     QUERY_OLDEST_MS = 50
     TRANSACTION_OLDEST_MS = 51
+    PROCESS_ID = 52
+    PULL_PAGES = 53
+    PULL_PAGES_COLD = 54
+    PULLS_COLD = 55
+    PULLS_IN_DISK = 56
+    MAPPED_FILES_CREATED = 57
+    PREFAULTED_BYTES = 58
+    PREFAULT_POSITION = 59
+    LOCKED_BYTES = 60
+    COMMITS = 61
+    COMMITTED_BYTES = 62
 
 
 class StatsHistogram(enum.IntEnum):
@@ -92,6 +103,11 @@ class StatsHistogram(enum.IntEnum):
     MESSAGE_SIZE_BYTES = 7
     SYNC_FLUSH_WAIT_US = 8
     DISPATCH_BATCH_MESSAGES = 9
+    FILE_CREATE_US = 10
+    FILE_CREATE_FAULTS = 11
+    APPEND_DRAIN_US = 12
+    PULL_READ_US = 13
+    COMMIT_US = 14
 
 
 class StatsKeyKind(enum.IntEnum):
@@ -105,6 +121,7 @@ class KeyWord(enum.IntEnum):
     KEY_MESSAGES = 0
     KEY_BYTES = 1
     KEY_REQUESTS = 2
+    KEY_COLD_REQUESTS = 3
 
 
 class StatsWriter:
@@ -119,3 +136,4 @@ class StatsWriter:
     def key(self, kind: int, label: int, key: str) -> int: ...
     def key_add(self, entry: int, messages: int, size_bytes: int = 0,
                 requests: int = 1) -> None: ...
+    def key_add_word(self, entry: int, word: int, delta: int) -> None: ...

@@ -229,3 +229,13 @@ cdef class StatsWriter:
         pb_stats_add(words + KEY_MESSAGES, messages)
         pb_stats_add(words + KEY_BYTES, size_bytes)
         pb_stats_add(words + KEY_REQUESTS, requests)
+
+    def key_add_word(self, int entry, int word, uint64_t delta) -> None:
+        """Add ``delta`` to one word (KeyWord) of an entry; entry -1 counts KEYS_DROPPED."""
+        if entry < 0:
+            self._check(0, 1)
+            pb_stats_add(self.counters + KEYS_DROPPED, 1)
+            return
+        self._check(entry, KEYS_PER_WRITER)
+        self._check(word, KEY_WORDS)
+        pb_stats_add(self.key_words(entry) + word, delta)

@@ -168,8 +168,7 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
     result = ctx.store.get_messages(header.consumer_group, header.topic, header.queue_id,
                                     queue_offset, header.max_msg_nums, header.max_msg_bytes,
                                     pull_filter.tag_codes, pull_filter.record_filter)
-    if stats is not None:
-        _count_get(stats, header, result, stats.now_ns() - started)
+    residency = _count_get(stats, header, result, started) if stats is not None else None
     try:
         code, _ = pull_response(result.status, queue_offset)
         suggest = _suggest_broker_id(ctx, group_config, result.suggest_pull_from_slave)
@@ -186,6 +185,10 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
             "min_offset": result.min_offset,
             "max_offset": result.max_offset,
         })
+        if residency is not None and stats is not None:
+            # The read's cost includes the copy above, where cold pages are faulted in.
+            stats.pull_residency(*residency, result.suggest_pull_from_slave,
+                                 stats.now_ns() - started)
         # Java puts the GetMessageStatus name in the remark of every store answer.
         response = create_response(request, code, result.status.name, ext_fields, body)
         return response, result.status, result.next_begin_offset
@@ -193,12 +196,18 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
         result.release()
 
 
-def _count_get(stats, header, result, elapsed_ns: int) -> None:
+def _count_get(stats, header, result, started_ns: int) -> tuple[int, int] | None:
+    """Count a store read; for a found one also its pages and cold pages (mincore before
+    the records are copied, so the answer is the page cache as the pull found it)."""
     found = result.status is GetStatus.FOUND
     size_bytes = sum(len(buffer) for buffer in result.buffers) if found else 0
-    stats.store_get(found, result.message_count, size_bytes, elapsed_ns)
-    if found:
-        stats.group_get(header.topic, header.consumer_group, result.message_count, size_bytes)
+    stats.store_get(found, result.message_count, size_bytes, stats.now_ns() - started_ns)
+    if not found:
+        return None
+    pages, cold_pages = result.page_residency()
+    stats.group_get(header.topic, header.consumer_group, result.message_count, size_bytes,
+                    cold_pages > 0)
+    return pages, cold_pages
 
 
 def _suspend(ctx, channel, request: RemotingCommand, header,

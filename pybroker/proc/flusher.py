@@ -108,7 +108,12 @@ class _Flusher:
             stopping = self.stop_requested()
             flushed = self.flush_once(least_pages=0 if (self.sync or stopping) else None)
             if self.prefault is not None and not stopping:
-                self.prefault.advance(self.followed)   # after the flush: acks go first
+                # After the flush: acks go first.
+                populated = self.prefault.advance(self.followed)
+                if populated:
+                    self.stats.add(StatsCounter.PREFAULTED_BYTES, populated)
+                    self.stats.set(StatsCounter.PREFAULT_POSITION,
+                                   self.prefault.prefaulted_position)
             if stopping:
                 if not flushed:
                     self.write_checkpoint(0, -1)   # the dispatcher's last timestamps

@@ -10,6 +10,7 @@ import time
 from pybroker.stats.region import StatsCounter as C
 from pybroker.stats.region import StatsHistogram as H
 from pybroker.stats.region import StatsKeyKind as K
+from pybroker._fast.stats import KeyWord
 from pybroker.stats.region import StatsWriter, private_writer
 from pybroker.stats.service import put_distribute_bucket
 
@@ -90,12 +91,30 @@ class Recorder:
             writer.add(C.GET_MISS)
         writer.raise_to(C.GET_ENTIRE_TIME_MAX_MS, elapsed_ns // 1_000_000)
 
-    def group_get(self, topic: str, group: str, messages: int, size_bytes: int) -> None:
-        """Messages handed to a consumer group (GROUP_GET_NUMS/SIZE, BROKER_GET_NUMS)."""
+    def group_get(self, topic: str, group: str, messages: int, size_bytes: int,
+                  cold: bool = False) -> None:
+        """Messages handed to a consumer group (GROUP_GET_NUMS/SIZE, BROKER_GET_NUMS);
+        ``cold``: the pull read pages that were not in the page cache."""
         writer = self.writer
-        writer.key_add(writer.key(K.KEY_GROUP_GET, 0, f"{topic}@{group}"), messages,
-                       size_bytes)
+        entry = writer.key(K.KEY_GROUP_GET, 0, f"{topic}@{group}")
+        writer.key_add(entry, messages, size_bytes)
+        if cold:
+            writer.key_add_word(entry, KeyWord.KEY_COLD_REQUESTS, 1)
         writer.add(C.BROKER_GET_NUMS, messages)
+
+    def pull_residency(self, pages: int, cold_pages: int, java_in_disk: bool,
+                       read_ns: int) -> None:
+        """Page-cache residency of one pull's records (read before anything touched them)
+        and the time its store read and copy took; ``java_in_disk``: Java's
+        accessMessageInMemoryMaxRatio rule would call this pull cold."""
+        writer = self.writer
+        writer.add(C.PULL_PAGES, pages)
+        if cold_pages:
+            writer.add(C.PULL_PAGES_COLD, cold_pages)
+            writer.add(C.PULLS_COLD)
+        if java_in_disk:
+            writer.add(C.PULLS_IN_DISK)
+        writer.record(H.PULL_READ_US, read_ns // 1000)
 
     def send_back(self, topic: str, group: str) -> None:
         """A consumer sent a message back (SNDBCK_PUT_NUMS)."""

@@ -105,8 +105,11 @@ class StatsRegion:
         return int(np.frombuffer(self.buffer, np.uint64, 1, _stats.STATS_BOOT_MS_OFFSET)[0])
 
     def writer(self, slot: int) -> StatsWriter:
-        """The section of writer ``slot`` (call in the writing process)."""
-        return StatsWriter(self.buffer, slot)
+        """The section of writer ``slot`` (call in the writing process; it records its pid
+        there, so a profiler attached to the region knows which process is which)."""
+        writer = StatsWriter(self.buffer, slot)
+        writer.set(StatsCounter.PROCESS_ID, os.getpid())
+        return writer
 
     def window_append(self, values: list[int]) -> None:
         """Append a sample row (the sampler only)."""
@@ -133,10 +136,12 @@ class StatsRegion:
 
 @dataclasses.dataclass
 class KeyTotals:
-    """One keyed item summed over writers and labels: messages, bytes, requests."""
+    """One keyed item summed over writers and labels: messages, bytes, requests, and for
+    GROUP_GET the pulls that read pages not in the page cache."""
     messages: int = 0
     size_bytes: int = 0
     requests: int = 0
+    cold_requests: int = 0
 
 
 class Snapshot:
@@ -185,10 +190,11 @@ class Snapshot:
             item.messages += words[0]
             item.size_bytes += words[1]
             item.requests += words[2]
+            item.cold_requests += words[3]
         return totals
 
     def labelled_keys(self) -> dict[tuple[int, int, str], list[int]]:
-        """{(kind, label, key): [messages, bytes, requests]} summed over writers."""
+        """{(kind, label, key): [messages, bytes, requests, word 3]} summed over writers."""
         result: dict[tuple[int, int, str], list[int]] = {}
         data = self.data
         base = _stats.sections_offset() + _stats.SECTION_KEYS_OFFSET
@@ -201,11 +207,11 @@ class Snapshot:
                     continue
                 kind = int.from_bytes(data[at + 8:at + 12], "little")
                 label = int.from_bytes(data[at + 12:at + 16], "little")
-                words = np.frombuffer(data, np.uint64, 3, at + 16)
+                words = np.frombuffer(data, np.uint64, _stats.KEY_WORDS, at + 16)
                 key_at = at + _stats.KEY_HEADER_BYTES
                 key = data[key_at:key_at + length].decode("utf-8", "replace")
-                item = result.setdefault((kind, label, key), [0, 0, 0])
-                for index in range(3):
+                item = result.setdefault((kind, label, key), [0] * _stats.KEY_WORDS)
+                for index in range(_stats.KEY_WORDS):
                     item[index] += int(words[index])
         return result
 

@@ -17,7 +17,7 @@ mapping that HOLD the file; give them back with :meth:`release_record` / :meth:`
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pybroker._fast import record as record_codec
 from pybroker.errors import StoreCorruptError
@@ -66,10 +66,13 @@ class CommitLog:
     warm : bool
         ``warmMapedFileEnable``: new segments are fallocated and faulted in whole at creation
         (costs about 3 s per GiB on the creating call), instead of sparse.
+    on_create : callable, optional
+        ``on_create(file, elapsed_ns, page_faults)`` after this process creates a segment.
     """
 
     def __init__(self, store_path: str, file_size: int, read_only: bool = False, *,
-                 allocation: str = DEFAULT_ALLOCATION, warm: bool = False):
+                 allocation: str = DEFAULT_ALLOCATION, warm: bool = False,
+                 on_create: Callable[[MappedFile, int, int], None] | None = None):
         if file_size <= layout.END_FILE_MIN_BLANK_BYTES:
             raise ValueError(f"file_size {file_size} bytes leaves no room for records")
         self.store_path = store_path
@@ -77,7 +80,7 @@ class CommitLog:
         self.read_only = read_only
         self.mapped_file_queue = MappedFileQueue(
             store_path, file_size, read_only, allocation="fallocate" if warm else allocation,
-            warm=warm)
+            warm=warm, on_create=on_create)
         self._topic_queue_table: dict[str, int] = {}
         self._held_records: dict[int, tuple[record_codec.MessageRecord, MappedFile,
                                             memoryview]] = {}

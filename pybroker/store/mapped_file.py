@@ -21,7 +21,7 @@ on the page-aligned dirty range. On Linux that is ``vfs_fsync_range(datasync=1)`
 the same guarantee as ``fdatasync`` for those bytes. Errors raise
 :class:`~pybroker.errors.DurabilityError`; they are never swallowed.
 
-Creation: a new file is allocated under a temporary name and renamed into place, so a crash never
+Creation: a new file is allocated under a temporary name and linked into place, so a crash never
 leaves a short file with a store name. ``allocation`` chooses how: ``"sparse"`` (ftruncate only,
 the default, as Java's ``RandomAccessFile.setLength``: a new 1 GiB CommitLog costs no disk until
 written), ``"fallocate"`` (posix_fallocate: blocks reserved, so a full disk fails here and not as
@@ -38,8 +38,10 @@ import errno
 import logging
 import mmap
 import os
+import resource
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -62,6 +64,12 @@ DELETE_FILES_BATCH_MAX = 10
 _FORCED_HOLD_COUNT = -1000
 
 
+def thread_faults() -> int:
+    """Page faults (minor + major) the calling thread has taken so far (one system call)."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_minflt + usage.ru_majflt
+
+
 def offset_file_name(offset: int) -> str:
     """The 20-digit zero-padded file name of a file starting at global ``offset`` (bytes)."""
     if offset < 0:
@@ -75,10 +83,12 @@ def is_offset_file_name(name: str) -> bool:
 
 
 def _create_file(path: str, file_size: int, allocation: str) -> None:
-    """Create ``path`` with ``file_size`` bytes allocated, atomically (tmp + rename)."""
+    """Create ``path`` with ``file_size`` bytes allocated, atomically (tmp + link): the
+    first creator wins and a file another process created meanwhile is kept (the writer
+    and the allocator ahead of it, pybroker/store/allocate.py, may race for one name)."""
     if allocation not in ALLOCATIONS:
         raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
-    tmp_path = path + ".tmp"
+    tmp_path = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         if allocation == "zero_fill":
@@ -92,7 +102,12 @@ def _create_file(path: str, file_size: int, allocation: str) -> None:
         os.ftruncate(fd, file_size)
     finally:
         os.close(fd)
-    os.rename(tmp_path, path)
+    try:
+        os.link(tmp_path, path)      # never replaces: a mapped file keeps its inode
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp_path)
 
 
 class MappedFile:
@@ -419,7 +434,8 @@ class MappedFileQueue:
     """
 
     def __init__(self, store_path: str, mapped_file_size: int, read_only: bool = False, *,
-                 allocation: str = DEFAULT_ALLOCATION, warm: bool = False):
+                 allocation: str = DEFAULT_ALLOCATION, warm: bool = False,
+                 on_create: Callable[[MappedFile, int, int], None] | None = None):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -428,6 +444,9 @@ class MappedFileQueue:
         self.allocation = allocation
         # warmMapedFileEnable: every new file is faulted in whole when created (MappedFile.warm).
         self.warm = warm
+        # Told (file, elapsed ns, page faults) after each file this queue creates or maps
+        # on the write path: the profile's creation time and first-touch faults.
+        self.on_create = on_create
         self.mapped_files: list[MappedFile] = []
         self.flushed_where = 0
 
@@ -505,12 +524,16 @@ class MappedFileQueue:
             create_offset = last.file_from_offset + self.mapped_file_size
         if self.read_only:
             raise PermissionError(f"{self.store_path}: read-only queue cannot create files")
+        started_ns, faults = time.monotonic_ns(), thread_faults()
         os.makedirs(self.store_path, exist_ok=True)
         path = os.path.join(self.store_path, offset_file_name(create_offset))
         mapped_file = MappedFile(path, self.mapped_file_size, allocation=self.allocation)
         if self.warm:
             mapped_file.warm()
         self.mapped_files.append(mapped_file)
+        if self.on_create is not None:
+            self.on_create(mapped_file, time.monotonic_ns() - started_ns,
+                           thread_faults() - faults)
         return mapped_file
 
     def first_mapped_file(self) -> MappedFile | None:

@@ -15,6 +15,7 @@ Reads hand out memoryview slices of the mapped CommitLog that hold their file: c
 """
 import numpy as np
 
+from pybroker._fast import pagecache
 from pybroker._fast import record as record_codec
 from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.store import layout
@@ -52,6 +53,11 @@ class _Holds:
     def buffer_total_size(self) -> int:
         """Bytes in :attr:`buffers`."""
         return sum(view.nbytes for view in self.buffers)
+
+    def page_residency(self) -> tuple[int, int]:
+        """(pages, pages not in the page cache) under :attr:`buffers`, before anything read
+        them: one mincore per run of nearby records (``pybroker._fast.pagecache``)."""
+        return pagecache.cold_pages(self.buffers)
 
     def release(self) -> None:
         """Release every view and hold; the buffers are unusable afterwards. Idempotent."""

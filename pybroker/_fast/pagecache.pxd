@@ -1,0 +1,21 @@
+# C-level contract of pybroker._fast.pagecache: mincore / mlock of mapped memory.
+cdef extern from "sys/mman.h" nogil:
+    int mincore(void *addr, size_t length, unsigned char *vec)
+    int mlock(const void *addr, size_t length)
+    int munlock(const void *addr, size_t length)
+
+cdef extern from "unistd.h" nogil:
+    long sysconf(int name)
+    enum: _SC_PAGESIZE
+
+cdef extern from *:
+    """
+    /* mincore's vector for at most this many pages is kept on the stack (16 MiB of 4 KiB
+       pages); longer spans are asked for in pieces. */
+    enum { PB_VECTOR_PAGES = 4096 };
+    /* Views closer than this are asked for in one mincore call (pages between them are
+       looked at but not counted). */
+    enum { PB_MERGE_GAP_BYTES = 256 * 1024 };
+    """
+    enum: PB_VECTOR_PAGES
+    enum: PB_MERGE_GAP_BYTES

@@ -1,0 +1,170 @@
+# `pybroker prof report` and `compare`: one self-contained HTML page of charts and a reading.
+"""Build the report page of one recording, or the comparison page of two.
+
+The page embeds plotly.js (no network access needed to open it), the charts of
+:mod:`pybroker.prof.charts`, the automatic reading and the recording's settings. A small
+script at the end checks that every chart drew and writes the outcome into the page
+(``<body data-charts=N data-rendered=M data-errors=K>``): the tests load the page in headless
+Chromium and read those attributes back.
+"""
+import datetime
+import html
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from pybroker.prof import charts
+from pybroker.prof.reading import reading, summary
+from pybroker.prof.recording import Recording
+from pybroker.prof.series import series_of
+
+__all__ = ["report_page", "compare_page", "write_page"]
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px;
+       color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
+p.reading { background: #f4f6fa; border-left: 4px solid #4a6fa5; padding: 0.8em 1em;
+            line-height: 1.5; }
+table { border-collapse: collapse; font-size: 0.9em; }
+td, th { border-bottom: 1px solid #ddd; padding: 0.25em 0.8em; text-align: left; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; }
+section.chart { margin-top: 1.5em; }
+"""
+# Runs last: waits for every chart's SVG, then records what drew and what failed.
+_CHECK = """
+<script>
+(function () {
+  var charts = document.querySelectorAll('.plotly-graph-div');
+  var started = Date.now();
+  function check() {
+    var drawn = 0;
+    charts.forEach(function (chart) { if (chart.querySelector('.main-svg')) drawn++; });
+    if (drawn < charts.length && Date.now() - started < 15000) {
+      setTimeout(check, 100); return;
+    }
+    document.body.setAttribute('data-charts', String(charts.length));
+    document.body.setAttribute('data-rendered', String(drawn));
+    document.body.setAttribute('data-errors', String(window.__profErrors.length));
+    document.getElementById('render-status').textContent =
+      drawn + ' of ' + charts.length + ' charts drawn, ' + window.__profErrors.length +
+      ' script errors ' + window.__profErrors.join('; ');
+  }
+  check();
+})();
+</script>
+"""
+
+
+def _head(title: str) -> str:
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style>"
+            "<script>window.__profErrors = [];"
+            "window.addEventListener('error', function (e) {"
+            " window.__profErrors.push(String(e.message)); });</script>"
+            f"<script>{get_plotlyjs()}</script></head><body>")
+
+
+def _chart(chart_id: str, title: str, figure: go.Figure) -> str:
+    body = figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{chart_id}",
+                          config={"displaylogo": False, "responsive": True})
+    return f"<section class=\"chart\" id=\"{chart_id}\"><h2>{html.escape(title)}</h2>" \
+           f"{body}</section>"
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+    lines = []
+    for row in rows:
+        cells = [f"<td>{html.escape(row[0])}</td>"]
+        cells += [f"<td class=\"number\">{html.escape(cell)}</td>" for cell in row[1:]]
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(lines)}</table>"
+
+
+def _when(recording: Recording) -> str:
+    started = recording.header.get("started_ms", 0)
+    return datetime.datetime.fromtimestamp(started / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _format(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+
+
+def report_page(recording: Recording) -> str:
+    """The report of one recording (an HTML document)."""
+    series = series_of(recording)
+    header = recording.header
+    settings = sorted(header.get("settings", {}).items()) + \
+        [(f"vm.{key}", str(value)) for key, value in sorted(header.get("vm", {}).items())]
+    figures = summary(series)
+    parts = [_head(f"pybroker prof report: {recording.name}"),
+             f"<h1>pybroker prof report: {html.escape(recording.name)}</h1>",
+             f"<p>Store {html.escape(str(header.get('store')))} on "
+             f"{html.escape(str(header.get('host')))} (Linux "
+             f"{html.escape(str(header.get('kernel')))}, {header.get('cpus')} CPUs), "
+             f"{len(recording.samples)} samples from {_when(recording)}.</p>",
+             f"<p class=\"reading\" id=\"reading\">{html.escape(reading(recording, series))}</p>",
+             _chart("timeline", "Throughput, flush latency and dirty memory",
+                    charts.timeline([("", series)])),
+             _chart("residency", "CommitLog residency heat strip",
+                    charts.residency_strip(recording, series)),
+             _chart("histograms", "Histograms", charts.histograms([("run", series)])),
+             _chart("processes", "Faults and CPU per process",
+                    charts.processes([("", series)])),
+             _chart("pulls", "Consumers: cold reads", charts.pulls([("", series)])),
+             _chart("disk", "Store device", charts.disk([("", series)])),
+             "<h2>Figures of the whole recording</h2>",
+             _table([(name, _format(value)) for name, value in figures.items()],
+                    ("figure", "value")),
+             "<h2>Settings</h2>", _table([(key, value) for key, value in settings],
+                                         ("setting", "value")),
+             "<p id=\"render-status\"></p>", _CHECK, "</body></html>"]
+    return "\n".join(parts)
+
+
+def compare_page(first: Recording, second: Recording, labels: tuple[str, str]) -> str:
+    """Two recordings side by side: overlaid charts on a time axis from each one's start,
+    both residency strips, and their whole-run figures with the ratio B / A."""
+    a, b = series_of(first), series_of(second)
+    runs = [(labels[0], a), (labels[1], b)]
+    figures_a, figures_b = summary(a), summary(b)
+    rows = []
+    for name in sorted(set(figures_a) | set(figures_b)):
+        value_a, value_b = figures_a.get(name), figures_b.get(name)
+        ratio = f"{value_b / value_a:.2f}" if value_a and value_b is not None else ""
+        rows.append((name, "" if value_a is None else _format(value_a),
+                     "" if value_b is None else _format(value_b), ratio))
+    settings = sorted(set(first.header.get("settings", {})) | set(second.header.get(
+        "settings", {})))
+    differing = [(key, str(first.header["settings"].get(key, "")),
+                  str(second.header["settings"].get(key, ""))) for key in settings
+                 if first.header["settings"].get(key) != second.header["settings"].get(key)]
+    title = f"pybroker prof compare: {labels[0]} vs {labels[1]}"
+    parts = [_head(title), f"<h1>{html.escape(title)}</h1>",
+             f"<p class=\"reading\" id=\"reading\"><b>{html.escape(labels[0])}:</b> "
+             f"{html.escape(reading(first, a))}<br><b>{html.escape(labels[1])}:</b> "
+             f"{html.escape(reading(second, b))}</p>",
+             "<h2>Settings that differ</h2>",
+             _table(differing, ("setting", labels[0], labels[1])),
+             "<h2>Figures of the whole recordings</h2>",
+             _table(rows, ("figure", labels[0], labels[1], "B / A")),
+             _chart("timeline", "Throughput, flush latency and dirty memory (seconds from "
+                    "each start)", charts.timeline(runs, relative=True)),
+             _chart("residency", f"CommitLog residency: {labels[0]}",
+                    charts.residency_strip(first, a)),
+             _chart("residency-b", f"CommitLog residency: {labels[1]}",
+                    charts.residency_strip(second, b)),
+             _chart("histograms", "Histograms", charts.histograms(runs)),
+             _chart("processes", "Faults and CPU per process",
+                    charts.processes(runs, relative=True)),
+             _chart("pulls", "Consumers: cold reads", charts.pulls(runs, relative=True)),
+             _chart("disk", "Store device", charts.disk(runs, relative=True)),
+             "<p id=\"render-status\"></p>", _CHECK, "</body></html>"]
+    return "\n".join(parts)
+
+
+def write_page(page: str, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(page)
