@@ -49,6 +49,9 @@ __all__ = ["run_flusher"]
 log = logging.getLogger("pybroker.proc.flusher")
 
 _SYNC_IDLE_WAIT_MS = 1000
+# A SYNC_FLUSH turn populates at most this much (256 pages, ~0.3 ms): a waiting ack is delayed
+# by no more than that.
+SYNC_PREFAULT_BYTES_MAX = 1 << 20
 
 
 def run_flusher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWakes,
@@ -108,12 +111,7 @@ class _Flusher:
             stopping = self.stop_requested()
             flushed = self.flush_once(least_pages=0 if (self.sync or stopping) else None)
             if self.prefault is not None and not stopping:
-                # After the flush: acks go first.
-                populated = self.prefault.advance(self.followed)
-                if populated:
-                    self.stats.add(StatsCounter.PREFAULTED_BYTES, populated)
-                    self.stats.set(StatsCounter.PREFAULT_POSITION,
-                                   self.prefault.prefaulted_position)
+                self.prefault_ahead(self.prefault)
             if stopping:
                 if not flushed:
                     self.write_checkpoint(0, -1)   # the dispatcher's last timestamps
@@ -122,6 +120,20 @@ class _Flusher:
             watch.target = self.commitlog.flushed_where + 1
             if sleeper.sleep(_SYNC_IDLE_WAIT_MS if self.sync else self.interval_ms):
                 self.counters.add(wakeups=1)
+
+    def prefault_ahead(self, prefault: PrefaultWindow) -> None:
+        """After the flush, keep the window of faulted pages ahead of the appender
+        (store/prefault.py). Under SYNC_FLUSH acks wait for this process: only when nothing
+        is waiting to be flushed, and at most SYNC_PREFAULT_BYTES_MAX per turn."""
+        if not self.sync:
+            populated = prefault.advance(self.followed)
+        elif self.control.written_position <= self.commitlog.flushed_where:
+            populated = prefault.advance(self.followed, SYNC_PREFAULT_BYTES_MAX)
+        else:
+            return
+        if populated:
+            self.stats.add(StatsCounter.PREFAULTED_BYTES, populated)
+            self.stats.set(StatsCounter.PREFAULT_POSITION, prefault.prefaulted_position)
 
     def flush_once(self, least_pages: int | None) -> bool:
         """Flush up to the written position; True when the flushed position advanced.

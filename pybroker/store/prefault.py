@@ -45,8 +45,9 @@ class PrefaultWindow:
         """The window for a writer that wrote ``grown_bytes`` since the previous call."""
         return min(WINDOW_MAX_BYTES, max(2 * grown_bytes, WINDOW_MIN_BYTES))
 
-    def advance(self, written_position: int) -> int:
-        """Populate ahead of ``written_position``; returns the bytes populated by this call."""
+    def advance(self, written_position: int, bytes_max: int | None = None) -> int:
+        """Populate ahead of ``written_position``, at most ``bytes_max`` bytes in this call
+        (None: the whole window); returns the bytes populated."""
         grown = written_position - self.seen_position
         if grown <= 0 or not self.enabled:
             return 0
@@ -56,6 +57,8 @@ class PrefaultWindow:
             return 0
         start = max(self.prefaulted_position, written_position)
         end = written_position + window
+        if bytes_max is not None:
+            end = min(end, start + bytes_max)
         populated = 0
         queue = self.commitlog.mapped_file_queue
         while start < end:

@@ -5,7 +5,8 @@ Method: a real `pybroker standalone` with RocketMQ's default sizes (1 GiB Commit
 use is the kernel's count of allocated blocks (``st_blocks``) of every file, read while serving
 (the run/ directory of shared-memory rings is runtime state, counted apart) and again after a
 clean stop. A hundred messages with keys are sent and waited for (the dispatched queue offsets
-reach 100) so the CommitLog, ConsumeQueue and IndexFile all exist at full apparent size.
+reach 100) so the CommitLog, ConsumeQueue and IndexFile all exist at full apparent size, and
+the flusher's pre-fault window must show in the CommitLog's allocated blocks.
 """
 import os
 import time
@@ -15,6 +16,7 @@ import pytest
 from pybroker._testbase.cluster import StandaloneBroker
 from pybroker.client import sync
 from pybroker.client.message import Message
+from pybroker.store.prefault import WINDOW_MIN_BYTES
 
 pytestmark = [pytest.mark.slow]
 FRESH_STORE_MAX_BYTES = 10 * 1000 * 1000
@@ -60,6 +62,12 @@ def test_fresh_store_with_java_default_sizes_takes_kilobytes(tmp_path):
                 producer.send(Message("FreshStore", b"fresh-%d" % index, keys=f"key-{index}"))
         with sync.Admin(broker.namesrv_addr) as admin:
             _wait_dispatched(admin, "FreshStore", MESSAGES)
+        # The flusher keeps a window of CommitLog pages faulted in ahead of the appender.
+        commitlog = os.path.join(broker.store_dir, "commitlog", "0" * 20)
+        deadline = time.monotonic() + 10
+        while os.stat(commitlog).st_blocks * 512 < WINDOW_MIN_BYTES:
+            assert time.monotonic() < deadline, os.stat(commitlog).st_blocks * 512
+            time.sleep(0.1)
         allocated, apparent = _usage(broker.store_dir, skip_dir="run")
         print(f"fresh store: {empty_allocated} bytes empty, {allocated} bytes allocated "
               f"for {apparent} apparent after {MESSAGES} messages")

@@ -134,3 +134,19 @@ def test_warm_option_faults_new_commitlog_files_in_whole(tmp_path, warm):
         assert allocated >= 4 * MIB if warm else allocated == 0
     finally:
         commitlog.shutdown(0)
+
+
+def test_a_call_can_be_capped_and_the_window_catches_up(tmp_path):
+    commitlog = CommitLog(str(tmp_path / "commitlog"), 64 * MIB)
+    commitlog.mapped_file_queue.last_mapped_file(0)
+    window = PrefaultWindow(commitlog, 0)
+    try:
+        assert window.advance(8 * MIB, bytes_max=MIB) == MIB
+        assert window.prefaulted_position == 9 * MIB
+        # Still growing fast: less than half the (16 MiB) window is ahead, the next MiB goes.
+        assert window.advance(12 * MIB, bytes_max=MIB) == MIB
+        assert window.prefaulted_position == 13 * MIB
+        # A trickle: the minimum window, and more than half of it is ahead already.
+        assert window.advance(12 * MIB + 100, bytes_max=MIB) == 0
+    finally:
+        commitlog.shutdown(0)
