@@ -5,8 +5,9 @@ Method: read docs/client.md, take each ```python block preceded by its
 collection check, so no example goes untested), and run it verbatim as ``python -c`` in a fresh
 interpreter with ``NAMESRV_ADDR`` pointing at one `pybroker standalone` per module (free
 loopback ports, store in a temp directory, 1 s transaction check interval so the check-back
-example finishes quickly). Each example checks its own results with asserts; here it must exit
-0 within its deadline and print the text its marker promises.
+example finishes quickly, enablePropertyFilter=true for the SQL92 example). Each example
+checks its own results with asserts; here it must exit 0 within its deadline and print the
+text its marker promises.
 """
 import os
 import pathlib
@@ -25,7 +26,8 @@ DOC = ROOT / "docs" / "client.md"
 EXAMPLE = re.compile(r"<!-- example: ([\w-]+); expect: (.+?) -->\n```python\n(.*?)```",
                      re.DOTALL)
 EXAMPLE_TIMEOUT_S = 180
-BROKER_OVERRIDES = {"transactionTimeOut": "1000", "transactionCheckInterval": "1000"}
+BROKER_OVERRIDES = {"transactionTimeOut": "1000", "transactionCheckInterval": "1000",
+                    "enablePropertyFilter": "true"}
 
 
 def examples() -> list[tuple[str, str, str]]:
@@ -39,7 +41,7 @@ def test_every_python_block_is_a_checked_example():
     assert text.count("```python") == len(names)
     assert len(set(names)) == len(names)
     for feature in ("send-sync", "send-async", "send-oneway", "send-batch", "ordered", "delay",
-                    "transaction", "push-clustering", "push-broadcasting",
+                    "transaction", "push-clustering", "push-broadcasting", "filter",
                     "lite-pull-subscribe", "lite-pull-assign", "admin"):
         assert feature in names
 
