@@ -18,17 +18,14 @@ import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
 from pybroker.client.admin import Admin
-from pybroker.client.consumer import ConsumeStatus, PushConsumer
-from pybroker.client.message import Message, SendStatus
-from pybroker.client.producer import Producer
 from pybroker.protocol import bodies, fastjson
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
-from pybroker.protocol.constants import ConsumeFromWhere
 from pybroker.remoting.client import RemotingClient
+from tests.reset_offsets import (QUEUES, RecordingConsumer, committed_offsets, send_numbered,
+                                 wait_until)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-QUEUES = 4
 COUNT = 40
 TIMEOUT_MS = 5000
 
@@ -39,38 +36,11 @@ def broker(tmp_path_factory):
         yield value
 
 
-async def _wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-
-
-async def _committed_total(admin: Admin, group: str, topic: str) -> int:
-    progress = await admin.consumer_progress(group, topic)
-    return sum(max(p.consumer_offset, 0) for p in progress.values())
-
-
-async def _reset(broker_addr: str, group: str, topic: str, timestamp_ms: int):
+async def _invoke(broker_addr: str, code: int, fields: dict, timeout_ms: int):
     client = RemotingClient()
     try:
         await client.connect(broker_addr)
-        fields = {"topic": topic, "group": group, "timestamp": str(timestamp_ms),
-                  "isForce": "false"}
-        return await client.invoke(
-            create_request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields), TIMEOUT_MS)
-    finally:
-        client.close()
-
-
-async def _consumer_status(broker_addr: str, group: str, topic: str):
-    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): the broker asks each live client (221)."""
-    client = RemotingClient()
-    try:
-        await client.connect(broker_addr)
-        fields = {"topic": topic, "group": group, "clientAddr": ""}
-        return await client.invoke(
-            create_request(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, fields), 15000)
+        return await client.invoke(create_request(code, fields), timeout_ms)
     finally:
         client.close()
 
@@ -78,62 +48,43 @@ async def _consumer_status(broker_addr: str, group: str, topic: str):
 def test_reset_by_time_redelivers_everything(broker):
     async def scenario():
         topic, group = f"reset_{uuid.uuid4().hex[:8]}", f"cg_{uuid.uuid4().hex[:8]}"
-        seen: list[tuple[int, int]] = []
-
-        async def listener(messages, context):
-            seen.extend((m.queue_id, m.queue_offset) for m in messages)
-            return ConsumeStatus.CONSUME_SUCCESS
         async with Admin(broker.namesrv_addr) as admin:
             await admin.create_topic(topic, QUEUES, broker_addr=broker.broker_addr)
-            await _wait_until(lambda: _is_routed(admin, topic), 20, "the topic route")
-            consumer = PushConsumer(group, broker.namesrv_addr, instance_name="reset",
-                                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                                    rebalance_interval_ms=1000,
-                                    persist_consumer_offset_interval_ms=1000)
-            consumer.subscribe(topic)
-            consumer.register_message_listener(listener)
-            await consumer.start()
-            try:
+
+            async def routed() -> bool:
+                return await admin.topic_route(topic) is not None
+
+            async def committed_all() -> bool:
+                committed = await committed_offsets(admin, group, topic)
+                return sum(max(offset, 0) for offset in committed.values()) == COUNT
+            await wait_until(routed, 20, "the topic route")
+            async with RecordingConsumer(broker.namesrv_addr, group, topic, "reset") as consumer:
                 before_ms = time.time_ns() // 1_000_000 - 1
-                sent = set()
-                async with Producer(f"pg_{uuid.uuid4().hex[:8]}", broker.namesrv_addr) as p:
-                    for index in range(COUNT):
-                        result = await p.send(Message(topic, b"m%d" % index))
-                        assert result.status == SendStatus.SEND_OK
-                        sent.add((result.message_queue.queue_id, result.queue_offset))
-                await _wait_until(lambda: _true(set(seen) >= sent), 30, "the first delivery")
-                await _wait_until(lambda: _equals(_committed_total(admin, group, topic), COUNT),
-                                  30, "the commits")
-                first = len(seen)
-                response = await _reset(broker.broker_addr, group, topic, before_ms)
+                sent = await send_numbered(broker.namesrv_addr, topic, COUNT)
+                await wait_until(consumer.delivered(0, sent), 30, "the first delivery")
+                await wait_until(committed_all, 30, "the commits")
+                first = len(consumer.seen)
+                response = await _invoke(broker.broker_addr,
+                                         RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                         {"topic": topic, "group": group,
+                                          "timestamp": str(before_ms), "isForce": "false"},
+                                         TIMEOUT_MS)
                 assert response.code == ResponseCode.SUCCESS, response.remark
                 table = fastjson.loads(response.body)["offsetTable"]
                 assert len(table) == QUEUES and set(table.values()) == {0}
                 assert {bodies.message_queue_from_json(fastjson.loads(key), "key").topic
                         for key in table} == {topic}
-                await _wait_until(lambda: _true(set(seen[first:]) >= sent), 30,
-                                  "the second delivery")
-                await _wait_until(lambda: _equals(_committed_total(admin, group, topic), COUNT),
-                                  30, "the commits after the reset")
-                assert set(seen[first:]) == sent
-                status = await _consumer_status(broker.broker_addr, group, topic)
+                await wait_until(consumer.delivered(first, sent), 30, "the second delivery")
+                await wait_until(committed_all, 30, "the commits after the reset")
+                assert set(consumer.seen[first:]) == sent
+                # INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223): the broker asks each client (221).
+                status = await _invoke(broker.broker_addr,
+                                       RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                                       {"topic": topic, "group": group, "clientAddr": ""},
+                                       15000)
                 assert status.code == ResponseCode.SUCCESS, status.remark
                 clients = fastjson.loads(status.body)["consumerTable"]
                 assert len(clients) == 1, clients
                 offsets = next(iter(clients.values()))
                 assert len(offsets) == QUEUES and sum(offsets.values()) == COUNT
-            finally:
-                await consumer.shutdown()
     asyncio.run(scenario())
-
-
-async def _true(value: bool) -> bool:
-    return value
-
-
-async def _equals(awaitable, expected) -> bool:
-    return await awaitable == expected
-
-
-async def _is_routed(admin: Admin, topic: str) -> bool:
-    return await admin.topic_route(topic) is not None
