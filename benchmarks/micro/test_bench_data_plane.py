@@ -9,22 +9,15 @@ case (each run is seconds long and noisy: compare cases within one run). Figures
 """
 import asyncio
 import json
-import os
-import signal
 import time
-import traceback
 
 import pytest
 
 from pybroker._fast import record as record_codec
+from pybroker._testbase.dataplane import LocalDataPlane
 from pybroker.config import FlushDiskType, StoreConfig
-from pybroker.proc.appender import run_appender
-from pybroker.proc.dispatcher import run_dispatcher
-from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ring_putter import RingPutter
-from pybroker.proc.shared import create_byte_ring, create_completion_ring
-from pybroker.proc.wake import APPENDER_SLOT, DataPlaneWakes, WakeFd
-from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.proc.wake import APPENDER_SLOT
 
 HOST = bytes([127, 0, 0, 1])
 TOPIC = "BenchTopic"
@@ -32,32 +25,6 @@ QUEUES = 8
 IN_FLIGHT = 64
 MESSAGES = {"ASYNC_FLUSH": 100_000, "SYNC_FLUSH": 50_000}
 DEADLINE_S = 120
-
-
-def _fork(function, *args) -> int:
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            function(*args)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    return pid
-
-
-def _wait(pid: int, deadline_s: float) -> int:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"process {pid} did not finish within {deadline_s} s")
 
 
 def _produce(ring, completions, control, wakes, slot, count, sync, result_path):
@@ -95,42 +62,31 @@ def _run_plane(tmp_path, producers: int, flush_disk_type: str) -> dict:
                            mapped_file_size_commit_log=64 << 20,
                            flush_disk_type=FlushDiskType(flush_disk_type),
                            message_index_enable=False)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    control = ControlBlock(str(run_dir / "control"), create=True)
-    rings = [create_byte_ring(str(run_dir / f"send-{i}"), 1 << 22) for i in range(producers)]
-    done = [create_completion_ring(str(run_dir / f"done-{i}"), 1024) for i in range(producers)]
-    wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(), [WakeFd() for _ in range(producers)])
-    workers = [_fork(run_appender, settings, [r.ring for r in rings], [d.ring for d in done],
-                     control, wakes),
-               _fork(run_dispatcher, settings, control, wakes),
-               _fork(run_flusher, settings, control, wakes)]
-    count = MESSAGES[flush_disk_type] // producers
-    paths = [str(tmp_path / f"result-{i}.json") for i in range(producers)]
-    sync = flush_disk_type == "SYNC_FLUSH"
-    producer_pids = [_fork(_produce, rings[i].ring, done[i].ring, control, wakes, i, count,
-                           sync, paths[i]) for i in range(producers)]
+    plane = LocalDataPlane(tmp_path / "run", settings, producers, 1 << 22, 1024)
     try:
-        producer_codes = [_wait(pid, DEADLINE_S) for pid in producer_pids]
+        plane.start_workers()
+        count = MESSAGES[flush_disk_type] // producers
+        paths = [str(tmp_path / f"result-{i}.json") for i in range(producers)]
+        sync = flush_disk_type == "SYNC_FLUSH"
+        for i in range(producers):
+            plane.fork(f"producer-{i}", _produce, plane.rings[i].ring, plane.completions[i].ring,
+                       plane.control, plane.wakes, i, count, sync, paths[i])
+        producer_codes = [plane.wait(f"producer-{i}", DEADLINE_S) for i in range(producers)]
+        codes = plane.stop_workers(30)
+        assert codes == [0, 0, 0] and producer_codes == [0] * producers
+        results = []
+        for path in paths:
+            with open(path) as source:
+                results.append(json.load(source))
+        assert all(result["statuses"] == ["PUT_OK"] for result in results)
+        counters = plane.control.worker(APPENDER_SLOT)
+        elapsed = max(result["elapsed_s"] for result in results)
+        return {"messages": count * producers, "elapsed_s": round(elapsed, 3),
+                "msgs_per_s": round(count * producers / elapsed),
+                "records_per_drain": round(counters.appends / max(counters.batches, 1), 2),
+                "appender_wakeups": counters.wakeups}
     finally:
-        control.broker_state = int(BrokerState.STOPPING)
-        wakes.appender.signal()
-        codes = [_wait(workers[0], 30)]
-        for pid in workers[1:]:          # dispatcher, then flusher: each after its upstream
-            os.kill(pid, signal.SIGTERM)
-            codes.append(_wait(pid, 30))
-    assert codes == [0, 0, 0] and producer_codes == [0] * producers
-    results = []
-    for path in paths:
-        with open(path) as source:
-            results.append(json.load(source))
-    assert all(result["statuses"] == ["PUT_OK"] for result in results)
-    counters = control.worker(APPENDER_SLOT)
-    elapsed = max(result["elapsed_s"] for result in results)
-    return {"messages": count * producers, "elapsed_s": round(elapsed, 3),
-            "msgs_per_s": round(count * producers / elapsed),
-            "records_per_drain": round(counters.appends / max(counters.batches, 1), 2),
-            "appender_wakeups": counters.wakeups}
+        plane.close()
 
 
 @pytest.mark.parametrize("flush_disk_type", ["ASYNC_FLUSH", "SYNC_FLUSH"])

@@ -12,22 +12,16 @@ import json
 import os
 import signal
 import time
-import traceback
 
 import pytest
 
 from pybroker._fast import record as record_codec
+from pybroker._testbase.dataplane import LocalDataPlane
 from pybroker.config import FlushDiskType, StoreConfig
 from pybroker.proc.appender import run_appender
-from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.dispatcher import run_dispatcher
-from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ring_putter import RingPutter
-from pybroker.proc.shared import create_byte_ring, create_completion_ring
-from pybroker.proc.wake import DataPlaneWakes, WakeFd
-from pybroker.store import lock_file
 from pybroker.store.checkpoint import StoreCheckpoint
-from pybroker.store.control_block import BrokerState, ControlBlock
 from pybroker.store.message_store import MessageStore
 from pybroker.store.reader import MessageStoreReader
 from pybroker.store.status import GetStatus
@@ -55,80 +49,13 @@ def encode(body: bytes, queue_id: int) -> bytearray:
     return buffer
 
 
-class Plane:
-    """Shared regions, eventfds and child processes of one data plane."""
-
-    def __init__(self, tmp_path, settings):
-        self.settings = settings
-        self.root = settings.store_path_root_dir
-        run_dir = tmp_path / "run"
-        run_dir.mkdir()
-        os.makedirs(self.root, exist_ok=True)
-        lock_file.create_abort_file(self.root)        # the store is "open" from here on
-        self.control = ControlBlock(str(run_dir / "control"), create=True)
-        # 4 KiB send rings: 48 puts in flight do not fit, so producers wait for space.
-        self.rings = [create_byte_ring(str(run_dir / f"send-{i}"), 1 << 12)
-                      for i in range(PRODUCERS)]
-        self.completions = [create_completion_ring(str(run_dir / f"done-{i}"), 256)
-                            for i in range(PRODUCERS)]
-        self.wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(),
-                                    [WakeFd() for _ in range(PRODUCERS)])
-        self.pids: dict[str, int] = {}
-
-    def fork(self, name: str, function, *args) -> int:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                function(*args)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(code)
-        self.pids[name] = pid
-        return pid
-
-    def start_workers(self) -> None:
-        self.fork("appender", run_appender, self.settings, [r.ring for r in self.rings],
-                  [c.ring for c in self.completions], self.control, self.wakes)
-        self.fork("dispatcher", run_dispatcher, self.settings, self.control, self.wakes)
-        self.fork("flusher", run_flusher, self.settings, self.control, self.wakes)
-
-    def stop_workers(self, deadline_s: float = 20) -> None:
-        # The supervisor's order: no more appends, dispatch the rest, then the last flush
-        # writes the checkpoint with the dispatcher's final timestamps.
-        self.control.broker_state = int(BrokerState.STOPPING)
-        self.wakes.appender.signal()
-        assert wait_exit(self.pids.pop("appender"), deadline_s) == 0, "appender failed"
-        for name in ("dispatcher", "flusher"):
-            os.kill(self.pids[name], STOP_SIGNAL)
-            assert wait_exit(self.pids.pop(name), deadline_s) == 0, f"{name} failed"
-
-    def kill_all(self) -> None:
-        for pid in self.pids.values():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            wait_exit(pid, 10)
-        self.pids.clear()
+def make_plane(tmp_path, flush_disk_type: str) -> LocalDataPlane:
+    # 4 KiB send rings: 48 puts in flight do not fit, so producers wait for space.
+    return LocalDataPlane(tmp_path / "run", settings_for(tmp_path, flush_disk_type), PRODUCERS,
+                          1 << 12, 256)
 
 
-def wait_exit(pid: int, deadline_s: float) -> int:
-    """Exit code of child ``pid``; kills it and fails the test past the deadline."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail(f"process {pid} did not exit within {deadline_s} s")
-
-
-def produce(plane: Plane, index: int, count: int, result_path: str, sync: bool,
+def produce(plane: LocalDataPlane, index: int, count: int, result_path: str, sync: bool,
             sync_flush_timeout_ms: int = 5000) -> None:
     """Child: send ``count`` messages through a RingPutter; write the acknowledgements."""
     async def main():
@@ -163,15 +90,14 @@ def produce(plane: Plane, index: int, count: int, result_path: str, sync: bool,
     asyncio.run(main())
 
 
-def run_producers(plane: Plane, tmp_path, count: int, sync: bool, *args,
+def run_producers(plane: LocalDataPlane, tmp_path, count: int, sync: bool, *args,
                   deadline_s: float = 60) -> tuple[list[dict], int]:
     """(acknowledgements of every producer, times a producer waited for ring space)."""
     paths = [str(tmp_path / f"acks-{i}.json") for i in range(PRODUCERS)]
-    pids = [plane.fork(f"producer-{i}", produce, plane, i, count, paths[i], sync, *args)
-            for i in range(PRODUCERS)]
-    for i, pid in enumerate(pids):
-        assert wait_exit(pid, deadline_s) == 0
-        plane.pids.pop(f"producer-{i}")
+    for i in range(PRODUCERS):
+        plane.fork(f"producer-{i}", produce, plane, i, count, paths[i], sync, *args)
+    for i in range(PRODUCERS):
+        assert plane.wait(f"producer-{i}", deadline_s) == 0
     acks, space_waits = [], 0
     for path in paths:
         with open(path) as source:
@@ -210,13 +136,13 @@ def check_acks_in_store(store, acks: list[dict], contiguous: bool = True) -> Non
 def plane_factory(tmp_path):
     planes = []
 
-    def make(flush_disk_type: str) -> Plane:
-        plane = Plane(tmp_path, settings_for(tmp_path, flush_disk_type))
+    def make(flush_disk_type: str) -> LocalDataPlane:
+        plane = make_plane(tmp_path, flush_disk_type)
         planes.append(plane)
         return plane
     yield make
     for plane in planes:
-        plane.kill_all()
+        plane.close()
 
 
 @pytest.mark.timeout(120)
@@ -232,7 +158,7 @@ def test_two_producers_every_ack_is_readable_in_order(tmp_path, plane_factory,
     assert {a["status"] for a in acks} == {"PUT_OK"}
     if sync:
         assert all(a["flushed"] for a in acks), "a SYNC_FLUSH ack came before its flush"
-    plane.stop_workers()
+    assert plane.stop_workers() == [0, 0, 0], "appender, dispatcher, flusher"
     control = plane.control
     assert control.dispatched_position == control.written_position > 0
     assert control.flushed_position == control.written_position
@@ -260,7 +186,7 @@ def test_kill_of_the_appender_loses_no_acknowledged_message(tmp_path, plane_fact
         time.sleep(0.005)
     os.kill(plane.pids["appender"], signal.SIGKILL)
     for i in range(PRODUCERS):
-        assert wait_exit(plane.pids.pop(f"producer-{i}"), 30) == 0
+        assert plane.wait(f"producer-{i}", 30) == 0
     plane.kill_all()       # the rest of the broker dies too: the store is as after kill -9
     acks = []
     for path in paths:
