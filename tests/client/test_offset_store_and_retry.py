@@ -4,8 +4,9 @@ Method: the local file store is exercised on real files in tmp_path (round trip,
 replacement with a backup, recovery from a corrupt file). The remote store and the send
 retries run against one pybroker standalone per module: offsets are written oneway and
 synchronously and read back by a fresh store; for retries the producer's route gets a second
-broker whose master address is a fault proxy that accepts connections and drops them, so the
-counts of accepted connections and stored messages show exactly where each attempt went.
+broker whose master address is a fault proxy (pybroker/_testbase/fault_proxy.py) that accepts
+connections and drops them, so the counts of accepted connections and stored messages show
+exactly where each attempt went.
 """
 import asyncio
 import dataclasses
@@ -15,6 +16,7 @@ import time
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
+from pybroker._testbase.fault_proxy import FaultProxy
 from pybroker.client.admin import Admin
 from pybroker.client.instance import ClientInstance
 from pybroker.client.message import Message, SendStatus
@@ -102,27 +104,6 @@ def test_remote_store_persists_and_reads_back(broker):
     asyncio.run(scenario())
 
 
-class _FaultProxy:
-    """A 'broker' that accepts every connection and drops it as soon as a request arrives."""
-
-    def __init__(self):
-        self.accepted = 0
-        self.server = None
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._drop, "127.0.0.1", 0)
-        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def _drop(self, reader, writer) -> None:
-        self.accepted += 1
-        await reader.read(1)
-        writer.close()
-
-    async def stop(self) -> None:
-        self.server.close()
-        await self.server.wait_closed()
-
-
 def _with_dead_broker(route, dead_address: str, keep_live: bool):
     """The route plus a broker whose master is ``dead_address`` (listed first)."""
     live_brokers = [b for b in route.broker_datas] if keep_live else []
@@ -156,7 +137,7 @@ def test_send_retries_on_another_broker(broker, fault_avoidance):
     async def scenario():
         topic = _name("retry")
         await _create_topic(broker, topic)
-        proxy = _FaultProxy()
+        proxy = FaultProxy()
         address = await proxy.start()
         producer = await _producer_with_route(broker, topic, address, True,
                                               send_latency_fault_enable=fault_avoidance)
@@ -181,7 +162,7 @@ def test_send_gives_up_after_all_attempts(broker):
     async def scenario():
         topic = _name("dead")
         await _create_topic(broker, topic)
-        proxy = _FaultProxy()
+        proxy = FaultProxy()
         address = await proxy.start()
         producer = await _producer_with_route(broker, topic, address, False,
                                               retry_times_when_send_failed=2)
