@@ -9,8 +9,10 @@ The worker maps the CommitLog read-only and never writes it. Per slave connectio
   acknowledgement: the connection's line in the control block takes it, and
   ``replicated_position`` (the highest acknowledgement of any slave, monotonic, Java's
   push2SlaveMaxOffset) is published with the waiter bits of SYNC_MASTER puts, once per read.
-* **Transfers** go out as soon as the appender publishes ``written_position`` (the ha worker
-  is a waiter on it only while some slave is caught up): units of at most
+* **Transfers** go out, under SYNC_MASTER, as soon as the appender publishes
+  ``written_position`` (the ha worker is a waiter on it only while some slave is caught up);
+  under ASYNC_MASTER on a 10 ms tick, which batches (Java's transfer thread polls every
+  100 ms when no SYNC_MASTER put wakes it): units of at most
   ``haTransferBatchSize`` bytes that never cross a CommitLog file end (BLANK fillers go as
   they are, so the slave's files are byte-identical), one ``sendmsg`` of header + a view of
   the map (no copy in Python), a bounded number per loop turn so one slave that is GiBs
@@ -35,6 +37,7 @@ from pybroker.proc.wake import HA_SLOT, signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import HA_SLAVE_SLOTS_MAX, BrokerState
+from pybroker.store.settings import BrokerRole
 from pybroker.store.mapped_file import MappedFile
 from pybroker.store.reader import follow_commitlog
 
@@ -45,6 +48,9 @@ __all__ = ["HAMasterService"]
 _READ_BYTES_MAX = 1 << 20          # Java's master reads reports into 1 MiB
 _UNITS_PER_TURN_MAX = 64           # then yield to the loop (other slaves, reports)
 _HOUSEKEEPING_TICK_S = 0.5
+# ASYNC_MASTER: no wake-up per append drain; new data goes out on this tick (Java's transfer
+# thread waits up to 100 ms when no SYNC_MASTER put wakes it). Batches units, bounds the lag.
+_ASYNC_TRANSFER_TICK_S = 0.01
 
 
 def _peer_word(address) -> int:
@@ -64,7 +70,8 @@ class _CaughtUpFlag:
 
     def set_sleeping(self) -> bool:
         service = self.service
-        if not any(c.waiting_for_data() for c in service.connections.values()):
+        if not service.sync_master or not any(c.waiting_for_data()
+                                              for c in service.connections.values()):
             return False
         service.control.add_waiter("written_position", HA_SLOT)
         self.armed = True
@@ -238,6 +245,9 @@ class HAMasterService:
     socket (the supervisor binds it before forking: a busy port stops the start)."""
 
     def __init__(self, settings, control, wakes, listener: socket.socket, clock_ms=clock.now_ms):
+        # SYNC_MASTER puts wait for the slave: each append drain wakes this worker. An
+        # ASYNC_MASTER's slave takes what a short tick found (fewer, larger units).
+        self.sync_master = settings.broker_role == BrokerRole.SYNC_MASTER
         self.control = control
         self.wakes = wakes
         self.slots = wakes.by_slot()
@@ -281,13 +291,18 @@ class HAMasterService:
         loop.add_reader(self.wakes.ha.fd, self._wake_readable)
         log.info("HA service listening on %s, master offset %d", self.listener.getsockname(),
                  self.written)
+        tick_s = _HOUSEKEEPING_TICK_S if self.sync_master else _ASYNC_TRANSFER_TICK_S
+        next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
         try:
             while not stop.is_set():
                 try:
-                    await asyncio.wait_for(stop.wait(), _HOUSEKEEPING_TICK_S)
+                    await asyncio.wait_for(stop.wait(), tick_s)
                 except TimeoutError:
                     pass
-                self._housekeeping()
+                self._on_wake()
+                if loop.time() >= next_housekeeping:
+                    next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
+                    self._housekeeping()
         finally:
             self.flag.clear_sleeping()
             loop.remove_reader(self.wakes.ha.fd)

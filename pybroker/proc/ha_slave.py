@@ -218,46 +218,78 @@ class _Session:
     def report_offset(self) -> int:
         return self.verified if self.verifying else self.replica.end
 
-    async def report(self, force: bool = False) -> None:
+    def report(self, force: bool = False) -> None:
+        """Send the report when it moved (or ``force``); a full socket leaves it to the next
+        try (the master only needs the latest)."""
         offset = self.report_offset()
-        if offset != self.reported or force:
-            await asyncio.get_running_loop().sock_sendall(self.sock,
-                                                          ha_protocol.encode_report(offset))
-            self.reported = offset
-            self.last_report_ms = self.client.clock_ms()
+        if offset == self.reported and not force:
+            return
+        try:
+            sent = self.sock.send(ha_protocol.encode_report(offset))
+        except (BlockingIOError, InterruptedError):
+            return
+        if sent != ha_protocol.REPORT_BYTES:
+            raise ConnectionError(f"report of {offset} written in part ({sent} bytes)")
+        self.reported = offset
+        self.last_report_ms = self.client.clock_ms()
 
     async def receive(self) -> None:
+        """Read with a reader callback (one recv_into per readiness, no future per read) until
+        the master closes, goes silent, or sends what the slave refuses (raised here)."""
         client, loop = self.client, asyncio.get_running_loop()
-        buffer = bytearray(ha_protocol.SLAVE_READ_BUFFER_BYTES)
-        view = memoryview(buffer)
-        filled = 0
-        await self.report(force=True)
+        self.buffer = bytearray(ha_protocol.SLAVE_READ_BUFFER_BYTES)
+        self.view = memoryview(self.buffer)
+        self.filled = 0
+        self.last_read_ms = client.clock_ms()
+        self.ended: asyncio.Future = loop.create_future()
+        self.report(force=True)
         if self.verifying:
             log.info("HAClient: verifying the slave's tail from %d (slave end %d)",
                      self.verify_from, self.replica.end)
-        last_read_ms = client.clock_ms()
         tick_s = min(client.heartbeat_ms, client.housekeeping_ms) / 1000
-        while True:
-            try:
-                count = await asyncio.wait_for(loop.sock_recv_into(self.sock, view[filled:]),
-                                               tick_s)
-            except TimeoutError:
-                count = -1
-            now = client.clock_ms()
+        loop.add_reader(self.sock, self._readable)
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(asyncio.shield(self.ended), tick_s)
+                except TimeoutError:
+                    pass
+                if self.ended.done():
+                    self.ended.result()          # raises why the session ended
+                    return
+                now = client.clock_ms()
+                if now - self.last_read_ms > client.housekeeping_ms:
+                    raise TimeoutError(f"housekeeping: master silent for "
+                                       f"{now - self.last_read_ms} ms")
+                self.report(force=now - self.last_report_ms > client.heartbeat_ms)
+        finally:
+            loop.remove_reader(self.sock)
+            if not self.ended.done():
+                self.ended.cancel()
+            self.view.release()
+
+    def _readable(self) -> None:
+        if self.ended.done():
+            return
+        try:
+            count = self.sock.recv_into(self.view[self.filled:])
             if count == 0:
                 if self.verifying and self.verified == self.verify_from:
                     raise _Widen()     # e.g. our offset was beyond the master's
                 raise ConnectionError("closed by the master")
-            if count > 0:
-                last_read_ms = now
-                filled += count
-                consumed = self._units(view, filled)
-                buffer[:filled - consumed] = buffer[consumed:filled]
-                filled -= consumed
-                client.publish()
-            elif now - last_read_ms > client.housekeeping_ms:
-                raise TimeoutError(f"housekeeping: master silent for {now - last_read_ms} ms")
-            await self.report(force=now - self.last_report_ms > client.heartbeat_ms)
+            self.last_read_ms = self.client.clock_ms()
+            self.filled += count
+            consumed = self._units(self.view, self.filled)
+            buffer, filled = self.buffer, self.filled
+            buffer[:filled - consumed] = buffer[consumed:filled]
+            self.filled = filled - consumed
+            self.client.publish()
+            self.report()
+        except (BlockingIOError, InterruptedError):
+            return
+        except (OSError, ha_protocol.HAProtocolError, ReplicaRefused, _Diverged,
+                _Widen) as error:
+            self.ended.set_exception(error)
 
     def _units(self, view, filled: int) -> int:
         """Handle every whole transfer unit in ``view[:filled]``; returns bytes consumed."""
