@@ -1,0 +1,92 @@
+"""A slave learns its master's addresses as Java's does and takes the master's documents.
+
+Method: SlaveLink over a real MetadataState in tmp_path and a real eventfd; REGISTER_BROKER
+answers are built with the header schema the NameServer uses; the master's documents are the
+JSON bodies a master sends (fastjson-style bare keys included). The address file and the
+persisted documents are read back from disk.
+"""
+import os
+
+from pybroker.broker.metadata import MetadataState
+from pybroker.broker.slave_sync import SlaveLink
+from pybroker.config import load_broker_config
+from pybroker.proc.wake import WakeFd
+from pybroker.protocol import fastjson, headers
+from pybroker.protocol.command import RemotingCommand
+from pybroker.store import config_docs, paths
+
+
+def _link(tmp_path, **overrides) -> tuple[SlaveLink, WakeFd, str]:
+    root = str(tmp_path / "store")
+    config = load_broker_config(overrides=dict(
+        {"storePathRootDir": root, "brokerRole": "SLAVE", "brokerId": "1",
+         "brokerName": "broker-a"}, **overrides))
+    os.makedirs(paths.run_dir(root))
+    wake = WakeFd()
+    return SlaveLink(config, MetadataState(config), wake), wake, root
+
+
+def _answer(ha: str | None, master: str | None) -> RemotingCommand:
+    ext = headers.encode_header(headers.REGISTER_BROKER_RESPONSE,
+                                {"ha_server_addr": ha, "master_addr": master})
+    return RemotingCommand(code=0, ext_fields=ext)
+
+
+def _address_file(root: str) -> str | None:
+    try:
+        with open(paths.ha_master_address_path(root)) as source:
+            return source.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def test_addresses_from_the_nameserver(tmp_path):
+    link, wake, root = _link(tmp_path)
+    assert _address_file(root) is None
+    link.on_registered(_answer("10.0.0.1:10912", "10.0.0.1:10911"))
+    assert _address_file(root) == "10.0.0.1:10912" and wake.consume() == 1
+    assert link.master_address == "10.0.0.1:10911"
+    link.on_registered(_answer("10.0.0.1:10912", "10.0.0.1:10911"))
+    assert wake.consume() == 0, "an unchanged address does not wake the ha worker"
+    # The master went away: no master to sync from, but the HA address is kept (Java keeps
+    # the last one: the slave reconnects when the master returns there).
+    link.on_registered(_answer(None, None))
+    assert link.master_address is None and _address_file(root) == "10.0.0.1:10912"
+    link.on_registered(_answer("10.0.0.2:10912", "10.0.0.2:10911"))
+    assert _address_file(root) == "10.0.0.2:10912" and wake.consume() == 1
+    link.close()
+
+
+def test_configured_ha_master_address_is_never_replaced(tmp_path):
+    link, wake, root = _link(tmp_path, haMasterAddress="192.168.1.9:30912")
+    assert _address_file(root) == "192.168.1.9:30912" and wake.consume() == 1
+    link.on_registered(_answer("10.0.0.1:10912", "10.0.0.1:10911"))
+    assert _address_file(root) == "192.168.1.9:30912"
+    assert link.master_address == "10.0.0.1:10911"      # metadata sync still follows it
+    link.close()
+
+
+def test_documents_from_the_master(tmp_path):
+    link, _, root = _link(tmp_path)
+    changed = []
+    link.on_changed = lambda: changed.append(True)
+    topics = (b'{"dataVersion":{"counter":7,"timestamp":1700000000000},"topicConfigTable":'
+              b'{"MasterTopic":{"topicName":"MasterTopic","readQueueNums":4,'
+              b'"writeQueueNums":4,"perm":6,"topicFilterType":"SINGLE_TAG","topicSysFlag":0,'
+              b'"order":false}}}')
+    assert link._topics(fastjson.loads(topics)) is True
+    assert link._topics(fastjson.loads(topics)) is False, "same data version: kept"
+    assert "MasterTopic" in link.metadata.topic_configs()
+    link.metadata.offsets.commit("SlaveOnly", "T", 0, 5)   # committed while the master was down
+    link._offsets(fastjson.loads(b'{"offsetTable":{"T@G":{0:3,1:9}}}'))
+    assert link.metadata.offsets.query("G", "T", 1) == 9
+    assert link.metadata.offsets.query("SlaveOnly", "T", 0) == 5
+    link._delay_offsets(fastjson.loads(b'{"offsetTable":{1:12,3:4}}'))
+    delay = config_docs.load_delay_offsets(paths.config_path(root, paths.DELAY_OFFSET_CONFIG))
+    assert delay.offset_table == {1: 12, 3: 4}
+    saved = config_docs.load_topics(paths.config_path(root, paths.TOPICS_CONFIG))
+    assert "MasterTopic" in saved.topic_config_table and saved.data_version.counter == 7
+    saved_offsets = config_docs.load_consumer_offsets(
+        paths.config_path(root, paths.CONSUMER_OFFSET_CONFIG))
+    assert saved_offsets.offset_table["T@G"] == {0: 3, 1: 9}
+    link.close()
