@@ -268,6 +268,9 @@ class HAMasterService:
         self.counted = 0
         self.stop: asyncio.Event | None = None
         self.flag = _CaughtUpFlag(self)
+        self._tick_s = _HOUSEKEEPING_TICK_S
+        self._next_housekeeping = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self.follow()
 
     def follow(self) -> None:
@@ -291,25 +294,30 @@ class HAMasterService:
         loop.add_reader(self.wakes.ha.fd, self._wake_readable)
         log.info("HA service listening on %s, master offset %d", self.listener.getsockname(),
                  self.written)
-        tick_s = _HOUSEKEEPING_TICK_S if self.sync_master else _ASYNC_TRANSFER_TICK_S
-        next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
+        self._tick_s = _HOUSEKEEPING_TICK_S if self.sync_master else _ASYNC_TRANSFER_TICK_S
+        self._next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
+        self._timer = loop.call_later(self._tick_s, self._tick)
         try:
-            while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), tick_s)
-                except TimeoutError:
-                    pass
-                self._on_wake()
-                if loop.time() >= next_housekeeping:
-                    next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
-                    self._housekeeping()
+            await stop.wait()
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
             self.flag.clear_sleeping()
             loop.remove_reader(self.wakes.ha.fd)
             loop.remove_reader(self.listener)
             for connection in list(self.connections.values()):
                 connection.close("master stopping")
             self.commitlog.shutdown(0)
+
+    def _tick(self) -> None:
+        """The transfer tick (ASYNC_MASTER) and housekeeping: a timer, not a task per tick."""
+        loop = asyncio.get_running_loop()
+        self._on_wake()
+        if loop.time() >= self._next_housekeeping:
+            self._next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
+            self._housekeeping()
+        if self.stop is None or not self.stop.is_set():
+            self._timer = loop.call_later(self._tick_s, self._tick)
 
     # --- wake-ups: the appender signals only while the flag is armed --------------------------
     def _wake_readable(self) -> None:
@@ -333,7 +341,6 @@ class HAMasterService:
             asyncio.get_running_loop().call_soon(self._on_wake)
 
     def _housekeeping(self) -> None:
-        self._on_wake()
         now = self.clock_ms()
         for connection in list(self.connections.values()):
             if now - connection.last_read_ms > self.housekeeping_ms:
