@@ -16,8 +16,8 @@ from pybroker.proc.appender import run_appender
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.wake import signal_mask
 from pybroker.store.status import PutStatus
-from tests.unit.proc.test_data_plane import HOST, PORT, QUEUES, TOPIC, Plane, encode, \
-    settings_for
+from pybroker._testbase.dataplane import LocalDataPlane
+from tests.unit.proc.test_data_plane import HOST, PORT, QUEUES, TOPIC, encode, make_plane
 
 pytestmark = pytest.mark.timeout(60)
 TIMEOUT_MS = 300
@@ -27,9 +27,9 @@ TIMEOUT_MS = 300
 def plane(tmp_path):
     made = None
 
-    def make(flush_disk_type: str = "ASYNC_FLUSH") -> Plane:
+    def make(flush_disk_type: str = "ASYNC_FLUSH") -> LocalDataPlane:
         nonlocal made
-        made = Plane(tmp_path, settings_for(tmp_path, flush_disk_type))
+        made = make_plane(tmp_path, flush_disk_type)
         made.fork("appender", run_appender, made.settings, [r.ring for r in made.rings],
                   [c.ring for c in made.completions], made.control, made.wakes)
         return made
@@ -38,7 +38,8 @@ def plane(tmp_path):
         made.kill_all()
 
 
-def _putter(plane: Plane, sync_flush: bool = False, gap_bytes: int = 1 << 20) -> RingPutter:
+def _putter(plane: LocalDataPlane, sync_flush: bool = False,
+            gap_bytes: int = 1 << 20) -> RingPutter:
     putter = RingPutter(plane.rings[0].ring, plane.completions[0].ring, plane.control,
                         plane.wakes.appender, 0, (HOST, PORT), sync_flush, TIMEOUT_MS,
                         sync_master=True, ha_max_gap_bytes=gap_bytes)
@@ -46,7 +47,7 @@ def _putter(plane: Plane, sync_flush: bool = False, gap_bytes: int = 1 << 20) ->
     return putter
 
 
-def _replicate(plane: Plane, position: int) -> None:
+def _replicate(plane: LocalDataPlane, position: int) -> None:
     """What the ha worker does on a slave's report."""
     signal_mask(plane.control.publish("replicated_position", position, True),
                 plane.wakes.by_slot())
