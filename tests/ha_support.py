@@ -91,6 +91,18 @@ def read_queue(client, topic: str, queue_id: int, start: int = 0) -> list[bytes]
             offset += 1
 
 
+def wait_topic_synced(client, topic: str, timeout_s: float = 40) -> None:
+    """Wait until a slave knows ``topic``: like Java's, a slave learns topics from its master's
+    config every SYNC_INTERVAL_S (10 s) and answers TOPIC_NOT_EXIST before that."""
+    codes = []
+
+    def known() -> bool:
+        codes.append(pull(client, topic, 0, 0).code)
+        return codes[-1] != ResponseCode.TOPIC_NOT_EXIST
+    wait_for(known, timeout_s, f"the slave's topic config sync of {topic} (codes {codes[-3:]})",
+             interval_s=0.25)
+
+
 def control(store_dir: str) -> ControlBlock:
     return ControlBlock(os.path.join(store_dir, "run", "control"), create=False)
 

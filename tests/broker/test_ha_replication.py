@@ -20,7 +20,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.protocol import fastjson
 from tests.ha_support import (assert_commitlogs_identical, client_for, position, pull,
-                              read_queue, send, wait_for)
+                              read_queue, send, wait_for, wait_topic_synced)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -61,6 +61,7 @@ def test_slave_commitlog_is_byte_identical_and_serves_every_message(tmp_path, ra
         wait_for(lambda: position(slave.store_dir, "dispatched_position") == end, 20,
                  "slave dispatch")
         with client_for(slave.address) as client:
+            wait_topic_synced(client, TOPIC)
             for queue_id in range(QUEUES):
                 bodies = read_queue(client, TOPIC, queue_id)
                 expected = [body for (q, _), body in sorted(acked.items()) if q == queue_id]
