@@ -100,7 +100,8 @@ def _run_namesrv(args: argparse.Namespace) -> int:
         return 1
     try:
         return run_namesrv(loaded, args.listen_address)
-    except (OSError, StoreCorruptError) as error:   # port in use, unusable kvConfigPath
+    except (OSError, StoreCorruptError, ConfigError) as error:
+        # port in use, unusable kvConfigPath, TLS files that do not load
         sys.stderr.write(f"pybroker namesrv: cannot start: {error}\n")
         return 1
 

@@ -24,6 +24,7 @@ raise :class:`pybroker.errors.ConfigError` with ``key=value: rule`` lines. This 
 module that reads ``os.environ``.
 """
 import dataclasses
+import enum
 import logging
 import math
 import os
@@ -82,7 +83,6 @@ def _cpu_count() -> int:
 
 
 # --- the schema ---------------------------------------------------------------------------------
-_NO_ACL = "pybroker has no ACL; clients would be let in unauthenticated"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,8 +166,12 @@ class BrokerConfig:
     fetch_namesrv_addr_by_address_server: bool = setting("fetchNamesrvAddrByAddressServer", False,
         "learn NameServers from an address server",
         rule=only(False, "pybroker has no address-server client"), important=True)
-    acl_enable: bool = setting("aclEnable", False, "access control", rule=only(False, _NO_ACL),
+    acl_enable: bool = setting("aclEnable", False,
+        "ACL 1.0: every client request signed by an account of the plain ACL file",
         important=True)
+    rocketmq_acl_plain_file: str = setting("rocketmq.acl.plain.file", "conf/plain_acl.yml",
+        "plain_acl.yml; a relative path is under $ROCKETMQ_HOME when set, else the working "
+        "directory (Java's system property of that name)", important=True, pybroker_only=True)
     metrics_exporter_type: str = setting("metricsExporterType", "DISABLE",
         "metrics exporter: DISABLE or PROM (Prometheus pull endpoint)", important=True,
         rule=Rule("must be DISABLE or PROM (pybroker has no OTLP_GRPC or LOG exporter)",
@@ -209,8 +213,8 @@ class RemotingConfig:
         "SO_SNDBUF of outgoing connections", unit="bytes", rule=between(0, 64 << 20))
     client_socket_rcv_buf_size: int = setting("clientSocketRcvBufSize", 0,
         "SO_RCVBUF of outgoing connections", unit="bytes", rule=between(0, 64 << 20))
-    use_tls: bool = setting("useTLS", False, "TLS to peers",
-        rule=only(False, "pybroker speaks plain TCP only"))
+    use_tls: bool = setting("useTLS", False,
+        "outgoing links use TLS (Java NettyClientConfig); default: tls.enable")
     remoting_workers: int = setting("remotingWorkers", _cpu_count,
         "remoting processes; default: CPU count", unit="count", rule=between(1, 64), important=True,
         pybroker_only=True)
@@ -244,6 +248,87 @@ class NamesrvConfig:
     broker_channel_expired_time_ms: int = setting("brokerChannelExpiredTimeMs", 120000,
         "drop a broker not heard from for (Java constant)", unit="ms", rule=between(1000, 3600000),
         pybroker_only=True)
+
+
+class TlsMode(enum.StrEnum):
+    """``tls.server.mode`` (Java ``TlsMode``): what a remoting port accepts."""
+    DISABLED = "disabled"       # plain TCP only; a TLS ClientHello is closed
+    PERMISSIVE = "permissive"   # TLS or plain TCP, told apart by the first byte
+    ENFORCING = "enforcing"     # TLS only; plain TCP is closed
+
+
+class ClientAuth(enum.StrEnum):
+    """``tls.server.need.client.auth``: whether a TLS client must show a certificate."""
+    NONE = "none"
+    OPTIONAL = "optional"
+    REQUIRE = "require"
+
+
+# Keys a tls.config.file may set (Java: every tls.* key but the mode and tls.enable).
+TLS_FILE_KEYS = frozenset({
+    "tls.test.mode.enable", "tls.server.need.client.auth", "tls.server.keyPath",
+    "tls.server.keyPassword", "tls.server.certPath", "tls.server.authClient",
+    "tls.server.trustCertPath", "tls.client.keyPath", "tls.client.keyPassword",
+    "tls.client.certPath", "tls.client.authServer", "tls.client.trustCertPath"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsConfig:
+    """TLS of the remoting ports and of outgoing links (Java ``TlsSystemConfig``: JVM system
+    properties there, broker.conf / namesrv.conf keys here, and the same ``tls.config.file``,
+    whose values win over the conf file's as Java's win over system properties)."""
+    tls_server_mode: TlsMode = setting("tls.server.mode", TlsMode.PERMISSIVE,
+        "disabled, permissive (TLS or plain, by first byte) or enforcing; TLS needs a "
+        "certificate: permissive without one serves plain TCP only", important=True)
+    tls_config_file: str = setting("tls.config.file", "/etc/rocketmq/tls.properties",
+        "Java properties file with tls.* keys, read when it exists")
+    tls_test_mode_enable: bool = setting("tls.test.mode.enable", False,
+        "Java's self-signed test context (default true there); pybroker never makes one")
+    tls_server_need_client_auth: ClientAuth = setting("tls.server.need.client.auth",
+        ClientAuth.NONE, "none, optional or require a client certificate")
+    tls_server_key_path: str | None = setting("tls.server.keyPath", None,
+        "server private key, PEM (PKCS#8 or traditional)")
+    tls_server_key_password: str | None = setting("tls.server.keyPassword", None,
+        "password of an encrypted server key", secret=True)
+    tls_server_cert_path: str | None = setting("tls.server.certPath", None,
+        "server certificate chain, PEM")
+    tls_server_auth_client: bool = setting("tls.server.authClient", False,
+        "verify client certificates (pybroker verifies any it asks for)")
+    tls_server_trust_cert_path: str | None = setting("tls.server.trustCertPath", None,
+        "CA certificates that client certificates must chain to, PEM")
+    tls_client_key_path: str | None = setting("tls.client.keyPath", None,
+        "private key shown by outgoing TLS links, PEM")
+    tls_client_key_password: str | None = setting("tls.client.keyPassword", None,
+        "password of an encrypted client key", secret=True)
+    tls_client_cert_path: str | None = setting("tls.client.certPath", None,
+        "certificate chain shown by outgoing TLS links, PEM")
+    tls_client_auth_server: bool = setting("tls.client.authServer", False,
+        "verify the server certificate of outgoing TLS links")
+    tls_client_trust_cert_path: str | None = setting("tls.client.trustCertPath", None,
+        "CA certificates for tls.client.authServer, PEM")
+    tls_enable: bool = setting("tls.enable", False,
+        "outgoing links (broker -> NameServer) use TLS; useTLS in the conf file wins")
+
+
+def check_tls(tls: TlsConfig) -> None:
+    """Refuse TLS settings that cannot work (ConfigError naming the key)."""
+    server_files = (tls.tls_server_cert_path, tls.tls_server_key_path)
+    _require(all(server_files) or not any(server_files), "tls.server.certPath",
+             tls.tls_server_cert_path, "tls.server.certPath and tls.server.keyPath go together")
+    _require(tls.tls_server_mode != TlsMode.ENFORCING or all(server_files), "tls.server.mode",
+             tls.tls_server_mode, "enforcing needs tls.server.certPath and tls.server.keyPath")
+    asks = tls.tls_server_need_client_auth != ClientAuth.NONE or tls.tls_server_auth_client
+    _require(not asks or bool(tls.tls_server_trust_cert_path), "tls.server.need.client.auth",
+             tls.tls_server_need_client_auth, "client certificates are verified against "
+             "tls.server.trustCertPath, which is not set")
+    client_files = (tls.tls_client_cert_path, tls.tls_client_key_path)
+    _require(all(client_files) or not any(client_files), "tls.client.certPath",
+             tls.tls_client_cert_path, "tls.client.certPath and tls.client.keyPath go together")
+    _require(not tls.tls_client_auth_server or bool(tls.tls_client_trust_cert_path),
+             "tls.client.authServer", True, "needs tls.client.trustCertPath")
+    if tls.tls_test_mode_enable:
+        LOGGER.warning("tls.test.mode.enable=true: pybroker has no self-signed test mode; TLS "
+                       "uses tls.server.certPath/keyPath (and is off without them)")
 
 
 # --- Java Properties syntax ---------------------------------------------------------------------
@@ -384,6 +469,7 @@ class DerivedConfig:
     consume_queue_entries_per_file: int       # entries (20 bytes each) in one CQ file
     record_size_max_bytes: int                # largest CommitLog record maxMessageSize allows
     index_file_size_bytes: int
+    acl_file_path: str | None = None          # plain_acl.yml resolved, when aclEnable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,6 +481,7 @@ class Config:
     derived: DerivedConfig
     path: str | None = None                   # the broker.conf read, if any
     unknown_keys: tuple[str, ...] = ()
+    tls: TlsConfig = TlsConfig()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -404,10 +491,12 @@ class NamesrvProcessConfig:
     remoting: RemotingConfig
     path: str | None = None
     unknown_keys: tuple[str, ...] = ()
+    tls: TlsConfig = TlsConfig()
 
 
-_BROKER_AREAS = {"broker": BrokerConfig, "store": StoreConfig, "remoting": RemotingConfig}
-_NAMESRV_AREAS = {"namesrv": NamesrvConfig, "remoting": RemotingConfig}
+_BROKER_AREAS = {"broker": BrokerConfig, "store": StoreConfig, "remoting": RemotingConfig,
+                 "tls": TlsConfig}
+_NAMESRV_AREAS = {"namesrv": NamesrvConfig, "remoting": RemotingConfig, "tls": TlsConfig}
 
 
 def _key_index(areas: Mapping[str, type]) -> dict[str, tuple[str, SettingSpec]]:
@@ -430,7 +519,23 @@ def _read_entries(path: str | os.PathLike | None,
     entries = load_properties(path) if path is not None else {}
     for key, value in (overrides or {}).items():
         entries[key] = value if isinstance(value, str) else java_text(value)
+    _merge_tls_file(entries)
     return entries
+
+
+def _merge_tls_file(entries: dict[str, str]) -> None:
+    """Java reads ``tls.config.file`` (default /etc/rocketmq/tls.properties) when it exists;
+    its tls.* values win over the conf file's."""
+    tls_file = entries.get("tls.config.file") or TlsConfig().tls_config_file
+    if not os.path.isfile(tls_file) or not os.access(tls_file, os.R_OK):
+        return
+    for key, value in load_properties(tls_file).items():
+        if key in TLS_FILE_KEYS:
+            entries[key] = value
+        else:
+            LOGGER.warning("%s: %s is not a key a TLS config file may set (ignored)", tls_file,
+                           key)
+    LOGGER.info("TLS settings read from %s", tls_file)
 
 
 def _parse_entries(entries: Mapping[str, str], keys: Mapping[str, tuple[str, SettingSpec]],
@@ -476,11 +581,14 @@ def load_broker_config(path: str | os.PathLike | None = None,
     values, unknown = _parse_entries(entries, _BROKER_KEYS, source)
     broker = BrokerConfig(**values["broker"])
     store = StoreConfig(**values["store"])
-    remoting = RemotingConfig(**values["remoting"])
+    tls = TlsConfig(**values["tls"])
+    check_tls(tls)
+    remoting = _effective_remoting(RemotingConfig(**values["remoting"]), tls, set(entries))
     broker, store = _effective_broker_settings(broker, store, set(entries))
     derived = _derive_broker(broker, store, remoting)
+    derived = dataclasses.replace(derived, acl_file_path=_acl_file_path(broker))
     return Config(broker, store, remoting, derived,
-                  os.fspath(path) if path is not None else None, unknown)
+                  os.fspath(path) if path is not None else None, unknown, tls)
 
 
 def load_namesrv_config(path: str | os.PathLike | None = None,
@@ -489,9 +597,37 @@ def load_namesrv_config(path: str | os.PathLike | None = None,
     entries = _read_entries(path, overrides)
     source = os.fspath(path) if path is not None else "overrides"
     values, unknown = _parse_entries(entries, _NAMESRV_KEYS, source)
-    return NamesrvProcessConfig(NamesrvConfig(**values["namesrv"]),
-                                RemotingConfig(**values["remoting"]),
-                                os.fspath(path) if path is not None else None, unknown)
+    tls = TlsConfig(**values["tls"])
+    check_tls(tls)
+    remoting = _effective_remoting(RemotingConfig(**values["remoting"]), tls, set(entries))
+    return NamesrvProcessConfig(NamesrvConfig(**values["namesrv"]), remoting,
+                                os.fspath(path) if path is not None else None, unknown, tls)
+
+
+def _effective_remoting(remoting: RemotingConfig, tls: TlsConfig,
+                        set_keys: set[str]) -> RemotingConfig:
+    """Java: NettyClientConfig.useTLS defaults to the tls.enable system property."""
+    if "useTLS" in set_keys:
+        return remoting
+    return dataclasses.replace(remoting, use_tls=tls.tls_enable)
+
+
+def _rocketmq_home() -> str | None:
+    return os.environ.get("ROCKETMQ_HOME") or None
+
+
+def _acl_file_path(broker: BrokerConfig) -> str | None:
+    """plain_acl.yml as Java finds it (under ROCKETMQ_HOME), else from the working directory;
+    a missing file stops start-up (Java would create an empty one and refuse everybody)."""
+    if not broker.acl_enable:
+        return None
+    path = broker.rocketmq_acl_plain_file
+    if not os.path.isabs(path):
+        home_dir = _rocketmq_home()
+        path = os.path.join(home_dir, path) if home_dir else os.path.abspath(path)
+    _require(os.path.isfile(path), "rocketmq.acl.plain.file", broker.rocketmq_acl_plain_file,
+             f"aclEnable=true needs the plain ACL file; {path} does not exist")
+    return path
 
 
 def _effective_broker_settings(broker: BrokerConfig, store: StoreConfig,
@@ -592,11 +728,13 @@ def _area_values(config: Config | NamesrvProcessConfig):
 
 
 def all_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str, str]]:
-    """Every effective setting as (RocketMQ key, value in broker.conf spelling)."""
-    return [(spec.key, java_text(value)) for spec, value in _area_values(config)]
+    """Every effective setting as (RocketMQ key, value in broker.conf spelling); secrets
+    (key passwords) are never listed."""
+    return [(spec.key, java_text(value)) for spec, value in _area_values(config)
+            if not spec.secret]
 
 
 def important_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str, str]]:
     """The settings flagged important (logged at start-up), as (key, value text)."""
     return [(spec.key, java_text(value)) for spec, value in _area_values(config)
-            if spec.important]
+            if spec.important and not spec.secret]

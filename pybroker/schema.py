@@ -132,21 +132,26 @@ class SettingSpec:
     pybroker_only: bool
     optional: bool        # None allowed ("not set")
     enum_type: type[enum.Enum] | None
+    secret: bool = False  # a password: never listed, logged or answered (GET_BROKER_CONFIG)
 
 
 def setting(key: str, default: Any, doc: str, *, unit: str = "", rule: Rule | None = None,
-            important: bool = False, long: bool = False, pybroker_only: bool = False) -> Any:
-    """Declare a dataclass field as a setting; ``default`` may be a zero-argument callable."""
+            important: bool = False, long: bool = False, pybroker_only: bool = False,
+            secret: bool = False) -> Any:
+    """Declare a dataclass field as a setting; ``default`` may be a zero-argument callable.
+    ``secret``: the value is never listed (``pybroker config``, GET_BROKER_CONFIG, logs)."""
     meta = {"key": key, "doc": doc, "unit": unit, "rule": rule, "important": important,
-            "long": long, "pybroker_only": pybroker_only, "default": default}
+            "long": long, "pybroker_only": pybroker_only, "default": default,
+            "secret": secret}
     if callable(default):
-        return dataclasses.field(default_factory=default, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+        return dataclasses.field(default_factory=default, metadata=meta, repr=not secret)
+    return dataclasses.field(default=default, metadata=meta, repr=not secret)
 
 
 def _snake(key: str) -> str:
+    # Java's system-property style keys (tls.server.keyPath) become tls_server_key_path.
     return re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z])(?=[a-z])",
-                  lambda found: "_" + found.group(0), key).lower()
+                  lambda found: "_" + found.group(0), key).lower().replace(".", "_")
 
 
 def _spec_of(field: dataclasses.Field) -> SettingSpec:
@@ -169,7 +174,7 @@ def _spec_of(field: dataclasses.Field) -> SettingSpec:
     assert _snake(meta["key"]) == field.name, (meta["key"], field.name)
     return SettingSpec(meta["key"], field.name, kind, meta["default"], meta["unit"], meta["doc"],
                        meta["rule"], meta["important"], meta["pybroker_only"], optional,
-                       enum_type)
+                       enum_type, meta.get("secret", False))
 
 
 def settings_of(area: type) -> tuple[SettingSpec, ...]:

@@ -127,8 +127,9 @@ cdef Py_ssize_t scan_frames(const unsigned char *data, Py_ssize_t start, Py_ssiz
 cdef str _foreign_protocol_hint(const unsigned char *data, Py_ssize_t available):
     """Name the protocol a misdirected client speaks, from the first bytes it sent."""
     if available >= 2 and data[0] == 0x16 and data[1] == 0x03:
-        return ("; this looks like a TLS ClientHello: the remoting port speaks plain TCP, "
-                "turn TLS off in the client or connect to a TLS-enabled port")
+        return ("; this looks like a TLS ClientHello: this port serves plain TCP only "
+                "(tls.server.mode=disabled, or no tls.server.certPath), turn TLS off in the "
+                "client or enable it on the server")
     if available >= 4 and memcmp(data, b"PRI ", 4) == 0:
         return ("; this looks like an HTTP/2 preface: the remoting port is not gRPC/HTTP, "
                 "use a remoting client or the proxy's gRPC port")

@@ -14,6 +14,7 @@ from pybroker.protocol import bodies, headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.remoting.client import RemotingClientPool
+from pybroker.remoting.tls import outgoing_tls
 
 log = logging.getLogger("pybroker.broker.registration")
 
@@ -32,7 +33,7 @@ class NamesrvRegistration:
         self.config = config
         self.topics_document = topics_document
         self.on_registered = on_registered
-        self.pool = RemotingClientPool()
+        self.pool = RemotingClientPool(ssl_context=outgoing_tls(config))
         self._kick = asyncio.Event()
         self.registrations_total = 0
 

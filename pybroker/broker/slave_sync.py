@@ -24,6 +24,7 @@ from pybroker.protocol import fastjson, headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import RemotingClientPool
+from pybroker.remoting.tls import outgoing_tls
 from pybroker.store import config_docs, paths
 
 log = logging.getLogger("pybroker.broker.slave_sync")
@@ -53,7 +54,7 @@ class SlaveLink:
         self.configured_ha_address = config.store.ha_master_address
         self.ha_address: str | None = None
         self.master_address: str | None = None
-        self.pool = RemotingClientPool()
+        self.pool = RemotingClientPool(ssl_context=outgoing_tls(config))
         self.syncs_total = 0
         if self.configured_ha_address:
             self._set_ha_address(self.configured_ha_address)

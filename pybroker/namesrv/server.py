@@ -22,6 +22,7 @@ from pybroker.namesrv.processor import NamesrvProcessor
 from pybroker.namesrv.route_table import RouteInfoManager
 from pybroker.remoting.connection import ConnectionLimits
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
+from pybroker.remoting.tls import TlsServer
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,8 @@ class NamesrvController:
         self.server = await start_server(
             self.listen_address, self.config.namesrv.listen_port,
             RequestTable(self.processor.handlers), on_close=self._connection_closed,
-            limits=limits, backlog=self.config.remoting.server_socket_backlog)
+            limits=limits, backlog=self.config.remoting.server_socket_backlog,
+            tls=TlsServer.from_config(self.config.tls))
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
         return self.server.address
 

@@ -11,6 +11,7 @@ to the local replica) and commands for this worker's clients.
 import asyncio
 import logging
 
+from pybroker.acl.validator import AccessValidator, AclDenied
 from pybroker.broker import (end_transaction, filter_check, pull, query, send, send_back,
                              slave_role)
 from pybroker.broker.channel import Channel
@@ -29,6 +30,7 @@ from pybroker.protocol.command import (RemotingCommand, create_request, create_r
 from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
 from pybroker.remoting.server import Handler as ConnectionHandler
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
+from pybroker.remoting.tls import TlsServer
 from pybroker.stats.recorder import Recorder
 from pybroker.store.config_docs import TopicConfig
 
@@ -83,6 +85,11 @@ class RemotingWorker:
         self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
                                  data_plane.store_host, long_poll=self.long_poll,
                                  stats=self.stats)
+        # ACL 1.0: every request of every client connection is checked here, before it runs
+        # locally or is forwarded to the metadata service (docs/security.md).
+        self.acl = AccessValidator(config.derived.acl_file_path) \
+            if config.broker.acl_enable else None
+        self.tls = TlsServer.from_config(config.tls)
         self.stopping = asyncio.Event()
 
     # --- start and stop -------------------------------------------------------------------------
@@ -99,7 +106,7 @@ class RemotingWorker:
                 None, 0, table, sock=listen_socket, limits=limits,
                 backlog=self.config.remoting.server_socket_backlog,
                 on_connect=self._connected, on_close=self._disconnected,
-                on_unmatched_response=self._relay_client_response))
+                on_unmatched_response=self._relay_client_response, tls=self.tls))
         sweeper = loop.create_task(self._sweep_held_pulls())
         beat = loop.create_task(self._beat())
         log.info("remoting worker %d serving %s ports %d and %d", self.worker_id,
@@ -144,7 +151,7 @@ class RemotingWorker:
 
     # --- request table --------------------------------------------------------------------------
     def _request_table(self) -> RequestTable:
-        table = RequestTable()
+        table = RequestTable(guard=self._check_acl if self.acl is not None else None)
         slave = self.config.store.broker_role == BrokerRole.SLAVE
         for code, handler in DATA_HANDLERS.items():
             table.register(code, self._local(slave_role.guard(code, handler) if slave
@@ -152,6 +159,15 @@ class RemotingWorker:
         for code in METADATA_CODES:
             table.register(code, self._forward)
         return table
+
+    def _check_acl(self, connection: RemotingConnection, request: RemotingCommand) -> None:
+        assert self.acl is not None
+        try:
+            self.acl.check(request, connection.remote_address)
+        except AclDenied as denied:
+            log.warning("ACL refused request code %d from %s: %s", request.code,
+                        connection.remote_address, denied.message)
+            raise
 
     def _local(self, handler: Handler, code: int) -> ConnectionHandler:
         ctx = self.ctx

@@ -8,6 +8,7 @@ SIGTERM/SIGINT sent to the process group, see :mod:`pybroker.proc.children`) and
 accepting connections before the broker starts (the broker registers at start). SIGTERM/SIGINT
 stop the broker first (it unregisters), then the NameServer.
 """
+import dataclasses
 import logging
 import os
 import signal
@@ -51,6 +52,9 @@ def run_standalone(config, namesrv_port: int,
     kv_config_path = os.path.join(config.store.store_path_root_dir, "namesrv", "kvConfig.json")
     namesrv_config = config_module.load_namesrv_config(
         overrides={"listenPort": str(namesrv_port), "kvConfigPath": kv_config_path})
+    # One TLS set-up for the whole standalone broker: Java clients with tls.enable speak TLS
+    # to the NameServer as well.
+    namesrv_config = dataclasses.replace(namesrv_config, tls=config.tls)
     pid = fork_child("namesrv", lambda: run_namesrv(namesrv_config, _NAMESRV_HOST,
                                                     stop_signals=(STOP_SIGNAL,)))
     try:

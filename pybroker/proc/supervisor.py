@@ -23,13 +23,15 @@ import time
 from collections.abc import Callable
 
 from pybroker import clock
+from pybroker.acl.plain_config import AclConfigError
+from pybroker.acl.validator import AccessValidator
 from pybroker.broker.context import MetadataContext
 from pybroker.broker.metadata import MetadataState
 from pybroker.broker.registration import NamesrvRegistration
 from pybroker.broker.schedule import ScheduleService
 from pybroker.broker.slave_sync import SlaveLink
 from pybroker.broker.transaction_check import TransactionCheckService
-from pybroker.errors import StoreCorruptError
+from pybroker.errors import ConfigError, StoreCorruptError
 from pybroker.proc import dataplane
 from pybroker.proc.children import STOP_SIGNAL, fork_child
 from pybroker.proc.dataplane import bind_ha_listener, is_slave
@@ -37,6 +39,7 @@ from pybroker.proc.listeners import Listeners, PortInUseError
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
 from pybroker.proc.watchdog import Watchdog
+from pybroker.remoting.tls import TlsServer, outgoing_tls
 from pybroker.stats.region import StatsRegion, writer_count
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths, replica
@@ -422,6 +425,10 @@ def _bind_unix_socket(path: str) -> socket.socket:
 def run_broker(config, on_serving: Callable[[], None] | None = None) -> int:
     """``pybroker broker``: run the supervisor in this process; returns the exit status.
     ``on_serving()`` runs once, when the broker first serves and has registered."""
+    problem = security_problem(config)
+    if problem is not None:
+        log.error("cannot start: %s", problem)
+        return 1
     try:
         return Supervisor(config, on_serving).run()
     except (lock_file.StoreLockedError, PortInUseError, StoreCorruptError) as error:
@@ -433,3 +440,21 @@ def run_broker(config, on_serving: Callable[[], None] | None = None) -> int:
             raise
         log.error("cannot start: the disk is full: %s", error)
         return 1
+
+
+def security_problem(config) -> str | None:
+    """Why the ACL file or the TLS files cannot be used, or None. Checked before anything
+    starts: each remoting worker loads them again and must not fail there."""
+    try:
+        if config.broker.acl_enable:
+            validator = AccessValidator(config.derived.acl_file_path)
+            log.info("ACL enabled: %s, %d accounts", validator.path,
+                     len(validator.table.accounts))
+        tls = TlsServer.from_config(config.tls)
+        log.info("remoting ports: tls.server.mode=%s, %s", tls.mode,
+                 "TLS and plain TCP by first byte" if tls.sniffs and tls.mode == "permissive"
+                 else "TLS only" if tls.sniffs else "plain TCP only")
+        outgoing_tls(config)
+    except (OSError, AclConfigError, ConfigError) as error:
+        return str(error)
+    return None

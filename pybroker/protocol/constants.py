@@ -54,6 +54,7 @@ class MQVersion(enum.IntEnum):
     V4_1_0_SNAPSHOT = 232
     V4_5_2 = 317
     V4_6_0 = 333
+    V4_9_3 = 400
     V4_9_4 = 401
     V4_9_8 = 409
     V5_3_1 = 475

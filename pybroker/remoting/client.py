@@ -10,6 +10,7 @@ tools.
 """
 import asyncio
 import logging
+import ssl
 import threading
 from typing import Optional
 
@@ -48,15 +49,18 @@ class RemotingClient:
     ``table``: handlers for requests the server sends (unknown codes get code 3).
     ``serialize_type``: header encoding of our requests (JSON, or ROCKETMQ binary as the Java
     producer uses). ``limits``: :class:`ConnectionLimits` (idle time from
-    clientChannelMaxIdleTimeSeconds by default).
+    clientChannelMaxIdleTimeSeconds by default). ``ssl_context``: speak TLS to TCP peers
+    (:func:`pybroker.remoting.tls.client_context`); None = plain TCP.
     """
 
     def __init__(self, table: Optional[RequestTable] = None, *,
                  serialize_type: int = int(SerializeType.JSON),
-                 limits: ConnectionLimits = _CLIENT_LIMITS_DEFAULT):
+                 limits: ConnectionLimits = _CLIENT_LIMITS_DEFAULT,
+                 ssl_context: Optional[ssl.SSLContext] = None):
         self.table = table if table is not None else RequestTable()
         self.serialize_type = serialize_type
         self.limits = limits
+        self.ssl_context = ssl_context
         self.address: Optional[str] = None
         self.connection: Optional[RemotingConnection] = None
 
@@ -82,7 +86,9 @@ class RemotingClient:
             opening = loop.create_unix_connection(make_connection, address)
         else:
             host, port = split_address(address)
-            opening = loop.create_connection(make_connection, host, port)
+            opening = loop.create_connection(
+                make_connection, host, port, ssl=self.ssl_context,
+                server_hostname=host if self.ssl_context is not None else None)
         try:
             transport, connection = await asyncio.wait_for(opening, timeout_ms / 1000)
         except asyncio.TimeoutError:
@@ -126,16 +132,18 @@ class RemotingClient:
 class RemotingClientPool:
     """One :class:`RemotingClient` per address, connected on first use and after a loss.
 
-    ``table``, ``serialize_type`` and ``limits`` are given to every client.
+    ``table``, ``serialize_type``, ``limits`` and ``ssl_context`` are given to every client.
     """
 
     def __init__(self, table: Optional[RequestTable] = None, *,
                  serialize_type: int = int(SerializeType.JSON),
                  limits: ConnectionLimits = _CLIENT_LIMITS_DEFAULT,
-                 connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT):
+                 connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
+                 ssl_context: Optional[ssl.SSLContext] = None):
         self.table = table if table is not None else RequestTable()
         self.serialize_type = serialize_type
         self.limits = limits
+        self.ssl_context = ssl_context
         self.connect_timeout_ms = connect_timeout_ms
         self._clients: dict[str, RemotingClient] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
@@ -154,7 +162,7 @@ class RemotingClientPool:
             if client is not None and client.is_connected:
                 return client  # someone else connected while we waited
             client = RemotingClient(self.table, serialize_type=self.serialize_type,
-                                    limits=self.limits)
+                                    limits=self.limits, ssl_context=self.ssl_context)
             await client.connect(address, self.connect_timeout_ms)
             if self._closed:
                 client.close()
@@ -189,12 +197,14 @@ class SyncRemotingClient:
 
     def __init__(self, table: Optional[RequestTable] = None, *,
                  serialize_type: int = int(SerializeType.JSON),
-                 limits: ConnectionLimits = _CLIENT_LIMITS_DEFAULT):
+                 limits: ConnectionLimits = _CLIENT_LIMITS_DEFAULT,
+                 ssl_context: Optional[ssl.SSLContext] = None):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="pybroker-sync-remoting", daemon=True)
         self._thread.start()
-        self._client = RemotingClient(table, serialize_type=serialize_type, limits=limits)
+        self._client = RemotingClient(table, serialize_type=serialize_type, limits=limits,
+                                      ssl_context=ssl_context)
 
     def _call(self, coroutine, timeout_ms: int):
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)

@@ -22,12 +22,13 @@ import logging
 import re
 import socket
 import types
-from typing import Any, Callable, Coroutine, Optional
+from typing import Any, Callable, Coroutine, Optional, Protocol
 
 from pybroker.errors import HeaderError
 from pybroker.protocol.codes import ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
 from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.tls import SniffingListener, TlsServer
 
 LOGGER = logging.getLogger("pybroker.remoting")
 
@@ -37,6 +38,8 @@ Handler = Callable[[RemotingConnection, RemotingCommand],
 OnConnect = Callable[[RemotingConnection], None]
 OnClose = Callable[[RemotingConnection, Optional[BaseException]], None]
 OnUnmatchedResponse = Callable[[RemotingConnection, RemotingCommand], None]
+# Runs before any handler (the ACL check); raises HeaderError to answer with its code/remark.
+Guard = Callable[[RemotingConnection, RemotingCommand], None]
 
 _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
 _NOT_SUPPORTED = int(ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
@@ -60,11 +63,15 @@ class RequestTable:
 
     ``handlers``: an optional initial mapping. ``eager``: start handlers inside the read
     callback and make a Task only when they wait (True), or always make a Task (False).
+    ``guard(connection, request)``: runs before every request, known code or not (Java's
+    server RPC hook); a HeaderError it raises is the answer and no handler runs.
     """
 
-    def __init__(self, handlers: Optional[dict[int, Handler]] = None, *, eager: bool = True):
+    def __init__(self, handlers: Optional[dict[int, Handler]] = None, *, eager: bool = True,
+                 guard: Optional[Guard] = None):
         self._handlers: dict[int, Handler] = dict(handlers or {})
         self.eager = eager
+        self.guard = guard
 
     def register(self, code: int, handler: Handler) -> None:
         """Serve request ``code`` with ``handler`` (replacing any earlier one)."""
@@ -80,6 +87,13 @@ class RequestTable:
 
     def __call__(self, connection: RemotingConnection, request: RemotingCommand) -> None:
         """Run the handler of ``request`` (the connection's dispatch callback)."""
+        if self.guard is not None:
+            try:
+                self.guard(connection, request)
+            except HeaderError as refused:
+                if not request.is_oneway:
+                    connection.send(create_response(request, refused.code, refused.remark))
+                return
         handler = self._handlers.get(request.code)
         if handler is None:
             if not request.is_oneway:
@@ -166,6 +180,16 @@ def _answer_error(connection: RemotingConnection, request: RemotingCommand,
     connection.send(create_response(request, code, remark))
 
 
+class _Listener(Protocol):
+    """What RemotingServer needs of asyncio.Server or a tls.SniffingListener."""
+    @property
+    def sockets(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+    async def wait_closed(self) -> None: ...
+
+
 class RemotingServer:
     """A listening remoting server: its connections and its lifetime.
 
@@ -187,7 +211,7 @@ class RemotingServer:
         self._on_connect = on_connect
         self._on_close = on_close
         self._on_unmatched_response = on_unmatched_response
-        self._server: Optional[asyncio.Server] = None
+        self._server: Optional[_Listener] = None
         self._address = ""
 
     def _make_connection(self) -> RemotingConnection:
@@ -212,7 +236,7 @@ class RemotingServer:
         if self._on_close is not None:
             self._on_close(connection, exc)
 
-    def _listening(self, server: asyncio.Server) -> "RemotingServer":
+    def _listening(self, server: _Listener) -> "RemotingServer":
         self._server = server
         # Kept from the start: the address stays readable after close() for logs.
         name = server.sockets[0].getsockname() if server.sockets else ""
@@ -258,6 +282,7 @@ async def start_server(host: Optional[str], port: int, table: RequestTable, *,
                        on_close: Optional[OnClose] = None, connections_max: int = 0,
                        limits: Optional[ConnectionLimits] = None,
                        on_unmatched_response: Optional[OnUnmatchedResponse] = None,
+                       tls: Optional[TlsServer] = None,
                        **limit_values) -> RemotingServer:
     """Listen on ``host:port`` (port 0: an ephemeral port, see :attr:`RemotingServer.address`).
 
@@ -266,12 +291,22 @@ async def start_server(host: Optional[str], port: int, table: RequestTable, *,
     connections beyond this many are closed at once (0 = no cap). Limits: pass a
     :class:`ConnectionLimits` as ``limits`` or its fields as keywords (``idle_timeout_ms=...``).
     ``on_unmatched_response(connection, response)``: a response no invoke() waits for (a
-    client's answer to a call the broker made through that connection).
+    client's answer to a call the broker made through that connection). ``tls``: the port's
+    TLS (:class:`pybroker.remoting.tls.TlsServer`); when it serves TLS, connections are told
+    apart by their first byte (tls.SniffingListener).
     """
     server = RemotingServer(table, _limits(limits, limit_values), on_connect, on_close,
                             connections_max, on_unmatched_response)
     loop = asyncio.get_running_loop()
     make = server._make_connection
+    if tls is not None and tls.sniffs:
+        if sock is None:
+            sock = socket.create_server((host or "", port), backlog=backlog,
+                                        reuse_port=reuse_port)
+        idle_s = server.limits.idle_timeout_ms / 1000 or None
+        sniffing = SniffingListener(sock, make, tls, pending_max=connections_max or 4096,
+                                    **({"first_byte_timeout_s": idle_s} if idle_s else {}))
+        return server._listening(sniffing.start(backlog))
     if sock is not None and sock.family == socket.AF_UNIX:
         listener = await loop.create_unix_server(make, sock=sock, backlog=backlog)
     elif sock is not None:

@@ -17,7 +17,8 @@ from pybroker import config, schema
 from pybroker.errors import ConfigError
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden" / "broker.conf"
-AREAS = (config.BrokerConfig, config.StoreConfig, config.RemotingConfig, config.NamesrvConfig)
+AREAS = (config.BrokerConfig, config.StoreConfig, config.RemotingConfig, config.NamesrvConfig,
+         config.TlsConfig)
 ALL_SPECS = [spec for area in AREAS for spec in config.settings_of(area)]
 
 
@@ -239,7 +240,7 @@ def test_every_validator_rejects_a_bad_value(setting_spec):
     ("namesrvAddr", "127.0.0.1:9876;127.0.0.1:0"), ("deleteWhen", "4am"),
     ("deleteWhen", "24"), ("messageDelayLevel", "1s 5x"), ("messageDelayLevel", "0s"),
     ("messageDelayLevel", ""), ("brokerName", "a b"), ("brokerPermission", "16"),
-    ("registerNameServerPeriod", "5000"), ("aclEnable", "true"), ("useTLS", "true"),
+    ("registerNameServerPeriod", "5000"),
     ("sendRingSizeBytes", "33554433"), ("haMasterAddress", "10.0.0.1"),
     ("diskMaxUsedSpaceRatio", "101"), ("mappedFileSizeConsumeQueue", "19"),
 ])

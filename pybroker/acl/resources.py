@@ -1,0 +1,142 @@
+# What each request code needs under ACL: the one classification table.
+"""Every request code a client may send, with what ACL 1.0 asks of it.
+
+* :data:`Rule.RESOURCES`: a signed account (or a whitelisted peer) holding the permission on each
+  topic and group the request names (Java's ``PlainAccessValidator.parse`` table, plus the
+  codes Java forgot: SEND_BATCH_MESSAGE, LITE_PULL_MESSAGE, SEND_REPLY_MESSAGE(_V2) and
+  QUERY_CONSUMER_OFFSET name their topic and group like their siblings).
+* :data:`Rule.AUTHENTICATED`: a signed account or a whitelisted peer; no resource check (reads
+  that name no topic, or that Java leaves unchecked).
+* :data:`Rule.ADMIN`: a signed admin account; IP whitelists never admit these. Java's admin set
+  (create/delete topic and group, broker config update) plus what changes or reveals state
+  beyond a client's own: GET_BROKER_CONFIG, resetting a group's offsets, CONSUME_MESSAGE_DIRECTLY.
+* anything else: refused to everybody but signed admin accounts (default deny), so a code
+  added later is closed until it is classified here.
+
+A topic named ``%RETRY%<group>`` stands for the group, as in Java.
+"""
+import enum
+from typing import Callable, Optional
+
+from pybroker.acl.plain_config import Perm
+from pybroker.protocol.bodies import decode_heartbeat
+from pybroker.protocol.codes import RequestCode
+from pybroker.protocol.command import RemotingCommand
+from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
+
+
+class Rule(enum.Enum):
+    RESOURCES = "resources"
+    AUTHENTICATED = "authenticated"
+    ADMIN = "admin"
+    UNCLASSIFIED = "unclassified"
+
+
+# (is_group, name, permission needed)
+Need = tuple[bool, str, Perm]
+Extractor = Callable[[RemotingCommand], list[Need]]
+
+
+def _topic(name: Optional[str], perm: Perm) -> list[Need]:
+    if not name:
+        return []
+    if name.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return [(True, name[len(RETRY_GROUP_TOPIC_PREFIX):], Perm.SUB)]
+    return [(False, name, perm)]
+
+
+def _group(name: Optional[str]) -> list[Need]:
+    return [(True, name, Perm.SUB)] if name else []
+
+
+def _fields(request: RemotingCommand) -> dict:
+    return request.ext_fields or {}
+
+
+def _send(topic_key: str) -> Extractor:
+    return lambda request: _topic(_fields(request).get(topic_key), Perm.PUB)
+
+
+def _pull(request: RemotingCommand) -> list[Need]:
+    fields = _fields(request)
+    return _topic(fields.get("topic"), Perm.SUB) + _group(fields.get("consumerGroup"))
+
+
+def _group_field(key: str) -> Extractor:
+    return lambda request: _group(_fields(request).get(key))
+
+
+def _query(request: RemotingCommand) -> list[Need]:
+    return _topic(_fields(request).get("topic"), Perm.SUB)
+
+
+def _heartbeat(request: RemotingCommand) -> list[Need]:
+    if not request.body:
+        return []
+    heartbeat = decode_heartbeat(request.body)   # ValueError for a malformed body
+    needs: list[Need] = []
+    for consumer in heartbeat.consumer_datas:
+        needs += _group(consumer.group_name)
+        for subscription in consumer.subscriptions:
+            needs += _topic(subscription.topic, Perm.SUB)
+    return needs
+
+
+RESOURCE_CODES: dict[int, Extractor] = {
+    RequestCode.SEND_MESSAGE: _send("topic"),
+    RequestCode.SEND_MESSAGE_V2: _send("b"),
+    RequestCode.SEND_BATCH_MESSAGE: _send("b"),
+    RequestCode.SEND_REPLY_MESSAGE: _send("topic"),
+    RequestCode.SEND_REPLY_MESSAGE_V2: _send("b"),
+    RequestCode.CONSUMER_SEND_MSG_BACK: _group_field("group"),
+    RequestCode.PULL_MESSAGE: _pull,
+    RequestCode.LITE_PULL_MESSAGE: _pull,
+    RequestCode.QUERY_MESSAGE: _query,
+    RequestCode.HEART_BEAT: _heartbeat,
+    RequestCode.UNREGISTER_CLIENT: _group_field("consumerGroup"),
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _group_field("consumerGroup"),
+    RequestCode.UPDATE_CONSUMER_OFFSET: _pull,
+    RequestCode.QUERY_CONSUMER_OFFSET: _pull,
+}
+
+AUTHENTICATED_CODES = frozenset({
+    RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME,
+    RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.END_TRANSACTION, RequestCode.CHECK_CLIENT_CONFIG,
+    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+    RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_TOPIC_STATS_INFO,
+    RequestCode.GET_CONSUME_STATS, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+    RequestCode.GET_PRODUCER_CONNECTION_LIST, RequestCode.GET_BROKER_RUNTIME_INFO,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
+    RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.GET_CONSUMER_RUNNING_INFO,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+    RequestCode.VIEW_BROKER_STATS_DATA, RequestCode.QUERY_DATA_VERSION,
+})
+
+ADMIN_CODES = frozenset({
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG,
+    RequestCode.GET_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+})
+
+assert not (set(RESOURCE_CODES) & AUTHENTICATED_CODES or set(RESOURCE_CODES) & ADMIN_CODES
+            or AUTHENTICATED_CODES & ADMIN_CODES), "a code has exactly one rule"
+
+
+def rule_of(code: int) -> Rule:
+    """The rule for request ``code`` (UNCLASSIFIED for codes not in the table)."""
+    if code in RESOURCE_CODES:
+        return Rule.RESOURCES
+    if code in AUTHENTICATED_CODES:
+        return Rule.AUTHENTICATED
+    if code in ADMIN_CODES:
+        return Rule.ADMIN
+    return Rule.UNCLASSIFIED
+
+
+def needed(request: RemotingCommand) -> list[Need]:
+    """The topics and groups ``request`` names, with the permission each needs.
+    ValueError when a body that names them cannot be read."""
+    extractor = RESOURCE_CODES.get(request.code)
+    return extractor(request) if extractor is not None else []

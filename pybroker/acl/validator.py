@@ -1,0 +1,154 @@
+# The ACL check run before every client request, and the reload of plain_acl.yml.
+"""ACL 1.0 access check (Java ``PlainAccessValidator`` + ``PlainPermissionManager.validate``).
+
+:meth:`AccessValidator.check` runs before a request reaches any handler, in every process that
+answers clients (each remoting worker checks what it serves and what it forwards to the
+metadata service). Order, as in Java:
+
+1. a peer in ``globalWhiteRemoteAddresses`` passes for RESOURCES and AUTHENTICATED codes;
+2. ``AccessKey`` must be present ("No accessKey is configured") and name an account
+   ("No acl config for <key>");
+3. the signature must verify ("Check signature failed for accessKey=<key>"), unless the peer
+   matches the account's ``whiteRemoteAddress`` and the code is not an admin code;
+4. admin and unclassified codes need ``admin: true`` ("Need admin permission for request
+   code=<n>, but accessKey=<key> is not");
+5. every topic and group the request names needs its permission ("No default permission for
+   topic:<t>" / "group:<g>", Java's wording for explicit and default permissions alike);
+   sends to ``RMQ_SYS_TRACE_TOPIC`` are exempt as in Java.
+
+A refusal is the Java 4.x broker's answer: SYSTEM_ERROR (1) with the remark
+``org.apache.rocketmq.acl.common.AclException: <message>`` (Java appends the first stack frame,
+which pybroker has not). Departures from Java: whitelisted peers never pass admin or
+unclassified codes, and a matching account address skips the signature but not permissions.
+
+The file is re-read when its modification time, size or inode changes, checked at most every
+:data:`RELOAD_CHECK_INTERVAL_S` seconds by the request that comes next; a file that no longer
+parses is logged and the previous accounts stay in force.
+"""
+import logging
+import os
+import time
+from typing import Optional
+
+from pybroker.acl import resources, signature
+from pybroker.acl.addresses import host_of
+from pybroker.acl.plain_config import AclConfigError, AclTable, Perm, load_acl_file, perm_allows
+from pybroker.acl.resources import Rule
+from pybroker.errors import HeaderError
+from pybroker.protocol.codes import ResponseCode
+from pybroker.protocol.command import RemotingCommand
+from pybroker.protocol.constants import SystemTopic
+
+log = logging.getLogger("pybroker.acl")
+
+RELOAD_CHECK_INTERVAL_S = 2.0
+REMARK_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
+_OPEN_RULES = (Rule.RESOURCES, Rule.AUTHENTICATED)
+
+
+class AclDenied(HeaderError):
+    """A request the ACL refuses; answered SYSTEM_ERROR with Java's AclException remark."""
+
+    def __init__(self, message: str):
+        super().__init__(REMARK_PREFIX + message, int(ResponseCode.SYSTEM_ERROR))
+        self.message = message
+
+
+def _file_stamp(path: str) -> tuple[int, int, int]:
+    status = os.stat(path)
+    return status.st_mtime_ns, status.st_size, status.st_ino
+
+
+class AccessValidator:
+    """The accounts of ``path`` (plain_acl.yml) and the check of each request.
+
+    Raises OSError / :class:`AclConfigError` at construction when the file cannot be used, so
+    a broker refuses to start with a broken file.
+    """
+
+    def __init__(self, path: str, monotonic=time.monotonic):
+        self.path = path
+        self._monotonic = monotonic
+        self._stamp = _file_stamp(path)
+        self.table: AclTable = load_acl_file(path)
+        self._next_stat = monotonic() + RELOAD_CHECK_INTERVAL_S
+        self.reloads_total = 0
+
+    # --- reload ------------------------------------------------------------------------------
+    def reload_if_changed(self) -> bool:
+        """Re-read the file when it changed on disk; True when new accounts are in force."""
+        try:
+            stamp = _file_stamp(self.path)
+        except OSError as error:
+            log.error("ACL file %s cannot be read (%s); the accounts loaded before stay in "
+                      "force", self.path, error.strerror or error)
+            return False
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            table = load_acl_file(self.path)
+        except (OSError, AclConfigError) as error:
+            log.error("ACL file %s changed but cannot be used; the accounts loaded before stay "
+                      "in force: %s", self.path, error)
+            return False
+        self.table = table
+        self.reloads_total += 1
+        log.info("ACL file %s reloaded: %d accounts, %d global white address patterns",
+                 self.path, len(table.accounts), len(table.global_white_patterns))
+        return True
+
+    def _maybe_reload(self) -> None:
+        now = self._monotonic()
+        if now >= self._next_stat:
+            self._next_stat = now + RELOAD_CHECK_INTERVAL_S
+            self.reload_if_changed()
+
+    # --- the check -----------------------------------------------------------------------------
+    def check(self, request: RemotingCommand, remote_address: str) -> None:
+        """Return when ``request`` from ``remote_address`` (``ip:port``) may be served; raise
+        :class:`AclDenied` otherwise."""
+        self._maybe_reload()
+        table = self.table
+        rule = resources.rule_of(request.code)
+        host = host_of(remote_address)
+        if rule in _OPEN_RULES and table.globally_white(host):
+            return
+        fields = request.ext_fields or {}
+        access_key = fields.get(signature.ACCESS_KEY)
+        if access_key is None:
+            raise AclDenied("No accessKey is configured")
+        account = table.accounts.get(access_key)
+        if account is None:
+            raise AclDenied(f"No acl config for {access_key}")
+        if not (rule in _OPEN_RULES and account.white(host)) and not \
+                signature.signature_matches(fields, request.body, request.version,
+                                            account.secret_key):
+            raise AclDenied(f"Check signature failed for accessKey={access_key}")
+        if rule not in _OPEN_RULES:
+            if not account.admin:
+                raise AclDenied(f"Need admin permission for request code={request.code}, but "
+                                f"accessKey={access_key} is not")
+            return
+        self._check_resources(request, account)
+
+    @staticmethod
+    def _check_resources(request: RemotingCommand, account) -> None:
+        try:
+            needs = resources.needed(request)
+        except ValueError as error:
+            raise AclDenied(str(error).splitlines()[0] if str(error) else "bad request body") \
+                from None
+        if any(not is_group and name == SystemTopic.TRACE and perm == Perm.PUB
+               for is_group, name, perm in needs):
+            return   # Java lets every account write message traces
+        if account.admin and not account.topic_perms and not account.group_perms:
+            return   # Java: an admin with no resource list may use every resource
+        for is_group, name, perm in needs:
+            owned_map = account.group_perms if is_group else account.topic_perms
+            owned: Optional[Perm] = owned_map.get(name)
+            if owned is None:
+                owned = account.default_group_perm if is_group else account.default_topic_perm
+            if not perm_allows(perm, owned):
+                kind = "group" if is_group else "topic"
+                raise AclDenied(f"No default permission for {kind}:{name}")
