@@ -24,9 +24,11 @@ var errHelp = errors.New("help shown")
 
 // commonFlags are accepted by every client subcommand.
 type commonFlags struct {
-	namesrv  string
-	timeout  time.Duration
-	logLevel string
+	namesrv   string
+	timeout   time.Duration
+	logLevel  string
+	accessKey string
+	secretKey string
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, defaultTimeout time.Duration) {
@@ -36,6 +38,13 @@ func (c *commonFlags) register(fs *flag.FlagSet, defaultTimeout time.Duration) {
 		"bound on the whole run (Go duration, e.g. 30s); a watchdog exits 3 after +7s")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "Go client log level on stderr: "+
 		"debug|info|warn|error")
+	fs.StringVar(&c.accessKey, "access-key", "", "ACL 1.0 access key (with --secret-key)")
+	fs.StringVar(&c.secretKey, "secret-key", "", "ACL 1.0 secret key: requests are signed")
+}
+
+// credentials are the ACL account to sign with; IsEmpty() when none was given.
+func (c *commonFlags) credentials() primitive.Credentials {
+	return primitive.Credentials{AccessKey: c.accessKey, SecretKey: c.secretKey}
 }
 
 // nameServers splits --namesrv; the Go client would otherwise fall back to an HTTP resolver.

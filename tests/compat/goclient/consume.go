@@ -97,6 +97,9 @@ func (f *consumeFlags) options(nameServers []string) ([]consumer.Option, error) 
 	if f.instance != "" {
 		options = append(options, consumer.WithInstance(f.instance))
 	}
+	if credentials := f.common.credentials(); !credentials.IsEmpty() {
+		options = append(options, consumer.WithCredentials(credentials))
+	}
 	return options, nil
 }
 

@@ -201,6 +201,9 @@ func newProducer(f *sendFlags, nameServers []string) (rocketmq.Producer, error) 
 	if f.instance != "" {
 		options = append(options, producer.WithInstanceName(f.instance))
 	}
+	if credentials := f.common.credentials(); !credentials.IsEmpty() {
+		options = append(options, producer.WithCredentials(credentials))
+	}
 	p, err := rocketmq.NewProducer(options...)
 	if err != nil {
 		return nil, err
