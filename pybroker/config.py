@@ -307,7 +307,8 @@ class TlsConfig:
     tls_client_trust_cert_path: str | None = setting("tls.client.trustCertPath", None,
         "CA certificates for tls.client.authServer, PEM")
     tls_enable: bool = setting("tls.enable", False,
-        "outgoing links (broker -> NameServer) use TLS; useTLS in the conf file wins")
+        "outgoing links (broker -> NameServer) use TLS; default: tls.server.mode is "
+        "enforcing; useTLS in the conf file wins")
 
 
 def check_tls(tls: TlsConfig) -> None:
@@ -606,10 +607,13 @@ def load_namesrv_config(path: str | os.PathLike | None = None,
 
 def _effective_remoting(remoting: RemotingConfig, tls: TlsConfig,
                         set_keys: set[str]) -> RemotingConfig:
-    """Java: NettyClientConfig.useTLS defaults to the tls.enable system property."""
+    """Java 5.x: NettyClientConfig.useTLS defaults to tls.enable, which defaults to
+    tls.server.mode == enforcing (a broker registering with an enforcing NameServer)."""
     if "useTLS" in set_keys:
         return remoting
-    return dataclasses.replace(remoting, use_tls=tls.tls_enable)
+    enable = tls.tls_enable if "tls.enable" in set_keys \
+        else tls.tls_server_mode == TlsMode.ENFORCING
+    return dataclasses.replace(remoting, use_tls=enable)
 
 
 def _rocketmq_home() -> str | None:
