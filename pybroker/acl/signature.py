@@ -1,5 +1,5 @@
 # ACL 1.0 request signatures: the bytes a client signs, HMAC-SHA1, constant-time verification.
-"""The request signature of RocketMQ's ACL 1.0 (reference: reliability.md §3.3).
+"""The request signature of RocketMQ's ACL 1.0 (reference: security-and-faults.md §3.3).
 
 A client adds ``AccessKey`` (and ``SecurityToken`` when it has one) to the request's ext fields,
 then signs: the values of every ext field except ``Signature``, in the order of their keys

@@ -2,7 +2,7 @@
 """Goal: with aclEnable=true every client request is checked before it runs, in the remoting
 worker for local (send, pull) and forwarded (heartbeat, offsets, admin) codes alike, with
 Java 4.x's answer (SYSTEM_ERROR, "org.apache.rocketmq.acl.common.AclException: ...") for each
-bad case of reliability.md S2/S6, and plain_acl.yml changes take effect without a restart.
+bad case of security-and-faults.md S2/S6, and plain_acl.yml changes take effect without a restart.
 
 Method: one `pybroker standalone` with aclEnable=true and a plain_acl.yml in the test's temp
 dir. Requests are signed by pybroker.acl.signature (the restatement of Java's

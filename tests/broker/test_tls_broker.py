@@ -1,5 +1,5 @@
 # TLS on a running pybroker's remoting ports: permissive, enforcing, disabled, client certs.
-"""Goal: tls.server.mode works as Java's TlsModeHandler does (reliability.md S3): permissive
+"""Goal: tls.server.mode works as Java's TlsModeHandler does (security-and-faults.md S3): permissive
 serves TLS and plain TCP on the same port (told apart by the first byte), enforcing closes
 plain TCP with a log line, a port without TLS closes a ClientHello with a log line; frames of
 any size travel through TLS (asyncio's SSL transport feeding the buffered receive path), client

@@ -1,6 +1,7 @@
 # ACL 1.0 pieces on their own: signatures, plain_acl.yml parsing, address patterns, the check.
-"""Goal: the signature, file format and check rules match Java's ACL 1.0 (reliability.md §3.3,
-PlainAccessValidator / PlainPermissionManager) and refuse what they must.
+"""Goal: the signature, file format and check rules match Java's ACL 1.0
+(security-and-faults.md §3.3, PlainAccessValidator / PlainPermissionManager) and refuse what
+they must.
 
 Method: the signature is compared with an independent restatement (stdlib hmac over the
 sorted values) and with hand-written byte strings; files are parsed from text; the check runs
