@@ -84,6 +84,19 @@ def _prepare_go():
     return build.path
 
 
+def _prepare_go_tls():
+    reason = go_client.go_available()
+    if reason:
+        return reason
+    try:
+        with progress.stage("Go client rmqgotls (rocketmq-client-go with TLS)") as notes:
+            build = go_client.build_go_client(tls_harness=True)
+            notes.append("built" if build.built else f"cached in {build.path.parent}")
+    except go_client.GoBuildError as error:
+        return f"cannot build the Go TLS harness: {error}"
+    return build.path
+
+
 def _prepared_peer(key: str, prepare):
     if key not in _prepared:
         _prepared[key] = prepare()
@@ -103,6 +116,11 @@ def rmqgo_path() -> pathlib.Path:
     return _prepared_peer("go", _prepare_go)
 
 
+def rmqgotls_path() -> pathlib.Path:
+    """The built ``rmqgotls`` binary (the Go client after v2.1.2, with TLS), or skip/fail."""
+    return _prepared_peer("go-tls", _prepare_go_tls)
+
+
 def prepare_all() -> None:
     """Install every peer now (session start): both Java versions and the Go client.
     Missing tools or failed installs are remembered; the tests then skip or fail with them."""
@@ -111,6 +129,8 @@ def prepare_all() -> None:
             _prepared[f"java-{version}"] = _prepare_java(version)
     if "go" not in _prepared:
         _prepared["go"] = _prepare_go()
+    if "go-tls" not in _prepared:
+        _prepared["go-tls"] = _prepare_go_tls()
 
 
 @contextlib.contextmanager

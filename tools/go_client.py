@@ -29,6 +29,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOCLIENT_DIR = ROOT / "tests" / "compat" / "goclient"
 BINARY_STEM = "rmqgo"
 PINNED_CLIENT = "github.com/apache/rocketmq-client-go/v2 v2.1.2"
+# rmqgotls: the TLS harness. TLS (WithTls) came to the Go client after v2.1.2; the module proxy
+# serves the later master as this pseudo-version.
+GOTLS_DIR = ROOT / "tests" / "compat" / "gotls"
+GOTLS_STEM = "rmqgotls"
+GOTLS_PINNED_CLIENT = ("github.com/apache/rocketmq-client-go/v2 "
+                       "v2.1.3-0.20251226070945-2173d070fd1b")
 
 
 class GoBuildError(RuntimeError):
@@ -69,24 +75,27 @@ def source_digest(source_dir: pathlib.Path = GOCLIENT_DIR, toolchain: str = "") 
     return digest.hexdigest()[:16]
 
 
-def check_pin(source_dir: pathlib.Path = GOCLIENT_DIR) -> None:
+def check_pin(source_dir: pathlib.Path = GOCLIENT_DIR, pinned: str = PINNED_CLIENT) -> None:
     """Refuse to build when go.mod no longer pins the client version the harness is for."""
     text = (source_dir / "go.mod").read_text(encoding="utf-8")
-    if PINNED_CLIENT not in text:
-        raise GoBuildError(f"{source_dir / 'go.mod'} does not require {PINNED_CLIENT}")
+    if pinned not in text:
+        raise GoBuildError(f"{source_dir / 'go.mod'} does not require {pinned}")
 
 
-def build_go_client(cache_dir=None, timeout_s: float = 900, force: bool = False) -> GoBuild:
-    """Build rmqgo into cache_dir unless a binary for the same sources exists; return it.
+def build_go_client(cache_dir=None, timeout_s: float = 900, force: bool = False,
+                    tls_harness: bool = False) -> GoBuild:
+    """Build rmqgo (or, with ``tls_harness``, rmqgotls) into cache_dir unless a binary for the
+    same sources exists; return it.
 
     timeout_s bounds the whole `go build` (module download included), in seconds.
     """
     reason = go_available()
     if reason:
         raise GoBuildError(reason)
-    check_pin()
+    source_dir, stem = (GOTLS_DIR, GOTLS_STEM) if tls_harness else (GOCLIENT_DIR, BINARY_STEM)
+    check_pin(source_dir, GOTLS_PINNED_CLIENT if tls_harness else PINNED_CLIENT)
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache_dir()
-    target = cache / f"{BINARY_STEM}-{source_digest(toolchain=go_version())}"
+    target = cache / f"{stem}-{source_digest(source_dir, toolchain=go_version())}"
     if target.is_file() and os.access(target, os.X_OK) and not force:
         return GoBuild(target, built=False, seconds=0.0)
     cache.mkdir(parents=True, exist_ok=True)
@@ -94,7 +103,7 @@ def build_go_client(cache_dir=None, timeout_s: float = 900, force: bool = False)
     argv = ["go", "build", "-mod=mod", "-buildvcs=false", "-trimpath", "-o", str(partial), "."]
     started = time.monotonic()
     try:
-        result = subprocess.run(argv, cwd=GOCLIENT_DIR, capture_output=True, text=True,
+        result = subprocess.run(argv, cwd=source_dir, capture_output=True, text=True,
                                 timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as error:
         partial.unlink(missing_ok=True)
@@ -111,9 +120,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cache-dir", type=pathlib.Path, default=None,
                         help="where binaries go (default ~/.cache/pybroker/rmqgo)")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    parser.add_argument("--tls", action="store_true",
+                        help="build rmqgotls (tests/compat/gotls, the client with TLS)")
     args = parser.parse_args(argv)
     try:
-        build = build_go_client(args.cache_dir, force=args.force)
+        build = build_go_client(args.cache_dir, force=args.force, tls_harness=args.tls)
     except GoBuildError as error:
         sys.stderr.write(f"go_client: {error}\n")
         return 1

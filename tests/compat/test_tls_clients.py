@@ -9,8 +9,14 @@ Method: certificates made by openssl at test time; one `pybroker standalone` wit
 tls.server.mode=enforcing, a server certificate, aclEnable=true; the Java side runs
 tools/java_compat/SecureClient.java (see tests/compat/test_acl_clients.py). The Java client
 trusts any server certificate in its default test mode, as it does with a Java broker. The Go
-client v2.1.2 has no TLS (WithTls exists only after that tag): not tested here.
+client has TLS (WithTls, never verifying the server) only after v2.1.2: tests/compat/gotls
+(rmqgotls, built by tools/go_client.py --tls) pins the later pseudo-version the module proxy
+serves and sends and push-consumes with credentials over TLS.
 """
+import json
+import os
+import subprocess
+
 import pytest
 
 from pybroker._testbase import certs
@@ -64,3 +70,34 @@ def test_java_client_without_tls_is_turned_away(broker, tmp_path):
         ak=PRODUCER[0], sk=PRODUCER[1])
     assert code == 1 and not [r for r in results if r["op"] == "send"], output
     assert "closing plain TCP connection from 127.0.0.1" in broker._log_text()[offset:]
+
+
+def _rmqgotls(binary, tmp_path, *args) -> tuple[int, list[dict], str]:
+    env = dict(os.environ, HOME=str(tmp_path))
+    result = subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True,
+                            timeout=200, env=env, stdin=subprocess.DEVNULL)
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    return result.returncode, records, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_go_client_over_tls_with_credentials(broker, tmp_path):
+    binary = peers.rmqgotls_path()
+    common = ["--namesrv", broker.namesrv_addr, "--topic", "AclGo", "--count", COUNT]
+    code, records, output = _rmqgotls(binary, tmp_path, "send", *common, "--group", "acl_go_p",
+                                      "--access-key", PRODUCER[0], "--secret-key", PRODUCER[1])
+    assert code == 0, output
+    assert [r["type"] for r in records].count("send") == COUNT and records[-1]["sent"] == COUNT
+    code, records, output = _rmqgotls(binary, tmp_path, "consume", *common, "--group",
+                                      "acl_go_c", "--access-key", CONSUMER[0], "--secret-key",
+                                      CONSUMER[1], "--timeout", "120s")
+    assert code == 0, output
+    assert sorted(r["body"] for r in records if r["type"] == "message") == \
+        sorted(f"gotls-{i}" for i in range(COUNT))
+
+
+def test_go_client_without_tls_is_turned_away(broker, tmp_path):
+    binary = peers.rmqgotls_path()
+    code, records, output = _rmqgotls(binary, tmp_path, "send", "--namesrv",
+                                      broker.namesrv_addr, "--topic", "AclGo", "--count", 1,
+                                      "--tls=false", "--timeout", "20s")
+    assert code != 0 and not any(r.get("status") == 0 for r in records), output
