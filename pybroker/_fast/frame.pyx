@@ -713,6 +713,58 @@ def json_header_values(object header, Py_ssize_t ext_fields_max=EXT_FIELDS_MAX_D
             _json_ext_fields(fields.get("extFields"), ext_fields_max))
 
 
+cdef bint _is_ext_fields_key(const unsigned char *data, Py_ssize_t start, Py_ssize_t end):
+    return end - start == 9 and memcmp(data + start, b"extFields", 9) == 0
+
+
+def json_member_counts(const unsigned char[:] header):
+    """``(top, ext)``: members written in a JSON header's top-level object, and in its
+    ``extFields`` object (-1 when there is none), counting a key written twice twice.
+
+    A parser keeps one of two equal keys silently; comparing these counts with the parsed
+    dicts finds duplicates (a smuggled second ``topic`` or ``Signature``). Counts colons
+    outside strings at the object's depth; a key spelt with escapes is not recognised as
+    ``extFields`` (the counts then differ and the header is refused, as no client writes it).
+    """
+    cdef Py_ssize_t length = header.shape[0]
+    if length == 0:
+        return 0, -1
+    cdef const unsigned char *data = &header[0]
+    cdef Py_ssize_t i, depth = 0, top = 0, ext = -1, ext_depth = 0
+    cdef Py_ssize_t key_start = 0, key_end = 0
+    cdef bint in_string = False, escaped = False, key_is_ext = False
+    cdef unsigned char c
+    for i in range(length):
+        c = data[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:          # backslash
+                escaped = True
+            elif c == 0x22:          # closing quote
+                in_string = False
+                key_end = i
+            continue
+        if c == 0x22:
+            in_string = True
+            key_start = i + 1
+        elif c == 0x3A:              # colon: one member of the object at this depth
+            if depth == 1:
+                top += 1
+                key_is_ext = _is_ext_fields_key(data, key_start, key_end)
+            elif ext_depth and depth == ext_depth:
+                ext += 1
+        elif c == 0x7B or c == 0x5B:     # { or [
+            depth += 1
+            if c == 0x7B and depth == 2 and key_is_ext and ext < 0:
+                ext_depth, ext = 2, 0
+        elif c == 0x7D or c == 0x5D:     # } or ]
+            if depth == ext_depth:
+                ext_depth = 0
+            depth -= 1
+    return top, ext
+
+
 cdef object _json_ext_fields_out(dict ext_fields):
     """ext_fields itself when every key and value is a str, else a copy without None entries."""
     cdef dict cleaned

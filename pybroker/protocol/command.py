@@ -164,7 +164,14 @@ def _decode_json_header(header_view: memoryview, ext_fields_max: int) -> tuple:
         header = orjson.loads(header_view)
     except orjson.JSONDecodeError as error:
         raise ProtocolError(f"JSON header is not valid JSON: {error}") from None
-    return _frame.json_header_values(header, ext_fields_max)
+    values = _frame.json_header_values(header, ext_fields_max)
+    # orjson keeps the last of two equal keys; a header that says a key twice is refused
+    # (what a signature covered must be what the handler reads).
+    top, ext = _frame.json_member_counts(header_view)
+    raw_ext = header.get("extFields")
+    if top != len(header) or (type(raw_ext) is dict and ext != len(raw_ext)):
+        raise ProtocolError("JSON header: a key appears twice")
+    return values
 
 
 # --- encode -------------------------------------------------------------------------------------

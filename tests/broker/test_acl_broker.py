@@ -221,7 +221,10 @@ def _read_frame(sock: socket.socket) -> RemotingCommand | None:
     sock.settimeout(10.0)
     data = b""
     while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
-        chunk = sock.recv(65536)
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return None
         if not chunk:
             return None
         data += chunk
@@ -257,3 +260,23 @@ def test_file_changes_take_effect_without_a_restart(broker, client):
     replacement.replace(broker.acl_file)
     _until_served(client, "acl_late", "a changed ACL file took effect")
     assert "reloaded: 3 accounts" in broker._log_text()[log_offset:]
+
+
+def test_a_header_with_a_key_twice_is_refused(broker, client):
+    """A signature over one topic must not carry a second one: such a header closes the
+    connection (orjson, like fastjson, would keep the last) and stores nothing."""
+    before = _max_offset(client)
+    request = _signed(RequestCode.SEND_MESSAGE_V2, _send_fields("acl_orders"), b"dup")
+    header = encode(request)[8:-3].decode()
+    smuggled = header.replace('"b":"acl_orders"', '"b":"acl_orders","b":"acl_other"', 1)
+    assert smuggled != header
+    data = smuggled.encode()
+    offset = len(broker._log_text())
+    with socket.create_connection(("127.0.0.1", broker.broker_port)) as sock:
+        sock.sendall(struct.pack(">II", 4 + len(data) + 3, len(data)) + data + b"dup")
+        assert _read_frame(sock) is None
+    deadline = time.monotonic() + 10
+    while "a key appears twice" not in broker._log_text()[offset:]:
+        assert time.monotonic() < deadline, broker._log_text()[offset:][-2000:]
+        time.sleep(0.05)
+    assert _max_offset(client) == before

@@ -23,7 +23,8 @@ from pybroker.acl.resources import ADMIN_CODES, AUTHENTICATED_CODES, RESOURCE_CO
 from pybroker.acl.validator import RELOAD_CHECK_INTERVAL_S, AccessValidator, AclDenied
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
 from pybroker.protocol.codes import RequestCode, ResponseCode
-from pybroker.protocol.command import create_request
+from pybroker.errors import ProtocolError
+from pybroker.protocol.command import create_request, decode
 from pybroker.protocol.constants import MQVersion
 
 SECRET = "secret-of-alice"
@@ -276,3 +277,28 @@ def test_reload_on_change_keeps_old_table_on_a_broken_file(tmp_path):
     os.utime(path, ns=(1, 2 * 10**18))
     now[0] += RELOAD_CHECK_INTERVAL_S
     assert refusal(validator, request) is None and validator.reloads_total == 1
+
+
+# --- what a signature covers is what the handler reads -------------------------------------------
+def _json_frame(header: bytes) -> bytes:
+    return (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+
+
+@pytest.mark.parametrize("header", [
+    b'{"code":310,"extFields":{"b":"orders","b":"payments"}}',
+    b'{"code":310,"code":17,"extFields":{}}',
+    b'{"code":310,"extFields":{"Signature":"x","AccessKey":"a","Signature":"y"}}',
+    b'{"code":310,"extFields":{"a":"1"},"extFields":{"a":"2"}}',
+])
+def test_json_headers_that_say_a_key_twice_are_refused(header):
+    frame = _json_frame(header)
+    with pytest.raises(ProtocolError, match="a key appears twice"):
+        decode(frame, 0, len(frame))
+
+
+def test_json_headers_with_tricky_strings_still_decode():
+    header = orjson.dumps({"code": 310, "remark": '{"b":"x"}:[', "extFields": {
+        "b": 'orders","b":"payments', "k\\": "v:{}", "π": "≈"}})
+    frame = _json_frame(header)
+    command = decode(frame, 0, len(frame))
+    assert command.ext_fields["b"] == 'orders","b":"payments' and len(command.ext_fields) == 3
