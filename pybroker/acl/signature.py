@@ -12,9 +12,10 @@ does: those clients add it after signing. Comparison is constant-time
 (:func:`hmac.compare_digest`).
 """
 import base64
+import dataclasses
 import hashlib
 import hmac
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from pybroker.protocol.constants import MQVersion
 
@@ -76,3 +77,19 @@ def signature_matches(ext_fields: Mapping[str, str], body, version: int,
     expected = calculate_signature(content, secret_key)
     return hmac.compare_digest(expected.encode("ascii"), received.encode("utf-8",
                                                                          "surrogatepass"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+    """An ACL account for clients (``ClientInstance(credentials=...)``, ``pybroker admin``):
+    :meth:`sign` is the remoting client's signer. The secret is not in repr."""
+    access_key: str
+    secret_key: str = dataclasses.field(repr=False)
+    security_token: Optional[str] = dataclasses.field(default=None, repr=False)
+
+    def sign(self, request: Any) -> None:
+        """Sign ``request`` (a RemotingCommand) in place, as Java's AclClientRPCHook."""
+        if request.ext_fields is None:
+            request.ext_fields = {}
+        sign_request(request.ext_fields, request.body, self.access_key, self.secret_key,
+                     self.security_token)

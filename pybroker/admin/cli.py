@@ -7,11 +7,15 @@ import argparse
 import asyncio
 import sys
 
+import yaml
+
+from pybroker.acl.signature import Credentials
 from pybroker.admin import broker_commands, group_commands
 from pybroker.admin.output import Output
 from pybroker.client.admin import Admin
 from pybroker.client.errors import ClientError
-from pybroker.config import default_namesrv_addr
+from pybroker.config import TlsConfig, default_namesrv_addr
+from pybroker.remoting.tls import client_context
 
 __all__ = ["add_admin_arguments", "run_admin", "COMMANDS"]
 
@@ -28,6 +32,11 @@ def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
                              default=default_namesrv_addr(),
                              help="name servers 'ip:port;ip:port'")
         command.add_argument("--json", action="store_true", help="one JSON document")
+        command.add_argument("--acl-file", metavar="FILE", help="sign requests with the "
+                             "accessKey/secretKey of FILE (YAML, as mqadmin's conf/tools.yml)")
+        command.add_argument("--tls", action="store_true",
+                             help="TLS to name servers and brokers (server not verified, as "
+                                  "Java's default client)")
         for letter, dest, extra in options:
             command.add_argument(letter, dest=dest, **extra)
 
@@ -41,10 +50,25 @@ def run_admin(args: argparse.Namespace) -> int:
     out = Output(args.json)
 
     async def run() -> int:
-        async with Admin(args.namesrv_addr) as admin:
+        async with Admin(args.namesrv_addr, **_security_options(args)) as admin:
             return await asyncio.wait_for(function(admin, args, out), ADMIN_TIMEOUT_S)
     try:
         return asyncio.run(run())
-    except (ClientError, OSError, TimeoutError, ValueError) as error:
+    except (ClientError, OSError, TimeoutError, ValueError, yaml.YAMLError) as error:
         sys.stderr.write(f"pybroker admin {args.admin_command}: {error}\n")
         return 1
+
+
+def _security_options(args: argparse.Namespace) -> dict:
+    """ClientInstance options for --acl-file (credentials) and --tls."""
+    options: dict = {}
+    if getattr(args, "acl_file", None):
+        with open(args.acl_file, encoding="utf-8") as stream:
+            data = yaml.safe_load(stream) or {}
+        access_key, secret_key = data.get("accessKey"), data.get("secretKey")
+        if not access_key or not secret_key:
+            raise ValueError(f"{args.acl_file}: needs accessKey and secretKey")
+        options["credentials"] = Credentials(str(access_key), str(secret_key))
+    if getattr(args, "tls", False):
+        options["ssl_context"] = client_context(TlsConfig())
+    return options

@@ -16,9 +16,11 @@ import functools
 import logging
 import os
 import socket
+import ssl
 import time
 from typing import Any, Awaitable, Callable, Optional
 
+from pybroker.acl.signature import Credentials
 from pybroker.client import client_calls
 from pybroker.client.errors import ClientStateError, NoRouteError, RequestTimeoutError, error_for
 from pybroker.client.route import MASTER_ID, TopicPublishInfo
@@ -76,6 +78,9 @@ class ClientInstance:
     ``namesrv_addr``: name servers, ``"ip:port"`` separated by ``;``. ``instance_name``: the
     part of the client id after ``ip@`` (default ``pid#ns``). Intervals in ms; every request
     waits at most ``request_timeout_ms`` unless the caller passes its own timeout.
+    ``credentials``: an ACL account (:class:`pybroker.acl.signature.Credentials`) that signs
+    every request, as Java's AclClientRPCHook. ``ssl_context``: TLS to name servers and brokers
+    (:func:`pybroker.remoting.tls.client_context`).
     """
 
     def __init__(self, namesrv_addr: str, *, instance_name: Optional[str] = None,
@@ -85,12 +90,16 @@ class ClientInstance:
                  heartbeat_broker_interval_ms: int = HEARTBEAT_BROKER_INTERVAL_MS_DEFAULT,
                  persist_consumer_offset_interval_ms: int =
                  PERSIST_CONSUMER_OFFSET_INTERVAL_MS_DEFAULT,
-                 rebalance_interval_ms: int = REBALANCE_INTERVAL_MS_DEFAULT):
+                 rebalance_interval_ms: int = REBALANCE_INTERVAL_MS_DEFAULT,
+                 credentials: Optional[Credentials] = None,
+                 ssl_context: Optional[ssl.SSLContext] = None):
         self.namesrv_addresses = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addresses:
             raise ValueError("namesrv_addr names no name server")
         self.client_id = f"{client_ip or local_ip()}@{instance_name or default_instance_name()}"
         self.request_timeout_ms = request_timeout_ms
+        self.credentials = credentials
+        self.ssl_context = ssl_context
         self.intervals_ms = {"route": poll_name_server_interval_ms,
                              "heartbeat": heartbeat_broker_interval_ms,
                              "offsets": persist_consumer_offset_interval_ms,
@@ -128,7 +137,9 @@ class ClientInstance:
         self._users += 1
         if self._pool is not None:
             return
-        self._pool = RemotingClientPool(self.table)
+        self._pool = RemotingClientPool(
+            self.table, ssl_context=self.ssl_context,
+            signer=self.credentials.sign if self.credentials is not None else None)
         self._route_lock = asyncio.Lock()
         loops = (("route", self.refresh_routes), ("heartbeat", self.send_heartbeat),
                  ("offsets", self._persist_all_offsets), ("rebalance", self.rebalance_all))

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import ssl
 import threading
-from typing import Optional
+from typing import Callable, Optional
 
 from pybroker.protocol.command import RemotingCommand
 from pybroker.protocol.constants import SerializeType
@@ -28,6 +28,9 @@ CONNECT_TIMEOUT_MS_DEFAULT = _REMOTING_DEFAULTS.connect_timeout_millis
 INVOKE_TIMEOUT_MS_DEFAULT = 3000
 _CLIENT_LIMITS_DEFAULT = ConnectionLimits(
     idle_timeout_ms=_REMOTING_DEFAULTS.client_channel_max_idle_time_seconds * 1000)
+# Called on every request this side sends, before it is encoded (Java's client RPC hook; the
+# ACL signer adds AccessKey and Signature).
+Signer = Callable[[RemotingCommand], None]
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -50,17 +53,20 @@ class RemotingClient:
     ``serialize_type``: header encoding of our requests (JSON, or ROCKETMQ binary as the Java
     producer uses). ``limits``: :class:`ConnectionLimits` (idle time from
     clientChannelMaxIdleTimeSeconds by default). ``ssl_context``: speak TLS to TCP peers
-    (:func:`pybroker.remoting.tls.client_context`); None = plain TCP.
+    (:func:`pybroker.remoting.tls.client_context`); None = plain TCP. ``signer(request)``: runs
+    on every request sent (pybroker.acl.signature.Credentials.sign signs for ACL).
     """
 
     def __init__(self, table: Optional[RequestTable] = None, *,
                  serialize_type: int = int(SerializeType.JSON),
                  limits: ConnectionLimits = _CLIENT_LIMITS_DEFAULT,
-                 ssl_context: Optional[ssl.SSLContext] = None):
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 signer: Optional[Signer] = None):
         self.table = table if table is not None else RequestTable()
         self.serialize_type = serialize_type
         self.limits = limits
         self.ssl_context = ssl_context
+        self.signer = signer
         self.address: Optional[str] = None
         self.connection: Optional[RemotingConnection] = None
 
@@ -110,11 +116,15 @@ class RemotingClient:
         Raises TimeoutError when none arrives in time, ConnectionError when not connected or
         the connection is lost while waiting.
         """
+        if self.signer is not None:
+            self.signer(command)
         return await self._open_connection().invoke(command, timeout_ms)
 
     def invoke_oneway(self, command: RemotingCommand) -> None:
         """Send ``command`` with the oneway flag; nothing comes back. ConnectionError when not
         connected."""
+        if self.signer is not None:
+            self.signer(command)
         self._open_connection().send_oneway(command)
 
     def close(self) -> None:
@@ -139,11 +149,13 @@ class RemotingClientPool:
                  serialize_type: int = int(SerializeType.JSON),
                  limits: ConnectionLimits = _CLIENT_LIMITS_DEFAULT,
                  connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
-                 ssl_context: Optional[ssl.SSLContext] = None):
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 signer: Optional[Signer] = None):
         self.table = table if table is not None else RequestTable()
         self.serialize_type = serialize_type
         self.limits = limits
         self.ssl_context = ssl_context
+        self.signer = signer
         self.connect_timeout_ms = connect_timeout_ms
         self._clients: dict[str, RemotingClient] = {}
         self._connecting: dict[str, asyncio.Lock] = {}
@@ -162,7 +174,8 @@ class RemotingClientPool:
             if client is not None and client.is_connected:
                 return client  # someone else connected while we waited
             client = RemotingClient(self.table, serialize_type=self.serialize_type,
-                                    limits=self.limits, ssl_context=self.ssl_context)
+                                    limits=self.limits, ssl_context=self.ssl_context,
+                                    signer=self.signer)
             await client.connect(address, self.connect_timeout_ms)
             if self._closed:
                 client.close()
@@ -198,13 +211,14 @@ class SyncRemotingClient:
     def __init__(self, table: Optional[RequestTable] = None, *,
                  serialize_type: int = int(SerializeType.JSON),
                  limits: ConnectionLimits = _CLIENT_LIMITS_DEFAULT,
-                 ssl_context: Optional[ssl.SSLContext] = None):
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 signer: Optional[Signer] = None):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="pybroker-sync-remoting", daemon=True)
         self._thread.start()
         self._client = RemotingClient(table, serialize_type=serialize_type, limits=limits,
-                                      ssl_context=ssl_context)
+                                      ssl_context=ssl_context, signer=signer)
 
     def _call(self, coroutine, timeout_ms: int):
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)

@@ -10,16 +10,20 @@ AclClientRPCHook; the real Java and Go clients are in tests/compat/test_acl_clie
 sent with pybroker's remoting client, or as raw frames where the case needs bytes no client
 would write. Refused sends must store nothing (CommitLog max offset unchanged).
 """
+import asyncio
 import json
 import socket
 import struct
+import subprocess
+import sys
 import time
 
 import orjson
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
-from pybroker.acl.signature import sign_request
+from pybroker.acl.signature import Credentials, sign_request
+from pybroker.client import Message, Producer
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request, decode, encode
@@ -280,3 +284,35 @@ def test_a_header_with_a_key_twice_is_refused(broker, client):
         assert time.monotonic() < deadline, broker._log_text()[offset:][-2000:]
         time.sleep(0.05)
     assert _max_offset(client) == before
+
+
+def test_the_python_client_signs_with_credentials(broker):
+    """pybroker.client with credentials= signs every request like AclClientRPCHook: its
+    producer (heartbeat, send, unregister) is served; with a wrong secret the send fails."""
+    async def produce(secret: str):
+        async with Producer("acl_py_producer", broker.namesrv_addr,
+                            credentials=Credentials(PRODUCER[0], secret),
+                            retry_times_when_send_failed=0) as producer:
+            return await producer.send(Message("acl_orders", "from the python client"))
+    result = asyncio.run(produce(PRODUCER[1]))
+    assert result.status.name == "SEND_OK"
+    with pytest.raises(Exception) as caught:
+        asyncio.run(produce("a-wrong-secret"))
+    assert "Check signature failed" in str(caught.value)
+
+
+def test_pybroker_admin_signs_with_an_acl_file(broker, tmp_path):
+    """`pybroker admin updateTopic` (an admin code) works with the admin account's tools.yml
+    and is refused with a producer's; the refusal text reaches the operator."""
+    def admin(account, topic):
+        tools = tmp_path / f"{account[0]}.yml"
+        tools.write_text(f"accessKey: {account[0]}\nsecretKey: {account[1]}\n")
+        return subprocess.run([sys.executable, "-m", "pybroker", "admin", "updateTopic",
+                               "-n", broker.namesrv_addr, "-b", broker.broker_addr, "-t", topic,
+                               "--acl-file", str(tools)], capture_output=True, text=True,
+                              timeout=120)
+    refused = admin(PRODUCER, "acl_cli_topic")
+    assert refused.returncode == 1 and "Need admin permission for request code=17" in \
+        refused.stderr, refused.stdout + refused.stderr
+    created = admin(ADMIN, "acl_cli_topic")
+    assert created.returncode == 0, created.stdout + created.stderr
