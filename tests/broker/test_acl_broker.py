@@ -181,6 +181,11 @@ def test_admin_codes_need_an_admin_account(client):
              f"Need admin permission for request code=26, but accessKey={PRODUCER[0]} is not")
     _refused(client.invoke(_signed(4242, {}), TIMEOUT_MS),
              f"Need admin permission for request code=4242, but accessKey={PRODUCER[0]} is not")
+    # UPDATE_AND_CREATE_ACL_CONFIG (50) could make an account admin (the CVE-2024-23321 class)
+    self_promotion = _signed(50, {"accessKey": PRODUCER[0], "secretKey": PRODUCER[1],
+                                  "admin": "true"})
+    _refused(client.invoke(self_promotion, TIMEOUT_MS),
+             f"Need admin permission for request code=50, but accessKey={PRODUCER[0]} is not")
     created = client.invoke(_signed(RequestCode.UPDATE_AND_CREATE_TOPIC, topic, None, ADMIN),
                             TIMEOUT_MS)
     assert created.code == ResponseCode.SUCCESS, created.remark
