@@ -17,9 +17,11 @@ Prints a Markdown table: fault, runs, acknowledged, acknowledged lost, recovery 
 """
 import argparse
 import contextlib
+import ctypes
 import os
 import random
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -44,6 +46,7 @@ PRODUCERS = 3
 RATE_PER_S = 300
 TIMEOUT_MS = 3000
 SERVE_DEADLINE_S = 60.0
+_SYS_PIDFD_GETFD = 438
 OVERRIDES = {"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": str(1 << 20),
              "maxMessageSize": str(64 << 10), "mappedFileSizeConsumeQueue": str(2000 * 20)}
 
@@ -233,6 +236,55 @@ def _garbage_checkpoint(broker) -> None:
         file.write(random.randbytes(40))
 
 
+def _cut_internal_links(broker, load) -> float:
+    """shutdown(2) of every worker <-> metadata-service link (the supervisor's ends, through
+    pidfd_getfd): seconds until every worker logged the link re-established."""
+    metadata_socket = os.path.join(broker.store_dir, "run", "metadata.sock")
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(broker.process.pid)
+    offset = len(broker._log_text())
+    started = time.monotonic()
+    try:
+        for connection in psutil.Process(broker.process.pid).net_connections(kind="unix"):
+            if connection.laddr != metadata_socket or connection.fd < 0:
+                continue
+            copy = libc.syscall(_SYS_PIDFD_GETFD, pidfd, connection.fd, 0)
+            if copy >= 0:
+                with socket.socket(fileno=copy) as duplicate:
+                    if not duplicate.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                        duplicate.shutdown(socket.SHUT_RDWR)
+    finally:
+        os.close(pidfd)
+    workers = int(OVERRIDES.get("remotingWorkers", "2"))
+    while broker._log_text()[offset:].count("link to the metadata service re-established") \
+            < workers:
+        if time.monotonic() > started + SERVE_DEADLINE_S:
+            raise RuntimeError("the links were not re-established")
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def _flip_bit_in_old_record(broker) -> None:
+    """One flipped body bit in the oldest record of the CommitLog (valid records follow it):
+    the broker must refuse to start, then start with skipDamagedRecordsOnRecover=true, which
+    skips that one acknowledged record (counted as lost) and keeps every later one."""
+    directory = os.path.join(broker.store_dir, "commitlog")
+    path = os.path.join(directory, sorted(os.listdir(directory))[0])
+    with open(path, "r+b") as file:
+        file.seek(layout.RECORD_BODY_LENGTH_POSITION_V4 + 4 + 3)
+        byte = file.read(1)[0]
+        file.seek(layout.RECORD_BODY_LENGTH_POSITION_V4 + 4 + 3)
+        file.write(bytes([byte ^ 0x10]))
+    try:
+        broker.start()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("the broker started on a damaged CommitLog")
+    with open(broker.conf_path, "a", encoding="utf-8") as conf:
+        conf.write("skipDamagedRecordsOnRecover=true\n")
+
+
 FAULTS = {
     "kill -9 of the whole broker": _kill_broker,
     "kill -9 of the appender": _kill_worker("appender"),
@@ -244,6 +296,9 @@ FAULTS = {
     "garbage in a ConsumeQueue tail": _offline(_garbage_in_queue_tail),
     "truncated IndexFiles": _offline(_truncate_index),
     "garbage checkpoint": _offline(_garbage_checkpoint),
+    "internal links cut (shutdown of the sockets)": _cut_internal_links,
+    "flipped bit in an old record (refused, then skip option)":
+        _offline(_flip_bit_in_old_record),
 }
 
 
