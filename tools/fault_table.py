@@ -23,11 +23,13 @@ import random
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+import orjson
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,7 +38,7 @@ from pybroker._fast import record  # noqa: E402
 from pybroker._testbase.cluster import StandaloneBroker  # noqa: E402
 from pybroker.protocol import properties as props  # noqa: E402
 from pybroker.protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from pybroker.protocol.command import create_request  # noqa: E402
+from pybroker.protocol.command import create_request, encode  # noqa: E402
 from pybroker.remoting.client import SyncRemotingClient  # noqa: E402
 from pybroker.store import layout  # noqa: E402
 
@@ -47,6 +49,9 @@ RATE_PER_S = 300
 TIMEOUT_MS = 3000
 SERVE_DEADLINE_S = 60.0
 _SYS_PIDFD_GETFD = 438
+FLOOD_S = 8.0
+FLOOD_SETTLE_S = 3.0
+DISK_FULL_HOLD_S = 2.0
 OVERRIDES = {"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": str(1 << 20),
              "maxMessageSize": str(64 << 10), "mappedFileSizeConsumeQueue": str(2000 * 20)}
 
@@ -144,23 +149,26 @@ def _worker(broker, name: str) -> psutil.Process:
     raise RuntimeError(f"no pb-{name}")
 
 
+def _probe(broker) -> int:
+    """The response code of one probe send on a new connection (its own topic, not counted in
+    the load); -1 when it got no answer."""
+    try:
+        with SyncRemotingClient() as client:
+            client.connect(broker.broker_addr, 500)
+            ext = {"a": "fault_probe", "b": "FaultProbe", "c": "TBW102", "d": "1", "e": "0",
+                   "f": "0", "g": "0", "h": "0", "i": "", "j": "0", "k": "false", "m": "false"}
+            return client.invoke(create_request(RequestCode.SEND_MESSAGE_V2, ext, b"probe"),
+                                 1000).code
+    except (OSError, TimeoutError, ConnectionError):
+        return -1
+
+
 def _until_acked(load: Load, since: float) -> float:
-    """Seconds from ``since`` until a probe send, started after the fault, is acknowledged
-    (its own connection, its own topic: not counted in the load)."""
+    """Seconds from ``since`` until a probe send, started after the fault, is acknowledged."""
     deadline = since + SERVE_DEADLINE_S
     while time.monotonic() < deadline:
-        try:
-            with SyncRemotingClient() as client:
-                client.connect(load.broker.broker_addr, 500)
-                ext = {"a": "fault_probe", "b": "FaultProbe", "c": "TBW102", "d": "1",
-                       "e": "0", "f": "0", "g": "0", "h": "0", "i": "", "j": "0",
-                       "k": "false", "m": "false"}
-                response = client.invoke(create_request(RequestCode.SEND_MESSAGE_V2, ext,
-                                                        b"probe"), 1000)
-            if response.code == ResponseCode.SUCCESS:
-                return time.monotonic() - since
-        except (OSError, TimeoutError, ConnectionError):
-            pass
+        if _probe(load.broker) == ResponseCode.SUCCESS:
+            return time.monotonic() - since
         time.sleep(0.05)
     raise RuntimeError("the broker did not serve again")
 
@@ -285,6 +293,94 @@ def _flip_bit_in_old_record(broker) -> None:
         conf.write("skipDamagedRecordsOnRecover=true\n")
 
 
+def _flood_frames() -> bytes:
+    heartbeat = orjson.dumps({"clientID": "flood@1", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": "flood_group", "consumeType": "CONSUME_PASSIVELY",
+         "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+         "unitMode": False, "subscriptionDataSet": []}]})
+    frames = [encode(create_request(RequestCode.HEART_BEAT, None, heartbeat)),
+              encode(create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+                  "consumerGroup": "flood_group", "topic": TOPIC, "queueId": "0",
+                  "commitOffset": "1"})),
+              encode(create_request(RequestCode.GET_ALL_TOPIC_CONFIG))]
+    return b"".join(frames) * 50
+
+
+def _flood_never_reading(broker, load) -> float:
+    """Four raw connections pipeline heartbeats, offset commits and admin requests for
+    FLOOD_S and never read a reply: seconds from FLOOD_SETTLE_S into the flood (replies piled
+    up) until a probe on a new connection is acknowledged."""
+    host, port = broker.broker_addr.rsplit(":", 1)
+    flooders = []
+    for _ in range(4):
+        flooder = socket.socket()
+        flooder.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        flooder.connect((host, int(port)))
+        flooder.setblocking(False)
+        flooders.append(flooder)
+    data, stop = _flood_frames(), time.monotonic() + FLOOD_S
+    probe_from, recovery_s = time.monotonic() + FLOOD_SETTLE_S, None
+    try:
+        while time.monotonic() < stop:
+            for flooder in flooders:
+                with contextlib.suppress(BlockingIOError, ConnectionError):
+                    flooder.send(data)
+            if recovery_s is None and time.monotonic() >= probe_from:
+                recovery_s = _until_acked(load, time.monotonic())
+            time.sleep(0.005)
+    finally:
+        for flooder in flooders:
+            flooder.close()
+    assert recovery_s is not None
+    return recovery_s
+
+
+def _fill_to(mount_point: str, ratio: float) -> None:
+    """Grow or shrink a filler file so that the disk is ``ratio`` used."""
+    filler = os.path.join(mount_point, "filler")
+    current = os.path.getsize(filler) if os.path.exists(filler) else 0
+    stats = os.statvfs(mount_point)
+    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    target = max(current + int(ratio * stats.f_blocks * stats.f_frsize) - used, 0)
+    with open(filler, "ab") as file:
+        if target < current:
+            file.truncate(target)
+        elif target > current:
+            os.posix_fallocate(file.fileno(), current, target - current)
+
+
+def _disk_full(broker, load) -> float:
+    """The store's small tmpfs filled to 93 % (above diskSpaceWarningLevelRatio, 90 %): sends
+    must be refused; DISK_FULL_HOLD_S later the space is freed: seconds from freeing it until
+    a probe is acknowledged."""
+    mount_point = os.path.dirname(broker.store_dir)
+    if not os.path.ismount(mount_point):
+        raise RuntimeError(f"{mount_point} is not the fault's own tmpfs")
+    _fill_to(mount_point, 0.93)
+    deadline = time.monotonic() + 10
+    while _probe(broker) != ResponseCode.SERVICE_NOT_AVAILABLE:
+        if time.monotonic() > deadline:
+            raise RuntimeError("sends were not refused on a full disk")
+        time.sleep(0.1)
+    time.sleep(DISK_FULL_HOLD_S)
+    _fill_to(mount_point, 0.0)
+    return _until_acked(load, time.monotonic())
+
+
+@contextlib.contextmanager
+def _small_disk(work_dir: str):
+    """A fresh 192 MiB tmpfs under ``work_dir`` (root only); yields its mount point."""
+    mount_point = os.path.join(work_dir, "disk")
+    os.makedirs(mount_point)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={192 << 20}", "pybroker-fault",
+                    mount_point], check=True, capture_output=True)
+    try:
+        yield mount_point
+    finally:
+        if subprocess.run(["umount", mount_point], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", mount_point], check=False)
+
+
 FAULTS = {
     "kill -9 of the whole broker": _kill_broker,
     "kill -9 of the appender": _kill_worker("appender"),
@@ -299,14 +395,26 @@ FAULTS = {
     "internal links cut (shutdown of the sockets)": _cut_internal_links,
     "flipped bit in an old record (refused, then skip option)":
         _offline(_flip_bit_in_old_record),
+    "4 clients pipelining requests that never read replies": _flood_never_reading,
+    "disk full (93 %), then space freed": _disk_full,
 }
+# Faults whose broker keeps its store on a small tmpfs of its own.
+ON_SMALL_DISK = {"disk full (93 %), then space freed"}
 
 
 def run_once(name: str, work_dir: str) -> tuple[int, int, float]:
     """(acknowledged, acknowledged lost, recovery seconds) of one run."""
-    broker = StandaloneBroker(work_dir, OVERRIDES)
-    broker.start()
-    try:
+    with contextlib.ExitStack() as stack:
+        overrides = dict(OVERRIDES)
+        if name in ON_SMALL_DISK:
+            mount_point = stack.enter_context(_small_disk(work_dir))
+            overrides.update(storePathRootDir=os.path.join(mount_point, "store"),
+                             sendRingSizeBytes=str(1 << 20))
+        broker = StandaloneBroker(os.path.join(work_dir, "broker"), overrides)
+        # The faults find the store (and the disk-full fault its tmpfs) through store_dir.
+        broker.store_dir = overrides.get("storePathRootDir", broker.store_dir)
+        stack.callback(broker.kill)
+        broker.start()
         with Load(broker) as load:
             deadline = time.monotonic() + 30
             while len(load.acked) < 300:
@@ -320,8 +428,6 @@ def run_once(name: str, work_dir: str) -> tuple[int, int, float]:
         stored = _stored(broker)
         lost = sum(1 for body, where in load.acked.items() if stored.get(body) != where)
         return len(load.acked), lost, recovery_s
-    finally:
-        broker.kill()
 
 
 def main(argv=None) -> int:

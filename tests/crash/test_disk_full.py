@@ -10,6 +10,9 @@ tmpfs sets how full the disk is:
   refused SERVICE_NOT_AVAILABLE within a few seconds (the appender checks every second and on
   every new CommitLog file, not only in the 10 s cleanup pass), and accepted again within a
   few seconds once space is freed, with no worker dying;
+* the refusal starts just above diskSpaceWarningLevelRatio (default 90 %, or as configured),
+  not at diskMaxUsedSpaceRatio (75 %, Java's early-deletion level) nor later (it used to be
+  about 96 %): sends just below it are accepted, sends just above it refused;
 * a fresh store, whose consumequeue directory does not exist yet, must report its real disk
   usage (not "-100.0% used" every cleanup pass).
 """
@@ -118,6 +121,35 @@ def test_puts_are_refused_above_the_warning_ratio_and_resume_below(small_disk, t
         assert "puts are refused" in tail and "died" not in tail, tail[-3000:]
     print(f"refused after {refused_after:.1f} s, "  # noqa: T201
           f"accepted after {accepted_after:.1f} s")
+
+
+def _accepted_for(broker, seconds: float) -> bool:
+    """Every send for ``seconds`` (several of the appender's 1 s checks) is accepted."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if _send(broker, b"below-the-limit").code != ResponseCode.SUCCESS:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.parametrize("warning_ratio,below,above", [(None, 0.86, 0.93), (70, 0.64, 0.76)],
+                         ids=["default-90", "configured-70"])
+def test_refusals_start_at_the_warning_ratio(small_disk, tmp_path, warning_ratio, below,
+                                             above):
+    overrides = dict(SMALL, storePathRootDir=str(small_disk / "s"))
+    if warning_ratio is not None:
+        overrides["diskSpaceWarningLevelRatio"] = str(warning_ratio)
+    with StandaloneBroker(tmp_path / "broker", overrides) as broker:
+        # Above diskMaxUsedSpaceRatio (75 %, early deletion only) and just below the warning
+        # ratio: still accepted, as Java accepts.
+        _fill_to(small_disk, below)
+        assert _accepted_for(broker, 2.5)
+        _fill_to(small_disk, above)
+        _until(lambda: _send(broker, b"x").code == ResponseCode.SERVICE_NOT_AVAILABLE,
+               REACT_WITHIN_S)
+        limit = warning_ratio or 90
+        assert f"above {limit}% used" in broker._log_text()
 
 
 def test_a_fresh_store_reports_its_real_disk_usage(tmp_path):
