@@ -8,6 +8,8 @@ SETTINGS_NOT_ACTED_ON = {
     "transientStorePoolEnable": "writes go straight to the mapped CommitLog (no buffer pool)",
     "transientStorePoolSize": "no transient store pool",
     "commitIntervalCommitLog": "no transient store pool, so no commit step",
+    "commitCommitLogLeastPages": "no transient store pool, so no commit step",
+    "commitCommitLogThoroughInterval": "no transient store pool, so no commit step",
     "flushCommitLogTimed": "the flusher sleeps on its eventfd with the interval as timeout",
     "registerBrokerTimeoutMills": "registration uses the client's own request timeout",
     "flushConsumerOffsetInterval": "consumer offsets are persisted every 5 s",
@@ -41,7 +43,7 @@ JAVA_KEYS_NOT_USED = frozenset((
     "waitTimeMillsInPullQueue",
     "rmqAddressServerDomain", "rmqAddressServerSubGroup", "highSpeedMode", "transferMsgByHeap",
     "filterSupportRetry", "storeReplyMessageEnable", "disableConsumeIfConsumerReadSlowly",
-    "consumerFallbehindThreshold", "flushLeastPagesWhenWarmMapedFile", "maxMsgsNumBatch",
+    "consumerFallbehindThreshold", "maxMsgsNumBatch",
     "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
     "productEnvName", "clusterTest", "configStorePath", "flushConsumerOffsetHistoryInterval",
 ))

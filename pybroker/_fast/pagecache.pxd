@@ -3,6 +3,9 @@ cdef extern from "sys/mman.h" nogil:
     int mincore(void *addr, size_t length, unsigned char *vec)
     int mlock(const void *addr, size_t length)
     int munlock(const void *addr, size_t length)
+    int madvise(void *addr, size_t length, int advice)
+    int msync(void *addr, size_t length, int flags)
+    enum: MS_SYNC
 
 cdef extern from "unistd.h" nogil:
     long sysconf(int name)
@@ -19,3 +22,12 @@ cdef extern from *:
     """
     enum: PB_VECTOR_PAGES
     enum: PB_MERGE_GAP_BYTES
+
+cdef extern from *:
+    """
+    /* Linux 5.14+: fault pages in writable without writing them (older headers lack it). */
+    #ifndef MADV_POPULATE_WRITE
+    #define MADV_POPULATE_WRITE 23
+    #endif
+    """
+    enum: MADV_POPULATE_WRITE

@@ -15,6 +15,9 @@ rounded down to its page, which belongs to the same mapping).
 * :func:`lock` / :func:`unlock` are ``mlock`` / ``munlock`` of a range (warmMapedFileEnable
   pins the current CommitLog file as Java does); they return an errno instead of raising,
   since refusal (RLIMIT_MEMLOCK without CAP_IPC_LOCK) is an expected outcome.
+* :func:`populate` and :func:`sync` are ``madvise(MADV_POPULATE_WRITE)`` and
+  ``msync(MS_SYNC)`` of a range with the GIL released (the file allocator warms files in a
+  thread while its process's main thread flushes).
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from libc.errno cimport errno
@@ -125,9 +128,17 @@ def cold_pages(views) -> tuple[int, int]:
     return pages, cold
 
 
-cdef int _range(buffer, Py_ssize_t start, Py_ssize_t end, bint locking) except -1:
+cdef enum RangeCall:
+    CALL_LOCK = 0
+    CALL_UNLOCK = 1
+    CALL_POPULATE = 2
+    CALL_SYNC = 3
+
+
+cdef int _range(buffer, Py_ssize_t start, Py_ssize_t end, int call) except -1:
     cdef Py_buffer view
     cdef uintptr_t first
+    cdef size_t length
     cdef int result
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
@@ -136,11 +147,16 @@ cdef int _range(buffer, Py_ssize_t start, Py_ssize_t end, bint locking) except -
         if start == end:
             return 0
         first = _page_floor(<uintptr_t>view.buf + start)
+        length = <uintptr_t>view.buf + end - first
         with nogil:
-            if locking:
-                result = mlock(<void *>first, <uintptr_t>view.buf + end - first)
+            if call == CALL_LOCK:
+                result = mlock(<void *>first, length)
+            elif call == CALL_UNLOCK:
+                result = munlock(<void *>first, length)
+            elif call == CALL_POPULATE:
+                result = madvise(<void *>first, length, MADV_POPULATE_WRITE)
             else:
-                result = munlock(<void *>first, <uintptr_t>view.buf + end - first)
+                result = msync(<void *>first, length, MS_SYNC)
         return errno if result != 0 else 0
     finally:
         PyBuffer_Release(&view)
@@ -149,9 +165,23 @@ cdef int _range(buffer, Py_ssize_t start, Py_ssize_t end, bint locking) except -
 def lock(buffer, Py_ssize_t start, Py_ssize_t end) -> int:
     """mlock the pages of ``buffer[start:end]``; 0, or the errno of the refusal (EPERM,
     ENOMEM, EAGAIN: not permitted or over RLIMIT_MEMLOCK)."""
-    return _range(buffer, start, end, True)
+    return _range(buffer, start, end, CALL_LOCK)
 
 
 def unlock(buffer, Py_ssize_t start, Py_ssize_t end) -> int:
     """munlock the pages of ``buffer[start:end]``; 0 or an errno."""
-    return _range(buffer, start, end, False)
+    return _range(buffer, start, end, CALL_UNLOCK)
+
+
+def populate(buffer, Py_ssize_t start, Py_ssize_t end) -> int:
+    """Fault the pages of ``buffer[start:end]`` in writable without storing a byte
+    (MADV_POPULATE_WRITE, the GIL released): page-cache pages allocated and, in a sparse file,
+    blocks reserved. 0, or the errno: EINVAL before Linux 5.14, EFAULT/ENOMEM when the
+    pages cannot be had (no room on disk)."""
+    return _range(buffer, start, end, CALL_POPULATE)
+
+
+def sync(buffer, Py_ssize_t start, Py_ssize_t end) -> int:
+    """msync(MS_SYNC) of the pages of ``buffer[start:end]`` with the GIL released; 0 or the
+    errno (callers on a durability path must treat any errno as fatal)."""
+    return _range(buffer, start, end, CALL_SYNC)

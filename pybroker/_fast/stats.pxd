@@ -101,12 +101,14 @@ cpdef enum StatsCounter:
     PULLS_COLD = 55               # remoting: pulls that read at least one non-resident page
     PULLS_IN_DISK = 56            # remoting: pulls Java's accessMessageInMemoryMaxRatio rule
                                   # calls cold (suggest pulling from a slave)
-    MAPPED_FILES_CREATED = 57     # appender / flusher: CommitLog files created (incl. ahead)
+    MAPPED_FILES_CREATED = 57     # appender (on the append path) / flusher (its allocator,
+                                  # ahead): CommitLog files created
     PREFAULTED_BYTES = 58         # flusher: bytes populated ahead of the writer
     PREFAULT_POSITION = 59        # flusher gauge: CommitLog offset populated up to
     LOCKED_BYTES = 60             # flusher gauge: CommitLog bytes mlocked now
     COMMITS = 61                  # appender: transient-pool commits (writes to the file)
     COMMITTED_BYTES = 62          # appender: bytes committed from the pool to the file
+    ALLOCATE_FAULTS = 63          # flusher: page faults its allocator took preparing files
 
 
 cpdef enum StatsHistogram:
@@ -120,11 +122,14 @@ cpdef enum StatsHistogram:
     MESSAGE_SIZE_BYTES = 7        # remoting: stored message size (body + properties + topic)
     SYNC_FLUSH_WAIT_US = 8        # remoting: SYNC_FLUSH acknowledgement held for the flush
     DISPATCH_BATCH_MESSAGES = 9   # dispatcher: records per batch
-    FILE_CREATE_US = 10           # appender / flusher: create + map (+ warm) a CommitLog file
-    FILE_CREATE_FAULTS = 11       # the same: page faults the creating thread took meanwhile
+    FILE_CREATE_US = 10           # appender: create or map (+ warm) a CommitLog file on the
+                                  # append path
+    FILE_CREATE_FAULTS = 11       # the same: page faults the appender took meanwhile
     APPEND_DRAIN_US = 12          # appender: one drain's appends (Java's time in the put lock)
     PULL_READ_US = 13             # remoting: one pull's store read and copy of the records
     COMMIT_US = 14                # appender: one transient-pool commit (write to the file)
+    ALLOCATE_US = 15              # flusher: one file prepared ahead of the writer (create,
+                                  # warm, mlock), off the append path
 
 
 cpdef enum StatsKeyKind:

@@ -90,6 +90,7 @@ class StatsCounter(enum.IntEnum):
     LOCKED_BYTES = 60
     COMMITS = 61
     COMMITTED_BYTES = 62
+    ALLOCATE_FAULTS = 63
 
 
 class StatsHistogram(enum.IntEnum):
@@ -108,6 +109,7 @@ class StatsHistogram(enum.IntEnum):
     APPEND_DRAIN_US = 12
     PULL_READ_US = 13
     COMMIT_US = 14
+    ALLOCATE_US = 15
 
 
 class StatsKeyKind(enum.IntEnum):

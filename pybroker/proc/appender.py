@@ -144,15 +144,16 @@ class _Appender:
         self.commitlog_min_offset = 0
         log.info("appender: %d rings, CommitLog written to %d", len(self.rings), written)
 
-    def _file_created(self, mapped_file, elapsed_ns: int, faults: int) -> None:
-        """A CommitLog file created (or mapped, when the allocator made it) on the append
-        path: its cost is in the profile."""
+    def _file_created(self, mapped_file, created: bool, elapsed_ns: int, faults: int) -> None:
+        """A CommitLog file created (or mapped, when the allocator made it ready) on the
+        append path: its cost is in the profile."""
         stats = self.stats
-        stats.add(StatsCounter.MAPPED_FILES_CREATED)
+        if created:
+            stats.add(StatsCounter.MAPPED_FILES_CREATED)
         stats.record(StatsHistogram.FILE_CREATE_US, elapsed_ns // 1000)
         stats.record(StatsHistogram.FILE_CREATE_FAULTS, faults)
-        log.info("appender: %s ready in %.1f ms (%d page faults)", mapped_file.path,
-                 elapsed_ns / 1e6, faults)
+        log.info("appender: %s %s in %.1f ms (%d page faults)", mapped_file.path,
+                 "created" if created else "mapped", elapsed_ns / 1e6, faults)
 
     def check_store_changes(self) -> None:
         """Follow the disk-full flag, the CommitLog min offset and topic deletions."""

@@ -37,6 +37,7 @@ from pybroker.proc.wake import (FLUSHER_SLOT, DataPlaneWakes, PositionWatch, Sle
                                 stop_on_sigterm)
 from pybroker.stats.region import WRITER_FLUSHER, StatsCounter, StatsHistogram, private_writer
 from pybroker.store import paths
+from pybroker.store.allocate import FileAllocator
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import ControlBlock
@@ -101,15 +102,28 @@ class _Flusher:
         # append path (store/prefault.py). Warmed files are faulted in whole already.
         self.prefault = None if settings.warm_maped_file_enable \
             else PrefaultWindow(commitlog, flushed)
+        # The next CommitLog file is made ready (and warmed, locked) off the append path.
+        self.allocator = FileAllocator(
+            settings.commitlog_dir, settings.mapped_file_size_commit_log,
+            warm=settings.warm_maped_file_enable, sync_flush=self.sync,
+            flush_least_pages=settings.flush_least_pages_when_warm_maped_file, stats=stats)
         log.info("flusher: %s from %d", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH", flushed)
 
     def run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self.allocator.close()
+
+    def _loop(self) -> None:
         watch = PositionWatch(self.control, "written_position", FLUSHER_SLOT)
         sleeper = Sleeper(self.wakes.flusher, [watch] if self.sync else [])
         while True:
             self.counters.beat()
             stopping = self.stop_requested()
             flushed = self.flush_once(least_pages=0 if (self.sync or stopping) else None)
+            if not stopping:
+                self.allocator.advance(self.followed)
             if self.prefault is not None and not stopping:
                 self.prefault_ahead(self.prefault)
             if stopping:

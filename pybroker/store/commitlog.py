@@ -67,12 +67,13 @@ class CommitLog:
         ``warmMapedFileEnable``: new segments are fallocated and faulted in whole at creation
         (costs about 3 s per GiB on the creating call), instead of sparse.
     on_create : callable, optional
-        ``on_create(file, elapsed_ns, page_faults)`` after this process creates a segment.
+        ``on_create(file, created, elapsed_ns, page_faults)`` after this process creates a
+        segment, or maps one the allocator made (``created`` False), to write into it.
     """
 
     def __init__(self, store_path: str, file_size: int, read_only: bool = False, *,
                  allocation: str = DEFAULT_ALLOCATION, warm: bool = False,
-                 on_create: Callable[[MappedFile, int, int], None] | None = None):
+                 on_create: Callable[[MappedFile, bool, int, int], None] | None = None):
         if file_size <= layout.END_FILE_MIN_BLANK_BYTES:
             raise ValueError(f"file_size {file_size} bytes leaves no room for records")
         self.store_path = store_path

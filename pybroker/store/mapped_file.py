@@ -46,6 +46,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pybroker import clock
+from pybroker._fast import pagecache
 from pybroker.errors import DurabilityError, StoreCorruptError
 from pybroker.store import layout
 
@@ -54,8 +55,6 @@ log = logging.getLogger("pybroker.store.mapped_file")
 PAGE_SIZE_BYTES = mmap.PAGESIZE
 ALLOCATIONS = ("sparse", "fallocate", "zero_fill")
 DEFAULT_ALLOCATION = "sparse"
-# Linux 5.14+: fault pages in writable without writing them (mmap module has no name for it).
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 _ZERO_FILL_CHUNK_BYTES = 1 << 20
 _ZERO_CHUNK = bytes(_ZERO_FILL_CHUNK_BYTES)
 # Java deletes at most this many expired files per cleanup pass.
@@ -404,12 +403,30 @@ class MappedFile:
         if self._map is None or self.read_only or file_position >= end_position:
             return 0
         start = max(file_position, 0)
-        start -= start % PAGE_SIZE_BYTES
-        try:
-            self._map.madvise(MADV_POPULATE_WRITE, start, end_position - start)
-        except OSError as error:
-            return error.errno or errno.EIO
-        return 0
+        # The GIL is released meanwhile: the allocator warms in a thread of the flusher.
+        return pagecache.populate(self._map, start, end_position)
+
+    def lock_pages(self) -> int:
+        """mlock the whole mapping (pages stay in the page cache while this process maps
+        them); 0, or the errno of the refusal (not permitted, over RLIMIT_MEMLOCK)."""
+        if self._map is None:
+            return errno.EBADF
+        return pagecache.lock(self._map, 0, self.file_size)
+
+    def unlock_pages(self) -> int:
+        """munlock the whole mapping; 0 or an errno."""
+        if self._map is None:
+            return 0
+        return pagecache.unlock(self._map, 0, self.file_size)
+
+    def sync_range(self, file_position: int, end_position: int) -> None:
+        """msync ``[file_position, end_position)`` with the GIL released; DurabilityError
+        on failure."""
+        if self._map is None:
+            raise DurabilityError(f"{self.path} is closed")
+        refusal = pagecache.sync(self._map, file_position, min(end_position, self.file_size))
+        if refusal:
+            raise DurabilityError(f"msync of {self.path} failed: {os.strerror(refusal)}")
 
     def zero_range(self, file_position: int, end_position: int) -> None:
         """Zero ``[file_position, end_position)`` writing only chunks that are not zero already.
@@ -435,7 +452,7 @@ class MappedFileQueue:
 
     def __init__(self, store_path: str, mapped_file_size: int, read_only: bool = False, *,
                  allocation: str = DEFAULT_ALLOCATION, warm: bool = False,
-                 on_create: Callable[[MappedFile, int, int], None] | None = None):
+                 on_create: Callable[[MappedFile, bool, int, int], None] | None = None):
         if mapped_file_size <= 0:
             raise ValueError(f"mapped_file_size must be > 0, got {mapped_file_size}")
         self.store_path = store_path
@@ -444,8 +461,8 @@ class MappedFileQueue:
         self.allocation = allocation
         # warmMapedFileEnable: every new file is faulted in whole when created (MappedFile.warm).
         self.warm = warm
-        # Told (file, elapsed ns, page faults) after each file this queue creates or maps
-        # on the write path: the profile's creation time and first-touch faults.
+        # Told (file, created, elapsed ns, page faults) after each file this queue creates
+        # or maps (created False: another process made it) on the write path.
         self.on_create = on_create
         self.mapped_files: list[MappedFile] = []
         self.flushed_where = 0
@@ -527,12 +544,13 @@ class MappedFileQueue:
         started_ns, faults = time.monotonic_ns(), thread_faults()
         os.makedirs(self.store_path, exist_ok=True)
         path = os.path.join(self.store_path, offset_file_name(create_offset))
+        created = not os.path.exists(path)       # else made ready by the allocator
         mapped_file = MappedFile(path, self.mapped_file_size, allocation=self.allocation)
-        if self.warm:
+        if self.warm and created:
             mapped_file.warm()
         self.mapped_files.append(mapped_file)
         if self.on_create is not None:
-            self.on_create(mapped_file, time.monotonic_ns() - started_ns,
+            self.on_create(mapped_file, created, time.monotonic_ns() - started_ns,
                            thread_faults() - faults)
         return mapped_file
 
@@ -634,10 +652,13 @@ class MappedFileQueue:
 
     def delete_expired_by_time(self, expired_ms: int, delete_interval_ms: int,
                                interval_forcibly_ms: int, clean_immediately: bool) -> int:
-        """Delete files (never the last) unmodified for ``expired_ms``; returns how many."""
+        """Delete files (never the last, never one not full) unmodified for ``expired_ms``;
+        returns how many."""
         now_ms = clock.now_ms()
         expired = []
         for mapped_file in self.mapped_files[:-1]:
+            if not mapped_file.is_full():
+                break    # the file being written, and any made ready after it (allocate.py)
             if not clean_immediately and now_ms < mapped_file.last_modified_ms() + expired_ms:
                 break   # files are in age order: later ones are younger
             expired.append(mapped_file)

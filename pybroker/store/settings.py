@@ -129,11 +129,20 @@ class StoreConfig:
     default_query_max_num: int = setting("defaultQueryMaxNum", 32, "query result default cap",
         unit="count", rule=at_least(1))
     warm_maped_file_enable: bool = setting("warmMapedFileEnable", False,
-        "fallocate and fault in each new CommitLog file whole (default: sparse files)")
+        "the allocator fallocates, faults in and mlocks each next CommitLog file ahead of "
+        "the writer (default: sparse files, a pre-fault window)")
+    flush_least_pages_when_warm_maped_file: int = setting("flushLeastPagesWhenWarmMapedFile",
+        4096, "SYNC_FLUSH: msync a file being warmed every this many pages", unit="pages",
+        rule=at_least(1))
     transient_store_pool_enable: bool = setting("transientStorePoolEnable", False,
-        "write to a buffer, commit to the file later", important=True)
+        "ASYNC_FLUSH master: the appender writes to pool buffers, a commit step writes them "
+        "to the file", important=True)
     transient_store_pool_size: int = setting("transientStorePoolSize", 5, "buffers in the pool",
         unit="count", rule=at_least(1))
+    commit_commit_log_least_pages: int = setting("commitCommitLogLeastPages", 4,
+        "transient pool: pages written before a commit", unit="pages", rule=at_least(0))
+    commit_commit_log_thorough_interval: int = setting("commitCommitLogThoroughInterval", 200,
+        "transient pool: commit regardless of pages after", unit="ms", rule=at_least(0))
     ha_listen_port: int = setting("haListenPort", 10912, "HA port; default: listenPort+1",
         rule=PORT_RULE)
     ha_send_heartbeat_interval: int = setting("haSendHeartbeatInterval", 5000,

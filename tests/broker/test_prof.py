@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -220,3 +221,43 @@ def test_record_report_compare_and_top(tmp_path):
     rendered = _render(compared, str(tmp_path / "chromium"))
     assert rendered["data-errors"] == "0"
     assert rendered["data-rendered"] == rendered["data-charts"] == str(len(CHART_IDS) + 1)
+
+
+def test_warm_files_are_prepared_off_the_append_path(tmp_path):
+    """warmMapedFileEnable: the flusher's allocator creates, faults in and (where permitted)
+    mlocks each next file; the appender only maps files that exist already."""
+    from pybroker.stats.region import (WRITER_APPENDER, WRITER_FLUSHER, StatsCounter,
+                                       StatsHistogram, StatsRegion)
+    from pybroker.store import paths
+    with StandaloneBroker(tmp_path / "b", {"warmMapedFileEnable": "true",
+                                           "mappedFileSizeCommitLog": str(FILE_BYTES),
+                                           "maxMessageSize": str(64 << 10)}) as broker:
+        asyncio.run(_send(broker, 0, 700))             # about 2.8 MiB: files 0, 1, 2
+        broker.wait_max_offset(TOPIC, 0, 700)
+        region = StatsRegion.attach(paths.stats_region_path(broker.store_dir))
+        commitlog = os.path.join(broker.store_dir, "commitlog")
+        try:
+            deadline = 30
+            while True:       # the file after the current one is made ready in the background
+                snapshot = region.snapshot()
+                files = sorted(os.listdir(commitlog))
+                created = snapshot.counter(StatsCounter.MAPPED_FILES_CREATED)
+                if len(files) == 5 and created == 5:
+                    break
+                assert deadline > 0, (files, created)
+                deadline -= 1
+                time.sleep(0.1)
+        finally:
+            region.close()
+    by_appender = snapshot.counter(StatsCounter.MAPPED_FILES_CREATED, WRITER_APPENDER)
+    by_allocator = snapshot.counter(StatsCounter.MAPPED_FILES_CREATED, WRITER_FLUSHER)
+    # File 0 of a fresh store: whoever came first; every later file: the allocator, two
+    # files ahead of the writer (files 3 and 4 wait behind file 2).
+    assert by_appender + by_allocator == 5 and by_allocator >= 4
+    # The appender mapped three files that were ready (files 0, 1, 2).
+    assert int(snapshot.histogram(StatsHistogram.FILE_CREATE_US)[64]) == 3
+    assert int(snapshot.histogram(StatsHistogram.ALLOCATE_US)[64]) >= 4
+    locked = snapshot.counter(StatsCounter.LOCKED_BYTES)
+    assert locked in (0, 3 * FILE_BYTES)     # current and the next two, where mlock is permitted
+    for name in files:
+        assert os.stat(os.path.join(commitlog, name)).st_blocks * 512 >= FILE_BYTES

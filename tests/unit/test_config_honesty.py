@@ -51,10 +51,10 @@ def test_declared_keys_exist_and_are_really_unread():
 
 def test_config_lists_them_and_loading_warns(tmp_path, capsys, caplog):
     conf = tmp_path / "broker.conf"
-    conf.write_text("transientStorePoolEnable=true\nbrokerName=b\n")
+    conf.write_text("flushCommitLogTimed=false\nbrokerName=b\n")
     with caplog.at_level(logging.WARNING, logger="pybroker.config"):
         assert cli.main(["config", "-c", str(conf)]) == 0
     out = capsys.readouterr().out
     for key in config.SETTINGS_NOT_ACTED_ON:
         assert f"# {key}: accepted, not acted on:" in out
-    assert "transientStorePoolEnable=true is accepted but not acted on" in caplog.text
+    assert "flushCommitLogTimed=false is accepted but not acted on" in caplog.text

@@ -1,0 +1,119 @@
+# The allocator makes the next CommitLog file ready ahead of the writer (Java's allocate service).
+"""Goal: with the writer in file N the allocator creates files N+1 and N+2 (sparse, or with
+warmMapedFileEnable fallocated, faulted in whole and mlocked where permitted), never a file
+after a missing one, never replaces a file the writer created first, and unlocks a file
+once the writer moved past it; what it did shows in the flusher's instruments.
+
+Method: a real FileAllocator thread on a temp CommitLog directory of 1 MiB files, the writer
+played by the test; residency by mincore (pybroker.prof.residency), allocation by st_blocks,
+locking by VmLck of /proc/self/status.
+"""
+import os
+
+import pytest
+
+from pybroker.prof.residency import FileResidency
+from pybroker.stats.region import WRITER_FLUSHER, StatsCounter, private_writer
+from pybroker.store import paths
+from pybroker.store.allocate import FileAllocator
+from pybroker.store.mapped_file import MappedFile
+
+FILE_BYTES = 1 << 20
+
+
+def _locked_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmLck:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.fixture
+def commitlog_dir(tmp_path):
+    directory = str(tmp_path / "commitlog")
+    os.makedirs(directory)
+    return directory
+
+
+def _allocator(directory: str, warm: bool, stats=None) -> FileAllocator:
+    return FileAllocator(directory, FILE_BYTES, warm=warm, sync_flush=warm,
+                         flush_least_pages=64, stats=stats or private_writer(WRITER_FLUSHER))
+
+
+def test_next_file_is_created_sparse_and_never_after_a_missing_one(commitlog_dir):
+    stats = private_writer(WRITER_FLUSHER)
+    allocator = _allocator(commitlog_dir, warm=False, stats=stats)
+    try:
+        allocator.advance(1000)                 # file 0 does not exist: nothing ahead of it
+        assert not allocator.wait_prepared(FILE_BYTES, 0.5)
+        assert os.listdir(commitlog_dir) == []
+        writer_file = MappedFile(paths.offset_file_path(commitlog_dir, 0), FILE_BYTES)
+        allocator.advance(2000)
+        assert allocator.wait_prepared(2 * FILE_BYTES, 10)
+        next_path = paths.offset_file_path(commitlog_dir, FILE_BYTES)
+        assert os.path.getsize(next_path) == FILE_BYTES
+        assert os.stat(next_path).st_blocks == 0          # sparse: no disk used yet
+        assert not os.path.exists(paths.offset_file_path(commitlog_dir, 3 * FILE_BYTES))
+        assert stats.get(StatsCounter.MAPPED_FILES_CREATED) == 2
+        # The writer rolls: it maps the file the allocator made (same inode), and the
+        # allocator prepares the one after the next.
+        inode = os.stat(next_path).st_ino
+        rolled = MappedFile(next_path, FILE_BYTES)
+        assert os.stat(next_path).st_ino == inode
+        allocator.advance(FILE_BYTES + 10)
+        assert allocator.wait_prepared(3 * FILE_BYTES, 10)
+        rolled.shutdown(0)
+        writer_file.shutdown(0)
+    finally:
+        allocator.close()
+    assert sorted(os.listdir(commitlog_dir)) == [
+        os.path.basename(paths.offset_file_path(commitlog_dir, n * FILE_BYTES))
+        for n in range(4)]
+
+
+def test_a_file_the_writer_created_first_is_kept(commitlog_dir):
+    MappedFile(paths.offset_file_path(commitlog_dir, 0), FILE_BYTES).shutdown(0)
+    next_path = paths.offset_file_path(commitlog_dir, FILE_BYTES)
+    writer_next = MappedFile(next_path, FILE_BYTES)
+    writer_next.append(b"written by the writer")
+    inode = os.stat(next_path).st_ino
+    allocator = _allocator(commitlog_dir, warm=True)
+    try:
+        allocator.advance(FILE_BYTES - 100)
+        assert allocator.wait_prepared(FILE_BYTES, 20)
+    finally:
+        allocator.close()
+    assert os.stat(next_path).st_ino == inode
+    with open(next_path, "rb") as data:
+        assert data.read(21) == b"written by the writer"   # warming stored nothing
+    writer_next.shutdown(0)
+
+
+def test_warm_files_are_allocated_resident_and_locked_while_current(commitlog_dir):
+    stats = private_writer(WRITER_FLUSHER)
+    baseline = _locked_bytes()
+    allocator = _allocator(commitlog_dir, warm=True, stats=stats)
+    residency = FileResidency()
+    try:
+        allocator.advance(0)
+        assert allocator.wait_prepared(2 * FILE_BYTES, 20)
+        for base in (0, FILE_BYTES, 2 * FILE_BYTES):
+            path = paths.offset_file_path(commitlog_dir, base)
+            assert os.stat(path).st_blocks * 512 >= FILE_BYTES     # fallocated
+            assert residency.resident_pages(path) == (FILE_BYTES // 4096, FILE_BYTES // 4096)
+        locked = stats.get(StatsCounter.LOCKED_BYTES)
+        assert locked in (0, 3 * FILE_BYTES)
+        if locked:                              # mlock permitted here
+            assert _locked_bytes() - baseline == 3 * FILE_BYTES
+        allocator.advance(FILE_BYTES + 1)       # the writer rolled: file 0 is let go
+        assert allocator.wait_prepared(3 * FILE_BYTES, 20)
+        if locked:
+            assert stats.get(StatsCounter.LOCKED_BYTES) == 3 * FILE_BYTES
+            assert _locked_bytes() - baseline == 3 * FILE_BYTES
+        assert stats.get(StatsCounter.MAPPED_FILES_CREATED) == 4
+        assert stats.get(StatsCounter.ALLOCATE_FAULTS) >= 4 * FILE_BYTES // 4096
+    finally:
+        residency.close()
+        allocator.close()
+    assert _locked_bytes() == baseline
