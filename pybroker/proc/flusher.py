@@ -110,10 +110,14 @@ class _Flusher:
         log.info("flusher: %s from %d", "SYNC_FLUSH" if self.sync else "ASYNC_FLUSH", flushed)
 
     def run(self) -> None:
+        clean = False
         try:
             self._loop()
+            clean = True
         finally:
-            self.allocator.close()
+            # A clean stop comes after the appender exited: files made ready beyond the
+            # final written position hold nothing and go (Java's allocator does the same).
+            self.allocator.close(self.control.written_position if clean else None)
 
     def _loop(self) -> None:
         watch = PositionWatch(self.control, "written_position", FLUSHER_SLOT)

@@ -76,14 +76,20 @@ class FileAllocator:
                 self._written = written_position
                 self._condition.notify()
 
-    def close(self) -> None:
-        """Stop the thread, unlock and unmap what it prepared."""
+    def close(self, discard_from: int | None = None) -> None:
+        """Stop the thread, unlock and unmap what it prepared. ``discard_from``: on a clean
+        stop (the writer has exited), the final written position: files prepared at or
+        beyond it hold nothing and are deleted, as Java's allocator does at shutdown (the
+        next start's normal recovery scans the last three files, which must be real ones)."""
         with self._condition:
             self._stopped = True
             self._condition.notify()
         self._thread.join()
         for base in list(self._prepared):
-            self._release(base)
+            mapped_file = self._release(base)
+            if discard_from is not None and base >= discard_from:
+                log.info("allocator: %s unused, deleted", mapped_file.path)
+                mapped_file.destroy(0)
 
     def wait_prepared(self, base: int, timeout_s: float) -> bool:
         """True once the file starting at ``base`` is prepared (tests, tools)."""
@@ -175,7 +181,7 @@ class FileAllocator:
                         "evictable (raise RLIMIT_MEMLOCK or grant CAP_IPC_LOCK)",
                         os.strerror(refusal))
 
-    def _release(self, base: int) -> None:
+    def _release(self, base: int) -> MappedFile:
         with self._condition:
             mapped_file = self._prepared.pop(base)
         if base in self._locked:
@@ -185,3 +191,4 @@ class FileAllocator:
             stats.set(StatsCounter.LOCKED_BYTES,
                       max(stats.get(StatsCounter.LOCKED_BYTES) - self.file_size, 0))
         mapped_file.shutdown(0)
+        return mapped_file

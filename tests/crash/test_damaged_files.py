@@ -86,8 +86,13 @@ def _read_queue(broker) -> dict[int, bytes]:
 
 
 def _commitlog_files(broker) -> list[str]:
+    """The CommitLog files holding records (after a kill -9 the files the allocator made
+    ready ahead of the writer are still there, empty: recovery deletes them)."""
     directory = os.path.join(broker.store_dir, "commitlog")
-    return [os.path.join(directory, name) for name in sorted(os.listdir(directory))]
+    paths = [os.path.join(directory, name) for name in sorted(os.listdir(directory))]
+    while paths and not _record_positions(paths[-1]):
+        paths.pop()
+    return paths
 
 
 def _file_bytes(broker) -> dict[str, bytes]:

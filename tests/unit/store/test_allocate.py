@@ -117,3 +117,13 @@ def test_warm_files_are_allocated_resident_and_locked_while_current(commitlog_di
         residency.close()
         allocator.close()
     assert _locked_bytes() == baseline
+
+
+def test_a_clean_stop_deletes_the_files_made_ready_beyond_the_end(commitlog_dir):
+    writer_file = MappedFile(paths.offset_file_path(commitlog_dir, 0), FILE_BYTES)
+    allocator = _allocator(commitlog_dir, warm=False)
+    allocator.advance(5000)
+    assert allocator.wait_prepared(2 * FILE_BYTES, 10)
+    allocator.close(discard_from=5000)
+    writer_file.shutdown(0)
+    assert os.listdir(commitlog_dir) == [os.path.basename(writer_file.path)]
