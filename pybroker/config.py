@@ -248,6 +248,13 @@ class NamesrvConfig:
     broker_channel_expired_time_ms: int = setting("brokerChannelExpiredTimeMs", 120000,
         "drop a broker not heard from for (Java constant)", unit="ms", rule=between(1000, 3600000),
         pybroker_only=True)
+    acl_enable: bool = setting("aclEnable", False,
+        "ACL on the NameServer: KV writes, WIPE_WRITE_PERM_OF_BROKER, DELETE_TOPIC_IN_NAMESRV "
+        "need a signed admin account (Java's NameServer checks nothing)", important=True,
+        pybroker_only=True)
+    rocketmq_acl_plain_file: str = setting("rocketmq.acl.plain.file", "conf/plain_acl.yml",
+        "plain_acl.yml; a relative path is under $ROCKETMQ_HOME when set, else the working "
+        "directory", important=True, pybroker_only=True)
 
 
 class TlsMode(enum.StrEnum):
@@ -493,6 +500,7 @@ class NamesrvProcessConfig:
     path: str | None = None
     unknown_keys: tuple[str, ...] = ()
     tls: TlsConfig = TlsConfig()
+    acl_file_path: str | None = None          # plain_acl.yml resolved, when aclEnable
 
 
 _BROKER_AREAS = {"broker": BrokerConfig, "store": StoreConfig, "remoting": RemotingConfig,
@@ -587,7 +595,8 @@ def load_broker_config(path: str | os.PathLike | None = None,
     remoting = _effective_remoting(RemotingConfig(**values["remoting"]), tls, set(entries))
     broker, store = _effective_broker_settings(broker, store, set(entries))
     derived = _derive_broker(broker, store, remoting)
-    derived = dataclasses.replace(derived, acl_file_path=_acl_file_path(broker))
+    derived = dataclasses.replace(derived, acl_file_path=_acl_file_path(
+        broker.acl_enable, broker.rocketmq_acl_plain_file))
     return Config(broker, store, remoting, derived,
                   os.fspath(path) if path is not None else None, unknown, tls)
 
@@ -601,8 +610,11 @@ def load_namesrv_config(path: str | os.PathLike | None = None,
     tls = TlsConfig(**values["tls"])
     check_tls(tls)
     remoting = _effective_remoting(RemotingConfig(**values["remoting"]), tls, set(entries))
-    return NamesrvProcessConfig(NamesrvConfig(**values["namesrv"]), remoting,
-                                os.fspath(path) if path is not None else None, unknown, tls)
+    namesrv = NamesrvConfig(**values["namesrv"])
+    return NamesrvProcessConfig(namesrv, remoting,
+                                os.fspath(path) if path is not None else None, unknown, tls,
+                                _acl_file_path(namesrv.acl_enable,
+                                               namesrv.rocketmq_acl_plain_file))
 
 
 def _effective_remoting(remoting: RemotingConfig, tls: TlsConfig,
@@ -620,16 +632,16 @@ def _rocketmq_home() -> str | None:
     return os.environ.get("ROCKETMQ_HOME") or None
 
 
-def _acl_file_path(broker: BrokerConfig) -> str | None:
+def _acl_file_path(acl_enable: bool, configured: str) -> str | None:
     """plain_acl.yml as Java finds it (under ROCKETMQ_HOME), else from the working directory;
     a missing file stops start-up (Java would create an empty one and refuse everybody)."""
-    if not broker.acl_enable:
+    if not acl_enable:
         return None
-    path = broker.rocketmq_acl_plain_file
+    path = configured
     if not os.path.isabs(path):
         home_dir = _rocketmq_home()
         path = os.path.join(home_dir, path) if home_dir else os.path.abspath(path)
-    _require(os.path.isfile(path), "rocketmq.acl.plain.file", broker.rocketmq_acl_plain_file,
+    _require(os.path.isfile(path), "rocketmq.acl.plain.file", configured,
              f"aclEnable=true needs the plain ACL file; {path} does not exist")
     return path
 

@@ -30,6 +30,7 @@ class Rule(enum.Enum):
     AUTHENTICATED = "authenticated"
     ADMIN = "admin"
     UNCLASSIFIED = "unclassified"
+    OPEN = "open"    # served to everybody, signed or not (the NameServer's reads, registration)
 
 
 # (is_group, name, permission needed)
@@ -133,6 +134,24 @@ def rule_of(code: int) -> Rule:
     if code in ADMIN_CODES:
         return Rule.ADMIN
     return Rule.UNCLASSIFIED
+
+
+# The NameServer under aclEnable (a pybroker extension: Java's NameServer checks nothing). Route
+# reads stay open because clients without credentials and Java brokers (which never sign their
+# registration) must keep working; everything else -- the KV writes, WIPE_WRITE_PERM_OF_BROKER,
+# DELETE_TOPIC_IN_NAMESRV and any code added later -- needs a signed admin account.
+NAMESRV_OPEN_CODES = frozenset({
+    RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RequestCode.GET_TOPICS_BY_CLUSTER,
+    RequestCode.GET_KV_CONFIG, RequestCode.GET_KVLIST_BY_NAMESPACE,
+    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT,
+    RequestCode.QUERY_DATA_VERSION,
+})
+
+
+def namesrv_rule_of(code: int) -> Rule:
+    """The NameServer's rule for ``code``: OPEN for reads and registration, else ADMIN."""
+    return Rule.OPEN if code in NAMESRV_OPEN_CODES else Rule.ADMIN
 
 
 def needed(request: RemotingCommand) -> list[Need]:

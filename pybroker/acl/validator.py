@@ -28,7 +28,7 @@ parses is logged and the previous accounts stay in force.
 import logging
 import os
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from pybroker.acl import resources, signature
 from pybroker.acl.addresses import host_of
@@ -43,7 +43,7 @@ log = logging.getLogger("pybroker.acl")
 
 RELOAD_CHECK_INTERVAL_S = 2.0
 REMARK_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
-_OPEN_RULES = (Rule.RESOURCES, Rule.AUTHENTICATED)
+_WHITE_LIST_RULES = (Rule.RESOURCES, Rule.AUTHENTICATED)
 
 
 class AclDenied(HeaderError):
@@ -63,11 +63,14 @@ class AccessValidator:
     """The accounts of ``path`` (plain_acl.yml) and the check of each request.
 
     Raises OSError / :class:`AclConfigError` at construction when the file cannot be used, so
-    a broker refuses to start with a broken file.
+    a broker refuses to start with a broken file. ``rule_of(code)``: the classification
+    (the broker's :func:`resources.rule_of`, or the NameServer's :func:`resources.namesrv_rule_of`).
     """
 
-    def __init__(self, path: str, monotonic=time.monotonic):
+    def __init__(self, path: str, monotonic=time.monotonic,
+                 rule_of: Callable[[int], Rule] = resources.rule_of):
         self.path = path
+        self._rule_of = rule_of
         self._monotonic = monotonic
         self._stamp = _file_stamp(path)
         self.table: AclTable = load_acl_file(path)
@@ -108,11 +111,13 @@ class AccessValidator:
     def check(self, request: RemotingCommand, remote_address: str) -> None:
         """Return when ``request`` from ``remote_address`` (``ip:port``) may be served; raise
         :class:`AclDenied` otherwise."""
+        rule = self._rule_of(request.code)
+        if rule == Rule.OPEN:
+            return
         self._maybe_reload()
         table = self.table
-        rule = resources.rule_of(request.code)
         host = host_of(remote_address)
-        if rule in _OPEN_RULES and table.globally_white(host):
+        if rule in _WHITE_LIST_RULES and table.globally_white(host):
             return
         fields = request.ext_fields or {}
         access_key = fields.get(signature.ACCESS_KEY)
@@ -121,11 +126,11 @@ class AccessValidator:
         account = table.accounts.get(access_key)
         if account is None:
             raise AclDenied(f"No acl config for {access_key}")
-        if not (rule in _OPEN_RULES and account.white(host)) and not \
+        if not (rule in _WHITE_LIST_RULES and account.white(host)) and not \
                 signature.signature_matches(fields, request.body, request.version,
                                             account.secret_key):
             raise AclDenied(f"Check signature failed for accessKey={access_key}")
-        if rule not in _OPEN_RULES:
+        if rule not in _WHITE_LIST_RULES:
             if not account.admin:
                 raise AclDenied(f"Need admin permission for request code={request.code}, but "
                                 f"accessKey={access_key} is not")

@@ -16,11 +16,15 @@ from typing import Callable
 
 from pybroker import clock
 from pybroker import config as config_module
+from pybroker.acl import resources
+from pybroker.acl.plain_config import AclConfigError
+from pybroker.acl.validator import AccessValidator, AclDenied
 from pybroker.config import NamesrvProcessConfig
 from pybroker.namesrv.kv_config import KVConfigManager
 from pybroker.namesrv.processor import NamesrvProcessor
 from pybroker.namesrv.route_table import RouteInfoManager
-from pybroker.remoting.connection import ConnectionLimits
+from pybroker.protocol.command import RemotingCommand
+from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
 
@@ -49,6 +53,10 @@ class NamesrvController:
         self.processor = NamesrvProcessor(self.route_table, self.kv_config,
                                           order_message_enable=namesrv.order_message_enable,
                                           now_ms=now_ms)
+        # aclEnable (pybroker only): writes need a signed admin account; reads and broker
+        # registration stay open (resources.namesrv_rule_of, docs/security.md).
+        self.acl = AccessValidator(config.acl_file_path, rule_of=resources.namesrv_rule_of) \
+            if config.acl_file_path else None
         self.server: RemotingServer | None = None
         self._scan_task: asyncio.Task | None = None
 
@@ -58,11 +66,22 @@ class NamesrvController:
         limits = ConnectionLimits.from_config(self.config.remoting)
         self.server = await start_server(
             self.listen_address, self.config.namesrv.listen_port,
-            RequestTable(self.processor.handlers), on_close=self._connection_closed,
+            RequestTable(self.processor.handlers,
+                         guard=self._check_acl if self.acl is not None else None),
+            on_close=self._connection_closed,
             limits=limits, backlog=self.config.remoting.server_socket_backlog,
             tls=TlsServer.from_config(self.config.tls))
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
         return self.server.address
+
+    def _check_acl(self, connection: RemotingConnection, request: RemotingCommand) -> None:
+        assert self.acl is not None
+        try:
+            self.acl.check(request, connection.remote_address)
+        except AclDenied as denied:
+            log.warning("ACL refused request code %d from %s: %s", request.code,
+                        connection.remote_address, denied.message)
+            raise
 
     def _connection_closed(self, connection, exc: BaseException | None) -> None:
         removed = self.route_table.channel_closed(connection, connection.remote_address)
@@ -105,6 +124,14 @@ async def serve(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRE
 
     Signal handlers are installed only when running in the main thread.
     """
+    try:
+        controller = NamesrvController(config, listen_address)
+    except (OSError, AclConfigError) as error:
+        log.error("cannot start: %s", error)
+        return 1
+    if controller.acl is not None:
+        log.info("ACL enabled: %s, %d accounts (KV writes and broker permission changes need "
+                 "an admin account)", controller.acl.path, len(controller.acl.table.accounts))
     stop_event = stop_event if stop_event is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
@@ -114,7 +141,6 @@ async def serve(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRE
             installed.append(stop_signal)
         except (RuntimeError, ValueError):   # not the main thread
             break
-    controller = NamesrvController(config, listen_address)
     try:
         address = await controller.start()
         for key, value in config_module.important_settings(config):

@@ -52,9 +52,11 @@ def run_standalone(config, namesrv_port: int,
     kv_config_path = os.path.join(config.store.store_path_root_dir, "namesrv", "kvConfig.json")
     namesrv_config = config_module.load_namesrv_config(
         overrides={"listenPort": str(namesrv_port), "kvConfigPath": kv_config_path})
-    # One TLS set-up for the whole standalone broker: Java clients with tls.enable speak TLS
-    # to the NameServer as well.
-    namesrv_config = dataclasses.replace(namesrv_config, tls=config.tls)
+    # One TLS set-up and one plain_acl.yml for the whole standalone broker: Java clients with
+    # tls.enable speak TLS to the NameServer as well, and under aclEnable its writes need an
+    # admin account of the broker's file.
+    namesrv_config = dataclasses.replace(namesrv_config, tls=config.tls,
+                                         acl_file_path=config.derived.acl_file_path)
     pid = fork_child("namesrv", lambda: run_namesrv(namesrv_config, _NAMESRV_HOST,
                                                     stop_signals=(STOP_SIGNAL,)))
     try:

@@ -103,9 +103,11 @@ def _max_offset(client, topic="acl_orders") -> int:
 
 
 def _pull_fields(offset: int) -> dict:
+    # sysFlag 6 = suspend|subscription: the pull waits for the dispatcher (a plain pull
+    # right after the send can race the consume queue and get NO_MESSAGE_IN_QUEUE).
     return {"consumerGroup": "acl_readers", "topic": "acl_orders", "queueId": "0",
-            "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": "4",
-            "commitOffset": "0", "suspendTimeoutMillis": "1000", "subscription": "*",
+            "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": "6",
+            "commitOffset": "0", "suspendTimeoutMillis": "5000", "subscription": "*",
             "subVersion": "0", "expressionType": "TAG"}
 
 

@@ -77,9 +77,11 @@ def _round_trip(address: str, context, body: bytes, topic: str) -> None:
         sent = client.invoke(create_request(RequestCode.SEND_MESSAGE_V2, _send_fields(topic),
                                             body), TIMEOUT_MS)
         assert sent.code == ResponseCode.SUCCESS, sent.remark
+        # sysFlag 6 = suspend|subscription: the pull waits for the dispatcher (a plain pull
+        # right after the send can race the consume queue and get NO_MESSAGE_IN_QUEUE).
         pull = {"consumerGroup": "tls_reader", "topic": topic, "queueId": "0",
                 "queueOffset": sent.ext_fields["queueOffset"], "maxMsgNums": "1",
-                "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "1000",
+                "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": "5000",
                 "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
         pulled = client.invoke(create_request(RequestCode.PULL_MESSAGE, pull), TIMEOUT_MS)
         assert pulled.code == ResponseCode.SUCCESS, pulled.remark

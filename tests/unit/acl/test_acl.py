@@ -302,3 +302,20 @@ def test_json_headers_with_tricky_strings_still_decode():
     frame = _json_frame(header)
     command = decode(frame, 0, len(frame))
     assert command.ext_fields["b"] == 'orders","b":"payments' and len(command.ext_fields) == 3
+
+
+def test_namesrv_rules_open_reads_and_close_writes(tmp_path):
+    from pybroker.acl.resources import NAMESRV_OPEN_CODES, namesrv_rule_of
+    from pybroker.namesrv.processor import NamesrvProcessor
+    writes = {RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
+              RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV}
+    served = set(NamesrvProcessor(None, None).handlers)   # type: ignore[arg-type]
+    assert served == NAMESRV_OPEN_CODES | writes, "every NameServer code has its rule here"
+    assert all(namesrv_rule_of(code) == Rule.ADMIN for code in writes | {318, 9999})
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL_TEXT)
+    checker = AccessValidator(str(path), rule_of=namesrv_rule_of)
+    checker.check(create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "t"}), "1.2.3.4:5")
+    with pytest.raises(AclDenied, match="No accessKey is configured"):
+        checker.check(create_request(RequestCode.PUT_KV_CONFIG, {"namespace": "n", "key": "k",
+                                                                 "value": "v"}), "10.10.103.7:5")
