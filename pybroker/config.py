@@ -754,3 +754,28 @@ def important_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str,
     """The settings flagged important (logged at start-up), as (key, value text)."""
     return [(spec.key, java_text(value)) for spec, value in _area_values(config)
             if spec.important and not spec.secret]
+
+
+def broker_setting_area(key: str) -> str | None:
+    """The area ("broker", "store", "remoting", "tls") of a broker.conf key, None if unknown."""
+    found = _BROKER_KEYS.get(key)
+    return found[0] if found is not None else None
+
+
+def with_broker_settings(config: Config, entries: Mapping[str, str]) -> Config:
+    """``config`` with the given {RocketMQ key: text} values (a running broker's
+    UPDATE_BROKER_CONFIG); every key must be a broker setting. Raises :class:`ConfigError`
+    ``key=value: rule`` for a value the key's rule refuses."""
+    changes: dict[str, dict[str, Any]] = {}
+    errors = []
+    for key, text in entries.items():
+        area, spec = _BROKER_KEYS[key]
+        try:
+            changes.setdefault(area, {})[spec.attribute] = parse_value(spec, text)
+        except ConfigError as error:
+            errors.append(str(error))
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return dataclasses.replace(config, **{
+        area: dataclasses.replace(getattr(config, area), **values)
+        for area, values in changes.items()})

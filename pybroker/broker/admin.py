@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 import orjson
 
+from pybroker.broker import runtime_settings
 from pybroker.broker.context import MetadataContext, MetadataHandler
 from pybroker.broker.interfaces import ClientChannel
 from pybroker.broker.managers.consumer import subscription_to_json
@@ -371,6 +372,26 @@ async def handle_get_broker_config(ctx: MetadataContext, channel: ClientChannel,
                            body="".join(lines).encode("utf-8"))
 
 
+async def handle_update_broker_config(ctx: MetadataContext, channel: ClientChannel,
+                                      request: RemotingCommand) -> RemotingCommand | None:
+    """UPDATE_BROKER_CONFIG (25): body = properties text. Only the settings a running broker
+    reads again change (broker/runtime_settings.py); any other key refuses the whole request
+    with NO_PERMISSION naming the key. An empty body changes nothing (Java: SUCCESS)."""
+    if not request.body:
+        return _ok(request)
+    try:
+        entries = runtime_settings.parse_update(bytes(request.body))
+        config = runtime_settings.updated_config(ctx.config, entries)
+    except runtime_settings.SettingRefused as refused:
+        log.warning("updateBrokerConfig from %s refused: %s", channel.remote_address, refused)
+        return _error(request, f"updateBrokerConfig: {refused}", ResponseCode.NO_PERMISSION)
+    log.info("updateBrokerConfig called by %s: %s", channel.remote_address,
+             ", ".join(f"{key}={value}" for key, value in entries.items()))
+    ctx.config = config
+    ctx.metadata.apply_settings(config)
+    return _ok(request)
+
+
 # --- subscription groups and offsets -------------------------------------------------------
 async def handle_get_all_subscription_group_config(
         ctx: MetadataContext, channel: ClientChannel,
@@ -654,6 +675,7 @@ HANDLERS: dict[int, MetadataHandler] = {
     _C.GET_ALL_CONSUMER_OFFSET: handle_get_all_consumer_offset,
     _C.GET_ALL_DELAY_OFFSET: handle_get_all_delay_offset,
     _C.GET_BROKER_CONFIG: handle_get_broker_config,
+    _C.UPDATE_BROKER_CONFIG: handle_update_broker_config,
     _C.GET_CONSUMER_RUNNING_INFO: handle_get_consumer_running_info,
     _C.CONSUME_MESSAGE_DIRECTLY: handle_consume_message_directly,
     _C.INVOKE_BROKER_TO_RESET_OFFSET: handle_invoke_broker_to_reset_offset,

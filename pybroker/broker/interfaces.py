@@ -27,6 +27,7 @@ from pybroker.broker.managers.producer import ProducerManager
 from pybroker.broker.managers.rebalance_lock import RebalanceLockManager
 from pybroker.broker.managers.subscription_group import SubscriptionGroupManager
 from pybroker.broker.managers.topic_config import TopicConfigManager
+from pybroker.config import Config
 from pybroker.protocol.bodies import SubscriptionData
 from pybroker.store.config_docs import (DataVersion, DelayOffsetDocument,
                                         SubscriptionGroupConfig, TopicConfig)
@@ -127,6 +128,9 @@ class MetadataWriter(MetadataView, Protocol):
 
     def versions(self) -> tuple:
         """Versions of what :meth:`snapshot` carries (it changes when they do)."""
+
+    def apply_settings(self, config: Config) -> None:
+        """Run with ``config`` from now on (UPDATE_BROKER_CONFIG)."""
 
     def snapshot(self) -> bytes:
         """The replica snapshot workers apply (pybroker.broker.metadata.MetadataReplica)."""

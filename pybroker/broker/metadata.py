@@ -36,6 +36,7 @@ from pybroker.broker.managers.rebalance_lock import REBALANCE_LOCK_LEASE_MS, Reb
 from pybroker.broker.managers.subscription_group import (SubscriptionGroupManager, auto_created,
                                                          group_table_from_snapshot)
 from pybroker.broker.managers.topic_config import TopicConfigManager, topic_table_from_snapshot
+from pybroker.broker.runtime_settings import live_values
 from pybroker.config import Config
 from pybroker.protocol.bodies import SubscriptionData
 from pybroker.store import paths
@@ -71,8 +72,10 @@ class MetadataState:
                  client_call_timeout_ms: int = CLIENT_CALL_TIMEOUT_MS):
         self.config = config
         # The configuration's data version (Java Configuration.dataVersion): stamped when the
-        # broker starts; no request changes the settings of a running broker here.
+        # broker starts, bumped by each UPDATE_BROKER_CONFIG (apply_settings).
         self.config_version = DataVersion()
+        # Called with the new Config after apply_settings (the supervisor's own services).
+        self.settings_listeners: list[Callable[[Config], None]] = []
         root = store_root if store_root is not None else config.store.store_path_root_dir
         self.now_ms = now_ms or clock.now_ms
         self.on_change = on_change
@@ -190,7 +193,23 @@ class MetadataState:
         subscription version): changes whenever :meth:`snapshot` would."""
         topics, groups = self.topics.data_version, self.groups.data_version
         return (topics.counter, topics.timestamp, groups.counter, groups.timestamp,
-                self.consumers.subscription_version)
+                self.consumers.subscription_version, self.config_version.counter)
+
+    def apply_settings(self, config: Config) -> None:
+        """Run with ``config`` from now on (UPDATE_BROKER_CONFIG, broker/runtime_settings.py):
+        the managers read it at once, the workers with the next snapshot. A brokerPermission
+        change bumps the topics' version, which re-registers with the NameServers (as Java's
+        updateBrokerConfig does)."""
+        permission_changed = config.broker.broker_permission != \
+            self.config.broker.broker_permission
+        self.config = config
+        self.topics.broker = config.broker
+        self.groups.broker = config.broker
+        self.config_version.next_version()
+        if permission_changed:
+            self.topics.data_version.next_version()
+        for listener in self.settings_listeners:
+            listener(config)
 
     def snapshot(self) -> bytes:
         """The managers' snapshots (topics, subscription groups, consumer subscriptions) with
@@ -198,6 +217,7 @@ class MetadataState:
         return orjson.dumps({
             "versions": list(self.versions()),
             "autoCreateSubscriptionGroup": self.config.broker.auto_create_subscription_group,
+            "settings": live_values(self.config),
             "topics": self.topics.snapshot(),
             "groups": self.groups.snapshot(),
             "subscriptions": self.consumers.snapshot(),
@@ -226,6 +246,8 @@ class MetadataReplica:
         self._groups: dict[str, SubscriptionGroupConfig] = {}
         self._subscriptions: dict[str, dict[str, SubscriptionData]] = {}
         self._auto_create_subscription_group = True
+        # The live settings (broker/runtime_settings.py) as of the last snapshot.
+        self.settings: dict[str, str] = {}
 
     @property
     def versions(self) -> tuple:
@@ -238,7 +260,7 @@ class MetadataReplica:
         try:
             value = orjson.loads(snapshot)
             versions = list(value["versions"])
-            previous = self._versions or [None] * 5
+            previous = self._versions or [None] * 6
             topics = self._topics
             if versions[0:2] != previous[0:2]:
                 topics = topic_table_from_snapshot(value["topics"])
@@ -249,10 +271,12 @@ class MetadataReplica:
             if versions[4] != previous[4]:
                 subscriptions = subscriptions_from_snapshot(value["subscriptions"])
             auto_create = bool(value["autoCreateSubscriptionGroup"])
+            settings = dict(value["settings"])
         except (orjson.JSONDecodeError, KeyError, TypeError, IndexError, AttributeError) as error:
             raise ValueError(f"bad metadata snapshot: {error!r:.200}") from None
         self._topics, self._groups, self._subscriptions = topics, groups, subscriptions
         self._auto_create_subscription_group = auto_create
+        self.settings = settings
         self._versions = versions
 
     def topic_config(self, topic: str) -> TopicConfig | None:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 
 from pybroker.protocol import bodies, headers
+from pybroker.protocol.constants import Perm
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.remoting.client import RemotingClientPool
@@ -50,10 +51,16 @@ class NamesrvRegistration:
         """The REGISTER_BROKER request for the current topics."""
         document = self.topics_document()
         version = document.data_version
+        topics = {name: topic.to_json() for name, topic in document.topic_config_table.items()}
+        permission = self.config.broker.broker_permission
+        if permission & (Perm.READ | Perm.WRITE) != Perm.READ | Perm.WRITE:
+            # Java's registerBrokerAll: a broker that is not both readable and writable
+            # (brokerPermission=4 to drain it) gives every topic its own permission, so
+            # routes stop sending (or pulling) there.
+            for topic in topics.values():
+                topic["perm"] = permission
         body = bodies.encode_register_broker_body(bodies.RegisterBrokerBody(
-            bodies.DataVersion(version.timestamp, version.counter),
-            {name: topic.to_json() for name, topic in document.topic_config_table.items()}),
-            compressed=False)
+            bodies.DataVersion(version.timestamp, version.counter), topics), compressed=False)
         values = dict(self._identity(), ha_server_addr=self.config.derived.ha_server_addr,
                       compressed=False, body_crc32=bodies.body_crc32(body))
         ext_fields = headers.encode_header(headers.REGISTER_BROKER_REQUEST, values)

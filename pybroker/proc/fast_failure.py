@@ -69,6 +69,16 @@ class FastFailure:
         self.withdrawn_total = 0
         self.page_cache_busy_total = 0
 
+    def set_limits(self, wait_ms: int | None, page_cache_busy_ms: int) -> None:
+        """New limits (UPDATE_BROKER_CONFIG): puts from now on are judged by them; turning
+        the queue timeout off drops the timer, and with it the tracking of waiting puts."""
+        self.wait_s = None if wait_ms is None else wait_ms / 1000
+        self.page_cache_busy_ms = page_cache_busy_ms
+        if self.wait_s is None:
+            self.close()
+            self._in_ring.clear()
+            self._waiting.clear()
+
     def attach(self, pending: dict) -> None:
         """Use the RingPutter's pending table (request id -> entry with a ``future``)."""
         self._pending = pending

@@ -12,14 +12,14 @@ import asyncio
 import logging
 
 from pybroker.acl.validator import AccessValidator, AclDenied
-from pybroker.broker import (end_transaction, filter_check, pull, query, send, send_back,
-                             slave_role)
+from pybroker.broker import (end_transaction, filter_check, pull, query, runtime_settings,
+                             send, send_back, slave_role)
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import BrokerContext, Handler
 from pybroker.broker.long_poll import LongPollService
 from pybroker.broker.metadata import MetadataReplica
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
-from pybroker.config import BrokerRole
+from pybroker.config import BrokerRole, with_broker_settings
 from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.metadata_link import LinkBusy, MetadataLink
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID
@@ -140,6 +140,24 @@ class RemotingWorker:
 
     def _apply_hello(self, snapshot) -> None:
         self.replica.apply(snapshot)
+        self._apply_settings()
+
+    def _apply_settings(self) -> None:
+        """Take the live settings of the last snapshot (UPDATE_BROKER_CONFIG,
+        broker/runtime_settings.py): handlers read ``ctx.config`` per request; the fast
+        failure state keeps its own copy of its limits."""
+        wanted = self.replica.settings
+        config = self.ctx.config
+        if not wanted or wanted == runtime_settings.live_values(config):
+            return
+        config = with_broker_settings(config, wanted)
+        self.config = self.ctx.config = config
+        fast_failure = getattr(self.data_plane.putter, "fast_failure", None)
+        if fast_failure is not None:
+            broker = config.broker
+            fast_failure.set_limits(
+                broker.wait_time_mills_in_send_queue if broker.broker_fast_failure_enable
+                else None, config.store.os_page_cache_busy_time_out_mills)
 
     def _link_lost(self) -> None:
         self.exit_status = 1
@@ -236,6 +254,7 @@ class RemotingWorker:
     # --- from the metadata service --------------------------------------------------------------
     async def _apply_snapshot(self, connection: RemotingConnection, request: RemotingCommand):
         self.replica.apply(request.body)
+        self._apply_settings()
         return None
 
     async def _send_to_channel(self, connection: RemotingConnection, request: RemotingCommand):

@@ -225,6 +225,12 @@ class Supervisor:
                                            slave.on_registered if slave else None)
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
+
+        def settings_changed(config) -> None:
+            # UPDATE_BROKER_CONFIG: the next generation forks with it, registration (the
+            # permission) and the supervisor's services read it from here.
+            self.config = registration.config = config
+        metadata.settings_listeners[:] = [settings_changed]
         if slave is not None:
             slave.on_changed = service.push_if_changed    # synced documents reach the workers
         await service.start_on(service_socket)
@@ -313,15 +319,16 @@ class Supervisor:
         self.schedule = schedule
         checker = TransactionCheckService(attachment.reader, attachment.putter, self.metadata,
                                           config.broker)
-        check_interval_ms = config.broker.transaction_check_interval
-        next_check_ms = clock.now_ms() + check_interval_ms
+        next_check_ms = clock.now_ms() + config.broker.transaction_check_interval
         try:
             while True:
                 await asyncio.sleep(SCHEDULE_INTERVAL_S)
                 now_ms = clock.now_ms()
                 await schedule.run_once(now_ms)
                 if now_ms >= next_check_ms:
-                    next_check_ms = now_ms + check_interval_ms
+                    # Read per round: UPDATE_BROKER_CONFIG may have changed them.
+                    checker.settings = broker = self.config.broker
+                    next_check_ms = now_ms + broker.transaction_check_interval
                     await checker.run_once(now_ms)
         finally:
             schedule.persist()
