@@ -3,7 +3,9 @@
 """Goal: the official Java client (4.9.8, 5.3.3), switched to TLS the way Java users do it
 (``-Dtls.enable=true``), produces and push-consumes through a pybroker standalone whose
 NameServer and broker ports are tls.server.mode=enforcing, with ACL 1.0 on as well; and the
-same client without TLS is turned away (its plain connections are closed and logged).
+same client without TLS is turned away (its plain connections are closed and logged). With
+tls.server.need.client.auth=require the Java client, verifying the broker's certificate against
+the CA, is served only when it shows its own certificate (Java's tls.client.* properties).
 
 Method: certificates made by openssl at test time; one `pybroker standalone` with
 tls.server.mode=enforcing, a server certificate, aclEnable=true; the Java side runs
@@ -70,6 +72,54 @@ def test_java_client_without_tls_is_turned_away(broker, tmp_path):
         ak=PRODUCER[0], sk=PRODUCER[1])
     assert code == 1 and not [r for r in results if r["op"] == "send"], output
     assert "closing plain TCP connection from 127.0.0.1" in broker._log_text()[offset:]
+
+
+@pytest.fixture(scope="module")
+def mutual(tmp_path_factory):
+    """An enforcing standalone that requires a client certificate signed by the test CA."""
+    missing = certs.openssl_missing()
+    if missing:
+        pytest.skip(missing)
+    work = tmp_path_factory.mktemp("tls-mutual-clients")
+    made = certs.make_certificates(work / "certs")
+    acl_file = work / "plain_acl.yml"
+    acl_file.write_text(ACL_TEXT)
+    settings = {"aclEnable": "true", "rocketmq.acl.plain.file": str(acl_file),
+                "tls.server.mode": "enforcing", "tls.server.certPath": str(made.server_cert),
+                "tls.server.keyPath": str(made.server_key),
+                "tls.server.need.client.auth": "require",
+                "tls.server.trustCertPath": str(made.ca_cert),
+                # the broker's own registration with its NameServer shows one too
+                "tls.client.certPath": str(made.client_cert),
+                "tls.client.keyPath": str(made.client_key)}
+    with StandaloneBroker(work, settings) as running:
+        running.certificates = made
+        yield running
+
+
+@pytest.mark.parametrize("version", ["4.9.8", "5.3.3"])
+def test_java_client_with_a_client_certificate(mutual, tmp_path, version):
+    """need.client.auth=require: the Java client's own TLS settings (test mode off, verifying
+    the broker against the CA, showing its certificate) produce; without the certificate the
+    handshake fails and nothing is sent."""
+    install = peers.java_install(version)
+    made = mutual.certificates
+    verified = {"tls.enable": "true", "tls.test.mode.enable": "false",
+                "tls.client.authServer": "true", "tls.client.trustCertPath": made.ca_cert}
+    offset = len(mutual._log_text())
+    code, results, output = run_secure_client(
+        install, tmp_path / "without", mutual, "produce", system_properties=verified,
+        topic="AclJava48", count=1, group="acl_java_p", ak=PRODUCER[0], sk=PRODUCER[1])
+    assert code == 1 and not [r for r in results if r["op"] == "send"], output
+    assert "TLS handshake failed" in mutual._log_text()[offset:]
+    with_cert = {**verified, "tls.client.certPath": made.client_cert,
+                 "tls.client.keyPath": made.client_key}
+    topic = "AclJava48" if version == "4.9.8" else "AclJava53"
+    code, results, output = run_secure_client(
+        install, tmp_path / "with", mutual, "produce", system_properties=with_cert,
+        topic=topic, count=COUNT, group="acl_java_p", ak=PRODUCER[0], sk=PRODUCER[1])
+    assert code == 0, output
+    assert [r["status"] for r in results if r["op"] == "send"] == ["SEND_OK"] * COUNT
 
 
 def _rmqgotls(binary, tmp_path, *args) -> tuple[int, list[dict], str]:
