@@ -23,7 +23,7 @@ from pybroker.client.consumer import ConsumeStatus, PushConsumer
 from pybroker.client.message import Message, SendStatus
 from pybroker.client.producer import Producer
 from pybroker.protocol.constants import ConsumeFromWhere
-from tests.ha_support import client_for, read_queue, wait_for
+from tests.ha_support import client_for, read_queue, wait_for, wait_topic_synced
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -83,6 +83,17 @@ async def _until(predicate, timeout_s: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
+def _slaves_synced(cluster: HACluster) -> None:
+    """Wait until every slave has the topic from its master's config (3 s after start, then
+    every 10 s, as Java's SlaveSynchronize): a master killed sooner leaves a slave that answers
+    TOPIC_NOT_EXIST to every pull (a Java slave too), and the kill comes seconds after the
+    topic's creation."""
+    for slaves in cluster.slaves:
+        for slave in slaves:
+            with client_for(slave.address) as client:
+                wait_topic_synced(client, TOPIC)
+
+
 def _count_back(cluster: HACluster, acked: dict) -> list:
     """Acknowledged messages missing from where an independent reader finds them now."""
     sources = {"broker-a": cluster.slaves[0][0].address, "broker-b": cluster.masters[1].address}
@@ -104,6 +115,7 @@ def test_sync_master_kill_in_a_two_by_two_cluster(tmp_path):
             async with Admin(cluster.namesrv.address) as admin:
                 for master in cluster.masters:
                     await admin.create_topic(TOPIC, QUEUES, broker_addr=master.address)
+            await asyncio.get_running_loop().run_in_executor(None, _slaves_synced, cluster)
             load = _Load(cluster.namesrv.address)
             consumer = load.consumer()
             await consumer.start()
