@@ -61,13 +61,17 @@ cdef inline bint _continuation_ok(unsigned char lead, Py_ssize_t index,
 
 
 cdef int32_t java_hash_of_utf8(const unsigned char *data, size_t length) noexcept nogil:
+    return <int32_t>java_hash_continue_utf8(0, data, length)
+
+
+cdef uint32_t java_hash_continue_utf8(uint32_t h, const unsigned char *data,
+                                      size_t length) noexcept nogil:
     # Malformed input becomes one U+FFFD per maximal invalid subpart (what Java's and Python's
     # replacing UTF-8 decoders produce), so the hash equals java_hash(bytes.decode("replace")).
     cdef size_t position = 0
     cdef size_t needed, taken
     cdef unsigned char lead
     cdef uint32_t code_point
-    cdef uint32_t h = 0
     while position < length:
         lead = data[position]
         if lead < 0x80:
@@ -93,7 +97,7 @@ cdef int32_t java_hash_of_utf8(const unsigned char *data, size_t length) noexcep
             code_point = REPLACEMENT_CHARACTER
         h = _add_code_point(h, code_point)
         position += 1 + taken
-    return <int32_t>h
+    return h
 
 
 cdef inline str _as_str(object s):

@@ -96,3 +96,14 @@ cdef class MessageRecord:
     cdef readonly str properties
     cdef readonly Py_ssize_t record_offset
     cdef readonly Py_ssize_t body_position
+
+# Append-time patch of one parsed record: QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP (ms).
+cdef void patch_fields(unsigned char *data, const RecordFields *f, int64_t queue_offset,
+                       int64_t physical_offset, int64_t store_timestamp) noexcept nogil
+
+# Patch every record of data[start:end] (one queue's run): record i gets queue offset
+# first_queue_offset + i and physical offset first_physical_offset + (its position - start).
+# Returns the record count, or -1 (data untouched) unless the range is exactly whole records.
+cdef Py_ssize_t patch_run_c(unsigned char *data, Py_ssize_t start, Py_ssize_t end,
+                            int64_t first_physical_offset, int64_t first_queue_offset,
+                            int64_t store_timestamp) noexcept nogil

@@ -431,6 +431,18 @@ def patch_run(buf, Py_ssize_t start, Py_ssize_t end, int64_t first_physical_offs
         PyBuffer_Release(&view)
 
 
+cdef void patch_fields(unsigned char *data, const RecordFields *f, int64_t queue_offset,
+                       int64_t physical_offset, int64_t store_timestamp) noexcept nogil:
+    _patch_fields(data, f, queue_offset, physical_offset, store_timestamp)
+
+
+cdef Py_ssize_t patch_run_c(unsigned char *data, Py_ssize_t start, Py_ssize_t end,
+                            int64_t first_physical_offset, int64_t first_queue_offset,
+                            int64_t store_timestamp) noexcept nogil:
+    return _patch_run(data, start, end, first_physical_offset, first_queue_offset,
+                      store_timestamp)
+
+
 def write_blank(buf, Py_ssize_t offset, int32_t total_size):
     """Write the 8-byte BLANK end-of-file marker at ``offset``; ``total_size`` = bytes to EOF."""
     cdef Py_buffer view

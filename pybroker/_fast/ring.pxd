@@ -108,6 +108,8 @@ cdef class CompletionRing:
     cdef uint64_t _head
 
     cdef int _check_open(self) except -1
+    # Producer: slots free for push_c now (neither pushed nor published-and-undrained).
+    cdef uint64_t free_slots_c(self) noexcept nogil
     cdef bint push_c(self, int64_t request_id, int32_t status, int32_t count,
                      int64_t physical_offset, int64_t queue_offset) noexcept nogil
     cdef bint publish_c(self) noexcept nogil

@@ -521,13 +521,16 @@ cdef class CompletionRing:
         self._check_open()
         pb_store_release_u64(self._consumer_sleeping, 0)
 
-    def free_slots(self):
-        """Slots neither pushed nor published-and-undrained."""
-        self._check_open()
+    cdef uint64_t free_slots_c(self) noexcept nogil:
         cdef uint64_t tail = pb_load_acquire_u64(self._producer_cursor)
         if self._pushed_tail > tail:
             tail = self._pushed_tail
         return self._slot_count - (tail - pb_load_acquire_u64(self._consumer_cursor))
+
+    def free_slots(self):
+        """Slots neither pushed nor published-and-undrained."""
+        self._check_open()
+        return self.free_slots_c()
 
 
 # ---- 64-bit words of the control block --------------------------------------------------------

@@ -2,8 +2,10 @@
 """Main loop of the appender (design.md §2 rules 1-4, §6).
 
 Per wake-up it drains EVERY send ring: each ring record is one put request (layout in
-:mod:`pybroker.proc.ring_format`), appended with one ``CommitLog.append_encoded`` call (one copy;
-the records are patched in the ring slot first). The store timestamp is taken once per drain.
+:mod:`pybroker.proc.ring_format`); the per-request loop runs in C
+(``pybroker._fast.append.RingDrainer``: queue offset from the C map, patch in the ring slot,
+one copy into the mapped file, completion slot), Python runs once per ring per drain and per
+file roll. The store timestamp is taken once per drain.
 Then, once per drain: ``written_store_timestamp`` and ``written_position`` are published (in that
 order, so a reader that loads the timestamp first never sees a time later than the record at
 the position it loads next), each completion ring is committed once, and whoever flagged itself
@@ -25,8 +27,8 @@ import logging
 import time
 
 from pybroker import clock
+from pybroker._fast import append
 from pybroker._fast import record as record_codec
-from pybroker._fast import ring
 from pybroker.proc import ring_format
 from pybroker.proc.topic_deletion import read_requested_topics, requests_path
 from pybroker.proc.wake import (APPENDER_SLOT, HA_SLOT, ConsumerSide, DataPlaneWakes, Sleeper,
@@ -65,6 +67,7 @@ def run_appender(settings: StoreConfig, rings, completion_rings, control: Contro
     try:
         appender.run()
     finally:
+        appender.drainer.release_control()
         appender.commitlog.shutdown(0)
 
 
@@ -135,6 +138,19 @@ class _Appender:
         self.commitlog.set_wrote_and_flushed(written)
         self.commitlog.set_topic_queue_table(_topic_queue_table(settings, self.commitlog,
                                                                 written))
+        self.drainer = append.RingDrainer(
+            self.commitlog.queue_offsets, ring_format.status_code(PutStatus.PUT_OK),
+            ring_format.status_code(PutStatus.MESSAGE_ILLEGAL),
+            ring_format.status_code(PutStatus.MESSAGE_SIZE_EXCEEDED),
+            ring_format.status_code(PutStatus.TIMEOUT_CLEAN_QUEUE))
+        # Fast failure: each batch is claimed in the control block before it is touched
+        # (handshake in pybroker/store/control_block.py); a withdrawn request is never stored.
+        self.drainer.bind_control(control.words())
+        self.taken_offsets = [control.taken_offset(index) for index in range(len(self.rings))]
+        self.cancel_offsets = [control.worker_word_offset(index, "cancel_request_id")
+                               for index in range(len(self.rings))]
+        self.refuse_disk_full = ring_format.status_code(PutStatus.SERVICE_NOT_AVAILABLE)
+        self.refuse_no_file = ring_format.status_code(PutStatus.CREATE_MAPPED_FILE_FAILED)
         self.blocked = False
         self.disk_full = False
         self.space = SpaceGuard(settings.commitlog_dir, settings.disk_space_warning_level_ratio,
@@ -242,63 +258,32 @@ class _Appender:
         return requests
 
     def _drain_ring(self, index: int, store_timestamp: int) -> tuple[int, int]:
+        """Drain one send ring into the CommitLog (the per-request loop runs in C); returns
+        (requests taken, records appended)."""
         ring, completions = self.rings[index], self.completion_rings[index]
+        refuse = self.refuse_disk_full if self.disk_full else -1
         taken = appended = 0
-        for _ in range(2):     # a run stops at the ring's wrap: a second peek takes the rest
-            free_slots = completions.free_slots()
-            if free_slots == 0:
-                self.blocked = True
-                break
-            count, start, end = ring.peek_batch(free_slots)
-            if count == 0:
-                break
-            data = ring.data()
-            records = ring.iter_records(start, end)
-            cancelled_up_to = self._claim(index, data, records[-1][0])
-            for payload_offset, length in records:
-                appended += self._append(data, payload_offset, length, completions,
-                                         store_timestamp, cancelled_up_to)
-            taken += count
-            if ring.release(end):
+        while True:
+            mapped_file = None if refuse >= 0 else self.commitlog.writable_file()
+            if mapped_file is None and refuse < 0:
+                refuse = self.refuse_no_file
+            stop, requests, records, failed, position, wake_producer = self.drainer.drain(
+                ring, completions, mapped_file.buffer() if mapped_file else None,
+                mapped_file.wrote_position if mapped_file else 0,
+                mapped_file.file_from_offset if mapped_file else 0, store_timestamp, refuse,
+                self.taken_offsets[index], self.cancel_offsets[index])
+            taken += requests
+            appended += records
+            if failed:
+                self.stats.add(StatsCounter.PUT_FAILED, failed)
+            if mapped_file is not None:
+                mapped_file.wrote_position = position
+            if wake_producer:
                 self.wakes.workers[index].signal()
-        return taken, appended
-
-    def _claim(self, index: int, data, last_offset: int) -> int:
-        """Take the batch ending with the request at ``last_offset``: publish its id as taken,
-        fence, then read how far the producer withdrew requests (fast failure; the handshake
-        is in pybroker/store/control_block.py). Returns the cancel watermark."""
-        control = self.control
-        words = control.words()
-        ring.store_u64(words, control.taken_offset(index),
-                       ring_format.request_id_at(data, last_offset))
-        ring.fence()
-        return control.worker(index).cancel_request_id
-
-    def _append(self, data, offset: int, length: int, completions, store_timestamp: int,
-                cancelled_up_to: int = 0) -> int:
-        """Append one request and push its completion; returns the records appended."""
-        request = ring_format.read_put_request(data, offset, length)
-        status, result = PutStatus.MESSAGE_ILLEGAL, None
-        if 0 < request.request_id <= cancelled_up_to:
-            status = PutStatus.TIMEOUT_CLEAN_QUEUE     # answered busy already: never stored
-        elif self.disk_full:
-            status = PutStatus.SERVICE_NOT_AVAILABLE
-        elif request.topic is not None:
-            records = data[request.records_offset:request.records_end]
-            try:
-                result = self.commitlog.append_encoded(records, request.topic, request.queue_id,
-                                                       request.record_count, request.sys_flag,
-                                                       store_timestamp)
-            finally:
-                records.release()
-            status = result.status
-        if result is None or status is not PutStatus.PUT_OK:
-            self.stats.add(StatsCounter.PUT_FAILED)
-            if not completions.push(request.request_id, ring_format.status_code(status), 0, 0,
-                                    0):
-                raise AssertionError("completion ring full after a free-slot check")
-            return 0
-        if not completions.push(request.request_id, ring_format.status_code(status),
-                                result.count, result.physical_offset, result.queue_offset):
-            raise AssertionError("completion ring full after a free-slot check")
-        return result.count
+            if stop == append.DRAIN_ROLL:
+                self.commitlog.roll(mapped_file)
+                continue
+            if stop == append.DRAIN_NO_MEMORY:
+                raise MemoryError("the appender's topic-queue offset map cannot grow")
+            self.blocked = self.blocked or stop == append.DRAIN_BLOCKED
+            return taken, appended

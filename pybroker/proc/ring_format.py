@@ -22,22 +22,30 @@ and :func:`status_of` convert.
 
 Producer: :func:`put_request_size` then :func:`write_put_request` into the reserved space.
 Consumer: :func:`read_put_request` validates the header and returns the topic and where the
-records start. Whoever changes this layout changes it here only (docs/architecture.md).
+records start; the appender's hot loop reads the same layout in C from
+``pybroker/_fast/put_request.pxd``, checked against :data:`PUT_HEADER` at import. Whoever
+changes this layout changes it here and there (docs/architecture.md).
 """
 import struct
 from typing import NamedTuple
 
+from pybroker._fast.append import PUT_REQUEST_LAYOUT
 from pybroker.store import layout
 from pybroker.store.status import PutStatus
 
 __all__ = ["PUT_HEADER", "PUT_FLAG_WAIT_STORE", "PUT_STATUSES", "PutRequest", "put_header_size",
            "put_request_size", "write_put_request", "read_put_request", "status_code",
-           "status_of", "request_id_at"]
+           "status_of"]
 
 PUT_HEADER = struct.Struct("=qiiiih")
 assert PUT_HEADER.size == 8 + 4 + 4 + 4 + 4 + 2
 PUT_FLAG_WAIT_STORE = 1
 _RECORD_ALIGN_BYTES = 8
+# The C side (pybroker/_fast/put_request.pxd: the appender's drain loop reads it) must agree.
+assert [PUT_REQUEST_LAYOUT[name] for name in ("request_id", "queue_id", "count", "sys_flag",
+                                              "flags", "topic_length", "topic")] == \
+    [0, 8, 12, 16, 20, 24, PUT_HEADER.size]
+assert PUT_REQUEST_LAYOUT["align"] == _RECORD_ALIGN_BYTES
 # Completion status codes: the index in this tuple.
 PUT_STATUSES = tuple(PutStatus)
 _STATUS_CODES = {status: code for code, status in enumerate(PUT_STATUSES)}
@@ -74,14 +82,6 @@ def write_put_request(data, offset: int, request_id: int, queue_id: int, count: 
                          PUT_FLAG_WAIT_STORE if wait_store else 0, len(topic))
     data[offset + PUT_HEADER.size:offset + PUT_HEADER.size + len(topic)] = topic
     data[offset + header_size:offset + header_size + len(records)] = records
-
-
-_REQUEST_ID = struct.Struct("=q")
-
-
-def request_id_at(data, offset: int) -> int:
-    """The request_id of the request at ``offset`` (the appender claims batches by id)."""
-    return _REQUEST_ID.unpack_from(data, offset)[0]
 
 
 def read_put_request(data, offset: int, length: int) -> PutRequest:

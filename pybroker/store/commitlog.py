@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from pybroker._fast import record as record_codec
+from pybroker._fast.append import TopicQueueOffsets
 from pybroker.errors import StoreCorruptError
 from pybroker.protocol.constants import (TRANSACTION_TYPE_MASK, MessageSysFlag)
 from pybroker.store import layout
@@ -82,7 +83,8 @@ class CommitLog:
         self.mapped_file_queue = MappedFileQueue(
             store_path, file_size, read_only, allocation="fallocate" if warm else allocation,
             warm=warm, on_create=on_create)
-        self._topic_queue_table: dict[str, int] = {}
+        # Next queue offset per queue, in C: the appender's drain loop advances it directly.
+        self._queue_offsets = TopicQueueOffsets()
         self._held_records: dict[int, tuple[record_codec.MessageRecord, MappedFile,
                                             memoryview]] = {}
 
@@ -104,18 +106,27 @@ class CommitLog:
     # --- topic-queue offset table ----------------------------------------------------------------
     def set_topic_queue_table(self, table: dict[str, int]) -> None:
         """Replace the next-queue-offset table (key :func:`topic_queue_key`), after recovery."""
-        self._topic_queue_table = dict(table)
+        self._queue_offsets.clear()
+        for key, queue_offset in table.items():
+            topic, _, queue_id = key.rpartition("-")
+            self._queue_offsets.set(topic, int(queue_id), queue_offset)
 
     @property
     def topic_queue_table(self) -> dict[str, int]:
         """A copy of the next queue offset per ``topic-queueId`` key."""
-        return dict(self._topic_queue_table)
+        return {topic_queue_key(topic, queue_id): queue_offset
+                for topic, queue_id, queue_offset in self._queue_offsets.items()}
+
+    @property
+    def queue_offsets(self) -> TopicQueueOffsets:
+        """The live next-queue-offset map (the appender's drain loop writes it)."""
+        return self._queue_offsets
 
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
-        return self._topic_queue_table.get(topic_queue_key(topic, queue_id), 0)
+        return self._queue_offsets.get(topic, queue_id)
 
     def remove_topic_queue(self, topic: str, queue_id: int) -> None:
-        self._topic_queue_table.pop(topic_queue_key(topic, queue_id), None)
+        self._queue_offsets.remove(topic, queue_id)
 
     # --- append side ---------------------------------------------------------------------------
     def append_encoded(self, records_buffer, topic: str, queue_id: int, count: int,
@@ -135,27 +146,30 @@ class CommitLog:
             return AppendResult(PutStatus.MESSAGE_SIZE_EXCEEDED)
         if self.read_only:
             return AppendResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        mapped_file = self._writable_file()
+        mapped_file = self.writable_file()
         if mapped_file is None:
             return AppendResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
         rolled = False
         if size + layout.END_FILE_MIN_BLANK_BYTES > mapped_file.remaining():
-            self._write_blank(mapped_file)
+            self.roll(mapped_file)
             rolled = True
-            mapped_file = self._writable_file()
+            mapped_file = self.writable_file()
             if mapped_file is None:
                 return AppendResult(PutStatus.CREATE_MAPPED_FILE_FAILED, file_rolled=True)
         return self._append_run(mapped_file, records_buffer, size, topic, queue_id, count,
                                 sys_flag_type & TRANSACTION_TYPE_MASK, store_timestamp, rolled)
 
-    def _writable_file(self) -> MappedFile | None:
+    def writable_file(self) -> MappedFile | None:
+        """The file to append to (the next one is created when the last is full); None when
+        it cannot be created (logged)."""
         try:
             return self.mapped_file_queue.last_mapped_file(0, need_create=True)
         except OSError as exc:
             log.error("creating a CommitLog file in %s failed: %s", self.store_path, exc)
             return None
 
-    def _write_blank(self, mapped_file: MappedFile) -> None:
+    def roll(self, mapped_file: MappedFile) -> None:
+        """End ``mapped_file`` with the BLANK marker: the next append goes to a new file."""
         position = mapped_file.wrote_position
         remaining = mapped_file.remaining()
         # write_at (not the whole-map buffer) so the flush covers the marker's page.
@@ -171,7 +185,7 @@ class CommitLog:
         physical_offset = mapped_file.file_from_offset + position
         key = topic_queue_key(topic, queue_id)
         no_queue_offset = transaction_type in _NO_QUEUE_OFFSET_TYPES
-        queue_offset = 0 if no_queue_offset else self._topic_queue_table.get(key, 0)
+        queue_offset = 0 if no_queue_offset else self._queue_offsets.get(topic, queue_id)
         source = memoryview(records_buffer)
         if not source.readonly:
             # Patch in the caller's buffer (the ring slot) and copy once: a crash mid-copy then
@@ -200,7 +214,7 @@ class CommitLog:
                         patched, count)
             return AppendResult(PutStatus.MESSAGE_ILLEGAL, file_rolled=rolled)
         if not no_queue_offset:
-            self._topic_queue_table[key] = queue_offset + count
+            self._queue_offsets.set(topic, queue_id, queue_offset + count)
         return AppendResult(PutStatus.PUT_OK, physical_offset, queue_offset, size, count,
                             rolled, store_timestamp)
 
@@ -236,7 +250,7 @@ class CommitLog:
             return False
         source = memoryview(data).cast("B")
         while len(source):
-            mapped_file = self._writable_file()
+            mapped_file = self.writable_file()
             if mapped_file is None:
                 return False
             if mapped_file.file_from_offset + mapped_file.wrote_position != physical_offset:

@@ -302,6 +302,12 @@ class ControlBlock:
                                                   + HA_SLAVE_WORD_OFFSETS["connected_ms"])))
         return lines
 
+    def worker_word_offset(self, slot: int, name: str) -> int:
+        """Byte offset of worker ``slot``'s counter ``name`` (WORKER_COUNTERS), for C loops
+        that read it through :meth:`words`."""
+        _check_slot(slot)
+        return WORKERS_OFFSET + CACHE_LINE_BYTES * slot + WORKER_COUNTER_OFFSETS[name]
+
     def taken_offset(self, slot: int) -> int:
         """Byte offset of ring ``slot``'s taken_request_id (the appender writes it)."""
         _check_slot(slot)

@@ -15,10 +15,13 @@ physical offset and, for each record:
 Both writes are idempotent (a ConsumeQueue skips units it already has, the index skips records
 below its end offset), so re-dispatching a range after recovery is safe.
 
-The walk itself runs per file in ``pybroker._fast.record``; Python per record only looks up the
-three or four properties it needs with ``str.rfind`` (no dict of all properties) and calls the two
-writers. Records are taken only up to a complete record: a partially replicated tail (a slave's
-last chunk) stops the walk until more bytes arrive. A damaged record in the written region is an
+The walk runs in C (``pybroker._fast.dispatch.ReputScanner``): per record it writes the unit
+and the index entries into the files this class binds to it for one call, with the rules below;
+Python runs per call, per queue bound and for the rare records the scanner leaves to
+:meth:`Dispatcher._dispatch_one` (the same rules in Python: schedule-topic tags codes, a queue's
+first unit or full file, a full index file, a unit gap). Records are taken only up to a complete
+record: a partially replicated tail (a slave's last chunk) stops the walk until more bytes
+arrive. A damaged record in the written region is an
 invariant violation and raises :class:`~pybroker.errors.StoreCorruptError`.
 
 Ranges recovery skipped at the operator's request (:mod:`pybroker.store.damaged_records`) are
@@ -31,6 +34,7 @@ control block in the multi-process broker) and kept in :attr:`Dispatcher.reput_f
 import logging
 from collections.abc import Callable
 
+from pybroker._fast import dispatch as reput
 from pybroker._fast import record as record_codec
 from pybroker._fast.jhash import tags_code as java_tags_code
 from pybroker.errors import StoreCorruptError
@@ -111,6 +115,10 @@ class Dispatcher:
         # One-entry cache: consecutive records mostly share a topic-queue.
         self._last_queue_key: tuple[str, int] | None = None
         self._last_queue: ConsumeQueue | None = None
+        # The C side of the reput; files are bound to it within one dispatch_until call.
+        self._scanner = reput.ReputScanner(index_service is not None)
+        # scanner slot -> (queue, its bound last file)
+        self._bound: dict[int, tuple[ConsumeQueue, MappedFile]] = {}
 
     def dispatch_behind_bytes(self, max_physical_offset: int | None = None) -> int:
         """Bytes written to the CommitLog but not dispatched yet."""
@@ -127,29 +135,32 @@ class Dispatcher:
         queue = self.commitlog.mapped_file_queue
         dispatched = 0
         offset = self.reput_from_offset
-        while offset < max_physical_offset:
-            limit = max_physical_offset
-            if self.damaged_records:
-                span = self.damaged_records.span_at(offset)
-                if span is not None:
-                    offset, self._fill_gaps = span[1], True
-                    continue
-                limit = min(limit, self.damaged_records.next_start(offset) or limit)
-            mapped_file = queue.find_mapped_file_by_offset(offset)
-            if mapped_file is None:
-                min_offset = self.commitlog.min_offset()
-                if 0 <= offset < min_offset:
-                    # Files below were deleted by cleanup: resume at the oldest record left.
-                    log.warning("reput offset %d is below the CommitLog min %d; skipping ahead",
-                                offset, min_offset)
-                    offset = min_offset
-                    continue
-                break
-            count, next_offset = self._dispatch_file(mapped_file, offset, limit)
-            dispatched += count
-            if next_offset == offset:
-                break
-            offset = next_offset
+        try:
+            while offset < max_physical_offset:
+                limit = max_physical_offset
+                if self.damaged_records:
+                    span = self.damaged_records.span_at(offset)
+                    if span is not None:
+                        offset, self._fill_gaps = span[1], True
+                        continue
+                    limit = min(limit, self.damaged_records.next_start(offset) or limit)
+                mapped_file = queue.find_mapped_file_by_offset(offset)
+                if mapped_file is None:
+                    min_offset = self.commitlog.min_offset()
+                    if 0 <= offset < min_offset:
+                        # Files below were deleted by cleanup: resume at the oldest record.
+                        log.warning("reput offset %d is below the CommitLog min %d; skipping "
+                                    "ahead", offset, min_offset)
+                        offset = min_offset
+                        continue
+                    break
+                count, next_offset = self._dispatch_file(mapped_file, offset, limit)
+                dispatched += count
+                if next_offset == offset:
+                    break
+                offset = next_offset
+        finally:
+            self._unbind_all()
         self.reput_from_offset = offset
         self.dispatched_total += dispatched
         if self.on_dispatched is not None:
@@ -158,7 +169,10 @@ class Dispatcher:
 
     def _dispatch_file(self, mapped_file: MappedFile, offset: int,
                        max_physical_offset: int) -> tuple[int, int]:
-        """Dispatch records of one file from global ``offset``: (count, next global offset)."""
+        """Dispatch records of one file from global ``offset``: (count, next global offset).
+
+        The C scanner does the records; Python binds files to it and takes the rare records
+        it leaves (pybroker._fast.dispatch)."""
         base = mapped_file.file_from_offset
         position = offset - base
         end = min(mapped_file.wrote_position, max_physical_offset - base)
@@ -166,29 +180,80 @@ class Dispatcher:
             return 0, offset
         buffer = mapped_file.buffer()
         count = 0
-        check, decode, dispatch_one = record_codec.check, record_codec.decode, self._dispatch_one
         try:
             while position < end:
-                status, total_size = check(buffer, position, end, False)
-                if status == record_codec.RECORD_OK:
-                    message_record = decode(buffer, position)
-                    dispatch_one(message_record)
-                    message_record.body.release()
-                    position += total_size
-                    count += 1
-                elif status == record_codec.RECORD_BLANK:
+                stop, position, scanned, last_timestamp, topic, queue_id = \
+                    self._scanner.scan(buffer, position, end)
+                count += scanned
+                if scanned:
+                    self.last_store_timestamp = last_timestamp
+                if stop in (reput.SCAN_DONE, reput.SCAN_END):
+                    break      # the end, or a record whose bytes are not all here yet
+                if stop == reput.SCAN_BLANK:
                     return count, base + self.commitlog.file_size
-                elif status in (record_codec.RECORD_END, record_codec.RECORD_TRUNCATED):
-                    break   # end of data, or a record whose bytes are not all here yet
-                else:
+                if stop == reput.SCAN_CORRUPT:
                     raise StoreCorruptError(
                         f"{mapped_file.path}: damaged record at file position {position} "
-                        f"(physical offset {base + position}, status {status}) in the written "
-                        f"region; dispatch stops")
+                        f"(physical offset {base + position}) in the written region; "
+                        f"dispatch stops")
+                if stop == reput.SCAN_NEED_QUEUE and self._bind_queue(topic, queue_id):
+                    continue
+                if stop == reput.SCAN_NEED_INDEX and self._bind_index():
+                    continue
+                position += self._dispatch_in_python(buffer, position)
+                count += 1
             return count, base + position
         finally:
             buffer.release()
             mapped_file.release()
+
+    def _bind_queue(self, topic_bytes: bytes, queue_id: int) -> bool:
+        """Bind a queue's last file to the scanner; False when the Python rule must place
+        the record (a fresh queue's first unit, a full last file)."""
+        topic = topic_bytes.decode("utf-8", "replace")
+        queue = self.consume_queue_store.find_or_create(topic, queue_id)
+        files = queue.mapped_file_queue.mapped_files
+        if not files or (len(files) == 1 and files[0].wrote_position == 0) \
+                or files[-1].is_full() or queue.read_only:
+            return False
+        last = files[-1]
+        # The scanner holds the view until release(); it is dropped then, never kept here.
+        slot = self._scanner.bind_queue(topic_bytes, queue_id, last.buffer(),
+                                        last.file_from_offset, last.wrote_position,
+                                        queue.last_dispatched_phy_offset)
+        self._bound[slot] = (queue, last)
+        return True
+
+    def _bind_index(self) -> bool:
+        index_service = self.index_service
+        if index_service is None or index_service.read_only:
+            return False
+        index_file = index_service.writable_file()
+        self._scanner.bind_index(index_file.mapped_file.buffer(),
+                                 index_service.max_hash_slot_num, index_service.max_index_num)
+        return True
+
+    def _sync_queues(self) -> None:
+        """Positions the scanner wrote back into the Python queue objects."""
+        for slot, wrote_position, last_dispatched_phy in self._scanner.take_dirty():
+            queue, mapped_file = self._bound[slot]
+            mapped_file.wrote_position = wrote_position
+            queue.last_dispatched_phy_offset = last_dispatched_phy
+
+    def _unbind_all(self) -> None:
+        self._sync_queues()
+        self._scanner.release()
+        self._bound.clear()
+
+    def _dispatch_in_python(self, buffer, position: int) -> int:
+        """Dispatch the record at ``position`` with the Python rules; returns its size."""
+        self._unbind_all()        # Python may roll or create the files the scanner had
+        message_record = record_codec.decode(buffer, position)
+        try:
+            self._dispatch_one(message_record)
+        finally:
+            message_record.body.release()
+        return message_record.total_size
 
     def _dispatch_one(self, message_record) -> None:
         """ConsumeQueue unit and index keys of one decoded record."""
@@ -236,6 +301,8 @@ class Dispatcher:
         return store_timestamp + self.delay_levels_ms[level - 1]
 
     def forget_queues(self) -> None:
-        """Drop the cached queue (call after consume queues were destroyed or replaced)."""
+        """Drop the cached queues (call after consume queues were destroyed or replaced)."""
         self._last_queue_key = None
         self._last_queue = None
+        self._unbind_all()
+        self._scanner.forget()

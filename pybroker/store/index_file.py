@@ -283,7 +283,7 @@ class IndexService:
         self.index_files = keep
         return deleted
 
-    def _last_writable_file(self) -> IndexFile:
+    def writable_file(self) -> IndexFile:
         """The newest file with room, creating (rolling to) a new one when needed."""
         last = self.index_files[-1] if self.index_files else None
         if last is not None and not last.is_write_full():
@@ -309,7 +309,7 @@ class IndexService:
              store_timestamp: int) -> IndexFile:
         if index_file.put_key(key, phy_offset, store_timestamp):
             return index_file
-        index_file = self._last_writable_file()
+        index_file = self.writable_file()
         if not index_file.put_key(key, phy_offset, store_timestamp):
             raise AssertionError(f"fresh index file {index_file.path} refused a key")
         return index_file
@@ -324,7 +324,7 @@ class IndexService:
         """
         if self.read_only:
             raise PermissionError(f"{self.index_dir}: read-only index service")
-        index_file = self._last_writable_file()
+        index_file = self.writable_file()
         if phy_offset < index_file.end_phy_offset:
             return 0
         if constants.transaction_type(sys_flag) == \
