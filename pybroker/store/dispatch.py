@@ -196,7 +196,8 @@ class Dispatcher:
                         f"{mapped_file.path}: damaged record at file position {position} "
                         f"(physical offset {base + position}) in the written region; "
                         f"dispatch stops")
-                if stop == reput.SCAN_NEED_QUEUE and self._bind_queue(topic, queue_id):
+                if stop == reput.SCAN_NEED_QUEUE and topic is not None \
+                        and self._bind_queue(topic, queue_id):
                     continue
                 if stop == reput.SCAN_NEED_INDEX and self._bind_index():
                     continue
