@@ -9,7 +9,7 @@ A broken plain_acl.yml stops the NameServer at start with a log line, never a tr
 Method: real processes on free ports: one `pybroker standalone` with aclEnable=true (its broker
 registers with the embedded NameServer unsigned), requests from pybroker's remoting client
 signed by pybroker.acl.signature (Java's AclClientRPCHook restated; Java's mqadmin is in
-tests/compat/test_acl_namesrv_java.py); state read back with open GET_KV_CONFIG and route
+tests/compat/test_acl_mqadmin.py); state read back with open GET_KV_CONFIG and route
 look-ups. Then `pybroker namesrv -c` with aclEnable and a file that does not parse.
 """
 import subprocess

@@ -1,15 +1,20 @@
-# Java's mqadmin against the NameServer of an aclEnable pybroker: KV writes need tools.yml's admin.
+# Java's mqadmin against an aclEnable pybroker: admin codes need tools.yml's admin account, on the
+# broker and on its NameServer, and plain_acl.yml changes reach it without a restart.
 """Goal: Java's own admin tool, signing with AclClientRPCHook from $ROCKETMQ_HOME/conf/tools.yml
-as operators use it, changes the KV config of a pybroker NameServer under aclEnable only with an
-admin account; without tools.yml, or with a non-admin account, mqadmin reports the ACL refusal
-(Java's AclException remark) and nothing changes; unsigned route reads (topicList,
-topicRoute) keep working, so clients without credentials still find brokers.
+as operators use it, (1) changes the KV config of a pybroker NameServer under aclEnable only
+with an admin account, (2) creates a topic on the broker (UPDATE_AND_CREATE_TOPIC, an admin
+code) only with an admin account; without tools.yml, or with a non-admin account, mqadmin
+reports the ACL refusal (Java's AclException remark) and nothing changes; (3) unsigned route
+reads (topicList, topicRoute) keep working, so clients without credentials still find brokers;
+(4) making the account admin in plain_acl.yml lets the same mqadmin command through without a
+restart.
 
 Method: one `pybroker standalone` with aclEnable=true (the embedded NameServer shares the
-broker's plain_acl.yml); mqadmin of Java 4.9.8 and 5.3.3 run three times per version from
-three ROCKETMQ_HOMEs (admin tools.yml, user tools.yml, none); the KV value is read back with
-pybroker's unsigned GET_KV_CONFIG (an open read).
+broker's plain_acl.yml); mqadmin of Java 4.9.8 and 5.3.3 run from ROCKETMQ_HOMEs with an admin
+tools.yml, a user tools.yml, or none; the KV value is read back with pybroker's unsigned
+GET_KV_CONFIG (an open read) and topics with unsigned route look-ups.
 """
+import time
 import uuid
 
 import pytest
@@ -37,6 +42,7 @@ accounts:
 """
 ACL_REMARK = "org.apache.rocketmq.acl.common.AclException: "
 NAMESPACE = "acl_java_ns"
+RELOAD_WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +52,7 @@ def broker(tmp_path_factory):
     acl_file.write_text(ACL_TEXT)
     with StandaloneBroker(work, {"aclEnable": "true",
                                  "rocketmq.acl.plain.file": str(acl_file)}) as running:
+        running.acl_file = acl_file
         yield running
 
 
@@ -106,3 +113,53 @@ def test_mqadmin_route_reads_work_unsigned(broker, tmp_path):
     route = _mqadmin(broker, tmp_path / "none", "4.9.8", None, "topicRoute", "-t", "broker-a")
     assert '"brokerName":"broker-a"' in route.replace(" ", "") and "Exception" not in route, \
         route[-3000:]
+
+
+def _route_code(broker, topic: str) -> int:
+    with SyncRemotingClient() as client:
+        client.connect(broker.namesrv_addr)
+        return client.invoke(create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                            {"topic": topic}), 10_000).code
+
+
+def _update_topic(broker, work_dir, version, account, topic) -> str:
+    return _mqadmin(broker, work_dir, version, account, "updateTopic", "-b",
+                    broker.broker_addr, "-t", topic, "-r", "2", "-w", "2")
+
+
+@pytest.mark.parametrize("version", ["4.9.8", "5.3.3"])
+def test_mqadmin_update_topic_needs_an_admin(broker, tmp_path, version):
+    topic = f"AdminMade{version.replace('.', '')}{uuid.uuid4().hex[:6]}"
+    user = _update_topic(broker, tmp_path / "user", version, USER, topic)
+    assert (ACL_REMARK + f"Need admin permission for request code="
+            f"{int(RequestCode.UPDATE_AND_CREATE_TOPIC)}, but accessKey={USER[0]} is not") \
+        in user, user[-3000:]
+    unsigned = _update_topic(broker, tmp_path / "none", version, None, topic)
+    assert ACL_REMARK + "No accessKey is configured" in unsigned, unsigned[-3000:]
+    assert _route_code(broker, topic) == ResponseCode.TOPIC_NOT_EXIST
+    admin = _update_topic(broker, tmp_path / "admin", version, ADMIN, topic)
+    assert "create topic to" in admin and "Exception" not in admin, admin[-3000:]
+    assert _route_code(broker, topic) == ResponseCode.SUCCESS
+
+
+def test_an_account_made_admin_in_the_file_works_without_a_restart(broker, tmp_path):
+    topic = f"Reloaded{uuid.uuid4().hex[:8]}"
+    refused = _update_topic(broker, tmp_path / "user", "4.9.8", USER, topic)
+    assert "Need admin permission" in refused, refused[-3000:]
+    original = broker.acl_file.read_text()
+    promoted = original.replace(f"secretKey: {USER[1]}\n",
+                                f"secretKey: {USER[1]}\n    admin: true\n")
+    assert promoted != original
+    staged = broker.acl_file.with_suffix(".new")
+    staged.write_text(promoted)
+    staged.replace(broker.acl_file)   # rename over: no reader sees half a file
+    try:
+        deadline = time.monotonic() + RELOAD_WAIT_S
+        while "create topic to" not in (output := _update_topic(
+                broker, tmp_path / "user", "4.9.8", USER, topic)):
+            assert "Need admin permission" in output, output[-3000:]
+            assert time.monotonic() < deadline, "the broker did not reload plain_acl.yml"
+        assert _route_code(broker, topic) == ResponseCode.SUCCESS
+    finally:
+        staged.write_text(original)
+        staged.replace(broker.acl_file)
