@@ -32,6 +32,8 @@ METADATA_CODES = frozenset({
     RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
     RequestCode.GET_PRODUCER_CONNECTION_LIST, RequestCode.VIEW_BROKER_STATS_DATA,
+    # Request-reply: the producer registry finds the requester (broker/reply.py).
+    RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
 })
 
 assert not DATA_CODES & METADATA_CODES, "a code is answered in exactly one place"

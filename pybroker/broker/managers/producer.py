@@ -49,6 +49,13 @@ class ProducerManager:
         """ClientChannelInfo of the live producers of ``group`` (GET_PRODUCER_CONNECTION_LIST)."""
         return list(self.producer_groups.get(group, {}).values())
 
+    def find_channel(self, client_id: str) -> ClientChannel | None:
+        """The channel of the producer client ``client_id`` (request-reply pushes the reply
+        to the requester), the most recently heartbeating one; None if none is live."""
+        found = [info for channels in self.producer_groups.values()
+                 for info in channels.values() if info.client_id == client_id]
+        return max(found, key=lambda info: info.last_update_ms).channel if found else None
+
     def channel_ids(self) -> set[str]:
         """Every registered producer channel id."""
         return {channel_id for channels in self.producer_groups.values()

@@ -1,0 +1,249 @@
+// Client features of the official Java client that no other compat program covers, run the
+// same way against any broker so two brokers can be compared: request-reply (RocketMQ 4.6+
+// DefaultMQProducer.request, the broker pushes the reply to the requester) and message trace
+// (enableMsgTrace: the client writes Pub/SubBefore/SubAfter records to RMQ_SYS_TRACE_TOPIC).
+//
+// Usage: java -cp "lib/*:classes" Features NAMESRV op=rpc|trace topic=T run=R [count=N]
+// Prints "RESULT op=... k=v" lines (values URL-encoded) and exits 0 when the op completed.
+import java.net.URLEncoder;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.PullResult;
+import org.apache.rocketmq.client.consumer.PullStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.exception.MQClientException;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.RequestCallback;
+import org.apache.rocketmq.client.utils.MessageUtil;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+
+public final class Features {
+    private static final String TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC";
+
+    private Features() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        Map<String, String> options = new HashMap<>();
+        for (String arg : Arrays.asList(args).subList(1, args.length)) {
+            int split = arg.indexOf('=');
+            options.put(arg.substring(0, split), arg.substring(split + 1));
+        }
+        boolean ok;
+        try {
+            String op = options.get("op");
+            ok = "rpc".equals(op) ? rpc(args[0], options) : trace(args[0], options);
+        } catch (Exception error) {
+            result("error", "type", error.getClass().getSimpleName(), "message",
+                   String.valueOf(error.getMessage()));
+            error.printStackTrace();
+            ok = false;
+        }
+        System.out.flush();
+        System.exit(ok ? 0 : 1);
+    }
+
+    static void result(String op, Object... pairs) {
+        StringBuilder line = new StringBuilder("RESULT op=").append(op);
+        for (int i = 0; i + 1 < pairs.length; i += 2) {
+            line.append(' ').append(pairs[i]).append('=')
+                .append(URLEncoder.encode(String.valueOf(pairs[i + 1]), StandardCharsets.UTF_8));
+        }
+        System.out.println(line);
+    }
+
+    // --- request-reply ---------------------------------------------------------------------
+    static boolean rpc(String namesrv, Map<String, String> options) throws Exception {
+        String topic = options.get("topic");
+        String run = options.get("run");
+        int count = Integer.parseInt(options.getOrDefault("count", "3"));
+        DefaultMQProducer replier = new DefaultMQProducer(run + "_replier");
+        replier.setNamesrvAddr(namesrv);
+        replier.start();
+        DefaultMQPushConsumer responder = new DefaultMQPushConsumer(run + "_responder");
+        responder.setNamesrvAddr(namesrv);
+        responder.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        responder.subscribe(topic, "*");
+        responder.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt request : messages) {
+                result("received", "topic", request.getTopic(), "replyTo",
+                       request.getProperty("REPLY_TO_CLIENT"), "cluster",
+                       request.getProperty("CLUSTER"));
+                try {
+                    String body = new String(request.getBody(), StandardCharsets.UTF_8);
+                    Message reply = MessageUtil.createReplyMessage(
+                        request, ("reply-to-" + body).getBytes(StandardCharsets.UTF_8));
+                    result("replied", "status", replier.send(reply, 10_000).getSendStatus());
+                } catch (Exception error) {
+                    result("replyerror", "message", String.valueOf(error.getMessage()));
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        responder.start();
+        DefaultMQProducer requester = new DefaultMQProducer(run + "_requester");
+        requester.setNamesrvAddr(namesrv);
+        requester.start();
+        boolean ok = true;
+        try {
+            for (int i = 0; i < count; i++) {
+                Message request = new Message(topic, "rpc",
+                    ("request-" + i).getBytes(StandardCharsets.UTF_8));
+                Message reply = requestWithRetry(requester, request);
+                result("reply", "kind", "sync", "index", i, "body",
+                       new String(reply.getBody(), StandardCharsets.UTF_8),
+                       "topic", reply.getTopic(),
+                       "correlated", reply.getProperty("CORRELATION_ID") != null);
+            }
+            CountDownLatch answered = new CountDownLatch(1);
+            Message request = new Message(topic, "rpc", "request-async".getBytes(
+                StandardCharsets.UTF_8));
+            requester.request(request, new RequestCallback() {
+                @Override
+                public void onSuccess(Message reply) {
+                    result("reply", "kind", "async", "body",
+                           new String(reply.getBody(), StandardCharsets.UTF_8));
+                    answered.countDown();
+                }
+
+                @Override
+                public void onException(Throwable error) {
+                    result("replyerror", "message", String.valueOf(error.getMessage()));
+                    answered.countDown();
+                }
+            }, 10_000);
+            ok = answered.await(30, TimeUnit.SECONDS);
+        } finally {
+            requester.shutdown();
+            responder.shutdown();
+            replier.shutdown();
+        }
+        return ok;
+    }
+
+    static Message requestWithRetry(DefaultMQProducer requester, Message request)
+            throws Exception {
+        // The first request may race the responder's rebalance; a reply times out then.
+        Exception last = null;
+        for (int attempt = 0; attempt < 5; attempt++) {
+            try {
+                return requester.request(request, 8_000);
+            } catch (Exception error) {
+                last = error;
+                result("requesterror", "attempt", attempt, "message",
+                       String.valueOf(error.getMessage()));
+            }
+        }
+        throw last;
+    }
+
+    // --- message trace ---------------------------------------------------------------------
+    static boolean trace(String namesrv, Map<String, String> options) throws Exception {
+        String topic = options.get("topic");
+        String run = options.get("run");
+        int count = Integer.parseInt(options.getOrDefault("count", "5"));
+        DefaultMQProducer producer = new DefaultMQProducer(run + "_traced_producer", true);
+        producer.setNamesrvAddr(namesrv);
+        producer.start();
+        Set<String> consumed = ConcurrentHashMap.newKeySet();
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(run + "_traced_consumer", true);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                consumed.add(message.getKeys());
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        try {
+            for (int i = 0; i < count; i++) {
+                Message message = new Message(topic, "traced", run + "-key-" + i,
+                    ("traced-" + i).getBytes(StandardCharsets.UTF_8));
+                producer.send(message, 10_000);
+            }
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (consumed.size() < count && System.currentTimeMillis() < deadline) {
+                Thread.sleep(100);
+            }
+            result("consumed", "count", consumed.size());
+            return countTraces(namesrv, run, topic, count, deadline);
+        } finally {
+            consumer.shutdown();
+            producer.shutdown();
+        }
+    }
+
+    static boolean countTraces(String namesrv, String run, String topic, int count,
+                               long deadline) throws Exception {
+        DefaultMQPullConsumer reader = new DefaultMQPullConsumer(run + "_trace_reader");
+        reader.setNamesrvAddr(namesrv);
+        reader.start();
+        try {
+            Map<String, Integer> types = new HashMap<>();
+            while (System.currentTimeMillis() < deadline) {
+                types = traceTypes(reader, topic, run);
+                if (types.getOrDefault("Pub", 0) >= count
+                        && types.getOrDefault("SubAfter", 0) >= count) {
+                    break;
+                }
+                Thread.sleep(500);
+            }
+            result("trace", "pub", types.getOrDefault("Pub", 0),
+                   "subBefore", types.getOrDefault("SubBefore", 0),
+                   "subAfter", types.getOrDefault("SubAfter", 0));
+            return true;
+        } finally {
+            reader.shutdown();
+        }
+    }
+
+    static Map<String, Integer> traceTypes(DefaultMQPullConsumer reader, String topic, String run)
+            throws Exception {
+        Map<String, Integer> types = new HashMap<>();
+        Set<MessageQueue> queues;
+        try {
+            queues = reader.fetchSubscribeMessageQueues(TRACE_TOPIC);
+        } catch (MQClientException notYet) {
+            return types;     // the trace producer has not created the topic yet
+        }
+        for (MessageQueue queue : queues) {
+            long offset = 0;
+            while (true) {
+                PullResult pulled = reader.pull(queue, "*", offset, 32, 5_000);
+                if (pulled.getPullStatus() != PullStatus.FOUND) {
+                    break;
+                }
+                for (MessageExt message : pulled.getMsgFoundList()) {
+                    String body = new String(message.getBody(), StandardCharsets.UTF_8);
+                    // Records end with char 2 (FIELD_SPLITOR); fields are split by char 1.
+                    for (String record : body.split("\u0002")) {
+                        List<String> fields = Arrays.asList(record.split("\u0001"));
+                        // Pub names the topic and group, SubAfter only the keys: each
+                        // carries the run's prefix.
+                        if (fields.size() > 3 && record.contains(run)) {
+                            types.merge(fields.get(0), 1, Integer::sum);
+                        }
+                    }
+                }
+                offset = pulled.getNextBeginOffset();
+            }
+        }
+        return types;
+    }
+}
