@@ -12,6 +12,7 @@ signed by pybroker.acl.signature (Java's AclClientRPCHook restated; Java's mqadm
 tests/compat/test_acl_mqadmin.py); state read back with open GET_KV_CONFIG and route
 look-ups. Then `pybroker namesrv -c` with aclEnable and a file that does not parse.
 """
+import asyncio
 import subprocess
 import sys
 import time
@@ -19,7 +20,8 @@ import time
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker, free_port
-from pybroker.acl.signature import sign_request
+from pybroker.acl.signature import Credentials, sign_request
+from pybroker.client import Admin
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.remoting.client import SyncRemotingClient
@@ -141,6 +143,25 @@ def test_routes_are_open_and_route_changes_need_an_admin(broker, namesrv):
     assert (after.code, after.body) == (ResponseCode.SUCCESS, route.body)
     cluster = namesrv.invoke(_request(RequestCode.GET_BROKER_CLUSTER_INFO, {}), TIMEOUT_MS)
     assert cluster.code == ResponseCode.SUCCESS and b"broker-a" in cluster.body
+
+
+def test_pybroker_admin_signs_its_namesrv_requests(broker, namesrv):
+    """Admin.delete_topic sends DELETE_TOPIC_IN_BROKER to the broker and
+    DELETE_TOPIC_IN_NAMESRV to the NameServer, both signed by its credentials (a refusal of
+    either raises): the admin's succeeds, a user's is refused (by the broker, first)."""
+    async def delete(account) -> None:
+        async with Admin(broker.namesrv_addr, credentials=Credentials(*account)) as admin:
+            await admin.delete_topic(TOPIC)
+    _create_topic(broker)
+    wait_until = time.monotonic() + REGISTER_WAIT_S
+    while _route(namesrv).code != ResponseCode.SUCCESS:
+        assert time.monotonic() < wait_until, f"no route for {TOPIC}"
+        time.sleep(0.1)
+    with pytest.raises(Exception, match="Need admin permission"):
+        asyncio.run(delete(USER))
+    assert _route(namesrv).code == ResponseCode.SUCCESS
+    asyncio.run(delete(ADMIN))
+    assert _route(namesrv).code == ResponseCode.TOPIC_NOT_EXIST
 
 
 def test_unknown_codes_are_closed_to_unsigned_peers(namesrv):
