@@ -9,9 +9,11 @@ damaged on disk the way real disks and crashes do it:
   the offset (reliability R6), and must not have truncated anything; with the operator option
   ``skipDamagedRecordsOnRecover=true`` it starts, logs and counts the damaged record, never
   serves it, and every other message stays readable, new sends going after the end;
-* garbage in a ConsumeQueue's tail, a truncated IndexFile, a damaged checkpoint: derived
-  files, rebuilt from the CommitLog with a log line, every message still readable (by queue
-  offset, and by key for the index).
+* garbage in a ConsumeQueue's tail (random bytes, or stale units: copies of the queue's first
+  units, pointing at real records, as a torn or misplaced write leaves them), a truncated
+  IndexFile, a damaged checkpoint: derived files, rebuilt from the CommitLog with a log line,
+  every message still readable (by queue offset, and by key for the index), no record served
+  at a queue offset that is not its own, and new sends taking the next queue offsets.
 """
 import os
 import random
@@ -78,6 +80,9 @@ def _read_queue(broker) -> dict[int, bytes]:
                 status, size = record.check(data, position, len(data), True)
                 assert status == record.RECORD_OK, "a damaged record was served"
                 message = record.decode(data, position)
+                # A pull from queue_offset serves records of that offset on, never older ones
+                # (a stale consume-queue unit would serve an old record again).
+                assert message.queue_offset >= queue_offset, (message.queue_offset, queue_offset)
                 found[message.queue_offset] = bytes(message.body)
                 position += size
             next_offset = int(response.ext_fields["nextBeginOffset"])
@@ -201,14 +206,21 @@ def _expect_everything(broker, offset: int, rebuilt: str) -> None:
     _send_many(broker, MESSAGES, 5)
 
 
-def test_garbage_in_a_consume_queue_tail_is_rebuilt(tmp_path, rand):
+@pytest.mark.parametrize("garbage", ["random", "stale_units"])
+def test_garbage_in_a_consume_queue_tail_is_rebuilt(tmp_path, rand, garbage):
     broker = _filled_broker(tmp_path, "clean")
     try:
         queue_dir = os.path.join(broker.store_dir, "consumequeue", TOPIC, "0")
         name = sorted(os.listdir(queue_dir))[-1]
         with open(os.path.join(queue_dir, name), "r+b") as file:
+            if garbage == "random":
+                tail = rand.randbytes(40 * layout.CQ_STORE_UNIT_SIZE)
+            else:
+                # Plausible units (inside the CommitLog, positive sizes) that are not this
+                # offset's: recovery that only checks phy >= 0 and size > 0 keeps them.
+                tail = file.read(40 * layout.CQ_STORE_UNIT_SIZE)
             file.seek(MESSAGES * layout.CQ_STORE_UNIT_SIZE)
-            file.write(rand.randbytes(40 * layout.CQ_STORE_UNIT_SIZE))
+            file.write(tail)
         offset = len(broker._log_text())
         broker.start()
         _expect_everything(broker, offset, "rebuilt from the CommitLog")
