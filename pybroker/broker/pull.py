@@ -25,7 +25,7 @@ from pybroker.config import BrokerRole
 from pybroker.protocol import constants
 from pybroker.protocol.bodies import SubscriptionData, build_subscription
 from pybroker.protocol.codes import RequestCode, ResponseCode
-from pybroker.protocol.command import RemotingCommand, create_response
+from pybroker.protocol.command import MappedBody, RemotingCommand, create_response
 from pybroker.protocol.headers import PULL_MESSAGE_RESPONSE, encode_header, parse_request_header
 from pybroker.store.status import GetStatus, pull_response
 
@@ -161,14 +161,17 @@ def _suggest_broker_id(ctx, group_config, suggest_pull_from_slave: bool) -> int:
 
 def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter: MessageFilter,
                 queue_offset: int) -> tuple[RemotingCommand, GetStatus, int]:
-    """Read the queue from ``queue_offset`` and build the response (body = the raw records,
-    one copy); also the store status and the next offset to read."""
+    """Read the queue from ``queue_offset`` and build the response (body = the raw records as
+    views of the mapped CommitLog, a :class:`MappedBody` that owns the read's holds: the
+    connection writes them without a copy and releases them); also the store status and the
+    next offset to read."""
     stats = ctx.stats
     started = stats.now_ns() if stats is not None else 0
     result = ctx.store.get_messages(header.consumer_group, header.topic, header.queue_id,
                                     queue_offset, header.max_msg_nums, header.max_msg_bytes,
                                     pull_filter.tag_codes, pull_filter.record_filter)
     residency = _count_get(stats, header, result, started) if stats is not None else None
+    body: MappedBody | None = None
     try:
         code, _ = pull_response(result.status, queue_offset)
         suggest = _suggest_broker_id(ctx, group_config, result.suggest_pull_from_slave)
@@ -178,7 +181,8 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
         if (code == ResponseCode.PULL_OFFSET_MOVED and not _OFFSET_CHECK_IN_SLAVE
                 and ctx.config.store.broker_role == BrokerRole.SLAVE):
             code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, group_config.broker_id
-        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else None
+        if code == ResponseCode.SUCCESS:
+            body = MappedBody(result.buffers, result.release)
         ext_fields = encode_header(PULL_MESSAGE_RESPONSE, {
             "suggest_which_broker_id": suggest,
             "next_begin_offset": result.next_begin_offset,
@@ -186,14 +190,16 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
             "max_offset": result.max_offset,
         })
         if residency is not None and stats is not None:
-            # The read's cost includes the copy above, where cold pages are faulted in.
+            # The records are not copied here: cold pages fault in when the socket write
+            # reads them, after this figure (the mincore above still saw them cold).
             stats.pull_residency(*residency, result.suggest_pull_from_slave,
                                  stats.now_ns() - started)
         # Java puts the GetMessageStatus name in the remark of every store answer.
         response = create_response(request, code, result.status.name, ext_fields, body)
         return response, result.status, result.next_begin_offset
     finally:
-        result.release()
+        if body is None:
+            result.release()
 
 
 def _count_get(stats, header, result, started_ns: int) -> tuple[int, int] | None:

@@ -13,7 +13,7 @@ integers. Encoded JSON follows protocol.md §8 item 4: compact, every ext value 
 ``language`` as its enum name.
 """
 import itertools
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import orjson
 
@@ -27,7 +27,39 @@ from pybroker.protocol.constants import (
     SerializeType,
 )
 
-Body = Union[bytes, bytearray, memoryview, None]
+
+
+class MappedBody:
+    """A body made of views of mapped store files (a pull's records), sent without a copy.
+
+    :meth:`pybroker.remoting.connection.RemotingConnection.send` writes the views themselves
+    (``os.writev`` from the mapping) and calls :meth:`release` once they are written; every other
+    reader sees the bytes through ``bytes(body)`` (one copy, e.g. :func:`encode`, tests). The
+    release runs at most once, also when the body is dropped unsent (garbage collection), so the
+    store files the views hold can be unmapped."""
+    __slots__ = ("views", "nbytes", "_release")
+
+    def __init__(self, views: list, release: Callable[[], None]):
+        self.views = views
+        self.nbytes = sum(view.nbytes for view in views)
+        self._release: Optional[Callable[[], None]] = release
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.views)
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+Body = Union[bytes, bytearray, memoryview, MappedBody, None]
 
 FRAME_MAX_BYTES_DEFAULT = _frame.FRAME_MAX_BYTES_DEFAULT
 EXT_FIELDS_MAX_DEFAULT = _frame.EXT_FIELDS_MAX_DEFAULT
@@ -185,14 +217,33 @@ def encode(command: RemotingCommand, serialize_type: int = _SERIALIZE_JSON, *,
     language, a frame over ``frame_max_bytes``), TypeError for non-str ext keys or values.
     ``None`` ext values are left out, as Java leaves out null header fields.
     """
+    body = command.body
+    if isinstance(body, MappedBody):
+        body = bytes(body)
     if serialize_type == _SERIALIZE_ROCKETMQ:
         return _frame.encode_binary_frame(command.code, command.language, command.version,
                                           command.opaque, command.flag, command.remark,
-                                          command.ext_fields, command.body, frame_max_bytes)
+                                          command.ext_fields, body, frame_max_bytes)
     if serialize_type != _SERIALIZE_JSON:
         raise ValueError(f"serialize type {serialize_type} is neither 0 (JSON) nor 1 (ROCKETMQ)")
-    return _frame.encode_frame(_SERIALIZE_JSON, encode_json_header(command), command.body,
+    return _frame.encode_frame(_SERIALIZE_JSON, encode_json_header(command), body,
                                frame_max_bytes)
+
+
+def encode_head(command: RemotingCommand, body_length: int, serialize_type: int = _SERIALIZE_JSON,
+                *, frame_max_bytes: int = FRAME_MAX_BYTES_DEFAULT) -> bytes:
+    """The frame of ``command`` up to its body (length word, header word, header), announcing a
+    body of ``body_length`` bytes the caller writes after it; :func:`encode`'s checks apply."""
+    head = bytearray(encode(RemotingCommand(command.code, command.language, command.version,
+                                            command.opaque, command.flag, command.remark,
+                                            command.ext_fields), serialize_type,
+                            frame_max_bytes=frame_max_bytes))
+    if len(head) + body_length > frame_max_bytes:
+        raise ValueError(f"frame of {len(head) + body_length} bytes exceeds frame_max_bytes "
+                         f"{frame_max_bytes}")
+    length_field = int.from_bytes(head[:4], "big") + body_length
+    head[:4] = length_field.to_bytes(4, "big")
+    return bytes(head)
 
 
 def encode_json_header(command: RemotingCommand) -> bytes:

@@ -16,7 +16,12 @@ send the bytes it announces), and shrinks back to 64 KiB once it is empty.
 Write path. :meth:`RemotingConnection.send` encodes at once (so an unencodable command raises at
 the caller) and queues the frame; the queue is written with one ``transport.writelines`` per
 event-loop turn (``loop.call_soon``), so the replies to every frame of one read leave in one
-system call.
+system call. A pull's records (:class:`pybroker.protocol.command.MappedBody`, views of the
+mapped CommitLog) are queued as those views after their frame head and are never copied in
+user space: on a plain socket whose transport has nothing buffered the queue goes out with
+``os.writev`` (asyncio 3.11's ``writelines`` would join it into one bytes), only a part the kernel
+does not take is copied into the transport's buffer; over TLS the queue is joined. The views
+are released once written.
 
 Matching. Both sides may send requests on one connection (broker -> client
 NOTIFY_CONSUMER_IDS_CHANGED / CHECK_TRANSACTION_STATE). Requests go to the ``dispatch`` callable
@@ -42,13 +47,14 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import os
 from typing import Any, Callable, Optional
 
 from pybroker._fast.frame import split_frames
 from pybroker.config import RemotingConfig
 from pybroker.errors import ProtocolError
 from pybroker.protocol import command as _command
-from pybroker.protocol.command import RemotingCommand
+from pybroker.protocol.command import MappedBody, RemotingCommand
 from pybroker.protocol.constants import RPC_ONEWAY, SerializeType
 
 LOGGER = logging.getLogger("pybroker.remoting")
@@ -58,6 +64,8 @@ _REMOTING_DEFAULTS = RemotingConfig()
 RECEIVE_BUFFER_INITIAL_BYTES = 64 * 1024
 _FRAME_LENGTH_FIELD_BYTES = 4
 _SERIALIZE_JSON = int(SerializeType.JSON)
+# IOV_MAX on Linux: parts per os.writev call.
+_WRITEV_MAX_PARTS = 1024
 _connection_ids = itertools.count(1)
 
 Dispatch = Callable[["RemotingConnection", RemotingCommand], None]
@@ -154,8 +162,10 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._receive_buffer = bytearray()
         self._data_start = 0      # first unconsumed byte in _receive_buffer
         self._data_end = 0        # end of the received bytes
-        self._write_queue: list[bytes] = []
+        self._write_queue: list[bytes | memoryview] = []
         self._queued_bytes = 0        # bytes in _write_queue
+        self._write_holds: list[MappedBody] = []    # released once the queue is written
+        self._socket_fd = -1          # a plain socket written with os.writev (not TLS)
         self._transport_unsent = 0    # transport buffer at the last flush or resume (bytes)
         self._flush_scheduled = False
         self._reading_paused = False
@@ -217,6 +227,9 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._loop = asyncio.get_running_loop()
         self.closed_future = self._loop.create_future()
         self.remote_address = _address_text(transport)
+        socket = transport.get_extra_info("socket")
+        if socket is not None and transport.get_extra_info("sslcontext") is None:
+            self._socket_fd = socket.fileno()
         high = self.limits.write_buffer_high_bytes
         transport.set_write_buffer_limits(high=high, low=high // 4)
         self._last_activity = self._loop.time()
@@ -339,6 +352,7 @@ class RemotingConnection(asyncio.BufferedProtocol):
                 timer.cancel()
         self._timer = self._sweep_timer = None
         self._write_queue.clear()
+        self._release_holds()
         reason = self._close_reason or (f"connection lost: {exc}" if exc else "connection closed")
         pending, self._pending = self._pending, {}
         self._deadlines_by_opaque.clear()
@@ -408,6 +422,22 @@ class RemotingConnection(asyncio.BufferedProtocol):
         ``frame_max_bytes``). On a closed connection the command is dropped (logged at DEBUG),
         as a late reply to a client that went away is.
         """
+        body = command.body
+        if isinstance(body, MappedBody):
+            try:
+                head = _command.encode_head(command, body.nbytes, self.serialize_type,
+                                            frame_max_bytes=self.limits.frame_max_bytes)
+            except BaseException:
+                body.release()
+                raise
+            self.send_frame(head)
+            if self._closed:
+                body.release()
+                return
+            self._write_queue.extend(body.views)
+            self._queued_bytes += body.nbytes
+            self._write_holds.append(body)
+            return
         frame = _command.encode(command, self.serialize_type,
                                 frame_max_bytes=self.limits.frame_max_bytes)
         self.send_frame(frame)
@@ -430,7 +460,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
             return
         queue, self._write_queue = self._write_queue, []
         self._queued_bytes = 0
-        self._transport.writelines(queue)
+        self._write_out(queue)
+        self._release_holds()
         self._last_activity = self._loop.time()
         unsent_bytes = self._transport_unsent = self._transport.get_write_buffer_size()
         if unsent_bytes > self.limits.write_buffer_max_bytes:
@@ -440,6 +471,40 @@ class RemotingConnection(asyncio.BufferedProtocol):
             self.abort(f"{unsent_bytes} unsent bytes over write_buffer_max_bytes")
         elif self._frames_held and not self._writing_paused:
             self._loop.call_soon(self._run_held_frames)
+
+    def _write_out(self, queue: list) -> None:
+        """Write the queue in order: straight to a plain socket while the transport holds
+        nothing (the views are not copied), else through the transport."""
+        transport = self._transport
+        if self._socket_fd < 0 or transport.get_write_buffer_size() or transport.is_closing():
+            transport.writelines(queue)
+            return
+        start = 0
+        while start < len(queue):
+            parts = queue[start:start + _WRITEV_MAX_PARTS]
+            try:
+                written = os.writev(self._socket_fd, parts)
+            except (BlockingIOError, InterruptedError):
+                written = 0
+            except OSError:
+                break        # the transport's own write meets the error and closes
+            for part in parts:
+                if written < len(part):
+                    if written:
+                        queue[start] = part[written:]
+                    break
+                written -= len(part)
+                start += 1
+            else:
+                continue
+            break
+        if start < len(queue):
+            transport.write(b"".join(queue[start:]))
+
+    def _release_holds(self) -> None:
+        holds, self._write_holds = self._write_holds, []
+        for body in holds:
+            body.release()
 
     async def invoke(self, command: RemotingCommand, timeout_ms: int) -> RemotingCommand:
         """Send request ``command`` and wait up to ``timeout_ms`` for the response to its opaque.

@@ -128,7 +128,9 @@ def header_longs(response: RemotingCommand) -> dict[str, int]:
 
 
 def bodies_of(body) -> list[bytes]:
-    """Decode the concatenated records of a pull body; each must be a whole valid record."""
+    """Decode the concatenated records of a pull body; each must be a whole valid record.
+    A found pull's body is a MappedBody (views of the CommitLog): bytes() joins them."""
+    body = bytes(body)
     bodies, position = [], 0
     while position < len(body):
         status, total_size = record_codec.check(body, position, len(body), True)
