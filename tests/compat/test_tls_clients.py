@@ -6,6 +6,7 @@ NameServer and broker ports are tls.server.mode=enforcing, with ACL 1.0 on as we
 same client without TLS is turned away (its plain connections are closed and logged). With
 tls.server.need.client.auth=require the Java client, verifying the broker's certificate against
 the CA, is served only when it shows its own certificate (Java's tls.client.* properties).
+A permissive broker serves the Java and Go clients with and without TLS on the same ports.
 
 Method: certificates made by openssl at test time; one `pybroker standalone` with
 tls.server.mode=enforcing, a server certificate, aclEnable=true; the Java side runs
@@ -120,6 +121,41 @@ def test_java_client_with_a_client_certificate(mutual, tmp_path, version):
         topic=topic, count=COUNT, group="acl_java_p", ak=PRODUCER[0], sk=PRODUCER[1])
     assert code == 0, output
     assert [r["status"] for r in results if r["op"] == "send"] == ["SEND_OK"] * COUNT
+
+
+@pytest.fixture(scope="module")
+def permissive(tmp_path_factory):
+    """A permissive standalone (TLS and plain TCP on the same ports), ACL on."""
+    missing = certs.openssl_missing()
+    if missing:
+        pytest.skip(missing)
+    work = tmp_path_factory.mktemp("tls-permissive-clients")
+    made = certs.make_certificates(work / "certs")
+    acl_file = work / "plain_acl.yml"
+    acl_file.write_text(ACL_TEXT)
+    settings = {"aclEnable": "true", "rocketmq.acl.plain.file": str(acl_file),
+                "tls.server.mode": "permissive", "tls.server.certPath": str(made.server_cert),
+                "tls.server.keyPath": str(made.server_key)}
+    with StandaloneBroker(work, settings) as running:
+        yield running
+
+
+@pytest.mark.parametrize("tls", [True, False], ids=["tls", "plain"])
+def test_permissive_serves_java_and_go_clients_with_and_without_tls(permissive, tmp_path, tls):
+    """Java's TlsModeHandler behaviour: one port, the client decides (first-byte detection)."""
+    install = peers.java_install("4.9.8")
+    code, results, output = run_secure_client(
+        install, tmp_path / "java", permissive, "produce",
+        system_properties={"tls.enable": str(tls).lower()}, topic="AclJava48", count=3,
+        group="acl_java_p", ak=PRODUCER[0], sk=PRODUCER[1])
+    assert code == 0, output
+    assert [r["status"] for r in results if r["op"] == "send"] == ["SEND_OK"] * 3
+    code, records, output = _rmqgotls(
+        peers.rmqgotls_path(), tmp_path / "go", "send", "--namesrv", permissive.namesrv_addr,
+        "--topic", "AclGo", "--count", 3, "--group", "acl_go_p", "--access-key", PRODUCER[0],
+        "--secret-key", PRODUCER[1], f"--tls={str(tls).lower()}")
+    assert code == 0, output
+    assert [r["type"] for r in records].count("send") == 3 and records[-1]["sent"] == 3
 
 
 def _rmqgotls(binary, tmp_path, *args) -> tuple[int, list[dict], str]:
