@@ -21,6 +21,7 @@ __all__ = ["handle_query_message", "handle_view_message_by_id", "handle_get_max_
 
 _BOUNDARY_UPPER = "upper"
 _BOUNDARY_LOWER = "lower"
+_BOUNDARY_NEAREST = "nearest"
 
 
 async def handle_query_message(ctx: BrokerContext, channel: ClientChannel,
@@ -89,8 +90,12 @@ async def handle_get_min_offset(ctx: BrokerContext, channel: ClientChannel,
 
 
 def _boundary(boundary_type: str | None) -> str:
-    """Java BoundaryType.getType: "upper" in any case is UPPER, anything else LOWER."""
-    if boundary_type is not None and boundary_type.lower() == _BOUNDARY_UPPER:
+    """Java 5.x BoundaryType.getType: "upper" in any case is UPPER, anything else LOWER. A
+    request without boundaryType (4.x clients) gets Java 4.9's answer: the nearest store time
+    (docs/compatibility.md)."""
+    if boundary_type is None:
+        return _BOUNDARY_NEAREST
+    if boundary_type.lower() == _BOUNDARY_UPPER:
         return _BOUNDARY_UPPER
     return _BOUNDARY_LOWER
 
@@ -98,7 +103,7 @@ def _boundary(boundary_type: str | None) -> str:
 async def handle_search_offset_by_timestamp(ctx: BrokerContext, channel: ClientChannel,
                                             request: RemotingCommand) -> RemotingCommand:
     """SEARCH_OFFSET_BY_TIMESTAMP: the queue offset of the message stored at ``timestamp``
-    (ms), by the LOWER (default) or UPPER ``boundaryType``."""
+    (ms), by the LOWER or UPPER ``boundaryType`` (5.x clients), the nearest without one."""
     header = parse_request_header(request.code, request.ext_fields)
     queue_offset = ctx.store.get_offset_in_queue_by_time(
         header.topic, header.queue_id, header.timestamp, _boundary(header.boundary_type))

@@ -51,7 +51,7 @@ _UNIT = struct.Struct(">qiq")
 assert _UNIT.size == UNIT_SIZE
 _FILLER_UNIT = _UNIT.pack(0, layout.CQ_FILLER_SIZE, 0)
 DEFAULT_MAPPED_FILE_SIZE = 300_000 * UNIT_SIZE   # mappedFileSizeConsumeQueue
-BOUNDARIES = ("lower", "upper")
+BOUNDARIES = ("lower", "upper", "nearest")
 
 
 # How far past the last valid unit recover() looks for leftover bytes (a damaged tail).
@@ -386,7 +386,9 @@ class ConsumeQueue:
         the CommitLog, negative when the record is gone (treated as older than anything).
         ``boundary="lower"``: the first offset stored at or after ``timestamp_ms`` (max offset
         when all are older); ``"upper"``: the last offset stored at or before it (min offset
-        when all are newer). Store times are taken as non-decreasing along the queue.
+        when all are newer); ``"nearest"`` (Java 4.x, no boundary given): the offset whose
+        store time is nearest, the earlier one on a tie, the last message when all are older.
+        Store times are taken as non-decreasing along the queue.
         """
         if boundary not in BOUNDARIES:
             raise ValueError(f"boundary must be one of {BOUNDARIES}, got {boundary!r}")
@@ -400,15 +402,33 @@ class ConsumeQueue:
                 low = middle + 1
                 continue
             stored_ms = store_timestamp_of(unit[0], unit[1])
-            before = stored_ms < timestamp_ms if boundary == "lower" else \
-                stored_ms <= timestamp_ms
+            before = stored_ms <= timestamp_ms if boundary == "upper" else \
+                stored_ms < timestamp_ms
             if before:
                 low = middle + 1
             else:
                 high = middle
         if boundary == "lower":
             return low
+        if boundary == "nearest":
+            return self._nearest(low, timestamp_ms, store_timestamp_of)
         return max(low - 1, self.min_offset_in_queue())
+
+    def _nearest(self, lower: int, timestamp_ms: int,
+                 store_timestamp_of: Callable[[int, int], int]) -> int:
+        # ``lower`` is the first offset stored at or after the time (Java 4.9's
+        # getOffsetInQueueByTime keeps the nearer of it and the one before).
+        first, end = self.min_offset_in_queue(), self.max_offset_in_queue()
+        if end <= first or lower <= first:
+            return lower
+        if lower >= end:
+            return end - 1
+        before, after = self.get(lower - 1), self.get(lower)
+        if before is None or after is None:
+            return lower
+        before_ms = store_timestamp_of(before[0], before[1])
+        after_ms = store_timestamp_of(after[0], after[1])
+        return lower if abs(timestamp_ms - before_ms) > abs(timestamp_ms - after_ms) else lower - 1
 
     # --- truncation and expiry ----------------------------------------------------------------
     def truncate_dirty(self, phy_offset: int) -> None:

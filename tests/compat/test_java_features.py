@@ -74,3 +74,18 @@ def test_message_trace(rmq, classes):
     (trace,) = [result for result in results if result["op"] == "trace"]
     assert consumed["count"] == "5"
     assert (trace["pub"], trace["subBefore"], trace["subAfter"]) == ("5", "5", "5"), results
+
+
+def test_queue_offsets(rmq, classes):
+    """Offsets of queue 0 after 10 sends with a pause after the fifth: min/max, searchOffset
+    by time (Java 4.9: the nearest store time wins, the fourth message here; after the last
+    message, the last one), the lite pull consumer's seek, offsetForTimestamp and commits."""
+    results = {result["op"]: result for result in _run(rmq, classes, "offsets", "OffsetTopic")}
+    queue, seek = results["queue"], results["seek"]
+    assert (queue["min"], queue["max"]) == ("0", "10"), results
+    assert (queue["searchMiddle"], queue["searchBefore"]) == ("4", "0"), results
+    assert queue["searchAfter"] == "9" and queue["earliestInRange"] == "true", results
+    assert (seek["first"], seek["body"]) == ("3", "offset-3"), results
+    assert seek["offsetForTimestamp"] == "4", results
+    committed = results["committed"]
+    assert committed["offset"] == committed["polledEnd"] != "-1", results

@@ -3,7 +3,10 @@
 // DefaultMQProducer.request, the broker pushes the reply to the requester) and message trace
 // (enableMsgTrace: the client writes Pub/SubBefore/SubAfter records to RMQ_SYS_TRACE_TOPIC).
 //
-// Usage: java -cp "lib/*:classes" Features NAMESRV op=rpc|trace topic=T run=R [count=N]
+// The offsets op covers the queue-offset API a client uses: minOffset, maxOffset, searchOffset,
+// earliestMsgStoreTime, and the lite pull consumer's assign/seek/offsetForTimestamp/commit.
+//
+// Usage: java -cp "lib/*:classes" Features NAMESRV op=rpc|trace|offsets topic=T run=R [count=N]
 // Prints "RESULT op=... k=v" lines (values URL-encoded) and exits 0 when the op completed.
 import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
@@ -16,6 +19,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.PullResult;
@@ -46,7 +50,13 @@ public final class Features {
         boolean ok;
         try {
             String op = options.get("op");
-            ok = "rpc".equals(op) ? rpc(args[0], options) : trace(args[0], options);
+            if ("rpc".equals(op)) {
+                ok = rpc(args[0], options);
+            } else if ("offsets".equals(op)) {
+                ok = offsets(args[0], options);
+            } else {
+                ok = trace(args[0], options);
+            }
         } catch (Exception error) {
             result("error", "type", error.getClass().getSimpleName(), "message",
                    String.valueOf(error.getMessage()));
@@ -245,5 +255,67 @@ public final class Features {
             }
         }
         return types;
+    }
+
+    // --- queue offsets ---------------------------------------------------------------------
+    static boolean offsets(String namesrv, Map<String, String> options) throws Exception {
+        String topic = options.get("topic");
+        String run = options.get("run");
+        DefaultMQProducer producer = new DefaultMQProducer(run + "_offsets_producer");
+        producer.setNamesrvAddr(namesrv);
+        producer.start();
+        DefaultMQPullConsumer reader = new DefaultMQPullConsumer(run + "_offsets_reader");
+        reader.setNamesrvAddr(namesrv);
+        reader.start();
+        DefaultLitePullConsumer lite = new DefaultLitePullConsumer(run + "_offsets_lite");
+        lite.setNamesrvAddr(namesrv);
+        lite.setAutoCommit(false);
+        try {
+            MessageQueue queue = null;
+            for (MessageQueue candidate : producer.fetchPublishMessageQueues(topic)) {
+                if (candidate.getQueueId() == 0) {
+                    queue = candidate;
+                }
+            }
+            long before = System.currentTimeMillis();
+            long middle = 0;
+            for (int i = 0; i < 10; i++) {
+                if (i == 5) {
+                    // Nearer the fourth message than the fifth: Java's search by time
+                    // answers the queue offset whose store time is nearest.
+                    Thread.sleep(100);
+                    middle = System.currentTimeMillis();
+                    Thread.sleep(600);
+                }
+                producer.send(new Message(topic, "o", run + "-o-" + i,
+                    ("offset-" + i).getBytes(StandardCharsets.UTF_8)), queue, 10_000);
+            }
+            long earliest = reader.earliestMsgStoreTime(queue);
+            result("queue", "min", reader.minOffset(queue), "max", reader.maxOffset(queue),
+                   "searchMiddle", reader.searchOffset(queue, middle),
+                   "searchBefore", reader.searchOffset(queue, before - 60_000),
+                   "searchAfter", reader.searchOffset(queue, System.currentTimeMillis() + 60_000),
+                   "earliestInRange", earliest >= before - 1000 && earliest <= middle);
+            lite.start();
+            lite.assign(Arrays.asList(queue));
+            lite.seek(queue, 3);
+            List<MessageExt> polled = new java.util.ArrayList<>();
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (polled.isEmpty() && System.currentTimeMillis() < deadline) {
+                polled.addAll(lite.poll(1000));
+            }
+            result("seek", "first", polled.isEmpty() ? -1 : polled.get(0).getQueueOffset(),
+                   "body", polled.isEmpty() ? "" : new String(polled.get(0).getBody(),
+                                                              StandardCharsets.UTF_8),
+                   "offsetForTimestamp", lite.offsetForTimestamp(queue, middle));
+            lite.commitSync();
+            result("committed", "offset", lite.committed(queue), "polledEnd",
+                   polled.isEmpty() ? -1 : polled.get(polled.size() - 1).getQueueOffset() + 1);
+            return true;
+        } finally {
+            lite.shutdown();
+            reader.shutdown();
+            producer.shutdown();
+        }
     }
 }

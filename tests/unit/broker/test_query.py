@@ -178,6 +178,8 @@ def test_offsets_of_an_unknown_queue_are_zero(broker):
 
 @pytest.mark.parametrize("timestamp_ms, boundary, expected", [
     (2000, None, 1), (2000, "LOWER", 1), (2000, "lower", 1), (2000, "bogus", 1),
+    # No boundaryType (4.x clients): Java 4.9's nearest store time, ties to the earlier.
+    (2400, None, 2), (2500, None, 2), (2600, None, 3), (0, None, 0), (9000, None, 3),
     (2000, "UPPER", 2), (2000, "upper", 2), (2000, "Upper", 2),
     (2500, "LOWER", 3), (2500, "UPPER", 2),
     (0, "LOWER", 0), (9000, "LOWER", 4),
