@@ -323,3 +323,27 @@ def test_pybroker_admin_signs_with_an_acl_file(broker, tmp_path):
         refused.stderr, refused.stdout + refused.stderr
     created = admin(ADMIN, "acl_cli_topic")
     assert created.returncode == 0, created.stdout + created.stderr
+
+
+def test_the_vip_port_checks_sends_too(broker, client):
+    """Java 4.x clients send through the VIP port (listenPort - 2, vipChannelEnabled): the same
+    check guards it; an unsigned and a tampered send are refused there and store nothing, a
+    signed one is stored."""
+    before = _max_offset(client)
+    fields = _send_fields("acl_orders")
+    tampered = _signed(RequestCode.SEND_MESSAGE_V2, fields, b"vip body")
+    tampered.body = b"vip bodY"
+    with SyncRemotingClient() as vip:
+        vip.connect(f"127.0.0.1:{broker.broker_port - 2}")
+        _refused(vip.invoke(create_request(RequestCode.SEND_MESSAGE_V2, fields, b"vip"),
+                            TIMEOUT_MS), "No accessKey is configured")
+        _refused(vip.invoke(tampered, TIMEOUT_MS),
+                 f"Check signature failed for accessKey={PRODUCER[0]}")
+        assert _max_offset(client) == before
+        sent = vip.invoke(_signed(RequestCode.SEND_MESSAGE_V2, fields, b"vip signed"),
+                          TIMEOUT_MS)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    deadline = time.monotonic() + 10   # the consume queue follows the CommitLog (dispatcher)
+    while (after := _max_offset(client)) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert after == before + 1
