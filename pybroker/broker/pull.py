@@ -34,8 +34,7 @@ __all__ = ["handle_pull_message", "process_pull", "HANDLERS"]
 _PullFlag = constants.PullSysFlag
 _MASTER_ID = 0
 # Java FAQUrl (4.9.x) and FAQUrl.suggestTodo.
-_FAQ_URL = "http://rocketmq.apache.org/docs/faq/"
-_SUGGEST_TODO = f"\nSee {_FAQ_URL} for further details."
+_SUGGEST_TODO = constants.FAQ_SUGGEST_TODO
 # Java MessageStoreConfig.offsetCheckInSlave default; not a pybroker setting.
 _OFFSET_CHECK_IN_SLAVE = False
 

@@ -22,8 +22,8 @@ from pybroker.protocol import headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_response
 from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, DLQ_QUEUE_NUMS_PER_GROUP,
-                                         RETRY_GROUP_TOPIC_PREFIX, MQVersion, Perm, Property,
-                                         TopicSysFlag)
+                                         FAQ_SUGGEST_TODO, RETRY_GROUP_TOPIC_PREFIX, MQVersion,
+                                         Perm, Property, TopicSysFlag)
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.protocol.properties import decode_properties
 from pybroker.store.status import send_response
@@ -54,7 +54,8 @@ def _check_request(ctx, header):
     group_config = ctx.metadata.subscription_group(header.group)
     if group_config is None:
         raise send.SendRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                               f"subscription group not exist, {header.group}")
+                               f"subscription group not exist, {header.group} "
+                               f"{FAQ_SUGGEST_TODO}")
     broker = ctx.config.broker
     if not broker.broker_permission & Perm.WRITE:
         raise send.SendRefused(ResponseCode.NO_PERMISSION,

@@ -194,14 +194,27 @@ def _int_field(obj: dict, key: str, what: str, default: int | None = None) -> in
     return _integer(value, f"{what}.{key}")
 
 
+_TRUE_TEXTS = frozenset({"true", "1", "y", "t"})
+_FALSE_TEXTS = frozenset({"false", "0", "f", "n"})
+
+
 def _bool_field(obj: dict, key: str, what: str, default: bool = False) -> bool:
+    """A boolean as fastjson reads one into a boolean field (TypeUtils.castToBoolean): true /
+    false, a number (1 is true), or the strings true/1/Y/T and false/0/F/N (case aside);
+    "" and "null" are absent."""
     value = obj.get(key)
     if value is None:
         return default
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
+    if isinstance(value, (int, float)):
+        return int(value) == 1
+    if isinstance(value, str):
+        text = value.lower()
+        if text in ("", "null"):
+            return default
+        if text in _TRUE_TEXTS or text in _FALSE_TEXTS:
+            return text in _TRUE_TEXTS
     raise ValueError(f"{what}: field {key!r} must be a boolean, got {value!r:.60}")
 
 

@@ -241,3 +241,8 @@ END_TRANSACTION_ROLLBACK = int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 
 # Delay levels (protocol.md §5.1): the default string; the schedule topic has one queue per level.
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+# Java FAQUrl.suggestTodo(FAQUrl.*): the tail of several of Java's refusal remarks (every FAQ
+# constant of 4.9 points at this one page).
+FAQ_SUGGEST_TODO = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."

@@ -340,3 +340,27 @@ def test_register_body_crc_and_errors():
 def test_subscription_data_defaults_match_java_beans():
     subscription = SubscriptionData("T")
     assert subscription.sub_string == "*" and subscription.expression_type == "TAG"
+
+
+@pytest.mark.parametrize("value, expected", [
+    (True, True), (False, False), ("true", True), ("TRUE", True), ("false", False),
+    ("1", True), ("0", False), (1, True), (0, False), (2, False), ("Y", True), ("t", True),
+    ("N", False), ("f", False), ("", False), ("null", False),
+])
+def test_boolean_fields_read_as_fastjson_reads_them(value, expected):
+    # fastjson (TypeUtils.castToBoolean) takes "1"/"0", numbers and Y/T/F/N for a boolean.
+    body = orjson.dumps({"clientID": "c", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": value,
+         "subscriptionDataSet": []}]})
+    assert bodies.decode_heartbeat(body).consumer_datas[0].unit_mode is expected
+
+
+@pytest.mark.parametrize("value", ["yes", "2", [True], {"a": 1}])
+def test_other_boolean_values_are_refused(value):
+    body = orjson.dumps({"clientID": "c", "producerDataSet": [], "consumerDataSet": [
+        {"groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": value,
+         "subscriptionDataSet": []}]})
+    with pytest.raises(ValueError, match="unitMode"):
+        bodies.decode_heartbeat(body)

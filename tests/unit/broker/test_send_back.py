@@ -94,7 +94,9 @@ def test_no_retry_queues_drops_with_success(broker):
 
 
 @pytest.mark.parametrize("case,code,remark", [
-    ("group", ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "subscription group not exist"),
+    # Java's remark, FAQ suffix and all (FAQUrl.suggestTodo).
+    ("group", ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "subscription group not exist, Nope \n"
+     "See http://rocketmq.apache.org/docs/faq/ for further details."),
     ("bad-group", ResponseCode.SYSTEM_ERROR, "illegal characters"),
     ("offset", ResponseCode.SYSTEM_ERROR, "look message by offset failed"),
     ("misaligned", ResponseCode.SYSTEM_ERROR, "look message by offset failed"),
