@@ -8,7 +8,10 @@ query a consumer offset and ask an admin question: all 100 must be served, withi
 client's usual timeout. The broker's memory and log must stay bounded (no traceback storm),
 and no remark reaching a client may carry a local path. A second case cuts the internal links
 between the remoting workers and the metadata service (shutdown(2) of the supervisor's ends
-through pidfd_getfd): the workers must reconnect and again serve 100 of 100 new connections.
+through pidfd_getfd): the workers must reconnect and again serve 100 of 100 new connections;
+the clients that ask while the links are down get SUCCESS or SYSTEM_BUSY, never a remark with
+the internal socket's path (before, they got SYSTEM_ERROR "ConnectionError: not connected to
+<store>/run/metadata.sock").
 """
 import contextlib
 import ctypes
@@ -103,21 +106,25 @@ class Flood:
             flooder.close()
 
 
+def _probe_requests(index: int) -> list:
+    """A new client's usual metadata round trips: heartbeat, offset commit and query, admin."""
+    group = f"probe_group_{index % 7}"
+    return [
+        create_request(RequestCode.HEART_BEAT, None, _heartbeat(f"probe@{index}", group)),
+        create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": "ProbeTopic", "queueId": "0",
+            "commitOffset": str(index + 1)}),
+        create_request(RequestCode.QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": group, "topic": "ProbeTopic", "queueId": "0"}),
+        create_request(RequestCode.GET_BROKER_RUNTIME_INFO)]
+
+
 def _served(broker, index: int) -> list[str]:
     """Problems of one new client doing the usual metadata round trips (empty: all served)."""
     problems = []
-    group = f"probe_group_{index % 7}"
     with SyncRemotingClient() as client:
         client.connect(broker.broker_addr)
-        requests = [
-            create_request(RequestCode.HEART_BEAT, None, _heartbeat(f"probe@{index}", group)),
-            create_request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-                "consumerGroup": group, "topic": "ProbeTopic", "queueId": "0",
-                "commitOffset": str(index + 1)}),
-            create_request(RequestCode.QUERY_CONSUMER_OFFSET, {
-                "consumerGroup": group, "topic": "ProbeTopic", "queueId": "0"}),
-            create_request(RequestCode.GET_BROKER_RUNTIME_INFO)]
-        for request in requests:
+        for request in _probe_requests(index):
             try:
                 response = client.invoke(request, TIMEOUT_MS)
             except (TimeoutError, ConnectionError) as error:
@@ -185,10 +192,29 @@ def _shut_down_links(broker) -> int:
     return cut
 
 
+def _answers_while_links_recover(broker, clients: int) -> list[str]:
+    """Answers to new clients right after the cut that are neither served nor "busy", or
+    that carry a local path or a traceback in their remark."""
+    bad = []
+    for index in range(clients):
+        with SyncRemotingClient() as client:
+            client.connect(broker.broker_addr)
+            for request in _probe_requests(index):
+                with contextlib.suppress(TimeoutError, ConnectionError):
+                    response = client.invoke(request, TIMEOUT_MS)
+                    remark = response.remark or ""
+                    if response.code not in (ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY) \
+                            or "/" in remark or "Traceback" in remark:
+                        bad.append(f"code {request.code}: {response.code} {remark!r}")
+    return bad
+
+
 def test_workers_reconnect_when_their_internal_link_dies(broker):
     _assert_all_served(broker)
     log_before = len(broker._log_text())
     assert _shut_down_links(broker) == 2           # one link per remoting worker
+    bad = _answers_while_links_recover(broker, 10)
+    assert not bad, bad[:5]
     deadline = time.monotonic() + 10
     while broker._log_text()[log_before:].count("link to the metadata service re-established") \
             < 2:
