@@ -70,6 +70,25 @@ cdef RecordStatus scan_records(const unsigned char *data, Py_ssize_t start, Py_s
                                bint check_crc, Py_ssize_t *position,
                                Py_ssize_t *count) noexcept nogil
 
+# The variable-length inputs of one record, as raw memory.
+cdef struct RecordParts:
+    const unsigned char *topic
+    Py_ssize_t topic_length
+    const unsigned char *body
+    Py_ssize_t body_length
+    const unsigned char *properties
+    Py_ssize_t properties_length
+    const unsigned char *born_address
+    const unsigned char *store_address
+
+# Write one whole record at p: fields from *f (queue id, flag, sys_flag with the IPv6 bits that
+# match the address sizes, timestamps, ports, reconsume times, prepared offset, queue and
+# physical offsets), parts as given; fills f's total_size, magic and address sizes and computes
+# the body CRC. The caller checked record_encoded_size(...) >= 0 and the room at p (the body may
+# overlap p: it is moved, not copied). Returns the bytes written (= total_size).
+cdef Py_ssize_t write_record(unsigned char *p, RecordFields *f,
+                             const RecordParts *parts) noexcept nogil
+
 # Bytes of a record with these variable parts (-1 if it would not fit an int32 TOTALSIZE).
 cdef int64_t record_encoded_size(int64_t body_length, int64_t topic_length,
                                  int64_t properties_length, int32_t sys_flag) noexcept nogil

@@ -200,18 +200,6 @@ cdef RecordStatus scan_records(const unsigned char *data, Py_ssize_t start, Py_s
 
 # --- encode ---------------------------------------------------------------------------------
 
-cdef struct RecordParts:
-    # The variable-length inputs of one record, as raw memory.
-    const unsigned char *topic
-    Py_ssize_t topic_length
-    const unsigned char *body
-    Py_ssize_t body_length
-    const unsigned char *properties
-    Py_ssize_t properties_length
-    const unsigned char *born_address
-    const unsigned char *store_address
-
-
 cdef Py_ssize_t _write_record(unsigned char *p, const RecordFields *f,
                               const RecordParts *parts) noexcept nogil:
     # Writes the whole record at p (room checked by the caller); returns the bytes written.
@@ -272,14 +260,22 @@ cdef Py_ssize_t _encode_checked(Py_buffer *out, Py_ssize_t offset, RecordFields 
     if offset < 0 or size > out.len - offset:
         raise ValueError(f"record of {size} bytes does not fit at offset {offset} of a "
                          f"{out.len}-byte buffer")
-    f.total_size = <int32_t>size
-    f.magic = MAGIC_V2 if parts.topic_length > TOPIC_V1_MAX_BYTES else MAGIC_V1
     if parts.body_length >= CRC_NOGIL_MIN_BYTES:
         with nogil:
-            written = _write_record(<unsigned char *>out.buf + offset, f, parts)
+            written = write_record(<unsigned char *>out.buf + offset, f, parts)
     else:
-        written = _write_record(<unsigned char *>out.buf + offset, f, parts)
+        written = write_record(<unsigned char *>out.buf + offset, f, parts)
     return written
+
+
+cdef Py_ssize_t write_record(unsigned char *p, RecordFields *f,
+                             const RecordParts *parts) noexcept nogil:
+    f.born_address_bytes = _address_bytes(f.sys_flag, BORN_HOST_V6_FLAG)
+    f.store_address_bytes = _address_bytes(f.sys_flag, STORE_HOST_V6_FLAG)
+    f.total_size = <int32_t>record_encoded_size(parts.body_length, parts.topic_length,
+                                                parts.properties_length, f.sys_flag)
+    f.magic = MAGIC_V2 if parts.topic_length > TOPIC_V1_MAX_BYTES else MAGIC_V1
+    return _write_record(p, f, parts)
 
 
 cdef inline int _check_host(const Py_buffer *view, Py_ssize_t expected, str name) except -1:

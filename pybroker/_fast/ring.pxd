@@ -113,3 +113,7 @@ cdef class CompletionRing:
     cdef bint push_c(self, int64_t request_id, int32_t status, int32_t count,
                      int64_t physical_offset, int64_t queue_offset) noexcept nogil
     cdef bint publish_c(self) noexcept nogil
+    # Consumer: copy up to max_count published completions, oldest first, to out and free their
+    # slots (one release store); *taken = how many. 0, or RING_CORRUPT for impossible cursors.
+    cdef int drain_c(self, pb_completion_slot *out, uint64_t max_count,
+                     uint64_t *taken) noexcept nogil

@@ -509,6 +509,24 @@ cdef class CompletionRing:
             pb_store_release_u64(self._consumer_cursor, cursor)
         return completions
 
+    cdef int drain_c(self, pb_completion_slot *out, uint64_t max_count,
+                     uint64_t *taken) noexcept nogil:
+        cdef uint64_t tail = pb_load_acquire_u64(self._producer_cursor)
+        cdef uint64_t available = tail - self._head
+        cdef uint64_t index
+        taken[0] = 0
+        if available > self._slot_count:
+            return RING_CORRUPT
+        if available > max_count:
+            available = max_count
+        for index in range(available):
+            out[index] = self._slots[(self._head + index) & self._mask]
+        if available:
+            self._head += available
+            pb_store_release_u64(self._consumer_cursor, self._head)
+        taken[0] = available
+        return 0
+
     def set_consumer_sleeping(self):
         """Flag the consumer asleep, fence, and return True when completions are waiting
         (then clear the flag and drain instead of blocking)."""

@@ -225,7 +225,12 @@ async def send_back_topic(ctx: BrokerContext, topic: str, queue_nums: int,
 
 def send_response_fields(ctx) -> dict[str, str]:
     """The ext fields every send response carries (protocol.md §8 item 7)."""
-    broker = ctx.config.broker
+    return send_response_fields_of(ctx.config)
+
+
+def send_response_fields_of(config) -> dict[str, str]:
+    """:func:`send_response_fields` from the broker's config (the fast path's templates)."""
+    broker = config.broker
     return {Property.MSG_REGION: broker.region_id,
             Property.TRACE_SWITCH: "true" if broker.trace_on else "false"}
 

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Callable
 
 from pybroker import clock
+from pybroker.broker.send_fast import fast_send_settings
 from pybroker.config import BrokerRole
 from pybroker.proc import topic_deletion
 from pybroker.proc.fast_failure import FastFailure
@@ -22,6 +23,7 @@ from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ha import run_ha
 from pybroker.proc.listeners import check_ports_free
+from pybroker.proc.ring_format import PUT_STATUSES
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
 from pybroker.proc.wake import APPENDER_SLOT, AsyncWakeReader, DataPlaneWakes, WakeFd
@@ -48,7 +50,10 @@ def is_slave(config) -> bool:
 
 class SlavePutter:
     """The putter of a slave's processes: Java's store refuses every put on a slave
-    (SERVICE_NOT_AVAILABLE), and nothing may reach a ring nobody drains (no appender runs)."""
+    (SERVICE_NOT_AVAILABLE), and nothing may reach a ring nobody drains (no appender runs).
+    It has no send fast path: every send goes to the handlers, which refuse it."""
+
+    fast_enabled = False
 
     async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
                   wait_store: bool) -> PutResult:
@@ -83,7 +88,7 @@ def _fast_failure(config, control, slot: int, workers: int) -> FastFailure | Non
 class Attachment:
     """A process's view of the data plane: ``reader``, ``putter``, ``store_host``."""
 
-    def __init__(self, plane: "DataPlane", slot: int):
+    def __init__(self, plane: "DataPlane", slot: int, fast_sends: bool = False):
         config = plane.config
         self.plane = plane
         self.control = plane.control
@@ -99,13 +104,19 @@ class Attachment:
         if is_slave(config):
             self.putter = SlavePutter()
         else:
+            sync_master = config.store.broker_role == BrokerRole.SYNC_MASTER
+            # The fast path holds SYNC_FLUSH acks itself but not SYNC_MASTER ones (yet): a
+            # SYNC_MASTER's sends all take the handler path (docs/architecture.md). Nor does
+            # it check ACL signatures: with aclEnable every send goes through the request
+            # table's guard (proc/remoting.py, docs/security.md).
+            fast = fast_sends and not sync_master and not config.broker.acl_enable
             self.putter = RingPutter(
                 plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
                 plane.wakes.appender, slot, self.store_host, config.store.sync_flush,
-                config.store.sync_flush_timeout,
-                config.store.broker_role == BrokerRole.SYNC_MASTER,
+                config.store.sync_flush_timeout, sync_master,
                 config.store.ha_max_gap_not_in_sync,
-                fast_failure=_fast_failure(config, control, slot, plane.workers))
+                fast_failure=_fast_failure(config, control, slot, plane.workers),
+                fast_sends=fast_send_settings(config, PUT_STATUSES) if fast else None)
         self.wake_fd = plane.wakes.workers[slot]
         # This process's section of the instrument region (remoting workers only).
         self.stats_writer: StatsWriter | None = None
@@ -207,8 +218,9 @@ class DataPlane:
         return mains if is_slave(config) else mains + [ha]
 
     def remoting_attachment(self, slot: int) -> Attachment:
-        """Remoting worker ``slot``'s attachment (call in the worker process)."""
-        return Attachment(self, slot)
+        """Remoting worker ``slot``'s attachment (call in the worker process); its putter has
+        the send fast path."""
+        return Attachment(self, slot, fast_sends=True)
 
     def supervisor_attachment(self) -> Attachment:
         """The supervisor's attachment (the last slot)."""

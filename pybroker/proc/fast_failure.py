@@ -21,16 +21,38 @@ does not know whether the message was stored).
   So a request answered busy is never stored, and a request the appender took is never
   answered busy (like Java, which only cleans requests no thread has started).
 
+The send fast path's puts (proc/ring_putter.py) are covered too: while the page cache is
+busy its frames go to the handlers (which refuse them), and its sends in the ring are withdrawn
+in the same handshake (:class:`FastQueue`: a request id above the withdrawn one was never
+cancelled, so one watermark serves both paths).
+
 The check runs on a timer armed at the oldest waiting put's deadline, not per put.
 """
 import asyncio
 import collections
+from typing import Protocol
 
 from pybroker._fast import ring
 from pybroker.store.message_store import PutResult
 from pybroker.store.status import PutStatus
 
-__all__ = ["FastFailure", "Withdrawn"]
+__all__ = ["FastFailure", "FastQueue", "Withdrawn"]
+
+
+class FastQueue(Protocol):
+    """The send fast path's puts in the ring (ring_putter._FastQueue)."""
+
+    def aged(self, limit: float, after_id: int) -> int:
+        """Highest id above ``after_id`` of a put waiting since ``limit`` or before; 0."""
+
+    def oldest(self, after_id: int) -> float | None:
+        """Loop time the oldest put above ``after_id`` started waiting, or None."""
+
+    def count(self) -> int:
+        """Puts waiting in the ring."""
+
+    def withdraw(self, taken: int, up_to: int, now: float, queued: int) -> int:
+        """Answer busy the puts with ``taken`` < id <= ``up_to``; how many."""
 
 
 class Withdrawn(Exception):
@@ -66,6 +88,7 @@ class FastFailure:
         self._withdrawn_up_to = 0
         self._timer: asyncio.TimerHandle | None = None
         self._pending: dict | None = None    # the RingPutter's request id -> _Pending
+        self._fast: FastQueue | None = None
         self.withdrawn_total = 0
         self.page_cache_busy_total = 0
 
@@ -83,14 +106,27 @@ class FastFailure:
         """Use the RingPutter's pending table (request id -> entry with a ``future``)."""
         self._pending = pending
 
+    def attach_fast(self, fast: FastQueue) -> None:
+        """Cover the send fast path's puts too."""
+        self._fast = fast
+
     # --- per put ----------------------------------------------------------------------------
+    def page_cache_busy(self) -> bool:
+        """True while the appender's running drain is older than osPageCacheBusyTimeOutMills."""
+        began = self._busy_since.busy_since_ms
+        return bool(began) and self.clock_ms() - began > self.page_cache_busy_ms
+
     def refuse_now(self) -> PutResult | None:
         """OS_PAGE_CACHE_BUSY when the appender's running drain is too old, else None."""
-        began = self._busy_since.busy_since_ms
-        if began and self.clock_ms() - began > self.page_cache_busy_ms:
+        if self.page_cache_busy():
             self.page_cache_busy_total += 1
             return PutResult(PutStatus.OS_PAGE_CACHE_BUSY)
         return None
+
+    def fast_committed(self, loop) -> None:
+        """The fast path put sends into the ring now (once per read, not per send)."""
+        if self._timer is None and self.wait_s is not None:
+            self._arm(loop, loop.time())
 
     def committed(self, loop, request_id: int, started: float) -> None:
         """A put entered the ring (it started waiting at loop time ``started``)."""
@@ -123,9 +159,14 @@ class FastFailure:
         now = loop.time()
         limit = now - self.wait_s
         queued = len(self._in_ring) + len(self._waiting)
+        if self._fast is not None:
+            queued += self._fast.count()
         self._withdraw_waiters(now, limit, queued)
         self._withdraw_in_ring(now, limit, queued)
         oldest = [entry[0] for entry in (self._next_in_ring(), self._next_waiter()) if entry]
+        fast_oldest = self._fast.oldest(self._withdrawn_up_to) if self._fast else None
+        if fast_oldest is not None:
+            oldest.append(fast_oldest)
         if oldest:
             self._arm(loop, min(oldest))
 
@@ -152,17 +193,23 @@ class FastFailure:
                 self.withdrawn_total += 1
 
     def _withdraw_in_ring(self, now: float, limit: float, queued: int) -> None:
-        aged = [(started, request_id) for started, request_id in self._in_ring
-                if request_id > self._withdrawn_up_to and started <= limit]
-        if not aged:
+        before = self._withdrawn_up_to
+        aged = [request_id for started, request_id in self._in_ring
+                if request_id > before and started <= limit]
+        highest = max(aged[-1] if aged else 0,
+                      self._fast.aged(limit, before) if self._fast is not None else 0)
+        if not highest:
             return
-        highest = aged[-1][1]
         self._cancel.cancel_request_id = highest
         ring.fence()
         taken = ring.load_u64(self._words, self._taken_offset)
         self._withdrawn_up_to = highest
-        for started, request_id in aged:
-            if request_id <= taken:
+        if self._fast is not None:
+            self.withdrawn_total += self._fast.withdraw(taken, highest, now, queued)
+        # Every request up to the watermark the appender did not take is cancelled, so
+        # every such put is answered busy now (its completion will say so too).
+        for started, request_id in self._in_ring:
+            if request_id <= max(taken, before) or request_id > highest:
                 continue             # the appender has it: its completion answers
             entry = self._pending.get(request_id) if self._pending is not None else None
             if entry is not None and not entry.future.done():

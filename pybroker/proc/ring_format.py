@@ -23,8 +23,11 @@ and :func:`status_of` convert.
 Producer: :func:`put_request_size` then :func:`write_put_request` into the reserved space.
 Consumer: :func:`read_put_request` validates the header and returns the topic and where the
 records start; the appender's hot loop reads the same layout in C from
-``pybroker/_fast/put_request.pxd``, checked against :data:`PUT_HEADER` at import. Whoever
-changes this layout changes it here and there (docs/architecture.md).
+``pybroker/_fast/put_request.pxd``, checked against :data:`PUT_HEADER` at import, and the send
+fast path writes it in C with the same .pxd (``pybroker/_fast/send_path.pyx``;
+``proc/ring_putter.py`` asserts its header size and wait flag against this module at import, and
+tests/unit/broker/test_send_fast.py reads what it wrote with :func:`read_put_request`). Whoever
+changes this layout changes it here and in put_request.pxd (docs/architecture.md).
 """
 import struct
 from typing import NamedTuple

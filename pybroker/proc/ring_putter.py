@@ -10,6 +10,17 @@ SLAVE_NOT_AVAILABLE at once when no slave is connected or the slave is ``haMaxGa
 bytes or more behind the run's end (Java's isSlaveOK). With both, the replica's outcome wins,
 as in Java.
 
+Both paths share the ring through :class:`pybroker._fast.send_path.SendPath`: the Python path
+(:meth:`RingPutter.put`) and the send fast path of the worker's connections
+(:class:`FastSendPort`: frames straight from a receive buffer into the ring, completions
+straight into response bytes) take request ids, ring space and completion slots from it, so
+requests of both kinds stay in one order and one count. A put may start only with a
+completion slot free for it (the appender can then always complete what it takes). The fast
+path holds SYNC_FLUSH acknowledgements itself; a SYNC_MASTER has no fast path (its sends take
+the handlers). Fast failure (:mod:`pybroker.proc.fast_failure`) covers both paths: while the
+page cache is busy every frame goes to the handlers (which refuse it), and fast sends that
+waited too long in the ring are withdrawn with the Python path's puts (:class:`_FastQueue`).
+
 Wake-ups: the worker has ONE eventfd. Its sleep flags (:meth:`RingPutter.sleep_flags`) are the
 completion ring's consumer flag, the send ring's producer flag while a put waits for space, and
 a waiter bit on ``flushed_position`` / ``replicated_position`` while acknowledgements wait for
@@ -20,8 +31,10 @@ message). :meth:`RingPutter.on_wake` runs in the event loop's own turn
 """
 import asyncio
 import collections
-import itertools
+from collections.abc import Callable
 
+from pybroker._fast import send_path
+from pybroker.broker.send_fast import FastSendSettings, busy_frame
 from pybroker.proc import ring_format
 from pybroker.proc.fast_failure import FastFailure, Withdrawn
 from pybroker.proc.wake import AsyncWakeReader, SleepFlag
@@ -30,9 +43,16 @@ from pybroker.store import layout
 from pybroker.store.message_store import PutResult
 from pybroker.store.status import PutStatus
 
-__all__ = ["RingPutter"]
+__all__ = ["RingPutter", "FastSendPort"]
 
+# The fast path writes put requests in C (pybroker/_fast/send_path.pyx) with the appender's
+# C view of ring_format's layout (pybroker/_fast/put_request.pxd, checked by ring_format);
+# these are the facts send_path exports besides.
+assert ring_format.PUT_HEADER.size == send_path.PUT_HEADER_FIXED_BYTES
+assert ring_format.PUT_FLAG_WAIT_STORE == send_path.PUT_FLAG_WAIT_STORE
+PUT_STATUSES = ring_format.PUT_STATUSES
 _PUT_OK = ring_format.status_code(PutStatus.PUT_OK)
+_BUSY = ring_format.status_code(PutStatus.TIMEOUT_CLEAN_QUEUE)
 # Puts committed while the appender's wake-up is deferred to the end of the loop turn, beyond
 # which it is signalled at once (measured: a whole turn of 64 puts lock-stepped the two sides).
 _SIGNAL_DEFER_PUTS_MAX = 16
@@ -74,7 +94,10 @@ class _SpaceFlag:
     def set_sleeping(self) -> bool:
         if not self._putter._space_waiters:
             return False
-        return self._putter.ring.set_producer_sleeping()
+        # "Space was released" counts only while completion slots are free: when they are
+        # all taken the wake-up comes with the completions, and the ring's answer (against a
+        # consumer cursor last read when a reserve failed) would only spin the loop.
+        return self._putter.ring.set_producer_sleeping() and self._putter.core.has_room
 
     def clear_sleeping(self) -> None:
         self._putter.ring.clear_producer_sleeping()
@@ -96,12 +119,15 @@ class _CompletionFlag:
 class _AckWait:
     """Acknowledgements held until a published position covers their run's end:
     ``flushed_position`` (SYNC_FLUSH) or ``replicated_position`` (SYNC_MASTER). Also the sleep
-    flag of that position: a waiter bit, set only while something is held."""
+    flag of that position: a waiter bit, set only while something is held here or, for the
+    flushed position, in the fast path's own FIFO (``fast_head``)."""
 
-    def __init__(self, putter: "RingPutter", field: str, timeout_status: PutStatus):
+    def __init__(self, putter: "RingPutter", field: str, timeout_status: PutStatus,
+                 fast_head: Callable[[], tuple | None] | None = None):
         self._putter = putter
         self.field = field
         self.timeout_status = timeout_status
+        self.fast_head = fast_head
         self.held: collections.deque = collections.deque()   # (end offset, request id)
         self._armed = False
 
@@ -128,19 +154,34 @@ class _AckWait:
             self.held.popleft()
         return None
 
+    def _target(self) -> int | None:
+        target = self.held[0][0] if self.held else None
+        head = self.fast_head() if self.fast_head is not None else None
+        if head is not None and (target is None or head[0] < target):
+            target = head[0]
+        return target
+
     def set_sleeping(self) -> bool:
-        held = self.held
-        if not held:
+        target = self._target()
+        if target is None:
             return False
         control = self._putter.control
         control.add_waiter(self.field, self._putter.slot)
         self._armed = True
-        return control.load(self.field) >= held[0][0]
+        return control.load(self.field) >= target
 
     def clear_sleeping(self) -> None:
         if self._armed:
             self._armed = False
             self._putter.control.remove_waiter(self.field, self._putter.slot)
+
+
+def _no_fast_sends() -> FastSendSettings:
+    """Settings of a putter whose fast path is never used (the supervisor's own ring, a
+    SYNC_MASTER)."""
+    template = (False, (b"{", b"", b"", b"", b"}"))
+    return FastSendSettings(b"", 0, 16 << 20, 0, [template] * len(PUT_STATUSES) + [template],
+                            _PUT_OK, PUT_STATUSES.index(PutStatus.FLUSH_DISK_TIMEOUT), {})
 
 
 class RingPutter:
@@ -169,12 +210,18 @@ class RingPutter:
         ``haMaxGapNotInSync``: a slave this far behind the run's end is not available.
     fast_failure : pybroker.proc.fast_failure.FastFailure, optional
         Answer busy instead of waiting (remoting workers; see that module).
+    fast_sends : pybroker.broker.send_fast.FastSendSettings or None
+        Enables :meth:`open_fast_port` (remoting workers); None for a putter without
+        connections or on a SYNC_MASTER.
     """
 
     def __init__(self, ring, completion_ring, control, appender_wake, slot: int,
                  store_host: tuple[bytes, int], sync_flush: bool = False,
                  sync_flush_timeout_ms: int = 5000, sync_master: bool = False,
-                 ha_max_gap_bytes: int = 256 << 20, fast_failure: FastFailure | None = None):
+                 ha_max_gap_bytes: int = 256 << 20, fast_failure: FastFailure | None = None,
+                 fast_sends: FastSendSettings | None = None):
+        if sync_master and fast_sends is not None:
+            raise ValueError("the send fast path does not hold SYNC_MASTER acknowledgements")
         self.ring = ring
         self.completion_ring = completion_ring
         self.control = control
@@ -185,13 +232,18 @@ class RingPutter:
         self.sync_flush_timeout_s = sync_flush_timeout_ms / 1000
         self.sync_master = sync_master
         self.ha_max_gap_bytes = ha_max_gap_bytes
-        self._request_ids = itertools.count(1)
+        self.fast_enabled = fast_sends is not None
+        self.fast_settings = settings = fast_sends or _no_fast_sends()
+        self.core = send_path.SendPath(
+            ring, completion_ring, bytes(store_host[0]), store_host[1], settings.cluster_pair,
+            settings.max_message_size, settings.frame_max_bytes, settings.ext_fields_max,
+            sync_flush, self.sync_flush_timeout_s, settings.templates, settings.put_ok,
+            settings.flush_timeout)
         self._pending: dict[int, _Pending] = {}
-        # A put may start only with a completion slot free for it: the appender can then
-        # always complete what it takes from the ring.
-        self._inflight_max = completion_ring.slot_count
         self._space_waiters: collections.deque = collections.deque()
-        self._flush_wait = _AckWait(self, "flushed_position", PutStatus.FLUSH_DISK_TIMEOUT)
+        core = self.core
+        self._flush_wait = _AckWait(self, "flushed_position", PutStatus.FLUSH_DISK_TIMEOUT,
+                                    lambda: core.flush_wait_head)
         self._replica_wait = _AckWait(self, "replicated_position",
                                       PutStatus.FLUSH_SLAVE_TIMEOUT)
         self._timeout_handle: asyncio.TimerHandle | None = None
@@ -201,11 +253,14 @@ class RingPutter:
         self._reader: AsyncWakeReader | None = None
         self._signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
+        self._writers: dict[int, Callable[[bytes], object]] = {}
         self.puts_total = 0
         self.space_waits_total = 0
         self.fast_failure = fast_failure
         if fast_failure is not None:
             fast_failure.attach(self._pending)
+            if self.fast_enabled:
+                fast_failure.attach_fast(_FastQueue(self))
 
     # --- wiring ---------------------------------------------------------------------------------
     def sleep_flags(self) -> list[SleepFlag]:
@@ -225,6 +280,30 @@ class RingPutter:
             self._reader.stop()
             self._reader = None
 
+    def set_stats(self, recorder) -> None:
+        """Count fast sends in ``recorder``'s section (a pybroker.stats.recorder.Recorder) as
+        the handlers count theirs; the oldest-unanswered-send gauge covers both paths."""
+        self.core.set_stats(recorder.writer, lambda: recorder.oldest_ms("send"))
+        recorder.send_oldest_elsewhere = self.core.fast_oldest_ms
+
+    def set_fast_topics(self, entries: list) -> None:
+        """The topics the fast path may take (broker.send_fast.fast_topics)."""
+        self.core.set_topics(entries)
+
+    def open_fast_port(self, born_host: tuple[bytes, int],
+                       write: Callable[[bytes], object]) -> "FastSendPort":
+        """A connection's door to the fast path; ``write(frames)`` sends its response frames
+        (one bytes object per drain)."""
+        if not self.fast_enabled:
+            raise RuntimeError("this putter has no fast path")
+        slot = self.core.open_slot(bytes(born_host[0]), born_host[1])
+        self._writers[slot] = write
+        return FastSendPort(self, slot)
+
+    def _close_fast_port(self, slot: int) -> None:
+        if self._writers.pop(slot, None) is not None:
+            self.core.close_slot(slot)
+
     # --- put ------------------------------------------------------------------------------------
     async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
                   wait_store: bool) -> PutResult:
@@ -242,38 +321,37 @@ class RingPutter:
             refused = fast_failure.refuse_now()
             if refused is not None:
                 return refused
-        started = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
-            offset = await self._reserve(size, started)
+            request_id = await self._reserve(view, topic_bytes, queue_id, count, sys_flag,
+                                             wait_store, started)
         except Withdrawn as withdrawn:
             return withdrawn.result
-        request_id = next(self._request_ids)
-        ring_format.write_put_request(self.ring.data(), offset, request_id, queue_id, count,
-                                      sys_flag, wait_store, topic_bytes, view)
-        loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_store)
         if fast_failure is not None:
             fast_failure.committed(loop, request_id, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
         # lock-stepped one producer with the appender (fewer messages/s, not more).
-        self._commit(loop)
+        self._after_commit(loop, self.ring.commit(), 1)
         self.puts_total += 1
         return await future
 
-    def _commit(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Publish the reserved requests at once; when the appender sleeps, wake it after the
+    def _after_commit(self, loop: asyncio.AbstractEventLoop, appender_asleep: bool,
+                      puts: int) -> None:
+        """After a commit of ``puts`` requests: when the appender sleeps, wake it after the
         callbacks of this loop turn (the other puts decoded from the same reads) have
         committed too, or as soon as _SIGNAL_DEFER_PUTS_MAX puts wait, so that a long turn
         still overlaps with the appender's drain instead of lock-stepping with it."""
-        if self.ring.commit():
+        if appender_asleep:
             # The flag is taken: nobody else signals this appender until we do, and we do
             # in this loop's next turn at the latest, so the wake-up is late, never lost.
             self._deferred_puts = 0
             if self._signal_handle is None:
                 self._signal_handle = loop.call_soon(self._signal_appender)
         if self._signal_handle is not None:
-            self._deferred_puts += 1
+            self._deferred_puts += puts
             if self._deferred_puts >= _SIGNAL_DEFER_PUTS_MAX:
                 self._signal_handle.cancel()
                 self._signal_appender()
@@ -282,43 +360,65 @@ class RingPutter:
         self._signal_handle = None
         self.appender_wake.signal()
 
-    async def _reserve(self, size: int, started: float) -> int:
-        """Room for a request of ``size`` bytes (and a completion slot): waits, never drops
-        (fast failure may withdraw the put: Withdrawn)."""
+    async def _reserve(self, view, topic_bytes: bytes, queue_id: int, count: int,
+                       sys_flag: int, wait_store: bool, started: float) -> int:
+        """Write the request into the ring (room and a completion slot): waits, never drops
+        (fast failure may withdraw the put: Withdrawn); returns its request id."""
         while True:
-            if len(self._pending) < self._inflight_max and not self._space_waiters:
-                offset = self.ring.reserve(size)
-                if offset >= 0:
-                    return offset
+            if not self._space_waiters:
+                request_id = self.core.put_python(view, topic_bytes, queue_id, count, sys_flag,
+                                                  wait_store)
+                if request_id >= 0:
+                    return request_id
             self.space_waits_total += 1
             loop = asyncio.get_running_loop()
-            self._commit(loop)    # what is reserved must reach the appender to free space
-            waiter = loop.create_future()
-            self._space_waiters.append(waiter)
+            self._after_commit(loop, self.ring.commit(), 0)   # what is reserved must go out
+            waiter = self.wait_for_space()
             if self.fast_failure is not None:
                 self.fast_failure.waiting(loop, waiter, started)
-            # Arm now: the appender signals only a producer flagged asleep.
-            if self._flags[1].set_sleeping():
-                self._flags[1].clear_sleeping()
-                self._wake_space_waiters()
             await waiter
+
+    def wait_for_space(self) -> asyncio.Future:
+        """A future resolved at the next wake-up that may have freed ring space or completion
+        slots (puts queue behind it in order: the fast path takes nothing meanwhile)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._space_waiters.append(waiter)
+        self.core.python_waiting = True
+        # Arm now: the appender signals only a producer flagged asleep.
+        if self._flags[1].set_sleeping():
+            self._flags[1].clear_sleeping()
+            self._wake_space_waiters()
+        return waiter
 
     def _wake_space_waiters(self) -> None:
         waiters, self._space_waiters = self._space_waiters, collections.deque()
+        self.core.python_waiting = False
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
     # --- completions ----------------------------------------------------------------------------
     def on_wake(self) -> None:
-        """Drain the completion ring, resolve finished puts, release SYNC_FLUSH acks that the
-        flushed position covers, and let puts waiting for space retry."""
-        for completion in self.completion_ring.drain():
+        """Drain the completion ring (fast puts are answered there), resolve finished puts,
+        release the acks that the flushed / replicated positions cover, write the answers, and
+        let puts waiting for space retry."""
+        core = self.core
+        for completion in core.drain(_loop_time()):
             self._complete(*completion)
         self._flush_wait.release()
         self._replica_wait.release()
+        if self.sync_flush:
+            core.release_flushed(self.control.flushed_position)
+            if self._timeout_handle is None:
+                self._arm_timeout()
+        self._write_answers()
         if self._space_waiters:
             self._wake_space_waiters()
+
+    def _write_answers(self) -> None:
+        writers = self._writers
+        for slot, frames in self.core.take_outputs():
+            writers[slot](frames)
 
     def _complete(self, request_id: int, status_code: int, count: int, physical_offset: int,
                   queue_offset: int) -> None:
@@ -384,6 +484,9 @@ class RingPutter:
         deadlines = [deadline for deadline in (self._flush_wait.head_deadline(),
                                                self._replica_wait.head_deadline())
                      if deadline is not None]
+        head = self.core.flush_wait_head
+        if head is not None:
+            deadlines.append(head[1])
         if deadlines:
             self._timeout_handle = asyncio.get_running_loop().call_at(min(deadlines),
                                                                       self._on_ack_timeout)
@@ -406,4 +509,94 @@ class RingPutter:
                     result.status = self._flush_wait.timeout_status
                 pending.waiting.clear()
                 self._resolve(request_id, result)
+        core = self.core
+        core.release_flushed(self.control.flushed_position)
+        core.expire(now)
+        self._write_answers()
         self._arm_timeout()
+
+
+class _FastQueue:
+    """The fast path's sends in the ring, as fast failure sees them (fast_failure.FastQueue):
+    found by age, withdrawn in the same handshake as the Python path's puts, answered busy
+    with the handler's own encoding."""
+
+    def __init__(self, putter: RingPutter):
+        self._putter = putter
+        self._core = putter.core
+
+    def aged(self, limit: float, after_id: int) -> int:
+        """Highest request id above ``after_id`` of a fast send waiting since ``limit`` or
+        before (loop time), 0 when none."""
+        return self._core.aged_fast(limit, after_id)
+
+    def oldest(self, after_id: int) -> float | None:
+        """Loop time the oldest fast send above ``after_id`` started waiting, or None."""
+        return self._core.oldest_fast(after_id)
+
+    def count(self) -> int:
+        return self._core.fast_waiting
+
+    def withdraw(self, taken: int, up_to: int, now: float, queued: int) -> int:
+        """Answer busy every fast send with ``taken`` < request id <= ``up_to`` (the appender
+        completes them without storing them); returns how many."""
+        putter = self._putter
+        withdrawn, answers = self._core.withdraw_fast(taken, up_to, _BUSY)
+        fields = putter.fast_settings.response_fields
+        writers = putter._writers
+        for slot, opaque, started in answers:
+            writer = writers.get(slot)
+            if writer is not None:
+                writer(busy_frame(fields, opaque, int((now - started) * 1000), queued))
+        return withdrawn
+
+
+class FastSendPort:
+    """One client connection's door to the send fast path (RemotingConnection.fast_sends).
+
+    :meth:`take` puts the leading fast-path frames of the receive buffer into the ring and
+    says what stopped it (see ``pybroker._fast.send_path.SendPath.take``)."""
+
+    __slots__ = ("putter", "slot", "_core", "_loop", "_fast_failure")
+
+    TAKE_END = send_path.TAKE_END
+    TAKE_OTHER = send_path.TAKE_OTHER
+    TAKE_FULL = send_path.TAKE_FULL
+    TAKE_FAULT = send_path.TAKE_FAULT
+
+    def __init__(self, putter: RingPutter, slot: int):
+        self.putter = putter
+        self.slot = slot
+        self._core = putter.core
+        self._loop = asyncio.get_running_loop()
+        self._fast_failure = putter.fast_failure
+
+    def take(self, buffer, start: int, end: int) -> tuple[int, int, int]:
+        """``(position, outcome, frame_length)`` after taking the fast frames from start."""
+        core = self._core
+        fast_failure = self._fast_failure
+        if fast_failure is not None:
+            # The page cache is busy: the handlers answer every send (they refuse it).
+            core.divert = fast_failure.page_cache_busy()
+        position, outcome, frame_length, puts, asleep = core.take(buffer, start, end,
+                                                                  self.slot)
+        if puts:
+            putter = self.putter
+            putter.puts_total += puts
+            putter._after_commit(self._loop, asleep, puts)
+            if fast_failure is not None:
+                fast_failure.fast_committed(self._loop)
+        return position, outcome, frame_length
+
+    def wait_for_space(self) -> asyncio.Future:
+        """Resolved when a TAKE_FULL may be retried."""
+        self.putter.space_waits_total += 1
+        return self.putter.wait_for_space()
+
+    def close(self) -> None:
+        """The connection closed: answers still due to it are dropped."""
+        self.putter._close_fast_port(self.slot)
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()

@@ -13,6 +13,13 @@ and no view of the buffer outlives a read. Memory: the buffer (64 KiB) is alloca
 read, grows at most by doubling per read up to the frame being received (so a peer must really
 send the bytes it announces), and shrinks back to 64 KiB once it is empty.
 
+Send fast path. When the owner sets ``fast_sends`` (a remoting worker's client connections),
+each read first goes to that port: it takes every leading send it can straight from the receive
+buffer into the send ring (docs/architecture.md, "Send fast path"); the first other frame is
+decoded and dispatched as above, then the port goes on after it. When the ring has no room the
+rest of the buffer waits (reading pauses) until the appender frees space. The port's answers
+arrive as one bytes object per connection per completion drain (:meth:`write_frames`).
+
 Write path. :meth:`RemotingConnection.send` encodes at once (so an unencodable command raises at
 the caller) and queues the frame; the queue is written with one ``transport.writelines`` per
 event-loop turn (``loop.call_soon``), so the replies to every frame of one read leave in one
@@ -48,7 +55,7 @@ import dataclasses
 import itertools
 import logging
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from pybroker._fast.frame import split_frames
 from pybroker.config import RemotingConfig
@@ -67,6 +74,23 @@ _SERIALIZE_JSON = int(SerializeType.JSON)
 # IOV_MAX on Linux: parts per os.writev call.
 _WRITEV_MAX_PARTS = 1024
 _connection_ids = itertools.count(1)
+
+class FastSends(Protocol):
+    """A connection's door to its owner's send fast path (proc/ring_putter.FastSendPort)."""
+    TAKE_END: int
+    TAKE_OTHER: int
+    TAKE_FULL: int
+    TAKE_FAULT: int
+
+    def take(self, buffer: bytearray, start: int, end: int) -> tuple[int, int, int]:
+        """``(position, outcome, frame_length)`` after taking the fast frames from start."""
+
+    def wait_for_space(self) -> "asyncio.Future[None]":
+        """Resolved when a TAKE_FULL may be retried."""
+
+    def close(self) -> None:
+        """The connection closed."""
+
 
 Dispatch = Callable[["RemotingConnection", RemotingCommand], None]
 
@@ -146,6 +170,9 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self.connection_id = next(_connection_ids)
         self.remote_address = ""
         self.attachment: object = None
+        # The owner's send fast path (a ring_putter.FastSendPort), or None: every frame is
+        # decoded into a RemotingCommand. See _process_fast_frames.
+        self.fast_sends: Optional[FastSends] = None
         # Called with responses no invoke() here waits for (the broker relays a client's answer
         # to a call the metadata service made through this connection); None: log and drop.
         self.unmatched_response = unmatched_response
@@ -249,6 +276,9 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._process_frames()
 
     def _process_frames(self) -> None:
+        if self.fast_sends is not None:
+            self._process_fast_frames()
+            return
         limits = self.limits
         high_bytes = limits.write_buffer_high_bytes
         try:
@@ -283,6 +313,64 @@ class RemotingConnection(asyncio.BufferedProtocol):
         elif self._partial_since is None or frames:
             # No timer move needed: the timer never sleeps longer than the partial-frame timeout.
             self._partial_since = self._last_activity
+
+    def _process_fast_frames(self) -> None:
+        """_process_frames with the send fast path: the port takes every leading frame it can
+        (sends to known topics, straight into the send ring, no command object); the first
+        other frame is decoded and dispatched here, then the port goes on after it, so the
+        requests of a connection keep their order."""
+        port = self.fast_sends
+        assert port is not None
+        limits = self.limits
+        buffer = self._receive_buffer
+        start = position = self._data_start
+        end = self._data_end
+        try:
+            while position < end:
+                if self._closed:
+                    return
+                if limits.pause_reading_on_backlog and \
+                        self._queued_bytes + self._transport_unsent > \
+                        limits.write_buffer_high_bytes:
+                    self._data_start = position
+                    self._hold_frames()
+                    return
+                if len(self.handler_tasks) >= limits.requests_in_progress_max:
+                    self._data_start = position     # resumed by _task_done
+                    self._frames_held = True
+                    self._update_reading()
+                    return
+                position, outcome, frame_length = port.take(buffer, position, end)
+                self._data_start = position
+                if outcome == port.TAKE_END:
+                    break
+                if outcome == port.TAKE_FULL:
+                    # Back-pressure: the rest waits in the receive buffer (reading pauses)
+                    # until the appender frees ring space or completion slots.
+                    self._frames_held = True
+                    self._update_reading()
+                    port.wait_for_space().add_done_callback(self._space_freed)
+                    return
+                if outcome == port.TAKE_FAULT:
+                    split_frames(buffer, position, end, limits.frame_max_bytes)
+                    raise ProtocolError(f"frame at byte {position} is malformed")
+                self._receive(_command.decode(
+                    buffer, position, frame_length, ext_fields_max=limits.ext_fields_max,
+                    frame_max_bytes=limits.frame_max_bytes, copy_body=True))
+                position += frame_length
+                self._data_start = position
+        except ProtocolError as error:
+            self._protocol_error(error)
+            return
+        if position == self._data_end:
+            self._data_start = self._data_end = 0
+            self._partial_since = None
+        elif self._partial_since is None or position != start:
+            self._partial_since = self._last_activity
+
+    def _space_freed(self, future: asyncio.Future) -> None:
+        if not future.cancelled():
+            self._run_held_frames()
 
     def _hold_frames(self) -> None:
         self._frames_held = True
@@ -454,6 +542,19 @@ class RemotingConnection(asyncio.BufferedProtocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
+    def write_frames(self, frames: bytes) -> None:
+        """Write already encoded frames now, after anything queued (the send fast path's
+        answers: one call per connection per completion drain)."""
+        if self._closed:
+            return
+        if self._write_queue:
+            self._write_queue.append(frames)
+            self._queued_bytes += len(frames)
+            self._flush()
+            return
+        self._transport.write(frames)
+        self._after_write()
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         if self._closed or not self._write_queue:
@@ -462,6 +563,9 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._queued_bytes = 0
         self._write_out(queue)
         self._release_holds()
+        self._after_write()
+
+    def _after_write(self) -> None:
         self._last_activity = self._loop.time()
         unsent_bytes = self._transport_unsent = self._transport.get_write_buffer_size()
         if unsent_bytes > self.limits.write_buffer_max_bytes:

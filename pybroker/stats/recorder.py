@@ -6,6 +6,7 @@ call is a handful of C-level stores (no system call, no allocation after a key's
 """
 import itertools
 import time
+from collections.abc import Callable
 
 from pybroker.stats.region import StatsCounter as C
 from pybroker.stats.region import StatsHistogram as H
@@ -33,6 +34,9 @@ class Recorder:
         # Unanswered requests per family, oldest first: token -> start (epoch ms).
         self._waiting: dict[str, dict[int, int]] = {family: {} for family in FAMILY_COUNTERS}
         self._tokens = itertools.count(1)
+        # The send fast path's oldest unanswered send (epoch ms, 0: none), when a fast path
+        # shares this worker: the SEND_OLDEST_MS gauge covers both paths.
+        self.send_oldest_elsewhere: Callable[[], int] | None = None
 
     def request_started(self, family: str | None) -> int:
         """Count a request; returns the token to pass to :meth:`request_finished`."""
@@ -46,7 +50,7 @@ class Recorder:
         waiting = self._waiting[family]
         now_ms = time.time_ns() // 1_000_000
         if not waiting:
-            writer.set(oldest, now_ms)
+            self._set_oldest(family, oldest, now_ms)
         waiting[token] = now_ms
         return token
 
@@ -61,7 +65,19 @@ class Recorder:
         first = next(iter(waiting))
         del waiting[token]
         if token == first:
-            writer.set(oldest, next(iter(waiting.values()), 0))
+            self._set_oldest(family, oldest, next(iter(waiting.values()), 0))
+
+    def _set_oldest(self, family: str, gauge: int, start_ms: int) -> None:
+        if family == "send" and self.send_oldest_elsewhere is not None:
+            elsewhere = self.send_oldest_elsewhere()
+            if elsewhere and (not start_ms or elsewhere < start_ms):
+                start_ms = elsewhere
+        self.writer.set(gauge, start_ms)
+
+    def oldest_ms(self, family: str) -> int:
+        """Start (epoch ms) of the oldest request of ``family`` this Recorder waits for, 0
+        when none."""
+        return next(iter(self._waiting[family].values()), 0)
 
     def topic_put(self, topic: str, messages: int, size_bytes: int, label: int = 0) -> None:
         """A SEND stored ``messages`` messages of ``size_bytes`` (TOPIC_PUT_NUMS/SIZE,

@@ -27,6 +27,7 @@ from pybroker.client import Message, Producer
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request, decode, encode
+from pybroker.protocol.constants import SerializeType
 from pybroker.remoting.client import SyncRemotingClient
 
 pytestmark = [pytest.mark.slow]
@@ -152,6 +153,65 @@ def test_bad_sends_are_refused_and_store_nothing(client, case):
         expected = "No default permission for topic:acl_other"
     _refused(client.invoke(request, TIMEOUT_MS), expected)
     assert _max_offset(client) == before
+
+
+def test_pipelined_sends_to_a_known_topic_are_checked_in_both_encodings(broker, client):
+    """The send fast path (docs/architecture.md) takes sends to known topics straight from the
+    receive buffer; on an ACL broker every one must still meet the signature check. Bad sends
+    in the JSON and ROCKETMQ (Java benchmark's) header encodings, written in one burst after
+    the topic exists, are all refused; the one signed send among them is the only one stored."""
+    warm = client.invoke(_signed(RequestCode.SEND_MESSAGE_V2, _send_fields("acl_orders"),
+                                 b"topic known"), TIMEOUT_MS)
+    assert warm.code == ResponseCode.SUCCESS, warm.remark
+    before = _max_offset(client)
+    # ASCII properties, as the Java benchmark's: what the fast path would take without ACL.
+    ascii_fields = {**_send_fields("acl_orders"),
+                    "i": props.encode_properties({"TAGS": "t", "WAIT": "true"})}
+    bad = []
+    for serialize in (SerializeType.JSON, SerializeType.ROCKETMQ):
+        for code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE):
+            fields = ascii_fields if code == RequestCode.SEND_MESSAGE_V2 else \
+                _v1_fields(ascii_fields)
+            unsigned = create_request(code, fields, b"unsigned")
+            wrong = _signed(code, fields, b"wrong", (PRODUCER[0], "x" * 9))
+            tampered = _signed(code, fields, b"tampered")
+            tampered.body = b"tampereD"
+            bad += [(encode(request, serialize), request.opaque)
+                    for request in (unsigned, wrong, tampered)]
+    good = _signed(RequestCode.SEND_MESSAGE_V2, ascii_fields, b"good")
+    frames = [frame for frame, _ in bad] + [encode(good, SerializeType.ROCKETMQ)]
+    with socket.create_connection(("127.0.0.1", broker.broker_port)) as sock:
+        sock.sendall(b"".join(frames))
+        answers = {answer.opaque: answer for answer in _read_frames(sock, len(frames))}
+    for _, opaque in bad:
+        assert answers[opaque].code == ResponseCode.SYSTEM_ERROR, answers[opaque].remark
+        assert answers[opaque].remark.startswith(ACL_PREFIX)
+    assert answers[good.opaque].code == ResponseCode.SUCCESS, answers[good.opaque].remark
+    assert _max_offset(client) == before + 1
+
+
+def _v1_fields(v2: dict) -> dict:
+    """SEND_MESSAGE (10) names the same header fields in full (SendMessageRequestHeader)."""
+    names = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
+             "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag",
+             "i": "properties", "j": "reconsumeTimes", "k": "unitMode", "m": "batch"}
+    return {names[key]: value for key, value in v2.items()}
+
+
+def _read_frames(sock: socket.socket, count: int) -> list[RemotingCommand]:
+    """``count`` whole response frames (the test fails on a close or a 10 s silence)."""
+    sock.settimeout(10.0)
+    data, frames, at = b"", [], 0
+    while len(frames) < count:
+        while len(data) - at >= 4 and len(data) - at >= 4 + struct.unpack_from(">I", data, at)[0]:
+            length = 4 + struct.unpack_from(">I", data, at)[0]
+            frames.append(decode(data, at, length, copy_body=True))
+            at += length
+        if len(frames) < count:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after {len(frames)} of {count} answers"
+            data += chunk
+    return frames
 
 
 def test_forwarded_requests_are_checked_too(client):

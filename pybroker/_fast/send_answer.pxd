@@ -1,0 +1,42 @@
+# Contract of pybroker._fast.send_answer: a send's response frame from a template, no objects.
+from libc.stdint cimport int32_t, int64_t
+
+cdef enum:
+    # Header pieces around msgId, queueId, queueOffset and opaque (broker/send_fast.py).
+    TEMPLATE_PIECES = 5
+    # Decimal digits of an int64 with its sign; hex digits of a physical offset.
+    DECIMAL_BYTES_MAX = 20
+    OFFSET_HEX_DIGITS = 16
+    # Hex of the store host: IPv6 address + port.
+    HOST_HEX_BYTES_MAX = 40
+
+
+cdef struct Template:
+    bint stored                     # msgId/queueId/queueOffset present
+    const unsigned char *pieces[TEMPLATE_PIECES]
+    Py_ssize_t lengths[TEMPLATE_PIECES]
+
+
+cdef struct AnswerValues:
+    # What one answer fills in. Message ids: host_hex + 16 hex digits of each record's
+    # physical offset (the first at physical_offset, then + each record size), comma-joined.
+    bint real_ids                   # False: msgId "" and queueOffset 0 (a failed put)
+    const unsigned char *host_hex
+    Py_ssize_t host_hex_length
+    int64_t physical_offset
+    int32_t count
+    int32_t single_size             # record size when count == 1
+    const int32_t *sizes            # record sizes when count > 1
+    int32_t queue_id
+    int64_t queue_offset
+    int32_t opaque
+
+
+# Bytes write_answer may need for these values (an upper bound).
+cdef Py_ssize_t answer_bytes_max(const Template *template,
+                                 const AnswerValues *values) noexcept nogil
+
+# Write the whole response frame (length, header word of a JSON header, header) at out;
+# returns its size in bytes.
+cdef Py_ssize_t write_answer(unsigned char *out, const Template *template,
+                             const AnswerValues *values) noexcept nogil

@@ -1,0 +1,93 @@
+# pybroker._fast.send_answer: the response frame of a fast send, from a template, no objects.
+"""A send's response frame, written from a template (docs/architecture.md, "Send fast path").
+
+The template is the Python path's own JSON header for a send response, cut where the values
+go (broker/send_fast.py ``response_template``)::
+
+    stored:     piece0 msgId piece1 queueId piece2 queueOffset piece3 opaque piece4
+    not stored: piece0 opaque piece4
+
+Frame: length (4 + header bytes, big-endian) | header word (type 0 JSON << 24 | header
+length) | header. Responses carry no body.
+"""
+from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.string cimport memcpy
+
+from pybroker._fast.hton cimport pb_pack_int32
+
+cdef const char *HEX_DIGITS = "0123456789ABCDEF"
+
+
+cdef Py_ssize_t _decimal(unsigned char *out, int64_t value) noexcept nogil:
+    cdef unsigned char digits[DECIMAL_BYTES_MAX]
+    cdef Py_ssize_t n = 0, at = 0
+    cdef uint64_t magnitude = <uint64_t>value
+    if value < 0:
+        magnitude = (~magnitude) + 1
+        out[0] = 45            # '-'
+        at = 1
+    while True:
+        digits[n] = <unsigned char>(48 + magnitude % 10)
+        n += 1
+        magnitude //= 10
+        if magnitude == 0:
+            break
+    while n > 0:
+        n -= 1
+        out[at] = digits[n]
+        at += 1
+    return at
+
+
+cdef inline Py_ssize_t _piece(unsigned char *out, const Template *template,
+                              Py_ssize_t index) noexcept nogil:
+    memcpy(out, template.pieces[index], <size_t>template.lengths[index])
+    return template.lengths[index]
+
+
+cdef Py_ssize_t _message_ids(unsigned char *out, const AnswerValues *values) noexcept nogil:
+    """Offset message ids of the records (message_id.py), comma-joined."""
+    cdef Py_ssize_t at = 0, record, digit
+    cdef int64_t position = values.physical_offset
+    cdef uint64_t offset
+    for record in range(values.count):
+        if record:
+            out[at] = 44        # ','
+            at += 1
+        memcpy(out + at, values.host_hex, <size_t>values.host_hex_length)
+        at += values.host_hex_length
+        offset = <uint64_t>position
+        for digit in range(OFFSET_HEX_DIGITS - 1, -1, -1):
+            out[at + digit] = <unsigned char>HEX_DIGITS[offset & 15]
+            offset >>= 4
+        at += OFFSET_HEX_DIGITS
+        position += values.single_size if values.count == 1 else values.sizes[record]
+    return at
+
+
+cdef Py_ssize_t answer_bytes_max(const Template *template,
+                                 const AnswerValues *values) noexcept nogil:
+    cdef Py_ssize_t need = 8 + 3 * DECIMAL_BYTES_MAX, index
+    for index in range(TEMPLATE_PIECES):
+        need += template.lengths[index]
+    if template.stored and values.real_ids:
+        need += values.count * (values.host_hex_length + OFFSET_HEX_DIGITS + 1)
+    return need
+
+
+cdef Py_ssize_t write_answer(unsigned char *out, const Template *template,
+                             const AnswerValues *values) noexcept nogil:
+    cdef Py_ssize_t at = 8 + _piece(out + 8, template, 0)
+    if template.stored:
+        if values.real_ids:
+            at += _message_ids(out + at, values)
+        at += _piece(out + at, template, 1)
+        at += _decimal(out + at, values.queue_id)
+        at += _piece(out + at, template, 2)
+        at += _decimal(out + at, values.queue_offset if values.real_ids else 0)
+        at += _piece(out + at, template, 3)
+    at += _decimal(out + at, values.opaque)
+    at += _piece(out + at, template, 4)
+    pb_pack_int32(out, <int32_t>(at - 4))
+    pb_pack_int32(out + 4, <int32_t>(at - 8))      # JSON (type 0) | header length
+    return at

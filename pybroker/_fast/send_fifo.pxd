@@ -1,0 +1,84 @@
+# pybroker._fast.send_fifo: the send fast path's FIFOs of puts (waiting for their completion, or
+# held for the flush), inline helpers for send_path.pyx.
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport int32_t, int64_t, uint32_t
+
+
+cdef struct FastSend:
+    # One put request the fast path made, from its reservation to its response.
+    int64_t request_id
+    int32_t slot
+    uint32_t generation
+    int32_t opaque
+    int32_t queue_id                # answered as queueId
+    int32_t count
+    int32_t single_size             # record size when count == 1
+    int32_t *sizes                  # record sizes when count > 1 (owned, freed at answer)
+    bint oneway
+    bint wait_flush
+    bint withdrawn                  # answered busy by fast failure; its completion is dropped
+    int32_t topic_id
+    int64_t started_ns              # when the request was read (CLOCK_MONOTONIC)
+    int64_t started_ms              # the same, epoch ms (the oldest-request gauge)
+    # Filled at completion
+    int32_t status
+    int64_t physical_offset
+    int64_t queue_offset
+    int64_t end_position
+    double deadline
+
+
+cdef struct Fifo:
+    FastSend *items
+    Py_ssize_t capacity             # a power of two
+    Py_ssize_t head                 # monotonic counts; index = count & (capacity - 1)
+    Py_ssize_t tail
+
+
+# --- FIFOs of fast puts (request order) ----------------------------------------------------------
+
+cdef inline int _fifo_init(Fifo *fifo, Py_ssize_t capacity) except -1:
+    fifo.items = <FastSend *>PyMem_Malloc(capacity * sizeof(FastSend))
+    if fifo.items == NULL:
+        raise MemoryError()
+    fifo.capacity = capacity
+    fifo.head = fifo.tail = 0
+    return 0
+
+
+cdef inline int _fifo_push(Fifo *fifo, const FastSend *item) except -1:
+    cdef FastSend *grown
+    cdef Py_ssize_t index, count = fifo.tail - fifo.head
+    if count == fifo.capacity:
+        grown = <FastSend *>PyMem_Malloc(2 * fifo.capacity * sizeof(FastSend))
+        if grown == NULL:
+            raise MemoryError()
+        for index in range(count):
+            grown[index] = fifo.items[(fifo.head + index) & (fifo.capacity - 1)]
+        PyMem_Free(fifo.items)
+        fifo.items = grown
+        fifo.capacity *= 2
+        fifo.head, fifo.tail = 0, count
+    fifo.items[fifo.tail & (fifo.capacity - 1)] = item[0]
+    fifo.tail += 1
+    return 0
+
+
+cdef inline FastSend *_fifo_head(Fifo *fifo) noexcept nogil:
+    if fifo.head == fifo.tail:
+        return NULL
+    return &fifo.items[fifo.head & (fifo.capacity - 1)]
+
+
+cdef inline void _fifo_free(Fifo *fifo) noexcept:
+    cdef FastSend *item
+    if fifo.items == NULL:
+        return
+    item = _fifo_head(fifo)
+    while item != NULL:
+        if item.sizes != NULL:
+            PyMem_Free(item.sizes)
+        fifo.head += 1
+        item = _fifo_head(fifo)
+    PyMem_Free(fifo.items)
+    fifo.items = NULL

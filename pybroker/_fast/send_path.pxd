@@ -1,0 +1,110 @@
+# Contract of pybroker._fast.send_path: the send fast path of a remoting worker (frames -> ring
+# records; completions -> response frames), sharing one send ring with the Python path.
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+
+from pybroker._fast.ring cimport ByteRing, CompletionRing, pb_completion_slot
+from pybroker._fast.send_answer cimport Template
+from pybroker._fast.send_fifo cimport FastSend, Fifo
+from pybroker._fast.send_stats cimport SendStats
+from pybroker._fast.record cimport RecordFields
+from pybroker._fast.send_read cimport PropertyScan, SendRequest
+
+cdef enum:
+    TOPIC_BYTES_MAX = 127          # a v1 record's topic (the ring putter's limit too)
+    STATUSES_MAX = 16              # PutStatus values a completion may carry
+
+
+cdef struct TopicEntry:
+    uint64_t hash
+    Py_ssize_t length               # 0: free bucket
+    unsigned char name[TOPIC_BYTES_MAX]
+    int32_t queue_nums              # max(read, write) queue counts: the queue id bound
+    int32_t extra_sys_flag          # MULTI_TAGS for MULTI_TAG topics
+    int32_t topic_id                # index in SendPath._topic_names (stable across tables)
+
+
+cdef struct ConnectionSlot:
+    unsigned char born_ip[16]
+    Py_ssize_t born_ip_length       # 4 or 16; 0 while the slot is free
+    int32_t born_port
+    uint32_t generation             # bumped at close: late completions for it are dropped
+    unsigned char *output           # response frames written since the last take_outputs
+    Py_ssize_t output_length
+    Py_ssize_t output_capacity
+    bint dirty
+
+
+cdef class SendPath:
+    cdef ByteRing _ring
+    cdef CompletionRing _completions
+    cdef TopicEntry *_topics
+    cdef Py_ssize_t _topics_capacity
+    cdef ConnectionSlot *_slots
+    cdef Py_ssize_t _slots_count
+    cdef Py_ssize_t *_free_slots
+    cdef Py_ssize_t _free_slots_count
+    cdef Py_ssize_t *_dirty_slots
+    cdef Py_ssize_t _dirty_count
+    cdef Fifo _pending
+    cdef Fifo _flush_waits
+    cdef pb_completion_slot *_drained
+    cdef Template _templates[STATUSES_MAX]
+    cdef list _template_bytes
+    cdef int32_t _statuses_count
+    cdef int32_t _put_ok
+    cdef int32_t _flush_timeout_status
+    cdef unsigned char _store_ip[16]
+    cdef Py_ssize_t _store_ip_length
+    cdef int32_t _store_port
+    cdef unsigned char _host_hex[40]
+    cdef Py_ssize_t _host_hex_length
+    cdef bytes _cluster_pair
+    cdef Py_ssize_t _max_message_size
+    cdef Py_ssize_t _frame_max_bytes
+    cdef Py_ssize_t _ext_fields_max
+    cdef bint _sync_flush
+    cdef double _flush_timeout_s
+    cdef int64_t _next_request_id
+    cdef Py_ssize_t _inflight
+    cdef Py_ssize_t _inflight_max
+    cdef unsigned char *_scratch
+    cdef Py_ssize_t _scratch_bytes
+    cdef unsigned char *_properties
+    cdef SendStats _counting
+    cdef list _topic_entries
+    cdef int64_t _take_ns
+    cdef int64_t _take_ms
+    cdef public bint python_waiting
+    cdef public bint divert         # every frame goes to the Python path (page cache busy)
+    cdef readonly uint64_t fast_puts_total
+    cdef readonly uint64_t fast_frames_total
+    cdef readonly uint64_t other_frames_total
+
+    cdef int _set_templates_c(self, Py_ssize_t index, bint stored, tuple pieces) except -1
+    cdef TopicEntry *_find(self, const unsigned char *name, Py_ssize_t length) noexcept nogil
+    cdef int _grow_index_array(self, bint free_list, Py_ssize_t count) except -1
+    cdef int _grow_scratch(self, Py_ssize_t need) except -1
+    cdef bint _room(self) noexcept
+    cdef int64_t _reserve(self, const TopicEntry *topic, Py_ssize_t records_bytes,
+                          int32_t queue_id, int32_t count, int32_t sys_flag,
+                          bint wait_store) noexcept
+    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
+                   int32_t count, int32_t single_size, int32_t *sizes,
+                   bint wait_store) except -1
+    cdef Py_ssize_t _stored_properties(self, const SendRequest *request,
+                                       PropertyScan *scan) noexcept
+    cdef void _fields(self, RecordFields *f, const SendRequest *request, int32_t sys_flag,
+                      int32_t flag, const ConnectionSlot *connection) noexcept
+    cdef int _put_single(self, const SendRequest *request, TopicEntry *topic,
+                         Py_ssize_t slot) except -2
+    cdef int _put_batch(self, const SendRequest *request, TopicEntry *topic,
+                        Py_ssize_t slot) except -2
+    cdef int _complete(self, FastSend *send, const pb_completion_slot *done, double now,
+                       int64_t now_ns) except -1
+    cdef int _answer(self, FastSend *send, int32_t status, bint real_ids,
+                     int64_t now_ns) except -1
+    cdef int _update_oldest(self) except -1
+    cdef int64_t _fast_oldest_ms(self) noexcept
+    cdef int _count(self, const FastSend *send, const Template *template, bint real_ids,
+                    int64_t now_ns) except -1
+

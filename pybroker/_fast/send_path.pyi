@@ -1,0 +1,61 @@
+# Python face of pybroker._fast.send_path (used by pybroker.proc.ring_putter).
+from typing_extensions import Buffer
+
+from pybroker._fast.ring import ByteRing, CompletionRing
+
+PUT_HEADER_FIXED_BYTES: int
+PUT_FLAG_WAIT_STORE: int
+TAKE_END: int
+TAKE_OTHER: int
+TAKE_FULL: int
+TAKE_FAULT: int
+
+class SendPath:
+    python_waiting: bool
+    divert: bool
+    fast_puts_total: int
+    fast_frames_total: int
+    other_frames_total: int
+
+    def __init__(self, ring: ByteRing, completions: CompletionRing, store_ip: bytes,
+                 store_port: int, cluster_pair: bytes, max_message_size: int,
+                 frame_max_bytes: int, ext_fields_max: int, sync_flush: bool,
+                 flush_timeout_s: float, templates: list[tuple[bool, tuple[bytes, ...]]],
+                 put_ok: int, flush_timeout_status: int) -> None: ...
+    def set_topics(self, entries: list[tuple[bytes, int, int]]) -> None:
+        """Replace the fast topic table: (topic, queue bound, extra sysFlag)."""
+    def open_slot(self, born_ip: bytes, born_port: int) -> int:
+        """A slot for a new connection."""
+    def close_slot(self, slot: int) -> None:
+        """The slot's connection closed: answers still due to it are dropped."""
+    def take(self, buffer: Buffer, start: int, end: int,
+             slot: int) -> tuple[int, int, int, int, bool]:
+        """(position, outcome, frame_length, puts, appender_asleep)."""
+    def put_python(self, records: Buffer, topic: bytes, queue_id: int, count: int,
+                   sys_flag: int, wait_store: bool) -> int:
+        """Request id, or -1 when there is no room now."""
+    @property
+    def has_room(self) -> bool: ...
+    @property
+    def inflight(self) -> int: ...
+    def drain(self, now: float) -> list[tuple[int, int, int, int, int]]:
+        """Answer fast completions; return the Python path's."""
+    def release_flushed(self, flushed_position: int) -> None: ...
+    def expire(self, now: float) -> None: ...
+    def aged_fast(self, limit: float, after_id: int) -> int:
+        """Highest id above after_id of a fast send read at limit or before; 0."""
+    def oldest_fast(self, after_id: int) -> float | None:
+        """Monotonic s the oldest fast send above after_id was read, or None."""
+    @property
+    def fast_waiting(self) -> int: ...
+    def withdraw_fast(self, taken: int, up_to: int,
+                      busy_status: int) -> tuple[int, list[tuple[int, int, float]]]:
+        """Withdraw fast sends in (taken, up_to]: (count, [(slot, opaque, read at)])."""
+    @property
+    def flush_wait_head(self) -> tuple[int, float] | None: ...
+    def set_stats(self, stats: object, python_oldest: object = None) -> None:
+        """Count fast sends in a StatsWriter section (None: not counted)."""
+    def fast_oldest_ms(self) -> int:
+        """Epoch ms of the oldest unanswered fast send, 0 when none."""
+    def take_outputs(self) -> list[tuple[int, bytes]]:
+        """(slot, response frames) per connection written to since the last call."""

@@ -1,0 +1,34 @@
+# Contract of pybroker._fast.send_stats: fast sends counted as the send handler counts its own.
+from libc.stdint cimport int32_t, int64_t
+
+from pybroker._fast.stats cimport StatsWriter
+
+# CLOCK_MONOTONIC in ns (Python's time.monotonic_ns, the Recorder's clock).
+cdef int64_t monotonic_ns() noexcept nogil
+
+# CLOCK_REALTIME in ms (time.time_ns() // 1_000_000, the Recorder's request start).
+cdef int64_t realtime_ms() noexcept nogil
+
+# stats/service.py put_distribute_bucket: Java's putMessageDistributeTime bucket of a put.
+cdef int put_distribute_bucket(int64_t elapsed_ms) noexcept nogil
+
+
+cdef class SendStats:
+    cdef StatsWriter writer            # None: nothing is counted
+    cdef dict _topic_ids
+    cdef list _topic_names
+    cdef int32_t *_keys                # by topic id: TOPIC_PUT entry, -2 not looked up yet
+    cdef Py_ssize_t _keys_capacity
+    cdef object _python_oldest         # () -> the handlers' oldest unanswered send (epoch ms)
+
+    # A stable small id of a topic (UTF-8 name), for answered().
+    cdef int32_t topic_id(self, bytes name) except -1
+    cdef int32_t _key(self, int32_t topic_id) except -3
+    # Requests read: REQUESTS_TOTAL and SEND_STARTED (proc/remoting.py request_started).
+    cdef void started(self, int64_t requests) noexcept
+    # A send answered after elapsed_ns: put latency (send.py timed_put), and when stored
+    # TOPIC_PUT / BROKER_PUT_NUMS / message size, then RPC latency and SEND_FINISHED.
+    # SEND_OLDEST_MS: the older of fast_oldest_ms (0: none) and the handlers' oldest.
+    cdef int set_oldest(self, int64_t fast_oldest_ms) except -1
+    cdef int answered(self, int64_t elapsed_ns, bint stored, int64_t messages,
+                      int64_t size_bytes, int32_t topic_id) except -1

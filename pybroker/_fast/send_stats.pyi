@@ -1,0 +1,9 @@
+# Python face of pybroker._fast.send_stats (the fast path cimports the rest).
+from pybroker._fast.stats import StatsWriter
+
+def distribute_bucket(elapsed_ms: int) -> int:
+    """The put-latency bucket the fast path counts (Java's putMessageDistributeTime)."""
+
+class SendStats:
+    def __init__(self, writer: StatsWriter | None = None,
+                 python_oldest: object = None) -> None: ...

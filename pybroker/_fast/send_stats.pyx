@@ -1,0 +1,157 @@
+# pybroker._fast.send_stats: fast sends counted as broker/send.py and proc/remoting.py count.
+"""Statistics of the send fast path (docs/statistics.md, "Who counts what").
+
+A send the fast path answers must move the same instruments as one the handler answers, in the
+same remoting worker's section: REQUESTS_TOTAL and SEND_STARTED when it is read; when it is
+answered, the put latency (histogram, Java's 13 buckets, the maximum), TOPIC_PUT /
+BROKER_PUT_NUMS / the message-size histogram when stored, the RPC latency and SEND_FINISHED.
+tests/unit/broker/test_send_fast.py compares both paths' figures.
+"""
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from libc.stdint cimport int32_t, int64_t, uint64_t
+
+from pybroker._fast.stats cimport (BROKER_PUT_NUMS, KEY_BYTES, KEY_MESSAGES, KEY_REQUESTS,
+                                    KEY_TOPIC_PUT, KEYS_DROPPED, MESSAGE_SIZE_BYTES,
+                                    PUT_DISTRIBUTE_0, PUT_ENTIRE_TIME_MAX_MS, PUT_LATENCY_US,
+                                    REQUESTS_TOTAL, RPC_LATENCY_US, SEND_FINISHED,
+                                    SEND_OLDEST_MS, SEND_STARTED,
+                                    StatsWriter, pb_stats_add, pb_stats_raise, pb_stats_record,
+                                    pb_stats_record_n, pb_stats_set)
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clock_id, timespec *tp)
+    int CLOCK_MONOTONIC
+    int CLOCK_REALTIME
+
+cdef extern from *:
+    """
+    /* Java's putMessageDistributeTime limits (ms), stats/service.py's table. */
+    static const long long pb_put_distribute_limits_ms[12] = {
+        0, 10, 50, 100, 200, 500, 1000, 2000, 3000, 4000, 5000, 10000};
+    """
+    const long long *PUT_DISTRIBUTE_LIMITS_MS "pb_put_distribute_limits_ms"
+
+cdef enum:
+    PUT_DISTRIBUTE_LIMITS = 12
+    KEY_UNKNOWN = -2
+
+
+cdef int64_t monotonic_ns() noexcept nogil:
+    cdef timespec now
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return <int64_t>now.tv_sec * 1000000000 + now.tv_nsec
+
+
+cdef int64_t realtime_ms() noexcept nogil:
+    cdef timespec now
+    clock_gettime(CLOCK_REALTIME, &now)
+    return <int64_t>now.tv_sec * 1000 + now.tv_nsec // 1000000
+
+
+cdef int put_distribute_bucket(int64_t elapsed_ms) noexcept nogil:
+    cdef int index
+    if elapsed_ms <= 0:
+        return 0
+    for index in range(1, PUT_DISTRIBUTE_LIMITS):
+        if elapsed_ms < PUT_DISTRIBUTE_LIMITS_MS[index]:
+            return index
+    return PUT_DISTRIBUTE_LIMITS
+
+
+def distribute_bucket(int64_t elapsed_ms):
+    """The put-latency bucket the fast path counts (tests compare it with the Python one)."""
+    return put_distribute_bucket(elapsed_ms)
+
+
+cdef class SendStats:
+    """The counting of one worker's fast sends into ``writer`` (a StatsWriter, or None)."""
+
+    def __cinit__(self):
+        self._keys = NULL
+        self._keys_capacity = 0
+        self._topic_ids = {}
+        self._topic_names = []
+
+    def __init__(self, StatsWriter writer=None, python_oldest=None):
+        self.writer = writer
+        self._python_oldest = python_oldest
+
+    def __dealloc__(self):
+        PyMem_Free(self._keys)
+
+    cdef int32_t topic_id(self, bytes name) except -1:
+        cdef object known = self._topic_ids.get(name)
+        cdef int32_t *grown
+        cdef Py_ssize_t topic_id, capacity
+        if known is not None:
+            return known
+        topic_id = len(self._topic_names)
+        if topic_id >= self._keys_capacity:
+            capacity = max(64, 2 * self._keys_capacity)
+            grown = <int32_t *>PyMem_Realloc(self._keys, capacity * sizeof(int32_t))
+            if grown == NULL:
+                raise MemoryError()
+            self._keys, self._keys_capacity = grown, capacity
+        self._keys[topic_id] = KEY_UNKNOWN
+        self._topic_names.append(name)
+        self._topic_ids[name] = topic_id
+        return <int32_t>topic_id
+
+    cdef int32_t _key(self, int32_t topic_id) except -3:
+        # Label 0: fast topics are never delay or half-transaction topics. Looked up at the
+        # topic's first stored put, as the handler's Recorder does.
+        if self._keys[topic_id] == KEY_UNKNOWN:
+            self._keys[topic_id] = self.writer.key(
+                KEY_TOPIC_PUT, 0, (<bytes>self._topic_names[topic_id]).decode("utf-8"))
+        return self._keys[topic_id]
+
+    cdef void started(self, int64_t requests) noexcept:
+        if self.writer is not None:
+            pb_stats_add(self.writer.counters + REQUESTS_TOTAL, <uint64_t>requests)
+            pb_stats_add(self.writer.counters + SEND_STARTED, <uint64_t>requests)
+
+    cdef int set_oldest(self, int64_t fast_oldest_ms) except -1:
+        cdef int64_t oldest = fast_oldest_ms, python_oldest
+        if self.writer is None:
+            return 0
+        if self._python_oldest is not None:
+            python_oldest = self._python_oldest()
+            if python_oldest and (not oldest or python_oldest < oldest):
+                oldest = python_oldest
+        pb_stats_set(self.writer.counters + SEND_OLDEST_MS, <uint64_t>oldest)
+        return 0
+
+    cdef int answered(self, int64_t elapsed_ns, bint stored, int64_t messages,
+                      int64_t size_bytes, int32_t topic_id) except -1:
+        cdef StatsWriter writer = self.writer
+        cdef uint64_t *words
+        cdef int32_t key
+        if writer is None:
+            return 0
+        if elapsed_ns < 0:
+            elapsed_ns = 0
+        pb_stats_record(writer.histogram(PUT_LATENCY_US), <uint64_t>(elapsed_ns // 1000))
+        pb_stats_add(writer.counters + PUT_DISTRIBUTE_0
+                     + put_distribute_bucket(elapsed_ns // 1000000), 1)
+        pb_stats_raise(writer.counters + PUT_ENTIRE_TIME_MAX_MS,
+                       <uint64_t>(elapsed_ns // 1000000))
+        if stored:
+            key = self._key(topic_id)
+            if key >= 0:
+                words = writer.key_words(key)
+                pb_stats_add(words + KEY_MESSAGES, <uint64_t>messages)
+                pb_stats_add(words + KEY_BYTES, <uint64_t>size_bytes)
+                pb_stats_add(words + KEY_REQUESTS, 1)
+            else:
+                pb_stats_add(writer.counters + KEYS_DROPPED, 1)
+            pb_stats_add(writer.counters + BROKER_PUT_NUMS, <uint64_t>messages)
+            if messages:
+                pb_stats_record_n(writer.histogram(MESSAGE_SIZE_BYTES),
+                                  <uint64_t>(size_bytes // messages), <uint64_t>messages)
+        pb_stats_record(writer.histogram(RPC_LATENCY_US), <uint64_t>(elapsed_ns // 1000))
+        pb_stats_add(writer.counters + SEND_FINISHED, 1)
+        return 0
