@@ -174,7 +174,11 @@ def test_slave_kill_and_restart_mid_stream(tmp_path, rand):
                 wait_for(lambda: slave.published("written_position") > 200_000
                          + master.published("written_position") // 2, 30, "replication")
                 slave.kill()
-                time.sleep(1.0)         # the master writes while the slave is down
+                at_kill = master.published("written_position")
+                # The master writes while the slave is down (a condition, not a sleep: on a
+                # loaded box a second may see no write at all).
+                wait_for(lambda a=at_kill: master.published("written_position") > a + 65536,
+                         30, "master writes while the slave is down")
                 slave.start()
                 master.wait_slaves(1)
         _caught_up(master, slave)
