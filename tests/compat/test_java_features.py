@@ -1,11 +1,13 @@
 # Compat: Java client features no other compat test covers, pybroker against Java 4.9.8.
-"""Goal: request-reply (DefaultMQProducer.request, sync and async, RocketMQ 4.6+) and message
-trace (enableMsgTrace to RMQ_SYS_TRACE_TOPIC) give a Java 4.9.8 client the same results
-through pybroker as through the Java 4.9.8 broker.
+"""Goal: request-reply (DefaultMQProducer.request, sync and async, RocketMQ 4.6+), message
+trace (enableMsgTrace to RMQ_SYS_TRACE_TOPIC), the queue-offset API (search by time, lite pull
+seek/commit) and transactions (commit, rollback, check-back) give a Java 4.9.8 client the same
+results through pybroker as through the Java 4.9.8 broker.
 
 Method: tools/java_compat/Features.java (the official Java 4.9.8 client) runs each op against
-a Java 4.9.8 broker and against `pybroker standalone` (default settings); its RESULT lines are
-compared. Missing Java skips (fails under PYBROKER_REQUIRE_PEERS=1).
+a Java 4.9.8 broker and against `pybroker standalone` (both with 1 s transaction checks); its
+RESULT lines are checked for the same expected values on both. Missing Java skips (fails
+under PYBROKER_REQUIRE_PEERS=1).
 """
 import pathlib
 
@@ -19,6 +21,8 @@ pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tools" / "java_compat" / "Features.java"
 harness = peers.java_rocketmq
+# Short transaction checks for the tx op (as tests/compat/test_property_fidelity.py).
+BROKER_SETTINGS = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000"}
 
 
 def _run(rmq, classes, op: str, topic: str, timeout_s: int = 150) -> list[dict]:
@@ -47,11 +51,12 @@ def classes(install):
 @pytest.fixture(scope="module", params=["java", "pybroker"])
 def rmq(request, install, tmp_path_factory):
     if request.param == "java":
-        with peers.java_broker(tmp_path_factory.mktemp("java-features"), install) as running:
+        with peers.java_broker(tmp_path_factory.mktemp("java-features"), install,
+                               broker_overrides=BROKER_SETTINGS) as running:
             yield running
     else:
         work = tmp_path_factory.mktemp("pybroker-features")
-        with StandaloneBroker(work / "broker") as broker:
+        with StandaloneBroker(work / "broker", BROKER_SETTINGS) as broker:
             client = harness.JavaRocketMQ(work / "client", install,
                                           namesrv_port=broker.namesrv_port)
             client.write_files()
@@ -89,3 +94,16 @@ def test_queue_offsets(rmq, classes):
     assert seek["offsetForTimestamp"] == "4", results
     committed = results["committed"]
     assert committed["offset"] == committed["polledEnd"] != "-1", results
+
+
+def test_transactions_commit_rollback_and_check_back(rmq, classes):
+    """Committed messages arrive, rolled-back ones never; UNKNOW is decided by check-back."""
+    results = _run(rmq, classes, "tx", "TxTopic")
+    states = {r["body"]: r["state"] for r in results if r["op"] == "sent"}
+    assert states == {"commit-0": "COMMIT_MESSAGE", "commit-1": "COMMIT_MESSAGE",
+                      "rollback-0": "ROLLBACK_MESSAGE", "rollback-1": "ROLLBACK_MESSAGE",
+                      "unknown-commit": "UNKNOW", "unknown-rollback": "UNKNOW"}, results
+    (outcome,) = [r for r in results if r["op"] == "tx"]
+    assert outcome["received"] == "commit-0,commit-1,unknown-commit", results
+    assert set(outcome["checked"].split(",")) >= {"unknown-commit", "unknown-rollback"}
+    assert not set(outcome["checked"].split(",")) & {"commit-0", "rollback-0"}, results

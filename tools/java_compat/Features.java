@@ -6,7 +6,10 @@
 // The offsets op covers the queue-offset API a client uses: minOffset, maxOffset, searchOffset,
 // earliestMsgStoreTime, and the lite pull consumer's assign/seek/offsetForTimestamp/commit.
 //
-// Usage: java -cp "lib/*:classes" Features NAMESRV op=rpc|trace|offsets topic=T run=R [count=N]
+// The tx op: transactions committed, rolled back, and left unknown then decided by check-back
+// (the broker needs short transactionCheckInterval / transactionTimeOut).
+//
+// Usage: java -cp "lib/*:classes" Features NAMESRV op=rpc|trace|offsets|tx topic=T run=R [count=N]
 // Prints "RESULT op=... k=v" lines (values URL-encoded) and exits 0 when the op completed.
 import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
@@ -28,7 +31,11 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.RequestCallback;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.client.utils.MessageUtil;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
@@ -54,6 +61,8 @@ public final class Features {
                 ok = rpc(args[0], options);
             } else if ("offsets".equals(op)) {
                 ok = offsets(args[0], options);
+            } else if ("tx".equals(op)) {
+                ok = transactions(args[0], options);
             } else {
                 ok = trace(args[0], options);
             }
@@ -316,6 +325,69 @@ public final class Features {
             lite.shutdown();
             reader.shutdown();
             producer.shutdown();
+        }
+    }
+
+    // --- transactions ----------------------------------------------------------------------
+    static boolean transactions(String namesrv, Map<String, String> options) throws Exception {
+        String topic = options.get("topic");
+        String run = options.get("run");
+        Set<String> received = ConcurrentHashMap.newKeySet();
+        Set<String> checked = ConcurrentHashMap.newKeySet();
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(run + "_tx_consumer");
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (messages, context) -> {
+            for (MessageExt message : messages) {
+                received.add(new String(message.getBody(), StandardCharsets.UTF_8));
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        TransactionMQProducer producer = new TransactionMQProducer(run + "_tx_producer");
+        producer.setNamesrvAddr(namesrv);
+        producer.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message message, Object arg) {
+                String body = new String(message.getBody(), StandardCharsets.UTF_8);
+                if (body.startsWith("commit")) {
+                    return LocalTransactionState.COMMIT_MESSAGE;
+                }
+                return body.startsWith("rollback") ? LocalTransactionState.ROLLBACK_MESSAGE
+                                                   : LocalTransactionState.UNKNOW;
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt message) {
+                String body = new String(message.getBody(), StandardCharsets.UTF_8);
+                checked.add(body);
+                return body.endsWith("commit") ? LocalTransactionState.COMMIT_MESSAGE
+                                               : LocalTransactionState.ROLLBACK_MESSAGE;
+            }
+        });
+        producer.start();
+        try {
+            for (String body : Arrays.asList("commit-0", "rollback-0", "commit-1",
+                                             "rollback-1", "unknown-commit",
+                                             "unknown-rollback")) {
+                TransactionSendResult sent = producer.sendMessageInTransaction(
+                    new Message(topic, "tx", body.getBytes(StandardCharsets.UTF_8)), null);
+                result("sent", "body", body, "state", sent.getLocalTransactionState());
+            }
+            long deadline = System.currentTimeMillis() + 90_000;
+            while (System.currentTimeMillis() < deadline
+                   && !(received.contains("unknown-commit")
+                        && checked.contains("unknown-rollback"))) {
+                Thread.sleep(200);
+            }
+            Thread.sleep(5_000);     // room for anything that should not arrive
+            result("tx", "received", String.join(",", new java.util.TreeSet<>(received)),
+                   "checked", String.join(",", new java.util.TreeSet<>(checked)));
+            return true;
+        } finally {
+            producer.shutdown();
+            consumer.shutdown();
         }
     }
 }
