@@ -22,6 +22,8 @@ MIB = 1 << 20
 # Ids of the report's charts in page order (the page and its tests use them).
 CHART_IDS = ("timeline", "residency", "histograms", "processes", "pulls", "disk")
 _DASHES = ("solid", "dash")
+# One colour per run in the histograms, so the legend holds for every panel.
+_RUN_COLOURS = ("#4a6fa5", "#e4572e")
 
 
 def _times(series: Series) -> list:
@@ -111,7 +113,8 @@ def histograms(runs: list[tuple[str, Series]]) -> go.Figure:
             figure.add_trace(go.Bar(x=[f"<{(1 << b) if b else 1}" for b in buckets],
                                     y=[int(counts[b]) for b in buckets], name=label,
                                     showlegend=index == 0, legendgroup=label,
-                                    marker={"opacity": 0.8},
+                                    marker={"opacity": 0.8,
+                                            "color": _RUN_COLOURS[run_index % 2]},
                                     offsetgroup=str(run_index)),
                              row=row, col=column)
     figure.update_layout(height=260 * rows, title="Instrument histograms (count per bucket)",
