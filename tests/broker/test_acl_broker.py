@@ -388,9 +388,11 @@ def test_pybroker_admin_signs_with_an_acl_file(broker, tmp_path):
 def test_the_vip_port_checks_sends_too(broker, client):
     """Java 4.x clients send through the VIP port (listenPort - 2, vipChannelEnabled): the same
     check guards it; an unsigned and a tampered send are refused there and store nothing, a
-    signed one is stored."""
+    signed one is stored. ASCII properties, so the send fast path would take these frames if it
+    were open on an ACL broker."""
     before = _max_offset(client)
-    fields = _send_fields("acl_orders")
+    fields = {**_send_fields("acl_orders"),
+              "i": props.encode_properties({"TAGS": "t", "WAIT": "true"})}
     tampered = _signed(RequestCode.SEND_MESSAGE_V2, fields, b"vip body")
     tampered.body = b"vip bodY"
     with SyncRemotingClient() as vip:
