@@ -1,7 +1,8 @@
 # Compat: Java client features no other compat test covers, pybroker against Java 4.9.8.
 """Goal: request-reply (DefaultMQProducer.request, sync and async, RocketMQ 4.6+), message
 trace (enableMsgTrace to RMQ_SYS_TRACE_TOPIC), the queue-offset API (search by time, lite pull
-seek/commit) and transactions (commit, rollback, check-back) give a Java 4.9.8 client the same
+seek/commit), transactions (commit, rollback, check-back) and ordered sends with a selector
+consumed orderly under a tag filter give a Java 4.9.8 client the same
 results through pybroker as through the Java 4.9.8 broker.
 
 Method: tools/java_compat/Features.java (the official Java 4.9.8 client) runs each op against
@@ -107,3 +108,15 @@ def test_transactions_commit_rollback_and_check_back(rmq, classes):
     assert outcome["received"] == "commit-0,commit-1,unknown-commit", results
     assert set(outcome["checked"].split(",")) >= {"unknown-commit", "unknown-rollback"}
     assert not set(outcome["checked"].split(",")) & {"commit-0", "rollback-0"}, results
+
+
+def test_ordered_with_selector_and_tag_filter(rmq, classes):
+    """60 messages over 4 order keys and tags A/B/C; "A || B" gets 40, in send order per key."""
+    results = [r for r in _run(rmq, classes, "ordered", "OrderedTopic") if r["op"] == "ordered"]
+    got = {r["keyTag"]: [int(n) for n in r["numbers"].strip("[]").split(",")] for r in results}
+    expected: dict[str, list[int]] = {}
+    for number in range(60):
+        tag = "ABC"[number % 3]
+        if tag != "C":
+            expected.setdefault(f"key{number % 4}/{tag}", []).append(number)
+    assert got == expected

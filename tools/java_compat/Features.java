@@ -9,7 +9,11 @@
 // The tx op: transactions committed, rolled back, and left unknown then decided by check-back
 // (the broker needs short transactionCheckInterval / transactionTimeOut).
 //
-// Usage: java -cp "lib/*:classes" Features NAMESRV op=rpc|trace|offsets|tx topic=T run=R [count=N]
+// The ordered op: sends with a MessageQueueSelector (per order key) and tags A/B/C, an orderly
+// consumer subscribed to "A || B" gets only those, each key's messages in send order.
+//
+// Usage: java -cp "lib/*:classes" Features NAMESRV op=rpc|trace|offsets|tx|ordered topic=T
+//        run=R [count=N]
 // Prints "RESULT op=... k=v" lines (values URL-encoded) and exits 0 when the op completed.
 import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
@@ -28,10 +32,13 @@ import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.PullResult;
 import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.MessageQueueSelector;
 import org.apache.rocketmq.client.producer.RequestCallback;
 import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.client.producer.TransactionListener;
@@ -63,6 +70,8 @@ public final class Features {
                 ok = offsets(args[0], options);
             } else if ("tx".equals(op)) {
                 ok = transactions(args[0], options);
+            } else if ("ordered".equals(op)) {
+                ok = ordered(args[0], options);
             } else {
                 ok = trace(args[0], options);
             }
@@ -389,5 +398,65 @@ public final class Features {
             producer.shutdown();
             consumer.shutdown();
         }
+    }
+
+    // --- ordered messages with a selector and a tag filter --------------------------------
+    static boolean ordered(String namesrv, Map<String, String> options) throws Exception {
+        String topic = options.get("topic");
+        String run = options.get("run");
+        String[] tags = {"A", "B", "C"};
+        Map<String, List<Integer>> seen = new ConcurrentHashMap<>();
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(run + "_ordered_consumer");
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(topic, "A || B");
+        consumer.registerMessageListener((MessageListenerOrderly) (messages, context) -> {
+            for (MessageExt message : messages) {
+                String[] parts = new String(message.getBody(), StandardCharsets.UTF_8)
+                    .split(":");
+                seen.computeIfAbsent(parts[0] + "/" + message.getTags(),
+                    key -> java.util.Collections.synchronizedList(new java.util.ArrayList<>()))
+                    .add(Integer.parseInt(parts[1]));
+            }
+            return ConsumeOrderlyStatus.SUCCESS;
+        });
+        consumer.start();
+        DefaultMQProducer producer = new DefaultMQProducer(run + "_ordered_producer");
+        producer.setNamesrvAddr(namesrv);
+        producer.start();
+        MessageQueueSelector byKey = (queues, message, key) ->
+            queues.get(Math.abs(key.hashCode()) % queues.size());
+        try {
+            int expected = 0;
+            for (int i = 0; i < 60; i++) {
+                String key = "key" + (i % 4);
+                String tag = tags[i % 3];
+                expected += "C".equals(tag) ? 0 : 1;
+                producer.send(new Message(topic, tag, (key + ":" + i).getBytes(
+                    StandardCharsets.UTF_8)), byKey, key, 10_000);
+            }
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (System.currentTimeMillis() < deadline && count(seen) < expected) {
+                Thread.sleep(200);
+            }
+            Thread.sleep(2_000);     // room for a C or a duplicate that should not arrive
+            for (Map.Entry<String, List<Integer>> entry : new java.util.TreeMap<>(seen)
+                    .entrySet()) {
+                List<Integer> numbers = new java.util.ArrayList<>(entry.getValue());
+                result("ordered", "keyTag", entry.getKey(), "numbers", numbers.toString());
+            }
+            return true;
+        } finally {
+            producer.shutdown();
+            consumer.shutdown();
+        }
+    }
+
+    static int count(Map<String, List<Integer>> seen) {
+        int total = 0;
+        for (List<Integer> numbers : seen.values()) {
+            total += numbers.size();
+        }
+        return total;
     }
 }
