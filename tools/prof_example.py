@@ -6,11 +6,12 @@ Two runs of the same load on a standalone broker (64 MiB CommitLog files), each 
 
 * ``async``: flushDiskType ASYNC_FLUSH. A producer offers a fixed rate of 4000-byte messages to
   one queue; after a third of the run a consumer starts pulling that queue from offset 0 at
-  the producer's pace, so it stays that far behind for the rest of the run. The page cache is
-  made smaller than that backlog: an evictor drops (posix_fadvise DONTNEED) every CommitLog
-  page more than ``--cache-mib`` behind the written position, four times a second, which is
-  what the kernel does to a store larger than the memory it can keep. The consumer then reads
-  from the disk.
+  the producer's pace, so it stays that far behind for the rest of the run. An evictor calls
+  posix_fadvise(DONTNEED) on every CommitLog page more than ``--cache-mib`` behind the written
+  position, four times a second, meant to do what the kernel does to a store larger than the
+  memory it can keep. It does not: DONTNEED leaves pages a process maps, and the broker maps
+  its CommitLog, so the consumer's reads stay warm (docs/profiling.md says so; a
+  memory-limited cgroup would do it).
 * ``sync``: the same with flushDiskType SYNC_FLUSH.
 
 Then ``pybroker prof report`` of both, ``pybroker prof compare async sync``, and PNG pictures
