@@ -14,6 +14,7 @@ file. A signal that arrives while a generation is being recovered or stopped is 
 and honoured as soon as the event loop runs.
 """
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -137,6 +138,7 @@ class Supervisor:
                 self.metadata.shutdown()
             if self.stats_region is not None:
                 self.stats_region.close()
+                _remove_if_empty(paths.run_dir(self.store_root))
             if self.listeners is not None:
                 self.listeners.close()
             if self.ha_listener is not None:
@@ -175,8 +177,8 @@ class Supervisor:
         plane = dataplane.DataPlane.create(self.config, paths.run_dir(self.store_root), workers,
                                            valid_end, self.stats_region, self.ha_listener)
         self.control = plane.control
-        service_socket = _bind_unix_socket(os.path.join(paths.run_dir(self.store_root),
-                                                        "metadata.sock"))
+        service_path = os.path.join(paths.run_dir(self.store_root), "metadata.sock")
+        service_socket = _bind_unix_socket(service_path)
         try:
             for name, main in plane.worker_mains():
                 self.children[fork_child(name, main)] = name
@@ -196,6 +198,8 @@ class Supervisor:
         finally:
             self.data_plane_stopped_cleanly = self._stop_children(plane)
             service_socket.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(service_path)      # the next generation binds it afresh
             plane.close()
         return outcome
 
@@ -465,3 +469,13 @@ def security_problem(config) -> str | None:
     except (OSError, AclConfigError, ConfigError) as error:
         return str(error)
     return None
+
+
+def _remove_if_empty(directory: str) -> None:
+    # <store>/run holds only what a running broker shares; the stats region goes last, so an
+    # empty run/ is removed after it (a clean stop leaves no runtime state behind).
+    try:
+        os.rmdir(directory)
+    except OSError as error:
+        if error.errno not in (errno.ENOENT, errno.ENOTEMPTY):
+            log.warning("could not remove %s: %s", directory, error)

@@ -76,5 +76,7 @@ def test_fresh_store_with_java_default_sizes_takes_kilobytes(tmp_path):
         assert empty_allocated < FRESH_STORE_MAX_BYTES
         assert allocated < FRESH_STORE_MAX_BYTES
     assert broker.process.returncode == 0
+    # A clean stop leaves no runtime state: the run/ directory goes with its regions.
+    assert not os.path.exists(os.path.join(broker.store_dir, "run"))
     stopped_allocated, _ = _usage(broker.store_dir)
     assert stopped_allocated < FRESH_STORE_MAX_BYTES
