@@ -108,6 +108,16 @@ class AccessValidator:
             self.reload_if_changed()
 
     # --- the check -----------------------------------------------------------------------------
+    def guard(self, connection, request: RemotingCommand) -> None:
+        """The request-table guard of a server: :meth:`check` for the peer of ``connection``
+        (anything with a ``remote_address``), each refusal logged before it is raised."""
+        try:
+            self.check(request, connection.remote_address)
+        except AclDenied as denied:
+            log.warning("ACL refused request code %d from %s: %s", request.code,
+                        connection.remote_address, denied.message)
+            raise
+
     def check(self, request: RemotingCommand, remote_address: str) -> None:
         """Return when ``request`` from ``remote_address`` (``ip:port``) may be served; raise
         :class:`AclDenied` otherwise."""

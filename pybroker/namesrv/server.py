@@ -18,13 +18,12 @@ from pybroker import clock
 from pybroker import config as config_module
 from pybroker.acl import resources
 from pybroker.acl.plain_config import AclConfigError
-from pybroker.acl.validator import AccessValidator, AclDenied
+from pybroker.acl.validator import AccessValidator
 from pybroker.config import NamesrvProcessConfig
 from pybroker.namesrv.kv_config import KVConfigManager
 from pybroker.namesrv.processor import NamesrvProcessor
 from pybroker.namesrv.route_table import RouteInfoManager
-from pybroker.protocol.command import RemotingCommand
-from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.connection import ConnectionLimits
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
 
@@ -67,21 +66,12 @@ class NamesrvController:
         self.server = await start_server(
             self.listen_address, self.config.namesrv.listen_port,
             RequestTable(self.processor.handlers,
-                         guard=self._check_acl if self.acl is not None else None),
+                         guard=self.acl.guard if self.acl is not None else None),
             on_close=self._connection_closed,
             limits=limits, backlog=self.config.remoting.server_socket_backlog,
             tls=TlsServer.from_config(self.config.tls))
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
         return self.server.address
-
-    def _check_acl(self, connection: RemotingConnection, request: RemotingCommand) -> None:
-        assert self.acl is not None
-        try:
-            self.acl.check(request, connection.remote_address)
-        except AclDenied as denied:
-            log.warning("ACL refused request code %d from %s: %s", request.code,
-                        connection.remote_address, denied.message)
-            raise
 
     def _connection_closed(self, connection, exc: BaseException | None) -> None:
         removed = self.route_table.channel_closed(connection, connection.remote_address)

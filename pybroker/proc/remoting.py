@@ -11,7 +11,7 @@ to the local replica) and commands for this worker's clients.
 import asyncio
 import logging
 
-from pybroker.acl.validator import AccessValidator, AclDenied
+from pybroker.acl.validator import AccessValidator
 from pybroker.broker import (end_transaction, filter_check, pull, query, runtime_settings,
                              send, send_back, send_fast, slave_role)
 from pybroker.broker.channel import Channel
@@ -182,7 +182,7 @@ class RemotingWorker:
 
     # --- request table --------------------------------------------------------------------------
     def _request_table(self) -> RequestTable:
-        table = RequestTable(guard=self._check_acl if self.acl is not None else None)
+        table = RequestTable(guard=self.acl.guard if self.acl is not None else None)
         slave = self.config.store.broker_role == BrokerRole.SLAVE
         for code, handler in DATA_HANDLERS.items():
             table.register(code, self._local(slave_role.guard(code, handler) if slave
@@ -190,15 +190,6 @@ class RemotingWorker:
         for code in METADATA_CODES:
             table.register(code, self._forward)
         return table
-
-    def _check_acl(self, connection: RemotingConnection, request: RemotingCommand) -> None:
-        assert self.acl is not None
-        try:
-            self.acl.check(request, connection.remote_address)
-        except AclDenied as denied:
-            log.warning("ACL refused request code %d from %s: %s", request.code,
-                        connection.remote_address, denied.message)
-            raise
 
     def _local(self, handler: Handler, code: int) -> ConnectionHandler:
         ctx = self.ctx
