@@ -46,11 +46,11 @@ LOG_WAIT_S = 5.0
 
 # --- the broker -------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+@contextlib.contextmanager
+def _seeded_broker(work_dir):
     overrides = {"serverChannelMaxIdleTimeSeconds": str(IDLE_TIMEOUT_S),
                  "maxMessageSize": str(MAX_MESSAGE_SIZE)}
-    with StandaloneBroker(tmp_path_factory.mktemp("bad_input"), overrides) as running:
+    with StandaloneBroker(work_dir, overrides) as running:
         with _client(running) as client:
             for queue_id in range(4):
                 _expect_success(_send(client, BAD_TOPIC, b"seed", queue_id=queue_id))
@@ -62,6 +62,23 @@ def broker(tmp_path_factory):
             # Every seed record visible before the first case takes its snapshot.
             assert _commitlog_max_offset(client, seeded_bytes) == seeded_bytes
         yield running
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with _seeded_broker(tmp_path_factory.mktemp("bad_input")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def framing_brokers(tmp_path_factory):
+    """Brokers for the cases whose log line is checked. A broker logs at most RATE_BURST (10)
+    lines of one cause per worker per minute (pybroker/logs.py), every framing error is one
+    cause, and the kernel (SO_REUSEPORT) picks the worker of each connection: so no broker
+    gets more than 10 of these cases."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(_seeded_broker(tmp_path_factory.mktemp(f"framing{i}")))
+               for i in range(FRAMING_BROKERS)]
 
 
 @contextlib.contextmanager
@@ -273,11 +290,13 @@ UNFRAMEABLE = {
     "http_request": (b"GET / HTTP/1.1\r\nHost: broker\r\n\r\n", "looks like HTTP"),
     "http2_preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/2 preface"),
 }
+FRAMING_BROKERS = -(-len(UNFRAMEABLE) // 10)      # at most 10 logged closes each
 
 
 @pytest.mark.parametrize("name", sorted(UNFRAMEABLE))
-def test_unframeable_bytes_close_the_connection_with_a_log_line(broker, name):
+def test_unframeable_bytes_close_the_connection_with_a_log_line(framing_brokers, name):
     data, log_needle = UNFRAMEABLE[name]
+    broker = framing_brokers[sorted(UNFRAMEABLE).index(name) % FRAMING_BROKERS]
     with _harmless(broker):
         log_offset = len(broker._log_text())
         with _raw_socket(broker.broker_addr) as sock:
