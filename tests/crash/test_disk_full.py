@@ -148,8 +148,11 @@ def test_refusals_start_at_the_warning_ratio(small_disk, tmp_path, warning_ratio
         _fill_to(small_disk, above)
         _until(lambda: _send(broker, b"x").code == ResponseCode.SERVICE_NOT_AVAILABLE,
                REACT_WITHIN_S)
+        # Two checks decide it (the appender's 1 s guard and the dispatcher's cleanup pass,
+        # whichever runs first refuses); each logs the limit it crossed in its own words.
         limit = warning_ratio or 90
-        assert f"above {limit}% used" in broker._log_text()
+        named = (f"above {limit}% used", f"(> {limit}%)")
+        _until(lambda: any(words in broker._log_text() for words in named), REACT_WITHIN_S)
 
 
 def test_a_fresh_store_reports_its_real_disk_usage(tmp_path):
