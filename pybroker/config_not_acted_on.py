@@ -5,11 +5,6 @@
 # `pybroker config`, warned about when a broker.conf sets them. tests/unit/test_config_honesty.py
 # fails when a schema key is read nowhere outside this module and is not listed here.
 SETTINGS_NOT_ACTED_ON = {
-    "transientStorePoolEnable": "writes go straight to the mapped CommitLog (no buffer pool)",
-    "transientStorePoolSize": "no transient store pool",
-    "commitIntervalCommitLog": "no transient store pool, so no commit step",
-    "commitCommitLogLeastPages": "no transient store pool, so no commit step",
-    "commitCommitLogThoroughInterval": "no transient store pool, so no commit step",
     "flushCommitLogTimed": "the flusher sleeps on its eventfd with the interval as timeout",
     "registerBrokerTimeoutMills": "registration uses the client's own request timeout",
     "flushConsumerOffsetInterval": "consumer offsets are persisted every 5 s",

@@ -41,6 +41,7 @@ from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.disk_space import SpaceGuard
 from pybroker.store.control_block import BrokerState, ControlBlock
 from pybroker.store.settings import StoreConfig
+from pybroker.store.transient_pool import CommitStep, TransientStorePool
 from pybroker.store.status import PutStatus
 
 __all__ = ["run_appender"]
@@ -138,6 +139,20 @@ class _Appender:
         self.commitlog.set_wrote_and_flushed(written)
         self.commitlog.set_topic_queue_table(_topic_queue_table(settings, self.commitlog,
                                                                 written))
+        # transientStorePoolEnable on an ASYNC_FLUSH master: appends go to a pool buffer and
+        # only committed bytes are published (pybroker/store/transient_pool.py).
+        self.commit_step = None
+        self.appended_timestamp = control.written_store_timestamp
+        if settings.transient_store_pool_enable and not settings.transient_store_pool_active:
+            log.warning("appender: transientStorePoolEnable=true is not acted on: Java uses the "
+                        "pool only on an ASYNC_FLUSH master (flushDiskType=%s, brokerRole=%s)",
+                        settings.flush_disk_type.name, settings.broker_role.name)
+        if settings.transient_store_pool_active:
+            self.commit_step = CommitStep(
+                self.commitlog, TransientStorePool(settings.mapped_file_size_commit_log,
+                                                   settings.transient_store_pool_size),
+                settings.commit_interval_commit_log, settings.commit_commit_log_least_pages,
+                settings.commit_commit_log_thorough_interval, stats, clock_ms)
         self.drainer = append.RingDrainer(
             self.commitlog.queue_offsets, ring_format.status_code(PutStatus.PUT_OK),
             ring_format.status_code(PutStatus.MESSAGE_ILLEGAL),
@@ -158,7 +173,8 @@ class _Appender:
         self.deletion_seq = control.topic_deletion_appended
         self.requests_path = requests_path(store_root)
         self.commitlog_min_offset = 0
-        log.info("appender: %d rings, CommitLog written to %d", len(self.rings), written)
+        log.info("appender: %d rings, CommitLog written to %d%s", len(self.rings), written,
+                 ", transient store pool on" if self.commit_step else "")
 
     def _file_created(self, mapped_file, created: bool, elapsed_ns: int, faults: int) -> None:
         """A CommitLog file created (or mapped, when the allocator made it ready) on the
@@ -193,6 +209,8 @@ class _Appender:
     def delete_topics(self, requested: int) -> None:
         """Drop the queue offsets of the requested topics at the current end (between two
         drains, so it equals the published written position) and pass it to the dispatcher."""
+        if self.commit_step is not None:
+            self.commit(force=True)
         topics = set(read_requested_topics(self.requests_path, self.deletion_seq, requested))
         for key in self.commitlog.topic_queue_table:
             topic, _, queue_id = key.rpartition("-")
@@ -211,11 +229,38 @@ class _Appender:
             self.check_store_changes()
             if self.drain():
                 continue
+            step = self.commit_step
+            if step is not None and self.commit():
+                continue
             if self.control.broker_state >= BrokerState.STOPPING or terminated():
+                if step is not None:
+                    self.commit(force=True)
                 log.info("appender: stopping at %d", self.commitlog.max_offset())
                 return
-            if sleeper.sleep(_BLOCKED_WAIT_MS if self.blocked else _IDLE_WAIT_MS):
+            timeout = _BLOCKED_WAIT_MS if self.blocked else _IDLE_WAIT_MS
+            commit_wait = None if step is None else step.wait_ms(self.clock_ms())
+            if sleeper.sleep(timeout if commit_wait is None else min(timeout, commit_wait)):
                 self.counters.add(wakeups=1)
+
+    def commit(self, force: bool = False) -> bool:
+        """A commit turn of the transient store pool; True when bytes were committed (and
+        published: readers see only committed bytes)."""
+        if not self.commit_step.run(force):
+            return False
+        self.publish()
+        return True
+
+    def publish(self) -> None:
+        """Publish the readable end: the CommitLog end, or with the pool the committed end.
+        ``written_store_timestamp`` only when it covers every byte up to that end."""
+        control, step = self.control, self.commit_step
+        if step is None:
+            position = self.commitlog.max_offset()
+        else:
+            position = step.committed_where
+        if step is None or step.pending() == 0:
+            control.written_store_timestamp = self.appended_timestamp
+        signal_mask(control.publish("written_position", position), self.slots)
 
     def drain(self) -> int:
         """One group commit over every ring; returns the number of requests taken."""
@@ -247,10 +292,10 @@ class _Appender:
             stats.add(StatsCounter.GROUP_COMMITS)
             stats.record(StatsHistogram.GROUP_COMMIT_MESSAGES, records)
             stats.record(StatsHistogram.GROUP_COMMIT_BYTES, appended_bytes)
-        control = self.control
-        control.written_store_timestamp = store_timestamp
-        signal_mask(control.publish("written_position", self.commitlog.max_offset()),
-                    self.slots)
+        self.appended_timestamp = store_timestamp
+        if self.commit_step is not None:
+            self.commit_step.run()     # each drain wakes the commit step, as Java's puts do
+        self.publish()
         for index, completions in enumerate(self.completion_rings):
             if completions.commit():
                 self.wakes.workers[index].signal()
@@ -265,10 +310,13 @@ class _Appender:
         taken = appended = 0
         while True:
             mapped_file = None if refuse >= 0 else self.commitlog.writable_file()
+            if mapped_file is not None and self.commit_step is not None and \
+                    not self.commit_step.attach(mapped_file):
+                mapped_file = None
             if mapped_file is None and refuse < 0:
                 refuse = self.refuse_no_file
             stop, requests, records, failed, position, wake_producer = self.drainer.drain(
-                ring, completions, mapped_file.buffer() if mapped_file else None,
+                ring, completions, mapped_file.write_target() if mapped_file else None,
                 mapped_file.wrote_position if mapped_file else 0,
                 mapped_file.file_from_offset if mapped_file else 0, store_timestamp, refuse,
                 self.taken_offsets[index], self.cancel_offsets[index])
@@ -282,6 +330,10 @@ class _Appender:
                 self.wakes.workers[index].signal()
             if stop == append.DRAIN_ROLL:
                 self.commitlog.roll(mapped_file)
+                if self.commit_step is not None:
+                    # The rolled file is committed whole and its buffer goes back to the pool
+                    # before the next file takes one (published at the end of the drain).
+                    self.commit_step.run(force=True)
                 continue
             if stop == append.DRAIN_NO_MEMORY:
                 raise MemoryError("the appender's topic-queue offset map cannot grow")

@@ -198,7 +198,7 @@ class CommitLog:
         else:
             appended = mapped_file.append(source)
             assert appended, "room was checked before the copy"
-            buffer = mapped_file.buffer()
+            buffer = mapped_file.write_target()
             try:
                 patched = self._patch(buffer, position, position + size, physical_offset,
                                       queue_offset, store_timestamp, no_queue_offset)

@@ -145,6 +145,11 @@ class MappedFile:
         self.read_only = read_only
         self.wrote_position = 0
         self.flushed_position = 0
+        # transientStorePoolEnable (store/transient_pool.py): while a pool buffer is attached,
+        # appends go to it and commit() writes [committed_position, wrote_position) to the file.
+        self.write_buffer: mmap.mmap | None = None
+        self.committed_position = 0
+        self._commit_fd = -1
         # Range written by write_at() (anywhere in the file) since the last flush.
         self._dirty_low = file_size
         self._dirty_high = 0
@@ -186,13 +191,20 @@ class MappedFile:
             raise ValueError(f"{self.path} is closed")
         return memoryview(self._view)
 
+    def write_target(self) -> memoryview:
+        """Where appends go: the attached pool buffer, else the mapping (a new memoryview)."""
+        if self.write_buffer is not None:
+            return memoryview(self.write_buffer)
+        return self.buffer()
+
     def append(self, data) -> bool:
         """Copy ``data`` (any buffer) at ``wrote_position``; False (nothing written) if no room."""
         size = memoryview(data).nbytes
         position = self.wrote_position
         if position + size > self.file_size:
             return False
-        self._map[position:position + size] = data
+        (self.write_buffer if self.write_buffer is not None else self._map)[
+            position:position + size] = data
         self.wrote_position = position + size
         return True
 
@@ -205,6 +217,13 @@ class MappedFile:
         if file_position < 0 or file_position + size > self.file_size:
             raise ValueError(f"{self.path}: write of {size} bytes at {file_position} "
                              f"outside file of {self.file_size} bytes")
+        if self.write_buffer is not None:
+            # Pool mode: only bytes at or past the committed position can still change.
+            if file_position < self.committed_position:
+                raise ValueError(f"{self.path}: write at {file_position} below the committed "
+                                 f"position {self.committed_position}")
+            self.write_buffer[file_position:file_position + size] = data
+            return
         self._map[file_position:file_position + size] = data
         self._dirty_low = min(self._dirty_low, file_position)
         self._dirty_high = max(self._dirty_high, file_position + size)
@@ -268,6 +287,7 @@ class MappedFile:
                 log.warning("%s: closed with live views; unmapped when they are released",
                             self.path)
         self._cleanup_over = True
+        self.detach_write_buffer()
         if self._unlink_on_cleanup:
             self._unlink()
 
@@ -335,6 +355,54 @@ class MappedFile:
         finally:
             self.release()
         return self.flushed_position
+
+    # --- transient store pool --------------------------------------------------------------
+    def attach_write_buffer(self, buffer: mmap.mmap) -> None:
+        """Append into ``buffer`` (a pool buffer of ``file_size`` bytes) from now on; the
+        bytes below ``wrote_position`` are in the file already (committed)."""
+        if self.read_only or self.write_buffer is not None:
+            raise ValueError(f"{self.path}: cannot take a pool buffer")
+        self._commit_fd = os.open(self.path, os.O_WRONLY)
+        self.write_buffer = buffer
+        self.committed_position = self.wrote_position
+
+    def detach_write_buffer(self) -> mmap.mmap | None:
+        """Give the pool buffer back (the caller commits first); None when none attached."""
+        buffer, self.write_buffer = self.write_buffer, None
+        if self._commit_fd >= 0:
+            os.close(self._commit_fd)
+            self._commit_fd = -1
+        return buffer
+
+    def able_to_commit(self, least_pages: int) -> bool:
+        """Java's MappedFile.isAbleToCommit: a full file, or ``least_pages`` pages written
+        past the committed position (any byte when ``least_pages`` <= 0)."""
+        committed, wrote = self.committed_position, self.wrote_position
+        if self.write_buffer is None or wrote <= committed:
+            return False
+        if self.is_full() or least_pages <= 0:
+            return True
+        return wrote // PAGE_SIZE_BYTES - committed // PAGE_SIZE_BYTES >= least_pages
+
+    def commit(self, least_pages: int = 0) -> int:
+        """Write the pool buffer's new bytes to the file (pwrite, not through the mapping);
+        returns the committed position (``wrote_position`` when no buffer is attached).
+        Raises DurabilityError when the write fails (nothing is reported committed then)."""
+        if self.write_buffer is None:
+            return self.wrote_position
+        if self.able_to_commit(least_pages):
+            start, end = self.committed_position, self.wrote_position
+            source = memoryview(self.write_buffer)
+            try:
+                while start < end:
+                    start += os.pwrite(self._commit_fd, source[start:end], start)
+            except OSError as exc:
+                raise DurabilityError(f"commit of {self.path} [{start}, {end}) failed: "
+                                      f"{exc}") from exc
+            finally:
+                source.release()
+            self.committed_position = end
+        return self.committed_position
 
     def last_modified_ms(self) -> int:
         """File modification time, ms since the epoch (0 when the file is gone)."""
@@ -466,6 +534,8 @@ class MappedFileQueue:
         self.on_create = on_create
         self.mapped_files: list[MappedFile] = []
         self.flushed_where = 0
+        # transientStorePoolEnable: global offset written to the file from the pool buffers.
+        self.committed_where = 0
 
     def _file_names(self) -> list[str]:
         try:
@@ -602,13 +672,30 @@ class MappedFileQueue:
                 mapped_file.file_from_offset + self.mapped_file_size)
         return self.flushed_where > before
 
+    def commit(self, least_pages: int = 0) -> bool:
+        """Commit pool buffers from ``committed_where`` on (Java's MappedFileQueue.commit);
+        True when ``committed_where`` advanced. Without buffers it follows the writes."""
+        before = self.committed_where
+        mapped_file = self.find_mapped_file_by_offset(before, before == 0)
+        while mapped_file is not None:
+            committed = mapped_file.commit(least_pages)
+            self.committed_where = max(self.committed_where,
+                                       mapped_file.file_from_offset + committed)
+            if committed < self.mapped_file_size:
+                break
+            mapped_file = self.find_mapped_file_by_offset(
+                mapped_file.file_from_offset + self.mapped_file_size)
+        return self.committed_where > before
+
     def set_wrote_and_flushed(self, offset: int) -> None:
         """After recovery: every file's positions as if data ended at global ``offset``."""
         for mapped_file in self.mapped_files:
             position = min(max(offset - mapped_file.file_from_offset, 0), self.mapped_file_size)
             mapped_file.wrote_position = position
             mapped_file.flushed_position = position
+            mapped_file.committed_position = position
         self.flushed_where = offset
+        self.committed_where = offset
 
     def truncate_dirty_files(self, offset: int) -> None:
         """Drop data beyond global ``offset``: zero the tail of its file, delete later files."""

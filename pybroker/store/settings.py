@@ -178,6 +178,12 @@ class StoreConfig:
         return self.broker_role == BrokerRole.SLAVE
 
     @property
+    def transient_store_pool_active(self) -> bool:
+        """``transientStorePoolEnable`` and the broker is an ASYNC_FLUSH master: Java 4.9
+        (MessageStoreConfig.isTransientStorePoolEnable) uses the pool only then."""
+        return self.transient_store_pool_enable and not self.sync_flush and not self.is_slave
+
+    @property
     def delay_levels_ms(self) -> tuple[int, ...]:
         """``messageDelayLevel`` as the delay of level 1, 2, ... in ms (ValueError if bad)."""
         return parse_delay_levels(self.message_delay_level)
