@@ -24,7 +24,9 @@ def _banner(broker: StandaloneBroker) -> str:
     deadline = time.monotonic() + BANNER_TIMEOUT_S
     while True:
         text = broker._log_text()
-        match = re.search(r"^pybroker .* standalone is serving.*?^Send a test message:\n.*\n",
+        # The command is the one line after "Send a test message:" (DOTALL is for the banner
+        # itself; log lines of late workers may follow it in the same file).
+        match = re.search(r"^pybroker .* standalone is serving.*?^Send a test message:\n[^\n]*\n",
                           text, re.MULTILINE | re.DOTALL)
         if match:
             return match.group(0)
