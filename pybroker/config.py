@@ -182,6 +182,11 @@ class BrokerConfig:
         "port of the Prometheus endpoint", rule=between(1, 65535))
     metrics_label: str = setting("metricsLabel", "",
         "extra labels on every metric, 'key:value,key:value'")
+    stats_instruments_enable: bool = setting("statsInstrumentsEnable", True,
+        "record the runtime statistics (counters, histograms, keyed topic/group figures) that "
+        "brokerStatus, statsAll, consumeTps, the metrics endpoint and pybroker prof read; false "
+        "makes every recording a no-op and those figures are omitted or marked not measured",
+        important=True, pybroker_only=True)
 
 
 @dataclasses.dataclass(frozen=True)

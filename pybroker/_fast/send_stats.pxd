@@ -14,7 +14,7 @@ cdef int put_distribute_bucket(int64_t elapsed_ms) noexcept nogil
 
 
 cdef class SendStats:
-    cdef StatsWriter writer            # None: nothing is counted
+    cdef StatsWriter writer            # None: nothing is counted (also: instruments off)
     cdef dict _topic_ids
     cdef list _topic_names
     cdef int32_t *_keys                # by topic id: TOPIC_PUT entry, -2 not looked up yet

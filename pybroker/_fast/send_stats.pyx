@@ -68,7 +68,8 @@ def distribute_bucket(int64_t elapsed_ms):
 
 
 cdef class SendStats:
-    """The counting of one worker's fast sends into ``writer`` (a StatsWriter, or None)."""
+    """The counting of one worker's fast sends into ``writer`` (a StatsWriter, or None; a
+    writer whose region has the instruments off counts as None)."""
 
     def __cinit__(self):
         self._keys = NULL
@@ -77,7 +78,9 @@ cdef class SendStats:
         self._topic_names = []
 
     def __init__(self, StatsWriter writer=None, python_oldest=None):
-        self.writer = writer
+        # Instruments off (statsInstrumentsEnable=false): the one check, here; every record
+        # below is skipped by its `writer is None` test.
+        self.writer = writer if writer is not None and writer.enabled else None
         self._python_oldest = python_oldest
 
     def __dealloc__(self):

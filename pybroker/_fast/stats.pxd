@@ -12,7 +12,8 @@ cdef extern from "stats.h" nogil:
 
 # Region layout (all words native-endian u64; one writer per word):
 #   @0       header page (immutable after creation): magic "PBSTATS1", layout version, size,
-#            writer count, boot timestamp (ms), sections offset
+#            writer count, boot timestamp (ms), sections offset, instruments-off flag (1 when
+#            statsInstrumentsEnable=false: every writer's recording is a no-op)
 #   @4096    window area, written by the sampler (the supervisor) only: cursor line, then
 #            WINDOW_ROWS rows of (timestamp ms, WINDOW_COLUMNS-1 values), one row per sample
 #   @SECTIONS_OFFSET + w * SECTION_BYTES   writer w's section:
@@ -30,6 +31,7 @@ cpdef enum:
     STATS_WRITERS_OFFSET = 24
     STATS_BOOT_MS_OFFSET = 32
     STATS_SECTIONS_OFFSET_OFFSET = 40
+    STATS_INSTRUMENTS_OFF_OFFSET = 48
     STATS_LAYOUT_VERSION = 1
     STATS_PAGE_BYTES = 4096
     WINDOW_AREA_OFFSET = 4096
@@ -138,6 +140,9 @@ cpdef enum StatsKeyKind:
                                   # cold requests
     KEY_SEND_BACK = 3             # key topic@group; words: messages, requests
     KEY_GROUP_GET_LATENCY = 4     # key topic@group; words: ms sum, requests
+    KEY_PULL_OFFSET = 5           # key topic@group, label queue id; words: next offset of the
+                                  # writer's last pull of that queue (Java's pullOffsetTable),
+                                  # CLOCK_MONOTONIC ns of that pull (the newest writer wins)
 
 
 cpdef enum KeyWord:
@@ -152,6 +157,7 @@ cdef class StatsWriter:
     cdef Py_buffer _view
     cdef bint _held
     cdef readonly int writer
+    cdef readonly bint enabled         # False: the region is off; every method is a no-op
     cdef uint64_t *counters
     cdef uint64_t *histograms
     cdef uint64_t *key_count

@@ -8,6 +8,12 @@ release store of the section's key count; the writer keeps a process-local index
 rebuilt from the section on attach, so a restarted worker continues its predecessor's entries.
 Readers copy the region with :func:`snapshot` (acquire fence, then one memcpy) and decode it
 with numpy.
+
+A region created with the instruments off (``statsInstrumentsEnable=false``: the header's
+instruments-off word) makes every writer's recording a no-op: each method below returns after
+one check of ``enabled``, and Cython users test ``enabled`` once where they record (send_stats
+treats a disabled writer as none). Readers see the flag (:func:`instruments_enabled`) and must
+not present the untouched zeros as measured figures.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
@@ -34,8 +40,9 @@ cdef inline uint64_t *_word(unsigned char *base, Py_ssize_t offset) noexcept nog
     return <uint64_t *>(base + offset)
 
 
-def initialise(buffer, int writers, uint64_t boot_ms) -> None:
-    """Write the header of a fresh (zeroed) region of ``region_size(writers)`` bytes."""
+def initialise(buffer, int writers, uint64_t boot_ms, bint enabled=True) -> None:
+    """Write the header of a fresh (zeroed) region of ``region_size(writers)`` bytes;
+    ``enabled`` False: a region whose writers record nothing."""
     cdef Py_buffer view
     PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE)
     try:
@@ -48,6 +55,7 @@ def initialise(buffer, int writers, uint64_t boot_ms) -> None:
         pb_stats_set(_word(base, STATS_WRITERS_OFFSET), <uint64_t>writers)
         pb_stats_set(_word(base, STATS_BOOT_MS_OFFSET), boot_ms)
         pb_stats_set(_word(base, STATS_SECTIONS_OFFSET_OFFSET), <uint64_t>sections_offset())
+        pb_stats_set(_word(base, STATS_INSTRUMENTS_OFF_OFFSET), 0 if enabled else 1)
         pb_stats_set(_word(base, STATS_MAGIC_OFFSET), <uint64_t>MAGIC)
     finally:
         PyBuffer_Release(&view)
@@ -69,6 +77,18 @@ def check_header(buffer) -> int:
             raise ValueError(f"stats region of {view.len} bytes is too small for its "
                              f"{writers} writers")
         return writers
+    finally:
+        PyBuffer_Release(&view)
+
+
+def instruments_enabled(buffer) -> bool:
+    """False when the region was created with the instruments off (nothing is recorded)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        if view.len < STATS_PAGE_BYTES:
+            raise ValueError("stats region is smaller than its header")
+        return pb_stats_load(_word(<unsigned char *>view.buf, STATS_INSTRUMENTS_OFF_OFFSET)) == 0
     finally:
         PyBuffer_Release(&view)
 
@@ -137,6 +157,8 @@ cdef class StatsWriter:
         if (<uintptr_t>self._view.buf) & 63:
             raise ValueError("stats region must be 64-byte aligned")
         self.writer = writer
+        self.enabled = pb_stats_load(
+            _word(<unsigned char *>self._view.buf, STATS_INSTRUMENTS_OFF_OFFSET)) == 0
         start = sections_offset() + writer * SECTION_BYTES
         section = <unsigned char *>self._view.buf + start
         self.counters = <uint64_t *>(section + SECTION_COUNTERS_OFFSET)
@@ -171,16 +193,22 @@ cdef class StatsWriter:
 
     def add(self, int counter, uint64_t delta=1) -> None:
         """counter += delta."""
+        if not self.enabled:
+            return
         self._check(counter, COUNTERS_PER_WRITER)
         pb_stats_add(self.counters + counter, delta)
 
     def set(self, int counter, uint64_t value) -> None:
         """counter = value (a gauge)."""
+        if not self.enabled:
+            return
         self._check(counter, COUNTERS_PER_WRITER)
         pb_stats_set(self.counters + counter, value)
 
     def raise_to(self, int counter, uint64_t value) -> None:
         """counter = max(counter, value)."""
+        if not self.enabled:
+            return
         self._check(counter, COUNTERS_PER_WRITER)
         pb_stats_raise(self.counters + counter, value)
 
@@ -191,6 +219,8 @@ cdef class StatsWriter:
 
     def record(self, int histogram, uint64_t value, uint64_t times=1) -> None:
         """Record ``times`` occurrences of ``value`` in a histogram."""
+        if not self.enabled:
+            return
         self._check(histogram, HISTOGRAMS_PER_WRITER)
         if times == 1:
             pb_stats_record(self.histogram(histogram), value)
@@ -199,7 +229,10 @@ cdef class StatsWriter:
 
     def key(self, uint32_t kind, uint32_t label, str key) -> int:
         """The entry index of (kind, label, key), appended on first use; -1 when the table
-        is full or the key too long (the update is then counted in KEYS_DROPPED)."""
+        is full or the key too long (the update is then counted in KEYS_DROPPED), or when
+        the instruments are off."""
+        if not self.enabled:
+            return -1
         cached = self._key_index.get((kind, label, key))
         if cached is not None:
             return cached
@@ -220,6 +253,8 @@ cdef class StatsWriter:
     def key_add(self, int entry, uint64_t messages, uint64_t size_bytes=0,
                 uint64_t requests=1) -> None:
         """Add to entry's words (messages, bytes, requests); entry -1 counts KEYS_DROPPED."""
+        if not self.enabled:
+            return
         if entry < 0:
             self._check(0, 1)
             pb_stats_add(self.counters + KEYS_DROPPED, 1)
@@ -232,6 +267,8 @@ cdef class StatsWriter:
 
     def key_add_word(self, int entry, int word, uint64_t delta) -> None:
         """Add ``delta`` to one word (KeyWord) of an entry; entry -1 counts KEYS_DROPPED."""
+        if not self.enabled:
+            return
         if entry < 0:
             self._check(0, 1)
             pb_stats_add(self.counters + KEYS_DROPPED, 1)
@@ -239,3 +276,17 @@ cdef class StatsWriter:
         self._check(entry, KEYS_PER_WRITER)
         self._check(word, KEY_WORDS)
         pb_stats_add(self.key_words(entry) + word, delta)
+
+    def key_set_words(self, int entry, uint64_t first, uint64_t second) -> None:
+        """Set an entry's first two words (a gauge entry such as KEY_PULL_OFFSET); entry -1
+        counts KEYS_DROPPED."""
+        if not self.enabled:
+            return
+        if entry < 0:
+            self._check(0, 1)
+            pb_stats_add(self.counters + KEYS_DROPPED, 1)
+            return
+        self._check(entry, KEYS_PER_WRITER)
+        cdef uint64_t *words = self.key_words(entry)
+        pb_stats_set(words, first)
+        pb_stats_set(words + 1, second)

@@ -298,6 +298,9 @@ async def handle_view_broker_stats_data(ctx: MetadataContext, channel: ClientCha
     header = parse_request_header(request.code, request.ext_fields)
     service = ctx.stats_service
     data = service.view(header.stats_name, header.stats_key) if service is not None else None
+    if data is None and service is not None and not service.region.enabled:
+        return _error(request, "statistics are not recorded on this broker "
+                               "(statsInstrumentsEnable=false)")
     if data is None:
         return _error(request, f"The stats <{header.stats_name}> <{header.stats_key}> not exist")
     return _ok(request, _json(data))

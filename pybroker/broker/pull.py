@@ -169,7 +169,13 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
     result = ctx.store.get_messages(header.consumer_group, header.topic, header.queue_id,
                                     queue_offset, header.max_msg_nums, header.max_msg_bytes,
                                     pull_filter.tag_codes, pull_filter.record_filter)
-    residency = _count_get(stats, header, result, started) if stats is not None else None
+    residency = None
+    if stats is not None:
+        residency = _count_get(stats, header, result, started)
+        # Java's pullOffsetTable (rocketmq_consumer_inflight_messages): what this pull hands
+        # out ends below next_begin_offset, whether or not the consumer commits it.
+        stats.pull_offset(header.topic, header.consumer_group, header.queue_id,
+                          result.next_begin_offset, started)
     body: MappedBody | None = None
     try:
         code, _ = pull_response(result.status, queue_offset)

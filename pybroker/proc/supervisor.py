@@ -151,7 +151,8 @@ class Supervisor:
         os.makedirs(paths.run_dir(self.store_root), mode=0o700, exist_ok=True)
         self.stats_region = StatsRegion.create(
             paths.stats_region_path(self.store_root),
-            writer_count(self.config.remoting.remoting_workers), clock.now_ms())
+            writer_count(self.config.remoting.remoting_workers), clock.now_ms(),
+            enabled=self.config.broker.stats_instruments_enable)
         self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name,
                                   control=lambda: self.control)
 

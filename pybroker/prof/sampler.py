@@ -106,6 +106,10 @@ class Sampler:
         self.chunk_bytes = chunk_bytes
         root = target.store_root
         self.region = StatsRegion.attach(paths.stats_region_path(root))
+        if not self.region.enabled:
+            self.region.close()
+            raise ValueError(f"{root}: the broker runs with statsInstrumentsEnable=false, "
+                             f"its instruments record nothing to profile")
         self.control = ControlBlock(paths.control_block_path(root), create=False)
         self.residency = FileResidency()
         self.device = system.store_device(root)

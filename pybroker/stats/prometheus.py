@@ -8,9 +8,12 @@ DefaultStoreMetricsConstant, RemotingMetricsConstant), every series with Java's 
 ``cluster``, ``node_type="broker"``, ``node_id=<brokerName>`` (+ ``metricsLabel``), and adds its
 own ``pybroker_*`` instruments (group commits, flushes, dispatch lag, wake-ups, per-process CPU
 and RSS). The text format is written by ``prometheus_client``; the HTTP side is a small asyncio
-server in the supervisor's loop (no thread in a process that forks its workers). Not exported:
-``rocketmq_consumer_inflight_messages`` (pybroker does not track pulled-but-uncommitted
-offsets), ``rocketmq_processor_watermark`` (no thread pools), timer and RocksDB metrics.
+server in the supervisor's loop (no thread in a process that forks its workers).
+``rocketmq_consumer_inflight_messages`` is Java's pull offset (the next offset of the newest pull
+of each queue, kept by the remoting workers in the region) minus the committed offset. Not
+exported: ``rocketmq_processor_watermark`` (no thread pools), timer and RocksDB metrics. With
+``statsInstrumentsEnable=false`` the families read from the region (traffic, histograms,
+inflight) are left out and ``pybroker_stats_instruments_enabled`` is 0.
 """
 import asyncio
 import logging
@@ -80,9 +83,16 @@ class BrokerCollector:
         return kind(name, doc, labels=[*self.labels, *extra], **options)
 
     def collect(self):
-        snapshot = self.service.region.snapshot()
-        yield from self._traffic(snapshot)
-        yield from self._histograms(snapshot)
+        region = self.service.region
+        enabled = region.enabled
+        yield self._gauge("pybroker_stats_instruments_enabled", "1: the region's counters and "
+                          "histograms are recorded; 0: statsInstrumentsEnable=false, the "
+                          "families read from them are not exported", int(enabled))
+        if enabled:
+            snapshot = region.snapshot()
+            yield from self._traffic(snapshot)
+            yield from self._histograms(snapshot)
+            yield self._inflight(snapshot)
         yield from self._metadata_gauges()
         yield from self._storage()
         yield from self._processes()
@@ -175,6 +185,28 @@ class BrokerCollector:
                 broker_offset = self.reader.get_max_offset_in_queue(topic, int(queue_id))
                 lag += max(broker_offset - max(consumer_offset, 0), 0)
             family.add_metric(base + [topic, group], lag)
+        return family
+
+    def _inflight(self, snapshot):
+        """Java ConsumerLagCalculator.getInFlightMsgStats for pull consumers, summed over a
+        topic's queues: pull offset (newest pull's next offset; the committed offset when the
+        queue was not pulled since start) minus the committed offset; a queue never committed
+        counts 0, as in Java."""
+        family = self._family(GaugeMetricFamily, "rocketmq_consumer_inflight_messages",
+                              "Consumer inflight messages", ("topic", "consumer_group"))
+        base = list(self.labels.values())
+        pulled = snapshot.pull_offsets()
+        for key, queues in sorted(self.metadata.offsets.document.offset_table.items()):
+            topic, _, group = key.partition("@")
+            if self.metadata.topic_config(topic) is None:
+                continue
+            inflight = 0
+            for queue_id, consumer_offset in queues.items():
+                if consumer_offset < 0:
+                    continue
+                pull_offset = pulled.get((key, int(queue_id)), consumer_offset)
+                inflight += max(pull_offset - consumer_offset, 0)
+            family.add_metric(base + [topic, group], inflight)
         return family
 
     def _storage(self):

@@ -3,6 +3,9 @@
 
 One :class:`Recorder` per worker wraps its :class:`~pybroker._fast.stats.StatsWriter`. Each
 call is a handful of C-level stores (no system call, no allocation after a key's first use).
+With the instruments off (statsInstrumentsEnable=false) every method returns after one check
+of ``enabled`` (the writer's methods would be no-ops too; this skips the clock reads and the
+bookkeeping around them).
 """
 import itertools
 import time
@@ -15,7 +18,13 @@ from pybroker._fast.stats import KeyWord
 from pybroker.stats.region import StatsWriter, private_writer
 from pybroker.stats.service import put_distribute_bucket
 
-__all__ = ["Recorder", "FAMILY_COUNTERS"]
+__all__ = ["Recorder", "FAMILY_COUNTERS", "PULL_OFFSET_KEYS_MAX"]
+
+# KEY_PULL_OFFSET entries one worker keeps (one per topic, group and queue it served): the rest
+# of its key table stays for the TOPIC_PUT / GROUP_GET figures. A queue beyond it is not
+# tracked (counted in KEYS_DROPPED); the exporter then treats it as pulled up to its committed
+# offset, as Java does for a queue missing from its pullOffsetTable.
+PULL_OFFSET_KEYS_MAX = 256
 
 # Request families whose requests waiting are reported as Java's thread-pool queue sizes:
 # (started counter, answered counter, oldest-unanswered gauge).
@@ -31,6 +40,9 @@ class Recorder:
 
     def __init__(self, writer: StatsWriter | None = None):
         self.writer = writer if writer is not None else private_writer()
+        self.enabled = self.writer.enabled
+        # (queue id, "topic@group") -> this writer's KEY_PULL_OFFSET entry.
+        self._pull_offset_keys: dict[tuple[int, str], int] = {}
         # Unanswered requests per family, oldest first: token -> start (epoch ms).
         self._waiting: dict[str, dict[int, int]] = {family: {} for family in FAMILY_COUNTERS}
         self._tokens = itertools.count(1)
@@ -40,6 +52,8 @@ class Recorder:
 
     def request_started(self, family: str | None) -> int:
         """Count a request; returns the token to pass to :meth:`request_finished`."""
+        if not self.enabled:
+            return 0
         writer = self.writer
         writer.add(C.REQUESTS_TOTAL)
         if family is None:
@@ -55,6 +69,8 @@ class Recorder:
         return token
 
     def request_finished(self, family: str | None, token: int, elapsed_us: int) -> None:
+        if not self.enabled:
+            return
         writer = self.writer
         writer.record(H.RPC_LATENCY_US, elapsed_us)
         if family is None:
@@ -82,6 +98,8 @@ class Recorder:
     def topic_put(self, topic: str, messages: int, size_bytes: int, label: int = 0) -> None:
         """A SEND stored ``messages`` messages of ``size_bytes`` (TOPIC_PUT_NUMS/SIZE,
         BROKER_PUT_NUMS, the message-size histogram)."""
+        if not self.enabled:
+            return
         writer = self.writer
         writer.key_add(writer.key(K.KEY_TOPIC_PUT, label, topic), messages, size_bytes)
         writer.add(C.BROKER_PUT_NUMS, messages)
@@ -90,6 +108,8 @@ class Recorder:
 
     def put_latency(self, elapsed_ns: int) -> None:
         """A put request's wait for the store (Java putMessageEntireTime)."""
+        if not self.enabled:
+            return
         writer = self.writer
         elapsed_ms = elapsed_ns // 1_000_000
         writer.record(H.PUT_LATENCY_US, elapsed_ns // 1000)
@@ -98,6 +118,8 @@ class Recorder:
 
     def store_get(self, found: bool, messages: int, size_bytes: int, elapsed_ns: int) -> None:
         """One store read for a pull (Java StoreStatsService's get counters)."""
+        if not self.enabled:
+            return
         writer = self.writer
         if found:
             writer.add(C.GET_FOUND)
@@ -111,6 +133,8 @@ class Recorder:
                   cold: bool = False) -> None:
         """Messages handed to a consumer group (GROUP_GET_NUMS/SIZE, BROKER_GET_NUMS);
         ``cold``: the pull read pages that were not in the page cache."""
+        if not self.enabled:
+            return
         writer = self.writer
         entry = writer.key(K.KEY_GROUP_GET, 0, f"{topic}@{group}")
         writer.key_add(entry, messages, size_bytes)
@@ -123,6 +147,8 @@ class Recorder:
         """Page-cache residency of one pull's records (read before anything touched them)
         and the time its store read and copy took; ``java_in_disk``: Java's
         accessMessageInMemoryMaxRatio rule would call this pull cold."""
+        if not self.enabled:
+            return
         writer = self.writer
         writer.add(C.PULL_PAGES, pages)
         if cold_pages:
@@ -132,8 +158,26 @@ class Recorder:
             writer.add(C.PULLS_IN_DISK)
         writer.record(H.PULL_READ_US, read_ns // 1000)
 
+    def pull_offset(self, topic: str, group: str, queue_id: int, next_offset: int,
+                    at_ns: int) -> None:
+        """A pull of ``queue_id`` answered with ``next_offset`` as its next begin offset
+        (Java's commitPullOffset: the consumer holds everything below it); ``at_ns`` is the
+        pull's CLOCK_MONOTONIC start, so a reader keeps the newest of several workers'."""
+        if not self.enabled:
+            return
+        key = (queue_id, f"{topic}@{group}")
+        entry = self._pull_offset_keys.get(key)
+        if entry is None:
+            entry = (self.writer.key(K.KEY_PULL_OFFSET, queue_id, key[1])
+                     if len(self._pull_offset_keys) < PULL_OFFSET_KEYS_MAX else -1)
+            if entry >= 0:
+                self._pull_offset_keys[key] = entry
+        self.writer.key_set_words(entry, max(next_offset, 0), at_ns)
+
     def send_back(self, topic: str, group: str) -> None:
         """A consumer sent a message back (SNDBCK_PUT_NUMS)."""
+        if not self.enabled:
+            return
         writer = self.writer
         writer.key_add(writer.key(K.KEY_SEND_BACK, 0, f"{topic}@{group}"), 1)
         writer.add(C.SEND_BACK_MESSAGES)

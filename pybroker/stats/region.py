@@ -75,7 +75,8 @@ class StatsRegion:
         self.writers = _stats.check_header(buffer)
 
     @classmethod
-    def create(cls, path: str, writers: int, boot_ms: int) -> "StatsRegion":
+    def create(cls, path: str, writers: int, boot_ms: int,
+               enabled: bool = True) -> "StatsRegion":
         size = _stats.region_size(writers)
         if os.path.lexists(path):
             os.unlink(path)     # never truncate a map another process may still hold
@@ -87,7 +88,7 @@ class StatsRegion:
             buffer = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
-        _stats.initialise(buffer, writers, boot_ms)
+        _stats.initialise(buffer, writers, boot_ms, enabled)
         return cls(path, buffer, os.getpid())
 
     @classmethod
@@ -99,6 +100,12 @@ class StatsRegion:
         finally:
             os.close(fd)
         return cls(path, buffer, None)
+
+    @property
+    def enabled(self) -> bool:
+        """False: created with statsInstrumentsEnable=false, every section stays zero (a
+        reader must not present those zeros as measured)."""
+        return _stats.instruments_enabled(self.buffer)
 
     @property
     def boot_ms(self) -> int:
@@ -194,8 +201,32 @@ class Snapshot:
         return totals
 
     def labelled_keys(self) -> dict[tuple[int, int, str], list[int]]:
-        """{(kind, label, key): [messages, bytes, requests, word 3]} summed over writers."""
+        """{(kind, label, key): [messages, bytes, requests, word 3]} summed over writers
+        (gauge entries, KEY_PULL_OFFSET, are left out: see :meth:`pull_offsets`)."""
         result: dict[tuple[int, int, str], list[int]] = {}
+        for _writer, kind, label, key, words in self.entries():
+            if kind == StatsKeyKind.KEY_PULL_OFFSET:
+                continue
+            item = result.setdefault((kind, label, key), [0] * _stats.KEY_WORDS)
+            for index in range(_stats.KEY_WORDS):
+                item[index] += int(words[index])
+        return result
+
+    def pull_offsets(self) -> dict[tuple[str, int], int]:
+        """{("topic@group", queue id): next offset of the newest pull of that queue} over
+        every writer (Java's pullOffsetTable)."""
+        newest: dict[tuple[str, int], tuple[int, int]] = {}
+        for _writer, kind, label, key, words in self.entries():
+            if kind != StatsKeyKind.KEY_PULL_OFFSET:
+                continue
+            stamp, offset = int(words[1]), int(words[0])
+            known = newest.get((key, label))
+            if known is None or stamp > known[0]:
+                newest[(key, label)] = (stamp, offset)
+        return {item: offset for item, (_stamp, offset) in newest.items()}
+
+    def entries(self):
+        """Every published keyed entry: (writer, kind, label, key, words as numpy u64)."""
         data = self.data
         base = _stats.sections_offset() + _stats.SECTION_KEYS_OFFSET
         for writer in range(self.writers):
@@ -209,11 +240,8 @@ class Snapshot:
                 label = int.from_bytes(data[at + 12:at + 16], "little")
                 words = np.frombuffer(data, np.uint64, _stats.KEY_WORDS, at + 16)
                 key_at = at + _stats.KEY_HEADER_BYTES
-                key = data[key_at:key_at + length].decode("utf-8", "replace")
-                item = result.setdefault((kind, label, key), [0] * _stats.KEY_WORDS)
-                for index in range(_stats.KEY_WORDS):
-                    item[index] += int(words[index])
-        return result
+                yield (writer, kind, label,
+                       data[key_at:key_at + length].decode("utf-8", "replace"), words)
 
 
 def private_writer(slot: int = WRITER_SUPERVISOR) -> StatsWriter:

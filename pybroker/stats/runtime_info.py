@@ -8,6 +8,12 @@ block. Java keys pybroker cannot measure are left out rather than filled with a 
 requests a worker has received and not answered are the queue sizes, the age of the oldest
 one the head wait. Formats follow Java: rates are ``Double.toString`` with an empty field for a
 window not yet filled, putLatency99 ``%.2f``.
+
+With ``statsInstrumentsEnable=false`` nothing is recorded, so every figure read from the
+instrument region is left out (positions, disk and capacities stay), the pybroker key
+``statsInstrumentsEnable`` reads ``false``, and the five TPS keys read ``NaN NaN NaN`` (Java's
+Double.toString of not-a-number): mqadmin 4.9.8's clusterList splits them without a null
+check.
 """
 import os
 import time
@@ -35,6 +41,13 @@ _QUEUES = {"sendThreadPoolQueueSize": (C.SEND_STARTED, C.SEND_FINISHED),
 _HEAD_WAITS = {"sendThreadPoolQueueHeadWaitTimeMills": C.SEND_OLDEST_MS,
                "pullThreadPoolQueueHeadWaitTimeMills": C.PULL_OLDEST_MS,
                "queryThreadPoolQueueHeadWaitTimeMills": C.QUERY_OLDEST_MS}
+# Rates mqadmin clusterList parses without a null check (kept, as NaN, with the instruments off).
+_TPS_KEYS = ("putTps", "getFoundTps", "getMissTps", "getTotalTps", "getTransferedTps")
+# Keys read from the instrument region's sections (left out with the instruments off).
+_MEASURED_BROKER_KEYS = ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning",
+                         "msgPutTotalTodayNow", "msgGetTotalYesterdayMorning",
+                         "msgGetTotalTodayMorning", "msgGetTotalTodayNow",
+                         "pageCacheLockTimeMills", *_QUEUES, *_HEAD_WAITS)
 # Java TransientStorePool.availableBufferNums() when the pool is off (pybroker has none).
 _NO_TRANSIENT_POOL = str(2 ** 31 - 1)
 
@@ -161,7 +174,17 @@ def runtime_info(ctx: BrokerContext) -> dict[str, str]:
             "earliestMessageTimeStamp": store_info["earliestMessageTimeStamp"],
             # Java's BrokerConfig default: sends are accepted from the start (no such setting).
             "startAcceptSendRequestTimeStamp": "0"}
-    info.update(_store_figures(service, snapshot))
-    info.update(_broker_figures(service, snapshot, service.control))
+    store_figures = _store_figures(service, snapshot)
+    broker_figures = _broker_figures(service, snapshot, service.control)
+    if not service.region.enabled:
+        # Untouched zeros are not measurements: keep what the control block and the disk
+        # say, drop what the (unrecorded) instruments would.
+        store_figures = {key: store_figures[key] for key in ("bootTimestamp", "runtime")}
+        store_figures.update({key: "NaN NaN NaN" for key in _TPS_KEYS})
+        for key in _MEASURED_BROKER_KEYS:
+            broker_figures.pop(key, None)
+        info["statsInstrumentsEnable"] = "false"
+    info.update(store_figures)
+    info.update(broker_figures)
     info.update(_disk_figures(ctx.config))
     return info

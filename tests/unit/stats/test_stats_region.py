@@ -201,3 +201,58 @@ def test_recorder_publishes_the_oldest_unanswered_request(region):
     assert snapshot.counter(C.SEND_OLDEST_MS) == 0
     assert snapshot.counter(C.SEND_STARTED) - snapshot.counter(C.SEND_FINISHED) == 0
     recorder.writer.close()
+
+
+def test_pull_offsets_keep_the_newest_pull_of_each_queue(region):
+    from pybroker.stats.recorder import PULL_OFFSET_KEYS_MAX, Recorder
+    first = Recorder(region.writer(remoting_writer(0)))
+    second = Recorder(region.writer(remoting_writer(1)))
+    first.pull_offset("T", "g", 0, 10, at_ns=100)
+    first.pull_offset("T", "g", 0, 12, at_ns=200)        # the same writer overwrites
+    second.pull_offset("T", "g", 0, 5, at_ns=150)        # older than the first writer's
+    second.pull_offset("T", "g", 1, 7, at_ns=300)
+    first.group_get("T", "g", 3, 30)
+    snapshot = region.snapshot()
+    assert snapshot.pull_offsets() == {("T@g", 0): 12, ("T@g", 1): 7}
+    # gauge entries are not summed into the keyed traffic figures
+    assert set(snapshot.keys()) == {(K.KEY_GROUP_GET, "T@g")}
+    second.pull_offset("T", "g", 0, 3, at_ns=400)        # a reset: the newest pull wins
+    assert region.snapshot().pull_offsets()[("T@g", 0)] == 3
+    for queue in range(2, PULL_OFFSET_KEYS_MAX + 3):
+        first.pull_offset("T", "g", queue, 1, at_ns=500)
+    snapshot = region.snapshot()
+    assert len([item for item in snapshot.pull_offsets() if item[1] >= 2]) \
+        == PULL_OFFSET_KEYS_MAX - 1                      # queue 0 took one of first's entries
+    assert snapshot.counter(C.KEYS_DROPPED) == 2
+    first.writer.close()
+    second.writer.close()
+
+
+def test_a_region_with_the_instruments_off_records_nothing(tmp_path):
+    from pybroker.stats.recorder import Recorder
+    region = StatsRegion.create(str(tmp_path / "off"), writer_count(1), 1234, enabled=False)
+    try:
+        assert not region.enabled
+        writer = region.writer(remoting_writer(0))
+        assert not writer.enabled
+        writer.add(C.GET_FOUND, 3)
+        writer.set(C.PULL_HELD, 2)
+        writer.raise_to(C.PUT_ENTIRE_TIME_MAX_MS, 9)
+        writer.record(H.RPC_LATENCY_US, 7, 3)
+        assert writer.key(K.KEY_TOPIC_PUT, 0, "T") == -1
+        writer.key_add(0, 1, 1)
+        recorder = Recorder(writer)
+        token = recorder.request_started("send")
+        recorder.request_finished("send", token, 10)
+        recorder.topic_put("T", 2, 20)
+        recorder.put_latency(1000)
+        recorder.store_get(True, 1, 10, 100)
+        recorder.group_get("T", "g", 1, 10)
+        recorder.pull_offset("T", "g", 0, 5, at_ns=1)
+        recorder.send_back("T", "g")
+        snapshot = region.snapshot()
+        assert int(snapshot.counters.sum()) == 0 and int(snapshot.histograms.sum()) == 0
+        assert list(snapshot.entries()) == [] and snapshot.pull_offsets() == {}
+        writer.close()
+    finally:
+        region.close()
