@@ -1,5 +1,5 @@
 # pybroker._fast.send_fifo: the send fast path's FIFOs of puts (waiting for their completion, or
-# held for the flush), inline helpers for send_path.pyx.
+# held for the flush and/or a slave), inline helpers for send_path.pyx.
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint32_t
 
@@ -15,13 +15,17 @@ cdef struct FastSend:
     int32_t single_size             # record size when count == 1
     int32_t *sizes                  # record sizes when count > 1 (owned, freed at answer)
     bint oneway
-    bint wait_flush
+    bint wait_flush                 # SYNC_FLUSH: held until flushed_position covers it
+    bint wait_replica               # SYNC_MASTER, a slave in sync at completion: held until
+                                    # replicated_position covers it
     bint withdrawn                  # answered busy by fast failure; its completion is dropped
+    bint answered                   # held, answered out of FIFO order (send_path _sweep)
     int32_t topic_id
     int64_t started_ns              # when the request was read (CLOCK_MONOTONIC)
     int64_t started_ms              # the same, epoch ms (the oldest-request gauge)
     # Filled at completion
-    int32_t status
+    int32_t status                  # the answer once released: PUT_OK or SLAVE_NOT_AVAILABLE
+    int64_t held_ns                 # when it began to wait for the flush / slave (monotonic)
     int64_t physical_offset
     int64_t queue_offset
     int64_t end_position
@@ -31,8 +35,8 @@ cdef struct FastSend:
 cdef struct Fifo:
     FastSend *items
     Py_ssize_t capacity             # a power of two
-    Py_ssize_t head                 # monotonic counts; index = count & (capacity - 1)
-    Py_ssize_t tail
+    Py_ssize_t head                 # monotonic counts (kept when the FIFO grows: cursors into
+    Py_ssize_t tail                 # it stay valid); index = count & (capacity - 1)
 
 
 # --- FIFOs of fast puts (request order) ----------------------------------------------------------
@@ -48,17 +52,16 @@ cdef inline int _fifo_init(Fifo *fifo, Py_ssize_t capacity) except -1:
 
 cdef inline int _fifo_push(Fifo *fifo, const FastSend *item) except -1:
     cdef FastSend *grown
-    cdef Py_ssize_t index, count = fifo.tail - fifo.head
-    if count == fifo.capacity:
+    cdef Py_ssize_t index
+    if fifo.tail - fifo.head == fifo.capacity:
         grown = <FastSend *>PyMem_Malloc(2 * fifo.capacity * sizeof(FastSend))
         if grown == NULL:
             raise MemoryError()
-        for index in range(count):
-            grown[index] = fifo.items[(fifo.head + index) & (fifo.capacity - 1)]
+        for index in range(fifo.head, fifo.tail):
+            grown[index & (2 * fifo.capacity - 1)] = fifo.items[index & (fifo.capacity - 1)]
         PyMem_Free(fifo.items)
         fifo.items = grown
         fifo.capacity *= 2
-        fifo.head, fifo.tail = 0, count
     fifo.items[fifo.tail & (fifo.capacity - 1)] = item[0]
     fifo.tail += 1
     return 0
@@ -68,6 +71,11 @@ cdef inline FastSend *_fifo_head(Fifo *fifo) noexcept nogil:
     if fifo.head == fifo.tail:
         return NULL
     return &fifo.items[fifo.head & (fifo.capacity - 1)]
+
+
+cdef inline FastSend *_fifo_at(Fifo *fifo, Py_ssize_t count) noexcept nogil:
+    # The item of monotonic count ``count`` (head <= count < tail).
+    return &fifo.items[count & (fifo.capacity - 1)]
 
 
 cdef inline void _fifo_free(Fifo *fifo) noexcept:

@@ -46,13 +46,19 @@ cdef class SendPath:
     cdef Py_ssize_t *_dirty_slots
     cdef Py_ssize_t _dirty_count
     cdef Fifo _pending
-    cdef Fifo _flush_waits
+    cdef Fifo _held                 # acknowledgements waiting for the flush and/or a slave
+    cdef Py_ssize_t _flushed_cursor     # first held count whose end the flush does not cover
+    cdef Py_ssize_t _replicated_cursor  # the same for the slaves' acknowledged offset
+    cdef Py_ssize_t _swept_cursor       # _sweep looked at the held counts below this
+    cdef Py_ssize_t _flush_only_held    # held for the flush alone behind ones held for a slave
     cdef pb_completion_slot *_drained
     cdef Template _templates[STATUSES_MAX]
     cdef list _template_bytes
     cdef int32_t _statuses_count
     cdef int32_t _put_ok
     cdef int32_t _flush_timeout_status
+    cdef int32_t _slave_timeout_status
+    cdef int32_t _slave_not_available_status
     cdef unsigned char _store_ip[16]
     cdef Py_ssize_t _store_ip_length
     cdef int32_t _store_port
@@ -63,6 +69,8 @@ cdef class SendPath:
     cdef Py_ssize_t _frame_max_bytes
     cdef Py_ssize_t _ext_fields_max
     cdef bint _sync_flush
+    cdef bint _sync_master
+    cdef int64_t _ha_max_gap_bytes
     cdef double _flush_timeout_s
     cdef int64_t _next_request_id
     cdef Py_ssize_t _inflight
@@ -79,6 +87,7 @@ cdef class SendPath:
     cdef readonly uint64_t fast_puts_total
     cdef readonly uint64_t fast_frames_total
     cdef readonly uint64_t other_frames_total
+    cdef readonly uint64_t slave_not_available_total
 
     cdef int _set_templates_c(self, Py_ssize_t index, bint stored, tuple pieces) except -1
     cdef TopicEntry *_find(self, const unsigned char *name, Py_ssize_t length) noexcept nogil
@@ -100,7 +109,12 @@ cdef class SendPath:
     cdef int _put_batch(self, const SendRequest *request, TopicEntry *topic,
                         Py_ssize_t slot) except -2
     cdef int _complete(self, FastSend *send, const pb_completion_slot *done, double now,
-                       int64_t now_ns) except -1
+                       int64_t now_ns, int64_t replicated, int64_t slaves) except -1
+    cdef int _settle(self, int64_t flushed, int64_t replicated, double now,
+                     bint expire) except -1
+    cdef int _release_held(self, FastSend *send, int32_t status, int64_t now_ns) except -1
+    cdef int _sweep(self, int64_t now_ns) except -1
+    cdef FastSend *_held_head(self) noexcept
     cdef int _answer(self, FastSend *send, int32_t status, bint real_ids,
                      int64_t now_ns) except -1
     cdef int _update_oldest(self) except -1

@@ -16,12 +16,15 @@ class SendPath:
     fast_puts_total: int
     fast_frames_total: int
     other_frames_total: int
+    slave_not_available_total: int
 
     def __init__(self, ring: ByteRing, completions: CompletionRing, store_ip: bytes,
                  store_port: int, cluster_pair: bytes, max_message_size: int,
                  frame_max_bytes: int, ext_fields_max: int, sync_flush: bool,
                  flush_timeout_s: float, templates: list[tuple[bool, tuple[bytes, ...]]],
-                 put_ok: int, flush_timeout_status: int) -> None: ...
+                 put_ok: int, flush_timeout_status: int, sync_master: bool = False,
+                 ha_max_gap_bytes: int = 0, slave_timeout_status: int = -1,
+                 slave_not_available_status: int = -1) -> None: ...
     def set_topics(self, entries: list[tuple[bytes, int, int]]) -> None:
         """Replace the fast topic table: (topic, queue bound, extra sysFlag)."""
     def open_slot(self, born_ip: bytes, born_port: int) -> int:
@@ -38,10 +41,13 @@ class SendPath:
     def has_room(self) -> bool: ...
     @property
     def inflight(self) -> int: ...
-    def drain(self, now: float) -> list[tuple[int, int, int, int, int]]:
-        """Answer fast completions; return the Python path's."""
-    def release_flushed(self, flushed_position: int) -> None: ...
-    def expire(self, now: float) -> None: ...
+    def drain(self, now: float, replicated_position: int = 0,
+              slaves_connected: int = 0) -> list[tuple[int, int, int, int, int]]:
+        """Answer (or hold) fast completions; return the Python path's."""
+    def release(self, flushed_position: int, replicated_position: int) -> None:
+        """Answer held acknowledgements the positions cover."""
+    def expire(self, flushed_position: int, replicated_position: int, now: float) -> None:
+        """release(), then answer held acknowledgements past their deadline."""
     def aged_fast(self, limit: float, after_id: int) -> int:
         """Highest id above after_id of a fast send read at limit or before; 0."""
     def oldest_fast(self, after_id: int) -> float | None:
@@ -52,7 +58,13 @@ class SendPath:
                       busy_status: int) -> tuple[int, list[tuple[int, int, float]]]:
         """Withdraw fast sends in (taken, up_to]: (count, [(slot, opaque, read at)])."""
     @property
-    def flush_wait_head(self) -> tuple[int, float] | None: ...
+    def flush_target(self) -> int | None: ...
+    @property
+    def replica_target(self) -> int | None: ...
+    @property
+    def held_deadline(self) -> float | None: ...
+    @property
+    def held_count(self) -> int: ...
     def set_stats(self, stats: object, python_oldest: object = None) -> None:
         """Count fast sends in a StatsWriter section (None: not counted)."""
     def fast_oldest_ms(self) -> int:

@@ -13,8 +13,14 @@ Answer: :meth:`SendPath.drain` takes the completions the appender published. A c
 fast put becomes its response frame, written into the connection's output buffer from a
 template made by the Python path's own encoder (broker/send_fast.py) with msgId, queueId,
 queueOffset and opaque filled in; completions of Python puts are returned to the caller.
-Under SYNC_FLUSH an acknowledgement waits in a FIFO until ``flushed_position`` covers the
-record (:meth:`release_flushed`) or its deadline passes (:meth:`expire`: FLUSH_DISK_TIMEOUT).
+Held acknowledgements (ring_putter.py's rules, the Python path's answers): under SYNC_FLUSH
+an acknowledgement waits until ``flushed_position`` covers the record; under SYNC_MASTER until
+``replicated_position`` (a slave's acknowledged offset) covers it, or it is answered
+SLAVE_NOT_AVAILABLE at once when no slave is connected or the slave is ``haMaxGapNotInSync``
+behind; with both, both. They wait in ONE FIFO in completion order (so in CommitLog order) with
+a cursor per position: :meth:`release` answers what the positions cover, :meth:`expire` what
+is past syncFlushTimeout (FLUSH_SLAVE_TIMEOUT while the slave lacks it, else
+FLUSH_DISK_TIMEOUT), both through :meth:`_settle`.
 :meth:`take_outputs` hands each connection's frames over as one bytes object per drain.
 
 Put request in the ring (pybroker/_fast/put_request.pxd, the appender's C view of
@@ -44,7 +50,7 @@ from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE
 from pybroker._fast.record cimport (RecordFields, RecordParts, record_encoded_size,
                                     write_record)
 from pybroker._fast.ring cimport RING_FULL, ByteRing, CompletionRing, pb_completion_slot
-from pybroker._fast.send_fifo cimport _fifo_free, _fifo_head, _fifo_init, _fifo_push
+from pybroker._fast.send_fifo cimport _fifo_at, _fifo_free, _fifo_head, _fifo_init, _fifo_push
 from pybroker._fast.send_answer cimport (TEMPLATE_PIECES, AnswerValues, Template,
                                          answer_bytes_max, write_answer)
 from pybroker._fast.send_read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
@@ -116,7 +122,7 @@ cdef class SendPath:
         self._free_slots = NULL
         self._dirty_slots = NULL
         self._pending.items = NULL
-        self._flush_waits.items = NULL
+        self._held.items = NULL
         self._drained = NULL
         self._scratch = NULL
         self._properties = NULL
@@ -127,7 +133,9 @@ cdef class SendPath:
                  bytes store_ip not None, int32_t store_port, bytes cluster_pair not None,
                  Py_ssize_t max_message_size, Py_ssize_t frame_max_bytes,
                  Py_ssize_t ext_fields_max, bint sync_flush, double flush_timeout_s,
-                 list templates not None, int32_t put_ok, int32_t flush_timeout_status):
+                 list templates not None, int32_t put_ok, int32_t flush_timeout_status,
+                 bint sync_master=False, int64_t ha_max_gap_bytes=0,
+                 int32_t slave_timeout_status=-1, int32_t slave_not_available_status=-1):
         cdef Py_ssize_t index
         if len(store_ip) not in (4, 16):
             raise ValueError(f"store_ip has {len(store_ip)} bytes, not 4 or 16")
@@ -148,10 +156,17 @@ cdef class SendPath:
         self._flush_timeout_s = flush_timeout_s
         self._set_templates(templates)
         self._put_ok, self._flush_timeout_status = put_ok, flush_timeout_status
+        self._sync_master = sync_master
+        if sync_master and not (0 <= slave_timeout_status < self._statuses_count
+                                and 0 <= slave_not_available_status < self._statuses_count):
+            raise ValueError("a SYNC_MASTER needs the slave timeout / not-available statuses")
+        self._ha_max_gap_bytes = ha_max_gap_bytes
+        self._slave_timeout_status = slave_timeout_status
+        self._slave_not_available_status = slave_not_available_status
         self._inflight_max = completions.slot_count
         self._next_request_id = 1
         _fifo_init(&self._pending, 64)
-        _fifo_init(&self._flush_waits, 64)
+        _fifo_init(&self._held, 64)
         self._drained = <pb_completion_slot *>PyMem_Malloc(
             self._inflight_max * sizeof(pb_completion_slot))
         self._scratch = <unsigned char *>PyMem_Malloc(SCRATCH_INITIAL_BYTES)
@@ -173,7 +188,7 @@ cdef class SendPath:
     def __dealloc__(self):
         cdef Py_ssize_t index
         _fifo_free(&self._pending)
-        _fifo_free(&self._flush_waits)
+        _fifo_free(&self._held)
         if self._slots != NULL:
             for index in range(self._slots_count):
                 PyMem_Free(self._slots[index].output)
@@ -433,7 +448,9 @@ cdef class SendPath:
         send.sizes = sizes
         send.oneway = (request.rpc_flag & RPC_FLAG_ONEWAY) != 0
         send.wait_flush = self._sync_flush and wait_store
+        send.wait_replica = self._sync_master and wait_store     # decided at completion
         send.withdrawn = False
+        send.answered = False
         send.topic_id = topic.topic_id
         send.started_ns = self._take_ns
         send.started_ms = self._take_ms
@@ -616,11 +633,12 @@ cdef class SendPath:
 
     # --- answers ----------------------------------------------------------------------------
 
-    def drain(self, double now):
-        """Take every published completion. Fast puts are answered (or, under SYNC_FLUSH, held
-        until flushed; ``now`` is the loop time their deadline counts from); returns the
-        Python path's completions as ``(request_id, status, count, physical_offset,
-        queue_offset)`` tuples, in order."""
+    def drain(self, double now, int64_t replicated_position=0, int64_t slaves_connected=0):
+        """Take every published completion. Fast puts are answered or held (SYNC_FLUSH /
+        SYNC_MASTER; ``now`` is the loop time their deadline counts from,
+        ``replicated_position`` and ``slaves_connected`` the control block's now: whether a
+        slave is in sync); returns the Python path's completions as ``(request_id, status,
+        count, physical_offset, queue_offset)`` tuples, in order."""
         cdef uint64_t taken, index
         cdef pb_completion_slot *done
         cdef FastSend *head
@@ -645,13 +663,13 @@ cdef class SendPath:
                     if send.sizes != NULL:
                         PyMem_Free(send.sizes)
                     continue
-                self._complete(&send, done, now, now_ns)
+                self._complete(&send, done, now, now_ns, replicated_position, slaves_connected)
             if taken < <uint64_t>self._inflight_max:
                 self._update_oldest()
                 return python
 
     cdef int _complete(self, FastSend *send, const pb_completion_slot *done, double now,
-                       int64_t now_ns) except -1:
+                       int64_t now_ns, int64_t replicated, int64_t slaves) except -1:
         cdef int32_t index
         cdef int64_t total = 0
         if done.status != self._put_ok:
@@ -664,35 +682,116 @@ cdef class SendPath:
             for index in range(send.count):
                 total += send.sizes[index]
         send.end_position = done.physical_offset + total
-        if send.wait_flush:
-            send.deadline = now + self._flush_timeout_s
-            _fifo_push(&self._flush_waits, send)
+        send.status = self._put_ok
+        if send.wait_replica and not (
+                slaves > 0 and send.end_position - replicated < self._ha_max_gap_bytes):
+            # Java's isSlaveOK: answered at once unless the flush holds it too.
+            send.wait_replica = False
+            send.status = self._slave_not_available_status
+            self.slave_not_available_total += 1
+        if not (send.wait_flush or send.wait_replica):
+            return self._answer(send, send.status, True, now_ns)
+        send.deadline = now + self._flush_timeout_s
+        send.held_ns = now_ns
+        if send.wait_flush and self._sync_master and not send.wait_replica:
+            self._flush_only_held += 1
+        _fifo_push(&self._held, send)
+        return 0
+
+    def release(self, int64_t flushed_position, int64_t replicated_position):
+        """Answer the held acknowledgements that the positions cover."""
+        self._settle(flushed_position, replicated_position, 0.0, False)
+
+    def expire(self, int64_t flushed_position, int64_t replicated_position, double now):
+        """:meth:`release`, then answer the held acknowledgements whose deadline has passed:
+        FLUSH_SLAVE_TIMEOUT while the slave lacks the record (the replica's outcome wins, as in
+        Java), else FLUSH_DISK_TIMEOUT (or SLAVE_NOT_AVAILABLE, decided at completion)."""
+        self._settle(flushed_position, replicated_position, now, True)
+
+    cdef int _settle(self, int64_t flushed, int64_t replicated, double now,
+                     bint expire) except -1:
+        """The one drain of the held FIFO: move the cursors to what the positions cover,
+        answer the covered prefix (and, behind a send held for a slave, the sends held for the
+        flush alone: :meth:`_sweep`), then with ``expire`` the sends past their deadline."""
+        cdef Fifo *held = &self._held
+        cdef FastSend *send
+        cdef Py_ssize_t covered
+        cdef int64_t now_ns
+        cdef int32_t status
+        if held.head == held.tail:
             return 0
-        return self._answer(send, self._put_ok, True, now_ns)
-
-    def release_flushed(self, int64_t flushed_position):
-        """Answer the held SYNC_FLUSH acknowledgements that ``flushed_position`` covers."""
-        cdef FastSend *head = _fifo_head(&self._flush_waits)
-        cdef int64_t now_ns = monotonic_ns()
-        if head == NULL or head.end_position > flushed_position:
-            return
-        while head != NULL and head.end_position <= flushed_position:
-            self._flush_waits.head += 1
-            self._answer(head, self._put_ok, True, now_ns)
-            head = _fifo_head(&self._flush_waits)
+        now_ns = monotonic_ns()     # once per drain: the held time of every send answered
+        if self._flushed_cursor < held.head:
+            self._flushed_cursor = held.head
+        if self._replicated_cursor < held.head:
+            self._replicated_cursor = held.head
+        while self._flushed_cursor < held.tail and \
+                _fifo_at(held, self._flushed_cursor).end_position <= flushed:
+            self._flushed_cursor += 1
+        while self._replicated_cursor < held.tail and \
+                _fifo_at(held, self._replicated_cursor).end_position <= replicated:
+            self._replicated_cursor += 1
+        covered = held.tail
+        if self._sync_flush:
+            covered = self._flushed_cursor
+        if self._sync_master and self._replicated_cursor < covered:
+            covered = self._replicated_cursor
+        while held.head < covered:
+            send = _fifo_at(held, held.head)
+            held.head += 1
+            self._release_held(send, send.status, now_ns)
+        if self._flush_only_held:
+            self._sweep(now_ns)
+        while expire and held.head < held.tail:
+            send = _fifo_at(held, held.head)
+            if send.deadline > now:
+                break
+            held.head += 1
+            status = send.status
+            if send.wait_replica and send.end_position > replicated:
+                status = self._slave_timeout_status
+            elif status == self._put_ok:
+                status = self._flush_timeout_status
+            self._release_held(send, status, now_ns)
         self._update_oldest()
+        return 0
 
-    def expire(self, double now):
-        """Answer FLUSH_DISK_TIMEOUT to held acknowledgements whose deadline has passed."""
-        cdef FastSend *head = _fifo_head(&self._flush_waits)
-        cdef int64_t now_ns = monotonic_ns()
-        if head == NULL or head.deadline > now:
-            return
-        while head != NULL and head.deadline <= now:
-            self._flush_waits.head += 1
-            self._answer(head, self._flush_timeout_status, True, now_ns)
-            head = _fifo_head(&self._flush_waits)
-        self._update_oldest()
+    cdef int _sweep(self, int64_t now_ns) except -1:
+        """Answer, in place, the flushed sends held for the flush alone (a slave was not
+        available at their completion) that wait behind a send held for a slave: the Python
+        path answers them at the flush too. Each held count is looked at once."""
+        cdef Fifo *held = &self._held
+        cdef FastSend *send
+        cdef Py_ssize_t at = self._swept_cursor
+        if at < held.head:
+            at = held.head
+        while at < self._flushed_cursor:
+            send = _fifo_at(held, at)
+            if not send.wait_replica:
+                self._release_held(send, send.status, now_ns)
+            at += 1
+        self._swept_cursor = at
+        return 0
+
+    cdef int _release_held(self, FastSend *send, int32_t status, int64_t now_ns) except -1:
+        if send.answered:
+            return 0
+        send.answered = True
+        if send.wait_flush:
+            self._counting.flush_waited(now_ns - send.held_ns)
+            if self._sync_master and not send.wait_replica:
+                self._flush_only_held -= 1
+        return self._answer(send, status, True, now_ns)
+
+    cdef FastSend *_held_head(self) noexcept:
+        """The oldest held send not answered yet, or NULL."""
+        cdef Fifo *held = &self._held
+        cdef Py_ssize_t at = held.head
+        while at < held.tail:
+            if not _fifo_at(held, at).answered:
+                return _fifo_at(held, at)
+            at += 1
+        return NULL
 
     # --- fast failure (proc/fast_failure.py) -------------------------------------------------
 
@@ -754,10 +853,41 @@ cdef class SendPath:
         return withdrawn, answers
 
     @property
-    def flush_wait_head(self):
-        """``(end_position, deadline)`` of the oldest held acknowledgement, or None."""
-        cdef FastSend *head = _fifo_head(&self._flush_waits)
-        return None if head == NULL else (head.end_position, head.deadline)
+    def flush_target(self):
+        """End position of the oldest held send the flush does not cover yet (as of the last
+        :meth:`_settle`), or None: what ``flushed_position`` must reach to release more."""
+        cdef Fifo *held = &self._held
+        cdef Py_ssize_t at = max(self._flushed_cursor, held.head)
+        if not self._sync_flush or at >= held.tail:
+            return None
+        return _fifo_at(held, at).end_position
+
+    @property
+    def replica_target(self):
+        """The same for ``replicated_position`` (held for a slave), or None."""
+        cdef Fifo *held = &self._held
+        cdef Py_ssize_t at = max(self._replicated_cursor, held.head)
+        while at < held.tail:
+            if _fifo_at(held, at).wait_replica:
+                return _fifo_at(held, at).end_position
+            at += 1
+        return None
+
+    @property
+    def held_deadline(self):
+        """Deadline (loop time) of the oldest held acknowledgement, or None."""
+        cdef FastSend *head = self._held_head()
+        return None if head == NULL else head.deadline
+
+    @property
+    def held_count(self):
+        """Held acknowledgements not answered yet."""
+        cdef Fifo *held = &self._held
+        cdef Py_ssize_t at, count = 0
+        for at in range(held.head, held.tail):
+            if not _fifo_at(held, at).answered:
+                count += 1
+        return count
 
     cdef int _answer(self, FastSend *send, int32_t status, bint real_ids,
                      int64_t now_ns) except -1:
@@ -808,10 +938,10 @@ cdef class SendPath:
         return self._counting.set_oldest(self._fast_oldest_ms())
 
     cdef int64_t _fast_oldest_ms(self) noexcept:
-        """Epoch ms of the oldest fast send not answered yet (waiting for its completion or,
-        under SYNC_FLUSH, for the flush), 0 when none."""
+        """Epoch ms of the oldest fast send not answered yet (waiting for its completion, or
+        held for the flush or a slave), 0 when none."""
         cdef FastSend *pending = _fifo_head(&self._pending)
-        cdef FastSend *held = _fifo_head(&self._flush_waits)
+        cdef FastSend *held = self._held_head()
         cdef Py_ssize_t index = self._pending.head
         while pending != NULL and pending.withdrawn:     # answered busy already
             index += 1

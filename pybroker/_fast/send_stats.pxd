@@ -32,3 +32,6 @@ cdef class SendStats:
     cdef int set_oldest(self, int64_t fast_oldest_ms) except -1
     cdef int answered(self, int64_t elapsed_ns, bint stored, int64_t messages,
                       int64_t size_bytes, int32_t topic_id) except -1
+    # A SYNC_FLUSH acknowledgement answered after waiting waited_ns for the flush (and, on a
+    # SYNC_MASTER, the slave): the SYNC_FLUSH_WAIT_US histogram.
+    cdef void flush_waited(self, int64_t waited_ns) noexcept

@@ -4,7 +4,8 @@
 A send the fast path answers must move the same instruments as one the handler answers, in the
 same remoting worker's section: REQUESTS_TOTAL and SEND_STARTED when it is read; when it is
 answered, the put latency (histogram, Java's 13 buckets, the maximum), TOPIC_PUT /
-BROKER_PUT_NUMS / the message-size histogram when stored, the RPC latency and SEND_FINISHED.
+BROKER_PUT_NUMS / the message-size histogram when stored, the RPC latency and SEND_FINISHED;
+under SYNC_FLUSH, how long an acknowledgement was held (SYNC_FLUSH_WAIT_US).
 tests/unit/broker/test_send_fast.py compares both paths' figures.
 """
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
@@ -14,7 +15,7 @@ from pybroker._fast.stats cimport (BROKER_PUT_NUMS, KEY_BYTES, KEY_MESSAGES, KEY
                                     KEY_TOPIC_PUT, KEYS_DROPPED, MESSAGE_SIZE_BYTES,
                                     PUT_DISTRIBUTE_0, PUT_ENTIRE_TIME_MAX_MS, PUT_LATENCY_US,
                                     REQUESTS_TOTAL, RPC_LATENCY_US, SEND_FINISHED,
-                                    SEND_OLDEST_MS, SEND_STARTED,
+                                    SEND_OLDEST_MS, SEND_STARTED, SYNC_FLUSH_WAIT_US,
                                     StatsWriter, pb_stats_add, pb_stats_raise, pb_stats_record,
                                     pb_stats_record_n, pb_stats_set)
 
@@ -158,3 +159,8 @@ cdef class SendStats:
         pb_stats_record(writer.histogram(RPC_LATENCY_US), <uint64_t>(elapsed_ns // 1000))
         pb_stats_add(writer.counters + SEND_FINISHED, 1)
         return 0
+
+    cdef void flush_waited(self, int64_t waited_ns) noexcept:
+        if self.writer is not None:
+            pb_stats_record(self.writer.histogram(SYNC_FLUSH_WAIT_US),
+                            <uint64_t>(waited_ns // 1000 if waited_ns > 0 else 0))

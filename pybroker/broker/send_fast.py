@@ -47,6 +47,8 @@ class FastSendSettings:
     put_ok: int
     flush_timeout: int
     response_fields: dict
+    slave_timeout: int
+    slave_not_available: int
 
 
 def fast_send_settings(config, statuses: tuple) -> FastSendSettings:
@@ -62,7 +64,9 @@ def fast_send_settings(config, statuses: tuple) -> FastSendSettings:
         max_message_size=max_message_size, frame_max_bytes=config.remoting.frame_max_bytes,
         ext_fields_max=config.remoting.ext_fields_max, templates=templates,
         put_ok=statuses.index(PutStatus.PUT_OK),
-        flush_timeout=statuses.index(PutStatus.FLUSH_DISK_TIMEOUT), response_fields=fields)
+        flush_timeout=statuses.index(PutStatus.FLUSH_DISK_TIMEOUT), response_fields=fields,
+        slave_timeout=statuses.index(PutStatus.FLUSH_SLAVE_TIMEOUT),
+        slave_not_available=statuses.index(PutStatus.SLAVE_NOT_AVAILABLE))
 
 
 def busy_frame(fields: dict[str, str], opaque: int, waited_ms: int, queue_size: int) -> bytes:

@@ -105,11 +105,10 @@ class Attachment:
             self.putter = SlavePutter()
         else:
             sync_master = config.store.broker_role == BrokerRole.SYNC_MASTER
-            # The fast path holds SYNC_FLUSH acks itself but not SYNC_MASTER ones (yet): a
-            # SYNC_MASTER's sends all take the handler path (docs/architecture.md). Nor does
-            # it check ACL signatures: with aclEnable every send goes through the request
-            # table's guard (proc/remoting.py, docs/security.md).
-            fast = fast_sends and not sync_master and not config.broker.acl_enable
+            # The fast path holds SYNC_FLUSH and SYNC_MASTER acks itself. It does not check
+            # ACL signatures: with aclEnable every send goes through the request table's
+            # guard (proc/remoting.py, docs/security.md).
+            fast = fast_sends and not config.broker.acl_enable
             self.putter = RingPutter(
                 plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
                 plane.wakes.appender, slot, self.store_host, config.store.sync_flush,

@@ -91,17 +91,17 @@ class RemotingWorker:
         self.acl = AccessValidator(config.derived.acl_file_path) \
             if config.broker.acl_enable else None
         self.tls = TlsServer.from_config(config.tls)
-        # The send fast path, when this worker's putter has one (not on a slave or a
-        # SYNC_MASTER) and no ACL is enforced: the fast path takes sends from the receive
-        # buffer without a RemotingCommand, so the ACL guard of the request table would never
-        # see them (tests/broker/test_acl_broker.py). Fast sends count into the same section
-        # as the handlers' (docs/statistics.md).
+        # The send fast path, when this worker's putter has one (not on a slave) and no ACL
+        # is enforced: the fast path takes sends from the receive buffer without a
+        # RemotingCommand, so the ACL guard of the request table would never see them
+        # (tests/broker/test_acl_broker.py). Fast sends count into the same section as the
+        # handlers' (docs/statistics.md), and so do the putter's held acknowledgements.
         putter = data_plane.putter
+        if isinstance(putter, RingPutter):
+            putter.set_stats(self.stats)
         self.fast_putter: RingPutter | None = \
             putter if isinstance(putter, RingPutter) and putter.fast_enabled \
             and self.acl is None else None
-        if self.fast_putter is not None:
-            self.fast_putter.set_stats(self.stats)
         self.stopping = asyncio.Event()
 
     # --- start and stop -------------------------------------------------------------------------

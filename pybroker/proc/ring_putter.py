@@ -8,7 +8,8 @@ passed: FLUSH_DISK_TIMEOUT). Under SYNC_MASTER it also waits for ``replicated_po
 (a slave acknowledged the run; FLUSH_SLAVE_TIMEOUT after ``syncFlushTimeout``), and is answered
 SLAVE_NOT_AVAILABLE at once when no slave is connected or the slave is ``haMaxGapNotInSync``
 bytes or more behind the run's end (Java's isSlaveOK). With both, the replica's outcome wins,
-as in Java.
+as in Java. The instrument SYNC_FLUSH_WAIT_US records how long each SYNC_FLUSH acknowledgement
+was held (both paths).
 
 Both paths share the ring through :class:`pybroker._fast.send_path.SendPath`: the Python path
 (:meth:`RingPutter.put`) and the send fast path of the worker's connections
@@ -16,8 +17,8 @@ Both paths share the ring through :class:`pybroker._fast.send_path.SendPath`: th
 straight into response bytes) take request ids, ring space and completion slots from it, so
 requests of both kinds stay in one order and one count. A put may start only with a
 completion slot free for it (the appender can then always complete what it takes). The fast
-path holds SYNC_FLUSH acknowledgements itself; a SYNC_MASTER has no fast path (its sends take
-the handlers). Fast failure (:mod:`pybroker.proc.fast_failure`) covers both paths: while the
+path holds its own SYNC_FLUSH / SYNC_MASTER acknowledgements (by the same rules, in C); the
+sleep flags below cover both paths' waits. Fast failure (:mod:`pybroker.proc.fast_failure`) covers both paths: while the
 page cache is busy every frame goes to the handlers (which refuse it), and fast sends that
 waited too long in the ring are withdrawn with the Python path's puts (:class:`_FastQueue`).
 
@@ -34,6 +35,7 @@ import collections
 from collections.abc import Callable
 
 from pybroker._fast import send_path
+from pybroker._fast.stats import StatsHistogram
 from pybroker.broker.send_fast import FastSendSettings, busy_frame
 from pybroker.proc import ring_format
 from pybroker.proc.fast_failure import FastFailure, Withdrawn
@@ -74,13 +76,14 @@ def _record_sizes(view: memoryview, count: int) -> list[int]:
 
 
 class _Pending:
-    __slots__ = ("future", "sizes", "wait_store", "deadline", "result", "waiting")
+    __slots__ = ("future", "sizes", "wait_store", "deadline", "held_at", "result", "waiting")
 
     def __init__(self, future, sizes, wait_store):
         self.future = future
         self.sizes = sizes
         self.wait_store = wait_store
         self.deadline = 0.0
+        self.held_at = 0.0
         self.result: PutResult | None = None
         self.waiting: list = []          # the _AckWaits still holding this put
 
@@ -119,15 +122,15 @@ class _CompletionFlag:
 class _AckWait:
     """Acknowledgements held until a published position covers their run's end:
     ``flushed_position`` (SYNC_FLUSH) or ``replicated_position`` (SYNC_MASTER). Also the sleep
-    flag of that position: a waiter bit, set only while something is held here or, for the
-    flushed position, in the fast path's own FIFO (``fast_head``)."""
+    flag of that position: a waiter bit, set only while something is held here or in the fast
+    path's own FIFO (``fast_target()``: the end the position must reach, or None)."""
 
     def __init__(self, putter: "RingPutter", field: str, timeout_status: PutStatus,
-                 fast_head: Callable[[], tuple | None] | None = None):
+                 fast_target: Callable[[], int | None]):
         self._putter = putter
         self.field = field
         self.timeout_status = timeout_status
-        self.fast_head = fast_head
+        self.fast_target = fast_target
         self.held: collections.deque = collections.deque()   # (end offset, request id)
         self._armed = False
 
@@ -156,9 +159,9 @@ class _AckWait:
 
     def _target(self) -> int | None:
         target = self.held[0][0] if self.held else None
-        head = self.fast_head() if self.fast_head is not None else None
-        if head is not None and (target is None or head[0] < target):
-            target = head[0]
+        fast = self.fast_target()
+        if fast is not None and (target is None or fast < target):
+            target = fast
         return target
 
     def set_sleeping(self) -> bool:
@@ -177,11 +180,13 @@ class _AckWait:
 
 
 def _no_fast_sends() -> FastSendSettings:
-    """Settings of a putter whose fast path is never used (the supervisor's own ring, a
-    SYNC_MASTER)."""
+    """Settings of a putter whose fast path is never used (the supervisor's own ring, an ACL
+    broker)."""
     template = (False, (b"{", b"", b"", b"", b"}"))
     return FastSendSettings(b"", 0, 16 << 20, 0, [template] * len(PUT_STATUSES) + [template],
-                            _PUT_OK, PUT_STATUSES.index(PutStatus.FLUSH_DISK_TIMEOUT), {})
+                            _PUT_OK, PUT_STATUSES.index(PutStatus.FLUSH_DISK_TIMEOUT), {},
+                            PUT_STATUSES.index(PutStatus.FLUSH_SLAVE_TIMEOUT),
+                            PUT_STATUSES.index(PutStatus.SLAVE_NOT_AVAILABLE))
 
 
 class RingPutter:
@@ -212,7 +217,7 @@ class RingPutter:
         Answer busy instead of waiting (remoting workers; see that module).
     fast_sends : pybroker.broker.send_fast.FastSendSettings or None
         Enables :meth:`open_fast_port` (remoting workers); None for a putter without
-        connections or on a SYNC_MASTER.
+        connections or on an ACL broker.
     """
 
     def __init__(self, ring, completion_ring, control, appender_wake, slot: int,
@@ -220,8 +225,6 @@ class RingPutter:
                  sync_flush_timeout_ms: int = 5000, sync_master: bool = False,
                  ha_max_gap_bytes: int = 256 << 20, fast_failure: FastFailure | None = None,
                  fast_sends: FastSendSettings | None = None):
-        if sync_master and fast_sends is not None:
-            raise ValueError("the send fast path does not hold SYNC_MASTER acknowledgements")
         self.ring = ring
         self.completion_ring = completion_ring
         self.control = control
@@ -238,14 +241,16 @@ class RingPutter:
             ring, completion_ring, bytes(store_host[0]), store_host[1], settings.cluster_pair,
             settings.max_message_size, settings.frame_max_bytes, settings.ext_fields_max,
             sync_flush, self.sync_flush_timeout_s, settings.templates, settings.put_ok,
-            settings.flush_timeout)
+            settings.flush_timeout, sync_master, ha_max_gap_bytes, settings.slave_timeout,
+            settings.slave_not_available)
         self._pending: dict[int, _Pending] = {}
         self._space_waiters: collections.deque = collections.deque()
         core = self.core
         self._flush_wait = _AckWait(self, "flushed_position", PutStatus.FLUSH_DISK_TIMEOUT,
-                                    lambda: core.flush_wait_head)
+                                    lambda: core.flush_target)
         self._replica_wait = _AckWait(self, "replicated_position",
-                                      PutStatus.FLUSH_SLAVE_TIMEOUT)
+                                      PutStatus.FLUSH_SLAVE_TIMEOUT, lambda: core.replica_target)
+        self._stats_writer = None      # set_stats: SYNC_FLUSH_WAIT_US of the Python path
         self._timeout_handle: asyncio.TimerHandle | None = None
         self._flags: list[SleepFlag] = [_CompletionFlag(self), _SpaceFlag(self),
                                         self._flush_wait, self._replica_wait]
@@ -285,6 +290,7 @@ class RingPutter:
         the handlers count theirs; the oldest-unanswered-send gauge covers both paths."""
         self.core.set_stats(recorder.writer, lambda: recorder.oldest_ms("send"))
         recorder.send_oldest_elsewhere = self.core.fast_oldest_ms
+        self._stats_writer = recorder.writer
 
     def set_fast_topics(self, entries: list) -> None:
         """The topics the fast path may take (broker.send_fast.fast_topics)."""
@@ -403,12 +409,18 @@ class RingPutter:
         release the acks that the flushed / replicated positions cover, write the answers, and
         let puts waiting for space retry."""
         core = self.core
-        for completion in core.drain(_loop_time()):
+        control = self.control
+        if self.sync_master:
+            completions = core.drain(_loop_time(), control.replicated_position,
+                                     control.ha_slaves_connected)
+        else:
+            completions = core.drain(_loop_time())
+        for completion in completions:
             self._complete(*completion)
         self._flush_wait.release()
         self._replica_wait.release()
-        if self.sync_flush:
-            core.release_flushed(self.control.flushed_position)
+        if self.sync_flush or self.sync_master:
+            core.release(control.flushed_position, control.replicated_position)
             if self._timeout_handle is None:
                 self._arm_timeout()
         self._write_answers()
@@ -460,7 +472,8 @@ class RingPutter:
             self._resolve(request_id, result)
             return
         pending.result = result
-        pending.deadline = asyncio.get_running_loop().time() + self.sync_flush_timeout_s
+        pending.held_at = asyncio.get_running_loop().time()
+        pending.deadline = pending.held_at + self.sync_flush_timeout_s
         if self._timeout_handle is None:
             self._arm_timeout()
 
@@ -472,7 +485,16 @@ class RingPutter:
         pending.waiting.remove(wait)
         if not pending.waiting:
             assert pending.result is not None      # set before its wait was queued
-            self._resolve(request_id, pending.result)
+            self._resolve_held(request_id, pending, pending.result)
+
+    def _resolve_held(self, request_id: int, pending: _Pending, result: PutResult) -> None:
+        """Answer a put that was held (SYNC_FLUSH_WAIT_US counts SYNC_FLUSH ones, as the
+        fast path does)."""
+        writer = self._stats_writer
+        if self.sync_flush and writer is not None:
+            waited = asyncio.get_running_loop().time() - pending.held_at
+            writer.record(StatsHistogram.SYNC_FLUSH_WAIT_US, max(0, int(waited * 1e6)))
+        self._resolve(request_id, result)
 
     def _resolve(self, request_id: int, result: PutResult) -> None:
         pending = self._pending.pop(request_id)
@@ -484,9 +506,9 @@ class RingPutter:
         deadlines = [deadline for deadline in (self._flush_wait.head_deadline(),
                                                self._replica_wait.head_deadline())
                      if deadline is not None]
-        head = self.core.flush_wait_head
+        head = self.core.held_deadline
         if head is not None:
-            deadlines.append(head[1])
+            deadlines.append(head)
         if deadlines:
             self._timeout_handle = asyncio.get_running_loop().call_at(min(deadlines),
                                                                       self._on_ack_timeout)
@@ -508,10 +530,9 @@ class RingPutter:
                 elif result.status is PutStatus.PUT_OK:
                     result.status = self._flush_wait.timeout_status
                 pending.waiting.clear()
-                self._resolve(request_id, result)
-        core = self.core
-        core.release_flushed(self.control.flushed_position)
-        core.expire(now)
+                self._resolve_held(request_id, pending, result)
+        control = self.control
+        self.core.expire(control.flushed_position, control.replicated_position, now)
         self._write_answers()
         self._arm_timeout()
 
