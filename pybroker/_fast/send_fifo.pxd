@@ -78,6 +78,27 @@ cdef inline FastSend *_fifo_at(Fifo *fifo, Py_ssize_t count) noexcept nogil:
     return &fifo.items[count & (fifo.capacity - 1)]
 
 
+cdef inline FastSend *_fifo_first_live(Fifo *fifo, int64_t after_id) noexcept:
+    # The oldest item above after_id not withdrawn (answered busy already), or NULL.
+    cdef Py_ssize_t at
+    for at in range(fifo.head, fifo.tail):
+        if _fifo_at(fifo, at).request_id > after_id and not _fifo_at(fifo, at).withdrawn:
+            return _fifo_at(fifo, at)
+    return NULL
+
+
+cdef inline int64_t _fifo_aged(Fifo *fifo, int64_t limit_ns, int64_t after_id) noexcept:
+    # Highest request id above after_id, not withdrawn, of an item read at limit_ns or before.
+    cdef Py_ssize_t at
+    cdef int64_t highest = 0
+    for at in range(fifo.head, fifo.tail):
+        if _fifo_at(fifo, at).started_ns > limit_ns:
+            break                        # read in order: the rest are younger
+        if _fifo_at(fifo, at).request_id > after_id and not _fifo_at(fifo, at).withdrawn:
+            highest = _fifo_at(fifo, at).request_id
+    return highest
+
+
 cdef inline void _fifo_free(Fifo *fifo) noexcept:
     cdef FastSend *item
     if fifo.items == NULL:

@@ -1,10 +1,12 @@
 # Contract of pybroker._fast.send_path: the send fast path of a remoting worker (frames -> ring
 # records; completions -> response frames), sharing one send ring with the Python path.
+from cpython.mem cimport PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from pybroker._fast.ring cimport ByteRing, CompletionRing, pb_completion_slot
 from pybroker._fast.send_answer cimport Template
 from pybroker._fast.send_fifo cimport FastSend, Fifo
+from pybroker._fast.send_held cimport Held
 from pybroker._fast.send_stats cimport SendStats
 from pybroker._fast.record cimport RecordFields
 from pybroker._fast.send_read cimport PropertyScan, SendRequest
@@ -34,6 +36,25 @@ cdef struct ConnectionSlot:
     bint dirty
 
 
+cdef inline unsigned char *_output(ConnectionSlot *connection, Py_ssize_t need, Py_ssize_t *dirty,
+                            Py_ssize_t *dirty_count, Py_ssize_t slot) except NULL:
+    """Room for need more bytes at the end of the connection's output; marks it dirty."""
+    cdef Py_ssize_t capacity = connection.output_capacity or 256
+    cdef unsigned char *grown
+    while capacity < connection.output_length + need:
+        capacity *= 2
+    if capacity != connection.output_capacity:
+        grown = <unsigned char *>PyMem_Realloc(connection.output, capacity)
+        if grown == NULL:
+            raise MemoryError()
+        connection.output, connection.output_capacity = grown, capacity
+    if not connection.dirty:
+        connection.dirty = True
+        dirty[dirty_count[0]] = slot
+        dirty_count[0] += 1
+    return connection.output + connection.output_length
+
+
 cdef class SendPath:
     cdef ByteRing _ring
     cdef CompletionRing _completions
@@ -46,11 +67,7 @@ cdef class SendPath:
     cdef Py_ssize_t *_dirty_slots
     cdef Py_ssize_t _dirty_count
     cdef Fifo _pending
-    cdef Fifo _held                 # acknowledgements waiting for the flush and/or a slave
-    cdef Py_ssize_t _flushed_cursor     # first held count whose end the flush does not cover
-    cdef Py_ssize_t _replicated_cursor  # the same for the slaves' acknowledged offset
-    cdef Py_ssize_t _swept_cursor       # _sweep looked at the held counts below this
-    cdef Py_ssize_t _flush_only_held    # held for the flush alone behind ones held for a slave
+    cdef Held _held                 # acknowledgements waiting for the flush and/or a slave
     cdef pb_completion_slot *_drained
     cdef Template _templates[STATUSES_MAX]
     cdef list _template_bytes
@@ -112,9 +129,6 @@ cdef class SendPath:
                        int64_t now_ns, int64_t replicated, int64_t slaves) except -1
     cdef int _settle(self, int64_t flushed, int64_t replicated, double now,
                      bint expire) except -1
-    cdef int _release_held(self, FastSend *send, int32_t status, int64_t now_ns) except -1
-    cdef int _sweep(self, int64_t now_ns) except -1
-    cdef FastSend *_held_head(self) noexcept
     cdef int _answer(self, FastSend *send, int32_t status, bint real_ids,
                      int64_t now_ns) except -1
     cdef int _update_oldest(self) except -1

@@ -50,7 +50,10 @@ from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE
 from pybroker._fast.record cimport (RecordFields, RecordParts, record_encoded_size,
                                     write_record)
 from pybroker._fast.ring cimport RING_FULL, ByteRing, CompletionRing, pb_completion_slot
-from pybroker._fast.send_fifo cimport _fifo_at, _fifo_free, _fifo_head, _fifo_init, _fifo_push
+from pybroker._fast.send_fifo cimport (_fifo_aged, _fifo_at, _fifo_first_live, _fifo_free,
+                                       _fifo_head, _fifo_init, _fifo_push)
+from pybroker._fast.send_held cimport (_held_advance, _held_done, _held_first, _held_next,
+                                       _held_push, _held_target)
 from pybroker._fast.send_answer cimport (TEMPLATE_PIECES, AnswerValues, Template,
                                          answer_bytes_max, write_answer)
 from pybroker._fast.send_read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
@@ -122,7 +125,7 @@ cdef class SendPath:
         self._free_slots = NULL
         self._dirty_slots = NULL
         self._pending.items = NULL
-        self._held.items = NULL
+        self._held.fifo.items = NULL
         self._drained = NULL
         self._scratch = NULL
         self._properties = NULL
@@ -166,7 +169,8 @@ cdef class SendPath:
         self._inflight_max = completions.slot_count
         self._next_request_id = 1
         _fifo_init(&self._pending, 64)
-        _fifo_init(&self._held, 64)
+        _fifo_init(&self._held.fifo, 64)
+        self._held.sync_flush, self._held.sync_master = sync_flush, sync_master
         self._drained = <pb_completion_slot *>PyMem_Malloc(
             self._inflight_max * sizeof(pb_completion_slot))
         self._scratch = <unsigned char *>PyMem_Malloc(SCRATCH_INITIAL_BYTES)
@@ -188,7 +192,7 @@ cdef class SendPath:
     def __dealloc__(self):
         cdef Py_ssize_t index
         _fifo_free(&self._pending)
-        _fifo_free(&self._held)
+        _fifo_free(&self._held.fifo)
         if self._slots != NULL:
             for index in range(self._slots_count):
                 PyMem_Free(self._slots[index].output)
@@ -693,10 +697,7 @@ cdef class SendPath:
             return self._answer(send, send.status, True, now_ns)
         send.deadline = now + self._flush_timeout_s
         send.held_ns = now_ns
-        if send.wait_flush and self._sync_master and not send.wait_replica:
-            self._flush_only_held += 1
-        _fifo_push(&self._held, send)
-        return 0
+        return _held_push(&self._held, send)
 
     def release(self, int64_t flushed_position, int64_t replicated_position):
         """Answer the held acknowledgements that the positions cover."""
@@ -710,115 +711,40 @@ cdef class SendPath:
 
     cdef int _settle(self, int64_t flushed, int64_t replicated, double now,
                      bint expire) except -1:
-        """The one drain of the held FIFO: move the cursors to what the positions cover,
-        answer the covered prefix (and, behind a send held for a slave, the sends held for the
-        flush alone: :meth:`_sweep`), then with ``expire`` the sends past their deadline."""
-        cdef Fifo *held = &self._held
+        """The one drain of the held acknowledgements (pybroker/_fast/send_held.pxd): what
+        the positions cover, then (``expire``) what is past its deadline."""
         cdef FastSend *send
-        cdef Py_ssize_t covered
         cdef int64_t now_ns
         cdef int32_t status
-        if held.head == held.tail:
+        if self._held.fifo.head == self._held.fifo.tail:
             return 0
         now_ns = monotonic_ns()     # once per drain: the held time of every send answered
-        if self._flushed_cursor < held.head:
-            self._flushed_cursor = held.head
-        if self._replicated_cursor < held.head:
-            self._replicated_cursor = held.head
-        while self._flushed_cursor < held.tail and \
-                _fifo_at(held, self._flushed_cursor).end_position <= flushed:
-            self._flushed_cursor += 1
-        while self._replicated_cursor < held.tail and \
-                _fifo_at(held, self._replicated_cursor).end_position <= replicated:
-            self._replicated_cursor += 1
-        covered = held.tail
-        if self._sync_flush:
-            covered = self._flushed_cursor
-        if self._sync_master and self._replicated_cursor < covered:
-            covered = self._replicated_cursor
-        while held.head < covered:
-            send = _fifo_at(held, held.head)
-            held.head += 1
-            self._release_held(send, send.status, now_ns)
-        if self._flush_only_held:
-            self._sweep(now_ns)
-        while expire and held.head < held.tail:
-            send = _fifo_at(held, held.head)
-            if send.deadline > now:
+        _held_advance(&self._held, flushed, replicated)
+        while True:
+            send = _held_next(&self._held, replicated, now, expire, self._put_ok,
+                              self._flush_timeout_status, self._slave_timeout_status, &status)
+            if send == NULL:
                 break
-            held.head += 1
-            status = send.status
-            if send.wait_replica and send.end_position > replicated:
-                status = self._slave_timeout_status
-            elif status == self._put_ok:
-                status = self._flush_timeout_status
-            self._release_held(send, status, now_ns)
+            if not _held_done(&self._held, send):
+                continue
+            if send.wait_flush:
+                self._counting.flush_waited(now_ns - send.held_ns)
+            self._answer(send, status, True, now_ns)
         self._update_oldest()
         return 0
-
-    cdef int _sweep(self, int64_t now_ns) except -1:
-        """Answer, in place, the flushed sends held for the flush alone (a slave was not
-        available at their completion) that wait behind a send held for a slave: the Python
-        path answers them at the flush too. Each held count is looked at once."""
-        cdef Fifo *held = &self._held
-        cdef FastSend *send
-        cdef Py_ssize_t at = self._swept_cursor
-        if at < held.head:
-            at = held.head
-        while at < self._flushed_cursor:
-            send = _fifo_at(held, at)
-            if not send.wait_replica:
-                self._release_held(send, send.status, now_ns)
-            at += 1
-        self._swept_cursor = at
-        return 0
-
-    cdef int _release_held(self, FastSend *send, int32_t status, int64_t now_ns) except -1:
-        if send.answered:
-            return 0
-        send.answered = True
-        if send.wait_flush:
-            self._counting.flush_waited(now_ns - send.held_ns)
-            if self._sync_master and not send.wait_replica:
-                self._flush_only_held -= 1
-        return self._answer(send, status, True, now_ns)
-
-    cdef FastSend *_held_head(self) noexcept:
-        """The oldest held send not answered yet, or NULL."""
-        cdef Fifo *held = &self._held
-        cdef Py_ssize_t at = held.head
-        while at < held.tail:
-            if not _fifo_at(held, at).answered:
-                return _fifo_at(held, at)
-            at += 1
-        return NULL
 
     # --- fast failure (proc/fast_failure.py) -------------------------------------------------
 
     def aged_fast(self, double limit, int64_t after_id):
         """Highest request id above ``after_id`` of a fast send read at monotonic time
         ``limit`` (s) or before and not answered yet; 0 when none."""
-        cdef Py_ssize_t index
-        cdef FastSend *send
-        cdef int64_t highest = 0, limit_ns = <int64_t>(limit * 1e9)
-        for index in range(self._pending.head, self._pending.tail):
-            send = &self._pending.items[index & (self._pending.capacity - 1)]
-            if send.started_ns > limit_ns:
-                break                        # read in order: the rest are younger
-            if send.request_id > after_id and not send.withdrawn:
-                highest = send.request_id
-        return highest
+        return _fifo_aged(&self._pending, <int64_t>(limit * 1e9), after_id)
 
     def oldest_fast(self, int64_t after_id):
         """Monotonic time (s) the oldest fast send above ``after_id`` waiting for its
         completion was read, or None."""
-        cdef Py_ssize_t index
-        cdef FastSend *send
-        for index in range(self._pending.head, self._pending.tail):
-            send = &self._pending.items[index & (self._pending.capacity - 1)]
-            if send.request_id > after_id and not send.withdrawn:
-                return send.started_ns / 1e9
-        return None
+        cdef FastSend *send = _fifo_first_live(&self._pending, after_id)
+        return None if send == NULL else send.started_ns / 1e9
 
     @property
     def fast_waiting(self):
@@ -854,39 +780,30 @@ cdef class SendPath:
 
     @property
     def flush_target(self):
-        """End position of the oldest held send the flush does not cover yet (as of the last
-        :meth:`_settle`), or None: what ``flushed_position`` must reach to release more."""
-        cdef Fifo *held = &self._held
-        cdef Py_ssize_t at = max(self._flushed_cursor, held.head)
-        if not self._sync_flush or at >= held.tail:
-            return None
-        return _fifo_at(held, at).end_position
+        """End position the flush must reach to release more held acknowledgements (as of the
+        last release), or None."""
+        cdef FastSend *send = _held_target(&self._held, False)
+        return None if send == NULL else send.end_position
 
     @property
     def replica_target(self):
-        """The same for ``replicated_position`` (held for a slave), or None."""
-        cdef Fifo *held = &self._held
-        cdef Py_ssize_t at = max(self._replicated_cursor, held.head)
-        while at < held.tail:
-            if _fifo_at(held, at).wait_replica:
-                return _fifo_at(held, at).end_position
-            at += 1
-        return None
+        """The same for the slaves' acknowledged offset (``replicated_position``), or None."""
+        cdef FastSend *send = _held_target(&self._held, True)
+        return None if send == NULL else send.end_position
 
     @property
     def held_deadline(self):
         """Deadline (loop time) of the oldest held acknowledgement, or None."""
-        cdef FastSend *head = self._held_head()
-        return None if head == NULL else head.deadline
+        cdef FastSend *send = _held_first(&self._held)
+        return None if send == NULL else send.deadline
 
     @property
     def held_count(self):
         """Held acknowledgements not answered yet."""
-        cdef Fifo *held = &self._held
+        cdef Fifo *fifo = &self._held.fifo
         cdef Py_ssize_t at, count = 0
-        for at in range(held.head, held.tail):
-            if not _fifo_at(held, at).answered:
-                count += 1
+        for at in range(fifo.head, fifo.tail):
+            count += not _fifo_at(fifo, at).answered
         return count
 
     cdef int _answer(self, FastSend *send, int32_t status, bint real_ids,
@@ -940,13 +857,8 @@ cdef class SendPath:
     cdef int64_t _fast_oldest_ms(self) noexcept:
         """Epoch ms of the oldest fast send not answered yet (waiting for its completion, or
         held for the flush or a slave), 0 when none."""
-        cdef FastSend *pending = _fifo_head(&self._pending)
-        cdef FastSend *held = self._held_head()
-        cdef Py_ssize_t index = self._pending.head
-        while pending != NULL and pending.withdrawn:     # answered busy already
-            index += 1
-            pending = NULL if index == self._pending.tail else \
-                &self._pending.items[index & (self._pending.capacity - 1)]
+        cdef FastSend *pending = _fifo_first_live(&self._pending, 0)
+        cdef FastSend *held = _held_first(&self._held)
         if pending == NULL:
             return 0 if held == NULL else held.started_ms
         if held == NULL or pending.started_ms < held.started_ms:
@@ -979,24 +891,3 @@ cdef class SendPath:
             connection.output_length = 0
         self._dirty_count = 0
         return outputs
-
-
-# --- helpers -------------------------------------------------------------------------------------
-
-cdef unsigned char *_output(ConnectionSlot *connection, Py_ssize_t need, Py_ssize_t *dirty,
-                            Py_ssize_t *dirty_count, Py_ssize_t slot) except NULL:
-    """Room for need more bytes at the end of the connection's output; marks it dirty."""
-    cdef Py_ssize_t capacity = connection.output_capacity or 256
-    cdef unsigned char *grown
-    while capacity < connection.output_length + need:
-        capacity *= 2
-    if capacity != connection.output_capacity:
-        grown = <unsigned char *>PyMem_Realloc(connection.output, capacity)
-        if grown == NULL:
-            raise MemoryError()
-        connection.output, connection.output_capacity = grown, capacity
-    if not connection.dirty:
-        connection.dirty = True
-        dirty[dirty_count[0]] = slot
-        dirty_count[0] += 1
-    return connection.output + connection.output_length

@@ -18,9 +18,10 @@ straight into response bytes) take request ids, ring space and completion slots 
 requests of both kinds stay in one order and one count. A put may start only with a
 completion slot free for it (the appender can then always complete what it takes). The fast
 path holds its own SYNC_FLUSH / SYNC_MASTER acknowledgements (by the same rules, in C); the
-sleep flags below cover both paths' waits. Fast failure (:mod:`pybroker.proc.fast_failure`) covers both paths: while the
-page cache is busy every frame goes to the handlers (which refuse it), and fast sends that
-waited too long in the ring are withdrawn with the Python path's puts (:class:`_FastQueue`).
+sleep flags below cover both paths' waits. Fast failure (:mod:`pybroker.proc.fast_failure`)
+covers both paths: while the page cache is busy every frame goes to the handlers (which
+refuse it), and fast sends that waited too long in the ring are withdrawn with the Python
+path's puts (:class:`_FastQueue`).
 
 Wake-ups: the worker has ONE eventfd. Its sleep flags (:meth:`RingPutter.sleep_flags`) are the
 completion ring's consumer flag, the send ring's producer flag while a put waits for space, and

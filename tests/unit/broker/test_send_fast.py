@@ -307,6 +307,8 @@ class Side:
             self.regions[0].ring, self.regions[1].ring, self.control, self.wake, 0, STORE_HOST,
             self.config.store.flush_disk_type.value == "SYNC_FLUSH",
             self.config.store.sync_flush_timeout,
+            sync_master=self.config.store.broker_role.value == "SYNC_MASTER",
+            ha_max_gap_bytes=self.config.store.ha_max_gap_not_in_sync,
             fast_failure=None if wait_ms is None else FastFailure(
                 self.control, 0, APPENDER_SLOT, wait_ms, 1000, clock.now_ms),
             fast_sends=send_fast.fast_send_settings(self.config, PUT_STATUSES))
@@ -359,7 +361,8 @@ class Side:
                          for index in range(13))
         sizes = snapshot.histogram(StatsHistogram.MESSAGE_SIZE_BYTES).tolist()
         latencies = [int(snapshot.histogram(histogram)[64]) for histogram in (
-            StatsHistogram.PUT_LATENCY_US, StatsHistogram.RPC_LATENCY_US)]
+            StatsHistogram.PUT_LATENCY_US, StatsHistogram.RPC_LATENCY_US,
+            StatsHistogram.SYNC_FLUSH_WAIT_US)]
         return counters, distribute, sizes, latencies, snapshot.labelled_keys()
 
     def close(self) -> None:
@@ -524,14 +527,114 @@ def test_sync_flush_answers_wait_for_the_flushed_position(sides):
         feed(connection, data[1] + data[2])
         await settle(side, connection)
         await asyncio.sleep(0.5)               # past syncFlushTimeout: FLUSH_DISK_TIMEOUT
-        return held, released, bytes(transport.written)
+        return held, released, bytes(transport.written), _flush_waits(side)
     expected = asyncio.run(main(python_side))
     got = asyncio.run(main(fast_side))
     assert got == expected
+    # SYNC_FLUSH_WAIT_US counts each held acknowledgement once (WAIT=false is not held).
+    assert expected[3] == 2
     assert expected[0] == b"" and expected[1] != b""
     codes = sorted(command.decode(frame_bytes, 0, len(frame_bytes)).code
                    for frame_bytes in responses(expected[2]).values())
     assert codes == [0, 0, 10]        # SUCCESS, SUCCESS (no wait), FLUSH_DISK_TIMEOUT
+
+
+def _flush_waits(side: Side) -> int:
+    """SYNC_FLUSH acknowledgements the side counted in SYNC_FLUSH_WAIT_US."""
+    snapshot = side.stats_region.snapshot()
+    return int(snapshot.histogram(StatsHistogram.SYNC_FLUSH_WAIT_US)[64])
+
+
+def _codes(data: bytes) -> dict[int, int]:
+    return {opaque: command.decode(frame_bytes, 0, len(frame_bytes)).code
+            for opaque, frame_bytes in responses(data).items()}
+
+
+async def _sync_master_steps(side: Side, sends: dict[str, bytes]) -> list:
+    """Drive one side through the SYNC_MASTER cases, playing the ha worker and the flusher
+    (publish the positions, then the wake-up); the codes answered at each step."""
+    connection, transport = side.connect()
+    side.refresh()
+    control, steps, seen = side.control, [], set()
+
+    def step() -> None:
+        codes = _codes(bytes(transport.written))
+        steps.append({opaque: code for opaque, code in codes.items() if opaque not in seen})
+        seen.update(codes)
+
+    async def send_now(*names: str) -> None:
+        for name in names:
+            feed(connection, sends[name])
+            await settle(side, connection)
+
+    async def publish(**values: int) -> None:
+        for field, value in values.items():
+            control.publish(field, value, field == "replicated_position")
+        side.putter.on_wake()
+        for _ in range(3):      # the Python path answers in a later loop turn
+            await asyncio.sleep(0)
+
+    await send_now("alone", "nowait")           # no slave: SLAVE_NOT_AVAILABLE (after the flush)
+    step()
+    await publish(flushed_position=side.appender.physical_offset)
+    step()
+    await publish(ha_slaves_connected=1, replicated_position=side.appender.physical_offset)
+    await send_now("first")
+    first_end = side.appender.physical_offset
+    await send_now("batch")                     # held for the slave
+    step()
+    await publish(ha_slaves_connected=0)        # the slave leaves: a send after it is held
+    await send_now("left")                      # for the flush alone, behind the two above
+    step()
+    await publish(flushed_position=side.appender.physical_offset)
+    step()                                      # "left" released by the flush (SYNC_FLUSH)
+    await publish(replicated_position=first_end)
+    step()                                      # "first" released, "batch" still waits
+    await asyncio.sleep(0.45)                   # "batch": FLUSH_SLAVE_TIMEOUT
+    step()
+    await publish(ha_slaves_connected=1)        # back, but more than haMaxGapNotInSync behind
+    await send_now("far")
+    step()
+    await publish(replicated_position=side.appender.physical_offset)
+    await send_now("synced")
+    await publish(replicated_position=side.appender.physical_offset)
+    step()                                      # the slave has it; the disk not (SYNC_FLUSH)
+    await asyncio.sleep(0.45)                   # FLUSH_DISK_TIMEOUT; "far" stays SNA
+    step()
+    assert not transport.aborted
+    return steps
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_sync_master_acks_are_the_python_answers(sides, flush):
+    """SYNC_MASTER: the fast path holds an acknowledgement until the slave has the record,
+    answers SLAVE_NOT_AVAILABLE without a slave in sync (at once, or at the flush under
+    SYNC_FLUSH), FLUSH_SLAVE_TIMEOUT past syncFlushTimeout, FLUSH_DISK_TIMEOUT when only the
+    disk lacks it: at the same steps, with the same bytes, as the Python path."""
+    python_side, fast_side = sides({"brokerRole": "SYNC_MASTER", "flushDiskType": flush,
+                                    "syncFlushTimeout": "300", "haMaxGapNotInSync": "1000"})
+    names = ["alone", "nowait", "first", "batch", "left", "far", "synced"]
+    sends = {name: frame("binary", body=name.encode()) for name in names}
+    sends["nowait"] = frame("go", body=b"nowait", properties="WAIT\x01false\x02")
+    sends["batch"] = frame("batch-binary", batch="true", body=batch_body([(0, b"b", "")] * 3))
+    sends["far"] = frame("binary", body=b"far" * 500)
+    opaques = {command.decode(data, 0, len(data)).opaque: name for name, data in sends.items()}
+    expected = asyncio.run(_sync_master_steps(python_side, sends))
+    got = asyncio.run(_sync_master_steps(fast_side, sends))
+    assert got == expected
+    assert fast_side.putter.core.fast_puts_total == len(sends)
+    assert fast_side.putter.core.held_count == 0
+    named = [{opaques[opaque]: code for opaque, code in answered.items()} for answered in got]
+    ok, fdt, sna, fst = 0, 10, 11, 12
+    if flush == "ASYNC_FLUSH":
+        assert named == [{"alone": sna, "nowait": ok}, {}, {}, {"left": sna}, {},
+                         {"first": ok}, {"batch": fst}, {"far": sna}, {"synced": ok}, {}]
+    else:
+        assert named == [{"nowait": ok}, {"alone": sna}, {}, {}, {"left": sna},
+                         {"first": ok}, {"batch": fst}, {}, {}, {"far": sna, "synced": fdt}]
+    held = 0 if flush == "ASYNC_FLUSH" else len(sends) - 1      # all but "nowait"
+    assert _flush_waits(python_side) == _flush_waits(fast_side) == held
+    assert python_side.counted() == fast_side.counted()
 
 
 # Fast failure: a send the appender did not take within waitTimeMillsInSendQueue is answered

@@ -1,0 +1,119 @@
+# pybroker._fast.send_held: the send fast path's held acknowledgements (SYNC_FLUSH, SYNC_MASTER),
+# inline helpers for send_path.pyx.
+#
+# ONE FIFO in completion order, which is CommitLog order (a worker's ring is appended in order),
+# so end positions grow along it and a published position covers a prefix: a cursor per
+# position (flushed, replicated) marks the first count it does not cover. A send is released
+# when every position it waits for covers it; the sends that wait for the flush alone (a slave
+# was not available at their completion) behind one waiting for a slave are swept in place
+# (marked answered), as the Python path answers them at the flush too.
+from libc.stdint cimport int32_t, int64_t
+
+from pybroker._fast.send_fifo cimport FastSend, Fifo, _fifo_at, _fifo_push
+
+
+cdef struct Held:
+    Fifo fifo
+    bint sync_flush                 # every held send waits for the flush
+    bint sync_master                # a held send waits for a slave when wait_replica
+    Py_ssize_t flushed_cursor       # first count whose end flushed_position does not cover
+    Py_ssize_t replicated_cursor    # the same for replicated_position
+    Py_ssize_t swept_cursor         # counts below it were looked at by the sweep
+    Py_ssize_t flush_only           # unanswered sends waiting for the flush alone (SYNC_MASTER)
+
+
+cdef inline int _held_push(Held *held, const FastSend *send) except -1:
+    if send.wait_flush and held.sync_master and not send.wait_replica:
+        held.flush_only += 1
+    return _fifo_push(&held.fifo, send)
+
+
+cdef inline void _held_advance(Held *held, int64_t flushed, int64_t replicated) noexcept:
+    """Move the cursors to what the positions cover."""
+    cdef Fifo *fifo = &held.fifo
+    if held.flushed_cursor < fifo.head:
+        held.flushed_cursor = fifo.head
+    if held.replicated_cursor < fifo.head:
+        held.replicated_cursor = fifo.head
+    while held.flushed_cursor < fifo.tail and \
+            _fifo_at(fifo, held.flushed_cursor).end_position <= flushed:
+        held.flushed_cursor += 1
+    while held.replicated_cursor < fifo.tail and \
+            _fifo_at(fifo, held.replicated_cursor).end_position <= replicated:
+        held.replicated_cursor += 1
+
+
+cdef inline FastSend *_held_next(Held *held, int64_t replicated, double now, bint expire,
+                                 int32_t put_ok, int32_t flush_timeout,
+                                 int32_t slave_timeout, int32_t *status) noexcept:
+    """The next held send to answer after _held_advance, with its ``status``, or NULL: the
+    covered prefix (popped), then the flushed sends waiting for the flush alone (in place),
+    then with ``expire`` the sends past their deadline (popped): FLUSH_SLAVE_TIMEOUT while
+    the slave lacks the record, else FLUSH_DISK_TIMEOUT (or the SLAVE_NOT_AVAILABLE decided
+    at completion). A send may come back answered already (swept): skip it (_held_done)."""
+    cdef Fifo *fifo = &held.fifo
+    cdef Py_ssize_t covered = fifo.tail
+    cdef FastSend *send
+    if held.sync_flush:
+        covered = held.flushed_cursor
+    if held.sync_master and held.replicated_cursor < covered:
+        covered = held.replicated_cursor
+    if fifo.head < covered:
+        send = _fifo_at(fifo, fifo.head)
+        fifo.head += 1
+        status[0] = send.status
+        return send
+    if held.swept_cursor < fifo.head:
+        held.swept_cursor = fifo.head
+    while held.flush_only and held.swept_cursor < held.flushed_cursor:
+        send = _fifo_at(fifo, held.swept_cursor)
+        held.swept_cursor += 1
+        if not send.wait_replica and not send.answered:
+            status[0] = send.status
+            return send
+    if not expire or fifo.head == fifo.tail or _fifo_at(fifo, fifo.head).deadline > now:
+        return NULL
+    send = _fifo_at(fifo, fifo.head)
+    fifo.head += 1
+    status[0] = send.status
+    if send.wait_replica and send.end_position > replicated:
+        status[0] = slave_timeout
+    elif send.status == put_ok:
+        status[0] = flush_timeout
+    return send
+
+
+cdef inline bint _held_done(Held *held, FastSend *send) noexcept:
+    """Mark ``send`` answered; False when it was already (swept before it was popped)."""
+    if send.answered:
+        return False
+    send.answered = True
+    if send.wait_flush and held.sync_master and not send.wait_replica:
+        held.flush_only -= 1
+    return True
+
+
+cdef inline FastSend *_held_first(Held *held) noexcept:
+    """The oldest held send not answered yet, or NULL."""
+    cdef Fifo *fifo = &held.fifo
+    cdef Py_ssize_t at
+    for at in range(fifo.head, fifo.tail):
+        if not _fifo_at(fifo, at).answered:
+            return _fifo_at(fifo, at)
+    return NULL
+
+
+cdef inline FastSend *_held_target(Held *held, bint replica) noexcept:
+    """The oldest held send the flushed (``replica``: replicated) position does not cover
+    yet and that waits for it, or NULL: what the position must reach to release more."""
+    cdef Fifo *fifo = &held.fifo
+    cdef Py_ssize_t at = held.replicated_cursor if replica else held.flushed_cursor
+    if at < fifo.head:
+        at = fifo.head
+    if not replica:
+        return _fifo_at(fifo, at) if held.sync_flush and at < fifo.tail else NULL
+    while at < fifo.tail:
+        if _fifo_at(fifo, at).wait_replica:
+            return _fifo_at(fifo, at)
+        at += 1
+    return NULL
