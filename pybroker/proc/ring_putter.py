@@ -291,7 +291,7 @@ class RingPutter:
         the handlers count theirs; the oldest-unanswered-send gauge covers both paths."""
         self.core.set_stats(recorder.writer, lambda: recorder.oldest_ms("send"))
         recorder.send_oldest_elsewhere = self.core.fast_oldest_ms
-        self._stats_writer = recorder.writer
+        self._stats_writer = recorder.writer if recorder.enabled else None
 
     def set_fast_topics(self, entries: list) -> None:
         """The topics the fast path may take (broker.send_fast.fast_topics)."""
