@@ -125,6 +125,8 @@ def test_histograms_count_what_the_test_caused(tmp_path):
     assert _delta(first, last, "flush_bytes") == (SEQUENTIAL, counters["put_bytes"])
     assert counters["flushed_bytes"] == counters["put_bytes"]
     assert _delta(first, last, "put_latency_us")[0] == SEQUENTIAL
+    # Each SYNC_FLUSH acknowledgement was held once (the send fast path's, the topic exists).
+    assert _delta(first, last, "sync_flush_wait_us")[0] == SEQUENTIAL
     assert _delta(first, last, "append_drain_us")[0] == SEQUENTIAL
     assert counters["dispatched_messages"] == SEQUENTIAL
     assert set(last["processes"]) >= {"appender", "dispatcher", "flusher", "remoting-0",
