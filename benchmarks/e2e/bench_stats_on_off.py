@@ -6,7 +6,9 @@ Java producer on the official client, 64 threads, 128 B and 1 KiB, ASYNC_FLUSH, 
 ``--warmup`` seconds discarded) against a fresh pybroker per run, alternating the two settings
 (on, off, on, off, ...) so drift on a shared box hits both alike. Reports, per size and
 setting, the median and range of send TPS and of the broker's CPU µs per message; writes the
-records to ``benchmarks/results/<stamp>-stats-on-off.json``.
+records to ``benchmarks/results/<stamp>-stats-on-off.json`` (key "rows", not "summary":
+tools/bench_report.py rebuilds docs/benchmarks.md from files with a "summary" of its own
+schema).
 
     flock /tmp/pybroker-heavy.lock python benchmarks/e2e/bench_stats_on_off.py --runs 3
 """
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
     path = ROOT / "benchmarks" / "results" / f"{stamp}-stats-on-off.json"
     path.write_text(json.dumps({"mode": "stats-on-off", "revision": sbs.git_revision(),
                                 "started": started, "duration_s": args.duration,
-                                "warmup_s": args.warmup, "summary": rows,
+                                "warmup_s": args.warmup, "rows": rows,
                                 "records": records}, indent=1) + "\n", encoding="utf-8")
     sys.stdout.write(markdown(rows) + f"\nresults: {path}\n")
     return 0
