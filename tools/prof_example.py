@@ -6,13 +6,17 @@ Two runs of the same load on a standalone broker (64 MiB CommitLog files), each 
 
 * ``async``: flushDiskType ASYNC_FLUSH. A producer offers a fixed rate of 4000-byte messages to
   one queue; after a third of the run a consumer starts pulling that queue from offset 0 at
-  the producer's pace, so it stays that far behind for the rest of the run. An evictor calls
-  posix_fadvise(DONTNEED) on every CommitLog page more than ``--cache-mib`` behind the written
-  position, four times a second, meant to do what the kernel does to a store larger than the
-  memory it can keep. It does not: DONTNEED leaves pages a process maps, and the broker maps
-  its CommitLog, so the consumer's reads stay warm (docs/profiling.md says so; a
-  memory-limited cgroup would do it).
+  the producer's pace, so it stays that far behind for the rest of the run. The broker runs
+  in a memory cgroup limited to ``--memory-mib`` (cgroup v2 ``memory.max`` where the memory
+  controller is in the unified hierarchy, else v1 ``memory.limit_in_bytes``; without either
+  the run goes unlimited and says so): its page cache counts against the limit, so the kernel
+  evicts the older CommitLog pages (posix_fadvise(DONTNEED) cannot: it leaves pages a process
+  maps) and the consumer reads them back from the disk.
 * ``sync``: the same with flushDiskType SYNC_FLUSH.
+* ``pool`` (``--runs``): ASYNC_FLUSH with transientStorePoolEnable.
+
+``--runs async,pool,async,pool --figures-only`` interleaves runs and prints their figures
+(send latency, appender faults per MiB, cold pulls) without pages or pictures.
 
 Then ``pybroker prof report`` of both, ``pybroker prof compare async sync``, and PNG pictures
 of the charts the doc shows (each chart drawn alone and screenshot by headless Chromium).
@@ -33,12 +37,15 @@ import sys
 import threading
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pybroker._testbase.cluster import StandaloneBroker  # noqa: E402
 from pybroker.client.message import Message  # noqa: E402
 from pybroker.client.producer import Producer  # noqa: E402
 from pybroker.prof import charts  # noqa: E402
+from pybroker.prof.reading import summary  # noqa: E402
 from pybroker.prof.recording import read_recording  # noqa: E402
 from pybroker.prof.series import series_of  # noqa: E402
 from pybroker.protocol import headers  # noqa: E402
@@ -47,12 +54,13 @@ from pybroker.protocol.codes import RequestCode, ResponseCode  # noqa: E402
 from pybroker.protocol.command import create_request  # noqa: E402
 from pybroker.protocol.constants import PullSysFlag  # noqa: E402
 from pybroker.remoting.client import SyncRemotingClient  # noqa: E402
-from pybroker.store import paths  # noqa: E402
-from pybroker.store.control_block import ControlBlock  # noqa: E402
 
 TOPIC = "ProfExample"
 GROUP = "BehindGroup"
 FILE_BYTES = 64 << 20
+# The broker's processes take about MEMORY_MIB - 100 MiB of their own (anonymous) memory; the
+# rest of the limit is all the page cache its CommitLog gets.
+MEMORY_MIB = 400
 PICTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                         "profiling")
 
@@ -108,55 +116,113 @@ def _consume(broker: StandaloneBroker, rate: int, stop: threading.Event) -> None
             stop.wait(max(ahead, 0.005 if response.code != ResponseCode.SUCCESS else 0))
 
 
-def _evict(store_dir: str, cache_bytes: int, stop: threading.Event) -> None:
-    """Keep only the last ``cache_bytes`` of the CommitLog in the page cache."""
-    control = ControlBlock(paths.control_block_path(store_dir), create=False)
-    directory = paths.commitlog_dir(store_dir)
-    try:
-        while not stop.wait(0.25):
-            cut = control.written_position - cache_bytes
-            for name in sorted(os.listdir(directory)):
-                if not name.isdigit() or int(name) >= cut:
-                    continue
-                fd = os.open(os.path.join(directory, name), os.O_RDONLY)
-                try:
-                    os.posix_fadvise(fd, 0, min(cut - int(name), FILE_BYTES),
-                                     os.POSIX_FADV_DONTNEED)
-                finally:
-                    os.close(fd)
-    finally:
-        control.close()
+_MODES = {"async": {"flushDiskType": "ASYNC_FLUSH"}, "sync": {"flushDiskType": "SYNC_FLUSH"},
+          "pool": {"flushDiskType": "ASYNC_FLUSH", "transientStorePoolEnable": "true"}}
+_CGROUP_NAME = "pybroker-prof-example"
 
 
-def _run(name: str, flush: str, args: argparse.Namespace) -> str:
+def _memory_cgroup(limit_bytes: int) -> tuple[str, str] | None:
+    """Create a memory cgroup limited to ``limit_bytes``: (its directory, its procs file), or
+    None (printed why) when this machine offers neither cgroup v2 nor v1 memory limits."""
+    candidates = []
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        try:
+            with open(os.path.join(root, "cgroup.controllers"), encoding="ascii") as names:
+                if "memory" in names.read().split():
+                    candidates.append((root, "memory.max"))
+        except OSError:
+            pass
+    if os.path.exists("/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        candidates.append(("/sys/fs/cgroup/memory", "memory.limit_in_bytes"))
+    for root, limit_file in candidates:
+        directory = os.path.join(root, _CGROUP_NAME)
+        try:
+            if limit_file == "memory.max":
+                with open(os.path.join(root, "cgroup.subtree_control"), "w") as control:
+                    control.write("+memory")
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, limit_file), "w", encoding="ascii") as limit:
+                limit.write(str(limit_bytes))
+            return directory, os.path.join(directory, "cgroup.procs")
+        except OSError as exc:
+            print(f"memory cgroup under {root}: {exc}", flush=True)
+    print("no memory cgroup on this machine: the run is not memory-limited", flush=True)
+    return None
+
+
+def _remove_cgroup(directory: str) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.rmdir(directory)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)      # the last broker process is still exiting
+
+
+def _run(name: str, mode: str, args: argparse.Namespace) -> str:
     """One recorded run; returns the recording's path."""
     work = os.path.join(args.work, name)
     shutil.rmtree(work, ignore_errors=True)
     recording = os.path.join(args.work, f"{name}.jsonl")
-    overrides = {"flushDiskType": flush, "mappedFileSizeCommitLog": str(FILE_BYTES)}
-    with StandaloneBroker(work, overrides) as broker:
-        asyncio.run(_produce(broker, 10, 0.2, b"w"))          # route and first file
-        recorder = subprocess.Popen(
-            [sys.executable, "-m", "pybroker", "prof", "record", "--store", broker.store_dir,
-             "-d", str(args.duration + 2), "-o", recording], stderr=subprocess.DEVNULL)
-        stop = threading.Event()
-        evictor = threading.Thread(target=_evict, daemon=True,
-                                   args=(broker.store_dir, args.cache_mib << 20, stop))
-        consumer = threading.Timer(args.duration / 3, _consume, (broker, args.rate, stop))
-        evictor.start()
-        consumer.start()
-        try:
-            # Random bytes under 4 KiB: the client compresses larger bodies (Java does too).
-            sent = asyncio.run(_produce(broker, args.rate, args.duration,
-                                        os.urandom(args.body_bytes)))
-        finally:
-            stop.set()
-            consumer.cancel()
-            consumer.join()
-            evictor.join()
-        recorder.wait(timeout=60)
-    print(f"{name}: {sent} messages offered, recording {recording}", flush=True)
+    overrides = dict(_MODES[mode], mappedFileSizeCommitLog=str(FILE_BYTES))
+    cgroup = _memory_cgroup(args.memory_mib << 20) if args.memory_mib else None
+    broker = StandaloneBroker(work, overrides)
+    broker.cgroup_procs = cgroup[1] if cgroup else None
+    try:
+        with broker:
+            asyncio.run(_produce(broker, 10, 0.2, b"w"))          # route and first file
+            recorder = subprocess.Popen(
+                [sys.executable, "-m", "pybroker", "prof", "record", "--store",
+                 broker.store_dir, "-d", str(args.duration + 2), "-o", recording],
+                stderr=subprocess.DEVNULL)
+            stop = threading.Event()
+            consumer = threading.Timer(args.duration / 3, _consume, (broker, args.rate, stop))
+            consumer.start()
+            try:
+                # Random bytes under 4 KiB: the client compresses larger bodies (Java does too).
+                sent = asyncio.run(_produce(broker, args.rate, args.duration,
+                                            os.urandom(args.body_bytes)))
+            finally:
+                stop.set()
+                consumer.cancel()
+                consumer.join()
+            recorder.wait(timeout=60)
+    finally:
+        if cgroup:
+            _remove_cgroup(cgroup[0])
+    shutil.rmtree(work, ignore_errors=True)
+    limit = f", memory limit {args.memory_mib} MiB" if cgroup else ", no memory limit"
+    print(f"{name}: {mode}, {sent} messages offered{limit}, recording {recording}", flush=True)
     return recording
+
+
+def _total(series, counter: str) -> float:
+    """A counter's total over the run, from its per-second rates."""
+    values = series.rates.get(counter)
+    if values is None or len(values) < 2:
+        return 0.0
+    return float((values[1:] * np.diff(series.t_ms) / 1000).sum())
+
+
+def _figures(name: str, recording: str) -> None:
+    """The figures the doc quotes, from a recording."""
+    series = series_of(read_recording(recording))
+    figures = summary(series)
+    appended_mib = max(_total(series, "put_bytes") / (1 << 20), 1e-9)
+    appender = series.processes.get("appender")
+    faults = 0.0
+    if appender is not None and len(series.t_ms) > 1:
+        faults = float((appender["minor_faults"][1:] * np.diff(series.t_ms) / 1000).sum())
+    print(f"{name}: put {figures['put_messages_per_s']:.0f}/s, send p50/p99 "
+          f"{figures.get('send_p50_ms', float('nan')):.2f}/"
+          f"{figures.get('send_p99_ms', float('nan')):.2f} ms, appender minor faults/MiB "
+          f"{faults / appended_mib:.0f}, cold pulls "
+          f"{figures.get('cold_pull_percent', float('nan')):.1f}%, pull read p99 "
+          f"{figures.get('pull_read_p99_ms', float('nan')):.2f} ms, commits "
+          f"{_total(series, 'commits'):.0f}", flush=True)
 
 
 def _picture(figure, path: str, height: int) -> None:
@@ -196,19 +262,33 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=36.0)
     parser.add_argument("--rate", type=int, default=1500, help="messages per second offered")
     parser.add_argument("--body-bytes", type=int, default=4000)
-    parser.add_argument("--cache-mib", type=int, default=32,
-                        help="CommitLog kept in the page cache behind the written position")
+    parser.add_argument("--memory-mib", type=int, default=MEMORY_MIB,
+                        help="memory cgroup limit of the broker (0: none)")
+    parser.add_argument("--runs", default="async,sync",
+                        help=f"comma-separated modes, in order ({', '.join(_MODES)})")
+    parser.add_argument("--figures-only", action="store_true",
+                        help="print each run's figures; no pages, no pictures")
     args = parser.parse_args()
+    modes = args.runs.split(",")
+    if any(mode not in _MODES for mode in modes):
+        parser.error(f"--runs: modes are {', '.join(_MODES)}")
     os.makedirs(args.work, exist_ok=True)
-    recordings = [_run(name, flush, args) for name, flush in (("async", "ASYNC_FLUSH"),
-                                                              ("sync", "SYNC_FLUSH"))]
+    names = [mode if modes.count(mode) == 1 else f"{mode}-{index}"
+             for index, mode in enumerate(modes)]
+    recordings = [_run(name, mode, args) for name, mode in zip(names, modes, strict=True)]
+    for name, recording in zip(names, recordings, strict=True):
+        _figures(name, recording)
+    if args.figures_only:
+        return 0
     cli = [sys.executable, "-m", "pybroker", "prof"]
     for recording in recordings:
         subprocess.run(cli + ["report", recording, "-o", recording[:-6] + ".html"], check=True)
-    subprocess.run(cli + ["compare", *recordings, "--labels", "async,sync", "-o",
+    subprocess.run(cli + ["compare", *recordings, "--labels", ",".join(names), "-o",
                           os.path.join(args.work, "compare.html")], check=True)
-    _pictures(*recordings)
-    print(f"pages in {args.work}, pictures in {PICTURES}")
+    if names[:2] == ["async", "sync"]:
+        _pictures(*recordings[:2])
+        print(f"pictures in {PICTURES}")
+    print(f"pages in {args.work}")
     return 0
 
 

@@ -76,6 +76,9 @@ class StandaloneBroker:
             conf.writelines(f"{key}={value}\n" for key, value in values.items())
         self.process: subprocess.Popen | None = None
         self.pass_namesrv_port = pass_namesrv_port
+        # A cgroup's ``cgroup.procs`` file the broker joins before it starts (tools that run
+        # it memory-limited, e.g. tools/prof_example.py); None: the caller's cgroup.
+        self.cgroup_procs: str | None = None
 
     @property
     def namesrv_addr(self) -> str:
@@ -92,10 +95,17 @@ class StandaloneBroker:
             argv += ["--namesrv-port", str(self.namesrv_port)]
         self.process = subprocess.Popen(
             argv,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=self._join_cgroup if self.cgroup_procs else None)
         log.close()
         self._wait_ready()
         return self
+
+    def _join_cgroup(self) -> None:
+        """In the child before exec: move this process (and so every worker it forks) into
+        the cgroup."""
+        with open(self.cgroup_procs, "w", encoding="ascii") as procs:
+            procs.write(str(os.getpid()))
 
     def _log_text(self) -> str:
         try:
