@@ -48,7 +48,7 @@ _MEASURED_BROKER_KEYS = ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning
                          "msgPutTotalTodayNow", "msgGetTotalYesterdayMorning",
                          "msgGetTotalTodayMorning", "msgGetTotalTodayNow",
                          "pageCacheLockTimeMills", *_QUEUES, *_HEAD_WAITS)
-# Java TransientStorePool.availableBufferNums() when the pool is off (pybroker has none).
+# Java TransientStorePool.availableBufferNums() when the pool is off.
 _NO_TRANSIENT_POOL = str(2 ** 31 - 1)
 
 
@@ -187,4 +187,10 @@ def runtime_info(ctx: BrokerContext) -> dict[str, str]:
     info.update(store_figures)
     info.update(broker_figures)
     info.update(_disk_figures(ctx.config))
+    store = ctx.config.store
+    if store.transient_store_pool_active:
+        # Java's availableBufferNums(): one buffer is attached to the file being written and
+        # the rest stay free, since a rolled file is committed whole before its successor
+        # takes one (pybroker/store/transient_pool.py).
+        info["remainTransientStoreBufferNumbs"] = str(store.transient_store_pool_size - 1)
     return info

@@ -25,6 +25,7 @@ from pybroker.protocol.bodies import MessageQueue
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.protocol.constants import PullSysFlag
+from pybroker.protocol import fastjson
 from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.remoting.client import SyncRemotingClient
 
@@ -83,6 +84,13 @@ def _pull_all(broker: StandaloneBroker) -> list[bytes]:
         bodies.extend(found)
 
 
+def _remaining_buffers(broker: StandaloneBroker) -> str:
+    with SyncRemotingClient() as client:
+        client.connect(broker.broker_addr)
+        answer = client.invoke(create_request(RequestCode.GET_BROKER_RUNTIME_INFO, {}), 10_000)
+    return fastjson.loads(answer.body)["table"]["remainTransientStoreBufferNumbs"]
+
+
 def _sample(broker: StandaloneBroker) -> dict:
     sampler = Sampler(attach_store(broker.store_dir))
     try:
@@ -112,6 +120,7 @@ def test_reads_wait_for_the_commit_and_the_instruments_count_commits(tmp_path):
         assert 2 < kept < total, (kept, offsets, committed)
         broker.wait_max_offset(TOPIC, 0, kept)
         assert _pull_all(broker) == [body(number) for number in range(kept)]
+        assert _remaining_buffers(broker) == "1"        # of 2: one attached to the file
     counters = {name: last["counters"][name] - first["counters"][name]
                 for name in ("commits", "committed_bytes", "put_messages")}
     assert counters["put_messages"] == total
@@ -130,6 +139,7 @@ def test_sync_flush_leaves_the_pool_off_as_java_does(tmp_path):
         broker.wait_max_offset(TOPIC, 0, 3)
         sample = _sample(broker)
         assert _pull_all(broker) == [body(number) for number in range(3)]
+        assert _remaining_buffers(broker) == str(2 ** 31 - 1)    # Java's "no pool" answer
         log_text = broker._log_text()
     assert sample["counters"]["commits"] == 0
     assert "transientStorePoolEnable=true is not acted on" in log_text
