@@ -71,17 +71,20 @@ class LongPollService:
 
     ``max_offset_of(topic, queue_id) -> int``: the queue's next offset to be written (normally
     ``store.get_max_offset_in_queue``). ``held_pulls_max``: beyond it :meth:`hold` refuses and
-    the pull is answered at once. ``now_ms``: clock for deadlines (ms).
+    the pull is answered at once. ``now_ms``: clock for deadlines (ms). ``on_park()``: called
+    after each pull is parked (the worker then asks the dispatcher for its wake-ups).
     """
 
     def __init__(self, max_offset_of: Callable[[str, int], int], *,
                  held_pulls_max: int = HELD_PULLS_MAX_DEFAULT,
-                 now_ms: Callable[[], int] | None = None):
+                 now_ms: Callable[[], int] | None = None,
+                 on_park: Callable[[], object] | None = None):
         if held_pulls_max < 0:
             raise ValueError(f"held_pulls_max must be >= 0, got {held_pulls_max}")
         self._max_offset_of = max_offset_of
         self.held_pulls_max = held_pulls_max
         self._now_ms = now_ms
+        self._on_park = on_park
         self._by_queue: dict[tuple[str, int], dict[HeldPull, None]] = {}
         self._by_channel: dict[str, dict[HeldPull, None]] = {}
         self._held_count = 0
@@ -127,6 +130,8 @@ class LongPollService:
         self._by_queue.setdefault((held.topic, held.queue_id), {})[held] = None
         self._by_channel.setdefault(held.channel.channel_id, {})[held] = None
         self._held_count += 1
+        if self._on_park is not None:
+            self._on_park()
 
     def _forget(self, held: HeldPull) -> bool:
         """Remove ``held`` from the tables; False when it was not held any more."""

@@ -121,18 +121,33 @@ class Attachment:
         self.stats_writer: StatsWriter | None = None
         if plane.stats_region is not None and slot < plane.workers:
             self.stats_writer = plane.stats_region.writer(remoting_writer(slot))
+        self.slot = slot
         self._dispatched = plane.control.dispatched_position
         self._wake_reader: AsyncWakeReader | None = None
         self._on_wake: Callable[[bool], object] = lambda dispatched_moved: None
+        self._dispatched_watch: _DispatchedWatch | None = None
 
-    def start(self, loop: asyncio.AbstractEventLoop,
-              on_wake: Callable[[bool], object]) -> None:
+    def start(self, loop: asyncio.AbstractEventLoop, on_wake: Callable[[bool], object],
+              wants_dispatched: Callable[[], bool] | None = None) -> None:
         """Serve wake-ups in ``loop``: completions, flushed and dispatched positions.
-        ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up."""
+        ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up. The
+        dispatcher wakes this process only while ``wants_dispatched()`` (held long polls):
+        reads consult the live positions, so nothing else needs its wake-up."""
         self._on_wake = on_wake
-        reader = self._wake_reader = AsyncWakeReader(loop, self.wake_fd,
-                                                     self.putter.sleep_flags(), self._wake)
+        flags = self.putter.sleep_flags()
+        if wants_dispatched is not None:
+            self._dispatched_watch = _DispatchedWatch(self, wants_dispatched)
+            flags = [*flags, self._dispatched_watch]
+        reader = self._wake_reader = AsyncWakeReader(loop, self.wake_fd, flags, self._wake)
         reader.start()
+
+    def watch_dispatched(self) -> None:
+        """Something now waits for dispatched_position (a pull was parked): set the waiter
+        bit and re-check at once (the set-fence-re-check of pybroker/proc/wake.py)."""
+        watch, reader = self._dispatched_watch, self._wake_reader
+        if watch is not None and reader is not None and not watch.armed \
+                and watch.set_sleeping():
+            reader.kick()
 
     def _wake(self) -> None:
         self.putter.on_wake()
@@ -148,6 +163,29 @@ class Attachment:
             self._wake_reader.stop()
             self._wake_reader = None
         self.reader.close()
+
+
+class _DispatchedWatch:
+    """Sleep flag on ``dispatched_position``: the attachment's waiter bit, set only while
+    ``wanted()``; the dispatcher signals only the slots whose bit it takes."""
+
+    def __init__(self, attachment: Attachment, wanted: Callable[[], bool]):
+        self.attachment = attachment
+        self.wanted = wanted
+        self.armed = False
+
+    def set_sleeping(self) -> bool:
+        if not self.wanted():
+            return False
+        attachment = self.attachment
+        attachment.control.add_waiter("dispatched_position", attachment.slot)
+        self.armed = True
+        return attachment.control.dispatched_position != attachment._dispatched
+
+    def clear_sleeping(self) -> None:
+        if self.armed:
+            self.armed = False
+            self.attachment.control.remove_waiter("dispatched_position", self.attachment.slot)
 
 
 class DataPlane:

@@ -4,9 +4,9 @@
 It tails ``written_position`` (published by the appender) over a READ-ONLY CommitLog and runs
 :class:`pybroker.store.dispatch.Dispatcher`, the only writer of consume queues and index files.
 It stops on request (the supervisor's stop signal by default), after dispatching everything
-written. Per batch it publishes ``dispatched_position`` once and, when something was
-dispatched, signals every remoting worker's eventfd once (long polls and readers learn the new
-position). It sleeps as a waiter on ``written_position`` (the appender signals it only then).
+written. Per batch it publishes ``dispatched_position`` once and signals the processes whose
+waiter bit it takes (remoting workers holding long polls; readers consult the live position and
+need no wake-up). It sleeps as a waiter on ``written_position`` (the appender signals it only then).
 
 Every ``flushIntervalConsumeQueue`` ms it msyncs the consume queues (at least
 ``flushConsumeQueueLeastPages`` dirty pages, or all of them once
@@ -32,7 +32,7 @@ from pybroker import clock
 from pybroker.errors import StoreCorruptError
 from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
 from pybroker.proc.wake import (DISPATCHER_SLOT, DataPlaneWakes, PositionWatch, Sleeper,
-                                stop_on_sigterm)
+                                signal_mask, stop_on_sigterm)
 from pybroker.stats.region import (WRITER_DISPATCHER, StatsCounter, StatsHistogram,
                                    private_writer)
 from pybroker.store import paths
@@ -91,6 +91,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     watch = PositionWatch(control, "written_position", DISPATCHER_SLOT)
     sleeper = Sleeper(wakes.dispatcher, [watch])
     counters = control.worker(DISPATCHER_SLOT)
+    slots = wakes.by_slot()
     stats = stats if stats is not None else private_writer(WRITER_DISPATCHER)
     stop_requested = stop_requested or stop_on_sigterm(wakes.dispatcher)
     followed = -1
@@ -109,10 +110,11 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
                 stats.add(StatsCounter.DISPATCHED_MESSAGES, count)
                 stats.add(StatsCounter.DISPATCH_BATCHES)
                 stats.record(StatsHistogram.DISPATCH_BATCH_MESSAGES, count)
-                control.publish("dispatched_position", dispatcher.reput_from_offset, True)
-                if count:
-                    for wake_fd in wakes.workers:
-                        wake_fd.signal()
+                # Only the processes waiting for it (held long polls) are woken: a wake-up of
+                # every remoting worker and of the supervisor per batch cost each of them an
+                # event-loop turn per batch under load (docs/benchmarks.md).
+                signal_mask(control.publish("dispatched_position",
+                                            dispatcher.reput_from_offset, True), slots)
                 counters.add(appends=count, batches=1)
             deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher)
             wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)

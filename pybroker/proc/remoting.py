@@ -81,7 +81,8 @@ class RemotingWorker:
                                             self._apply_hello, self._link_lost)
         self.replica = MetadataReplica(self._create_topic, self._commit_offset,
                                        self._create_send_back_topic)
-        self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue)
+        self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue,
+                                         on_park=data_plane.watch_dispatched)
         self.stats = Recorder(data_plane.stats_writer)
         self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
                                  data_plane.store_host, long_poll=self.long_poll,
@@ -110,7 +111,8 @@ class RemotingWorker:
         # The supervisor's stop request only; Ctrl-C reaches the supervisor, which decides.
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
         await self.metadata_client.connect()
-        self.data_plane.start(loop, self._on_data_plane_wake)
+        self.data_plane.start(loop, self._on_data_plane_wake,
+                              lambda: self.long_poll.held_count > 0)
         table = self._request_table()
         limits = ConnectionLimits.from_config(self.config.remoting)
         for listen_socket in self.listen_sockets.values():

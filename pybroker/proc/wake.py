@@ -250,6 +250,11 @@ class AsyncWakeReader:
         self._started = True
         self._run()
 
+    def kick(self) -> None:
+        """Run a round soon (in the loop's next turn), as if the eventfd had been signalled."""
+        if self._started:
+            self.loop.call_soon(self._run)
+
     def stop(self) -> None:
         """Unregister the eventfd and clear the flags (idempotent)."""
         if self._started:

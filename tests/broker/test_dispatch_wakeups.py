@@ -1,0 +1,101 @@
+# The dispatcher wakes only the processes that wait for it: workers holding long polls.
+"""A remoting worker asks the dispatcher for wake-ups only while it holds a pull, and a held
+pull is still answered as soon as its message is dispatched.
+
+Method: a real `pybroker standalone`; a raw PULL_MESSAGE with the SUSPEND flag on an empty queue
+is held by the broker (a 30 s suspend). While it is held, the control block's waiter mask of
+``dispatched_position`` (the real mapped file under the store) must carry a remoting worker's
+bit; a send to that queue must answer the held pull with the message long before the worker's
+5 s safety sweep could have. Afterwards, with nothing held and sends going on, no remoting
+worker or supervisor bit may be left in the mask (their wake-up per dispatch batch is what this
+change removed).
+"""
+import contextlib
+import threading
+import time
+
+import pytest
+
+from pybroker._fast import record
+from pybroker._testbase.cluster import StandaloneBroker
+from pybroker.protocol import properties as props
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_request
+from pybroker.remoting.client import SyncRemotingClient
+from pybroker.store import paths
+from pybroker.store.control_block import ControlBlock
+
+pytestmark = [pytest.mark.slow]
+
+TOPIC = "DispatchWakeupTopic"
+TIMEOUT_MS = 40_000
+SUSPEND_MS = 30_000
+# Slots below this are remoting workers and the supervisor; the data-plane workers use the top
+# slots of the mask (pybroker/proc/wake.py).
+CLIENT_SLOTS_MASK = (1 << 16) - 1
+WAIT_S = 20.0
+PROMPT_S = 4.0        # below the worker's 5 s sweep of held pulls
+
+
+@contextlib.contextmanager
+def _client(broker):
+    with SyncRemotingClient() as client:
+        client.connect(broker.broker_addr)
+        yield client
+
+
+def _send(client, body: bytes):
+    fields = {"a": "wakeup_producer", "b": TOPIC, "c": "TBW102", "d": "4", "e": "0", "f": "0",
+              "g": str(int(time.time() * 1000)), "h": "0",
+              "i": props.encode_properties({"WAIT": "true"}), "j": "0", "k": "false",
+              "m": "false"}
+    answer = client.invoke(create_request(RequestCode.SEND_MESSAGE_V2, fields, body),
+                           TIMEOUT_MS)
+    assert answer.code == ResponseCode.SUCCESS, (answer.code, answer.remark)
+    return int(answer.ext_fields["queueOffset"])
+
+
+def _pull(client, queue_offset: int):
+    fields = {"consumerGroup": "wakeup_group", "topic": TOPIC, "queueId": "0",
+              "queueOffset": str(queue_offset), "maxMsgNums": "32", "sysFlag": "6",
+              "commitOffset": "0", "suspendTimeoutMillis": str(SUSPEND_MS),
+              "subscription": "*", "subVersion": "0", "expressionType": "TAG"}
+    return client.invoke(create_request(RequestCode.PULL_MESSAGE, fields), TIMEOUT_MS)
+
+
+def _wait_for(predicate, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {WAIT_S} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def test_only_a_worker_holding_a_pull_waits_for_dispatch(tmp_path):
+    with StandaloneBroker(tmp_path) as broker, _client(broker) as sender, \
+            _client(broker) as puller:
+        next_offset = _send(sender, b"first") + 1       # creates the topic; queue 0 has one
+        control = ControlBlock(paths.control_block_path(broker.store_dir), create=False)
+        try:
+            answers = []
+            held = threading.Thread(target=lambda: answers.append(_pull(puller, next_offset)))
+            held.start()
+            _wait_for(lambda: control.waiters("dispatched_position") & CLIENT_SLOTS_MASK,
+                      "a remoting worker's waiter bit on dispatched_position")
+            sent_at = time.monotonic()
+            assert _send(sender, b"second") == next_offset
+            held.join(WAIT_S)
+            answered_s = time.monotonic() - sent_at
+            assert not held.is_alive(), "the held pull was never answered"
+            answer = answers[0]
+            assert answer.code == ResponseCode.SUCCESS, (answer.code, answer.remark)
+            assert bytes(record.decode(bytes(answer.body), 0).body) == b"second"
+            assert answered_s < PROMPT_S, f"held pull answered {answered_s:.2f} s after send"
+            # Nothing held now: sends go on, and no client-side process asks for wake-ups.
+            for index in range(20):
+                _send(sender, b"more-%d" % index)
+            _wait_for(lambda: control.dispatched_position >= control.written_position,
+                      "dispatch to catch up")
+            assert control.waiters("dispatched_position") & CLIENT_SLOTS_MASK == 0
+        finally:
+            control.close()
