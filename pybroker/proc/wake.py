@@ -49,6 +49,7 @@ class WakeFd:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
         self.signals_sent = 0
         self.wakeups = 0
+        self._poller = None       # created by the first wait(), in the waiting process
 
     def fileno(self) -> int:
         return self.fd
@@ -73,12 +74,15 @@ class WakeFd:
 
     def wait(self, timeout_ms: int | None) -> bool:
         """Block until signalled or timeout_ms (None = no limit) passes; True if signalled.
-        Resets the counter."""
-        if self.consume():
-            return True
-        poller = select.poll()
-        poller.register(self.fd, select.POLLIN)
-        poller.poll(timeout_ms)
+        Resets the counter. A pending signal makes poll return at once, so there is no read
+        before it, and no read (which would raise EAGAIN) after a timeout: one poll and, when
+        signalled, one read per wait (this runs once per drain of the data-plane loops)."""
+        poller = self._poller
+        if poller is None:
+            poller = self._poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+        if not poller.poll(timeout_ms):
+            return False
         return self.consume() > 0
 
     def close(self) -> None:
@@ -86,6 +90,7 @@ class WakeFd:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+            self._poller = None
 
 
 @dataclasses.dataclass
