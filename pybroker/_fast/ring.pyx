@@ -69,7 +69,8 @@ cdef uint64_t _attach_capacity(const unsigned char *base, uint64_t magic,
 
 cdef void _init_header(unsigned char *base, uint64_t magic, uint64_t capacity,
                        uint64_t data_bytes) noexcept nogil:
-    # Zeroing the data area also pre-faults its pages here, not on the first hot-path write.
+    # Zeroes the header and ``data_bytes`` of the data area (a completion ring's slots, which
+    # it also pre-faults here, not on the first hot-path write).
     memset(base, 0, RING_HEADER_BYTES + data_bytes)
     pb_store_relaxed_u64(<uint64_t *>(base + RING_CAPACITY_OFFSET), capacity)
     pb_store_release_u64(<uint64_t *>(base + RING_MAGIC_OFFSET), magic)
@@ -107,7 +108,9 @@ cdef class ByteRing:
             ByteRing.region_size(capacity_bytes)
             base = _acquire_region(&self._view, buffer, RING_HEADER_BYTES + capacity_bytes)
             self._has_view = True
-            _init_header(base, PB_RING_MAGIC_BYTES, capacity_bytes, capacity_bytes)
+            # Only the header is zeroed: records are read between the cursors only, and
+            # touching the data area would make an idle ring resident (PSS).
+            _init_header(base, PB_RING_MAGIC_BYTES, capacity_bytes, 0)
         else:
             base = _acquire_region(&self._view, buffer, RING_HEADER_BYTES)
             self._has_view = True

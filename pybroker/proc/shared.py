@@ -18,8 +18,13 @@ import os
 from pybroker.store import disk_space
 from pybroker._fast.ring import ByteRing, CompletionRing
 
-# Pre-fault the pages at map time (shared regions are small and touched on every hot path).
+# Small regions (control words, completion rings, statistics) are pre-faulted at map time: they
+# are touched on every hot path. A send ring's data area is not: it is as large as the largest
+# records allow (sendRingSizeBytes, 32 MiB), and pre-faulting it made every ring resident in
+# the supervisor, idle workers' rings and the supervisor's own included (64 MiB of PSS of a
+# 128 B benchmark, docs/benchmarks.md). Its pages fault in once, when the ring first wraps.
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+_MAP_FLAGS_LAZY = mmap.MAP_SHARED
 
 
 class SharedRegion:
@@ -34,9 +39,9 @@ class SharedRegion:
         self._closed = False
 
     @classmethod
-    def create(cls, path: str, size_bytes: int) -> "SharedRegion":
+    def create(cls, path: str, size_bytes: int, populate: bool = True) -> "SharedRegion":
         """Create (replacing a stale one) the file of size_bytes at path and map it; this
-        process owns it. The file's mode is 0600."""
+        process owns it. The file's mode is 0600. ``populate``: pre-fault every page."""
         if size_bytes <= 0:
             raise ValueError(f"region size must be > 0 bytes, got {size_bytes}")
         # A stale file is unlinked, not truncated: a process still mapping it keeps its own
@@ -47,7 +52,8 @@ class SharedRegion:
             # Blocks allocated now: on a full disk this is an OSError naming the region, not
             # a SIGBUS in whichever process touches a page first.
             disk_space.allocate(fd, size_bytes, path)
-            buffer = mmap.mmap(fd, size_bytes, _MAP_FLAGS, mmap.PROT_READ | mmap.PROT_WRITE)
+            buffer = mmap.mmap(fd, size_bytes, _MAP_FLAGS if populate else _MAP_FLAGS_LAZY,
+                               mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             os.unlink(path)
@@ -56,7 +62,8 @@ class SharedRegion:
         return cls(path, buffer, os.getpid())
 
     @classmethod
-    def attach(cls, path: str, size_bytes: int | None = None) -> "SharedRegion":
+    def attach(cls, path: str, size_bytes: int | None = None,
+               populate: bool = True) -> "SharedRegion":
         """Map an existing region read-write; size_bytes, if given, must match the file."""
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
@@ -64,7 +71,8 @@ class SharedRegion:
             if file_size_bytes <= 0 or (size_bytes is not None and size_bytes != file_size_bytes):
                 raise ValueError(f"shared region {path} is {file_size_bytes} bytes, "
                                  f"expected {size_bytes if size_bytes is not None else '> 0'}")
-            buffer = mmap.mmap(fd, file_size_bytes, _MAP_FLAGS, mmap.PROT_READ | mmap.PROT_WRITE)
+            buffer = mmap.mmap(fd, file_size_bytes, _MAP_FLAGS if populate else _MAP_FLAGS_LAZY,
+                               mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(fd)
         return cls(path, buffer, None)
@@ -103,14 +111,14 @@ def _unlink_quietly(path: str) -> None:
 
 def create_byte_ring(path: str, capacity_bytes: int) -> SharedRegion:
     """Create a region at path holding a fresh ByteRing of capacity_bytes; region.ring."""
-    region = SharedRegion.create(path, ByteRing.region_size(capacity_bytes))
+    region = SharedRegion.create(path, ByteRing.region_size(capacity_bytes), populate=False)
     region.ring = ByteRing(region.buffer, True, capacity_bytes)
     return region
 
 
 def attach_byte_ring(path: str) -> SharedRegion:
     """Attach to the ByteRing region at path; region.ring is this process's side."""
-    region = SharedRegion.attach(path)
+    region = SharedRegion.attach(path, populate=False)
     try:
         region.ring = ByteRing(region.buffer, False)
     except BaseException:

@@ -446,3 +446,31 @@ def test_shared_region_ownership_and_run_directory(tmp_path):
         shared.RunDirectory(run_directory.path, create=False)
     with pytest.raises(ValueError, match="> 0 bytes"):
         shared.SharedRegion.create(str(tmp_path / "empty"), 0)
+
+
+def _resident_kib(path: str) -> int:
+    """Rss (KiB) of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps", encoding="utf-8") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
+                inside = len(fields) >= 6 and fields[5] == path
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+def test_a_send_ring_is_not_resident_until_used_and_small_regions_are(tmp_path):
+    # PSS: an idle worker's (and the supervisor's) send ring must cost no memory.
+    capacity = 8 << 20
+    ring_path = str(tmp_path / "send-0")
+    done_path = str(tmp_path / "done-0")
+    with shared.create_byte_ring(ring_path, capacity) as region, \
+            shared.create_completion_ring(done_path, 1024) as done:
+        assert _resident_kib(ring_path) < 64, "the send ring was pre-faulted"
+        assert _resident_kib(done_path) * 1024 >= done.size_bytes - 4096
+        with shared.attach_byte_ring(ring_path) as attached:
+            assert _resident_kib(ring_path) < 128
+            attached.ring.put(b"x" * 1000)
+            assert region.ring.peek_batch() is not None
