@@ -84,7 +84,8 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     dispatcher = Dispatcher(commitlog, queues, index_service,
                             settings.delay_levels_ms,
                             max(start, commitlog.min_offset(), 0),
-                            damaged_records=DamagedRecords.load(settings.store_path_root_dir))
+                            damaged_records=DamagedRecords.load(settings.store_path_root_dir),
+                            keep_bindings=True)
     flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
     cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
     deletions = DispatcherDeletions(requests_path(settings.store_path_root_dir), control)
@@ -120,7 +121,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
             wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)
             if written > dispatcher.reput_from_offset:
                 continue
-            wait_ms = min(wait_ms, cleanup.maybe_run())
+            wait_ms = min(wait_ms, cleanup.maybe_run(dispatcher))
             if stop_requested() and control.written_position <= dispatcher.reput_from_offset:
                 flusher.flush(dispatcher.last_store_timestamp, thorough=True)
                 return
@@ -128,6 +129,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
             if sleeper.sleep(min(wait_ms, _IDLE_WAIT_MS)):
                 counters.add(wakeups=1)
     finally:
+        dispatcher.release_files()
         commitlog.shutdown(0)
         queues.close()
         if index_service is not None:
@@ -150,10 +152,11 @@ class _Cleanup:
         self.next_run_ms = clock_ms() + self.interval_ms
         self.publish()
 
-    def maybe_run(self) -> int:
+    def maybe_run(self, dispatcher: Dispatcher) -> int:
         """One pass when due (call only when dispatch caught up); ms until the next one."""
         now = self.clock_ms()
         if now >= self.next_run_ms:
+            dispatcher.release_files()      # the pass may close consume-queue / index files
             report = self.cleaner.run_once()
             self.next_run_ms = self.clock_ms() + self.interval_ms
             if report.commitlog_files_deleted or report.consume_queue_files_deleted:

@@ -133,6 +133,7 @@ class DispatcherDeletions:
         if self.pending_seq == self.done or reput_from_offset < self.pending_offset:
             return 0
         topics = read_requested_topics(self.path, self.done, self.pending_seq)
+        dispatcher.release_files()          # before the queues' files are closed
         for topic in topics:
             queues.delete_topic(topic)
         dispatcher.forget_queues()

@@ -99,7 +99,7 @@ class Dispatcher:
                  index_service: IndexService | None, delay_levels_ms: tuple[int, ...],
                  reput_from_offset: int = 0,
                  on_dispatched: Callable[[int], None] | None = None,
-                 damaged_records=None):
+                 damaged_records=None, keep_bindings: bool = False):
         if reput_from_offset < 0:
             raise ValueError(f"reput_from_offset must be >= 0, got {reput_from_offset}")
         self.commitlog = commitlog
@@ -115,7 +115,11 @@ class Dispatcher:
         # One-entry cache: consecutive records mostly share a topic-queue.
         self._last_queue_key: tuple[str, int] | None = None
         self._last_queue: ConsumeQueue | None = None
-        # The C side of the reput; files are bound to it within one dispatch_until call.
+        # The C side of the reput; files are bound to it within one dispatch_until call, or,
+        # with keep_bindings (the dispatcher process), until release_files(): re-binding every
+        # queue of a batch in Python cost more than the batch's records under load. The owner
+        # must then call release_files() before any consume-queue or index file is closed.
+        self.keep_bindings = keep_bindings
         self._scanner = reput.ReputScanner(index_service is not None)
         # scanner slot -> (queue, its bound last file)
         self._bound: dict[int, tuple[ConsumeQueue, MappedFile]] = {}
@@ -160,7 +164,10 @@ class Dispatcher:
                     break
                 offset = next_offset
         finally:
-            self._unbind_all()
+            if self.keep_bindings:
+                self._sync_queues()
+            else:
+                self._unbind_all()
         self.reput_from_offset = offset
         self.dispatched_total += dispatched
         if self.on_dispatched is not None:
@@ -240,6 +247,11 @@ class Dispatcher:
             queue, mapped_file = self._bound[slot]
             mapped_file.wrote_position = wrote_position
             queue.last_dispatched_phy_offset = last_dispatched_phy
+
+    def release_files(self) -> None:
+        """Release the scanner's maps (before files are closed: cleanup, topic deletion,
+        shutdown); the next dispatch binds again."""
+        self._unbind_all()
 
     def _unbind_all(self) -> None:
         self._sync_queues()

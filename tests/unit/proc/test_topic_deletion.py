@@ -31,6 +31,9 @@ class _Dispatcher:
     def forget_queues(self):
         self.forgotten += 1
 
+    def release_files(self):
+        pass
+
 
 def test_read_requested_topics_takes_only_the_sequence_range(tmp_path):
     path = tmp_path / "requests"

@@ -48,9 +48,9 @@ def _properties(rand) -> bytes:
     return b"\x02".join(items) + (b"\x02" if items and rand.random() < 0.5 else b"")
 
 
-def _append_random(commitlog: CommitLog, rand, count: int) -> None:
+def _append_random(commitlog: CommitLog, rand, count: int, topics=TOPICS) -> None:
     for number in range(count):
-        topic = rand.choice(TOPICS)
+        topic = rand.choice(topics)
         queue_id = rand.randrange(3)
         sys_flag = rand.choice(TRANSACTION_TYPES)
         properties = _properties(rand)
@@ -64,10 +64,12 @@ def _append_random(commitlog: CommitLog, rand, count: int) -> None:
         assert result.status.stored
 
 
-def _store(root: pathlib.Path, commitlog: CommitLog):
-    queues = ConsumeQueueStore(str(root), 7 * layout.CQ_STORE_UNIT_SIZE)
+def _store(root: pathlib.Path, commitlog: CommitLog, keep_bindings: bool = False,
+           queue_units: int = 7):
+    queues = ConsumeQueueStore(str(root), queue_units * layout.CQ_STORE_UNIT_SIZE)
     index = IndexService(str(root / "index"), 13, 40)
-    return queues, index, Dispatcher(commitlog, queues, index, DELAYS, 0)
+    return queues, index, Dispatcher(commitlog, queues, index, DELAYS, 0,
+                                     keep_bindings=keep_bindings)
 
 
 def _files(root: pathlib.Path) -> list[tuple[str, bytes]]:
@@ -116,6 +118,48 @@ def test_scanner_and_python_rules_write_the_same_files(tmp_path, rand, count):
         assert [f for f in _files(tmp_path / "fast") if f[0].startswith("consumequeue")] == \
             queue_files
     finally:
+        for part in (fast_queues, slow_queues, fast_index, slow_index):
+            part.close()
+        commitlog.shutdown(0)
+
+
+@pytest.mark.parametrize("count", [60, 400])
+def test_bindings_kept_between_batches_write_the_same_files(tmp_path, rand, count):
+    # The dispatcher process keeps the scanner's files bound from one batch to the next: small
+    # random batches, a flush between some, must write what the Python rules write, and the
+    # files close once release_files() let them go.
+    # Large queue files and no schedule topic: most batches stay in C (no Python record
+    # unbinds the files between them).
+    commitlog = CommitLog(str(tmp_path / "commitlog"), 32 * 1024)
+    _append_random(commitlog, rand, count, topics=TOPICS[:3])
+    fast_queues, fast_index, fast = _store(tmp_path / "fast", commitlog, keep_bindings=True,
+                                           queue_units=1000)
+    slow_queues, slow_index, slow = _store(tmp_path / "slow", commitlog, queue_units=1000)
+    try:
+        ends = [message_record.physical_offset + message_record.total_size
+                for message_record in commitlog.record_iterator(0)]
+        dispatched = 0
+        while dispatched < count:
+            step = rand.randrange(1, 9)
+            dispatched += fast.dispatch_until(ends[min(dispatched + step, count) - 1])
+            if rand.random() < 0.3:
+                fast_queues.flush()
+        assert dispatched == count
+        for message_record in commitlog.record_iterator(0):
+            slow._dispatch_one(message_record)
+            message_record.body.release()
+        for part in (fast_queues, slow_queues, fast_index, slow_index):
+            part.flush()
+        assert _files(tmp_path / "fast") == _files(tmp_path / "slow")
+        for queue in fast_queues.queues():
+            # Python's view of each file (what a flush covers) follows the scanner per batch.
+            twin = slow_queues.find(queue.topic, queue.queue_id)
+            assert queue.max_offset_in_queue() == twin.max_offset_in_queue()
+            assert [f.wrote_position for f in queue.mapped_file_queue.mapped_files] == \
+                [f.wrote_position for f in twin.mapped_file_queue.mapped_files]
+            assert queue.last_dispatched_phy_offset == twin.last_dispatched_phy_offset
+    finally:
+        fast.release_files()
         for part in (fast_queues, slow_queues, fast_index, slow_index):
             part.close()
         commitlog.shutdown(0)
