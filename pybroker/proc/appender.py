@@ -279,10 +279,11 @@ class _Appender:
         self.counters.busy_since_ms = store_timestamp
         start_offset = self.commitlog.max_offset()
         started_ns = time.monotonic_ns()       # vDSO clock: no system call
-        for index in range(len(self.rings)):
-            taken, appended = self._drain_ring(index, store_timestamp)
-            requests += taken
-            records += appended
+        for index, ring in enumerate(self.rings):
+            if ring.used_bytes():       # an idle worker's ring costs one load, not a drain
+                taken, appended = self._drain_ring(index, store_timestamp)
+                requests += taken
+                records += appended
         self.counters.busy_since_ms = 0
         stats.set(StatsCounter.PAGE_CACHE_LOCK_BEGIN_MS, 0)
         if not requests:
