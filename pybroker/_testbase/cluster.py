@@ -104,6 +104,7 @@ class StandaloneBroker:
     def _join_cgroup(self) -> None:
         """In the child before exec: move this process (and so every worker it forks) into
         the cgroup."""
+        assert self.cgroup_procs is not None     # only set as preexec_fn with a cgroup
         with open(self.cgroup_procs, "w", encoding="ascii") as procs:
             procs.write(str(os.getpid()))
 

@@ -49,7 +49,7 @@ class WakeFd:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
         self.signals_sent = 0
         self.wakeups = 0
-        self._poller = None       # created by the first wait(), in the waiting process
+        self._poller: "select.poll | None" = None   # made by the first wait(), in the waiter
 
     def fileno(self) -> int:
         return self.fd
