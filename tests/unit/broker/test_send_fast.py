@@ -552,7 +552,9 @@ def _codes(data: bytes) -> dict[int, int]:
 
 async def _sync_master_steps(side: Side, sends: dict[str, bytes]) -> list:
     """Drive one side through the SYNC_MASTER cases, playing the ha worker and the flusher
-    (publish the positions, then the wake-up); the codes answered at each step."""
+    (publish the positions, then the wake-up); the codes answered at each step. The timeout
+    is 1 s, so the steps before a timeout (milliseconds) stay far inside it on a busy box;
+    the timeouts themselves are loop timers, ordered before the 1.2 s sleeps."""
     connection, transport = side.connect()
     side.refresh()
     control, steps, seen = side.control, [], set()
@@ -590,7 +592,7 @@ async def _sync_master_steps(side: Side, sends: dict[str, bytes]) -> list:
     step()                                      # "left" released by the flush (SYNC_FLUSH)
     await publish(replicated_position=first_end)
     step()                                      # "first" released, "batch" still waits
-    await asyncio.sleep(0.45)                   # "batch": FLUSH_SLAVE_TIMEOUT
+    await asyncio.sleep(1.2)                   # "batch": FLUSH_SLAVE_TIMEOUT
     step()
     await publish(ha_slaves_connected=1)        # back, but more than haMaxGapNotInSync behind
     await send_now("far")
@@ -599,7 +601,7 @@ async def _sync_master_steps(side: Side, sends: dict[str, bytes]) -> list:
     await send_now("synced")
     await publish(replicated_position=side.appender.physical_offset)
     step()                                      # the slave has it; the disk not (SYNC_FLUSH)
-    await asyncio.sleep(0.45)                   # FLUSH_DISK_TIMEOUT; "far" stays SNA
+    await asyncio.sleep(1.2)                   # FLUSH_DISK_TIMEOUT; "far" stays SNA
     step()
     assert not transport.aborted
     return steps
@@ -612,7 +614,7 @@ def test_sync_master_acks_are_the_python_answers(sides, flush):
     SYNC_FLUSH), FLUSH_SLAVE_TIMEOUT past syncFlushTimeout, FLUSH_DISK_TIMEOUT when only the
     disk lacks it: at the same steps, with the same bytes, as the Python path."""
     python_side, fast_side = sides({"brokerRole": "SYNC_MASTER", "flushDiskType": flush,
-                                    "syncFlushTimeout": "300", "haMaxGapNotInSync": "1000"})
+                                    "syncFlushTimeout": "1000", "haMaxGapNotInSync": "1000"})
     names = ["alone", "nowait", "first", "batch", "left", "far", "synced"]
     sends = {name: frame("binary", body=name.encode()) for name in names}
     sends["nowait"] = frame("go", body=b"nowait", properties="WAIT\x01false\x02")
