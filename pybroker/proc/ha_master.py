@@ -317,7 +317,10 @@ class HAMasterService:
             self._next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
             self._housekeeping()
         if self.stop is None or not self.stop.is_set():
-            self._timer = loop.call_later(self._tick_s, self._tick)
+            # Without a slave there is nothing to transfer: housekeeping pace only (the 10 ms
+            # tick cost an event-loop turn 100 times a second on every master).
+            tick_s = self._tick_s if self.connections else _HOUSEKEEPING_TICK_S
+            self._timer = loop.call_later(tick_s, self._tick)
 
     # --- wake-ups: the appender signals only while the flag is armed --------------------------
     def _wake_readable(self) -> None:
@@ -367,7 +370,11 @@ class HAMasterService:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection = _SlaveConnection(self, sock, address, free[0])
         self.connections[connection.slot] = connection
-        asyncio.get_running_loop().add_reader(sock, connection.readable)
+        loop = asyncio.get_running_loop()
+        loop.add_reader(sock, connection.readable)
+        if self._timer is not None and self._tick_s < _HOUSEKEEPING_TICK_S:
+            self._timer.cancel()            # back to the transfer tick at once
+            self._timer = loop.call_later(self._tick_s, self._tick)
         log.info("HAService receive new connection, %s", connection.address)
 
     def on_report(self, connection: _SlaveConnection, offset: int) -> None:
