@@ -250,9 +250,11 @@ class _Appender:
         self.publish()
         return True
 
-    def publish(self) -> None:
+    def publish(self, signal: bool = True) -> int:
         """Publish the readable end: the CommitLog end, or with the pool the committed end.
-        ``written_store_timestamp`` only when it covers every byte up to that end."""
+        ``written_store_timestamp`` only when it covers every byte up to that end. Signals
+        the waiters (dispatcher, flusher, ha), or with ``signal=False`` returns their mask for
+        the caller to signal."""
         control, step = self.control, self.commit_step
         if step is None:
             position = self.commitlog.max_offset()
@@ -260,7 +262,10 @@ class _Appender:
             position = step.committed_where
         if step is None or step.pending() == 0:
             control.written_store_timestamp = self.appended_timestamp
-        signal_mask(control.publish("written_position", position), self.slots)
+        waiters = control.publish("written_position", position)
+        if signal:
+            signal_mask(waiters, self.slots)
+        return waiters
 
     def drain(self) -> int:
         """One group commit over every ring; returns the number of requests taken."""
@@ -300,10 +305,13 @@ class _Appender:
         self.appended_timestamp = store_timestamp
         if self.commit_step is not None:
             self.commit_step.run()     # each drain wakes the commit step, as Java's puts do
-        self.publish()
+        # Published before the completions (an acknowledged message is readable), but the
+        # workers waiting for their acknowledgements are woken before the dispatcher.
+        waiters = self.publish(signal=False)
         for index, completions in enumerate(self.completion_rings):
             if completions.commit():
                 self.wakes.workers[index].signal()
+        signal_mask(waiters, self.slots)
         self.counters.add(appends=records, batches=1)
         return requests
 
