@@ -10,13 +10,16 @@ Method: a standalone ASYNC_FLUSH broker with 1 MiB CommitLog files, commitCommit
 small sends stay in the pool until 8 pages are pending: the control block's written position
 (what readers follow) is read with the profiler's sampler and compared with the offsets the
 acknowledgements carry; raw PULL_MESSAGE requests show what is readable. The kill is a real
-SIGKILL of every broker process; the restarted broker is pulled from offset 0.
+SIGKILL of every broker process; the restarted broker is pulled from offset 0. A master with
+the pool and its slave (two real brokers, HA over 127.0.0.1): the slave's written position
+never passes the master's committed one, and their CommitLog bytes are equal up to it.
 """
 import asyncio
 
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
+from pybroker._testbase.ha_cluster import HACluster
 from pybroker.client.message import Message, decode_messages
 from pybroker.client.producer import Producer
 from pybroker.prof.sampler import Sampler, attach_store
@@ -28,6 +31,7 @@ from pybroker.protocol.constants import PullSysFlag
 from pybroker.protocol import fastjson
 from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.remoting.client import SyncRemotingClient
+from tests.ha_support import client_for, commitlog_bytes, position, send, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -166,3 +170,33 @@ def test_kill_9_keeps_every_committed_message_and_loses_only_uncommitted_ones(tm
         asyncio.run(_send(broker, [count]))
         broker.wait_max_offset(TOPIC, 0, kept + 1)
         assert _pull(broker, kept)[1] == [body(count)]
+
+
+def test_a_slave_receives_only_committed_bytes(tmp_path):
+    """HA ships what readers may read: the master's committed offset, never pool bytes."""
+    with HACluster(tmp_path, overrides=dict(POOL)) as cluster:
+        master, slave = cluster.masters[0], cluster.slaves[0][0]
+
+        def sent(client, number: int) -> int:
+            response = send(client, TOPIC, body(number), 0, f"k{number}")
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            return decode_offset_message_id(response.ext_fields["msgId"])[2]
+
+        def caught_up() -> bool:
+            return position(slave.store_dir, "written_position") == \
+                position(master.store_dir, "written_position")
+        with client_for(master.address) as client:
+            sent(client, 0)                                  # committed at once
+            held_offset = sent(client, 1)                    # stays in the pool
+            wait_for(caught_up, 30, "the slave at the master's committed offset")
+            assert 0 < position(slave.store_dir, "written_position") <= held_offset
+            more = LEAST_PAGES * 4096 // BODY_BYTES + 1
+            offsets = [sent(client, number) for number in range(2, 2 + more)]
+            wait_for(lambda: caught_up() and position(
+                slave.store_dir, "written_position") > held_offset, 30,
+                "the slave past the committed run")
+        end = position(master.store_dir, "written_position")
+        assert held_offset < end <= offsets[-1] + BODY_BYTES + 512
+        file_size = int(POOL["mappedFileSizeCommitLog"])
+        assert commitlog_bytes(slave.commitlog_dir, end, file_size) == \
+            commitlog_bytes(master.commitlog_dir, end, file_size)
