@@ -270,12 +270,20 @@ by noise; TPS moves by tens of percent between sessions.
 """
 
 
+def _brokers_shown(result: dict) -> str:
+    """The brokers of a run that was not side by side (" (pybroker only)"), else ""."""
+    brokers = result.get("brokers") or []
+    return f" ({', '.join(brokers)} only)" if len(brokers) == 1 else ""
+
+
 def _section(result: dict) -> str:
     machine_info = result["machine"]
     return "\n".join([
-        f"## {result['mode']} — {result['started']} at {result.get('revision', '?')} "
-        f"({result['duration_s']} s, {result['runs']} run(s) of {result['run_seconds']} s, "
-        f"{result['warmup_seconds']} s warm-up, load tool {result['load_tool']})", "",
+        f"## {result['mode']}{_brokers_shown(result)} — {result['started']} at "
+        f"{result.get('revision', '?')} "
+        f"({result['duration_s']} s, {result['runs']} run(s) of "
+        f"{result.get('run_seconds', '?')} s, {result.get('warmup_seconds', '?')} s warm-up, "
+        f"load tool {result.get('load_tool', 'java_bench')})", "",
         f"Machine: {machine_info['cpu_model']}, {machine_info['logical_cpus']} logical CPUs, "
         f"{machine_info['memory_gib']} GiB, Linux {machine_info['kernel']}, Python "
         f"{machine_info['python']}, {machine_info['java']}; load average at the end "
@@ -284,22 +292,45 @@ def _section(result: dict) -> str:
         table(result), ""])
 
 
+def _renders(result: dict) -> bool:
+    """A result file this version's table can show (older files summarised differently)."""
+    summary = result.get("summary")
+    return bool(result.get("mode")) and isinstance(summary, list) and bool(summary) and \
+        all(isinstance(row, dict) and "ratios" in row for row in summary)
+
+
+def _heading_key(section: str) -> str:
+    """The part of a generated section's heading that names what ran ("quick", "ha (pybroker
+    only)"), without the date and revision."""
+    return section.split("\n", 1)[0].removeprefix("## ").split(" — ", 1)[0]
+
+
 def write_docs(results_dir: pathlib.Path, doc_path: pathlib.Path) -> None:
-    """Rewrite doc_path from the newest result file of each mode; keep the notes section."""
-    newest: dict[str, dict] = {}
+    """Rewrite doc_path's generated part from the newest result file of each mode and set of
+    brokers (a pybroker-only A/B run does not replace the side-by-side section). A section
+    no result file here can regenerate (its file is gone or older than this table) is kept as
+    it was; the notes below NOTES_MARKER are kept."""
+    newest: dict[tuple, dict] = {}
     for path in sorted(results_dir.glob("*.json")):
         try:
             result = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             continue
-        if result.get("summary") and "revision" in result:
-            newest[result["mode"]] = result
-    notes = ""
+        if _renders(result):
+            newest[(result["mode"], tuple(result.get("brokers") or ()))] = result
+    notes, kept = "", {}
     if doc_path.exists():
         text = doc_path.read_text(encoding="utf-8")
-        if NOTES_MARKER in text:
-            notes = text.split(NOTES_MARKER, 1)[1]
-    order = sorted(newest, key=lambda mode: ({"full": 0, "quick": 1}.get(mode, 2), mode))
-    sections = [_section(newest[mode]) for mode in order]
-    doc_path.write_text(INTRO + "\n" + "\n".join(sections) + "\n" + NOTES_MARKER
-                        + (notes or "\n"), encoding="utf-8")
+        generated, _, notes = text.partition(NOTES_MARKER)
+        for section in generated.split("\n## ")[1:]:
+            kept[_heading_key(section)] = "## " + section.rstrip("\n") + "\n"
+    sections = {}
+    for result in newest.values():
+        section = _section(result)
+        sections[_heading_key(section)] = section
+    for key, section in kept.items():
+        sections.setdefault(key, section)
+    order = sorted(sections, key=lambda key: ({"full": 0, "quick": 1}.get(key.split(" ")[0], 2),
+                                              key))
+    doc_path.write_text(INTRO + "\n" + "\n".join(sections[key] for key in order) + "\n"
+                        + NOTES_MARKER + (notes or "\n"), encoding="utf-8")

@@ -303,7 +303,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--work-dir", type=pathlib.Path, default=None,
                         help="stores and logs (default: a temporary directory, removed)")
     parser.add_argument("--only", default=None,
-                        help="run only scenarios whose name contains this text")
+                        help="run only scenarios whose name contains these whole "
+                             "dash-separated parts (w64, 1KiB-w64, syncmaster: not asyncmaster)")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     parser.add_argument("--tag", default="", help="free text stored with the result")
     return parser
@@ -336,6 +337,12 @@ def git_revision() -> str:
     return head + ("+dirty" if dirty else "")
 
 
+def selected(name: str, only: str | None) -> bool:
+    """``--only``: whole dash-separated parts of a scenario name ("syncmaster" does not pick
+    "asyncmaster", "1KiB-w64" picks both parts in a row)."""
+    return not only or f"-{only}-" in f"-{name}-"
+
+
 def _run(args, installs: dict, work_root: pathlib.Path) -> tuple[list, list]:
     tools = LoadTools(work_root, installs["java-4.9.8"], apache_classes=args.apache_classes)
     if args.mode == "profile":
@@ -344,7 +351,7 @@ def _run(args, installs: dict, work_root: pathlib.Path) -> tuple[list, list]:
                                         Timing(args.duration, args.warmup))
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return [], []
-    scenarios = [s for s in matrix(args.mode) if (args.only or "") in s.name]
+    scenarios = [s for s in matrix(args.mode) if selected(s.name, args.only)]
     return run_matrix(args, tools, installs, scenarios, work_root), scenarios
 
 

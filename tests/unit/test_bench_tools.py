@@ -126,6 +126,50 @@ def test_quick_comparison_prints_pybroker_figures_and_ratios_before_and_after():
     assert "| produce-128B-w64-async | appender µs/msg | 10.00 | 5.00 | -50 % |" in text
 
 
+
+def test_only_picks_whole_name_parts():
+    assert driver.selected("produce-1KiB-w64-async-syncmaster", "syncmaster")
+    assert not driver.selected("produce-1KiB-w64-async-asyncmaster", "syncmaster")
+    assert driver.selected("produce-1KiB-w64-async-asyncmaster", "1KiB-w64")
+    assert not driver.selected("produce-128B-w64-async", "w6")
+    assert driver.selected("anything", None)
+
+
+def _result(mode: str, brokers: list, started: str, revision: str) -> dict:
+    records = [_record(broker, 0, 100, 10.0) for broker in brokers]
+    machine = {"cpu_model": "cpu", "logical_cpus": 2, "memory_gib": 4.0, "kernel": "k",
+               "python": "3.11", "java": "17", "load_average_at_end": [1.0]}
+    return {"mode": mode, "started": started, "duration_s": 1.0, "runs": 1, "run_seconds": 30,
+            "warmup_seconds": 10, "load_tool": "java_bench", "revision": revision,
+            "brokers": brokers, "machine": machine, "summary": bench_report.aggregate(records)}
+
+
+def test_docs_keep_a_section_per_mode_and_brokers_and_sections_they_cannot_regenerate(
+        tmp_path):
+    import json
+    results = tmp_path / "results"
+    results.mkdir()
+    files = {"1-quick.json": _result("quick", ["pybroker", "java-4.9.8"], "t1", "side"),
+             "2-quick.json": _result("quick", ["pybroker"], "t2", "ab"),
+             "3-ha.json": _result("ha", ["pybroker", "java-4.9.8"], "t3", "ha1"),
+             "4-old.json": {"mode": "full", "summary": [{"scenario": "x"}]}}
+    for name, result in files.items():
+        (results / name).write_text(json.dumps(result), encoding="utf-8")
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# old intro\n\n## full — t0 (older format)\n\n| old table |\n\n"
+                   "## ha — t0 at gone\n\nold ha\n\n" + bench_report.NOTES_MARKER
+                   + "\n## Hand-written\nkept\n", encoding="utf-8")
+    bench_report.write_docs(results, doc)
+    text = doc.read_text(encoding="utf-8")
+    generated, _, notes = text.partition(bench_report.NOTES_MARKER)
+    assert notes == "\n## Hand-written\nkept\n"
+    assert "## full — t0 (older format)\n\n| old table |" in generated   # nothing replaces it
+    assert "## quick — t1 at side" in generated                          # side by side
+    assert "## quick (pybroker only) — t2 at ab" in generated             # the A/B run apart
+    assert "## ha — t3 at ha1" in generated and "old ha" not in generated  # newer replaces
+    assert generated.index("## full") < generated.index("## quick —") < generated.index("## ha")
+
+
 COLLAPSED = "\n".join([
     'process 10:"python -m pybroker";process 11:"python -m pybroker";'
     "_child (/x/pybroker/proc/supervisor.py:5);run_appender (/x/pybroker/proc/appender.py:9);"
