@@ -63,9 +63,17 @@ def _broker(tmp_path, port: int, **extra: str) -> StandaloneBroker:
 
 
 def _send(client, count: int) -> None:
+    """Send ``count`` messages to queue 0 and wait until the queue holds them (dispatch runs
+    after the acknowledgement; a pull before it would find fewer)."""
     for index in range(count):
         answer = send(client, TOPIC, b"inflight-%d" % index, 0, f"k{index}", queues=1)
         assert answer.code == ResponseCode.SUCCESS, answer.remark
+
+    def queue_size() -> int:
+        answer = client.invoke(create_request(RequestCode.GET_MAX_OFFSET,
+                                              {"topic": TOPIC, "queueId": "0"}), TIMEOUT_MS)
+        return int(answer.ext_fields["offset"]) if answer.code == ResponseCode.SUCCESS else -1
+    wait_for(lambda: queue_size() == count, 20, f"{count} messages dispatched")
 
 
 def test_inflight_is_pulled_minus_committed(tmp_path):
