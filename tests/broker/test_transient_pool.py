@@ -51,7 +51,9 @@ def body(number: int) -> bytes:
 
 async def _send(broker: StandaloneBroker, numbers) -> list[int]:
     """Send one at a time; the physical offset of each acknowledged message."""
-    producer = Producer("PoolProducer", broker.namesrv_addr)
+    # No retry (a retried send would store the body twice) and a deadline a busy box meets.
+    producer = Producer("PoolProducer", broker.namesrv_addr, send_timeout_ms=30_000,
+                        retry_times_when_send_failed=0)
     await producer.start()
     offsets = []
     try:
@@ -155,11 +157,17 @@ def test_kill_9_keeps_every_committed_message_and_loses_only_uncommitted_ones(tm
     try:
         count = LEAST_PAGES * 4096 // BODY_BYTES * 3 + 5
         offsets = asyncio.run(_send(broker, range(count)))
-        committed = _sample(broker)["positions"]["written"]
+        sample = _sample(broker)
+        committed = sample["positions"]["written"]
         # Nothing commits now: no send, 60 s thorough interval.
         kept = sum(1 for offset in offsets if offset < committed)
         assert 0 < kept < count, (kept, count)
-        broker.wait_max_offset(TOPIC, 0, kept)
+        try:
+            broker.wait_max_offset(TOPIC, 0, kept)
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}; kept {kept}, offsets {offsets}, positions then "
+                                 f"{sample['positions']}, now {_sample(broker)['positions']}, "
+                                 f"counters {sample['counters']}") from None
     finally:
         broker.kill()
     with StandaloneBroker(work_dir, dict(POOL)) as broker:
