@@ -73,22 +73,24 @@ def run_appender(settings: StoreConfig, rings, completion_rings, control: Contro
 
 
 def _written_end(commitlog: CommitLog) -> int:
-    """End of the records in the last CommitLog file (start-up without a published position)."""
+    """End of the records in the CommitLog (start-up without a published position): the last
+    file holding any, since empty files the allocator made ready may follow it."""
     files = commitlog.mapped_file_queue.mapped_files
-    if not files:
-        return 0
-    last = files[-1]
-    if not last.hold():
-        raise RuntimeError(f"{last.path} is shut down")
-    buffer = last.buffer()
-    try:
-        status, position, _ = record_codec.scan(buffer, 0, last.file_size, False)
-    finally:
-        buffer.release()
-        last.release()
-    if status == record_codec.RECORD_BLANK:
-        return last.file_from_offset + last.file_size
-    return last.file_from_offset + position
+    for index in range(len(files) - 1, -1, -1):
+        last = files[index]
+        if not last.hold():
+            raise RuntimeError(f"{last.path} is shut down")
+        buffer = last.buffer()
+        try:
+            status, position, _ = record_codec.scan(buffer, 0, last.file_size, False)
+        finally:
+            buffer.release()
+            last.release()
+        if status == record_codec.RECORD_BLANK:
+            return last.file_from_offset + last.file_size
+        if position > 0 or index == 0:
+            return last.file_from_offset + position
+    return 0
 
 
 def _topic_queue_table(settings: StoreConfig, commitlog: CommitLog,
@@ -136,6 +138,9 @@ class _Appender:
         if not self.commitlog.load():
             raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
         written = control.written_position or _written_end(self.commitlog)
+        # Files the allocator (flusher) made ready beyond the end - left by a kill -9, or made
+        # before this load - must not become the append target: appends go on at `written`.
+        self.commitlog.mapped_file_queue.forget_files_beyond(written)
         self.commitlog.set_wrote_and_flushed(written)
         self.commitlog.set_topic_queue_table(_topic_queue_table(settings, self.commitlog,
                                                                 written))

@@ -582,6 +582,18 @@ class MappedFileQueue:
             self.mapped_files = self.mapped_files[len(gone):]
         return len(gone)
 
+    def forget_files_beyond(self, offset: int) -> int:
+        """Writer side, at start: unmap (never delete) the files that begin after global
+        ``offset``, the end of the data: files the allocator made ready ahead of the writer,
+        so the next append goes at ``offset`` and not at the start of the last ready file.
+        They are mapped again when the writer reaches them. Returns how many."""
+        beyond = [f for f in self.mapped_files if f.file_from_offset > offset]
+        for mapped_file in beyond:
+            mapped_file.shutdown(0)
+        if beyond:
+            self.mapped_files = self.mapped_files[:len(self.mapped_files) - len(beyond)]
+        return len(beyond)
+
     def refresh(self) -> int:
         """Reader side: map files created by the writer since load(); returns how many."""
         last_base = self.mapped_files[-1].file_from_offset if self.mapped_files else -1

@@ -176,3 +176,25 @@ def test_pool_size_caps_the_buffers():
     assert pool.available == 1 and pool.borrow() is first
     with pytest.raises(ValueError):
         TransientStorePool(FILE_SIZE, 0)
+
+
+def test_files_made_ready_beyond_the_end_are_not_the_append_target(tmp_path):
+    """After a kill -9 the allocator's ready files stay; the writer must go on at the end."""
+    directory = tmp_path / "commitlog"
+    commitlog = CommitLog(str(directory), FILE_SIZE)
+    commitlog.load()
+    commitlog.append_encoded(encode(b"a" * 100), "TopicTest", 0, 1, 0, 1)
+    end = commitlog.max_offset()
+    commitlog.shutdown(0)
+    for base in (FILE_SIZE, 2 * FILE_SIZE):           # what the allocator makes ready
+        MappedFile(str(directory / offset_file_name(base)), FILE_SIZE).close()
+    reopened = CommitLog(str(directory), FILE_SIZE)
+    try:
+        assert reopened.load() and len(reopened.mapped_file_queue.mapped_files) == 3
+        assert reopened.mapped_file_queue.forget_files_beyond(end) == 2
+        reopened.set_wrote_and_flushed(end)
+        assert reopened.writable_file().file_from_offset == 0
+        result = reopened.append_encoded(encode(b"b" * 100), "TopicTest", 0, 1, 0, 1)
+        assert result.physical_offset == end
+    finally:
+        reopened.shutdown(0)
