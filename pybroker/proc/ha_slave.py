@@ -81,6 +81,9 @@ class HASlaveClient:
                               settings.mapped_file_size_commit_log)
         if not commitlog.load():
             raise ValueError(f"store {self.store_root}: a CommitLog file has the wrong size")
+        # As the appender does: ready files the allocator left beyond the end (a kill -9)
+        # must not become the target of the next replicated bytes.
+        commitlog.mapped_file_queue.forget_files_beyond(control.written_position)
         commitlog.set_wrote_and_flushed(control.written_position)
         self.replica = ReplicaLog(commitlog, settings.check_crc_on_recover)
         self.published = self.replica.record_end
