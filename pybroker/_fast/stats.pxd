@@ -165,6 +165,7 @@ cdef class StatsWriter:
     cdef dict _key_index
 
     cdef int _check(self, int index, int limit) except -1
+    cdef int _dropped(self, int entry) except -1
 
     cdef inline uint64_t *histogram(self, int index) noexcept nogil:
         return self.histograms + index * HIST_WORDS

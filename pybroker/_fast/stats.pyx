@@ -250,16 +250,21 @@ cdef class StatsWriter:
         self._key_index[(kind, label, key)] = count
         return count
 
-    def key_add(self, int entry, uint64_t messages, uint64_t size_bytes=0,
-                uint64_t requests=1) -> None:
-        """Add to entry's words (messages, bytes, requests); entry -1 counts KEYS_DROPPED."""
-        if not self.enabled:
-            return
+    cdef int _dropped(self, int entry) except -1:
+        """1 when ``entry`` is -1 (no room for its key): counted in KEYS_DROPPED; else checks
+        the entry index and returns 0."""
         if entry < 0:
             self._check(0, 1)
             pb_stats_add(self.counters + KEYS_DROPPED, 1)
-            return
+            return 1
         self._check(entry, KEYS_PER_WRITER)
+        return 0
+
+    def key_add(self, int entry, uint64_t messages, uint64_t size_bytes=0,
+                uint64_t requests=1) -> None:
+        """Add to entry's words (messages, bytes, requests); entry -1 counts KEYS_DROPPED."""
+        if not self.enabled or self._dropped(entry):
+            return
         cdef uint64_t *words = self.key_words(entry)
         pb_stats_add(words + KEY_MESSAGES, messages)
         pb_stats_add(words + KEY_BYTES, size_bytes)
@@ -267,26 +272,16 @@ cdef class StatsWriter:
 
     def key_add_word(self, int entry, int word, uint64_t delta) -> None:
         """Add ``delta`` to one word (KeyWord) of an entry; entry -1 counts KEYS_DROPPED."""
-        if not self.enabled:
+        if not self.enabled or self._dropped(entry):
             return
-        if entry < 0:
-            self._check(0, 1)
-            pb_stats_add(self.counters + KEYS_DROPPED, 1)
-            return
-        self._check(entry, KEYS_PER_WRITER)
         self._check(word, KEY_WORDS)
         pb_stats_add(self.key_words(entry) + word, delta)
 
     def key_set_words(self, int entry, uint64_t first, uint64_t second) -> None:
         """Set an entry's first two words (a gauge entry such as KEY_PULL_OFFSET); entry -1
         counts KEYS_DROPPED."""
-        if not self.enabled:
+        if not self.enabled or self._dropped(entry):
             return
-        if entry < 0:
-            self._check(0, 1)
-            pb_stats_add(self.counters + KEYS_DROPPED, 1)
-            return
-        self._check(entry, KEYS_PER_WRITER)
         cdef uint64_t *words = self.key_words(entry)
         pb_stats_set(words, first)
         pb_stats_set(words + 1, second)

@@ -28,7 +28,6 @@ import time
 
 from pybroker import clock
 from pybroker._fast import append
-from pybroker._fast import record as record_codec
 from pybroker.proc import ring_format
 from pybroker.proc.topic_deletion import read_requested_topics, requests_path
 from pybroker.proc.wake import (APPENDER_SLOT, HA_SLOT, ConsumerSide, DataPlaneWakes, Sleeper,
@@ -70,27 +69,6 @@ def run_appender(settings: StoreConfig, rings, completion_rings, control: Contro
     finally:
         appender.drainer.release_control()
         appender.commitlog.shutdown(0)
-
-
-def _written_end(commitlog: CommitLog) -> int:
-    """End of the records in the CommitLog (start-up without a published position): the last
-    file holding any, since empty files the allocator made ready may follow it."""
-    files = commitlog.mapped_file_queue.mapped_files
-    for index in range(len(files) - 1, -1, -1):
-        last = files[index]
-        if not last.hold():
-            raise RuntimeError(f"{last.path} is shut down")
-        buffer = last.buffer()
-        try:
-            status, position, _ = record_codec.scan(buffer, 0, last.file_size, False)
-        finally:
-            buffer.release()
-            last.release()
-        if status == record_codec.RECORD_BLANK:
-            return last.file_from_offset + last.file_size
-        if position > 0 or index == 0:
-            return last.file_from_offset + position
-    return 0
 
 
 def _topic_queue_table(settings: StoreConfig, commitlog: CommitLog,
@@ -137,7 +115,7 @@ class _Appender:
                                    on_create=self._file_created)
         if not self.commitlog.load():
             raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
-        written = control.written_position or _written_end(self.commitlog)
+        written = control.written_position or self.commitlog.data_end()
         # Files the allocator (flusher) made ready beyond the end - left by a kill -9, or made
         # before this load - must not become the append target: appends go on at `written`.
         self.commitlog.mapped_file_queue.forget_files_beyond(written)

@@ -270,6 +270,27 @@ class CommitLog:
         """Global offset just past the last written byte (0 when empty)."""
         return self.mapped_file_queue.max_offset()
 
+    def data_end(self) -> int:
+        """End of the records of a loaded, not yet positioned CommitLog, found by scanning:
+        in the last file holding any, since empty files the allocator made ready may follow
+        it (0 when there is none)."""
+        files = self.mapped_file_queue.mapped_files
+        for index in range(len(files) - 1, -1, -1):
+            mapped_file = files[index]
+            if not mapped_file.hold():
+                raise RuntimeError(f"{mapped_file.path} is shut down")
+            buffer = mapped_file.buffer()
+            try:
+                status, position, _ = record_codec.scan(buffer, 0, mapped_file.file_size, False)
+            finally:
+                buffer.release()
+                mapped_file.release()
+            if status == record_codec.RECORD_BLANK:
+                return mapped_file.file_from_offset + mapped_file.file_size
+            if position > 0 or index == 0:
+                return mapped_file.file_from_offset + position
+        return 0
+
     def flush(self, least_pages: int = 0) -> bool:
         """msync the unflushed range; True when ``flushed_where`` advanced."""
         return self.mapped_file_queue.flush(least_pages)

@@ -263,23 +263,6 @@ def pending_truncation(store_root: str) -> int | None:
     return None
 
 
-def _data_end(commitlog: CommitLog) -> int:
-    """End of the records of a loaded (not yet recovered) CommitLog: a scan of its last file."""
-    files = commitlog.mapped_file_queue.mapped_files
-    if not files or not files[-1].hold():
-        return 0
-    last = files[-1]
-    buffer = last.buffer()
-    try:
-        status, position, _ = record_codec.scan(buffer, 0, last.file_size, False)
-    finally:
-        buffer.release()
-        last.release()
-    if status == record_codec.RECORD_BLANK:
-        position = last.file_size
-    return last.file_from_offset + position
-
-
 def apply_pending_truncation(store_root: str, commitlog_dir: str, file_size: int) -> int | None:
     """Apply a pending truncation (call before recovery, with the store locked): zero the
     CommitLog after the offset, delete later files, drop the request. Returns the offset."""
@@ -290,7 +273,7 @@ def apply_pending_truncation(store_root: str, commitlog_dir: str, file_size: int
     if not commitlog.load():
         raise ValueError(f"{commitlog_dir}: a CommitLog file has the wrong size")
     try:
-        end = _data_end(commitlog)
+        end = commitlog.data_end()
         if offset < end:
             commitlog.truncate_dirty_files(offset)
         log.warning("slave CommitLog truncated to physical offset %d (it ended at %d): the "

@@ -203,3 +203,28 @@ def test_held_record_blocks_file_deletion_until_released(tmp_path):
     assert commitlog.min_offset() > 0
     with pytest.raises(ValueError):
         commitlog.release_record(message_record)
+
+
+def test_data_end_is_found_behind_empty_ready_files(tmp_path):
+    """A restart without a published position finds the end of the records in the last file
+    holding any, not at the start of an empty file the allocator made ready after it."""
+    file_size = 4096
+    commitlog = CommitLog(str(tmp_path), file_size)
+    record = encode(body_for_size(500))
+    for queue_offset in range(10):          # rolls once: file 0 ends with a BLANK
+        assert commitlog.append_encoded(record, TOPIC, 0, 1, 0, queue_offset).status \
+            is PutStatus.PUT_OK
+    end = commitlog.max_offset()
+    assert file_size < end < 2 * file_size
+    commitlog.flush()
+    commitlog.shutdown(0)
+    for base in (2 * file_size, 3 * file_size):     # two ready, empty files
+        with open(tmp_path / offset_file_name(base), "wb") as handle:
+            handle.truncate(file_size)
+    reloaded = CommitLog(str(tmp_path), file_size)
+    assert reloaded.load()
+    assert len(reloaded.mapped_file_queue.mapped_files) == 4
+    assert reloaded.data_end() == end
+    reloaded.shutdown(0)
+    empty = CommitLog(str(tmp_path / "empty"), file_size)
+    assert empty.load() and empty.data_end() == 0
