@@ -25,8 +25,8 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
 from tests import go_scenarios, peers
-from tests.go_scenarios import (Rmqgo, check_sends, create_topic, expected_body, pull_all,
-                                records_of, sha256, unique)
+from tests.go_scenarios import (Rmqgo, check_sends, committed_offset, create_topic, expected_body,
+                                pull_all, records_of, sha256, unique)
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(300)]
 TIMEOUT_MS = 10_000
@@ -166,7 +166,7 @@ def test_two_clustering_instances_share_the_queues(go, broker, tmp_path):
     # Both shut down: they unregistered, and their last offsets were committed.
     assert _consumer_ids(broker, group) == []
     per_queue = [sum(1 for s in sent.values() if s["queueId"] == q) for q in range(4)]
-    assert [_committed_offset(broker, group, topic, q) for q in range(4)] == per_queue
+    assert [committed_offset(broker, group, topic, q) for q in range(4)] == per_queue
 
 
 def test_orderly_queues_change_hands_through_unlock_and_lock(go, broker):
@@ -198,16 +198,6 @@ def test_orderly_queues_change_hands_through_unlock_and_lock(go, broker):
             sequences.setdefault(message["props"]["SHARDING_KEY"], []).append(
                 int(message["props"]["seq"]))
         assert sequences == {f"key-{k}": list(range(k, count, 6)) for k in range(6)}
-
-
-def _committed_offset(broker, group: str, topic: str, queue_id: int) -> int:
-    with SyncRemotingClient() as client:
-        client.connect(broker.broker_addr)
-        answer = client.invoke(create_request(RequestCode.QUERY_CONSUMER_OFFSET,
-                                              {"consumerGroup": group, "topic": topic,
-                                               "queueId": str(queue_id)}), TIMEOUT_MS)
-    assert answer.code == ResponseCode.SUCCESS, answer.remark
-    return int(answer.ext_fields["offset"])
 
 
 def _max_offsets(broker, topic: str, queues: int) -> list[int]:
