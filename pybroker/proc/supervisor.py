@@ -155,6 +155,11 @@ class Supervisor:
             enabled=self.config.broker.stats_instruments_enable)
         self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name,
                                   control=lambda: self.control)
+        if not self.stats_region.enabled:
+            log.warning("statsInstrumentsEnable=false: no statistics are recorded; brokerStatus "
+                        "TPS read NaN and its counters are left out, statsAll is refused, "
+                        "GET_CONSUME_STATS consumeTps reads 0.0, the metrics endpoint leaves "
+                        "the traffic and latency families out, pybroker prof refuses to attach")
 
     def _recover(self, lock) -> int:
         """Recover the store in this process; returns the valid end of the CommitLog. A

@@ -141,6 +141,10 @@ def test_instruments_off_record_nothing_and_say_so(tmp_path):
                          "pybroker_put_latency_seconds_count"):
                 assert name not in metrics, name
             assert "rocketmq_consumer_lag_messages" in metrics      # metadata, not counters
+            # Start-up said so once, naming what reads empty (consumeTps's 0.0 looks measured).
+            log = broker._log_text()
+            assert log.count("statsInstrumentsEnable=false: no statistics are recorded") == 1
+            assert "consumeTps reads 0.0" in log
             region = StatsRegion.attach(paths.stats_region_path(broker.store_dir))
             try:
                 assert not region.enabled
@@ -171,5 +175,6 @@ def test_instruments_on_by_default_are_recorded(tmp_path):
             metrics = _metrics(port)
             assert metrics["pybroker_stats_instruments_enabled"][0][1] == 1
             assert "rocketmq_messages_in_total" in metrics
+            assert "statsInstrumentsEnable=false" not in broker._log_text()
         finally:
             client.close()
