@@ -57,6 +57,22 @@ def send(client, topic: str, body: bytes, queue_id: int, key: str, wait: bool = 
     return client.invoke(create_request(RequestCode.SEND_MESSAGE_V2, ext, body), TIMEOUT_MS)
 
 
+def send_until_accepted(client, topic: str, body: bytes, queue_id: int, key: str):
+    """:func:`send`, sent again after a flow-control answer as a Java producer retries it:
+    SYSTEM_BUSY [TIMEOUT_CLEAN_QUEUE] (the send waited longer than waitTimeMillsInSendQueue)
+    and [PC_SYNCHRONIZED] (a put held the store longer than osPageCacheBusyTimeOutMills) are
+    what a loaded box answers to big writes; neither stored the message. Any other answer is
+    returned."""
+    while True:
+        response = send(client, topic, body, queue_id, key)
+        busy = response.code == ResponseCode.SYSTEM_BUSY or (
+            response.code == ResponseCode.SYSTEM_ERROR
+            and "[PC_SYNCHRONIZED]" in (response.remark or ""))
+        if not busy:
+            return response
+        time.sleep(0.05)
+
+
 def pull(client, topic: str, queue_id: int, queue_offset: int, group: str = "ha_consumer",
          max_nums: int = 32):
     ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
