@@ -205,6 +205,18 @@ def _crash(broker: StandaloneBroker, target: str) -> None:
         assert f"worker {target} (pid" in tail and "killed by signal 9" in tail, tail[-4000:]
 
 
+def _wait_acked(broker: StandaloneBroker, load: "Load", count: int, timeout_s: float,
+                what: str) -> None:
+    """Wait until ``count`` sends are acknowledged; on failure say how far it got, with the
+    broker's log tail (the failure seen once could not be explained without them)."""
+    deadline = time.monotonic() + timeout_s
+    while len(load.acked) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(load.acked) >= count, (f"{what}: {len(load.acked)} of {count} acknowledged, "
+                                      f"load failures {load.failures}\n"
+                                      f"{broker._log_text()[-3000:]}")
+
+
 def _read_everything(broker_addr: str) -> dict[tuple[int, int], bytes]:
     """Every record of every queue from offset 0 (whole, contiguous) as (queue, offset)->body."""
     stored = {}
@@ -232,14 +244,11 @@ def test_kill_minus_9_under_load(tmp_path, rand, target, flush_disk_type):
         with Load(broker.broker_addr, rand) as load:
             for _ in range(KILLS_PER_CASE):
                 before = len(load.acked)
-                time.sleep(rand.uniform(0.5, 2.0))
-                assert len(load.acked) > before + 20, "the load did not run before the kill"
+                time.sleep(rand.uniform(0.5, 2.0))      # a random moment of the load
+                _wait_acked(broker, load, before + 21, 10, "the load did not run before the kill")
                 _crash(broker, target)
-                restarted_at = len(load.acked)
-                deadline = time.monotonic() + 10
-                while len(load.acked) < restarted_at + 100 and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                assert len(load.acked) >= restarted_at + 100, "the producer did not resume"
+                _wait_acked(broker, load, len(load.acked) + 100, 10,
+                            "the producer did not resume")
         assert not load.failures, load.failures
         assert load.consumed > 0, "the consumer thread read nothing"
         for queue_id in range(QUEUES):      # the last acknowledged sends dispatched
