@@ -77,6 +77,10 @@ def test_only_a_worker_holding_a_pull_waits_for_dispatch(tmp_path):
         next_offset = _send(sender, b"first") + 1       # creates the topic; queue 0 has one
         control = ControlBlock(paths.control_block_path(broker.store_dir), create=False)
         try:
+            # The pull below must find queue 0 holding "first" (then it waits for offset 1);
+            # sent a moment before dispatch it would find the queue empty and not be held.
+            _wait_for(lambda: control.dispatched_position >= control.written_position,
+                      "the first message dispatched")
             answers = []
             held = threading.Thread(target=lambda: answers.append(_pull(puller, next_offset)))
             held.start()
@@ -96,6 +100,9 @@ def test_only_a_worker_holding_a_pull_waits_for_dispatch(tmp_path):
                 _send(sender, b"more-%d" % index)
             _wait_for(lambda: control.dispatched_position >= control.written_position,
                       "dispatch to catch up")
-            assert control.waiters("dispatched_position") & CLIENT_SLOTS_MASK == 0
+            # A worker drops its bit on its loop turn after the held pull was answered, which
+            # may come after dispatch caught up: wait for it to go (it must not stay).
+            _wait_for(lambda: control.waiters("dispatched_position") & CLIENT_SLOTS_MASK == 0,
+                      "no remoting worker or supervisor bit left on dispatched_position")
         finally:
             control.close()
