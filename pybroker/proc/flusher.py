@@ -23,7 +23,12 @@ are minor faults.
 
 After each flush it writes the checkpoint: physicMsgTimestamp = store time of the last record
 flushed (``written_store_timestamp`` loaded BEFORE ``written_position``, so it is never later
-than that record), logics/index timestamps from the dispatcher's published ones. A flush error
+than that record), logics/index timestamps from the dispatcher's published ones. The page is
+msynced every ``flushConsumeQueueThoroughInterval`` and at stop, not after every flush (Java's
+GroupCommitService sets the checkpoint, its consume-queue thorough flush forces it): under
+SYNC_FLUSH a second msync per group commit would double the fsync work on the ack's path, and a
+checkpoint older on disk than in the page only makes recovery after a power loss start further
+back (store/checkpoint.py). A flush error
 raises DurabilityError out of :func:`run_flusher`; the process must exit non-zero (fail-stop),
 nothing is retried.
 """
@@ -67,7 +72,9 @@ def run_flusher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWa
     if not commitlog.load():
         raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
     os.makedirs(store_root, exist_ok=True)        # a fresh store: nothing recovered it yet
-    checkpoint = StoreCheckpoint(paths.checkpoint_path(store_root))
+    checkpoint = StoreCheckpoint(paths.checkpoint_path(store_root),
+                                 sync_interval_ms=settings.flush_consume_queue_thorough_interval,
+                                 now_ms=clock_ms())
     try:
         _Flusher(settings, commitlog, checkpoint, control, wakes, clock_ms,
                  stop_requested, stats if stats is not None
@@ -200,4 +207,4 @@ class _Flusher:
                                               control.logics_flushed_timestamp)
         checkpoint.index_msg_timestamp = max(checkpoint.index_msg_timestamp,
                                              control.index_flushed_timestamp)
-        checkpoint.flush()
+        checkpoint.save(self.clock_ms())

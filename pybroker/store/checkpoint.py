@@ -12,7 +12,12 @@ Layout (big-endian longs, the rest of the page zero; offsets from :mod:`pybroker
      32     8  confirmPhyOffset       5.x
 
 Only the flusher writes it (design.md §2 rule 1). The fields are Python attributes; :meth:`flush`
-stores all of them into the page and msyncs it, raising DurabilityError on failure.
+stores all of them into the page and msyncs it, raising DurabilityError on failure; :meth:`save`
+stores them after every CommitLog flush and msyncs only every ``sync_interval_ms``, as Java's
+store sets the checkpoint after each group commit and flushes it with the consume queues'
+thorough flush. A checkpoint on disk older than the page is always safe: every field is set
+after the flush it describes, so whatever the disk holds never claims more than was flushed,
+and abnormal recovery from an older point only scans further back.
 """
 import os
 import struct
@@ -40,8 +45,11 @@ class StoreCheckpoint:
     ``confirm_phy_offset`` (CommitLog physical offsets, bytes).
     """
 
-    def __init__(self, path: str, read_only: bool = False):
+    def __init__(self, path: str, read_only: bool = False, sync_interval_ms: int = 0,
+                 now_ms: int = 0):
         self.path = path
+        self.sync_interval_ms = sync_interval_ms
+        self.synced_ms = now_ms
         existed = os.path.exists(path)
         self._file = MappedFile(path, layout.CHECKPOINT_FILE_SIZE, read_only,
                                 file_from_offset=0, allocation="zero_fill")
@@ -64,9 +72,22 @@ class StoreCheckpoint:
 
     def flush(self) -> None:
         """Store every field into the page and msync it (raises DurabilityError on failure)."""
+        self._store()
+        self._file.flush()
+
+    def save(self, now_ms: int) -> bool:
+        """Store every field into the page; msync it when ``sync_interval_ms`` has passed since
+        the last msync (``now_ms``: the caller's clock). True when it msynced."""
+        if now_ms < self.synced_ms + self.sync_interval_ms:
+            self._store()
+            return False
+        self.flush()
+        self.synced_ms = now_ms
+        return True
+
+    def _store(self) -> None:
         packed = b"".join(_LONG.pack(getattr(self, name)) for name, _ in _FIELDS)
         self._file.write_at(0, packed)
-        self._file.flush()
 
     def min_timestamp(self) -> int:
         """Abnormal-recovery point: min(physic, logics) - 3000 ms, never below 0 (ms)."""

@@ -42,6 +42,36 @@ def test_checkpoint_layout_on_disk_and_reload(tmp_path):
     reloaded.shutdown()
 
 
+def test_save_stores_every_time_and_msyncs_once_per_interval(tmp_path):
+    """The flusher saves after every CommitLog flush; the page must carry each save at once
+    (a kill -9 keeps the page cache, and readers map the same page) while msync runs only
+    once per interval (Java forces it with the consume queues' thorough flush)."""
+    path = paths.checkpoint_path(str(tmp_path))
+    checkpoint = StoreCheckpoint(path, sync_interval_ms=60_000, now_ms=1_000)
+    msyncs = []
+    real_flush = checkpoint._file.flush
+    checkpoint._file.flush = lambda *args: msyncs.append(args) or real_flush(*args)
+
+    def on_disk() -> int:
+        with open(path, "rb") as handle:
+            return struct.unpack_from(">q", handle.read(8))[0]
+
+    synced = []
+    for now_ms in (1_000, 30_000, 60_999, 61_000, 62_000, 121_000):
+        checkpoint.physic_msg_timestamp = now_ms
+        synced.append(checkpoint.save(now_ms))
+        assert on_disk() == now_ms
+    assert synced == [False, False, False, True, False, True]
+    assert len(msyncs) == 2
+    checkpoint.physic_msg_timestamp = 130_000
+    checkpoint.shutdown()                                   # a stop always msyncs
+    assert len(msyncs) == 3 and on_disk() == 130_000
+    # Without an interval (tools, recovery) every save msyncs, as flush() does.
+    eager = StoreCheckpoint(path)
+    assert eager.save(0) and eager.save(1)
+    eager.shutdown()
+
+
 def test_checkpoint_min_timestamp_never_negative(tmp_path):
     checkpoint = StoreCheckpoint(str(tmp_path / "checkpoint"))
     checkpoint.physic_msg_timestamp = 1000
