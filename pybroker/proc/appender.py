@@ -38,6 +38,7 @@ from pybroker.stats.region import (WRITER_APPENDER, StatsCounter, StatsHistogram
 from pybroker.store.commitlog import CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.disk_space import SpaceGuard
+from pybroker.store.drop_behind import DropBehind
 from pybroker.store.control_block import BrokerState, ControlBlock
 from pybroker.store.settings import StoreConfig
 from pybroker.store.transient_pool import CommitStep, TransientStorePool
@@ -156,6 +157,8 @@ class _Appender:
         self.deletion_seq = control.topic_deletion_appended
         self.requests_path = requests_path(store_root)
         self.commitlog_min_offset = 0
+        # Pages below the written end are done with here: out of this process's page tables.
+        self.drop_behind = DropBehind(self.commitlog.mapped_file_queue)
         log.info("appender: %d rings, CommitLog written to %d%s", len(self.rings), written,
                  ", transient store pool on" if self.commit_step else "")
 
@@ -246,6 +249,7 @@ class _Appender:
         if step is None or step.pending() == 0:
             control.written_store_timestamp = self.appended_timestamp
         waiters = control.publish("written_position", position)
+        self.drop_behind.advance(position)
         if signal:
             signal_mask(waiters, self.slots)
         return waiters

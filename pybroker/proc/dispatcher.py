@@ -42,6 +42,7 @@ from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.control_block import ControlBlock
 from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.dispatch import Dispatcher
+from pybroker.store.drop_behind import DropBehind, LogicsDropBehind
 from pybroker.store.index_file import IndexService
 from pybroker.store.reader import follow_commitlog
 from pybroker.store.settings import StoreConfig
@@ -96,6 +97,8 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     stats = stats if stats is not None else private_writer(WRITER_DISPATCHER)
     stop_requested = stop_requested or stop_on_sigterm(wakes.dispatcher)
     followed = -1
+    # Records below the reput offset were read once: out of this process's page tables.
+    drop_behind = DropBehind(commitlog.mapped_file_queue)
     log.info("dispatcher: reput from %d", dispatcher.reput_from_offset)
     try:
         while True:
@@ -117,6 +120,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
                 signal_mask(control.publish("dispatched_position",
                                             dispatcher.reput_from_offset, True), slots)
                 counters.add(appends=count, batches=1)
+                drop_behind.advance(dispatcher.reput_from_offset)
             deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher)
             wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)
             if written > dispatcher.reput_from_offset:
@@ -200,6 +204,7 @@ class _LogicsFlusher:
         now = clock_ms()
         self.next_flush_ms = now + self.interval_ms
         self.last_thorough_ms = now
+        self.drop_behind = LogicsDropBehind()
 
     def maybe_flush(self, last_store_timestamp: int) -> int:
         """Flush when the interval passed; returns ms until the next flush is due."""
@@ -221,3 +226,4 @@ class _LogicsFlusher:
             index_timestamp = self.index_service.flush()
             if index_timestamp:
                 self.control.publish("index_flushed_timestamp", index_timestamp, True)
+        self.drop_behind.advance(self.queues, self.index_service)

@@ -46,6 +46,7 @@ from pybroker.store.allocate import FileAllocator
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import ControlBlock
+from pybroker.store.drop_behind import DropBehind
 from pybroker.store.prefault import PrefaultWindow
 from pybroker.store.reader import follow_commitlog
 from pybroker.store.settings import StoreConfig
@@ -109,6 +110,9 @@ class _Flusher:
         # append path (store/prefault.py). Warmed files are faulted in whole already.
         self.prefault = None if settings.warm_maped_file_enable \
             else PrefaultWindow(commitlog, flushed)
+        # The page cache keeps the pages faulted in ahead (and the allocator's warmed ones)
+        # for the appender: this process's mappings of them go (store/drop_behind.py).
+        self.drop_behind = DropBehind(commitlog.mapped_file_queue)
         # The next CommitLog file is made ready (and warmed, locked) off the append path.
         self.allocator = FileAllocator(
             settings.commitlog_dir, settings.mapped_file_size_commit_log,
@@ -137,6 +141,9 @@ class _Flusher:
                 self.allocator.advance(self.followed)
             if self.prefault is not None and not stopping:
                 self.prefault_ahead(self.prefault)
+                self.drop_behind.advance(self.prefault.prefaulted_position)
+            else:
+                self.drop_behind.advance(self.followed)
             if stopping:
                 if not flushed:
                     self.write_checkpoint(0, -1)   # the dispatcher's last timestamps

@@ -37,9 +37,10 @@ from pybroker.proc.wake import HA_SLOT, signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import HA_SLAVE_SLOTS_MAX, BrokerState
+from pybroker.store.drop_behind import DropBehind
 from pybroker.store.settings import BrokerRole
 from pybroker.store.mapped_file import MappedFile
-from pybroker.store.reader import follow_commitlog
+from pybroker.store.reader import READER_KEEP_BYTES, follow_commitlog
 
 log = logging.getLogger("pybroker.proc.ha_master")
 
@@ -264,6 +265,10 @@ class HAMasterService:
             raise ValueError(f"store {store_root}: a CommitLog file has the wrong size")
         self.written = -1
         self.commitlog_min_offset = 0
+        # Pages sent to slaves leave this process's page tables on the housekeeping tick
+        # (store/drop_behind.py; a slave catching up reads far back: a sweep).
+        self.drop_behind = DropBehind(self.commitlog.mapped_file_queue,
+                                      keep_bytes=READER_KEEP_BYTES)
         self.connections: dict[int, _SlaveConnection] = {}
         self.counted = 0
         self.stop: asyncio.Event | None = None
@@ -345,6 +350,8 @@ class HAMasterService:
 
     def _housekeeping(self) -> None:
         now = self.clock_ms()
+        if self.connections:
+            self.drop_behind.sweep(self.written)
         for connection in list(self.connections.values()):
             if now - connection.last_read_ms > self.housekeeping_ms:
                 connection.close(f"ha housekeeping: no report for {now - connection.last_read_ms}"

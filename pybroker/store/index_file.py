@@ -124,6 +124,12 @@ class IndexFile:
     def is_write_full(self) -> bool:
         return self.index_count >= self.max_index_num
 
+    def entries_range(self) -> tuple[int, int]:
+        """File positions of the entry area and of the end of the last entry written (puts
+        write entries in order there; the hash slots before it take random writes)."""
+        return (self._entries_position,
+                self._entries_position + self.index_count * layout.INDEX_ENTRY_SIZE)
+
     def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
         """True when [begin_ms, end_ms] overlaps this file's [beginTimestamp, endTimestamp]."""
         begin_timestamp, end_timestamp = self._header()[:2]
@@ -199,7 +205,7 @@ class IndexFile:
         """msync the whole file (header, slots, entries); DurabilityError on failure."""
         # Puts write the header, random slots and the next entry in place, so the dirty range is
         # always within [0, end of the last entry): hand exactly that range to MappedFile.
-        written_end = self._entries_position + self.index_count * layout.INDEX_ENTRY_SIZE
+        written_end = self.entries_range()[1]
         self.mapped_file.wrote_position = min(written_end, self.file_size)
         self.mapped_file.flushed_position = 0
         self.mapped_file.flush()

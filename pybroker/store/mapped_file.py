@@ -474,6 +474,18 @@ class MappedFile:
         # The GIL is released meanwhile: the allocator warms in a thread of the flusher.
         return pagecache.populate(self._map, start, end_position)
 
+    def drop_pages(self, file_position: int, end_position: int) -> None:
+        """Take the whole pages of ``[file_position, end_position)`` out of THIS process's page
+        tables (``MADV_DONTNEED``). The file is mapped shared, so nothing is lost: a dirty page
+        stays dirty in the page cache (msync and writeback still write it) and a later access
+        maps it again from the page cache. OSError when the kernel refuses (locked pages)."""
+        end_position = min(end_position, self.file_size)
+        start = file_position - file_position % PAGE_SIZE_BYTES
+        end = end_position - end_position % PAGE_SIZE_BYTES
+        if self._map is None or start >= end:
+            return
+        self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def lock_pages(self) -> int:
         """mlock the whole mapping (pages stay in the page cache while this process maps
         them); 0, or the errno of the refusal (not permitted, over RLIMIT_MEMLOCK)."""

@@ -21,12 +21,14 @@ nothing is dispatched costs no system call at all.
 """
 import logging
 import os
+import time
 from collections.abc import Callable
 
 import numpy as np
 import psutil
 
 from pybroker.store.damaged_records import DamagedRecords
+from pybroker.store.drop_behind import DropBehind
 from pybroker.store import layout, paths
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import UNIT_DTYPE, ConsumeQueue, ConsumeQueueStore
@@ -38,6 +40,11 @@ from pybroker.store.settings import StoreConfig
 __all__ = ["MessageStoreReader", "follow_commitlog"]
 
 log = logging.getLogger(__name__)
+
+# The newest CommitLog bytes stay mapped in a worker (consumers that keep up read there);
+# older pages its pulls touched are dropped from its page tables once a second.
+READER_KEEP_BYTES = 64 << 20
+READER_SWEEP_INTERVAL_S = 1.0
 
 _UNIT_SIZE = layout.CQ_STORE_UNIT_SIZE
 # First chunk of units checked when a queue file grows; later chunks grow 4x (numpy per chunk).
@@ -165,6 +172,11 @@ class MessageStoreReader(StoreReads):
         self._queue_positions: dict[tuple[str, int], int] = {}
         self._missing_queues: dict[tuple[str, int], int] = {}
         self.refreshes_total = 0      # refreshes that mapped new files (diagnostics, tests)
+        # Pages pulls touched, out of this process's page tables once a second, all but the
+        # newest (store/drop_behind.py): consumers read at any offset, so a sweep, not a cursor.
+        self._drop_behind = DropBehind(self.commitlog.mapped_file_queue,
+                                       keep_bytes=READER_KEEP_BYTES)
+        self._next_sweep_s = time.monotonic() + READER_SWEEP_INTERVAL_S
 
     # --- position -------------------------------------------------------------------------------
     def advance(self, dispatched_position: int, written_position: int = 0) -> None:
@@ -183,6 +195,10 @@ class MessageStoreReader(StoreReads):
             if changes != self._seen_store_changes:
                 self._seen_store_changes = changes
                 self._forget_deleted_files(changes[0])
+        now_s = time.monotonic()
+        if now_s >= self._next_sweep_s:
+            self._next_sweep_s = now_s + READER_SWEEP_INTERVAL_S
+            self._drop_behind.sweep(self.dispatched_position)
 
     def _physical_min_offset(self) -> int:
         """CommitLog min offset (bytes): the published one may be ahead of this reader's maps
