@@ -248,6 +248,16 @@ class MappedFile:
             return None
         return self._view[file_position:file_position + size]
 
+    def views(self, positions: list[int], sizes: list[int]) -> list[memoryview] | None:
+        """Slices at each ``(positions[i], sizes[i])`` under ONE hold (one :meth:`release`
+        for all of them); the caller has checked every range lies in ``[0, wrote_position)``.
+        None (and no hold) when the file is shutting down."""
+        if not self.hold():
+            return None
+        view = self._view
+        return [view[position:position + size]
+                for position, size in zip(positions, sizes, strict=True)]
+
     # --- hold counting (RocketMQ ReferenceResource) --------------------------------------------
     def hold(self) -> bool:
         """Take a hold on the map; False once shutdown/destroy started."""

@@ -49,6 +49,11 @@ class _Holds:
         self.buffers.append(view)
         self._mapped_files.append(mapped_file)
 
+    def _add_views(self, views: list[memoryview], mapped_file: MappedFile) -> None:
+        """Views taken under one hold of ``mapped_file`` (:meth:`MappedFile.views`)."""
+        self.buffers.extend(views)
+        self._mapped_files.append(mapped_file)
+
     @property
     def buffer_total_size(self) -> int:
         """Bytes in :attr:`buffers`."""
@@ -248,6 +253,11 @@ class StoreReads:
         Runs of units the tag filter rejects are handled with numpy: the loop in Python is per
         matched unit. A unit ends the batch (isTheBatchFull) before it is filtered or read.
         """
+        if record_filter is None:
+            scanned = self._collect_at_once(result, physical_offsets, sizes, matched,
+                                            max_count, max_bytes)
+            if scanned is not None:
+                return scanned
         unit_count = len(physical_offsets)
         limit_bytes, limit_count = self._batch_limits(physical_offsets)
         position = taken = taken_bytes = 0
@@ -287,6 +297,53 @@ class StoreReads:
             taken_bytes += size
             result.status = GetStatus.FOUND
             position = match + 1
+
+    def _collect_at_once(self, result: GetResult, physical_offsets, sizes, matched,
+                         max_count: int, max_bytes: int | None) -> int | None:
+        """:meth:`_collect` without a record filter, in array operations: every matched unit is
+        taken until the batch is full, so where it fills is known before any record is read.
+        None (nothing done) when a record to take is not readable here (its file is gone or
+        beyond this process's view): the per-unit loop then answers as Java does."""
+        unit_count = len(physical_offsets)
+        if len(matched) == 0:
+            return unit_count
+        limit_bytes, limit_count = self._batch_limits(physical_offsets)
+        is_match = np.zeros(unit_count, np.int64)
+        is_match[matched] = 1
+        taken_before = np.cumsum(is_match) - is_match          # units taken before each unit
+        matched_sizes = sizes * is_match
+        bytes_before = np.cumsum(matched_sizes) - matched_sizes
+        after = bytes_before + sizes
+        full = (taken_before >= max_count) | (taken_before > limit_count - 1) | \
+            (after > limit_bytes)
+        if max_bytes is not None:
+            full |= after > max_bytes
+        full &= taken_before > 0                               # the first unit always goes
+        scanned = int(np.argmax(full)) if full.any() else unit_count
+        taken = matched[matched < scanned]
+        offsets, taken_sizes = physical_offsets[taken], sizes[taken]
+        if len(offsets) > 1 and bool((offsets[1:] < offsets[:-1]).any()):
+            return None            # buffers go in unit order: grouped by file only if ascending
+        commitlog = self._commitlog()
+        file_size = commitlog.file_size
+        bases = offsets - offsets % file_size
+        groups = []
+        for base in np.unique(bases).tolist():
+            mapped_file = commitlog.mapped_file_queue.find_mapped_file_by_offset(base)
+            in_file = bases == base
+            positions = offsets[in_file] - base
+            if mapped_file is None or mapped_file.file_from_offset != base or \
+                    int((positions + taken_sizes[in_file]).max()) > mapped_file.wrote_position:
+                return None
+            groups.append((mapped_file, positions.tolist(), taken_sizes[in_file].tolist()))
+        for mapped_file, positions, group_sizes in groups:
+            views = mapped_file.views(positions, group_sizes)
+            if views is None:                  # shutting down meanwhile: undo, go per unit
+                result.release()
+                return None
+            result._add_views(views, mapped_file)
+        result.status = GetStatus.FOUND
+        return scanned
 
     def _add_record(self, holds: _Holds, physical_offset: int, size: int,
                     record_filter=None) -> bool | None:

@@ -1,0 +1,69 @@
+"""A pull without a record filter, worked out in array operations, answers as the unit loop does.
+
+Method: a real store in tmp_path (16 KiB CommitLog files, so a pull crosses files; small
+transfer caps, so batches fill by bytes and by count) takes records of random sizes with three
+tags; a MessageStoreReader then answers thousands of seeded pulls (offset, count, byte cap, tag
+set) twice: as a consumer's pull goes (no record filter: the array path of
+``StoreReads._collect``) and with a record filter that takes everything, which forces the
+per-unit loop that Java's getMessage follows. Status, next offset, counts and every byte of
+every record must be the same; so must the file holds, which both give back on release.
+"""
+import dataclasses
+import random
+
+import pytest
+
+from pybroker._fast.jhash import tags_code
+from pybroker.store.message_store import MessageStore
+from pybroker.store.reader import MessageStoreReader
+from pybroker.store.status import GetStatus
+
+from tests.unit.store.test_reader import TOPIC, body_of, encode, settings_for
+
+TAGS = ("tA", "tB", "tC")
+
+
+@pytest.fixture
+def filled(tmp_path):
+    rand = random.Random(20261204)
+    settings = dataclasses.replace(settings_for(tmp_path),
+                                   max_transfer_bytes_on_message_in_memory=1500,
+                                   max_transfer_count_on_message_in_memory=9)
+    with MessageStore(settings) as store:
+        for index in range(1500):
+            body = body_of(index, rand.choice((0, 3, 20, 60, 150)))
+            result = store.put_messages(encode(body, TAGS=TAGS[rand.randrange(3)]), TOPIC, 0,
+                                        1, 0)
+            assert result.status.name == "PUT_OK"
+        end = store.commitlog.max_offset()
+    with MessageStoreReader(settings, dispatched_position=end) as reader:
+        reader.advance(end, end)
+        yield reader
+
+
+def answer(reader, offset, count, max_bytes, codes, record_filter=None):
+    result = reader.get_messages("g", TOPIC, 0, offset, count, max_bytes, codes, record_filter)
+    with result:
+        holds = [mapped_file.hold_count for mapped_file in result._mapped_files]
+        return (result.status, result.next_begin_offset, result.message_count,
+                [bytes(buffer) for buffer in result.buffers], len(holds) > 0)
+
+
+def test_the_array_path_answers_as_the_unit_loop(filled, rand):
+    files = filled.commitlog.mapped_file_queue.mapped_files
+    assert len(files) >= 10                                   # pulls do cross files
+    holds_before = [mapped_file.hold_count for mapped_file in files]
+    found = 0
+    for _ in range(3000):
+        offset = rand.randrange(-5, 1510)
+        count = rand.choice((1, 2, 5, 32))
+        max_bytes = rand.choice((None, None, 200, 900))
+        codes = rand.choice((None, None, frozenset({tags_code("tA")}),
+                             frozenset({tags_code("tB"), tags_code("tC")}),
+                             frozenset({tags_code("none")})))
+        fast = answer(filled, offset, count, max_bytes, codes)
+        loop = answer(filled, offset, count, max_bytes, codes, record_filter=lambda view: True)
+        assert fast == loop, (offset, count, max_bytes, codes)
+        found += fast[0] is GetStatus.FOUND
+    assert found > 1000
+    assert [mapped_file.hold_count for mapped_file in files] == holds_before
