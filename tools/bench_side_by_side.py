@@ -11,7 +11,8 @@ The load follows RocketMQ's benchmark tool: 64 sender threads (plus 8 and 32), 1
 bodies, a batch producer, a consumer draining a backlog. Every run lasts ``--duration`` seconds
 (60 by default) and its first ``--warmup`` seconds (10) are discarded: the load program opens a
 measured window after the warm-up and the broker's processes are sampled at the window's edges
-(CPU µs and context switches per message per process, PSS throughout). Each (run, scenario,
+(CPU µs and context switches per message per process, PSS throughout); the consumer's
+window opens after its first CONSUME_WARMUP_MESSAGES instead. Each (run, scenario,
 broker) starts a fresh broker on an empty store; brokers take turns within a run so that the
 figures of one ratio are minutes apart. The load programs are ours (tools/java_bench, on the
 official 4.9.8 client jars: rocketmq-example is not on Maven Central) unless ``--apache-classes``
@@ -54,6 +55,9 @@ BROKERS = ("pybroker", "java-4.9.8", "java-5.3.3")
 CONSUMER_THREADS = 20            # Apache's Consumer default
 BACKLOG_PRODUCER_THREADS = 64
 BACKLOG_MESSAGES = 1_000_000     # consume scenario: the backlog the consumer drains
+# Its warm-up is the first messages, not --warmup seconds: Java 4.9.8 drained the whole backlog
+# within 10 s (no window left, 2026-12-04), so each broker gets the same messages to warm up on.
+CONSUME_WARMUP_MESSAGES = 200_000
 BACKLOG_TIMEOUT_S = 400          # bound on producing it (pybroker at 5k/s would take 200 s)
 START_SLACK_S = 60.0             # JVM start, route lookup: beyond --duration before a kill
 
@@ -113,7 +117,7 @@ def _load_argv(tools, scenario: Scenario, timing: Timing, namesrv: str, topic: s
                 "-n", namesrv, "-t", topic, "-g", f"cg_{topic}", "-w", scenario.threads])
         return tools.java_argv(CONSUMER_CLASS, [
             "-n", namesrv, "-t", topic, "-g", f"cg_{topic}", "-w", scenario.threads,
-            "-q", BACKLOG_MESSAGES, "-T", timing.duration_s, "-W", timing.warmup_s])
+            "-q", BACKLOG_MESSAGES, "-T", timing.duration_s, "-M", CONSUME_WARMUP_MESSAGES])
     common = ["-n", namesrv, "-t", topic, "-w", scenario.threads, "-s", scenario.body_bytes]
     if scenario.kind == "batch":
         common += ["-b", scenario.batch]

@@ -15,7 +15,8 @@ import org.apache.rocketmq.common.message.MessageExt;
  * Our own re-implementation of the behaviour of RocketMQ's benchmark Consumer (not published on
  * Maven Central). Flags: -n namesrv, -t topic (BenchmarkTest), -g group (benchmark_consumer),
  * -w consume threads (20), -q messages after which it stops (0 = until -T), -T time bound in
- * seconds (600), -W warm-up seconds not measured (0), -f start from the first offset (true: a
+ * seconds (600), -W warm-up seconds not measured (0), -M warm-up messages not measured instead
+ * of -W (0: use -W; the window opens at that many messages), -f start from the first offset (true: a
  * run sees every message of a fresh topic however late its rebalance happens).
  * Prints "Consume TPS ... AVG(B2C) RT ... AVG(S2C) RT ... MAX(B2C) RT ... MAX(S2C) RT" every 5 s
  * and at the end, the window marks of {@link BenchWindow}, then one "BENCH_RESULT {json}" line
@@ -23,7 +24,7 @@ import org.apache.rocketmq.common.message.MessageExt;
  * time, S2C = consume time minus store time, both in milliseconds on this machine's clock.
  */
 public final class BenchConsumer {
-    private static final String FLAGS = "n t g w q T W f";
+    private static final String FLAGS = "n t g w q T W M f";
     private final RtHistogram born2Consumer = new RtHistogram();
     private final AtomicLong store2ConsumerSumMs = new AtomicLong();
     private final AtomicLong store2ConsumerMaxMs = new AtomicLong();
@@ -66,7 +67,7 @@ public final class BenchConsumer {
                 return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             }
         });
-        window = new BenchWindow(flags.number("W", 0), timeBoundS);
+        window = new BenchWindow(flags.number("W", 0), timeBoundS, flags.number("M", 0));
         window.start();
         consumer.start();
         System.out.printf("Consumer Started.%n");

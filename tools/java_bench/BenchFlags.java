@@ -5,6 +5,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicLongArray;
@@ -116,7 +117,9 @@ final class RtHistogram {
 
 /**
  * The measured window of a load program: the first -W seconds (JIT, page faults, connection
- * set-up) are discarded, the window ends at the -T time bound (or earlier via {@link #end}).
+ * set-up) are discarded - or, given a message count instead, the first that many messages (a
+ * consumer draining a backlog: a fast broker may drain it within any fixed number of seconds)
+ * - and the window ends at the -T time bound (or earlier via {@link #end}).
  * It prints "BENCH_MARK warmup_done <epoch ms>" when the window opens and "BENCH_MARK
  * measure_end <epoch ms>" when it closes, so the driver samples the broker's processes at the
  * same instants. Counts and latencies are recorded only inside the window.
@@ -125,6 +128,9 @@ final class BenchWindow {
     private final long startNanos;
     private final long warmupEndNanos;
     private final long deadlineNanos;
+    private final long warmupMessages;
+    private final AtomicLong warmupSeen = new AtomicLong();
+    private final CountDownLatch opened = new CountDownLatch(1);
     private final Object markLock = new Object();
     private volatile boolean measuring;
     private volatile boolean ended;
@@ -136,8 +142,15 @@ final class BenchWindow {
     final RtHistogram histogram = new RtHistogram();
 
     BenchWindow(long warmupS, long durationS) {
+        this(warmupS, durationS, 0);
+    }
+
+    /** warmupMessages > 0: the window opens at that many messages recorded, not after warmupS. */
+    BenchWindow(long warmupS, long durationS, long warmupMessages) {
         startNanos = System.nanoTime();
-        warmupEndNanos = startNanos + TimeUnit.SECONDS.toNanos(Math.max(0, warmupS));
+        this.warmupMessages = Math.max(0, warmupMessages);
+        warmupEndNanos = startNanos + TimeUnit.SECONDS.toNanos(
+            this.warmupMessages > 0 ? 0 : Math.max(0, warmupS));
         deadlineNanos = startNanos + TimeUnit.SECONDS.toNanos(Math.max(warmupS + 1, durationS));
     }
 
@@ -150,7 +163,11 @@ final class BenchWindow {
 
     private void runTimer() {
         try {
-            sleepUntil(warmupEndNanos);
+            if (warmupMessages > 0) {
+                opened.await(Math.max(0, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
+            } else {
+                sleepUntil(warmupEndNanos);
+            }
             open();
             long next = windowStartNanos;
             long last = 0;
@@ -183,6 +200,7 @@ final class BenchWindow {
             }
             windowStartNanos = System.nanoTime();
             measuring = true;
+            opened.countDown();
             mark("warmup_done");
         }
     }
@@ -218,6 +236,11 @@ final class BenchWindow {
 
     /** Count a completed request of count messages with latency rtUs, if inside the window. */
     void record(int count, long rtUs) {
+        if (!measuring && warmupMessages > 0 && !ended
+                && warmupSeen.addAndGet(count) >= warmupMessages) {
+            open();
+            return;           // the message that completes the warm-up is not measured
+        }
         if (measuring) {
             messages.addAndGet(count);
             requests.incrementAndGet();
@@ -249,7 +272,9 @@ final class BenchWindow {
         }
         return "\"window_messages\":" + messages.get() + ",\"window_requests\":" + requests.get()
             + ",\"window_s\":" + BenchFlags.decimal(seconds())
-            + ",\"warmup_s\":" + BenchFlags.decimal((warmupEndNanos - startNanos) / 1e9)
+            + ",\"warmup_s\":" + BenchFlags.decimal(((warmupMessages > 0 && windowStartNanos
+                != 0 ? windowStartNanos : warmupEndNanos) - startNanos) / 1e9)
+            + ",\"warmup_messages\":" + warmupSeen.get()
             + ",\"tps\":" + BenchFlags.decimal(tps())
             + ",\"avg_rt_ms\":" + BenchFlags.decimal(histogram.averageMs())
             + ",\"p50_rt_ms\":" + BenchFlags.decimal(histogram.quantileMs(0.50))
