@@ -13,6 +13,12 @@ asleep (dispatcher and SYNC_FLUSH flusher via the position's waiter bits, worker
 completion flag or their wait for ring space) gets one eventfd signal. The appender sleeps only
 when every ring is empty.
 
+SYNC_FLUSH: a send appended while a flush is in flight is acknowledged only by the next flush
+anyway, so while ``flushed_position`` is behind the published end the appender waits (at most
+``_FLUSH_GATE_MS``, as a waiter on ``flushed_position``) and lets the sends gather in the rings:
+one drain, one dispatch batch and one completion wake-up per flush instead of one per send as
+they trickle in (docs/benchmarks.md, "SYNC_FLUSH drains gated by the flush").
+
 Back-pressure: a ring's requests are taken only while its completion ring has free slots; a
 full completion ring stops that ring until its worker drains it (the RingPutter bounds its
 in-flight puts by the slot count, so this is a safety net; the appender then re-checks every
@@ -30,8 +36,8 @@ from pybroker import clock
 from pybroker._fast import append
 from pybroker.proc import ring_format
 from pybroker.proc.topic_deletion import read_requested_topics, requests_path
-from pybroker.proc.wake import (APPENDER_SLOT, HA_SLOT, ConsumerSide, DataPlaneWakes, Sleeper,
-                                signal_mask, stop_on_sigterm)
+from pybroker.proc.wake import (APPENDER_SLOT, HA_SLOT, ConsumerSide, DataPlaneWakes,
+                                PositionWatch, Sleeper, signal_mask, stop_on_sigterm)
 from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
 from pybroker.stats.region import (WRITER_APPENDER, StatsCounter, StatsHistogram,
                                    private_writer)
@@ -50,6 +56,7 @@ log = logging.getLogger("pybroker.proc.appender")
 
 _IDLE_WAIT_MS = 1000          # an idle appender re-checks broker_state this often
 _BLOCKED_WAIT_MS = 1          # completion ring full: wait for the worker to drain it
+_FLUSH_GATE_MS = 2            # SYNC_FLUSH: the longest wait for an msync in flight (a slow disk)
 _NO_QUEUE_OFFSET_TYPES = (int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
                           int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE))
 
@@ -159,6 +166,10 @@ class _Appender:
         self.commitlog_min_offset = 0
         # Pages below the written end are done with here: out of this process's page tables.
         self.drop_behind = DropBehind(self.commitlog.mapped_file_queue)
+        self.flush_gate = None
+        if settings.sync_flush:
+            self.flush_gate = PositionWatch(control, "flushed_position", APPENDER_SLOT)
+            self.flush_gate_sleeper = Sleeper(wakes.appender, [self.flush_gate])
         log.info("appender: %d rings, CommitLog written to %d%s", len(self.rings), written,
                  ", transient store pool on" if self.commit_step else "")
 
@@ -213,6 +224,8 @@ class _Appender:
         while True:
             self.counters.beat()
             self.check_store_changes()
+            if self.flush_gate is not None:
+                self.wait_for_flush()
             if self.drain():
                 continue
             step = self.commit_step
@@ -227,6 +240,18 @@ class _Appender:
             commit_wait = None if step is None else step.wait_ms(self.clock_ms())
             if sleeper.sleep(timeout if commit_wait is None else min(timeout, commit_wait)):
                 self.counters.add(wakeups=1)
+
+    def wait_for_flush(self) -> None:
+        """SYNC_FLUSH: while the flusher has not caught up with the published end, wait for
+        it (or ``_FLUSH_GATE_MS``) before draining, so the sends arriving meanwhile go in one
+        drain (module docstring)."""
+        control = self.control
+        written = control.written_position
+        if control.flushed_position >= written:
+            return
+        self.flush_gate.target = written
+        if self.flush_gate_sleeper.sleep(_FLUSH_GATE_MS):
+            self.counters.add(wakeups=1)
 
     def commit(self, force: bool = False) -> bool:
         """A commit turn of the transient store pool; True when bytes were committed (and
