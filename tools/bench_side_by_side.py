@@ -291,7 +291,8 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--full", action="store_const", dest="mode", const="full",
                       help="the whole matrix against both Java versions, 60 s runs")
     mode.add_argument("--profile", action="store_const", dest="mode", const="profile",
-                      help="one pybroker scenario under py-spy (installs py-spy)")
+                      help="one pybroker scenario under py-spy (installs py-spy): produce "
+                      "128 B, or the first scenario of the full matrix --only picks")
     mode.add_argument("--ha", action="store_const", dest="mode", const="ha",
                       help="produce 1 KiB with 64 threads to a master with one slave, "
                            "ASYNC_MASTER and SYNC_MASTER, pybroker's pair and Java 4.9.8's")
@@ -351,7 +352,9 @@ def _run(args, installs: dict, work_root: pathlib.Path) -> tuple[list, list]:
     tools = LoadTools(work_root, installs["java-4.9.8"], apache_classes=args.apache_classes)
     if args.mode == "profile":
         import bench_profile
-        summary = bench_profile.profile(tools, matrix("profile")[0], work_root, measure,
+        picked = [s for s in matrix("full") if args.only and selected(s.name, args.only)]
+        scenario = picked[0] if picked else matrix("profile")[0]
+        summary = bench_profile.profile(tools, scenario, work_root, measure,
                                         Timing(args.duration, args.warmup))
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return [], []
