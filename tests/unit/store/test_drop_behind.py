@@ -3,7 +3,7 @@
 Method: real store files in tmp_path mapped by this process; what the process maps is the
 kernel's own count (``Rss`` of the file's mapping in ``/proc/self/smaps``), read after each step.
 Bytes are checked three ways after a drop: through the mapping (mapped again from the page
-cache), with ``os.pread`` on the file, and after an msync through a fresh mapping in a child
+cache), by reading the file, and after an msync through a fresh mapping in a child
 process that is then killed with SIGKILL (the page cache, not this process, holds them).
 """
 import os
