@@ -37,7 +37,12 @@ import subprocess
 import sys
 import time
 
-VERSIONS = ("4.9.8", "5.3.3")
+VERSIONS = ("4.9.8", "5.3.3")       # the test peers (tests/peers.py installs each)
+# Installable for benchmarks only: the newest broker Maven Central serves. Its rocketmq-namesrv,
+# -client, -srvutil, -filter, -auth and -tools 5.5.1 are not there (404), so pom-5.5.1.xml pins
+# those to 5.3.3, and the NameServer runs from the 5.3.3 install (NAMESRV_VERSION).
+BENCH_VERSIONS = ("5.5.1",)
+NAMESRV_VERSION = {"5.5.1": "5.3.3"}
 DEFAULT_VERSION = "4.9.8"
 LOOPBACK = "127.0.0.1"
 TOOLS_DIR = pathlib.Path(__file__).resolve().parent
@@ -201,19 +206,40 @@ class RocketMQInstall:
     """One pinned Java RocketMQ version's jars in <cache_dir>/lib (from Maven Central)."""
 
     def __init__(self, version: str = DEFAULT_VERSION, cache_dir=None):
-        if version not in VERSIONS:
-            raise ValueError(f"version {version!r} not in {VERSIONS}")
+        if version not in VERSIONS + BENCH_VERSIONS:
+            raise ValueError(f"version {version!r} not in {VERSIONS + BENCH_VERSIONS}")
         self.version = version
         self.cache_dir = pathlib.Path(cache_dir) if cache_dir else default_cache_dir(version)
         self.lib_dir = self.cache_dir / "lib"
         self.pom_source = POM_DIR / f"pom-{version}.xml"
 
     @property
+    def namesrv_install(self) -> "RocketMQInstall":
+        """The install whose jars run the NameServer: this one, or NAMESRV_VERSION's (in its
+        default cache directory) for a broker whose NameServer Maven Central does not serve."""
+        paired = NAMESRV_VERSION.get(self.version)
+        return self if paired is None else RocketMQInstall(paired)
+
+    def server_versions(self) -> dict:
+        """What really runs, from the jar names: {"broker": "4.9.7", "namesrv": "4.9.7",
+        "store": "4.9.8", "client": "4.9.8"} (None for a jar that is not there)."""
+        found = {}
+        for module, install in (("broker", self), ("namesrv", self.namesrv_install),
+                                ("store", self), ("remoting", self), ("client", self)):
+            jars = sorted(install.lib_dir.glob(f"rocketmq-{module}-*.jar"))
+            found[module] = jars[0].name[len(f"rocketmq-{module}-"):-len(".jar")] \
+                if jars else None
+        return found
+
+    @property
     def major(self) -> int:
         return int(self.version.split(".")[0])
 
     def is_complete(self) -> bool:
-        """True when lib/ holds every jar the last successful install listed, for this pom."""
+        """True when lib/ holds every jar the last successful install listed, for this pom (and
+        the NameServer's install is complete too)."""
+        if self.namesrv_install is not self and not self.namesrv_install.is_complete():
+            return False
         marker = self.lib_dir / COMPLETE_MARKER
         try:
             recorded = json.loads(marker.read_text())
@@ -233,6 +259,8 @@ class RocketMQInstall:
         if shutil.which("mvn") is None:
             raise HarnessError("mvn is not on PATH")
         started = time.monotonic()
+        if self.namesrv_install is not self:
+            self.namesrv_install.install(timeout_s)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         pom = self.cache_dir / "pom.xml"
         shutil.copyfile(self.pom_source, pom)
@@ -479,7 +507,7 @@ class JavaRocketMQ:
 
     def namesrv_argv(self) -> list[str]:
         return ["java", *SERVER_FLAGS, *self._jvm_common(self.namesrv_heap_mb),
-                *self._logging_flags("namesrv"), "-cp", self.install.classpath(),
+                *self._logging_flags("namesrv"), "-cp", self.install.namesrv_install.classpath(),
                 NAMESRV_CLASS, "-c", str(self.conf_dir / "namesrv.conf")]
 
     def broker_argv(self) -> list[str]:
@@ -665,7 +693,7 @@ def _parser() -> argparse.ArgumentParser:
                                      epilog="mqadmin/run-class: pass their arguments after --")
     parser.add_argument("command", choices=("install", "start", "stop", "status", "mqadmin",
                                             "run-class"))
-    parser.add_argument("--version", default=DEFAULT_VERSION, choices=VERSIONS)
+    parser.add_argument("--version", default=DEFAULT_VERSION, choices=VERSIONS + BENCH_VERSIONS)
     parser.add_argument("--cache-dir", default=None, help="default ~/.cache/pybroker/rocketmq-V")
     parser.add_argument("--work-dir", default=None, help="home, conf, store, logs, pids.json")
     parser.add_argument("--namesrv-port", type=int, default=9876)
