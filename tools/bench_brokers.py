@@ -7,14 +7,20 @@ broker's ``root_pids()`` and ``role_of()``. Every process started here is regist
 deadline); the driver calls it from ``finally``, at interpreter exit and on SIGINT/SIGTERM, so
 an interrupted benchmark leaves nothing running.
 """
+import dataclasses
+import hashlib
 import json
 import os
 import pathlib
+import re
+import shlex
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -46,6 +52,28 @@ def shared_broker_conf(flush_disk_type: str) -> dict:
 
 UPDATE_AND_CREATE_TOPIC = 17
 GET_ROUTEINFO_BY_TOPIC = 105
+
+
+_ERROR_LINE = re.compile(r"Error|Exception|error|ERROR|FATAL|fatal|invalid|Invalid|refus|"
+                         r"denied|must |not |cannot|unable")
+
+
+def one_line(text, limit: int = 400) -> str:
+    """A failure's text as one line: its first line, and the last line below it that names an
+    error (a log tail's exception, a refused setting; with the line after it when it ends in
+    a colon), shortened to limit characters."""
+    lines = [" ".join(line.split()) for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return "no output"
+    found = [index for index, line in enumerate(lines) if index and _ERROR_LINE.search(line)]
+    cause = ""
+    if found:
+        index = found[-1]
+        cause = lines[index]
+        if cause.endswith(":") and index + 1 < len(lines):
+            cause += " " + lines[index + 1]
+    joined = lines[0] + (f" {cause}" if cause else "")
+    return joined if len(joined) <= limit else joined[:limit - 1] + "…"
 
 
 def remoting_request(port: int, code: int, ext_fields: dict, timeout_s: float = 5.0) -> dict:
@@ -140,8 +168,145 @@ def run_bounded(argv: list[str], timeout_s: float, cwd=None) -> jr.JavaRun:
                       time.monotonic() - started, timed_out)
 
 
+INSTALL_HINT = "python3 -m pip install . (README's install, from the clone)"
+# Run by the candidate interpreter from a folder outside any source tree: imports pybroker and
+# every compiled extension its package ships a .pyx for, prints one JSON line.
+_PROBE = """
+import importlib, json, pathlib, sys
+try:
+    import pybroker, pybroker.cli
+    package = pathlib.Path(pybroker.__file__).resolve().parent
+    for source in sorted((package / "_fast").glob("*.pyx")):
+        importlib.import_module("pybroker._fast." + source.stem)
+except Exception as error:
+    print(json.dumps({"error": type(error).__name__ + ": " + str(error)}))
+else:
+    print(json.dumps({"version": pybroker.__version__, "package": str(package),
+                      "python": sys.executable}))
+"""
+_SOURCE_SUFFIXES = (".py", ".pyx", ".pxd", ".pyi", ".h")
+
+
+@dataclasses.dataclass(frozen=True)
+class PyBrokerInstall:
+    """The pybroker the benchmark runs: command prefix, version, package folder, and whether
+    that package's sources are this checkout's (``differing``: files that are not)."""
+    argv: tuple
+    version: str
+    package: str
+    differing: tuple
+
+    @property
+    def matches_checkout(self) -> bool:
+        return not self.differing
+
+    def describe(self) -> dict:
+        return {"command": " ".join(self.argv), "version": self.version,
+                "package": self.package, "matches_checkout": self.matches_checkout,
+                "differing_files": list(self.differing[:20])}
+
+
+def _source_digests(package: pathlib.Path) -> dict:
+    return {str(path.relative_to(package)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in package.rglob("*") if path.suffix in _SOURCE_SUFFIXES
+            and "__pycache__" not in path.parts and path.is_file()}
+
+
+def differing_sources(package: pathlib.Path, checkout: pathlib.Path = ROOT / "pybroker") -> list:
+    """Source files (.py/.pyx/.pxd/.pyi/.h) that differ between an installed package and the
+    checkout's pybroker/ (present in one only, or with other bytes); [] when they match."""
+    if package.resolve() == checkout.resolve():
+        return []
+    mine, theirs = _source_digests(checkout), _source_digests(package)
+    return sorted(name for name in mine.keys() | theirs.keys()
+                  if mine.get(name) != theirs.get(name))
+
+
+def _probe(python: str, cwd: str) -> dict:
+    try:
+        run = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, cwd=cwd,
+                             timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"error": f"{python}: {error}"}
+    for line in reversed(run.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    return {"error": lines[-1] if lines else f"{python} exited {run.returncode}"}
+
+
+def _version_answer(argv, cwd: str) -> str | None:
+    """None when ``argv --version`` says it is pybroker; else what it said instead."""
+    try:
+        run = subprocess.run([*argv, "--version"], capture_output=True, text=True, cwd=cwd,
+                             timeout=120, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return str(error)
+    if run.returncode == 0 and run.stdout.startswith("pybroker "):
+        return None
+    lines = [line for line in (run.stderr + run.stdout).splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit {run.returncode}"
+
+
+def _script_python(script: str) -> str | None:
+    """The interpreter of a console script's #! line."""
+    try:
+        with open(script, "rb") as handle:
+            first = handle.readline(512).decode(errors="replace")
+    except OSError:
+        return None
+    return shlex.split(first[2:])[0] if first.startswith("#!") and first[2:].strip() else None
+
+
+def find_pybroker(command: str | None = None) -> PyBrokerInstall:
+    """The pybroker a user installed: ``command`` when given, else ``sys.executable -m
+    pybroker``, else the ``pybroker`` on PATH; each checked from a folder outside any source
+    tree (pybroker and its compiled extensions import). HarnessError, one line, when none."""
+    with tempfile.TemporaryDirectory(prefix="pybroker-probe-") as neutral:
+        candidates = []
+        if command:
+            argv = tuple(shlex.split(command))
+            python = _script_python(shutil.which(argv[0]) or argv[0]) \
+                if argv[1:2] != ("-m",) else argv[0]
+            candidates.append((argv, python or argv[0]))
+        else:
+            candidates.append(((sys.executable, "-m", "pybroker"), sys.executable))
+            script = shutil.which("pybroker")
+            python = _script_python(script) if script else None
+            if script and python:
+                candidates.append(((script,), python))
+        reasons = []
+        for argv, python in candidates:
+            found = _probe(python, neutral)
+            if "error" not in found:
+                found["error"] = _version_answer(argv, neutral)
+            if not found["error"]:
+                differing = differing_sources(pathlib.Path(found["package"]))
+                return PyBrokerInstall(argv, found["version"], found["package"],
+                                       tuple(differing))
+            reasons.append(f"{' '.join(argv)}: {found['error']}")
+    raise jr.HarnessError(f"no runnable pybroker ({'; '.join(reasons)}): install it with "
+                          f"{INSTALL_HINT}" if not command else
+                          f"--pybroker {command} does not run pybroker ({'; '.join(reasons)})")
+
+
+_FOUND: list[PyBrokerInstall] = []
+
+
+def installed_pybroker() -> PyBrokerInstall:
+    """find_pybroker() once per process (or what use_pybroker() set)."""
+    if not _FOUND:
+        _FOUND.append(find_pybroker())
+    return _FOUND[0]
+
+
+def use_pybroker(install: PyBrokerInstall) -> None:
+    _FOUND[:] = [install]
+
+
 class PyBroker:
-    """``python -m pybroker standalone`` (NameServer + broker) on free ports under work_dir.
+    """``pybroker standalone`` (NameServer + broker) on free ports under work_dir, run as the
+    installed pybroker (:func:`installed_pybroker`) from work_dir, outside the source tree.
 
     ``wrapper``: argv prefix (the profile mode runs the broker under py-spy).
     """
@@ -171,9 +336,9 @@ class PyBroker:
 
     def start(self) -> "PyBroker":
         jr.write_properties(self.conf_path, self.conf)
-        argv = [*self.wrapper, sys.executable, "-m", "pybroker", "standalone",
+        argv = [*self.wrapper, *installed_pybroker().argv, "standalone",
                 "-c", str(self.conf_path), "--namesrv-port", str(self.namesrv_port)]
-        self.process = spawn(argv, self.log_path, cwd=ROOT)
+        self.process = spawn(argv, self.log_path, cwd=self.work_dir)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -184,6 +349,13 @@ class PyBroker:
             time.sleep(0.1)
         self.stop()
         raise jr.HarnessError("pybroker not ready in time:\n" + self.log_tail())
+
+    def exited(self) -> str | None:
+        """None while the broker runs; else how it ended, one line."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        return one_line(f"pybroker exited ({self.process.returncode}) during the load\n"
+                        + self.log_tail())
 
     def _registered(self) -> bool:
         body = jr.remoting_call(self.namesrv_port, jr.GET_BROKER_CLUSTER_INFO)
@@ -272,6 +444,14 @@ class JavaBroker:
             if started.pid == process.pid:
                 return role
         return "jvm-child"
+
+    def exited(self) -> str | None:
+        """None while NameServer and broker run; else which ended, one line."""
+        for role, process in self.harness.processes.items():
+            if process.poll() is not None:
+                return one_line(f"{self.name} {role} exited ({process.returncode}) during the "
+                                f"load\n" + self.log_tail())
+        return None
 
     def log_tail(self, chars: int = 3000) -> str:
         path = self.harness.logs_dir / "broker.out"

@@ -92,6 +92,20 @@ class _Pair:
     def log_tail(self, chars: int = 3000) -> str:
         return self.master.log_tail(chars)
 
+    def exited(self) -> str | None:
+        """None while master and slave run; else which ended, one line."""
+        master = self.master.exited()
+        if master:
+            return master
+        for pid in self._slave_pids():
+            try:
+                gone = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                gone = True
+            if gone:
+                return f"{self.name}'s slave (pid {pid}) exited during the load"
+        return None
+
 
 class PyBrokerPair(_Pair):
     """pybroker standalone (NameServer + master) and a ``pybroker broker`` slave."""
@@ -124,9 +138,9 @@ class PyBrokerPair(_Pair):
                     namesrvAddr=self.master.namesrv_addr)
         conf_path = self.slave_dir / "broker.conf"
         jr.write_properties(conf_path, conf)
-        self.slave_process = bb.spawn([sys.executable, "-m", "pybroker", "broker", "-c",
+        self.slave_process = bb.spawn([*bb.installed_pybroker().argv, "broker", "-c",
                                        str(conf_path)], self.slave_dir / "pybroker.log",
-                                      cwd=bb.ROOT)
+                                      cwd=self.slave_dir)
         _wait_slave(self.ha_port, self._pids, "pybroker pair")
         return self
 

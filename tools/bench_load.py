@@ -35,10 +35,17 @@ APACHE_PACKAGE = "org.apache.rocketmq.example.benchmark."
 LOAD_TIMEOUT_S = 150.0          # hard bound on one count-bounded load program
 MARK_PREFIX = "BENCH_MARK "
 RESULT_PREFIX = "BENCH_RESULT "
-# "Current Time: ... Send TPS: 123 ..." (Producer, BatchProducer) or "... TPS: 123 FAIL..."
-# (Consumer), printed every 10 s by Apache's tools.
-_APACHE_TPS = re.compile(r"Current Time: .*?\bTPS: (\d+)")
-_APACHE_AVG_RT = re.compile(r"(?:Average RT|AVG\(S2C\) RT)\(ms\):\s*([0-9.]+)")
+# "Current Time: ... Send TPS: 123 ..." (Producer, BatchProducer, TransactionProducer) or
+# "... TPS: 123 FAIL..." (Consumer), printed every 10 s by Apache's tools; the messages per
+# second of a line are its "Send MPS" where there is one (BatchProducer), else its TPS.
+# TransactionProducer pads: "Send TPS:  812 ... AVG RT(ms):3.1".
+_APACHE_TPS = re.compile(r"Current Time: .*?\bTPS:\s*(\d+)")
+_APACHE_MPS = re.compile(r"Send MPS:\s*(\d+)")      # BatchProducer: messages, TPS: requests
+_APACHE_AVG_RT = re.compile(r"(?:Average RT|AVG\(S2C\) RT|AVG RT)\(ms\):\s*([0-9.]+)")
+# Failure counters of Apache's periodic lines: Producer (totals), BatchProducer (totals),
+# TransactionProducer (per period), Consumer 4.9.8 "FAIL" / 5.x "Consume Fail" (per period).
+_APACHE_FAILED = re.compile(r"(?:Send Failed|Response Failed|Send Message Failed|\bFAIL|"
+                            r"Consume Fail):\s*(\d+)")
 
 
 def parse_result_line(stdout: str) -> dict:
@@ -49,9 +56,14 @@ def parse_result_line(stdout: str) -> dict:
     return {}
 
 
+def apache_failures(line: str) -> int:
+    """The failures one of Apache's periodic lines reports (sum of its failure counters)."""
+    return sum(int(found) for found in _APACHE_FAILED.findall(line))
+
+
 def apache_tps_lines(stdout: str) -> list[int]:
     """The TPS figures of Apache's periodic lines, in order."""
-    return [int(found.group(1)) for line in stdout.splitlines()
+    return [int((_APACHE_MPS.search(line) or found).group(1)) for line in stdout.splitlines()
             if (found := _APACHE_TPS.search(line))]
 
 
@@ -168,6 +180,7 @@ class WindowEvents:
         self.apache_lines_max = apache_lines_max
         self.apache_tps: list[int] = []
         self.apache_avg_rt_ms: list[float] = []
+        self.apache_failed = 0          # the largest failure count a periodic line reported
         self.events: list[str] = []
 
     def __call__(self, line: str) -> bool:
@@ -181,6 +194,8 @@ class WindowEvents:
         found = _APACHE_TPS.search(line)
         if found is None:
             return False
+        self.apache_failed = max(self.apache_failed, apache_failures(line))
+        found = _APACHE_MPS.search(line) or found
         if self.apache_tps and int(found.group(1)) == 0:
             return True        # a drained backlog (Consumer): the window ended a line ago
         self.apache_tps.append(int(found.group(1)))

@@ -16,7 +16,7 @@ METRICS = (
     ("tps", "TPS", 0), ("p99_rt_ms", "p99 RT ms", 1), ("avg_rt_ms", "avg RT ms", 2),
     ("cpu_us_per_msg", "broker CPU µs/msg", 1), ("ctx_per_msg", "ctx switches/msg", 2),
     ("pss_peak_mib", "PSS MiB", 0), ("machine_busy", "box busy", 2),
-    ("load_cpu_us_per_msg", "load CPU µs/msg", 1),
+    ("load_cpu_us_per_msg", "load CPU µs/msg", 1), ("load_before", "load avg before", 1),
 )
 # Ratios pybroker / Java: (key, label, goal as (comparison, bound) or None).
 RATIOS = (("tps", "TPS", (">=", 1.3)), ("p99_rt_ms", "p99 RT", ("<=", 1.0)),
@@ -33,6 +33,8 @@ def _value(record: dict, key: str):
         return cpu.get(key)
     if key.startswith("role:"):
         return ((cpu.get("processes") or {}).get(key[5:]) or {}).get("cpu_us_per_msg")
+    if key == "load_before":            # the 1-minute load average before the broker started
+        return (record.get(key) or [None])[0]
     return record.get(key)
 
 
@@ -71,7 +73,7 @@ def aggregate(records: list[dict]) -> list[dict]:
                               for role in roles}
             stats["errors"] = sum("error" in r for r in runs)
             stats["failures"] = sum((r.get("send_failed") or 0) + (r.get("response_failed") or 0)
-                                    for r in runs)
+                                    + (r.get("failed") or 0) for r in runs)
             row["brokers"][broker] = stats
         ours = row["brokers"].get("pybroker")
         for broker, theirs in row["brokers"].items():
@@ -114,13 +116,30 @@ def machine() -> dict:
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
 
 
-def build_result(args, records: list[dict], scenarios, started: float, revision: str) -> dict:
+def commit_id() -> str | None:
+    """The full id of the checkout's HEAD (None outside a git checkout)."""
+    try:
+        run = subprocess.run(["git", "-C", str(pathlib.Path(__file__).resolve().parents[1]),
+                              "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return run.stdout.strip() or None
+
+
+def build_result(args, records: list[dict], scenarios, started: float, revision: str,
+                 context: dict | None = None, stopped: str | None = None) -> dict:
+    """The result file's content; ``stopped`` (the reason) marks it partial."""
+    context = context or {}
     mode = args.mode + (f" (only {args.only})" if args.only else "")
+    load = context.get("load") or {}
     return {
         "mode": mode, "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "duration_s": round(time.time() - started, 1), "runs": args.runs,
-        "revision": revision, "tag": args.tag, "brokers": args.brokers,
-        "load_tool": "apache" if args.apache_classes else "java_bench",
+        "revision": revision, "commit": commit_id(), "tag": args.tag, "brokers": args.brokers,
+        "partial": bool(stopped), "stopped": stopped,
+        "load_tool": "apache" if load.get("kind") == "apache" else "java_bench", "load": load,
+        "broker_versions": context.get("broker_versions") or {},
+        "settings": dict(getattr(args, "set", None) or ()),
         "run_seconds": args.duration, "warmup_seconds": args.warmup, "machine": machine(),
         "scenarios": [{"name": s.name, "kind": s.kind, "body_bytes": s.body_bytes,
                        "threads": s.threads, "batch": s.batch, "flush": s.flush}
@@ -176,13 +195,53 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def brokers_text(versions: dict) -> str:
+    """The brokers and what runs as each: pybroker's version and package, the Java jars."""
+    parts = []
+    for name, info in versions.items():
+        if name == "pybroker":
+            parts.append(f"pybroker {info['version']} ({info['package']}"
+                         + ("" if info["matches_checkout"] else
+                            ", NOT this checkout's sources") + ")")
+        else:
+            jars = ", ".join(f"{module} {version}" for module, version in info.items()
+                             if version)
+            parts.append(f"{name} ({jars})")
+    return "; ".join(parts)
+
+
+def header_lines(result: dict) -> list[str]:
+    """What a shared table must say: load, brokers, box, commit, and whether it is partial."""
+    box = result["machine"]
+    before = [r["load_before"][0] for r in result.get("records", []) if r.get("load_before")]
+    spread = f"{min(before):.1f}–{max(before):.1f}" if before else "–"
+    lines = [f"load: {(result.get('load') or {}).get('text', result.get('load_tool'))}",
+             f"brokers: {brokers_text(result.get('broker_versions') or {}) or 'unknown'}",
+             f"box: {box['logical_cpus']} cores ({box['cpu_model']}), {box['memory_gib']} GiB; "
+             f"1-minute load average before each run {spread}",
+             f"commit: {result.get('revision')} ({result.get('commit') or 'no git checkout'})"]
+    if result.get("partial"):
+        lines.insert(0, f"PARTIAL: stopped early: {result.get('stopped')}")
+    return lines
+
+
 def summary_text(result: dict) -> str:
-    return f"mode {result['mode']} at {result.get('revision')}, {result['duration_s']} s\n" \
-        + table(result)
+    return "\n".join([f"mode {result['mode']} at {result.get('revision')}, "
+                      f"{result['duration_s']} s", *header_lines(result), "", table(result)])
 
 
-def previous_result(results_dir: pathlib.Path, mode: str, exclude: pathlib.Path) -> dict | None:
-    """The newest result of ``mode`` in results_dir other than ``exclude``."""
+def load_key(result: dict) -> str:
+    """Which load a result ran: "project", or "apache <tag>" (older files: load_tool)."""
+    load = result.get("load") or {}
+    if load.get("kind") == "apache" or result.get("load_tool") == "apache":
+        return f"apache {load.get('tag') or 'unknown tag'}"
+    return "project"
+
+
+def previous_result(results_dir: pathlib.Path, mode: str, exclude: pathlib.Path,
+                    load: str = "project") -> dict | None:
+    """The newest complete result of ``mode`` with the same load (load_key) in results_dir,
+    other than ``exclude``."""
     found = None
     for path in sorted(results_dir.glob("*.json")):
         if path == exclude:
@@ -191,7 +250,8 @@ def previous_result(results_dir: pathlib.Path, mode: str, exclude: pathlib.Path)
             result = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             continue
-        if result.get("mode") == mode and result.get("summary") and "revision" in result:
+        if result.get("mode") == mode and result.get("summary") and "revision" in result \
+                and not result.get("partial") and load_key(result) == load:
             found = result
     return found
 
@@ -273,7 +333,10 @@ by noise; TPS moves by tens of percent between sessions.
 def _brokers_shown(result: dict) -> str:
     """The brokers of a run that was not side by side (" (pybroker only)"), else ""."""
     brokers = result.get("brokers") or []
-    return f" ({', '.join(brokers)} only)" if len(brokers) == 1 else ""
+    shown = f" ({', '.join(brokers)} only)" if len(brokers) == 1 else ""
+    load = load_key(result)
+    return shown + (f" (Apache's classes, {load.split(' ', 1)[1]})" if load != "project"
+                    else "")
 
 
 def _section(result: dict) -> str:
@@ -289,6 +352,7 @@ def _section(result: dict) -> str:
         f"{machine_info['python']}, {machine_info['java']}; load average at the end "
         f"{machine_info['load_average_at_end']}." + (f" {result['tag']}" if result.get("tag")
                                                      else ""), "",
+        *[line + "  " for line in header_lines(result)[:2] if result.get("load")], "",
         table(result), ""])
 
 
@@ -296,7 +360,8 @@ def _renders(result: dict) -> bool:
     """A result file this version's table can show (older files summarised differently)."""
     summary = result.get("summary")
     return bool(result.get("mode")) and isinstance(summary, list) and bool(summary) and \
-        all(isinstance(row, dict) and "ratios" in row for row in summary)
+        all(isinstance(row, dict) and "ratios" in row for row in summary) and \
+        not result.get("partial")
 
 
 def _heading_key(section: str) -> str:
@@ -317,7 +382,8 @@ def write_docs(results_dir: pathlib.Path, doc_path: pathlib.Path) -> None:
         except ValueError:
             continue
         if _renders(result):
-            newest[(result["mode"], tuple(result.get("brokers") or ()))] = result
+            newest[(result["mode"], tuple(result.get("brokers") or ()), load_key(result))] = \
+                result
     notes, kept = "", {}
     if doc_path.exists():
         text = doc_path.read_text(encoding="utf-8")

@@ -6,6 +6,14 @@
     python tools/bench_side_by_side.py --profile          # one pybroker scenario under py-spy
     python tools/bench_side_by_side.py --ha               # master+slave pairs, ASYNC/SYNC_MASTER
     python tools/bench_side_by_side.py --full --only w64 --brokers pybroker --runs 1
+    python tools/bench_side_by_side.py --quick --apache rocketmq-all-4.9.8   # Apache's classes
+
+The pybroker that runs is the one installed (README: ``python3 -m pip install .``):
+``sys.executable -m pybroker``, else the ``pybroker`` on PATH, started from outside the source
+tree, or ``--pybroker CMD``; without one the tool says in one line what to install. It fails
+fast: a broker that does not start, dies, or a load that reports failed sends stops the run
+at once with the reason in one line and exit status 1 (``--keep-going`` records and goes on);
+what was measured until then is written as a partial result.
 
 The load follows RocketMQ's benchmark tool: 64 sender threads (plus 8 and 32), 128 B and 1 KiB
 bodies, a batch producer, a consumer draining a backlog. Every run lasts ``--duration`` seconds
@@ -14,19 +22,23 @@ measured window after the warm-up and the broker's processes are sampled at the 
 (CPU µs and context switches per message per process, PSS throughout); the consumer's
 window opens after its first CONSUME_WARMUP_MESSAGES instead. Each (run, scenario,
 broker) starts a fresh broker on an empty store; brokers take turns within a run so that the
-figures of one ratio are minutes apart. The load programs are ours (tools/java_bench, on the
-official 4.9.8 client jars: rocketmq-example is not on Maven Central) unless ``--apache-classes``
-points at Apache's benchmark classes compiled from source (benchmarks/e2e/README.md).
+figures of one ratio are minutes apart. The load programs are the project's (tools/java_bench,
+on the official 4.9.8 client jars: rocketmq-example is not on Maven Central) unless ``--apache
+TAG`` names Apache's benchmark classes built by tools/apache_bench.py (or ``--apache-classes
+DIR`` another build of them); the output says which load ran.
 
-Results: benchmarks/results/<timestamp>-<mode>.json; docs/benchmarks.md is regenerated from the
-newest result of each mode. ``--quick`` also prints the change against the previous quick result
-(the commit before). Everything started is stopped on exit, on exceptions and on signals.
+Results: benchmarks/results/<timestamp>-<mode>.json (``-partial`` when stopped early) naming
+the load, the brokers' versions, the box (cores, load average before each run) and the commit;
+docs/benchmarks.md is regenerated from the newest complete result of each mode. ``--quick``
+also prints the change against the previous quick result (the commit before). Everything
+started is stopped on exit, on exceptions and on signals.
 """
 import argparse
 import atexit
 import dataclasses
 import datetime
 import json
+import os
 import pathlib
 import shutil
 import signal
@@ -37,6 +49,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import apache_bench  # noqa: E402
 import bench_brokers as bb  # noqa: E402
 import bench_ha  # noqa: E402
 import bench_load  # noqa: E402
@@ -50,8 +63,9 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 LoadTools = bench_load.LoadTools
 PRODUCER_CLASS = bench_load.PRODUCER_CLASS
 CONSUMER_CLASS = bench_load.CONSUMER_CLASS
+TRANSACTION_CLASS = "BenchTransactionProducer"
 parse_result_line = bench_load.parse_result_line
-BROKERS = ("pybroker", "java-4.9.8", "java-5.3.3")
+BROKERS = ("pybroker", "java-4.9.8", "java-5.3.3", "java-5.5.1")
 CONSUMER_THREADS = 20            # Apache's Consumer default
 BACKLOG_PRODUCER_THREADS = 64
 BACKLOG_MESSAGES = 1_000_000     # consume scenario: the backlog the consumer drains
@@ -60,6 +74,7 @@ BACKLOG_MESSAGES = 1_000_000     # consume scenario: the backlog the consumer dr
 CONSUME_WARMUP_MESSAGES = 200_000
 BACKLOG_TIMEOUT_S = 400          # bound on producing it (pybroker at 5k/s would take 200 s)
 START_SLACK_S = 60.0             # JVM start, route lookup: beyond --duration before a kill
+FIRST_FAILURE = "BENCH_FIRST_FAILURE "   # tools/java_bench: the first failed send, one line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +91,8 @@ class Scenario:
     @property
     def name(self) -> str:
         flush = "sync" if self.flush == "SYNC_FLUSH" else "async"
-        size = "1KiB" if self.body_bytes == 1024 else f"{self.body_bytes}B"
+        size = f"{self.body_bytes // 1024}KiB" if self.body_bytes % 1024 == 0 else \
+            f"{self.body_bytes}B"
         threads = f"w{self.threads}" + (f"x{self.batch}" if self.batch > 1 else "")
         pair = f"-{self.ha.lower().replace('_', '')}" if self.ha else ""
         return f"{self.kind}-{size}-{threads}-{flush}{pair}"
@@ -93,6 +109,9 @@ def matrix(mode: str) -> list[Scenario]:
                 Scenario("produce", 1024, 64, "ASYNC_FLUSH", ha="SYNC_MASTER")]
     if mode == "quick":
         return [produce_128, Scenario("produce", 1024, 64, "ASYNC_FLUSH")]
+    if mode == "transaction":
+        # Apache's TransactionProducer defaults: 32 threads, 2 KiB, every transaction commits.
+        return [Scenario("transaction", 2048, 32, "ASYNC_FLUSH")]
     return [produce_128, Scenario("produce", 1024, 64, "ASYNC_FLUSH"),
             Scenario("produce", 128, 8, "ASYNC_FLUSH"),
             Scenario("produce", 128, 32, "ASYNC_FLUSH"),
@@ -122,10 +141,12 @@ def _load_argv(tools, scenario: Scenario, timing: Timing, namesrv: str, topic: s
     if scenario.kind == "batch":
         common += ["-b", scenario.batch]
     if apache:
-        main = "BatchProducer" if scenario.kind == "batch" else "Producer"
+        main = {"batch": "BatchProducer", "transaction": "TransactionProducer"}.get(
+            scenario.kind, "Producer")
         return tools.java_argv(bench_load.APACHE_PACKAGE + main, common, heap_mb=1024)
-    return tools.java_argv(PRODUCER_CLASS, common + ["-T", timing.duration_s,
-                                                     "-W", timing.warmup_s], heap_mb=1024)
+    main = TRANSACTION_CLASS if scenario.kind == "transaction" else PRODUCER_CLASS
+    return tools.java_argv(main, common + ["-T", timing.duration_s, "-W", timing.warmup_s],
+                           heap_mb=1024)
 
 
 def _fill_backlog(tools, scenario: Scenario, namesrv: str, topic: str) -> dict:
@@ -170,23 +191,32 @@ class _Sampler:
 
 def _window_result(events, run, tools, sampler: _Sampler) -> dict:
     """TPS, RT and messages of the window from the program's result (or Apache's lines)."""
+    first_failure = next((line[len(FIRST_FAILURE):] for line in run.stdout_lines
+                          if line.startswith(FIRST_FAILURE)), None)
     if tools.apache_classes is None:
         result = parse_result_line(run.stdout)
         if not result:
-            return {"error": run.stderr_tail[-800:] or run.stdout[-800:]}
+            return {"error": f"the load program gave no result (exit {run.returncode})\n"
+                             + (run.stderr_tail[-1500:] or run.stdout[-800:])}
         return {"tps": result["tps"], "window_messages": result["window_messages"],
+                "first_failure": first_failure,
                 **{key: result.get(key) for key in (
                     "avg_rt_ms", "p50_rt_ms", "p99_rt_ms", "max_rt_ms", "send_failed",
                     "response_failed", "tps_per_second", "window_s", "complete")}}
     lines = events.apache_tps[1:]
     if not lines or "measure_end" not in sampler.snapshots:
-        return {"error": "Apache tool printed fewer than 2 TPS lines:\n" + run.stdout[-800:]}
+        return {"error": f"Apache's tool printed {len(events.apache_tps)} of the 2 TPS lines "
+                         f"needed (exit {run.returncode})\n{run.stderr_tail[-1500:]}\n"
+                         f"{run.stdout[-800:]}"}
     window_s = sampler.snapshots["measure_end"]["time"] - \
         sampler.snapshots["warmup_done"]["time"]
     tps = statistics.fmean(lines)
     return {"tps": tps, "window_messages": int(tps * window_s), "tps_per_10s": lines,
             "avg_rt_ms": statistics.fmean(events.apache_avg_rt_ms[1:]),
-            "window_s": round(window_s, 1)}
+            "window_s": round(window_s, 1), "failed": events.apache_failed,
+            "first_failure": next((line.strip() for line in run.stdout_lines
+                                   + run.stderr_tail.splitlines() if "Exception" in line),
+                                  None) if events.apache_failed else None}
 
 
 def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -> dict:
@@ -214,6 +244,9 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
     finally:
         record.update(pss.stop())
     record.update(_window_result(events, run, tools, sampler))
+    exited = broker.exited()
+    if exited:
+        record["error"] = exited
     if scenario.kind == "consume":
         # Store-to-consume time of a backlog is its age, not a latency: not reported.
         for key in ("avg_rt_ms", "p50_rt_ms", "p99_rt_ms", "max_rt_ms"):
@@ -227,8 +260,9 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
     return record
 
 
-def _start_broker(name: str, work_dir: pathlib.Path, scenario: Scenario, installs: dict):
-    conf = bb.shared_broker_conf(scenario.flush)
+def _start_broker(name: str, work_dir: pathlib.Path, scenario: Scenario, installs: dict,
+                  settings=()):
+    conf = dict(bb.shared_broker_conf(scenario.flush), **dict(settings))
     if scenario.ha and name == "pybroker":
         return bench_ha.PyBrokerPair(work_dir, conf, scenario.ha).start()
     if scenario.ha:
@@ -238,28 +272,62 @@ def _start_broker(name: str, work_dir: pathlib.Path, scenario: Scenario, install
     return bb.JavaBroker(work_dir, conf, installs[name]).start()
 
 
-def run_matrix(args, tools, installs: dict, scenarios: list[Scenario], work_root) -> list:
-    """For each run and scenario, every broker in turn, each fresh; returns the records."""
-    records = []
+class Stop(Exception):
+    """The run cannot go on; str() is the reason, one line."""
+
+
+def failure(record: dict) -> str | None:
+    """Why a record stops the run (one line), or None: an error (the broker did not start or
+    died, the load program failed) or failures the load reported."""
+    where = f"{record['broker']} {record['scenario']} run {record['run']}"
+    if "error" in record:
+        return f"{where}: {bb.one_line(record['error'])}"
+    failed = {key: record.get(key) or 0 for key in ("send_failed", "response_failed", "failed")}
+    if any(failed.values()):
+        parts = ", ".join(f"{key.replace('_', ' ')} {count}" for key, count in failed.items()
+                          if count)
+        first = record.get("first_failure")
+        return f"{where}: the load reported failures ({parts})" + (f"; the first: {first}"
+                                                                   if first else "")
+    return None
+
+
+def _measure_one(args, tools, installs, scenario, run_index, name, work_dir, timing) -> dict:
+    """Start a fresh broker, run one load against it, stop it; the record (with "error")."""
+    load_before = [round(value, 2) for value in os.getloadavg()]
+    try:
+        broker = _start_broker(name, work_dir, scenario, installs, args.set)
+    except jr.HarnessError as error:
+        text = f"did not start: {error}"
+        head, _, rest = text.partition("\n")
+        record = {"scenario": scenario.name, "broker": name, "run": run_index,
+                  "error": head + "\n" + rest[-3000:]}      # the log's end holds the cause
+    else:
+        try:
+            record = measure(tools, broker, scenario, timing, run_index)
+        finally:
+            broker.stop()
+    record["load_before"] = load_before
+    return record
+
+
+def run_matrix(args, tools, installs: dict, scenarios: list[Scenario], work_root,
+               records: list) -> None:
+    """For each run and scenario, every broker in turn, each fresh; appends to records. The
+    first failure raises Stop (its broker's folder is kept) unless --keep-going."""
     timing = Timing(args.duration, args.warmup)
     for run_index in range(args.runs):
         for scenario in scenarios:
             for name in args.brokers:
                 work_dir = work_root / f"{name}-{scenario.name}-{run_index}"
-                try:
-                    broker = _start_broker(name, work_dir, scenario, installs)
-                except jr.HarnessError as error:
-                    record = {"scenario": scenario.name, "broker": name, "run": run_index,
-                              "error": f"broker did not start: {error}"[-1500:]}
-                else:
-                    try:
-                        record = measure(tools, broker, scenario, timing, run_index)
-                    finally:
-                        broker.stop()
+                record = _measure_one(args, tools, installs, scenario, run_index, name,
+                                      work_dir, timing)
                 records.append(record)
                 _progress(record)
+                reason = failure(record)
+                if reason and not args.keep_going:
+                    raise Stop(f"{reason} (its logs: {work_dir})")
                 shutil.rmtree(work_dir, ignore_errors=True)
-    return records
 
 
 def _progress(record: dict) -> None:
@@ -271,7 +339,8 @@ def _progress(record: dict) -> None:
         f"tps {record.get('tps') or 0:9.0f} p99 {record.get('p99_rt_ms') or 0:7.2f} ms "
         f"cpu {cpu.get('cpu_us_per_msg', 0):6.1f} us/msg ({parts}) "
         f"ctx {cpu.get('ctx_per_msg', 0):5.2f}/msg pss {record.get('pss_peak_mib', 0):7.1f} MiB"
-        f"{' ERROR ' + record['error'][-300:] if 'error' in record else ''}\n")
+        f" load before {record.get('load_before', ['?'])[0]}"
+        f"{' ERROR ' + bb.one_line(record['error']) if 'error' in record else ''}\n")
 
 
 def _install_signal_handlers() -> None:
@@ -296,17 +365,34 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--ha", action="store_const", dest="mode", const="ha",
                       help="produce 1 KiB with 64 threads to a master with one slave, "
                            "ASYNC_MASTER and SYNC_MASTER, pybroker's pair and Java 4.9.8's")
+    mode.add_argument("--transaction", action="store_const", dest="mode", const="transaction",
+                      help="transactional sends (TransactionProducer's defaults: 32 threads, "
+                           "2 KiB, commit), 30 s runs, pybroker and Java 4.9.8, 2 runs")
     parser.add_argument("--brokers", default=None,
-                        help=f"comma list of {','.join(BROKERS)} (default: per mode)")
+                        help=f"comma list of {','.join(BROKERS)} (default: per mode; "
+                             f"java-5.5.1 is broker 5.5.1 with the 5.3.3 NameServer)")
     parser.add_argument("--runs", type=int, default=None, help="runs (default 3; quick 2)")
     parser.add_argument("--duration", type=int, default=None,
                         help="seconds per load run, warm-up included (default 60; quick 30)")
     parser.add_argument("--warmup", type=int, default=10, help="discarded seconds (10)")
+    parser.add_argument("--apache", nargs="?", const=apache_bench.DEFAULT_TAG, default=None,
+                        choices=tuple(apache_bench.TAGS), metavar="TAG",
+                        help="run Apache's benchmark classes of TAG (default "
+                             f"{apache_bench.DEFAULT_TAG}) as built by tools/apache_bench.py "
+                             "instead of the project's load classes")
     parser.add_argument("--apache-classes", type=pathlib.Path, default=None,
-                        help="directory of Apache's compiled benchmark classes: use them as "
-                             "the load instead of tools/java_bench")
+                        help="like --apache, from a folder of tools/apache_bench.py build -o "
+                             "(or any folder of compiled org.apache... benchmark classes)")
+    parser.add_argument("--pybroker", default=None, metavar="CMD",
+                        help="the pybroker command to benchmark (default: the installed one)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker.conf property for every broker (repeatable)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="record failed runs and go on instead of stopping at the first")
     parser.add_argument("--work-dir", type=pathlib.Path, default=None,
                         help="stores and logs (default: a temporary directory, removed)")
+    parser.add_argument("--results-dir", type=pathlib.Path, default=RESULTS_DIR,
+                        help="where the result file goes (default benchmarks/results)")
     parser.add_argument("--only", default=None,
                         help="run only scenarios whose name contains these whole "
                              "dash-separated parts (w64, 1KiB-w64, syncmaster: not asyncmaster)")
@@ -317,9 +403,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _settle_args(args) -> None:
     args.mode = args.mode or "quick"
-    quick = args.mode == "quick"
+    quick = args.mode in ("quick", "transaction")
     short = quick or args.mode == "ha"
-    default_brokers = "pybroker,java-4.9.8" if short else ",".join(BROKERS)
+    default_brokers = "pybroker,java-4.9.8" if short else ",".join(BROKERS[:3])
     args.brokers = [name.strip() for name in (args.brokers or default_brokers).split(",")
                     if name.strip()]
     args.runs = args.runs or (2 if quick else 3)
@@ -328,6 +414,14 @@ def _settle_args(args) -> None:
         raise SystemExit(f"--brokers takes {','.join(BROKERS)}; --runs 1..10")
     if not 0 <= args.warmup < args.duration:
         raise SystemExit("--warmup must be below --duration")
+    if args.apache and args.apache_classes:
+        raise SystemExit("give --apache TAG or --apache-classes DIR, not both")
+    try:
+        args.set = [tuple(item.split("=", 1)) for item in args.set]
+        if any(not key.strip() for key, _ in args.set):
+            raise ValueError
+    except ValueError:
+        raise SystemExit("--set takes KEY=VALUE") from None
 
 
 def git_revision() -> str:
@@ -339,7 +433,7 @@ def git_revision() -> str:
                                 "pybroker", "setup.py"], timeout=10).returncode
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-    return head + ("+dirty" if dirty else "")
+    return (head or "unknown") + ("+dirty" if head and dirty else "")
 
 
 def selected(name: str, only: str | None) -> bool:
@@ -348,8 +442,90 @@ def selected(name: str, only: str | None) -> bool:
     return not only or f"-{only}-" in f"-{name}-"
 
 
-def _run(args, installs: dict, work_root: pathlib.Path) -> tuple[list, list]:
-    tools = LoadTools(work_root, installs["java-4.9.8"], apache_classes=args.apache_classes)
+def apache_load(args) -> tuple[pathlib.Path | None, dict | None]:
+    """(classes folder, its build.json or None) of the Apache load asked for; (None, None)
+    for the project's classes. Stop when the classes are not there."""
+    if args.apache:
+        info = apache_bench.load_build(apache_bench.default_dir(args.apache))
+        if info is None:
+            raise Stop(f"Apache's benchmark classes of {args.apache} are not built: run "
+                       f"{apache_bench.build_hint(args.apache)}")
+        return apache_bench.default_dir(args.apache) / "classes", info
+    if args.apache_classes is None:
+        return None, None
+    folder = args.apache_classes.expanduser().resolve()
+    info = apache_bench.load_build(folder)
+    if info is not None:
+        return folder / "classes", info
+    if (folder / "org").is_dir():
+        return folder, apache_bench.load_build(folder.parent)
+    raise Stop(f"--apache-classes {folder} holds no compiled Apache benchmark classes: run "
+               f"{apache_bench.build_hint(apache_bench.DEFAULT_TAG)} -o {folder}")
+
+
+def load_info(classes, build_info, client_version: str) -> dict:
+    """What the load is, for the result file and the table."""
+    if classes is None:
+        return {"kind": "project", "classes": "tools/java_bench", "client": client_version,
+                "text": f"the project's load classes (tools/java_bench: BenchProducer, "
+                        f"BenchConsumer, BenchTransactionProducer) on rocketmq-client "
+                        f"{client_version}"}
+    named = apache_bench.describe(build_info) if build_info else \
+        f"Apache's benchmark classes in {classes} (no build.json: source unknown)"
+    info = {key: (build_info or {}).get(key) for key in ("tag", "kind", "source", "commit")}
+    return {**info, "kind": "apache", "source_kind": info["kind"], "classes": str(classes),
+            "client": client_version, "text": f"{named} on rocketmq-client {client_version}"}
+
+
+def _install(version: str) -> jr.RocketMQInstall:
+    install = jr.RocketMQInstall(version)
+    try:
+        install.install()
+    except jr.HarnessError as error:
+        raise Stop(f"installing Java RocketMQ {version} failed: {bb.one_line(error)}") from None
+    return install
+
+
+def prepare(args, work_root: pathlib.Path) -> dict:
+    """Everything a run needs before its first broker: the pybroker, the Java installs, the
+    load programs; Stop (one line) when something is missing."""
+    reason = jr.java_available()
+    if reason:
+        raise Stop(f"Java is needed for the load programs and Java brokers: {reason}")
+    classes, build_info = apache_load(args)
+    client_version = build_info["version"] if build_info else jr.DEFAULT_VERSION
+    installs = {name: _install(name.split("-", 1)[1]) for name in args.brokers
+                if name != "pybroker"}
+    client = installs.get(f"java-{client_version}") or _install(client_version)
+    versions = {}
+    if "pybroker" in args.brokers or args.mode == "profile":
+        try:
+            found = bb.find_pybroker(args.pybroker)
+        except jr.HarnessError as error:
+            raise Stop(str(error)) from None
+        bb.use_pybroker(found)
+        versions["pybroker"] = found.describe()
+    versions.update({name: install.server_versions() for name, install in installs.items()})
+    try:
+        tools = LoadTools(work_root, client, apache_classes=classes)
+    except jr.HarnessError as error:
+        raise Stop(f"the load programs did not compile: {bb.one_line(error)}") from None
+    return {"installs": installs, "tools": tools, "broker_versions": versions,
+            "load": load_info(classes, build_info, client_version)}
+
+
+def _announce(context: dict) -> None:
+    mine = context["broker_versions"].get("pybroker")
+    if mine and not mine["matches_checkout"]:
+        sys.stderr.write(f"[bench] note: the pybroker that runs ({mine['package']}) differs "
+                         f"from this checkout in {len(mine['differing_files'])}+ source files: "
+                         f"its figures are not those of {git_revision()}\n")
+    sys.stderr.write(f"[bench] load: {context['load']['text']}\n[bench] brokers: "
+                     + bench_report.brokers_text(context["broker_versions"]) + "\n")
+
+
+def _run(args, context: dict, scenarios: list, work_root: pathlib.Path, records: list) -> None:
+    tools = context["tools"]
     if args.mode == "profile":
         import bench_profile
         picked = [s for s in matrix("full") if args.only and selected(s.name, args.only)]
@@ -357,9 +533,30 @@ def _run(args, installs: dict, work_root: pathlib.Path) -> tuple[list, list]:
         summary = bench_profile.profile(tools, scenario, work_root, measure,
                                         Timing(args.duration, args.warmup))
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
-        return [], []
-    scenarios = [s for s in matrix(args.mode) if selected(s.name, args.only)]
-    return run_matrix(args, tools, installs, scenarios, work_root), scenarios
+        return
+    loads = args.runs * len(scenarios) * len(args.brokers)
+    sys.stderr.write(f"[bench] {loads} loads of {args.duration} s ({args.runs} run(s) x "
+                     f"{len(scenarios)} scenario(s) x {len(args.brokers)} broker(s))\n")
+    run_matrix(args, tools, context["installs"], scenarios, work_root, records)
+
+
+def _write(args, records, scenarios, started, context, stopped) -> pathlib.Path:
+    """The result file (``-partial`` when stopped early); docs and comparison when complete."""
+    result = bench_report.build_result(args, records, scenarios, started, git_revision(),
+                                       context, stopped)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.fromtimestamp(started).strftime("%Y%m%dT%H%M%S")
+    path = args.results_dir / f"{stamp}-{args.mode}{'-partial' if stopped else ''}.json"
+    previous = bench_report.previous_result(args.results_dir, result["mode"], path,
+                                            bench_report.load_key(result))
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    if not args.no_docs and not stopped:
+        bench_report.write_docs(args.results_dir, ROOT / "docs" / "benchmarks.md")
+    text = bench_report.summary_text(result)
+    if previous is not None and not stopped:
+        text += "\n\n" + bench_report.compare_text(previous, result)
+    sys.stdout.write(text + f"\nresults: {path}\n")
+    return path
 
 
 def main(argv=None) -> int:
@@ -367,38 +564,31 @@ def main(argv=None) -> int:
     _settle_args(args)
     _install_signal_handlers()
     atexit.register(bb.stop_all)
-    installs = {}
-    for name in {"java-4.9.8", *args.brokers} - {"pybroker"}:
-        installs[name] = jr.RocketMQInstall(name.split("-", 1)[1])
-        installs[name].install()
     keep = args.work_dir is not None
     work_root = args.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="pybroker-bench-"))
     work_root.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    records: list = []
+    scenarios = [s for s in matrix(args.mode) if selected(s.name, args.only)]
+    context: dict = {}
+    stopped, code = None, 0
     try:
-        records, scenarios = _run(args, installs, work_root)
+        context = prepare(args, work_root)
+        _announce(context)
+        _run(args, context, scenarios, work_root, records)
+    except Stop as stop:
+        stopped, code = str(stop), 1
     except KeyboardInterrupt:
-        sys.stderr.write("[bench] interrupted; stopping everything\n")
-        return 130
+        stopped, code = "interrupted", 130
     finally:
         bb.stop_all()
-        if not keep:
+        if not keep and not (stopped and records):   # a failed broker's logs are kept
             shutil.rmtree(work_root, ignore_errors=True)
-    if not records:
-        return 0
-    result = bench_report.build_result(args, records, scenarios, started, git_revision())
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.fromtimestamp(started).strftime("%Y%m%dT%H%M%S")
-    path = RESULTS_DIR / f"{stamp}-{args.mode}.json"
-    previous = bench_report.previous_result(RESULTS_DIR, result["mode"], path)
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    if not args.no_docs:
-        bench_report.write_docs(RESULTS_DIR, ROOT / "docs" / "benchmarks.md")
-    text = bench_report.summary_text(result)
-    if previous is not None:
-        text += "\n\n" + bench_report.compare_text(previous, result)
-    sys.stdout.write(text + f"\nresults: {path}\n")
-    return 0
+    path = _write(args, records, scenarios, started, context, stopped) if records else None
+    if stopped:
+        sys.stderr.write(f"bench_side_by_side: stopped: {stopped}"
+                         + (f"; partial results: {path}" if path else "") + "\n")
+    return code
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """Goal: the side-by-side benchmark's pure pieces compute what the report quotes. Method: feed
-hand-made load outputs, process snapshots, records and py-spy collapsed stacks through the
-parsers, window events, per-message figures, aggregation, comparison and flame-graph writer, and
-check medians, spreads, ratios, goals, process grouping and well-formed SVG."""
+hand-made load outputs (ours and every Apache tool's line format), process snapshots, records
+and py-spy collapsed stacks through the parsers, window events, per-message figures,
+aggregation, failure reasons, partial results, comparison and flame-graph writer, and check
+medians, spreads, ratios, goals, one-line reasons, process grouping and well-formed SVG; find
+the pybroker this interpreter runs (a real subprocess probe) and check Apache sources against
+their tag on hand-made checkouts."""
 import collections
 import pathlib
 import sys
@@ -10,6 +13,8 @@ import xml.etree.ElementTree as ElementTree
 TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
 sys.path.insert(0, str(TOOLS))
 
+import apache_bench  # noqa: E402
+import bench_brokers  # noqa: E402
 import bench_load  # noqa: E402
 import bench_profile  # noqa: E402
 import bench_report  # noqa: E402
@@ -202,3 +207,111 @@ def test_flame_graph_is_well_formed_svg_with_every_wide_frame():
     titles = [element.text for element in root.iter("{http://www.w3.org/2000/svg}title")]
     assert any(title.startswith("b <&> (pybroker/y.py)") for title in titles)
     assert any(title.startswith("a (pybroker/x.py) — 100.0%") for title in titles)
+
+
+def test_apache_lines_of_every_tool_give_messages_per_second_and_failures():
+    seen = []
+    batch = bench_load.WindowEvents(seen.append, apache=True, apache_lines_max=9)
+    batch("Current Time: 1 Send TPS: 100 Send MPS: 1600 Max RT(ms): 9 Average RT(ms): 2.0 "
+          "Average Message RT(ms): 0.1 Send Failed: 0 Send Message Failed: 0")
+    assert batch.apache_tps == [1600]                 # messages, not requests
+    transaction = bench_load.WindowEvents(seen.append, apache=True, apache_lines_max=9)
+    transaction("Current Time: 1 Send TPS:  812 Max RT(ms):   40 AVG RT(ms):3.1 Send Failed: "
+                "2 check: 0 unexpectedCheck: 0 duplicatedCheck: 0 ")
+    assert transaction.apache_tps == [812] and transaction.apache_avg_rt_ms == [3.1]
+    assert transaction.apache_failed == 2
+    producer5 = bench_load.WindowEvents(seen.append, apache=True, apache_lines_max=9)
+    producer5("Current Time: 2026-12-05 10:00:00,000 | Send TPS: 5000 | Max RT(ms): 9 | "
+              "Average RT(ms):   1.500 | Send Failed: 0 | Response Failed: 3")
+    assert producer5.apache_tps == [5000] and producer5.apache_failed == 3
+    assert bench_load.apache_failures("Current Time: x | Consume TPS: 9 | Consume Fail: 4") == 4
+    assert bench_load.apache_tps_lines("Current Time: 1 Send TPS: 7 Send MPS: 70\nnoise\n") == [70]
+
+
+def test_a_failure_is_told_in_one_line_with_its_cause():
+    text = ("did not start: pybroker exited (1):\npybroker standalone: invalid configuration in "
+            "/w/broker.conf:\nflushDiskType=SOMETIMES: must be one of ASYNC_FLUSH, SYNC_FLUSH\n")
+    assert bench_brokers.one_line(text) == ("did not start: pybroker exited (1): flushDiskType="
+                                            "SOMETIMES: must be one of ASYNC_FLUSH, SYNC_FLUSH")
+    trace = ("did not start: pybroker exited (1):\nTraceback (most recent call last):\n  File "
+             "\"x\", line 1\nImportError: cannot import name 'record' from 'pybroker._fast'\n")
+    assert bench_brokers.one_line(trace).endswith("ImportError: cannot import name 'record' "
+                                                  "from 'pybroker._fast'")
+    assert "\n" not in bench_brokers.one_line("a\n" * 500 + "error: " + "x" * 900)
+    assert len(bench_brokers.one_line("error " * 500)) == 400
+    record = {"broker": "pybroker", "scenario": "s", "run": 1, "tps": 5.0, "send_failed": 0,
+              "response_failed": 7, "first_failure": "MQBrokerException: CODE: 13"}
+    assert driver.failure(record) == ("pybroker s run 1: the load reported failures (response "
+                                      "failed 7); the first: MQBrokerException: CODE: 13")
+    assert driver.failure(dict(record, response_failed=0)) is None
+    assert driver.failure(dict(record, error=text)).startswith("pybroker s run 1: did not start")
+
+
+def test_a_partial_result_says_so_and_replaces_neither_docs_nor_the_comparison(tmp_path):
+    import json
+    import types
+    args = types.SimpleNamespace(mode="quick", only=None, runs=1, tag="", duration=30,
+                                 warmup=10, brokers=["pybroker", "java-4.9.8"], set=[])
+    context = {"load": {"kind": "apache", "tag": "rocketmq-all-4.9.8", "text": "Apache's X"},
+               "broker_versions": {"pybroker": {"version": "0.1.0", "package": "/p",
+                                                "matches_checkout": False},
+                                   "java-4.9.8": {"broker": "4.9.7", "client": "4.9.8"}}}
+    records = [dict(_record("pybroker", 0, 100, 10.0), load_before=[3.5, 2.0, 1.0]),
+               dict(_record("java-4.9.8", 0, 50, 20.0), load_before=[1.25, 1.0, 1.0])]
+    partial = bench_report.build_result(args, records, [], 0.0, "abc", context, "it broke")
+    text = bench_report.summary_text(partial)
+    assert text.splitlines()[1] == "PARTIAL: stopped early: it broke"
+    assert "load: Apache's X" in text and "NOT this checkout's sources" in text
+    assert "java-4.9.8 (broker 4.9.7, client 4.9.8)" in text
+    assert "before each run 1.2–3.5" in text and "| 3.5 |" in text
+    complete = bench_report.build_result(args, records, [], 0.0, "abd", context, None)
+    project = dict(complete, load={"kind": "project", "text": "ours"}, load_tool="java_bench")
+    for name, result in (("1.json", complete), ("2.json", project), ("3.json", partial)):
+        (tmp_path / name).write_text(json.dumps(result), encoding="utf-8")
+    found = bench_report.previous_result(tmp_path, "quick", tmp_path / "x.json",
+                                         "apache rocketmq-all-4.9.8")
+    assert found["revision"] == "abd"                 # not the partial one, not the project load
+    assert bench_report.previous_result(tmp_path, "quick", tmp_path / "x.json")["load"] == \
+        {"kind": "project", "text": "ours"}
+    doc = tmp_path / "benchmarks.md"
+    bench_report.write_docs(tmp_path, doc)
+    generated = doc.read_text(encoding="utf-8")
+    assert "## quick (Apache's classes, rocketmq-all-4.9.8) — " in generated
+    assert "## quick — " in generated and "it broke" not in generated
+
+
+def test_the_installed_pybroker_is_found_or_named_in_one_line(tmp_path):
+    import pytest
+    found = bench_brokers.find_pybroker()
+    assert found.argv[:2] == (sys.executable, "-m") or found.argv[0].endswith("pybroker")
+    assert (pathlib.Path(found.package) / "_fast").is_dir()
+    with pytest.raises(bench_brokers.jr.HarnessError) as refused:
+        bench_brokers.find_pybroker(f"{sys.executable} -m no_such_module_here")
+    assert "\n" not in str(refused.value) and "does not run pybroker" in str(refused.value)
+    copy = tmp_path / "pybroker"
+    (copy / "_fast").mkdir(parents=True)
+    (copy / "__init__.py").write_text("changed\n")
+    differing = bench_brokers.differing_sources(copy)
+    assert "__init__.py" in differing and "cli.py" in differing
+    assert bench_brokers.differing_sources(bench_brokers.ROOT / "pybroker") == []
+
+
+def test_apache_sources_are_checked_against_the_tag(tmp_path):
+    import pytest
+    source = tmp_path / "rocketmq"
+    (source / apache_bench.BENCHMARK_DIR).mkdir(parents=True)
+    (source / "pom.xml").write_text("<project><artifactId>rocketmq-all</artifactId>\n  "
+                                    "<version>5.3.3</version></project>")
+    (source / apache_bench.BENCHMARK_DIR / "Producer.java").write_text("class Producer {}")
+    tag, files, provenance = apache_bench.sources_from_dir(source, None)
+    assert tag == "rocketmq-all-5.3.3" and list(files) == ["Producer.java"]
+    assert provenance == {"kind": "source", "source": str(source), "commit": None}
+    with pytest.raises(apache_bench.BuildError, match="holds RocketMQ 5.3.3, not rocketmq-all-4"):
+        apache_bench.sources_from_dir(source, "rocketmq-all-4.9.8")
+    with pytest.raises(apache_bench.BuildError, match="lacks Consumer, BatchProducer"):
+        apache_bench.compile_sources(tag, files, provenance, tmp_path / "out")
+    (source / "pom.xml").write_text("<artifactId>rocketmq-all</artifactId><version>5.1.0"
+                                    "</version>")
+    with pytest.raises(apache_bench.BuildError, match="the tool builds rocketmq-all-4.9.8"):
+        apache_bench.sources_from_dir(source, None)
+    assert apache_bench.load_build(tmp_path / "nothing") is None

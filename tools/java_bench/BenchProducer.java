@@ -6,6 +6,7 @@ import java.util.List;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -26,12 +27,14 @@ import org.apache.rocketmq.common.message.Message;
  * (TPS of the last 10 s, as the official tool) and at the end, the window marks of
  * {@link BenchWindow}, then one "BENCH_RESULT {json}" line whose TPS and RT figures cover only
  * the measured window (after -W, up to -T or the last of -q messages). RT is per request, ms.
+ * The first failed send prints one "BENCH_FIRST_FAILURE <what>" line (the exception or status).
  */
 public final class BenchProducer {
     private static final String FLAGS = "n t w s q T W y i b k g z";
     private final AtomicLong messagesOk = new AtomicLong();
     private final AtomicLong sendFailed = new AtomicLong();
     private final AtomicLong responseFailed = new AtomicLong();
+    private final AtomicBoolean failureShown = new AtomicBoolean();
     private DefaultMQProducer producer;
     private String topic;
     private byte[] body;
@@ -125,12 +128,12 @@ public final class BenchProducer {
                     ? producer.send(messages.get(0)) : producer.send(messages);
                 completed(result, messages.size(), began);
             } catch (MQBrokerException error) {
-                responseFailed.incrementAndGet();
+                failed(responseFailed, error);
             } catch (InterruptedException error) {
                 Thread.currentThread().interrupt();
                 return;
             } catch (Exception error) {
-                sendFailed.incrementAndGet();
+                failed(sendFailed, error);
             }
         }
     }
@@ -141,7 +144,15 @@ public final class BenchProducer {
             window.record(count, (now - beganNanos) / 1000);
             messagesOk.addAndGet(count);
         } else {
-            responseFailed.incrementAndGet();
+            failed(responseFailed, result == null ? "no send result" : result.getSendStatus());
+        }
+    }
+
+    /** Counts a failure; the first one is printed, on one line, for the driver's report. */
+    private void failed(AtomicLong counter, Object what) {
+        counter.incrementAndGet();
+        if (failureShown.compareAndSet(false, true)) {
+            System.out.println("BENCH_FIRST_FAILURE " + String.valueOf(what).split("\\R", 2)[0]);
         }
     }
 
@@ -174,7 +185,7 @@ public final class BenchProducer {
 
             @Override
             public void onException(Throwable error) {
-                responseFailed.incrementAndGet();
+                failed(responseFailed, error);
                 permits.release();
             }
         };
@@ -185,7 +196,7 @@ public final class BenchProducer {
                 producer.send(messages, callback);
             }
         } catch (Exception error) {
-            sendFailed.incrementAndGet();
+            failed(sendFailed, error);
             permits.release();
         }
     }
