@@ -196,6 +196,7 @@ def compile_sources(tag: str, files: dict, provenance: dict, out_dir: pathlib.Pa
         jr.compile_java(install, sorted((staging / "src").rglob("*.java")), staging / "classes",
                         timeout_s=300)
     except jr.HarnessError as error:
+        shutil.rmtree(staging, ignore_errors=True)
         errors = [line for line in str(error).splitlines() if "error:" in line]
         raise BuildError(f"javac failed on {tag}: {errors[0] if errors else str(error)[:300]}") \
             from None
