@@ -168,16 +168,19 @@ class WindowEvents:
     """Turns a load program's output into window events (see the module docstring).
 
     ``on_event(name)`` is called for ``warmup_done`` and ``measure_end``; for Apache's tools
-    every periodic line after the first calls ``measure_end`` again (the last one counts), and
-    the run is stopped once ``apache_lines_max`` lines came or a line reports 0 TPS (a
-    drained backlog).
+    every periodic line after the first calls ``measure_end`` again, and the run is stopped
+    once ``apache_lines_max`` lines came or a line reports 0 TPS (a drained backlog:
+    ``drained``). With ``apache_opens_at`` (Apache's Consumer: "Consumer Started.") the line
+    starting with it opens the window and every periodic line calls ``measure_end``.
     """
 
     def __init__(self, on_event: Callable[[str], None], apache: bool,
-                 apache_lines_max: int = 0):
+                 apache_lines_max: int = 0, apache_opens_at: str | None = None):
         self.on_event = on_event
         self.apache = apache
         self.apache_lines_max = apache_lines_max
+        self.apache_opens_at = apache_opens_at
+        self.drained = False            # stopped at a 0 TPS line
         self.apache_tps: list[int] = []
         self.apache_avg_rt_ms: list[float] = []
         self.apache_failed = 0          # the largest failure count a periodic line reported
@@ -191,17 +194,24 @@ class WindowEvents:
             return False
         if not self.apache:
             return False
+        if self.apache_opens_at and line.startswith(self.apache_opens_at) \
+                and "warmup_done" not in self.events:
+            self.events.append("warmup_done")
+            self.on_event("warmup_done")
+            return False
         found = _APACHE_TPS.search(line)
         if found is None:
             return False
         self.apache_failed = max(self.apache_failed, apache_failures(line))
         found = _APACHE_MPS.search(line) or found
         if self.apache_tps and int(found.group(1)) == 0:
+            self.drained = True
             return True        # a drained backlog (Consumer): the window ended a line ago
         self.apache_tps.append(int(found.group(1)))
         rt = _APACHE_AVG_RT.search(line)
         self.apache_avg_rt_ms.append(float(rt.group(1)) if rt else float("nan"))
-        name = "warmup_done" if len(self.apache_tps) == 1 else "measure_end"
+        first = len(self.apache_tps) == 1 and not self.apache_opens_at
+        name = "warmup_done" if first else "measure_end"
         self.events.append(name)
         self.on_event(name)
         return len(self.apache_tps) >= self.apache_lines_max

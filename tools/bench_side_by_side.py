@@ -69,12 +69,17 @@ BROKERS = ("pybroker", "java-4.9.8", "java-5.3.3", "java-5.5.1")
 CONSUMER_THREADS = 20            # Apache's Consumer default
 BACKLOG_PRODUCER_THREADS = 64
 BACKLOG_MESSAGES = 1_000_000     # consume scenario: the backlog the consumer drains
+# Apache's Consumer reports every 10 s; its first report must cover a busy 10 s on the fastest
+# broker (Java 5.3.3 drained 310,653 msg/s), so its backlog is larger (the figure of issue #28).
+APACHE_BACKLOG_MESSAGES = 5_000_000
+BACKLOG_BATCH = 16               # the backlog is sent in batches: fast, and not measured
 # Its warm-up is the first messages, not --warmup seconds: Java 4.9.8 drained the whole backlog
 # within 10 s (no window left, 2026-12-04), so each broker gets the same messages to warm up on.
 CONSUME_WARMUP_MESSAGES = 200_000
 BACKLOG_TIMEOUT_S = 400          # bound on producing it (pybroker at 5k/s would take 200 s)
 START_SLACK_S = 60.0             # JVM start, route lookup: beyond --duration before a kill
 FIRST_FAILURE = "BENCH_FIRST_FAILURE "   # tools/java_bench: the first failed send, one line
+APACHE_CONSUMER_STARTED = "Consumer Started."   # Apache's Consumer, after consumer.start()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +130,10 @@ def matrix(mode: str) -> list[Scenario]:
 class Timing:
     duration_s: int      # whole load run, warm-up included
     warmup_s: int        # discarded at the start
+    backlog: int = 0     # messages the consume scenario drains (0: the load's default)
+
+    def backlog_for(self, apache: bool) -> int:
+        return self.backlog or (APACHE_BACKLOG_MESSAGES if apache else BACKLOG_MESSAGES)
 
 
 def _load_argv(tools, scenario: Scenario, timing: Timing, namesrv: str, topic: str) -> list:
@@ -136,7 +145,8 @@ def _load_argv(tools, scenario: Scenario, timing: Timing, namesrv: str, topic: s
                 "-n", namesrv, "-t", topic, "-g", f"cg_{topic}", "-w", scenario.threads])
         return tools.java_argv(CONSUMER_CLASS, [
             "-n", namesrv, "-t", topic, "-g", f"cg_{topic}", "-w", scenario.threads,
-            "-q", BACKLOG_MESSAGES, "-T", timing.duration_s, "-M", CONSUME_WARMUP_MESSAGES])
+            "-q", timing.backlog_for(False), "-T", timing.duration_s,
+            "-M", CONSUME_WARMUP_MESSAGES])
     common = ["-n", namesrv, "-t", topic, "-w", scenario.threads, "-s", scenario.body_bytes]
     if scenario.kind == "batch":
         common += ["-b", scenario.batch]
@@ -149,16 +159,19 @@ def _load_argv(tools, scenario: Scenario, timing: Timing, namesrv: str, topic: s
                            heap_mb=1024)
 
 
-def _fill_backlog(tools, scenario: Scenario, namesrv: str, topic: str) -> dict:
-    """Produce the consume scenario's backlog (not measured); {} or {"error": ...}."""
+def _fill_backlog(tools, scenario: Scenario, namesrv: str, topic: str, count: int) -> dict:
+    """Produce the consume scenario's backlog of count messages in batches (not measured); {}
+    or {"error": ...}."""
+    timeout_s = max(BACKLOG_TIMEOUT_S, count / 10_000 + 100)
     run = bb.run_bounded(tools.java_argv(PRODUCER_CLASS, [
         "-n", namesrv, "-t", topic, "-w", BACKLOG_PRODUCER_THREADS, "-s", scenario.body_bytes,
-        "-q", BACKLOG_MESSAGES, "-T", BACKLOG_TIMEOUT_S - 20], heap_mb=1024),
-        BACKLOG_TIMEOUT_S, cwd=tools.client.work_dir)
+        "-b", BACKLOG_BATCH, "-q", count, "-T", int(timeout_s - 20)], heap_mb=1024),
+        timeout_s, cwd=tools.client.work_dir)
     result = parse_result_line(run.stdout)
-    if result.get("messages_ok", 0) < BACKLOG_MESSAGES:
-        return {"error": "backlog not produced: " + (run.stderr[-800:] or run.stdout[-800:])}
-    return {"backlog_fill_tps": result.get("send_tps")}
+    if result.get("messages_ok", 0) < count:
+        return {"error": f"backlog of {count} not produced (exit {run.returncode})\n"
+                         + (run.stderr[-1500:] or run.stdout[-800:])}
+    return {"backlog": count, "backlog_fill_tps": result.get("send_tps")}
 
 
 class _Sampler:
@@ -168,6 +181,7 @@ class _Sampler:
         self.broker = broker
         self.load_pid = 0
         self.snapshots: dict[str, dict] = {}
+        self.history: dict[str, list] = {}     # every snapshot of each event, in order
 
     def role_of(self, process) -> str:
         return "load" if process.pid == self.load_pid else self.broker.role_of(process)
@@ -175,6 +189,7 @@ class _Sampler:
     def on_event(self, name: str) -> None:
         roots = self.broker.root_pids() + ([self.load_pid] if self.load_pid else [])
         self.snapshots[name] = bench_sample.take(roots, self.role_of)
+        self.history.setdefault(name, []).append(self.snapshots[name])
 
     def figures(self, messages: int) -> dict:
         before, after = self.snapshots["warmup_done"], self.snapshots["measure_end"]
@@ -189,34 +204,50 @@ class _Sampler:
         return mine
 
 
-def _window_result(events, run, tools, sampler: _Sampler) -> dict:
-    """TPS, RT and messages of the window from the program's result (or Apache's lines)."""
-    first_failure = next((line[len(FIRST_FAILURE):] for line in run.stdout_lines
-                          if line.startswith(FIRST_FAILURE)), None)
-    if tools.apache_classes is None:
-        result = parse_result_line(run.stdout)
-        if not result:
-            return {"error": f"the load program gave no result (exit {run.returncode})\n"
-                             + (run.stderr_tail[-1500:] or run.stdout[-800:])}
-        return {"tps": result["tps"], "window_messages": result["window_messages"],
-                "first_failure": first_failure,
-                **{key: result.get(key) for key in (
-                    "avg_rt_ms", "p50_rt_ms", "p99_rt_ms", "max_rt_ms", "send_failed",
-                    "response_failed", "tps_per_second", "window_s", "complete")}}
-    lines = events.apache_tps[1:]
-    if not lines or "measure_end" not in sampler.snapshots:
-        return {"error": f"Apache's tool printed {len(events.apache_tps)} of the 2 TPS lines "
-                         f"needed (exit {run.returncode})\n{run.stderr_tail[-1500:]}\n"
-                         f"{run.stdout[-800:]}"}
-    window_s = sampler.snapshots["measure_end"]["time"] - \
-        sampler.snapshots["warmup_done"]["time"]
+def _apache_window(events, run, scenario: Scenario, sampler: _Sampler) -> dict:
+    """TPS and window of Apache's periodic lines. Producers: the first line ends the warm-up,
+    the later ones are measured. Consumer: the window opens at "Consumer Started." and every
+    line is measured, but the last busy one before a 0 line is dropped (the backlog drained
+    inside its 10 s)."""
+    consume = scenario.kind == "consume"
+    start = 0 if consume else 1
+    stop = len(events.apache_tps) - (1 if consume and events.drained else 0)
+    lines, rts = events.apache_tps[start:stop], events.apache_avg_rt_ms[start:stop]
+    ends = sampler.history.get("measure_end", [])[:len(lines)]    # one per measured line
+    if not lines or not ends or "warmup_done" not in sampler.snapshots:
+        drained = " (the backlog drained within it: raise --backlog)" \
+            if consume and events.drained else ""
+        return {"error": f"Apache's tool printed {len(events.apache_tps)} TPS lines, none of "
+                         f"them a full measured period{drained} (exit {run.returncode})\n"
+                         f"{run.stderr_tail[-1500:]}\n{run.stdout[-800:]}"}
+    sampler.snapshots["measure_end"] = ends[-1]
+    window_s = ends[-1]["time"] - sampler.snapshots["warmup_done"]["time"]
     tps = statistics.fmean(lines)
+    if tps <= 0:
+        return {"error": "Apache's tool reported 0 TPS in its measured lines"}
     return {"tps": tps, "window_messages": int(tps * window_s), "tps_per_10s": lines,
-            "avg_rt_ms": statistics.fmean(events.apache_avg_rt_ms[1:]),
-            "window_s": round(window_s, 1), "failed": events.apache_failed,
+            "avg_rt_ms": statistics.fmean(rts), "window_s": round(window_s, 1),
+            "failed": events.apache_failed,
             "first_failure": next((line.strip() for line in run.stdout_lines
                                    + run.stderr_tail.splitlines() if "Exception" in line),
                                   None) if events.apache_failed else None}
+
+
+def _window_result(events, run, tools, scenario: Scenario, sampler: _Sampler) -> dict:
+    """TPS, RT and messages of the window from the program's result (or Apache's lines)."""
+    if tools.apache_classes is not None:
+        return _apache_window(events, run, scenario, sampler)
+    first_failure = next((line[len(FIRST_FAILURE):] for line in run.stdout_lines
+                          if line.startswith(FIRST_FAILURE)), None)
+    result = parse_result_line(run.stdout)
+    if not result:
+        return {"error": f"the load program gave no result (exit {run.returncode})\n"
+                         + (run.stderr_tail[-1500:] or run.stdout[-800:])}
+    return {"tps": result["tps"], "window_messages": result["window_messages"],
+            "first_failure": first_failure,
+            **{key: result.get(key) for key in (
+                "avg_rt_ms", "p50_rt_ms", "p99_rt_ms", "max_rt_ms", "send_failed",
+                "response_failed", "tps_per_second", "window_s", "complete")}}
 
 
 def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -> dict:
@@ -227,15 +258,17 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
               "run": run_index, "flush": scenario.flush, "body_bytes": scenario.body_bytes,
               "threads": scenario.threads, "batch": scenario.batch,
               "load_tool": "apache" if tools.apache_classes else "java_bench"}
+    apache = tools.apache_classes is not None
     if scenario.kind == "consume":
-        record.update(_fill_backlog(tools, scenario, broker.namesrv_addr, topic))
+        record.update(_fill_backlog(tools, scenario, broker.namesrv_addr, topic,
+                                    timing.backlog_for(apache)))
         if "error" in record:
             return record
     sampler = _Sampler(broker)
     pss = bench_sample.PssWatcher(broker.root_pids(), broker.role_of).start()
-    apache = tools.apache_classes is not None
-    events = bench_load.WindowEvents(sampler.on_event, apache,
-                                     apache_lines_max=max(2, timing.duration_s // 10))
+    events = bench_load.WindowEvents(
+        sampler.on_event, apache, apache_lines_max=max(2, timing.duration_s // 10),
+        apache_opens_at=APACHE_CONSUMER_STARTED if scenario.kind == "consume" else None)
     try:
         run = bench_load.run_streaming(
             _load_argv(tools, scenario, timing, broker.namesrv_addr, topic),
@@ -243,7 +276,7 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
             on_start=lambda pid: setattr(sampler, "load_pid", pid))
     finally:
         record.update(pss.stop())
-    record.update(_window_result(events, run, tools, sampler))
+    record.update(_window_result(events, run, tools, scenario, sampler))
     exited = broker.exited()
     if exited:
         record["error"] = exited
@@ -315,7 +348,7 @@ def run_matrix(args, tools, installs: dict, scenarios: list[Scenario], work_root
                records: list) -> None:
     """For each run and scenario, every broker in turn, each fresh; appends to records. The
     first failure raises Stop (its broker's folder is kept) unless --keep-going."""
-    timing = Timing(args.duration, args.warmup)
+    timing = Timing(args.duration, args.warmup, args.backlog)
     for run_index in range(args.runs):
         for scenario in scenarios:
             for name in args.brokers:
@@ -375,6 +408,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", type=int, default=None,
                         help="seconds per load run, warm-up included (default 60; quick 30)")
     parser.add_argument("--warmup", type=int, default=10, help="discarded seconds (10)")
+    parser.add_argument("--backlog", type=int, default=0, metavar="N",
+                        help=f"messages the consume scenario drains (default {BACKLOG_MESSAGES:,}"
+                             f"; Apache's Consumer {APACHE_BACKLOG_MESSAGES:,})")
     parser.add_argument("--apache", nargs="?", const=apache_bench.DEFAULT_TAG, default=None,
                         choices=tuple(apache_bench.TAGS), metavar="TAG",
                         help="run Apache's benchmark classes of TAG (default "
@@ -531,7 +567,7 @@ def _run(args, context: dict, scenarios: list, work_root: pathlib.Path, records:
         picked = [s for s in matrix("full") if args.only and selected(s.name, args.only)]
         scenario = picked[0] if picked else matrix("profile")[0]
         summary = bench_profile.profile(tools, scenario, work_root, measure,
-                                        Timing(args.duration, args.warmup))
+                                        Timing(args.duration, args.warmup, args.backlog))
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return
     loads = args.runs * len(scenarios) * len(args.brokers)

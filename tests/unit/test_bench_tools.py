@@ -315,3 +315,34 @@ def test_apache_sources_are_checked_against_the_tag(tmp_path):
     with pytest.raises(apache_bench.BuildError, match="the tool builds rocketmq-all-4.9.8"):
         apache_bench.sources_from_dir(source, None)
     assert apache_bench.load_build(tmp_path / "nothing") is None
+
+
+def test_apache_consumer_window_opens_at_its_start_and_drops_the_drained_period():
+    sampler = driver._Sampler(broker=None)
+    times = iter(range(100, 200, 10))
+    sampler.on_event = lambda name: (sampler.snapshots.__setitem__(name, {"time": next(times)}),
+                                     sampler.history.setdefault(name, []).append(
+                                         sampler.snapshots[name]))
+    events = bench_load.WindowEvents(sampler.on_event, apache=True, apache_lines_max=9,
+                                     apache_opens_at="Consumer Started.")
+    line = "Current Time: 1 TPS: {} FAIL: 0 AVG(B2C) RT(ms): 1.0 AVG(S2C) RT(ms): 2.0"
+    for text, stops in (("Consumer Started.", False), (line.format(300), False),
+                        (line.format(500), False), (line.format(120), False),
+                        (line.format(0), True)):
+        assert events(text) is stops
+    assert events.drained and events.events[0] == "warmup_done"
+    consume = driver.Scenario("consume", 128, 20, "ASYNC_FLUSH")
+    run = bench_load.StreamedRun()
+    figures = driver._apache_window(events, run, consume, sampler)
+    assert figures["tps_per_10s"] == [300, 500]          # 120 was the period it drained in
+    assert figures["tps"] == 400 and figures["window_s"] == 20
+    assert sampler.snapshots["measure_end"]["time"] == 120
+    short = bench_load.WindowEvents(lambda name: None, apache=True, apache_lines_max=9,
+                                    apache_opens_at="Consumer Started.")
+    for text in ("Consumer Started.", line.format(900), line.format(0)):
+        short(text)
+    empty = driver._Sampler(broker=None)
+    empty.snapshots["warmup_done"] = {"time": 0}
+    error = driver._apache_window(short, run, consume, empty)["error"]
+    assert "none of them a full measured period (the backlog drained within it: raise " \
+        "--backlog)" in error
