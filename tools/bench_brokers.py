@@ -312,10 +312,11 @@ class PyBroker:
     """
     name = "pybroker"
 
-    def __init__(self, work_dir: pathlib.Path, conf: dict, wrapper=()):
+    def __init__(self, work_dir: pathlib.Path, conf: dict, wrapper=(),
+                 namesrv_port: int | None = None):
         self.work_dir = pathlib.Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.namesrv_port = jr.free_port()
+        self.namesrv_port = namesrv_port or jr.free_port()
         self.broker_port = jr.free_port(offsets=(-2, 0, 1))
         store = self.work_dir / "store"
         self.conf = dict(conf, storePathRootDir=str(store),
@@ -411,7 +412,7 @@ class JavaBroker:
     ``java-<version>``."""
 
     def __init__(self, work_dir: pathlib.Path, conf: dict, install: jr.RocketMQInstall,
-                 heap_mb: int = 1024):
+                 heap_mb: int = 1024, namesrv_port: int | None = None):
         self.name = f"java-{install.version}"
         self.work_dir = pathlib.Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -419,7 +420,9 @@ class JavaBroker:
         store = self.work_dir / "store"
         jr.write_properties(self.conf_path, dict(conf, storePathRootDir=str(store),
                                                  storePathCommitLog=str(store / "commitlog")))
-        self.harness = jr.JavaRocketMQ(self.work_dir, install=install, free_ports=True,
+        ports = {"free_ports": True} if namesrv_port is None else {
+            "namesrv_port": namesrv_port, "broker_port": jr.free_port(offsets=(-2, 0, 1))}
+        self.harness = jr.JavaRocketMQ(self.work_dir, install=install, **ports,
                                        broker_conf=self.conf_path, broker_heap_mb=heap_mb,
                                        ready_timeout_s=READY_TIMEOUT_S)
 

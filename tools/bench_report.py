@@ -18,6 +18,8 @@ METRICS = (
     ("pss_peak_mib", "PSS MiB", 0), ("machine_busy", "box busy", 2),
     ("load_cpu_us_per_msg", "load CPU µs/msg", 1), ("load_before", "load avg before", 1),
 )
+# Shown only where a scenario has them (the timer scenario: tools/bench_timer.py).
+TIMER_METRICS = (("put_tps", "timer put TPS", 0), ("lateness_avg_ms", "timer lateness ms", 0))
 # Ratios pybroker / Java: (key, label, goal as (comparison, bound) or None).
 RATIOS = (("tps", "TPS", (">=", 1.3)), ("p99_rt_ms", "p99 RT", ("<=", 1.0)),
           ("cpu_us_per_msg", "CPU/msg", ("<=", 0.6)), ("pss_peak_mib", "PSS", ("<=", 0.25)))
@@ -68,7 +70,8 @@ def aggregate(records: list[dict]) -> list[dict]:
             runs = [r for r in mine if r["broker"] == broker]
             roles = sorted({role for r in runs for role in
                             ((r.get("cpu") or {}).get("processes") or {})})
-            stats = {key: _stats([_value(r, key) for r in runs]) for key, _, _ in METRICS}
+            stats = {key: _stats([_value(r, key) for r in runs])
+                     for key, _, _ in METRICS + TIMER_METRICS}
             stats["roles"] = {role: _stats([_value(r, "role:" + role) for r in runs])
                               for role in roles}
             stats["errors"] = sum("error" in r for r in runs)
@@ -168,14 +171,16 @@ def _ratio_cell(ratios: dict, key: str) -> str:
 
 def table(result: dict) -> str:
     """Markdown tables: figures per scenario and broker, ratios, pybroker per process."""
-    labels = [label for _, label, _ in METRICS]
+    metrics = METRICS + tuple(metric for metric in TIMER_METRICS if any(
+        stats.get(metric[0]) for row in result["summary"] for stats in row["brokers"].values()))
+    labels = [label for _, label, _ in metrics]
     lines = ["| scenario | broker | " + " | ".join(labels) + " |",
              "|---|---|" + "---|" * len(labels)]
     for row in result["summary"]:
         for broker, stats in row["brokers"].items():
             errors = f" ({stats['errors']} failed runs)" if stats["errors"] else ""
             lines.append(f"| {row['scenario']} | {broker}{errors} | " + " | ".join(
-                _cell(stats.get(key), digits) for key, _, digits in METRICS) + " |")
+                _cell(stats.get(key), digits) for key, _, digits in metrics) + " |")
     lines += ["", "| scenario | pybroker / | " + " | ".join(label for _, label, _ in RATIOS) + " |",
               "|---|---|" + "---|" * len(RATIOS)]
     for row in result["summary"]:

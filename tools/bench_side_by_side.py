@@ -55,6 +55,7 @@ import bench_ha  # noqa: E402
 import bench_load  # noqa: E402
 import bench_report  # noqa: E402
 import bench_sample  # noqa: E402
+import bench_timer  # noqa: E402
 import java_rocketmq as jr  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -117,6 +118,9 @@ def matrix(mode: str) -> list[Scenario]:
     if mode == "transaction":
         # Apache's TransactionProducer defaults: 32 threads, 2 KiB, every transaction commits.
         return [Scenario("transaction", 2048, 32, "ASYNC_FLUSH")]
+    if mode == "timer":
+        # Apache's TimerProducer defaults: 16 threads, 1 KiB (tools/bench_timer.py).
+        return [Scenario("timer", 1024, 16, "ASYNC_FLUSH")]
     return [produce_128, Scenario("produce", 1024, 64, "ASYNC_FLUSH"),
             Scenario("produce", 128, 8, "ASYNC_FLUSH"),
             Scenario("produce", 128, 32, "ASYNC_FLUSH"),
@@ -296,6 +300,11 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
 def _start_broker(name: str, work_dir: pathlib.Path, scenario: Scenario, installs: dict,
                   settings=()):
     conf = dict(bb.shared_broker_conf(scenario.flush), **dict(settings))
+    if scenario.kind == "timer":
+        port = bench_timer.NAMESRV_PORT
+        if name == "pybroker":
+            return bb.PyBroker(work_dir, conf, namesrv_port=port).start()
+        return bb.JavaBroker(work_dir, conf, installs[name], namesrv_port=port).start()
     if scenario.ha and name == "pybroker":
         return bench_ha.PyBrokerPair(work_dir, conf, scenario.ha).start()
     if scenario.ha:
@@ -337,7 +346,9 @@ def _measure_one(args, tools, installs, scenario, run_index, name, work_dir, tim
                   "error": head + "\n" + rest[-3000:]}      # the log's end holds the cause
     else:
         try:
-            record = measure(tools, broker, scenario, timing, run_index)
+            record = bench_timer.measure(tools, broker, scenario, run_index) \
+                if scenario.kind == "timer" else measure(tools, broker, scenario, timing,
+                                                         run_index)
         finally:
             broker.stop()
     record["load_before"] = load_before
@@ -401,6 +412,10 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--transaction", action="store_const", dest="mode", const="transaction",
                       help="transactional sends (TransactionProducer's defaults: 32 threads, "
                            "2 KiB, commit), 30 s runs, pybroker and Java 4.9.8, 2 runs")
+    mode.add_argument("--timer", action="store_const", dest="mode", const="timer",
+                      help="timer messages with Apache's TimerProducer and TimerConsumer "
+                           "(--apache rocketmq-all-5.3.3), pybroker and Java 5.3.3, 2 runs of "
+                           "about 3.5 minutes; the NameServer on port 9876")
     parser.add_argument("--brokers", default=None,
                         help=f"comma list of {','.join(BROKERS)} (default: per mode; "
                              f"java-5.5.1 is broker 5.5.1 with the 5.3.3 NameServer)")
@@ -439,9 +454,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _settle_args(args) -> None:
     args.mode = args.mode or "quick"
-    quick = args.mode in ("quick", "transaction")
+    quick = args.mode in ("quick", "transaction", "timer")
     short = quick or args.mode == "ha"
     default_brokers = "pybroker,java-4.9.8" if short else ",".join(BROKERS[:3])
+    if args.mode == "timer":
+        default_brokers = "pybroker,java-5.3.3"
     args.brokers = [name.strip() for name in (args.brokers or default_brokers).split(",")
                     if name.strip()]
     args.runs = args.runs or (2 if quick else 3)
@@ -529,6 +546,12 @@ def prepare(args, work_root: pathlib.Path) -> dict:
     if reason:
         raise Stop(f"Java is needed for the load programs and Java brokers: {reason}")
     classes, build_info = apache_load(args)
+    if args.mode == "timer":
+        if not build_info or not build_info["version"].startswith("5"):
+            raise Stop("--timer runs Apache's TimerProducer and TimerConsumer: add --apache "
+                       "rocketmq-all-5.3.3 (built by tools/apache_bench.py)")
+        if bench_timer.port_free():
+            raise Stop(bench_timer.port_free())
     client_version = build_info["version"] if build_info else jr.DEFAULT_VERSION
     installs = {name: _install(name.split("-", 1)[1]) for name in args.brokers
                 if name != "pybroker"}
@@ -571,7 +594,9 @@ def _run(args, context: dict, scenarios: list, work_root: pathlib.Path, records:
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return
     loads = args.runs * len(scenarios) * len(args.brokers)
-    sys.stderr.write(f"[bench] {loads} loads of {args.duration} s ({args.runs} run(s) x "
+    each = f"about {bench_timer.RUN_S // 60} minutes" if args.mode == "timer" else \
+        f"{args.duration} s"
+    sys.stderr.write(f"[bench] {loads} loads of {each} ({args.runs} run(s) x "
                      f"{len(scenarios)} scenario(s) x {len(args.brokers)} broker(s))\n")
     run_matrix(args, tools, context["installs"], scenarios, work_root, records)
 

@@ -6,6 +6,7 @@ medians, spreads, ratios, goals, one-line reasons, process grouping and well-for
 the pybroker this interpreter runs (a real subprocess probe) and check Apache sources against
 their tag on hand-made checkouts."""
 import collections
+import statistics
 import pathlib
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -346,3 +347,37 @@ def test_apache_consumer_window_opens_at_its_start_and_drops_the_drained_period(
     error = driver._apache_window(short, run, consume, empty)["error"]
     assert "none of them a full measured period (the backlog drained within it: raise " \
         "--backlog)" in error
+
+
+def test_timer_reports_give_put_and_delivery_rates_lateness_and_early_delivery():
+    import bench_timer
+    marks = []
+    consumed = bench_timer._Consumed(lambda: marks.append("first"), lambda: marks.append("end"))
+    idle = "Consume TPS: 0, Avg delayedDuration:     NaN, Max delayedDuration: 0, "
+    busy = ("Consume TPS: {}, Avg delayedDuration: {:7.3f}, Max delayedDuration: 2817, "
+            "delayDuration %25: 900, %50: 1300; %80: 2000; %90: 2400; %99: 2787; %99.9: 2810")
+    assert consumed(idle) is False and consumed("Start receiving messages") is False
+    for tps, late in ((8919, 2065.576), (15582, 1315.095), (15966, 1213.443), (6997, 1261.0)):
+        assert consumed(busy.format(tps, late)) is False
+    assert consumed(idle) is True and marks == ["first", "end"]
+    sent = [tuple(int(v) for v in bench_timer._SEND.search(
+        f"Send TPS: {tps}, Max RT: 40, Average RT:   1.000, Send Failed: 0, Response Failed: 0"
+    ).groups()) for tps in (5181, 18104, 21723, 1342, 0)]
+    figures = bench_timer._figures(sent, consumed, 480_000)
+    assert figures["put_tps"] == statistics.fmean([5181, 18104, 21723])   # 1342: the tail
+    assert figures["tps"] == statistics.fmean([15582, 15966])    # 8919 began, 6997 ended inside
+    weighted = (8919 * 2065.576 + 15582 * 1315.095 + 15966 * 1213.443 + 6997 * 1261.0) / \
+        (8919 + 15582 + 15966 + 6997)
+    assert abs(figures["lateness_avg_ms"] - weighted) < 1e-6
+    assert figures["lateness_p99_distinct_ms"] == 2787 and figures["lateness_max_ms"] == 2817
+    early = dict(figures, lateness_avg_ms=-108859.0, broker="pybroker")
+
+    class Running:
+        def exited(self):
+            return None
+    bench_timer._judge(early, bench_load.StreamedRun(), [], Running())
+    assert early["error"] == ("pybroker delivered timer messages before they were due (mean "
+                              "lateness -108859 ms)")
+    assert bench_timer._busy([0, 0, 5, 0], began_inside=True) == []
+    assert [s.name for s in driver.matrix("timer")] == ["timer-1KiB-w16-async"]
+    assert [s.name for s in driver.matrix("transaction")] == ["transaction-2KiB-w32-async"]
