@@ -203,6 +203,7 @@ class PyBrokerInstall:
     def describe(self) -> dict:
         return {"command": " ".join(self.argv), "version": self.version,
                 "package": self.package, "matches_checkout": self.matches_checkout,
+                "differing_count": len(self.differing),
                 "differing_files": list(self.differing[:20])}
 
 

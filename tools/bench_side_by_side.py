@@ -577,8 +577,9 @@ def _announce(context: dict) -> None:
     mine = context["broker_versions"].get("pybroker")
     if mine and not mine["matches_checkout"]:
         sys.stderr.write(f"[bench] note: the pybroker that runs ({mine['package']}) differs "
-                         f"from this checkout in {len(mine['differing_files'])}+ source files: "
-                         f"its figures are not those of {git_revision()}\n")
+                         f"from this checkout in {mine['differing_count']} source files (e.g. "
+                         f"{mine['differing_files'][0]}): its figures are not those of "
+                         f"{git_revision()}\n")
     sys.stderr.write(f"[bench] load: {context['load']['text']}\n[bench] brokers: "
                      + bench_report.brokers_text(context["broker_versions"]) + "\n")
 
@@ -643,7 +644,7 @@ def main(argv=None) -> int:
         stopped, code = "interrupted", 130
     finally:
         bb.stop_all()
-        if not keep and not (stopped and records):   # a failed broker's logs are kept
+        if not keep and not (code == 1 and records):   # a failed broker's logs are kept
             shutil.rmtree(work_root, ignore_errors=True)
     path = _write(args, records, scenarios, started, context, stopped) if records else None
     if stopped:
