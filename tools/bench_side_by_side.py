@@ -48,6 +48,12 @@ import sys
 import tempfile
 import time
 
+try:
+    import psutil  # noqa: F401  (pybroker's dependency: the samplers read processes with it)
+except ImportError:
+    sys.exit(f"bench_side_by_side: pybroker is not installed for {sys.executable} (psutil "
+             f"missing): install it with python3 -m pip install . (README's install, from the "
+             f"clone)")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import apache_bench  # noqa: E402
 import bench_brokers as bb  # noqa: E402
@@ -553,9 +559,6 @@ def prepare(args, work_root: pathlib.Path) -> dict:
         if bench_timer.port_free():
             raise Stop(bench_timer.port_free())
     client_version = build_info["version"] if build_info else jr.DEFAULT_VERSION
-    installs = {name: _install(name.split("-", 1)[1]) for name in args.brokers
-                if name != "pybroker"}
-    client = installs.get(f"java-{client_version}") or _install(client_version)
     versions = {}
     if "pybroker" in args.brokers or args.mode == "profile":
         try:
@@ -564,6 +567,9 @@ def prepare(args, work_root: pathlib.Path) -> dict:
             raise Stop(str(error)) from None
         bb.use_pybroker(found)
         versions["pybroker"] = found.describe()
+    installs = {name: _install(name.split("-", 1)[1]) for name in args.brokers
+                if name != "pybroker"}
+    client = installs.get(f"java-{client_version}") or _install(client_version)
     versions.update({name: install.server_versions() for name, install in installs.items()})
     try:
         tools = LoadTools(work_root, client, apache_classes=classes)
