@@ -243,10 +243,19 @@ def load_key(result: dict) -> str:
     return "project"
 
 
+def _comparable(result: dict) -> tuple:
+    """What two results must share for their figures to be compared: load, run and warm-up
+    seconds, the box's CPU model and count."""
+    box = result.get("machine") or {}
+    return (load_key(result), result.get("run_seconds"), result.get("warmup_seconds"),
+            box.get("cpu_model"), box.get("logical_cpus"))
+
+
 def previous_result(results_dir: pathlib.Path, mode: str, exclude: pathlib.Path,
-                    load: str = "project") -> dict | None:
-    """The newest complete result of ``mode`` with the same load (load_key) in results_dir,
-    other than ``exclude``."""
+                    like: dict | None = None) -> dict | None:
+    """The newest complete result of ``mode`` in results_dir, other than ``exclude``, that is
+    comparable with ``like`` (same load, durations and box: :func:`_comparable`)."""
+    want = _comparable(like) if like is not None else None
     found = None
     for path in sorted(results_dir.glob("*.json")):
         if path == exclude:
@@ -256,7 +265,7 @@ def previous_result(results_dir: pathlib.Path, mode: str, exclude: pathlib.Path,
         except ValueError:
             continue
         if result.get("mode") == mode and result.get("summary") and "revision" in result \
-                and not result.get("partial") and load_key(result) == load:
+                and not result.get("partial") and (want is None or _comparable(result) == want):
             found = result
     return found
 

@@ -615,8 +615,7 @@ def _write(args, records, scenarios, started, context, stopped) -> pathlib.Path:
     args.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.fromtimestamp(started).strftime("%Y%m%dT%H%M%S")
     path = args.results_dir / f"{stamp}-{args.mode}{'-partial' if stopped else ''}.json"
-    previous = bench_report.previous_result(args.results_dir, result["mode"], path,
-                                            bench_report.load_key(result))
+    previous = bench_report.previous_result(args.results_dir, result["mode"], path, result)
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     if not args.no_docs and not stopped:
         bench_report.write_docs(args.results_dir, ROOT / "docs" / "benchmarks.md")

@@ -269,11 +269,14 @@ def test_a_partial_result_says_so_and_replaces_neither_docs_nor_the_comparison(t
     project = dict(complete, load={"kind": "project", "text": "ours"}, load_tool="java_bench")
     for name, result in (("1.json", complete), ("2.json", project), ("3.json", partial)):
         (tmp_path / name).write_text(json.dumps(result), encoding="utf-8")
-    found = bench_report.previous_result(tmp_path, "quick", tmp_path / "x.json",
-                                         "apache rocketmq-all-4.9.8")
+    found = bench_report.previous_result(tmp_path, "quick", tmp_path / "x.json", complete)
     assert found["revision"] == "abd"                 # not the partial one, not the project load
-    assert bench_report.previous_result(tmp_path, "quick", tmp_path / "x.json")["load"] == \
-        {"kind": "project", "text": "ours"}
+    assert bench_report.previous_result(tmp_path, "quick", tmp_path / "x.json", project)[
+        "load"] == {"kind": "project", "text": "ours"}
+    shorter = dict(project, run_seconds=8)
+    assert bench_report.previous_result(tmp_path, "quick", tmp_path / "x.json", shorter) is None
+    other_box = dict(project, machine=dict(project["machine"], cpu_model="another"))
+    assert bench_report.previous_result(tmp_path, "quick", tmp_path / "x.json", other_box) is None
     doc = tmp_path / "benchmarks.md"
     bench_report.write_docs(tmp_path, doc)
     generated = doc.read_text(encoding="utf-8")
