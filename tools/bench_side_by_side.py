@@ -376,6 +376,8 @@ def run_matrix(args, tools, installs: dict, scenarios: list[Scenario], work_root
                 _progress(record)
                 reason = failure(record)
                 if reason and not args.keep_going:
+                    for store in sorted(work_dir.glob("**/store"), reverse=True):
+                        shutil.rmtree(store, ignore_errors=True)     # the logs are kept
                     raise Stop(f"{reason} (its logs: {work_dir})")
                 shutil.rmtree(work_dir, ignore_errors=True)
 
