@@ -1,7 +1,7 @@
 # pybroker exception hierarchy.
 """Exceptions raised by pybroker.
 
-Three kinds of failure are kept apart (see docs/architecture.md):
+Three kinds of failure are kept apart (see docs/architecture/layers.md):
 
 * operating errors from peers (bad frames, bad headers) -> :class:`ProtocolError` and friends,
   turned into a RocketMQ response code or a closed connection at the edge;

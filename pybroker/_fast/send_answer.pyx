@@ -1,5 +1,5 @@
 # pybroker._fast.send_answer: the response frame of a fast send, from a template, no objects.
-"""A send's response frame, written from a template (docs/architecture.md, "Send fast path").
+"""A send's response frame, written from a template (docs/architecture/send-fast-path.md).
 
 The template is the Python path's own JSON header for a send response, cut where the values
 go (broker/send_fast.py ``response_template``)::

@@ -1,5 +1,5 @@
 # pybroker._fast.send_path: a remoting worker's send fast path, frames -> ring -> response bytes.
-"""The send fast path of a remoting worker (docs/architecture.md, "Send fast path").
+"""The send fast path of a remoting worker (docs/architecture/send-fast-path.md).
 
 Receive: :meth:`SendPath.take` walks the whole frames of a connection's receive buffer. Each
 frame that :mod:`pybroker._fast.send_read` reads as a send to a topic of the fast table (see

@@ -1,5 +1,5 @@
 # pybroker._fast.send_read: read a send request in place from its frame, without Python objects.
-"""The send fast path's reader (docs/architecture.md, "Send fast path").
+"""The send fast path's reader (docs/architecture/send-fast-path.md).
 
 A SEND_MESSAGE (10, long header names), SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE (310/320, names
 "a".."n") frame is read where it lies in the connection's receive buffer: the custom header from

@@ -52,7 +52,7 @@ class StoreTopicDeleter:
 
 @dataclass
 class BrokerContext:
-    """Everything a handler may use. See docs/architecture.md for who owns what."""
+    """Everything a handler may use. Who owns what: docs/architecture/layers.md."""
     config: Config
     store: StoreReader
     putter: Putter

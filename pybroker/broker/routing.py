@@ -1,5 +1,5 @@
 # Which process answers which request code: the one routing table of the broker.
-"""Request routing of the multi-process broker (docs/architecture.md, "Request routing").
+"""Request routing of the multi-process broker (docs/architecture/metadata.md).
 
 DATA codes are answered by the remoting worker that received them (they touch the store and the
 send ring). METADATA codes are forwarded to the metadata service in the supervisor, the single

@@ -490,7 +490,7 @@ async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
     ``MSG_REGION`` and ``TRACE_ON``; the code comes from :func:`store.status.send_response`.
     """
     fields = send_response_fields(ctx)
-    # HeaderError propagates: the transport answers it (architecture.md, "Errors").
+    # HeaderError propagates: the transport answers it (docs/architecture/layers.md).
     header = headers.parse_request_header(request.code, request.ext_fields)
     try:
         config = await _topic_config(ctx, channel, header)

@@ -1,5 +1,5 @@
 # What the send fast path may do on its own: its topic table and its response templates.
-"""The Python side of the send fast path (docs/architecture.md, "Send fast path").
+"""The Python side of the send fast path (docs/architecture/send-fast-path.md).
 
 :mod:`pybroker._fast.send_path` takes a send without the Python handler only when the handler
 (:mod:`pybroker.broker.send`) would store it exactly as written and answer SUCCESS. This module

@@ -1,5 +1,5 @@
 # Forking broker processes: names, life tied to the parent, and who may stop them.
-"""How the supervisor (and standalone mode) start child processes (docs/architecture.md).
+"""How the supervisor (and standalone mode) start child processes (docs/architecture/processes.md).
 
 Signals. Only the supervisor decides when a child stops. SIGTERM and SIGINT sent to the whole
 process group (Ctrl-C in a terminal, ``kill -TERM -- -PGID``, systemd's default

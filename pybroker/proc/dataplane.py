@@ -1,5 +1,5 @@
 # The data plane's shared parts: rings, control block, eventfds, and what each process attaches.
-"""Wiring of one broker generation's data plane (docs/architecture.md, "Processes").
+"""Wiring of one broker generation's data plane (docs/architecture/processes.md).
 
 The supervisor creates everything before forking (regions under ``<store>/run``, eventfds
 inherited by the children); slot ``i < N`` is remoting worker ``i``, slot ``N`` is the

@@ -1,5 +1,5 @@
 # The ha worker process: master (serves slaves) or slave (replicates), by brokerRole.
-"""Entry of the ``ha`` worker (design.md §2; docs/architecture.md, "Replication").
+"""Entry of the ``ha`` worker (design.md §2; docs/architecture/replication.md).
 
 On ASYNC_MASTER and SYNC_MASTER it runs :class:`pybroker.proc.ha_master.HAMasterService` on the
 HA port the supervisor bound; on SLAVE it runs :class:`pybroker.proc.ha_slave.HASlaveClient`,

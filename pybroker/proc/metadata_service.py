@@ -1,5 +1,5 @@
 # The metadata service: the single writer of broker metadata, serving forwarded requests.
-"""Metadata service, run in the supervisor (docs/architecture.md, "Processes").
+"""Metadata service, run in the supervisor (docs/architecture/metadata.md).
 
 Remoting workers connect over a unix socket and forward every METADATA request
 (:data:`pybroker.broker.routing.METADATA_CODES`) with the client's channel in ext fields; the

@@ -1,5 +1,5 @@
 # A remoting worker process: client connections, data requests, forwarding of metadata requests.
-"""Remoting worker (docs/architecture.md, "Processes").
+"""Remoting worker (docs/architecture/processes.md).
 
 Serves its own SO_REUSEPORT listening sockets of listenPort and the fast port (listenPort - 2),
 bound by the supervisor (pybroker/proc/listeners.py), alongside its sibling workers. DATA

@@ -27,7 +27,7 @@ records start; the appender's hot loop reads the same layout in C from
 fast path writes it in C with the same .pxd (``pybroker/_fast/send_path.pyx``;
 ``proc/ring_putter.py`` asserts its header size and wait flag against this module at import, and
 tests/unit/broker/test_send_fast.py reads what it wrote with :func:`read_put_request`). Whoever
-changes this layout changes it here and in put_request.pxd (docs/architecture.md).
+changes this layout changes it here and in put_request.pxd (docs/architecture/data-plane.md).
 """
 import struct
 from typing import NamedTuple

@@ -1,5 +1,5 @@
 # The supervisor: recovery, forking and watching the workers, metadata and periodic services.
-"""Broker supervisor (docs/architecture.md, "Processes" and "Crash model").
+"""Broker supervisor (docs/architecture/processes.md).
 
 One *generation* = recover the store in this process, hand it over, fork the data plane
 (appender, dispatcher, flusher) and the remoting workers, then serve the metadata service and

@@ -1,5 +1,5 @@
 # The supervisor's watchdog: a worker whose main loop stopped turning while work waits is hung.
-"""Hang detection for one generation (docs/architecture.md, "Crash model").
+"""Hang detection for one generation (docs/architecture/processes.md, "Crash model").
 
 Every worker counts its main-loop turns in its control-block line (``heartbeats``): the
 appender, dispatcher and flusher once per loop turn (they sleep at most a second, or the

@@ -15,7 +15,7 @@ send the bytes it announces), and shrinks back to 64 KiB once it is empty.
 
 Send fast path. When the owner sets ``fast_sends`` (a remoting worker's client connections),
 each read first goes to that port: it takes every leading send it can straight from the receive
-buffer into the send ring (docs/architecture.md, "Send fast path"); the first other frame is
+buffer into the send ring (docs/architecture/send-fast-path.md); the first other frame is
 decoded and dispatched as above, then the port goes on after it. When the ring has no room the
 rest of the buffer waits (reading pauses) until the appender frees space. The port's answers
 arrive as one bytes object per connection per completion drain (:meth:`write_frames`).

@@ -13,10 +13,11 @@ those entries.
 offset, the flusher's followed end) and, once that has moved ``step_bytes`` past what it last
 dropped, calls ``madvise(MADV_DONTNEED)`` on the whole pages from there up to ``keep_bytes``
 below the position. The files are mapped shared, so the call loses nothing: a dirty page stays
-dirty in the page cache (msync and writeback still write it, docs/architecture.md), and a later
-access maps the page again from the page cache (a minor fault). Java keeps its whole CommitLog
-mapping resident in its one process; see docs/benchmarks.md for what this changes in the
-measured PSS, and what it does not (the page cache is the same).
+dirty in the page cache (msync and writeback still write it,
+docs/architecture/store-files.md), and a later access maps the page again from the page cache
+(a minor fault). Java keeps its whole CommitLog mapping resident in its one process; see
+docs/benchmarks.md for what this changes in the measured PSS, and what it does not (the page
+cache is the same).
 
 Locked mappings (warmMapedFileEnable with the pages locked) refuse the call: the first refusal
 turns the dropping off for the process with one log line.

@@ -32,7 +32,7 @@ Page faults: the first store into a fresh page of a file mapping allocates a pag
 in a sparse file, reserves its block): 3.0 µs per 4 KiB page on a fallocated file and 3.5 µs on a
 sparse one on this ext4 box. :meth:`MappedFile.prefault` does that work ahead of the writer without
 touching the data (``MADV_POPULATE_WRITE``); called from another process (the flusher) it leaves
-the writer only a minor fault, 1.5 µs per page (tools: see docs/architecture.md "Sparse files").
+the writer only a minor fault, 1.5 µs per page (tools: docs/architecture/store-files.md).
 """
 import errno
 import logging

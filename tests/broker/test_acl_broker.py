@@ -156,10 +156,11 @@ def test_bad_sends_are_refused_and_store_nothing(client, case):
 
 
 def test_pipelined_sends_to_a_known_topic_are_checked_in_both_encodings(broker, client):
-    """The send fast path (docs/architecture.md) takes sends to known topics straight from the
-    receive buffer; on an ACL broker every one must still meet the signature check. Bad sends
-    in the JSON and ROCKETMQ (Java benchmark's) header encodings, written in one burst after
-    the topic exists, are all refused; the one signed send among them is the only one stored."""
+    """The send fast path (docs/architecture/send-fast-path.md) takes sends to known topics
+    straight from the receive buffer; on an ACL broker every one must still meet the signature
+    check. Bad sends in the JSON and ROCKETMQ (Java benchmark's) header encodings, written in one
+    burst after the topic exists, are all refused; the one signed send among them is the only
+    one stored."""
     warm = client.invoke(_signed(RequestCode.SEND_MESSAGE_V2, _send_fields("acl_orders"),
                                  b"topic known"), TIMEOUT_MS)
     assert warm.code == ResponseCode.SUCCESS, warm.remark

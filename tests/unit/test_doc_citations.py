@@ -6,7 +6,8 @@ Method: scan the tracked sources, tests, tools, benchmarks and docs for ``§``; 
 ``protocol.md §4.6/§4.7`` shares the first name), the doc must exist in docs/, and a heading
 ``N.`` / ``N.M`` must be in it. A doc's own bare ``§`` citations refer to itself. Citations of
 documents outside the repository (the old ``reference §``, ``DESIGN §``, ``STYLE §``,
-``broker_design``) are refused.
+``broker_design``) are refused. Every ``docs/<page>.md`` a file names (the architecture pages
+are cited by path, ``docs/architecture/send-fast-path.md``) must exist.
 """
 import pathlib
 import re
@@ -19,6 +20,7 @@ DOCS = ROOT / "docs"
 SUFFIXES = (".py", ".pyx", ".pxd", ".pyi", ".h", ".md", ".java", ".go", ".service")
 CITATION = re.compile(r"§(\d+(?:\.\d+)*)")
 DOC_NAME = re.compile(r"([\w-]+\.md)\b")
+DOC_PATH = re.compile(r"\bdocs/(?!en/|cn/)([\w/-]+\.md)\b")    # docs/en, cn: RocketMQ's
 OUTSIDE = re.compile(r"\b(?:[Rr]eference §|DESIGN §|STYLE §|DESIGN rule|broker_design|"
                      r"shared/(?:DESIGN|STYLE|reference))")
 
@@ -76,6 +78,15 @@ def test_no_citation_leaves_the_repository():
                 for path in tracked_files()
                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                 if OUTSIDE.search(line) and path != pathlib.Path(__file__)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_named_page_exists():
+    problems = [f"{path.relative_to(ROOT)}:{number}: docs/{found.group(1)} does not exist"
+                for path in tracked_files()
+                for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                for found in DOC_PATH.finditer(line)
+                if not (DOCS / found.group(1)).is_file()]
     assert not problems, "\n".join(problems)
 
 
