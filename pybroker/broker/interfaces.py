@@ -1,8 +1,8 @@
 # The seams between broker handlers and what runs them: store reads, metadata, putter, channel.
 """Interfaces (typing.Protocol) that broker handlers and services are written against.
 
-Each is implemented by a class per process, and mypy (tests/unit/test_source.py) checks every
-implementation against it where it is wired:
+Each is implemented by a class per process, and mypy (tests/unit/repository/test_source.py)
+checks every implementation against it where it is wired:
 
 ==================  =========================================  =================================
 interface           remoting worker / supervisor               tests, single-process store

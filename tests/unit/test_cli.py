@@ -8,9 +8,12 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import pybroker
 from pybroker import config
 
+pytestmark = pytest.mark.dataplane
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "broker.conf"
 

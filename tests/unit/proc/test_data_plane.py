@@ -26,6 +26,7 @@ from pybroker.store.message_store import MessageStore
 from pybroker.store.reader import MessageStoreReader
 from pybroker.store.status import GetStatus
 
+pytestmark = pytest.mark.dataplane
 HOST = bytes([127, 0, 0, 1])
 PORT = 10911
 TOPIC = "PlaneTopic"

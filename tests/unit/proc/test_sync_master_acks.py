@@ -19,7 +19,7 @@ from pybroker.store.status import PutStatus
 from pybroker._testbase.dataplane import LocalDataPlane
 from tests.unit.proc.test_data_plane import HOST, PORT, QUEUES, TOPIC, encode, make_plane
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.dataplane, pytest.mark.timeout(60)]
 TIMEOUT_MS = 300
 
 

@@ -62,6 +62,7 @@ def test_counters_histograms_and_keys_sum_over_writers(region):
     second.close()
 
 
+@pytest.mark.dataplane
 def test_a_forked_writer_is_seen_and_a_new_writer_continues_its_keys(region):
     pid = os.fork()
     if pid == 0:

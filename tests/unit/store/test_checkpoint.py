@@ -98,6 +98,7 @@ def _try_lock(root: str, queue) -> None:
         queue.put(str(exc))
 
 
+@pytest.mark.dataplane
 def test_lock_is_exclusive_in_process_and_across_processes(tmp_path):
     root = str(tmp_path)
     with StoreLock(root) as lock:

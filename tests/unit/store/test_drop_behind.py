@@ -67,6 +67,7 @@ def test_advance_drops_behind_the_position_and_keeps_the_bytes(tmp_path):
         queue.shutdown(0)
 
 
+@pytest.mark.dataplane
 def test_dirty_pages_dropped_before_msync_are_still_written(tmp_path):
     path = str(tmp_path / offset_file_name(0))
     mapped_file = MappedFile(path, 8 * MIB)

@@ -271,6 +271,7 @@ def assert_all_readable(store, count: int) -> None:
         assert got == [body_of(index) for index in expected]
 
 
+@pytest.mark.dataplane
 @pytest.mark.parametrize("deleted", [(), ("consumequeue", "index")])
 def test_abnormal_restart_rebuilds_queues_and_index(tmp_path, deleted):
     root = str(tmp_path / "store")

@@ -88,6 +88,7 @@ def test_window_follows_the_write_rate_within_its_bounds(tmp_path):
         commitlog.shutdown(0)
 
 
+@pytest.mark.dataplane
 def test_writer_and_prefaulting_process_share_the_file_safely(tmp_path):
     file_size = 16 * MIB
     queue_dir = str(tmp_path / "commitlog")

@@ -18,7 +18,7 @@ import pytest
 from pybroker.protocol import command as wire
 from pybroker.protocol.command import MappedBody, create_request, create_response
 from pybroker.remoting import RequestTable, start_server
-from tests.unit.test_remoting import connected_client, run
+from tests.unit.remoting.test_remoting import connected_client, run
 
 MAPPED = 120
 

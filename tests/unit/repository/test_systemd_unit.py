@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "pybroker.service")
+UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "pybroker.service")
 
 
 def _unit() -> configparser.ConfigParser:
@@ -34,6 +34,7 @@ def test_stop_settings_are_the_documented_ones():
     assert int(service["TimeoutStopSec"]) >= 30
 
 
+@pytest.mark.dataplane
 def test_exec_start_is_a_pybroker_command():
     words = _unit()["Service"]["ExecStart"].split()
     assert os.path.basename(words[0]) == "pybroker" and words[1] == "standalone"

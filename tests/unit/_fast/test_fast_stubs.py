@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-FAST_DIR = pathlib.Path(__file__).resolve().parents[2] / "pybroker" / "_fast"
+FAST_DIR = pathlib.Path(__file__).resolve().parents[3] / "pybroker" / "_fast"
 MODULES = sorted(path.stem for path in FAST_DIR.glob("*.pyx"))
 
 

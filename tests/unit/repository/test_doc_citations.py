@@ -6,8 +6,8 @@ Method: scan the tracked sources, tests, tools, benchmarks and docs for ``§``; 
 ``protocol.md §4.6/§4.7`` shares the first name), the doc must exist in docs/, and a heading
 ``N.`` / ``N.M`` must be in it. A doc's own bare ``§`` citations refer to itself. Citations of
 documents outside the repository (the old ``reference §``, ``DESIGN §``, ``STYLE §``,
-``broker_design``) are refused. Every ``docs/<page>.md`` a file names (the architecture pages
-are cited by path, ``docs/architecture/send-fast-path.md``) must exist.
+``broker_design``) are refused. Every ``docs/<page>.md`` and ``tests/<file>.py`` a file names
+(the architecture pages are cited by path, ``docs/architecture/send-fast-path.md``) must exist.
 """
 import pathlib
 import re
@@ -15,12 +15,13 @@ import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
 SUFFIXES = (".py", ".pyx", ".pxd", ".pyi", ".h", ".md", ".java", ".go", ".service")
 CITATION = re.compile(r"§(\d+(?:\.\d+)*)")
 DOC_NAME = re.compile(r"([\w-]+\.md)\b")
-DOC_PATH = re.compile(r"\bdocs/(?!en/|cn/)([\w/-]+\.md)\b")    # docs/en, cn: RocketMQ's
+# A page of docs/ or a file of tests/ (docs/en and docs/cn are RocketMQ's, cited from its tree).
+NAMED_PATH = re.compile(r"(?<![\w/.])((?:docs/(?!en/|cn/)[\w/-]+\.md|tests/[\w/-]+\.py))\b")
 OUTSIDE = re.compile(r"\b(?:[Rr]eference §|DESIGN §|STYLE §|DESIGN rule|broker_design|"
                      r"shared/(?:DESIGN|STYLE|reference))")
 
@@ -81,12 +82,12 @@ def test_no_citation_leaves_the_repository():
     assert not problems, "\n".join(problems)
 
 
-def test_every_named_page_exists():
-    problems = [f"{path.relative_to(ROOT)}:{number}: docs/{found.group(1)} does not exist"
+def test_every_named_page_and_test_file_exists():
+    problems = [f"{path.relative_to(ROOT)}:{number}: {found.group(1)} does not exist"
                 for path in tracked_files()
                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-                for found in DOC_PATH.finditer(line)
-                if not (DOCS / found.group(1)).is_file()]
+                for found in NAMED_PATH.finditer(line)
+                if not (ROOT / found.group(1)).is_file()]
     assert not problems, "\n".join(problems)
 
 

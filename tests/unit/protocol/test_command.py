@@ -17,7 +17,7 @@ from pybroker.protocol import command
 from pybroker.protocol.command import RemotingCommand
 from pybroker.protocol.constants import CURRENT_VERSION, LanguageCode, SerializeType
 
-_GOLDEN_PATH = pathlib.Path(__file__).resolve().parents[1] / "golden" / "frames.py"
+_GOLDEN_PATH = pathlib.Path(__file__).resolve().parents[2] / "golden" / "frames.py"
 _spec = importlib.util.spec_from_file_location("golden_frames", _GOLDEN_PATH)
 golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(golden)

@@ -399,11 +399,13 @@ def run_pair(tmp_path, capacity_bytes, count, seed, size_max):
     work_fd.close()
 
 
+@pytest.mark.dataplane
 def test_cross_process_every_byte_in_order_exactly_once(tmp_path, rand):
     # A 4 KiB ring for 30k records up to 700 B: hundreds of wraps and constant back-pressure.
     run_pair(tmp_path, 4096, 30_000, rand.randrange(1 << 20), 700)
 
 
+@pytest.mark.dataplane
 def test_cross_process_small_records_large_ring(tmp_path, rand):
     run_pair(tmp_path, 1 << 16, 50_000, rand.randrange(1 << 20), 64)
 
@@ -412,6 +414,7 @@ def close_inherited(region) -> None:
     region.close()          # a forked child inherits the creator's object: unmap only
 
 
+@pytest.mark.dataplane
 def test_shared_region_ownership_and_run_directory(tmp_path):
     run_directory = shared.RunDirectory(str(tmp_path / "run"), create=True)
     path = run_directory.region_path("worker-0.send")

@@ -11,7 +11,11 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+import pytest
+
+pytestmark = pytest.mark.dataplane
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 TESTS = '''
 import pytest
 

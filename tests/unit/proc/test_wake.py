@@ -117,6 +117,7 @@ def run_ponger(paths, rounds, work_fd, done_fd, error_path):
     del data
 
 
+@pytest.mark.dataplane
 def test_ping_pong_races_lose_no_wake_up(tmp_path):
     rounds = 3000
     paths = [str(tmp_path / "requests.ring"), str(tmp_path / "completions.ring")]
@@ -162,6 +163,7 @@ def run_position_watcher(path, steps, slot, wake_fd, error_path):
         block.worker(slot).add(wakeups=wake_fd.wakeups)
 
 
+@pytest.mark.dataplane
 def test_position_watchers_are_woken_by_the_publisher(tmp_path):
     path = str(tmp_path / "control")
     steps = 5000
@@ -206,6 +208,7 @@ def run_completion_producer(path, total, done_fd, seed):
             os.sched_yield()
 
 
+@pytest.mark.dataplane
 def test_asyncio_reader_drains_every_completion(tmp_path, rand):
     path = str(tmp_path / "completions.ring")
     total = 20_000

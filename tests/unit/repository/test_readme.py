@@ -1,12 +1,14 @@
-"""README stays true: its test command is the one .ci/run executes, and the systemd unit it
-links runs a valid command.
+"""README stays true: its test command is the one .ci/run executes (printing the 30 slowest
+tests), the systemd unit it links runs a valid command, and tests/README.md maps every test file.
 
 Method: pull the install-and-test line out of README.md and look for it verbatim in .ci/run;
-parse the systemd unit README points to and give its command line to the CLI parser.
+parse the systemd unit README points to and give its command line to the CLI parser; compare
+the test files tests/README.md names with the ``test_*.py`` files under tests/.
 """
 import pathlib
+import re
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_ci_runs_readme_test_command():
@@ -15,6 +17,7 @@ def test_ci_runs_readme_test_command():
     assert len(lines) == 1, lines
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert lines[0].strip() in ci
+    assert "--durations=30" in lines[0]
 
 
 def test_systemd_unit_runs_a_valid_pybroker_command():
@@ -30,3 +33,13 @@ def test_systemd_unit_runs_a_valid_pybroker_command():
     assert parsed.subcommand == "standalone" and parsed.config_file
     assert settings["KillSignal"] == "SIGTERM"
     assert "docs/pybroker.service" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_tests_readme_maps_every_test_file():
+    tests = ROOT / "tests"
+    named = set(re.findall(r"`(?:tests/)?((?:[\w-]+/)+test_\w+\.py)`",
+                           (tests / "README.md").read_text(encoding="utf-8")))
+    present = {str(path.relative_to(tests)) for path in tests.rglob("test_*.py")}
+    assert not named - present, f"tests/README.md names missing files: {sorted(named - present)}"
+    assert not present - named, (f"add each test file to the feature it tests in tests/README.md: "
+                                 f"{sorted(present - named)}")

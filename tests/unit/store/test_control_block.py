@@ -154,6 +154,7 @@ def run_field_writer(path: str, field: str, count: int) -> None:
             block.publish(field, doubled(value))
 
 
+@pytest.mark.dataplane
 def test_cross_process_writers_readers_never_see_torn_or_backward_values(tmp_path):
     path = str(tmp_path / "control")
     count = 20_000

@@ -20,7 +20,7 @@ from pybroker.protocol import command
 from pybroker.protocol.constants import MessageSysFlag, Property
 from pybroker.protocol.properties import decode_properties
 
-GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden" / "java-4.9.8"
+GOLDEN = pathlib.Path(__file__).resolve().parents[2] / "golden" / "java-4.9.8"
 
 
 def _frames(name: str) -> list:

@@ -14,7 +14,7 @@ from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import decode
 from pybroker.protocol.headers import parse_request_header
 
-GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden" / "cpp-0.4.4"
+GOLDEN = pathlib.Path(__file__).resolve().parents[2] / "golden" / "cpp-0.4.4"
 
 
 def _requests() -> list:

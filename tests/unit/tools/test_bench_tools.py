@@ -11,7 +11,7 @@ import pathlib
 import sys
 import xml.etree.ElementTree as ElementTree
 
-TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
+TOOLS = pathlib.Path(__file__).resolve().parents[3] / "tools"
 sys.path.insert(0, str(TOOLS))
 
 import apache_bench  # noqa: E402
