@@ -1,18 +1,29 @@
-# Thin wrappers; README quotes these.
+# Thin wrappers; README and tests/README.md quote these.
 PYTHON ?= python3
 
-.PHONY: compile debug test bench clean
+.PHONY: build compile debug quick test bench clean
 
+# Incremental: only the extensions whose .pyx, .pxd or .h changed are compiled again
+# (a change of flavour, debug <-> normal, rebuilds all; setup.py).
+build:
+	$(PYTHON) setup.py build_ext --inplace -j 2
+
+# From scratch, as CI builds.
 compile:
-	$(PYTHON) setup.py build_ext --inplace --cython-always --force
+	$(PYTHON) setup.py build_ext --inplace -j 2 --cython-always --force
 
 debug:
-	PYBROKER_DEBUG=1 $(PYTHON) setup.py build_ext --inplace --cython-always --force
+	PYBROKER_DEBUG=1 $(PYTHON) setup.py build_ext --inplace -j 2
 
-test: compile
+# The inner loop: build, then every `unit` test (no process of its own; ruff, mypy with its
+# cache in build/mypy-cache, tidy included). tests/README.md says what to run next.
+quick: build
+	$(PYTHON) -m pytest tests/unit -m unit -q --durations=10
+
+test: build
 	$(PYTHON) -m pytest
 
-bench: compile
+bench: build
 	$(PYTHON) -m pytest benchmarks/micro --benchmark-only --timeout=0
 
 clean:

@@ -9,6 +9,11 @@ steps stay cheap. Build switches (read here and nowhere else):
 * ``PYBROKER_SANITIZE=1`` adds ASan/UBSan.
 * ``PYBROKER_BUILD_ONLY=frame,record`` builds only those extensions (development).
 * ``build_ext --cython-always`` regenerates every .c even when it looks up to date.
+
+Without ``--force`` / ``--cython-always`` the build is incremental: Cython regenerates a .c only
+when its .pyx or a .pxd / .h it uses changed, and only those extensions are compiled again. A
+build of another flavour (debug, sanitize) than the last one rebuilds everything: the flavour is
+kept in ``build/pybroker-flavour``.
 """
 import glob
 import os
@@ -20,6 +25,8 @@ FAST_DIR = os.path.join("pybroker", "_fast")
 DEBUG = os.environ.get("PYBROKER_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("PYBROKER_SANITIZE", "") not in ("", "0")
 ONLY = [n for n in os.environ.get("PYBROKER_BUILD_ONLY", "").split(",") if n]
+FLAVOUR = f"debug={int(DEBUG)} sanitize={int(SANITIZE)}\n"
+FLAVOUR_FILE = os.path.join("build", "pybroker-flavour")
 
 
 def _extensions():
@@ -59,11 +66,30 @@ class build_ext(_build_ext):
     def finalize_options(self):
         from Cython.Build import cythonize
 
+        if _last_flavour() != FLAVOUR:
+            self.force = True           # objects of another flavour must not be kept
         directives = {"language_level": "3", "embedsignature": True, "linetrace": DEBUG}
         self.distribution.ext_modules[:] = cythonize(
             self.distribution.ext_modules, compiler_directives=directives,
             annotate=DEBUG, force=bool(self.cython_always or self.force))
         super().finalize_options()
+
+    def run(self):
+        if ONLY and _last_flavour() != FLAVOUR and os.path.exists(FLAVOUR_FILE):
+            os.remove(FLAVOUR_FILE)     # the others keep their flavour: the next build forces
+        super().run()
+        if not ONLY:
+            os.makedirs(os.path.dirname(FLAVOUR_FILE), exist_ok=True)
+            with open(FLAVOUR_FILE, "w", encoding="ascii") as stamp:
+                stamp.write(FLAVOUR)
+
+
+def _last_flavour() -> str:
+    try:
+        with open(FLAVOUR_FILE, encoding="ascii") as stamp:
+            return stamp.read()
+    except FileNotFoundError:
+        return ""
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": build_ext})
