@@ -43,6 +43,7 @@ from pybroker.schema import (ADDRESS_LIST_RULE, ADDRESS_RULE, DELAY_LEVEL_RULE, 
                              delete_when_hours, home, java_text, matches, only, parse_value,
                              power_of_two, setting, settings_of)
 from pybroker.store import layout
+from pybroker.store.control_block import REMOTING_WORKERS_MAX
 from pybroker.store.settings import BrokerRole, FlushDiskType, StoreConfig  # noqa: F401
 
 LOGGER = logging.getLogger("pybroker.config")
@@ -79,7 +80,7 @@ def default_namesrv_addr() -> str:
 
 
 def _cpu_count() -> int:
-    return max(1, min(64, os.cpu_count() or 1))
+    return max(1, min(REMOTING_WORKERS_MAX, os.cpu_count() or 1))
 
 
 # --- the schema ---------------------------------------------------------------------------------
@@ -221,7 +222,8 @@ class RemotingConfig:
     use_tls: bool = setting("useTLS", False,
         "outgoing links use TLS (Java NettyClientConfig); default: tls.enable")
     remoting_workers: int = setting("remotingWorkers", _cpu_count,
-        "remoting processes; default: CPU count", unit="count", rule=between(1, 64), important=True,
+        "remoting processes; default: CPU count", unit="count",
+        rule=between(1, REMOTING_WORKERS_MAX), important=True,
         pybroker_only=True)
     frame_max_bytes: int = setting("frameMaxBytes", 16 << 20,
         "largest frame accepted (Java's 16 MiB)", unit="bytes", rule=between(4096, 1 << 30),

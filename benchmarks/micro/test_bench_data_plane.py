@@ -17,7 +17,7 @@ from pybroker._fast import record as record_codec
 from pybroker._testbase.dataplane import LocalDataPlane
 from pybroker.config import FlushDiskType, StoreConfig
 from pybroker.proc.ring_putter import RingPutter
-from pybroker.proc.wake import APPENDER_SLOT
+from pybroker.store.control_block import APPENDER
 
 HOST = bytes([127, 0, 0, 1])
 TOPIC = "BenchTopic"
@@ -79,7 +79,7 @@ def _run_plane(tmp_path, producers: int, flush_disk_type: str) -> dict:
             with open(path) as source:
                 results.append(json.load(source))
         assert all(result["statuses"] == ["PUT_OK"] for result in results)
-        counters = plane.control.worker(APPENDER_SLOT)
+        counters = plane.control.worker(APPENDER.slot)
         elapsed = max(result["elapsed_s"] for result in results)
         return {"messages": count * producers, "elapsed_s": round(elapsed, 3),
                 "msgs_per_s": round(count * producers / elapsed),

@@ -15,15 +15,15 @@ import pytest
 
 from pybroker._fast import stats as fast_stats
 from pybroker.stats.recorder import Recorder
-from pybroker.stats.region import StatsCounter as C
-from pybroker.stats.region import StatsHistogram as H
-from pybroker.stats.region import remoting_writer, writer_count
+from pybroker._fast.stats import StatsCounter as C
+from pybroker._fast.stats import StatsHistogram as H
+from pybroker.store.control_block import remoting_worker, stats_section_count
 
 SETTINGS = {"on": True, "off": False}
 
 
 def _writer(enabled: bool, slot: int) -> fast_stats.StatsWriter:
-    writers = writer_count(1)
+    writers = stats_section_count(1)
     buffer = mmap.mmap(-1, fast_stats.region_size(writers))
     fast_stats.initialise(buffer, writers, 0, enabled)
     return fast_stats.StatsWriter(buffer, slot)
@@ -31,7 +31,7 @@ def _writer(enabled: bool, slot: int) -> fast_stats.StatsWriter:
 
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_send_recordings(benchmark, setting):
-    recorder = Recorder(_writer(SETTINGS[setting], remoting_writer(0)))
+    recorder = Recorder(_writer(SETTINGS[setting], remoting_worker(0).stats_section))
 
     def one_send():
         token = recorder.request_started("send")
@@ -44,7 +44,7 @@ def test_send_recordings(benchmark, setting):
 
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_pull_recordings(benchmark, setting):
-    recorder = Recorder(_writer(SETTINGS[setting], remoting_writer(0)))
+    recorder = Recorder(_writer(SETTINGS[setting], remoting_worker(0).stats_section))
 
     def one_pull():
         token = recorder.request_started("pull")

@@ -30,7 +30,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request, create_response
 from pybroker.protocol.headers import parse_request_header, validate_group, validate_topic
 from pybroker.protocol.message_id import decode_offset_message_id
-from pybroker.stats.runtime_info import runtime_info as broker_runtime_info
+from pybroker.broker.runtime_info import runtime_info
 from pybroker.store import config_docs, paths
 from pybroker.store.config_docs import SubscriptionGroupConfig, TopicConfig
 
@@ -45,15 +45,7 @@ SLAVE_REMARK = ("Can't modify topic or subscription group from slave broker, ple
 QUEUE_NUMS_MAX = 65535          # bound on an admin-created topic's queue count
 V3_0_7_SNAPSHOT = 28            # MQVersion ordinal: oldest client that answers 220/221
 V3_1_8_SNAPSHOT = 62            # MQVersion ordinal: oldest client that answers 307/309
-# Java's default thread-pool queue capacities, reported by GET_BROKER_RUNTIME_INFO.
-_POOL_CAPACITIES = {"sendThreadPoolQueueCapacity": "10000",
-                    "pullThreadPoolQueueCapacity": "100000",
-                    "queryThreadPoolQueueCapacity": "20000",
-                    "EndTransactionThreadPoolQueueCapacity": "100000"}
-
-# Store rate keys of GET_BROKER_RUNTIME_INFO, each "<10 s> <1 min> <10 min>" messages/s.
 CONSUMER_STATUS_TIMEOUT_MS = 5000   # Java waits 5 s for each client's 221 answer
-_TPS_KEYS = ("putTps", "getFoundTps", "getMissTps", "getTotalTps", "getTransferedTps")
 
 
 def _ok(request: RemotingCommand, body: bytes | None = None) -> RemotingCommand:
@@ -319,45 +311,10 @@ async def handle_get_consumer_connection_list(ctx: MetadataContext, channel: Cli
 
 
 # --- broker -------------------------------------------------------------------------------------
-def runtime_info(ctx) -> dict[str, str]:
-    """GET_BROKER_RUNTIME_INFO's table: the store's figures plus the broker's keys (protocol.md
-    §2.10).
-
-    pybroker has no thread pools and no daily counters: queue sizes read 0, capacities are
-    Java's defaults, "today now" totals are the store's totals and "morning" totals 0.
-    The TPS keys (three rates: last 10 s, 1 min, 10 min) must be present, since mqadmin
-    clusterList splits them without a null check; pybroker does not sample rates yet, so
-    they read 0.0.
-    """
-    info = dict(ctx.store.runtime_info())
-    version = constants.CURRENT_VERSION
-    info.update(_POOL_CAPACITIES)
-    info.update({
-        "brokerVersionDesc": version.name, "brokerVersion": str(int(version)),
-        "msgPutTotalYesterdayMorning": "0", "msgPutTotalTodayMorning": "0",
-        "msgPutTotalTodayNow": info.get("putMessageTimesTotal", "0"),
-        "msgGetTotalYesterdayMorning": "0", "msgGetTotalTodayMorning": "0",
-        "msgGetTotalTodayNow": info.get("getMessageTransferedMsgCount", "0"),
-        "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0",
-        "queryThreadPoolQueueSize": "0", "EndTransactionQueueSize": "0",
-        "sendThreadPoolQueueHeadWaitTimeMills": "0",
-        "pullThreadPoolQueueHeadWaitTimeMills": "0",
-        "queryThreadPoolQueueHeadWaitTimeMills": "0",
-        "pageCacheLockTimeMills": "0", "startAcceptSendRequestTimeStamp": "0",
-    })
-    for key in _TPS_KEYS:
-        info.setdefault(key, "0.0 0.0 0.0")
-    info.setdefault("dispatchBehindBytes", "0")
-    info.setdefault("earliestMessageTimeStamp", "-1")
-    return info
-
-
 async def handle_get_broker_runtime_info(ctx: MetadataContext, channel: ClientChannel,
                                          request: RemotingCommand) -> RemotingCommand | None:
-    """GET_BROKER_RUNTIME_INFO (28): KVTable of runtime figures: the shared statistics
-    (pybroker/stats/runtime_info.py) in a broker, the store's own figures otherwise."""
-    if ctx.stats_service is not None:
-        return _ok(request, bodies.encode_kv_table(broker_runtime_info(ctx)))
+    """GET_BROKER_RUNTIME_INFO (28): KVTable of runtime figures from the supervisor's
+    statistics (pybroker/broker/runtime_info.py)."""
     return _ok(request, bodies.encode_kv_table(runtime_info(ctx)))
 
 

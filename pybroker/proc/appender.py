@@ -36,16 +36,16 @@ from pybroker import clock
 from pybroker._fast import append
 from pybroker.proc import ring_format
 from pybroker.proc.topic_deletion import read_requested_topics, requests_path
-from pybroker.proc.wake import (APPENDER_SLOT, HA_SLOT, ConsumerSide, DataPlaneWakes,
-                                PositionWatch, Sleeper, signal_mask, stop_on_sigterm)
+from pybroker.proc.wake import (ConsumerSide, DataPlaneWakes, PositionWatch, Sleeper, signal_mask,
+                                stop_on_sigterm)
 from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
-from pybroker.stats.region import (WRITER_APPENDER, StatsCounter, StatsHistogram,
-                                   private_writer)
+from pybroker._fast.stats import StatsCounter, StatsHistogram
+from pybroker.stats.region import private_writer
 from pybroker.store.commitlog import CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.disk_space import SpaceGuard
 from pybroker.store.drop_behind import DropBehind
-from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.control_block import APPENDER, HA, BrokerState, ControlBlock
 from pybroker.store.settings import StoreConfig
 from pybroker.store.transient_pool import CommitStep, TransientStorePool
 from pybroker.store.status import PutStatus
@@ -71,7 +71,7 @@ def run_appender(settings: StoreConfig, rings, completion_rings, control: Contro
     worker slot i. Raises (and the process must exit non-zero) on a store failure.
     """
     appender = _Appender(settings, rings, completion_rings, control, wakes, clock_ms,
-                         stats if stats is not None else private_writer(WRITER_APPENDER))
+                         stats if stats is not None else private_writer(APPENDER.stats_section))
     try:
         appender.run()
     finally:
@@ -106,16 +106,16 @@ def _topic_queue_table(settings: StoreConfig, commitlog: CommitLog,
 
 class _Appender:
     def __init__(self, settings, rings, completion_rings, control, wakes, clock_ms, stats):
-        if len(rings) != len(completion_rings) or len(rings) > HA_SLOT:
+        if len(rings) != len(completion_rings) or len(rings) > HA.slot:
             raise ValueError(f"{len(rings)} send rings and {len(completion_rings)} completion "
-                             f"rings: need one of each per worker, at most {HA_SLOT}")
+                             f"rings: need one of each per worker, at most {HA.slot}")
         self.rings = list(rings)
         self.completion_rings = list(completion_rings)
         self.control = control
         self.wakes = wakes
         self.slots = wakes.by_slot()
         self.clock_ms = clock_ms
-        self.counters = control.worker(APPENDER_SLOT)
+        self.counters = control.worker(APPENDER.slot)
         self.stats = stats          # this process's section of the instrument region
         store_root = settings.store_path_root_dir
         self.commitlog = CommitLog(settings.commitlog_dir, settings.mapped_file_size_commit_log,
@@ -168,7 +168,7 @@ class _Appender:
         self.drop_behind = DropBehind(self.commitlog.mapped_file_queue)
         self.flush_gate = None
         if settings.sync_flush:
-            self.flush_gate = PositionWatch(control, "flushed_position", APPENDER_SLOT)
+            self.flush_gate = PositionWatch(control, "flushed_position", APPENDER.slot)
             self.flush_gate_sleeper = Sleeper(wakes.appender, [self.flush_gate])
         log.info("appender: %d rings, CommitLog written to %d%s", len(self.rings), written,
                  ", transient store pool on" if self.commit_step else "")

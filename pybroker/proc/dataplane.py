@@ -26,11 +26,12 @@ from pybroker.proc.listeners import check_ports_free
 from pybroker.proc.ring_format import PUT_STATUSES
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
-from pybroker.proc.wake import APPENDER_SLOT, AsyncWakeReader, DataPlaneWakes, WakeFd
-from pybroker.stats.region import (WRITER_APPENDER, WRITER_DISPATCHER, WRITER_FLUSHER,
-                                   StatsRegion, StatsWriter, remoting_writer)
+from pybroker._fast.stats import StatsWriter
+from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, WakeFd
+from pybroker.stats.region import StatsRegion
 from pybroker.store import paths
-from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, BrokerState, ControlBlock,
+                                         remoting_worker)
 from pybroker.store.message_store import PutResult
 from pybroker.store.reader import MessageStoreReader
 from pybroker.store.status import PutStatus
@@ -79,7 +80,7 @@ def _fast_failure(config, control, slot: int, workers: int) -> FastFailure | Non
     if slot >= workers:
         return None
     broker = config.broker
-    return FastFailure(control, slot, APPENDER_SLOT,
+    return FastFailure(control, slot, APPENDER.slot,
                        broker.wait_time_mills_in_send_queue
                        if broker.broker_fast_failure_enable else None,
                        config.store.os_page_cache_busy_time_out_mills, clock.now_ms)
@@ -120,7 +121,7 @@ class Attachment:
         # This process's section of the instrument region (remoting workers only).
         self.stats_writer: StatsWriter | None = None
         if plane.stats_region is not None and slot < plane.workers:
-            self.stats_writer = plane.stats_region.writer(remoting_writer(slot))
+            self.stats_writer = plane.stats_region.writer(remoting_worker(slot).stats_section)
         self.slot = slot
         self._dispatched = plane.control.dispatched_position
         self._wake_reader: AsyncWakeReader | None = None
@@ -246,12 +247,12 @@ class DataPlane:
             commitlog_writer = ha
         else:
             commitlog_writer = ("appender", lambda: _exit_status(run_appender(
-                store, rings, completions, control, wakes, stats=writer(WRITER_APPENDER))))
+                store, rings, completions, control, wakes, stats=writer(APPENDER.stats_section))))
         mains = [commitlog_writer,
                  ("dispatcher", lambda: _exit_status(run_dispatcher(
-                     store, control, wakes, stats=writer(WRITER_DISPATCHER)))),
+                     store, control, wakes, stats=writer(DISPATCHER.stats_section)))),
                  ("flusher", lambda: _exit_status(run_flusher(
-                     store, control, wakes, stats=writer(WRITER_FLUSHER))))]
+                     store, control, wakes, stats=writer(FLUSHER.stats_section))))]
         return mains if is_slave(config) else mains + [ha]
 
     def remoting_attachment(self, slot: int) -> Attachment:

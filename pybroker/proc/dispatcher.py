@@ -31,15 +31,15 @@ from collections.abc import Callable
 from pybroker import clock
 from pybroker.errors import StoreCorruptError
 from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
-from pybroker.proc.wake import (DISPATCHER_SLOT, DataPlaneWakes, PositionWatch, Sleeper,
-                                signal_mask, stop_on_sigterm)
-from pybroker.stats.region import (WRITER_DISPATCHER, StatsCounter, StatsHistogram,
-                                   private_writer)
+from pybroker.proc.wake import (DataPlaneWakes, PositionWatch, Sleeper, signal_mask,
+                                stop_on_sigterm)
+from pybroker._fast.stats import StatsCounter, StatsHistogram
+from pybroker.stats.region import private_writer
 from pybroker.store import paths
 from pybroker.store.cleanup import StoreCleaner
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import DISPATCHER, ControlBlock
 from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.dispatch import Dispatcher
 from pybroker.store.drop_behind import DropBehind, LogicsDropBehind
@@ -90,11 +90,11 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
     cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
     deletions = DispatcherDeletions(requests_path(settings.store_path_root_dir), control)
-    watch = PositionWatch(control, "written_position", DISPATCHER_SLOT)
+    watch = PositionWatch(control, "written_position", DISPATCHER.slot)
     sleeper = Sleeper(wakes.dispatcher, [watch])
-    counters = control.worker(DISPATCHER_SLOT)
+    counters = control.worker(DISPATCHER.slot)
     slots = wakes.by_slot()
-    stats = stats if stats is not None else private_writer(WRITER_DISPATCHER)
+    stats = stats if stats is not None else private_writer(DISPATCHER.stats_section)
     stop_requested = stop_requested or stop_on_sigterm(wakes.dispatcher)
     followed = -1
     # Records below the reput offset were read once: out of this process's page tables.

@@ -38,14 +38,15 @@ import time
 from collections.abc import Callable
 
 from pybroker import clock
-from pybroker.proc.wake import (FLUSHER_SLOT, DataPlaneWakes, PositionWatch, Sleeper, signal_mask,
+from pybroker.proc.wake import (DataPlaneWakes, PositionWatch, Sleeper, signal_mask,
                                 stop_on_sigterm)
-from pybroker.stats.region import WRITER_FLUSHER, StatsCounter, StatsHistogram, private_writer
+from pybroker._fast.stats import StatsCounter, StatsHistogram
+from pybroker.stats.region import private_writer
 from pybroker.store import paths
 from pybroker.store.allocate import FileAllocator
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import FLUSHER, ControlBlock
 from pybroker.store.drop_behind import DropBehind
 from pybroker.store.prefault import PrefaultWindow
 from pybroker.store.reader import follow_commitlog
@@ -79,7 +80,7 @@ def run_flusher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWa
     try:
         _Flusher(settings, commitlog, checkpoint, control, wakes, clock_ms,
                  stop_requested, stats if stats is not None
-                 else private_writer(WRITER_FLUSHER)).run()
+                 else private_writer(FLUSHER.stats_section)).run()
     finally:
         commitlog.shutdown(0)
         checkpoint.shutdown()
@@ -99,7 +100,7 @@ class _Flusher:
         self.least_pages = settings.flush_commit_log_least_pages
         self.thorough_interval_ms = settings.flush_commit_log_thorough_interval
         self.last_thorough_ms = clock_ms()
-        self.counters = control.worker(FLUSHER_SLOT)
+        self.counters = control.worker(FLUSHER.slot)
         self.stats = stats
         self.stop_requested = stop_requested or stop_on_sigterm(wakes.flusher)
         flushed = control.flushed_position
@@ -131,7 +132,7 @@ class _Flusher:
             self.allocator.close(self.control.written_position if clean else None)
 
     def _loop(self) -> None:
-        watch = PositionWatch(self.control, "written_position", FLUSHER_SLOT)
+        watch = PositionWatch(self.control, "written_position", FLUSHER.slot)
         sleeper = Sleeper(self.wakes.flusher, [watch] if self.sync else [])
         while True:
             self.counters.beat()

@@ -33,10 +33,10 @@ import logging
 import socket
 
 from pybroker import clock
-from pybroker.proc.wake import HA_SLOT, signal_mask
+from pybroker.proc.wake import signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store.commitlog import CommitLog
-from pybroker.store.control_block import HA_SLAVE_SLOTS_MAX, BrokerState
+from pybroker.store.control_block import HA, HA_SLAVE_SLOTS_MAX, BrokerState
 from pybroker.store.drop_behind import DropBehind
 from pybroker.store.settings import BrokerRole
 from pybroker.store.mapped_file import MappedFile
@@ -74,14 +74,14 @@ class _CaughtUpFlag:
         if not service.sync_master or not any(c.waiting_for_data()
                                               for c in service.connections.values()):
             return False
-        service.control.add_waiter("written_position", HA_SLOT)
+        service.control.add_waiter("written_position", HA.slot)
         self.armed = True
         return service.control.written_position > service.written
 
     def clear_sleeping(self) -> None:
         if self.armed:
             self.armed = False
-            self.service.control.remove_waiter("written_position", HA_SLOT)
+            self.service.control.remove_waiter("written_position", HA.slot)
 
 
 class _SlaveConnection:

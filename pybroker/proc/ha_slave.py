@@ -32,9 +32,10 @@ import logging
 import socket
 
 from pybroker import clock
-from pybroker.proc.wake import HA_SLOT, signal_mask
+from pybroker.proc.wake import signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store import paths
+from pybroker.store.control_block import HA
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.replica import ReplicaLog, ReplicaRefused, request_truncation
 
@@ -89,7 +90,7 @@ class HASlaveClient:
         self.published = self.replica.record_end
         self.window_bytes = _VERIFY_WINDOW_BYTES
         self.master_address: str | None = None
-        self.counters = control.worker(HA_SLOT)
+        self.counters = control.worker(HA.slot)
 
     def close(self) -> None:
         self.replica.commitlog.shutdown(0)

@@ -41,10 +41,10 @@ from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
 from pybroker.proc.watchdog import Watchdog
 from pybroker.remoting.tls import TlsServer, outgoing_tls
-from pybroker.stats.region import StatsRegion, writer_count
+from pybroker.stats.region import StatsRegion
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths, replica
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import ControlBlock, stats_section_count
 from pybroker.store.config_docs import DelayOffsetDocument
 from pybroker.store.message_store import MessageStore
 
@@ -151,7 +151,7 @@ class Supervisor:
         os.makedirs(paths.run_dir(self.store_root), mode=0o700, exist_ok=True)
         self.stats_region = StatsRegion.create(
             paths.stats_region_path(self.store_root),
-            writer_count(self.config.remoting.remoting_workers), clock.now_ms(),
+            stats_section_count(self.config.remoting.remoting_workers), clock.now_ms(),
             enabled=self.config.broker.stats_instruments_enable)
         self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name,
                                   control=lambda: self.control)

@@ -20,14 +20,7 @@ import signal
 from typing import Callable, Mapping, Protocol, Sequence
 
 from pybroker.proc.children import STOP_SIGNAL
-from pybroker.store.control_block import WORKER_SLOTS_MAX, ControlBlock
-
-# Control-block slots of the data-plane workers (waiter bits, counters); remoting workers use
-# slots 0.. upwards.
-APPENDER_SLOT = WORKER_SLOTS_MAX - 1
-DISPATCHER_SLOT = WORKER_SLOTS_MAX - 2
-FLUSHER_SLOT = WORKER_SLOTS_MAX - 3
-HA_SLOT = WORKER_SLOTS_MAX - 4
+from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER, HA, ControlBlock
 
 
 class SleepFlag(Protocol):
@@ -106,10 +99,10 @@ class DataPlaneWakes:
     def by_slot(self) -> dict[int, WakeFd]:
         """Control-block slot -> eventfd, for signal_mask()."""
         slots = dict(enumerate(self.workers))
-        slots.update({APPENDER_SLOT: self.appender, DISPATCHER_SLOT: self.dispatcher,
-                      FLUSHER_SLOT: self.flusher})
+        slots.update({APPENDER.slot: self.appender, DISPATCHER.slot: self.dispatcher,
+                      FLUSHER.slot: self.flusher})
         if self.ha is not None:
-            slots[HA_SLOT] = self.ha
+            slots[HA.slot] = self.ha
         return slots
 
 

@@ -21,7 +21,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from pybroker.proc.wake import APPENDER_SLOT, DISPATCHER_SLOT, FLUSHER_SLOT
+from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER, remoting_worker
 
 __all__ = ["Watchdog"]
 
@@ -51,9 +51,8 @@ class Watchdog:
 
     def _slot(self, name: str) -> int | None:
         if name.startswith("remoting-"):
-            return int(name.split("-", 1)[1])
-        return {"appender": APPENDER_SLOT, "dispatcher": DISPATCHER_SLOT,
-                "flusher": FLUSHER_SLOT}.get(name)
+            return remoting_worker(int(name.split("-", 1)[1])).slot
+        return {worker.name: worker.slot for worker in (APPENDER, DISPATCHER, FLUSHER)}.get(name)
 
     def _work_waits(self, name: str) -> bool:
         control = self.control

@@ -16,11 +16,10 @@ import numpy as np
 
 from pybroker.prof import system
 from pybroker.prof.residency import PAGE_SIZE_BYTES, FileResidency
-from pybroker.proc import wake
-from pybroker.stats.region import (Snapshot, StatsCounter, StatsHistogram, StatsKeyKind,
-                                   StatsRegion, writer_name)
+from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind
+from pybroker.stats.region import Snapshot, StatsRegion
 from pybroker.store import config_docs, layout, paths
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import ControlBlock, stats_section_name, worker_of_stats_section
 from pybroker.store.mapped_file import is_offset_file_name
 
 __all__ = ["Target", "Sampler", "attach_store", "attach_admin", "COUNTERS", "HISTOGRAMS",
@@ -42,8 +41,6 @@ SETTINGS_RECORDED = ("brokerName", "flushDiskType", "brokerRole", "mappedFileSiz
                      "commitIntervalCommitLog", "commitCommitLogLeastPages",
                      "osPageCacheBusyTimeOutMills", "accessMessageInMemoryMaxRatio",
                      "storePathRootDir")
-_WORKER_SLOTS = {"appender": wake.APPENDER_SLOT, "dispatcher": wake.DISPATCHER_SLOT,
-                 "flusher": wake.FLUSHER_SLOT, "ha": wake.HA_SLOT}
 
 
 @dataclasses.dataclass
@@ -171,13 +168,13 @@ class Sampler:
             pid = snapshot.counter(C.PROCESS_ID, writer)
             if not pid:
                 continue
-            name = writer_name(writer)
+            name = stats_section_name(writer)
             process = system.process_figures(pid)
             if process is None:
                 continue
-            slot = _WORKER_SLOTS.get(name, writer - 5 if name.startswith("remoting") else None)
-            if slot is not None:
-                counters = self.control.worker(slot)
+            worker = worker_of_stats_section(writer)
+            if worker is not None:
+                counters = self.control.worker(worker.slot)
                 process.update(wakeups=counters.wakeups, appends=counters.appends,
                                batches=counters.batches)
             figures[name] = process

@@ -25,9 +25,9 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily)
 
 from pybroker._fast import stats as _stats
-from pybroker.proc.wake import APPENDER_SLOT, DISPATCHER_SLOT, FLUSHER_SLOT
-from pybroker.stats.region import StatsHistogram as H
-from pybroker.stats.region import StatsKeyKind as K
+from pybroker._fast.stats import StatsHistogram as H
+from pybroker._fast.stats import StatsKeyKind as K
+from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER
 
 __all__ = ["BrokerCollector", "MetricsServer", "MESSAGE_TYPES"]
 
@@ -244,9 +244,8 @@ class BrokerCollector:
         wakeups = self._family(CounterMetricFamily, "pybroker_wakeups",
                                "Times a data-plane worker woke from a sleep", ("process",))
         control = self.service.control
-        for name, slot in (("appender", APPENDER_SLOT), ("dispatcher", DISPATCHER_SLOT),
-                           ("flusher", FLUSHER_SLOT)):
-            wakeups.add_metric(base + [name], control.worker(slot).wakeups)
+        for worker in (APPENDER, DISPATCHER, FLUSHER):
+            wakeups.add_metric(base + [worker.name], control.worker(worker.slot).wakeups)
         yield wakeups
 
 

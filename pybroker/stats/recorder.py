@@ -11,11 +11,11 @@ import itertools
 import time
 from collections.abc import Callable
 
-from pybroker.stats.region import StatsCounter as C
-from pybroker.stats.region import StatsHistogram as H
-from pybroker.stats.region import StatsKeyKind as K
-from pybroker._fast.stats import KeyWord
-from pybroker.stats.region import StatsWriter, private_writer
+from pybroker._fast.stats import KeyWord, StatsWriter
+from pybroker._fast.stats import StatsCounter as C
+from pybroker._fast.stats import StatsHistogram as H
+from pybroker._fast.stats import StatsKeyKind as K
+from pybroker.stats.region import private_writer
 from pybroker.stats.service import put_distribute_bucket
 
 __all__ = ["Recorder", "FAMILY_COUNTERS", "PULL_OFFSET_KEYS_MAX"]

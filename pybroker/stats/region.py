@@ -3,9 +3,9 @@
 
 The supervisor creates the region once per broker start (not per generation): a worker of a
 new generation attaches to the section its predecessor wrote and continues its counters, so
-totals survive a worker restart. Writer slots::
-
-    0 appender   1 dispatcher   2 flusher   3 ha   4 supervisor   5 + i  remoting worker i
+totals survive a worker restart. Which process writes which section is the worker table of
+``pybroker/store/control_block.py`` (``Worker.stats_section``); the counter, histogram and key
+enums are ``pybroker._fast.stats``'s.
 
 Every word of a section has that section's process as its only writer. Readers take a
 :func:`snapshot` and decode it here with numpy (no Python object per counter).
@@ -20,19 +20,7 @@ from pybroker.store import disk_space
 from pybroker._fast import stats as _stats
 from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind, StatsWriter
 
-__all__ = ["StatsRegion", "Snapshot", "KeyTotals", "StatsCounter", "StatsHistogram",
-           "StatsKeyKind", "StatsWriter", "WRITER_APPENDER", "WRITER_DISPATCHER",
-           "WRITER_FLUSHER", "WRITER_HA", "WRITER_SUPERVISOR", "remoting_writer",
-           "writer_count", "writer_name"]
-
-WRITER_APPENDER = 0
-WRITER_DISPATCHER = 1
-WRITER_FLUSHER = 2
-WRITER_HA = 3
-WRITER_SUPERVISOR = 4
-_REMOTING_BASE = 5
-_NAMES = {WRITER_APPENDER: "appender", WRITER_DISPATCHER: "dispatcher",
-          WRITER_FLUSHER: "flusher", WRITER_HA: "ha", WRITER_SUPERVISOR: "supervisor"}
+__all__ = ["StatsRegion", "Snapshot", "KeyTotals", "PUT_DISTRIBUTE_BUCKETS", "private_writer"]
 
 _WORDS_PER_SECTION = _stats.SECTION_BYTES // 8
 _HIST_BLOCK = _stats.HISTOGRAMS_PER_WRITER * _stats.HIST_WORDS
@@ -46,21 +34,6 @@ assert max(StatsHistogram) < _stats.HISTOGRAMS_PER_WRITER
 # Java's 13 put-latency buckets occupy PUT_DISTRIBUTE_0 .. PUT_DISTRIBUTE_0 + 12.
 PUT_DISTRIBUTE_BUCKETS = 13
 assert StatsCounter.PUT_DISTRIBUTE_0 + PUT_DISTRIBUTE_BUCKETS <= StatsCounter.KEYS_DROPPED
-
-
-def remoting_writer(worker_index: int) -> int:
-    """Writer slot of remoting worker ``worker_index``."""
-    return _REMOTING_BASE + worker_index
-
-
-def writer_count(remoting_workers: int) -> int:
-    """Sections of a broker with ``remoting_workers`` remoting workers."""
-    return _REMOTING_BASE + remoting_workers
-
-
-def writer_name(writer: int) -> str:
-    """``appender``, ..., ``remoting-<i>``."""
-    return _NAMES.get(writer, f"remoting-{writer - _REMOTING_BASE}")
 
 
 class StatsRegion:
@@ -244,10 +217,10 @@ class Snapshot:
                        data[key_at:key_at + length].decode("utf-8", "replace"), words)
 
 
-def private_writer(slot: int = WRITER_SUPERVISOR) -> StatsWriter:
-    """A writer over an anonymous region of its own (a process or test running a worker loop
-    without a broker's region: the figures go nowhere, the code path stays the same)."""
-    writers = max(slot + 1, _REMOTING_BASE)
-    buffer = mmap.mmap(-1, _stats.region_size(writers))
-    _stats.initialise(buffer, writers, 0)
-    return StatsWriter(buffer, slot)
+def private_writer(section: int = 0) -> StatsWriter:
+    """A writer of ``section`` over an anonymous region of its own (a process or test running a
+    worker loop without a broker's region: the figures go nowhere, the code path stays the
+    same)."""
+    buffer = mmap.mmap(-1, _stats.region_size(section + 1))
+    _stats.initialise(buffer, section + 1, 0)
+    return StatsWriter(buffer, section)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import numpy as np
 
 from pybroker._fast import stats as _stats
-from pybroker.stats.region import (PUT_DISTRIBUTE_BUCKETS, Snapshot, StatsCounter,
-                                   StatsHistogram, StatsKeyKind, StatsRegion)
+from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind
+from pybroker.stats.region import PUT_DISTRIBUTE_BUCKETS, Snapshot, StatsRegion
 from pybroker.stats.windows import DAY, HOUR, MINUTE, PERIODS_MS, ItemWindows, RateWindow
 from pybroker.store.control_block import ControlBlock
 

@@ -29,7 +29,7 @@ import os
 import threading
 import time
 
-from pybroker.stats.region import StatsCounter, StatsHistogram, StatsWriter
+from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsWriter
 from pybroker.store import paths
 from pybroker.store.mapped_file import MappedFile, thread_faults
 

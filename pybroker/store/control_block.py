@@ -10,7 +10,7 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
 
     offset        size  content                                       writer
     0             8     magic "PBCTRLB1"                               creator
-    8             8     layout version (1)                             creator
+    8             8     layout version (LAYOUT_VERSION)                creator
     16            8     file size in bytes                             creator
     64 * (1 + i)  8     field i value (FIELDS order below)             FIELD_OWNERS[i]
     64 * (1 + i)+8 8    field i waiters mask                           waiters set, publisher takes
@@ -42,10 +42,14 @@ offset are the topic-deletion handshake (pybroker/proc/topic_deletion.py).
 ``replicated_position`` is the highest offset any slave acknowledged (monotonic, Java's
 push2SlaveMaxOffset) and ``ha_slaves_connected`` the slaves connected now (count); both, and
 the per-slave lines, are written by the master's ha worker (pybroker/proc/ha_master.py).
+
+Which process owns which worker slot (and which section of the statistics region) is the one
+table of :class:`Worker` below.
 """
 import enum
 import mmap
 import os
+from typing import NamedTuple
 
 from pybroker._fast import ring
 from pybroker.store import disk_space
@@ -105,6 +109,76 @@ assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
 assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
 # A waiters mask is one 64-bit word: one bit per worker slot.
 assert WORKER_SLOTS_MAX <= 64
+
+
+class Worker(NamedTuple):
+    """A process of a running broker: the worker slot it owns in this block (its counters
+    line, its bit in every waiters mask, its send ring's cancel and taken words) and its section
+    of the statistics region (pybroker/stats/region.py, layout ``_fast/stats.pxd``)."""
+
+    name: str
+    slot: int
+    stats_section: int
+
+
+# The one table of worker slots. Remoting workers and the supervisor (whose send ring follows
+# the workers' rings) take the low slots, the data-plane workers the top ones, so neither moves
+# with the number of remoting workers; the statistics region is compact, data plane first:
+#
+#   process        slot                         statistics section
+#   appender       WORKER_SLOTS_MAX - 1 = 31    0
+#   dispatcher     WORKER_SLOTS_MAX - 2 = 30    1
+#   flusher        WORKER_SLOTS_MAX - 3 = 29    2
+#   ha             WORKER_SLOTS_MAX - 4 = 28    3
+#   supervisor     remoting workers (N)         4
+#   remoting-<i>   i  (0 <= i < N)              5 + i
+APPENDER = Worker("appender", WORKER_SLOTS_MAX - 1, 0)
+DISPATCHER = Worker("dispatcher", WORKER_SLOTS_MAX - 2, 1)
+FLUSHER = Worker("flusher", WORKER_SLOTS_MAX - 3, 2)
+HA = Worker("ha", WORKER_SLOTS_MAX - 4, 3)
+DATA_PLANE_WORKERS = (APPENDER, DISPATCHER, FLUSHER, HA)
+_SUPERVISOR_STATS_SECTION = 4
+_REMOTING_STATS_SECTION_BASE = 5
+# Remoting workers and the supervisor fit below the data-plane workers' slots.
+REMOTING_WORKERS_MAX = HA.slot - 1
+assert [worker.stats_section for worker in DATA_PLANE_WORKERS] == list(range(4))
+assert min(worker.slot for worker in DATA_PLANE_WORKERS) == REMOTING_WORKERS_MAX + 1
+
+
+def remoting_worker(index: int) -> Worker:
+    """Remoting worker ``index`` (0-based)."""
+    if not 0 <= index < REMOTING_WORKERS_MAX:
+        raise ValueError(f"remoting worker index must be in [0, {REMOTING_WORKERS_MAX}), "
+                         f"got {index}")
+    return Worker(f"remoting-{index}", index, _REMOTING_STATS_SECTION_BASE + index)
+
+
+def supervisor_worker(remoting_workers: int) -> Worker:
+    """The supervisor of a broker with ``remoting_workers`` remoting workers."""
+    return Worker("supervisor", remoting_workers, _SUPERVISOR_STATS_SECTION)
+
+
+def stats_section_count(remoting_workers: int) -> int:
+    """Sections of the statistics region of a broker with ``remoting_workers`` workers."""
+    return _REMOTING_STATS_SECTION_BASE + remoting_workers
+
+
+def stats_section_name(section: int) -> str:
+    """The process that writes statistics section ``section``: ``appender``, ...,
+    ``supervisor``, ``remoting-<i>``."""
+    worker = worker_of_stats_section(section)
+    return "supervisor" if worker is None else worker.name
+
+
+def worker_of_stats_section(section: int) -> Worker | None:
+    """The data-plane or remoting worker that writes statistics section ``section``; None for
+    the supervisor's, whose slot the section alone does not tell."""
+    for worker in DATA_PLANE_WORKERS:
+        if worker.stats_section == section:
+            return worker
+    if section == _SUPERVISOR_STATS_SECTION:
+        return None
+    return remoting_worker(section - _REMOTING_STATS_SECTION_BASE)
 
 
 class BrokerState(enum.IntEnum):

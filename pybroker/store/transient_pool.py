@@ -35,7 +35,7 @@ import mmap
 import time
 
 from pybroker._fast import pagecache
-from pybroker.stats.region import StatsCounter, StatsHistogram
+from pybroker._fast.stats import StatsCounter, StatsHistogram
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.mapped_file import MappedFile
 

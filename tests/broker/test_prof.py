@@ -228,8 +228,9 @@ def test_record_report_compare_and_top(tmp_path):
 def test_warm_files_are_prepared_off_the_append_path(tmp_path):
     """warmMapedFileEnable: the flusher's allocator creates, faults in and (where permitted)
     mlocks each next file; the appender only maps files that exist already."""
-    from pybroker.stats.region import (WRITER_APPENDER, WRITER_FLUSHER, StatsCounter,
-                                       StatsHistogram, StatsRegion)
+    from pybroker._fast.stats import StatsCounter, StatsHistogram
+    from pybroker.stats.region import StatsRegion
+    from pybroker.store.control_block import APPENDER, FLUSHER
     from pybroker.store import paths
     with StandaloneBroker(tmp_path / "b", {"warmMapedFileEnable": "true",
                                            "mappedFileSizeCommitLog": str(FILE_BYTES),
@@ -255,8 +256,8 @@ def test_warm_files_are_prepared_off_the_append_path(tmp_path):
             region.close()
     # A clean stop deletes the files made ready beyond the end (as Java's allocator).
     assert sorted(os.listdir(commitlog)) == files[:3]
-    by_appender = snapshot.counter(StatsCounter.MAPPED_FILES_CREATED, WRITER_APPENDER)
-    by_allocator = snapshot.counter(StatsCounter.MAPPED_FILES_CREATED, WRITER_FLUSHER)
+    by_appender = snapshot.counter(StatsCounter.MAPPED_FILES_CREATED, APPENDER.stats_section)
+    by_allocator = snapshot.counter(StatsCounter.MAPPED_FILES_CREATED, FLUSHER.stats_section)
     # File 0 of a fresh store: whoever came first; every later file: the allocator, two
     # files ahead of the writer (files 3 and 4 wait behind file 2).
     assert by_appender + by_allocator == 5 and by_allocator >= 4

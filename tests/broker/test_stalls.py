@@ -25,9 +25,8 @@ from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import APPENDER, ControlBlock
 from pybroker.store import paths
-from pybroker.proc.wake import APPENDER_SLOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.crash, pytest.mark.timeout(180)]
 
@@ -176,7 +175,7 @@ class _Load:
 
 def _stop_mid_drain(broker, appender, control: ControlBlock, attempts: int = 500) -> bool:
     """SIGSTOP the appender while it is inside a drain (busy_since_ms set)."""
-    counters = control.worker(APPENDER_SLOT)
+    counters = control.worker(APPENDER.slot)
     for _ in range(attempts):
         while not counters.busy_since_ms:
             pass

@@ -19,7 +19,8 @@ from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
-from pybroker.stats.region import StatsCounter, StatsRegion
+from pybroker._fast.stats import StatsCounter
+from pybroker.stats.region import StatsRegion
 from pybroker.store import paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -211,6 +211,18 @@ def test_type_errors_name_key_value_and_rule(key, text, rule):
     assert str(caught.value).startswith(f"{key}={text}: {rule}")
 
 
+def test_remoting_workers_fit_below_the_data_plane_slots():
+    """Each remoting worker and the supervisor own a control-block worker slot below the
+    data-plane workers' (store/control_block.py): a count that does not fit is refused when the
+    file loads, not by the appender at start."""
+    from pybroker.store.control_block import HA, REMOTING_WORKERS_MAX, supervisor_worker
+    assert supervisor_worker(REMOTING_WORKERS_MAX).slot < HA.slot
+    setting_spec = spec("remotingWorkers")
+    assert config.parse_value(setting_spec, str(REMOTING_WORKERS_MAX)) == REMOTING_WORKERS_MAX
+    with pytest.raises(ConfigError):
+        config.parse_value(setting_spec, str(REMOTING_WORKERS_MAX + 1))
+
+
 # Values tried against every rule: each validator must reject at least one of them.
 BREAKERS = ["-1", "0", "1", "3", "65536", "70000", "100000000", "1000000000", "2147483647",
             "101", "true", "false", "nohost", "a b", "host:0", "25", "04;24", "0s", "1x",

@@ -7,11 +7,13 @@ calls (307/309) go to a Channel whose send records the forwarded request, answer
 MetadataState.complete_client_call.
 """
 import asyncio
+import dataclasses
 
 import orjson
 import pytest
 
 from pybroker._fast import record as record_codec
+from pybroker._fast.stats import StatsCounter
 from pybroker.broker.admin import HANDLERS, encode_consume_stats, encode_topic_stats_table
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import MetadataContext, StoreTopicDeleter
@@ -23,8 +25,11 @@ from pybroker.protocol import bodies, fastjson
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request, create_response
 from pybroker.protocol.constants import ConsumeFromWhere, ConsumeType, MessageModel
+from pybroker.stats.region import StatsRegion
+from pybroker.stats.service import StatsService
 from pybroker.store import config_docs, paths
 from pybroker.store.config_docs import DelayOffsetDocument, TopicConfig
+from pybroker.store.control_block import APPENDER, ControlBlock, stats_section_count
 from pybroker.store.message_store import MessageStore
 from pybroker.store.settings import StoreConfig
 
@@ -234,8 +239,17 @@ def test_topic_consume_by_who_lists_live_and_offset_groups(broker):
 
 
 # --- broker -------------------------------------------------------------------------------------
-def test_runtime_info_and_broker_config(broker):
+def test_runtime_info_and_broker_config(broker, tmp_path):
+    """The runtime table comes from the supervisor's statistics: a real region the appender's
+    section counts puts in, and a real control block for the positions."""
     broker.put("Info", 0, 2)
+    region = StatsRegion.create(str(tmp_path / "stats"), stats_section_count(1), 1234)
+    control = ControlBlock(str(tmp_path / "control"), create=True)
+    appender = region.writer(APPENDER.stats_section)
+    appender.add(StatsCounter.PUT_MESSAGES, 2)
+    control.publish("written_position", broker.store.max_physical_offset)
+    broker.ctx = dataclasses.replace(
+        broker.ctx, stats_service=StatsService(region, "DefaultCluster", control=lambda: control))
     table = bodies.decode_kv_table(broker.call(C.GET_BROKER_RUNTIME_INFO).body)
     for key in ("brokerVersionDesc", "brokerVersion", "msgPutTotalYesterdayMorning",
                 "msgPutTotalTodayMorning", "msgPutTotalTodayNow", "msgGetTotalTodayNow",
@@ -246,9 +260,14 @@ def test_runtime_info_and_broker_config(broker):
                 "startAcceptSendRequestTimeStamp", "commitLogDirCapacity"):
         assert key in table, key
     assert (table["brokerVersion"], table["msgPutTotalTodayNow"]) == ("409", "2")
-    # mqadmin clusterList splits these without a null check: three rates each.
+    assert table["commitLogMaxOffset"] == str(broker.store.max_physical_offset)
+    # mqadmin clusterList splits these without a null check: three rates each (Java's empty
+    # field while a window has no samples yet).
     for key in ("putTps", "getFoundTps", "getMissTps", "getTotalTps", "getTransferedTps"):
-        assert [float(rate) for rate in table[key].split(" ")] == [0.0, 0.0, 0.0], key
+        assert len(table[key].split(" ")) == 3, key
+    appender.close()
+    control.close()
+    region.close()
     response = broker.call(C.GET_BROKER_CONFIG)
     settings = parse_properties(bytes(response.body).decode())
     assert (settings["brokerName"], settings["listenPort"]) == (BROKER, "10911")

@@ -27,7 +27,7 @@ from pybroker.proc import shared
 from pybroker.proc.fast_failure import FastFailure
 from pybroker.proc.ring_format import PUT_STATUSES, read_put_request
 from pybroker.proc.ring_putter import RingPutter
-from pybroker.proc.wake import APPENDER_SLOT, WakeFd
+from pybroker.proc.wake import WakeFd
 from pybroker.protocol import command
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand
@@ -35,9 +35,10 @@ from pybroker.protocol.constants import RPC_ONEWAY, SerializeType
 from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
 from pybroker.remoting.server import RequestTable
 from pybroker.stats.recorder import Recorder
-from pybroker.stats.region import StatsCounter, StatsHistogram, StatsRegion
+from pybroker._fast.stats import StatsCounter, StatsHistogram
+from pybroker.stats.region import StatsRegion
 from pybroker.store.config_docs import TopicConfig
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import APPENDER, ControlBlock
 from pybroker.store.status import PutStatus
 
 TOPIC = "TopicTest"
@@ -310,7 +311,7 @@ class Side:
             sync_master=self.config.store.broker_role.value == "SYNC_MASTER",
             ha_max_gap_bytes=self.config.store.ha_max_gap_not_in_sync,
             fast_failure=None if wait_ms is None else FastFailure(
-                self.control, 0, APPENDER_SLOT, wait_ms, 1000, clock.now_ms),
+                self.control, 0, APPENDER.slot, wait_ms, 1000, clock.now_ms),
             fast_sends=send_fast.fast_send_settings(self.config, PUT_STATUSES))
         self.appender = StandInAppender(self.regions[0].ring, self.regions[1].ring,
                                         None if wait_ms is None else self.control)
@@ -689,7 +690,7 @@ def test_page_cache_busy_refuses_every_send(sides):
     answered SYSTEM_ERROR [PC_SYNCHRONIZED] at once and nothing reaches the ring."""
     python_side, fast_side = sides(wait_ms=200)
     for side in (python_side, fast_side):
-        side.control.worker(APPENDER_SLOT).busy_since_ms = clock.now_ms() - 5000
+        side.control.worker(APPENDER.slot).busy_since_ms = clock.now_ms() - 5000
     frames = _FAILURE_FRAMES[:2] + _FAILURE_FRAMES[3:4]
     expected = run_side(python_side, frames, True)
     got = run_side(fast_side, frames, True)

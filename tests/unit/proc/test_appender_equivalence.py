@@ -28,11 +28,11 @@ from pybroker.proc.shared import create_byte_ring, create_completion_ring
 from pybroker.proc.wake import DataPlaneWakes, WakeFd
 from pybroker.protocol.constants import MessageSysFlag
 from pybroker.schema import parse_delay_levels
-from pybroker.stats.region import WRITER_APPENDER, private_writer
+from pybroker.stats.region import private_writer
 from pybroker.store import layout, lock_file
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import APPENDER, ControlBlock
 from pybroker.store.dispatch import Dispatcher
 from pybroker.store.index_file import IndexService
 from pybroker.store.status import PutStatus
@@ -108,7 +108,7 @@ class Harness:
         self.clock = Clock()
         self.appender = _Appender(self.settings, [r.ring for r in self.rings],
                                   [c.ring for c in self.completions], self.control, self.wakes,
-                                  self.clock, private_writer(WRITER_APPENDER))
+                                  self.clock, private_writer(APPENDER.stats_section))
         self.python_log = CommitLog(str(root / "slow" / "commitlog"), FILE_SIZE)
         self.next_id = 1
 

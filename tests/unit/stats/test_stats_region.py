@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from pybroker._fast import stats as fast_stats
-from pybroker.stats.region import (StatsCounter, StatsHistogram, StatsKeyKind, StatsRegion,
-                                   remoting_writer, writer_count)
-from pybroker.stats.runtime_info import disk_used_ratio, format_runtime
+from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind
+from pybroker.stats.region import StatsRegion
+from pybroker.store.control_block import remoting_worker, stats_section_count
+from pybroker.broker.runtime_info import disk_used_ratio, format_runtime
 from pybroker.stats.service import (StatsService, histogram_percentile,
                                     put_distribute_bucket)
 from pybroker.stats.windows import ItemWindows, RateWindow, java_double
@@ -25,13 +26,14 @@ C, H, K = StatsCounter, StatsHistogram, StatsKeyKind
 
 @pytest.fixture
 def region(tmp_path):
-    created = StatsRegion.create(str(tmp_path / "stats"), writer_count(2), 1234)
+    created = StatsRegion.create(str(tmp_path / "stats"), stats_section_count(2), 1234)
     yield created
     created.close()
 
 
 def test_counters_histograms_and_keys_sum_over_writers(region):
-    first, second = region.writer(remoting_writer(0)), region.writer(remoting_writer(1))
+    first = region.writer(remoting_worker(0).stats_section)
+    second = region.writer(remoting_worker(1).stats_section)
     first.add(C.GET_FOUND, 3)
     second.add(C.GET_FOUND, 4)
     second.raise_to(C.PUT_ENTIRE_TIME_MAX_MS, 9)
@@ -44,7 +46,7 @@ def test_counters_histograms_and_keys_sum_over_writers(region):
     second.key_add(-1, 1)
     snapshot = region.snapshot()
     assert snapshot.counter(C.GET_FOUND) == 7
-    assert snapshot.counter(C.GET_FOUND, remoting_writer(1)) == 4
+    assert snapshot.counter(C.GET_FOUND, remoting_worker(1).stats_section) == 4
     assert snapshot.counter(C.PUT_ENTIRE_TIME_MAX_MS) == 9
     assert snapshot.counter(C.KEYS_DROPPED) == 1
     latency = snapshot.histogram(H.RPC_LATENCY_US)
@@ -66,13 +68,13 @@ def test_counters_histograms_and_keys_sum_over_writers(region):
 def test_a_forked_writer_is_seen_and_a_new_writer_continues_its_keys(region):
     pid = os.fork()
     if pid == 0:
-        writer = region.writer(remoting_writer(1))
+        writer = region.writer(remoting_worker(1).stats_section)
         writer.add(C.BROKER_PUT_NUMS, 11)
         writer.key_add(writer.key(K.KEY_GROUP_GET, 0, "T@G"), 5, 50)
         os._exit(0)
     assert os.waitpid(pid, 0)[1] == 0
     # A restarted worker attaches to the same section: same entry, counters go on.
-    again = region.writer(remoting_writer(1))
+    again = region.writer(remoting_worker(1).stats_section)
     entry = again.key(K.KEY_GROUP_GET, 0, "T@G")
     assert entry == 0
     again.key_add(entry, 1, 10)
@@ -165,7 +167,7 @@ def test_service_tick_rates_items_and_morning(region):
     days = ["monday"]
     service = StatsService(region, "DefaultCluster", clock_ms=lambda: clock[0],
                            local_date=lambda: days[0])
-    writer = region.writer(remoting_writer(0))
+    writer = region.writer(remoting_worker(0).stats_section)
     appender = region.writer(0)
     for _ in range(12):
         appender.add(C.PUT_MESSAGES, 100)
@@ -189,7 +191,7 @@ def test_service_tick_rates_items_and_morning(region):
 
 def test_recorder_publishes_the_oldest_unanswered_request(region):
     from pybroker.stats.recorder import Recorder
-    recorder = Recorder(region.writer(remoting_writer(0)))
+    recorder = Recorder(region.writer(remoting_worker(0).stats_section))
     first = recorder.request_started("send")
     oldest = region.snapshot().counter(C.SEND_OLDEST_MS)
     assert oldest > 0
@@ -206,8 +208,8 @@ def test_recorder_publishes_the_oldest_unanswered_request(region):
 
 def test_pull_offsets_keep_the_newest_pull_of_each_queue(region):
     from pybroker.stats.recorder import PULL_OFFSET_KEYS_MAX, Recorder
-    first = Recorder(region.writer(remoting_writer(0)))
-    second = Recorder(region.writer(remoting_writer(1)))
+    first = Recorder(region.writer(remoting_worker(0).stats_section))
+    second = Recorder(region.writer(remoting_worker(1).stats_section))
     first.pull_offset("T", "g", 0, 10, at_ns=100)
     first.pull_offset("T", "g", 0, 12, at_ns=200)        # the same writer overwrites
     second.pull_offset("T", "g", 0, 5, at_ns=150)        # older than the first writer's
@@ -231,10 +233,10 @@ def test_pull_offsets_keep_the_newest_pull_of_each_queue(region):
 
 def test_a_region_with_the_instruments_off_records_nothing(tmp_path):
     from pybroker.stats.recorder import Recorder
-    region = StatsRegion.create(str(tmp_path / "off"), writer_count(1), 1234, enabled=False)
+    region = StatsRegion.create(str(tmp_path / "off"), stats_section_count(1), 1234, enabled=False)
     try:
         assert not region.enabled
-        writer = region.writer(remoting_writer(0))
+        writer = region.writer(remoting_worker(0).stats_section)
         assert not writer.enabled
         writer.add(C.GET_FOUND, 3)
         writer.set(C.PULL_HELD, 2)

@@ -13,7 +13,9 @@ import os
 import pytest
 
 from pybroker.prof.residency import FileResidency
-from pybroker.stats.region import WRITER_FLUSHER, StatsCounter, private_writer
+from pybroker._fast.stats import StatsCounter
+from pybroker.stats.region import private_writer
+from pybroker.store.control_block import FLUSHER
 from pybroker.store import paths
 from pybroker.store.allocate import FileAllocator
 from pybroker.store.mapped_file import MappedFile
@@ -38,11 +40,11 @@ def commitlog_dir(tmp_path):
 
 def _allocator(directory: str, warm: bool, stats=None) -> FileAllocator:
     return FileAllocator(directory, FILE_BYTES, warm=warm, sync_flush=warm,
-                         flush_least_pages=64, stats=stats or private_writer(WRITER_FLUSHER))
+                         flush_least_pages=64, stats=stats or private_writer(FLUSHER.stats_section))
 
 
 def test_next_file_is_created_sparse_and_never_after_a_missing_one(commitlog_dir):
-    stats = private_writer(WRITER_FLUSHER)
+    stats = private_writer(FLUSHER.stats_section)
     allocator = _allocator(commitlog_dir, warm=False, stats=stats)
     try:
         allocator.advance(1000)                 # file 0 does not exist: nothing ahead of it
@@ -91,7 +93,7 @@ def test_a_file_the_writer_created_first_is_kept(commitlog_dir):
 
 
 def test_warm_files_are_allocated_resident_and_locked_while_current(commitlog_dir):
-    stats = private_writer(WRITER_FLUSHER)
+    stats = private_writer(FLUSHER.stats_section)
     baseline = _locked_bytes()
     allocator = _allocator(commitlog_dir, warm=True, stats=stats)
     residency = FileResidency()

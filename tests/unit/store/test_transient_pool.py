@@ -13,8 +13,9 @@ import pytest
 
 from pybroker._fast import stats as fast_stats
 from pybroker.errors import DurabilityError
-from pybroker.stats.region import (WRITER_APPENDER, Snapshot, StatsCounter, StatsHistogram,
-                                   StatsWriter)
+from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsWriter
+from pybroker.stats.region import Snapshot
+from pybroker.store.control_block import APPENDER
 from pybroker.store import layout
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.mapped_file import PAGE_SIZE_BYTES, MappedFile, offset_file_name
@@ -23,7 +24,7 @@ from pybroker.store.transient_pool import CommitStep, TransientStorePool
 from tests.unit.store.test_commitlog import body_for_size, encode
 
 FILE_SIZE = 64 * 1024
-WRITERS = WRITER_APPENDER + 8
+WRITERS = APPENDER.stats_section + 8
 
 
 class Clock:
@@ -37,7 +38,7 @@ class Clock:
 def stats_region():
     buffer = mmap.mmap(-1, fast_stats.region_size(WRITERS))
     fast_stats.initialise(buffer, WRITERS, 0)
-    return buffer, StatsWriter(buffer, WRITER_APPENDER)
+    return buffer, StatsWriter(buffer, APPENDER.stats_section)
 
 
 def file_bytes(path: str, start: int, end: int) -> bytes:

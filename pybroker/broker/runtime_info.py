@@ -20,7 +20,7 @@ import time
 
 from pybroker.broker.context import BrokerContext
 from pybroker.protocol import constants
-from pybroker.stats.region import StatsCounter as C
+from pybroker._fast.stats import StatsCounter as C
 from pybroker.stats.service import PUT_DISTRIBUTE_DESC, histogram_percentile
 from pybroker.stats.windows import java_double
 from pybroker.store import paths
