@@ -1,7 +1,7 @@
 # Thin wrappers; README and tests/README.md quote these.
 PYTHON ?= python3
 
-.PHONY: build compile debug quick test bench clean
+.PHONY: build compile debug quick test test-debug bench clean
 
 # Incremental: only the extensions whose .pyx, .pxd or .h changed are compiled again
 # (a change of flavour, debug <-> normal, rebuilds all; setup.py).
@@ -22,6 +22,14 @@ quick: build
 
 test: build
 	$(PYTHON) -m pytest
+
+# The unit tests (forking ones included) against the debug build, whose PYBROKER_DEBUG checks
+# (_fast/debug.pxd) abort on a broken invariant; then the normal build again, also when a test
+# failed. Not a CI job: two full rebuilds and the -O0, line-traced code cost more minutes than
+# CI's 35-minute budget has to spare.
+test-debug: debug
+	$(PYTHON) -m pytest tests/unit -q --durations=10; status=$$?; \
+	$(PYTHON) setup.py build_ext --inplace -j 2 && exit $$status
 
 bench: build
 	$(PYTHON) -m pytest benchmarks/micro --benchmark-only --timeout=0

@@ -26,6 +26,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from pybroker._fast.debug cimport PYBROKER_DEBUG, debug_bounds, debug_check
 from pybroker._fast.put_request cimport (PUT_REQUEST_ID_POSITION, PUT_QUEUE_ID_POSITION,
                                          PUT_COUNT_POSITION, PUT_SYS_FLAG_POSITION,
                                          PUT_FLAGS_POSITION, PUT_TOPIC_LENGTH_POSITION,
@@ -319,6 +320,11 @@ cdef class RingDrainer:
                                   target.store_timestamp)
         if patched != count:
             return self._complete(completions, target, request_id, self.illegal_code)
+        if PYBROKER_DEBUG:
+            debug_bounds(target.position, size + BLANK_RECORD_BYTES, target.file_size,
+                         "appender: records and the file's end mark past the mapped file")
+            debug_bounds(header, size, length, "appender: records past their put request")
+            debug_check(queue_offset >= 0, "appender: negative queue offset", queue_offset, 0)
         # Patched in the ring slot first and copied once: a crash mid-copy never leaves
         # whole-looking but unpatched records in the map.
         memcpy(target.file_data + target.position, records, <size_t>size)

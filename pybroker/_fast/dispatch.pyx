@@ -27,6 +27,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint32_t
 from libc.string cimport memcmp, memset
 
+from pybroker._fast.debug cimport PYBROKER_DEBUG, debug_bounds
 from pybroker._fast.hton cimport pb_pack_int32, pb_pack_int64, pb_unpack_int32, pb_unpack_int64
 from pybroker._fast.jhash cimport java_hash_continue_utf8
 from pybroker._fast.record cimport (RecordFields, RecordStatus, RECORD_STATUS_OK,
@@ -168,6 +169,9 @@ cdef void _put_key(IndexTarget *index, int32_t key_hash, int64_t phy_offset,
         if time_diff > INT32_MAX:
             time_diff = INT32_MAX
     entry = base + index.entries_position + index_count * INDEX_ENTRY_SIZE
+    if PYBROKER_DEBUG:
+        debug_bounds(index.entries_position + index_count * INDEX_ENTRY_SIZE, INDEX_ENTRY_SIZE,
+                     index.view.len, "reput: index entry past the index file")
     pb_pack_int32(entry, key_hash)
     pb_pack_int64(entry + INDEX_ENTRY_PHY_OFFSET_POSITION, phy_offset)
     pb_pack_int32(entry + INDEX_ENTRY_TIME_DIFF_POSITION, <int32_t>time_diff)
@@ -439,6 +443,9 @@ cdef void _write_unit(QueueSlot *slot, const RecordFields *f,
     cdef int64_t tags_code = 0
     if wanted.tags_length > 0:
         tags_code = <int32_t>java_hash_continue_utf8(0, wanted.tags, <size_t>wanted.tags_length)
+    if PYBROKER_DEBUG:
+        debug_bounds(slot.wrote_position, CQ_UNIT_SIZE, slot.file_size,
+                     "reput: consume-queue unit past its file")
     pb_pack_int64(unit, f.physical_offset)
     pb_pack_int32(unit + CQ_UNIT_SIZE_POSITION, f.total_size)
     pb_pack_int64(unit + CQ_UNIT_TAGS_CODE_POSITION, tags_code)

@@ -12,6 +12,17 @@ cdef enum:
     SERIALIZE_TYPE_JSON = 0
     SERIALIZE_TYPE_ROCKETMQ = 1
     BINARY_EXT_KEY_LENGTH_MAX = 32767
+    # protocol.md §1.4 ROCKETMQ binary header (frame.pyx has the table): each field's offset
+    # derived from the one before.
+    BINARY_CODE_AT = 0
+    BINARY_LANGUAGE_AT = BINARY_CODE_AT + 2
+    BINARY_VERSION_AT = BINARY_LANGUAGE_AT + 1
+    BINARY_OPAQUE_AT = BINARY_VERSION_AT + 2
+    BINARY_FLAG_AT = BINARY_OPAQUE_AT + 4
+    BINARY_REMARK_LENGTH_AT = BINARY_FLAG_AT + 4
+    BINARY_REMARK_AT = BINARY_REMARK_LENGTH_AT + 4
+    # The ext length field sits after the remark: fixed part = remark offset + 4.
+    BINARY_EXT_LENGTH_BYTES = 4
 
 # Limits and sizes Python also needs (cpdef: visible as module ints).
 cpdef enum:

@@ -47,16 +47,7 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object value, int *overflow) except? -1
 
 cdef enum:
-    # Field offsets of the binary header, each derived from the one before.
-    BINARY_CODE_AT = 0
-    BINARY_LANGUAGE_AT = BINARY_CODE_AT + 2
-    BINARY_VERSION_AT = BINARY_LANGUAGE_AT + 1
-    BINARY_OPAQUE_AT = BINARY_VERSION_AT + 2
-    BINARY_FLAG_AT = BINARY_OPAQUE_AT + 4
-    BINARY_REMARK_LENGTH_AT = BINARY_FLAG_AT + 4
-    BINARY_REMARK_AT = BINARY_REMARK_LENGTH_AT + 4
-    # The ext length field sits after the remark: fixed part = remark offset + 4.
-    BINARY_EXT_LENGTH_BYTES = 4
+    # (The binary header's field offsets are in frame.pxd, shared with send_read.pyx.)
     # Ext entry: key length (short) + value length (int) around the two strings.
     BINARY_EXT_ENTRY_OVERHEAD_BYTES = 2 + 4
     # Frames reported per scan_frames call inside split_frames (stack array).

@@ -32,6 +32,7 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from pybroker._fast.hton cimport (pb_pack_int16, pb_pack_int32, pb_pack_int64,
                                   pb_unpack_int16, pb_unpack_int32, pb_unpack_int64)
 from pybroker._fast.crc cimport crc32_masked_of, CRC_NOGIL_MIN_BYTES
+from pybroker._fast.debug cimport PYBROKER_DEBUG, debug_check
 
 cdef extern from *:
     """
@@ -275,7 +276,12 @@ cdef Py_ssize_t write_record(unsigned char *p, RecordFields *f,
     f.total_size = <int32_t>record_encoded_size(parts.body_length, parts.topic_length,
                                                 parts.properties_length, f.sys_flag)
     f.magic = MAGIC_V2 if parts.topic_length > TOPIC_V1_MAX_BYTES else MAGIC_V1
-    return _write_record(p, f, parts)
+    cdef Py_ssize_t written = _write_record(p, f, parts)
+    if PYBROKER_DEBUG:
+        # The size computation and the writer are two descriptions of one layout.
+        debug_check(written == f.total_size, "record: bytes written differ from the size",
+                    written, f.total_size)
+    return written
 
 
 cdef inline int _check_host(const Py_buffer *view, Py_ssize_t expected, str name) except -1:

@@ -6,6 +6,7 @@ from typing_extensions import Buffer
 from pybroker.errors import BrokerError
 
 RING_CACHE_LINE_BYTES: int  # 64
+DEBUG_CHECKS: bool  # the debug build's invariant checks are compiled in
 RING_MAGIC_OFFSET: int  # 0
 RING_CAPACITY_OFFSET: int  # 8
 RING_PRODUCER_CURSOR_OFFSET: int  # 64

@@ -24,7 +24,12 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, 
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t, uintptr_t
 from libc.string cimport memcpy, memset
 
+from pybroker._fast.debug cimport PYBROKER_DEBUG, debug_check
+
 from pybroker.errors import BrokerError
+
+# True in the debug build (`make debug`): the fast paths check their own invariants.
+DEBUG_CHECKS = bool(PYBROKER_DEBUG)
 
 
 class RingCorruptError(BrokerError):
@@ -186,11 +191,23 @@ cdef class ByteRing:
             position = 0
         pb_ring_store_u32(self._data + position, <uint32_t>size)
         self._reserved_tail += total
+        if PYBROKER_DEBUG:
+            debug_check(position + total <= self._capacity, "byte ring: record past the data area",
+                        <long long>(position + total), <long long>self._capacity)
+            debug_check(self._reserved_tail - self._cached_head <= self._capacity,
+                        "byte ring: reserved over unreleased records",
+                        <long long>self._reserved_tail, <long long>self._cached_head)
         return <int64_t>(position + RING_RECORD_LENGTH_BYTES)
 
     cdef bint commit_c(self) noexcept nogil:
-        if self._reserved_tail == pb_load_relaxed_u64(self._producer_cursor):
+        cdef uint64_t published = pb_load_relaxed_u64(self._producer_cursor)
+        if self._reserved_tail == published:
             return False
+        if PYBROKER_DEBUG:
+            # One producer per ring: the published tail only ever moves forward.
+            debug_check(self._reserved_tail > published,
+                        "byte ring: the producer cursor would move back (a second producer?)",
+                        <long long>self._reserved_tail, <long long>published)
         pb_store_release_u64(self._producer_cursor, self._reserved_tail)
         pb_fence()
         return _take_flag(self._consumer_sleeping)
@@ -293,6 +310,14 @@ cdef class ByteRing:
 
     cdef bint release_c(self, uint64_t end) noexcept nogil:
         cdef uint64_t new_head = self._run_start_cursor + (end - self._run_start)
+        if PYBROKER_DEBUG:
+            # The Python release() refuses these; C callers (the appender) must not pass them.
+            debug_check(end >= self._run_start and end <= self._run_end
+                        and (end & (RING_RECORD_ALIGN_BYTES - 1)) == 0,
+                        "byte ring: release outside the peeked run", <long long>end,
+                        <long long>self._run_end)
+            debug_check(new_head >= self._head, "byte ring: the consumer cursor would move back",
+                        <long long>new_head, <long long>self._head)
         pb_store_release_u64(self._consumer_cursor, new_head)
         self._head = new_head
         self._run_start = end
@@ -449,11 +474,20 @@ cdef class CompletionRing:
         slot.physical_offset = physical_offset
         slot.queue_offset = queue_offset
         self._pushed_tail += 1
+        if PYBROKER_DEBUG:
+            debug_check(self._pushed_tail - self._cached_head <= self._slot_count,
+                        "completion ring: pushed over undrained slots",
+                        <long long>self._pushed_tail, <long long>self._cached_head)
         return True
 
     cdef bint publish_c(self) noexcept nogil:
-        if self._pushed_tail == pb_load_relaxed_u64(self._producer_cursor):
+        cdef uint64_t published = pb_load_relaxed_u64(self._producer_cursor)
+        if self._pushed_tail == published:
             return False
+        if PYBROKER_DEBUG:
+            debug_check(self._pushed_tail > published,
+                        "completion ring: the producer cursor would move back (a second producer?)",
+                        <long long>self._pushed_tail, <long long>published)
         pb_store_release_u64(self._producer_cursor, self._pushed_tail)
         pb_fence()
         return _take_flag(self._consumer_sleeping)

@@ -24,7 +24,10 @@ Strings: no raw byte below 0x20 (JSON forbids them), no byte above 0x7F, escapes
 from libc.stdint cimport INT64_MAX, INT64_MIN, int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from pybroker._fast.frame cimport (BINARY_EXT_KEY_LENGTH_MAX, FRAME_HEADER_LENGTH_MASK,
+from pybroker._fast.frame cimport (BINARY_CODE_AT, BINARY_EXT_KEY_LENGTH_MAX,
+                                   BINARY_EXT_LENGTH_BYTES, BINARY_FLAG_AT,
+                                   BINARY_HEADER_FIXED_BYTES, BINARY_OPAQUE_AT, BINARY_REMARK_AT,
+                                   BINARY_REMARK_LENGTH_AT, FRAME_HEADER_LENGTH_MASK,
                                    FRAME_LENGTH_FIELD_BYTES, FRAME_PREFIX_BYTES,
                                    FRAME_SERIALIZE_TYPE_SHIFT, SERIALIZE_TYPE_JSON,
                                    SERIALIZE_TYPE_ROCKETMQ)
@@ -36,12 +39,6 @@ from pybroker.protocol.codes import RequestCode as _RequestCode
 from pybroker.protocol.constants import PROPERTIES_MAX_BYTES as _PROPERTIES_MAX_BYTES
 
 cdef enum:
-    # ROCKETMQ binary header offsets (frame.pyx's table).
-    BINARY_CODE_AT = 0
-    BINARY_OPAQUE_AT = 5
-    BINARY_FLAG_AT = 9
-    BINARY_REMARK_LENGTH_AT = 13
-    BINARY_FIXED_BYTES = 21
     # Keys compared for duplicates by a pairwise scan; more ext entries go to the Python path.
     EXT_KEYS_SCANNED_MAX = 64
     # Longest decimal text the header parser accepts ([+-]?[0-9]+ of at most 24 characters).
@@ -216,21 +213,21 @@ cdef int _binary_header(const unsigned char *h, Py_ssize_t header_length,
     cdef Py_ssize_t key_lengths[EXT_KEYS_SCANNED_MAX]
     cdef int field
     cdef bint short_names
-    if header_length < BINARY_FIXED_BYTES:
+    if header_length < BINARY_HEADER_FIXED_BYTES:
         return -1
     r.code = pb_unpack_int16(h + BINARY_CODE_AT)
     r.opaque = pb_unpack_int32(h + BINARY_OPAQUE_AT)
     r.rpc_flag = pb_unpack_int32(h + BINARY_FLAG_AT)
     short_names = r.code != CODE_SEND_MESSAGE
     remark_length = pb_unpack_int32(h + BINARY_REMARK_LENGTH_AT)
-    if remark_length < 0 or remark_length > header_length - BINARY_FIXED_BYTES:
+    if remark_length < 0 or remark_length > header_length - BINARY_HEADER_FIXED_BYTES:
         return -1
-    at = BINARY_REMARK_LENGTH_AT + 4
+    at = BINARY_REMARK_AT
     if not _ascii(h + at, remark_length):
         return -1
     at += remark_length
     ext_length = pb_unpack_int32(h + at)
-    at += 4
+    at += BINARY_EXT_LENGTH_BYTES
     if ext_length != header_length - at:
         return -1
     while at < header_length:
