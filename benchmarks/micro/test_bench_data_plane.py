@@ -14,7 +14,7 @@ import time
 import pytest
 
 from pybroker._fast import record as record_codec
-from pybroker._testbase.dataplane import LocalDataPlane
+from pybroker._testbase.local_data_plane import LocalDataPlane
 from pybroker.config import FlushDiskType, StoreConfig
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.store.control_block import APPENDER

@@ -7,7 +7,7 @@ checks every implementation against it where it is wired:
 ==================  =========================================  =================================
 interface           remoting worker / supervisor               tests, single-process store
 ==================  =========================================  =================================
-StoreReader         store.reader.MessageStoreReader            store.message_store.MessageStore
+StoreReader         store.read_only_store.MessageStoreReader   store.message_store.MessageStore
 MetadataView        broker.metadata.MetadataReplica (worker),  broker.metadata.MetadataState
                     MetadataState (service)
 MetadataWriter      broker.metadata.MetadataState              the same
@@ -32,7 +32,7 @@ from pybroker.protocol.bodies import SubscriptionData
 from pybroker.store.config_docs import (DataVersion, DelayOffsetDocument,
                                         SubscriptionGroupConfig, TopicConfig)
 from pybroker.store.message_store import PutResult
-from pybroker.store.reads import GetResult, QueryResult, SelectResult
+from pybroker.store.read_api import GetResult, QueryResult, SelectResult
 
 __all__ = ["ClientChannel", "StoreReader", "MetadataView", "MetadataWriter", "Putter",
            "TopicDeleter"]

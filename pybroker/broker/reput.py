@@ -14,18 +14,27 @@ message whose map has ``DELAY`` > 0 goes to SCHEDULE_TOPIC_XXXX queue ``level - 
 stored string is then recomputed from the map plus REAL_TOPIC/REAL_QID (the level capped at the
 highest one). :func:`reput_message` takes both: ``properties`` (the string's content) and
 ``redirect`` (the map, or None when the caller knows no redirect can apply).
+
+The services that walk a queue of their own to find what to re-put (delay levels, transaction
+half and op queues) read it in batches with :func:`read_batch`.
 """
 from collections.abc import Mapping
 from typing import NamedTuple
 
 from pybroker.broker import send
+from pybroker.broker.interfaces import StoreReader
 from pybroker.protocol.constants import (TRANSACTION_TYPE_MASK, MessageSysFlag, Property,
                                          SystemTopic)
 from pybroker.protocol.properties import encode_properties
+from pybroker.store.status import GetStatus
 
-__all__ = ["RePut", "reput_message", "real_destination"]
+__all__ = ["RePut", "reput_message", "real_destination", "read_batch"]
 
 _REDIRECTABLE_TYPES = (0, int(MessageSysFlag.TRANSACTION_COMMIT_TYPE))
+READ_BATCH_COUNT = 32            # records a re-putting service reads per get_messages call
+# Offsets the store cannot serve: the service jumps to the offset the answer names.
+_SKIP_STATUSES = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
+                  GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
 
 
 class RePut(NamedTuple):
@@ -34,6 +43,23 @@ class RePut(NamedTuple):
     topic: str
     queue_id: int
     sys_flag: int
+
+
+def read_batch(store_reader: StoreReader, group: str, topic: str, queue_id: int,
+               queue_offset: int) -> tuple[int, list[bytes]]:
+    """(offset of the first record, copies of up to READ_BATCH_COUNT records) of a queue a
+    re-putting service walks (delay levels, transaction half and op queues). When the store
+    cannot serve ``queue_offset`` the first item is the offset to go on from, with no
+    records."""
+    result = store_reader.get_messages(group, topic, queue_id, queue_offset, READ_BATCH_COUNT)
+    try:
+        if result.status in _SKIP_STATUSES and result.next_begin_offset != queue_offset:
+            return result.next_begin_offset, []
+        if result.status is not GetStatus.FOUND:
+            return queue_offset, []
+        return queue_offset, [bytes(buffer) for buffer in result.buffers]
+    finally:
+        result.release()
 
 
 def real_destination(properties: Mapping[str, str]) -> tuple[str, int] | None:

@@ -13,20 +13,16 @@ every 100 ms) and :meth:`persist` at shutdown.
 import logging
 
 from pybroker._fast import record as record_codec
-from pybroker.broker.reput import RePut, real_destination, reput_message
+from pybroker.broker.reput import RePut, read_batch, real_destination, reput_message
 from pybroker.protocol.constants import SystemGroup, SystemTopic
 from pybroker.protocol.properties import decode_properties
 from pybroker.store import config_docs
-from pybroker.store.status import GetStatus
 
 log = logging.getLogger("pybroker.broker.schedule")
 
 FAILURE_PAUSE_MS = 10_000        # Java DELAY_FOR_A_PERIOD after a failed put
 PERSIST_INTERVAL_MS = 10_000     # flushDelayOffsetInterval default
-READ_BATCH_COUNT = 32            # records read per get_messages call
 DELIVER_PER_LEVEL_MAX = 1024     # bound on one run_once per level, so every level gets a turn
-_SKIP_STATUSES = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
-                  GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
 
 
 def delivered_message(data, level_delay_ms: int, now_ms: int) -> tuple[int, RePut] | None:
@@ -103,27 +99,14 @@ class ScheduleService:
             self._persisted_ms = now_ms
         return delivered
 
-    def _read(self, level: int, queue_offset: int) -> tuple[int, list[bytes]]:
-        """(offset of the first record, copies of up to a batch of records) from ``level``."""
-        result = self.store_reader.get_messages(SystemGroup.SCHEDULE_CONSUMER,
-                                                SystemTopic.SCHEDULE, level - 1, queue_offset,
-                                                READ_BATCH_COUNT)
-        try:
-            if result.status in _SKIP_STATUSES and result.next_begin_offset != queue_offset:
-                return result.next_begin_offset, []
-            if result.status is not GetStatus.FOUND:
-                return queue_offset, []
-            return queue_offset, [bytes(buffer) for buffer in result.buffers]
-        finally:
-            result.release()
-
     async def _run_level(self, level: int, now_ms: int) -> int:
         delay_ms = self.delay_levels_ms[level - 1]
         queue_offset = self.offset_table.get(level, 0)
         delivered = 0
         try:
             while delivered < DELIVER_PER_LEVEL_MAX:
-                start, batch = self._read(level, queue_offset)
+                start, batch = read_batch(self.store_reader, SystemGroup.SCHEDULE_CONSUMER,
+                                          SystemTopic.SCHEDULE, level - 1, queue_offset)
                 if start != queue_offset:
                     queue_offset = start
                     continue

@@ -23,24 +23,20 @@ import logging
 import random
 
 from pybroker._fast import record as record_codec
-from pybroker.broker.reput import real_destination, reput_message
+from pybroker.broker.reput import read_batch, real_destination, reput_message
 from pybroker.protocol import headers
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import create_request
 from pybroker.protocol.constants import Property, SystemGroup, SystemTopic
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.protocol.properties import decode_properties
-from pybroker.store.status import GetStatus
 
 log = logging.getLogger("pybroker.broker.transaction_check")
 
 HALF_QUEUE_ID = 0
-READ_BATCH_COUNT = 32
 OP_READ_MAX = 8192           # op markers read in one pass
 HALF_SCAN_MAX = 4096         # half messages examined in one pass
 _GROUP = SystemGroup.TRANS_CHECK
-_SKIP_STATUSES = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
-                  GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
 
 
 def op_marker_offsets(body) -> list[int]:
@@ -106,24 +102,11 @@ class TransactionCheckService:
             offset = max(0, self.store_reader.get_min_offset_in_queue(topic, queue_id))
         return offset
 
-    def _read(self, topic: str, queue_id: int, queue_offset: int) -> tuple[int, list[bytes]]:
-        """(offset of the first record, copies of up to a batch of records)."""
-        result = self.store_reader.get_messages(_GROUP, topic, queue_id, queue_offset,
-                                                READ_BATCH_COUNT)
-        try:
-            if result.status in _SKIP_STATUSES and result.next_begin_offset != queue_offset:
-                return result.next_begin_offset, []
-            if result.status is not GetStatus.FOUND:
-                return queue_offset, []
-            return queue_offset, [bytes(buffer) for buffer in result.buffers]
-        finally:
-            result.release()
-
     def _records(self, topic: str, queue_id: int, queue_offset: int, limit: int):
         """Yield (queue offset, record bytes) from ``queue_offset``, at most ``limit``."""
         produced = 0
         while produced < limit:
-            start, batch = self._read(topic, queue_id, queue_offset)
+            start, batch = read_batch(self.store_reader, _GROUP, topic, queue_id, queue_offset)
             if start != queue_offset:
                 queue_offset = start
                 continue

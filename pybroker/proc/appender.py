@@ -38,10 +38,10 @@ from pybroker.proc import ring_format
 from pybroker.proc.topic_deletion import read_requested_topics, requests_path
 from pybroker.proc.wake import (ConsumerSide, DataPlaneWakes, PositionWatch, Sleeper, signal_mask,
                                 stop_on_sigterm)
-from pybroker.protocol.constants import TRANSACTION_TYPE_MASK, MessageSysFlag
+from pybroker.protocol.constants import TRANSACTION_TYPE_MASK
 from pybroker._fast.stats import StatsCounter, StatsHistogram
 from pybroker.stats.region import private_writer
-from pybroker.store.commitlog import CommitLog, topic_queue_key
+from pybroker.store.commitlog import NO_QUEUE_OFFSET_TYPES, CommitLog, topic_queue_key
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.disk_space import SpaceGuard
 from pybroker.store.drop_behind import DropBehind
@@ -57,8 +57,6 @@ log = logging.getLogger("pybroker.proc.appender")
 _IDLE_WAIT_MS = 1000          # an idle appender re-checks broker_state this often
 _BLOCKED_WAIT_MS = 1          # completion ring full: wait for the worker to drain it
 _FLUSH_GATE_MS = 2            # SYNC_FLUSH: the longest wait for an msync in flight (a slow disk)
-_NO_QUEUE_OFFSET_TYPES = (int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
-                          int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE))
 
 
 def run_appender(settings: StoreConfig, rings, completion_rings, control: ControlBlock,
@@ -97,7 +95,7 @@ def _topic_queue_table(settings: StoreConfig, commitlog: CommitLog,
     finally:
         queues.close()
     for message_record in commitlog.record_iterator(covered, written_position):
-        if message_record.sys_flag & TRANSACTION_TYPE_MASK not in _NO_QUEUE_OFFSET_TYPES:
+        if message_record.sys_flag & TRANSACTION_TYPE_MASK not in NO_QUEUE_OFFSET_TYPES:
             key = topic_queue_key(message_record.topic, message_record.queue_id)
             table[key] = max(table.get(key, 0), message_record.queue_offset + 1)
         message_record.body.release()

@@ -33,7 +33,7 @@ from pybroker.store import paths
 from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, BrokerState, ControlBlock,
                                          remoting_worker)
 from pybroker.store.message_store import PutResult
-from pybroker.store.reader import MessageStoreReader
+from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import PutStatus
 
 log = logging.getLogger("pybroker.proc.dataplane")

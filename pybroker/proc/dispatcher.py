@@ -44,7 +44,7 @@ from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.dispatch import Dispatcher
 from pybroker.store.drop_behind import DropBehind, LogicsDropBehind
 from pybroker.store.index_file import IndexService
-from pybroker.store.reader import follow_commitlog
+from pybroker.store.read_only_store import follow_commitlog
 from pybroker.store.settings import StoreConfig
 
 __all__ = ["run_dispatcher"]

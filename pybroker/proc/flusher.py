@@ -49,7 +49,7 @@ from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import FLUSHER, ControlBlock
 from pybroker.store.drop_behind import DropBehind
 from pybroker.store.prefault import PrefaultWindow
-from pybroker.store.reader import follow_commitlog
+from pybroker.store.read_only_store import follow_commitlog
 from pybroker.store.settings import StoreConfig
 
 __all__ = ["run_flusher"]

@@ -40,7 +40,7 @@ from pybroker.store.control_block import HA, HA_SLAVE_SLOTS_MAX, BrokerState
 from pybroker.store.drop_behind import DropBehind
 from pybroker.store.settings import BrokerRole
 from pybroker.store.mapped_file import MappedFile
-from pybroker.store.reader import READER_KEEP_BYTES, follow_commitlog
+from pybroker.store.read_only_store import READER_KEEP_BYTES, follow_commitlog
 
 log = logging.getLogger("pybroker.proc.ha_master")
 

@@ -5,10 +5,13 @@ File rules (protocol.md §4.3): records never span files; if a run of ``size`` b
 ``remaining - 8`` bytes of the current file, an 8-byte BLANK marker (TOTALSIZE = bytes to the file
 end, magic 0xCBD43194) is written and the run goes to the start of the next file.
 
-Append side (the appender, design.md §2 rule 1 and 3): :meth:`CommitLog.append_encoded` takes a run
-of records already encoded (body CRC included) for ONE topic/queue, copies it into the mapped file
-in one copy and patches queue offset, physical offset and store time of every record in one C loop
-(``record.patch_run``). Queue offsets come from the topic-queue table kept here.
+Append side (design.md §2 rule 1 and 3): the appender process appends in C
+(``pybroker._fast.append.RingDrainer``) into this class's file queue, with the topic-queue table
+kept here; :meth:`CommitLog.append_encoded` is the same rule in Python for the single-process
+:class:`~pybroker.store.message_store.MessageStore` (recovery, tests, tools): a run of records
+already encoded (body CRC included) for ONE topic/queue, copied into the mapped file in one copy
+and patched (queue offset, physical offset, store time of every record) in one C loop
+(``record.patch_run``). tests/unit/proc/test_appender_equivalence.py keeps the two equal.
 
 Read side: :meth:`CommitLog.read_record` and :meth:`CommitLog.read_raw` return views into the
 mapping that HOLD the file; give them back with :meth:`release_record` / :meth:`release_raw`
@@ -30,8 +33,8 @@ from pybroker.store.status import PutStatus
 log = logging.getLogger("pybroker.store.commitlog")
 
 # Transaction types that get queue offset 0 and do not advance the queue (protocol.md §4.3).
-_NO_QUEUE_OFFSET_TYPES = frozenset({int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
-                                    int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)})
+NO_QUEUE_OFFSET_TYPES = frozenset({int(MessageSysFlag.TRANSACTION_PREPARED_TYPE),
+                                   int(MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)})
 
 
 @dataclasses.dataclass(slots=True)
@@ -184,7 +187,7 @@ class CommitLog:
         position = mapped_file.wrote_position
         physical_offset = mapped_file.file_from_offset + position
         key = topic_queue_key(topic, queue_id)
-        no_queue_offset = transaction_type in _NO_QUEUE_OFFSET_TYPES
+        no_queue_offset = transaction_type in NO_QUEUE_OFFSET_TYPES
         queue_offset = 0 if no_queue_offset else self._queue_offsets.get(topic, queue_id)
         source = memoryview(records_buffer)
         if not source.readonly:

@@ -32,7 +32,7 @@ from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.dispatch import Dispatcher
 from pybroker.store.index_file import IndexService
-from pybroker.store.reads import GetResult, QueryResult, SelectResult, StoreReads
+from pybroker.store.read_api import GetResult, QueryResult, SelectResult, StoreReads
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 

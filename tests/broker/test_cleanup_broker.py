@@ -21,7 +21,7 @@ from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.remoting.client import SyncRemotingClient
 from pybroker.store.cleanup import disk_partition_used_ratio
 from pybroker.store.settings import StoreConfig
-from pybroker.store.reader import MessageStoreReader
+from pybroker.store.read_only_store import MessageStoreReader
 
 pytestmark = [pytest.mark.slow]
 TIMEOUT_MS = 10_000

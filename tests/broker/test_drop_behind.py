@@ -23,7 +23,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
 from pybroker.store.drop_behind import KEEP_BYTES, STEP_BYTES
-from pybroker.store.reader import READER_KEEP_BYTES, READER_SWEEP_INTERVAL_S
+from pybroker.store.read_only_store import READER_KEEP_BYTES, READER_SWEEP_INTERVAL_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -16,14 +16,14 @@ import time
 import pytest
 
 from pybroker._fast import record as record_codec
-from pybroker._testbase.dataplane import LocalDataPlane
+from pybroker._testbase.local_data_plane import LocalDataPlane
 from pybroker.config import FlushDiskType, StoreConfig
 from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.message_store import MessageStore
-from pybroker.store.reader import MessageStoreReader
+from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import GetStatus
 
 pytestmark = pytest.mark.dataplane

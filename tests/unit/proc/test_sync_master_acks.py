@@ -16,7 +16,7 @@ from pybroker.proc.appender import run_appender
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.wake import signal_mask
 from pybroker.store.status import PutStatus
-from pybroker._testbase.dataplane import LocalDataPlane
+from pybroker._testbase.local_data_plane import LocalDataPlane
 from tests.unit.proc.test_data_plane import HOST, PORT, QUEUES, TOPIC, encode, make_plane
 
 pytestmark = [pytest.mark.dataplane, pytest.mark.timeout(60)]

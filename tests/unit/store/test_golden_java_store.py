@@ -21,7 +21,7 @@ from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.protocol.properties import decode_properties, keys_of, tags_of
 from pybroker.store.message_store import MessageStore
 from pybroker.store.settings import StoreConfig
-from pybroker.store.reader import MessageStoreReader
+from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import GetStatus
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[2] / "golden" / "java-4.9.8"

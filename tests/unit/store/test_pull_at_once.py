@@ -15,10 +15,10 @@ import pytest
 
 from pybroker._fast.jhash import tags_code
 from pybroker.store.message_store import MessageStore
-from pybroker.store.reader import MessageStoreReader
+from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import GetStatus
 
-from tests.unit.store.test_reader import TOPIC, body_of, encode, settings_for
+from tests.unit.store.test_read_only_store import TOPIC, body_of, encode, settings_for
 
 TAGS = ("tA", "tB", "tC")
 

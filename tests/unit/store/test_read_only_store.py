@@ -14,7 +14,7 @@ from pybroker._fast.jhash import tags_code
 from pybroker.protocol.properties import encode_properties
 from pybroker.store.message_store import MessageStore
 from pybroker.store.settings import StoreConfig
-from pybroker.store.reader import MessageStoreReader
+from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import GetStatus, PutStatus
 
 HOST = bytes([127, 0, 0, 1])

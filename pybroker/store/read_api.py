@@ -7,8 +7,9 @@ itself (pull, view by id, query by key, queue offsets and times). It is a mixin:
 count, in-disk bytes, in-disk count caps of one pull) and ``_stats`` (a dict of counters), and
 provides the hooks :meth:`StoreReads._commitlog`, :meth:`StoreReads._find_queue` and
 :meth:`StoreReads._index_service`. :class:`~pybroker.store.message_store.MessageStore` returns
-its own (writable, always current) objects; :class:`~pybroker.store.reader.MessageStoreReader`
-returns read-only ones, refreshed lazily up to the dispatched position.
+its own (writable, always current) objects;
+:class:`~pybroker.store.read_only_store.MessageStoreReader` returns read-only ones, refreshed
+lazily up to the dispatched position.
 
 Reads hand out memoryview slices of the mapped CommitLog that hold their file: call
 ``release()`` on every result.

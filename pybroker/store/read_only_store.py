@@ -4,7 +4,7 @@
 The CommitLog, the consume queues and the index are mapped READ-ONLY; no lock file, no abort
 file, no recovery (the supervisor recovered before the workers started). The read methods are
 those of :class:`~pybroker.store.message_store.MessageStore` (shared code in
-:mod:`pybroker.store.reads`) and return the same result types.
+:mod:`pybroker.store.read_api`) and return the same result types.
 
 What may be served is bounded by ``dispatched_position``: every record below it is whole, and
 every consume-queue unit pointing below it is written (the dispatcher publishes the position
@@ -34,7 +34,7 @@ from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import UNIT_DTYPE, ConsumeQueue, ConsumeQueueStore
 from pybroker.store.index_file import IndexService
 from pybroker.store.mapped_file import MappedFile
-from pybroker.store.reads import StoreReads
+from pybroker.store.read_api import StoreReads
 from pybroker.store.settings import StoreConfig
 
 __all__ = ["MessageStoreReader", "follow_commitlog"]
