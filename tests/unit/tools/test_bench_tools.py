@@ -11,6 +11,8 @@ import pathlib
 import sys
 import xml.etree.ElementTree as ElementTree
 
+import pytest
+
 TOOLS = pathlib.Path(__file__).resolve().parents[3] / "tools"
 sys.path.insert(0, str(TOOLS))
 
@@ -284,6 +286,7 @@ def test_a_partial_result_says_so_and_replaces_neither_docs_nor_the_comparison(t
     assert "## quick — " in generated and "it broke" not in generated
 
 
+@pytest.mark.dataplane
 def test_the_installed_pybroker_is_found_or_named_in_one_line(tmp_path):
     import pytest
     found = bench_brokers.find_pybroker()
