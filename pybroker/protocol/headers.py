@@ -176,8 +176,9 @@ class HeaderSchema:
         return f"HeaderSchema({self.name}, {len(self.fields)} fields)"
 
 
-def _schema(name: str, rows: list[tuple]) -> HeaderSchema:
-    """Build a schema from rows ``(wire, type, required[, default[, short[, attribute]]])``."""
+def define_schema(name: str, rows: list[tuple]) -> HeaderSchema:
+    """Build a schema from rows ``(wire, type, required[, default[, short[, attribute]]])``
+    (other protocol modules declare their headers with it, e.g. protocol/controller.py)."""
     fields = []
     for row in rows:
         wire_name, kind, required = row[0], row[1], row[2]
@@ -188,6 +189,9 @@ def _schema(name: str, rows: list[tuple]) -> HeaderSchema:
         assert not (required and default is not None), wire_name
         fields.append(Field(wire_name, attribute, kind, required, default, short_name))
     return HeaderSchema(name, tuple(fields))
+
+
+_schema = define_schema
 
 
 EMPTY = _schema("EmptyHeader", [])
@@ -507,6 +511,73 @@ BROKER_HEARTBEAT_REQUEST = _schema("BrokerHeartbeatRequestHeader", [
     ("electionPriority", INT, False),
 ])
 
+# --- Controller mode (5.x; the bodies are in protocol/controller.py) ------------------------------
+GET_METADATA_RESPONSE = _schema("GetMetaDataResponseHeader", [
+    ("group", STR, False),
+    ("controllerLeaderId", STR, False),
+    ("controllerLeaderAddress", STR, False),
+    ("isLeader", BOOL, False, False),
+    ("peers", STR, False),
+])
+GET_NEXT_BROKER_ID_REQUEST = _schema("GetNextBrokerIdRequestHeader", [
+    ("clusterName", STR, False),
+    ("brokerName", STR, False),
+])
+GET_NEXT_BROKER_ID_RESPONSE = _schema("GetNextBrokerIdResponseHeader", [
+    ("clusterName", STR, False),
+    ("brokerName", STR, False),
+    ("nextBrokerId", LONG, False),
+])
+APPLY_BROKER_ID_REQUEST = _schema("ApplyBrokerIdRequestHeader", [
+    ("clusterName", STR, False),
+    ("brokerName", STR, False),
+    ("appliedBrokerId", LONG, False),
+    ("registerCheckCode", STR, False),
+])
+REGISTER_TO_CONTROLLER_REQUEST = _schema("RegisterBrokerToControllerRequestHeader", [
+    ("clusterName", STR, False),
+    ("brokerName", STR, False),
+    ("brokerId", LONG, False),
+    ("brokerAddress", STR, False),
+    ("invokeTime", LONG, False),
+])
+# Also the answers of elect-master and get-replica-info (sub-sets of these fields).
+MASTER_INFO_RESPONSE = _schema("RegisterBrokerToControllerResponseHeader", [
+    ("clusterName", STR, False),
+    ("brokerName", STR, False),
+    ("masterBrokerId", LONG, False),
+    ("masterAddress", STR, False),
+    ("masterEpoch", INT, False),
+    ("syncStateSetEpoch", INT, False),
+])
+GET_REPLICA_INFO_REQUEST = _schema("GetReplicaInfoRequestHeader", [
+    ("brokerName", STR, False),
+])
+ELECT_MASTER_REQUEST = _schema("ElectMasterRequestHeader", [
+    ("clusterName", STR, True),
+    ("brokerName", STR, True),
+    ("brokerId", LONG, True),
+    ("designateElect", BOOL, True),
+    ("invokeTime", LONG, False),
+])
+ALTER_SYNC_STATE_SET_REQUEST = _schema("AlterSyncStateSetRequestHeader", [
+    ("brokerName", STR, False),
+    ("masterBrokerId", LONG, False),
+    ("masterEpoch", INT, False),
+    ("invokeTime", LONG, False),
+])
+ALTER_SYNC_STATE_SET_RESPONSE = _schema("AlterSyncStateSetResponseHeader", [
+    ("newSyncStateSetEpoch", INT, False),
+])
+# Controller -> broker (oneway) when it elected a master; the body is a SyncStateSet.
+NOTIFY_BROKER_ROLE_CHANGED_REQUEST = _schema("NotifyBrokerRoleChangedRequestHeader", [
+    ("masterAddress", STR, False),
+    ("masterEpoch", INT, False),
+    ("syncStateSetEpoch", INT, False),
+    ("masterBrokerId", LONG, False),
+])
+
+
 # --- Tables: request code -> (schema, short names?) and request code -> response schema ---------
 _C = RequestCode
 REQUEST_SCHEMAS: dict[int, tuple[HeaderSchema, bool]] = {
@@ -560,6 +631,13 @@ REQUEST_SCHEMAS: dict[int, tuple[HeaderSchema, bool]] = {
     _C.DELETE_TOPIC_IN_NAMESRV: (DELETE_TOPIC_IN_NAMESRV_REQUEST, False),
     _C.GET_TOPICS_BY_CLUSTER: (GET_TOPICS_BY_CLUSTER_REQUEST, False),
     _C.BROKER_HEARTBEAT: (BROKER_HEARTBEAT_REQUEST, False),
+    _C.CONTROLLER_GET_NEXT_BROKER_ID: (GET_NEXT_BROKER_ID_REQUEST, False),
+    _C.CONTROLLER_APPLY_BROKER_ID: (APPLY_BROKER_ID_REQUEST, False),
+    _C.CONTROLLER_REGISTER_BROKER: (REGISTER_TO_CONTROLLER_REQUEST, False),
+    _C.CONTROLLER_GET_REPLICA_INFO: (GET_REPLICA_INFO_REQUEST, False),
+    _C.CONTROLLER_ELECT_MASTER: (ELECT_MASTER_REQUEST, False),
+    _C.CONTROLLER_ALTER_SYNC_STATE_SET: (ALTER_SYNC_STATE_SET_REQUEST, False),
+    _C.NOTIFY_BROKER_ROLE_CHANGED: (NOTIFY_BROKER_ROLE_CHANGED_REQUEST, False),
 }
 
 # Response headers, keyed by the REQUEST code they answer (a response code alone is ambiguous).
@@ -583,6 +661,13 @@ RESPONSE_SCHEMAS: dict[int, HeaderSchema] = {
     _C.GET_KV_CONFIG: GET_KV_CONFIG_RESPONSE,
     _C.WIPE_WRITE_PERM_OF_BROKER: WIPE_WRITE_PERM_RESPONSE,
     _C.QUERY_DATA_VERSION: QUERY_DATA_VERSION_RESPONSE,
+    _C.CONTROLLER_GET_METADATA_INFO: GET_METADATA_RESPONSE,
+    _C.CONTROLLER_GET_NEXT_BROKER_ID: GET_NEXT_BROKER_ID_RESPONSE,
+    _C.CONTROLLER_APPLY_BROKER_ID: GET_NEXT_BROKER_ID_RESPONSE,
+    _C.CONTROLLER_REGISTER_BROKER: MASTER_INFO_RESPONSE,
+    _C.CONTROLLER_GET_REPLICA_INFO: MASTER_INFO_RESPONSE,
+    _C.CONTROLLER_ELECT_MASTER: MASTER_INFO_RESPONSE,
+    _C.CONTROLLER_ALTER_SYNC_STATE_SET: ALTER_SYNC_STATE_SET_RESPONSE,
 }
 del _C
 

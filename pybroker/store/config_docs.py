@@ -28,7 +28,7 @@ __all__ = [
     "DataVersion", "TopicConfig", "SubscriptionGroupConfig", "TopicConfigDocument",
     "ConsumerOffsetDocument", "SubscriptionGroupDocument", "DelayOffsetDocument",
     "load_json_document", "save_json_document", "load_topics", "save_topics",
-    "load_consumer_offsets", "save_consumer_offsets", "load_subscription_groups",
+    "save_file", "load_consumer_offsets", "save_consumer_offsets", "load_subscription_groups",
     "save_subscription_groups", "load_delay_offsets", "save_delay_offsets",
 ]
 
@@ -341,7 +341,14 @@ def save_json_document(path: str, value: dict) -> None:
     either the old or the new content. OS errors propagate (durability failures are not
     swallowed).
     """
-    data = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    save_file(path, orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+
+
+def save_file(path: str, data: bytes) -> None:
+    """The safe write of the module docstring for any content: ``<path>.tmp`` (fsync), the
+    previous content to ``<path>.bak`` (fsync), rename, directory fsync. Java's readers of
+    these files (``MixAll.file2String``, ``CheckpointFile``) find the old or the new content
+    after a crash at any point."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     _write_durably(path + TMP_SUFFIX, data)

@@ -111,3 +111,16 @@ def ha_master_address_path(store_root: str) -> str:
     """``<root>/run/ha-master``: the master HA address a slave's ha worker connects to
     (written by the supervisor from the NameServer's answer or haMasterAddress)."""
     return os.path.join(run_dir(store_root), "ha-master")
+
+
+def epoch_file_path(store_root: str) -> str:
+    """``<root>/epochFileCheckpoint``: the controller-mode epoch entries (store/epoch_file.py;
+    Java's default ``storePathEpochFile``), with ``.bak`` beside it."""
+    return os.path.join(store_root, "epochFileCheckpoint")
+
+
+def broker_identity_path(store_root: str) -> str:
+    """``<root>/brokerIdentity``: the broker id the controller assigned
+    (store/broker_identity.py; Java's default ``storePathBrokerIdentity``); the application in
+    progress is ``<root>/brokerIdentity-temp``."""
+    return os.path.join(store_root, "brokerIdentity")

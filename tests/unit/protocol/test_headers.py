@@ -254,7 +254,10 @@ def test_every_request_code_in_the_reference_tables_has_a_schema_or_none_by_desi
                       RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.GET_BROKER_CLUSTER_INFO,
                       RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
                       RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                      RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.CHECK_CLIENT_CONFIG}
+                      RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.CHECK_CLIENT_CONFIG,
+                      RequestCode.CONTROLLER_GET_METADATA_INFO,
+                      RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+                      RequestCode.GET_BROKER_EPOCH_CACHE}
     for code in RequestCode:
         assert (code in headers.REQUEST_SCHEMAS) != (code in without_header), code
 
