@@ -94,8 +94,9 @@ class BrokerConfig:
         "cluster this broker registers under", rule=NAME_RULE, important=True)
     broker_name: str = setting("brokerName", _local_host_name,
         "master/slave set name; default: host name", rule=NAME_RULE, important=True)
-    broker_id: int = setting("brokerId", 0, "0 = master, > 0 = slave", long=True,
-        rule=between(0, JAVA_LONG_MAX), important=True)
+    broker_id: int = setting("brokerId", 0, "0 = master, > 0 = slave; controller mode: -1 "
+        "(the controller assigns the id) or the id it assigned", long=True,
+        rule=between(-1, JAVA_LONG_MAX), important=True)
     broker_ip1: str = setting("brokerIP1", _local_address, "address given to clients",
         rule=HOST_RULE, important=True)
     broker_ip2: str = setting("brokerIP2", _local_address, "address given to slaves for HA",
@@ -183,6 +184,31 @@ class BrokerConfig:
         "port of the Prometheus endpoint", rule=between(1, 65535))
     metrics_label: str = setting("metricsLabel", "",
         "extra labels on every metric, 'key:value,key:value'")
+    # --- controller mode (RocketMQ 5.x; docs/architecture.md "Controller mode") -------------
+    enable_controller_mode: bool = setting("enableControllerMode", False,
+        "roles and failover decided by Apache's controller (controllerAddr); brokerRole is "
+        "then ignored", important=True)
+    controller_addr: str = setting("controllerAddr", "",
+        "controllers, host:port;host:port (enableControllerMode)", important=True)
+    sync_broker_metadata_period: int = setting("syncBrokerMetadataPeriod", 5000,
+        "how often the role and SyncStateSet are read from the controller", unit="ms",
+        long=True, rule=between(100, 3600000))
+    check_sync_state_set_period: int = setting("checkSyncStateSetPeriod", 5000,
+        "master: how often lagging replicas are taken out of the SyncStateSet", unit="ms",
+        long=True, rule=between(100, 3600000))
+    sync_controller_metadata_period: int = setting("syncControllerMetadataPeriod", 10000,
+        "how often the controller leader's address is looked up", unit="ms", long=True,
+        rule=between(100, 3600000))
+    controller_heart_beat_timeout_mills: int = setting("controllerHeartBeatTimeoutMills",
+        10000, "the controller deems this broker dead after this long without a heartbeat",
+        unit="ms", long=True, rule=between(500, 3600000), important=True)
+    broker_heartbeat_interval: int = setting("brokerHeartbeatInterval", 1000,
+        "heartbeat period to the controller", unit="ms", rule=between(100, 3600000))
+    send_heartbeat_timeout_millis: int = setting("sendHeartbeatTimeoutMillis", 1000,
+        "a heartbeat that cannot be written this long counts as lost", unit="ms",
+        rule=between(10, 600000))
+    broker_election_priority: int = setting("brokerElectionPriority", JAVA_INT_MAX,
+        "lower is preferred when the controller elects among equally up-to-date replicas")
     stats_instruments_enable: bool = setting("statsInstrumentsEnable", True,
         "record the runtime statistics (counters, histograms, keyed topic/group figures) that "
         "brokerStatus, statsAll, consumeTps, the metrics endpoint and pybroker prof read; false "
@@ -673,6 +699,11 @@ def _effective_broker_settings(broker: BrokerConfig, store: StoreConfig,
                        store.disk_max_used_space_ratio, ratio)
         changes["disk_max_used_space_ratio"] = ratio
     store = dataclasses.replace(store, **changes)
+    if broker.enable_controller_mode:
+        return _controller_mode_settings(broker, store)
+    if broker.broker_id < 0:
+        raise ConfigError(f"brokerId={broker.broker_id}: must be >= 0 (-1 only with "
+                          "enableControllerMode=true)")
     if store.broker_role is BrokerRole.SLAVE:
         if broker.broker_id <= 0:
             raise ConfigError(f"brokerId={broker.broker_id}: must be > 0 when brokerRole=SLAVE")
@@ -680,6 +711,25 @@ def _effective_broker_settings(broker: BrokerConfig, store: StoreConfig,
         LOGGER.warning("brokerId=%d is used as 0: brokerRole=%s is a master",
                        broker.broker_id, store.broker_role)
         broker = dataclasses.replace(broker, broker_id=0)
+    return broker, store
+
+
+def _controller_mode_settings(broker: BrokerConfig,
+                              store: StoreConfig) -> tuple[BrokerConfig, StoreConfig]:
+    """Controller mode: the controller decides the role (a master is SYNC_MASTER, as in Java);
+    brokerRole and brokerId of the file only say where the broker starts."""
+    addresses = [part for part in broker.controller_addr.split(";") if part.strip()]
+    _require(bool(addresses), "controllerAddr", broker.controller_addr,
+             "enableControllerMode=true needs at least one controller host:port")
+    for address in addresses:
+        host, _, port = address.strip().rpartition(":")
+        _require(bool(host) and port.isdigit() and 0 < int(port) < 65536, "controllerAddr",
+                 broker.controller_addr, f"{address!r} is not host:port")
+    _require(store.min_in_sync_replicas >= 1, "minInSyncReplicas", store.min_in_sync_replicas,
+             "must be >= 1")
+    if store.broker_role is not BrokerRole.SLAVE or broker.broker_id != -1:
+        LOGGER.info("enableControllerMode=true: brokerRole=%s brokerId=%d are decided by the "
+                    "controller", store.broker_role, broker.broker_id)
     return broker, store
 
 

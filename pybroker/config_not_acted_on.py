@@ -17,6 +17,8 @@ SETTINGS_NOT_ACTED_ON = {
     "serverSocketRcvBufSize": "the kernel's socket buffer sizes are used",
     "clientSocketSndBufSize": "the kernel's socket buffer sizes are used",
     "clientSocketRcvBufSize": "the kernel's socket buffer sizes are used",
+    "enableAutoInSyncReplicas": "it belongs to slaveActingMaster mode, which pybroker lacks; "
+                                "Java ignores it in controller mode too",
 }
 
 
@@ -44,6 +46,6 @@ JAVA_KEYS_NOT_USED = frozenset((
 ))
 # Java keys naming features pybroker lacks; any value but Java's default stops start-up.
 JAVA_KEYS_UNSUPPORTED = {
-    "enableDLegerCommitLog": "false", "enableControllerMode": "false",
+    "enableDLegerCommitLog": "false", "fetchControllerAddrByDnsLookup": "false",
     "enableConsumeQueueExt": "false", "duplicationEnable": "false",
 }

@@ -51,6 +51,7 @@ LOGBACK_DIR = POM_DIR / "logback"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies"
 COMPLETE_MARKER = ".complete.json"
 NAMESRV_CLASS = "org.apache.rocketmq.namesrv.NamesrvStartup"
+CONTROLLER_CLASS = "org.apache.rocketmq.controller.ControllerStartup"
 BROKER_CLASS = "org.apache.rocketmq.broker.BrokerStartup"
 MQADMIN_CLASS = "org.apache.rocketmq.tools.command.MQAdminStartup"
 BOOT_SUCCESS = "boot success"
@@ -671,6 +672,74 @@ class JavaRocketMQ:
             raise HarnessError(f"mqadmin {args} failed (exit {run.returncode}, timed out "
                                f"{run.timed_out}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
         return run.stdout
+
+
+class JavaController(JavaRocketMQ):
+    """Apache's controller (5.x, ``ControllerStartup``, a one-node DLedger group) on
+    127.0.0.1:``port`` for controller-mode tests; brokers are started separately (pybroker
+    ones, or :class:`JavaRocketMQ` with ``own_namesrv=False`` and the controller keys).
+    ``overrides``: controller.conf keys, e.g. ``scanNotActiveBrokerInterval``."""
+
+    def __init__(self, work_dir, install: RocketMQInstall | None = None, port: int | None = None,
+                 heap_mb: int = 256, overrides=None, ready_timeout_s: float = 120,
+                 stop_timeout_s: float = 30):
+        super().__init__(work_dir, install=install or RocketMQInstall("5.3.3"),
+                         ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
+                         own_namesrv=False)
+        if self.major < 5:
+            raise HarnessError("the controller is RocketMQ 5.x")
+        # rocketmq-controller comes with rocketmq-namesrv (a NameServer can embed it).
+        self.port = port or free_port()
+        self.heap_mb = heap_mb
+        self.overrides = dict(overrides or {})
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def controller_properties(self) -> dict:
+        conf = {"controllerDLegerGroup": "group1",
+                "controllerDLegerPeers": f"n0-{LOOPBACK}:{self.port}",
+                "controllerDLegerSelfId": "n0",
+                "controllerStorePath": str(self.work_dir / "controller-store"),
+                "enableElectUncleanMaster": "false", "notifyBrokerRoleChanged": "true"}
+        conf.update(self.overrides)
+        return conf
+
+    def start(self, detach: bool = False) -> "JavaController":
+        self.install.require()
+        cleanup_stale(self.work_dir, self.stop_timeout_s)
+        self.write_files()
+        write_properties(self.conf_dir / "controller.conf", self.controller_properties())
+        if not detach:
+            atexit.register(self.stop)
+        argv = ["java", *SERVER_FLAGS, *self._jvm_common(self.heap_mb),
+                *self._logging_flags("controller"), "-cp", self.install.classpath(),
+                CONTROLLER_CLASS, "-c", str(self.conf_dir / "controller.conf")]
+        try:
+            self._spawn("controller", argv, self.port)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> dict:
+        process = self.processes.pop("controller", None)
+        codes = {}
+        if process is not None:
+            _stop_process(process, self.stop_timeout_s)
+            codes["controller"] = process.returncode
+        codes.update(super().stop())
+        return codes
+
+
+def controller_broker_overrides(controller_addr: str, **extra) -> dict:
+    """broker.conf keys of a Java broker in controller mode (Java's quick-start profile on
+    127.0.0.1: the controller assigns the id, the role is decided by the controller)."""
+    conf = {"enableControllerMode": "true", "controllerAddr": controller_addr,
+            "brokerId": "-1", "brokerRole": "SLAVE", "brokerIP2": LOOPBACK}
+    conf.update({key: str(value) for key, value in extra.items()})
+    return conf
 
 
 def _harness_from_state(args) -> JavaRocketMQ:

@@ -692,7 +692,8 @@ cdef class SendPath:
             # Java's isSlaveOK: answered at once unless the flush holds it too.
             send.wait_replica = False
             send.status = self._slave_not_available_status
-            self.slave_not_available_total += 1
+            if send.status != self._put_ok:      # controller mode answers SEND_OK alone
+                self.slave_not_available_total += 1
         if not (send.wait_flush or send.wait_replica):
             return self._answer(send, send.status, True, now_ns)
         send.deadline = now + self._flush_timeout_s

@@ -112,6 +112,10 @@ AUTHENTICATED_CODES = frozenset({
     RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.GET_CONSUMER_RUNNING_INFO,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
     RequestCode.VIEW_BROKER_STATS_DATA, RequestCode.QUERY_DATA_VERSION,
+    # Controller mode: an unsigned role notification is refused under aclEnable (a forged one
+    # could send the broker after a fake master); the role then comes from the periodic
+    # replica-info read (syncBrokerMetadataPeriod).
+    RequestCode.GET_BROKER_EPOCH_CACHE, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
 })
 
 ADMIN_CODES = frozenset({

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pybroker import clock
-from pybroker.broker.interfaces import (ClientChannel, MetadataView, MetadataWriter, Putter,
-                                        StoreReader, TopicDeleter)
+from pybroker.broker.interfaces import (ClientChannel, ControllerRole, MetadataView,
+                                        MetadataWriter, Putter, StoreReader, TopicDeleter)
 from pybroker.broker.long_poll import LongPollService
 from pybroker.config import Config
 from pybroker.protocol.command import RemotingCommand
@@ -70,6 +70,7 @@ class MetadataContext(BrokerContext):
     writer): the metadata is the writer, and topic deletion reaches the data plane."""
     metadata: MetadataWriter
     topic_deleter: TopicDeleter = field(kw_only=True)
+    replicas: ControllerRole | None = field(default=None, kw_only=True)   # controller mode
 
 
 Handler = Callable[[BrokerContext, ClientChannel, RemotingCommand],

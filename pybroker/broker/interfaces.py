@@ -150,3 +150,17 @@ class TopicDeleter(Protocol):
     async def delete_topics(self, topics: Sequence[str]) -> bool:
         """True when the queues of ``topics`` are gone; False when the data plane did not
         answer in time (the queue files then stay until they expire)."""
+
+
+class ControllerRole(Protocol):
+    """Controller mode's view for the metadata handlers (pybroker/broker/controller_role.py);
+    implemented by :class:`pybroker.broker.replicas_manager.ReplicasManager`."""
+
+    def on_role_notification(self, master_broker_id: int | None, master_address: str | None,
+                             master_epoch: int | None, set_epoch: int | None,
+                             members: frozenset[int]) -> None:
+        """NOTIFY_BROKER_ROLE_CHANGED from the controller."""
+
+    def epoch_cache(self) -> tuple[int, list, int]:
+        """(broker id as registered, epoch entries, CommitLog max offset) for
+        GET_BROKER_EPOCH_CACHE."""

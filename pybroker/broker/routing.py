@@ -34,6 +34,8 @@ METADATA_CODES = frozenset({
     RequestCode.GET_PRODUCER_CONNECTION_LIST, RequestCode.VIEW_BROKER_STATS_DATA,
     # Request-reply: the producer registry finds the requester (broker/reply.py).
     RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
+    # Controller mode: the supervisor holds the role (broker/controller_role.py).
+    RequestCode.NOTIFY_BROKER_ROLE_CHANGED, RequestCode.GET_BROKER_EPOCH_CACHE,
 })
 
 assert not DATA_CODES & METADATA_CODES, "a code is answered in exactly one place"

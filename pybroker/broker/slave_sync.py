@@ -35,6 +35,7 @@ SYNC_FIRST_DELAY_S = 3.0
 SYNC_INTERVAL_S = 10.0
 SYNC_TIMEOUT_MS = 3000
 MASTER_UNKNOWN_RETRY_S = 3.0
+CONTROLLER_MASTER_RETRY_S = 0.5
 
 
 class SlaveLink:
@@ -45,8 +46,12 @@ class SlaveLink:
     """
 
     def __init__(self, config, metadata, ha_wake,
-                 on_changed: Callable[[], None] = lambda: None):
+                 on_changed: Callable[[], None] = lambda: None,
+                 expected_master: str | None = None):
         self.config = config
+        # Controller mode: the master the controller named; another broker registered as
+        # master at the NameServer (a stale entry) is not followed.
+        self.expected_master = expected_master
         self.metadata = metadata
         self.ha_wake = ha_wake
         self.on_changed = on_changed
@@ -65,6 +70,11 @@ class SlaveLink:
             answer = headers.REGISTER_BROKER_RESPONSE.parse(response.ext_fields)
         except HeaderError as error:     # a NameServer's bad answer must not stop the broker
             log.warning("register answer without master addresses: %s", error)
+            return
+        if self.expected_master is not None and answer.master_addr != self.expected_master:
+            log.info("NameServer names master %s, the controller %s: waiting",
+                     answer.master_addr, self.expected_master)
+            self.master_address = None
             return
         if answer.master_addr and answer.master_addr != self.master_address:
             log.info("master of %s is %s", self.config.broker.broker_name, answer.master_addr)
@@ -86,12 +96,15 @@ class SlaveLink:
     async def run(self, register_soon) -> None:
         """Sync from the master every 10 s (first after 3 s) until cancelled. While no master
         is known, ``register_soon()`` is called every 3 s (Java waits for its next periodic
-        registration, up to 30 s; a restarted master is found sooner this way)."""
-        await asyncio.sleep(SYNC_FIRST_DELAY_S)
+        registration, up to 30 s; a restarted master is found sooner this way). In controller
+        mode the master was just elected and registers within a second: every 0.5 s."""
+        retry_s = MASTER_UNKNOWN_RETRY_S if self.expected_master is None \
+            else CONTROLLER_MASTER_RETRY_S
+        await asyncio.sleep(SYNC_FIRST_DELAY_S if self.expected_master is None else retry_s)
         while True:
             if not self.master_address:
                 register_soon()
-                await asyncio.sleep(MASTER_UNKNOWN_RETRY_S)
+                await asyncio.sleep(retry_s)
                 continue
             if self.master_address != self.config.derived.broker_addr:
                 await self.sync_all(self.master_address)

@@ -106,17 +106,22 @@ class Attachment:
             self.putter = SlavePutter()
         else:
             sync_master = config.store.broker_role == BrokerRole.SYNC_MASTER
+            controller = config.broker.enable_controller_mode
+            min_in_sync = config.store.min_in_sync_replicas
             # The fast path holds SYNC_FLUSH and SYNC_MASTER acks itself. It does not check
             # ACL signatures: with aclEnable every send goes through the request table's
-            # guard (proc/remoting.py, docs/security.md).
-            fast = fast_sends and not config.broker.acl_enable
+            # guard (proc/remoting.py, docs/security.md); nor the in-sync count of
+            # minInSyncReplicas (controller mode), which the handlers' putter checks.
+            fast = fast_sends and not config.broker.acl_enable \
+                and not (controller and min_in_sync > 1)
             self.putter = RingPutter(
                 plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
                 plane.wakes.appender, slot, self.store_host, config.store.sync_flush,
                 config.store.sync_flush_timeout, sync_master,
                 config.store.ha_max_gap_not_in_sync,
                 fast_failure=_fast_failure(config, control, slot, plane.workers),
-                fast_sends=fast_send_settings(config, PUT_STATUSES) if fast else None)
+                fast_sends=fast_send_settings(config, PUT_STATUSES) if fast else None,
+                controller_mode=controller, min_in_sync_replicas=min_in_sync)
         self.wake_fd = plane.wakes.workers[slot]
         # This process's section of the instrument region (remoting workers only).
         self.stats_writer: StatsWriter | None = None
@@ -317,8 +322,8 @@ def bind_ha_listener(config) -> socket.socket | None:
     binds it once, before any worker exists, like the remoting ports
     (pybroker/proc/listeners.py): a busy port stops the start (PortInUseError), and the ha
     workers of every generation inherit it, so a restart never closes the port."""
-    if is_slave(config):
-        return None
+    if is_slave(config) and not config.broker.enable_controller_mode:
+        return None      # (in controller mode any broker may become master)
     host, port = config.remoting.bind_address, config.store.ha_listen_port
     check_ports_free(host, [port])
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,

@@ -19,6 +19,8 @@ import asyncio
 import logging
 
 from pybroker.config import BrokerRole
+from pybroker.proc.autoswitch_master import AutoSwitchMasterService
+from pybroker.proc.autoswitch_slave import AutoSwitchSlaveClient
 from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.ha_master import HAMasterService
 from pybroker.proc.ha_slave import HASlaveClient
@@ -34,22 +36,27 @@ def is_slave(config) -> bool:
 
 
 def run_ha(config, control, wakes, listener=None) -> int:
-    """Main of the forked ha worker; returns its exit status."""
+    """Main of the forked ha worker; returns its exit status. In controller mode it speaks
+    AutoSwitchHA (pybroker/proc/autoswitch_master.py, autoswitch_slave.py)."""
+    controller_mode = config.broker.enable_controller_mode
     if is_slave(config):
-        return asyncio.run(_run_slave(config, control, wakes))
-    return asyncio.run(_run_master(config, control, wakes, listener))
+        client = AutoSwitchSlaveClient(config.store, config.broker.broker_id, control, wakes) \
+            if controller_mode else HASlaveClient(config.store, control, wakes)
+        return asyncio.run(_run_slave(client, control, wakes))
+    service_class = AutoSwitchMasterService if controller_mode else HAMasterService
+    return asyncio.run(_run_master(service_class(config.store, control, wakes, listener)))
 
 
-async def _run_master(config, control, wakes, listener) -> int:
+async def _run_master(service) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(STOP_SIGNAL, stop.set)
-    await HAMasterService(config.store, control, wakes, listener).run(stop)
+    await service.run(stop)
     log.info("ha (master): stopped")
     return 0
 
 
-async def _run_slave(config, control, wakes) -> int:
+async def _run_slave(client, control, wakes) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     address_changed = asyncio.Event()
@@ -62,7 +69,6 @@ async def _run_slave(config, control, wakes) -> int:
         else:
             address_changed.set()
     loop.add_reader(wakes.ha.fd, readable)
-    client = HASlaveClient(config.store, control, wakes)
     replicate = loop.create_task(client.run(address_changed))
     stopping = loop.create_task(stop.wait())
     try:

@@ -13,7 +13,7 @@ travel back to the owning worker as SEND_TO_CHANNEL.
 import logging
 from typing import Callable
 
-from pybroker.broker import admin, client_manage, consumer_manage, reply
+from pybroker.broker import admin, client_manage, consumer_manage, controller_role, reply
 from pybroker.broker.channel import FORWARD_EXT_CHANNEL, Channel
 from pybroker.broker.context import MetadataContext, MetadataHandler
 from pybroker.broker.routing import METADATA_CODES
@@ -38,7 +38,8 @@ INTERNAL_LINK_LIMITS = ConnectionLimits(idle_timeout_ms=0, write_stall_timeout_m
                                         pause_reading_on_backlog=False)
 
 HANDLERS: dict[int, MetadataHandler] = {**client_manage.HANDLERS, **consumer_manage.HANDLERS,
-                                        **admin.HANDLERS, **reply.HANDLERS}
+                                        **admin.HANDLERS, **reply.HANDLERS,
+                                        **controller_role.HANDLERS}
 assert set(HANDLERS) == set(METADATA_CODES), set(HANDLERS) ^ set(METADATA_CODES)
 
 

@@ -54,6 +54,7 @@ __all__ = ["RingPutter", "FastSendPort"]
 assert ring_format.PUT_HEADER.size == send_path.PUT_HEADER_FIXED_BYTES
 assert ring_format.PUT_FLAG_WAIT_STORE == send_path.PUT_FLAG_WAIT_STORE
 PUT_STATUSES = ring_format.PUT_STATUSES
+_NO_GAP_RULE_BYTES = 1 << 62      # controller mode: no haMaxGapNotInSync rule
 _PUT_OK = ring_format.status_code(PutStatus.PUT_OK)
 _BUSY = ring_format.status_code(PutStatus.TIMEOUT_CLEAN_QUEUE)
 # Puts committed while the appender's wake-up is deferred to the end of the loop turn, beyond
@@ -219,13 +220,22 @@ class RingPutter:
     fast_sends : pybroker.broker.send_fast.FastSendSettings or None
         Enables :meth:`open_fast_port` (remoting workers); None for a putter without
         connections or on an ACL broker.
+    controller_mode : bool
+        A controller-mode master (docs/architecture.md, "Controller mode"): the ha worker
+        publishes in ``ha_slaves_connected`` how many acknowledgements a send waits for and
+        in ``replicated_position`` what they cover; none to wait for is SEND_OK (Java's
+        SyncStateSet of one), never SLAVE_NOT_AVAILABLE, and no gap rule applies.
+    min_in_sync_replicas : int
+        Controller mode: a ``wait_store`` send is refused (in-sync replicas not enough) while
+        the published in-sync count is smaller (Java checks it before the append).
     """
 
     def __init__(self, ring, completion_ring, control, appender_wake, slot: int,
                  store_host: tuple[bytes, int], sync_flush: bool = False,
                  sync_flush_timeout_ms: int = 5000, sync_master: bool = False,
                  ha_max_gap_bytes: int = 256 << 20, fast_failure: FastFailure | None = None,
-                 fast_sends: FastSendSettings | None = None):
+                 fast_sends: FastSendSettings | None = None, controller_mode: bool = False,
+                 min_in_sync_replicas: int = 1):
         self.ring = ring
         self.completion_ring = completion_ring
         self.control = control
@@ -235,15 +245,22 @@ class RingPutter:
         self.sync_flush = sync_flush
         self.sync_flush_timeout_s = sync_flush_timeout_ms / 1000
         self.sync_master = sync_master
+        self.controller_mode = controller_mode
+        self.min_in_sync_replicas = min_in_sync_replicas if controller_mode else 1
+        if controller_mode:
+            ha_max_gap_bytes = _NO_GAP_RULE_BYTES
         self.ha_max_gap_bytes = ha_max_gap_bytes
         self.fast_enabled = fast_sends is not None
         self.fast_settings = settings = fast_sends or _no_fast_sends()
+        # Nothing to wait for: SLAVE_NOT_AVAILABLE (classic), SEND_OK (controller mode).
+        self.alone_status = PutStatus.PUT_OK if controller_mode \
+            else PutStatus.SLAVE_NOT_AVAILABLE
         self.core = send_path.SendPath(
             ring, completion_ring, bytes(store_host[0]), store_host[1], settings.cluster_pair,
             settings.max_message_size, settings.frame_max_bytes, settings.ext_fields_max,
             sync_flush, self.sync_flush_timeout_s, settings.templates, settings.put_ok,
             settings.flush_timeout, sync_master, ha_max_gap_bytes, settings.slave_timeout,
-            settings.slave_not_available)
+            settings.put_ok if controller_mode else settings.slave_not_available)
         self._pending: dict[int, _Pending] = {}
         self._space_waiters: collections.deque = collections.deque()
         core = self.core
@@ -328,6 +345,9 @@ class RingPutter:
             refused = fast_failure.refuse_now()
             if refused is not None:
                 return refused
+        if wait_store and self.min_in_sync_replicas > 1 and self.sync_master and \
+                self.control.sync_state()[2] < self.min_in_sync_replicas:
+            return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
@@ -466,7 +486,7 @@ class RingPutter:
                     end - control.replicated_position < self.ha_max_gap_bytes:
                 pending.waiting.append(self._replica_wait)
                 self._replica_wait.hold(end, request_id)
-            else:
+            elif self.alone_status is PutStatus.SLAVE_NOT_AVAILABLE:
                 result.status = PutStatus.SLAVE_NOT_AVAILABLE
                 self.slave_not_available_total += 1
         if not pending.waiting:

@@ -29,6 +29,7 @@ from pybroker.acl.validator import AccessValidator
 from pybroker.broker.context import MetadataContext
 from pybroker.broker.metadata import MetadataState
 from pybroker.broker.registration import NamesrvRegistration
+from pybroker.broker.replicas_manager import ReplicasManager, Role
 from pybroker.broker.schedule import ScheduleService
 from pybroker.broker.slave_sync import SlaveLink
 from pybroker.broker.transaction_check import TransactionCheckService
@@ -81,6 +82,9 @@ class Supervisor:
         self.stop_requested = False
         self.listeners: Listeners | None = None
         self.ha_listener: socket.socket | None = None    # a master's haListenPort
+        # Controller mode: the role of each generation (pybroker/broker/replicas_manager.py).
+        self.replicas: ReplicasManager | None = None
+        self.generation_config = config                  # self.config as this role runs it
 
     def _delay_offsets(self) -> DelayOffsetDocument | None:
         return None if self.schedule is None else self.schedule.document
@@ -110,8 +114,15 @@ class Supervisor:
             self.ha_listener = bind_ha_listener(self.config)
             self.metadata = MetadataState(self.config, delay_offsets=self._delay_offsets)
             self._create_stats()
+            if self.config.broker.enable_controller_mode:
+                self.replicas = ReplicasManager(self.config)
             while True:
                 outcome = self._generation(lock)
+                if outcome == "role-change" and not self.stop_requested:
+                    if self.data_plane_stopped_cleanly:
+                        # Stopped in order: the next recovery may take the normal path.
+                        lock_file.delete_abort_file(self.store_root)
+                    continue
                 if outcome == "stopped" and self.data_plane_stopped_cleanly:
                     lock_file.delete_abort_file(self.store_root)
                     log.info("broker %s stopped cleanly", self.config.broker.broker_name)
@@ -134,6 +145,8 @@ class Supervisor:
                     return 1
                 log.warning("restarting the data plane with abnormal recovery")
         finally:
+            if self.replicas is not None:
+                self.replicas.close()
             if self.metadata is not None:
                 self.metadata.shutdown()
             if self.stats_region is not None:
@@ -165,8 +178,9 @@ class Supervisor:
         """Recover the store in this process; returns the valid end of the CommitLog. A
         slave's pending truncation (store/replica.py) is applied first."""
         store_config = self.config.store
-        replica.apply_pending_truncation(self.store_root, store_config.commitlog_dir,
-                                         store_config.mapped_file_size_commit_log)
+        replica.apply_pending_truncation(
+            self.store_root, store_config.commitlog_dir, store_config.mapped_file_size_commit_log,
+            store_config.epoch_file_path if self.config.broker.enable_controller_mode else None)
         store = MessageStore(self.config.store, lock=lock)
         if not store.load():
             raise RuntimeError(f"store {self.store_root} could not be loaded")
@@ -179,8 +193,13 @@ class Supervisor:
 
     def _generation(self, lock) -> str:
         valid_end = self._recover(lock)
-        workers = self.config.remoting.remoting_workers
-        plane = dataplane.DataPlane.create(self.config, paths.run_dir(self.store_root), workers,
+        config = self.config
+        if self.replicas is not None:
+            self.replicas.prepare_generation(valid_end)
+            config = self.replicas.generation_config(config)
+        self.generation_config = config
+        workers = config.remoting.remoting_workers
+        plane = dataplane.DataPlane.create(config, paths.run_dir(self.store_root), workers,
                                            valid_end, self.stats_region, self.ha_listener)
         self.control = plane.control
         service_path = os.path.join(paths.run_dir(self.store_root), "metadata.sock")
@@ -193,7 +212,7 @@ class Supervisor:
             assert listeners is not None       # bound by run() before the first generation
             for index in range(workers):
                 def remoting_main(i: int = index) -> int:
-                    return run_remoting_worker(i, self.config, plane.remoting_attachment(i),
+                    return run_remoting_worker(i, config, plane.remoting_attachment(i),
                                                socket_path, listeners.for_worker(i))
                 pid = fork_child(f"remoting-{index}", remoting_main)
                 self.children[pid] = f"remoting-{index}"
@@ -226,12 +245,12 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGCHLD, self._reap, outcome)
         attachment = plane.supervisor_attachment()
         attachment.start(loop, lambda moved: None)
-        ctx = MetadataContext(self.config, attachment.reader, attachment.putter, metadata,
+        config, replicas = self.generation_config, self.replicas
+        ctx = MetadataContext(config, attachment.reader, attachment.putter, metadata,
                               attachment.store_host, stats_service=stats,
-                              topic_deleter=plane.topic_deleter())
-        slave = SlaveLink(self.config, metadata, plane.wakes.ha) \
-            if is_slave(self.config) else None
-        registration = NamesrvRegistration(self.config, lambda: metadata.topics.document,
+                              topic_deleter=plane.topic_deleter(), replicas=replicas)
+        slave = _slave_link(config, metadata, plane, replicas)
+        registration = NamesrvRegistration(config, lambda: metadata.topics.document,
                                            slave.on_registered if slave else None)
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed)
@@ -246,25 +265,31 @@ class Supervisor:
         await service.start_on(service_socket)
         metrics = await self._start_metrics(attachment)
         tasks = [loop.create_task(self._periodic(service)),
-                 # A slave runs no delay delivery or transaction checks (Java: master only).
-                 loop.create_task(slave.run(registration.topics_changed) if slave
-                                  else self._services(attachment)),
                  loop.create_task(self._sample_stats()),
                  loop.create_task(self._watch(plane))]
+        if slave is not None:
+            tasks.append(loop.create_task(slave.run(registration.topics_changed)))
+        elif not is_slave(config):
+            # A slave runs no delay delivery or transaction checks (Java: master only).
+            tasks.append(loop.create_task(self._services(attachment)))
+        if replicas is not None:
+            tasks.append(loop.create_task(replicas.run(
+                plane.control, plane.wakes.ha, lambda: _resolve(outcome, "role-change"))))
         try:
             await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
                               outcome)
-            await registration.register_all()
-            tasks.append(loop.create_task(registration.run()))
-            broker = self.config.broker
+            if replicas is None or replicas.registers_with_namesrv:
+                await registration.register_all()
+                tasks.append(loop.create_task(registration.run()))
+            broker = config.broker
             log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
-                     broker.broker_name, self.config.derived.broker_addr,
+                     broker.broker_name, config.derived.broker_addr,
                      broker.namesrv_addr or "(none)")
             if self.on_serving is not None:
                 self.on_serving()
                 self.on_serving = None
             result = await outcome
-            if result == "stopped":
+            if result == "stopped" and (replicas is None or replicas.registers_with_namesrv):
                 await registration.unregister_all()
             return result
         finally:
@@ -374,6 +399,19 @@ class Supervisor:
                 finished.append(clean)
         self.children.clear()
         return len(finished) == 3 and all(finished)
+
+
+def _slave_link(config, metadata, plane, replicas) -> SlaveLink | None:
+    """A slave's link to its master (its HA address, metadata sync); in controller mode only
+    to the master the controller named, and none while fenced."""
+    if not is_slave(config):
+        return None
+    if replicas is None:
+        return SlaveLink(config, metadata, plane.wakes.ha)
+    role = replicas.running
+    if role.role is not Role.SLAVE:
+        return None
+    return SlaveLink(config, metadata, plane.wakes.ha, expected_master=role.master_address)
 
 
 def _terminate(pid: int, name: str) -> bool:

@@ -25,11 +25,23 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
     HA_SLAVES_OFFSET + 64 * s      8  ack offset of HA connection s    ha (master)
     HA_SLAVES_OFFSET + 64 * s + 8  8  peer: IPv4 << 16 | port, 0 = free slot
     HA_SLAVES_OFFSET + 64 * s + 16 8  connected since (ms)
+    HA_SLAVES_OFFSET + 64 * s + 24 8  controller mode: the slave's broker id (0 classic)
+    HA_SLAVES_OFFSET + 64 * s + 32 8  controller mode: last time it caught up (ms)
+    HA_SLAVES_OFFSET + 64 * s + 40 8  controller mode: flags (HA_SLAVE_ASYNC_LEARNER)
+    HA_SLAVES_OFFSET + 64 * s + 48 8  controller mode: written end when it became required + 1
+                                      (0: not required; broker/sync_state.py)
     TAKEN_OFFSET + 8 * w           8  taken_request_id of ring w     appender
+    SYNC_STATE_OFFSET              8  sequence (odd while written)   supervisor
+    SYNC_STATE_OFFSET + 8          8  n: SyncStateSet members besides the master
+    SYNC_STATE_OFFSET + 16         8  Java's inSyncReplicasNums (minInSyncReplicas checks it)
+    SYNC_STATE_OFFSET + 24 + 8 * i 8  broker id of member i (i < n <= HA_SLAVE_SLOTS_MAX)
 
 with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1152, ``WORKER_SLOTS_MAX`` = 32 lines,
-``HA_SLAVE_SLOTS_MAX`` = 8 lines and ``TAKEN_OFFSET`` = 3712 (4 lines, all written by the
-appender), so the block ends at 3968 and the file is one 4096-byte page. The fast-failure
+``HA_SLAVE_SLOTS_MAX`` = 8 lines, ``TAKEN_OFFSET`` = 3712 (4 lines, all written by the
+appender) and ``SYNC_STATE_OFFSET`` = 3968 (2 lines), so the file is one 4096-byte page. The
+SyncStateSet lines (controller mode, docs/architecture.md "Controller mode") are the members a
+master's acknowledgements wait for, published by the supervisor (a sequence lock: readers
+retry while the sequence is odd or moved) and read by the master's ha worker. The fast-failure
 handshake (pybroker/proc/fast_failure.py): the producer stores ``cancel_request_id``, fences,
 loads ``taken_request_id``; the appender stores ``taken_request_id`` (the last id of the batch
 it took), fences, loads ``cancel_request_id``. One of the two sees the other's store, so a
@@ -41,12 +53,17 @@ from the dispatcher's expired-file cleanup; the ``topic_deletion_*`` sequence nu
 offset are the topic-deletion handshake (pybroker/proc/topic_deletion.py).
 ``replicated_position`` is the highest offset any slave acknowledged (monotonic, Java's
 push2SlaveMaxOffset) and ``ha_slaves_connected`` the slaves connected now (count); both, and
-the per-slave lines, are written by the master's ha worker (pybroker/proc/ha_master.py).
+the per-slave lines, are written by the master's ha worker (pybroker/proc/ha_master.py). In
+controller mode the master's ha worker (pybroker/proc/autoswitch_master.py) gives the two the
+meaning the acknowledgement rule needs: ``ha_slaves_connected`` is the number of slaves whose
+acknowledgement a send waits for (0: SEND_OK without one), ``replicated_position`` the offset
+all of them have (Java's confirm offset).
 
 Which process owns which worker slot (and which section of the statistics region) is the one
 table of :class:`Worker` below.
 """
 import enum
+import ipaddress
 import mmap
 import os
 from typing import NamedTuple
@@ -56,7 +73,7 @@ from pybroker.store import disk_space
 
 CACHE_LINE_BYTES = 64
 MAGIC = int.from_bytes(b"PBCTRLB1", "little")
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 MAGIC_OFFSET = 0
 VERSION_OFFSET = 8
 SIZE_OFFSET = 16
@@ -90,12 +107,16 @@ WORKER_COUNTERS = ("appends", "batches", "wakeups", "heartbeats", "busy_since_ms
 WORKER_COUNTER_OFFSETS = {name: 8 * index for index, name in enumerate(WORKER_COUNTERS)}
 WORKER_SLOTS_MAX = 32
 WORKERS_OFFSET = CACHE_LINE_BYTES * (1 + len(FIELDS))
-HA_SLAVE_WORDS = ("ack_offset", "peer", "connected_ms")
+HA_SLAVE_WORDS = ("ack_offset", "peer", "connected_ms", "broker_id", "caught_up_ms", "flags",
+                  "required_from")
 HA_SLAVE_WORD_OFFSETS = {name: 8 * index for index, name in enumerate(HA_SLAVE_WORDS)}
 HA_SLAVE_SLOTS_MAX = 8
+HA_SLAVE_ASYNC_LEARNER = 1          # flags: the slave never joins the SyncStateSet
 HA_SLAVES_OFFSET = WORKERS_OFFSET + CACHE_LINE_BYTES * WORKER_SLOTS_MAX
 TAKEN_OFFSET = HA_SLAVES_OFFSET + CACHE_LINE_BYTES * HA_SLAVE_SLOTS_MAX
-BLOCK_END_OFFSET = TAKEN_OFFSET + 8 * WORKER_SLOTS_MAX
+SYNC_STATE_OFFSET = TAKEN_OFFSET + 8 * WORKER_SLOTS_MAX
+SYNC_STATE_MEMBERS_MAX = HA_SLAVE_SLOTS_MAX
+BLOCK_END_OFFSET = SYNC_STATE_OFFSET + 8 * (3 + SYNC_STATE_MEMBERS_MAX)
 FILE_SIZE_BYTES = 4096
 
 assert FIELD_OFFSETS["written_position"] == 64
@@ -104,7 +125,9 @@ assert FIELD_OFFSETS["topic_deletion_done"] == 1024
 assert WORKERS_OFFSET == 1152
 assert HA_SLAVES_OFFSET == 3200
 assert TAKEN_OFFSET == 3712
-assert BLOCK_END_OFFSET == 3968 <= FILE_SIZE_BYTES
+assert SYNC_STATE_OFFSET == 3968
+assert BLOCK_END_OFFSET == 4056 <= FILE_SIZE_BYTES
+assert len(HA_SLAVE_WORDS) * 8 <= CACHE_LINE_BYTES
 assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
 assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
 # A waiters mask is one 64-bit word: one bit per worker slot.
@@ -353,16 +376,67 @@ class ControlBlock:
         _check_slot(slot)
         return WorkerCounters(self, slot)
 
-    def publish_ha_slave(self, slot: int, ack_offset: int, peer: int, connected_ms: int) -> None:
+    def publish_ha_slave(self, slot: int, ack_offset: int, peer: int, connected_ms: int,
+                         broker_id: int = 0, caught_up_ms: int = 0, flags: int = 0,
+                         required_from: int = 0) -> None:
         """Write HA connection ``slot``'s line (single writer: the master's ha worker);
         ``peer`` 0 frees the slot. The peer word is stored last: a reader that sees it sees
-        the rest of the line."""
+        the rest of the line. ``broker_id``, ``caught_up_ms``, ``flags`` and
+        ``required_from`` are controller mode's (the classic master leaves them 0)."""
         if not 0 <= slot < HA_SLAVE_SLOTS_MAX:
             raise ValueError(f"HA slave slot must be in [0, {HA_SLAVE_SLOTS_MAX}), got {slot}")
         words, base = self._words(), HA_SLAVES_OFFSET + CACHE_LINE_BYTES * slot
-        ring.store_u64(words, base + HA_SLAVE_WORD_OFFSETS["ack_offset"], ack_offset)
-        ring.store_u64(words, base + HA_SLAVE_WORD_OFFSETS["connected_ms"], connected_ms)
+        for name, value in (("ack_offset", ack_offset), ("connected_ms", connected_ms),
+                            ("broker_id", broker_id), ("caught_up_ms", caught_up_ms),
+                            ("flags", flags), ("required_from", required_from)):
+            ring.store_u64(words, base + HA_SLAVE_WORD_OFFSETS[name], value)
         ring.store_u64(words, base + HA_SLAVE_WORD_OFFSETS["peer"], peer)
+
+    def ha_slave_lines(self) -> list[dict[str, int]]:
+        """Every used HA slave line as {word: value} (HA_SLAVE_WORDS) plus its ``slot``."""
+        words, lines = self._words(), []
+        for slot in range(HA_SLAVE_SLOTS_MAX):
+            base = HA_SLAVES_OFFSET + CACHE_LINE_BYTES * slot
+            if ring.load_u64(words, base + HA_SLAVE_WORD_OFFSETS["peer"]):
+                line = {name: ring.load_u64(words, base + offset)
+                        for name, offset in HA_SLAVE_WORD_OFFSETS.items()}
+                line["slot"] = slot
+                lines.append(line)
+        return lines
+
+    def publish_sync_state(self, members, in_sync_count: int) -> None:
+        """Publish the SyncStateSet members (broker ids, the master's own excluded) a master's
+        acknowledgements wait for, and Java's inSyncReplicasNums (single writer: the
+        supervisor; a sequence lock)."""
+        members = sorted(members)
+        if len(members) > SYNC_STATE_MEMBERS_MAX:
+            raise ValueError(f"{len(members)} SyncStateSet members, at most "
+                             f"{SYNC_STATE_MEMBERS_MAX}")
+        words = self._words()
+        sequence = ring.load_u64(words, SYNC_STATE_OFFSET)
+        ring.store_u64(words, SYNC_STATE_OFFSET, sequence | 1)
+        ring.fence()
+        ring.store_u64(words, SYNC_STATE_OFFSET + 8, len(members))
+        ring.store_u64(words, SYNC_STATE_OFFSET + 16, in_sync_count)
+        for index, member in enumerate(members):
+            ring.store_u64(words, SYNC_STATE_OFFSET + 24 + 8 * index, member)
+        ring.fence()
+        ring.store_u64(words, SYNC_STATE_OFFSET, (sequence | 1) + 1)
+
+    def sync_state(self) -> tuple[int, tuple[int, ...], int]:
+        """(sequence, members, in-sync count) as last published (members sorted)."""
+        words = self._words()
+        while True:
+            sequence = ring.load_u64(words, SYNC_STATE_OFFSET)
+            if sequence & 1:
+                continue
+            count = min(ring.load_u64(words, SYNC_STATE_OFFSET + 8), SYNC_STATE_MEMBERS_MAX)
+            in_sync = ring.load_u64(words, SYNC_STATE_OFFSET + 16)
+            members = tuple(ring.load_u64(words, SYNC_STATE_OFFSET + 24 + 8 * index)
+                            for index in range(count))
+            ring.fence()
+            if ring.load_u64(words, SYNC_STATE_OFFSET) == sequence:
+                return sequence, members, in_sync
 
     def ha_slaves(self) -> list[tuple[int, int, int]]:
         """(ack offset, peer word, connected since ms) of every used HA slave line."""
@@ -395,6 +469,15 @@ class ControlBlock:
     def state(self) -> BrokerState:
         """broker_state as a BrokerState."""
         return BrokerState(self.broker_state)
+
+
+def peer_word(address) -> int:
+    """The HA slave line's peer word of a socket address: IPv4 << 16 | port (1 for other
+    families, so a used line never reads 0)."""
+    try:
+        return int(ipaddress.IPv4Address(address[0])) << 16 | int(address[1])
+    except (ValueError, IndexError, TypeError):
+        return 1
 
 
 def _check_slot(slot: int) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 from pybroker._fast import record as record_codec
 from pybroker.store import layout, paths
 from pybroker.store.commitlog import CommitLog
+from pybroker.store.epoch_file import EpochFile
 from pybroker.store.mapped_file import MappedFile
 
 log = logging.getLogger("pybroker.store.replica")
@@ -263,12 +264,17 @@ def pending_truncation(store_root: str) -> int | None:
     return None
 
 
-def apply_pending_truncation(store_root: str, commitlog_dir: str, file_size: int) -> int | None:
-    """Apply a pending truncation (call before recovery, with the store locked): zero the
-    CommitLog after the offset, delete later files, drop the request. Returns the offset."""
+def apply_pending_truncation(store_root: str, commitlog_dir: str, file_size: int,
+                             epoch_path: str | None = None) -> int | None:
+    """Apply a pending truncation (call before recovery, with the store locked): in controller
+    mode (``epoch_path``) drop the epochs that start at or after the offset, zero the CommitLog
+    after the offset, delete later files, drop the request. Every step is idempotent and the
+    request goes last, so an interrupted truncation is done again. Returns the offset."""
     offset = pending_truncation(store_root)
     if offset is None:
         return None
+    if epoch_path is not None:
+        EpochFile.load(epoch_path).truncate_suffix_by_offset(offset)
     commitlog = CommitLog(commitlog_dir, file_size)
     if not commitlog.load():
         raise ValueError(f"{commitlog_dir}: a CommitLog file has the wrong size")

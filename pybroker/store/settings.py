@@ -161,11 +161,47 @@ class StoreConfig:
         "SYNC_MASTER: a slave this far behind answers SLAVE_NOT_AVAILABLE (4.9.x: "
         "haSlaveFallbehindMax)", unit="bytes", rule=at_least(0))
 
+    # --- controller mode (Java MessageStoreConfig; docs/architecture.md "Controller mode") ---
+    all_ack_in_sync_state_set: bool = setting("allAckInSyncStateSet", False,
+        "controller mode: SEND_OK only once every SyncStateSet member has the message",
+        important=True)
+    enable_auto_in_sync_replicas: bool = setting("enableAutoInSyncReplicas", False,
+        "slaveActingMaster mode only (which pybroker lacks); Java ignores it in controller mode")
+    in_sync_replicas: int = setting("inSyncReplicas", 1, "controller mode without "
+        "allAckInSyncStateSet: replicas (the master included) a send waits for", unit="count",
+        rule=between(1, 64))
+    min_in_sync_replicas: int = setting("minInSyncReplicas", 1, "controller mode: a smaller "
+        "SyncStateSet refuses sends (in-sync replicas not enough)", unit="count",
+        rule=between(1, 64))
+    ha_max_time_slave_not_catchup: int = setting("haMaxTimeSlaveNotCatchup", 15000,
+        "controller mode: a slave not caught up this long leaves the SyncStateSet", unit="ms",
+        long=True, rule=between(100, 3600000))
+    sync_from_last_file: bool = setting("syncFromLastFile", False,
+        "controller mode: an empty slave starts at the master's last CommitLog file (else "
+        "its first)")
+    async_learner: bool = setting("asyncLearner", False,
+        "controller mode: this slave replicates but never joins the SyncStateSet")
+    store_path_epoch_file: str | None = setting("storePathEpochFile", None,
+        "controller mode: epoch file; default: <root>/epochFileCheckpoint")
+    store_path_broker_identity: str | None = setting("storePathBrokerIdentity", None,
+        "controller mode: assigned broker id file; default: <root>/brokerIdentity")
+
     # --- derived -------------------------------------------------------------------------------
     @property
     def commitlog_dir(self) -> str:
         """``storePathCommitLog``, or ``<storePathRootDir>/commitlog`` when not set."""
         return self.store_path_commit_log or paths.commitlog_dir(self.store_path_root_dir)
+
+    @property
+    def epoch_file_path(self) -> str:
+        """``storePathEpochFile``, or ``<storePathRootDir>/epochFileCheckpoint``."""
+        return self.store_path_epoch_file or paths.epoch_file_path(self.store_path_root_dir)
+
+    @property
+    def broker_identity_path(self) -> str:
+        """``storePathBrokerIdentity``, or ``<storePathRootDir>/brokerIdentity``."""
+        return self.store_path_broker_identity or \
+            paths.broker_identity_path(self.store_path_root_dir)
 
     @property
     def sync_flush(self) -> bool:

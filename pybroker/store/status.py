@@ -30,6 +30,8 @@ class PutStatus(enum.Enum):
     # Fast failure (Java BrokerFastFailure): the put waited in its remoting worker longer than
     # waitTimeMillsInSendQueue and was withdrawn before the appender took it; never stored.
     TIMEOUT_CLEAN_QUEUE = "TIMEOUT_CLEAN_QUEUE"
+    # Controller mode: the SyncStateSet is smaller than minInSyncReplicas; never stored.
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
 
     @property
     def stored(self) -> bool:
@@ -82,6 +84,8 @@ SEND_RESPONSE_TABLE: dict[PutStatus, tuple[ResponseCode, str | None]] = {
     PutStatus.TIMEOUT_CLEAN_QUEUE: (
         ResponseCode.SYSTEM_BUSY, "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a "
         "while, period in queue: {waited_ms}ms, size of queue: {queue_size}"),
+    PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (ResponseCode.SYSTEM_ERROR,
+                                            "in-sync replicas not enough"),
 }
 assert set(SEND_RESPONSE_TABLE) == set(PutStatus), "every PutStatus needs a response"
 

@@ -224,7 +224,7 @@ def test_remoting_workers_fit_below_the_data_plane_slots():
 
 
 # Values tried against every rule: each validator must reject at least one of them.
-BREAKERS = ["-1", "0", "1", "3", "65536", "70000", "100000000", "1000000000", "2147483647",
+BREAKERS = ["-2", "-1", "0", "1", "3", "65536", "70000", "100000000", "1000000000", "2147483647",
             "101", "true", "false", "nohost", "a b", "host:0", "25", "04;24", "0s", "1x",
             "h:1;;h:2", "3000"]
 
@@ -272,12 +272,28 @@ def test_all_bad_values_are_reported_together(tmp_path):
     assert lines[0].startswith("listenPort=x: ") and lines[1].startswith("flushDiskType=FAST: ")
 
 
-@pytest.mark.parametrize("key", ["enableDLegerCommitLog", "enableControllerMode"])
+@pytest.mark.parametrize("key", ["enableDLegerCommitLog", "fetchControllerAddrByDnsLookup"])
 def test_unsupported_java_features_stop_loading(tmp_path, caplog, key):
     with pytest.raises(ConfigError, match=f"^{key}=true: must be false"):
         load_text(tmp_path, f"{key}=true\n")
     load_text(tmp_path, f"{key}=false\n")   # Java's default is accepted silently
     assert config_warnings(caplog) == []
+
+
+def test_controller_mode_settings(tmp_path):
+    """Java's controller-mode broker.conf (brokerId=-1, brokerRole=SLAVE) loads; -1 needs
+    controller mode, and controller mode needs a controller address."""
+    loaded = load_text(tmp_path, "enableControllerMode=true\ncontrollerAddr=127.0.0.1:9878\n"
+                                 "brokerId=-1\nbrokerRole=SLAVE\nallAckInSyncStateSet=true\n")
+    assert loaded.broker.enable_controller_mode and loaded.broker.broker_id == -1
+    assert loaded.store.all_ack_in_sync_state_set
+    assert loaded.store.epoch_file_path.endswith("epochFileCheckpoint")
+    with pytest.raises(ConfigError, match="^brokerId=-1: must be >= 0"):
+        load_text(tmp_path, "brokerId=-1\n")
+    with pytest.raises(ConfigError, match="^controllerAddr=: enableControllerMode=true needs"):
+        load_text(tmp_path, "enableControllerMode=true\n")
+    with pytest.raises(ConfigError, match="^controllerAddr=h:x: "):
+        load_text(tmp_path, "enableControllerMode=true\ncontrollerAddr=h:x\n")
 
 
 # --- unknown keys -------------------------------------------------------------------------------

@@ -37,8 +37,12 @@ def test_layout_table():
     assert control_block.HA_SLAVES_OFFSET == last_worker_line_end
     assert control_block.TAKEN_OFFSET == \
         last_worker_line_end + 64 * control_block.HA_SLAVE_SLOTS_MAX
-    assert control_block.BLOCK_END_OFFSET == \
+    assert control_block.SYNC_STATE_OFFSET == \
         control_block.TAKEN_OFFSET + 8 * control_block.WORKER_SLOTS_MAX
+    # The SyncStateSet lines: a sequence, a count and one word per member, in their own lines.
+    assert control_block.SYNC_STATE_OFFSET % control_block.CACHE_LINE_BYTES == 0
+    assert control_block.BLOCK_END_OFFSET == control_block.SYNC_STATE_OFFSET + \
+        8 * (3 + control_block.SYNC_STATE_MEMBERS_MAX)
     assert control_block.BLOCK_END_OFFSET <= control_block.FILE_SIZE_BYTES
     assert {owner for _, owner in control_block.FIELD_OWNERS} == {
         "appender", "flusher", "dispatcher", "ha", "supervisor"}
@@ -143,6 +147,24 @@ def test_ha_slave_lines(tmp_path):
             writer.publish_ha_slave(control_block.HA_SLAVE_SLOTS_MAX, 0, 1, 0)
 
 
+def test_controller_mode_slave_words_and_sync_state(tmp_path):
+    path = str(tmp_path / "control")
+    with ControlBlock(path, create=True) as writer, ControlBlock(path, create=False) as reader:
+        writer.publish_ha_slave(2, 100, 7, 5, broker_id=3, caught_up_ms=9,
+                                flags=control_block.HA_SLAVE_ASYNC_LEARNER)
+        [line] = reader.ha_slave_lines()
+        assert line == {"slot": 2, "ack_offset": 100, "peer": 7, "connected_ms": 5,
+                        "broker_id": 3, "caught_up_ms": 9, "flags": 1, "required_from": 0}
+        assert reader.sync_state() == (0, (), 0)
+        writer.publish_sync_state({5, 2}, 3)
+        sequence, members, in_sync = reader.sync_state()
+        assert (members, in_sync) == ((2, 5), 3) and sequence % 2 == 0 and sequence > 0
+        writer.publish_sync_state([], 1)
+        assert reader.sync_state()[1:] == ((), 1) and reader.sync_state()[0] > sequence
+        with pytest.raises(ValueError, match="SyncStateSet members"):
+            writer.publish_sync_state(range(control_block.SYNC_STATE_MEMBERS_MAX + 1), 1)
+
+
 def doubled(value: int) -> int:
     """A 64-bit word whose halves are equal: a torn read breaks the equality."""
     return (value << 32) | value
@@ -194,7 +216,7 @@ def test_fast_failure_words_have_one_writer_line_each(tmp_path):
         assert block.taken_offset(0) == control_block.TAKEN_OFFSET >= \
             control_block.WORKERS_OFFSET + control_block.CACHE_LINE_BYTES * \
             control_block.WORKER_SLOTS_MAX
-        assert block.taken_offset(31) + 8 == control_block.BLOCK_END_OFFSET
+        assert block.taken_offset(31) + 8 == control_block.SYNC_STATE_OFFSET
         assert block.worker(4).cancel_request_id == 0
     finally:
         block.close()

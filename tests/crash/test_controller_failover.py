@@ -1,0 +1,196 @@
+"""Controller mode, three pybroker brokers under Apache's controller (Java 5.3.3): kill -9 of the
+master under 64 concurrent senders, the old master's return with a cut log, and a partition of
+the master from the controller - nothing acknowledged is lost and no two masters accept writes.
+
+Method: one Java controller (one-node DLedger group), a pybroker NameServer and three pybroker
+brokers with allAckInSyncStateSet=true; each broker reaches the controller through its own
+LinkProxy (a userspace link that can be partitioned). SendLoad's 64 senders write to whichever
+broker the controller names master, retrying elsewhere as a client does, and record every
+SEND_OK. The master is killed with -9 mid-load: a new master must answer SEND_OK within the
+controller's detection plus one data-plane restart, and the senders go on. The old master is
+started again: it must cut the tail it had not replicated (its ha worker asks for the cut and
+the broker is killed -9 as soon as it does, then started once more), and catch up byte for byte.
+Then the master's link to the controller is partitioned while a prober keeps writing to it
+directly: once another broker has answered SEND_OK as master, the old one must answer nothing
+but errors. After the partition heals, every message ever acknowledged must be counted back on
+the final master, and all three CommitLogs must agree. Failover times are printed.
+"""
+import os
+import signal
+import time
+
+import pytest
+
+from pybroker._testbase import controller_cluster as cc
+from pybroker._testbase.fault_proxy import LinkProxy, leader_rewrite
+from pybroker._testbase.ha_cluster import BrokerProcess, NameServerProcess
+from pybroker.protocol.codes import ResponseCode
+from tests import peers
+from tests.ha_support import (assert_commitlogs_identical, client_for, position, read_queue,
+                              send, wait_for)
+
+pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.timeout(420)]
+
+TOPIC = "CtrlFailoverTopic"
+QUEUES = 4
+FILE_SIZE = 1024 * 1024
+GROUP = "broker-a"
+ELECTION_BOUND_S = 10.0   # detection (a closed channel: at once) + election + one restart
+
+
+def _start(tmp_path):
+    install = peers.java_install("5.3.3")
+    controller = peers.java_rocketmq.JavaController(tmp_path / "controller", install,
+                                                    overrides=cc.CONTROLLER_CONF).start()
+    namesrv = NameServerProcess(tmp_path / "namesrv").start()
+    proxies, brokers = [], []
+    for index in range(3):
+        proxy = LinkProxy(controller.address)
+        proxies.append(proxy)
+        address = proxy.start()
+        # The controller names its own address as leader: rewritten, so that every request
+        # of this broker to the controller crosses its link.
+        proxy.rewrite = leader_rewrite(controller.address, address)
+        brokers.append(BrokerProcess(tmp_path / f"b{index + 1}", namesrv.address,
+                                     dict(cc.CONTROLLER_TEST_PROFILE, brokerName=GROUP,
+                                          controllerAddr=address)))
+    brokers[0].start()            # the first to ask is elected (epoch 1)
+    cc.wait_for_master(controller.address, GROUP, 60)
+    for broker in brokers[1:]:
+        broker.start()
+    cc.wait_for_master(controller.address, GROUP, 60, members={1, 2, 3})
+    return controller, namesrv, proxies, brokers
+
+
+def _by_address(brokers, address):
+    return next(broker for broker in brokers if broker.address == address)
+
+
+def _first_send_ok(address: str, deadline_s: float) -> float:
+    """Seconds until ``address`` answers a send SEND_OK (reconnecting while it restarts)."""
+    started, client = time.monotonic(), None
+    try:
+        while time.monotonic() - started < deadline_s:
+            try:
+                client = client or client_for(address, 5)
+                if send(client, TOPIC, b"probe|", 0, "probe").code == ResponseCode.SUCCESS:
+                    return time.monotonic() - started
+            except (OSError, TimeoutError, ConnectionError):
+                if client is not None:
+                    client.close()
+                client = None
+            time.sleep(0.01)
+    finally:
+        if client is not None:
+            client.close()
+    raise AssertionError(f"{address} did not answer SEND_OK within {deadline_s} s")
+
+
+def _kill_master_under_load(controller, brokers, load):
+    """kill -9 of the master mid-load. Its ha worker is stopped (SIGSTOP) for a moment first,
+    so the master surely holds records no slave received (each sender has one send in flight:
+    the slaves otherwise have nearly everything)."""
+    info = cc.wait_for_master(controller.address, GROUP, 10)
+    old = _by_address(brokers, info["master_address"])
+    load.wait_acked(3000, 120)
+    os.kill(old.supervisor_children()["pb-ha"], signal.SIGSTOP)
+    time.sleep(0.3)
+    killed_at = time.monotonic()
+    old.kill()
+    new_info = cc.wait_for_master(controller.address, GROUP, ELECTION_BOUND_S,
+                                  not_address=old.address)
+    failover_s = time.monotonic() - killed_at + _first_send_ok(new_info["master_address"], 10)
+    print(f"\nfailover: kill -9 of {old.address} -> first SEND_OK on "
+          f"{new_info['master_address']} in {failover_s:.2f} s (epoch "
+          f"{new_info['master_epoch']})")
+    assert failover_s < ELECTION_BOUND_S
+    before = load.acked_count()
+    load.wait_acked(before + 2000, 120)           # the senders go on
+    return old, _by_address(brokers, new_info["master_address"])
+
+
+def _rejoin_with_cut(controller, old, master):
+    """Start the old master; kill -9 it the moment its ha worker asks for the cut, again."""
+    offset = len(old.log_text())
+    old.start(wait=False)
+    old.wait_log("truncating to", 60, offset)
+    old.kill()
+    print(f"old master killed -9 while cutting: {old.log_text()[offset:].count('truncat')} "
+          "truncation lines logged")
+    old.start(wait=False)
+    cc.wait_for_master(controller.address, GROUP, 60, members={1, 2, 3})
+    assert "truncated to physical offset" in old.log_text()
+    target = position(master.store_dir, "written_position")
+    wait_for(lambda: position(old.store_dir, "written_position") >= target > 0, 60,
+             "catch-up")
+
+
+def _partition_master(controller, proxies, brokers, load):
+    info = cc.wait_for_master(controller.address, GROUP, 10, members={1, 2, 3})
+    master = _by_address(brokers, info["master_address"])
+    proxy = proxies[brokers.index(master)]
+    prober = client_for(master.address)
+    proxy.partition()
+    partitioned_at = time.monotonic()
+    new_info = cc.wait_for_master(controller.address, GROUP, 30, not_address=master.address)
+    new_first_ok = time.monotonic() + _first_send_ok(new_info["master_address"], 10)
+    print(f"partition: {new_info['master_address']} answers SEND_OK "
+          f"{new_first_ok - partitioned_at:.2f} s after {master.address} was cut off")
+    late_ok, answers = 0, {}
+    try:
+        while time.monotonic() < new_first_ok + 6:
+            sent_at = time.monotonic()
+            try:
+                response = send(prober, TOPIC, b"stale|", 1, f"stale-{sent_at}")
+            except (OSError, TimeoutError, ConnectionError):
+                prober.close()
+                prober = client_for(master.address, 10)
+                continue
+            answers[response.code] = answers.get(response.code, 0) + 1
+            late_ok += sent_at > new_first_ok and response.code == ResponseCode.SUCCESS
+    finally:
+        prober.close()
+    print(f"the cut-off master answered {answers}")
+    assert late_ok == 0, f"two masters accepted writes: {late_ok} late SEND_OKs ({answers})"
+    proxy.heal()
+    cc.wait_for_master(controller.address, GROUP, 60, members={1, 2, 3})
+    return _by_address(brokers, new_info["master_address"])
+
+
+def _count_back(master, load):
+    with client_for(master.address) as client:
+        found = cc.keys_of(body for queue in range(QUEUES) for body in
+                           read_queue(client, TOPIC, queue))
+    missing = [key for key in load.acked if key not in found]
+    print(f"count-back on {master.address}: {len(load.acked)} acknowledged, "
+          f"{sum(found.values())} stored, {len(missing)} missing")
+    assert not missing, missing[:20]
+
+
+def test_failover_rejoin_and_partition(tmp_path):
+    controller, namesrv, proxies, brokers = _start(tmp_path)
+    load = cc.SendLoad(controller.address, GROUP, TOPIC, QUEUES, senders=64, pace_s=0.02)
+    try:
+        load.start()
+        old, master = _kill_master_under_load(controller, brokers, load)
+        _rejoin_with_cut(controller, old, master)
+        master = _partition_master(controller, proxies, brokers, load)
+        load.wait_acked(load.acked_count() + 500, 60)
+        load.stop()
+        _count_back(master, load)
+        end = position(master.store_dir, "written_position")
+        for broker in brokers:
+            wait_for(lambda b=broker: position(b.store_dir, "written_position") >= end, 60,
+                     f"{broker.address} at {end}")
+            if broker is not master:
+                assert_commitlogs_identical(os.path.join(master.store_dir, "commitlog"),
+                                            os.path.join(broker.store_dir, "commitlog"), end,
+                                            FILE_SIZE)
+    finally:
+        load.stop() if load.error is None else None
+        for broker in brokers:
+            broker.kill()
+        for proxy in proxies:
+            proxy.stop()
+        namesrv.kill()
+        controller.stop()
