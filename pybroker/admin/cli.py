@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from pybroker.acl.signature import Credentials
-from pybroker.admin import broker_commands, group_commands
+from pybroker.admin import broker_commands, controller_commands, group_commands
 from pybroker.admin.output import Output
 from pybroker.client.admin import Admin
 from pybroker.client.errors import ClientError
@@ -19,7 +19,8 @@ from pybroker.remoting.tls import client_context
 
 __all__ = ["add_admin_arguments", "run_admin", "COMMANDS"]
 
-COMMANDS = {**broker_commands.COMMANDS, **group_commands.COMMANDS}
+COMMANDS = {**broker_commands.COMMANDS, **group_commands.COMMANDS,
+            **controller_commands.COMMANDS}
 ADMIN_TIMEOUT_S = 120
 
 

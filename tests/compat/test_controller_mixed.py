@@ -14,6 +14,8 @@ recorded (its epochFileCheckpoint), rejoin and catch up. Every acknowledged mess
 counted back on the Java master.
 """
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -61,6 +63,30 @@ def _java_written(java) -> int:
     return int(last) + len(data)
 
 
+def _admin(namesrv, *args) -> str:
+    run = subprocess.run([sys.executable, "-m", "pybroker", "admin", *args, "-n",
+                          namesrv.address], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def _printed(text: str) -> list[str]:
+    """The data lines of mqadmin's output, in order (brokers come in any order)."""
+    return sorted(line for line in text.splitlines()
+                  if line.startswith("#") or "Replica:" in line)
+
+
+def _admin_agrees_with_mqadmin(controller, namesrv, java) -> None:
+    """pybroker admin and mqadmin 5.3.3 print the same for the controller-mode commands;
+    mqadmin decodes the pybroker broker's GET_BROKER_EPOCH_CACHE answer."""
+    for args in (("getSyncStateSet", "-a", controller.address, "-b", GROUP),
+                 ("getControllerMetaData", "-a", controller.address),
+                 ("getBrokerEpoch", "-b", GROUP)):
+        ours = _admin(namesrv, *args)
+        theirs = java.mqadmin(*args, "-n", namesrv.address)
+        assert _printed(ours) == _printed(theirs), (ours, theirs)
+
+
 def _count_back(address: str, load) -> None:
     with client_for(address) as client:
         found = cc.keys_of(body for queue in range(QUEUES)
@@ -100,6 +126,7 @@ def test_mixed_failover_and_store_move(tmp_path):
         cc.wait_for_master(controller.address, GROUP, 90, members={1, 2})
         load.wait_acked(load.acked_count() + 1000, 60)
         load.stop()
+        _admin_agrees_with_mqadmin(controller, namesrv, java)
         end = position(py.store_dir, "written_position")
         wait_for(lambda: _java_written(java) >= end, 60, "the Java slave at the master's end")
         assert_commitlogs_identical(os.path.join(py.store_dir, "commitlog"),
