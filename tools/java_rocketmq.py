@@ -16,6 +16,7 @@ CLI::
     python tools/java_rocketmq.py status|stop --work-dir DIR
     python tools/java_rocketmq.py mqadmin --work-dir DIR -- clusterList -n 127.0.0.1:9876
     python tools/java_rocketmq.py run-class --work-dir DIR --timeout-s 30 -- CLASS ARGS...
+    python tools/java_rocketmq.py controller -c conf/controller/controller.conf [--work-dir DIR]
 
 Every address is 127.0.0.1. Every process started here is stopped by ``stop()`` (SIGTERM, then
 SIGKILL after a deadline), on exceptions and Ctrl-C via the context manager, and at interpreter
@@ -761,7 +762,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="mqadmin/run-class: pass their arguments after --")
     parser.add_argument("command", choices=("install", "start", "stop", "status", "mqadmin",
-                                            "run-class"))
+                                            "run-class", "controller"))
     parser.add_argument("--version", default=DEFAULT_VERSION, choices=VERSIONS + BENCH_VERSIONS)
     parser.add_argument("--cache-dir", default=None, help="default ~/.cache/pybroker/rocketmq-V")
     parser.add_argument("--work-dir", default=None, help="home, conf, store, logs, pids.json")
@@ -772,7 +773,38 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--broker-heap-mb", type=int, default=512)
     parser.add_argument("--timeout-s", type=float, default=120)
     parser.add_argument("--extra-classpath", action="append", default=[])
+    parser.add_argument("-c", "--controller-conf", default=None,
+                        help="controller: a controller.conf (Apache's keys); runs until Ctrl-C")
     return parser
+
+
+def _command_controller(args) -> int:
+    """Apache's controller (5.3.3) in the foreground with the given controller.conf: its port
+    is the one of its own entry in controllerDLegerPeers; stopped by Ctrl-C or SIGTERM."""
+    if not args.controller_conf:
+        raise SystemExit("controller needs -c controller.conf")
+    conf = read_properties(args.controller_conf)
+    peers = dict(peer.split("-", 1) for peer in conf["controllerDLegerPeers"].split(";"))
+    port = int(peers[conf["controllerDLegerSelfId"]].rsplit(":", 1)[1])
+    if not os.path.isabs(conf.get("controllerStorePath", "/")):
+        conf["controllerStorePath"] = os.path.abspath(conf["controllerStorePath"])
+    install = RocketMQInstall("5.3.3", args.cache_dir)
+    install.install()
+    controller = JavaController(args.work_dir or "pybroker-controller", install, port=port,
+                                overrides=conf, ready_timeout_s=args.timeout_s)
+    stopped = []
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda *_: stopped.append(True))
+    controller.start()
+    sys.stdout.write(f"The controller boot success: {controller.address} (logs in "
+                     f"{controller.logs_dir})\n")
+    sys.stdout.flush()
+    try:
+        while not stopped and controller.processes["controller"].poll() is None:
+            time.sleep(0.2)
+    finally:
+        controller.stop()
+    return 0
 
 
 def _command_install(args) -> int:
@@ -791,6 +823,8 @@ def main(argv=None) -> int:
     args, rest = _parser().parse_args(argv[:split]), argv[split + 1:]
     if args.command == "install":
         return _command_install(args)
+    if args.command == "controller":
+        return _command_controller(args)
     if args.work_dir is None:
         raise SystemExit("--work-dir is required for " + args.command)
     if args.command == "stop":
