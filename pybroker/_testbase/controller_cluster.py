@@ -24,7 +24,7 @@ from pybroker.protocol.command import create_request
 from pybroker.remoting.client import RemotingClient, SyncRemotingClient
 
 __all__ = ["CONTROLLER_TEST_PROFILE", "JAVA_CONTROLLER_TEST_PROFILE", "replica_info",
-           "SendLoad", "wait_for_master"]
+           "SendLoad", "wait_for_master", "first_send_ok", "keys_of"]
 
 CONTROLLER_TEST_PROFILE = {
     "enableControllerMode": "true", "brokerId": "-1", "brokerRole": "SLAVE",
@@ -90,6 +90,31 @@ def wait_for_master(controller: str, broker_name: str, timeout_s: float, members
         time.sleep(0.1)
     raise AssertionError(f"no master{' with SyncStateSet ' + str(members) if members else ''} "
                          f"for {broker_name} within {timeout_s} s (last {info})")
+
+
+def first_send_ok(address: str, topic: str, deadline_s: float) -> float:
+    """Seconds until ``address`` answers a send SEND_OK (probed every 10 ms, reconnecting
+    while it restarts its data plane); AssertionError at the deadline."""
+    started, client = time.monotonic(), None
+    try:
+        while time.monotonic() - started < deadline_s:
+            try:
+                if client is None:
+                    client = SyncRemotingClient()
+                    client.connect(address, _TIMEOUT_MS)
+                response = client.invoke(_send_request(topic, 0, 4, "probe", b"probe|"),
+                                         _TIMEOUT_MS)
+                if response.code == ResponseCode.SUCCESS:
+                    return time.monotonic() - started
+            except (OSError, TimeoutError, ConnectionError):
+                if client is not None:
+                    client.close()
+                client = None
+            time.sleep(0.01)
+    finally:
+        if client is not None:
+            client.close()
+    raise AssertionError(f"{address} did not answer SEND_OK within {deadline_s} s")
 
 
 def _send_request(topic: str, queue_id: int, queues: int, key: str, body: bytes):

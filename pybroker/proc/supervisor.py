@@ -389,8 +389,16 @@ class Supervisor:
         it durable and writes the checkpoint). True when all three were alive and exited 0."""
         ranked = sorted(self.children.items(), key=lambda item: plane.stop_rank(item[1]))
         finished = []
+        # The first rank (remoting workers, a master's ha reader) depends on nobody: all are
+        # told at once and then waited for (a data-plane restart, e.g. a role change, is
+        # that much shorter).
         for pid, name in ranked:
-            if plane.stop_rank(name) == plane.stop_rank(plane.writer_name):
+            if plane.stop_rank(name) == 0:
+                _signal_stop(pid)
+        for pid, name in ranked:
+            if plane.stop_rank(name) == 0:
+                _await_exit(pid, name)
+            elif plane.stop_rank(name) == plane.stop_rank(plane.writer_name):
                 plane.request_stop()
                 clean = _await_exit(pid, name)
             else:
@@ -414,11 +422,18 @@ def _slave_link(config, metadata, plane, replicas) -> SlaveLink | None:
     return SlaveLink(config, metadata, plane.wakes.ha, expected_master=role.master_address)
 
 
-def _terminate(pid: int, name: str) -> bool:
-    """Ask a worker to stop (STOP_SIGNAL) and wait for it (see _await_exit)."""
+def _signal_stop(pid: int) -> bool:
+    """Ask a worker to stop (STOP_SIGNAL); False when it is gone already."""
     try:
         os.kill(pid, STOP_SIGNAL)
     except ProcessLookupError:
+        return False
+    return True
+
+
+def _terminate(pid: int, name: str) -> bool:
+    """Ask a worker to stop (STOP_SIGNAL) and wait for it (see _await_exit)."""
+    if not _signal_stop(pid):
         return False
     return _await_exit(pid, name)
 
@@ -436,7 +451,7 @@ def _await_exit(pid: int, name: str) -> bool:
             if status != 0:
                 log.warning("worker %s exited: %s", name, _describe_status(status))
             return status == 0
-        time.sleep(0.02)   # tidy: allow (supervisor shutdown, not a data-plane loop)
+        time.sleep(0.002)  # tidy: allow (supervisor shutdown, not a data-plane loop)
     log.error("worker %s did not stop within %.0f s: killing it", name, WORKER_STOP_TIMEOUT_S)
     try:
         os.kill(pid, signal.SIGKILL)

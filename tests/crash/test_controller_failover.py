@@ -66,26 +66,6 @@ def _by_address(brokers, address):
     return next(broker for broker in brokers if broker.address == address)
 
 
-def _first_send_ok(address: str, deadline_s: float) -> float:
-    """Seconds until ``address`` answers a send SEND_OK (reconnecting while it restarts)."""
-    started, client = time.monotonic(), None
-    try:
-        while time.monotonic() - started < deadline_s:
-            try:
-                client = client or client_for(address, 5)
-                if send(client, TOPIC, b"probe|", 0, "probe").code == ResponseCode.SUCCESS:
-                    return time.monotonic() - started
-            except (OSError, TimeoutError, ConnectionError):
-                if client is not None:
-                    client.close()
-                client = None
-            time.sleep(0.01)
-    finally:
-        if client is not None:
-            client.close()
-    raise AssertionError(f"{address} did not answer SEND_OK within {deadline_s} s")
-
-
 def _kill_master_under_load(controller, brokers, load):
     """kill -9 of the master mid-load. Its ha worker is stopped (SIGSTOP) for a moment first,
     so the master surely holds records no slave received (each sender has one send in flight:
@@ -99,7 +79,8 @@ def _kill_master_under_load(controller, brokers, load):
     old.kill()
     new_info = cc.wait_for_master(controller.address, GROUP, ELECTION_BOUND_S,
                                   not_address=old.address)
-    failover_s = time.monotonic() - killed_at + _first_send_ok(new_info["master_address"], 10)
+    failover_s = time.monotonic() - killed_at + \
+        cc.first_send_ok(new_info["master_address"], TOPIC, 10)
     print(f"\nfailover: kill -9 of {old.address} -> first SEND_OK on "
           f"{new_info['master_address']} in {failover_s:.2f} s (epoch "
           f"{new_info['master_epoch']})")
@@ -133,7 +114,8 @@ def _partition_master(controller, proxies, brokers, load):
     proxy.partition()
     partitioned_at = time.monotonic()
     new_info = cc.wait_for_master(controller.address, GROUP, 30, not_address=master.address)
-    new_first_ok = time.monotonic() + _first_send_ok(new_info["master_address"], 10)
+    new_first_ok = time.monotonic() + \
+        cc.first_send_ok(new_info["master_address"], TOPIC, 10)
     print(f"partition: {new_info['master_address']} answers SEND_OK "
           f"{new_first_ok - partitioned_at:.2f} s after {master.address} was cut off")
     late_ok, answers = 0, {}
