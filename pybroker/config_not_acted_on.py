@@ -47,5 +47,7 @@ JAVA_KEYS_NOT_USED = frozenset((
 # Java keys naming features pybroker lacks; any value but Java's default stops start-up.
 JAVA_KEYS_UNSUPPORTED = {
     "enableDLegerCommitLog": "false", "fetchControllerAddrByDnsLookup": "false",
+    # A NameServer with an embedded controller: run Apache's controller (README).
+    "enableControllerInNamesrv": "false",
     "enableConsumeQueueExt": "false", "duplicationEnable": "false",
 }

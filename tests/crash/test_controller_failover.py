@@ -59,6 +59,10 @@ def _start(tmp_path):
     for broker in brokers[1:]:
         broker.start()
     cc.wait_for_master(controller.address, GROUP, 60, members={1, 2, 3})
+    with client_for(brokers[1].address) as client:     # a slave refuses writes, as Java's
+        refused = send(client, TOPIC, b"to-a-slave|", 0, "to-a-slave")
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE, refused
+    assert refused.remark.startswith("service not available now"), refused.remark
     return controller, namesrv, proxies, brokers
 
 

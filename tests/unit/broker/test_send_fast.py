@@ -312,7 +312,9 @@ class Side:
             ha_max_gap_bytes=self.config.store.ha_max_gap_not_in_sync,
             fast_failure=None if wait_ms is None else FastFailure(
                 self.control, 0, APPENDER.slot, wait_ms, 1000, clock.now_ms),
-            fast_sends=send_fast.fast_send_settings(self.config, PUT_STATUSES))
+            fast_sends=send_fast.fast_send_settings(self.config, PUT_STATUSES),
+            controller_mode=self.config.broker.enable_controller_mode,
+            min_in_sync_replicas=self.config.store.min_in_sync_replicas)
         self.appender = StandInAppender(self.regions[0].ring, self.regions[1].ring,
                                         None if wait_ms is None else self.control)
         self.metadata = MetadataState(self.config)
@@ -638,6 +640,94 @@ def test_sync_master_acks_are_the_python_answers(sides, flush):
     held = 0 if flush == "ASYNC_FLUSH" else len(sends) - 1      # all but "nowait"
     assert _flush_waits(python_side) == _flush_waits(fast_side) == held
     assert python_side.counted() == fast_side.counted()
+
+
+async def _controller_mode_steps(side: Side, sends: dict[str, bytes]) -> list:
+    """Drive one side through controller mode's acknowledgement cases, playing the ha worker
+    (it publishes how many acknowledgements a send waits for and what they all cover)."""
+    connection, transport = side.connect()
+    side.refresh()
+    control, steps, seen = side.control, [], set()
+
+    def step() -> None:
+        codes = _codes(bytes(transport.written))
+        steps.append({opaque: code for opaque, code in codes.items() if opaque not in seen})
+        seen.update(codes)
+
+    async def send_now(*names: str) -> None:
+        for name in names:
+            feed(connection, sends[name])
+            await settle(side, connection)
+
+    async def publish(**values: int) -> None:
+        for field, value in values.items():
+            control.publish(field, value, field == "replicated_position")
+        side.putter.on_wake()
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    await send_now("alone")                     # the master alone in its SyncStateSet
+    step()
+    await publish(ha_slaves_connected=1, replicated_position=side.appender.physical_offset)
+    await send_now("first")
+    first_end = side.appender.physical_offset
+    await send_now("batch")                     # both wait for the member
+    step()
+    await publish(replicated_position=first_end)
+    step()                                      # "first" answered
+    # The controller took the member out: nothing to wait for, the position jumps to the end.
+    await publish(ha_slaves_connected=0, replicated_position=side.appender.physical_offset)
+    step()                                      # "batch" answered
+    await publish(ha_slaves_connected=1)
+    await send_now("far")                       # far behind: no gap rule, it waits
+    step()
+    await asyncio.sleep(1.2)                   # FLUSH_SLAVE_TIMEOUT
+    step()
+    assert not transport.aborted
+    return steps
+
+
+def test_controller_mode_acks_are_the_python_answers(sides):
+    """Controller mode (allAckInSyncStateSet): a send waits for the acknowledgements the ha
+    worker says it needs, none means SEND_OK (never SLAVE_NOT_AVAILABLE), no haMaxGapNotInSync
+    rule, FLUSH_SLAVE_TIMEOUT past the timeout: the same on both paths."""
+    python_side, fast_side = sides({
+        "brokerRole": "SYNC_MASTER", "syncFlushTimeout": "1000", "haMaxGapNotInSync": "1000",
+        "enableControllerMode": "true", "controllerAddr": "127.0.0.1:9878",
+        "allAckInSyncStateSet": "true"})
+    names = ["alone", "first", "batch", "far"]
+    sends = {name: frame("binary", body=name.encode()) for name in names}
+    sends["batch"] = frame("batch-binary", batch="true", body=batch_body([(0, b"b", "")] * 3))
+    sends["far"] = frame("binary", body=b"far" * 500)
+    opaques = {command.decode(data, 0, len(data)).opaque: name for name, data in sends.items()}
+    expected = asyncio.run(_controller_mode_steps(python_side, sends))
+    got = asyncio.run(_controller_mode_steps(fast_side, sends))
+    assert got == expected
+    assert fast_side.putter.core.fast_puts_total == len(sends)
+    named = [{opaques[opaque]: code for opaque, code in answered.items()} for answered in got]
+    assert named == [{"alone": 0}, {}, {"first": 0}, {"batch": 0}, {}, {"far": 12}]
+    assert python_side.putter.slave_not_available_total == 0
+    assert fast_side.putter.core.slave_not_available_total == 0
+
+
+def test_min_in_sync_replicas_refuses_before_the_put(sides):
+    """minInSyncReplicas=2 and a SyncStateSet of one: SYSTEM_ERROR "in-sync replicas not
+    enough", nothing reaches the ring (the fast path is off for this setting)."""
+    python_side, _ = sides({"brokerRole": "SYNC_MASTER", "enableControllerMode": "true",
+                            "controllerAddr": "127.0.0.1:9878", "minInSyncReplicas": "2"})
+    python_side.control.publish_sync_state([], 1)
+
+    async def run() -> tuple:
+        connection, transport = python_side.connect()
+        python_side.refresh()
+        feed(connection, frame("binary", body=b"refused"))
+        await settle(python_side, connection)
+        return bytes(transport.written), python_side.appender.requests
+    written, appended = asyncio.run(run())
+    [response] = responses(written).values()
+    decoded = command.decode(response, 0, len(response))
+    assert (decoded.code, decoded.remark) == (1, "in-sync replicas not enough")
+    assert appended == []
 
 
 # Fast failure: a send the appender did not take within waitTimeMillsInSendQueue is answered
