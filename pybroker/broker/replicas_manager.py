@@ -110,10 +110,14 @@ class ReplicasManager:
         role = self.decided
         if role.role is Role.MASTER:
             epochs = EpochFile.load(self.epoch_path)
-            if epochs.last_epoch() >= role.master_epoch:
+            # The same epoch again (a restart of this master's data plane, or of the broker
+            # while the controller still names it): it started where the file says. A newer
+            # epoch in the file than the controller's goes (Java's changeToMaster).
+            if epochs.last_epoch() > role.master_epoch:
                 epochs.truncate_suffix_by_epoch(role.master_epoch)
-            epochs.append(role.master_epoch, valid_end)
-            log.info("master of %s at epoch %d from offset %d (epochs %s)",
+            if epochs.last_epoch() < role.master_epoch:
+                epochs.append(role.master_epoch, valid_end)
+            log.info("master of %s at epoch %d, CommitLog end %d (epochs %s)",
                      self.config.broker.broker_name, role.master_epoch, valid_end,
                      [(entry.epoch, entry.start_offset) for entry in epochs.entries])
         self.running = role
@@ -128,6 +132,10 @@ class ReplicasManager:
         """Serve one generation until cancelled: ``control`` is its control block, ``ha_wake``
         its ha worker's eventfd, ``restart()`` ends it for a new role."""
         self._control, self._ha_wake, self._restart = control, ha_wake, restart
+        if self.decided != self.running:
+            # Decided between two generations (a notification served late): act now.
+            restart()
+            return
         loop = asyncio.get_running_loop()
         self.heartbeats.attach(loop)
         self._client = ControllerClient(self.config, self.leader)
@@ -401,10 +409,13 @@ class ReplicasManager:
             self._publish_sync_state()
 
     async def _sync_state_loop(self) -> None:
-        """Java's checkSyncStateSetAndDoReport (every checkSyncStateSetPeriod, the first at
-        once) and the immediate reactions to slaves joining or lost."""
+        """Java's checkSyncStateSetAndDoReport (every checkSyncStateSetPeriod) and the
+        immediate reactions to slaves joining or lost."""
         store, broker = self.config.store, self.config.broker
-        next_check_ms = clock.now_ms()
+        # A new generation's slaves reconnect within a second or two: not taken out before
+        # they could (an elected master's set is itself alone anyway).
+        next_check_ms = clock.now_ms() + max(broker.check_sync_state_set_period,
+                                             store.ha_max_time_slave_not_catchup)
         while True:
             await asyncio.sleep(_SYNC_STATE_POLL_S)
             if self._altering or self._control is None:

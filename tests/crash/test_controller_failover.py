@@ -6,7 +6,8 @@ Method: one Java controller (one-node DLedger group), a pybroker NameServer and 
 brokers with allAckInSyncStateSet=true; each broker reaches the controller through its own
 LinkProxy (a userspace link that can be partitioned). SendLoad's 64 senders write to whichever
 broker the controller names master, retrying elsewhere as a client does, and record every
-SEND_OK. The master is killed with -9 mid-load: a new master must answer SEND_OK within the
+SEND_OK. A worker of the master is killed first: only its data plane restarts (no election).
+Then the master is killed with -9 mid-load: a new master must answer SEND_OK within the
 controller's detection plus one data-plane restart, and the senders go on. The old master is
 started again: it must cut the tail it had not replicated (its ha worker asks for the cut and
 the broker is killed -9 as soon as it does, then started once more), and catch up byte for byte.
@@ -68,6 +69,21 @@ def _start(tmp_path):
 
 def _by_address(brokers, address):
     return next(broker for broker in brokers if broker.address == address)
+
+
+def _worker_death_keeps_master(controller, brokers) -> None:
+    """kill -9 of a master's worker restarts its data plane only: its heartbeat connection
+    outlives the generation, so the controller elects nobody and the epoch stays."""
+    before = cc.wait_for_master(controller.address, GROUP, 10, members={1, 2, 3})
+    master = _by_address(brokers, before["master_address"])
+    workers = master.supervisor_children()
+    os.kill(workers["pb-dispatcher"], signal.SIGKILL)
+    wait_for(lambda: master.supervisor_children().get("pb-dispatcher") not in
+             (None, workers["pb-dispatcher"]), 30, "the master's next generation")
+    assert cc.first_send_ok(master.address, TOPIC, 30) < 30
+    after = cc.wait_for_master(controller.address, GROUP, 30, members={1, 2, 3})
+    assert (after["master_address"], after["master_epoch"]) == \
+        (before["master_address"], before["master_epoch"])
 
 
 def _kill_master_under_load(controller, brokers, load):
@@ -157,6 +173,7 @@ def test_failover_rejoin_and_partition(tmp_path):
     controller, namesrv, proxies, brokers = _start(tmp_path)
     load = cc.SendLoad(controller.address, GROUP, TOPIC, QUEUES, senders=64, pace_s=0.02)
     try:
+        _worker_death_keeps_master(controller, brokers)
         load.start()
         old, master = _kill_master_under_load(controller, brokers, load)
         _rejoin_with_cut(controller, old, master)
