@@ -184,7 +184,7 @@ class BrokerConfig:
         "port of the Prometheus endpoint", rule=between(1, 65535))
     metrics_label: str = setting("metricsLabel", "",
         "extra labels on every metric, 'key:value,key:value'")
-    # --- controller mode (RocketMQ 5.x; docs/architecture.md "Controller mode") -------------
+    # --- controller mode (RocketMQ 5.x; docs/architecture/controller.md) -------------
     enable_controller_mode: bool = setting("enableControllerMode", False,
         "roles and failover decided by Apache's controller (controllerAddr); brokerRole is "
         "then ignored", important=True)

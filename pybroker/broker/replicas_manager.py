@@ -1,6 +1,6 @@
 # Controller mode in the supervisor: identity, heartbeats, roles and the master's SyncStateSet.
-"""The supervisor's side of controller mode (Java ``ReplicasManager``; docs/architecture.md,
-"Controller mode").
+"""The supervisor's side of controller mode (Java ``ReplicasManager``;
+docs/architecture/controller.md).
 
 It registers the broker with Apache's controller (the next free broker id, applied through the
 ``brokerIdentity`` files, then CONTROLLER_REGISTER_BROKER), sends BROKER_HEARTBEAT every

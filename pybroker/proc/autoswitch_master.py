@@ -14,7 +14,7 @@ point and reports its end, which starts the transfer (0: the master's first file
 with syncFromLastFile). A unit never spans two epochs; its header carries the epoch, where
 that epoch starts and the confirm offset.
 
-**Acknowledgements** (docs/architecture.md, "Controller mode"). The supervisor publishes the
+**Acknowledgements** (docs/architecture/controller.md). The supervisor publishes the
 SyncStateSet members the master waits for (``ControlBlock.sync_state``); from the slaves'
 reports this worker publishes ``replicated_position`` - with ``allAckInSyncStateSet`` the
 smallest acknowledgement of those members (Java's confirm offset, unchanged while one of them

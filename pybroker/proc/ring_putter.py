@@ -221,7 +221,7 @@ class RingPutter:
         Enables :meth:`open_fast_port` (remoting workers); None for a putter without
         connections or on an ACL broker.
     controller_mode : bool
-        A controller-mode master (docs/architecture.md, "Controller mode"): the ha worker
+        A controller-mode master (docs/architecture/controller.md): the ha worker
         publishes in ``ha_slaves_connected`` how many acknowledgements a send waits for and
         in ``replicated_position`` what they cover; none to wait for is SEND_OK (Java's
         SyncStateSet of one), never SLAVE_NOT_AVAILABLE, and no gap rule applies.

@@ -39,7 +39,7 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
 with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1152, ``WORKER_SLOTS_MAX`` = 32 lines,
 ``HA_SLAVE_SLOTS_MAX`` = 8 lines, ``TAKEN_OFFSET`` = 3712 (4 lines, all written by the
 appender) and ``SYNC_STATE_OFFSET`` = 3968 (2 lines), so the file is one 4096-byte page. The
-SyncStateSet lines (controller mode, docs/architecture.md "Controller mode") are the members a
+SyncStateSet lines (controller mode, docs/architecture/controller.md) are the members a
 master's acknowledgements wait for, published by the supervisor (a sequence lock: readers
 retry while the sequence is odd or moved) and read by the master's ha worker. The fast-failure
 handshake (pybroker/proc/fast_failure.py): the producer stores ``cancel_request_id``, fences,

@@ -1,5 +1,5 @@
 # The controller-mode epoch file (epochFileCheckpoint): which master epoch wrote which bytes.
-"""Epoch entries of a controller-mode store (docs/architecture.md, "Controller mode").
+"""Epoch entries of a controller-mode store (docs/architecture/controller.md).
 
 Each master epoch the controller hands out starts at a CommitLog offset; the list of
 ``(epoch, start offset)`` pairs, ascending in both, says which master wrote which bytes. A

@@ -161,7 +161,7 @@ class StoreConfig:
         "SYNC_MASTER: a slave this far behind answers SLAVE_NOT_AVAILABLE (4.9.x: "
         "haSlaveFallbehindMax)", unit="bytes", rule=at_least(0))
 
-    # --- controller mode (Java MessageStoreConfig; docs/architecture.md "Controller mode") ---
+    # --- controller mode (Java MessageStoreConfig; docs/architecture/controller.md) ---
     all_ack_in_sync_state_set: bool = setting("allAckInSyncStateSet", False,
         "controller mode: SEND_OK only once every SyncStateSet member has the message",
         important=True)

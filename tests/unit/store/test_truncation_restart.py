@@ -92,6 +92,7 @@ def test_every_interrupted_stage_completes(tmp_path, rand, stage):
     assert apply(root) is None                      # done: nothing left to apply
 
 
+@pytest.mark.dataplane
 def test_kill_minus_nine_during_the_cut(tmp_path, rand):
     root = str(tmp_path)
     _, cut = build(root, rand)
