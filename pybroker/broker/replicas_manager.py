@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import os
 import random
 
 from pybroker import clock
@@ -108,6 +109,7 @@ class ReplicasManager:
         """Before a generation forks (the store recovered to ``valid_end``): a new master's
         epoch starts there. Returns the role the generation runs as."""
         role = self.decided
+        self._drop_expired_epochs()
         if role.role is Role.MASTER:
             epochs = EpochFile.load(self.epoch_path)
             # The same epoch again (a restart of this master's data plane, or of the broker
@@ -122,6 +124,17 @@ class ReplicasManager:
                      [(entry.epoch, entry.start_offset) for entry in epochs.entries])
         self.running = role
         return role
+
+    def _drop_expired_epochs(self) -> None:
+        """Epochs that end before the oldest CommitLog file left (expired files were deleted)
+        go, as Java's store does when it deletes them (truncateEpochFilePrefix)."""
+        directory = self.config.store.commitlog_dir
+        try:
+            names = [name for name in os.listdir(directory) if name.isdigit()]
+        except FileNotFoundError:
+            return
+        if names:
+            EpochFile.load(self.epoch_path).truncate_prefix_by_offset(min(map(int, names)) - 1)
 
     @property
     def registers_with_namesrv(self) -> bool:
