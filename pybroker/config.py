@@ -214,6 +214,10 @@ class BrokerConfig:
         "brokerStatus, statsAll, consumeTps, the metrics endpoint and pybroker prof read; false "
         "makes every recording a no-op and those figures are omitted or marked not measured",
         important=True, pybroker_only=True)
+    # --- RocketMQ 5.x protocol basics (docs/compatibility.md, "5.x protocol basics") --------
+    enable_mixed_message_type: bool = setting("enableMixedMessageType", False,
+        "UPDATE_AND_CREATE_TOPIC accepts +message.type=MIXED (refused with "
+        "INVALID_PARAMETER when false)")
 
 
 @dataclasses.dataclass(frozen=True)

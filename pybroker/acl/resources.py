@@ -116,6 +116,9 @@ AUTHENTICATED_CODES = frozenset({
     # could send the broker after a fake master); the role then comes from the periodic
     # replica-info read (syncBrokerMetadataPeriod).
     RequestCode.GET_BROKER_EPOCH_CACHE, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
+    # RocketMQ 5.x protocol basics
+    RequestCode.GET_TOPIC_CONFIG, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+    RequestCode.GET_ALL_MESSAGE_REQUEST_MODE,
 })
 
 ADMIN_CODES = frozenset({
@@ -123,6 +126,7 @@ ADMIN_CODES = frozenset({
     RequestCode.GET_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.CONSUME_MESSAGE_DIRECTLY,
+    RequestCode.SET_MESSAGE_REQUEST_MODE,   # 5.x
 })
 
 assert not (set(RESOURCE_CODES) & AUTHENTICATED_CODES or set(RESOURCE_CODES) & ADMIN_CODES

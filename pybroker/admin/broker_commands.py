@@ -5,6 +5,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pybroker.broker import attributes
 from pybroker.client.instance import check_response, request
 from pybroker.protocol import bodies, fastjson, headers
 from pybroker.protocol.codes import RequestCode
@@ -120,15 +121,24 @@ async def topic_status(admin, args, out) -> int:
 
 async def update_topic(admin, args, out) -> int:
     perm = int(args.perm) if args.perm is not None else int(Perm.READ | Perm.WRITE)
+    modification = (args.attributes or "").strip()
+    try:
+        # Checked here as mqadmin 5.x does before sending (the broker checks it again).
+        attributes.parse_modification(modification)
+    except attributes.AttributeRefused as refused:
+        out.progress(refused.remark)
+        return 1
     fields = headers.encode_header(headers.CREATE_TOPIC_REQUEST, {
         "topic": args.topic, "default_topic": "TBW102", "read_queue_nums": args.read_queue_nums,
         "write_queue_nums": args.write_queue_nums, "perm": perm,
-        "topic_filter_type": "SINGLE_TAG", "topic_sys_flag": 0, "order": args.order == "true"})
+        "topic_filter_type": "SINGLE_TAG", "topic_sys_flag": 0, "order": args.order == "true",
+        "attributes": modification or None})
     for _, address in await masters(admin, args):
         await invoke(admin, address, RequestCode.UPDATE_AND_CREATE_TOPIC, dict(fields))
         out.line(f"create topic to {address} success.")
+    shown = f", attributes={modification}" if modification else ""
     out.line(f"TopicConfig [topicName={args.topic}, readQueueNums={args.read_queue_nums}, "
-             f"writeQueueNums={args.write_queue_nums}, perm={perm}]")
+             f"writeQueueNums={args.write_queue_nums}, perm={perm}{shown}]")
     return 0
 
 
@@ -251,7 +261,9 @@ COMMANDS: dict[str, Command] = {
         ("-r", "read_queue_nums", {"type": int, "default": 8}),
         ("-w", "write_queue_nums", {"type": int, "default": 8}),
         ("-p", "perm", {"help": "permission: 2 W, 4 R, 6 RW"}),
-        ("-o", "order", {"default": "false"}))),
+        ("-o", "order", {"default": "false"}),
+        ("-a", "attributes", {"help": "5.x attributes: +key=value,-key (e.g. "
+                                      "+message.type=FIFO)"}))),
     "deleteTopic": (delete_topic, "delete a topic from a cluster's brokers and name servers",
                     (("-t", "topic", {"required": True}),
                      ("-c", "cluster", {"required": True}))),

@@ -1,7 +1,7 @@
 # `pybroker admin` commands about groups, connections, offsets and messages (mqadmin's names).
-"""updateSubGroup, deleteSubGroup, consumerProgress, consumerConnection, producerConnection,
-resetOffsetByTime, queryMsgById, queryMsgByKey, queryMsgByUniqueKey, printMsg, sendMessage,
-consumeMessage."""
+"""updateSubGroup, deleteSubGroup, setConsumeMode, getConsumeMode, consumerProgress,
+consumerConnection, producerConnection, resetOffsetByTime, queryMsgById, queryMsgByKey,
+queryMsgByUniqueKey, printMsg, sendMessage, consumeMessage."""
 import datetime
 import time
 
@@ -30,7 +30,8 @@ async def update_sub_group(admin, args, out) -> int:
                 "consumeBroadcastEnable": args.broadcast != "false",
                 "retryQueueNums": args.retry_queue_nums, "retryMaxTimes": args.retry_max_times,
                 "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
-                "notifyConsumerIdsChangedEnable": True}
+                "notifyConsumerIdsChangedEnable": True,
+                "consumeMessageOrderly": args.consume_message_orderly == "true"}
     body = orjson.dumps(document)
     for _, address in await masters(admin, args):
         await invoke(admin, address, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
@@ -45,6 +46,31 @@ async def delete_sub_group(admin, args, out) -> int:
         await invoke(admin, address, RequestCode.DELETE_SUBSCRIPTIONGROUP,
                      {"groupName": args.group, "removeOffset": "true", "cleanOffset": "true"})
         out.line(f"delete subscription group [{args.group}] from broker [{address}] success.")
+    return 0
+
+
+async def set_consume_mode(admin, args, out) -> int:
+    body = orjson.dumps({"topic": args.topic, "consumerGroup": args.group, "mode": args.mode,
+                         "popShareQueueNum": args.pop_share_queue_num})
+    for _, address in await masters(admin, args):
+        await invoke(admin, address, RequestCode.SET_MESSAGE_REQUEST_MODE, body=body)
+        out.line(f"set consume mode to {address} success.")
+    out.line(f"topic[{args.topic}] group[{args.group}] consume mode[{args.mode}] "
+             f"popShareQueueNum[{args.pop_share_queue_num}]")
+    return 0
+
+
+async def get_consume_mode(admin, args, out) -> int:
+    rows = []
+    for _, address in await masters(admin, args):
+        response = await invoke(admin, address, RequestCode.GET_ALL_MESSAGE_REQUEST_MODE)
+        table = fastjson.loads(response.body or b"{}").get("messageRequestModeMap", {})
+        for topic, groups in sorted(table.items()):
+            for group, mode in sorted(groups.items()):
+                if (args.topic or topic) == topic and (args.group or group) == group:
+                    rows.append([address, topic, group, mode.get("mode", ""),
+                                 mode.get("popShareQueueNum", 0)])
+    out.table(["Broker Addr", "Topic", "Group", "Mode", "PopShareQueueNum"], rows)
     return 0
 
 
@@ -297,9 +323,18 @@ COMMANDS: dict[str, Command] = {
         ("-m", "consume_from_min", {"default": "true"}),
         ("-d", "broadcast", {"default": "true"}),
         ("-q", "retry_queue_nums", {"type": int, "default": 1}),
-        ("-r", "retry_max_times", {"type": int, "default": 16}))),
+        ("-r", "retry_max_times", {"type": int, "default": 16}),
+        ("-o", "consume_message_orderly", {"default": "false",
+                                           "help": "5.x: the group consumes in order"}))),
     "deleteSubGroup": (delete_sub_group, "delete a subscription group and its offsets", (
         ("-g", "group", {"required": True}), *_BROKER_OR_CLUSTER)),
+    "setConsumeMode": (set_consume_mode, "5.x: a group consumes a topic by PULL or POP", (
+        ("-t", "topic", {"required": True}), ("-g", "group", {"required": True}),
+        ("-m", "mode", {"required": True, "choices": ("PULL", "POP")}),
+        ("-q", "pop_share_queue_num", {"type": int, "default": 0}), *_BROKER_OR_CLUSTER)),
+    "getConsumeMode": (get_consume_mode, "5.x: the consume modes set on the brokers "
+                       "(pybroker's own; mqadmin has no such command)", (
+        ("-t", "topic", {}), ("-g", "group", {}), *_BROKER_OR_CLUSTER)),
     "consumerProgress": (consumer_progress, "a group's offsets, lag and consume TPS", (
         ("-g", "group", {"required": True}), ("-t", "topic", {}), *_BROKER_OR_CLUSTER)),
     "consumerConnection": (consumer_connection, "a consumer group's live clients", (

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 import orjson
 
-from pybroker.broker import runtime_settings
+from pybroker.broker import attributes, runtime_settings
 from pybroker.broker.context import MetadataContext, MetadataHandler
 from pybroker.broker.interfaces import ClientChannel
 from pybroker.broker.managers.consumer import subscription_to_json
@@ -119,17 +119,6 @@ def _message_queue(ctx, topic: str, queue_id: int) -> bodies.MessageQueue:
 
 
 # --- topics -------------------------------------------------------------------------------------
-def _parse_attributes(text: str | None) -> dict:
-    # 5.x AttributeParser syntax "+key=value,-key": additions kept, deletions dropped.
-    attributes = {}
-    for item in (text or "").split(","):
-        item = item.strip()
-        if item.startswith("+") and "=" in item:
-            key, value = item[1:].split("=", 1)
-            attributes[key] = value
-    return attributes
-
-
 def _topic_config_from_header(header) -> TopicConfig | str:
     if header.topic_filter_type not in constants.TOPIC_FILTER_TYPES:
         return f"unknown topicFilterType {header.topic_filter_type[:40]!r}"
@@ -139,14 +128,23 @@ def _topic_config_from_header(header) -> TopicConfig | str:
             return f"{name} {value} is out of range 0..{QUEUE_NUMS_MAX}"
     return TopicConfig(header.topic, header.read_queue_nums, header.write_queue_nums,
                        header.perm, header.topic_filter_type, header.topic_sys_flag or 0,
-                       bool(header.order), _parse_attributes(header.attributes))
+                       bool(header.order))
+
+
+def _mixed_refused(ctx, modification: dict[str, str]) -> bool:
+    # Java 5.x looks up the signed key as the request spelt it.
+    return (not ctx.config.broker.enable_mixed_message_type
+            and modification.get("+" + attributes.MESSAGE_TYPE.name)
+            == attributes.TopicMessageType.MIXED)
 
 
 async def handle_update_and_create_topic(ctx: MetadataContext, channel: ClientChannel,
                                          request: RemotingCommand) -> RemotingCommand | None:
     """UPDATE_AND_CREATE_TOPIC (17): create or replace a topic (Java 4.9 refuses system
-    topics, which include the cluster and broker names). Persisted; the service re-registers
-    with the name servers on the change."""
+    topics, which include the cluster and broker names), with the 5.x ``attributes``
+    modification applied to the topic's attributes (broker/attributes.py: refusals are
+    SYSTEM_ERROR with Java's message, MIXED without enableMixedMessageType INVALID_PARAMETER).
+    Persisted; the service re-registers with the name servers on the change."""
     if _is_slave(ctx):
         return _error(request, SLAVE_REMARK)
     header = parse_request_header(request.code, request.ext_fields)
@@ -158,8 +156,16 @@ async def handle_update_and_create_topic(ctx: MetadataContext, channel: ClientCh
     topic_config = _topic_config_from_header(header)
     if isinstance(topic_config, str):
         return _error(request, topic_config, ResponseCode.INVALID_PARAMETER)
-    log.info("updateAndCreateTopic called by %s: %s", channel.remote_address, topic_config)
-    ctx.metadata.topics.update_topic_config(topic_config)
+    try:
+        modification = attributes.parse_modification(header.attributes)
+        if _mixed_refused(ctx, modification):
+            return _error(request, "MIXED message type is not supported.",
+                          ResponseCode.INVALID_PARAMETER)
+        log.info("updateAndCreateTopic called by %s: %s %s", channel.remote_address,
+                 topic_config, header.attributes or "")
+        ctx.metadata.topics.update_topic_config(topic_config, modification)
+    except attributes.AttributeRefused as refused:
+        return _error(request, refused.remark)
     return _ok(request)
 
 
@@ -190,6 +196,18 @@ async def handle_get_all_topic_config(ctx: MetadataContext, channel: ClientChann
                                       request: RemotingCommand) -> RemotingCommand | None:
     """GET_ALL_TOPIC_CONFIG (21): the topics.json document (compact)."""
     return _ok(request, _json(ctx.metadata.topics.to_json()))
+
+
+async def handle_get_topic_config(ctx: MetadataContext, channel: ClientChannel,
+                                  request: RemotingCommand) -> RemotingCommand | None:
+    """GET_TOPIC_CONFIG (351, 5.x): one topic's config as Java's TopicConfigAndQueueMapping
+    (no queue mapping: pybroker has no static topics, so ``lo`` changes nothing)."""
+    header = parse_request_header(request.code, request.ext_fields)
+    topic_config = ctx.metadata.topic_config(header.topic)
+    if topic_config is None:
+        return _error(request, f"No topic in this broker. topic: {header.topic}",
+                      ResponseCode.TOPIC_NOT_EXIST)
+    return _ok(request, _json(topic_config.bean_json()))
 
 
 async def handle_get_topic_stats_info(ctx: MetadataContext, channel: ClientChannel,
@@ -360,6 +378,22 @@ async def handle_get_all_subscription_group_config(
     return _ok(request, _json(ctx.metadata.groups.to_json()))
 
 
+async def handle_get_subscription_group_config(
+        ctx: MetadataContext, channel: ClientChannel,
+        request: RemotingCommand) -> RemotingCommand | None:
+    """GET_SUBSCRIPTIONGROUP_CONFIG (352, 5.x): one group's config; an unknown group is
+    created when autoCreateSubscriptionGroup is on and its name is valid (Java 5.x's
+    findSubscriptionGroupConfig)."""
+    header = parse_request_header(request.code, request.ext_fields)
+    group = header.group
+    known = ctx.metadata.groups.find(group) is not None
+    group_config = ctx.metadata.subscription_group(group) \
+        if known or validate_group(group) is None else None
+    if group_config is None:
+        return _error(request, "No group in this broker", ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+    return _ok(request, _json(group_config.bean_json()))
+
+
 async def handle_update_and_create_subscription_group(
         ctx: MetadataContext, channel: ClientChannel,
         request: RemotingCommand) -> RemotingCommand | None:
@@ -377,7 +411,13 @@ async def handle_update_and_create_subscription_group(
         return _error(request, remark)
     log.info("updateAndCreateSubscriptionGroup called by %s: %s", channel.remote_address,
              group_config)
-    ctx.metadata.groups.update_subscription_group(group_config)
+    # 5.x: the body's attributes are a modification (signed keys) of the group's attributes;
+    # no attribute exists for groups, and Java answers the uncaught exception's text.
+    modification, group_config.attributes = group_config.attributes, {}
+    try:
+        ctx.metadata.groups.update_subscription_group(group_config, modification)
+    except attributes.AttributeRefused as refused:
+        return _error(request, f"java.lang.RuntimeException: {refused.remark}")
     return _ok(request)
 
 
@@ -622,6 +662,8 @@ HANDLERS: dict[int, MetadataHandler] = {
     _C.UPDATE_AND_CREATE_TOPIC: handle_update_and_create_topic,
     _C.DELETE_TOPIC_IN_BROKER: handle_delete_topic_in_broker,
     _C.GET_ALL_TOPIC_CONFIG: handle_get_all_topic_config,
+    _C.GET_TOPIC_CONFIG: handle_get_topic_config,
+    _C.GET_SUBSCRIPTIONGROUP_CONFIG: handle_get_subscription_group_config,
     _C.GET_TOPIC_STATS_INFO: handle_get_topic_stats_info,
     _C.GET_CONSUME_STATS: handle_get_consume_stats,
     _C.GET_CONSUMER_CONNECTION_LIST: handle_get_consumer_connection_list,

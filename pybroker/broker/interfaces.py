@@ -23,6 +23,7 @@ from pybroker.broker.channel import ClientChannel
 from pybroker.broker.managers.client_calls import ClientCalls
 from pybroker.broker.managers.consumer import ConsumerManager
 from pybroker.broker.managers.consumer_offset import ConsumerOffsetManager
+from pybroker.broker.managers.message_request_mode import MessageRequestModeManager
 from pybroker.broker.managers.producer import ProducerManager
 from pybroker.broker.managers.rebalance_lock import RebalanceLockManager
 from pybroker.broker.managers.subscription_group import SubscriptionGroupManager
@@ -115,6 +116,7 @@ class MetadataWriter(MetadataView, Protocol):
     consumers: ConsumerManager
     locks: RebalanceLockManager
     client_calls: ClientCalls
+    request_modes: MessageRequestModeManager
     config_version: DataVersion
 
     def delay_offsets(self) -> DelayOffsetDocument | None:

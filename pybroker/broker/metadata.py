@@ -4,10 +4,11 @@
 :class:`MetadataState` owns one of each manager of :mod:`pybroker.broker.managers` (as
 RocketMQ's BrokerController owns TopicConfigManager, SubscriptionGroupManager,
 ConsumerOffsetManager, ProducerManager, ConsumerManager, RebalanceLockManager and Broker2Client):
-``topics``, ``groups``, ``offsets``, ``producers``, ``consumers``, ``locks`` and
-``client_calls``. Handlers that write (they run in the metadata service only) call the managers;
-the state itself holds what spans several of them: the read API shared with the replica, the
-consumer-ids-changed notification rule, channel expiry, snapshots, persistence.
+``topics``, ``groups``, ``offsets``, ``producers``, ``consumers``, ``locks``,
+``client_calls`` and (5.x's MessageRequestModeManager) ``request_modes``. Handlers that
+write (they run in the metadata service only) call the managers; the state itself holds what
+spans several of them: the read API shared with the replica, the consumer-ids-changed
+notification rule, channel expiry, snapshots, persistence.
 
 READ API, offered by both :class:`MetadataState` and :class:`MetadataReplica` (a remoting
 worker's copy, rebuilt from :meth:`MetadataState.snapshot` bytes):
@@ -31,6 +32,7 @@ from pybroker import clock
 from pybroker.broker.managers.client_calls import CLIENT_CALL_TIMEOUT_MS, ClientCalls
 from pybroker.broker.managers.consumer import ConsumerManager, subscriptions_from_snapshot
 from pybroker.broker.managers.consumer_offset import ConsumerOffsetManager
+from pybroker.broker.managers.message_request_mode import MessageRequestModeManager
 from pybroker.broker.managers.producer import ProducerManager
 from pybroker.broker.managers.rebalance_lock import REBALANCE_LOCK_LEASE_MS, RebalanceLockManager
 from pybroker.broker.managers.subscription_group import (SubscriptionGroupManager, auto_created,
@@ -94,6 +96,8 @@ class MetadataState:
                                          lambda: self._changed("subscriptions"))
         self.locks = RebalanceLockManager(self.now_ms, lock_lease_ms)
         self.client_calls = ClientCalls(client_call_timeout_ms)
+        self.request_modes = MessageRequestModeManager(
+            paths.config_path(root, paths.MESSAGE_REQUEST_MODE_CONFIG))
 
     def _changed(self, kind: str) -> None:
         if self.on_change is not None:

@@ -36,6 +36,9 @@ METADATA_CODES = frozenset({
     RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
     # Controller mode: the supervisor holds the role (broker/controller_role.py).
     RequestCode.NOTIFY_BROKER_ROLE_CHANGED, RequestCode.GET_BROKER_EPOCH_CACHE,
+    # RocketMQ 5.x protocol basics: topic/group config queries, message request modes.
+    RequestCode.GET_TOPIC_CONFIG, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+    RequestCode.SET_MESSAGE_REQUEST_MODE, RequestCode.GET_ALL_MESSAGE_REQUEST_MODE,
 })
 
 assert not DATA_CODES & METADATA_CODES, "a code is answered in exactly one place"

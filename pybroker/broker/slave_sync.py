@@ -10,9 +10,11 @@
   the slave's documents when the master's data version differs, GET_ALL_CONSUMER_OFFSET (43)
   overwrites the offsets the master has, GET_ALL_DELAY_OFFSET (45) is written to
   ``delayOffset.json`` as it came (the schedule service does not run on a slave; a slave
-  turned master starts from it). Everything goes through the metadata service's state
-  (persisted at once), so a restarted slave serves it before the first sync. Each request
-  failing is logged and retried on the next round.
+  turned master starts from it), and (5.x) GET_ALL_MESSAGE_REQUEST_MODE (402) replaces the
+  topics the master has in ``messageRequestMode.json`` and drops the others (a 4.x master
+  does not serve 402: said once, then skipped). Everything goes through the metadata
+  service's state (persisted at once), so a restarted slave serves it before the first sync.
+  Each request failing is logged and retried on the next round.
 """
 import asyncio
 import logging
@@ -36,6 +38,8 @@ SYNC_INTERVAL_S = 10.0
 SYNC_TIMEOUT_MS = 3000
 MASTER_UNKNOWN_RETRY_S = 3.0
 CONTROLLER_MASTER_RETRY_S = 0.5
+# 5.x sync codes a 4.x master answers REQUEST_CODE_NOT_SUPPORTED.
+FIVE_X_SYNC_CODES = frozenset({RequestCode.GET_ALL_MESSAGE_REQUEST_MODE})
 
 
 class SlaveLink:
@@ -61,6 +65,7 @@ class SlaveLink:
         self.master_address: str | None = None
         self.pool = RemotingClientPool(ssl_context=outgoing_tls(config))
         self.syncs_total = 0
+        self._not_served_said: set[tuple[RequestCode, str]] = set()
         if self.configured_ha_address:
             self._set_ha_address(self.configured_ha_address)
 
@@ -111,15 +116,18 @@ class SlaveLink:
             await asyncio.sleep(SYNC_INTERVAL_S)
 
     async def sync_all(self, address: str) -> None:
-        """One round of the four syncs against the master at ``address``."""
+        """One round of the syncs against the master at ``address``."""
         changed = False
         for code, apply in ((RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
                             (RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
                             (RequestCode.GET_ALL_DELAY_OFFSET, self._delay_offsets),
-                            (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups)):
+                            (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups),
+                            (RequestCode.GET_ALL_MESSAGE_REQUEST_MODE, self._request_modes)):
             try:
                 response = await self.pool.invoke(address, create_request(code, {}),
                                                   SYNC_TIMEOUT_MS)
+                if self._not_served(code, response.code, address):
+                    continue
                 if response.code != ResponseCode.SUCCESS or not response.body:
                     raise ValueError(f"code {response.code} {response.remark or ''}")
                 changed |= apply(fastjson.loads(response.body))
@@ -128,6 +136,17 @@ class SlaveLink:
         self.syncs_total += 1
         if changed:
             self.on_changed()
+
+    def _not_served(self, code: RequestCode, response_code: int, address: str) -> bool:
+        """True when a 4.x master does not serve a 5.x sync code: said once, then skipped."""
+        if code not in FIVE_X_SYNC_CODES or \
+                response_code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return False
+        if (code, address) not in self._not_served_said:
+            self._not_served_said.add((code, address))
+            log.info("master %s does not serve %s (a 4.x broker): not synced", address,
+                     code.name)
+        return True
 
     def _topics(self, value) -> bool:
         taken = self.metadata.topics.replace_from_master(
@@ -142,6 +161,12 @@ class SlaveLink:
         if taken:
             log.info("Update slave Subscription Group from master, %s", self.master_address)
         return taken
+
+    def _request_modes(self, value) -> bool:
+        if self.metadata.request_modes.replace_from_master(
+                config_docs.MessageRequestModeDocument.from_json(value)):
+            log.info("Update slave Message Request Mode from master, %s", self.master_address)
+        return False   # not part of the workers' snapshot
 
     def _offsets(self, value) -> bool:
         self.metadata.offsets.merge_from_master(

@@ -17,7 +17,8 @@ from pybroker._fast.jhash import java_hash
 
 __all__ = ["JInt", "JLong", "JavaError", "parse_int", "parse_long", "parse_double",
            "double_to_string", "to_java_string", "java_compare", "java_equals",
-           "string_compare", "hash_set_order", "add_escapes", "INT_MIN", "INT_MAX",
+           "string_compare", "hash_order", "hash_set_order", "put_order", "guava_set_order",
+           "add_escapes", "INT_MIN", "INT_MAX",
            "LONG_MIN", "LONG_MAX"]
 
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -276,19 +277,46 @@ def java_equals(left, right) -> bool:
     return left == right
 
 
-def hash_set_order(items: list[str]) -> list[str]:
-    """Iteration order of ``new HashSet<>(items)`` (Java 8+ HashMap: capacity the power of two
-    >= max(n / 0.75 + 1, 16), bucket by spread hash, insertion order within a bucket)."""
-    unique = list(dict.fromkeys(items))
-    wanted = max(int(len(items) / 0.75) + 1, 16)
-    capacity = 1
-    while capacity < wanted:
-        capacity <<= 1
+def hash_order(items, capacity: int) -> list[str]:
+    """Iteration order of a Java (8+) HashMap or HashSet whose table has ``capacity`` buckets
+    (a power of two) and holds the distinct strings ``items``, put in that order: by bucket
+    (the spread String hash masked to the table), insertion order within a bucket."""
+    assert capacity > 0 and capacity & (capacity - 1) == 0, capacity
     buckets: dict[int, list[str]] = {}
-    for item in unique:
+    for item in items:
         code = java_hash(item) & 0xFFFFFFFF
         buckets.setdefault((code ^ (code >> 16)) & (capacity - 1), []).append(item)
     return [item for index in sorted(buckets) for item in buckets[index]]
+
+
+def _table_size_for(wanted: int) -> int:
+    capacity = 1
+    while capacity < wanted:
+        capacity <<= 1
+    return capacity
+
+
+def hash_set_order(items: list[str]) -> list[str]:
+    """Iteration order of ``new HashSet<>(items)`` (capacity the power of two
+    >= max(n / 0.75 + 1, 16))."""
+    unique = list(dict.fromkeys(items))
+    return hash_order(unique, _table_size_for(max(int(len(items) / 0.75) + 1, 16)))
+
+
+def put_order(items: list[str]) -> list[str]:
+    """Iteration order of ``new HashMap<>()`` after putting the distinct strings ``items`` in
+    that order (the table starts at 16 buckets and doubles when the size passes 3/4 of it)."""
+    capacity = 16
+    while len(items) > capacity * 3 // 4:
+        capacity <<= 1
+    return hash_order(items, capacity)
+
+
+def guava_set_order(items: list[str]) -> list[str]:
+    """Iteration order of Guava 32's ``Sets.newHashSet(items...)`` (sized for the expected
+    count: n + 1 below 3, else ceil(n / 0.75), rounded up to a power of two)."""
+    wanted = len(items) + 1 if len(items) < 3 else math.ceil(len(items) / 0.75)
+    return hash_order(list(dict.fromkeys(items)), _table_size_for(wanted))
 
 
 _ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"',

@@ -13,7 +13,8 @@ travel back to the owning worker as SEND_TO_CHANNEL.
 import logging
 from typing import Callable
 
-from pybroker.broker import admin, client_manage, consumer_manage, controller_role, reply
+from pybroker.broker import (admin, client_manage, consumer_manage, controller_role, reply,
+                             request_mode)
 from pybroker.broker.channel import FORWARD_EXT_CHANNEL, Channel
 from pybroker.broker.context import MetadataContext, MetadataHandler
 from pybroker.broker.routing import METADATA_CODES
@@ -39,7 +40,7 @@ INTERNAL_LINK_LIMITS = ConnectionLimits(idle_timeout_ms=0, write_stall_timeout_m
 
 HANDLERS: dict[int, MetadataHandler] = {**client_manage.HANDLERS, **consumer_manage.HANDLERS,
                                         **admin.HANDLERS, **reply.HANDLERS,
-                                        **controller_role.HANDLERS}
+                                        **controller_role.HANDLERS, **request_mode.HANDLERS}
 assert set(HANDLERS) == set(METADATA_CODES), set(HANDLERS) ^ set(METADATA_CODES)
 
 

@@ -369,7 +369,8 @@ CREATE_TOPIC_REQUEST = _schema("CreateTopicRequestHeader", [
     ("attributes", STR, False),
     ("force", BOOL, False, False),
 ])
-TOPIC_REQUEST = _schema("TopicRequestHeader", [   # DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO
+TOPIC_REQUEST = _schema("TopicRequestHeader", [   # DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO,
+    # GET_TOPIC_CONFIG
     ("topic", STR, True),
 ])
 GET_ALL_TOPIC_CONFIG_REQUEST = _schema("GetAllTopicConfigRequestHeader", [
@@ -384,6 +385,9 @@ DELETE_SUBSCRIPTION_GROUP_REQUEST = _schema("DeleteSubscriptionGroupRequestHeade
     ("groupName", STR, True),
     ("removeOffset", BOOL, False, False),   # 4.9.x name
     ("cleanOffset", BOOL, False, False),    # 5.x name
+])
+GET_SUBSCRIPTION_GROUP_CONFIG_REQUEST = _schema("GetSubscriptionGroupConfigRequestHeader", [
+    ("group", STR, True),
 ])
 VIEW_BROKER_STATS_DATA_REQUEST = _schema("ViewBrokerStatsDataRequestHeader", [
     ("statsName", STR, True),
@@ -638,6 +642,9 @@ REQUEST_SCHEMAS: dict[int, tuple[HeaderSchema, bool]] = {
     _C.CONTROLLER_ELECT_MASTER: (ELECT_MASTER_REQUEST, False),
     _C.CONTROLLER_ALTER_SYNC_STATE_SET: (ALTER_SYNC_STATE_SET_REQUEST, False),
     _C.NOTIFY_BROKER_ROLE_CHANGED: (NOTIFY_BROKER_ROLE_CHANGED_REQUEST, False),
+    # RocketMQ 5.x protocol basics
+    _C.GET_TOPIC_CONFIG: (TOPIC_REQUEST, False),
+    _C.GET_SUBSCRIPTIONGROUP_CONFIG: (GET_SUBSCRIPTION_GROUP_CONFIG_REQUEST, False),
 }
 
 # Response headers, keyed by the REQUEST code they answer (a response code alone is ambiguous).

@@ -30,6 +30,8 @@ __all__ = [
     "load_json_document", "save_json_document", "load_topics", "save_topics",
     "save_file", "load_consumer_offsets", "save_consumer_offsets", "load_subscription_groups",
     "save_subscription_groups", "load_delay_offsets", "save_delay_offsets",
+    "RequestMode", "MessageRequestModeDocument", "load_message_request_modes",
+    "save_message_request_modes",
 ]
 
 log = logging.getLogger(__name__)
@@ -99,6 +101,11 @@ class TopicConfig:
     def to_json(self) -> dict:
         return _to_fields(self, _TOPIC_FIELDS)
 
+    def bean_json(self) -> dict:
+        """The fields of Java's bean only (what a Java broker answers GET_TOPIC_CONFIG with:
+        unknown fields of a loaded file are not part of it)."""
+        return _to_fields(self, _TOPIC_FIELDS, with_extra=False)
+
 
 _GROUP_FIELDS = (
     ("groupName", "group_name", str), ("consumeEnable", "consume_enable", bool),
@@ -111,7 +118,11 @@ _GROUP_FIELDS = (
     ("consumeMessageOrderly", "consume_message_orderly", bool),
     ("groupSysFlag", "group_sys_flag", int),
     ("consumeTimeoutMinute", "consume_timeout_minute", int),
+    ("groupRetryPolicy", "group_retry_policy", dict), ("attributes", "attributes", dict),
 )
+
+
+_SUBSCRIPTION_DATA_SET = "subscriptionDataSet"   # 5.x, kept in extra
 
 
 @dataclasses.dataclass
@@ -130,7 +141,11 @@ class SubscriptionGroupConfig:
     consume_message_orderly: bool = False
     group_sys_flag: int = 0
     consume_timeout_minute: int = 15
-    extra: dict = dataclasses.field(default_factory=dict)   # groupRetryPolicy, attributes, ...
+    # 5.x: the retry policy as Java writes it ({"type": "CUSTOMIZED"} by default) and the
+    # group's attributes (Java 5.3.3 knows none; broker/attributes.py).
+    group_retry_policy: dict = dataclasses.field(default_factory=lambda: {"type": "CUSTOMIZED"})
+    attributes: dict = dataclasses.field(default_factory=dict)
+    extra: dict = dataclasses.field(default_factory=dict)   # subscriptionDataSet, ...
 
     @classmethod
     def from_json(cls, value: Any, name: str = "") -> "SubscriptionGroupConfig":
@@ -138,6 +153,14 @@ class SubscriptionGroupConfig:
 
     def to_json(self) -> dict:
         return _to_fields(self, _GROUP_FIELDS)
+
+    def bean_json(self) -> dict:
+        """Java's bean fields (GET_SUBSCRIPTIONGROUP_CONFIG's body): the known ones and
+        ``subscriptionDataSet`` when the group has one; other unknown fields are dropped."""
+        result = _to_fields(self, _GROUP_FIELDS, with_extra=False)
+        if self.extra.get(_SUBSCRIPTION_DATA_SET) is not None:
+            result[_SUBSCRIPTION_DATA_SET] = self.extra[_SUBSCRIPTION_DATA_SET]
+        return result
 
 
 def _optional_int(value: Any) -> int | None:
@@ -166,8 +189,8 @@ def _from_fields(cls: type[T], fields: tuple, value: Any, defaults: dict) -> T:
     return cls(**kwargs)
 
 
-def _to_fields(instance: Any, fields: tuple) -> dict:
-    result = dict(instance.extra)
+def _to_fields(instance: Any, fields: tuple, with_extra: bool = True) -> dict:
+    result = dict(instance.extra) if with_extra else {}
     for json_name, attribute, _ in fields:
         result[json_name] = getattr(instance, attribute)
     return result
@@ -268,6 +291,61 @@ class DelayOffsetDocument:
         if self.data_version is not None:
             result["dataVersion"] = self.data_version.to_json()
         return result
+
+
+_REQUEST_MODE_FIELDS = (
+    ("consumerGroup", "consumer_group", str), ("mode", "mode", str),
+    ("popShareQueueNum", "pop_share_queue_num", int), ("topic", "topic", str),
+)
+
+
+@dataclasses.dataclass
+class RequestMode:
+    """How a group consumes a topic (5.x ``SetMessageRequestModeRequestBody``): ``mode`` PULL
+    or POP (Java's field default is PULL), and the queues POP consumers share."""
+
+    topic: str = ""
+    consumer_group: str = ""
+    mode: str = "PULL"
+    pop_share_queue_num: int = 0
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, value: Any) -> "RequestMode":
+        return _from_fields(cls, _REQUEST_MODE_FIELDS, value, {})
+
+    def to_json(self) -> dict:
+        return _to_fields(self, _REQUEST_MODE_FIELDS)
+
+
+@dataclasses.dataclass
+class MessageRequestModeDocument:
+    """``messageRequestMode.json`` (5.x ``MessageRequestModeManager``):
+    ``mode_table[topic][consumer group]``."""
+
+    mode_table: dict[str, dict[str, RequestMode]] = dataclasses.field(default_factory=dict)
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, value: dict) -> "MessageRequestModeDocument":
+        table = value.get("messageRequestModeMap") or {}
+        if not isinstance(table, dict):
+            raise ValueError("messageRequestModeMap must be a JSON object")
+        return cls({topic: {group: RequestMode.from_json(mode) for group, mode in
+                            _object_of(groups, topic).items()}
+                    for topic, groups in table.items()},
+                   _rest(value, ("messageRequestModeMap",)))
+
+    def to_json(self) -> dict:
+        return {**self.extra, "messageRequestModeMap": {
+            topic: {group: mode.to_json() for group, mode in groups.items()}
+            for topic, groups in self.mode_table.items()}}
+
+
+def _object_of(value: Any, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object")
+    return value
 
 
 def _rest(value: dict, known: tuple) -> dict:
@@ -403,4 +481,15 @@ def load_delay_offsets(path: str) -> DelayOffsetDocument:
 
 def save_delay_offsets(path: str, document: DelayOffsetDocument) -> None:
     """Safely write ``delayOffset.json``."""
+    save_json_document(path, document.to_json())
+
+
+def load_message_request_modes(path: str) -> MessageRequestModeDocument:
+    """Load ``messageRequestMode.json`` at ``path``."""
+    return load_json_document(path, MessageRequestModeDocument.from_json,
+                              MessageRequestModeDocument)
+
+
+def save_message_request_modes(path: str, document: MessageRequestModeDocument) -> None:
+    """Safely write ``messageRequestMode.json``."""
     save_json_document(path, document.to_json())

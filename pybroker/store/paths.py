@@ -20,6 +20,7 @@ CONSUMER_OFFSET_CONFIG = "consumerOffset.json"
 SUBSCRIPTION_GROUP_CONFIG = "subscriptionGroup.json"
 DELAY_OFFSET_CONFIG = "delayOffset.json"
 CONSUMER_FILTER_CONFIG = "consumerFilter.json"
+MESSAGE_REQUEST_MODE_CONFIG = "messageRequestMode.json"   # 5.x
 
 
 def commitlog_dir(store_root: str) -> str:

@@ -7,6 +7,7 @@ files against the master's, the slave's pull answers, response codes of both rol
 slave's metadata documents, and the master's HA port against bad input. Every wait is bounded
 and fails the test.
 """
+import json
 import os
 import signal
 import socket
@@ -173,13 +174,19 @@ def test_slave_syncs_metadata_from_the_master_and_serves_it_after_a_restart(tmp_
                 "consumerGroup": "SyncedGroup", "topic": TOPIC, "queueId": "2",
                 "commitOffset": "2"})
             assert committed.code == ResponseCode.SUCCESS
+            mode = _admin(client, RequestCode.SET_MESSAGE_REQUEST_MODE, {}, json.dumps(
+                {"topic": TOPIC, "consumerGroup": "SyncedGroup", "mode": "POP"}).encode())
+            assert mode.code == ResponseCode.SUCCESS
 
         def synced(client) -> bool:
             topics = fastjson.loads(_admin(client, RequestCode.GET_ALL_TOPIC_CONFIG).body)
             groups = fastjson.loads(_admin(
                 client, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).body)
             offsets = fastjson.loads(_admin(client, RequestCode.GET_ALL_CONSUMER_OFFSET).body)
+            modes = fastjson.loads(_admin(client, RequestCode.GET_ALL_MESSAGE_REQUEST_MODE).body)
             return (TOPIC in topics["topicConfigTable"]
+                    and modes["messageRequestModeMap"].get(TOPIC, {}).get(
+                        "SyncedGroup", {}).get("mode") == "POP"
                     and groups["subscriptionGroupTable"].get("SyncedGroup", {})
                     .get("retryMaxTimes") == 7
                     and offsets["offsetTable"].get(f"{TOPIC}@SyncedGroup", {}).get("2") == 2)

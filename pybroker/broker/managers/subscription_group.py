@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pybroker.broker import attributes
 from pybroker.config import BrokerConfig
 from pybroker.store import config_docs
 from pybroker.store.config_docs import (DataVersion, SubscriptionGroupConfig,
@@ -89,8 +90,17 @@ class SubscriptionGroupManager:
         return self.document.to_json()
 
     # --- writes ---------------------------------------------------------------------------------
-    def update_subscription_group(self, group_config: SubscriptionGroupConfig) -> None:
-        """Create or replace a group's config; persisted, data version bumped."""
+    def update_subscription_group(self, group_config: SubscriptionGroupConfig,
+                                  modification: dict[str, str] | None = None) -> None:
+        """Create or replace a group's config; persisted, data version bumped. Its attributes
+        are the current ones changed by ``modification`` (signed keys; Java 5.3.3 knows no
+        group attribute, so any key raises AttributeRefused and nothing changes);
+        ``group_config`` comes without attributes."""
+        assert not group_config.attributes, "attributes change through a modification"
+        previous = self.find(group_config.group_name)
+        group_config.attributes = attributes.apply_modification(
+            attributes.GROUP_ATTRIBUTES, previous is None,
+            previous.attributes if previous is not None else {}, modification or {})
         self.document.subscription_group_table[group_config.group_name] = group_config
         self._changed()
 

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pybroker.broker import attributes
 from pybroker.config import BrokerConfig
 from pybroker.protocol import constants
 from pybroker.protocol.constants import Perm, SystemTopic
@@ -148,9 +149,18 @@ class TopicConfigManager:
         self._put(created)
         return created
 
-    def update_topic_config(self, topic_config: TopicConfig) -> None:
-        """Create or replace a topic's config (UPDATE_AND_CREATE_TOPIC); persisted."""
+    def update_topic_config(self, topic_config: TopicConfig,
+                            modification: dict[str, str] | None = None) -> None:
+        """Create or replace a topic's config (UPDATE_AND_CREATE_TOPIC); persisted.
+
+        The new config's attributes are the current ones (none for a new topic) changed by
+        ``modification`` (signed keys, :func:`pybroker.broker.attributes.parse_modification`);
+        ``topic_config`` comes without attributes. Raises AttributeRefused (nothing changed)."""
+        assert not topic_config.attributes, "attributes change through a modification"
         previous = self.topic_config(topic_config.topic_name)
+        topic_config.attributes = attributes.apply_modification(
+            attributes.TOPIC_ATTRIBUTES, previous is None,
+            previous.attributes if previous is not None else {}, modification or {})
         log.info("update topic config, old: %s new: %s", previous, topic_config)
         self._put(topic_config)
 

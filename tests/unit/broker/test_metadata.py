@@ -156,7 +156,7 @@ def test_java_5x_topics_keep_their_additions_through_a_change(tmp_path):
                 os.path.join(config_dir, "topics.json"))
     state = make_state(tmp_path)
     order_topic = state.topic_config("OrderTopic")
-    assert (order_topic.order, order_topic.attributes) == (True, {"+message.type": "FIFO"})
+    assert (order_topic.order, order_topic.attributes) == (True, {"message.type": "FIFO"})
     state.topics.update_topic_config(TopicConfig("Other", 1, 1))
     restarted = make_state(tmp_path)
     assert restarted.topic_config("OrderTopic") == order_topic

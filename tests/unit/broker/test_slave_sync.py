@@ -12,6 +12,7 @@ from pybroker.broker.slave_sync import SlaveLink
 from pybroker.config import load_broker_config
 from pybroker.proc.wake import WakeFd
 from pybroker.protocol import fastjson, headers
+from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand
 from pybroker.store import config_docs, paths
 
@@ -89,4 +90,24 @@ def test_documents_from_the_master(tmp_path):
     saved_offsets = config_docs.load_consumer_offsets(
         paths.config_path(root, paths.CONSUMER_OFFSET_CONFIG))
     assert saved_offsets.offset_table["T@G"] == {0: 3, 1: 9}
+    link.close()
+
+
+def test_message_request_modes_from_the_master_and_a_4x_master(tmp_path, caplog):
+    link, _, root = _link(tmp_path)
+    table = (b'{"messageRequestModeMap":{"T":{"G":{"consumerGroup":"G","mode":"POP",'
+             b'"popShareQueueNum":1,"topic":"T"}}}}')
+    assert link._request_modes(fastjson.loads(table)) is False   # no snapshot change
+    saved = config_docs.load_message_request_modes(
+        paths.config_path(root, paths.MESSAGE_REQUEST_MODE_CONFIG))
+    assert saved.mode_table["T"]["G"].mode == "POP"
+    # A 4.x master answers REQUEST_CODE_NOT_SUPPORTED to 402: said once, never an error.
+    code = RequestCode.GET_ALL_MESSAGE_REQUEST_MODE
+    with caplog.at_level("INFO", logger="pybroker.broker.slave_sync"):
+        for _ in range(3):
+            assert link._not_served(code, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "m:1")
+    assert len([r for r in caplog.records if "does not serve" in r.message]) == 1
+    assert not link._not_served(code, ResponseCode.SYSTEM_ERROR, "m:1")
+    assert not link._not_served(RequestCode.GET_ALL_TOPIC_CONFIG,
+                                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "m:1")
     link.close()

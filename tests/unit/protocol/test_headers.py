@@ -257,7 +257,10 @@ def test_every_request_code_in_the_reference_tables_has_a_schema_or_none_by_desi
                       RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, RequestCode.CHECK_CLIENT_CONFIG,
                       RequestCode.CONTROLLER_GET_METADATA_INFO,
                       RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
-                      RequestCode.GET_BROKER_EPOCH_CACHE}
+                      RequestCode.GET_BROKER_EPOCH_CACHE,
+                      # RocketMQ 5.x protocol basics (bodies only)
+                      RequestCode.SET_MESSAGE_REQUEST_MODE,
+                      RequestCode.GET_ALL_MESSAGE_REQUEST_MODE}
     for code in RequestCode:
         assert (code in headers.REQUEST_SCHEMAS) != (code in without_header), code
 

@@ -30,13 +30,13 @@ def test_golden_topics_4x():
 def test_golden_topics_5x_keeps_attributes_and_state_version(tmp_path):
     document = cd.load_topics(str(GOLDEN / "topics-5x.json"))
     topic = document.topic_config_table["OrderTopic"]
-    assert topic.attributes == {"+message.type": "FIFO"} and topic.order is True
+    assert topic.attributes == {"message.type": "FIFO"} and topic.order is True
     assert document.data_version.state_version == 0
     path = str(tmp_path / "topics.json")
     cd.save_topics(path, document)
     written = orjson.loads(pathlib.Path(path).read_bytes())
     assert written["dataVersion"]["stateVersion"] == 0
-    assert written["topicConfigTable"]["OrderTopic"]["attributes"] == {"+message.type": "FIFO"}
+    assert written["topicConfigTable"]["OrderTopic"]["attributes"] == {"message.type": "FIFO"}
 
 
 def test_golden_consumer_offsets_unquoted_keys(tmp_path):
@@ -85,7 +85,7 @@ def test_round_trip_all_documents_and_unknown_fields(tmp_path):
     assert topics.data_version.counter == before + 1
     groups = cd.SubscriptionGroupDocument()
     groups.subscription_group_table["G"] = cd.SubscriptionGroupConfig(
-        "G", retry_max_times=5, extra={"groupRetryPolicy": {"type": "CUSTOMIZED"}})
+        "G", retry_max_times=5, extra={"subscriptionDataSet": [{"topic": "T"}]})
     delay = cd.DelayOffsetDocument({1: 10, 18: 2}, cd.DataVersion(5, 7, 0))
     offsets = cd.ConsumerOffsetDocument({"T@G": {0: 1, 15: 2**40}})
     pairs = [(topics, cd.save_topics, cd.load_topics),
