@@ -218,6 +218,8 @@ class BrokerConfig:
     enable_mixed_message_type: bool = setting("enableMixedMessageType", False,
         "UPDATE_AND_CREATE_TOPIC accepts +message.type=MIXED (refused with "
         "INVALID_PARAMETER when false)")
+    lite_pull_message_enable: bool = setting("litePullMessageEnable", True,
+        "serve LITE_PULL_MESSAGE (361); false answers NO_PERMISSION")
 
 
 @dataclasses.dataclass(frozen=True)

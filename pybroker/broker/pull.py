@@ -1,6 +1,11 @@
 # PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361): checks, store read, long polling, offset commit.
 """The pull handler (Java ``PullMessageProcessor``, protocol.md §2.3, §4.4, §8 items 8, 9, 22, 23).
 
+PULL_MESSAGE (11) is answered as Java 4.9.8 answers it; LITE_PULL_MESSAGE (361), which only
+5.x clients send, as Java 5.3.3: refused when litePullMessageEnable is off, INVALID_PARAMETER
+for a queue id out of range, ``forbiddenType`` on NO_PERMISSION answers and the topic's and
+group's sysFlag on the store answers.
+
 Pre-checks run in Java's order with its codes and remarks: broker readable; subscription group
 (auto-created by the metadata layer) exists and may consume; topic exists and is readable;
 queueId below readQueueNums; subscription from the request (pull flag SUBSCRIPTION) or from
@@ -23,6 +28,7 @@ from pybroker.broker.long_poll import HeldPull
 from pybroker.broker.message_filter import FilterRefused, MessageFilter, message_filter
 from pybroker.config import BrokerRole
 from pybroker.protocol import constants
+from pybroker.protocol.constants import ForbiddenType
 from pybroker.protocol.bodies import SubscriptionData, build_subscription
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import MappedBody, RemotingCommand, create_response
@@ -37,11 +43,18 @@ _MASTER_ID = 0
 _SUGGEST_TODO = constants.FAQ_SUGGEST_TODO
 # Java MessageStoreConfig.offsetCheckInSlave default; not a pybroker setting.
 _OFFSET_CHECK_IN_SLAVE = False
+_FORBIDDEN_TYPE_KEY = PULL_MESSAGE_RESPONSE.field("forbidden_type").wire_name
 
 
-def _refuse(request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
-    # Java's pre-check answers carry an empty PullMessageResponseHeader: no ext fields.
-    return create_response(request, code, remark)
+def _refuse(request: RemotingCommand, code: int, remark: str,
+            forbidden: ForbiddenType | None = None) -> RemotingCommand:
+    # Java 4.9's pre-check answers carry an empty PullMessageResponseHeader: no ext fields;
+    # 5.x (LITE_PULL_MESSAGE here) names what forbids a NO_PERMISSION answer.
+    ext_fields = None
+    if forbidden is not None and request.code == RequestCode.LITE_PULL_MESSAGE:
+        # Java's header then holds only this field (the four longs stay null).
+        ext_fields = {_FORBIDDEN_TYPE_KEY: str(int(forbidden))}
+    return create_response(request, code, remark, ext_fields)
 
 
 def _is_tag_type(expression_type: str | None) -> bool:
@@ -64,7 +77,7 @@ async def process_pull(ctx: BrokerContext, channel: ClientChannel, request: Remo
     checked = _check_group_and_topic(ctx, channel, request, header)
     if isinstance(checked, RemotingCommand):
         return checked
-    group_config = checked
+    group_config, topic_config = checked
     subscription = _resolve_subscription(ctx, request, header)
     if isinstance(subscription, RemotingCommand):
         return subscription
@@ -76,7 +89,7 @@ async def process_pull(ctx: BrokerContext, channel: ClientChannel, request: Remo
         return _refuse(request, refusal.code, refusal.remark)
     queue_offset = header.queue_offset if held is None else held.queue_offset
     response, status, next_offset = _read_store(ctx, request, header, group_config, pull_filter,
-                                                queue_offset)
+                                                queue_offset, topic_config.topic_sys_flag)
     if (held is not None and status is GetStatus.NO_MATCHED_MESSAGE and ctx.long_poll is not None
             and ctx.long_poll.hold_again(held, next_offset)):
         return None
@@ -94,9 +107,15 @@ async def process_pull(ctx: BrokerContext, channel: ClientChannel, request: Remo
 def _check_group_and_topic(ctx, channel, request: RemotingCommand, header):
     """The subscription group config, or the refusal answering the request."""
     broker = ctx.config.broker
+    lite = request.code == RequestCode.LITE_PULL_MESSAGE
     if not broker.broker_permission & constants.Perm.READ:
         return _refuse(request, ResponseCode.NO_PERMISSION,
-                       f"the broker[{broker.broker_ip1}] pulling message is forbidden")
+                       f"the broker[{broker.broker_ip1}] pulling message is forbidden",
+                       ForbiddenType.BROKER_FORBIDDEN)
+    if lite and not broker.lite_pull_message_enable:
+        return _refuse(request, ResponseCode.NO_PERMISSION,
+                       f"the broker[{broker.broker_ip1}] for lite pull consumer is forbidden",
+                       ForbiddenType.BROKER_FORBIDDEN)
     group = header.consumer_group
     group_config = ctx.metadata.subscription_group(group)
     if group_config is None:
@@ -104,7 +123,8 @@ def _check_group_and_topic(ctx, channel, request: RemotingCommand, header):
                        f"subscription group [{group}] does not exist, {_SUGGEST_TODO}")
     if not group_config.consume_enable:
         return _refuse(request, ResponseCode.NO_PERMISSION,
-                       f"subscription group no permission, {group}")
+                       f"subscription group no permission, {group}",
+                       ForbiddenType.GROUP_FORBIDDEN)
     topic = header.topic
     topic_config = ctx.metadata.topic_config(topic)
     if topic_config is None:
@@ -112,14 +132,17 @@ def _check_group_and_topic(ctx, channel, request: RemotingCommand, header):
                        f"topic[{topic}] not exist, apply first please! {_SUGGEST_TODO}")
     if not topic_config.perm & constants.Perm.READ:
         return _refuse(request, ResponseCode.NO_PERMISSION,
-                       f"the topic[{topic}] pulling message is forbidden")
+                       f"the topic[{topic}] pulling message is forbidden",
+                       ForbiddenType.TOPIC_FORBIDDEN)
     queue_id = header.queue_id
     if queue_id < 0 or queue_id >= topic_config.read_queue_nums:
-        return _refuse(request, ResponseCode.SYSTEM_ERROR,
+        # Java 5.x answers INVALID_PARAMETER, 4.9 SYSTEM_ERROR.
+        return _refuse(request, ResponseCode.INVALID_PARAMETER if lite else
+                       ResponseCode.SYSTEM_ERROR,
                        f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                        f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}] "
                        f"consumer:[/{channel.remote_address}]")
-    return group_config
+    return group_config, topic_config
 
 
 def _resolve_subscription(ctx, request: RemotingCommand, header):
@@ -159,7 +182,7 @@ def _suggest_broker_id(ctx, group_config, suggest_pull_from_slave: bool) -> int:
 
 
 def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter: MessageFilter,
-                queue_offset: int) -> tuple[RemotingCommand, GetStatus, int]:
+                queue_offset: int, topic_sys_flag: int) -> tuple[RemotingCommand, GetStatus, int]:
     """Read the queue from ``queue_offset`` and build the response (body = the raw records as
     views of the mapped CommitLog, a :class:`MappedBody` that owns the read's holds: the
     connection writes them without a copy and releases them); also the store status and the
@@ -188,12 +211,13 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
             code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, group_config.broker_id
         if code == ResponseCode.SUCCESS:
             body = MappedBody(result.buffers, result.release)
-        ext_fields = encode_header(PULL_MESSAGE_RESPONSE, {
-            "suggest_which_broker_id": suggest,
-            "next_begin_offset": result.next_begin_offset,
-            "min_offset": result.min_offset,
-            "max_offset": result.max_offset,
-        })
+        fields = {"suggest_which_broker_id": suggest,
+                  "next_begin_offset": result.next_begin_offset,
+                  "min_offset": result.min_offset, "max_offset": result.max_offset}
+        if request.code == RequestCode.LITE_PULL_MESSAGE:   # 5.x answers name both flags
+            fields.update(topic_sys_flag=topic_sys_flag,
+                          group_sys_flag=group_config.group_sys_flag)
+        ext_fields = encode_header(PULL_MESSAGE_RESPONSE, fields)
         if residency is not None and stats is not None:
             # The records are not copied here: cold pages fault in when the socket write
             # reads them, after this figure (the mincore above still saw them cold).

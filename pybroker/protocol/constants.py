@@ -101,6 +101,15 @@ class PullSysFlag(enum.IntFlag):
     LITE_PULL_MESSAGE = 0x10
 
 
+class ForbiddenType(enum.IntEnum):
+    """``forbiddenType`` of a 5.x pull answer refused with NO_PERMISSION (Java ForbiddenType)."""
+    BROKER_FORBIDDEN = 1
+    GROUP_FORBIDDEN = 2
+    TOPIC_FORBIDDEN = 3
+    BROADCASTING_DISABLE_FORBIDDEN = 4
+    SUBSCRIPTION_FORBIDDEN = 5
+
+
 class TopicSysFlag(enum.IntFlag):
     UNIT = 0x1
     UNIT_SUB = 0x2

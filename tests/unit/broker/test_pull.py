@@ -418,3 +418,50 @@ def test_commit_log_data_being_deleted_is_retry_immediately(tmp_path):
         assert header_longs(response) == {"suggest": 0, "next": 10, "min": 0, "max": 10}
     finally:
         broker.close()
+
+
+# --- LITE_PULL_MESSAGE (361) as Java 5.3.3 answers it ---------------------------------------------
+def test_lite_pull_refused_when_disabled(tmp_path):
+    broker = Broker(tmp_path, {"litePullMessageEnable": "false"})
+    try:
+        response = broker.pull(lite_pull(0, "*"))
+        assert (response.code, response.remark) == (
+            ResponseCode.NO_PERMISSION,
+            "the broker[127.0.0.1] for lite pull consumer is forbidden")
+        assert response.ext_fields == {"forbiddenType": "1"}
+        assert broker.pull(java_pull(0, sys_flag=0x4, subscription="*")).code == \
+            ResponseCode.PULL_NOT_FOUND     # code 11 is not affected
+    finally:
+        broker.close()
+
+
+def test_lite_pull_refusals_name_what_forbids_them(broker):
+    broker.metadata.groups.update_subscription_group(SubscriptionGroupConfig(
+        GROUP, consume_enable=False))
+    assert broker.pull(lite_pull(0, "*")).ext_fields == {"forbiddenType": "2"}
+    broker.metadata.groups.update_subscription_group(SubscriptionGroupConfig(GROUP))
+    broker.metadata.topics.update_topic_config(TopicConfig(TOPIC, 4, 4, perm=2))
+    response = broker.pull(lite_pull(0, "*"))
+    assert (response.code, response.ext_fields) == (ResponseCode.NO_PERMISSION,
+                                                     {"forbiddenType": "3"})
+    refusal(broker.pull(java_pull(0)), ResponseCode.NO_PERMISSION,
+            f"the topic[{TOPIC}] pulling message is forbidden")   # 4.9: no forbiddenType
+
+
+def test_lite_pull_queue_id_out_of_range_is_invalid_parameter(broker):
+    request = java_pull(0, queue_id=4, sys_flag=0x14, code=RequestCode.LITE_PULL_MESSAGE,
+                        subscription="*")
+    refusal(broker.pull(request), ResponseCode.INVALID_PARAMETER,
+            f"queueId[4] is illegal, topic:[{TOPIC}] ")
+
+
+def test_lite_pull_answers_carry_topic_and_group_sys_flags(broker):
+    broker.metadata.topics.update_topic_config(TopicConfig(TOPIC, 4, 4, topic_sys_flag=1))
+    broker.put(b"m0")
+    found = broker.pull(lite_pull(0, "*"))
+    assert found.code == ResponseCode.SUCCESS
+    assert (found.ext_fields["topicSysFlag"], found.ext_fields["groupSysFlag"]) == ("1", "0")
+    empty = broker.pull(lite_pull(1, "*"))
+    assert empty.code == ResponseCode.PULL_NOT_FOUND and empty.ext_fields["topicSysFlag"] == "1"
+    plain = broker.pull(java_pull(0, sys_flag=0x4, subscription="*"))
+    assert "topicSysFlag" not in plain.ext_fields and "groupSysFlag" not in plain.ext_fields
