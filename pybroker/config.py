@@ -750,8 +750,9 @@ def _ha_gap(store: StoreConfig, set_keys: set[str]) -> dict[str, Any]:
 
 def _derive_broker(broker: BrokerConfig, store: StoreConfig,
                    remoting: RemotingConfig) -> DerivedConfig:
-    record_max = layout.record_size(store.max_message_size, layout.TOPIC_MAX_BYTES_V1,
-                                    PROPERTIES_MAX_BYTES, born_host_v6=True, store_host_v6=True)
+    record_max = layout.record_size(store.max_message_size, layout.TOPIC_MAX_BYTES,
+                                    PROPERTIES_MAX_BYTES, born_host_v6=True, store_host_v6=True,
+                                    topic_length_bytes=layout.TOPIC_LENGTH_BYTES_V2)
     fast_port = broker.listen_port - 2
     _require(store.ha_listen_port not in (broker.listen_port, fast_port), "haListenPort",
              store.ha_listen_port, f"must differ from listenPort {broker.listen_port} and the "

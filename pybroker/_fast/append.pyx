@@ -30,9 +30,10 @@ from pybroker._fast.debug cimport PYBROKER_DEBUG, debug_bounds, debug_check
 from pybroker._fast.put_request cimport (PUT_REQUEST_ID_POSITION, PUT_QUEUE_ID_POSITION,
                                          PUT_COUNT_POSITION, PUT_SYS_FLAG_POSITION,
                                          PUT_FLAGS_POSITION, PUT_TOPIC_LENGTH_POSITION,
-                                         PUT_TOPIC_POSITION, PUT_REQUEST_ALIGN_BYTES)
+                                         PUT_TOPIC_POSITION, PUT_REQUEST_ALIGN_BYTES,
+                                         PUT_TOPIC_MAX_BYTES)
 from pybroker._fast.record cimport (RecordFields, RecordStatus, RECORD_STATUS_OK,
-                                    TOPIC_V1_MAX_BYTES, BLANK_RECORD_BYTES, parse_record,
+                                    BLANK_RECORD_BYTES, parse_record,
                                     patch_fields, patch_run_c)
 from pybroker._fast.ring cimport (ByteRing, CompletionRing, RING_CORRUPT,
                                   RING_RECORD_LENGTH_BYTES, RING_RECORD_ALIGN_BYTES,
@@ -57,6 +58,7 @@ PUT_REQUEST_LAYOUT = {
     "count": PUT_COUNT_POSITION, "sys_flag": PUT_SYS_FLAG_POSITION,
     "flags": PUT_FLAGS_POSITION, "topic_length": PUT_TOPIC_LENGTH_POSITION,
     "topic": PUT_TOPIC_POSITION, "align": PUT_REQUEST_ALIGN_BYTES,
+    "topic_max_bytes": PUT_TOPIC_MAX_BYTES,
 }
 
 # Transaction types of the protocol's one table (sysFlag bits).
@@ -297,7 +299,7 @@ cdef class RingDrainer:
             return self._complete(completions, target, request_id, self.cancelled_code)
         if target.refuse_status >= 0:
             return self._complete(completions, target, request_id, target.refuse_status)
-        if topic_length <= 0 or topic_length > TOPIC_V1_MAX_BYTES or size <= 0 or count <= 0 \
+        if topic_length <= 0 or topic_length > PUT_TOPIC_MAX_BYTES or size <= 0 or count <= 0 \
                 or not _valid_utf8(request + PUT_TOPIC_POSITION, topic_length):
             return self._complete(completions, target, request_id, self.illegal_code)
         if size + BLANK_RECORD_BYTES > target.file_size:

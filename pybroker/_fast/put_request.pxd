@@ -7,7 +7,7 @@
 #   12   4     count        int32, records in the run
 #   16   4     sys_flag     int32
 #   20   4     flags        int32, PUT_FLAG_WAIT_STORE_BIT
-#   24   2     topic_length int16
+#   24   2     topic_length int16, 1..PUT_TOPIC_MAX_BYTES (store/layout.py TOPIC_MAX_BYTES)
 #   26   n     topic        UTF-8
 #   26+n pad   to a multiple of PUT_REQUEST_ALIGN_BYTES, then the encoded CommitLog records
 cdef enum PutRequestLayout:
@@ -20,3 +20,4 @@ cdef enum PutRequestLayout:
     PUT_TOPIC_POSITION = 26
     PUT_REQUEST_ALIGN_BYTES = 8
     PUT_FLAG_WAIT_STORE_BIT = 1
+    PUT_TOPIC_MAX_BYTES = 255

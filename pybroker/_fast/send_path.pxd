@@ -12,7 +12,7 @@ from pybroker._fast.record cimport RecordFields
 from pybroker._fast.send_read cimport PropertyScan, SendRequest
 
 cdef enum:
-    TOPIC_BYTES_MAX = 127          # a v1 record's topic (the ring putter's limit too)
+    TOPIC_BYTES_MAX = 127          # a topic of the fast table (a producer's send: 127 bytes)
     STATUSES_MAX = 16              # PutStatus values a completion may carry
 
 
@@ -111,9 +111,9 @@ cdef class SendPath:
     cdef int _grow_index_array(self, bint free_list, Py_ssize_t count) except -1
     cdef int _grow_scratch(self, Py_ssize_t need) except -1
     cdef bint _room(self) noexcept
-    cdef int64_t _reserve(self, const TopicEntry *topic, Py_ssize_t records_bytes,
-                          int32_t queue_id, int32_t count, int32_t sys_flag,
-                          bint wait_store) noexcept
+    cdef int64_t _reserve(self, const unsigned char *topic, Py_ssize_t length,
+                          Py_ssize_t records_bytes, int32_t queue_id, int32_t count,
+                          int32_t sys_flag, bint wait_store) noexcept
     cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
                    int32_t count, int32_t single_size, int32_t *sizes,
                    bint wait_store) except -1

@@ -46,7 +46,7 @@ from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE
                                          PUT_FLAGS_POSITION, PUT_QUEUE_ID_POSITION,
                                          PUT_REQUEST_ALIGN_BYTES, PUT_REQUEST_ID_POSITION,
                                          PUT_SYS_FLAG_POSITION, PUT_TOPIC_LENGTH_POSITION,
-                                         PUT_TOPIC_POSITION)
+                                         PUT_TOPIC_MAX_BYTES, PUT_TOPIC_POSITION)
 from pybroker._fast.record cimport (RecordFields, RecordParts, record_encoded_size,
                                     write_record)
 from pybroker._fast.ring cimport RING_FULL, ByteRing, CompletionRing, pb_completion_slot
@@ -414,15 +414,16 @@ cdef class SendPath:
     cdef bint _room(self) noexcept:
         return not self.python_waiting and self._inflight < self._inflight_max
 
-    cdef int64_t _reserve(self, const TopicEntry *topic, Py_ssize_t records_bytes,
-                          int32_t queue_id, int32_t count, int32_t sys_flag,
-                          bint wait_store) noexcept:
-        """Reserve a put request, write its header; data-area offset of the records or -1."""
-        cdef Py_ssize_t header = _put_header_bytes(topic.length)
+    cdef int64_t _reserve(self, const unsigned char *topic, Py_ssize_t length,
+                          Py_ssize_t records_bytes, int32_t queue_id, int32_t count,
+                          int32_t sys_flag, bint wait_store) noexcept:
+        """Reserve a put request, write its header (``topic``: ``length`` UTF-8 bytes, at
+        most PUT_TOPIC_MAX_BYTES); data-area offset of the records or -1."""
+        cdef Py_ssize_t header = _put_header_bytes(length)
         cdef int64_t offset = self._ring.reserve_c(<uint64_t>(header + records_bytes))
         cdef unsigned char *p
         cdef int32_t word
-        cdef int16_t topic_length = <int16_t>topic.length
+        cdef int16_t topic_length = <int16_t>length
         if offset < 0:
             return -1
         p = self._ring._data + offset
@@ -433,9 +434,8 @@ cdef class SendPath:
         word = PUT_FLAG_WAIT_STORE_BIT if wait_store else 0
         memcpy(p + PUT_FLAGS_POSITION, &word, 4)
         memcpy(p + PUT_TOPIC_LENGTH_POSITION, &topic_length, 2)
-        memcpy(p + PUT_TOPIC_POSITION, topic.name, <size_t>topic.length)
-        memset(p + PUT_TOPIC_POSITION + topic.length, 0,
-               <size_t>(header - PUT_TOPIC_POSITION - topic.length))
+        memcpy(p + PUT_TOPIC_POSITION, topic, <size_t>length)
+        memset(p + PUT_TOPIC_POSITION + length, 0, <size_t>(header - PUT_TOPIC_POSITION - length))
         return offset + header
 
     cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
@@ -522,7 +522,8 @@ cdef class SendPath:
             return 0
         if not self._room():
             return -1
-        offset = self._reserve(topic, size, request.queue_id, 1, sys_flag, scan.wait_store)
+        offset = self._reserve(topic.name, topic.length, size, request.queue_id, 1, sys_flag,
+                               scan.wait_store)
         if offset < 0:
             return -1
         self._fields(&f, request, record_sys_flag, request.message_flag, connection)
@@ -567,8 +568,8 @@ cdef class SendPath:
         sizes = <int32_t *>PyMem_Malloc(count * sizeof(int32_t))
         if sizes == NULL:
             raise MemoryError()
-        offset = self._reserve(topic, total, request.queue_id, <int32_t>count, sys_flag,
-                               scan.wait_store)
+        offset = self._reserve(topic.name, topic.length, total, request.queue_id,
+                               <int32_t>count, sys_flag, scan.wait_store)
         if offset < 0:
             PyMem_Free(sizes)
             return -1
@@ -601,20 +602,19 @@ cdef class SendPath:
         records, any buffer); its request id, or -1 when there is no room now (the caller
         waits for space and retries). The caller commits (ByteRing.commit)."""
         cdef Py_buffer view
-        cdef TopicEntry entry
         cdef int64_t offset, request_id
-        if not 0 < len(topic) <= TOPIC_BYTES_MAX:
-            raise ValueError(f"topic of {len(topic)} bytes")
+        cdef Py_ssize_t length = len(topic)
+        if not 0 < length <= PUT_TOPIC_MAX_BYTES:
+            raise ValueError(f"topic of {length} bytes")
         if self._inflight >= self._inflight_max:
             return -1
-        entry.length = len(topic)
-        memcpy(entry.name, <const char *>topic, entry.length)
         PyObject_GetBuffer(records, &view, PyBUF_SIMPLE)
         try:
-            if _put_header_bytes(entry.length) + view.len > <int64_t>self._ring._record_max_bytes:
+            if _put_header_bytes(length) + view.len > <int64_t>self._ring._record_max_bytes:
                 raise ValueError(f"put request of {view.len} bytes exceeds the ring's record "
                                  f"size")
-            offset = self._reserve(&entry, view.len, queue_id, count, sys_flag, wait_store)
+            offset = self._reserve(<const unsigned char *>topic, length, view.len, queue_id,
+                                   count, sys_flag, wait_store)
             if offset < 0:
                 return -1
             memcpy(self._ring._data + offset, view.buf, <size_t>view.len)

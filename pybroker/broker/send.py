@@ -245,7 +245,7 @@ async def _topic_config(ctx, channel, header):
     if not broker.broker_permission & Perm.WRITE and config is not None and config.order:
         raise SendRefused(ResponseCode.NO_PERMISSION,
                           f"the broker[{broker.broker_ip1}] sending message is forbidden")
-    remark = headers.validate_topic(topic)
+    remark = headers.validate_topic(topic) or headers.topic_too_long_to_send(topic)
     if remark is not None:
         raise SendRefused(ResponseCode.SYSTEM_ERROR, remark)
     remark = headers.topic_not_allowed_to_send(topic)

@@ -26,7 +26,7 @@ from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, DLQ_QUEUE_NUMS_
                                          Perm, Property, TopicSysFlag)
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.protocol.properties import decode_properties
-from pybroker.store.status import send_response
+from pybroker.store.status import PutStatus
 
 _random = random.Random()
 
@@ -137,12 +137,12 @@ async def _send_back(ctx, request, header) -> int:
         selected.release()
     result = await send.timed_put(ctx, reput.records, reput.topic, reput.queue_id, 1,
                                   reput.sys_flag, False)
-    code, remark = send_response(result.status, ctx.config.store.max_message_size)
-    if code != ResponseCode.SUCCESS:
-        raise send.SendRefused(code, remark or result.status.name)
+    if result.status is not PutStatus.PUT_OK:
+        # Java (4.9 and 5.x): any put that is not PUT_OK is SYSTEM_ERROR named by its status.
+        raise send.SendRefused(ResponseCode.SYSTEM_ERROR, result.status.name)
     if ctx.stats is not None:
         ctx.stats.send_back(back_topic, header.group)
-    return code
+    return ResponseCode.SUCCESS
 
 
 async def handle_consumer_send_msg_back(ctx: BrokerContext, channel: ClientChannel,

@@ -10,7 +10,7 @@ host)::
     12        4     count        int32, records in the run
     16        4     sys_flag     int32, sysFlag of the run (transaction type bits are used)
     20        4     flags        int32, PUT_FLAG_WAIT_STORE
-    24        2     topic_length int16, bytes of the UTF-8 topic
+    24        2     topic_length int16, bytes of the UTF-8 topic (1..layout.TOPIC_MAX_BYTES)
     26        n     topic        UTF-8
     26+n      pad   to a multiple of 8 (put_header_size)
     header    ...   the whole encoded CommitLog records (one copy, patched by the appender)
@@ -49,6 +49,7 @@ assert [PUT_REQUEST_LAYOUT[name] for name in ("request_id", "queue_id", "count",
                                               "flags", "topic_length", "topic")] == \
     [0, 8, 12, 16, 20, 24, PUT_HEADER.size]
 assert PUT_REQUEST_LAYOUT["align"] == _RECORD_ALIGN_BYTES
+assert PUT_REQUEST_LAYOUT["topic_max_bytes"] == layout.TOPIC_MAX_BYTES
 # Completion status codes: the index in this tuple.
 PUT_STATUSES = tuple(PutStatus)
 _STATUS_CODES = {status: code for code, status in enumerate(PUT_STATUSES)}
@@ -96,7 +97,7 @@ def read_put_request(data, offset: int, length: int) -> PutRequest:
     header_size = put_header_size(topic_length)
     end = offset + length
     topic = None
-    if 0 < topic_length <= layout.TOPIC_MAX_BYTES_V1 and header_size < length:
+    if 0 < topic_length <= layout.TOPIC_MAX_BYTES and header_size < length:
         topic_start = offset + PUT_HEADER.size
         try:
             topic = str(data[topic_start:topic_start + topic_length], "utf-8")

@@ -41,6 +41,7 @@ from pybroker.broker.send_fast import FastSendSettings, busy_frame
 from pybroker.proc import ring_format
 from pybroker.proc.fast_failure import FastFailure, Withdrawn
 from pybroker.proc.wake import AsyncWakeReader, SleepFlag
+from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout
 from pybroker.store.message_store import PutResult
@@ -228,6 +229,9 @@ class RingPutter:
     min_in_sync_replicas : int
         Controller mode: a ``wait_store`` send is refused (in-sync replicas not enough) while
         the published in-sync count is smaller (Java checks it before the append).
+    auto_message_version : bool
+        ``autoMessageVersionOnTopicLen``: retry topics past 127 bytes are put (as V2
+        records); refused when False (:func:`pybroker.store.layout.topic_storable`).
     """
 
     def __init__(self, ring, completion_ring, control, appender_wake, slot: int,
@@ -235,8 +239,9 @@ class RingPutter:
                  sync_flush_timeout_ms: int = 5000, sync_master: bool = False,
                  ha_max_gap_bytes: int = 256 << 20, fast_failure: FastFailure | None = None,
                  fast_sends: FastSendSettings | None = None, controller_mode: bool = False,
-                 min_in_sync_replicas: int = 1):
+                 min_in_sync_replicas: int = 1, auto_message_version: bool = True):
         self.ring = ring
+        self.auto_message_version = auto_message_version
         self.completion_ring = completion_ring
         self.control = control
         self.appender_wake = appender_wake
@@ -335,7 +340,9 @@ class RingPutter:
         (``store_timestamp`` is 0: the completion does not carry it)."""
         view = memoryview(records).cast("B")
         topic_bytes = topic.encode()
-        if not topic_bytes or len(topic_bytes) > layout.TOPIC_MAX_BYTES_V1 or count <= 0:
+        if count <= 0 or not layout.topic_storable(
+                len(topic_bytes), topic.startswith(RETRY_GROUP_TOPIC_PREFIX),
+                self.auto_message_version):
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         size = ring_format.put_request_size(len(topic_bytes), len(view))
         if size > self.ring.record_max_bytes:

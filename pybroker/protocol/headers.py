@@ -793,7 +793,7 @@ def validate_topic(name: str | None) -> str | None:
 
 
 def validate_group(name: str | None) -> str | None:
-    """None when ``name`` is a valid group name (same charset, at most 120), else the remark."""
+    """None when ``name`` is a valid group name (same charset, at most 255), else the remark."""
     if name is None or _is_blank(name):
         return "The specified group is blank."
     if _has_illegal_characters(name):
@@ -802,6 +802,16 @@ def validate_group(name: str | None) -> str | None:
     if len(name.encode("utf-8")) > constants.GROUP_NAME_MAX_LENGTH:
         return (f"The specified group: {name}, is longer than group max length: "
                 f"{constants.GROUP_NAME_MAX_LENGTH}")
+    return None
+
+
+def topic_too_long_to_send(name: str) -> str | None:
+    """The remark when a producer's send names a topic past 127 bytes, else None: the Java
+    broker's msgCheck allows 127 for every topic, retry and DLQ ones too (only the broker's
+    own re-puts store longer retry topics, as message format V2)."""
+    if len(name.encode("utf-8")) > constants.TOPIC_NAME_MAX_LENGTH:
+        return (f"The specified topic: {name[:_REMARK_VALUE_MAX_CHARS]}, is longer than topic "
+                f"max length: {constants.TOPIC_NAME_MAX_LENGTH}")
     return None
 
 

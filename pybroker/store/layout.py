@@ -67,6 +67,22 @@ RECORD_FIXED_BYTES_WITHOUT_HOSTS = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 4 + 8
 TOPIC_LENGTH_BYTES_V1 = 1
 TOPIC_LENGTH_BYTES_V2 = 2
 TOPIC_MAX_BYTES_V1 = 127    # a signed byte
+# The longest topic a record carries (Java 5.x HookUtils: a topic names a consume-queue
+# directory, and a file name has at most 255 bytes); only retry topics go past 127.
+TOPIC_MAX_BYTES = 255
+
+
+def topic_storable(topic_bytes: int, retry_topic: bool, auto_message_version: bool) -> bool:
+    """Whether a record may carry a topic of ``topic_bytes`` UTF-8 bytes (Java 5.x's store
+    rule): 1..127 bytes in a V1 record; a retry topic (``retry_topic``) up to 255 bytes in a
+    V2 record (2-byte topic length), written when ``autoMessageVersionOnTopicLen`` is on
+    (``auto_message_version``; Java would then write a V1 record whose 1-byte length cannot
+    hold the name, so it is refused here)."""
+    if topic_bytes <= 0:
+        return False
+    if topic_bytes <= TOPIC_MAX_BYTES_V1:
+        return True
+    return retry_topic and auto_message_version and topic_bytes <= TOPIC_MAX_BYTES
 
 
 def record_size(body_bytes: int, topic_bytes: int, properties_bytes: int,

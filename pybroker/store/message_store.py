@@ -22,7 +22,7 @@ import numpy as np
 import psutil
 
 from pybroker import clock
-from pybroker.protocol.constants import MessageSysFlag, SystemTopic
+from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX, MessageSysFlag, SystemTopic
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout, lock_file, paths, recovery, repair
 from pybroker.store.checkpoint import StoreCheckpoint
@@ -298,7 +298,9 @@ class MessageStore(StoreReads):
                                                  and self.cleaner.disk_full):
             self._stats["put_failed_times"] += 1
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        if len(topic.encode()) > layout.TOPIC_MAX_BYTES_V1:
+        if not layout.topic_storable(len(topic.encode()),
+                                     topic.startswith(RETRY_GROUP_TOPIC_PREFIX),
+                                     self._settings.auto_message_version_on_topic_len):
             self._stats["put_failed_times"] += 1
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
         store_timestamp = self.clock_ms()

@@ -160,6 +160,11 @@ class StoreConfig:
     ha_max_gap_not_in_sync: int = setting("haMaxGapNotInSync", 256 << 20,
         "SYNC_MASTER: a slave this far behind answers SLAVE_NOT_AVAILABLE (4.9.x: "
         "haSlaveFallbehindMax)", unit="bytes", rule=at_least(0))
+    # --- RocketMQ 5.x protocol basics --------------------------------------------------------
+    auto_message_version_on_topic_len: bool = setting("autoMessageVersionOnTopicLen", True,
+        "records of topics longer than 127 bytes use message format V2 (2-byte topic length); "
+        "false refuses them (MESSAGE_ILLEGAL), where Java would write a V1 record whose "
+        "1-byte topic length cannot hold the name")
 
     # --- controller mode (Java MessageStoreConfig; docs/architecture/controller.md) ---
     all_ack_in_sync_state_set: bool = setting("allAckInSyncStateSet", False,

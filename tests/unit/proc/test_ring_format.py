@@ -23,7 +23,8 @@ def written(topic: bytes, records: bytes = RECORDS, offset: int = 8, **fields) -
     return data
 
 
-@pytest.mark.parametrize("topic", [b"T", b"TopicTest", "Tópico".encode(), b"x" * 127])
+@pytest.mark.parametrize("topic", [b"T", b"TopicTest", "Tópico".encode(), b"x" * 127,
+                                   b"%RETRY%" + b"g" * 248])
 def test_round_trip(topic):
     data = written(topic)
     length = ring_format.put_request_size(len(topic), len(RECORDS))
@@ -55,7 +56,7 @@ def _with_topic_length(data: bytearray, topic_length: int) -> bytearray:
     return data
 
 
-@pytest.mark.parametrize("topic_length", [0, -1, layout.TOPIC_MAX_BYTES_V1 + 1])
+@pytest.mark.parametrize("topic_length", [0, -1, layout.TOPIC_MAX_BYTES + 1])
 def test_topic_length_out_of_range_is_invalid(topic_length):
     data = _with_topic_length(written(b"TopicTest"), topic_length)
     length = ring_format.put_request_size(len(b"TopicTest"), len(RECORDS))

@@ -11,7 +11,7 @@ from pybroker.protocol import headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.headers import (
     EMPTY_HEADER, encode_header, parse_request_header, parse_response_header,
-    topic_not_allowed_to_send, validate_group, validate_topic)
+    topic_not_allowed_to_send, topic_too_long_to_send, validate_group, validate_topic)
 
 JAVA_V2_SEND = {
     "a": "ProducerGroupA", "b": "TopicTest", "c": "TBW102", "d": "4", "e": "3", "f": "0",
@@ -287,11 +287,17 @@ def test_validate_topic_remarks():
 
 
 @pytest.mark.parametrize("name, ok", [
-    ("GroupA", True), ("g" * 120, True), ("g" * 121, False), ("", False), ("a@b", False),
+    ("GroupA", True), ("g" * 255, True), ("g" * 256, False), ("", False), ("a@b", False),
     ("CID_RMQ_SYS_TRANS", True),
 ])
 def test_validate_group(name, ok):
     assert (validate_group(name) is None) == ok
+
+
+def test_topic_too_long_to_send():
+    # A producer's send allows 127 bytes, retry topics included (Java msgCheck).
+    assert topic_too_long_to_send("x" * 127) is None
+    assert topic_too_long_to_send("%RETRY%" + "g" * 121).endswith("max length: 127")
 
 
 def test_topic_not_allowed_to_send():

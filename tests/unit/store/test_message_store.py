@@ -385,3 +385,40 @@ def test_slave_appends_replicated_chunks_and_dispatches_whole_records(tmp_path, 
 def put_refused(store) -> bool:
     result = store.put_messages(encode(b"x"), TOPIC, 0, 1, 0)
     return result.status is PutStatus.SERVICE_NOT_AVAILABLE
+
+
+RETRY_V2 = "%RETRY%" + "g" * 150     # past 127 bytes: message format V2
+
+
+@pytest.mark.parametrize("topic, stored", [
+    (RETRY_V2, True), ("%RETRY%" + "g" * 248, True),     # 255 bytes: the longest
+    ("%RETRY%" + "g" * 249, False), ("%DLQ%" + "g" * 150, False), ("T" * 128, False),
+    ("T" * 127, True)])
+def test_topics_a_record_may_carry(tmp_path, topic, stored):
+    # Java 5.x's store: 127 bytes, or a retry topic up to 255 bytes as a V2 record.
+    with MessageStore(make_settings(tmp_path)) as store:
+        result = store.put_messages(encode(b"x", topic), topic, 0, 1, 0)
+        assert result.status is (PutStatus.PUT_OK if stored else PutStatus.MESSAGE_ILLEGAL)
+
+
+def test_v2_records_are_dispatched_read_indexed_and_recovered(tmp_path):
+    settings = make_settings(tmp_path)
+    with MessageStore(settings) as store:
+        for index in range(40):
+            put(store, index, RETRY_V2 if index % 2 else TOPIC, KEYS=f"key{index}")
+        found = store.get_messages("g", RETRY_V2, 0, 0, 32)
+        decoded = [record_codec.decode(buffer, 0) for buffer in found.buffers]
+        found.release()
+        assert {record.magic for record in decoded} == {-626843477}          # V2
+        assert [bytes(record.body) for record in decoded] == \
+            [body_of(index) for index in range(1, 40, 2)]
+    shutil.rmtree(paths.consume_queue_root(settings.store_path_root_dir))
+    shutil.rmtree(os.path.join(settings.store_path_root_dir, "index"))
+    with MessageStore(settings) as store:      # rebuilt from the CommitLog
+        assert store.get_max_offset_in_queue(RETRY_V2, 0) == 20
+        with store.query_messages(RETRY_V2, "key39", 32, 0, 1 << 62) as found:
+            assert bodies(found) == [body_of(39)]
+    with MessageStore(dataclasses.replace(settings,
+                                          auto_message_version_on_topic_len=False)) as store:
+        refused = store.put_messages(encode(b"x", RETRY_V2), RETRY_V2, 0, 1, 0)
+        assert refused.status is PutStatus.MESSAGE_ILLEGAL

@@ -23,15 +23,17 @@ from pybroker.store.status import PutStatus
 FILE_SIZE = 8192
 HOST = bytes([10, 0, 0, 7])
 TOPIC = b"TopicRecover"
+# A retry topic past 127 bytes: message format V2 (2-byte topic length), as Java 5.x writes it.
+TOPIC_V2 = b"%RETRY%" + b"g" * 150
 PROPERTIES = b"KEYS\x01key-1\x02TAGS\x01tag\x02"
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 
 
-def encode(index: int) -> bytes:
+def encode(index: int, topic: bytes = TOPIC) -> bytes:
     body = (b"body-%04d-" % index) * (3 + index % 5)
-    size = record_codec.encoded_size(len(body), len(TOPIC), len(PROPERTIES), 0)
+    size = record_codec.encoded_size(len(body), len(topic), len(PROPERTIES), 0)
     buffer = bytearray(size)
-    record_codec.encode_into(buffer, 0, TOPIC, index % 2, 7, body, PROPERTIES, 0,
+    record_codec.encode_into(buffer, 0, topic, index % 2, 7, body, PROPERTIES, 0,
                              BASE_TIMESTAMP_MS, HOST, 1234, HOST, 10911)
     return bytes(buffer)
 
@@ -39,13 +41,14 @@ def encode(index: int) -> bytes:
 class Store:
     """A written CommitLog directory plus what was written: (physical offset, size) per record."""
 
-    def __init__(self, path, count: int):
+    def __init__(self, path, count: int, topic: bytes = TOPIC):
         self.path = str(path)
+        self.topic = topic
         commitlog = CommitLog(self.path, FILE_SIZE)
         self.records = []
         for index in range(count):
-            data = encode(index)
-            result = commitlog.append_encoded(data, TOPIC.decode(), index % 2, 1, 0,
+            data = encode(index, topic)
+            result = commitlog.append_encoded(data, topic.decode(), index % 2, 1, 0,
                                               BASE_TIMESTAMP_MS + index * 1000)
             assert result.status is PutStatus.PUT_OK
             self.records.append((result.physical_offset, len(data)))
@@ -90,6 +93,14 @@ def store(tmp_path_factory):
     return Store(tmp_path_factory.mktemp("commitlog"), 120)
 
 
+@pytest.fixture(scope="module", params=["v1", "v2"])
+def any_store(request, tmp_path_factory):
+    """The store above, or one of V2 records only (the torn-tail cases hit the last record)."""
+    if request.param == "v1":
+        return request.getfixturevalue("store")
+    return Store(tmp_path_factory.mktemp("commitlog-v2"), 60, TOPIC_V2)
+
+
 def recover(store: Store, abnormal: bool, recovery_point_ms: int | None = None):
     commitlog = store.open()
     dispatched = []
@@ -109,7 +120,8 @@ def check_recovered_to(store: Store, commitlog: CommitLog, result, valid_end: in
     walked = [r.physical_offset for r in commitlog.record_iterator(result.scan_from_offset)]
     expected = [p for p, _ in store.records if result.scan_from_offset <= p < valid_end]
     assert walked == expected
-    appended = commitlog.append_encoded(encode(999), TOPIC.decode(), 0, 1, 0, 1)
+    appended = commitlog.append_encoded(encode(999, store.topic), store.topic.decode(), 0, 1,
+                                        0, 1)
     assert appended.physical_offset in (valid_end, valid_end - valid_end % FILE_SIZE + FILE_SIZE)
     commitlog.shutdown(0)
 
@@ -127,7 +139,8 @@ def test_clean_store_recovers_to_max_offset(store, abnormal):
 
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
-def test_last_record_truncated_at_every_byte(store, abnormal):
+def test_last_record_truncated_at_every_byte(any_store, abnormal):
+    store = any_store
     last_offset, last_size = store.records[-1]
     for cut in range(last_size):
         store.restore()
@@ -145,12 +158,14 @@ def test_zeroed_tail_of_several_records(store, abnormal):
     check_recovered_to(store, commitlog, result, cut_offset)
 
 
-def field_positions(size: int) -> dict[str, tuple[int, bool]]:
-    """Last byte of each field of an IPv4 v1 record -> (position, record survives a flip)."""
-    body_length = size - record_codec.encoded_size(0, len(TOPIC), len(PROPERTIES), 0)
+def field_positions(size: int, topic: bytes) -> dict[str, tuple[int, bool]]:
+    """Last byte of each field of an IPv4 record -> (position, record survives a flip)."""
+    body_length = size - record_codec.encoded_size(0, len(topic), len(PROPERTIES), 0)
     body_at = layout.RECORD_BODY_LENGTH_POSITION_V4 + 4
-    topic_length_at = body_at + body_length
-    properties_length_at = topic_length_at + 1 + len(TOPIC)
+    length_bytes = layout.TOPIC_LENGTH_BYTES_V1 if len(topic) <= layout.TOPIC_MAX_BYTES_V1 \
+        else layout.TOPIC_LENGTH_BYTES_V2
+    topic_length_at = body_at + body_length + length_bytes - 1
+    properties_length_at = topic_length_at + 1 + len(topic)
     return {
         "total_size": (3, False), "magic": (7, False), "body_crc": (11, False),
         "queue_id": (15, True), "flag": (19, True), "queue_offset": (27, True),
@@ -167,10 +182,11 @@ def field_positions(size: int) -> dict[str, tuple[int, bool]]:
 
 
 @pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
-def test_flip_one_byte_in_each_field_of_last_record(store, abnormal):
+def test_flip_one_byte_in_each_field_of_last_record(any_store, abnormal):
+    store = any_store
     last_offset, last_size = store.records[-1]
     original = store.files["%020d" % (last_offset - last_offset % FILE_SIZE)]
-    for field, (position, survives) in field_positions(last_size).items():
+    for field, (position, survives) in field_positions(last_size, store.topic).items():
         store.restore()
         byte = original[last_offset % FILE_SIZE + position]
         store.patch(last_offset + position, bytes([byte ^ 0xFF]))
