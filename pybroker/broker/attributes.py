@@ -2,7 +2,7 @@
 # "+key=value,-key" modification syntax and the rules for applying one.
 """Attributes (RocketMQ 5.x ``TopicAttributes``, ``SubscriptionGroupAttributes``,
 ``AttributeParser``, ``AttributeUtil``; written from their behaviour, checked against the
-Java 5.3.3 broker by a compat test that sends both the same requests).
+Java 5.3.3 broker by ``tests/compat/test_5x_basics.py``).
 
 A topic's attributes are a string map stored unsigned in ``topics.json``
 (``{"message.type": "FIFO"}``). UPDATE_AND_CREATE_TOPIC carries a *modification* in its

@@ -39,8 +39,15 @@ __all__ = ["handle_pull_message", "process_pull", "HANDLERS"]
 
 _PullFlag = constants.PullSysFlag
 _MASTER_ID = 0
-# Java FAQUrl (4.9.x) and FAQUrl.suggestTodo.
-_SUGGEST_TODO = constants.FAQ_SUGGEST_TODO
+
+
+def _suggest_todo(request: RemotingCommand) -> str:
+    """Java's FAQUrl.suggestTodo tail: 4.9's page for PULL_MESSAGE, 5.x's for LITE_PULL."""
+    if request.code == RequestCode.LITE_PULL_MESSAGE:
+        return constants.FAQ_SUGGEST_TODO_5X
+    return constants.FAQ_SUGGEST_TODO
+
+
 # Java MessageStoreConfig.offsetCheckInSlave default; not a pybroker setting.
 _OFFSET_CHECK_IN_SLAVE = False
 _FORBIDDEN_TYPE_KEY = PULL_MESSAGE_RESPONSE.field("forbidden_type").wire_name
@@ -120,7 +127,8 @@ def _check_group_and_topic(ctx, channel, request: RemotingCommand, header):
     group_config = ctx.metadata.subscription_group(group)
     if group_config is None:
         return _refuse(request, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                       f"subscription group [{group}] does not exist, {_SUGGEST_TODO}")
+                       f"subscription group [{group}] does not exist, "
+                       f"{_suggest_todo(request)}")
     if not group_config.consume_enable:
         return _refuse(request, ResponseCode.NO_PERMISSION,
                        f"subscription group no permission, {group}",
@@ -129,7 +137,8 @@ def _check_group_and_topic(ctx, channel, request: RemotingCommand, header):
     topic_config = ctx.metadata.topic_config(topic)
     if topic_config is None:
         return _refuse(request, ResponseCode.TOPIC_NOT_EXIST,
-                       f"topic[{topic}] not exist, apply first please! {_SUGGEST_TODO}")
+                       f"topic[{topic}] not exist, apply first please! "
+                       f"{_suggest_todo(request)}")
     if not topic_config.perm & constants.Perm.READ:
         return _refuse(request, ResponseCode.NO_PERMISSION,
                        f"the topic[{topic}] pulling message is forbidden",
@@ -166,7 +175,7 @@ def _resolve_subscription(ctx, request: RemotingCommand, header):
         subscription = ctx.metadata.consumer_subscription(header.consumer_group, topic)
         if subscription is None:
             return _refuse(request, ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                           "the consumer's subscription not exist" + _SUGGEST_TODO)
+                           "the consumer's subscription not exist" + _suggest_todo(request))
         if subscription.sub_version < header.sub_version:
             return _refuse(request, ResponseCode.SUBSCRIPTION_NOT_LATEST,
                            "the consumer's subscription not latest")

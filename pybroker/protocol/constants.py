@@ -255,3 +255,6 @@ DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 
 # Java FAQUrl.suggestTodo(FAQUrl.*): the tail of several of Java's refusal remarks (every FAQ
 # constant of 4.9 points at this one page).
 FAQ_SUGGEST_TODO = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+# The same tail in Java 5.x (every FAQ constant points at this page there).
+FAQ_SUGGEST_TODO_5X = ("\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for further "
+                       "details.")

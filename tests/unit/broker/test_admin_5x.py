@@ -4,7 +4,7 @@ message request modes (401, 402).
 
 Method: the handlers called with built requests against a real MetadataState on tmp_path (the
 test_admin.Broker harness); bodies compared byte for byte with what the Java 5.3.3 broker
-answered to the same requests (recorded; a compat test compares them live), files
+answered to the same requests (recorded; tests/compat/test_5x_basics.py compares live), files
 read back from config/ and through a MetadataState made again on the same directory.
 """
 import asyncio

@@ -1,7 +1,7 @@
 """Topic and group attributes follow Java 5.3.3's rules and messages to the letter.
 
 Method: a table of modification strings, each with the answer the Java 5.3.3 broker gave for
-it over UPDATE_AND_CREATE_TOPIC (recorded from a live broker; a compat test
+it over UPDATE_AND_CREATE_TOPIC (recorded from a live broker; tests/compat/test_5x_basics.py
 sends the same table to a running Java broker and compares again), run through
 parse_modification + apply_modification; and Java's hash-ordered collections, whose order
 decides which key an error names and how a value set is printed.
