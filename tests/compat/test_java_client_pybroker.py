@@ -224,12 +224,16 @@ def test_push_broadcasting_every_instance_gets_everything(java, broker):
         assert len(bodies) == count and set(bodies) == sent, instance
 
 
-def test_lite_pull_commits_and_resumes_after_restart(java, broker):
-    topic, group, count = "JavaLitePull", "java_lite_pull", 6
+@pytest.mark.parametrize("client", ["java", "java5"])
+def test_lite_pull_commits_and_resumes_after_restart(java, broker, request, client):
+    # The 4.9.8 client pulls with PULL_MESSAGE (11), the 5.3.3 client with LITE_PULL_MESSAGE
+    # (361: MQClientAPIImpl.pullMessage picks it when the pull carries the lite-pull flag).
+    puller = request.getfixturevalue(client)
+    topic, group, count = f"JavaLitePull_{client}", f"java_lite_pull_{client}", 6
     _create_topic(java, topic)
     java.run("send", topic=topic, count=count, run="lp")
     everything = _expected_bodies("lp", count)
-    first = java.run("litepull", topic=topic, group=group, take=9, batch=3)
+    first = puller.run("litepull", topic=topic, group=group, take=9, batch=3)
     first_bodies = [message["body"] for message in _ops(first, "poll")]
     assert 9 <= len(first_bodies) < len(everything)
     committed = {int(r["queueId"]): int(r["offset"]) for r in _ops(first, "committed")}
@@ -242,7 +246,7 @@ def test_lite_pull_commits_and_resumes_after_restart(java, broker):
     assert {queue: consumer for queue, (_, consumer) in rows.items()} == committed
     # A new consumer in the same group resumes exactly where the first one committed.
     rest = len(everything) - len(first_bodies)
-    second = java.run("litepull", topic=topic, group=group, take=rest, batch=3, timeout=40)
+    second = puller.run("litepull", topic=topic, group=group, take=rest, batch=3, timeout=40)
     second_messages = _ops(second, "poll")
     second_bodies = [message["body"] for message in second_messages]
     assert not set(first_bodies) & set(second_bodies)
