@@ -209,8 +209,9 @@ def _run_standalone(args: argparse.Namespace) -> int:
     port, args.namesrv_addr = standalone_namesrv(args.namesrv_addr, args.namesrv_port,
                                                  file_namesrv_addr)
     # A standalone broker is for clients on this machine: announce the loopback address unless
-    # broker.conf names another one.
-    loaded = _load_broker("standalone", args, {"brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1"})
+    # broker.conf names another one; it serves RocketMQ 5's gRPC SDKs too (grpcServerPort).
+    loaded = _load_broker("standalone", args, {"brokerIP1": "127.0.0.1", "brokerIP2": "127.0.0.1",
+                                               "grpcWorkers": "1"})
     if loaded is None:
         return 1
     _log_important(loaded)
@@ -242,10 +243,19 @@ def serving_banner(loaded, namesrv_port: int) -> str:
             f"  broker      {loaded.derived.broker_addr} (listening on {bind}:"
             f"{broker.listen_port} and {bind}:{loaded.derived.fast_listen_port}; "
             f"bindAddress= in broker.conf binds one address)\n"
+            f"{_grpc_banner_line(loaded)}"
             f"  store       {loaded.store.store_path_root_dir}\n"
             f"  logs        stderr\n"
             f"  stop        Ctrl-C, or kill -TERM {os.getpid()}\n"
             f"Send a test message:\n  {send_test_message_command(namesrv_addr)}\n")
+
+
+def _grpc_banner_line(loaded) -> str:
+    grpc = loaded.grpc
+    if grpc.grpc_workers == 0:
+        return ""
+    return (f"  gRPC        {loaded.broker.broker_ip1}:{grpc.grpc_server_port} (RocketMQ 5 SDKs; "
+            f"listening on {loaded.remoting.bind_address}:{grpc.grpc_server_port})\n")
 
 
 def _log_important(loaded) -> None:

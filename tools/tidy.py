@@ -110,11 +110,16 @@ def check_file(root: pathlib.Path, path: pathlib.Path) -> list[str]:
     return problems
 
 
+# protoc's output, vendored by tools/regen_grpc.py (which checks it against the protos).
+GENERATED = re.compile(r"^pybroker/protocol/rocketmq_v2/\w+_pb2(_grpc)?\.pyi?$")
+
+
 def source_files(root: pathlib.Path):
     yield root / "setup.py"
     for directory in SCANNED_DIRS:
         for path in sorted((root / directory).rglob("*")):
-            if path.suffix in SOURCE_SUFFIXES and path.is_file():
+            if path.suffix in SOURCE_SUFFIXES and path.is_file() and \
+                    not GENERATED.match(path.relative_to(root).as_posix()):
                 yield path
 
 

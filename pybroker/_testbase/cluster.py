@@ -30,6 +30,8 @@ TEST_PROFILE = {
     "maxHashSlotNum": "10000",
     "maxIndexNum": "40000",
     "remotingWorkers": "2",
+    # No gRPC endpoint unless a test asks for one (with a free grpcServerPort).
+    "grpcWorkers": "0",
 }
 
 

@@ -131,11 +131,7 @@ class AccessValidator:
             return
         fields = request.ext_fields or {}
         access_key = fields.get(signature.ACCESS_KEY)
-        if access_key is None:
-            raise AclDenied("No accessKey is configured")
-        account = table.accounts.get(access_key)
-        if account is None:
-            raise AclDenied(f"No acl config for {access_key}")
+        account = self._account(access_key)
         if not (rule in _WHITE_LIST_RULES and account.white(host)) and not \
                 signature.signature_matches(fields, request.body, request.version,
                                             account.secret_key):
@@ -145,15 +141,38 @@ class AccessValidator:
                 raise AclDenied(f"Need admin permission for request code={request.code}, but "
                                 f"accessKey={access_key} is not")
             return
-        self._check_resources(request, account)
-
-    @staticmethod
-    def _check_resources(request: RemotingCommand, account) -> None:
         try:
             needs = resources.needed(request)
         except ValueError as error:
             raise AclDenied(str(error).splitlines()[0] if str(error) else "bad request body") \
                 from None
+        self.check_resources(needs, account)
+
+    def _account(self, access_key: Optional[str]):
+        if access_key is None:
+            raise AclDenied("No accessKey is configured")
+        account = self.table.accounts.get(access_key)
+        if account is None:
+            raise AclDenied(f"No acl config for {access_key}")
+        return account
+
+    def check_signed(self, access_key: Optional[str], remote_address: str,
+                     signed: Callable[[str], bool], needs: list) -> None:
+        """The check of a request that is not a remoting command (a gRPC call): the account
+        of ``access_key``, ``signed(secret_key)`` true (unless the peer is white for the
+        account), the permissions of ``needs`` (resources.Need). AclDenied otherwise."""
+        self._maybe_reload()
+        host = host_of(remote_address)
+        if self.table.globally_white(host):
+            return
+        account = self._account(access_key)
+        if not account.white(host) and not signed(account.secret_key):
+            raise AclDenied(f"Check signature failed for accessKey={access_key}")
+        self.check_resources(needs, account)
+
+    @staticmethod
+    def check_resources(needs: list, account) -> None:
+        """Every (is_group, name, perm) of ``needs`` allowed to ``account``."""
         if any(not is_group and name == SystemTopic.TRACE and perm == Perm.PUB
                for is_group, name, perm in needs):
             return   # Java lets every account write message traces

@@ -22,6 +22,16 @@ log = logging.getLogger("pybroker.broker.registration")
 REGISTER_TIMEOUT_MS = 6000
 
 
+
+def registered_perm(topic_perm: int, broker_permission: int) -> int:
+    """A topic's permission as routes show it. Java's registerBrokerAll: a broker that is not
+    both readable and writable (brokerPermission=4 to drain it) gives every topic its own
+    permission, so routes stop sending (or pulling) there."""
+    if broker_permission & (Perm.READ | Perm.WRITE) != Perm.READ | Perm.WRITE:
+        return broker_permission
+    return topic_perm
+
+
 class NamesrvRegistration:
     """Keeps this broker registered with the NameServers of ``config.derived``.
 
@@ -53,12 +63,8 @@ class NamesrvRegistration:
         version = document.data_version
         topics = {name: topic.to_json() for name, topic in document.topic_config_table.items()}
         permission = self.config.broker.broker_permission
-        if permission & (Perm.READ | Perm.WRITE) != Perm.READ | Perm.WRITE:
-            # Java's registerBrokerAll: a broker that is not both readable and writable
-            # (brokerPermission=4 to drain it) gives every topic its own permission, so
-            # routes stop sending (or pulling) there.
-            for topic in topics.values():
-                topic["perm"] = permission
+        for topic in topics.values():
+            topic["perm"] = registered_perm(topic["perm"], permission)
         body = bodies.encode_register_broker_body(bodies.RegisterBrokerBody(
             bodies.DataVersion(version.timestamp, version.counter), topics), compressed=False)
         values = dict(self._identity(), ha_server_addr=self.config.derived.ha_server_addr,

@@ -266,6 +266,11 @@ class DataPlane:
         the send fast path."""
         return Attachment(self, slot, fast_sends=True)
 
+    def grpc_attachment(self, slot: int) -> Attachment:
+        """A gRPC worker's attachment (its slot follows the remoting workers'); sends go
+        through the putter's handler path."""
+        return Attachment(self, slot)
+
     def supervisor_attachment(self) -> Attachment:
         """The supervisor's attachment (the last slot)."""
         return Attachment(self, self.workers)

@@ -16,7 +16,7 @@ import socket
 
 from pybroker.errors import BrokerError
 
-__all__ = ["PortInUseError", "check_ports_free", "Listeners"]
+__all__ = ["PortInUseError", "check_ports_free", "Listeners", "reserve_port"]
 
 
 class PortInUseError(BrokerError):
@@ -84,3 +84,21 @@ class Listeners:
             for listener in group:
                 listener.close()
         self.sockets = {}
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """Probe ``port`` (PortInUseError), then hold it with a bound SO_REUSEPORT socket that
+    never listens: processes that bind it themselves with SO_REUSEPORT (the gRPC workers:
+    grpcio binds its own sockets) share it, connections go only to listening sockets, and no
+    other program takes the port between two generations."""
+    check_ports_free(host, [port])
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    holder = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        holder.bind((host, port))
+    except BaseException:
+        holder.close()
+        raise
+    return holder

@@ -43,8 +43,10 @@ def run_standalone(config, namesrv_port: int,
     when the broker serves and has registered with the NameServer."""
     try:
         check_ports_free(_NAMESRV_HOST, (namesrv_port,))
+        grpc_ports = (config.grpc.grpc_server_port,) if config.grpc.grpc_workers else ()
         check_ports_free(config.remoting.bind_address, (config.broker.listen_port,
-                                                        config.derived.fast_listen_port))
+                                                        config.derived.fast_listen_port,
+                                                        *grpc_ports))
     except PortInUseError as error:
         log.error("cannot start: %s", error)
         return 1

@@ -37,15 +37,17 @@ from pybroker.errors import ConfigError, StoreCorruptError
 from pybroker.proc import dataplane
 from pybroker.proc.children import STOP_SIGNAL, fork_child
 from pybroker.proc.dataplane import bind_ha_listener, is_slave
-from pybroker.proc.listeners import Listeners, PortInUseError
+from pybroker.proc.grpc_worker import run_grpc_worker
+from pybroker.proc.listeners import Listeners, PortInUseError, reserve_port
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
 from pybroker.proc.watchdog import Watchdog
+from pybroker.grpc_service.tls import tls_problem
 from pybroker.remoting.tls import TlsServer, outgoing_tls
 from pybroker.stats.region import StatsRegion
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths, replica
-from pybroker.store.control_block import ControlBlock, stats_section_count
+from pybroker.store.control_block import ControlBlock, grpc_worker, stats_section_count
 from pybroker.store.config_docs import DelayOffsetDocument
 from pybroker.store.message_store import MessageStore
 
@@ -82,6 +84,7 @@ class Supervisor:
         self.stop_requested = False
         self.listeners: Listeners | None = None
         self.ha_listener: socket.socket | None = None    # a master's haListenPort
+        self.grpc_port_holder: socket.socket | None = None   # grpcServerPort, held
         # Controller mode: the role of each generation (pybroker/broker/replicas_manager.py).
         self.replicas: ReplicasManager | None = None
         self.generation_config = config                  # self.config as this role runs it
@@ -112,6 +115,9 @@ class Supervisor:
                                             remoting.remoting_workers,
                                             remoting.server_socket_backlog)
             self.ha_listener = bind_ha_listener(self.config)
+            if self.config.grpc.grpc_workers:
+                self.grpc_port_holder = reserve_port(remoting.bind_address,
+                                                     self.config.grpc.grpc_server_port)
             self.metadata = MetadataState(self.config, delay_offsets=self._delay_offsets)
             self._create_stats()
             if self.config.broker.enable_controller_mode:
@@ -156,6 +162,8 @@ class Supervisor:
                 self.listeners.close()
             if self.ha_listener is not None:
                 self.ha_listener.close()
+            if self.grpc_port_holder is not None:
+                self.grpc_port_holder.close()
             lock.release()
 
     def _create_stats(self) -> None:
@@ -164,7 +172,7 @@ class Supervisor:
         os.makedirs(paths.run_dir(self.store_root), mode=0o700, exist_ok=True)
         self.stats_region = StatsRegion.create(
             paths.stats_region_path(self.store_root),
-            stats_section_count(self.config.remoting.remoting_workers), clock.now_ms(),
+            stats_section_count(_client_workers(self.config)), clock.now_ms(),
             enabled=self.config.broker.stats_instruments_enable)
         self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name,
                                   control=lambda: self.control)
@@ -198,7 +206,8 @@ class Supervisor:
             self.replicas.prepare_generation(valid_end)
             config = self.replicas.generation_config(config)
         self.generation_config = config
-        workers = config.remoting.remoting_workers
+        remoting_workers = config.remoting.remoting_workers
+        workers = _client_workers(config)
         plane = dataplane.DataPlane.create(config, paths.run_dir(self.store_root), workers,
                                            valid_end, self.stats_region, self.ha_listener)
         self.control = plane.control
@@ -210,12 +219,19 @@ class Supervisor:
             socket_path = service_socket.getsockname()
             listeners = self.listeners
             assert listeners is not None       # bound by run() before the first generation
-            for index in range(workers):
+            for index in range(remoting_workers):
                 def remoting_main(i: int = index) -> int:
                     return run_remoting_worker(i, config, plane.remoting_attachment(i),
                                                socket_path, listeners.for_worker(i))
                 pid = fork_child(f"remoting-{index}", remoting_main)
                 self.children[pid] = f"remoting-{index}"
+            for index in range(config.grpc.grpc_workers):
+                worker = grpc_worker(index, remoting_workers)
+
+                def grpc_main(i: int = index, slot: int = worker.slot) -> int:
+                    return run_grpc_worker(i, slot, config, plane.grpc_attachment(slot),
+                                           socket_path)
+                self.children[fork_child(worker.name, grpc_main)] = worker.name
             try:
                 outcome = asyncio.run(self._serve(plane, service_socket, workers))
             finally:
@@ -409,6 +425,11 @@ class Supervisor:
         return len(finished) == 3 and all(finished)
 
 
+def _client_workers(config) -> int:
+    """Workers with a send ring of their own: remoting, then gRPC (control_block.grpc_worker)."""
+    return config.remoting.remoting_workers + config.grpc.grpc_workers
+
+
 def _slave_link(config, metadata, plane, replicas) -> SlaveLink | None:
     """A slave's link to its master (its HA address, metadata sync); in controller mode only
     to the master the controller named, and none while fenced."""
@@ -520,6 +541,9 @@ def security_problem(config) -> str | None:
             validator = AccessValidator(config.derived.acl_file_path)
             log.info("ACL enabled: %s, %d accounts", validator.path,
                      len(validator.table.accounts))
+        grpc_tls = tls_problem(config)
+        if grpc_tls is not None:
+            return grpc_tls
         tls = TlsServer.from_config(config.tls)
         log.info("remoting ports: tls.server.mode=%s, %s", tls.mode,
                  "TLS and plain TCP by first byte" if tls.sniffs and tls.mode == "permissive"

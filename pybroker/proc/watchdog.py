@@ -10,7 +10,7 @@ supervisor looks at each counter. A worker is hung when its counter has not move
 * appender: a send ring holds requests;
 * dispatcher: the CommitLog is written beyond the dispatched position;
 * flusher: the CommitLog is written beyond the flushed position;
-* remoting worker: always (its event loop must turn).
+* remoting and gRPC workers: always (their event loops must turn).
 
 A hung worker is logged and killed with SIGKILL; its death ends the generation like any other
 (the next one starts with abnormal recovery), so a stopped or dead-locked process cannot keep
@@ -21,7 +21,8 @@ import os
 import signal
 from collections.abc import Callable
 
-from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER, remoting_worker
+from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, grpc_worker,
+                                         remoting_worker)
 
 __all__ = ["Watchdog"]
 
@@ -52,6 +53,9 @@ class Watchdog:
     def _slot(self, name: str) -> int | None:
         if name.startswith("remoting-"):
             return remoting_worker(int(name.split("-", 1)[1])).slot
+        if name.startswith("grpc-"):
+            return grpc_worker(int(name.split("-", 1)[1]),
+                               self.plane.config.remoting.remoting_workers).slot
         return {worker.name: worker.slot for worker in (APPENDER, DISPATCHER, FLUSHER)}.get(name)
 
     def _work_waits(self, name: str) -> bool:

@@ -57,6 +57,7 @@ class MQVersion(enum.IntEnum):
     V4_9_3 = 400
     V4_9_4 = 401
     V4_9_8 = 409
+    V5_0_0 = 413
     V5_3_1 = 475
     V5_3_3 = 479
 
@@ -197,6 +198,52 @@ class Property:
     TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
     TIMER_DELAY_MS = "TIMER_DELAY_MS"
     TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
+    TRANSFER_FLAG = "TRANSFER_FLAG"
+    CORRECTION_FLAG = "CORRECTION_FLAG"
+    MQ2_FLAG = "MQ2_FLAG"
+    POP_CK = "POP_CK"
+    POP_CK_OFFSET = "POP_CK_OFFSET"
+    FIRST_POP_TIME = "1ST_POP_TIME"
+    DUP_INFO = "DUP_INFO"
+    REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+    INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+    TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+    TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+    TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+    TIMER_OUT_MS = "TIMER_OUT_MS"
+    TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+    TIMER_DELAY_LEVEL = "TIMER_DELAY_LEVEL"
+    BORN_HOST = "__BORNHOST"
+    BORN_TIMESTAMP = "BORN_TIMESTAMP"
+    DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+    DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+    CRC32 = "__CRC32#"
+    TRACE_CONTEXT = "TRACE_CONTEXT"
+
+
+# MessageConst.STRING_HASH_SET: the properties the system owns. A 5.x gRPC producer may not set
+# them as user properties; a received message shows every other property as a user property
+# (__SHARDINGKEY and TRACE_CONTEXT are not in Java's set).
+SYSTEM_PROPERTY_NAMES = frozenset((
+    Property.TRACE_SWITCH, Property.MSG_REGION, Property.KEYS, Property.TAGS,
+    Property.WAIT_STORE_MSG_OK, Property.DELAY_TIME_LEVEL, Property.RETRY_TOPIC,
+    Property.REAL_TOPIC, Property.REAL_QUEUE_ID, Property.TRANSACTION_PREPARED,
+    Property.PRODUCER_GROUP, Property.MIN_OFFSET, Property.MAX_OFFSET, Property.BUYER_ID,
+    Property.ORIGIN_MESSAGE_ID, Property.TRANSFER_FLAG, Property.CORRECTION_FLAG,
+    Property.MQ2_FLAG, Property.RECONSUME_TIME, Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    Property.MAX_RECONSUME_TIMES, Property.CONSUME_START_TIMESTAMP, Property.POP_CK,
+    Property.POP_CK_OFFSET, Property.FIRST_POP_TIME,
+    Property.TRANSACTION_PREPARED_QUEUE_OFFSET, Property.DUP_INFO, Property.EXTEND_UNIQ_INFO,
+    Property.INSTANCE_ID, Property.CORRELATION_ID, Property.MESSAGE_REPLY_TO_CLIENT,
+    Property.MESSAGE_TTL, Property.REPLY_MESSAGE_ARRIVE_TIME, Property.PUSH_REPLY_TIME,
+    Property.CLUSTER, Property.MESSAGE_TYPE, Property.INNER_MULTI_QUEUE_OFFSET,
+    Property.TIMER_DELAY_MS, Property.TIMER_DELAY_SEC, Property.TIMER_DELIVER_MS,
+    Property.TIMER_ENQUEUE_MS, Property.TIMER_DEQUEUE_MS, Property.TIMER_ROLL_TIMES,
+    Property.TIMER_OUT_MS, Property.TIMER_DEL_UNIQKEY, Property.TIMER_DELAY_LEVEL,
+    Property.BORN_HOST, Property.BORN_TIMESTAMP, Property.DLQ_ORIGIN_TOPIC,
+    Property.DLQ_ORIGIN_MESSAGE_ID, Property.CRC32))
+assert len(SYSTEM_PROPERTY_NAMES) == 51     # Java 5.3.3's STRING_HASH_SET.add calls
 
 
 # --- Names (protocol.md §3.8) ---------------------------------------------------------------------

@@ -176,6 +176,19 @@ def remoting_worker(index: int) -> Worker:
     return Worker(f"remoting-{index}", index, _REMOTING_STATS_SECTION_BASE + index)
 
 
+def grpc_worker(index: int, remoting_workers: int) -> Worker:
+    """gRPC worker ``index`` (0-based) of a broker with ``remoting_workers`` remoting workers:
+    the gRPC workers own the slots (and sections) right after the remoting workers', so a
+    client-facing worker's slot and section are one sequence and the supervisor follows them
+    all (call :func:`supervisor_worker` with remoting + gRPC workers). The profiler names its
+    section by slot (``remoting-<slot>``)."""
+    slot = remoting_workers + index
+    if not 0 <= index or not slot < REMOTING_WORKERS_MAX:
+        raise ValueError(f"gRPC worker {index} after {remoting_workers} remoting workers does "
+                         f"not fit below slot {REMOTING_WORKERS_MAX}")
+    return Worker(f"grpc-{index}", slot, _REMOTING_STATS_SECTION_BASE + slot)
+
+
 def supervisor_worker(remoting_workers: int) -> Worker:
     """The supervisor of a broker with ``remoting_workers`` remoting workers."""
     return Worker("supervisor", remoting_workers, _SUPERVISOR_STATS_SECTION)

@@ -11,7 +11,8 @@ import re
 from pybroker import cli, config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "pybroker"
-_AREAS = (config.BrokerConfig, config.StoreConfig, config.RemotingConfig, config.TlsConfig)
+_AREAS = (config.BrokerConfig, config.StoreConfig, config.RemotingConfig, config.TlsConfig,
+          config.GrpcConfig)
 
 
 # Where areas are declared: a field's own declaration line is not a read of it.

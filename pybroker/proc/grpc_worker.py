@@ -1,0 +1,124 @@
+# A gRPC worker process: RocketMQ 5's MessagingService on grpcServerPort, on the shared data plane.
+"""gRPC worker (docs/architecture/grpc.md).
+
+Forked by the supervisor like the remoting workers and wired like them: a worker slot of its
+own (send ring, completion ring, control-block line, statistics section), the read-only store
+reader, the metadata link to the supervisor's metadata service and the metadata replica. It
+*is* a remoting worker without remoting sockets (it reuses :class:`RemotingWorker`'s metadata
+glue: snapshots, topic creation on send, commands to channels), serving grpc.aio instead.
+
+grpcio binds its own listening socket: each gRPC worker binds grpcServerPort with SO_REUSEPORT
+(the kernel spreads connections over the workers); the supervisor probed the port at start and
+holds it with a socket that never listens (pybroker/proc/listeners.py, reserve_port). grpc is
+imported only here, after the fork: the supervisor never starts grpc's threads, so no process
+forks with them.
+"""
+import asyncio
+import logging
+
+from pybroker.broker.channel import Channel
+from pybroker.broker.context import Handler
+from pybroker.config import BrokerRole
+from pybroker.grpc_service.acl import GrpcAccessCheck
+from pybroker.grpc_service.client import Telemetry
+from pybroker.grpc_service.producer import QueueSelector, TransactionData
+from pybroker.grpc_service.request_context import RequestContext
+from pybroker.grpc_service.settings import ClientSettings
+from pybroker.grpc_service.tls import bind_port
+from pybroker.broker import slave_role
+from pybroker.proc.children import STOP_SIGNAL
+from pybroker.proc.metadata_link import LinkBusy
+from pybroker.proc.metadata_service import EXT_CHANNEL_ID
+from pybroker.proc.remoting import DATA_HANDLERS, RemotingWorker
+from pybroker.protocol.codes import InternalCode, ResponseCode
+from pybroker.protocol.command import RemotingCommand, create_request, create_response
+
+log = logging.getLogger("pybroker.proc.grpc")
+
+GRPC_CHANNEL_MARK = ":grpc:"       # channel ids "<slot>:grpc:<client id>"
+STOP_GRACE_S = 1.0
+
+
+class GrpcWorker(RemotingWorker):
+    """gRPC worker ``index`` in worker slot ``slot``."""
+
+    def __init__(self, index: int, slot: int, config, data_plane, metadata_socket: str):
+        super().__init__(slot, config, data_plane, metadata_socket, {})
+        self.index = index
+        self.fast_putter = None            # sends take the handler path (no receive buffer)
+        self.settings = ClientSettings(lambda: self.ctx.config, self.replica.subscription_group)
+        self.telemetry = Telemetry(self._relay_client_answer)
+        self.transactions = TransactionData()
+        self.queue_selector = QueueSelector()
+        self.access = GrpcAccessCheck(self.acl) if self.acl is not None else None
+
+    # --- the host of pybroker.grpc_service ------------------------------------------------------
+    def channel_id(self, rctx: RequestContext) -> str:
+        return f"{self.worker_id}{GRPC_CHANNEL_MARK}{rctx.client_id}"
+
+    def local_handler(self, code: int) -> Handler | None:
+        handler = DATA_HANDLERS.get(code)
+        if handler is not None and self.config.store.broker_role == BrokerRole.SLAVE:
+            return slave_role.guard(code, handler)
+        return handler
+
+    async def forward(self, code: int, ext_fields: dict, body, rctx: RequestContext):
+        """A metadata request for the client of ``rctx``, answered by the metadata service."""
+        channel = Channel(self.channel_id(rctx), rctx.remote_address, rctx.language,
+                          rctx.version)
+        fields = dict(ext_fields)
+        fields.update(channel.forward_ext_fields())
+        request = create_request(code, fields, body, language=rctx.language)
+        request.version = rctx.version
+        try:
+            return await self.metadata_client.forward(request)
+        except LinkBusy as busy:
+            return create_response(request, ResponseCode.SYSTEM_BUSY, busy.remark)
+
+    def _relay_client_answer(self, channel_id: str, frame: bytes) -> None:
+        if self.metadata_client.is_connected:
+            self.metadata_client.invoke_oneway(create_request(
+                InternalCode.CLIENT_RESPONSE, {EXT_CHANNEL_ID: channel_id}, frame, oneway=True))
+
+    async def _send_to_channel(self, connection, request: RemotingCommand):
+        channel_id = request.ext_fields.get(EXT_CHANNEL_ID, "")
+        _, mark, client_id = channel_id.partition(GRPC_CHANNEL_MARK)
+        if mark and request.body is not None:
+            self.telemetry.deliver(self, channel_id, client_id, bytes(request.body))
+        return None
+
+    # --- start and stop -------------------------------------------------------------------------
+    async def run(self) -> None:
+        import grpc
+        from pybroker.grpc_service.service import MessagingService
+        from pybroker.protocol.rocketmq_v2 import service_pb2_grpc
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
+        await self.metadata_client.connect()
+        self.data_plane.start(loop, self._on_data_plane_wake,
+                              lambda: self.long_poll.held_count > 0)
+        size_max = self.config.grpc.grpc_max_inbound_message_size
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", size_max),
+                                          ("grpc.max_send_message_length", size_max),
+                                          ("grpc.so_reuseport", 1)])
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
+        address, relay = bind_port(server, self.config, self.index)
+        await server.start()
+        if relay is not None:
+            await relay.start()
+        beat = loop.create_task(self._beat())
+        log.info("gRPC worker %d serving %s", self.index, address)
+        await self.stopping.wait()
+        beat.cancel()
+        if relay is not None:
+            relay.close()
+        await server.stop(STOP_GRACE_S)
+        await self._stop()
+
+
+def run_grpc_worker(index: int, slot: int, config, data_plane, metadata_socket: str) -> int:
+    """Main of a forked gRPC worker process; returns its exit status."""
+    worker = GrpcWorker(index, slot, config, data_plane, metadata_socket)
+    asyncio.run(worker.run())
+    return worker.exit_status
