@@ -26,7 +26,8 @@ from pybroker.broker.channel import Channel
 from pybroker.client.message import Message as BatchEntry
 from pybroker.client.message import encode_batch
 from pybroker.grpc_service import checks, messages, route
-from pybroker.grpc_service.status import OK_STATUS, Code, GrpcRefused, status, status_of_remoting
+from pybroker.grpc_service.status import (OK_STATUS, Code, GrpcRefused, proxy_exception, status,
+                                          status_of_remoting)
 from pybroker.protocol import headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
@@ -116,7 +117,7 @@ class QueueSelector:
     def select(self, topic: str, topic_config, perm: int, message_group: str | None) -> int:
         writes = topic_config.write_queue_nums if perm & Perm.WRITE else 0
         if writes <= 0:
-            raise GrpcRefused(Code.FORBIDDEN, "no writable queue")
+            raise proxy_exception(Code.FORBIDDEN, "no writable queue")
         if message_group:
             return consistent_hash(java_string_hash(message_group), writes)
         if topic not in self._turns:
@@ -135,9 +136,9 @@ def _check_message_type(host, topic: str, topic_config, properties: dict[str, st
     expected = route.topic_message_type(topic_config)
     actual = messages.message_type_of_properties(properties)
     if actual != expected and expected != "MIXED":
-        raise GrpcRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                          f"TopicMessageType validate failed, the expected type is {expected}, "
-                          f"but actual type is {actual}")
+        raise proxy_exception(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                              f"TopicMessageType validate failed, the expected type is "
+                              f"{expected}, but actual type is {actual}")
 
 
 def _send_request(topic: str, queue_id: int, outgoing: list, sys_flag: int):
@@ -242,7 +243,7 @@ async def end_transaction_rpc(host, rctx,
     group = request.topic.name
     half = host.transactions.take(group, request.transaction_id, int(time.time() * 1000))
     if half is None:
-        raise GrpcRefused(Code.INTERNAL_SERVER_ERROR, "cannot found transaction data")
+        raise proxy_exception(Code.INTERNAL_SERVER_ERROR, "cannot found transaction data")
     fields = headers.encode_header(headers.END_TRANSACTION_REQUEST, {
         "producer_group": group, "transaction_state_table_offset": half.queue_offset,
         "commit_log_offset": half.commit_log_offset,
@@ -272,9 +273,9 @@ async def recall_message(host, rctx, request: spb.RecallMessageRequest):
     if host.ctx.config.grpc.enable_topic_message_type_check:
         expected = route.topic_message_type(host.ctx.metadata.topic_config(topic))
         if expected != "DELAY" and expected != "MIXED":
-            raise GrpcRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                              f"TopicMessageType validate failed, the expected type is {expected},"
-                              " but actual type is DELAY")
+            raise proxy_exception(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                  f"TopicMessageType validate failed, the expected type is "
+                                  f"{expected}, but actual type is DELAY")
     fields = {"topic": topic, "recallHandle": request.recall_handle,
               "producerGroup": topic, "bname": host.ctx.config.broker.broker_name}
     remoting = create_request(RECALL_MESSAGE_CODE, fields)

@@ -31,6 +31,17 @@ class GrpcRefused(Exception):
         self.message = message
 
 
+# A ProxyException the proxy wraps in its GrpcProxyException keeps the exception's toString()
+# as the message ("...ProxyException: <message>", seen on SDKs behind rocketmq-proxy 5.3.3).
+PROXY_EXCEPTION_PREFIX = "org.apache.rocketmq.proxy.common.ProxyException: "
+
+
+def proxy_exception(code: pb.Code, message: str) -> GrpcRefused:
+    """A refusal the proxy raises as a ProxyException (message type conflicts, no writable
+    queue, transaction data not found, ...)."""
+    return GrpcRefused(code, PROXY_EXCEPTION_PREFIX + message)
+
+
 def status(code: pb.Code, message: str | None = None) -> pb.Status:
     """``Status{code, message}``; the message defaults to the code's name, as Java's."""
     return pb.Status(code=code, message=message if message is not None else Code.Name(code))
