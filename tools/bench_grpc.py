@@ -118,11 +118,11 @@ def deployment(name: str, work: pathlib.Path, grpc_workers: int):
         proxy_tool = _tool("rocketmq_proxy")
         if proxy_tool is None:
             raise SystemExit("bench_grpc: the proxy deployments need tools/rocketmq_proxy.py")
-        proxy = proxy_tool.RocketMQProxy(work / "proxy", namesrv, jr.RocketMQInstall("5.3.3"),
+        proxy = proxy_tool.RocketMQProxy(work / "proxy", namesrv, proxy_tool.install(),
                                          free_ports=True)
         proxy.start()
         stack.callback(proxy.stop)
-        yield Deployment(name, proxy.grpc_endpoint, roots + [proxy.pid],
+        yield Deployment(name, proxy.grpc_endpoint, roots + [proxy.process.pid],
                          lambda: _remoting_topic(broker_port))
 
 
