@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import time
 
+from pybroker._fast.jhash import java_hash
 from pybroker.broker import end_transaction, send
 from pybroker.broker.channel import Channel
 from pybroker.client.message import Message as BatchEntry
@@ -52,15 +53,6 @@ _ENTRY_CODES = {ResponseCode.FLUSH_DISK_TIMEOUT: (Code.MASTER_PERSISTENCE_TIMEOU
                 ResponseCode.SLAVE_NOT_AVAILABLE: (Code.HA_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE")}
 _LCG_MULTIPLIER = 2862933555777941757
 _MASK64 = (1 << 64) - 1
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode (UTF-16 code units), as a signed 32-bit int."""
-    value = 0
-    units = text.encode("utf-16-be", "surrogatepass")
-    for index in range(0, len(units), 2):
-        value = (31 * value + ((units[index] << 8) | units[index + 1])) & 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
 
 
 def consistent_hash(key: int, buckets: int) -> int:
@@ -119,7 +111,7 @@ class QueueSelector:
         if writes <= 0:
             raise proxy_exception(Code.FORBIDDEN, "no writable queue")
         if message_group:
-            return consistent_hash(java_string_hash(message_group), writes)
+            return consistent_hash(java_hash(message_group), writes)
         if topic not in self._turns:
             if len(self._turns) >= 65536:
                 self._turns.clear()
