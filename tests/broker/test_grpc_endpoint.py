@@ -268,3 +268,57 @@ def test_consumer_rpcs_wait_for_pop(endpoint):
         group=pb.Resource(name="GrpcGroup"),
         message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC))), metadata=METADATA))
     assert [a.status.code for a in answers] == [pb.NOT_IMPLEMENTED]
+
+
+def test_consumer_settings_registration_and_assignment(endpoint):
+    _, remoting, stub, port = endpoint
+    telemetry = Telemetry(stub)
+    try:
+        telemetry.send(spb.TelemetryCommand(settings=pb.Settings(
+            client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+                group=pb.Resource(name="GrpcGroup"), subscriptions=[pb.SubscriptionEntry(
+                    topic=pb.Resource(name=TOPIC),
+                    expression=pb.FilterExpression(type=pb.TAG, expression="TagA||TagB"))]))))
+        answer = telemetry.next()
+        assert answer.status.code == pb.OK
+        settings = answer.settings
+        assert settings.subscription.receive_batch_size == 32
+        assert settings.subscription.long_polling_timeout.ToMilliseconds() == 20000
+        assert not settings.subscription.fifo
+        assert settings.backoff_policy.max_attempts == 17          # retryMaxTimes 16 + 1
+        steps = [step.ToMilliseconds() for step in settings.backoff_policy.customized_backoff.next]
+        assert steps[:3] == [1000, 5000, 10000] and len(steps) == 18
+        heartbeat = stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER,
+                                                        group=pb.Resource(name="GrpcGroup")),
+                                   metadata=METADATA)
+        assert heartbeat.status.code == pb.OK
+        members = remoting.invoke(create_request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                                 {"consumerGroup": "GrpcGroup"}), 5000)
+        assert members.code == ResponseCode.SUCCESS and CLIENT_ID.encode() in members.body
+        assignment = stub.QueryAssignment(spb.QueryAssignmentRequest(
+            topic=pb.Resource(name=TOPIC), group=pb.Resource(name="GrpcGroup"),
+            endpoints=_endpoints(port)), metadata=METADATA)
+        assert assignment.status.code == pb.OK
+        assert [a.message_queue.id for a in assignment.assignments] == [-1]
+        end = stub.NotifyClientTermination(spb.NotifyClientTerminationRequest(
+            group=pb.Resource(name="GrpcGroup")), metadata=METADATA)
+        assert end.status.code == pb.OK
+        wait_for(lambda: CLIENT_ID.encode() not in (remoting.invoke(create_request(
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "GrpcGroup"}),
+            5000).body or b""), 10, "the consumer unregistered")
+        telemetry.send(spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER)))
+        ended = telemetry.next()
+        assert isinstance(ended, grpc.RpcError)
+        assert ended.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert ended.details() == "there is no publishing or subscription data in settings"
+    finally:
+        telemetry.close()
+
+
+def test_recall_needs_a_delay_topic_and_timer_messages(endpoint):
+    _, _, stub, _ = endpoint
+    wrong = stub.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name=TOPIC),
+                                                        recall_handle="h"), metadata=METADATA)
+    assert (wrong.status.code, wrong.status.message) == (
+        pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, PROXY_EXCEPTION + "TopicMessageType validate "
+        "failed, the expected type is NORMAL, but actual type is DELAY")
