@@ -37,7 +37,6 @@ from pybroker.errors import ConfigError, StoreCorruptError
 from pybroker.proc import dataplane
 from pybroker.proc.children import STOP_SIGNAL, fork_child
 from pybroker.proc.dataplane import bind_ha_listener, is_slave
-from pybroker.proc.grpc_worker import run_grpc_worker
 from pybroker.proc.listeners import Listeners, PortInUseError, reserve_port
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
@@ -225,6 +224,9 @@ class Supervisor:
                                                socket_path, listeners.for_worker(i))
                 pid = fork_child(f"remoting-{index}", remoting_main)
                 self.children[pid] = f"remoting-{index}"
+            if config.grpc.grpc_workers:
+                # Imported only when served: protobuf's runtime stays out of other brokers.
+                from pybroker.proc.grpc_worker import run_grpc_worker
             for index in range(config.grpc.grpc_workers):
                 worker = grpc_worker(index, remoting_workers)
 
