@@ -45,6 +45,7 @@ from pybroker.schema import (ADDRESS_LIST_RULE, ADDRESS_RULE, DELAY_LEVEL_RULE, 
 from pybroker.store import layout
 from pybroker.store.control_block import REMOTING_WORKERS_MAX
 from pybroker.store.settings import BrokerRole, FlushDiskType, StoreConfig  # noqa: F401
+from pybroker.grpc_service.config_area import GrpcConfig
 
 LOGGER = logging.getLogger("pybroker.config")
 
@@ -294,61 +295,6 @@ class NamesrvConfig:
     rocketmq_acl_plain_file: str = setting("rocketmq.acl.plain.file", "conf/plain_acl.yml",
         "plain_acl.yml; a relative path is under $ROCKETMQ_HOME when set, else the working "
         "directory", important=True, pybroker_only=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class GrpcConfig:
-    """RocketMQ 5's gRPC endpoint served by the broker itself (docs/architecture/grpc.md).
-    Java 5.3.3's ``ProxyConfig`` keys and defaults (rmq-proxy.json there, broker.conf here),
-    checked where the proxy checks them; the body limit is the store's ``maxMessageSize``."""
-    grpc_workers: int = setting("grpcWorkers", 0,
-        "gRPC processes serving grpcServerPort; 0 = no gRPC endpoint (pybroker standalone: 1 "
-        "unless set)", unit="count",
-        rule=between(0, REMOTING_WORKERS_MAX), important=True, pybroker_only=True)
-    grpc_server_port: int = setting("grpcServerPort", 8081,
-        "port of the gRPC endpoint (apache.rocketmq.v2.MessagingService) on bindAddress",
-        rule=between(1, 65535), important=True)
-    grpc_max_inbound_message_size: int = setting("grpcMaxInboundMessageSize", 130 << 20,
-        "largest gRPC message accepted", unit="bytes", rule=between(4096, 1 << 30))
-    enable_message_body_empty_check: bool = setting("enableMessageBodyEmptyCheck", True,
-        "gRPC sends: refuse an empty body (MESSAGE_BODY_EMPTY)")
-    max_user_property_size: int = setting("maxUserPropertySize", 16 * 1024,
-        "gRPC sends: user properties, tag and keys together", unit="bytes", rule=at_least(1))
-    user_property_max_num: int = setting("userPropertyMaxNum", 128,
-        "gRPC sends: user properties of one message", unit="count", rule=between(1, 65535))
-    max_message_group_size: int = setting("maxMessageGroupSize", 64,
-        "gRPC sends: a message group's UTF-8 bytes must stay below this", unit="bytes",
-        rule=between(0, 1 << 20))
-    max_delay_time_mills: int = setting("maxDelayTimeMills", 86400000,
-        "gRPC sends: latest delivery time from now (ILLEGAL_DELIVERY_TIME); <= 0: no limit",
-        unit="ms", long=True)
-    max_transaction_recovery_second: int = setting("maxTransactionRecoverySecond", 3600,
-        "gRPC sends: longest orphaned-transaction recovery duration", unit="s", long=True)
-    enable_topic_message_type_check: bool = setting("enableTopicMessageTypeCheck", True,
-        "gRPC sends: a message's type must be its topic's message.type "
-        "(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE)")
-    grpc_client_producer_max_attempts: int = setting("grpcClientProducerMaxAttempts", 3,
-        "told to producers in their settings: send attempts", unit="count",
-        rule=between(1, 1000))
-    grpc_client_producer_backoff_initial_millis: int = setting(
-        "grpcClientProducerBackoffInitialMillis", 10, "told to producers: first retry backoff",
-        unit="ms", long=True, rule=at_least(0))
-    grpc_client_producer_backoff_max_millis: int = setting(
-        "grpcClientProducerBackoffMaxMillis", 1000, "told to producers: longest retry backoff",
-        unit="ms", long=True, rule=at_least(0))
-    grpc_client_producer_backoff_multiplier: int = setting(
-        "grpcClientProducerBackoffMultiplier", 2, "told to producers: backoff multiplier",
-        rule=between(1, 1000))
-    grpc_client_consumer_min_long_polling_timeout_millis: int = setting(
-        "grpcClientConsumerMinLongPollingTimeoutMillis", 5000,
-        "shortest long-polling time a receive is held", unit="ms", long=True, rule=at_least(0))
-    grpc_client_consumer_max_long_polling_timeout_millis: int = setting(
-        "grpcClientConsumerMaxLongPollingTimeoutMillis", 20000,
-        "longest long-polling time a receive is held", unit="ms", long=True, rule=at_least(0))
-    grpc_client_consumer_long_polling_batch_size: int = setting(
-        "grpcClientConsumerLongPollingBatchSize", 32,
-        "told to consumers in their settings: receive batch size", unit="count",
-        rule=between(1, 1024))
 
 
 class TlsMode(enum.StrEnum):

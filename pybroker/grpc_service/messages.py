@@ -11,6 +11,7 @@ import time
 
 from google.protobuf import timestamp_pb2
 
+from pybroker.broker.attributes import TopicMessageType
 from pybroker.grpc_service.status import Code, GrpcRefused
 from pybroker.protocol.constants import (SYSTEM_PROPERTY_NAMES, MessageSysFlag, Property)
 from pybroker.protocol.message_id import offset_message_id
@@ -184,13 +185,13 @@ def sys_flag_of(message: pb.Message) -> int:
 def message_type_of_properties(properties: dict[str, str]) -> str:
     """TopicMessageType.parseFromMessageProperty."""
     if properties.get(Property.TRANSACTION_PREPARED) == "true":
-        return "TRANSACTION"
+        return TopicMessageType.TRANSACTION
     if any(name in properties for name in (Property.DELAY_TIME_LEVEL, Property.TIMER_DELIVER_MS,
                                            Property.TIMER_DELAY_SEC, Property.TIMER_DELAY_MS)):
-        return "DELAY"
+        return TopicMessageType.DELAY
     if Property.SHARDING_KEY in properties:
-        return "FIFO"
-    return "NORMAL"
+        return TopicMessageType.FIFO
+    return TopicMessageType.NORMAL
 
 
 # --- stored record -> gRPC message ------------------------------------------------------------

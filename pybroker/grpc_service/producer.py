@@ -23,6 +23,7 @@ import time
 
 from pybroker._fast.jhash import java_hash
 from pybroker.broker import end_transaction, send
+from pybroker.broker.attributes import TopicMessageType
 from pybroker.broker.channel import Channel
 from pybroker.client.message import Message as BatchEntry
 from pybroker.client.message import encode_batch
@@ -127,7 +128,7 @@ def _check_message_type(host, topic: str, topic_config, properties: dict[str, st
         return
     expected = route.topic_message_type(topic_config)
     actual = messages.message_type_of_properties(properties)
-    if actual != expected and expected != "MIXED":
+    if actual != expected and expected != TopicMessageType.MIXED:
         raise proxy_exception(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                               f"TopicMessageType validate failed, the expected type is "
                               f"{expected}, but actual type is {actual}")
@@ -264,7 +265,7 @@ async def recall_message(host, rctx, request: spb.RecallMessageRequest):
     checks.validate_topic(topic)
     if host.ctx.config.grpc.enable_topic_message_type_check:
         expected = route.topic_message_type(host.ctx.metadata.topic_config(topic))
-        if expected != "DELAY" and expected != "MIXED":
+        if expected not in (TopicMessageType.DELAY, TopicMessageType.MIXED):
             raise proxy_exception(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                                   f"TopicMessageType validate failed, the expected type is "
                                   f"{expected}, but actual type is DELAY")

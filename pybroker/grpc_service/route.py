@@ -10,6 +10,7 @@ write-only, read-write, then none. The permission is the topic's as this broker 
 (brokerPermission overrides it when the broker is not read-write). A topic this broker does not
 have is TOPIC_NOT_FOUND with the NameServer's remark, as the proxy relays it.
 """
+from pybroker.broker.attributes import MESSAGE_TYPE, TopicMessageType
 from pybroker.broker.registration import registered_perm
 from pybroker.grpc_service import checks
 from pybroker.grpc_service.status import OK_STATUS, Code, GrpcRefused, status
@@ -17,10 +18,10 @@ from pybroker.protocol.constants import Perm
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 
-TOPIC_MESSAGE_TYPE_KEY = "message.type"     # TopicAttributes.TOPIC_MESSAGE_TYPE_ATTRIBUTE
 _ACCEPTED_TYPES = {
-    "NORMAL": (pb.NORMAL,), "FIFO": (pb.FIFO,), "TRANSACTION": (pb.TRANSACTION,),
-    "DELAY": (pb.DELAY,), "MIXED": (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)}
+    TopicMessageType.NORMAL: (pb.NORMAL,), TopicMessageType.FIFO: (pb.FIFO,),
+    TopicMessageType.TRANSACTION: (pb.TRANSACTION,), TopicMessageType.DELAY: (pb.DELAY,),
+    TopicMessageType.MIXED: (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)}
 _READ, _WRITE = int(Perm.READ), int(Perm.WRITE)
 
 
@@ -28,9 +29,9 @@ def topic_message_type(topic_config) -> str:
     """TopicConfig.getTopicMessageType: the ``message.type`` attribute, NORMAL without one;
     UNSPECIFIED for a topic this broker does not have (the proxy's metadata service)."""
     if topic_config is None:
-        return "UNSPECIFIED"
+        return TopicMessageType.UNSPECIFIED
     attributes = topic_config.attributes or {}
-    return str(attributes.get(TOPIC_MESSAGE_TYPE_KEY, "NORMAL"))
+    return str(attributes.get(MESSAGE_TYPE.name, MESSAGE_TYPE.default))
 
 
 def not_found(topic: str) -> GrpcRefused:
