@@ -25,8 +25,8 @@ cdef struct AnswerValues:
     Py_ssize_t host_hex_length
     int64_t physical_offset
     int32_t count
-    int32_t single_size             # record size when count == 1
-    const int32_t *sizes            # record sizes when count > 1
+    int64_t records_bytes           # all the records (send_fifo.pxd FastSend)
+    const int32_t *sizes            # each record's size; NULL: one record of records_bytes
     int32_t queue_id
     int64_t queue_offset
     int32_t opaque

@@ -61,7 +61,7 @@ cdef Py_ssize_t _message_ids(unsigned char *out, const AnswerValues *values) noe
             out[at + digit] = <unsigned char>HEX_DIGITS[offset & 15]
             offset >>= 4
         at += OFFSET_HEX_DIGITS
-        position += values.single_size if values.count == 1 else values.sizes[record]
+        position += values.records_bytes if values.sizes == NULL else values.sizes[record]
     return at
 
 

@@ -12,8 +12,11 @@ cdef struct FastSend:
     int32_t opaque
     int32_t queue_id                # answered as queueId
     int32_t count
-    int32_t single_size             # record size when count == 1
-    int32_t *sizes                  # record sizes when count > 1 (owned, freed at answer)
+    int64_t records_bytes           # the put's records, the bytes the appender copies as one
+                                    # run: it ends at physical_offset + records_bytes (what
+                                    # the acknowledgement waits for) and is what is counted
+    int32_t *sizes                  # each record's size (owned, freed at answer); NULL: one
+                                    # record of records_bytes
     bint oneway
     bint wait_flush                 # SYNC_FLUSH: held until flushed_position covers it
     bint wait_replica               # SYNC_MASTER, a slave in sync at completion: held until

@@ -115,7 +115,7 @@ cdef class SendPath:
                           Py_ssize_t records_bytes, int32_t queue_id, int32_t count,
                           int32_t sys_flag, bint wait_store) noexcept
     cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
-                   int32_t count, int32_t single_size, int32_t *sizes,
+                   int32_t count, int64_t records_bytes, int32_t *sizes,
                    bint wait_store) except -1
     cdef Py_ssize_t _stored_properties(self, const SendRequest *request,
                                        PropertyScan *scan) noexcept

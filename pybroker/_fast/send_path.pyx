@@ -439,8 +439,10 @@ cdef class SendPath:
         return offset + header
 
     cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
-                   int32_t count, int32_t single_size, int32_t *sizes,
+                   int32_t count, int64_t records_bytes, int32_t *sizes,
                    bint wait_store) except -1:
+        """Queue a put just reserved for ``records_bytes`` of records (the size given to
+        _reserve: the one figure its end position and its counted bytes come from)."""
         cdef FastSend send
         send.request_id = self._next_request_id
         send.slot = <int32_t>slot
@@ -448,7 +450,7 @@ cdef class SendPath:
         send.opaque = request.opaque
         send.queue_id = request.queue_id
         send.count = count
-        send.single_size = single_size
+        send.records_bytes = records_bytes
         send.sizes = sizes
         send.oneway = (request.rpc_flag & RPC_FLAG_ONEWAY) != 0
         send.wait_flush = self._sync_flush and wait_store
@@ -532,7 +534,7 @@ cdef class SendPath:
         parts.properties, parts.properties_length = self._properties, properties_length
         parts.born_address, parts.store_address = connection.born_ip, self._store_ip
         write_record(self._ring._data + offset, &f, &parts)
-        self._pend(slot, request, topic, 1, <int32_t>size, NULL, scan.wait_store)
+        self._pend(slot, request, topic, 1, size, NULL, scan.wait_store)
         return 1
 
     cdef int _put_batch(self, const SendRequest *request, TopicEntry *topic,
@@ -545,7 +547,7 @@ cdef class SendPath:
         cdef const unsigned char *body = request.body
         cdef const unsigned char *inner
         cdef int32_t sys_flag
-        cdef int64_t total, offset
+        cdef int64_t total, offset, records_at
         cdef int32_t *sizes
         cdef RecordFields f
         cdef RecordParts parts
@@ -573,6 +575,7 @@ cdef class SendPath:
         if offset < 0:
             PyMem_Free(sizes)
             return -1
+        records_at = offset
         parts.topic, parts.topic_length = <const unsigned char *>topic.name, topic.length
         parts.born_address, parts.store_address = connection.born_ip, self._store_ip
         at = 0
@@ -591,7 +594,11 @@ cdef class SendPath:
             sizes[index] = <int32_t>write_record(self._ring._data + offset, &f, &parts)
             offset += sizes[index]
             at += entry_bytes
-        self._pend(slot, request, topic, <int32_t>count, 0, sizes, scan.wait_store)
+        if offset != records_at + total:
+            PyMem_Free(sizes)
+            raise RuntimeError(f"batch records of {offset - records_at} bytes in a reservation "
+                               f"of {total}")
+        self._pend(slot, request, topic, <int32_t>count, total, sizes, scan.wait_store)
         return 1
 
     # --- Python path puts -------------------------------------------------------------------
@@ -674,18 +681,11 @@ cdef class SendPath:
 
     cdef int _complete(self, FastSend *send, const pb_completion_slot *done, double now,
                        int64_t now_ns, int64_t replicated, int64_t slaves) except -1:
-        cdef int32_t index
-        cdef int64_t total = 0
         if done.status != self._put_ok:
             return self._answer(send, done.status, False, now_ns)
         send.physical_offset = done.physical_offset
         send.queue_offset = done.queue_offset
-        if send.count == 1:
-            total = send.single_size
-        else:
-            for index in range(send.count):
-                total += send.sizes[index]
-        send.end_position = done.physical_offset + total
+        send.end_position = done.physical_offset + send.records_bytes
         send.status = self._put_ok
         if send.wait_replica and not (
                 slaves > 0 and send.end_position - replicated < self._ha_max_gap_bytes):
@@ -824,8 +824,8 @@ cdef class SendPath:
             values.real_ids = real_ids
             values.host_hex, values.host_hex_length = self._host_hex, self._host_hex_length
             values.physical_offset = send.physical_offset
-            values.count, values.single_size, values.sizes = send.count, send.single_size, \
-                send.sizes
+            values.count, values.records_bytes, values.sizes = send.count, \
+                send.records_bytes, send.sizes
             values.queue_id, values.queue_offset = send.queue_id, send.queue_offset
             values.opaque = send.opaque
             out = _output(connection, answer_bytes_max(template, &values), self._dirty_slots,
@@ -841,14 +841,9 @@ cdef class SendPath:
                     int64_t now_ns) except -1:
         """What the Python path counts for this send when its handler returns."""
         cdef int64_t messages = 0, size_bytes = 0
-        cdef int32_t index
         if template.stored and real_ids:
             messages = send.count
-            if send.count == 1:
-                size_bytes = send.single_size
-            else:
-                for index in range(send.count):
-                    size_bytes += send.sizes[index]
+            size_bytes = send.records_bytes
         return self._counting.answered(now_ns - send.started_ns, template.stored, messages,
                                        size_bytes, send.topic_id)
 

@@ -173,6 +173,10 @@ ROWS = [
          (0, b"m2", "")])), True),
     ("batch json", frame("batch-json", batch="true", properties="WAIT\x01false\x02",
                          body=batch_body([(0, b"x" * 300, "K\x01v\x02")] * 4)), True),
+    ("batch of one binary", frame("batch-binary", batch="true",
+                                  body=batch_body([(0, b"one", "K\x01v\x02")])), True),
+    ("batch of one json", frame("batch-json", batch="true", body=batch_body([(0, b"1", "")])),
+     True),
     ("batch flag on code 310", frame("binary", batch="true",
                                      body=batch_body([(0, b"a", "")] * 2)), True),
     ("batch on code 320 without the flag", frame("batch-binary"), True),
@@ -540,6 +544,52 @@ def test_sync_flush_answers_wait_for_the_flushed_position(sides):
     codes = sorted(command.decode(frame_bytes, 0, len(frame_bytes)).code
                    for frame_bytes in responses(expected[2]).values())
     assert codes == [0, 0, 10]        # SUCCESS, SUCCESS (no wait), FLUSH_DISK_TIMEOUT
+
+
+@pytest.mark.parametrize("style", ["binary", "go", "batch-binary", "batch-json", "batch3"])
+@pytest.mark.parametrize("role", ["SYNC_FLUSH", "SYNC_MASTER"])
+def test_an_acknowledgement_waits_for_the_last_byte(sides, style, role):
+    """With the flushed (SYNC_FLUSH) or replicated (SYNC_MASTER) position at the record's
+    start, then one byte short of its end, nothing is answered; at its end, SEND_OK. A batch
+    of one message included (it was answered at the start: its end was taken as its start)."""
+    field = "flushed_position" if role == "SYNC_FLUSH" else "replicated_position"
+    overrides = ({"flushDiskType": "SYNC_FLUSH"} if role == "SYNC_FLUSH"
+                 else {"brokerRole": "SYNC_MASTER"})
+    python_side, fast_side = sides(dict(overrides, syncFlushTimeout="60000"))
+    if style == "batch3":
+        data = frame("batch-binary", batch="true", body=batch_body([(0, b"m", "")] * 3))
+    elif style.startswith("batch"):
+        data = frame(style, batch="true", body=batch_body([(0, b"one", "")]))
+    else:
+        data = frame(style)
+
+    async def main(side: Side):
+        connection, transport = side.connect()
+        side.refresh()
+        answered = []
+
+        async def publish(value: int) -> None:
+            side.control.publish(field, value, True)
+            side.putter.on_wake()
+            for _ in range(3):      # the Python path answers in a later loop turn
+                await asyncio.sleep(0)
+            answered.append(bytes(transport.written))
+        side.control.publish("ha_slaves_connected", 1)
+        start = side.appender.physical_offset
+        await publish(start)
+        feed(connection, data)
+        await settle(side, connection)
+        end = side.appender.physical_offset
+        await publish(start)
+        await publish(end - 1)
+        await publish(end)
+        return answered
+    expected = asyncio.run(main(python_side))
+    got = asyncio.run(main(fast_side))
+    assert got == expected
+    assert expected[:3] == [b"", b"", b""]
+    assert list(_codes(expected[3]).values()) == [ResponseCode.SUCCESS]
+    assert fast_side.putter.core.fast_puts_total == 1
 
 
 def _flush_waits(side: Side) -> int:

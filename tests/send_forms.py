@@ -1,0 +1,125 @@
+# Every form a producer sends a message in, as raw remoting requests (durability tests).
+"""The send forms of the acknowledgement tests, built as raw remoting requests.
+
+A form is a request code (SEND_MESSAGE 10 with the long header names, SEND_MESSAGE_V2 310 and
+SEND_BATCH_MESSAGE 320 with the one-letter names), a batch size for 320 (one message, as the
+Java producer's ``send(Collection)`` with one element sends it, or several), a header encoding
+(JSON, or ROCKETMQ binary as the Java producer sends it) and the broker path it takes: the C
+send fast path, or the Python handlers - a non-ASCII property value is what the fast path leaves
+to them (pybroker/_fast/send_read.pyx), the stored record is the same kind either way.
+"""
+import dataclasses
+import itertools
+import time
+
+from pybroker.protocol import properties as props
+from pybroker.protocol.codes import RequestCode
+from pybroker.protocol.command import create_request
+from pybroker.protocol.constants import SerializeType
+from pybroker.remoting.client import SyncRemotingClient
+
+_SHORT_NAMES = dict(zip(["producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums",
+                         "queueId", "sysFlag", "bornTimestamp", "flag", "properties",
+                         "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch"],
+                        "abcdefghijklm", strict=True))
+BATCH_MANY = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class SendForm:
+    code: int
+    batch_size: int          # 0: a single message
+    encoding: SerializeType
+    path: str                # "fast" or "python"
+
+    @property
+    def name(self) -> str:
+        shape = f"batch{self.batch_size}" if self.batch_size else "single"
+        return f"{int(self.code)}-{shape}-{self.encoding.name}-{self.path}"
+
+    @property
+    def messages(self) -> int:
+        return self.batch_size or 1
+
+    def client(self) -> SyncRemotingClient:
+        """A client whose requests use this form's header encoding."""
+        return SyncRemotingClient(serialize_type=int(self.encoding))
+
+    def request(self, topic: str, queue_id: int, tag: str):
+        """The request of this form carrying message(s) ``tag``-0, ``tag``-1, ... whose
+        UNIQ_KEYs are the same texts."""
+        values = {"TAGS": "T", "WAIT": "true"}
+        if self.path == "python":
+            values["PATH"] = "h\u00e4ndler"
+        if self.batch_size:
+            body = batch_body([(f"{tag}-{index}".encode(), f"UNIQ_KEY\x01{tag}-{index}\x02")
+                               for index in range(self.batch_size)])
+        else:
+            values["UNIQ_KEY"] = f"{tag}-0"
+            body = f"{tag}-0".encode()
+        ext = {"producerGroup": "forms_producer", "topic": topic, "defaultTopic": "TBW102",
+               "defaultTopicQueueNums": "4", "queueId": str(queue_id), "sysFlag": "0",
+               "bornTimestamp": str(time.time_ns() // 1_000_000), "flag": "0",
+               "properties": props.encode_properties(values), "reconsumeTimes": "0",
+               "unitMode": "false", "maxReconsumeTimes": "16",
+               "batch": "true" if self.batch_size else "false"}
+        if self.code != RequestCode.SEND_MESSAGE:
+            ext = {_SHORT_NAMES[name]: value for name, value in ext.items()}
+        return create_request(self.code, ext, body)
+
+
+def batch_body(messages) -> bytes:
+    """A SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages): per message TOTALSIZE,
+    MAGICCODE, BODYCRC, FLAG, body length and body, properties length and properties."""
+    out = bytearray()
+    for body, properties in messages:
+        encoded = properties.encode()
+        out += (22 + len(body) + len(encoded)).to_bytes(4, "big") + bytes(8)
+        out += (0).to_bytes(4, "big") + len(body).to_bytes(4, "big") + body
+        out += len(encoded).to_bytes(2, "big") + encoded
+    return bytes(out)
+
+
+ALL_FORMS = [SendForm(code, batch_size, encoding, path)
+             for (code, batch_size), encoding, path in itertools.product(
+                 [(RequestCode.SEND_MESSAGE, 0), (RequestCode.SEND_MESSAGE_V2, 0),
+                  (RequestCode.SEND_BATCH_MESSAGE, 1),
+                  (RequestCode.SEND_BATCH_MESSAGE, BATCH_MANY)],
+                 [SerializeType.JSON, SerializeType.ROCKETMQ], ["fast", "python"])]
+
+
+@dataclasses.dataclass
+class HeldAnswer:
+    form: SendForm
+    code: int              # the answer while the condition could not be met
+    waited_s: float        # how long that answer took
+    code_after: int        # the answer to the same form once the condition can be met again
+
+
+def answers_while_stopped(address: str, topic: str, forms, stop, resume, caught_up,
+                          timeout_ms: int) -> list[HeldAnswer]:
+    """Each form in turn as the first request after ``stop()`` (the flusher or the only
+    slave frozen), with everything before it flushed and replicated (``caught_up()`` true),
+    so that the position its acknowledgement waits for is exactly its own last byte; then
+    ``resume()`` and the same form again. Requests wait up to 4x ``timeout_ms`` (the
+    syncFlushTimeout) for their answer."""
+    found = []
+    for number, form in enumerate(forms):
+        with form.client() as client:
+            client.connect(address)
+            deadline = time.monotonic() + 30
+            while not caught_up():
+                assert time.monotonic() < deadline, "the broker did not catch up in 30 s"
+                time.sleep(0.01)
+            stop()
+            try:
+                started = time.monotonic()
+                response = client.invoke(form.request(topic, number % 4, f"held{number}"),
+                                         4 * timeout_ms)
+                waited = time.monotonic() - started
+            finally:
+                resume()
+            after = client.invoke(form.request(topic, number % 4, f"after{number}"),
+                                  4 * timeout_ms)
+        found.append(HeldAnswer(form, response.code, waited, after.code))
+    return found
