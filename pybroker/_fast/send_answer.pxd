@@ -32,6 +32,9 @@ cdef struct AnswerValues:
     int32_t opaque
 
 
+# Point ``template`` at ``pieces`` (TEMPLATE_PIECES bytes objects the caller keeps alive).
+cdef int set_template(Template *template, bint stored, tuple pieces) except -1
+
 # Bytes write_answer may need for these values (an upper bound).
 cdef Py_ssize_t answer_bytes_max(const Template *template,
                                  const AnswerValues *values) noexcept nogil

@@ -65,6 +65,19 @@ cdef Py_ssize_t _message_ids(unsigned char *out, const AnswerValues *values) noe
     return at
 
 
+cdef int set_template(Template *template, bint stored, tuple pieces) except -1:
+    cdef bytes piece
+    cdef Py_ssize_t part
+    if len(pieces) != TEMPLATE_PIECES:
+        raise ValueError(f"{len(pieces)} template pieces, not {TEMPLATE_PIECES}")
+    template.stored = stored
+    for part in range(TEMPLATE_PIECES):
+        piece = pieces[part]
+        template.pieces[part] = <const unsigned char *>piece
+        template.lengths[part] = len(piece)
+    return 0
+
+
 cdef Py_ssize_t answer_bytes_max(const Template *template,
                                  const AnswerValues *values) noexcept nogil:
     cdef Py_ssize_t need = 8 + 3 * DECIMAL_BYTES_MAX, index

@@ -1,12 +1,15 @@
-# pybroker._fast.send_fifo: the send fast path's FIFOs of puts (waiting for their completion, or
-# held for the flush and/or a slave), inline helpers for send_path.pyx.
+# pybroker._fast.send_fifo: a remoting worker's FIFOs of puts (waiting for their completion, or
+# held for the flush and/or a slave), inline helpers for send_path.pyx. Both paths' puts are in
+# them (``python``): one order, one hold rule.
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint32_t
 
 
 cdef struct FastSend:
-    # One put request the fast path made, from its reservation to its response.
+    # One put request, from its reservation to its answer: a fast send, or a put of the Python
+    # path (``python``: its outcome goes back to proc/ring_putter.py, which answers it).
     int64_t request_id
+    bint python
     int32_t slot
     uint32_t generation
     int32_t opaque
@@ -81,25 +84,37 @@ cdef inline FastSend *_fifo_at(Fifo *fifo, Py_ssize_t count) noexcept nogil:
     return &fifo.items[count & (fifo.capacity - 1)]
 
 
+cdef inline bint _live_fast(const FastSend *item, int64_t after_id) noexcept:
+    # A fast send above after_id not withdrawn (answered busy already).
+    return not item.python and item.request_id > after_id and not item.withdrawn
+
+
 cdef inline FastSend *_fifo_first_live(Fifo *fifo, int64_t after_id) noexcept:
-    # The oldest item above after_id not withdrawn (answered busy already), or NULL.
+    # The oldest live fast send above after_id, or NULL.
     cdef Py_ssize_t at
     for at in range(fifo.head, fifo.tail):
-        if _fifo_at(fifo, at).request_id > after_id and not _fifo_at(fifo, at).withdrawn:
+        if _live_fast(_fifo_at(fifo, at), after_id):
             return _fifo_at(fifo, at)
     return NULL
 
 
 cdef inline int64_t _fifo_aged(Fifo *fifo, int64_t limit_ns, int64_t after_id) noexcept:
-    # Highest request id above after_id, not withdrawn, of an item read at limit_ns or before.
+    # Highest request id of a live fast send above after_id read at limit_ns or before.
     cdef Py_ssize_t at
     cdef int64_t highest = 0
     for at in range(fifo.head, fifo.tail):
         if _fifo_at(fifo, at).started_ns > limit_ns:
             break                        # read in order: the rest are younger
-        if _fifo_at(fifo, at).request_id > after_id and not _fifo_at(fifo, at).withdrawn:
+        if _live_fast(_fifo_at(fifo, at), after_id):
             highest = _fifo_at(fifo, at).request_id
     return highest
+
+
+cdef inline Py_ssize_t _fifo_fast_count(Fifo *fifo) noexcept:
+    cdef Py_ssize_t at, count = 0
+    for at in range(fifo.head, fifo.tail):
+        count += not _fifo_at(fifo, at).python
+    return count
 
 
 cdef inline void _fifo_free(Fifo *fifo) noexcept:

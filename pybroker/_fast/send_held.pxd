@@ -1,5 +1,5 @@
-# pybroker._fast.send_held: the send fast path's held acknowledgements (SYNC_FLUSH, SYNC_MASTER),
-# inline helpers for send_path.pyx.
+# pybroker._fast.send_held: a remoting worker's held acknowledgements (SYNC_FLUSH, SYNC_MASTER),
+# both paths' (the Python path's puts are held here too), inline helpers for send_path.pyx.
 #
 # ONE FIFO in completion order, which is CommitLog order (a worker's ring is appended in order),
 # so end positions grow along it and a published position covers a prefix: a cursor per
@@ -93,12 +93,12 @@ cdef inline bint _held_done(Held *held, FastSend *send) noexcept:
     return True
 
 
-cdef inline FastSend *_held_first(Held *held) noexcept:
-    """The oldest held send not answered yet, or NULL."""
+cdef inline FastSend *_held_first(Held *held, bint fast_only) noexcept:
+    """The oldest held send not answered yet (``fast_only``: of the fast path), or NULL."""
     cdef Fifo *fifo = &held.fifo
     cdef Py_ssize_t at
     for at in range(fifo.head, fifo.tail):
-        if not _fifo_at(fifo, at).answered:
+        if not _fifo_at(fifo, at).answered and not (fast_only and _fifo_at(fifo, at).python):
             return _fifo_at(fifo, at)
     return NULL
 

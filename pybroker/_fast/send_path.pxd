@@ -8,21 +8,12 @@ from pybroker._fast.send_answer cimport Template
 from pybroker._fast.send_fifo cimport FastSend, Fifo
 from pybroker._fast.send_held cimport Held
 from pybroker._fast.send_stats cimport SendStats
+from pybroker._fast.send_topics cimport TOPIC_BYTES_MAX, TopicEntry
 from pybroker._fast.record cimport RecordFields
 from pybroker._fast.send_read cimport PropertyScan, SendRequest
 
 cdef enum:
-    TOPIC_BYTES_MAX = 127          # a topic of the fast table (a producer's send: 127 bytes)
     STATUSES_MAX = 16              # PutStatus values a completion may carry
-
-
-cdef struct TopicEntry:
-    uint64_t hash
-    Py_ssize_t length               # 0: free bucket
-    unsigned char name[TOPIC_BYTES_MAX]
-    int32_t queue_nums              # max(read, write) queue counts: the queue id bound
-    int32_t extra_sys_flag          # MULTI_TAGS for MULTI_TAG topics
-    int32_t topic_id                # index in SendPath._topic_names (stable across tables)
 
 
 cdef struct ConnectionSlot:
@@ -97,6 +88,7 @@ cdef class SendPath:
     cdef unsigned char *_properties
     cdef SendStats _counting
     cdef list _topic_entries
+    cdef list _python_outcomes      # outcomes of Python path puts answered since taken
     cdef int64_t _take_ns
     cdef int64_t _take_ms
     cdef public bint python_waiting
@@ -105,8 +97,8 @@ cdef class SendPath:
     cdef readonly uint64_t fast_frames_total
     cdef readonly uint64_t other_frames_total
     cdef readonly uint64_t slave_not_available_total
+    cdef readonly int64_t completed_up_to   # the last request id completed (either path)
 
-    cdef int _set_templates_c(self, Py_ssize_t index, bint stored, tuple pieces) except -1
     cdef TopicEntry *_find(self, const unsigned char *name, Py_ssize_t length) noexcept nogil
     cdef int _grow_index_array(self, bint free_list, Py_ssize_t count) except -1
     cdef int _grow_scratch(self, Py_ssize_t need) except -1
@@ -114,6 +106,8 @@ cdef class SendPath:
     cdef int64_t _reserve(self, const unsigned char *topic, Py_ssize_t length,
                           Py_ssize_t records_bytes, int32_t queue_id, int32_t count,
                           int32_t sys_flag, bint wait_store) noexcept
+    cdef int64_t _queue(self, FastSend *send, int32_t count, int64_t records_bytes,
+                        int32_t *sizes, bint wait_store) except -1
     cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
                    int32_t count, int64_t records_bytes, int32_t *sizes,
                    bint wait_store) except -1
@@ -129,8 +123,10 @@ cdef class SendPath:
                        int64_t now_ns, int64_t replicated, int64_t slaves) except -1
     cdef int _settle(self, int64_t flushed, int64_t replicated, double now,
                      bint expire) except -1
+    cdef list _take_python(self)
     cdef int _answer(self, FastSend *send, int32_t status, bint real_ids,
                      int64_t now_ns) except -1
+    cdef tuple _python_outcome(self, const FastSend *send, int32_t status, bint real_ids)
     cdef int _update_oldest(self) except -1
     cdef int64_t _fast_oldest_ms(self) noexcept
     cdef int _count(self, const FastSend *send, const Template *template, bint real_ids,

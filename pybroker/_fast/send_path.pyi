@@ -17,6 +17,7 @@ class SendPath:
     fast_frames_total: int
     other_frames_total: int
     slave_not_available_total: int
+    completed_up_to: int
 
     def __init__(self, ring: ByteRing, completions: CompletionRing, store_ip: bytes,
                  store_port: int, cluster_pair: bytes, max_message_size: int,
@@ -42,11 +43,14 @@ class SendPath:
     @property
     def inflight(self) -> int: ...
     def drain(self, now: float, replicated_position: int = 0,
-              slaves_connected: int = 0) -> list[tuple[int, int, int, int, int]]:
-        """Answer (or hold) fast completions; return the Python path's."""
-    def release(self, flushed_position: int, replicated_position: int) -> None:
-        """Answer held acknowledgements the positions cover."""
-    def expire(self, flushed_position: int, replicated_position: int, now: float) -> None:
+              slaves_connected: int = 0) -> list[tuple[int, int, bool, int, int, int, int]]:
+        """Answer (or hold) completions; the Python path's puts answered now: (request_id,
+        status code, stored, count, physical_offset, queue_offset, records_bytes)."""
+    def release(self, flushed_position: int,
+                replicated_position: int) -> list[tuple[int, int, bool, int, int, int, int]]:
+        """Answer held acknowledgements the positions cover (the Python path's returned)."""
+    def expire(self, flushed_position: int, replicated_position: int,
+               now: float) -> list[tuple[int, int, bool, int, int, int, int]]:
         """release(), then answer held acknowledgements past their deadline."""
     def aged_fast(self, limit: float, after_id: int) -> int:
         """Highest id above after_id of a fast send read at limit or before; 0."""

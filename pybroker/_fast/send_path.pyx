@@ -12,9 +12,11 @@ handed back to the Python path with its position, so requests keep their order.
 Answer: :meth:`SendPath.drain` takes the completions the appender published. A completion of a
 fast put becomes its response frame, written into the connection's output buffer from a
 template made by the Python path's own encoder (broker/send_fast.py) with msgId, queueId,
-queueOffset and opaque filled in; completions of Python puts are returned to the caller.
-Held acknowledgements (ring_putter.py's rules, the Python path's answers): under SYNC_FLUSH
-an acknowledgement waits until ``flushed_position`` covers the record; under SYNC_MASTER until
+queueOffset and opaque filled in; the outcome of a Python path put (:meth:`put_python`) is
+returned to the caller (proc/ring_putter.py), which answers it.
+Held acknowledgements, THE rule for both paths (a put of either waits in the same FIFO): under
+SYNC_FLUSH an acknowledgement waits until ``flushed_position`` covers the put's last byte (its
+physical offset + the records_bytes it reserved); under SYNC_MASTER until
 ``replicated_position`` (a slave's acknowledged offset) covers it, or it is answered
 SLAVE_NOT_AVAILABLE at once when no slave is connected or the slave is ``haMaxGapNotInSync``
 behind; with both, both. They wait in ONE FIFO in completion order (so in CommitLog order) with
@@ -29,15 +31,14 @@ proc/ring_format.py's layout; proc/ring_putter.py checks the Python-visible fact
     0  request_id int64 | 8 queue_id int32 | 12 count int32 | 16 sys_flag int32
     20 flags int32 (1 = wait store) | 24 topic_length int16 | 26 topic | pad to 8 | records
 
-Completions come back in request order (the appender drains a ring in order), so the fast
-puts waiting for an answer form a FIFO and a completion is a fast one exactly when its id is
-the FIFO's head.
+Completions come back in request order (the appender drains a ring in order), so the puts of
+both paths waiting for their completion form a FIFO and every completion is for its head.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcpy, memset
 
 from pybroker._fast.frame cimport (FRAME_FAULT_NONE, FRAME_HEADER_LENGTH_MASK,
                                    FRAME_LENGTH_FIELD_BYTES, FrameFault, scan_frames)
@@ -50,12 +51,13 @@ from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE
 from pybroker._fast.record cimport (RecordFields, RecordParts, record_encoded_size,
                                     write_record)
 from pybroker._fast.ring cimport RING_FULL, ByteRing, CompletionRing, pb_completion_slot
-from pybroker._fast.send_fifo cimport (_fifo_aged, _fifo_at, _fifo_first_live, _fifo_free,
-                                       _fifo_head, _fifo_init, _fifo_push)
+from pybroker._fast.send_fifo cimport (_fifo_aged, _fifo_at, _fifo_fast_count,
+                                       _fifo_first_live, _fifo_free, _fifo_head, _fifo_init,
+                                       _fifo_push)
 from pybroker._fast.send_held cimport (_held_advance, _held_done, _held_first, _held_next,
                                        _held_push, _held_target)
-from pybroker._fast.send_answer cimport (TEMPLATE_PIECES, AnswerValues, Template,
-                                         answer_bytes_max, write_answer)
+from pybroker._fast.send_answer cimport (AnswerValues, Template, answer_bytes_max,
+                                         set_template, write_answer)
 from pybroker._fast.send_read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
                                        FIELD_TOPIC, PROPERTIES_MAX_BYTES,
                                        PROPERTY_HAS_CLUSTER, PROPERTY_HAS_DELAY,
@@ -65,6 +67,7 @@ from pybroker._fast.send_read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIEL
                                        combined_properties_length, read_send_request,
                                        scan_properties)
 from pybroker._fast.send_stats cimport SendStats, monotonic_ns, realtime_ms
+from pybroker._fast.send_topics cimport TOPIC_BYTES_MAX, TopicEntry, topic_bucket, topic_hash
 from pybroker._fast.stats cimport StatsWriter
 
 cdef enum:
@@ -87,14 +90,6 @@ TAKE_FAULT = 3      # the frame at the position is malformed: frame.split_frames
 cdef inline Py_ssize_t _put_header_bytes(Py_ssize_t topic_length) noexcept nogil:
     cdef Py_ssize_t align = PUT_REQUEST_ALIGN_BYTES
     return (PUT_TOPIC_POSITION + topic_length + align - 1) & ~(align - 1)
-
-
-cdef inline uint64_t _hash(const unsigned char *p, Py_ssize_t n) noexcept nogil:
-    cdef uint64_t h = 14695981039346656037ULL      # FNV-1a
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ p[i]) * 1099511628211ULL
-    return h
 
 
 cdef inline int32_t _host_sys_flag(int32_t sys_flag, Py_ssize_t born_ip_length,
@@ -131,6 +126,7 @@ cdef class SendPath:
         self._properties = NULL
         self._counting = SendStats()
         self._topic_entries = []
+        self._python_outcomes = []
 
     def __init__(self, ByteRing ring not None, CompletionRing completions not None,
                  bytes store_ip not None, int32_t store_port, bytes cluster_pair not None,
@@ -204,26 +200,14 @@ cdef class SendPath:
         PyMem_Free(self._scratch)
         PyMem_Free(self._properties)
 
-    cdef int _set_templates_c(self, Py_ssize_t index, bint stored, tuple pieces) except -1:
-        cdef Template *template = &self._templates[index]
-        cdef bytes piece
-        cdef Py_ssize_t part
-        if len(pieces) != TEMPLATE_PIECES:
-            raise ValueError(f"template {index}: {len(pieces)} pieces, not {TEMPLATE_PIECES}")
-        template.stored = stored
-        for part in range(TEMPLATE_PIECES):
-            piece = pieces[part]
-            template.pieces[part] = <const unsigned char *>piece
-            template.lengths[part] = len(piece)
-        return 0
-
     def _set_templates(self, list templates):
+        cdef Py_ssize_t index
         self._template_bytes = []
         self._statuses_count = len(templates)
         for index, (stored, pieces) in enumerate(templates):
             pieces = tuple(bytes(piece) for piece in pieces)
             self._template_bytes.append(pieces)     # keeps the memory the pointers name
-            self._set_templates_c(index, stored, pieces)
+            set_template(&self._templates[index], stored, pieces)
 
     # --- topics -----------------------------------------------------------------------------
 
@@ -231,7 +215,7 @@ cdef class SendPath:
         """Replace the fast table: ``[(topic UTF-8 bytes, queue_nums, extra_sys_flag)]`` of the
         topics a send may go to without the Python path's checks (broker/send_fast.py decides
         which). Topics longer than 127 bytes are left out."""
-        cdef Py_ssize_t capacity = 16, index
+        cdef Py_ssize_t capacity = 16
         cdef TopicEntry *table
         cdef TopicEntry *entry
         cdef bytes name
@@ -246,13 +230,9 @@ cdef class SendPath:
         for name, queue_nums, extra_sys_flag in entries:
             if not 0 < len(name) <= TOPIC_BYTES_MAX:
                 continue
-            hash_value = _hash(<const unsigned char *>name, len(name))
-            index = <Py_ssize_t>(hash_value & <uint64_t>(capacity - 1))
-            while table[index].length and not (
-                    table[index].length == len(name)
-                    and memcmp(table[index].name, <const char *>name, len(name)) == 0):
-                index = (index + 1) & (capacity - 1)
-            entry = &table[index]
+            hash_value = topic_hash(<const unsigned char *>name, len(name))
+            entry = topic_bucket(table, capacity, hash_value, <const unsigned char *>name,
+                                 len(name))
             entry.hash = hash_value
             entry.length = len(name)
             memcpy(entry.name, <const char *>name, len(name))
@@ -263,18 +243,12 @@ cdef class SendPath:
         self._topics, self._topics_capacity = table, capacity
 
     cdef TopicEntry *_find(self, const unsigned char *name, Py_ssize_t length) noexcept nogil:
-        cdef uint64_t hash_value
-        cdef Py_ssize_t index
+        cdef TopicEntry *entry
         if length <= 0 or length > TOPIC_BYTES_MAX:
             return NULL
-        hash_value = _hash(name, length)
-        index = <Py_ssize_t>(hash_value & <uint64_t>(self._topics_capacity - 1))
-        while self._topics[index].length:
-            if self._topics[index].hash == hash_value and self._topics[index].length == length \
-                    and memcmp(self._topics[index].name, name, <size_t>length) == 0:
-                return &self._topics[index]
-            index = (index + 1) & (self._topics_capacity - 1)
-        return NULL
+        entry = topic_bucket(self._topics, self._topics_capacity, topic_hash(name, length),
+                             name, length)
+        return entry if entry.length else NULL
 
     # --- connections ------------------------------------------------------------------------
 
@@ -438,31 +412,40 @@ cdef class SendPath:
         memset(p + PUT_TOPIC_POSITION + length, 0, <size_t>(header - PUT_TOPIC_POSITION - length))
         return offset + header
 
-    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
-                   int32_t count, int64_t records_bytes, int32_t *sizes,
-                   bint wait_store) except -1:
-        """Queue a put just reserved for ``records_bytes`` of records (the size given to
-        _reserve: the one figure its end position and its counted bytes come from)."""
-        cdef FastSend send
-        send.request_id = self._next_request_id
-        send.slot = <int32_t>slot
-        send.generation = self._slots[slot].generation
-        send.opaque = request.opaque
-        send.queue_id = request.queue_id
+    cdef int64_t _queue(self, FastSend *send, int32_t count, int64_t records_bytes,
+                        int32_t *sizes, bint wait_store) except -1:
+        """Queue a put of either path just reserved for ``records_bytes`` of records (the
+        size given to _reserve: the one figure its end position and counted bytes come
+        from); its request id. What it waits for is decided here, for both paths."""
+        cdef int64_t request_id = self._next_request_id
+        send.request_id = request_id
         send.count = count
         send.records_bytes = records_bytes
         send.sizes = sizes
-        send.oneway = (request.rpc_flag & RPC_FLAG_ONEWAY) != 0
         send.wait_flush = self._sync_flush and wait_store
         send.wait_replica = self._sync_master and wait_store     # decided at completion
         send.withdrawn = False
         send.answered = False
+        _fifo_push(&self._pending, send)
+        self._next_request_id += 1
+        self._inflight += 1
+        return request_id
+
+    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
+                   int32_t count, int64_t records_bytes, int32_t *sizes,
+                   bint wait_store) except -1:
+        """Queue a fast send (see _queue)."""
+        cdef FastSend send
+        send.python = False
+        send.slot = <int32_t>slot
+        send.generation = self._slots[slot].generation
+        send.opaque = request.opaque
+        send.queue_id = request.queue_id
+        send.oneway = (request.rpc_flag & RPC_FLAG_ONEWAY) != 0
         send.topic_id = topic.topic_id
         send.started_ns = self._take_ns
         send.started_ms = self._take_ms
-        _fifo_push(&self._pending, &send)
-        self._next_request_id += 1
-        self._inflight += 1
+        self._queue(&send, count, records_bytes, sizes, wait_store)
         self.fast_puts_total += 1
         return 0
 
@@ -607,9 +590,12 @@ cdef class SendPath:
                    int32_t sys_flag, bint wait_store):
         """Reserve and write a put request of the Python path (``records``: the encoded
         records, any buffer); its request id, or -1 when there is no room now (the caller
-        waits for space and retries). The caller commits (ByteRing.commit)."""
+        waits for space and retries). The caller commits (ByteRing.commit). Its outcome
+        comes back from :meth:`drain`, :meth:`release` or :meth:`expire`, held by the same
+        rule as a fast send's."""
         cdef Py_buffer view
-        cdef int64_t offset, request_id
+        cdef FastSend send
+        cdef int64_t offset, records_bytes
         cdef Py_ssize_t length = len(topic)
         if not 0 < length <= PUT_TOPIC_MAX_BYTES:
             raise ValueError(f"topic of {length} bytes")
@@ -625,12 +611,16 @@ cdef class SendPath:
             if offset < 0:
                 return -1
             memcpy(self._ring._data + offset, view.buf, <size_t>view.len)
+            records_bytes = view.len
         finally:
             PyBuffer_Release(&view)
-        request_id = self._next_request_id
-        self._next_request_id += 1
-        self._inflight += 1
-        return request_id
+        memset(&send, 0, sizeof(send))
+        send.python = True
+        send.slot = -1
+        send.queue_id = queue_id
+        send.topic_id = -1
+        send.started_ns = monotonic_ns()
+        return self._queue(&send, count, records_bytes, NULL, wait_store)
 
     @property
     def has_room(self):
@@ -645,16 +635,15 @@ cdef class SendPath:
     # --- answers ----------------------------------------------------------------------------
 
     def drain(self, double now, int64_t replicated_position=0, int64_t slaves_connected=0):
-        """Take every published completion. Fast puts are answered or held (SYNC_FLUSH /
+        """Take every published completion. Puts are answered or held (SYNC_FLUSH /
         SYNC_MASTER; ``now`` is the loop time their deadline counts from,
         ``replicated_position`` and ``slaves_connected`` the control block's now: whether a
-        slave is in sync); returns the Python path's completions as ``(request_id, status,
-        count, physical_offset, queue_offset)`` tuples, in order."""
+        slave is in sync); returns the outcomes of the Python path's puts answered now, in
+        order (:meth:`_python_outcome`). :attr:`completed_up_to` is the last id completed."""
         cdef uint64_t taken, index
         cdef pb_completion_slot *done
         cdef FastSend *head
         cdef FastSend send
-        cdef list python = []
         cdef int64_t now_ns = monotonic_ns()
         while True:
             if self._completions.drain_c(self._drained, <uint64_t>self._inflight_max,
@@ -665,11 +654,11 @@ cdef class SendPath:
                 self._inflight -= 1
                 head = _fifo_head(&self._pending)
                 if head == NULL or head.request_id != done.request_id:
-                    python.append((done.request_id, done.status, done.count,
-                                   done.physical_offset, done.queue_offset))
-                    continue
+                    raise RuntimeError(f"completion for request {done.request_id}, not for "
+                                       f"the oldest in flight")
                 send = head[0]
                 self._pending.head += 1
+                self.completed_up_to = done.request_id
                 if send.withdrawn:          # answered busy already; never stored
                     if send.sizes != NULL:
                         PyMem_Free(send.sizes)
@@ -677,7 +666,7 @@ cdef class SendPath:
                 self._complete(&send, done, now, now_ns, replicated_position, slaves_connected)
             if taken < <uint64_t>self._inflight_max:
                 self._update_oldest()
-                return python
+                return self._take_python()
 
     cdef int _complete(self, FastSend *send, const pb_completion_slot *done, double now,
                        int64_t now_ns, int64_t replicated, int64_t slaves) except -1:
@@ -701,14 +690,22 @@ cdef class SendPath:
         return _held_push(&self._held, send)
 
     def release(self, int64_t flushed_position, int64_t replicated_position):
-        """Answer the held acknowledgements that the positions cover."""
+        """Answer the held acknowledgements that the positions cover; the Python path's
+        outcomes among them (as :meth:`drain`)."""
         self._settle(flushed_position, replicated_position, 0.0, False)
+        return self._take_python()
 
     def expire(self, int64_t flushed_position, int64_t replicated_position, double now):
         """:meth:`release`, then answer the held acknowledgements whose deadline has passed:
         FLUSH_SLAVE_TIMEOUT while the slave lacks the record (the replica's outcome wins, as in
         Java), else FLUSH_DISK_TIMEOUT (or SLAVE_NOT_AVAILABLE, decided at completion)."""
         self._settle(flushed_position, replicated_position, now, True)
+        return self._take_python()
+
+    cdef list _take_python(self):
+        cdef list outcomes = self._python_outcomes
+        self._python_outcomes = []
+        return outcomes
 
     cdef int _settle(self, int64_t flushed, int64_t replicated, double now,
                      bint expire) except -1:
@@ -750,7 +747,7 @@ cdef class SendPath:
     @property
     def fast_waiting(self):
         """Fast sends waiting for their completion."""
-        return self._pending.tail - self._pending.head
+        return _fifo_fast_count(&self._pending)
 
     def withdraw_fast(self, int64_t taken, int64_t up_to, int32_t busy_status):
         """Fast failure withdrew every request id in (``taken``, ``up_to``]: the appender
@@ -767,7 +764,7 @@ cdef class SendPath:
             send = &self._pending.items[index & (self._pending.capacity - 1)]
             if send.request_id > up_to:
                 break
-            if send.request_id <= taken or send.withdrawn:
+            if send.request_id <= taken or send.withdrawn or send.python:
                 continue
             send.withdrawn = True
             withdrawn += 1
@@ -795,7 +792,7 @@ cdef class SendPath:
     @property
     def held_deadline(self):
         """Deadline (loop time) of the oldest held acknowledgement, or None."""
-        cdef FastSend *send = _held_first(&self._held)
+        cdef FastSend *send = _held_first(&self._held, False)
         return None if send == NULL else send.deadline
 
     @property
@@ -809,10 +806,14 @@ cdef class SendPath:
 
     cdef int _answer(self, FastSend *send, int32_t status, bint real_ids,
                      int64_t now_ns) except -1:
-        cdef ConnectionSlot *connection = &self._slots[send.slot]
+        cdef ConnectionSlot *connection
         cdef Template *template
         cdef AnswerValues values
         cdef unsigned char *out
+        if send.python:
+            self._python_outcomes.append(self._python_outcome(send, status, real_ids))
+            return 0
+        connection = &self._slots[send.slot]
         try:
             if not 0 <= status < self._statuses_count:
                 status = self._statuses_count - 1     # the caller's UNKNOWN_ERROR, last
@@ -837,6 +838,14 @@ cdef class SendPath:
                 PyMem_Free(send.sizes)
                 send.sizes = NULL
 
+    cdef tuple _python_outcome(self, const FastSend *send, int32_t status, bint real_ids):
+        """``(request_id, status, stored, count, physical_offset, queue_offset,
+        records_bytes)`` of a Python path put: ``status`` its completion code; ``stored``
+        false when the appender refused it (no offsets)."""
+        return (send.request_id, status, real_ids, send.count,
+                send.physical_offset if real_ids else 0, send.queue_offset if real_ids else 0,
+                send.records_bytes)
+
     cdef int _count(self, const FastSend *send, const Template *template, bint real_ids,
                     int64_t now_ns) except -1:
         """What the Python path counts for this send when its handler returns."""
@@ -854,7 +863,7 @@ cdef class SendPath:
         """Epoch ms of the oldest fast send not answered yet (waiting for its completion, or
         held for the flush or a slave), 0 when none."""
         cdef FastSend *pending = _fifo_first_live(&self._pending, 0)
-        cdef FastSend *held = _held_first(&self._held)
+        cdef FastSend *held = _held_first(&self._held, True)
         if pending == NULL:
             return 0 if held == NULL else held.started_ms
         if held == NULL or pending.started_ms < held.started_ms:

@@ -16,9 +16,11 @@ Both paths share the ring through :class:`pybroker._fast.send_path.SendPath`: th
 (:class:`FastSendPort`: frames straight from a receive buffer into the ring, completions
 straight into response bytes) take request ids, ring space and completion slots from it, so
 requests of both kinds stay in one order and one count. A put may start only with a
-completion slot free for it (the appender can then always complete what it takes). The fast
-path holds its own SYNC_FLUSH / SYNC_MASTER acknowledgements (by the same rules, in C); the
-sleep flags below cover both paths' waits. Fast failure (:mod:`pybroker.proc.fast_failure`)
+completion slot free for it (the appender can then always complete what it takes). The
+SYNC_FLUSH / SYNC_MASTER holds of both paths are one implementation, in C
+(``pybroker/_fast/send_held.pxd``): a Python path put waits in the same FIFO as the fast
+sends and its outcome (the status, as the fast path answers it) comes back here from
+``SendPath.drain`` / ``release`` / ``expire``. Fast failure (:mod:`pybroker.proc.fast_failure`)
 covers both paths: while the page cache is busy every frame goes to the handlers (which
 refuse it), and fast sends that waited too long in the ring are withdrawn with the Python
 path's puts (:class:`_FastQueue`).
@@ -36,7 +38,6 @@ import collections
 from collections.abc import Callable
 
 from pybroker._fast import send_path
-from pybroker._fast.stats import StatsHistogram
 from pybroker.broker.send_fast import FastSendSettings, busy_frame
 from pybroker.proc import ring_format
 from pybroker.proc.fast_failure import FastFailure, Withdrawn
@@ -64,12 +65,11 @@ _SIGNAL_DEFER_PUTS_MAX = 16
 
 
 def _record_sizes(view: memoryview, count: int) -> list[int]:
-    """TOTALSIZE of each record of a run (the worker encoded them: trusted, but bounded)."""
-    if count == 1:
-        return [len(view)]
+    """TOTALSIZE of each record of a run but the last (the message ids' offsets; the worker
+    encoded them: trusted, but bounded)."""
     sizes: list[int] = []
     position = 0
-    while position + 4 <= len(view) and len(sizes) < count:
+    while position + 4 <= len(view) and len(sizes) < count - 1:
         size = int.from_bytes(view[position:position + 4], "big")
         if size <= 0:
             break
@@ -79,16 +79,11 @@ def _record_sizes(view: memoryview, count: int) -> list[int]:
 
 
 class _Pending:
-    __slots__ = ("future", "sizes", "wait_store", "deadline", "held_at", "result", "waiting")
+    __slots__ = ("future", "sizes")
 
-    def __init__(self, future, sizes, wait_store):
+    def __init__(self, future, sizes):
         self.future = future
         self.sizes = sizes
-        self.wait_store = wait_store
-        self.deadline = 0.0
-        self.held_at = 0.0
-        self.result: PutResult | None = None
-        self.waiting: list = []          # the _AckWaits still holding this put
 
 
 class _SpaceFlag:
@@ -122,50 +117,16 @@ class _CompletionFlag:
         self._putter.completion_ring.clear_consumer_sleeping()
 
 
-class _AckWait:
-    """Acknowledgements held until a published position covers their run's end:
-    ``flushed_position`` (SYNC_FLUSH) or ``replicated_position`` (SYNC_MASTER). Also the sleep
-    flag of that position: a waiter bit, set only while something is held here or in the fast
-    path's own FIFO (``fast_target()``: the end the position must reach, or None)."""
+class _PositionFlag:
+    """The sleep flag of a position acknowledgements are held for: ``flushed_position``
+    (SYNC_FLUSH) or ``replicated_position`` (SYNC_MASTER). A waiter bit, set only while
+    something waits for it (``target()``: the end the position must reach, or None)."""
 
-    def __init__(self, putter: "RingPutter", field: str, timeout_status: PutStatus,
-                 fast_target: Callable[[], int | None]):
+    def __init__(self, putter: "RingPutter", field: str, target: Callable[[], int | None]):
         self._putter = putter
         self.field = field
-        self.timeout_status = timeout_status
-        self.fast_target = fast_target
-        self.held: collections.deque = collections.deque()   # (end offset, request id)
+        self._target = target
         self._armed = False
-
-    def hold(self, end: int, request_id: int) -> None:
-        self.held.append((end, request_id))
-
-    def release(self) -> None:
-        """Let go of every held put the position covers (a put waiting for nothing else
-        is answered)."""
-        held = self.held
-        if not held:
-            return
-        position = self._putter.control.load(self.field)
-        while held and held[0][0] <= position:
-            self._putter._ack_done(held.popleft()[1], self)
-
-    def head_deadline(self) -> float | None:
-        """Deadline of the oldest put still held here (stale entries are dropped)."""
-        pending = self._putter._pending
-        while self.held:
-            found = pending.get(self.held[0][1])
-            if found is not None and self in found.waiting:
-                return found.deadline
-            self.held.popleft()
-        return None
-
-    def _target(self) -> int | None:
-        target = self.held[0][0] if self.held else None
-        fast = self.fast_target()
-        if fast is not None and (target is None or fast < target):
-            target = fast
-        return target
 
     def set_sleeping(self) -> bool:
         target = self._target()
@@ -257,9 +218,8 @@ class RingPutter:
         self.ha_max_gap_bytes = ha_max_gap_bytes
         self.fast_enabled = fast_sends is not None
         self.fast_settings = settings = fast_sends or _no_fast_sends()
-        # Nothing to wait for: SLAVE_NOT_AVAILABLE (classic), SEND_OK (controller mode).
-        self.alone_status = PutStatus.PUT_OK if controller_mode \
-            else PutStatus.SLAVE_NOT_AVAILABLE
+        # Nothing to wait for (both paths, decided in C): SLAVE_NOT_AVAILABLE (classic),
+        # SEND_OK (controller mode).
         self.core = send_path.SendPath(
             ring, completion_ring, bytes(store_host[0]), store_host[1], settings.cluster_pair,
             settings.max_message_size, settings.frame_max_bytes, settings.ext_fields_max,
@@ -269,15 +229,11 @@ class RingPutter:
         self._pending: dict[int, _Pending] = {}
         self._space_waiters: collections.deque = collections.deque()
         core = self.core
-        self._flush_wait = _AckWait(self, "flushed_position", PutStatus.FLUSH_DISK_TIMEOUT,
-                                    lambda: core.flush_target)
-        self._replica_wait = _AckWait(self, "replicated_position",
-                                      PutStatus.FLUSH_SLAVE_TIMEOUT, lambda: core.replica_target)
-        self._stats_writer = None      # set_stats: SYNC_FLUSH_WAIT_US of the Python path
         self._timeout_handle: asyncio.TimerHandle | None = None
-        self._flags: list[SleepFlag] = [_CompletionFlag(self), _SpaceFlag(self),
-                                        self._flush_wait, self._replica_wait]
-        self.slave_not_available_total = 0
+        self._flags: list[SleepFlag] = [
+            _CompletionFlag(self), _SpaceFlag(self),
+            _PositionFlag(self, "flushed_position", lambda: core.flush_target),
+            _PositionFlag(self, "replicated_position", lambda: core.replica_target)]
         self._reader: AsyncWakeReader | None = None
         self._signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
@@ -310,10 +266,10 @@ class RingPutter:
 
     def set_stats(self, recorder) -> None:
         """Count fast sends in ``recorder``'s section (a pybroker.stats.recorder.Recorder) as
-        the handlers count theirs; the oldest-unanswered-send gauge covers both paths."""
+        the handlers count theirs, and both paths' SYNC_FLUSH holds (SYNC_FLUSH_WAIT_US); the
+        oldest-unanswered-send gauge covers both paths."""
         self.core.set_stats(recorder.writer, lambda: recorder.oldest_ms("send"))
         recorder.send_oldest_elsewhere = self.core.fast_oldest_ms
-        self._stats_writer = recorder.writer if recorder.enabled else None
 
     def set_fast_topics(self, entries: list) -> None:
         """The topics the fast path may take (broker.send_fast.fast_topics)."""
@@ -363,7 +319,7 @@ class RingPutter:
         except Withdrawn as withdrawn:
             return withdrawn.result
         future = loop.create_future()
-        self._pending[request_id] = _Pending(future, _record_sizes(view, count), wait_store)
+        self._pending[request_id] = _Pending(future, _record_sizes(view, count))
         if fast_failure is not None:
             fast_failure.committed(loop, request_id, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
@@ -433,24 +389,23 @@ class RingPutter:
 
     # --- completions ----------------------------------------------------------------------------
     def on_wake(self) -> None:
-        """Drain the completion ring (fast puts are answered there), resolve finished puts,
-        release the acks that the flushed / replicated positions cover, write the answers, and
-        let puts waiting for space retry."""
+        """Drain the completion ring (fast puts are answered there), release the acks that
+        the flushed / replicated positions cover, resolve the Python path's puts answered,
+        write the fast answers, and let puts waiting for space retry."""
         core = self.core
         control = self.control
         if self.sync_master:
-            completions = core.drain(_loop_time(), control.replicated_position,
-                                     control.ha_slaves_connected)
+            outcomes = core.drain(_loop_time(), control.replicated_position,
+                                  control.ha_slaves_connected)
         else:
-            completions = core.drain(_loop_time())
-        for completion in completions:
-            self._complete(*completion)
-        self._flush_wait.release()
-        self._replica_wait.release()
+            outcomes = core.drain(_loop_time())
+        if self.fast_failure is not None:
+            self.fast_failure.completed(core.completed_up_to)
         if self.sync_flush or self.sync_master:
-            core.release(control.flushed_position, control.replicated_position)
+            outcomes += core.release(control.flushed_position, control.replicated_position)
             if self._timeout_handle is None:
                 self._arm_timeout()
+        self._resolve_all(outcomes)
         self._write_answers()
         if self._space_waiters:
             self._wake_space_waiters()
@@ -460,107 +415,42 @@ class RingPutter:
         for slot, frames in self.core.take_outputs():
             writers[slot](frames)
 
-    def _complete(self, request_id: int, status_code: int, count: int, physical_offset: int,
-                  queue_offset: int) -> None:
-        pending = self._pending.get(request_id)
-        if pending is None:
-            raise RuntimeError(f"completion for unknown request {request_id}")
-        if self.fast_failure is not None:
-            self.fast_failure.completed(request_id)
-        if status_code != _PUT_OK:
-            self._resolve(request_id, PutResult(ring_format.status_of(status_code)))
-            return
+    def _resolve_all(self, outcomes: list) -> None:
+        """Resolve the Python path's puts from their outcomes (SendPath._python_outcome)."""
         ip, port = self.store_host
-        ids, position = [], physical_offset
-        for size in pending.sizes:
-            ids.append(offset_message_id(ip, port, position))
-            position += size
-        result = PutResult(PutStatus.PUT_OK, physical_offset, queue_offset, count,
-                           position - physical_offset, ",".join(ids), 0)
-        if not pending.wait_store:
-            self._resolve(request_id, result)
-            return
-        self._hold(request_id, pending, result, position)
-
-    def _hold(self, request_id: int, pending: _Pending, result: PutResult, end: int) -> None:
-        """Hold a stored ``wait_store`` put until the flush and/or a slave cover ``end``."""
-        if self.sync_flush:
-            pending.waiting.append(self._flush_wait)
-            self._flush_wait.hold(end, request_id)
-        if self.sync_master:
-            control = self.control
-            if control.ha_slaves_connected > 0 and \
-                    end - control.replicated_position < self.ha_max_gap_bytes:
-                pending.waiting.append(self._replica_wait)
-                self._replica_wait.hold(end, request_id)
-            elif self.alone_status is PutStatus.SLAVE_NOT_AVAILABLE:
-                result.status = PutStatus.SLAVE_NOT_AVAILABLE
-                self.slave_not_available_total += 1
-        if not pending.waiting:
-            self._resolve(request_id, result)
-            return
-        pending.result = result
-        pending.held_at = asyncio.get_running_loop().time()
-        pending.deadline = pending.held_at + self.sync_flush_timeout_s
-        if self._timeout_handle is None:
-            self._arm_timeout()
-
-    def _ack_done(self, request_id: int, wait: _AckWait) -> None:
-        """``wait``'s position covers this put; answer it when nothing else holds it."""
-        pending = self._pending.get(request_id)
-        if pending is None or wait not in pending.waiting:
-            return       # answered already (timed out)
-        pending.waiting.remove(wait)
-        if not pending.waiting:
-            assert pending.result is not None      # set before its wait was queued
-            self._resolve_held(request_id, pending, pending.result)
-
-    def _resolve_held(self, request_id: int, pending: _Pending, result: PutResult) -> None:
-        """Answer a put that was held (SYNC_FLUSH_WAIT_US counts SYNC_FLUSH ones, as the
-        fast path does)."""
-        writer = self._stats_writer
-        if self.sync_flush and writer is not None:
-            waited = asyncio.get_running_loop().time() - pending.held_at
-            writer.record(StatsHistogram.SYNC_FLUSH_WAIT_US, max(0, int(waited * 1e6)))
-        self._resolve(request_id, result)
-
-    def _resolve(self, request_id: int, result: PutResult) -> None:
-        pending = self._pending.pop(request_id)
-        if not pending.future.done():
-            pending.future.set_result(result)
+        pending_table = self._pending
+        for request_id, status_code, stored, count, physical_offset, queue_offset, \
+                records_bytes in outcomes:
+            pending = pending_table.pop(request_id, None)
+            if pending is None:
+                raise RuntimeError(f"outcome for unknown request {request_id}")
+            if pending.future.done():       # answered busy by fast failure already
+                continue
+            status = ring_format.status_of(status_code)
+            if not stored:
+                pending.future.set_result(PutResult(status))
+                continue
+            ids, position = [offset_message_id(ip, port, physical_offset)], physical_offset
+            for size in pending.sizes:
+                position += size
+                ids.append(offset_message_id(ip, port, position))
+            pending.future.set_result(PutResult(status, physical_offset, queue_offset, count,
+                                                records_bytes, ",".join(ids), 0))
 
     def _arm_timeout(self) -> None:
         self._timeout_handle = None
-        deadlines = [deadline for deadline in (self._flush_wait.head_deadline(),
-                                               self._replica_wait.head_deadline())
-                     if deadline is not None]
         head = self.core.held_deadline
         if head is not None:
-            deadlines.append(head)
-        if deadlines:
-            self._timeout_handle = asyncio.get_running_loop().call_at(min(deadlines),
+            self._timeout_handle = asyncio.get_running_loop().call_at(head,
                                                                       self._on_ack_timeout)
 
     def _on_ack_timeout(self) -> None:
         """Answer every held put past its deadline: FLUSH_SLAVE_TIMEOUT while a slave still
-        holds it (the replica's outcome wins, as in Java), else FLUSH_DISK_TIMEOUT."""
-        self._flush_wait.release()
-        self._replica_wait.release()
-        now = asyncio.get_running_loop().time()
-        for wait in (self._replica_wait, self._flush_wait):
-            while (deadline := wait.head_deadline()) is not None and deadline <= now:
-                request_id = wait.held.popleft()[1]
-                pending = self._pending[request_id]
-                result = pending.result
-                assert result is not None       # set before its wait was queued
-                if self._replica_wait in pending.waiting:
-                    result.status = self._replica_wait.timeout_status
-                elif result.status is PutStatus.PUT_OK:
-                    result.status = self._flush_wait.timeout_status
-                pending.waiting.clear()
-                self._resolve_held(request_id, pending, result)
+        lacks it (the replica's outcome wins, as in Java), else FLUSH_DISK_TIMEOUT."""
         control = self.control
-        self.core.expire(control.flushed_position, control.replicated_position, now)
+        now = asyncio.get_running_loop().time()
+        self._resolve_all(self.core.expire(control.flushed_position,
+                                           control.replicated_position, now))
         self._write_answers()
         self._arm_timeout()
 

@@ -76,9 +76,12 @@ def test_acks_wait_for_the_slave_and_are_released_in_order(plane):
                      "the appender took every put")
         await asyncio.sleep(0.05)
         assert not any(put.done() for put in puts), "answered before the slave had it"
-        # Ends are in append order: acknowledging the fourth run's end releases four puts.
-        await _until(lambda: len(putter._replica_wait.held) == 10, "completions")
-        fourth_end = putter._replica_wait.held[3][0]
+        # Ends are in append order: acknowledging the fourth run's end releases four puts
+        # (the records are of one size, from offset 0).
+        await _until(lambda: putter.core.held_count == 10, "completions")
+        written = plane.control.written_position
+        assert written % 10 == 0
+        fourth_end = written // 10 * 4
         _replicate(plane, fourth_end)
         await _until(lambda: sum(put.done() for put in puts) == 4, "four released")
         assert all(puts[i].done() for i in range(4))
