@@ -102,7 +102,7 @@ def answers_while_stopped(address: str, topic: str, forms, stop, resume, caught_
     slave frozen), with everything before it flushed and replicated (``caught_up()`` true),
     so that the position its acknowledgement waits for is exactly its own last byte; then
     ``resume()`` and the same form again. Requests wait up to 4x ``timeout_ms`` (the
-    syncFlushTimeout) for their answer."""
+    timeout: syncFlushTimeout or slaveTimeout) for their answer."""
     found = []
     for number, form in enumerate(forms):
         with form.client() as client:

@@ -35,7 +35,8 @@ cdef struct FastSend:
     int64_t physical_offset
     int64_t queue_offset
     int64_t end_position
-    double deadline
+    double deadline                 # loop time: FLUSH_DISK_TIMEOUT (syncFlushTimeout)
+    double replica_deadline         # loop time: FLUSH_SLAVE_TIMEOUT (slaveTimeout)
 
 
 cdef struct Fifo:

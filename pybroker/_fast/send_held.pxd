@@ -43,14 +43,28 @@ cdef inline void _held_advance(Held *held, int64_t flushed, int64_t replicated) 
         held.replicated_cursor += 1
 
 
-cdef inline FastSend *_held_next(Held *held, int64_t replicated, double now, bint expire,
-                                 int32_t put_ok, int32_t flush_timeout,
-                                 int32_t slave_timeout, int32_t *status) noexcept:
+cdef inline double _held_expiry(Held *held, Py_ssize_t at) noexcept:
+    """When the held send of count ``at`` may be answered by a timeout, as the cursors stand:
+    the latest deadline of the conditions it still waits for (Java answers when the flush and
+    the replica futures have both completed), 0 when it waits for none."""
+    cdef FastSend *send = _fifo_at(&held.fifo, at)
+    cdef double expiry = 0
+    if send.wait_flush and at >= held.flushed_cursor:
+        expiry = send.deadline
+    if send.wait_replica and at >= held.replicated_cursor and send.replica_deadline > expiry:
+        expiry = send.replica_deadline
+    return expiry
+
+
+cdef inline FastSend *_held_next(Held *held, double now, bint expire, int32_t put_ok,
+                                 int32_t flush_timeout, int32_t slave_timeout,
+                                 int32_t *status) noexcept:
     """The next held send to answer after _held_advance, with its ``status``, or NULL: the
     covered prefix (popped), then the flushed sends waiting for the flush alone (in place),
-    then with ``expire`` the sends past their deadline (popped): FLUSH_SLAVE_TIMEOUT while
-    the slave lacks the record, else FLUSH_DISK_TIMEOUT (or the SLAVE_NOT_AVAILABLE decided
-    at completion). A send may come back answered already (swept): skip it (_held_done)."""
+    then with ``expire`` the sends past their deadlines (popped; _held_expiry):
+    FLUSH_SLAVE_TIMEOUT while the slave lacks the record (slaveTimeout), else
+    FLUSH_DISK_TIMEOUT while the disk does (syncFlushTimeout; a SLAVE_NOT_AVAILABLE decided at
+    completion stays). A send may come back answered already (swept): skip it (_held_done)."""
     cdef Fifo *fifo = &held.fifo
     cdef Py_ssize_t covered = fifo.tail
     cdef FastSend *send
@@ -71,15 +85,15 @@ cdef inline FastSend *_held_next(Held *held, int64_t replicated, double now, bin
         if not send.wait_replica and not send.answered:
             status[0] = send.status
             return send
-    if not expire or fifo.head == fifo.tail or _fifo_at(fifo, fifo.head).deadline > now:
+    if not expire or fifo.head == fifo.tail or _held_expiry(held, fifo.head) > now:
         return NULL
     send = _fifo_at(fifo, fifo.head)
-    fifo.head += 1
     status[0] = send.status
-    if send.wait_replica and send.end_position > replicated:
+    if send.wait_replica and fifo.head >= held.replicated_cursor:
         status[0] = slave_timeout
-    elif send.status == put_ok:
+    elif send.wait_flush and fifo.head >= held.flushed_cursor and send.status == put_ok:
         status[0] = flush_timeout
+    fifo.head += 1
     return send
 
 
@@ -93,14 +107,22 @@ cdef inline bint _held_done(Held *held, FastSend *send) noexcept:
     return True
 
 
-cdef inline FastSend *_held_first(Held *held, bint fast_only) noexcept:
-    """The oldest held send not answered yet (``fast_only``: of the fast path), or NULL."""
+cdef inline Py_ssize_t _held_unanswered(Held *held) noexcept:
+    cdef Py_ssize_t at, count = 0
+    for at in range(held.fifo.head, held.fifo.tail):
+        count += not _fifo_at(&held.fifo, at).answered
+    return count
+
+
+cdef inline Py_ssize_t _held_first(Held *held, bint fast_only) noexcept:
+    """The count of the oldest held send not answered yet (``fast_only``: of the fast path),
+    or -1."""
     cdef Fifo *fifo = &held.fifo
     cdef Py_ssize_t at
     for at in range(fifo.head, fifo.tail):
         if not _fifo_at(fifo, at).answered and not (fast_only and _fifo_at(fifo, at).python):
-            return _fifo_at(fifo, at)
-    return NULL
+            return at
+    return -1
 
 
 cdef inline FastSend *_held_target(Held *held, bint replica) noexcept:

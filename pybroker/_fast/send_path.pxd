@@ -80,6 +80,7 @@ cdef class SendPath:
     cdef bint _sync_master
     cdef int64_t _ha_max_gap_bytes
     cdef double _flush_timeout_s
+    cdef double _slave_timeout_s
     cdef int64_t _next_request_id
     cdef Py_ssize_t _inflight
     cdef Py_ssize_t _inflight_max

@@ -25,7 +25,8 @@ class SendPath:
                  flush_timeout_s: float, templates: list[tuple[bool, tuple[bytes, ...]]],
                  put_ok: int, flush_timeout_status: int, sync_master: bool = False,
                  ha_max_gap_bytes: int = 0, slave_timeout_status: int = -1,
-                 slave_not_available_status: int = -1) -> None: ...
+                 slave_not_available_status: int = -1,
+                 slave_timeout_s: float = 3.0) -> None: ...
     def set_topics(self, entries: list[tuple[bytes, int, int]]) -> None:
         """Replace the fast topic table: (topic, queue bound, extra sysFlag)."""
     def open_slot(self, born_ip: bytes, born_port: int) -> int:

@@ -54,8 +54,8 @@ from pybroker._fast.ring cimport RING_FULL, ByteRing, CompletionRing, pb_complet
 from pybroker._fast.send_fifo cimport (_fifo_aged, _fifo_at, _fifo_fast_count,
                                        _fifo_first_live, _fifo_free, _fifo_head, _fifo_init,
                                        _fifo_push)
-from pybroker._fast.send_held cimport (_held_advance, _held_done, _held_first, _held_next,
-                                       _held_push, _held_target)
+from pybroker._fast.send_held cimport (_held_advance, _held_done, _held_expiry, _held_first,
+                                       _held_next, _held_push, _held_target, _held_unanswered)
 from pybroker._fast.send_answer cimport (AnswerValues, Template, answer_bytes_max,
                                          set_template, write_answer)
 from pybroker._fast.send_read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
@@ -110,6 +110,8 @@ cdef class SendPath:
     its completion ring (the Python path puts through :meth:`put_python`, so ids, space and
     completion slots are counted in one place). ``store_ip``/``store_port``: the broker's
     address (STOREHOSTADDRESS, message ids). ``cluster_pair``: ``b"CLUSTER\\x01<name>\\x02"``.
+    ``flush_timeout_s`` / ``slave_timeout_s``: syncFlushTimeout / slaveTimeout, how long a held
+    acknowledgement waits for the flush / a slave.
     ``templates[i]``: ``(stored, pieces)`` of the response to a send whose PutStatus has
     completion code i (broker/send_fast.py builds them with the Python path's encoder).
     """
@@ -134,7 +136,8 @@ cdef class SendPath:
                  Py_ssize_t ext_fields_max, bint sync_flush, double flush_timeout_s,
                  list templates not None, int32_t put_ok, int32_t flush_timeout_status,
                  bint sync_master=False, int64_t ha_max_gap_bytes=0,
-                 int32_t slave_timeout_status=-1, int32_t slave_not_available_status=-1):
+                 int32_t slave_timeout_status=-1, int32_t slave_not_available_status=-1,
+                 double slave_timeout_s=3.0):
         cdef Py_ssize_t index
         if len(store_ip) not in (4, 16):
             raise ValueError(f"store_ip has {len(store_ip)} bytes, not 4 or 16")
@@ -153,6 +156,7 @@ cdef class SendPath:
         self._ext_fields_max = ext_fields_max
         self._sync_flush = sync_flush
         self._flush_timeout_s = flush_timeout_s
+        self._slave_timeout_s = slave_timeout_s
         self._set_templates(templates)
         self._put_ok, self._flush_timeout_status = put_ok, flush_timeout_status
         self._sync_master = sync_master
@@ -686,6 +690,7 @@ cdef class SendPath:
         if not (send.wait_flush or send.wait_replica):
             return self._answer(send, send.status, True, now_ns)
         send.deadline = now + self._flush_timeout_s
+        send.replica_deadline = now + self._slave_timeout_s
         send.held_ns = now_ns
         return _held_push(&self._held, send)
 
@@ -719,7 +724,7 @@ cdef class SendPath:
         now_ns = monotonic_ns()     # once per drain: the held time of every send answered
         _held_advance(&self._held, flushed, replicated)
         while True:
-            send = _held_next(&self._held, replicated, now, expire, self._put_ok,
+            send = _held_next(&self._held, now, expire, self._put_ok,
                               self._flush_timeout_status, self._slave_timeout_status, &status)
             if send == NULL:
                 break
@@ -791,18 +796,15 @@ cdef class SendPath:
 
     @property
     def held_deadline(self):
-        """Deadline (loop time) of the oldest held acknowledgement, or None."""
-        cdef FastSend *send = _held_first(&self._held, False)
-        return None if send == NULL else send.deadline
+        """When (loop time) the oldest held acknowledgement may time out, as the positions
+        stood at the last release, or None (it may move earlier when a position covers it)."""
+        cdef Py_ssize_t at = _held_first(&self._held, False)
+        return None if at < 0 else _held_expiry(&self._held, at)
 
     @property
     def held_count(self):
         """Held acknowledgements not answered yet."""
-        cdef Fifo *fifo = &self._held.fifo
-        cdef Py_ssize_t at, count = 0
-        for at in range(fifo.head, fifo.tail):
-            count += not _fifo_at(fifo, at).answered
-        return count
+        return _held_unanswered(&self._held)
 
     cdef int _answer(self, FastSend *send, int32_t status, bint real_ids,
                      int64_t now_ns) except -1:
@@ -839,9 +841,8 @@ cdef class SendPath:
                 send.sizes = NULL
 
     cdef tuple _python_outcome(self, const FastSend *send, int32_t status, bint real_ids):
-        """``(request_id, status, stored, count, physical_offset, queue_offset,
-        records_bytes)`` of a Python path put: ``status`` its completion code; ``stored``
-        false when the appender refused it (no offsets)."""
+        """A Python path put's (request_id, status code, stored, count, physical_offset,
+        queue_offset, records_bytes); not ``stored``: the appender refused it."""
         return (send.request_id, status, real_ids, send.count,
                 send.physical_offset if real_ids else 0, send.queue_offset if real_ids else 0,
                 send.records_bytes)
@@ -863,7 +864,8 @@ cdef class SendPath:
         """Epoch ms of the oldest fast send not answered yet (waiting for its completion, or
         held for the flush or a slave), 0 when none."""
         cdef FastSend *pending = _fifo_first_live(&self._pending, 0)
-        cdef FastSend *held = _held_first(&self._held, True)
+        cdef Py_ssize_t held_at = _held_first(&self._held, True)
+        cdef FastSend *held = NULL if held_at < 0 else _fifo_at(&self._held.fifo, held_at)
         if pending == NULL:
             return 0 if held == NULL else held.started_ms
         if held == NULL or pending.started_ms < held.started_ms:

@@ -122,7 +122,8 @@ class Attachment:
                 fast_failure=_fast_failure(config, control, slot, plane.workers),
                 fast_sends=fast_send_settings(config, PUT_STATUSES) if fast else None,
                 controller_mode=controller, min_in_sync_replicas=min_in_sync,
-                auto_message_version=config.store.auto_message_version_on_topic_len)
+                auto_message_version=config.store.auto_message_version_on_topic_len,
+                slave_timeout_ms=config.store.slave_timeout)
         self.wake_fd = plane.wakes.workers[slot]
         # This process's section of the instrument region (remoting workers only).
         self.stats_writer: StatsWriter | None = None

@@ -5,7 +5,7 @@ The request and completion layouts are :mod:`pybroker.proc.ring_format`; the app
 with one completion slot per request. Under SYNC_FLUSH a ``wait_store`` put is answered only
 once the control block's ``flushed_position`` covers the run (or ``syncFlushTimeout`` ms
 passed: FLUSH_DISK_TIMEOUT). Under SYNC_MASTER it also waits for ``replicated_position``
-(a slave acknowledged the run; FLUSH_SLAVE_TIMEOUT after ``syncFlushTimeout``), and is answered
+(a slave acknowledged the run; FLUSH_SLAVE_TIMEOUT after ``slaveTimeout``, as Java), and is answered
 SLAVE_NOT_AVAILABLE at once when no slave is connected or the slave is ``haMaxGapNotInSync``
 bytes or more behind the run's end (Java's isSlaveOK). With both, the replica's outcome wins,
 as in Java. The instrument SYNC_FLUSH_WAIT_US records how long each SYNC_FLUSH acknowledgement
@@ -171,10 +171,11 @@ class RingPutter:
     sync_flush : bool
         ``flushDiskType`` is SYNC_FLUSH.
     sync_flush_timeout_ms : int
-        How long a SYNC_FLUSH / SYNC_MASTER ``wait_store`` put waits for the flush and the
-        slave (ms).
+        ``syncFlushTimeout``: how long a SYNC_FLUSH ``wait_store`` put waits for the flush (ms).
     sync_master : bool
         ``brokerRole`` is SYNC_MASTER.
+    slave_timeout_ms : int
+        ``slaveTimeout``: how long a SYNC_MASTER ``wait_store`` put waits for a slave (ms).
     ha_max_gap_bytes : int
         ``haMaxGapNotInSync``: a slave this far behind the run's end is not available.
     fast_failure : pybroker.proc.fast_failure.FastFailure, optional
@@ -200,7 +201,8 @@ class RingPutter:
                  sync_flush_timeout_ms: int = 5000, sync_master: bool = False,
                  ha_max_gap_bytes: int = 256 << 20, fast_failure: FastFailure | None = None,
                  fast_sends: FastSendSettings | None = None, controller_mode: bool = False,
-                 min_in_sync_replicas: int = 1, auto_message_version: bool = True):
+                 min_in_sync_replicas: int = 1, auto_message_version: bool = True,
+                 slave_timeout_ms: int = 3000):
         self.ring = ring
         self.auto_message_version = auto_message_version
         self.completion_ring = completion_ring
@@ -225,11 +227,13 @@ class RingPutter:
             settings.max_message_size, settings.frame_max_bytes, settings.ext_fields_max,
             sync_flush, self.sync_flush_timeout_s, settings.templates, settings.put_ok,
             settings.flush_timeout, sync_master, ha_max_gap_bytes, settings.slave_timeout,
-            settings.put_ok if controller_mode else settings.slave_not_available)
+            settings.put_ok if controller_mode else settings.slave_not_available,
+            slave_timeout_ms / 1000)
         self._pending: dict[int, _Pending] = {}
         self._space_waiters: collections.deque = collections.deque()
         core = self.core
         self._timeout_handle: asyncio.TimerHandle | None = None
+        self._timeout_at = 0.0
         self._flags: list[SleepFlag] = [
             _CompletionFlag(self), _SpaceFlag(self),
             _PositionFlag(self, "flushed_position", lambda: core.flush_target),
@@ -403,7 +407,11 @@ class RingPutter:
             self.fast_failure.completed(core.completed_up_to)
         if self.sync_flush or self.sync_master:
             outcomes += core.release(control.flushed_position, control.replicated_position)
-            if self._timeout_handle is None:
+            # A position that covered one condition of the oldest held put may bring its
+            # timeout (the other condition's deadline) earlier.
+            deadline = core.held_deadline
+            if deadline is not None and (self._timeout_handle is None
+                                         or deadline < self._timeout_at):
                 self._arm_timeout()
         self._resolve_all(outcomes)
         self._write_answers()
@@ -438,15 +446,19 @@ class RingPutter:
                                                 records_bytes, ",".join(ids), 0))
 
     def _arm_timeout(self) -> None:
-        self._timeout_handle = None
+        if self._timeout_handle is not None:
+            self._timeout_handle.cancel()
+            self._timeout_handle = None
         head = self.core.held_deadline
         if head is not None:
+            self._timeout_at = head
             self._timeout_handle = asyncio.get_running_loop().call_at(head,
                                                                       self._on_ack_timeout)
 
     def _on_ack_timeout(self) -> None:
         """Answer every held put past its deadline: FLUSH_SLAVE_TIMEOUT while a slave still
         lacks it (the replica's outcome wins, as in Java), else FLUSH_DISK_TIMEOUT."""
+        self._timeout_handle = None
         control = self.control
         now = asyncio.get_running_loop().time()
         self._resolve_all(self.core.expire(control.flushed_position,

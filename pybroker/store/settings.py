@@ -72,7 +72,11 @@ class StoreConfig:
     flush_delay_offset_interval: int = setting("flushDelayOffsetInterval", 10000,
         "delayOffset.json persist period", unit="ms", long=True, rule=at_least(100))
     sync_flush_timeout: int = setting("syncFlushTimeout", 5000,
-        "SYNC_FLUSH / SYNC_MASTER wait before FLUSH_*_TIMEOUT", unit="ms", rule=between(1, 600000))
+        "SYNC_FLUSH wait for the flush before FLUSH_DISK_TIMEOUT", unit="ms",
+        rule=between(1, 600000))
+    slave_timeout: int = setting("slaveTimeout", 3000,
+        "SYNC_MASTER wait for a slave's acknowledgement before FLUSH_SLAVE_TIMEOUT", unit="ms",
+        rule=between(1, 600000))
     max_message_size: int = setting("maxMessageSize", 4 << 20, "largest message body", unit="bytes",
         rule=between(1, 1 << 30))
     check_crc_on_recover: bool = setting("checkCRCOnRecover", True, "verify body CRC in recovery")

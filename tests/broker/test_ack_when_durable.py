@@ -6,11 +6,12 @@ a raw remoting client. Every send form (tests/send_forms.py: codes 10, 310 and 3
 with three messages, JSON and ROCKETMQ headers, through the C fast path and the Python
 handlers) is sent as the first request after the flusher process (SYNC_FLUSH) or the whole
 slave (SYNC_MASTER) was frozen with SIGSTOP, with everything before it flushed and replicated:
-the only answer it may get is FLUSH_DISK_TIMEOUT (10) / FLUSH_SLAVE_TIMEOUT (12) after
-syncFlushTimeout, as Java 4.9.8 answers (tests/compat/test_ack_forms_java.py runs the
-SYNC_MASTER table against the Java broker). After SIGCONT the same form must be answered
-SEND_OK. Then every message is counted back from the consume queue files, and the bytes the
-broker's statistics counted for the topic must be the bytes of the records in them.
+the only answer it may get is FLUSH_DISK_TIMEOUT (10) after syncFlushTimeout /
+FLUSH_SLAVE_TIMEOUT (12) after slaveTimeout, as Java 4.9.8 answers
+(tests/compat/test_ack_forms_java.py runs the SYNC_MASTER table against the Java broker).
+After SIGCONT the same form must be answered SEND_OK. Then every message is counted back
+from the consume queue files, and the bytes the broker's statistics counted for the topic
+must be the bytes of the records in them.
 """
 import os
 import signal
@@ -115,7 +116,7 @@ def _counts_match(store_dir: str) -> None:
 
 
 def test_sync_master_holds_every_form_until_the_slave_has_its_last_byte(tmp_path):
-    overrides = {"syncFlushTimeout": str(TIMEOUT_MS)}
+    overrides = {"slaveTimeout": str(TIMEOUT_MS)}
     with HACluster(tmp_path, role="SYNC_MASTER", overrides=overrides) as cluster:
         master, slave = cluster.masters[0], cluster.slaves[0][0]
         with client_for(master.address) as client:

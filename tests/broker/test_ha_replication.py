@@ -106,7 +106,7 @@ def test_sync_master_answers_slave_not_available_then_success(tmp_path, rand):
 
 
 def test_sync_master_answers_flush_slave_timeout_while_the_slave_is_stalled(tmp_path, rand):
-    overrides = {"syncFlushTimeout": "1000"}
+    overrides = {"slaveTimeout": "1000"}
     with HACluster(tmp_path, role="SYNC_MASTER", overrides=overrides) as cluster:
         master, slave = cluster.masters[0], cluster.slaves[0][0]
         with client_for(master.address) as client:

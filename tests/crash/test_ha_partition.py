@@ -147,7 +147,7 @@ def _pair(tmp_path, hosts: TwoHosts):
     namesrv = NameServerProcess(tmp_path / "namesrv", host="0.0.0.0")
     namesrv.command_prefix = hosts.exec_prefix(hosts.m)
     namesrv_addr = f"{hosts.master_ip}:{namesrv.port}"
-    common = {"brokerName": "broker-a", "syncFlushTimeout": "1000",
+    common = {"brokerName": "broker-a", "slaveTimeout": "1000",
               "haHousekeepingInterval": str(HOUSEKEEPING_MS)}
     master = BrokerProcess(tmp_path / "m", namesrv_addr, dict(
         common, brokerRole="SYNC_MASTER", brokerIP1=hosts.master_ip,
@@ -232,7 +232,7 @@ def test_netem_delay_and_loss_between_sync_master_and_slave(tmp_path, hosts):
             _send_all(client, 0, 200, acked, codes)
         hosts.netem()
         # Under delay and loss a SYNC_MASTER is slower but answers SUCCESS (TCP recovers
-        # the losses well inside syncFlushTimeout).
+        # the losses well inside slaveTimeout).
         assert codes.get(ResponseCode.SUCCESS, 0) >= 190, codes
         _check_everything_on_the_slave(master, slave, hosts, acked)
     finally:

@@ -318,7 +318,8 @@ class Side:
                 self.control, 0, APPENDER.slot, wait_ms, 1000, clock.now_ms),
             fast_sends=send_fast.fast_send_settings(self.config, PUT_STATUSES),
             controller_mode=self.config.broker.enable_controller_mode,
-            min_in_sync_replicas=self.config.store.min_in_sync_replicas)
+            min_in_sync_replicas=self.config.store.min_in_sync_replicas,
+            slave_timeout_ms=self.config.store.slave_timeout)
         self.appender = StandInAppender(self.regions[0].ring, self.regions[1].ring,
                                         None if wait_ms is None else self.control)
         self.metadata = MetadataState(self.config)
@@ -556,7 +557,8 @@ def test_an_acknowledgement_waits_for_the_last_byte(sides, style, role):
     field = "flushed_position" if role == "SYNC_FLUSH" else "replicated_position"
     overrides = ({"flushDiskType": "SYNC_FLUSH"} if role == "SYNC_FLUSH"
                  else {"brokerRole": "SYNC_MASTER"})
-    python_side, fast_side = sides(dict(overrides, syncFlushTimeout="60000"))
+    python_side, fast_side = sides(dict(overrides, syncFlushTimeout="60000",
+                                        slaveTimeout="60000"))
     if style == "batch3":
         data = frame("batch-binary", batch="true", body=batch_body([(0, b"m", "")] * 3))
     elif style.startswith("batch"):
@@ -668,7 +670,8 @@ def test_sync_master_acks_are_the_python_answers(sides, flush):
     SYNC_FLUSH), FLUSH_SLAVE_TIMEOUT past syncFlushTimeout, FLUSH_DISK_TIMEOUT when only the
     disk lacks it: at the same steps, with the same bytes, as the Python path."""
     python_side, fast_side = sides({"brokerRole": "SYNC_MASTER", "flushDiskType": flush,
-                                    "syncFlushTimeout": "1000", "haMaxGapNotInSync": "1000"})
+                                    "syncFlushTimeout": "1000", "slaveTimeout": "1000",
+                                    "haMaxGapNotInSync": "1000"})
     names = ["alone", "nowait", "first", "batch", "left", "far", "synced"]
     sends = {name: frame("binary", body=name.encode()) for name in names}
     sends["nowait"] = frame("go", body=b"nowait", properties="WAIT\x01false\x02")
@@ -691,6 +694,47 @@ def test_sync_master_acks_are_the_python_answers(sides, flush):
     held = 0 if flush == "ASYNC_FLUSH" else len(sends) - 1      # all but "nowait"
     assert _flush_waits(python_side) == _flush_waits(fast_side) == held
     assert python_side.counted() == fast_side.counted()
+
+
+def test_flush_and_slave_have_their_own_timeouts(sides):
+    """SYNC_FLUSH + SYNC_MASTER, syncFlushTimeout 0.3 s, slaveTimeout 0.9 s (Java waits for the
+    flush and the replica futures with their own timeouts): flushed but not on the slave is
+    FLUSH_SLAVE_TIMEOUT after 0.9 s, not 0.3 s; on the slave but not flushed is
+    FLUSH_DISK_TIMEOUT after 0.3 s, also when the slave's acknowledgement came after the
+    timer was set for 0.9 s. Both paths, the same bytes."""
+    python_side, fast_side = sides({"brokerRole": "SYNC_MASTER", "flushDiskType": "SYNC_FLUSH",
+                                    "syncFlushTimeout": "300", "slaveTimeout": "900"})
+
+    async def main(side: Side) -> list:
+        connection, transport = side.connect()
+        side.refresh()
+        control, steps = side.control, []
+
+        async def publish(field: str, value: int) -> None:
+            control.publish(field, value, True)
+            side.putter.on_wake()
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+        async def after(seconds: float) -> None:
+            await asyncio.sleep(seconds)
+            steps.append(sorted(_codes(bytes(transport.written)).values()))
+        control.publish("ha_slaves_connected", 1)
+        control.publish("replicated_position", side.appender.physical_offset)
+        feed(connection, frame("binary", body=b"flushed-only"))
+        await settle(side, connection)
+        await publish("flushed_position", side.appender.physical_offset)
+        await after(0.5)                        # past syncFlushTimeout: flushed, so waits
+        await after(0.6)                        # past slaveTimeout: FLUSH_SLAVE_TIMEOUT
+        feed(connection, frame("go", body=b"replicated-only"))
+        await settle(side, connection)          # its timer: 0.9 s (both conditions wait)
+        await publish("replicated_position", side.appender.physical_offset)
+        await after(0.5)                        # FLUSH_DISK_TIMEOUT at 0.3 s
+        return steps
+    expected = asyncio.run(main(python_side))
+    assert asyncio.run(main(fast_side)) == expected
+    fst, fdt = ResponseCode.FLUSH_SLAVE_TIMEOUT, ResponseCode.FLUSH_DISK_TIMEOUT
+    assert expected == [[], [fst], sorted([fst, fdt])]
 
 
 async def _controller_mode_steps(side: Side, sends: dict[str, bytes]) -> list:
@@ -743,7 +787,7 @@ def test_controller_mode_acks_are_the_python_answers(sides):
     worker says it needs, none means SEND_OK (never SLAVE_NOT_AVAILABLE), no haMaxGapNotInSync
     rule, FLUSH_SLAVE_TIMEOUT past the timeout: the same on both paths."""
     python_side, fast_side = sides({
-        "brokerRole": "SYNC_MASTER", "syncFlushTimeout": "1000", "haMaxGapNotInSync": "1000",
+        "brokerRole": "SYNC_MASTER", "slaveTimeout": "1000", "haMaxGapNotInSync": "1000",
         "enableControllerMode": "true", "controllerAddr": "127.0.0.1:9878",
         "allAckInSyncStateSet": "true"})
     names = ["alone", "first", "batch", "far"]

@@ -42,7 +42,8 @@ def _putter(plane: LocalDataPlane, sync_flush: bool = False,
             gap_bytes: int = 1 << 20) -> RingPutter:
     putter = RingPutter(plane.rings[0].ring, plane.completions[0].ring, plane.control,
                         plane.wakes.appender, 0, (HOST, PORT), sync_flush, TIMEOUT_MS,
-                        sync_master=True, ha_max_gap_bytes=gap_bytes)
+                        sync_master=True, ha_max_gap_bytes=gap_bytes,
+                        slave_timeout_ms=TIMEOUT_MS)
     putter.start(plane.wakes.workers[0])
     return putter
 
