@@ -9,8 +9,13 @@ send fast path, or the Python handlers - a non-ASCII property value is what the 
 to them (pybroker/_fast/send_read.pyx), the stored record is the same kind either way.
 """
 import dataclasses
+import glob
 import itertools
+import os
+import signal
 import time
+
+import psutil
 
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode
@@ -86,6 +91,41 @@ ALL_FORMS = [SendForm(code, batch_size, encoding, path)
                   (RequestCode.SEND_BATCH_MESSAGE, 1),
                   (RequestCode.SEND_BATCH_MESSAGE, BATCH_MANY)],
                  [SerializeType.JSON, SerializeType.ROCKETMQ], ["fast", "python"])]
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    return [pid] + [child.pid for child in psutil.Process(pid).children(recursive=True)]
+
+
+def freeze(pids: list[int], timeout_s: float = 5.0) -> None:
+    """SIGSTOP every process and wait until each of their threads is stopped: kill() returns
+    before a busy multi-threaded process (a JVM: 50 threads) has stopped them all, and a
+    thread still running meanwhile can acknowledge a send (seen: 24 of 53 still running 4 ms
+    after the signal)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while not all(_all_threads_stopped(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"{pids} not stopped within {timeout_s} s"
+        time.sleep(0.001)
+
+
+def thaw(pids: list[int]) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
+        try:
+            with open(stat, encoding="ascii", errors="replace") as file:
+                text = file.read()
+        except OSError:
+            continue                     # the thread ended
+        if text[text.rindex(")") + 2] not in "tT":
+            return False
+    return True
 
 
 @dataclasses.dataclass

@@ -14,7 +14,6 @@ from the consume queue files, and the bytes the broker's statistics counted for 
 must be the bytes of the records in them.
 """
 import os
-import signal
 
 import psutil
 import pytest
@@ -25,7 +24,7 @@ from pybroker.protocol.codes import ResponseCode
 from pybroker.stats.region import StatsKeyKind, StatsRegion
 from pybroker.store import layout, paths
 from tests.ha_support import client_for, position, send, wait_for
-from tests.send_forms import ALL_FORMS, answers_while_stopped
+from tests.send_forms import ALL_FORMS, answers_while_stopped, freeze, process_tree, thaw
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -96,10 +95,9 @@ def test_sync_flush_holds_every_form_until_its_last_byte_is_flushed(tmp_path):
     with StandaloneBroker(tmp_path, overrides) as broker:
         with client_for(broker.broker_addr) as client:
             assert send(client, TOPIC, b"warm-up", 0, "warm-up").code == ResponseCode.SUCCESS
-        flusher = _worker_pid(broker.process.pid, "flusher")
+        flusher = [_worker_pid(broker.process.pid, "flusher")]
         answers = answers_while_stopped(
-            broker.broker_addr, TOPIC, ALL_FORMS, lambda: os.kill(flusher, signal.SIGSTOP),
-            lambda: os.kill(flusher, signal.SIGCONT),
+            broker.broker_addr, TOPIC, ALL_FORMS, lambda: freeze(flusher), lambda: thaw(flusher),
             _caught_up(broker.store_dir, "flushed_position"), TIMEOUT_MS)
         _check(answers, ResponseCode.FLUSH_DISK_TIMEOUT)
         _counts_match(broker.store_dir)
@@ -121,10 +119,10 @@ def test_sync_master_holds_every_form_until_the_slave_has_its_last_byte(tmp_path
         master, slave = cluster.masters[0], cluster.slaves[0][0]
         with client_for(master.address) as client:
             assert send(client, TOPIC, b"warm-up", 0, "warm-up").code == ResponseCode.SUCCESS
-        group = slave.process.pid
+        slave_pids = process_tree(slave.process.pid)
         answers = answers_while_stopped(
-            master.address, TOPIC, ALL_FORMS, lambda: os.killpg(group, signal.SIGSTOP),
-            lambda: os.killpg(group, signal.SIGCONT),
+            master.address, TOPIC, ALL_FORMS, lambda: freeze(slave_pids),
+            lambda: thaw(slave_pids),
             _caught_up(master.store_dir, "replicated_position"), TIMEOUT_MS)
         _check(answers, ResponseCode.FLUSH_SLAVE_TIMEOUT)
         _counts_match(master.store_dir)
