@@ -50,18 +50,20 @@ class SendForm:
         """A client whose requests use this form's header encoding."""
         return SyncRemotingClient(serialize_type=int(self.encoding))
 
-    def request(self, topic: str, queue_id: int, tag: str):
+    def request(self, topic: str, queue_id: int, tag: str, pad_bytes: int = 0):
         """The request of this form carrying message(s) ``tag``-0, ``tag``-1, ... whose
-        UNIQ_KEYs are the same texts."""
+        UNIQ_KEYs are the same texts (each body that text, then ``pad_bytes`` more)."""
+        pad = b"." * pad_bytes
         values = {"TAGS": "T", "WAIT": "true"}
         if self.path == "python":
             values["PATH"] = "h\u00e4ndler"
         if self.batch_size:
-            body = batch_body([(f"{tag}-{index}".encode(), f"UNIQ_KEY\x01{tag}-{index}\x02")
+            body = batch_body([(f"{tag}-{index}".encode() + pad,
+                                f"UNIQ_KEY\x01{tag}-{index}\x02")
                                for index in range(self.batch_size)])
         else:
             values["UNIQ_KEY"] = f"{tag}-0"
-            body = f"{tag}-0".encode()
+            body = f"{tag}-0".encode() + pad
         ext = {"producerGroup": "forms_producer", "topic": topic, "defaultTopic": "TBW102",
                "defaultTopicQueueNums": "4", "queueId": str(queue_id), "sysFlag": "0",
                "bornTimestamp": str(time.time_ns() // 1_000_000), "flag": "0",
