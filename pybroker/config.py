@@ -633,6 +633,7 @@ def load_broker_config(path: str | os.PathLike | None = None,
     store = StoreConfig(**values["store"])
     tls = TlsConfig(**values["tls"])
     check_tls(tls)
+    _check_ha_tls(store, tls)
     remoting = _effective_remoting(RemotingConfig(**values["remoting"]), tls, set(entries))
     broker, store = _effective_broker_settings(broker, store, set(entries))
     derived = _derive_broker(broker, store, remoting)
@@ -660,6 +661,20 @@ def load_namesrv_config(path: str | os.PathLike | None = None,
                                 os.fspath(path) if path is not None else None, unknown, tls,
                                 _acl_file_path(namesrv.acl_enable,
                                                namesrv.rocketmq_acl_plain_file))
+
+
+def _check_ha_tls(store: StoreConfig, tls: TlsConfig) -> None:
+    """haTlsEnable: a master serves the HA port with the broker's certificate; a slave that
+    does not verify it (tls.client.authServer) is told what then authenticates the master."""
+    if not store.ha_tls_enable:
+        return
+    if store.broker_role is not BrokerRole.SLAVE:
+        _require(bool(tls.tls_server_cert_path), "haTlsEnable", True,
+                 "a master needs tls.server.certPath and tls.server.keyPath")
+    elif not tls.tls_client_auth_server:
+        LOGGER.warning("haTlsEnable=true without tls.client.authServer: the slave does not "
+                       "verify the master's certificate%s", "" if store.ha_shared_secret else
+                       " and, without haSharedSecret, nothing authenticates the master")
 
 
 def _effective_remoting(remoting: RemotingConfig, tls: TlsConfig,

@@ -325,13 +325,14 @@ def _exit_status(result) -> int:
 
 
 def bind_ha_listener(config) -> socket.socket | None:
-    """A master's HA port (haListenPort on bindAddress), or None on a slave. The supervisor
-    binds it once, before any worker exists, like the remoting ports
+    """A master's HA port (haListenPort on haListenAddress, default bindAddress), or None on
+    a slave. The supervisor binds it once, before any worker exists, like the remoting ports
     (pybroker/proc/listeners.py): a busy port stops the start (PortInUseError), and the ha
     workers of every generation inherit it, so a restart never closes the port."""
     if is_slave(config) and not config.broker.enable_controller_mode:
         return None      # (in controller mode any broker may become master)
-    host, port = config.remoting.bind_address, config.store.ha_listen_port
+    host = config.store.ha_listen_address or config.remoting.bind_address
+    port = config.store.ha_listen_port
     check_ports_free(host, [port])
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                              socket.SOCK_STREAM)

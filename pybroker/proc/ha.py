@@ -22,6 +22,7 @@ from pybroker.config import BrokerRole
 from pybroker.proc.autoswitch_master import AutoSwitchMasterService
 from pybroker.proc.autoswitch_slave import AutoSwitchSlaveClient
 from pybroker.proc.children import STOP_SIGNAL
+from pybroker.proc.ha_access import HAAccess
 from pybroker.proc.ha_master import HAMasterService
 from pybroker.proc.ha_slave import HASlaveClient
 from pybroker.store.control_block import BrokerState
@@ -39,12 +40,31 @@ def run_ha(config, control, wakes, listener=None) -> int:
     """Main of the forked ha worker; returns its exit status. In controller mode it speaks
     AutoSwitchHA (pybroker/proc/autoswitch_master.py, autoswitch_slave.py)."""
     controller_mode = config.broker.enable_controller_mode
+    if controller_mode:
+        _warn_admission_not_applied(config.store)
     if is_slave(config):
         client = AutoSwitchSlaveClient(config.store, config.broker.broker_id, control, wakes) \
-            if controller_mode else HASlaveClient(config.store, control, wakes)
+            if controller_mode else HASlaveClient(
+                config.store, control, wakes, access=HAAccess.from_config(config, master=False))
         return asyncio.run(_run_slave(client, control, wakes))
-    service_class = AutoSwitchMasterService if controller_mode else HAMasterService
-    return asyncio.run(_run_master(service_class(config.store, control, wakes, listener)))
+    service = AutoSwitchMasterService(config.store, control, wakes, listener) \
+        if controller_mode else HAMasterService(
+            config.store, control, wakes, listener,
+            access=HAAccess.from_config(config, master=True))
+    return asyncio.run(_run_master(service))
+
+
+def _warn_admission_not_applied(store) -> None:
+    """The HA port's admission settings (proc/ha_access.py) apply to classic replication; the
+    AutoSwitchHA port of controller mode does not apply them yet: say so, never ignore them
+    silently."""
+    set_keys = [key for key, value in (
+        ("haAllowedSlaveAddresses", store.ha_allowed_slave_addresses),
+        ("haSharedSecret", store.ha_shared_secret), ("haTlsEnable", store.ha_tls_enable))
+        if value]
+    if set_keys:
+        log.warning("%s: applied to classic replication only; the controller-mode HA port "
+                    "serves any peer (docs/security.md, \"The HA port\")", ", ".join(set_keys))
 
 
 async def _run_master(service) -> int:

@@ -25,7 +25,11 @@ The worker maps the CommitLog read-only and never writes it. Per slave connectio
 
 ``ha_slaves_connected`` counts connections that sent a valid first report (Java counts
 accepted sockets; a port scanner is not a slave). A SYNC_MASTER put needs at least one
-(protocol.md §6.2: SLAVE_NOT_AVAILABLE otherwise).
+(protocol.md §6.2: SLAVE_NOT_AVAILABLE otherwise). A report counts toward
+``replicated_position`` only for bytes this connection was sent (``sent_end``): the request
+itself, a claim no byte backs yet, releases no acknowledgement (Java counts it). Who may
+connect at all (address allow-list, TLS, shared secret) is :mod:`pybroker.proc.ha_access`,
+applied in :meth:`HAMasterService._accept` before a connection exists here.
 """
 import asyncio
 import ipaddress
@@ -33,6 +37,7 @@ import logging
 import socket
 
 from pybroker import clock
+from pybroker.proc.ha_access import HAAccess, HAAccessRefused
 from pybroker.proc.wake import signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store.commitlog import CommitLog
@@ -97,7 +102,11 @@ class _SlaveConnection:
         self.last_read_ms = self.last_write_ms = self.connected_ms
         self.request_offset = -1
         self.ack_offset = -1
+        self.acknowledged = -1                # the last report backed by bytes sent here
         self.next_transfer = -1
+        self.transfer_start = -1
+        self.sent_end = -1                    # end of the data units fully sent
+        self.unit_end = -1
         self.pending = bytearray()            # an incomplete report
         self.out: list = []                   # buffers of the unit being sent
         self.out_file: MappedFile | None = None   # the mapped file the unit's view holds
@@ -170,6 +179,7 @@ class _SlaveConnection:
         self.out = [ha_protocol.encode_transfer_header(self.next_transfer, size), view]
         self.out_file = mapped_file
         self.next_transfer += size
+        self.unit_end = self.next_transfer
         self.transferred_bytes += size
         return True
 
@@ -202,6 +212,7 @@ class _SlaveConnection:
                 sent = 0
         if not self.out:
             self._release_file()
+            self.sent_end = max(self.sent_end, self.unit_end)
             return True
         if not self.writer_registered:
             self.writer_registered = True
@@ -245,7 +256,8 @@ class HAMasterService:
     """The master's HA port (see the module docstring). ``listener`` is a bound, listening
     socket (the supervisor binds it before forking: a busy port stops the start)."""
 
-    def __init__(self, settings, control, wakes, listener: socket.socket, clock_ms=clock.now_ms):
+    def __init__(self, settings, control, wakes, listener: socket.socket, clock_ms=clock.now_ms,
+                 access: HAAccess | None = None):
         # SYNC_MASTER puts wait for the slave: each append drain wakes this worker. An
         # ASYNC_MASTER's slave takes what a short tick found (fewer, larger units).
         self.sync_master = settings.broker_role == BrokerRole.SYNC_MASTER
@@ -270,6 +282,8 @@ class HAMasterService:
         self.drop_behind = DropBehind(self.commitlog.mapped_file_queue,
                                       keep_bytes=READER_KEEP_BYTES)
         self.connections: dict[int, _SlaveConnection] = {}
+        self.access = access or HAAccess()     # as Java: any peer, plain TCP
+        self.handshakes: set[asyncio.Task] = set()
         self.counted = 0
         self.stop: asyncio.Event | None = None
         self.flag = _CaughtUpFlag(self)
@@ -297,8 +311,13 @@ class HAMasterService:
         self.listener.setblocking(False)
         loop.add_reader(self.listener, self._accept)
         loop.add_reader(self.wakes.ha.fd, self._wake_readable)
-        log.info("HA service listening on %s, master offset %d", self.listener.getsockname(),
-                 self.written)
+        log.info("HA service listening on %s, master offset %d, serving %s",
+                 self.listener.getsockname(), self.written, self.access.describe())
+        if self.access.open and not ipaddress.ip_address(
+                self.listener.getsockname()[0]).is_loopback:
+            log.warning("the HA port %s serves any peer that reaches it the whole CommitLog "
+                        "(set haAllowedSlaveAddresses, haListenAddress, haSharedSecret or "
+                        "haTlsEnable; docs/security.md)", self.listener.getsockname())
         self._tick_s = _HOUSEKEEPING_TICK_S if self.sync_master else _ASYNC_TRANSFER_TICK_S
         self._next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
         self._timer = loop.call_later(self._tick_s, self._tick)
@@ -310,6 +329,8 @@ class HAMasterService:
             self.flag.clear_sleeping()
             loop.remove_reader(self.wakes.ha.fd)
             loop.remove_reader(self.listener)
+            for handshake in list(self.handshakes):
+                handshake.cancel()
             for connection in list(self.connections.values()):
                 connection.close("master stopping")
             self.commitlog.shutdown(0)
@@ -367,14 +388,46 @@ class HAMasterService:
         except OSError as error:
             log.warning("HA accept failed: %s", error)
             return
+        refusal = self.access.refusal(str(address[0]))
+        if refusal is not None:
+            log.warning("HA connection from %s refused: %s", address, refusal)
+            sock.close()
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self.access.handshake_needed:
+            self._register(sock, address)
+        elif len(self.handshakes) >= HA_SLAVE_SLOTS_MAX:
+            log.warning("HA connection from %s refused: %d handshakes in progress", address,
+                        len(self.handshakes))
+            sock.close()
+        else:
+            task = asyncio.get_running_loop().create_task(self._admit(sock, address))
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _admit(self, sock: socket.socket, address) -> None:
+        """TLS and the shared-secret challenge (ha_access) before the peer is a connection."""
+        try:
+            peer = await self.access.admit(sock)
+        except (HAAccessRefused, OSError, TimeoutError) as error:
+            log.warning("HA connection from %s refused: %s", address,
+                        error or type(error).__name__)
+            sock.close()
+            return
+        except BaseException:
+            sock.close()
+            raise
+        self._register(peer, address)
+
+    def _register(self, sock, address) -> None:
+        """A peer admitted to the classic protocol."""
         free = [slot for slot in range(HA_SLAVE_SLOTS_MAX) if slot not in self.connections]
         if not free:
             log.warning("HA connection from %s refused: %d slaves connected already", address,
                         HA_SLAVE_SLOTS_MAX)
             sock.close()
             return
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection = _SlaveConnection(self, sock, address, free[0])
         self.connections[connection.slot] = connection
         loop = asyncio.get_running_loop()
@@ -398,11 +451,16 @@ class HAMasterService:
         if connection.request_offset < 0 and not self._start(connection, offset):
             return
         connection.ack_offset = offset
+        # Only bytes sent on this connection back an acknowledgement: not the request (a
+        # claim), not a report beyond what it was sent.
+        if connection.sent_end > connection.transfer_start and offset <= connection.sent_end:
+            connection.acknowledged = offset
         control = self.control
         control.publish_ha_slave(connection.slot, offset, connection.peer,
                                  connection.connected_ms)
-        highest = max(c.ack_offset for c in self.connections.values())
-        signal_mask(control.publish("replicated_position", highest, True), self.slots)
+        highest = max(c.acknowledged for c in self.connections.values())
+        if highest >= 0:
+            signal_mask(control.publish("replicated_position", highest, True), self.slots)
         if not connection.out:
             connection.pump()
         self.arm()
@@ -419,7 +477,7 @@ class HAMasterService:
                              f"CommitLog file {min_offset}: rebuild the slave from a copy")
             return False
         connection.request_offset = offset
-        connection.next_transfer = start
+        connection.next_transfer = connection.transfer_start = connection.sent_end = start
         self.counted += 1
         signal_mask(self.control.publish("ha_slaves_connected", self.counted), self.slots)
         log.info("slave[%s] request offset %d, master transfers from %d (master max %d)",

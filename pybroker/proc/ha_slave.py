@@ -32,6 +32,7 @@ import logging
 import socket
 
 from pybroker import clock
+from pybroker.proc.ha_access import HAAccess, HAAccessRefused
 from pybroker.proc.wake import signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store import paths
@@ -68,8 +69,10 @@ class _Widen(Exception):
 class HASlaveClient:
     """The slave's replication loop (see the module docstring)."""
 
-    def __init__(self, settings, control, wakes, clock_ms=clock.now_ms):
+    def __init__(self, settings, control, wakes, clock_ms=clock.now_ms,
+                 access: HAAccess | None = None):
         self.control = control
+        self.access = access or HAAccess()     # plain TCP, no challenge (Java's HAClient)
         self.wakes = wakes
         self.slots = wakes.by_slot()
         self.clock_ms = clock_ms
@@ -139,7 +142,8 @@ class HASlaveClient:
                 log.info("HAClient: no common point in the last %d bytes of the slave; "
                          "verifying a wider window next", self.window_bytes)
                 self._widen(address)
-            except (OSError, TimeoutError, ha_protocol.HAProtocolError, ReplicaRefused) as error:
+            except (OSError, TimeoutError, ha_protocol.HAProtocolError, ReplicaRefused,
+                    HAAccessRefused) as error:
                 log.warning("HAClient: connection to master %s ended: %s (slave end %d)",
                             address, error or type(error).__name__, self.replica.end)
             finally:
@@ -163,12 +167,15 @@ class HASlaveClient:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                              socket.SOCK_STREAM)
         sock.setblocking(False)
+        peer = sock
         try:
             await asyncio.wait_for(loop.sock_connect(sock, (host.strip("[]"), int(port))),
                                    self.connect_timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # TLS and the shared-secret challenge, when configured (proc/ha_access.py).
+            peer = await self.access.open_to_master(sock, host.strip("[]"))
             log.info("HAClient connect to master %s (slave end %d)", address, self.replica.end)
-            session = _Session(self, sock)
+            session = _Session(self, peer)
             reader = loop.create_task(session.receive())
             changed = loop.create_task(address_changed.wait())
             try:
@@ -181,6 +188,7 @@ class HASlaveClient:
             if reader.done() and not reader.cancelled():
                 reader.result()
         finally:
+            peer.close()
             sock.close()
 
 

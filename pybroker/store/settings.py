@@ -10,13 +10,29 @@ Values are not validated when a StoreConfig is built directly (only when loaded 
 """
 import dataclasses
 import enum
+import ipaddress
 
-from pybroker.schema import (ADDRESS_RULE, DELAY_LEVEL_RULE, DELETE_WHEN_RULE, PERCENT_RULE,
-                             PORT_RULE, at_least, between, home, parse_delay_levels, setting)
+from pybroker.schema import (ADDRESS_RULE, DELAY_LEVEL_RULE, DELETE_WHEN_RULE, HOST_RULE,
+                             PERCENT_RULE, PORT_RULE, Rule, at_least, between, home,
+                             parse_delay_levels, setting)
 from pybroker.protocol.ha import TRANSFER_BODY_MAX_BYTES
 from pybroker.store import layout, paths
 
 __all__ = ["StoreConfig", "BrokerRole", "FlushDiskType"]
+
+
+def _networks_ok(text: str) -> bool:
+    try:
+        for part in text.split(","):
+            if part.strip():
+                ipaddress.ip_network(part.strip(), strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+NETWORK_LIST_RULE = Rule("must be IP addresses or CIDR networks separated by ','",
+                         _networks_ok)
 
 
 class BrokerRole(enum.StrEnum):
@@ -164,6 +180,23 @@ class StoreConfig:
     ha_max_gap_not_in_sync: int = setting("haMaxGapNotInSync", 256 << 20,
         "SYNC_MASTER: a slave this far behind answers SLAVE_NOT_AVAILABLE (4.9.x: "
         "haSlaveFallbehindMax)", unit="bytes", rule=at_least(0))
+    # Who may replicate from the HA port (proc/ha_access.py, docs/security.md "The HA port").
+    ha_listen_address: str | None = setting("haListenAddress", None,
+        "master: address the HA port listens on; default: bindAddress", rule=HOST_RULE,
+        important=True, pybroker_only=True)
+    ha_allowed_slave_addresses: str = setting("haAllowedSlaveAddresses", "",
+        "master: IP addresses or CIDR networks (comma-separated) whose connections to the HA "
+        "port are served, Java slaves too; empty: every peer, as Java", rule=NETWORK_LIST_RULE,
+        important=True, pybroker_only=True)
+    ha_tls_enable: bool = setting("haTlsEnable", False,
+        "HA connections speak TLS (pybroker master and slaves only): the master's "
+        "tls.server.certPath/keyPath, the slave's tls.client.* as its other links",
+        important=True, pybroker_only=True)
+    ha_shared_secret: str | None = setting("haSharedSecret", None,
+        "master and slave prove knowledge of it on every HA connection (pybroker master and "
+        "slaves only)", rule=Rule("must have at least 16 characters",
+                                  lambda value: len(value) >= 16), secret=True,
+        pybroker_only=True)
     # --- RocketMQ 5.x protocol basics --------------------------------------------------------
     auto_message_version_on_topic_len: bool = setting("autoMessageVersionOnTopicLen", True,
         "records of topics longer than 127 bytes use message format V2 (2-byte topic length); "

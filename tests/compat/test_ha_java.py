@@ -1,6 +1,7 @@
 """Replication interoperates with the real Java brokers, both ways, ASYNC and SYNC.
 
-Method: one pybroker NameServer; a pybroker master with a Java slave (4.9.8 and 5.3.3, the
+Method: one pybroker NameServer; a pybroker master (its HA port on 127.0.0.1, admitting only
+haAllowedSlaveAddresses=127.0.0.1) with a Java slave (4.9.8 and 5.3.3, the
 brokers .ci/run installs from Maven Central), and a Java master with a pybroker slave; the
 master runs with brokerRole ASYNC_MASTER, then restarts on its store as SYNC_MASTER (one JVM
 start fewer than a fresh pair per role), with 1 MiB CommitLog files on both sides. Raw
@@ -63,9 +64,14 @@ def _kill(java) -> None:
 
 def _pybroker(work_dir, namesrv: NameServerProcess, role: str, broker_id: int,
               port: int | None = None):
+    # A pybroker master admits HA peers by address only (haAllowedSlaveAddresses): a Java
+    # slave speaks neither TLS nor the shared-secret challenge on the HA port.
     return BrokerProcess(work_dir, namesrv.address, {"brokerName": "broker-a",
                                                      "brokerRole": role,
-                                                     "brokerId": str(broker_id)}, port)
+                                                     "brokerId": str(broker_id),
+                                                     "haListenAddress": "127.0.0.1",
+                                                     "haAllowedSlaveAddresses": "127.0.0.1"},
+                         port)
 
 
 def _produce(address: str, rand, prefix: str) -> set[bytes]:
