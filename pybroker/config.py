@@ -32,6 +32,8 @@ import re
 import socket
 from typing import Any, Mapping
 
+import orjson
+
 from pybroker.config_not_acted_on import (  # noqa: F401
     JAVA_KEYS_NOT_USED, JAVA_KEYS_UNSUPPORTED, SETTINGS_NOT_ACTED_ON, not_acted_on_lines)
 from pybroker.errors import ConfigError
@@ -39,7 +41,8 @@ from pybroker.protocol.constants import PROPERTIES_MAX_BYTES, SystemTopic
 # The declaration language and the store's own area are re-exported: one import for users.
 from pybroker.schema import (ADDRESS_LIST_RULE, ADDRESS_RULE, DELAY_LEVEL_RULE,  # noqa: F401
                              DELETE_WHEN_RULE, HOST_RULE, JAVA_INT_MAX, JAVA_LONG_MAX, NAME_RULE,
-                             PERCENT_RULE, PORT_RULE, Rule, SettingSpec, at_least, between,
+                             NETWORK_LIST_RULE, PERCENT_RULE, PORT_RULE, Rule, SettingSpec,
+                             at_least, between,
                              delete_when_hours, home, java_text, matches, only, parse_value,
                              power_of_two, setting, settings_of)
 from pybroker.store import layout
@@ -78,6 +81,24 @@ def _namesrv_addr_from_environment() -> str | None:
 def default_namesrv_addr() -> str:
     """Name servers of command-line tools: NAMESRV_ADDR (as mqadmin), else 127.0.0.1:9876."""
     return _namesrv_addr_from_environment() or "127.0.0.1:9876"
+
+
+def inner_credentials(text: str | None) -> tuple[str, str] | None:
+    """(accessKey, secretKey) of ``innerClientAuthenticationCredentials`` (Java 5.x's JSON),
+    or None when absent or not that shape."""
+    if not text:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    access_key, secret_key = value.get("accessKey"), value.get("secretKey")
+    if not (isinstance(access_key, str) and isinstance(secret_key, str)
+            and access_key.strip() and secret_key.strip()):
+        return None
+    return access_key, secret_key
 
 
 def _cpu_count() -> int:
@@ -175,6 +196,12 @@ class BrokerConfig:
     rocketmq_acl_plain_file: str = setting("rocketmq.acl.plain.file", "conf/plain_acl.yml",
         "plain_acl.yml; a relative path is under $ROCKETMQ_HOME when set, else the working "
         "directory (Java's system property of that name)", important=True, pybroker_only=True)
+    inner_client_authentication_credentials: str | None = setting(
+        "innerClientAuthenticationCredentials", None,
+        "the broker's own account for its requests to NameServers and, on a slave, to its "
+        "master: {\"accessKey\":\"...\",\"secretKey\":\"...\"} (Java 5.x AuthConfig)",
+        rule=Rule("must be {\"accessKey\":\"...\",\"secretKey\":\"...\"}",
+                  lambda value: inner_credentials(value) is not None), secret=True)
     metrics_exporter_type: str = setting("metricsExporterType", "DISABLE",
         "metrics exporter: DISABLE or PROM (Prometheus pull endpoint)", important=True,
         rule=Rule("must be DISABLE or PROM (pybroker has no OTLP_GRPC or LOG exporter)",
@@ -295,6 +322,12 @@ class NamesrvConfig:
     rocketmq_acl_plain_file: str = setting("rocketmq.acl.plain.file", "conf/plain_acl.yml",
         "plain_acl.yml; a relative path is under $ROCKETMQ_HOME when set, else the working "
         "directory", important=True, pybroker_only=True)
+    broker_registration_allowed_addresses: str = setting(
+        "brokerRegistrationAllowedAddresses", "",
+        "with aclEnable: IP addresses or CIDR networks (comma-separated) whose unsigned "
+        "REGISTER_BROKER, UNREGISTER_BROKER and BROKER_HEARTBEAT are served (Java 4.x brokers "
+        "never sign them); any other peer signs them with an admin account",
+        rule=NETWORK_LIST_RULE, important=True, pybroker_only=True)
 
 
 class TlsMode(enum.StrEnum):

@@ -10,6 +10,7 @@ schema by :mod:`pybroker.config`, which also loads files.
 """
 import dataclasses
 import enum
+import ipaddress
 import os
 import re
 from typing import Any, Callable
@@ -76,8 +77,20 @@ DELETE_WHEN_RULE = Rule("must be hours 0..23 separated by ';', e.g. 04 or 04;16"
                         lambda value: delete_when_hours(value) is not None)
 DELAY_LEVEL_RULE = Rule("must be 1 or more space-separated durations like 1s 5m 2h 1d",
                         lambda value: _delay_levels_ok(value))
+NETWORK_LIST_RULE = Rule("must be IP addresses or CIDR networks separated by ','",
+                         lambda value: parse_networks(value) is not None)
 PORT_RULE = between(1, 65535)
 PERCENT_RULE = between(0, 100)
+
+
+def parse_networks(text: str) -> tuple | None:
+    """IP addresses / CIDR networks separated by ',' (an address is a one-host network), or
+    None when a part is neither. Empty text: ()."""
+    try:
+        return tuple(ipaddress.ip_network(part.strip(), strict=False)
+                     for part in text.split(",") if part.strip())
+    except ValueError:
+        return None
 
 
 def _address_ok(text: str) -> bool:

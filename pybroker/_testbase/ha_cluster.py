@@ -110,7 +110,8 @@ class _Process:
 class NameServerProcess(_Process):
     ready_line = NAMESRV_READY_LINE
 
-    def __init__(self, work_dir, host: str = "127.0.0.1"):
+    def __init__(self, work_dir, host: str = "127.0.0.1", overrides: dict | None = None):
+        """``overrides``: more namesrv.conf keys (aclEnable, ...)."""
         self.port = free_port()
         self.host = host
         conf = os.path.join(str(work_dir), "namesrv.conf")
@@ -118,6 +119,7 @@ class NameServerProcess(_Process):
         with open(conf, "w", encoding="utf-8") as out:
             out.write(f"listenPort={self.port}\n"
                       f"kvConfigPath={os.path.join(str(work_dir), 'kvConfig.json')}\n")
+            out.writelines(f"{key}={value}\n" for key, value in (overrides or {}).items())
         super().__init__(work_dir, ["namesrv", "-c", conf, "--listen-address", host])
 
     @property

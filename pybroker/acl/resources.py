@@ -30,12 +30,18 @@ class Rule(enum.Enum):
     AUTHENTICATED = "authenticated"
     ADMIN = "admin"
     UNCLASSIFIED = "unclassified"
-    OPEN = "open"    # served to everybody, signed or not (the NameServer's reads, registration)
+    OPEN = "open"    # served to everybody, signed or not (the NameServer's reads)
+    BROKER = "broker"   # a broker's registration: an allowed address, or a signed admin
 
 
 # (is_group, name, permission needed)
 Need = tuple[bool, str, Perm]
 Extractor = Callable[[RemotingCommand], list[Need]]
+
+
+def topic_needs(name: Optional[str], perm: Perm) -> list[Need]:
+    """What using topic ``name`` with ``perm`` needs (a retry topic stands for its group)."""
+    return _topic(name, perm)
 
 
 def _topic(name: Optional[str], perm: Perm) -> list[Need]:
@@ -145,21 +151,29 @@ def rule_of(code: int) -> Rule:
 
 
 # The NameServer under aclEnable (a pybroker extension: Java's NameServer checks nothing). Route
-# reads stay open because clients without credentials and Java brokers (which never sign their
-# registration) must keep working; everything else -- the KV writes, WIPE_WRITE_PERM_OF_BROKER,
-# DELETE_TOPIC_IN_NAMESRV and any code added later -- needs a signed admin account.
+# reads stay open because clients without credentials must keep working. A broker's
+# registration changes routes: it comes from an address of brokerRegistrationAllowedAddresses
+# (Java 4.x brokers never sign it) or is signed by an admin account (a pybroker broker with
+# innerClientAuthenticationCredentials, a Java 5.x broker with its AuthConfig credentials).
+# Everything else -- the KV writes, WIPE_WRITE_PERM_OF_BROKER, DELETE_TOPIC_IN_NAMESRV and any
+# code added later -- needs a signed admin account.
 NAMESRV_OPEN_CODES = frozenset({
     RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.GET_BROKER_CLUSTER_INFO,
     RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RequestCode.GET_TOPICS_BY_CLUSTER,
     RequestCode.GET_KV_CONFIG, RequestCode.GET_KVLIST_BY_NAMESPACE,
-    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT,
     RequestCode.QUERY_DATA_VERSION,
+})
+NAMESRV_BROKER_CODES = frozenset({
+    RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.BROKER_HEARTBEAT,
 })
 
 
 def namesrv_rule_of(code: int) -> Rule:
-    """The NameServer's rule for ``code``: OPEN for reads and registration, else ADMIN."""
-    return Rule.OPEN if code in NAMESRV_OPEN_CODES else Rule.ADMIN
+    """The NameServer's rule for ``code``: OPEN for reads, BROKER for registration, else
+    ADMIN."""
+    if code in NAMESRV_OPEN_CODES:
+        return Rule.OPEN
+    return Rule.BROKER if code in NAMESRV_BROKER_CODES else Rule.ADMIN
 
 
 def needed(request: RemotingCommand) -> list[Need]:

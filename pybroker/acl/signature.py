@@ -15,8 +15,9 @@ import base64
 import dataclasses
 import hashlib
 import hmac
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
+from pybroker.config import inner_credentials
 from pybroker.protocol.constants import MQVersion
 
 ACCESS_KEY = "AccessKey"
@@ -93,3 +94,10 @@ class Credentials:
             request.ext_fields = {}
         sign_request(request.ext_fields, request.body, self.access_key, self.secret_key,
                      self.security_token)
+
+
+def inner_signer(config) -> Optional[Callable[[Any], None]]:
+    """The signer of a broker's own requests (NameServer registration, a slave's sync with its
+    master) when ``innerClientAuthenticationCredentials`` names an account, else None."""
+    pair = inner_credentials(config.broker.inner_client_authentication_credentials)
+    return None if pair is None else Credentials(*pair).sign

@@ -25,6 +25,7 @@ The file is re-read when its modification time, size or inode changes, checked a
 :data:`RELOAD_CHECK_INTERVAL_S` seconds by the request that comes next; a file that no longer
 parses is logged and the previous accounts stay in force.
 """
+import ipaddress
 import logging
 import os
 import time
@@ -68,9 +69,11 @@ class AccessValidator:
     """
 
     def __init__(self, path: str, monotonic=time.monotonic,
-                 rule_of: Callable[[int], Rule] = resources.rule_of):
+                 rule_of: Callable[[int], Rule] = resources.rule_of,
+                 broker_networks: tuple = ()):
         self.path = path
         self._rule_of = rule_of
+        self._broker_networks = broker_networks     # BROKER codes pass unsigned from these
         self._monotonic = monotonic
         self._stamp = _file_stamp(path)
         self.table: AclTable = load_acl_file(path)
@@ -129,6 +132,8 @@ class AccessValidator:
         host = host_of(remote_address)
         if rule in _WHITE_LIST_RULES and table.globally_white(host):
             return
+        if rule == Rule.BROKER and _in_networks(host, self._broker_networks):
+            return
         fields = request.ext_fields or {}
         access_key = fields.get(signature.ACCESS_KEY)
         account = self._account(access_key)
@@ -176,13 +181,52 @@ class AccessValidator:
         if any(not is_group and name == SystemTopic.TRACE and perm == Perm.PUB
                for is_group, name, perm in needs):
             return   # Java lets every account write message traces
-        if account.admin and not account.topic_perms and not account.group_perms:
-            return   # Java: an admin with no resource list may use every resource
-        for is_group, name, perm in needs:
-            owned_map = account.group_perms if is_group else account.topic_perms
-            owned: Optional[Perm] = owned_map.get(name)
-            if owned is None:
-                owned = account.default_group_perm if is_group else account.default_topic_perm
-            if not perm_allows(perm, owned):
-                kind = "group" if is_group else "topic"
-                raise AclDenied(f"No default permission for {kind}:{name}")
+        _check_needs(account, needs)
+
+    # --- a record's own topic (broker.interfaces.TopicReadCheck) --------------------------------
+    def check_read(self, request: RemotingCommand, remote_address: str, topic: str) -> None:
+        """SUB on ``topic`` for the requester of ``request`` (which passed :meth:`check`):
+        a whitelisted peer, or its account's permission; AclDenied (logged) otherwise."""
+        if self.table.globally_white(host_of(remote_address)):
+            return
+        access_key = (request.ext_fields or {}).get(signature.ACCESS_KEY)
+        account = self.table.accounts.get(access_key) if access_key is not None else None
+        try:
+            if account is None:
+                raise AclDenied("No accessKey is configured")
+            _check_needs(account, resources.topic_needs(topic, Perm.SUB))
+        except AclDenied as denied:
+            log.warning("ACL refused a record of topic %s to request code %d from %s: %s",
+                        topic, request.code, remote_address, denied.message)
+            raise
+
+    def may_read(self, request: RemotingCommand, remote_address: str, topic: str) -> bool:
+        try:
+            self.check_read(request, remote_address, topic)
+        except AclDenied:
+            return False
+        return True
+
+
+def _in_networks(host: str, networks: tuple) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)
+
+
+def _check_needs(account, needs) -> None:
+    """Every (is_group, name, perm) of ``needs`` is the account's, or AclDenied."""
+    if account.admin and not account.topic_perms and not account.group_perms:
+        return   # Java: an admin with no resource list may use every resource
+    for is_group, name, perm in needs:
+        owned_map = account.group_perms if is_group else account.topic_perms
+        owned: Optional[Perm] = owned_map.get(name)
+        if owned is None:
+            owned = account.default_group_perm if is_group else account.default_topic_perm
+        if not perm_allows(perm, owned):
+            kind = "group" if is_group else "topic"
+            raise AclDenied(f"No default permission for {kind}:{name}")

@@ -15,7 +15,8 @@ from typing import Any
 
 from pybroker import clock
 from pybroker.broker.interfaces import (ClientChannel, ControllerRole, MetadataView,
-                                        MetadataWriter, Putter, StoreReader, TopicDeleter)
+                                        MetadataWriter, Putter, StoreReader, TopicDeleter,
+                                        TopicReadCheck)
 from pybroker.broker.long_poll import LongPollService
 from pybroker.config import Config
 from pybroker.protocol.command import RemotingCommand
@@ -61,6 +62,7 @@ class BrokerContext:
     long_poll: LongPollService | None = None       # remoting workers only
     stats: Recorder | None = None                  # counts requests (remoting workers)
     stats_service: StatsService | None = None      # the supervisor's statistics
+    read_check: TopicReadCheck | None = None       # ACL brokers: SUB on a record's topic
     now_ms: Callable[[], int] = field(default=clock.now_ms)
 
 

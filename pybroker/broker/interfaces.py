@@ -14,6 +14,7 @@ MetadataWriter      broker.metadata.MetadataState              the same
 Putter              proc.ring_putter.RingPutter                broker.context.StorePutter
 TopicDeleter        proc.topic_deletion.TopicDeletionRequests  broker.context.StoreTopicDeleter
 ClientChannel       broker.channel.Channel                     the same (send = list.append)
+TopicReadCheck      acl.validator.AccessValidator (ACL on)     the same
 ==================  =========================================  =================================
 """
 from collections.abc import Mapping, Sequence
@@ -30,13 +31,14 @@ from pybroker.broker.managers.subscription_group import SubscriptionGroupManager
 from pybroker.broker.managers.topic_config import TopicConfigManager
 from pybroker.config import Config
 from pybroker.protocol.bodies import SubscriptionData
+from pybroker.protocol.command import RemotingCommand
 from pybroker.store.config_docs import (DataVersion, DelayOffsetDocument,
                                         SubscriptionGroupConfig, TopicConfig)
 from pybroker.store.message_store import PutResult
 from pybroker.store.read_api import GetResult, QueryResult, SelectResult
 
 __all__ = ["ClientChannel", "StoreReader", "MetadataView", "MetadataWriter", "Putter",
-           "TopicDeleter"]
+           "TopicDeleter", "TopicReadCheck"]
 
 
 class StoreReader(Protocol):
@@ -166,3 +168,15 @@ class ControllerRole(Protocol):
     def epoch_cache(self) -> tuple[int, list, int]:
         """(broker id as registered, epoch entries, CommitLog max offset) for
         GET_BROKER_EPOCH_CACHE."""
+
+
+class TopicReadCheck(Protocol):
+    """ACL's SUB permission on a record's own topic, asked by the handlers that find records
+    by something else than their topic (VIEW_MESSAGE_BY_ID: an offset; QUERY_MESSAGE: a key
+    whose hash other topics share). The request passed the ACL guard already."""
+
+    def may_read(self, request: RemotingCommand, remote_address: str, topic: str) -> bool:
+        """True when the requester may read records of ``topic``."""
+
+    def check_read(self, request: RemotingCommand, remote_address: str, topic: str) -> None:
+        """Return when it may; raise the ACL refusal (a HeaderError) otherwise."""

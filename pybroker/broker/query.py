@@ -4,8 +4,12 @@ GET_MAX_OFFSET 30, GET_MIN_OFFSET 31, SEARCH_OFFSET_BY_TIMESTAMP 29, GET_EARLIES
 (Java ``AdminBrokerProcessor``, protocol.md §2.6).
 
 Every answer is read from ``ctx.store`` in the worker that received the request. Record bodies
-are the raw CommitLog records, copied once from the mapped file into the response body.
+are the raw CommitLog records, copied once from the mapped file into the response body. Under
+ACL (``ctx.read_check``) a record is answered only when the requester may SUB its own topic:
+view by id names no topic, and a key query also finds records of other topics whose
+``topic#key`` hashes the same.
 """
+from pybroker._fast import record as record_codec
 from pybroker.broker.context import BrokerContext, Handler
 from pybroker.broker.interfaces import ClientChannel
 from pybroker.protocol import constants
@@ -41,9 +45,14 @@ async def handle_query_message(ctx: BrokerContext, channel: ClientChannel,
             "index_last_update_timestamp": result.index_last_update_timestamp,
             "index_last_update_physical_offset": result.index_last_update_phy_offset,
         })
-        if result.buffer_total_size > 0:
+        records = result.buffers
+        check = ctx.read_check
+        if check is not None:
+            records = [record for record in records if check.may_read(
+                request, channel.remote_address, record_codec.decode(record, 0).topic)]
+        if records:
             return create_response(request, ResponseCode.SUCCESS, None, ext_fields,
-                                   b"".join(result.buffers))
+                                   b"".join(records))
     finally:
         result.release()
     return create_response(request, ResponseCode.QUERY_NOT_FOUND,
@@ -61,6 +70,9 @@ async def handle_view_message_by_id(ctx: BrokerContext, channel: ClientChannel,
         return create_response(request, ResponseCode.SYSTEM_ERROR,
                                f"can not find message by the offset, {physical_offset}")
     with selected:
+        if ctx.read_check is not None:
+            ctx.read_check.check_read(request, channel.remote_address,
+                                      record_codec.decode(selected.buffer, 0).topic)
         body = bytes(selected.buffer)
     return create_response(request, ResponseCode.SUCCESS, None, None, body)
 

@@ -16,6 +16,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.remoting.client import RemotingClientPool
 from pybroker.remoting.tls import outgoing_tls
+from pybroker.acl.signature import inner_signer
 
 log = logging.getLogger("pybroker.broker.registration")
 
@@ -44,7 +45,8 @@ class NamesrvRegistration:
         self.config = config
         self.topics_document = topics_document
         self.on_registered = on_registered
-        self.pool = RemotingClientPool(ssl_context=outgoing_tls(config))
+        self.pool = RemotingClientPool(ssl_context=outgoing_tls(config),
+                                       signer=inner_signer(config))
         self._kick = asyncio.Event()
         self.registrations_total = 0
 

@@ -25,6 +25,7 @@ from pybroker.errors import HeaderError
 from pybroker.protocol import fastjson, headers
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
+from pybroker.acl.signature import inner_signer
 from pybroker.remoting.client import RemotingClientPool
 from pybroker.remoting.tls import outgoing_tls
 from pybroker.store import config_docs, paths
@@ -63,7 +64,8 @@ class SlaveLink:
         self.configured_ha_address = config.store.ha_master_address
         self.ha_address: str | None = None
         self.master_address: str | None = None
-        self.pool = RemotingClientPool(ssl_context=outgoing_tls(config))
+        self.pool = RemotingClientPool(ssl_context=outgoing_tls(config),
+                                       signer=inner_signer(config))
         self.syncs_total = 0
         self._not_served_said: set[tuple[RequestCode, str]] = set()
         if self.configured_ha_address:

@@ -26,6 +26,7 @@ from pybroker.namesrv.route_table import RouteInfoManager
 from pybroker.remoting.connection import ConnectionLimits
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
+from pybroker.schema import parse_networks
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,12 @@ class NamesrvController:
         self.processor = NamesrvProcessor(self.route_table, self.kv_config,
                                           order_message_enable=namesrv.order_message_enable,
                                           now_ms=now_ms)
-        # aclEnable (pybroker only): writes need a signed admin account; reads and broker
-        # registration stay open (resources.namesrv_rule_of, docs/security.md).
-        self.acl = AccessValidator(config.acl_file_path, rule_of=resources.namesrv_rule_of) \
+        # aclEnable (pybroker only): writes need a signed admin account, a broker's
+        # registration an allowed address or a signed admin; reads stay open
+        # (resources.namesrv_rule_of, docs/security.md).
+        self.acl = AccessValidator(
+            config.acl_file_path, rule_of=resources.namesrv_rule_of,
+            broker_networks=parse_networks(namesrv.broker_registration_allowed_addresses) or ()) \
             if config.acl_file_path else None
         self.server: RemotingServer | None = None
         self._scan_task: asyncio.Task | None = None

@@ -25,6 +25,7 @@ import os
 import socket
 import ssl
 
+from pybroker import schema
 from pybroker.protocol import ha_auth
 
 log = logging.getLogger("pybroker.proc.ha_access")
@@ -43,8 +44,10 @@ class HAAccessRefused(Exception):
 def parse_networks(text: str) -> tuple[Network, ...]:
     """``haAllowedSlaveAddresses``: comma-separated IP addresses or CIDR networks (ValueError
     for anything else). Empty: no list."""
-    return tuple(ipaddress.ip_network(part.strip(), strict=False)
-                 for part in text.split(",") if part.strip())
+    networks = schema.parse_networks(text)
+    if networks is None:
+        raise ValueError(f"not IP addresses or CIDR networks: {text!r}")
+    return networks
 
 
 class TlsSocket:

@@ -84,13 +84,14 @@ class RemotingWorker:
         self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue,
                                          on_park=data_plane.watch_dispatched)
         self.stats = Recorder(data_plane.stats_writer)
-        self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
-                                 data_plane.store_host, long_poll=self.long_poll,
-                                 stats=self.stats)
         # ACL 1.0: every request of every client connection is checked here, before it runs
-        # locally or is forwarded to the metadata service (docs/security.md).
+        # locally or is forwarded to the metadata service (docs/security.md); the handlers
+        # that find records by offset or key check the records' own topics with it.
         self.acl = AccessValidator(config.derived.acl_file_path) \
             if config.broker.acl_enable else None
+        self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
+                                 data_plane.store_host, long_poll=self.long_poll,
+                                 stats=self.stats, read_check=self.acl)
         self.tls = TlsServer.from_config(config.tls)
         # The send fast path, when this worker's putter has one (not on a slave) and no ACL
         # is enforced: the fast path takes sends from the receive buffer without a

@@ -52,8 +52,11 @@ def run_standalone(config, namesrv_port: int,
         return 1
     # The embedded NameServer keeps its KV file beside the broker's store, not in ~/namesrv.
     kv_config_path = os.path.join(config.store.store_path_root_dir, "namesrv", "kvConfig.json")
+    # Under aclEnable its broker's registration (loopback, where the NameServer listens) is
+    # admitted by address, or signed when the broker has innerClientAuthenticationCredentials.
     namesrv_config = config_module.load_namesrv_config(
-        overrides={"listenPort": str(namesrv_port), "kvConfigPath": kv_config_path})
+        overrides={"listenPort": str(namesrv_port), "kvConfigPath": kv_config_path,
+                   "brokerRegistrationAllowedAddresses": _NAMESRV_HOST})
     # One TLS set-up and one plain_acl.yml for the whole standalone broker: Java clients with
     # tls.enable speak TLS to the NameServer as well, and under aclEnable its writes need an
     # admin account of the broker's file.

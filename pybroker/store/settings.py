@@ -10,29 +10,14 @@ Values are not validated when a StoreConfig is built directly (only when loaded 
 """
 import dataclasses
 import enum
-import ipaddress
 
 from pybroker.schema import (ADDRESS_RULE, DELAY_LEVEL_RULE, DELETE_WHEN_RULE, HOST_RULE,
-                             PERCENT_RULE, PORT_RULE, Rule, at_least, between, home,
-                             parse_delay_levels, setting)
+                             NETWORK_LIST_RULE, PERCENT_RULE, PORT_RULE, Rule, at_least, between,
+                             home, parse_delay_levels, setting)
 from pybroker.protocol.ha import TRANSFER_BODY_MAX_BYTES
 from pybroker.store import layout, paths
 
 __all__ = ["StoreConfig", "BrokerRole", "FlushDiskType"]
-
-
-def _networks_ok(text: str) -> bool:
-    try:
-        for part in text.split(","):
-            if part.strip():
-                ipaddress.ip_network(part.strip(), strict=False)
-    except ValueError:
-        return False
-    return True
-
-
-NETWORK_LIST_RULE = Rule("must be IP addresses or CIDR networks separated by ','",
-                         _networks_ok)
 
 
 class BrokerRole(enum.StrEnum):

@@ -2,9 +2,13 @@
 """Goal: with aclEnable=true the NameServer (standalone's embedded one, and `pybroker namesrv`
 with its own namesrv.conf) refuses KV writes, WIPE_WRITE_PERM_OF_BROKER and
 DELETE_TOPIC_IN_NAMESRV unless a signed admin account sends them, with the broker's ACL
-answer (SYSTEM_ERROR + Java's AclException remark) and no state change, while route reads and
-broker registration stay open to unsigned peers (clients without credentials, Java brokers).
-A broken plain_acl.yml stops the NameServer at start with a log line, never a traceback.
+answer (SYSTEM_ERROR + Java's AclException remark) and no state change, while route reads stay
+open to unsigned peers (clients without credentials). A broker's REGISTER_BROKER /
+UNREGISTER_BROKER comes from an address of brokerRegistrationAllowedAddresses (the embedded
+NameServer's own loopback; Java 4.x brokers never sign) or is signed by an admin account;
+from another address (127.0.0.2) unsigned or signed by a plain account it is refused and the
+route is not changed. A broken plain_acl.yml stops the NameServer at start with a log line,
+never a traceback.
 
 Method: real processes on free ports: one `pybroker standalone` with aclEnable=true (its broker
 registers with the embedded NameServer unsigned), requests from pybroker's remoting client
@@ -13,6 +17,7 @@ tests/compat/test_acl_mqadmin.py); state read back with open GET_KV_CONFIG and r
 look-ups. Then `pybroker namesrv -c` with aclEnable and a file that does not parse.
 """
 import asyncio
+import socket
 import subprocess
 import sys
 import time
@@ -21,10 +26,14 @@ import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker, free_port
 from pybroker.acl.signature import Credentials, sign_request
+from pybroker.broker.registration import NamesrvRegistration
 from pybroker.client import Admin
+from pybroker.config import load_broker_config
+from pybroker.protocol import command
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.remoting.client import SyncRemotingClient
+from pybroker.store.config_docs import TopicConfig, TopicConfigDocument
 
 pytestmark = [pytest.mark.slow]
 
@@ -162,6 +171,78 @@ def test_pybroker_admin_signs_its_namesrv_requests(broker, namesrv):
     assert _route(namesrv).code == ResponseCode.SUCCESS
     asyncio.run(delete(ADMIN))
     assert _route(namesrv).code == ResponseCode.TOPIC_NOT_EXIST
+
+
+class _Peer:
+    """A remoting connection from ``source`` (a 127.0.0.0/8 address): the NameServer drops a
+    broker when the connection it registered on closes, as Java's does."""
+
+    def __init__(self, source: str, address: str):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.socket()
+        self.sock.bind((source, 0))
+        self.sock.settimeout(TIMEOUT_MS / 1000)
+        self.sock.connect((host, int(port)))
+
+    def invoke(self, request: RemotingCommand) -> RemotingCommand:
+        self.sock.sendall(command.encode(request))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            chunk = self.sock.recv(65536)
+            assert chunk, "the NameServer closed the connection"
+            data += chunk
+        return command.decode(data, 0, len(data), copy_body=True)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _registration(code: int, broker_name: str, topic: str, account=None) -> RemotingCommand:
+    """A broker's REGISTER_BROKER (or UNREGISTER_BROKER) as pybroker's broker builds it."""
+    config = load_broker_config(None, {"brokerName": broker_name, "brokerIP1": "127.0.0.2",
+                                       "listenPort": "30911"})
+    registration = NamesrvRegistration(config, lambda: TopicConfigDocument(
+        {topic: TopicConfig(topic, 4, 4)}))
+    request = registration.register_request()
+    registration.close()
+    if code == RequestCode.UNREGISTER_BROKER:
+        request = create_request(code, {"brokerName": broker_name, "brokerAddr":
+                                        config.derived.broker_addr,
+                                        "clusterName": "DefaultCluster", "brokerId": "0"})
+    if account is not None:
+        sign_request(request.ext_fields, request.body, *account)
+    return request
+
+
+def test_broker_registration_needs_an_allowed_address_or_a_signed_admin(broker, namesrv):
+    topic = "acl_rogue_route"
+
+    def routed() -> bool:
+        return namesrv.invoke(_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}),
+                              TIMEOUT_MS).code == ResponseCode.SUCCESS
+    register, unregister = RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER
+    outsider, local = _Peer("127.0.0.2", broker.namesrv_addr), \
+        _Peer("127.0.0.1", broker.namesrv_addr)
+    try:
+        _refused(outsider.invoke(_registration(register, "rogue", topic)),
+                 "No accessKey is configured")
+        _refused(outsider.invoke(_registration(register, "rogue", topic, USER)),
+                 f"Need admin permission for request code={int(register)}, but "
+                 f"accessKey={USER[0]} is not")
+        assert not routed()
+        signed = outsider.invoke(_registration(register, "signed", topic, ADMIN))
+        assert signed.code == ResponseCode.SUCCESS, signed.remark
+        assert routed()
+        _refused(outsider.invoke(_registration(unregister, "signed", topic)),
+                 "No accessKey is configured")
+        assert routed()
+        # The allowed address (the embedded NameServer's loopback) needs no signature.
+        dropped = local.invoke(_registration(unregister, "signed", topic))
+        assert dropped.code == ResponseCode.SUCCESS, dropped.remark
+        assert not routed()
+    finally:
+        outsider.close()
+        local.close()
 
 
 def test_unknown_codes_are_closed_to_unsigned_peers(namesrv):

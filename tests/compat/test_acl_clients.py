@@ -28,18 +28,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "tools" / "java_compat" / "SecureClient.java"
 PRODUCER = ("producerKey", "producer-secret-java-go")
 CONSUMER = ("consumerKey", "consumer-secret-java-go")
+OUTSIDER = ("outsiderKey", "outsider-secret-java-go")     # SUB on BBAclRead only
 ACL_TEXT = f"""
 accounts:
   - accessKey: {PRODUCER[0]}
     secretKey: {PRODUCER[1]}
     defaultTopicPerm: DENY
     defaultGroupPerm: SUB
-    topicPerms: [AclJava48=PUB, AclJava53=PUB, AclGo=PUB, TBW102=PUB]
+    topicPerms: [AclJava48=PUB, AclJava53=PUB, AclGo=PUB, TBW102=PUB, AaAclRead=PUB,
+                 BBAclRead=PUB]
   - accessKey: {CONSUMER[0]}
     secretKey: {CONSUMER[1]}
     defaultTopicPerm: SUB
     defaultGroupPerm: DENY
     groupPerms: [acl_java_c=SUB, acl_go_c=SUB]
+  - accessKey: {OUTSIDER[0]}
+    secretKey: {OUTSIDER[1]}
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: [BBAclRead=SUB]
 """
 ACL_REMARK = "org.apache.rocketmq.acl.common.AclException: "
 COUNT = 12
@@ -137,3 +144,48 @@ def test_go_client_refused_with_a_wrong_secret(broker, tmp_path):
     assert code != 0
     text = urllib.parse.unquote(stdout + stderr)
     assert f"Check signature failed for accessKey={PRODUCER[0]}" in text, text[-2000:]
+
+
+# "Aa" and "BB" have one Java hashCode, so "AaAclRead#<key>" and "BBAclRead#<key>" share an
+# IndexFile slot and hash: a key query on BBAclRead finds AaAclRead's record too.
+READ_TOPIC, COLLIDING_TOPIC = "AaAclRead", "BBAclRead"
+
+
+@pytest.mark.parametrize("version", ["4.9.8", "5.3.3"])
+def test_java_client_reads_records_only_of_topics_it_may_sub(broker, tmp_path, version):
+    """viewMessage (VIEW_MESSAGE_BY_ID: an offset, no topic) and queryMessage (a key whose
+    hash another topic shares) answer a record only to an account with SUB on the record's
+    own topic: Java 4.9.8's plain ACL checks neither (any signed account reads any topic by
+    walking offsets)."""
+    from pybroker._fast.jhash import java_hash
+    from tests.ha_support import position, wait_for
+    install = peers.java_install(version)
+    key = f"k-{version}"
+    assert java_hash(f"{READ_TOPIC}#{key}") == java_hash(f"{COLLIDING_TOPIC}#{key}")
+    # The outsider's own topic exists too (a key query needs its route).
+    code, _, output = run_secure_client(
+        install, tmp_path, broker, "produce", topic=COLLIDING_TOPIC, count=1,
+        group="acl_read_p", ak=PRODUCER[0], sk=PRODUCER[1], keys="other")
+    assert code == 0, output
+    code, results, output = run_secure_client(
+        install, tmp_path, broker, "produce", topic=READ_TOPIC, count=1, group="acl_read_p",
+        ak=PRODUCER[0], sk=PRODUCER[1], keys=key)
+    assert code == 0, output
+    message_id = next(r["msgid"] for r in results if r["op"] == "send")
+    # Indexed (dispatched) before it is looked up; the broker's published positions.
+    wait_for(lambda: position(broker.store_dir, "dispatched_position")
+             >= position(broker.store_dir, "written_position") > 0, 30, "dispatch")
+    seen = {}
+    for name, (access_key, secret_key), topic in (
+            ("consumer", CONSUMER, READ_TOPIC), ("outsider", OUTSIDER, COLLIDING_TOPIC)):
+        code, results, output = run_secure_client(
+            install, tmp_path, broker, "lookup", topic=topic, msgid=message_id, key=key,
+            group="acl_read_l", ak=access_key, sk=secret_key)
+        assert code == 0, output
+        seen[name] = {r["op"]: r for r in results}
+    assert seen["consumer"]["view"]["topic"] == READ_TOPIC
+    assert seen["consumer"]["query_done"]["found"] == "1"
+    assert "view" not in seen["outsider"] and "query" not in seen["outsider"], seen["outsider"]
+    log = broker._log_text()
+    assert f"ACL refused a record of topic {READ_TOPIC} to request code 33" in log
+    assert f"ACL refused a record of topic {READ_TOPIC} to request code 12" in log

@@ -1,8 +1,11 @@
 // Drives the official RocketMQ Java client with ACL credentials and/or TLS (-Dtls.enable=true).
 //
 // Usage: java -cp "lib/*:classes" SecureClient MODE NAMESRV key=value...
-//   produce  topic= count= group= [ak= sk=]       sync sends, no retries: one RESULT per send
+//   produce  topic= count= group= [ak= sk=] [keys=K]  sync sends, no retries: one RESULT per
+//            send (with its offset message id)
 //   consume  topic= count= group= [ak= sk=] [timeout=S]   push consumer from the first offset
+//   lookup   topic= msgid= key= group= [ak= sk=]  viewMessage(topic, msgid) then
+//            queryMessage(topic, key): what each returned, or the error
 // With ak/sk every request is signed by AclClientRPCHook (the Java client's ACL 1.0 hook).
 // Prints "RESULT op=... k=v" lines, values URL-encoded (UTF-8); exits 0 when every send
 // succeeded / COUNT messages arrived, 1 otherwise, 2 on usage errors.
@@ -22,6 +25,7 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.QueryResult;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
@@ -51,6 +55,8 @@ public class SecureClient {
             status = produce(args[1], options, hook);
         } else if (args[0].equals("consume")) {
             status = consume(args[1], options, hook);
+        } else if (args[0].equals("lookup")) {
+            status = lookup(args[1], options, hook);
         } else {
             System.err.println("unknown mode " + args[0]);
             status = 2;
@@ -71,11 +77,15 @@ public class SecureClient {
         for (int i = 0; i < count; i++) {
             Message message = new Message(o.get("topic"), "TagA",
                 ("secure-" + i).getBytes(StandardCharsets.UTF_8));
+            if (o.containsKey("keys")) {
+                message.setKeys(o.get("keys"));
+            }
             try {
                 SendResult result = producer.send(message);
                 System.out.println("RESULT op=send i=" + i + " status=" + result.getSendStatus()
                     + " queue=" + result.getMessageQueue().getQueueId()
-                    + " offset=" + result.getQueueOffset());
+                    + " offset=" + result.getQueueOffset()
+                    + " msgid=" + result.getOffsetMsgId());
                 ok++;
             } catch (Exception error) {
                 // The producer wraps a broker error it may retry (code 1 is one) in an
@@ -97,6 +107,49 @@ public class SecureClient {
         producer.shutdown();
         System.out.println("RESULT op=summary sent=" + ok + " count=" + count);
         return ok == count ? 0 : 1;
+    }
+
+    private static String describe(Throwable error) throws Exception {
+        Throwable cause = error;
+        while (cause != null && !(cause instanceof MQBrokerException)) {
+            cause = cause.getCause();
+        }
+        if (cause != null) {
+            MQBrokerException broker = (MQBrokerException) cause;
+            return "code=" + broker.getResponseCode() + " remark=" + enc(broker.getErrorMessage());
+        }
+        return "class=" + error.getClass().getName() + " message=" + enc(error.getMessage());
+    }
+
+    private static String found(MessageExt message) throws Exception {
+        return "topic=" + enc(message.getTopic()) + " body="
+            + enc(new String(message.getBody(), StandardCharsets.UTF_8));
+    }
+
+    private static int lookup(String namesrv, Map<String, String> o, RPCHook hook)
+        throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer(o.get("group"), hook);
+        producer.setNamesrvAddr(namesrv);
+        producer.setInstanceName("secure-" + System.nanoTime());
+        producer.start();
+        try {
+            MessageExt viewed = producer.viewMessage(o.get("topic"), o.get("msgid"));
+            System.out.println("RESULT op=view " + found(viewed));
+        } catch (Exception error) {
+            System.out.println("RESULT op=view_error " + describe(error));
+        }
+        try {
+            QueryResult result = producer.queryMessage(o.get("topic"), o.get("key"), 32, 0,
+                Long.MAX_VALUE);
+            for (MessageExt message : result.getMessageList()) {
+                System.out.println("RESULT op=query " + found(message));
+            }
+            System.out.println("RESULT op=query_done found=" + result.getMessageList().size());
+        } catch (Exception error) {
+            System.out.println("RESULT op=query_error " + describe(error));
+        }
+        producer.shutdown();
+        return 0;
     }
 
     private static int consume(String namesrv, Map<String, String> o, RPCHook hook)

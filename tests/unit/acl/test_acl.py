@@ -305,13 +305,15 @@ def test_json_headers_with_tricky_strings_still_decode():
 
 
 def test_namesrv_rules_open_reads_and_close_writes(tmp_path):
-    from pybroker.acl.resources import NAMESRV_OPEN_CODES, namesrv_rule_of
+    from pybroker.acl.resources import NAMESRV_BROKER_CODES, NAMESRV_OPEN_CODES, namesrv_rule_of
     from pybroker.namesrv.processor import NamesrvProcessor
     writes = {RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
               RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.DELETE_TOPIC_IN_NAMESRV}
     served = set(NamesrvProcessor(None, None).handlers)   # type: ignore[arg-type]
-    assert served == NAMESRV_OPEN_CODES | writes, "every NameServer code has its rule here"
+    assert served == NAMESRV_OPEN_CODES | NAMESRV_BROKER_CODES | writes, \
+        "every NameServer code has its rule here"
     assert all(namesrv_rule_of(code) == Rule.ADMIN for code in writes | {318, 9999})
+    assert all(namesrv_rule_of(code) == Rule.BROKER for code in NAMESRV_BROKER_CODES)
     path = tmp_path / "plain_acl.yml"
     path.write_text(ACL_TEXT)
     checker = AccessValidator(str(path), rule_of=namesrv_rule_of)
