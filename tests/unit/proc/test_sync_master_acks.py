@@ -1,5 +1,5 @@
 """SYNC_MASTER puts are answered as Java answers them: after a slave acknowledged the run,
-SLAVE_NOT_AVAILABLE without a slave in sync, FLUSH_SLAVE_TIMEOUT past syncFlushTimeout, and
+SLAVE_NOT_AVAILABLE without a slave in sync, FLUSH_SLAVE_TIMEOUT past slaveTimeout, and
 with SYNC_FLUSH both conditions before PUT_OK.
 
 Method: a real appender process over real shared rings and a control block (the data-plane
