@@ -21,8 +21,9 @@ After each flush it keeps a window of CommitLog pages faulted in ahead of the wr
 (:mod:`pybroker.store.prefault`), so the appender's stores into fresh pages of the sparse files
 are minor faults.
 
-After each flush it writes the checkpoint: physicMsgTimestamp = store time of the last record
-flushed (``written_store_timestamp`` loaded BEFORE ``written_position``, so it is never later
+After each flush it writes the checkpoint: the flushed CommitLog offset (pybroker's field,
+recovery's proof of the end: store/checkpoint.py), physicMsgTimestamp = store time of the last
+record flushed (``written_store_timestamp`` loaded BEFORE ``written_position``, so it is never later
 than that record), logics/index timestamps from the dispatcher's published ones. The page is
 msynced every ``flushConsumeQueueThoroughInterval`` and at stop, not after every flush (Java's
 GroupCommitService sets the checkpoint, its consume-queue thorough flush forces it): under
@@ -215,4 +216,6 @@ class _Flusher:
                                               control.logics_flushed_timestamp)
         checkpoint.index_msg_timestamp = max(checkpoint.index_msg_timestamp,
                                              control.index_flushed_timestamp)
+        # Recovery's proof of the end: the CommitLog holds at least this much after any crash.
+        checkpoint.commitlog_flushed_offset = self.commitlog.flushed_where
         checkpoint.save(self.clock_ms())

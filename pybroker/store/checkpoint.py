@@ -18,9 +18,17 @@ store sets the checkpoint after each group commit and flushes it with the consum
 thorough flush. A checkpoint on disk older than the page is always safe: every field is set
 after the flush it describes, so whatever the disk holds never claims more than was flushed,
 and abnormal recovery from an older point only scans further back.
+
+The flushed offset is recovery's proof of the end of the CommitLog
+(:mod:`pybroker.store.recovery`): every byte below it was flushed before the page said so, so
+the data must reach at least that far after any crash. The stamp tells a page pybroker stored
+(``stamp_state`` "stamped") from one written by Java or an older pybroker ("unstamped": both
+words zero) and from a page damaged or rewritten since ("mismatch"); only a stamped page's
+offset counts (:meth:`flushed_end`).
 """
 import os
 import struct
+import zlib
 
 from pybroker.store import layout
 from pybroker.store.mapped_file import MappedFile
@@ -32,17 +40,25 @@ _FIELDS = (
     ("index_msg_timestamp", layout.CHECKPOINT_INDEX_MSG_TIMESTAMP_POSITION),
     ("master_flushed_offset", layout.CHECKPOINT_MASTER_FLUSHED_OFFSET_POSITION),
     ("confirm_phy_offset", layout.CHECKPOINT_CONFIRM_PHY_OFFSET_POSITION),
+    ("commitlog_flushed_offset", layout.CHECKPOINT_COMMITLOG_FLUSHED_OFFSET_POSITION),
 )
 _FIELDS_END = max(position for _, position in _FIELDS) + _LONG.size
-assert _FIELDS_END <= layout.CHECKPOINT_FILE_SIZE
+assert _FIELDS_END == layout.CHECKPOINT_STAMP_POSITION
+assert layout.CHECKPOINT_STAMP_POSITION + _LONG.size <= layout.CHECKPOINT_FILE_SIZE
+STAMPED, UNSTAMPED, MISMATCH = "stamped", "unstamped", "mismatch"
+
+
+def _stamp(fields: bytes) -> int:
+    return layout.CHECKPOINT_STAMP_MARKER << 32 | zlib.crc32(fields)
 
 
 class StoreCheckpoint:
     """The checkpoint file at ``path`` (created zeroed when absent unless ``read_only``).
 
     Attributes (all int): ``physic_msg_timestamp``, ``logics_msg_timestamp``,
-    ``index_msg_timestamp`` (ms since the epoch), ``master_flushed_offset`` and
-    ``confirm_phy_offset`` (CommitLog physical offsets, bytes).
+    ``index_msg_timestamp`` (ms since the epoch), ``master_flushed_offset``,
+    ``confirm_phy_offset`` and ``commitlog_flushed_offset`` (CommitLog physical offsets,
+    bytes); ``stamp_state`` (STAMPED, UNSTAMPED or MISMATCH) as last read from the page.
     """
 
     def __init__(self, path: str, read_only: bool = False, sync_interval_ms: int = 0,
@@ -58,21 +74,35 @@ class StoreCheckpoint:
         self.index_msg_timestamp = 0
         self.master_flushed_offset = 0
         self.confirm_phy_offset = 0
+        self.commitlog_flushed_offset = 0
+        self.stamp_state = UNSTAMPED
         if existed:
             self.reload()
 
     def reload(self) -> None:
-        """Re-read every field from the page (readers in other processes)."""
+        """Re-read every field and the stamp from the page (readers in other processes)."""
         page = self._file.buffer()
         try:
             for name, position in _FIELDS:
                 setattr(self, name, _LONG.unpack_from(page, position)[0])
+            stamp = _LONG.unpack_from(page, layout.CHECKPOINT_STAMP_POSITION)[0] & (2**64 - 1)
+            fields = bytes(page[:_FIELDS_END])
         finally:
             page.release()
+        if stamp == 0 and self.commitlog_flushed_offset == 0:
+            self.stamp_state = UNSTAMPED
+        else:
+            self.stamp_state = STAMPED if stamp == _stamp(fields) else MISMATCH
 
-    def flush(self) -> None:
-        """Store every field into the page and msync it (raises DurabilityError on failure)."""
-        self._store()
+    def flushed_end(self) -> int | None:
+        """The CommitLog offset (bytes) known flushed when the page was stored by pybroker,
+        or None when the page does not vouch for it (unstamped or mismatched)."""
+        return self.commitlog_flushed_offset if self.stamp_state == STAMPED else None
+
+    def flush(self, stamped: bool = True) -> None:
+        """Store every field into the page and msync it (raises DurabilityError on failure).
+        ``stamped`` False stores a page that vouches for no flushed offset (both words 0)."""
+        self._store(stamped)
         self._file.flush()
 
     def save(self, now_ms: int) -> bool:
@@ -85,9 +115,13 @@ class StoreCheckpoint:
         self.synced_ms = now_ms
         return True
 
-    def _store(self) -> None:
+    def _store(self, stamped: bool = True) -> None:
+        if not stamped:
+            self.commitlog_flushed_offset = 0
         packed = b"".join(_LONG.pack(getattr(self, name)) for name, _ in _FIELDS)
-        self._file.write_at(0, packed)
+        stamp = _stamp(packed) if stamped else 0
+        self._file.write_at(0, packed + stamp.to_bytes(_LONG.size, "big"))
+        self.stamp_state = STAMPED if stamped else UNSTAMPED
 
     def min_timestamp(self) -> int:
         """Abnormal-recovery point: min(physic, logics) - 3000 ms, never below 0 (ms)."""

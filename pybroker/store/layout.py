@@ -138,6 +138,16 @@ CHECKPOINT_LOGICS_MSG_TIMESTAMP_POSITION = 8
 CHECKPOINT_INDEX_MSG_TIMESTAMP_POSITION = 16
 CHECKPOINT_MASTER_FLUSHED_OFFSET_POSITION = 24
 CHECKPOINT_CONFIRM_PHY_OFFSET_POSITION = 32
+# pybroker only, in bytes Java never reads or writes (it writes 0..39 and leaves the rest of the
+# page as it was): the CommitLog offset flushed when the page was last stored, and a stamp
+# binding it to the fields before it (CHECKPOINT_STAMP_MARKER << 32 | crc32 of bytes 0..47).
+# A Java broker that stores its own times afterwards breaks the stamp: the offset then counts
+# as unknown.
+CHECKPOINT_COMMITLOG_FLUSHED_OFFSET_POSITION = 40
+CHECKPOINT_STAMP_POSITION = 48
+CHECKPOINT_STAMP_MARKER = int.from_bytes(b"PBCK", "big")
+assert CHECKPOINT_COMMITLOG_FLUSHED_OFFSET_POSITION == CHECKPOINT_CONFIRM_PHY_OFFSET_POSITION + 8
+assert CHECKPOINT_STAMP_POSITION == CHECKPOINT_COMMITLOG_FLUSHED_OFFSET_POSITION + 8
 CHECKPOINT_FILE_SIZE = 4096
 # Abnormal recovery starts this far before min(physic, logics) timestamps.
 CHECKPOINT_RECOVERY_SAFETY_MS = 3000

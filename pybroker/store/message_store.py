@@ -116,6 +116,7 @@ class MessageStore(StoreReads):
         self.index_service: IndexService | None = None
         self.cleaner: StoreCleaner | None = None
         self.recovery_result: recovery.RecoveryResult | None = None
+        self._extended_files: list[int] = []      # CommitLog files recovery must walk
         self.loaded = self.running = False
         self._last_put_store_timestamp = 0
         self.boot_timestamp = self.clock_ms()
@@ -150,6 +151,10 @@ class MessageStore(StoreReads):
             self._lock.acquire()
         abnormal = lock_file.abort_file_exists(self.store_root)
         settings = self.settings
+        # A CommitLog file of the wrong size is damage (StoreCorruptError), never "not loaded".
+        self._extended_files = recovery.check_file_sizes(
+            self.commitlog_dir, settings.mapped_file_size_commit_log,
+            settings.skip_damaged_records_on_recover)
         self.commitlog = CommitLog(self.commitlog_dir,
                                    settings.mapped_file_size_commit_log)
         self.consume_queue_store = ConsumeQueueStore(
@@ -183,7 +188,8 @@ class MessageStore(StoreReads):
         result = recovery.recover(self.commitlog, abnormal, checkpoint, None,
                                   self.settings.check_crc_on_recover,
                                   self.settings.message_index_safe, damaged,
-                                  self.settings.skip_damaged_records_on_recover)
+                                  self.settings.skip_damaged_records_on_recover,
+                                  walk_files=self._extended_files)
         self.recovery_result = result
         self._keep_damaged_records(damaged, result.skipped_spans)
         (log.warning if abnormal else log.info)(
@@ -282,6 +288,7 @@ class MessageStore(StoreReads):
             index_timestamp = self.index_service.flush()
             if index_timestamp:
                 checkpoint.index_msg_timestamp = index_timestamp
+        checkpoint.commitlog_flushed_offset = self.commitlog.flushed_where
         checkpoint.flush()
 
     # --- put ----------------------------------------------------------------------------------

@@ -1,48 +1,62 @@
-# CommitLog recovery after a clean stop (normal) or a crash (abnormal), and dirty-tail truncation.
-"""Find the end of valid CommitLog data, truncate everything after it, re-dispatch if needed.
+# CommitLog recovery after a clean stop (normal) or a crash (abnormal): the end, proven.
+"""Find the end of valid CommitLog data - and prove it - before anything serves the store.
 
-* Normal recovery (no abort file): scan the last 3 files from their start.
-* Abnormal recovery (abort file present): start at the newest file whose first record's store
-  time is <= the checkpoint's recovery point (see :class:`~pybroker.store.checkpoint.
-  StoreCheckpoint`), scan from there to the end and re-dispatch every record from that file on
-  through the caller's callback (dispatch must be idempotent: a ConsumeQueue skips entries it
-  already has, as in Java).
+Where records stop is only a candidate end. Recovery accepts it when it is proven:
 
-Both scan whole files in C (``record.scan``): Python runs per file, and per record only for the
-dispatch callback. The scan stops at zeros (end of data), at a damaged record (CORRUPT or
-TRUNCATED) or at a BLANK marker (next file). What follows a damaged record decides:
+1. **Nothing valid follows it.** Recovery looks past the apparent end (the rest of its file,
+   then every later file, data extents only: :mod:`pybroker.store.record_search`) for a valid
+   record (whole, CRC checked, naming its own physical offset).
+2. **It is not below the checkpoint's flushed offset.** The flusher stores the CommitLog offset
+   it flushed in the checkpoint (pybroker's stamped field, :mod:`pybroker.store.checkpoint`);
+   every byte below it was flushed, so after any crash the data must reach at least that far.
+   After a clean stop the records ending exactly there is the whole proof (no look-past).
 
-* no valid record after it (a torn tail, garbage appended by a crash): the data after it is
-  truncated - zeroed in its file, later files deleted - so nothing half-written is served;
-* a valid record after it (a record that checks, CRC included, and names its own physical
-  offset), in the same file or a later one: this is damage in the middle of acknowledged data,
-  never a crash's tail. Recovery stops with :class:`~pybroker.errors.StoreCorruptError` naming
-  the file, the file position and the physical offset (reliability R6: fail-stop, never a
-  silent truncation), unless ``skip_damaged`` (``skipDamagedRecordsOnRecover=true``) or the
-  range is already in :class:`~pybroker.store.damaged_records.DamagedRecords`: then the range
-  up to the next valid record is skipped (logged, returned in ``skipped_spans``) and the scan
-  goes on there.
+Java (CommitLog.recoverNormally/recoverAbnormally, 4.9.8 and 5.3.3) takes the first record that
+fails its check - or a zero size - as the end and truncates everything after it, deleting later
+files; 5.3.3 starts the scan at the file of the consume queues' max offset instead of the last
+three files but decides the end the same way. Here the candidate end decides as follows:
+
+* **valid records follow** (a zeroed size field, an end-of-data or end-of-file marker, a bad
+  size, magic or CRC, or a missing file with valid data after it): damage in the middle of
+  acknowledged data. Recovery stops with :class:`~pybroker.errors.StoreCorruptError`, one line
+  naming the file, the file position, the physical offset and the option, and changes nothing
+  on disk; unless ``skip_damaged`` (``skipDamagedRecordsOnRecover=true``) or the range is known
+  in :class:`~pybroker.store.damaged_records.DamagedRecords`: then the range up to the next
+  valid record is skipped (logged, returned in ``skipped_spans``) and the scan goes on there;
+* **nothing valid follows, but the end is below the flushed offset** (the last files removed or
+  zeroed): flushed - hence acknowledged - data is gone. Recovery stops the same way; with the
+  option it starts with the CommitLog ending there (logged at ERROR);
+* **nothing valid follows and the end is not below the flushed offset**: the end. A damaged
+  record there is a crash's torn write (or garbage it left): the one legitimate truncation,
+  logged at WARNING with the byte count; the data after it is zeroed and later files deleted.
+
+Cost. A clean start scans the last :data:`NORMAL_RECOVERY_FILES_COUNT` files (and from the
+file of the flushed offset, if older) with CRC, plus the first record of every older file and
+the file names (a missing file anywhere is found at once); a crash scans from the checkpoint's
+recovery point, as Java. The rest of every older file - every record's CRC and layout - is the
+background scrubber's (:mod:`pybroker.store.scrub`); offsets it found damaged are passed in as
+``suspects`` and checked again here, so damage it saw stops the next start like damage seen
+here. Both scans run in C (``record.scan``): Python runs per file, and per record only for the
+dispatch callback of abnormal recovery.
 """
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 
 from pybroker._fast import record as record_codec
 from pybroker.errors import StoreCorruptError
-from pybroker.store import layout
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.damaged_records import DamagedRecords
-from pybroker.store.mapped_file import MappedFile
+from pybroker.store.mapped_file import MappedFile, is_offset_file_name, offset_file_name
+from pybroker.store.record_search import (first_record_from, is_record_at, next_valid_record,
+                                          nonzero_end)
 
 log = logging.getLogger("pybroker.store.recovery")
 
 NORMAL_RECOVERY_FILES_COUNT = 3        # Java scans the last three files after a clean stop
-# A record starts 4 bytes before its magic code; both magic codes, big-endian.
-_MAGIC_CODES = tuple((code & 0xFFFFFFFF).to_bytes(4, "big") for code in (
-    layout.MESSAGE_MAGIC_CODE_V1, layout.MESSAGE_MAGIC_CODE_V2))
-_MAGIC_POSITION = layout.RECORD_MAGIC_POSITION
-_PHYSICAL_OFFSET_POSITION = layout.RECORD_PHYSICAL_OFFSET_POSITION
+SKIP_OPTION = "skipDamagedRecordsOnRecover"
 
 
 @dataclasses.dataclass(slots=True)
@@ -53,75 +67,282 @@ class RecoveryResult:
     scan_from_offset: int
     # Where re-dispatch starts (abnormal recovery), None when nothing needs re-dispatching.
     dispatch_from_offset: int | None = None
-    # Offset of the damaged record that ended the valid data (a torn tail), None for a clean
-    # end.
+    # Offset of the torn record that ended the valid data, None for a clean end.
     damaged_offset: int | None = None
     dispatched_count: int = 0
     # Damaged ranges [start, end) skipped in the middle of the log (operator's choice).
     skipped_spans: list = dataclasses.field(default_factory=list)
+    # Bytes of a torn tail that were zeroed (0 for a clean end).
+    truncated_bytes: int = 0
 
 
-def _is_record_at(buffer, position: int, file_from_offset: int, file_size: int) -> bool:
-    """A whole record with a valid body CRC that names its own physical offset."""
-    status, _ = record_codec.check(buffer, position, file_size, True)
-    if status != record_codec.RECORD_OK:
-        return False
-    field = position + _PHYSICAL_OFFSET_POSITION
-    return int.from_bytes(buffer[field:field + 8], "big") == file_from_offset + position
-
-
-def _first_record_from(mapped_file: MappedFile, start: int) -> int | None:
-    """File position of the first valid record at or after ``start`` (see _is_record_at)."""
-    if not mapped_file.hold():
-        raise RuntimeError(f"{mapped_file.path} was shut down during recovery")
-    buffer = mapped_file.buffer()
+def check_file_sizes(commitlog_dir: str, file_size: int, skip_damaged: bool) -> list[int]:
+    """Every CommitLog file must be ``file_size`` bytes: StoreCorruptError otherwise (one
+    line naming the file). A short file's missing bytes are damage like any other: with
+    ``skip_damaged`` it is extended with zeros, which recovery then finds and decides on
+    (pass the returned file bases as ``walk_files``)."""
     try:
-        data = buffer.obj if isinstance(buffer.obj, bytes) else None
-        finder = data if data is not None else _Finder(buffer)
-        best = None
-        for magic in _MAGIC_CODES:
-            at = finder.find(magic, start + _MAGIC_POSITION)
-            while at >= 0 and (best is None or at - _MAGIC_POSITION < best):
-                position = at - _MAGIC_POSITION
-                if _is_record_at(buffer, position, mapped_file.file_from_offset,
-                                 mapped_file.file_size):
-                    best = position
-                    break
-                at = finder.find(magic, at + 1)
-        return best
-    finally:
-        buffer.release()
-        mapped_file.release()
+        names = sorted(n for n in os.listdir(commitlog_dir) if is_offset_file_name(n))
+    except FileNotFoundError:
+        return []
+    sizes = {name: os.path.getsize(os.path.join(commitlog_dir, name)) for name in names}
+    wrong = [name for name in names if sizes[name] != file_size]
+    if not wrong:
+        return []
+    if len(wrong) == len(names) > 1 and len(set(sizes.values())) == 1:
+        raise StoreCorruptError(
+            f"every CommitLog file in {commitlog_dir} has {sizes[wrong[0]]} bytes, but "
+            f"mappedFileSizeCommitLog={file_size}: set it to the size this store was written "
+            f"with")
+    for name in wrong:
+        path, size = os.path.join(commitlog_dir, name), sizes[name]
+        text = (f"CommitLog file {path}: {size} bytes instead of {file_size} "
+                f"(mappedFileSizeCommitLog)")
+        if size > file_size:
+            raise StoreCorruptError(f"{text}: the file is longer than a CommitLog file can be, "
+                                    f"so the broker does not start")
+        if not skip_damaged:
+            raise StoreCorruptError(
+                f"{text}: the bytes from file position {size}, physical offset "
+                f"{int(name) + size}, are missing, so the broker does not start. Restore the "
+                f"file from a replica or a backup, or set {SKIP_OPTION}=true to treat them "
+                f"as damaged and keep every record outside them")
+        log.error("%s: extended with zeros from file position %d (%s=true); recovery treats "
+                  "them as damage", text, size, SKIP_OPTION)
+        os.truncate(path, file_size)
+    return [int(name) for name in wrong]
 
 
-class _Finder:
-    """``bytes.find`` over a memoryview in 1 MiB chunks (no copy of a whole file)."""
-
-    _CHUNK_BYTES = 1 << 20
-
-    def __init__(self, view: memoryview):
-        self.view = view
-
-    def find(self, needle: bytes, start: int) -> int:
-        end = len(self.view)
-        while start < end:
-            stop = min(start + self._CHUNK_BYTES + len(needle) - 1, end)
-            found = bytes(self.view[start:stop]).find(needle)
-            if found >= 0:
-                return start + found
-            start += self._CHUNK_BYTES
-        return -1
+def _file_path(commitlog: CommitLog, offset: int) -> str:
+    return os.path.join(commitlog.store_path, offset_file_name(offset))
 
 
-def next_valid_record(commitlog: CommitLog, index: int, position: int) -> int | None:
-    """Global offset of the first valid record after the damaged one at file ``index``,
-    ``position`` (this file first, then the later ones), or None: nothing valid follows."""
-    files = commitlog.mapped_file_queue.mapped_files
-    for later in range(index, len(files)):
-        found = _first_record_from(files[later], position + 1 if later == index else 0)
-        if found is not None:
-            return files[later].file_from_offset + found
-    return None
+def _what_stops(buffer, position: int, file_size: int, status: int) -> str:
+    """Words for the record that failed at ``position``."""
+    if status == record_codec.RECORD_END:
+        return "record size 0 (an end-of-data marker)"
+    if status == record_codec.RECORD_BLANK:
+        return "an end-of-file marker (BLANK) before the file's end"
+    if status == record_codec.RECORD_TRUNCATED:
+        return "a record running past the end of its file"
+    layout_status, _ = record_codec.check(buffer, position, file_size, False)
+    if layout_status == record_codec.RECORD_OK:
+        return "a damaged record (body CRC mismatch, or it names another offset)"
+    return "a damaged record (bad size or magic code)"
+
+
+class _EndFinder:
+    """One recovery scan: walks files, decides every stop (see the module docstring)."""
+
+    def __init__(self, commitlog: CommitLog, check_crc: bool, damaged: DamagedRecords | None,
+                 skip_damaged: bool, flushed_end: int | None, normal: bool):
+        self.commitlog = commitlog
+        self.files = commitlog.mapped_file_queue.mapped_files
+        self.file_size = commitlog.file_size
+        self.check_crc = check_crc
+        self.damaged = damaged
+        self.skip_damaged = skip_damaged
+        self.flushed_end = flushed_end
+        self.normal = normal
+        self.skipped: list[tuple[int, int]] = []
+        self.torn_offset: int | None = None
+        self.torn_bytes = 0
+
+    # --- decisions ---------------------------------------------------------------------------
+    def damage(self, start: int, resume: int, text: str) -> None:
+        """Records stop at ``start`` but valid ones follow from ``resume``: refuse, or skip."""
+        known = self.damaged is not None and self.damaged.covers(start, resume)
+        if not (self.skip_damaged or known):
+            raise StoreCorruptError(
+                f"{text}, followed by valid records from physical offset {resume}: "
+                f"acknowledged messages after it would be lost, so the broker does not start. "
+                f"Restore the file from a replica or a backup, or set {SKIP_OPTION}=true to "
+                f"skip {resume - start} damaged byte(s) and keep every later record")
+        (log.info if known else log.error)(
+            "%s: %d byte(s) skipped up to the next valid record at physical offset %d%s",
+            text, resume - start, resume,
+            " (skipped before)" if known else f" ({SKIP_OPTION}=true)")
+        self.skipped.append((start, resume))
+
+    def not_short(self, end: int, text: str) -> None:
+        """Nothing valid follows ``end``: refuse when flushed data lay beyond it."""
+        flushed = self.flushed_end
+        if flushed is None or end >= flushed:
+            return
+        lost = (f"{text}, and nothing valid follows, but the checkpoint records the CommitLog "
+                f"flushed up to physical offset {flushed}: {flushed - end} byte(s) of "
+                f"acknowledged messages are missing or damaged")
+        if not self.skip_damaged:
+            raise StoreCorruptError(
+                f"{lost}, so the broker does not start. Restore the file(s) from a replica or "
+                f"a backup, or set {SKIP_OPTION}=true to start with the CommitLog ending at "
+                f"physical offset {end}")
+        log.error("%s; %s=true: the CommitLog ends at physical offset %d", lost, SKIP_OPTION,
+                  end)
+
+    def stopped(self, end: int, index: int, search_from: int, text: str,
+                clean: bool) -> int | None:
+        """Records stop at global ``end``; valid ones are searched from file ``index``,
+        position ``search_from``. Returns where to go on, or None: ``end`` is the end.
+        ``clean``: the stop is zeros or missing files (no bytes to call a torn write)."""
+        if clean and self.normal and end == self.flushed_end:
+            return None                    # a clean stop's flushed end, exactly: proven
+        resume = next_valid_record(self.files, index, search_from)
+        if resume is not None:
+            self.damage(end, resume, text)
+            return resume
+        self.not_short(end, text)
+        if not clean:
+            mapped_file = self.files[index]
+            position = end - mapped_file.file_from_offset
+            self.torn_offset = end
+            self.torn_bytes = nonzero_end(mapped_file, position) - position
+            log.warning("%s; nothing valid follows: a torn tail (a crash mid-write), %d "
+                        "byte(s) truncated", text, self.torn_bytes)
+        return None
+
+    # --- the scan ----------------------------------------------------------------------------
+    def run(self, start_index: int) -> int:
+        """Scan from file ``start_index``; returns the valid end (global offset)."""
+        files = self.files
+        if not files:
+            self.not_short(0, f"CommitLog directory {self.commitlog.store_path} holds no file")
+            return 0
+        expected = files[start_index].file_from_offset
+        index, start = start_index, 0
+        while index < len(files):
+            mapped_file = files[index]
+            if start == 0 and mapped_file.file_from_offset != expected:
+                text = (f"CommitLog file {_file_path(self.commitlog, expected)}: missing "
+                        f"(file position 0, physical offset {expected}; the next file starts "
+                        f"at {mapped_file.file_from_offset})")
+                resume = self.stopped(expected, index, 0, text, True)
+                if resume is None:
+                    return expected
+                index, start, expected = self.seek(resume)
+                continue
+            status, position, text = self.scan_file(mapped_file, start)
+            if status == record_codec.RECORD_BLANK:
+                index, start = index + 1, 0
+                expected = mapped_file.file_from_offset + self.file_size
+                continue
+            end = mapped_file.file_from_offset + position
+            resume = self.stopped(end, index, position + 1, text,
+                                  status == record_codec.RECORD_END)
+            if resume is None:
+                return end
+            index, start, expected = self.seek(resume)
+        self.not_short(expected, f"CommitLog file {_file_path(self.commitlog, expected)}: "
+                                 f"missing (file position 0, physical offset {expected})")
+        return expected
+
+    def seek(self, offset: int) -> tuple[int, int, int]:
+        """(file index, file position, expected next base) of global ``offset``."""
+        index = 0
+        while self.files[index].file_from_offset + self.file_size <= offset:
+            index += 1
+        base = self.files[index].file_from_offset
+        return index, offset - base, base
+
+    def scan_file(self, mapped_file: MappedFile, start: int) -> tuple[int, int, str]:
+        """(status, file position where records stop, words for the stop)."""
+        file_size = mapped_file.file_size
+        if not mapped_file.hold():
+            raise RuntimeError(f"{mapped_file.path} was shut down during recovery")
+        buffer = mapped_file.buffer()
+        try:
+            status, position, _ = record_codec.scan(buffer, start, file_size, self.check_crc)
+            if status == record_codec.RECORD_BLANK:
+                _, total_size = record_codec.check(buffer, position, file_size, False)
+                if position + total_size != file_size:
+                    status = record_codec.RECORD_CORRUPT   # a BLANK must reach the file end
+            elif status == record_codec.RECORD_END and position == file_size:
+                status = record_codec.RECORD_BLANK         # exactly full: the next file
+            elif status == record_codec.RECORD_END and position > start:
+                last_position = _torn_last_record(mapped_file, buffer, position, start)
+                if last_position is not None:
+                    status, position = record_codec.RECORD_CORRUPT, last_position
+            what = _what_stops(buffer, position, file_size, status)
+        finally:
+            buffer.release()
+            mapped_file.release()
+        if status == record_codec.RECORD_BLANK and position < file_size \
+                and first_record_from(mapped_file, position + 1) is not None:
+            # A BLANK marker ends its file's records: valid records after it are damage.
+            status = record_codec.RECORD_CORRUPT
+            what = "an end-of-file marker (BLANK) followed by valid records in its file"
+        return status, position, _damage_text(mapped_file, position, what)
+
+    def check_older_files(self, start_index: int, suspects: Iterable[int],
+                          walk_files: Iterable[int]) -> None:
+        """Before the scanned window: no file missing, each file's first record valid, the
+        offsets the scrubber found damaged (``suspects``) still damaged or not, and every
+        record of the files starting at ``walk_files`` (files that were cut short)."""
+        files = self.files
+        window_start = files[start_index].file_from_offset if files else 0
+        for index in range(1, start_index + 1):
+            expected = files[index - 1].file_from_offset + self.file_size
+            if files[index].file_from_offset != expected:
+                text = (f"CommitLog file {_file_path(self.commitlog, expected)}: missing (file "
+                        f"position 0, physical offset {expected})")
+                resume = next_valid_record(files, index, 0)
+                if resume is not None:
+                    self.damage(expected, resume, text)
+        offsets = sorted({f.file_from_offset for f in files[:start_index]}
+                         | {s for s in suspects if s < window_start})
+        for offset in offsets:
+            self.check_record(offset)
+        walked = set(walk_files)
+        for index, mapped_file in enumerate(files[:start_index]):
+            if mapped_file.file_from_offset in walked:
+                self.walk_file(index)
+
+    def walk_file(self, index: int) -> None:
+        """Every record of file ``index`` (before the window): a stop before its end with
+        valid records after it is damage (as many times as it takes to reach the end)."""
+        mapped_file, start = self.files[index], 0
+        while start < self.file_size:
+            status, position, text = self.scan_file(mapped_file, start)
+            if status == record_codec.RECORD_BLANK:
+                return
+            end = mapped_file.file_from_offset + position
+            resume = next_valid_record(self.files, index, position + 1)
+            if resume is None or resume >= mapped_file.file_from_offset + self.file_size:
+                if resume is not None:
+                    self.damage(end, resume, text)
+                return
+            self.damage(end, resume, text)
+            start = resume - mapped_file.file_from_offset
+
+    def check_record(self, offset: int) -> None:
+        """The record at ``offset`` (before the window) must be valid, or it is damage."""
+        if self.damaged is not None and self.damaged.span_at(offset) is not None:
+            return
+        if any(start <= offset < end for start, end in self.skipped):
+            return
+        mapped_file = self.commitlog.mapped_file_queue.find_mapped_file_by_offset(offset)
+        if mapped_file is None or not mapped_file.hold():
+            return                         # below the min offset: expired, not damaged
+        position = offset - mapped_file.file_from_offset
+        buffer = mapped_file.buffer()
+        try:
+            if is_record_at(buffer, position, mapped_file.file_from_offset,
+                            mapped_file.file_size):
+                return
+            status, _ = record_codec.check(buffer, position, mapped_file.file_size, True)
+            what = _what_stops(buffer, position, mapped_file.file_size, status)
+        finally:
+            buffer.release()
+            mapped_file.release()
+        index = self.files.index(mapped_file)
+        resume = next_valid_record(self.files, index, position + 1)
+        if resume is not None:
+            self.damage(offset, resume, _damage_text(mapped_file, position, what))
+
+
+def _damage_text(mapped_file: MappedFile, position: int, what: str) -> str:
+    return (f"CommitLog file {mapped_file.path}: {what} at file position {position}, "
+            f"physical offset {mapped_file.file_from_offset + position}")
 
 
 def _torn_last_record(mapped_file: MappedFile, buffer, end_position: int,
@@ -148,100 +369,43 @@ def _torn_last_record(mapped_file: MappedFile, buffer, end_position: int,
     return None if whole else last_position
 
 
-def _scan_file(mapped_file: MappedFile, check_crc: bool, start: int = 0) -> tuple[int, int]:
-    """Scan one file from file position ``start``: (status, file position where it stopped)."""
-    file_size = mapped_file.file_size
-    if not mapped_file.hold():
-        raise RuntimeError(f"{mapped_file.path} was shut down during recovery")
-    buffer = mapped_file.buffer()
-    try:
-        status, position, _ = record_codec.scan(buffer, start, file_size, check_crc)
-        if status == record_codec.RECORD_BLANK:
-            _, total_size = record_codec.check(buffer, position, file_size, False)
-            if position + total_size != file_size:
-                status = record_codec.RECORD_CORRUPT   # a BLANK must reach the file end
-        elif status == record_codec.RECORD_END and position == file_size:
-            status = record_codec.RECORD_BLANK         # exactly full: continue in the next file
-        elif status == record_codec.RECORD_END and position > start:
-            last_position = _torn_last_record(mapped_file, buffer, position, start)
-            if last_position is not None:
-                return record_codec.RECORD_CORRUPT, last_position
-        return status, position
-    finally:
-        buffer.release()
-        mapped_file.release()
+def _file_index(files: list[MappedFile], offset: int) -> int:
+    """Index of the last file starting at or before global ``offset`` (0 when none)."""
+    index = 0
+    for position, mapped_file in enumerate(files):
+        if mapped_file.file_from_offset <= offset:
+            index = position
+    return index
 
 
-def _damage_text(mapped_file: MappedFile, position: int, status: int) -> str:
-    return (f"CommitLog file {mapped_file.path}: damaged record (status {status}) at file "
-            f"position {position}, physical offset {mapped_file.file_from_offset + position}")
-
-
-def _find_valid_end(commitlog: CommitLog, start_index: int, check_crc: bool,
-                    damaged: DamagedRecords | None = None,
-                    skip_damaged: bool = False) -> tuple[int, int | None, list]:
-    """Scan files from ``start_index``: (valid end offset, torn-tail offset or None, skipped
-    spans). StoreCorruptError for damage in the middle of the log (see the module doc)."""
+def _recover(commitlog: CommitLog, start_index: int, abnormal: bool, check_crc: bool,
+             damaged: DamagedRecords | None, skip_damaged: bool, flushed_end: int | None,
+             suspects: Iterable[int], walk_files: Iterable[int] = ()) -> RecoveryResult:
     files = commitlog.mapped_file_queue.mapped_files
-    if not files:
-        return 0, None, []
-    end_offset = files[start_index].file_from_offset
-    skipped: list[tuple[int, int]] = []
-    index, start = start_index, 0
-    while index < len(files):
-        mapped_file = files[index]
-        if start == 0 and mapped_file.file_from_offset != end_offset:
-            log.error("CommitLog file %s does not start at %d (a file is missing); recovery "
-                      "stops at %d", mapped_file.path, end_offset, end_offset)
-            return end_offset, None, skipped
-        status, position = _scan_file(mapped_file, check_crc, start)
-        if status == record_codec.RECORD_BLANK:
-            end_offset = mapped_file.file_from_offset + commitlog.file_size
-            index, start = index + 1, 0
-            continue
-        end_offset = mapped_file.file_from_offset + position
-        if status == record_codec.RECORD_END:
-            return end_offset, None, skipped
-        resume = next_valid_record(commitlog, index, position)
-        if resume is None:
-            log.warning("%s; nothing valid follows: a torn tail, truncated",
-                        _damage_text(mapped_file, position, status))
-            return end_offset, end_offset, skipped
-        known = damaged is not None and damaged.covers(end_offset, resume)
-        if not (skip_damaged or known):
-            raise StoreCorruptError(
-                f"{_damage_text(mapped_file, position, status)}, followed by valid records "
-                f"from physical offset {resume}: acknowledged messages after it would be lost, "
-                f"so the broker does not start. Restore the file from a replica or a backup, "
-                f"or set skipDamagedRecordsOnRecover=true to skip {resume - end_offset} "
-                f"damaged byte(s) and keep every later record")
-        (log.info if known else log.error)(
-            "%s: %d byte(s) skipped up to the next valid record at physical offset %d%s",
-            _damage_text(mapped_file, position, status), resume - end_offset, resume,
-            " (skipped before)" if known else " (skipDamagedRecordsOnRecover=true)")
-        skipped.append((end_offset, resume))
-        while files[index].file_from_offset + commitlog.file_size <= resume:
-            index += 1
-        start, end_offset = resume - files[index].file_from_offset, resume
-    return end_offset, None, skipped
-
-
-def _truncate(commitlog: CommitLog, valid_end_offset: int) -> None:
-    commitlog.truncate_dirty_files(valid_end_offset)
-    commitlog.set_wrote_and_flushed(valid_end_offset)
+    if files and flushed_end is not None and flushed_end > 0:
+        # The flushed end must be proven too: scan from its file if that is older.
+        start_index = min(start_index, _file_index(files, flushed_end - 1))
+    finder = _EndFinder(commitlog, check_crc, damaged, skip_damaged, flushed_end, not abnormal)
+    finder.check_older_files(start_index, suspects, walk_files)
+    scan_from = files[start_index].file_from_offset if files else 0
+    valid_end = finder.run(start_index)
+    commitlog.truncate_dirty_files(valid_end)
+    commitlog.set_wrote_and_flushed(valid_end)
+    return RecoveryResult(valid_end, abnormal, scan_from, scan_from if abnormal else None,
+                          finder.torn_offset, skipped_spans=finder.skipped,
+                          truncated_bytes=finder.torn_bytes)
 
 
 def recover_normally(commitlog: CommitLog, check_crc: bool = True,
-                     damaged: DamagedRecords | None = None,
-                     skip_damaged: bool = False) -> RecoveryResult:
-    """Recovery after a clean stop: scan the last 3 files, truncate beyond the valid end."""
+                     damaged: DamagedRecords | None = None, skip_damaged: bool = False, *,
+                     flushed_end: int | None = None, suspects: Iterable[int] = (),
+                     walk_files: Iterable[int] = ()) -> RecoveryResult:
+    """Recovery after a clean stop: scan the last 3 files (and from ``flushed_end``'s file),
+    prove the end, truncate beyond it."""
     files = commitlog.mapped_file_queue.mapped_files
     start_index = max(len(files) - NORMAL_RECOVERY_FILES_COUNT, 0)
-    scan_from = files[start_index].file_from_offset if files else 0
-    valid_end, torn, skipped = _find_valid_end(commitlog, start_index, check_crc, damaged,
-                                               skip_damaged)
-    _truncate(commitlog, valid_end)
-    return RecoveryResult(valid_end, False, scan_from, None, torn, skipped_spans=skipped)
+    return _recover(commitlog, start_index, False, check_crc, damaged, skip_damaged,
+                    flushed_end, suspects, walk_files)
 
 
 def _first_record_store_timestamp(mapped_file: MappedFile) -> int | None:
@@ -271,20 +435,18 @@ def abnormal_start_index(commitlog: CommitLog, recovery_point_ms: int) -> int:
 def recover_abnormally(commitlog: CommitLog, recovery_point_ms: int,
                        dispatch: Callable | None = None,
                        check_crc: bool = True, damaged: DamagedRecords | None = None,
-                       skip_damaged: bool = False) -> RecoveryResult:
+                       skip_damaged: bool = False, *, flushed_end: int | None = None,
+                       suspects: Iterable[int] = (),
+                       walk_files: Iterable[int] = ()) -> RecoveryResult:
     """Recovery after a crash from ``recovery_point_ms`` (store time, ms).
 
     Truncates beyond the valid end first, then calls ``dispatch(record)`` for every record
     from the start file on (if given); the records can also be walked later with
     :func:`records_to_dispatch`.
     """
-    files = commitlog.mapped_file_queue.mapped_files
     start_index = abnormal_start_index(commitlog, recovery_point_ms)
-    scan_from = files[start_index].file_from_offset if files else 0
-    valid_end, torn, skipped = _find_valid_end(commitlog, start_index, check_crc, damaged,
-                                               skip_damaged)
-    _truncate(commitlog, valid_end)
-    result = RecoveryResult(valid_end, True, scan_from, scan_from, torn, skipped_spans=skipped)
+    result = _recover(commitlog, start_index, True, check_crc, damaged, skip_damaged,
+                      flushed_end, suspects, walk_files)
     if dispatch is not None:
         for message_record in records_to_dispatch(commitlog, result):
             dispatch(message_record)
@@ -295,14 +457,22 @@ def recover_abnormally(commitlog: CommitLog, recovery_point_ms: int,
 def recover(commitlog: CommitLog, abort_file_present: bool, checkpoint: StoreCheckpoint,
             dispatch: Callable | None = None, check_crc: bool = True,
             message_index_safe: bool = False, damaged: DamagedRecords | None = None,
-            skip_damaged: bool = False) -> RecoveryResult:
-    """Normal or abnormal recovery depending on the abort file (protocol.md §4.7).
-    ``damaged``: ranges skipped before; ``skip_damaged``: skip new mid-log damage instead of
-    raising StoreCorruptError."""
+            skip_damaged: bool = False, suspects: Iterable[int] = (),
+            walk_files: Iterable[int] = ()) -> RecoveryResult:
+    """Normal or abnormal recovery depending on the abort file (protocol.md §4.7), the end
+    proven against ``checkpoint``'s flushed offset. ``damaged``: ranges skipped before;
+    ``skip_damaged``: skip new damage instead of raising StoreCorruptError; ``suspects``:
+    offsets the scrubber found damaged; ``walk_files``: bases of files whose records are all
+    checked (files :func:`check_file_sizes` extended)."""
+    flushed_end = checkpoint.flushed_end()
     if not abort_file_present:
-        return recover_normally(commitlog, check_crc, damaged, skip_damaged)
+        return recover_normally(commitlog, check_crc, damaged, skip_damaged,
+                                flushed_end=flushed_end, suspects=suspects,
+                                walk_files=walk_files)
     return recover_abnormally(commitlog, checkpoint.recovery_point_ms(message_index_safe),
-                              dispatch, check_crc, damaged, skip_damaged)
+                              dispatch, check_crc, damaged, skip_damaged,
+                              flushed_end=flushed_end, suspects=suspects,
+                              walk_files=walk_files)
 
 
 def records_to_dispatch(commitlog: CommitLog, result: RecoveryResult) -> Iterator:

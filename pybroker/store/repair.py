@@ -4,8 +4,9 @@
 At load (:class:`pybroker.store.message_store.MessageStore`) a damaged derived file is never a
 reason to refuse start-up, and never a reason to serve wrong data:
 
-* **checkpoint** of the wrong size or with impossible values (a negative time, a time more than
-  a day ahead of the clock): logged and zeroed; abnormal recovery then rewinds to the first
+* **checkpoint** of the wrong size, with impossible values (a negative time, a time more than
+  a day ahead of the clock) or whose stamp does not match (store/checkpoint.py): logged and
+  zeroed, the flushed CommitLog offset unknown; abnormal recovery then rewinds to the first
   CommitLog file and re-dispatches everything (idempotent);
 * **consume queue** with a file of the wrong size: deleted (``ConsumeQueueStore.load(repair=
   True)``) and rebuilt by dispatch from the oldest CommitLog record;
@@ -24,7 +25,7 @@ import os
 import numpy as np
 
 from pybroker.store import layout
-from pybroker.store.checkpoint import StoreCheckpoint
+from pybroker.store.checkpoint import MISMATCH, StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 
@@ -49,13 +50,18 @@ def open_checkpoint(path: str, now_ms: int) -> StoreCheckpoint:
                  checkpoint.index_msg_timestamp)
         if any(t < 0 or t > now_ms + _CHECKPOINT_FUTURE_MAX_MS for t in times):
             problem = f"impossible store times {times}"
+        elif checkpoint.stamp_state == MISMATCH:
+            problem = ("its stamp does not match its fields: damaged, or written since by a "
+                       "broker that does not keep pybroker's stamp, e.g. Java")
     if problem is not None:
         log.error("checkpoint %s is damaged (%s): rebuilt; a crash recovery now re-dispatches "
-                  "the whole CommitLog", path, problem)
+                  "the whole CommitLog, and recovery proves the CommitLog's end without it",
+                  path, problem)
         for name in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp",
-                     "master_flushed_offset", "confirm_phy_offset"):
+                     "master_flushed_offset", "confirm_phy_offset", "commitlog_flushed_offset"):
             setattr(checkpoint, name, 0)
-        checkpoint.flush()
+        # Stored unstamped: no flushed offset is vouched for until the next flush.
+        checkpoint.flush(stamped=False)
     return checkpoint
 
 

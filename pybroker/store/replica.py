@@ -30,6 +30,7 @@ import numpy as np
 
 from pybroker._fast import record as record_codec
 from pybroker.store import layout, paths
+from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.epoch_file import EpochFile
 from pybroker.store.mapped_file import MappedFile
@@ -286,5 +287,22 @@ def apply_pending_truncation(store_root: str, commitlog_dir: str, file_size: int
                     "tail after it differed from the master's", offset, end)
     finally:
         commitlog.shutdown(0)
+    _lower_flushed_end(store_root, offset)
     os.unlink(paths.ha_truncate_path(store_root))
     return offset
+
+
+def _lower_flushed_end(store_root: str, offset: int) -> None:
+    """The checkpoint's flushed CommitLog offset is recovery's proof of the end: a deliberate
+    truncation below it lowers it first, or recovery would find acknowledged data missing."""
+    path = paths.checkpoint_path(store_root)
+    if not os.path.exists(path) or os.path.getsize(path) != layout.CHECKPOINT_FILE_SIZE:
+        return             # absent or damaged: recovery does without it (store/repair.py)
+    reading = StoreCheckpoint(path, read_only=True)
+    flushed_end = reading.flushed_end()
+    reading.shutdown()
+    if flushed_end is None or flushed_end <= offset:
+        return
+    checkpoint = StoreCheckpoint(path)
+    checkpoint.commitlog_flushed_offset = offset
+    checkpoint.shutdown()          # stores and msyncs the page

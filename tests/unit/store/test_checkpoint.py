@@ -7,6 +7,7 @@ status maps to the reference's response code.
 import multiprocessing
 import os
 import struct
+import zlib
 
 import pytest
 
@@ -30,7 +31,10 @@ def test_checkpoint_layout_on_disk_and_reload(tmp_path):
         page = handle.read()
     assert len(page) == layout.CHECKPOINT_FILE_SIZE
     assert struct.unpack_from(">qqqqq", page, 0) == values
-    assert not any(page[40:])
+    # pybroker's two words after Java's five (store/checkpoint.py), then zeros.
+    assert page[48:52] == b"PBCK"
+    assert int.from_bytes(page[52:56], "big") == zlib.crc32(page[:48])
+    assert not any(page[56:])
     checkpoint.shutdown()
     reloaded = StoreCheckpoint(path, read_only=True)
     assert reloaded.physic_msg_timestamp == values[0]
@@ -40,6 +44,27 @@ def test_checkpoint_layout_on_disk_and_reload(tmp_path):
     assert reloaded.recovery_point_ms(message_index_safe=False) == values[0] - 3000
     assert reloaded.recovery_point_ms(message_index_safe=True) == values[2]
     reloaded.shutdown()
+
+
+def test_flushed_end_counts_only_with_a_matching_stamp(tmp_path):
+    """Recovery's proof of the end: the flushed CommitLog offset counts only on a page
+    pybroker stored. A page with both words zero (Java 4.9.8 / 5.3.3, older pybroker) and one
+    whose fields changed after the stamp (damage, or a Java broker storing its own times over
+    pybroker's page) vouch for nothing."""
+    path = paths.checkpoint_path(str(tmp_path))
+    checkpoint = StoreCheckpoint(path)
+    assert checkpoint.stamp_state == "unstamped" and checkpoint.flushed_end() is None
+    checkpoint.physic_msg_timestamp = 1_700_000_000_000
+    checkpoint.commitlog_flushed_offset = 98_304
+    checkpoint.shutdown()
+    assert StoreCheckpoint(path, read_only=True).flushed_end() == 98_304
+    with open(path, "r+b") as handle:          # Java stores its five words, leaves the rest
+        handle.write(struct.pack(">qqqqq", 1_700_000_009_000, 1_700_000_009_000, 0, 0, 0))
+    reread = StoreCheckpoint(path, read_only=True)
+    assert reread.stamp_state == "mismatch" and reread.flushed_end() is None
+    with open(path, "r+b") as handle:          # Java's own page: pybroker's words are zero
+        handle.write(bytes(layout.CHECKPOINT_FILE_SIZE))
+    assert StoreCheckpoint(path, read_only=True).stamp_state == "unstamped"
 
 
 def test_save_stores_every_time_and_msyncs_once_per_interval(tmp_path):
