@@ -501,6 +501,31 @@ def check(buf, Py_ssize_t offset, Py_ssize_t end, bint check_crc):
         PyBuffer_Release(&view)
 
 
+def check_records(buf, list positions, list sizes, int64_t file_from_offset, bint check_crc):
+    """Index of the first ``buf[positions[i]:positions[i] + sizes[i]]`` that is not exactly
+    one valid record naming its own physical offset (``file_from_offset + positions[i]``),
+    body CRC included when ``check_crc``; -1 when every one is. One call per pull: a read
+    never serves a damaged record (pybroker/store/reads.py)."""
+    cdef Py_buffer view
+    cdef RecordFields f
+    cdef Py_ssize_t index, count = len(positions), position, size
+    if len(sizes) != count:
+        raise ValueError("positions and sizes differ in length")
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        for index in range(count):
+            position, size = positions[index], sizes[index]
+            if position < 0 or size <= 0 or position + size > view.len:
+                return index
+            if parse_record(<const unsigned char *>view.buf, position, position + size,
+                            check_crc, &f) != RECORD_STATUS_OK \
+                    or f.total_size != size or f.physical_offset != file_from_offset + position:
+                return index
+        return -1
+    finally:
+        PyBuffer_Release(&view)
+
+
 def scan(buf, Py_ssize_t start, Py_ssize_t end, bint check_crc):
     """Walk whole OK records of ``buf[start:end]``: ``(status, position, count)``.
 

@@ -68,12 +68,16 @@ cpdef enum StatsCounter:
     PUT_REQUESTS = 3              # appender: put requests taken from the rings
     GROUP_COMMITS = 4             # appender: drains that appended something
     PAGE_CACHE_LOCK_BEGIN_MS = 5  # appender gauge: start of the running drain, 0 between drains
+    SCRUB_VERIFIED_BYTES = 6      # supervisor (scrubber thread): CommitLog bytes verified
+    SCRUB_POSITION = 7            # supervisor gauge: CommitLog offset the running pass reached
     GET_FOUND = 8                 # remoting: store reads that found messages
     GET_MISS = 9                  # remoting: store reads that found none
     GET_TRANSFERRED_MESSAGES = 10 # remoting: messages handed to consumers
     GET_TRANSFERRED_BYTES = 11    # remoting: bytes of those messages
     BROKER_PUT_NUMS = 12          # remoting: messages stored by SEND requests
     BROKER_GET_NUMS = 13          # remoting: messages pulled (Java BROKER_GET_NUMS)
+    SCRUB_PASSES = 14             # supervisor: scrubber passes completed over the whole store
+    SCRUB_FINDINGS = 15           # supervisor gauge: damage the scrubber knows of now
     SEND_STARTED = 16             # remoting: requests per family started / answered
     SEND_FINISHED = 17
     PULL_STARTED = 18
@@ -93,6 +97,7 @@ cpdef enum StatsCounter:
     PUT_DISTRIBUTE_0 = 32         # remoting: Java's 13 put-latency buckets (ms), 32..44
     KEYS_DROPPED = 45             # any writer: keyed updates lost because its table is full
     SEND_BACK_MESSAGES = 46       # remoting: CONSUMER_SEND_MSG_BACK re-puts
+    DAMAGED_RECORDS_READ = 47     # remoting: reads that met a damaged record (not served)
     SEND_OLDEST_MS = 48           # remoting gauges: start (epoch ms) of the oldest request
     PULL_OLDEST_MS = 49           # of the family not answered yet, 0 when none (Java's
     QUERY_OLDEST_MS = 50          # thread-pool queue head wait)

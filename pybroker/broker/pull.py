@@ -216,6 +216,7 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
         # its status mapping then overwrites that code: a slave serves what it has, suggesting
         # the master. Only an offset it cannot vouch for is refused.
         if (code == ResponseCode.PULL_OFFSET_MOVED and not _OFFSET_CHECK_IN_SLAVE
+                and result.status is not GetStatus.MESSAGE_DAMAGED
                 and ctx.config.store.broker_role == BrokerRole.SLAVE):
             code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, group_config.broker_id
         if code == ResponseCode.SUCCESS:
@@ -233,7 +234,15 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
             stats.pull_residency(*residency, result.suggest_pull_from_slave,
                                  stats.now_ns() - started)
         # Java puts the GetMessageStatus name in the remark of every store answer.
-        response = create_response(request, code, result.status.name, ext_fields, body)
+        remark = result.status.name
+        if result.damaged_physical_offset is not None:
+            if stats is not None:
+                stats.damaged_record_read()
+            if result.status is GetStatus.MESSAGE_DAMAGED:
+                remark = (f"{remark}: the message at queue offset {result.damaged_queue_offset} "
+                          f"(CommitLog offset {result.damaged_physical_offset}) is damaged and "
+                          f"is not served; the queue continues at {result.next_begin_offset}")
+        response = create_response(request, code, remark, ext_fields, body)
         return response, result.status, result.next_begin_offset
     finally:
         if body is None:

@@ -34,7 +34,8 @@ _REDIRECTABLE_TYPES = (0, int(MessageSysFlag.TRANSACTION_COMMIT_TYPE))
 READ_BATCH_COUNT = 32            # records a re-putting service reads per get_messages call
 # Offsets the store cannot serve: the service jumps to the offset the answer names.
 _SKIP_STATUSES = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
-                  GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
+                  GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING,
+                  GetStatus.MESSAGE_DAMAGED)     # the store logged the damaged record
 
 
 class RePut(NamedTuple):

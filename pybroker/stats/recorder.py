@@ -142,6 +142,11 @@ class Recorder:
             writer.key_add_word(entry, KeyWord.KEY_COLD_REQUESTS, 1)
         writer.add(C.BROKER_GET_NUMS, messages)
 
+    def damaged_record_read(self) -> None:
+        """A read met a damaged record and did not serve it (pybroker/store/reads.py)."""
+        if self.enabled:
+            self.writer.add(C.DAMAGED_RECORDS_READ)
+
     def pull_residency(self, pages: int, cold_pages: int, java_in_disk: bool,
                        read_ns: int) -> None:
         """Page-cache residency of one pull's records (read before anything touched them)

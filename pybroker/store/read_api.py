@@ -14,6 +14,8 @@ lazily up to the dispatched position.
 Reads hand out memoryview slices of the mapped CommitLog that hold their file: call
 ``release()`` on every result.
 """
+import logging
+
 import numpy as np
 
 from pybroker._fast import pagecache
@@ -29,6 +31,8 @@ from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus
 
 __all__ = ["StoreReads", "GetResult", "SelectResult", "QueryResult"]
+
+log = logging.getLogger("pybroker.store.reads")
 
 # Java scans at most max(16000 bytes of units, maxMsgNums units) per pull.
 _PULL_SCAN_UNITS_MIN = 16000 // layout.CQ_STORE_UNIT_SIZE
@@ -99,7 +103,7 @@ class GetResult(_Holds):
     """Outcome of :meth:`MessageStore.get_messages`: status, offsets (queue offsets) and the
     raw records as views of the CommitLog (no copy). Call :meth:`release` when sent."""
     __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset",
-                 "suggest_pull_from_slave")
+                 "suggest_pull_from_slave", "damaged_physical_offset", "damaged_queue_offset")
 
     def __init__(self, status: GetStatus, next_begin_offset: int, min_offset: int,
                  max_offset: int):
@@ -109,6 +113,10 @@ class GetResult(_Holds):
         self.min_offset = min_offset
         self.max_offset = max_offset
         self.suggest_pull_from_slave = False
+        # A damaged record the read met and did not serve (it ended the batch, or it was the
+        # first and the status is MESSAGE_DAMAGED): its CommitLog and queue offsets.
+        self.damaged_physical_offset: int | None = None
+        self.damaged_queue_offset: int | None = None
 
     @property
     def message_count(self) -> int:
@@ -128,6 +136,22 @@ class QueryResult(_Holds):
         super().__init__()
         self.index_last_update_timestamp = 0
         self.index_last_update_phy_offset = 0
+
+
+_DAMAGED = "damaged"        # _add_record: the record fails its check and is not served
+
+
+def _damaged_at(result: GetResult, unit_index: int, physical_offset: int) -> int:
+    """The read met a damaged record at scanned unit ``unit_index``: the records before it
+    are the answer (the next pull starts at it), or, when there are none, the answer is
+    MESSAGE_DAMAGED and the next pull starts after it. Returns the units scanned."""
+    result.damaged_queue_offset = unit_index          # relative; _read_queue adds the base
+    result.damaged_physical_offset = physical_offset
+    if result.buffers:
+        result.status = GetStatus.FOUND
+        return unit_index
+    result.status = GetStatus.MESSAGE_DAMAGED
+    return unit_index + 1
 
 
 class StoreReads:
@@ -234,6 +258,14 @@ class StoreReads:
         scanned = self._collect(result, physical_offsets, sizes, matched, max_count, max_bytes,
                                 record_filter)
         result.next_begin_offset = queue_offset + scanned
+        if result.damaged_queue_offset is not None:
+            result.damaged_queue_offset += queue_offset
+            log.error("consume queue %s-%d: the CommitLog record of queue offset %d (physical "
+                      "offset %d) is damaged and is not served; %s", queue.topic, queue.queue_id,
+                      result.damaged_queue_offset, result.damaged_physical_offset,
+                      "the pull is answered PULL_OFFSET_MOVED to the next offset"
+                      if result.status is GetStatus.MESSAGE_DAMAGED
+                      else "the records before it are served")
         last_visited = int(physical_offsets[min(scanned, len(physical_offsets) - 1)])
         result.suggest_pull_from_slave = \
             self._commitlog().max_offset() - last_visited > self._memory_bytes
@@ -286,6 +318,8 @@ class StoreReads:
             if added is None:                     # refused by the record filter
                 position = match + 1
                 continue
+            if added is _DAMAGED:
+                return _damaged_at(result, match, physical_offset)
             if not added:
                 if not taken:
                     result.status = GetStatus.MESSAGE_WAS_REMOVING
@@ -337,19 +371,43 @@ class StoreReads:
                     int((positions + taken_sizes[in_file]).max()) > mapped_file.wrote_position:
                 return None
             groups.append((mapped_file, positions.tolist(), taken_sizes[in_file].tolist()))
+        before = 0                             # records of the groups already taken
         for mapped_file, positions, group_sizes in groups:
-            views = mapped_file.views(positions, group_sizes)
+            bad = self._first_damaged(mapped_file, positions, group_sizes)
+            count = len(positions) if bad < 0 else bad
+            views = mapped_file.views(positions[:count], group_sizes[:count]) if count else []
             if views is None:                  # shutting down meanwhile: undo, go per unit
                 result.release()
                 return None
-            result._add_views(views, mapped_file)
+            if views:
+                result._add_views(views, mapped_file)
+            if bad >= 0:
+                return _damaged_at(result, int(taken[before + bad]),
+                                   int(offsets[before + bad]))
+            before += count
         result.status = GetStatus.FOUND
         return scanned
 
+    def _first_damaged(self, mapped_file: MappedFile, positions: list[int],
+                       sizes: list[int]) -> int:
+        """Index of the first record at ``positions`` of ``mapped_file`` that fails its check
+        (layout, own offset, body CRC with checkCRCOnRead), -1 when none; -1 also when the file
+        is shutting down (the views then fail and the caller goes per unit)."""
+        if not mapped_file.hold():
+            return -1
+        buffer = mapped_file.buffer()
+        try:
+            return record_codec.check_records(buffer, positions, sizes,
+                                              mapped_file.file_from_offset,
+                                              self.settings.check_crc_on_read)
+        finally:
+            buffer.release()
+            mapped_file.release()
+
     def _add_record(self, holds: _Holds, physical_offset: int, size: int,
-                    record_filter=None) -> bool | None:
+                    record_filter=None) -> bool | str | None:
         """Append a view of ``size`` bytes at ``physical_offset`` to ``holds``; False if gone,
-        None if ``record_filter`` refused it."""
+        _DAMAGED if the record fails its check, None if ``record_filter`` refused it."""
         mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
             physical_offset)
         if mapped_file is None:
@@ -357,6 +415,11 @@ class StoreReads:
         view = mapped_file.view(physical_offset - mapped_file.file_from_offset, size)
         if view is None:
             return False
+        if record_codec.check_records(view, [0], [size], physical_offset,
+                                      self.settings.check_crc_on_read) >= 0:
+            view.release()
+            mapped_file.release()
+            return _DAMAGED
         if record_filter is not None and not record_filter(view):
             view.release()
             mapped_file.release()
@@ -379,10 +442,15 @@ class StoreReads:
             return None
         try:
             status, total_size = record_codec.check(view, 0, len(view), False)
-            record_view = view[:total_size] if status == record_codec.RECORD_OK else None
+            whole = status == record_codec.RECORD_OK and record_codec.check_records(
+                view, [0], [total_size], physical_offset, self.settings.check_crc_on_read) < 0
+            record_view = view[:total_size] if whole else None
         finally:
             view.release()
         if record_view is None:
+            if status == record_codec.RECORD_OK:
+                log.error("the CommitLog record at physical offset %d is damaged and is not "
+                          "served", physical_offset)
             mapped_file.release()
             return None
         return SelectResult(physical_offset, record_view, mapped_file)

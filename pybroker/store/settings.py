@@ -81,6 +81,9 @@ class StoreConfig:
     max_message_size: int = setting("maxMessageSize", 4 << 20, "largest message body", unit="bytes",
         rule=between(1, 1 << 30))
     check_crc_on_recover: bool = setting("checkCRCOnRecover", True, "verify body CRC in recovery")
+    check_crc_on_read: bool = setting("checkCRCOnRead", True,
+        "a pull, view or query verifies each record's body CRC (its layout and own offset "
+        "always) and never serves a damaged one", pybroker_only=True)
     os_page_cache_busy_time_out_mills: int = setting("osPageCacheBusyTimeOutMills", 1000,
         "a put arriving while the running append is older than this is refused "
         "[PC_SYNCHRONIZED]", unit="ms", long=True, rule=between(1, 600000))

@@ -54,6 +54,11 @@ class GetStatus(enum.Enum):
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    # pybroker: the record at the request's offset fails its check (layout, own offset, body
+    # CRC); never served. Answered PULL_OFFSET_MOVED with the next offset: a Java consumer
+    # logs it (OFFSET_ILLEGAL, "the pull request offset illegal") and continues there, where
+    # an error code would make it retry the same offset every 3 s for ever.
+    MESSAGE_DAMAGED = "MESSAGE_DAMAGED"
 
 
 MESSAGE_ILLEGAL_REMARK = ("the message is illegal, maybe msg body or properties length not "
@@ -121,6 +126,7 @@ PULL_RESPONSE_TABLE: dict[GetStatus, tuple[ResponseCode, ResponseCode]] = {
     GetStatus.NO_MATCHED_LOGIC_QUEUE: (ResponseCode.PULL_NOT_FOUND,
                                        ResponseCode.PULL_OFFSET_MOVED),
     GetStatus.NO_MESSAGE_IN_QUEUE: (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_OFFSET_MOVED),
+    GetStatus.MESSAGE_DAMAGED: (ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_OFFSET_MOVED),
 }
 assert set(PULL_RESPONSE_TABLE) == set(GetStatus), "every GetStatus needs a response"
 
