@@ -26,7 +26,7 @@ Only BODYCRC covers bytes; the other fields are checked only by their lengths ad
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE,
                              PyBUF_WRITABLE)
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcmp, memcpy, memmove
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 
 from pybroker._fast.hton cimport (pb_pack_int16, pb_pack_int32, pb_pack_int64,
@@ -501,25 +501,41 @@ def check(buf, Py_ssize_t offset, Py_ssize_t end, bint check_crc):
         PyBuffer_Release(&view)
 
 
-def check_records(buf, list positions, list sizes, int64_t file_from_offset, bint check_crc):
+def check_records(buf, list positions, list sizes, int64_t file_from_offset, bint check_crc,
+                  bytes topic=None, int32_t queue_id=0, int64_t first_queue_offset=0,
+                  list unit_indexes=None):
     """Index of the first ``buf[positions[i]:positions[i] + sizes[i]]`` that is not exactly
     one valid record naming its own physical offset (``file_from_offset + positions[i]``),
-    body CRC included when ``check_crc``; -1 when every one is. One call per pull: a read
-    never serves a damaged record (pybroker/store/reads.py)."""
+    body CRC included when ``check_crc``; -1 when every one is. With ``topic``, record i must
+    also be of that topic and ``queue_id`` at queue offset ``first_queue_offset +
+    unit_indexes[i]`` (a consume-queue unit's own record). One call per pull and file: a read
+    never serves a damaged record, nor another queue's (pybroker/store/reads.py)."""
     cdef Py_buffer view
     cdef RecordFields f
     cdef Py_ssize_t index, count = len(positions), position, size
-    if len(sizes) != count:
-        raise ValueError("positions and sizes differ in length")
+    cdef const unsigned char *data
+    cdef const char *topic_bytes = NULL
+    cdef Py_ssize_t topic_length = 0
+    if len(sizes) != count or (topic is not None and (unit_indexes is None
+                                                      or len(unit_indexes) != count)):
+        raise ValueError("positions, sizes and unit_indexes differ in length")
+    if topic is not None:
+        topic_bytes, topic_length = topic, len(topic)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
+        data = <const unsigned char *>view.buf
         for index in range(count):
             position, size = positions[index], sizes[index]
             if position < 0 or size <= 0 or position + size > view.len:
                 return index
-            if parse_record(<const unsigned char *>view.buf, position, position + size,
-                            check_crc, &f) != RECORD_STATUS_OK \
+            if parse_record(data, position, position + size, check_crc, &f) != RECORD_STATUS_OK \
                     or f.total_size != size or f.physical_offset != file_from_offset + position:
+                return index
+            if topic_bytes != NULL and (
+                    f.queue_id != queue_id
+                    or f.queue_offset != first_queue_offset + <int64_t>unit_indexes[index]
+                    or f.topic_length != topic_length
+                    or memcmp(data + f.topic_position, topic_bytes, <size_t>topic_length) != 0):
                 return index
         return -1
     finally:

@@ -29,6 +29,7 @@ from pybroker.store.index_file import IndexService
 from pybroker.store.mapped_file import MappedFile
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus
+from pybroker.store.unit_search import find_unit_record
 
 __all__ = ["StoreReads", "GetResult", "SelectResult", "QueryResult"]
 
@@ -248,15 +249,30 @@ class StoreReads:
         else:
             codes = np.array([c for c in tag_codes if _INT32_MIN <= c <= _INT32_MAX], np.int32)
             matched = np.flatnonzero(np.isin(tags_codes.astype(np.int32), codes))
+        # Filler units (for skipped records, or Java's before a late first unit) and units
+        # pointing into a skipped range are stepped over like filtered ones.
+        unservable = (physical_offsets == 0) & (sizes == layout.CQ_FILLER_SIZE)
         if self.damaged_records:
-            # Filler units (for skipped records) and units pointing into a skipped range are
-            # stepped over like filtered ones: the damaged bytes are never served.
-            unservable = self.damaged_records.mask(physical_offsets) | \
-                ((physical_offsets == 0) & (sizes == layout.CQ_FILLER_SIZE))
+            unservable |= self.damaged_records.mask(physical_offsets)
+        if unservable.any():
             matched = matched[~unservable[matched]]
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
+
+        def locate(unit_index: int) -> tuple[int, int] | None:
+            # A unit that does not point at its record: the record, from the CommitLog.
+            found = find_unit_record(self._commitlog(), queue, queue_offset + unit_index,
+                                     self.settings.check_crc_on_read)
+            (log.warning if found else log.error)(
+                "consume queue %s-%d: the unit of queue offset %d (physical offset %d, size "
+                "%d) does not point at a valid record%s", queue.topic, queue.queue_id,
+                queue_offset + unit_index, int(physical_offsets[unit_index]),
+                int(sizes[unit_index]),
+                f"; served its record found in the CommitLog at {found[0]}" if found else
+                " and its record was not found between the units around it")
+            return found
         scanned = self._collect(result, physical_offsets, sizes, matched, max_count, max_bytes,
-                                record_filter)
+                                record_filter, locate,
+                                (queue.topic.encode(), queue.queue_id, queue_offset))
         result.next_begin_offset = queue_offset + scanned
         if result.damaged_queue_offset is not None:
             result.damaged_queue_offset += queue_offset
@@ -280,15 +296,20 @@ class StoreReads:
         return limit_bytes, limit_count
 
     def _collect(self, result: GetResult, physical_offsets, sizes, matched, max_count: int,
-                 max_bytes: int | None, record_filter=None) -> int:
+                 max_bytes: int | None, record_filter=None, locate=None,
+                 owner: tuple[bytes, int, int] | None = None) -> int:
         """Java's pull loop over units; returns how many units were scanned (i / 20 in Java).
 
         Runs of units the tag filter rejects are handled with numpy: the loop in Python is per
         matched unit. A unit ends the batch (isTheBatchFull) before it is filtered or read.
+        ``locate(unit_index)``: (physical offset, size) of the record of a unit whose record
+        fails its check (the unit may be what is damaged), or None. ``owner``: (topic, queue
+        id, queue offset of unit 0): every record served must be that queue's, at its unit's
+        queue offset.
         """
         if record_filter is None:
             scanned = self._collect_at_once(result, physical_offsets, sizes, matched,
-                                            max_count, max_bytes)
+                                            max_count, max_bytes, owner)
             if scanned is not None:
                 return scanned
         unit_count = len(physical_offsets)
@@ -314,12 +335,18 @@ class StoreReads:
             if match >= unit_count:
                 return unit_count
             physical_offset, size = int(physical_offsets[match]), int(sizes[match])
-            added = self._add_record(result, physical_offset, size, record_filter)
+            added = self._add_record(result, physical_offset, size, record_filter,
+                                     owner, match)
+            if added is _DAMAGED:
+                found = locate(match) if locate is not None else None
+                if found is None:
+                    return _damaged_at(result, match, physical_offset)
+                physical_offset, size = found
+                added = self._add_record(result, physical_offset, size, record_filter,
+                                         owner, match)
             if added is None:                     # refused by the record filter
                 position = match + 1
                 continue
-            if added is _DAMAGED:
-                return _damaged_at(result, match, physical_offset)
             if not added:
                 if not taken:
                     result.status = GetStatus.MESSAGE_WAS_REMOVING
@@ -334,7 +361,8 @@ class StoreReads:
             position = match + 1
 
     def _collect_at_once(self, result: GetResult, physical_offsets, sizes, matched,
-                         max_count: int, max_bytes: int | None) -> int | None:
+                         max_count: int, max_bytes: int | None,
+                         owner: tuple[bytes, int, int] | None = None) -> int | None:
         """:meth:`_collect` without a record filter, in array operations: every matched unit is
         taken until the batch is full, so where it fills is known before any record is read.
         None (nothing done) when a record to take is not readable here (its file is gone or
@@ -357,6 +385,7 @@ class StoreReads:
         scanned = int(np.argmax(full)) if full.any() else unit_count
         taken = matched[matched < scanned]
         offsets, taken_sizes = physical_offsets[taken], sizes[taken]
+        taken_indexes = taken.astype(np.int64)
         if len(offsets) > 1 and bool((offsets[1:] < offsets[:-1]).any()):
             return None            # buffers go in unit order: grouped by file only if ascending
         commitlog = self._commitlog()
@@ -370,42 +399,45 @@ class StoreReads:
             if mapped_file is None or mapped_file.file_from_offset != base or \
                     int((positions + taken_sizes[in_file]).max()) > mapped_file.wrote_position:
                 return None
-            groups.append((mapped_file, positions.tolist(), taken_sizes[in_file].tolist()))
-        before = 0                             # records of the groups already taken
-        for mapped_file, positions, group_sizes in groups:
-            bad = self._first_damaged(mapped_file, positions, group_sizes)
-            count = len(positions) if bad < 0 else bad
-            views = mapped_file.views(positions[:count], group_sizes[:count]) if count else []
+            groups.append((mapped_file, positions.tolist(), taken_sizes[in_file].tolist(),
+                           taken_indexes[in_file].tolist()))
+        for mapped_file, positions, group_sizes, indexes in groups:
+            if self._first_damaged(mapped_file, positions, group_sizes, owner, indexes) >= 0:
+                # A damaged record, or a unit that does not point at its record: the per-unit
+                # loop answers it (it looks for the record in the CommitLog).
+                result.release()
+                return None
+            views = mapped_file.views(positions, group_sizes)
             if views is None:                  # shutting down meanwhile: undo, go per unit
                 result.release()
                 return None
-            if views:
-                result._add_views(views, mapped_file)
-            if bad >= 0:
-                return _damaged_at(result, int(taken[before + bad]),
-                                   int(offsets[before + bad]))
-            before += count
+            result._add_views(views, mapped_file)
         result.status = GetStatus.FOUND
         return scanned
 
-    def _first_damaged(self, mapped_file: MappedFile, positions: list[int],
-                       sizes: list[int]) -> int:
+    def _first_damaged(self, mapped_file: MappedFile, positions: list[int], sizes: list[int],
+                       owner: tuple[bytes, int, int] | None = None,
+                       unit_indexes: list[int] | None = None) -> int:
         """Index of the first record at ``positions`` of ``mapped_file`` that fails its check
-        (layout, own offset, body CRC with checkCRCOnRead), -1 when none; -1 also when the file
-        is shutting down (the views then fail and the caller goes per unit)."""
+        (layout, own offset, body CRC with checkCRCOnRead, the ``owner`` queue's at its unit's
+        offset), -1 when none; -1 also when the file is shutting down (the views then fail and
+        the caller goes per unit)."""
         if not mapped_file.hold():
             return -1
         buffer = mapped_file.buffer()
+        topic, queue_id, first = owner if owner is not None else (None, 0, 0)
         try:
             return record_codec.check_records(buffer, positions, sizes,
                                               mapped_file.file_from_offset,
-                                              self.settings.check_crc_on_read)
+                                              self.settings.check_crc_on_read, topic, queue_id,
+                                              first, unit_indexes)
         finally:
             buffer.release()
             mapped_file.release()
 
-    def _add_record(self, holds: _Holds, physical_offset: int, size: int,
-                    record_filter=None) -> bool | str | None:
+    def _add_record(self, holds: _Holds, physical_offset: int, size: int, record_filter=None,
+                    owner: tuple[bytes, int, int] | None = None,
+                    unit_index: int = 0) -> bool | str | None:
         """Append a view of ``size`` bytes at ``physical_offset`` to ``holds``; False if gone,
         _DAMAGED if the record fails its check, None if ``record_filter`` refused it."""
         mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
@@ -415,8 +447,10 @@ class StoreReads:
         view = mapped_file.view(physical_offset - mapped_file.file_from_offset, size)
         if view is None:
             return False
+        topic, queue_id, first = owner if owner is not None else (None, 0, 0)
         if record_codec.check_records(view, [0], [size], physical_offset,
-                                      self.settings.check_crc_on_read) >= 0:
+                                      self.settings.check_crc_on_read, topic, queue_id, first,
+                                      [unit_index]) >= 0:
             view.release()
             mapped_file.release()
             return _DAMAGED

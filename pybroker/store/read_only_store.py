@@ -49,6 +49,18 @@ READER_SWEEP_INTERVAL_S = 1.0
 _UNIT_SIZE = layout.CQ_STORE_UNIT_SIZE
 # First chunk of units checked when a queue file grows; later chunks grow 4x (numpy per chunk).
 _UNIT_SCAN_CHUNK_MIN = 256
+# Units looked at past one that does not count before it is taken as the end of the written
+# units (a zeroed 4 KiB page of a queue file is 205 units).
+_DAMAGED_UNITS_LOOKAHEAD = 1024
+
+
+def _valid_units(buffer, first_unit: int, count: int, limit_physical_offset: int) -> np.ndarray:
+    """Which of ``count`` units from ``first_unit`` count as written (see _grown_units)."""
+    units = np.frombuffer(buffer, UNIT_DTYPE, count, first_unit * _UNIT_SIZE)
+    physical_offsets, sizes = units["phy"], units["size"]
+    filler = (physical_offsets == 0) & (sizes == layout.CQ_FILLER_SIZE)
+    return filler | ((physical_offsets >= 0) & (sizes > 0)
+                     & (physical_offsets + sizes <= limit_physical_offset))
 
 
 def _grown_units(mapped_file: MappedFile, start_unit: int, units_per_file: int,
@@ -57,6 +69,9 @@ def _grown_units(mapped_file: MappedFile, start_unit: int, units_per_file: int,
 
     A unit counts when it is a filler or points at a record that ends at or below
     ``limit_physical_offset`` (dispatched, so completely written before it was published).
+    The writer appends in order, so units that do not count followed (within
+    _DAMAGED_UNITS_LOOKAHEAD) by units that do are damage, not the end: they count too, and
+    reads find their records in the CommitLog (pybroker/store/unit_search.py).
     """
     if start_unit >= units_per_file or not mapped_file.hold():
         return start_unit
@@ -65,18 +80,18 @@ def _grown_units(mapped_file: MappedFile, start_unit: int, units_per_file: int,
     try:
         while position < units_per_file:
             count = min(chunk, units_per_file - position)
-            units = np.frombuffer(buffer, UNIT_DTYPE, count, position * _UNIT_SIZE)
-            physical_offsets, sizes = units["phy"], units["size"]
-            filler = (physical_offsets == 0) & (sizes == layout.CQ_FILLER_SIZE)
-            valid = filler | ((physical_offsets >= 0) & (sizes > 0)
-                              & (physical_offsets + sizes <= limit_physical_offset))
-            del units, physical_offsets, sizes, filler
+            valid = _valid_units(buffer, position, count, limit_physical_offset)
             if bool(valid.all()):
                 position += count
                 chunk *= 4
                 continue
             position += int(np.argmin(valid))
-            break
+            ahead = min(_DAMAGED_UNITS_LOOKAHEAD, units_per_file - position - 1)
+            later = _valid_units(buffer, position + 1, ahead, limit_physical_offset) \
+                if ahead > 0 else np.zeros(0, bool)
+            if not later.any():
+                break
+            position += 1 + int(np.argmax(later))
         return position
     finally:
         buffer.release()

@@ -74,8 +74,8 @@ def read_all(reader, per_unit: bool, verify: bool = True):
                 assert result.next_begin_offset == offset + 1
                 damaged.append(offset)
             for buffer in result.buffers:
-                status, _ = record_codec.check(buffer, 0, len(buffer), verify)
-                assert status == record_codec.RECORD_OK
+                status, total_size = record_codec.check(buffer, 0, len(buffer), verify)
+                assert status == record_codec.RECORD_OK and total_size == len(buffer)
                 served.append(record_codec.decode(buffer, 0).queue_offset)
             assert result.next_begin_offset > offset
             offset = result.next_begin_offset
@@ -119,3 +119,37 @@ def test_damaged_answer_is_offset_moved_on_the_wire():
     would make it retry the same offset every 3 s)."""
     assert pull_response(GetStatus.MESSAGE_DAMAGED, 0)[0] == ResponseCode.PULL_OFFSET_MOVED
     assert pull_response(GetStatus.MESSAGE_DAMAGED, 9)[0] == ResponseCode.PULL_OFFSET_MOVED
+
+
+def damage_unit(settings: StoreConfig, queue_offset: int, position: int, data: bytes) -> None:
+    size = settings.mapped_file_size_consume_queue
+    offset = queue_offset * layout.CQ_STORE_UNIT_SIZE + position
+    path = os.path.join(settings.store_path_root_dir, "consumequeue", TOPIC, "0",
+                        "%020d" % (offset // size * size))
+    with open(path, "r+b") as handle:
+        handle.seek(offset % size)
+        handle.write(data)
+
+
+@pytest.mark.parametrize("per_unit", [False, True], ids=["array_path", "unit_loop"])
+@pytest.mark.parametrize("how", ["physical_offset_bit", "another_records_unit", "size_field",
+                                 "two_units_zeroed", "512_bytes_zeroed"])
+def test_a_damaged_unit_serves_its_record_from_the_commitlog(store, per_unit, how):
+    """The consume queue is derived: a unit that does not point at its own record (here in an
+    old queue file, which start-up does not read) must not cost its message."""
+    settings, offsets, end = store
+    index = 70
+    other_offset, other_size = offsets[90]
+    data, position = {
+        "physical_offset_bit": ((offsets[index][0] ^ 0x10).to_bytes(8, "big"), 0),
+        "another_records_unit": (other_offset.to_bytes(8, "big")
+                                 + other_size.to_bytes(4, "big"), 0),
+        "size_field": ((offsets[index][1] + 1).to_bytes(4, "big"), 8),
+        "two_units_zeroed": (bytes(2 * layout.CQ_STORE_UNIT_SIZE), 0),
+        "512_bytes_zeroed": (bytes(512), 0),
+    }[how]
+    damage_unit(settings, index, position, data)
+    with MessageStoreReader(settings, dispatched_position=end) as reader:
+        reader.advance(end, end)
+        served, damaged = read_all(reader, per_unit)
+    assert damaged == [] and served == list(range(COUNT))
