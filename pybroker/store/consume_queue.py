@@ -490,6 +490,18 @@ class ConsumeQueue:
         self.last_dispatched_phy_offset = 0
 
 
+def _missing_file(queue: ConsumeQueue, from_zero: bool) -> str | None:
+    """Why a loaded queue's files cannot be whole (a missing file), or None."""
+    files = queue.mapped_file_queue.mapped_files
+    size = queue.mapped_file_size
+    if files and from_zero and files[0].file_from_offset != 0:
+        return f"no first file (its files start at {files[0].file_name})"
+    for before, after in zip(files, files[1:], strict=False):
+        if after.file_from_offset != before.file_from_offset + size:
+            return f"a file missing after {before.file_name}"
+    return None
+
+
 class ConsumeQueueStore:
     """Every consume queue of a store root, found or created by (topic, queue_id)."""
 
@@ -518,11 +530,13 @@ class ConsumeQueueStore:
     def queues(self) -> list[ConsumeQueue]:
         return [queue for queues in self.queue_table.values() for queue in queues.values()]
 
-    def load(self, repair: bool = False) -> bool:
+    def load(self, repair: bool = False, from_zero: bool = False) -> bool:
         """Map ``consumequeue/<topic>/<queue_id>/`` from disk; False if a file has a bad size.
 
-        ``repair``: a queue with a file of the wrong size is deleted instead (logged) and
-        recorded in :attr:`rebuilt_queues`; the caller re-dispatches it from the CommitLog.
+        ``repair``: a queue with a file of the wrong size, a file missing between two others,
+        or - with ``from_zero`` (no CommitLog file has expired, so no queue file may have
+        either) - a missing first file is deleted instead (logged) and recorded in
+        :attr:`rebuilt_queues`; the caller re-dispatches it from the CommitLog.
         """
         root = paths.consume_queue_root(self.store_root)
         try:
@@ -538,12 +552,14 @@ class ConsumeQueueStore:
                     log.warning("ignoring %s: not a queue id", os.path.join(topic_dir, name))
                     continue
                 queue = self.find_or_create(topic, int(name))
-                if queue.load():
+                problem = "a file of the wrong size" if not queue.load() \
+                    else _missing_file(queue, from_zero)
+                if problem is None:
                     continue
                 if not repair:
                     return False
-                log.error("consume queue %s has a file of the wrong size: deleted, to be "
-                          "rebuilt from the CommitLog", queue.queue_dir)
+                log.error("consume queue %s has %s: deleted, to be rebuilt from the CommitLog",
+                          queue.queue_dir, problem)
                 queue.destroy()
                 self.queue_table[topic][int(name)] = ConsumeQueue(
                     self.store_root, topic, int(name), self.mapped_file_size, self.read_only)

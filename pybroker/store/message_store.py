@@ -167,7 +167,10 @@ class MessageStore(StoreReads):
             self.index_service = IndexService(paths.index_dir(self.store_root),
                                               settings.max_hash_slot_num,
                                               settings.max_index_num)
-        if not (self.commitlog.load() and self.consume_queue_store.load(repair=True)
+        # A queue file missing is derived damage too: the queue is rebuilt (store/repair.py).
+        if not (self.commitlog.load()
+                and self.consume_queue_store.load(repair=True,
+                                                  from_zero=self.commitlog.min_offset() <= 0)
                 and (self.index_service is None or self.index_service.load(repair=True))):
             log.error("store %s: a file has the wrong size; not loaded", self.store_root)
             return False

@@ -8,8 +8,12 @@ reason to refuse start-up, and never a reason to serve wrong data:
   a day ahead of the clock) or whose stamp does not match (store/checkpoint.py): logged and
   zeroed, the flushed CommitLog offset unknown; abnormal recovery then rewinds to the first
   CommitLog file and re-dispatches everything (idempotent);
-* **consume queue** with a file of the wrong size: deleted (``ConsumeQueueStore.load(repair=
-  True)``) and rebuilt by dispatch from the oldest CommitLog record;
+* **consume queue** with a file of the wrong size, a file missing between two others, or a
+  missing first file while no CommitLog file has expired: deleted (``ConsumeQueueStore.load(
+  repair=True)``) and rebuilt by dispatch from the oldest CommitLog record;
+* **units damaged in an older queue file** (start-up reads a queue's last three files): a
+  read that meets one finds its record in the CommitLog (:mod:`pybroker.store.unit_search`),
+  the scrubber reports it (:mod:`pybroker.store.scrub`) and the next start rebuilds the queue;
 * **consume queue tail** with garbage after the last real unit (:func:`drop_damaged_tails`):
   units must be in physical-offset order, point inside the recovered CommitLog, and the last
   one kept must point at a record of this very topic, queue and queue offset; the rest is cut
