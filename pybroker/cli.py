@@ -77,6 +77,40 @@ def _add_prof(parser: argparse.ArgumentParser) -> Runner:
     return run_prof
 
 
+@subcommand("store", "operator's store commands: verify [--repair-derived] STORE_PATH "
+                    "(every record's CRC and layout, every consume-queue unit)")
+def _add_store(parser: argparse.ArgumentParser) -> Runner:
+    actions = parser.add_subparsers(title="actions", dest="action", metavar="ACTION",
+                                    required=True)
+    verify = actions.add_parser(
+        "verify", help="verify a stopped broker's store; exit 0 clean, 1 damage found (each "
+                       "damaged range listed), 2 not verified (in use, not a store)")
+    verify.add_argument("store_path", metavar="STORE_PATH", help="storePathRootDir")
+    verify.add_argument("--repair-derived", action="store_true",
+                        help="then rebuild the consume queues and index files from the "
+                             "CommitLog")
+    verify.add_argument("-c", "--config-file", metavar="FILE",
+                        help="broker.conf for file sizes and index settings (default: file "
+                             "sizes read from the store, Java's index settings)")
+    return _run_store
+
+
+def _run_store(args: argparse.Namespace) -> int:
+    from pybroker.store.verify import settings_for, verify_store
+    base = None
+    if args.config_file:
+        args.namesrv_addr = None
+        loaded = _load_broker("store verify", args)
+        if loaded is None:
+            return 2
+        base = loaded.store
+    settings = settings_for(os.path.abspath(args.store_path), base)
+
+    def say(line: str) -> None:
+        sys.stdout.write(line + "\n")
+    return verify_store(settings, args.repair_derived, say)
+
+
 @subcommand("namesrv", "run a NameServer (brokers register here, clients look routes up)")
 def _add_namesrv(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("-c", "--config-file", metavar="FILE",

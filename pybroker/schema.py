@@ -138,7 +138,7 @@ class SettingSpec:
     attribute: str        # Python attribute: snake_case of key
     kind: str             # "str", "int" (Java int), "long", "bool", "float" or "enum"
     default: Any          # Java's default; a callable is evaluated at load (host name, CPUs)
-    unit: str             # "ms", "s", "hours", "bytes", "pages", "count", "percent" or ""
+    unit: str             # "ms", "s", "hours", "bytes", "MB/s", "pages", "count", "percent", ""
     doc: str
     rule: Rule | None
     important: bool

@@ -187,6 +187,11 @@ def runtime_info(ctx: BrokerContext) -> dict[str, str]:
     info.update(store_figures)
     info.update(broker_figures)
     info.update(_disk_figures(ctx.config))
+    # pybroker's: the scrubber's progress and findings, and reads that met a damaged record.
+    if service.scrubber_status is not None:
+        info.update(service.scrubber_status())
+    if service.region.enabled:
+        info["damagedRecordsRead"] = str(snapshot.counter(C.DAMAGED_RECORDS_READ))
     store = ctx.config.store
     if store.transient_store_pool_active:
         # Java's availableBufferNums(): one buffer is attached to the file being written and

@@ -40,13 +40,15 @@ from pybroker.proc.dataplane import bind_ha_listener, is_slave
 from pybroker.proc.listeners import Listeners, PortInUseError, reserve_port
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
+from pybroker.proc.scrubber import ScrubberThread
 from pybroker.proc.watchdog import Watchdog
 from pybroker.grpc_service.tls import tls_problem
 from pybroker.remoting.tls import TlsServer, outgoing_tls
-from pybroker.stats.region import StatsRegion
+from pybroker.stats.region import StatsRegion, StatsWriter
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths, replica
-from pybroker.store.control_block import ControlBlock, grpc_worker, stats_section_count
+from pybroker.store.control_block import (ControlBlock, grpc_worker, stats_section_count,
+                                          supervisor_worker)
 from pybroker.store.config_docs import DelayOffsetDocument
 from pybroker.store.message_store import MessageStore
 
@@ -79,6 +81,7 @@ class Supervisor:
         self.data_plane_stopped_cleanly = False
         self.stats_region: StatsRegion | None = None
         self.stats: StatsService | None = None
+        self.stats_writer: StatsWriter | None = None
         self.control: ControlBlock | None = None      # the running generation's
         self.stop_requested = False
         self.listeners: Listeners | None = None
@@ -154,6 +157,8 @@ class Supervisor:
                 self.replicas.close()
             if self.metadata is not None:
                 self.metadata.shutdown()
+            if self.stats_writer is not None:
+                self.stats_writer.close()
             if self.stats_region is not None:
                 self.stats_region.close()
                 _remove_if_empty(paths.run_dir(self.store_root))
@@ -175,6 +180,9 @@ class Supervisor:
             enabled=self.config.broker.stats_instruments_enable)
         self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name,
                                   control=lambda: self.control)
+        # The supervisor's own section: the scrubber thread's figures.
+        self.stats_writer = self.stats_region.writer(
+            supervisor_worker(_client_workers(self.config)).stats_section)
         if not self.stats_region.enabled:
             log.warning("statsInstrumentsEnable=false: no statistics are recorded; brokerStatus "
                         "TPS read NaN and its counters are left out, statsAll is refused, "
@@ -212,6 +220,7 @@ class Supervisor:
         self.control = plane.control
         service_path = os.path.join(paths.run_dir(self.store_root), "metadata.sock")
         service_socket = _bind_unix_socket(service_path)
+        scrubber: ScrubberThread | None = None
         try:
             for name, main in plane.worker_mains():
                 self.children[fork_child(name, main)] = name
@@ -234,11 +243,18 @@ class Supervisor:
                     return run_grpc_worker(i, slot, config, plane.grpc_attachment(slot),
                                            socket_path)
                 self.children[fork_child(worker.name, grpc_main)] = worker.name
+            # After the forks: a child must not inherit a running thread.
+            scrubber = ScrubberThread(self.config.store, plane.control, self.stats_writer)
+            self._running()[1].scrubber_status = scrubber.status
+            scrubber.start()
             try:
                 outcome = asyncio.run(self._serve(plane, service_socket, workers))
             finally:
                 self._catch_stop_signals()
         finally:
+            if scrubber is not None:
+                scrubber.stop()
+                self._running()[1].scrubber_status = None
             self.data_plane_stopped_cleanly = self._stop_children(plane)
             service_socket.close()
             with contextlib.suppress(FileNotFoundError):

@@ -29,7 +29,8 @@ C = StatsCounter
 # Gauges: one writer's value, not a sum over sections.
 _GAUGES = {C.PAGE_CACHE_LOCK_BEGIN_MS, C.PULL_HELD, C.PUT_ENTIRE_TIME_MAX_MS,
            C.GET_ENTIRE_TIME_MAX_MS, C.SEND_OLDEST_MS, C.PULL_OLDEST_MS, C.QUERY_OLDEST_MS,
-           C.TRANSACTION_OLDEST_MS, C.PROCESS_ID, C.PREFAULT_POSITION, C.LOCKED_BYTES}
+           C.TRANSACTION_OLDEST_MS, C.PROCESS_ID, C.PREFAULT_POSITION, C.LOCKED_BYTES,
+           C.SCRUB_POSITION, C.SCRUB_FINDINGS}
 COUNTERS = tuple(counter for counter in StatsCounter if counter not in _GAUGES)
 HISTOGRAMS = tuple(StatsHistogram)
 # Settings a profile is read against (copied into the recording's header when known).
@@ -158,6 +159,10 @@ class Sampler:
                 "prefaulted": int(snapshot.counters[:, C.PREFAULT_POSITION].max()),
                 "locked_bytes": int(snapshot.counters[:, C.LOCKED_BYTES].sum()),
                 "pulls_held": int(snapshot.counters[:, C.PULL_HELD].sum()),
+                # The scrubber (a thread of the supervisor): its pass's CommitLog offset and
+                # the damage it knows of (docs/reliability.md).
+                "scrubbed": int(snapshot.counters[:, C.SCRUB_POSITION].max()),
+                "scrub_findings": int(snapshot.counters[:, C.SCRUB_FINDINGS].max()),
                 "append_busy_since_ms": busy_since,
                 "broker_state": control.broker_state}
 

@@ -24,7 +24,8 @@ _TOP_HISTOGRAMS = ("put_latency_us", "flush_latency_us", "group_commit_messages"
                    "append_drain_us", "sync_flush_wait_us", "pull_read_us")
 _RATES = (("put_messages", "put msg/s"), ("put_bytes", "put MiB/s"),
           ("get_transferred_messages", "pulled msg/s"), ("flushes", "flushes/s"),
-          ("dispatched_messages", "dispatched/s"), ("pulls_cold", "cold pulls/s"))
+          ("dispatched_messages", "dispatched/s"), ("pulls_cold", "cold pulls/s"),
+          ("scrub_verified_bytes", "scrubbed MiB/s"))
 _BAR_WIDTH = 30
 
 
@@ -39,7 +40,8 @@ def _positions(sample: dict) -> Table:
     table = Table(title="positions (CommitLog offsets)", expand=True)
     for column in ("position", "offset", "behind written"):
         table.add_column(column, justify="right" if column != "position" else "left")
-    for name in ("written", "flushed", "dispatched", "prefaulted", "commitlog_min"):
+    for name in ("written", "flushed", "dispatched", "prefaulted", "commitlog_min",
+                 "scrubbed"):
         value = positions.get(name, 0)
         table.add_row(name, f"{value:,}", f"{(written - value) / MIB:,.2f} MiB"
                       if name in ("flushed", "dispatched") else "")
@@ -59,6 +61,10 @@ def _rates(previous: dict, sample: dict) -> Table:
         delta = sample["counters"].get(name, 0) - previous["counters"].get(name, 0)
         value = delta / elapsed / (MIB if "MiB" in label else 1)
         table.add_row(label, f"{max(value, 0):,.1f}")
+    counters, positions = sample["counters"], sample["positions"]
+    table.add_row("scrub passes / damage found / damaged reads",
+                  f"{counters.get('scrub_passes', 0):,} / {positions.get('scrub_findings', 0):,}"
+                  f" / {counters.get('damaged_records_read', 0):,}")
     memory = sample["memory"]
     table.add_row("dirty MiB", f"{memory.get('dirty_bytes', 0) / MIB:,.1f}")
     table.add_row("writeback MiB", f"{memory.get('writeback_bytes', 0) / MIB:,.1f}")

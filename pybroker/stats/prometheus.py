@@ -88,13 +88,14 @@ class BrokerCollector:
         yield self._gauge("pybroker_stats_instruments_enabled", "1: the region's counters and "
                           "histograms are recorded; 0: statsInstrumentsEnable=false, the "
                           "families read from them are not exported", int(enabled))
-        if enabled:
-            snapshot = region.snapshot()
+        snapshot = region.snapshot() if enabled else None
+        if snapshot is not None:
             yield from self._traffic(snapshot)
             yield from self._histograms(snapshot)
             yield self._inflight(snapshot)
         yield from self._metadata_gauges()
         yield from self._storage()
+        yield from self._scrub(snapshot)
         yield from self._processes()
 
     def _traffic(self, snapshot):
@@ -223,6 +224,35 @@ class BrokerCollector:
                           "Broker dispatch behind bytes",
                           max(written - control.dispatched_position, 0),
                           {"storage_type": "local"})
+
+    def _scrub(self, snapshot):
+        """The scrubber's progress and findings (pybroker/proc/scrubber.py), and reads that
+        met a damaged record."""
+        status = self.service.scrubber_status
+        if status is not None:
+            figures = status()
+            base = list(self.labels.values())
+            verified = self._family(CounterMetricFamily, "pybroker_scrub_verified_bytes",
+                                    "CommitLog bytes and queue units the scrubber checked")
+            verified.add_metric(base, int(figures["scrubVerifiedBytes"]))
+            yield verified
+            passes = self._family(CounterMetricFamily, "pybroker_scrub_passes",
+                                  "Scrubber passes completed over the whole store")
+            passes.add_metric(base, int(figures["scrubPasses"]))
+            yield passes
+            yield self._gauge("pybroker_scrub_position_bytes", "CommitLog offset the running "
+                              "scrubber pass reached", int(figures["scrubPosition"]))
+            damage = self._family(GaugeMetricFamily, "pybroker_scrub_damage",
+                                  "Damaged places the scrubber knows of", ("file_kind",))
+            damage.add_metric(base + ["commitlog"], int(figures["scrubDamagedRecords"]))
+            damage.add_metric(base + ["consumequeue"], int(figures["scrubDamagedUnits"]))
+            yield damage
+        if snapshot is not None:
+            read = self._family(CounterMetricFamily, "pybroker_damaged_records_read",
+                                "Reads that met a damaged record and did not serve it")
+            read.add_metric(list(self.labels.values()),
+                            snapshot.counter(_stats.StatsCounter.DAMAGED_RECORDS_READ))
+            yield read
 
     def _processes(self):
         base = list(self.labels.values())

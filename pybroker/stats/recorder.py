@@ -143,7 +143,7 @@ class Recorder:
         writer.add(C.BROKER_GET_NUMS, messages)
 
     def damaged_record_read(self) -> None:
-        """A read met a damaged record and did not serve it (pybroker/store/reads.py)."""
+        """A read met a damaged record and did not serve it (pybroker/store/read_api.py)."""
         if self.enabled:
             self.writer.add(C.DAMAGED_RECORDS_READ)
 

@@ -108,6 +108,8 @@ class StatsService:
         self.today = local_date()
         self.recent: collections.deque = collections.deque(maxlen=_LAST_MINUTE_SAMPLES)
         self.last: Snapshot | None = None
+        # The running generation's scrubber figures (pybroker/proc/scrubber.py), or None.
+        self.scrubber_status: Callable[[], dict[str, str]] | None = None
 
     @property
     def control(self) -> ControlBlock:

@@ -136,6 +136,10 @@ class StoreCheckpoint:
         """The store time (ms) abnormal recovery rewinds to."""
         return self.min_timestamp_index() if message_index_safe else self.min_timestamp()
 
+    def close(self) -> None:
+        """Unmap the page without storing anything (a store that refused to load)."""
+        self._file.close()
+
     def shutdown(self) -> None:
         """Flush (when writable) and close the page."""
         if not self._file.read_only:

@@ -558,13 +558,21 @@ class ConsumeQueueStore:
                     continue
                 if not repair:
                     return False
-                log.error("consume queue %s has %s: deleted, to be rebuilt from the CommitLog",
-                          queue.queue_dir, problem)
-                queue.destroy()
-                self.queue_table[topic][int(name)] = ConsumeQueue(
-                    self.store_root, topic, int(name), self.mapped_file_size, self.read_only)
-                self.rebuilt_queues.append((topic, int(name)))
+                self.rebuild(topic, int(name), problem)
         return True
+
+    def rebuild(self, topic: str, queue_id: int, problem: str) -> None:
+        """Delete a damaged queue (logged with ``problem``) and record it in
+        :attr:`rebuilt_queues`: the caller re-dispatches it from the CommitLog."""
+        queue = self.find(topic, queue_id)
+        if queue is None:
+            return
+        log.error("consume queue %s has %s: deleted, to be rebuilt from the CommitLog",
+                  queue.queue_dir, problem)
+        queue.destroy()
+        self.queue_table[topic][queue_id] = ConsumeQueue(
+            self.store_root, topic, queue_id, self.mapped_file_size, self.read_only)
+        self.rebuilt_queues.append((topic, queue_id))
 
     def recover(self) -> int:
         """Recover every queue; returns the max commit-log offset they cover (bytes), where the

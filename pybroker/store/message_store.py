@@ -33,6 +33,7 @@ from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.dispatch import Dispatcher
 from pybroker.store.index_file import IndexService
 from pybroker.store.read_api import GetResult, QueryResult, SelectResult, StoreReads
+from pybroker.store.scrub import ScrubState
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 
@@ -144,11 +145,20 @@ class MessageStore(StoreReads):
     def load(self) -> bool:
         """Lock, map and recover the store, then dispatch the CommitLog's undispatched tail.
 
-        Returns False when a file has the wrong size (nothing is then usable). Raises
-        lock_file.StoreLockedError when another broker holds the store.
+        The CommitLog is recovered first: when recovery refuses (StoreCorruptError), no
+        derived file has been touched yet, and this store releases what it opened. Returns
+        False when an IndexFile or queue file cannot be loaded (nothing is then usable).
+        Raises lock_file.StoreLockedError when another broker holds the store.
         """
         if self._own_lock:
             self._lock.acquire()
+        try:
+            return self._load()
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _load(self) -> bool:
         abnormal = lock_file.abort_file_exists(self.store_root)
         settings = self.settings
         # A CommitLog file of the wrong size is damage (StoreCorruptError), never "not loaded".
@@ -157,47 +167,87 @@ class MessageStore(StoreReads):
             settings.skip_damaged_records_on_recover)
         self.commitlog = CommitLog(self.commitlog_dir,
                                    settings.mapped_file_size_commit_log)
-        self.consume_queue_store = ConsumeQueueStore(
-            self.store_root, settings.mapped_file_size_consume_queue)
         # Derived files are checked and rebuilt when damaged (pybroker/store/repair.py).
         # The wall clock, not the injected one: "a time in the future" is a real-world test.
         self.checkpoint = repair.open_checkpoint(paths.checkpoint_path(self.store_root),
                                                  clock.now_ms())
+        if not self.commitlog.load():
+            log.error("store %s: a CommitLog file has the wrong size; not loaded",
+                      self.store_root)
+            return False
+        damaged, scrub_state = self._recover_commitlog(abnormal)
+        self.consume_queue_store = ConsumeQueueStore(
+            self.store_root, settings.mapped_file_size_consume_queue)
         if settings.message_index_enable:
             self.index_service = IndexService(paths.index_dir(self.store_root),
                                               settings.max_hash_slot_num,
                                               settings.max_index_num)
         # A queue file missing is derived damage too: the queue is rebuilt (store/repair.py).
-        if not (self.commitlog.load()
-                and self.consume_queue_store.load(repair=True,
-                                                  from_zero=self.commitlog.min_offset() <= 0)
+        if not (self.consume_queue_store.load(repair=True,
+                                              from_zero=self.commitlog.min_offset() <= 0)
                 and (self.index_service is None or self.index_service.load(repair=True))):
             log.error("store %s: a file has the wrong size; not loaded", self.store_root)
             return False
-        self._recover(abnormal)
+        self._recover_derived(abnormal, damaged, scrub_state)
         self.cleaner = StoreCleaner(self.commitlog, self.consume_queue_store, self.index_service,
                                     settings, clock_ms=self.clock_ms,
                                     disk_used_ratio=self._disk_used_ratio)
         self.loaded = True
         return True
 
-    def _recover(self, abnormal: bool) -> None:
-        """Recovery rules of protocol.md §4.6/§4.7, then dispatch to the end of valid data."""
-        checkpoint = self.checkpoint
-        if abnormal and self.index_service is not None:
-            self.index_service.delete_newer_than(checkpoint.index_msg_timestamp)
-        self.consume_queue_store.recover()
+    def _abandon(self) -> None:
+        """After a refused load: unmap what was opened, give the lock back (own lock)."""
+        commitlog = getattr(self, "commitlog", None)
+        if commitlog is not None:
+            commitlog.shutdown(0)
+        checkpoint = getattr(self, "checkpoint", None)
+        if checkpoint is not None:
+            checkpoint.close()
+        queues = getattr(self, "consume_queue_store", None)
+        if queues is not None:
+            queues.close()
+        if self.index_service is not None:
+            self.index_service.close()
+        if self._own_lock:
+            self._lock.release()
+
+    def _recover_commitlog(self, abnormal: bool) -> tuple[DamagedRecords, ScrubState]:
+        """CommitLog recovery (protocol.md §4.6/§4.7, store/recovery.py), before any derived
+        file is read; the damaged ranges known and the scrubber's state."""
+        settings = self.settings
+        # What the scrubber found while the broker ran (store/scrub.py): CommitLog damage is
+        # checked again like damage recovery finds itself; queues are rebuilt afterwards.
+        scrub_state = ScrubState.load(self.store_root)
         damaged = DamagedRecords.load(self.store_root)
-        result = recovery.recover(self.commitlog, abnormal, checkpoint, None,
-                                  self.settings.check_crc_on_recover,
-                                  self.settings.message_index_safe, damaged,
-                                  self.settings.skip_damaged_records_on_recover,
+        result = recovery.recover(self.commitlog, abnormal, self.checkpoint, None,
+                                  settings.check_crc_on_recover, settings.message_index_safe,
+                                  damaged, settings.skip_damaged_records_on_recover,
+                                  suspects=scrub_state.commitlog_suspects(),
                                   walk_files=self._extended_files)
         self.recovery_result = result
         self._keep_damaged_records(damaged, result.skipped_spans)
         (log.warning if abnormal else log.info)(
             "store %s: %s recovery, CommitLog valid to %d", self.store_root,
             "abnormal" if abnormal else "normal", result.valid_end_offset)
+        return damaged, scrub_state
+
+    def _recover_derived(self, abnormal: bool, damaged: DamagedRecords,
+                         scrub_state: ScrubState) -> None:
+        """Consume queues and index brought in line with the recovered CommitLog, then
+        dispatch to the end of valid data."""
+        checkpoint, result = self.checkpoint, self.recovery_result
+        assert result is not None            # set by _recover_commitlog
+        if abnormal and self.index_service is not None:
+            self.index_service.delete_newer_than(checkpoint.index_msg_timestamp)
+        for topic, queue_id in scrub_state.damaged_queues():
+            self.consume_queue_store.rebuild(topic, queue_id,
+                                             "units the scrubber found damaged")
+        if scrub_state.findings:
+            scrub_state.settle(damaged, max(self.commitlog.min_offset(), 0),
+                               lambda offset: not recovery.record_is_valid(self.commitlog,
+                                                                           offset))
+            scrub_state.save(self.store_root)
+        self.consume_queue_store.recover()
         # Units pointing at records recovery cut off would serve other bytes later.
         self.consume_queue_store.truncate_dirty(result.valid_end_offset)
         reput_from = self.consume_queue_store.max_physical_offset()

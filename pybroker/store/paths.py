@@ -63,6 +63,12 @@ def damaged_records_path(store_root: str) -> str:
     return os.path.join(store_root, "damagedRecords.json")
 
 
+def scrub_state_path(store_root: str) -> str:
+    """``<root>/scrubber.json``: the scrubber's progress and the damage it found (pybroker
+    only; pybroker/store/scrub.py)."""
+    return os.path.join(store_root, "scrubber.json")
+
+
 def lock_path(store_root: str) -> str:
     """``<root>/lock``: holds the exclusive lock of the broker owning the store (protocol.md
     §4.7)."""

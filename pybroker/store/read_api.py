@@ -33,7 +33,7 @@ from pybroker.store.unit_search import find_unit_record
 
 __all__ = ["StoreReads", "GetResult", "SelectResult", "QueryResult"]
 
-log = logging.getLogger("pybroker.store.reads")
+log = logging.getLogger("pybroker.store.read_api")
 
 # Java scans at most max(16000 bytes of units, maxMsgNums units) per pull.
 _PULL_SCAN_UNITS_MIN = 16000 // layout.CQ_STORE_UNIT_SIZE

@@ -246,6 +246,14 @@ class MessageStoreReader(StoreReads):
     def __exit__(self, *exc_info) -> None:
         self.close()
 
+    def current_commitlog(self) -> CommitLog:
+        """The CommitLog, brought up to the written position (the scrubber walks it)."""
+        return self._commitlog()
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The consume queue of (topic, queue_id) up to the dispatched position, or None."""
+        return self._find_queue(topic, queue_id)
+
     # --- hooks of StoreReads ----------------------------------------------------------------------
     def _commitlog(self) -> CommitLog:
         self._catch_up()

@@ -340,6 +340,20 @@ class _EndFinder:
             self.damage(offset, resume, _damage_text(mapped_file, position, what))
 
 
+def record_is_valid(commitlog: CommitLog, offset: int) -> bool:
+    """A valid record (CRC checked, naming its own offset) starts at global ``offset``."""
+    mapped_file = commitlog.mapped_file_queue.find_mapped_file_by_offset(offset)
+    if mapped_file is None or not mapped_file.hold():
+        return False
+    buffer = mapped_file.buffer()
+    try:
+        return is_record_at(buffer, offset - mapped_file.file_from_offset,
+                            mapped_file.file_from_offset, mapped_file.file_size)
+    finally:
+        buffer.release()
+        mapped_file.release()
+
+
 def _damage_text(mapped_file: MappedFile, position: int, what: str) -> str:
     return (f"CommitLog file {mapped_file.path}: {what} at file position {position}, "
             f"physical offset {mapped_file.file_from_offset + position}")

@@ -84,6 +84,15 @@ class StoreConfig:
     check_crc_on_read: bool = setting("checkCRCOnRead", True,
         "a pull, view or query verifies each record's body CRC (its layout and own offset "
         "always) and never serves a damaged one", pybroker_only=True)
+    store_scrub_rate_megabytes_per_second: int = setting(
+        "storeScrubRateMegabytesPerSecond", 16,
+        "the scrubber reads every CommitLog record (CRC) and consume-queue unit of the store "
+        "in the background at most this fast; 0 turns it off", unit="MB/s",
+        rule=between(0, 100000), pybroker_only=True, important=True)
+    store_scrub_pass_interval_seconds: int = setting(
+        "storeScrubPassIntervalSeconds", 86400,
+        "a scrubber pass starts at most this long after the previous one started",
+        unit="s", rule=at_least(0), pybroker_only=True)
     os_page_cache_busy_time_out_mills: int = setting("osPageCacheBusyTimeOutMills", 1000,
         "a put arriving while the running append is older than this is refused "
         "[PC_SYNCHRONIZED]", unit="ms", long=True, rule=between(1, 600000))

@@ -9,6 +9,10 @@ damaged on disk the way real disks and crashes do it:
   the offset (reliability R6), and must not have truncated anything; with the operator option
   ``skipDamagedRecordsOnRecover=true`` it starts, logs and counts the damaged record, never
   serves it, and every other message stays readable, new sends going after the end;
+* damage in a CommitLog file older than the three files a clean start scans: the scrubber
+  finds it while the broker runs (brokerStatus, pybroker prof), a pull of the record answers
+  PULL_OFFSET_MOVED to the next offset, every other message is served, the next start
+  refuses until the operator chooses;
 * garbage in a ConsumeQueue's tail (random bytes, or stale units: copies of the queue's first
   units, pointing at real records, as a torn or misplaced write leaves them), a truncated
   IndexFile, a damaged checkpoint: derived files, rebuilt from the CommitLog with a log line,
@@ -17,11 +21,15 @@ damaged on disk the way real disks and crashes do it:
 """
 import os
 import random
+import time
+import urllib.request
 
 import pytest
 
 from pybroker._fast import record
-from pybroker._testbase.cluster import StandaloneBroker
+from pybroker._testbase.cluster import StandaloneBroker, free_port
+from pybroker.prof.sampler import Sampler, attach_store
+from pybroker.protocol import fastjson
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
@@ -273,3 +281,122 @@ def test_damaged_checkpoint_is_rebuilt(tmp_path, rand, damage):
         assert broker.stop() == 0
     finally:
         broker.kill()
+
+
+def _runtime_info(broker) -> dict[str, str]:
+    with SyncRemotingClient() as client:
+        client.connect(broker.broker_addr)
+        answer = client.invoke(create_request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
+                               TIMEOUT_MS)
+    return fastjson.loads(answer.body)["table"]
+
+
+def _pull_answers(broker, queue_offset: int):
+    with SyncRemotingClient() as client:
+        client.connect(broker.broker_addr)
+        ext = {"consumerGroup": "damage_consumer", "topic": TOPIC, "queueId": "0",
+               "queueOffset": str(queue_offset), "maxMsgNums": "32", "sysFlag": "4",
+               "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+               "subVersion": "0", "expressionType": "TAG"}
+        return client.invoke(create_request(RequestCode.PULL_MESSAGE, ext), TIMEOUT_MS)
+
+
+def _read_around_damage(broker) -> tuple[dict[int, bytes], list]:
+    """Every message of queue 0, as a consumer reads it; the PULL_OFFSET_MOVED answers met."""
+    found, moved, queue_offset = {}, [], 0
+    while True:
+        response = _pull_answers(broker, queue_offset)
+        if response.code == ResponseCode.PULL_NOT_FOUND:
+            return found, moved
+        next_offset = int(response.ext_fields["nextBeginOffset"])
+        if response.code == ResponseCode.PULL_OFFSET_MOVED:
+            moved.append((queue_offset, next_offset, response.remark))
+        else:
+            assert response.code == ResponseCode.SUCCESS, (response.code, response.remark)
+            data, position = bytes(response.body), 0
+            while position < len(data):
+                status, size = record.check(data, position, len(data), True)
+                assert status == record.RECORD_OK, "a damaged record was served"
+                message = record.decode(data, position)
+                found[message.queue_offset] = bytes(message.body)
+                position += size
+        assert next_offset > queue_offset
+        queue_offset = next_offset
+
+
+def _wait_for(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def test_damage_outside_the_scan_window_is_found_answered_and_stops_the_next_start(tmp_path):
+    """Issue #22: a clean start scans the last three CommitLog files, so damage in an older
+    one was never seen and its record was served as it was. Now the scrubber finds it while
+    the broker runs (brokerStatus, pybroker prof), a pull of it answers PULL_OFFSET_MOVED to
+    the next offset and serves every other message, and the next start refuses until the
+    operator chooses (skipDamagedRecordsOnRecover)."""
+    metrics_port = free_port()
+    extra = {"storeScrubRateMegabytesPerSecond": "64", "storeScrubPassIntervalSeconds": "0",
+             "metricsExporterType": "PROM", "metricsPromExporterHost": "127.0.0.1",
+             "metricsPromExporterPort": str(metrics_port)}
+    broker = _filled_broker(tmp_path, "clean", extra)
+    try:
+        files = _commitlog_files(broker)
+        assert len(files) >= 3, files
+        # A size-64-KiB-file store would keep its first file in the window: make 5+ files.
+        broker.start()
+        _send_many(broker, MESSAGES, MESSAGES)
+        assert broker.stop() == 0
+        files = _commitlog_files(broker)
+        assert len(files) >= 5, files
+        path = files[0]                          # outside the last three files
+        position, size = _record_positions(path)[100]
+        with open(path, "rb") as file:
+            file.seek(position)
+            queue_offset = record.decode(file.read(size), 0).queue_offset
+        _flip_bit(path, position + layout.RECORD_BODY_LENGTH_POSITION_V4 + 4 + 10,
+                  random.Random(3))
+        physical_offset = int(os.path.basename(path)) + position
+        broker.start()                            # start-up does not read it
+        info = _wait_for(lambda: (lambda table: table if table.get("scrubDamagedRecords")
+                                  == "1" else None)(_runtime_info(broker)), 60,
+                         "brokerStatus reports the damaged record")
+        assert path in info["scrubFindings"] and str(physical_offset) in info["scrubFindings"]
+        sample = _prof_sample(broker)
+        assert sample["positions"]["scrub_findings"] == 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                    timeout=10) as answer:
+            metrics = answer.read().decode()
+        assert any(line.startswith("pybroker_scrub_damage{") and 'file_kind="commitlog"' in line
+                   and line.endswith(" 1.0") for line in metrics.splitlines()), metrics[-2000:]
+        found, moved = _read_around_damage(broker)
+        assert found == {index: _body(index) for index in range(2 * MESSAGES)
+                         if index != queue_offset}
+        assert [(q, n) for q, n, _ in moved] == [(queue_offset, queue_offset + 1)]
+        assert str(physical_offset) in moved[0][2]
+        assert int(_runtime_info(broker)["damagedRecordsRead"]) >= 1
+        assert broker.stop() == 0
+        log = _start_refused(broker)
+        assert path in log and f"physical offset {physical_offset}" in log, log[-3000:]
+        assert "skipDamagedRecordsOnRecover" in log and "Traceback" not in log
+        with open(broker.conf_path, "a", encoding="utf-8") as conf:
+            conf.write("skipDamagedRecordsOnRecover=true\n")
+        broker.start()
+        found, moved = _read_around_damage(broker)
+        assert len(found) == 2 * MESSAGES - 1 and not moved
+        assert broker.stop() == 0
+    finally:
+        broker.kill()
+
+
+def _prof_sample(broker) -> dict:
+    sampler = Sampler(attach_store(broker.store_dir))
+    try:
+        return sampler.sample()
+    finally:
+        sampler.close()

@@ -450,7 +450,8 @@ def test_schema_keys_and_attributes():
         keys = [item.key for item in config.settings_of(area)]
         assert len(keys) == len(set(keys)), area
     for item in ALL_SPECS:
-        assert item.unit in ("", "ms", "s", "hours", "bytes", "pages", "count", "percent")
+        assert item.unit in ("", "ms", "s", "hours", "bytes", "MB/s", "pages", "count",
+                             "percent")
         assert item.doc and item.attribute == schema._snake(item.key)
     assert spec("brokerIP1").attribute == "broker_ip1"
     assert spec("checkCRCOnRecover").attribute == "check_crc_on_recover"
