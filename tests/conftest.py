@@ -52,6 +52,10 @@ def rand(request) -> SeededRandom:
 def pytest_addoption(parser):
     parser.addoption("--seed", action="store", default=None,
                      help="seed for the `rand` fixture (replays a failing random test)")
+    parser.addoption("--damage-cases", action="store", type=int, default=300,
+                     help="cases of tests/crash/test_damage_property.py (in-process restarts)")
+    parser.addoption("--damage-broker-cases", action="store", type=int, default=3,
+                     help="of those, restarted through a real broker process as well")
 
 
 def require_peers() -> bool:

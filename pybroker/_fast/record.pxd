@@ -66,9 +66,14 @@ cdef RecordStatus parse_record(const unsigned char *data, Py_ssize_t offset, Py_
                                bint check_crc, RecordFields *fields) noexcept nogil
 
 # Walk whole OK records from start; returns the stopping status, *position and *count.
+# check_topic: a record whose topic Java's TopicValidator refuses is CORRUPT (the body CRC
+# does not cover the topic; recovery and the scrubber ask for it).
 cdef RecordStatus scan_records(const unsigned char *data, Py_ssize_t start, Py_ssize_t end,
-                               bint check_crc, Py_ssize_t *position,
+                               bint check_crc, bint check_topic, Py_ssize_t *position,
                                Py_ssize_t *count) noexcept nogil
+
+# Java's TopicValidator charset, ^[%|a-zA-Z0-9_-]+$ (protocol/headers.py checks requests).
+cdef bint topic_bytes_valid(const unsigned char *topic, Py_ssize_t length) noexcept nogil
 
 # The variable-length inputs of one record, as raw memory.
 cdef struct RecordParts:

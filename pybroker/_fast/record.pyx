@@ -179,8 +179,21 @@ cdef RecordStatus parse_record(const unsigned char *data, Py_ssize_t offset, Py_
     return RECORD_STATUS_OK
 
 
+cdef bint topic_bytes_valid(const unsigned char *topic, Py_ssize_t length) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef unsigned char c
+    if length <= 0:
+        return False
+    for i in range(length):
+        c = topic[i]
+        if not ((c >= 97 and c <= 122) or (c >= 65 and c <= 90) or (c >= 48 and c <= 57)
+                or c == 37 or c == 124 or c == 95 or c == 45):   # % | _ -
+            return False
+    return True
+
+
 cdef RecordStatus scan_records(const unsigned char *data, Py_ssize_t start, Py_ssize_t end,
-                               bint check_crc, Py_ssize_t *position,
+                               bint check_crc, bint check_topic, Py_ssize_t *position,
                                Py_ssize_t *count) noexcept nogil:
     cdef RecordFields fields
     cdef RecordStatus status = RECORD_STATUS_END
@@ -188,6 +201,9 @@ cdef RecordStatus scan_records(const unsigned char *data, Py_ssize_t start, Py_s
     cdef Py_ssize_t records = 0
     while at != end:
         status = parse_record(data, at, end, check_crc, &fields)
+        if status == RECORD_STATUS_OK and check_topic and not topic_bytes_valid(
+                data + fields.topic_position, fields.topic_length):
+            status = RECORD_STATUS_CORRUPT
         if status != RECORD_STATUS_OK:
             break
         at += fields.total_size
@@ -397,7 +413,7 @@ cdef Py_ssize_t _patch_run(unsigned char *data, Py_ssize_t start, Py_ssize_t end
     cdef Py_ssize_t at, count
     cdef RecordFields f
     # A zero TOTALSIZE also stops a scan with END, so the scan must also have reached end.
-    if scan_records(data, start, end, 0, &at, &count) != RECORD_STATUS_END or at != end:
+    if scan_records(data, start, end, 0, 0, &at, &count) != RECORD_STATUS_END or at != end:
         return -1
     at = start
     count = 0
@@ -505,8 +521,9 @@ def check_records(buf, list positions, list sizes, int64_t file_from_offset, bin
                   bytes topic=None, int32_t queue_id=0, int64_t first_queue_offset=0,
                   list unit_indexes=None):
     """Index of the first ``buf[positions[i]:positions[i] + sizes[i]]`` that is not exactly
-    one valid record naming its own physical offset (``file_from_offset + positions[i]``),
-    body CRC included when ``check_crc``; -1 when every one is. With ``topic``, record i must
+    one valid record naming its own physical offset (``file_from_offset + positions[i]``) with
+    a topic Java's TopicValidator accepts, body CRC included when ``check_crc``; -1 when
+    every one is. With ``topic``, record i must
     also be of that topic and ``queue_id`` at queue offset ``first_queue_offset +
     unit_indexes[i]`` (a consume-queue unit's own record). One call per pull and file: a read
     never serves a damaged record, nor another queue's (pybroker/store/reads.py)."""
@@ -529,7 +546,8 @@ def check_records(buf, list positions, list sizes, int64_t file_from_offset, bin
             if position < 0 or size <= 0 or position + size > view.len:
                 return index
             if parse_record(data, position, position + size, check_crc, &f) != RECORD_STATUS_OK \
-                    or f.total_size != size or f.physical_offset != file_from_offset + position:
+                    or f.total_size != size or f.physical_offset != file_from_offset + position \
+                    or not topic_bytes_valid(data + f.topic_position, f.topic_length):
                 return index
             if topic_bytes != NULL and (
                     f.queue_id != queue_id
@@ -542,11 +560,13 @@ def check_records(buf, list positions, list sizes, int64_t file_from_offset, bin
         PyBuffer_Release(&view)
 
 
-def scan(buf, Py_ssize_t start, Py_ssize_t end, bint check_crc):
+def scan(buf, Py_ssize_t start, Py_ssize_t end, bint check_crc, bint check_topic=False):
     """Walk whole OK records of ``buf[start:end]``: ``(status, position, count)``.
 
     Stops at the first record that is not OK (its status and offset) or exactly at ``end``
-    (``RECORD_END``, ``end``). ``count`` = OK records passed. The GIL is released.
+    (``RECORD_END``, ``end``). ``count`` = OK records passed. ``check_topic``: a topic Java's
+    TopicValidator refuses makes the record CORRUPT (store integrity: recovery, the
+    scrubber). The GIL is released.
     """
     cdef Py_buffer view
     cdef Py_ssize_t position, count
@@ -556,6 +576,7 @@ def scan(buf, Py_ssize_t start, Py_ssize_t end, bint check_crc):
         end = _resolve_range(view.len, start, end)
         with nogil:
             status = scan_records(<const unsigned char *>view.buf, start, end, check_crc,
+                                  check_topic,
                                   &position, &count)
         return status, position, count
     finally:

@@ -585,9 +585,18 @@ class ConsumeQueueStore:
         """Largest physical_offset + size written to any queue (bytes), 0 when none."""
         return max((queue.last_dispatched_phy_offset for queue in self.queues()), default=0)
 
-    def truncate_dirty(self, phy_offset: int) -> None:
+    def truncate_dirty(self, phy_offset: int) -> int | None:
+        """Every queue's truncate_dirty; the lowest new end (CommitLog offset) of a queue that
+        lost units, where dispatch must start to give them back when their records are still
+        there (a damaged unit pointing past the end cuts a queue too), or None."""
+        resume = None
         for queue in self.queues():
+            before = queue.max_offset_in_queue()
             queue.truncate_dirty(phy_offset)
+            if queue.max_offset_in_queue() < before:
+                end = queue.last_dispatched_phy_offset
+                resume = end if resume is None else min(resume, end)
+        return resume
 
     def correct_min_offset(self, commitlog_min_offset: int) -> None:
         for queue in self.queues():

@@ -203,12 +203,20 @@ class Dispatcher:
                         f"{mapped_file.path}: damaged record at file position {position} "
                         f"(physical offset {base + position}) in the written region; "
                         f"dispatch stops")
-                if stop == reput.SCAN_NEED_QUEUE and topic is not None \
-                        and self._bind_queue(topic, queue_id):
-                    continue
-                if stop == reput.SCAN_NEED_INDEX and self._bind_index():
-                    continue
-                position += self._dispatch_in_python(buffer, position)
+                try:
+                    if stop == reput.SCAN_NEED_QUEUE and topic is not None \
+                            and self._bind_queue(topic, queue_id):
+                        continue
+                    if stop == reput.SCAN_NEED_INDEX and self._bind_index():
+                        continue
+                    position += self._dispatch_in_python(buffer, position)
+                except ValueError as error:
+                    # A topic that cannot name a queue directory (the CRC covers only the
+                    # body, so a damaged topic passes it): damage, never a directory.
+                    raise StoreCorruptError(
+                        f"{mapped_file.path}: damaged record at file position {position} "
+                        f"(physical offset {base + position}): {error}; dispatch stops") \
+                        from error
                 count += 1
             return count, base + position
         finally:
@@ -319,3 +327,4 @@ class Dispatcher:
         self._last_queue = None
         self._unbind_all()
         self._scanner.forget()
+

@@ -249,14 +249,25 @@ class MessageStore(StoreReads):
             scrub_state.save(self.store_root)
         self.consume_queue_store.recover()
         # Units pointing at records recovery cut off would serve other bytes later.
-        self.consume_queue_store.truncate_dirty(result.valid_end_offset)
+        cut = self.consume_queue_store.truncate_dirty(result.valid_end_offset)
         reput_from = self.consume_queue_store.max_physical_offset()
+        if cut is not None:
+            reput_from = min(reput_from, cut)
         if result.dispatch_from_offset is not None:
             reput_from = min(reput_from, result.dispatch_from_offset)
+        # The scanned window is dispatched again after a clean stop too: a queue whose last
+        # units were lost (zeroed, its last file removed: the queue alone cannot tell) gets
+        # them back. Units and index entries already there are skipped, so it costs one C
+        # pass over what the recovery scan just read (store/repair.py).
+        reput_from = min(reput_from, result.scan_from_offset)
         cut_tails = repair.drop_damaged_tails(self.consume_queue_store, self.commitlog,
                                               result.valid_end_offset)
         if cut_tails is not None:
             reput_from = min(reput_from, cut_tails)
+        file_ends = repair.queues_ending_at_a_file_end(self.consume_queue_store,
+                                                       result.valid_end_offset)
+        if file_ends is not None:
+            reput_from = min(reput_from, file_ends)
         if self.consume_queue_store.rebuilt_queues:
             reput_from = 0       # a queue was deleted: rebuild it from the oldest record
         if self.index_service is not None and not self.index_service.index_files:

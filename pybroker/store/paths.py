@@ -35,7 +35,7 @@ def consume_queue_root(store_root: str) -> str:
 
 def consume_queue_dir(store_root: str, topic: str, queue_id: int) -> str:
     """``<root>/consumequeue/<topic>/<queue_id>``: segments of one consume queue."""
-    if not topic or os.sep in topic or topic in (".", ".."):
+    if not topic or os.sep in topic or "\x00" in topic or topic in (".", ".."):
         raise ValueError(f"topic {topic!r} cannot name a directory")
     if queue_id < 0:
         raise ValueError(f"queue_id must be >= 0, got {queue_id}")

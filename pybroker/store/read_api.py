@@ -440,13 +440,18 @@ class StoreReads:
                     unit_index: int = 0) -> bool | str | None:
         """Append a view of ``size`` bytes at ``physical_offset`` to ``holds``; False if gone,
         _DAMAGED if the record fails its check, None if ``record_filter`` refused it."""
-        mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(
-            physical_offset)
+        commitlog = self._commitlog()
+        mapped_file = commitlog.mapped_file_queue.find_mapped_file_by_offset(physical_offset)
         if mapped_file is None:
-            return False
-        view = mapped_file.view(physical_offset - mapped_file.file_from_offset, size)
+            # Below the oldest file: expired (Java's "message was removing"). Anywhere else
+            # no record can be: the unit is damaged.
+            return False if physical_offset < commitlog.min_offset() else _DAMAGED
+        position = physical_offset - mapped_file.file_from_offset
+        if size <= 0 or position + size > mapped_file.wrote_position:
+            return _DAMAGED              # units only exist for records written before them
+        view = mapped_file.view(position, size)
         if view is None:
-            return False
+            return False                 # the file is being deleted (expired) meanwhile
         topic, queue_id, first = owner if owner is not None else (None, 0, 0)
         if record_codec.check_records(view, [0], [size], physical_offset,
                                       self.settings.check_crc_on_read, topic, queue_id, first,

@@ -27,7 +27,6 @@ _MAGIC_CODES = tuple((code & 0xFFFFFFFF).to_bytes(4, "big") for code in (
 _MAGIC_PREFIX = _MAGIC_CODES[0][:3]
 assert all(code[:3] == _MAGIC_PREFIX for code in _MAGIC_CODES)
 _MAGIC_POSITION = layout.RECORD_MAGIC_POSITION
-_PHYSICAL_OFFSET_POSITION = layout.RECORD_PHYSICAL_OFFSET_POSITION
 _CHUNK_BYTES = 1 << 20
 
 
@@ -57,12 +56,10 @@ def data_ranges(path: str, start: int, end: int) -> list[tuple[int, int]]:
 
 def is_record_at(buffer, position: int, file_from_offset: int, file_size: int) -> bool:
     """A whole record with a valid body CRC at ``position`` that names its own physical
-    offset (``file_from_offset + position``)."""
-    status, _ = record_codec.check(buffer, position, file_size, True)
-    if status != record_codec.RECORD_OK:
-        return False
-    field = position + _PHYSICAL_OFFSET_POSITION
-    return int.from_bytes(buffer[field:field + 8], "big") == file_from_offset + position
+    offset (``file_from_offset + position``) and a topic a broker accepts."""
+    status, total_size = record_codec.check(buffer, position, file_size, False)
+    return status == record_codec.RECORD_OK and record_codec.check_records(
+        buffer, [position], [total_size], file_from_offset, True) < 0
 
 
 def first_record_from(mapped_file: MappedFile, start: int) -> int | None:

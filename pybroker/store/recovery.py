@@ -251,7 +251,8 @@ class _EndFinder:
             raise RuntimeError(f"{mapped_file.path} was shut down during recovery")
         buffer = mapped_file.buffer()
         try:
-            status, position, _ = record_codec.scan(buffer, start, file_size, self.check_crc)
+            status, position, _ = record_codec.scan(buffer, start, file_size, self.check_crc,
+                                                    True)
             if status == record_codec.RECORD_BLANK:
                 _, total_size = record_codec.check(buffer, position, file_size, False)
                 if position + total_size != file_size:

@@ -18,6 +18,11 @@ reason to refuse start-up, and never a reason to serve wrong data:
   units must be in physical-offset order, point inside the recovered CommitLog, and the last
   one kept must point at a record of this very topic, queue and queue offset; the rest is cut
   and dispatched again from the CommitLog;
+* **a queue's last units lost** (zeroed, its last file removed: the queue alone cannot tell
+  that from its end): the CommitLog window recovery scanned is dispatched again at every
+  start (idempotent: units and index entries already there are skipped); a queue ending
+  exactly at a full file before that window is re-dispatched from its last unit when that is
+  at most QUEUE_FILE_END_REDISPATCH_BYTES_MAX behind the CommitLog's end, else logged;
 * **index files** of the wrong size: all deleted (``IndexService.load(repair=True)``) and
   rebuilt from the oldest CommitLog record.
 
@@ -33,13 +38,17 @@ from pybroker.store.checkpoint import MISMATCH, StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 
-__all__ = ["open_checkpoint", "drop_damaged_tails"]
+__all__ = ["open_checkpoint", "drop_damaged_tails", "queues_ending_at_a_file_end"]
 
 log = logging.getLogger("pybroker.store.repair")
 
 _CHECKPOINT_FUTURE_MAX_MS = 24 * 3600 * 1000
 # Units checked against their record, walking back from the tail, before the tail is given up.
 _TAIL_RECORD_CHECKS_MAX = 64
+# A queue whose last file is full may have lost the file after it: it is re-dispatched from
+# its last unit when that lies at most this far behind the CommitLog's end (C dispatch: about a
+# second per GiB of already dispatched records); further back it is logged instead.
+QUEUE_FILE_END_REDISPATCH_BYTES_MAX = 4 << 30
 
 
 def open_checkpoint(path: str, now_ms: int) -> StoreCheckpoint:
@@ -139,3 +148,22 @@ def drop_damaged_tails(queues: ConsumeQueueStore, commitlog: CommitLog,
                   before - end, end, resume)
         rebuild_from = resume if rebuild_from is None else min(rebuild_from, resume)
     return rebuild_from
+
+
+def queues_ending_at_a_file_end(queues: ConsumeQueueStore, valid_end: int) -> int | None:
+    """The CommitLog offset to re-dispatch from for queues whose last file is full (see the
+    module doc), or None."""
+    resume = None
+    for queue in queues.queues():
+        files = queue.mapped_file_queue.mapped_files
+        if not files or not files[-1].is_full():
+            continue
+        end = queue.last_dispatched_phy_offset
+        if valid_end - end > QUEUE_FILE_END_REDISPATCH_BYTES_MAX:
+            log.warning("consume queue %s ends exactly at the end of its file %s, %d bytes "
+                        "before the CommitLog's end: if a later file was lost, `pybroker "
+                        "store verify --repair-derived` rebuilds it", queue.queue_dir,
+                        files[-1].file_name, valid_end - end)
+            continue
+        resume = end if resume is None else min(resume, end)
+    return resume

@@ -277,7 +277,7 @@ class Scrubber:
             return record_codec.RECORD_END, stop      # expired meanwhile
         buffer = mapped_file.buffer()
         try:
-            status, position, _ = record_codec.scan(buffer, start, stop, True)
+            status, position, _ = record_codec.scan(buffer, start, stop, True, True)
             return status, position
         finally:
             buffer.release()

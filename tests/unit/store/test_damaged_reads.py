@@ -153,3 +153,14 @@ def test_a_damaged_unit_serves_its_record_from_the_commitlog(store, per_unit, ho
         reader.advance(end, end)
         served, damaged = read_all(reader, per_unit)
     assert damaged == [] and served == list(range(COUNT))
+
+
+def test_a_unit_pointing_past_every_file_is_damage_not_expiry(store):
+    """Found by the damage property: a unit whose offset points past the CommitLog read as
+    "file gone" (expired) and the pull skipped the rest of its batch."""
+    settings, offsets, end = store
+    damage_unit(settings, 50, 0, (1 << 40).to_bytes(8, "big"))
+    with MessageStoreReader(settings, dispatched_position=end) as reader:
+        reader.advance(end, end)
+        served, damaged = read_all(reader, per_unit=False)
+    assert damaged == [] and served == list(range(COUNT))

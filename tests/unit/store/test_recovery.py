@@ -175,7 +175,9 @@ def field_positions(size: int, topic: bytes) -> dict[str, tuple[int, bool]]:
         "store_timestamp": (63, True), "store_host": (71, True),
         "reconsume_times": (75, True), "prepared_offset": (83, True),
         "body_length": (87, False), "body": (body_at + 3, False),
-        "topic_length": (topic_length_at, False), "topic": (topic_length_at + 2, True),
+        # A topic byte flipped by 0xFF leaves Java's topic charset: damaged (the CRC does not
+        # cover the topic, the charset check does).
+        "topic_length": (topic_length_at, False), "topic": (topic_length_at + 2, False),
         "properties_length": (properties_length_at + 1, False),
         "properties": (properties_length_at + 4, True),
     }

@@ -162,3 +162,54 @@ def test_damaged_units_of_an_old_queue_file_cost_no_message(tmp_path, damage):
             file.write(bytes([value ^ 0x04]))
     with MessageStore(settings) as store:
         assert _read_all(store) == [body_of(index) for index in range(COUNT)]
+
+
+def _queue_units(path: str) -> list[tuple[int, int, int]]:
+    with open(path, "rb") as file:
+        data = file.read()
+    return [struct.unpack_from(">qiq", data, at) for at in range(0, len(data), 20)]
+
+
+@pytest.mark.parametrize("damage", ["last_units_zeroed", "last_file_removed",
+                                    "unit_past_the_end"])
+def test_a_queue_that_lost_its_last_units_gets_them_back(tmp_path, damage):
+    """Found by tests/crash/test_damage_property.py: zeroed last units (they read as the
+    queue's end), a removed last file, or a unit pointing past the CommitLog (recovery cut
+    the queue there) left the queue short with dispatch starting after its new end."""
+    _, settings = _fill(tmp_path, mapped_file_size_consume_queue=64 * 20)
+    with MessageStore(settings) as store:                # a second queue, written last
+        for index in range(COUNT, COUNT + 50):
+            put(store, index, queue_id=1)
+    files = _queue_files(settings)
+    last = files[-1]
+    written = sum(1 for unit in _queue_units(last) if unit != (0, 0, 0))
+    with open(last, "r+b") as file:
+        if damage == "last_units_zeroed":
+            file.seek((written - 3) * 20)
+            file.write(bytes(3 * 20))
+        elif damage == "unit_past_the_end":
+            file.seek((written - 3) * 20)
+            file.write((1 << 40).to_bytes(8, "big"))
+    if damage == "last_file_removed":
+        os.unlink(last)
+    with MessageStore(settings) as store:
+        assert _read_all(store) == [body_of(index) for index in range(COUNT)]
+
+
+def test_a_damaged_topic_stops_dispatch_as_damage_not_a_crash(tmp_path):
+    """The body CRC does not cover the topic: zeroed topic bytes made dispatch create a
+    queue directory with a NUL in its name (ValueError). Now recovery's scan (Java's topic
+    charset) or dispatch names the record as damage."""
+    offsets, settings = _fill(tmp_path)
+    os.unlink(os.path.join(paths.consume_queue_dir(settings.store_path_root_dir, TOPIC, 0),
+                           sorted(os.listdir(paths.consume_queue_dir(
+                               settings.store_path_root_dir, TOPIC, 0)))[0]))
+    target = offsets[5]
+    with open(os.path.join(settings.commitlog_dir, "%020d" % 0), "r+b") as file:
+        data = file.read()
+        record = record_codec.decode(data, target)
+        topic_at = target + record.body_position - target + len(bytes(record.body)) + 1
+        file.seek(topic_at + 2)
+        file.write(b"\x00\x00")
+    with pytest.raises(StoreCorruptError, match=f"physical offset {target}"):
+        MessageStore(settings).load()
