@@ -20,6 +20,8 @@ from pybroker.store.settings import StoreConfig
 from tests.unit.store.test_scrub import (BODY_AT, COUNT, FILE_SIZE, TOPIC, encode,
                                          patch_commitlog, patch_unit)
 
+pytestmark = pytest.mark.dataplane          # runs the command as a Python child
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 
