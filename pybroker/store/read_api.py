@@ -45,15 +45,28 @@ _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 class _Holds:
     """Views of mapped files plus the holds that keep those files mapped."""
-    __slots__ = ("buffers", "_mapped_files")
+    __slots__ = ("buffers", "_mapped_files", "_residency")
 
     def __init__(self):
         self.buffers: list[memoryview] = []
         self._mapped_files: list[MappedFile] = []
+        # (pages, cold pages) measured before the read's own checks touched the records.
+        self._residency: list[int] | None = None
 
     def _add(self, view: memoryview, mapped_file: MappedFile) -> None:
         self.buffers.append(view)
         self._mapped_files.append(mapped_file)
+
+    def _measure(self, views: list[memoryview],
+                 measured: tuple[int, int] | None = None) -> None:
+        """Count ``views``' pages and cold pages (``measured`` when taken already) before the
+        records are checked: the check reads them, and a pull's residency is the page cache
+        as the pull found it."""
+        pages, cold_pages = measured if measured is not None else pagecache.cold_pages(views)
+        if self._residency is None:
+            self._residency = [0, 0]
+        self._residency[0] += pages
+        self._residency[1] += cold_pages
 
     def _add_views(self, views: list[memoryview], mapped_file: MappedFile) -> None:
         """Views taken under one hold of ``mapped_file`` (:meth:`MappedFile.views`)."""
@@ -67,13 +80,17 @@ class _Holds:
 
     def page_residency(self) -> tuple[int, int]:
         """(pages, pages not in the page cache) under :attr:`buffers`, before anything read
-        them: one mincore per run of nearby records (``pybroker._fast.pagecache``)."""
+        them: one mincore per run of nearby records (``pybroker._fast.pagecache``), measured
+        by the read before it checked the records."""
+        if self._residency is not None:
+            return self._residency[0], self._residency[1]
         return pagecache.cold_pages(self.buffers)
 
     def release(self) -> None:
         """Release every view and hold; the buffers are unusable afterwards. Idempotent."""
         buffers, mapped_files = self.buffers, self._mapped_files
         self.buffers, self._mapped_files = [], []
+        self._residency = None
         for view in buffers:
             view.release()
         for mapped_file in mapped_files:
@@ -401,17 +418,19 @@ class StoreReads:
                 return None
             groups.append((mapped_file, positions.tolist(), taken_sizes[in_file].tolist(),
                            taken_indexes[in_file].tolist()))
+        for mapped_file, positions, group_sizes, _ in groups:
+            views = mapped_file.views(positions, group_sizes)
+            if views is None:                  # shutting down meanwhile: undo, go per unit
+                result.release()
+                return None
+            result._add_views(views, mapped_file)
+        result._measure(result.buffers)
         for mapped_file, positions, group_sizes, indexes in groups:
             if self._first_damaged(mapped_file, positions, group_sizes, owner, indexes) >= 0:
                 # A damaged record, or a unit that does not point at its record: the per-unit
                 # loop answers it (it looks for the record in the CommitLog).
                 result.release()
                 return None
-            views = mapped_file.views(positions, group_sizes)
-            if views is None:                  # shutting down meanwhile: undo, go per unit
-                result.release()
-                return None
-            result._add_views(views, mapped_file)
         result.status = GetStatus.FOUND
         return scanned
 
@@ -452,6 +471,8 @@ class StoreReads:
         view = mapped_file.view(position, size)
         if view is None:
             return False                 # the file is being deleted (expired) meanwhile
+        # A pull's residency, taken before the check reads the record.
+        measured = pagecache.cold_pages([view]) if owner is not None else None
         topic, queue_id, first = owner if owner is not None else (None, 0, 0)
         if record_codec.check_records(view, [0], [size], physical_offset,
                                       self.settings.check_crc_on_read, topic, queue_id, first,
@@ -464,6 +485,8 @@ class StoreReads:
             mapped_file.release()
             return None
         holds._add(view, mapped_file)
+        if measured is not None:
+            holds._measure([view], measured)
         return True
 
     # --- single records, query by key, replication -------------------------------------------

@@ -10,16 +10,18 @@ A *valid record* is a whole record with a valid body CRC that names its own phys
 (:func:`is_record_at`): stale bytes of another file (a reused transient-pool buffer) or random
 bytes that happen to hold a magic code do not qualify.
 """
+import mmap
 import os
 
 import numpy as np
 
+from pybroker._fast import pagecache
 from pybroker._fast import record as record_codec
 from pybroker.store import layout
-from pybroker.store.mapped_file import MappedFile
+from pybroker.store.mapped_file import PAGE_SIZE_BYTES, MappedFile
 
 __all__ = ["data_ranges", "is_record_at", "first_record_from", "next_valid_record",
-           "nonzero_end"]
+           "nonzero_end", "read_record_lightly"]
 
 # Both magic codes share their first three bytes (big-endian): one search finds either.
 _MAGIC_CODES = tuple((code & 0xFFFFFFFF).to_bytes(4, "big") for code in (
@@ -28,6 +30,8 @@ _MAGIC_PREFIX = _MAGIC_CODES[0][:3]
 assert all(code[:3] == _MAGIC_PREFIX for code in _MAGIC_CODES)
 _MAGIC_POSITION = layout.RECORD_MAGIC_POSITION
 _CHUNK_BYTES = 1 << 20
+# Pages looked at past a record read lightly (the kernel may read a little around it).
+_LIGHT_READ_MARGIN_BYTES = 256 << 10
 
 
 def data_ranges(path: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -60,6 +64,41 @@ def is_record_at(buffer, position: int, file_from_offset: int, file_size: int) -
     status, total_size = record_codec.check(buffer, position, file_size, False)
     return status == record_codec.RECORD_OK and record_codec.check_records(
         buffer, [position], [total_size], file_from_offset, True) < 0
+
+
+def read_record_lightly(path: str, position: int, size_max: int) -> bytes:
+    """The bytes of the record at ``position`` of file ``path`` (at most ``size_max``), read
+    without read-ahead, and every page the read brought into the page cache dropped again:
+    start-up checks the first record of every older file, which must not fill the page cache
+    with pages nobody reads (a consumer far behind finds them cold, as before)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        window = min(os.fstat(fd).st_size - position, size_max + _LIGHT_READ_MARGIN_BYTES)
+        if window <= 0:
+            return b""
+        before = _resident_pages(fd, position, window)
+        head = os.pread(fd, 4, position)
+        size = int.from_bytes(head, "big", signed=True) if len(head) == 4 else 0
+        data = os.pread(fd, min(max(size, 4), size_max), position) if size > 0 else head
+        after = _resident_pages(fd, position, window)
+        for page in np.flatnonzero(after & ~before).tolist():
+            os.posix_fadvise(fd, position - position % PAGE_SIZE_BYTES + page * PAGE_SIZE_BYTES,
+                             PAGE_SIZE_BYTES, os.POSIX_FADV_DONTNEED)
+        return data
+    finally:
+        os.close(fd)
+
+
+def _resident_pages(fd: int, position: int, length: int) -> np.ndarray:
+    """Which pages of ``[position, position + length)`` are in the page cache (mincore of a
+    map that is never touched, so looking costs no page)."""
+    start = position - position % PAGE_SIZE_BYTES
+    with mmap.mmap(fd, position + length - start, access=mmap.ACCESS_READ,
+                   offset=start) as mapping:
+        out = bytearray((len(mapping) + PAGE_SIZE_BYTES - 1) // PAGE_SIZE_BYTES)
+        pagecache.residency(mapping, 0, len(mapping), out)
+    return np.frombuffer(bytes(out), np.uint8) & 1 == 1
 
 
 def first_record_from(mapped_file: MappedFile, start: int) -> int | None:

@@ -51,7 +51,7 @@ from pybroker.store.commitlog import CommitLog
 from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.mapped_file import MappedFile, is_offset_file_name, offset_file_name
 from pybroker.store.record_search import (first_record_from, is_record_at, next_valid_record,
-                                          nonzero_end)
+                                          nonzero_end, read_record_lightly)
 
 log = logging.getLogger("pybroker.store.recovery")
 
@@ -322,9 +322,14 @@ class _EndFinder:
         if any(start <= offset < end for start, end in self.skipped):
             return
         mapped_file = self.commitlog.mapped_file_queue.find_mapped_file_by_offset(offset)
-        if mapped_file is None or not mapped_file.hold():
+        if mapped_file is None:
             return                         # below the min offset: expired, not damaged
         position = offset - mapped_file.file_from_offset
+        data = read_record_lightly(mapped_file.path, position, mapped_file.file_size - position)
+        if is_record_at(data, 0, offset, len(data)):
+            return                         # the usual case: its pages read once, given back
+        if not mapped_file.hold():
+            return
         buffer = mapped_file.buffer()
         try:
             if is_record_at(buffer, position, mapped_file.file_from_offset,
