@@ -146,6 +146,15 @@ cdef inline int64_t _index_count(const unsigned char *header) noexcept nogil:
     return count if count > INDEX_FIRST_ENTRY else INDEX_FIRST_ENTRY
 
 
+cdef inline bint _already_indexed(int64_t phy_offset, int64_t end_phy_offset,
+                                  int64_t index_count) noexcept nogil:
+    # store/index_file.py already_indexed: below the last indexed record's offset, or at it
+    # once anything was indexed.
+    if phy_offset != end_phy_offset:
+        return phy_offset < end_phy_offset
+    return end_phy_offset > 0 or index_count > INDEX_FIRST_ENTRY
+
+
 cdef void _put_key(IndexTarget *index, int32_t key_hash, int64_t phy_offset,
                    int64_t store_timestamp) noexcept nogil:
     # IndexFile.put_key with room checked by the caller: entry, then slot, then the header.
@@ -400,7 +409,9 @@ cdef class ReputScanner:
             header = <const unsigned char *>self.index.view.buf
             if _index_count(header) >= self.index.index_max:
                 return SCAN_PYTHON         # IndexService rolls to a new file
-            if f.physical_offset >= pb_unpack_int64(header + INDEX_END_PHY_OFFSET_POSITION):
+            if not _already_indexed(f.physical_offset,
+                                    pb_unpack_int64(header + INDEX_END_PHY_OFFSET_POSITION),
+                                    _index_count(header)):
                 keys_to_write = (1 if wanted.uniq_key_length > 0 else 0) \
                     + _count_keys(wanted.keys, wanted.keys_length)
                 if _index_count(header) + keys_to_write > self.index.index_max:

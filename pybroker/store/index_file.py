@@ -325,13 +325,15 @@ class IndexService:
         """Index one dispatched record; returns the number of keys written.
 
         Keys are ``topic#uniq_key`` and ``topic#k`` for each non-empty space-separated entry of
-        ``keys``. ROLLBACK records (by ``sys_flag``) and records below the last file's
-        endPhyOffset (already indexed) are skipped. ``store_timestamp`` in ms.
+        ``keys``. ROLLBACK records (by ``sys_flag``) and records already indexed are skipped:
+        below the last file's endPhyOffset, or at it (endPhyOffset is the last indexed record's
+        own offset; Java's ``<`` indexes it again on every re-dispatch). ``store_timestamp`` in
+        ms.
         """
         if self.read_only:
             raise PermissionError(f"{self.index_dir}: read-only index service")
         index_file = self.writable_file()
-        if phy_offset < index_file.end_phy_offset:
+        if already_indexed(phy_offset, index_file.end_phy_offset, index_file.index_count):
             return 0
         if constants.transaction_type(sys_flag) == \
                 constants.MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
@@ -398,3 +400,14 @@ class IndexService:
         for index_file in self.index_files:
             index_file.destroy()
         self.index_files = []
+
+
+def already_indexed(phy_offset: int, end_phy_offset: int, index_count: int) -> bool:
+    """A record at ``phy_offset`` is in the index whose last file says ``end_phy_offset`` (the
+    last indexed record's offset, carried over to a new file) and ``index_count``: below it,
+    or at it once anything was indexed (a fresh index's end 0 has indexed nothing). The C
+    reput (``_fast/dispatch.pyx``) applies the same rule; test_dispatch_scanner keeps them
+    equal."""
+    if phy_offset != end_phy_offset:
+        return phy_offset < end_phy_offset
+    return end_phy_offset > 0 or index_count > layout.INDEX_FIRST_ENTRY_NUMBER

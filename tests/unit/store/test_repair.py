@@ -213,3 +213,18 @@ def test_a_damaged_topic_stops_dispatch_as_damage_not_a_crash(tmp_path):
         file.write(b"\x00\x00")
     with pytest.raises(StoreCorruptError, match=f"physical offset {target}"):
         MessageStore(settings).load()
+
+
+def test_restarts_index_every_key_once(tmp_path):
+    """Every start dispatches the scanned window again (units and index entries already there
+    are skipped): the last indexed record, at the index's endPhyOffset, was indexed again by
+    each restart (Java's rule is `<`), so a query found it twice (found by
+    tests/compat/test_store_files.py on a store written by Java)."""
+    _, settings = _fill(tmp_path)
+    for _ in range(2):
+        with MessageStore(settings):
+            pass
+    with MessageStore(settings) as store:
+        for index in (0, COUNT // 2, COUNT - 1):
+            with store.query_messages(TOPIC, f"k{index}", 32, 0, 1 << 62) as found:
+                assert len(found.buffers) == 1, index
