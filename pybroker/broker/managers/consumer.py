@@ -142,9 +142,8 @@ class ConsumerManager:
         members_changed = self._update_channel(info, client)
         subscriptions_changed = (subscriptions is not None
                                  and self._update_subscriptions(info, subscriptions))
-        if members_changed or subscriptions_changed:
-            if notify_enabled:
-                self.on_ids_changed(group)
+        if (members_changed or subscriptions_changed) and notify_enabled:
+            self._ids_changed(info)
         return members_changed or subscriptions_changed
 
     @staticmethod
@@ -190,7 +189,7 @@ class ConsumerManager:
         if not info.channels:
             self._drop_group(group)
         elif notify_enabled:
-            self.on_ids_changed(group)
+            self._ids_changed(info)
         return True
 
     def remove_channels(self, channel_ids: set[str]) -> None:
@@ -202,7 +201,17 @@ class ConsumerManager:
             if not info.channels:
                 self._drop_group(group)
             else:
-                self.on_ids_changed(group)
+                self._ids_changed(info)
+
+    def _ids_changed(self, info: ConsumerGroupInfo) -> None:
+        """Tell the owner a group's members or subscriptions changed, unless the group consumes
+        by broadcasting: each member of such a group reads every queue whoever else is there,
+        so Java 5.x's ConsumerManager fires no CHANGE for it (4.9.x did). A notified member
+        re-balances at once, and a broadcasting one then bumps its subscription version and
+        pulls with it before its next heartbeat carries it: every pull meanwhile is answered
+        SUBSCRIPTION_NOT_LATEST (seen with rocketmq-proxy 5.3.3's system consumer)."""
+        if info.message_model != MessageModel.BROADCASTING:
+            self.on_ids_changed(info.group_name)
 
     def _drop_group(self, group: str) -> None:
         info = self.consumer_groups.pop(group, None)

@@ -20,7 +20,7 @@ from pybroker.config import load_broker_config
 from pybroker.errors import HeaderError
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request, decode
-from pybroker.protocol.constants import ConsumeType, LanguageCode, MQVersion
+from pybroker.protocol.constants import ConsumeType, LanguageCode, MessageModel, MQVersion
 
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "golden", "java-4.9.8")
@@ -121,7 +121,9 @@ def test_go_and_cpp_heartbeat_bodies_register(tmp_path):
     assert cpp_info.consume_type == ConsumeType.CONSUME_ACTIVELY
     assert cpp_info.channels["0:cpp"].language == LanguageCode.CPP
     assert ctx.metadata.topic_config("%RETRY%GoGroup") is not None
-    assert len(go_sent) == len(cpp_sent) == 1
+    # messageModel 0 is the ordinal of BROADCASTING: a broadcasting group is never notified.
+    assert cpp_info.message_model == MessageModel.BROADCASTING
+    assert (len(go_sent), len(cpp_sent)) == (1, 0)
 
 
 def test_join_and_leave_notify_every_member(tmp_path):
@@ -137,6 +139,34 @@ def test_join_and_leave_notify_every_member(tmp_path):
     assert (len(sent_a), len(sent_b)) == (3, 1)
     assert ctx.metadata.consumers.consumer_client_ids("G") == ["A"]
     assert all(c.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED for c in sent_a + sent_b)
+
+
+def test_broadcasting_groups_are_never_notified(tmp_path):
+    """Java 5.x fires no CHANGE for a broadcasting group (ConsumerManager's isBroadcastMode):
+    not on join, subscription change, unregister or a closed channel. rocketmq-proxy 5.3.3's
+    system consumer (CID_DefaultHeartBeatSyncerTopic) is one; notified, it pulled with a
+    subscription version its heartbeat had not carried yet and got SUBSCRIPTION_NOT_LATEST."""
+    ctx = make_context(tmp_path)
+
+    def broadcasting(client, topics=("TopicTest",)):
+        body = consumer_body(client, "Everyone", topics)
+        body["consumerDataSet"][0]["messageModel"] = "BROADCASTING"
+        return heartbeat_request(body)
+
+    sent_a, sent_b = [], []
+    channel_a, channel_b = make_channel("a", sent_a), make_channel("bb", sent_b)
+    call(ctx, channel_a, broadcasting("A"))
+    call(ctx, channel_b, broadcasting("B"))
+    assert call(ctx, channel_a, broadcasting("A", ("TopicTest", "Other"))).code == \
+        ResponseCode.SUCCESS
+    assert ctx.metadata.consumers.consumer_client_ids("Everyone") == ["A", "B"]
+    unregister = create_request(RequestCode.UNREGISTER_CLIENT,
+                                {"clientID": "B", "consumerGroup": "Everyone"})
+    assert call(ctx, channel_b, unregister).code == ResponseCode.SUCCESS
+    call(ctx, channel_b, broadcasting("B"))
+    ctx.metadata.consumers.remove_channels({channel_b.channel_id})
+    assert ctx.metadata.consumers.consumer_client_ids("Everyone") == ["A"]
+    assert sent_a == [] and sent_b == []
 
 
 def test_retry_topic_uses_group_retry_queues_and_unit_flag(tmp_path):
