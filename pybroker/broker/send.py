@@ -506,7 +506,24 @@ async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
         fields["msgId"] = result.message_id
         fields["queueId"] = str(queue_id)
         fields["queueOffset"] = str(result.queue_offset)
+        transaction_id = _half_message_id(header)
+        if transaction_id is not None:
+            fields["transactionId"] = transaction_id
     return _answer(request, code, remark, fields)
+
+
+def _half_message_id(header) -> str | None:
+    """The ``transactionId`` of a stored transactional half message's answer: its UNIQ_KEY.
+    Java 5.x answers every send with it; rocketmq-proxy 5.3.3 needs it of a half message (its
+    EndTransaction refuses an empty one), no client reads it of any other, so only the
+    handler's path sets it (the C fast path never takes half messages)."""
+    text = header.properties
+    if not text or _TRAN_MSG not in text or header.batch:
+        return None
+    properties = parse_properties(text)
+    if not java_parse_boolean(properties.get(_TRAN_MSG)):
+        return None
+    return properties.get(Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
 
 HANDLERS: dict[int, Handler] = {

@@ -49,11 +49,14 @@ def op_marker_offsets(body) -> list[int]:
     return offsets
 
 
-def check_request(decoded, properties: dict[str, str], physical_offset: int, queue_offset: int):
+def check_request(decoded, properties: dict[str, str], physical_offset: int, queue_offset: int,
+                  broker_name: str):
     """The oneway CHECK_TRANSACTION_STATE for the half record just re-appended at
     ``physical_offset``/``queue_offset``.
 
-    Body: that record with REAL topic/queue restored and the properties Java 4.9's
+    Header as Java 5.3.3's sendCheckMessage fills it: the record's own topic (the half topic)
+    and ``bname`` (the broker's name; a 5.x client ends the transaction with it, the proxy
+    ignores both). Body: that record with REAL topic/queue restored and the properties Java's
     sendCheckMessage encodes (the map after the check: TRANSACTION_CHECK_TIMES counted and
     ``WAIT=false``, which a producer's checkLocalTransaction sees).
     """
@@ -63,7 +66,7 @@ def check_request(decoded, properties: dict[str, str], physical_offset: int, que
         "msg_id": uniq_id, "transaction_id": uniq_id,
         "offset_msg_id": offset_message_id(decoded.store_host, decoded.store_port,
                                            physical_offset),
-        "topic": properties.get(Property.REAL_TOPIC)})
+        "topic": decoded.topic, "broker_name": broker_name})
     shown = dict(properties)
     shown[Property.WAIT_STORE_MSG_OK] = "false"
     destination = real_destination(properties) or (decoded.topic, 0)
@@ -85,8 +88,8 @@ class TransactionCheckService:
     """Checks unfinished half messages; the supervisor calls :meth:`run_once` every
     ``transactionCheckInterval`` ms.
 
-    ``settings`` offers ``transaction_time_out`` (ms) and ``transaction_check_max`` (count):
-    ``config.broker``.
+    ``settings`` offers ``transaction_time_out`` (ms), ``transaction_check_max`` (count) and
+    ``broker_name``: ``config.broker``.
     """
 
     def __init__(self, store_reader, putter, metadata, settings):
@@ -240,7 +243,8 @@ class TransactionCheckService:
             log.warning("transaction check: no live producer of group %r", group)
             return
         channel = channels[self._random.randrange(len(channels))]
-        request = check_request(decoded, properties, physical_offset, queue_offset)
+        request = check_request(decoded, properties, physical_offset, queue_offset,
+                                self.settings.broker_name)
         try:
             channel.send(request)
         except (ConnectionError, OSError) as error:

@@ -354,6 +354,7 @@ CHECK_TRANSACTION_STATE_REQUEST = _schema("CheckTransactionStateRequestHeader", 
     ("transactionId", STR, False),
     ("offsetMsgId", STR, False),
     ("topic", STR, False),
+    ("bname", STR, False, None, None, "broker_name"),   # 5.x
 ])
 
 # --- Topic / group administration (protocol.md §2.10) ---------------------------------------------

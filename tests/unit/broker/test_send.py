@@ -96,11 +96,16 @@ def test_transactional_send_goes_to_the_half_queue(broker):
     prepared = int(MessageSysFlag.TRANSACTION_PREPARED_TYPE)
     response = broker.call(handle, harness.send_request(
         "java", b"t", queue_id=3, sys_flag=prepared,
-        properties=props(TRAN_MSG="true", PGROUP="PG")))
+        properties=props(TRAN_MSG="true", PGROUP="PG", UNIQ_KEY="AB01")))
     assert response.code == ResponseCode.SUCCESS and response.ext_fields["queueOffset"] == "0"
+    # Java 5.x's transactionId (the UNIQ_KEY): rocketmq-proxy ends the transaction with it.
+    assert response.ext_fields["transactionId"] == "AB01"
     [(decoded, properties)] = broker.records(SystemTopic.TRANS_HALF, 0)
     assert decoded.sys_flag & 0xC == 0
     assert properties["REAL_TOPIC"] == TOPIC and properties["REAL_QID"] == "3"
+    plain = broker.call(handle, harness.send_request("java", b"n",
+                                                     properties=props(UNIQ_KEY="AB02")))
+    assert "transactionId" not in plain.ext_fields
 
 
 def test_multi_tag_topic_sets_the_flag(broker):

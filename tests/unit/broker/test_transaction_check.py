@@ -73,6 +73,9 @@ def test_check_flow(broker):
     assert (header.commit_log_offset, header.transaction_state_table_offset) == (
         renewed.physical_offset, renewed.queue_offset) == (renewed.physical_offset, 2)
     assert header.msg_id == header.transaction_id == "OPEN"
+    # Java 5.3.3's header: the checked record's own topic and the broker's name.
+    assert (header.topic, header.broker_name) == (SystemTopic.TRANS_HALF,
+                                                  broker.config.broker.broker_name)
     assert renewed_properties["TRANSACTION_CHECK_TIMES"] == "1"
     body = record_codec.decode(request.body, 0)
     assert (body.topic, body.queue_id, bytes(body.body)) == (harness.TOPIC, 1, b"OPEN")
