@@ -152,15 +152,22 @@ class CaptureProxy:
         return self
 
     def stop(self) -> None:
+        """Close the listener and every relayed connection, then the loop and the file."""
         async def _close():
             self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.sleep(0)    # the closed transports release their sockets
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(_close(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+            self._server = None
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._loop.is_closed() and not self._loop.is_running():
+            self._loop.close()
         self._recorder.close()
 
     def __enter__(self) -> "CaptureProxy":

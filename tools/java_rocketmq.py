@@ -167,7 +167,7 @@ class JavaRun:
     timed_out: bool
 
 
-def _stop_process(process: subprocess.Popen, term_timeout_s: float) -> None:
+def stop_process(process: subprocess.Popen, term_timeout_s: float) -> None:
     """SIGTERM the process group, SIGKILL it after term_timeout_s, reap it."""
     if process.poll() is not None:
         return
@@ -194,53 +194,36 @@ def run_java(argv: list[str], timeout_s: float, cwd=None) -> JavaRun:
         stdout, stderr = process.communicate(timeout=timeout_s)
         timed_out = False
     except subprocess.TimeoutExpired:
-        _stop_process(process, term_timeout_s=5)
+        stop_process(process, term_timeout_s=5)
         stdout, stderr = process.communicate(timeout=10)
         timed_out = True
     except BaseException:
-        _stop_process(process, term_timeout_s=5)
+        stop_process(process, term_timeout_s=5)
         raise
     return JavaRun(None if timed_out else process.returncode, stdout, stderr,
                    time.monotonic() - started, timed_out)
 
 
-class RocketMQInstall:
-    """One pinned Java RocketMQ version's jars in <cache_dir>/lib (from Maven Central)."""
+class MavenLib:
+    """The runtime jars of one pinned pom (pom_source) copied from Maven Central into
+    <cache_dir>/lib once; a later install with the same pom and every jar there does nothing."""
 
-    def __init__(self, version: str = DEFAULT_VERSION, cache_dir=None):
-        if version not in VERSIONS + BENCH_VERSIONS:
-            raise ValueError(f"version {version!r} not in {VERSIONS + BENCH_VERSIONS}")
-        self.version = version
-        self.cache_dir = pathlib.Path(cache_dir) if cache_dir else default_cache_dir(version)
-        self.lib_dir = self.cache_dir / "lib"
-        self.pom_source = POM_DIR / f"pom-{version}.xml"
+    def __init__(self, pom_source: pathlib.Path, cache_dir: pathlib.Path, what: str,
+                 install_hint: str):
+        self.pom_source = pom_source
+        self.cache_dir = cache_dir
+        self.lib_dir = cache_dir / "lib"
+        self.what = what                     # for messages: "RocketMQ 5.3.3"
+        self.install_hint = install_hint     # the command that installs it
 
-    @property
-    def namesrv_install(self) -> "RocketMQInstall":
-        """The install whose jars run the NameServer: this one, or NAMESRV_VERSION's (in its
-        default cache directory) for a broker whose NameServer Maven Central does not serve."""
-        paired = NAMESRV_VERSION.get(self.version)
-        return self if paired is None else RocketMQInstall(paired)
-
-    def server_versions(self) -> dict:
-        """What really runs, from the jar names: {"broker": "4.9.7", "namesrv": "4.9.7",
-        "store": "4.9.8", "client": "4.9.8"} (None for a jar that is not there)."""
-        found = {}
-        for module, install in (("broker", self), ("namesrv", self.namesrv_install),
-                                ("store", self), ("remoting", self), ("client", self)):
-            jars = sorted(install.lib_dir.glob(f"rocketmq-{module}-*.jar"))
-            found[module] = jars[0].name[len(f"rocketmq-{module}-"):-len(".jar")] \
-                if jars else None
-        return found
-
-    @property
-    def major(self) -> int:
-        return int(self.version.split(".")[0])
+    def prerequisites(self) -> list["MavenLib"]:
+        """Other installs this one needs (installed first, complete together)."""
+        return []
 
     def is_complete(self) -> bool:
         """True when lib/ holds every jar the last successful install listed, for this pom (and
-        the NameServer's install is complete too)."""
-        if self.namesrv_install is not self and not self.namesrv_install.is_complete():
+        every prerequisite is complete too)."""
+        if not all(other.is_complete() for other in self.prerequisites()):
             return False
         marker = self.lib_dir / COMPLETE_MARKER
         try:
@@ -261,8 +244,8 @@ class RocketMQInstall:
         if shutil.which("mvn") is None:
             raise HarnessError("mvn is not on PATH")
         started = time.monotonic()
-        if self.namesrv_install is not self:
-            self.namesrv_install.install(timeout_s)
+        for other in self.prerequisites():
+            other.install(timeout_s)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         pom = self.cache_dir / "pom.xml"
         shutil.copyfile(self.pom_source, pom)
@@ -288,9 +271,46 @@ class RocketMQInstall:
 
     def require(self) -> None:
         if not self.is_complete():
-            raise HarnessError(f"RocketMQ {self.version} is not installed in {self.lib_dir}; "
-                               f"run: python tools/java_rocketmq.py install --version "
-                               f"{self.version}")
+            raise HarnessError(f"{self.what} is not installed in {self.lib_dir}; "
+                               f"run: {self.install_hint}")
+
+
+class RocketMQInstall(MavenLib):
+    """One pinned Java RocketMQ version's jars in <cache_dir>/lib (from Maven Central)."""
+
+    def __init__(self, version: str = DEFAULT_VERSION, cache_dir=None):
+        if version not in VERSIONS + BENCH_VERSIONS:
+            raise ValueError(f"version {version!r} not in {VERSIONS + BENCH_VERSIONS}")
+        self.version = version
+        super().__init__(POM_DIR / f"pom-{version}.xml",
+                         pathlib.Path(cache_dir) if cache_dir else default_cache_dir(version),
+                         f"RocketMQ {version}",
+                         f"python tools/java_rocketmq.py install --version {version}")
+
+    @property
+    def namesrv_install(self) -> "RocketMQInstall":
+        """The install whose jars run the NameServer: this one, or NAMESRV_VERSION's (in its
+        default cache directory) for a broker whose NameServer Maven Central does not serve."""
+        paired = NAMESRV_VERSION.get(self.version)
+        return self if paired is None else RocketMQInstall(paired)
+
+    def prerequisites(self) -> list[MavenLib]:
+        return [] if self.namesrv_install is self else [self.namesrv_install]
+
+    def server_versions(self) -> dict:
+        """What really runs, from the jar names: {"broker": "4.9.7", "namesrv": "4.9.7",
+        "store": "4.9.8", "client": "4.9.8"} (None for a jar that is not there)."""
+        found = {}
+        for module, install in (("broker", self), ("namesrv", self.namesrv_install),
+                                ("store", self), ("remoting", self), ("client", self)):
+            jars = sorted(install.lib_dir.glob(f"rocketmq-{module}-*.jar"))
+            found[module] = jars[0].name[len(f"rocketmq-{module}-"):-len(".jar")] \
+                if jars else None
+        return found
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
 
 
 def broker_conf_test_profile(store_dir, namesrv_addr: str, broker_port: int, major: int,
@@ -335,7 +355,7 @@ def read_properties(path) -> dict:
     return properties
 
 
-def _pid_alive_with_marker(pid: int, marker: str) -> bool:
+def pid_alive_with_marker(pid: int, marker: str) -> bool:
     """True when pid is running and its command line mentions marker (guards pid reuse)."""
     try:
         cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -346,12 +366,12 @@ def _pid_alive_with_marker(pid: int, marker: str) -> bool:
 
 def _kill_recorded(pid: int, marker: str, term_timeout_s: float) -> bool:
     """SIGTERM a recorded pid (then SIGKILL); True if it was alive."""
-    if not _pid_alive_with_marker(pid, marker):
+    if not pid_alive_with_marker(pid, marker):
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + term_timeout_s
     while time.monotonic() < deadline:
-        if not _pid_alive_with_marker(pid, marker):
+        if not pid_alive_with_marker(pid, marker):
             return True
         time.sleep(0.1)
     try:
@@ -390,7 +410,7 @@ def java_major() -> int:
     return _JAVA_MAJOR[0]
 
 
-def compile_java(install: RocketMQInstall, sources, out_dir, timeout_s: float = 120) -> str:
+def compile_java(install: MavenLib, sources, out_dir, timeout_s: float = 120) -> str:
     """javac the given .java files against lib/ into out_dir; returns out_dir as a string."""
     install.require()
     pathlib.Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -402,7 +422,20 @@ def compile_java(install: RocketMQInstall, sources, out_dir, timeout_s: float = 
     return str(out_dir)
 
 
-def _tail(path: pathlib.Path, line_count: int = 30) -> str:
+def jvm_flags(heap_mb: int, home_dir, logs_dir, marker: str,
+              min_heap_mb: int | None = None) -> list[str]:
+    """Heap, the JDK 9+ opens, ROCKETMQ_HOME and user.home (home_dir: 5.x writes its logs under
+    user.home/logs), the log directory, and the marker that identifies the process (pids.json)."""
+    flags = [f"-Xms{min_heap_mb or heap_mb}m", f"-Xmx{heap_mb}m"]
+    if java_major() >= 9:
+        flags += JDK9_FLAGS
+    # ROCKETMQ_HOME as a system property: same effect as the env var, no env juggling.
+    flags += [f"-Drocketmq.home.dir={home_dir}", f"-Duser.home={home_dir}",
+              f"-Drmq.logs.dir={logs_dir}", marker]
+    return flags
+
+
+def tail(path: pathlib.Path, line_count: int = 30) -> str:
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -463,13 +496,7 @@ class JavaRocketMQ:
         return self.install.major
 
     def _jvm_common(self, heap_mb: int, min_heap_mb: int | None = None) -> list[str]:
-        flags = [f"-Xms{min_heap_mb or heap_mb}m", f"-Xmx{heap_mb}m"]
-        if java_major() >= 9:
-            flags += JDK9_FLAGS
-        # ROCKETMQ_HOME as a system property: same effect as the env var, no env juggling.
-        flags += [f"-Drocketmq.home.dir={self.home_dir}", f"-Duser.home={self.home_dir}",
-                  f"-Drmq.logs.dir={self.logs_dir}", self.marker]
-        return flags
+        return jvm_flags(heap_mb, self.home_dir, self.logs_dir, self.marker, min_heap_mb)
 
     def _logging_flags(self, role: str) -> list[str]:
         """4.x reads home/conf/logback_<role>.xml itself; 5.x picks a bundled config by name."""
@@ -549,13 +576,13 @@ class JavaRocketMQ:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise HarnessError(f"{role} exited with {process.returncode} before ready\n"
-                                   + _tail(out_path) + "\n" + _tail(self.logs_dir / f"{role}.log"))
+                                   + tail(out_path) + "\n" + tail(self.logs_dir / f"{role}.log"))
             text = out_path.read_text(encoding="utf-8", errors="replace")
             if BOOT_SUCCESS in text and wait_for_port(port, timeout_s=1.0):
                 return
             time.sleep(0.1)
-        raise HarnessError(f"{role} not ready after {self.ready_timeout_s} s\n" + _tail(out_path)
-                           + "\n" + _tail(self.logs_dir / f"{role}.log"))
+        raise HarnessError(f"{role} not ready after {self.ready_timeout_s} s\n" + tail(out_path)
+                           + "\n" + tail(self.logs_dir / f"{role}.log"))
 
     def _wait_registered(self) -> None:
         """Wait until the NameServer lists the broker (5.x registers ~10 s after boot)."""
@@ -572,7 +599,7 @@ class JavaRocketMQ:
             time.sleep(0.2)
         raise HarnessError(f"broker {self.broker_addr} not registered in the NameServer "
                            f"within {self.ready_timeout_s} s\n"
-                           + _tail(self.logs_dir / "broker.out"))
+                           + tail(self.logs_dir / "broker.out"))
 
     def start(self, detach: bool = False) -> "JavaRocketMQ":
         """Start NameServer then broker and wait until both are ready (bounded)."""
@@ -597,11 +624,11 @@ class JavaRocketMQ:
         for role in ("broker", "namesrv"):
             process = self.processes.pop(role, None)
             if process is not None:
-                _stop_process(process, self.stop_timeout_s)
+                stop_process(process, self.stop_timeout_s)
                 codes[role] = process.returncode
         if self.processes:
             for process in self.processes.values():
-                _stop_process(process, self.stop_timeout_s)
+                stop_process(process, self.stop_timeout_s)
             self.processes.clear()
         (self.work_dir / "pids.json").unlink(missing_ok=True)
         atexit.unregister(self.stop)
@@ -728,7 +755,7 @@ class JavaController(JavaRocketMQ):
         process = self.processes.pop("controller", None)
         codes = {}
         if process is not None:
-            _stop_process(process, self.stop_timeout_s)
+            stop_process(process, self.stop_timeout_s)
             codes["controller"] = process.returncode
         codes.update(super().stop())
         return codes
@@ -845,7 +872,7 @@ def main(argv=None) -> int:
         state_path = harness.work_dir / "pids.json"
         state = json.loads(state_path.read_text()) if state_path.exists() else {"processes": []}
         for entry in state["processes"]:
-            entry["alive"] = _pid_alive_with_marker(entry["pid"], state["marker"])
+            entry["alive"] = pid_alive_with_marker(entry["pid"], state["marker"])
         sys.stdout.write(json.dumps(state) + "\n")
         return 0 if state["processes"] and all(e["alive"] for e in state["processes"]) else 1
     if args.command == "mqadmin":

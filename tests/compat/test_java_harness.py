@@ -43,7 +43,7 @@ def test_cluster_list_shows_the_broker(install, tmp_path):
     assert versions in ([], ["V4_9_8"]), rows[0]
     # Stopped: nothing recorded is still running, and the record is gone.
     for entry in recorded["processes"]:
-        assert not harness._pid_alive_with_marker(entry["pid"], recorded["marker"])
+        assert not harness.pid_alive_with_marker(entry["pid"], recorded["marker"])
     assert not (rmq.work_dir / "pids.json").exists()
 
 

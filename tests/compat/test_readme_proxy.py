@@ -1,0 +1,95 @@
+# Compat: README's two commands (pybroker, then Apache's rocketmq-proxy in front of it) work.
+"""Goal: the README's proxy section runs as written: `pybroker standalone`, then
+`python3 tools/rocketmq_proxy.py run -n 127.0.0.1:9876` writes rmq-proxy.json for CLUSTER mode,
+serves gRPC in front of the broker, and stops with its JVM on Ctrl-C.
+
+Method: the two commands come from README.md's `<!-- proxy -->` block and run with free ports
+(the broker as tests do, the proxy's command with `-n`, `--grpc-port`, `--remoting-port` and
+`--work-dir` replaced); the test reads the printed serving line and rmq-proxy.json, checks the
+proxy created its system topic on pybroker (the NameServer routes it), sends SIGINT to the
+command and waits for the command and the JVM to end. Missing Java skips (fails under
+PYBROKER_REQUIRE_PEERS=1).
+"""
+import json
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pybroker._testbase.cluster import StandaloneBroker, free_port
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_request
+from tests import peers
+from tests.ha_support import client_for, wait_for
+
+pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(300)]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- proxy -->", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def _route_code(namesrv_addr: str, topic: str) -> int:
+    client = client_for(namesrv_addr)
+    try:
+        return client.invoke(create_request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                            {"topic": topic}), 5000).code
+    finally:
+        client.close()
+
+
+def test_readme_proxy_commands(tmp_path):
+    broker_command, proxy_command = _readme_commands()
+    assert broker_command == "pybroker standalone"
+    argv = proxy_command.split()
+    assert argv[:4] == ["python3", "tools/rocketmq_proxy.py", "run", "-n"], argv
+    assert argv[4] == "127.0.0.1:9876" and len(argv) == 5, argv
+    peers.java_install("5.3.3")
+    grpc_port, remoting_port = free_port(), free_port()
+    with StandaloneBroker(tmp_path / "broker") as broker:
+        namesrv = f"127.0.0.1:{broker.namesrv_port}"
+        command = [sys.executable, *argv[1:4], namesrv, "--grpc-port", str(grpc_port),
+                   "--remoting-port", str(remoting_port), "--work-dir", str(tmp_path / "proxy")]
+        with open(tmp_path / "proxy.out", "wb") as out:
+            process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            banner = wait_for(lambda: re.search(
+                r"serving gRPC on 127\.0\.0\.1:(\d+) .* pid (\d+)",
+                (tmp_path / "proxy.out").read_text()), 120, "the proxy's serving line")
+            assert process.poll() is None
+            assert int(banner.group(1)) == grpc_port
+            jvm_pid = int(banner.group(2))
+            config = json.loads((tmp_path / "proxy" / "conf" / "rmq-proxy.json").read_text())
+            assert {key: config[key] for key in ("proxyMode", "namesrvAddr", "grpcServerPort",
+                                                  "remotingListenPort")} == {
+                "proxyMode": "cluster", "namesrvAddr": namesrv, "grpcServerPort": grpc_port,
+                "remotingListenPort": remoting_port}
+            wait_for(lambda: _route_code(namesrv, "DefaultHeartBeatSyncerTopic")
+                     == ResponseCode.SUCCESS, 30, "the proxy's system topic on pybroker")
+            process.send_signal(signal.SIGINT)          # Ctrl-C
+            assert process.wait(timeout=60) == 0
+            deadline = time.monotonic() + 10
+            while _alive(jvm_pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not _alive(jvm_pid), "the proxy's JVM outlived its command"
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+            peers.load_tool("java_rocketmq").cleanup_stale(tmp_path / "proxy")
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for its parent counts as gone)."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

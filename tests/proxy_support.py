@@ -1,0 +1,171 @@
+# Shared by the rocketmq-proxy tests: a broker (pybroker or Java 5.3.3) behind a proxy, captures.
+"""Building blocks of the tests that run Apache's rocketmq-proxy 5.3.3 (CLUSTER mode) in front
+of pybroker and in front of the Java 5.3.3 broker: the deployment, the frames the proxy
+exchanged with the NameServer and the broker (recorded by tools/capture_proxy.py relays), topic
+creation with 5.x attributes and reads of what was stored, all as raw remoting frames, so the
+checks depend on no client library.
+"""
+import contextlib
+import dataclasses
+import json
+import pathlib
+
+from pybroker._testbase.cluster import StandaloneBroker
+from pybroker.protocol import properties as props
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import RemotingCommand, create_request, decode
+from tests import progress
+from tests.ha_support import client_for, pull, records_of, wait_for
+
+rocketmq_proxy = None   # tools/rocketmq_proxy.py, loaded by deployment() (tests.peers does it)
+
+# Short transaction checks on both brokers (as tests/compat/test_java_features.py), and the
+# proxy's transaction heartbeat (which tells the broker the producer groups behind it) every
+# second instead of every 20 s: a check-back reaches an SDK within seconds.
+BROKER_SETTINGS = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000"}
+PROXY_SETTINGS = {"transactionHeartbeatPeriodSecond": 1, "grpcShutdownTimeSeconds": 1}
+BACKENDS = ("java", "pybroker")
+
+
+@dataclasses.dataclass
+class Deployment:
+    """A NameServer, one broker and the proxy in front of them."""
+    backend: str
+    namesrv_addr: str
+    broker_addr: str
+    proxy: object           # rocketmq_proxy.RocketMQProxy
+
+    @property
+    def endpoint(self) -> str:
+        return self.proxy.grpc_endpoint
+
+    def broker_exchanges(self) -> list["Exchange"]:
+        return exchanges(self.proxy.capture_dir / "broker-0.jsonl")
+
+    def namesrv_exchanges(self) -> list["Exchange"]:
+        return exchanges(self.proxy.capture_dir / "namesrv.jsonl")
+
+
+@contextlib.contextmanager
+def deployment(backend: str, work_dir: pathlib.Path, peers_module, broker_settings=None):
+    """pybroker standalone or Java 5.3.3 (NameServer + broker), then the proxy (captured)."""
+    global rocketmq_proxy
+    rocketmq_proxy = peers_module.load_tool("rocketmq_proxy")
+    install = peers_module.java_install("5.3.3")
+    settings = dict(BROKER_SETTINGS, **(broker_settings or {}))
+    with contextlib.ExitStack() as stack:
+        if backend == "java":
+            broker = stack.enter_context(peers_module.java_broker(
+                work_dir / "java", install, broker_overrides=settings))
+        else:
+            broker = stack.enter_context(StandaloneBroker(work_dir / "pybroker", settings))
+        namesrv_addr = f"127.0.0.1:{broker.namesrv_port}"
+        broker_addr = f"127.0.0.1:{broker.broker_port}"
+        proxy = rocketmq_proxy.RocketMQProxy(
+            work_dir / "proxy", namesrv_addr, install, free_ports=True,
+            config_overrides=PROXY_SETTINGS, capture_brokers=[broker_addr])
+        with progress.stage(f"rocketmq-proxy 5.3.3 in front of {backend}"):
+            proxy.start()
+        stack.callback(proxy.stop, graceful=False)
+        yield Deployment(backend, namesrv_addr, broker_addr, proxy)
+
+
+# --- what the proxy exchanged ------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Exchange:
+    """One request on a captured connection and its answer (None: oneway or not answered).
+    ``from_proxy`` is False for a request the broker sent the proxy (39, 40)."""
+    time: float
+    from_proxy: bool
+    request: RemotingCommand
+    response: RemotingCommand | None
+
+    @property
+    def code(self) -> int:
+        return self.request.code
+
+
+def exchanges(path: pathlib.Path) -> list[Exchange]:
+    """Every request in a capture file, in order, each with its answer when one came."""
+    found, waiting = [], {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        record = json.loads(line)
+        data = bytes.fromhex(record["hex"])
+        command = decode(data, 0, len(data), copy_body=True)
+        key = (record["conn"], record["dir"], command.opaque)
+        if command.is_response:
+            # The answer travels the other way on the same connection.
+            asked = "s2c" if record["dir"] == "c2s" else "c2s"
+            exchange = waiting.pop((record["conn"], asked, command.opaque), None)
+            if exchange is not None:
+                exchange.response = command
+            continue
+        exchange = Exchange(record["t"], record["dir"] == "c2s", command, None)
+        found.append(exchange)
+        if not command.is_oneway:
+            waiting[key] = exchange
+    return found
+
+
+def of_code(found: list[Exchange], code: int, from_proxy: bool = True) -> list[Exchange]:
+    return [e for e in found if e.code == code and e.from_proxy == from_proxy]
+
+
+# --- topics and what was stored ----------------------------------------------------------------
+
+def create_topic(broker_addr: str, topic: str, message_type: str | None = None,
+                 queues: int = 4) -> None:
+    """UPDATE_AND_CREATE_TOPIC with the 5.x attribute message.type (as mqadmin 5.x sends it)."""
+    fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
+              "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
+              "topicSysFlag": "0", "order": "false"}
+    if message_type is not None:
+        fields["attributes"] = f"+message.type={message_type}"
+    client = client_for(broker_addr)
+    try:
+        response = client.invoke(create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields),
+                                 5000)
+    finally:
+        client.close()
+    assert response.code == ResponseCode.SUCCESS, (topic, response.code, response.remark)
+
+
+def stored(broker_addr: str, topic: str, queues: int = 4) -> list:
+    """Every record of ``topic`` on the broker (raw pulls of each queue), in queue order."""
+    client = client_for(broker_addr)
+    found = []
+    try:
+        for queue_id in range(queues):
+            offset = 0
+            while True:
+                response = pull(client, topic, queue_id, offset, group="proxy_test_reader")
+                if response.code != ResponseCode.SUCCESS:
+                    break
+                records = records_of(response.body)
+                found.extend(records)
+                offset = records[-1].queue_offset + 1
+    finally:
+        client.close()
+    return found
+
+
+def stored_properties(record) -> dict[str, str]:
+    return props.decode_properties(record.properties)
+
+
+def wait_stored(broker_addr: str, topic: str, count: int, timeout_s: float) -> list:
+    """The records of ``topic`` once there are ``count`` of them (AssertionError at the
+    deadline, naming what was there)."""
+    seen: list = []
+
+    def enough():
+        seen[:] = stored(broker_addr, topic)
+        return len(seen) >= count
+    wait_for(enough, timeout_s, f"{count} records in {topic} (have {len(seen)})", 0.25)
+    return seen
+
