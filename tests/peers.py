@@ -46,6 +46,7 @@ def unavailable(reason: str):
 
 java_rocketmq = load_tool("java_rocketmq")
 go_client = load_tool("go_client")
+rocketmq_sdks = load_tool("rocketmq_sdks")
 
 # peer key -> the prepared peer, or the reason (str) why it is missing.
 _prepared: dict[str, object] = {}
@@ -97,6 +98,53 @@ def _prepare_go_tls():
     return build.path
 
 
+def _prepare_python_sdk():
+    sdk = rocketmq_sdks.PythonSdk()
+    if sdk.is_complete():
+        progress.line(f"RocketMQ 5 Python SDK: cached in {sdk.path}")
+        return sdk.path
+    try:
+        with progress.stage(f"RocketMQ 5 Python SDK {rocketmq_sdks.PYTHON_SDK_VERSION}: "
+                            f"installing from PyPI") as notes:
+            sdk.install()
+            notes.append(str(sdk.path))
+    except rocketmq_sdks.SdkError as error:
+        return f"cannot install the RocketMQ 5 Python SDK: {error}"
+    return sdk.path
+
+
+def _prepare_java_sdk():
+    reason = java_rocketmq.java_available()
+    if reason:
+        return reason
+    lib = rocketmq_sdks.java_sdk()
+    if lib.is_complete():
+        progress.line(f"RocketMQ 5 Java SDK: cached in {lib.lib_dir}")
+        return lib
+    try:
+        with progress.stage(f"RocketMQ 5 Java SDK {rocketmq_sdks.JAVA_SDK_VERSION}: "
+                            f"installing from Maven Central") as notes:
+            lib.install(timeout_s=1200)
+            notes.append(str(lib.lib_dir))
+    except java_rocketmq.HarnessError as error:
+        return f"cannot install the RocketMQ 5 Java SDK: {error}"
+    return lib
+
+
+def _prepare_go_sdk():
+    reason = go_client.go_available()
+    if reason:
+        return reason
+    try:
+        with progress.stage("RocketMQ 5 Go SDK harness rmqgo5 (rocketmq-clients/golang/v5)") \
+                as notes:
+            build = rocketmq_sdks.go_sdk()
+            notes.append("built" if build.built else f"cached in {build.path.parent}")
+    except go_client.GoBuildError as error:
+        return f"cannot build the RocketMQ 5 Go SDK harness: {error}"
+    return build.path
+
+
 def _prepared_peer(key: str, prepare):
     if key not in _prepared:
         _prepared[key] = prepare()
@@ -121,16 +169,36 @@ def rmqgotls_path() -> pathlib.Path:
     return _prepared_peer("go-tls", _prepare_go_tls)
 
 
+def python_sdk_path() -> pathlib.Path:
+    """The folder holding the RocketMQ 5 Python SDK (rocketmq-python-client), or skip/fail."""
+    return _prepared_peer("python-sdk", _prepare_python_sdk)
+
+
+def java_sdk():
+    """The installed RocketMQ 5 Java SDK (rocketmq-client-java jars), or skip/fail."""
+    return _prepared_peer("java-sdk", _prepare_java_sdk)
+
+
+def go_sdk_path() -> pathlib.Path:
+    """The built ``rmqgo5`` binary (the RocketMQ 5 Go SDK), or skip/fail."""
+    return _prepared_peer("go-sdk", _prepare_go_sdk)
+
+
+_SESSION_PEERS = {"go": _prepare_go, "go-tls": _prepare_go_tls,
+                  "python-sdk": _prepare_python_sdk, "java-sdk": _prepare_java_sdk,
+                  "go-sdk": _prepare_go_sdk}
+
+
 def prepare_all() -> None:
-    """Install every peer now (session start): both Java versions and the Go client.
-    Missing tools or failed installs are remembered; the tests then skip or fail with them."""
+    """Install every peer now (session start): both Java versions, the Go clients and the
+    RocketMQ 5 SDKs. Missing tools or failed installs are remembered; the tests then skip or
+    fail with them."""
     for version in java_rocketmq.VERSIONS:
         if f"java-{version}" not in _prepared:
             _prepared[f"java-{version}"] = _prepare_java(version)
-    if "go" not in _prepared:
-        _prepared["go"] = _prepare_go()
-    if "go-tls" not in _prepared:
-        _prepared["go-tls"] = _prepare_go_tls()
+    for key, prepare in _SESSION_PEERS.items():
+        if key not in _prepared:
+            _prepared[key] = prepare()
 
 
 @contextlib.contextmanager
@@ -149,7 +217,7 @@ def java_broker(work_dir, install, **options):
 def compile_java(install, sources, out_dir):
     """``java_rocketmq.compile_java`` shown as a progress stage (javac takes seconds)."""
     names = ", ".join(pathlib.Path(source).name for source in sources)
-    with progress.stage(f"javac {names} against the {install.version} client"):
+    with progress.stage(f"javac {names} against {install.what}"):
         return java_rocketmq.compile_java(install, sources, out_dir)
 
 

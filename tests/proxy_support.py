@@ -9,6 +9,9 @@ import contextlib
 import dataclasses
 import json
 import pathlib
+import subprocess
+import sys
+import time
 
 from pybroker._testbase.cluster import StandaloneBroker
 from pybroker.protocol import properties as props
@@ -19,10 +22,15 @@ from tests.ha_support import client_for, pull, records_of, wait_for
 
 rocketmq_proxy = None   # tools/rocketmq_proxy.py, loaded by deployment() (tests.peers does it)
 
-# Short transaction checks on both brokers (as tests/compat/test_java_features.py), and the
+# Short transaction checks on both brokers (as tests/compat/test_java_features.py); the
 # proxy's transaction heartbeat (which tells the broker the producer groups behind it) every
 # second instead of every 20 s: a check-back reaches an SDK within seconds.
-BROKER_SETTINGS = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000"}
+# transactionTimeOut stays above Java 5.x's transactionOpBatchInterval (3 s, the op messages of
+# ended transactions are written in batches): below it Java checks, and may commit a second
+# time, transactions the client already ended. recallMessageEnable: RECALL_MESSAGE is off by
+# default in Java 5.3.3.
+BROKER_SETTINGS = {"transactionCheckInterval": "1000", "transactionTimeOut": "5000",
+                   "recallMessageEnable": "true"}
 PROXY_SETTINGS = {"transactionHeartbeatPeriodSecond": 1, "grpcShutdownTimeSeconds": 1}
 BACKENDS = ("java", "pybroker")
 
@@ -57,6 +65,9 @@ def deployment(backend: str, work_dir: pathlib.Path, peers_module, broker_settin
         if backend == "java":
             broker = stack.enter_context(peers_module.java_broker(
                 work_dir / "java", install, broker_overrides=settings))
+            # Nothing of the Java broker's store is read after the module: kill -9 saves its
+            # graceful stop (15 s and more on a busy box); java_broker's stop then reaps.
+            stack.callback(_kill_java, broker)
         else:
             broker = stack.enter_context(StandaloneBroker(work_dir / "pybroker", settings))
         namesrv_addr = f"127.0.0.1:{broker.namesrv_port}"
@@ -70,6 +81,12 @@ def deployment(backend: str, work_dir: pathlib.Path, peers_module, broker_settin
         yield Deployment(backend, namesrv_addr, broker_addr, proxy)
 
 
+def _kill_java(broker) -> None:
+    for role in ("broker", "namesrv"):
+        if role in broker.processes:
+            broker.kill(role)
+
+
 # --- what the proxy exchanged ------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -80,6 +97,7 @@ class Exchange:
     from_proxy: bool
     request: RemotingCommand
     response: RemotingCommand | None
+    answered_at: float | None = None
 
     @property
     def code(self) -> int:
@@ -103,7 +121,7 @@ def exchanges(path: pathlib.Path) -> list[Exchange]:
             asked = "s2c" if record["dir"] == "c2s" else "c2s"
             exchange = waiting.pop((record["conn"], asked, command.opaque), None)
             if exchange is not None:
-                exchange.response = command
+                exchange.response, exchange.answered_at = command, record["t"]
             continue
         exchange = Exchange(record["t"], record["dir"] == "c2s", command, None)
         found.append(exchange)
@@ -169,3 +187,67 @@ def wait_stored(broker_addr: str, topic: str, count: int, timeout_s: float) -> l
     wait_for(enough, timeout_s, f"{count} records in {topic} (have {len(seen)})", 0.25)
     return seen
 
+
+
+# --- the SDK programs ---------------------------------------------------------------------------
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PYTHON_SDK_PROGRAM = ROOT / "tools" / "proxy_sdk" / "python_sdk.py"
+JAVA_SDK_SOURCE = ROOT / "tools" / "proxy_sdk" / "JavaSdk.java"
+SDKS = ("python", "java", "go")
+
+
+def sdk_argv(sdk: str, endpoint: str, peers_module) -> list[str]:
+    """The command line that runs one SDK's scenario program against ``endpoint``."""
+    if sdk == "python":
+        return [sys.executable, str(PYTHON_SDK_PROGRAM), "--sdk",
+                str(peers_module.python_sdk_path()), "--endpoint", endpoint]
+    if sdk == "java":
+        lib = peers_module.java_sdk()
+        classes = peers_module.compiled_java(lib, JAVA_SDK_SOURCE)
+        return ["java", "-Xms64m", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                "-cp", lib.classpath([classes]), "JavaSdk", endpoint]
+    return [str(peers_module.go_sdk_path()), endpoint]
+
+
+def run_sdks(runs: dict[str, list[str]], endpoint: str, peers_module,
+             timeout_s: float = 180) -> dict[str, list[dict]]:
+    """Run each SDK's program with its ops at once (their waits overlap); {sdk: RESULT dicts},
+    each list ending with ``{"op": "exit", "code": ..., "output": ...}`` (a program that
+    stopped early is a result the tests judge, see :func:`exited`). One that overruns
+    timeout_s is killed (code None)."""
+    argvs = {sdk: sdk_argv(sdk, endpoint, peers_module) + ops for sdk, ops in runs.items()}
+    started = {sdk: subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+               for sdk, argv in argvs.items()}
+    outputs, deadline = {}, time.monotonic() + timeout_s
+    try:
+        for sdk, process in started.items():
+            code: int | None
+            try:
+                out, err = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+                code = process.returncode
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, err = process.communicate()
+                code = None
+            outputs[sdk] = [peers_module.parse_result_line(line) for line in out.splitlines()
+                            if line.startswith("RESULT ")]
+            outputs[sdk].append({"op": "exit", "code": code,
+                                 "output": f"{out[-2000:]}\n{err[-3000:]}"})
+    finally:
+        for process in started.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return outputs
+
+
+def exited(results: list[dict]) -> None:
+    """AssertionError with the program's output unless it ran to its end and exited 0."""
+    (end,) = results_of(results, "exit")
+    assert end["code"] == 0, f"the SDK program exited {end['code']}:\n{end['output']}"
+
+
+def results_of(results: list[dict], op: str) -> list[dict]:
+    return [entry for entry in results if entry["op"] == op]

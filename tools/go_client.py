@@ -37,6 +37,25 @@ GOTLS_PINNED_CLIENT = ("github.com/apache/rocketmq-client-go/v2 "
                        "v2.1.3-0.20251226070945-2173d070fd1b")
 
 
+# rmqgo5: the harness of the official RocketMQ 5 Go SDK (gRPC, through rocketmq-proxy).
+SDK5_DIR = ROOT / "tests" / "compat" / "gosdk"
+SDK5_STEM = "rmqgo5"
+SDK5_PINNED_CLIENT = "github.com/apache/rocketmq-clients/golang/v5 v5.1.2"
+
+
+@dataclasses.dataclass(frozen=True)
+class Harness:
+    """A Go program of tests/compat: its folder, binary name and the client version it pins."""
+    source_dir: pathlib.Path
+    stem: str
+    pinned: str
+
+
+CLIENT_HARNESS = Harness(GOCLIENT_DIR, BINARY_STEM, PINNED_CLIENT)
+TLS_HARNESS = Harness(GOTLS_DIR, GOTLS_STEM, GOTLS_PINNED_CLIENT)
+SDK5_HARNESS = Harness(SDK5_DIR, SDK5_STEM, SDK5_PINNED_CLIENT)
+
+
 class GoBuildError(RuntimeError):
     """go is missing, or `go build` failed or overran its deadline."""
 
@@ -83,17 +102,19 @@ def check_pin(source_dir: pathlib.Path = GOCLIENT_DIR, pinned: str = PINNED_CLIE
 
 
 def build_go_client(cache_dir=None, timeout_s: float = 900, force: bool = False,
-                    tls_harness: bool = False) -> GoBuild:
-    """Build rmqgo (or, with ``tls_harness``, rmqgotls) into cache_dir unless a binary for the
-    same sources exists; return it.
+                    tls_harness: bool = False, harness: Harness | None = None) -> GoBuild:
+    """Build rmqgo (or, with ``tls_harness``, rmqgotls; or ``harness``) into cache_dir unless a
+    binary for the same sources exists; return it.
 
     timeout_s bounds the whole `go build` (module download included), in seconds.
     """
     reason = go_available()
     if reason:
         raise GoBuildError(reason)
-    source_dir, stem = (GOTLS_DIR, GOTLS_STEM) if tls_harness else (GOCLIENT_DIR, BINARY_STEM)
-    check_pin(source_dir, GOTLS_PINNED_CLIENT if tls_harness else PINNED_CLIENT)
+    if harness is None:
+        harness = TLS_HARNESS if tls_harness else CLIENT_HARNESS
+    source_dir, stem = harness.source_dir, harness.stem
+    check_pin(source_dir, harness.pinned)
     cache = pathlib.Path(cache_dir) if cache_dir else default_cache_dir()
     target = cache / f"{stem}-{source_digest(source_dir, toolchain=go_version())}"
     if target.is_file() and os.access(target, os.X_OK) and not force:

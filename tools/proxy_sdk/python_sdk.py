@@ -1,0 +1,184 @@
+# Scenarios of the official RocketMQ 5 Python SDK (rocketmq-python-client) through a gRPC proxy.
+"""Runs rocketmq-python-client's Producer (and consumers) through rocketmq-proxy and prints one
+``RESULT op=... key=value`` line per outcome (values URL-quoted; tests/peers.py
+``parse_result_line`` reads them). The SDK is imported from ``--sdk DIR`` (a ``pip install
+--target`` folder, tools/rocketmq_sdks.py): its package is named ``rocketmq``, as is the C++
+client's on PyPI, so it is never installed beside pybroker.
+
+Usage::
+
+    python3 tools/proxy_sdk/python_sdk.py --sdk DIR --endpoint 127.0.0.1:8081 OP KEY=VALUE...
+
+Ops (several may follow each other in one run, separated by ``then``; one SDK start-up each):
+
+- ``produce normal=T fifo=T delay=T tx=T delay_ms=3000 tx_wait_s=60 run=R``: every producer
+  scenario of issue #25 in one process: 3 normal messages (tag, keys, a user property); 4 FIFO
+  messages in two message groups; one message delivered at now + delay_s (3); three transactional
+  messages (committed by the client, rolled back, left to the server's check-back, which the
+  checker commits); a normal message sent to the FIFO topic (the SDK's type check, then the
+  proxy's); waits until the checker was asked (tx_wait_s at most).
+- ``recall delay=T delay_s=3 run=R``: two delay messages due the same second, the second
+  recalled by its handle.
+"""
+import argparse
+import sys
+import threading
+import time
+import urllib.parse
+
+
+def result(op: str, **fields) -> None:
+    """One RESULT line, flushed (the test reads them as they come)."""
+    parts = [f"op={op}"] + [f"{key}={urllib.parse.quote_plus(str(value))}"
+                            for key, value in fields.items()]
+    sys.stdout.write("RESULT " + " ".join(parts) + "\n")
+    sys.stdout.flush()
+
+
+def _message(rocketmq, topic: str, body: str, **attributes):
+    message = rocketmq.Message()
+    message.topic = topic
+    message.body = body.encode()
+    for key, value in attributes.items():
+        if key == "properties":
+            for name, text in value.items():
+                message.add_property(name, text)
+        elif key == "keys":
+            message.keys = value
+        else:
+            setattr(message, key, value)
+    return message
+
+
+def _error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _send(producer, op: str, message, **fields) -> object:
+    try:
+        receipt = producer.send(message)
+    except Exception as error:  # noqa: BLE001 (the SDK's refusal is the result)
+        result(op, status="error", error=_error_text(error), **fields)
+        return None
+    result(op, status="ok", msg_id=receipt.message_id, **fields)
+    return receipt
+
+
+def _transactions(rocketmq, producer, topic: str, run: str, asked: threading.Event) -> None:
+    """Three half messages: the client commits one, rolls one back and leaves the third to
+    the server's check-back (the checker commits it)."""
+    for decision in ("commit", "rollback", "check"):
+        transaction = producer.begin_transaction()
+        message = _message(rocketmq, topic, f"{run}-tx-{decision}", tag="TagTx",
+                           keys=f"{run}-tx-{decision}", properties={"decision": decision})
+        receipt = producer.send(message, transaction)
+        result("tx-send", status="ok", decision=decision, msg_id=receipt.message_id)
+        if decision == "commit":
+            transaction.commit()
+        elif decision == "rollback":
+            transaction.rollback()
+        result("tx-end", decision=decision)
+
+
+def _checker_class(rocketmq, asked: threading.Event):
+    class Checker(rocketmq.TransactionChecker):
+        def check(self, message):
+            decision = message.properties.get("decision", "")
+            result("tx-check", decision=decision, msg_id=message.message_id)
+            if decision == "check":
+                asked.set()
+            # A check-back of a transaction the client already ended gets the same answer.
+            if decision == "rollback":
+                return rocketmq.TransactionResolution.ROLLBACK
+            return rocketmq.TransactionResolution.COMMIT
+    return Checker
+
+
+def op_produce(rocketmq, config, args: dict) -> None:
+    run = args["run"]
+    topics = [args[kind] for kind in ("normal", "fifo", "delay", "tx")]
+    asked = threading.Event()
+    producer = rocketmq.Producer(config, tuple(topics),
+                                 checker=_checker_class(rocketmq, asked)())
+    producer.startup()
+    try:
+        for index in range(3):
+            _send(producer, "normal", _message(
+                rocketmq, args["normal"], f"{run}-normal-{index}", tag="TagA",
+                keys=f"{run}-key-{index}", properties={"color": "blue", "index": str(index)}),
+                index=index)
+        for index in range(4):
+            group = f"group-{index % 2}"
+            _send(producer, "fifo", _message(rocketmq, args["fifo"], f"{run}-fifo-{index}",
+                                             tag="TagF", message_group=group),
+                  index=index, group=group)
+        deliver_s = int(time.time()) + int(args.get("delay_s", 3))
+        _send(producer, "delay", _message(rocketmq, args["delay"], f"{run}-delay",
+                                          tag="TagD", delivery_timestamp=deliver_s),
+              deliver_s=deliver_s)
+        _transactions(rocketmq, producer, args["tx"], run, asked)
+        _send(producer, "mismatch", _message(rocketmq, args["fifo"], f"{run}-mismatch"))
+        # The same send past the SDK's own check (a private switch): the proxy's type check,
+        # from the topic's message.type it read with GET_TOPIC_CONFIG, answers instead.
+        producer._Producer__validate_message_type = False
+        _send(producer, "mismatch-proxy", _message(rocketmq, args["fifo"],
+                                                   f"{run}-mismatch-proxy"))
+        producer._Producer__validate_message_type = True
+        waited = asked.wait(float(args.get("tx_wait_s", 60)))
+        result("tx-checked", asked=str(waited).lower())
+    finally:
+        producer.shutdown()
+
+
+def op_recall(rocketmq, config, args: dict) -> None:
+    """Two delay messages due the same second; the second is recalled by its handle (the
+    first shows when the second would have arrived)."""
+    producer = rocketmq.Producer(config, (args["delay"],))
+    producer.startup()
+    try:
+        deliver_s = int(time.time()) + int(args.get("delay_s", 3))
+        _send(producer, "recall-kept", _message(rocketmq, args["delay"], f"{args['run']}-kept",
+                                                tag="TagR", delivery_timestamp=deliver_s),
+              deliver_s=deliver_s)
+        receipt = _send(producer, "recall-send", _message(
+            rocketmq, args["delay"], f"{args['run']}-recalled", tag="TagR",
+            delivery_timestamp=deliver_s), deliver_s=deliver_s)
+        if receipt is None:
+            return
+        if not receipt.recall_handle:
+            result("recall", status="error", error="the send receipt has no recall handle")
+            return
+        try:
+            recalled = producer.recall_message(args["delay"], receipt.recall_handle)
+            result("recall", status="ok", msg_id=recalled)
+        except Exception as error:  # noqa: BLE001
+            result("recall", status="error", error=_error_text(error))
+    finally:
+        producer.shutdown()
+
+
+OPS = {"produce": op_produce, "recall": op_recall}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sdk", required=True, help="folder holding the SDK (pip --target)")
+    parser.add_argument("--endpoint", required=True, help="the proxy's gRPC host:port")
+    parser.add_argument("ops", nargs="+", help="OP KEY=VALUE... [then OP KEY=VALUE...]")
+    options = parser.parse_args(argv)
+    sys.path.insert(0, options.sdk)
+    import rocketmq  # noqa: PLC0415 (from --sdk, never from site-packages)
+    config = rocketmq.ClientConfiguration(options.endpoint, rocketmq.Credentials())
+    words, runs = list(options.ops), []
+    while words:
+        split = words.index("then") if "then" in words else len(words)
+        runs.append(words[:split])
+        words = words[split + 1:]
+    for op, *pairs in runs:
+        OPS[op](rocketmq, config, dict(pair.split("=", 1) for pair in pairs))
+        result("done", of=op)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
