@@ -37,7 +37,6 @@ from tests.ha_support import wait_for
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(300)]
 
-GET_TOPIC_CONFIG = 351   # RocketMQ 5.x's request code (pybroker serves it with branch basics)
 SYNCER_TOPIC = "DefaultHeartBeatSyncerTopic"
 SYNCER_GROUP = "CID_DefaultHeartBeatSyncerTopic"
 
@@ -149,8 +148,6 @@ def produced(deployment):
 # dependencies). A scenario marked here is expected to fail on pybroker (strict: it fails the
 # run once it passes, and its entry goes); on the Java broker every scenario runs as is.
 WAITS = {
-    "basics": "GET_TOPIC_CONFIG (351) with the topic's message.type: without it the proxy "
-              "routes every queue as MESSAGE_TYPE_UNSPECIFIED and the SDKs refuse every send",
     "timer": "5.x timer messages (TIMER_DELIVER_MS) and RECALL_MESSAGE",
 }
 
@@ -170,8 +167,7 @@ def _ok(results: list[dict], op: str, count: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("sdk", proxy_support.SDKS)
-def test_sdk_normal_send(request, deployment, produced, sdk):
-    waits_for(request, deployment, "basics")
+def test_sdk_normal_send(deployment, produced, sdk):
     proxy_support.exited(produced[sdk])
     sent = _ok(produced[sdk], "normal", 3)
     stored = proxy_support.wait_stored(deployment.broker_addr, topic_of(sdk, "normal"), 3, 30)
@@ -186,8 +182,7 @@ def test_sdk_normal_send(request, deployment, produced, sdk):
 
 
 @pytest.mark.parametrize("sdk", proxy_support.SDKS)
-def test_sdk_fifo_send_keeps_each_group_in_one_queue(request, deployment, produced, sdk):
-    waits_for(request, deployment, "basics")
+def test_sdk_fifo_send_keeps_each_group_in_one_queue(deployment, produced, sdk):
     proxy_support.exited(produced[sdk])
     _ok(produced[sdk], "fifo", 4)
     stored = proxy_support.wait_stored(deployment.broker_addr, topic_of(sdk, "fifo"), 4, 30)
@@ -205,7 +200,7 @@ def test_sdk_fifo_send_keeps_each_group_in_one_queue(request, deployment, produc
 
 @pytest.mark.parametrize("sdk", proxy_support.SDKS)
 def test_sdk_delay_send_arrives_at_its_time(request, deployment, produced, sdk):
-    waits_for(request, deployment, "basics", "timer")
+    waits_for(request, deployment, "timer")
     proxy_support.exited(produced[sdk])
     (sent,) = _ok(produced[sdk], "delay", 1)
     deliver_ms = int(sent["deliver_s"]) * 1000
@@ -226,12 +221,10 @@ MISMATCH = {
 
 
 @pytest.mark.parametrize("sdk", proxy_support.SDKS)
-def test_sdk_sees_the_topic_type(request, deployment, produced, sdk):
+def test_sdk_sees_the_topic_type(produced, sdk):
     """A normal message to a FIFO topic: the SDK refuses it from the accept types the proxy's
-    route carries (read from the broker with GET_TOPIC_CONFIG). The Go SDK's words name no
-    type: it refuses alike when the route says MESSAGE_TYPE_UNSPECIFIED."""
-    if sdk != "go":
-        waits_for(request, deployment, "basics")
+    route carries (read from the broker with GET_TOPIC_CONFIG; the Go SDK's words name no
+    type)."""
     proxy_support.exited(produced[sdk])
     (refused,) = proxy_support.results_of(produced[sdk], "mismatch")
     assert (refused["status"], refused["error"]) == ("error", MISMATCH[sdk])
@@ -244,8 +237,7 @@ def test_sdk_sees_the_topic_type(request, deployment, produced, sdk):
 
 
 @pytest.mark.parametrize("sdk", TX_SDKS)
-def test_sdk_transactions(request, deployment, produced, sdk):
-    waits_for(request, deployment, "basics")
+def test_sdk_transactions(deployment, produced, sdk):
     proxy_support.exited(produced[sdk])
     sent = _ok(produced[sdk], "tx-send", 3)
     assert [entry["decision"] for entry in proxy_support.results_of(produced[sdk], "tx-end")] \
@@ -268,7 +260,7 @@ def test_sdk_transactions(request, deployment, produced, sdk):
 
 @pytest.mark.parametrize("sdk", TX_SDKS)
 def test_sdk_recall(request, deployment, produced, sdk):
-    waits_for(request, deployment, "basics", "timer")
+    waits_for(request, deployment, "timer")
     proxy_support.exited(produced[sdk])
     _ok(produced[sdk], "recall-kept", 1)
     _ok(produced[sdk], "recall-send", 1)
@@ -284,16 +276,15 @@ def test_sdk_recall(request, deployment, produced, sdk):
     assert f"{sdk}-recalled".encode() not in bodies
 
 
-def test_proxy_requests_behind_the_sends(request, deployment, produced):
+def test_proxy_requests_behind_the_sends(deployment, produced):
     """The remoting requests behind the SDKs' sends, answered alike: GET_TOPIC_CONFIG (351)
     with the topic's message.type, SEND_MESSAGE_V2 (310) whose half-message answers carry
     transactionId, the proxy's oneway transaction heartbeat for the transactional topics' groups
     after it routed the cluster-name topic, END_TRANSACTION (37) for the client's commit and
     rollback and for the check-back's commit, and CHECK_TRANSACTION_STATE (39) to the proxy."""
-    waits_for(request, deployment, "basics")
     found = deployment.broker_exchanges()
     configs = {e.request.ext_fields["topic"]: e for e in
-               proxy_support.of_code(found, GET_TOPIC_CONFIG)}
+               proxy_support.of_code(found, RequestCode.GET_TOPIC_CONFIG)}
     for sdk, kinds in KINDS.items():
         for kind in kinds:
             exchange = configs[topic_of(sdk, kind)]

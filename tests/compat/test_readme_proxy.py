@@ -1,13 +1,16 @@
 # Compat: README's two commands (pybroker, then Apache's rocketmq-proxy in front of it) work.
 """Goal: the README's proxy section runs as written: `pybroker standalone`, then
 `python3 tools/rocketmq_proxy.py run -n 127.0.0.1:9876` writes rmq-proxy.json for CLUSTER mode,
-serves gRPC in front of the broker, and stops with its JVM on Ctrl-C.
+serves gRPC in front of the broker, the section's topic command and Python SDK program send a
+message through it, and the proxy stops with its JVM on Ctrl-C.
 
 Method: the two commands come from README.md's `<!-- proxy -->` block and run with free ports
 (the broker as tests do, the proxy's command with `-n`, `--grpc-port`, `--remoting-port` and
 `--work-dir` replaced); the test reads the printed serving line and rmq-proxy.json, checks the
-proxy created its system topic on pybroker (the NameServer routes it), sends SIGINT to the
-command and waits for the command and the JVM to end. Missing Java skips (fails under
+proxy created its system topic on pybroker (the NameServer routes it), runs the admin command
+and the Python program (rocketmq-python-client from tools/rocketmq_sdks.py's folder, the
+addresses replaced) and checks the message id it prints, sends SIGINT to the command and waits
+for the command and the JVM to end. Missing Java skips (fails under
 PYBROKER_REQUIRE_PEERS=1).
 """
 import json
@@ -35,6 +38,34 @@ def _readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     block = text.split("<!-- proxy -->", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def _readme_sdk_snippet() -> tuple[str, str]:
+    """(the admin command, the Python program) of README's `<!-- proxy-python -->` block."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8").split("<!-- proxy-python -->", 1)[1]
+    command = text.split("```sh\n", 1)[1].split("```", 1)[0].strip()
+    program = text.split("```python\n", 1)[1].split("```", 1)[0]
+    return command, program
+
+
+def _run_sdk_snippet(tmp_path, namesrv: str, endpoint: str) -> str:
+    """README's admin command and Python SDK program, with this test's addresses; the
+    program's output."""
+    command, program = _readme_sdk_snippet()
+    argv = command.replace("127.0.0.1:9876", namesrv).split()
+    assert argv[:2] == ["pybroker", "admin"], argv
+    created = subprocess.run([sys.executable, "-m", "pybroker", *argv[1:]], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60)
+    assert created.returncode == 0, created.stderr
+    assert "message.type=NORMAL" in created.stdout
+    # The SDK's own folder first on the path: what an environment of its own gives.
+    script = tmp_path / "readme_sdk.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(peers.python_sdk_path())!r})\n"
+                      + program.replace("127.0.0.1:8081", endpoint))
+    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
 
 
 def _route_code(namesrv_addr: str, topic: str) -> int:
@@ -74,6 +105,8 @@ def test_readme_proxy_commands(tmp_path):
                 "remotingListenPort": remoting_port}
             wait_for(lambda: _route_code(namesrv, "DefaultHeartBeatSyncerTopic")
                      == ResponseCode.SUCCESS, 30, "the proxy's system topic on pybroker")
+            printed = _run_sdk_snippet(tmp_path, namesrv, f"127.0.0.1:{grpc_port}")
+            assert re.fullmatch(r"[0-9A-F]{34}\n", printed), printed
             process.send_signal(signal.SIGINT)          # Ctrl-C
             assert process.wait(timeout=60) == 0
             deadline = time.monotonic() + 10
