@@ -153,6 +153,23 @@ def create_topic(broker_addr: str, topic: str, message_type: str | None = None,
     assert response.code == ResponseCode.SUCCESS, (topic, response.code, response.remark)
 
 
+def create_group(broker_addr: str, group: str, retry_max_times: int = 16) -> None:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ``retry_max_times`` + 1 is the delivery attempts the
+    proxy allows the group's 5.x consumers before it forwards a message to the DLQ."""
+    body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                       "consumeBroadcastEnable": True, "retryQueueNums": 1,
+                       "retryMaxTimes": retry_max_times, "brokerId": 0,
+                       "whichBrokerWhenConsumeSlowly": 1,
+                       "notifyConsumerIdsChangedEnable": True}).encode()
+    client = client_for(broker_addr)
+    try:
+        response = client.invoke(create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                                {}, body), 5000)
+    finally:
+        client.close()
+    assert response.code == ResponseCode.SUCCESS, (group, response.code, response.remark)
+
+
 def stored(broker_addr: str, topic: str, queues: int = 4) -> list:
     """Every record of ``topic`` on the broker (raw pulls of each queue), in queue order."""
     client = client_for(broker_addr)

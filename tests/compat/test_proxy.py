@@ -23,6 +23,13 @@ assertions hold on both.
   (GET_TOPIC_CONFIG, SEND_MESSAGE_V2, the transaction heartbeat and cluster-name route,
   END_TRANSACTION, CHECK_TRANSACTION_STATE).
 
+- The SDKs' consumers: SimpleConsumer (Python, Java, Go) receives, acks, changes an invisible
+  duration (the message comes back, attempt 2) and leaves a message of a group that retries
+  once unacked until the proxy forwards it to the DLQ; PushConsumer (Python, Java) with a
+  listener that fails once, and one that always fails (to the DLQ). The capture shows the
+  requests behind them (GET_SUBSCRIPTIONGROUP_CONFIG, POP_MESSAGE, ACK_MESSAGE,
+  CHANGE_MESSAGE_INVISIBLETIME, CONSUMER_SEND_MSG_BACK).
+
 What pybroker's side still waits for is marked per test (WAITS, strict expected failures).
 Missing Java, Go or the SDKs skips (fails under PYBROKER_REQUIRE_PEERS=1).
 """
@@ -149,6 +156,8 @@ def produced(deployment):
 # run once it passes, and its entry goes); on the Java broker every scenario runs as is.
 WAITS = {
     "timer": "5.x timer messages (TIMER_DELIVER_MS) and RECALL_MESSAGE",
+    "pop": "POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME and the revive service: "
+           "the proxy's consumers consume only with POP",
 }
 
 
@@ -300,8 +309,9 @@ def test_proxy_requests_behind_the_sends(deployment, produced):
     tx_heartbeats = [e for e in proxy_support.of_code(found, RequestCode.HEART_BEAT)
                      if b'"clientID":"rmq-proxy-producer-client"' in e.request.body]
     assert tx_heartbeats and all(e.request.is_oneway for e in tx_heartbeats)
-    for sdk in TX_SDKS:
-        assert f'"groupName":"{topic_of(sdk, "tx")}"'.encode() in tx_heartbeats[-1].request.body
+    registered = {producer["groupName"] for e in tx_heartbeats
+                  for producer in json.loads(bytes(e.request.body))["producerDataSet"]}
+    assert registered == {topic_of(sdk, "tx") for sdk in TX_SDKS}
     cluster_routes = [e for e in proxy_support.of_code(deployment.namesrv_exchanges(),
                                                        RequestCode.GET_ROUTEINFO_BY_TOPIC)
                       if e.request.ext_fields["topic"] == "DefaultCluster"]
@@ -317,3 +327,102 @@ def test_proxy_requests_behind_the_sends(deployment, produced):
     assert checks and all(e.request.is_oneway for e in checks)
     assert {(e.request.ext_fields["topic"], e.request.ext_fields["bname"]) for e in checks} == \
         {("RMQ_SYS_TRANS_HALF_TOPIC", "broker-a")}
+
+
+# --- the SDKs' consumers through the proxy -------------------------------------------------------
+
+CONSUMER_OPS = {"python": ("simple", "push"), "java": ("simple", "push"), "go": ("simple",)}
+# RocketMQ 5.x's POP codes (pybroker's RequestCode gets them with branch pop).
+POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME = 200050, 200051, 200053
+PUSH_SDKS = ("python", "java")
+
+
+def consumer_names(sdk: str, op: str) -> dict[str, str]:
+    """Topic and group of an op, and of its DLQ part (a group that retries once)."""
+    base = f"{PREFIX[sdk]}{op.capitalize()}"
+    return {"topic": base, "group": f"{base}Group", "dlq_topic": f"{base}Dlq",
+            "dlq_group": f"{base}DlqGroup"}
+
+
+@pytest.fixture(scope="module")
+def consumed(deployment, produced):
+    """Every SDK's SimpleConsumer (and PushConsumer) scenarios, once per broker, at once."""
+    runs = {}
+    for sdk, ops in CONSUMER_OPS.items():
+        words: list[str] = []
+        for op in ops:
+            names = consumer_names(sdk, op)
+            for topic in (names["topic"], names["dlq_topic"]):
+                proxy_support.create_topic(deployment.broker_addr, topic, "NORMAL")
+            proxy_support.create_group(deployment.broker_addr, names["dlq_group"],
+                                       retry_max_times=1)
+            words += [*(["then"] if words else []), op, *(f"{k}={v}" for k, v in names.items()),
+                      f"run={sdk}"]
+        runs[sdk] = words
+    return proxy_support.run_sdks(runs, deployment.endpoint, peers, timeout_s=240)
+
+
+def _dlq_bodies(deployment, group: str) -> list[tuple[bytes, int]]:
+    return [(bytes(r.body), r.reconsume_times)
+            for r in proxy_support.stored(deployment.broker_addr, f"%DLQ%{group}", 1)]
+
+
+@pytest.mark.parametrize("sdk", proxy_support.SDKS)
+def test_sdk_simple_consumer(request, deployment, consumed, sdk):
+    """Receive, ack, change invisible duration (the message comes back, attempt 2), and a
+    message never acked goes to the DLQ after the group's retryMaxTimes + 1 deliveries."""
+    waits_for(request, deployment, "pop")
+    proxy_support.exited(consumed[sdk])
+    received = [(e["body"], e["attempt"]) for e in
+                proxy_support.results_of(consumed[sdk], "simple-received")]
+    assert sorted(received) == sorted([(f"{sdk}-simple-0", "1"), (f"{sdk}-simple-1", "1"),
+                                       (f"{sdk}-simple-1", "2"), (f"{sdk}-simple-2", "1")])
+    assert [e["body"] for e in proxy_support.results_of(consumed[sdk], "simple-invisible")] == \
+        [f"{sdk}-simple-1"]
+    assert sorted(e["body"] for e in proxy_support.results_of(consumed[sdk], "simple-ack")) == \
+        [f"{sdk}-simple-{i}" for i in range(3)]
+    dlq_attempts = [e["attempt"] for e in proxy_support.results_of(consumed[sdk], "dlq-received")]
+    assert dlq_attempts == ["1", "2"]
+    names = consumer_names(sdk, "simple")
+    assert _dlq_bodies(deployment, names["dlq_group"]) == [(f"{sdk}-dlq".encode(), 3)]
+
+
+@pytest.mark.parametrize("sdk", PUSH_SDKS)
+def test_sdk_push_consumer(request, deployment, consumed, sdk):
+    """A listener that fails once gets the message again (attempt 2); one that always fails
+    sends the message to the DLQ after two deliveries."""
+    waits_for(request, deployment, "pop")
+    proxy_support.exited(consumed[sdk])
+    outcomes = sorted((e["body"], e["attempt"], e["outcome"]) for e in
+                      proxy_support.results_of(consumed[sdk], "push-received"))
+    assert outcomes == sorted([
+        (f"{sdk}-push-0", "1", "success"), (f"{sdk}-push-1", "1", "failure"),
+        (f"{sdk}-push-1", "2", "success"), (f"{sdk}-push-2", "1", "success"),
+        (f"{sdk}-push-dlq", "1", "failure"), (f"{sdk}-push-dlq", "2", "failure")])
+    names = consumer_names(sdk, "push")
+    assert _dlq_bodies(deployment, names["dlq_group"]) == [(f"{sdk}-push-dlq".encode(), 3)]
+
+
+def test_proxy_requests_behind_the_consumers(request, deployment, consumed):
+    """The remoting requests behind the consumers, answered alike: the groups' configs
+    (GET_SUBSCRIPTIONGROUP_CONFIG, retryMaxTimes 1 for the DLQ groups), POP_MESSAGE,
+    ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, and the proxy's send-back to the DLQ
+    (CONSUMER_SEND_MSG_BACK) of a message delivered retryMaxTimes + 1 times."""
+    waits_for(request, deployment, "pop")
+    found = deployment.broker_exchanges()
+    groups = {e.request.ext_fields["group"]: e for e in
+              proxy_support.of_code(found, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG)}
+    for sdk, ops in CONSUMER_OPS.items():
+        for op in ops:
+            exchange = groups[consumer_names(sdk, op)["dlq_group"]]
+            assert exchange.response.code == ResponseCode.SUCCESS
+            assert b'"retryMaxTimes":1' in exchange.response.body
+    for code in (POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME):
+        answered = [e.response.code for e in proxy_support.of_code(found, code)
+                    if e.response is not None]
+        assert answered and ResponseCode.SUCCESS in answered, code
+    send_backs = proxy_support.of_code(found, RequestCode.CONSUMER_SEND_MSG_BACK)
+    dlq_groups = {consumer_names(sdk, op)["dlq_group"]
+                  for sdk, ops in CONSUMER_OPS.items() for op in ops}
+    assert {e.request.ext_fields["group"] for e in send_backs} == dlq_groups
+    assert {e.response.code for e in send_backs} == {ResponseCode.SUCCESS}

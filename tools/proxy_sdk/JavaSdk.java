@@ -5,6 +5,7 @@
 // Usage: java -cp "lib/*:classes" JavaSdk ENDPOINT OP KEY=VALUE... [then OP KEY=VALUE...]
 // Ops: produce normal=T fifo=T delay=T tx=T run=R [delay_s=3] [tx_wait_s=60]
 //      recall delay=T run=R [delay_s=3]   (two due the same second, the second recalled)
+//      simple|push topic=T group=G dlq_topic=T2 dlq_group=G2 run=R   (as python_sdk.py)
 // Prints "RESULT op=... k=v" lines (values URL-encoded), "RESULT op=done of=OP" after each op,
 // and exits 0 when every op completed.
 import java.net.URLEncoder;
@@ -20,8 +21,14 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.rocketmq.client.apis.ClientConfiguration;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
+import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
+import org.apache.rocketmq.client.apis.consumer.FilterExpression;
+import org.apache.rocketmq.client.apis.consumer.MessageListener;
+import org.apache.rocketmq.client.apis.consumer.PushConsumer;
+import org.apache.rocketmq.client.apis.consumer.SimpleConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
 import org.apache.rocketmq.client.apis.message.MessageBuilder;
+import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
 import org.apache.rocketmq.client.apis.producer.RecallReceipt;
 import org.apache.rocketmq.client.apis.producer.SendReceipt;
@@ -149,6 +156,126 @@ public final class JavaSdk {
         }
     }
 
+    static void producePlain(ClientConfiguration config, String topic, String... bodies)
+            throws Exception {
+        try (Producer producer = PROVIDER.newProducerBuilder().setClientConfiguration(config)
+                .setTopics(topic).build()) {
+            for (String body : bodies) {
+                producer.send(message(topic, body, "TagC").build());
+            }
+        }
+    }
+
+    static String[] received(MessageView view) {
+        return new String[] {"body", StandardCharsets.UTF_8.decode(view.getBody()).toString(),
+            "attempt", String.valueOf(view.getDeliveryAttempt()), "msg_id",
+            view.getMessageId().toString()};
+    }
+
+    static String bodyOf(MessageView view) {
+        return StandardCharsets.UTF_8.decode(view.getBody().duplicate()).toString();
+    }
+
+    interface Handler {
+        void handle(MessageView view) throws Exception;
+    }
+
+    // Receive (invisible 10 s, the proxy's minimum) until done or the deadline.
+    static void receiveUntil(SimpleConsumer consumer, java.util.function.BooleanSupplier done,
+            long deadline, Handler handler) throws Exception {
+        while (!done.getAsBoolean() && System.currentTimeMillis() < deadline) {
+            for (MessageView view : consumer.receive(16, Duration.ofSeconds(10))) {
+                handler.handle(view);
+            }
+        }
+    }
+
+    // SimpleConsumer: as python_sdk.py's op_simple.
+    static void simple(ClientConfiguration config, Map<String, String> args) throws Exception {
+        String run = args.get("run");
+        String topic = args.get("topic");
+        long deadline = System.currentTimeMillis()
+            + 1000 * Long.parseLong(args.getOrDefault("wait_s", "60"));
+        producePlain(config, topic, run + "-simple-0", run + "-simple-1", run + "-simple-2");
+        producePlain(config, args.get("dlq_topic"), run + "-dlq");
+        Map<String, List<Integer>> seen = new HashMap<>();
+        String second = run + "-simple-1";
+        try (SimpleConsumer consumer = PROVIDER.newSimpleConsumerBuilder()
+                .setClientConfiguration(config).setConsumerGroup(args.get("group"))
+                .setAwaitDuration(Duration.ofSeconds(3))
+                .setSubscriptionExpressions(Map.of(topic, FilterExpression.SUB_ALL)).build()) {
+            receiveUntil(consumer, () -> seen.containsKey(run + "-simple-0")
+                && seen.containsKey(run + "-simple-2")
+                && seen.getOrDefault(second, List.of()).size() == 2, deadline, view -> {
+                    String body = bodyOf(view);
+                    seen.computeIfAbsent(body, key -> new ArrayList<>()).add(view.getDeliveryAttempt());
+                    result("simple-received", received(view));
+                    if (body.equals(second) && seen.get(body).size() == 1) {
+                        consumer.changeInvisibleDuration(view, Duration.ofSeconds(1));
+                        result("simple-invisible", "body", body, "seconds", "1");
+                    } else {
+                        consumer.ack(view);
+                        result("simple-ack", "body", body);
+                    }
+                });
+        }
+        List<Integer> attempts = new ArrayList<>();
+        try (SimpleConsumer dlq = PROVIDER.newSimpleConsumerBuilder()
+                .setClientConfiguration(config).setConsumerGroup(args.get("dlq_group"))
+                .setAwaitDuration(Duration.ofSeconds(3))
+                .setSubscriptionExpressions(Map.of(args.get("dlq_topic"), FilterExpression.SUB_ALL))
+                .build()) {
+            Handler refuse = view -> {
+                attempts.add(view.getDeliveryAttempt());
+                result("dlq-received", received(view));
+                dlq.changeInvisibleDuration(view, Duration.ofSeconds(1));
+            };
+            receiveUntil(dlq, () -> attempts.size() >= 2, deadline, refuse);
+            long quietUntil = System.currentTimeMillis()
+                + 1000 * Long.parseLong(args.getOrDefault("quiet_s", "8"));
+            receiveUntil(dlq, () -> System.currentTimeMillis() > quietUntil, deadline, refuse);
+        }
+    }
+
+    // PushConsumer: as python_sdk.py's op_push.
+    static void push(ClientConfiguration config, Map<String, String> args) throws Exception {
+        String run = args.get("run");
+        String topic = args.get("topic");
+        long deadline = System.currentTimeMillis()
+            + 1000 * Long.parseLong(args.getOrDefault("wait_s", "60"));
+        producePlain(config, topic, run + "-push-0", run + "-push-1", run + "-push-2");
+        producePlain(config, args.get("dlq_topic"), run + "-push-dlq");
+        Map<String, List<Integer>> seen = new java.util.concurrent.ConcurrentHashMap<>();
+        String second = run + "-push-1";
+        java.util.function.Function<Boolean, MessageListener> listener = failAlways -> view -> {
+            String body = bodyOf(view);
+            List<Integer> attempts = seen.computeIfAbsent(body,
+                key -> java.util.Collections.synchronizedList(new ArrayList<>()));
+            attempts.add(view.getDeliveryAttempt());
+            boolean fail = failAlways || (body.equals(second) && attempts.size() == 1);
+            result("push-received", concat(new String[] {"outcome", fail ? "failure" : "success"},
+                received(view)));
+            return fail ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+        };
+        try (PushConsumer consumer = PROVIDER.newPushConsumerBuilder()
+                .setClientConfiguration(config).setConsumerGroup(args.get("group"))
+                .setSubscriptionExpressions(Map.of(topic, FilterExpression.SUB_ALL))
+                .setMessageListener(listener.apply(false)).build();
+             PushConsumer failing = PROVIDER.newPushConsumerBuilder()
+                .setClientConfiguration(config).setConsumerGroup(args.get("dlq_group"))
+                .setSubscriptionExpressions(Map.of(args.get("dlq_topic"), FilterExpression.SUB_ALL))
+                .setMessageListener(listener.apply(true)).build()) {
+            while (System.currentTimeMillis() < deadline && !(seen.containsKey(run + "-push-0")
+                    && seen.containsKey(run + "-push-2")
+                    && seen.getOrDefault(second, List.of()).size() >= 2
+                    && seen.getOrDefault(run + "-push-dlq", List.of()).size() >= 2)) {
+                Thread.sleep(200);
+            }
+            // The third delivery (after the 5 s back-off of a second failure) goes to the DLQ.
+            Thread.sleep(1000 * Long.parseLong(args.getOrDefault("quiet_s", "10")));
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         ClientConfiguration config = ClientConfiguration.newBuilder().setEndpoints(args[0])
             .enableSsl(false).setRequestTimeout(Duration.ofSeconds(10)).build();
@@ -175,6 +302,12 @@ public final class JavaSdk {
                     break;
                 case "recall":
                     recall(config, options);
+                    break;
+                case "simple":
+                    simple(config, options);
+                    break;
+                case "push":
+                    push(config, options);
                     break;
                 default:
                     throw new IllegalArgumentException("unknown op " + words.get(0));

@@ -19,6 +19,10 @@ Ops (several may follow each other in one run, separated by ``then``; one SDK st
   proxy's); waits until the checker was asked (tx_wait_s at most).
 - ``recall delay=T delay_s=3 run=R``: two delay messages due the same second, the second
   recalled by its handle.
+- ``simple topic=T group=G dlq_topic=T2 dlq_group=G2 run=R``: SimpleConsumer receive, ack,
+  change invisible duration and redelivery, then retries to the DLQ (see op_simple).
+- ``push topic=T group=G dlq_topic=T2 dlq_group=G2 run=R``: PushConsumer with a listener that
+  fails once, then one that always fails (to the DLQ; see op_push).
 """
 import argparse
 import sys
@@ -157,7 +161,133 @@ def op_recall(rocketmq, config, args: dict) -> None:
         producer.shutdown()
 
 
-OPS = {"produce": op_produce, "recall": op_recall}
+def _produce_plain(rocketmq, config, topic: str, bodies: list[str]) -> None:
+    producer = rocketmq.Producer(config, (topic,))
+    producer.startup()
+    try:
+        for body in bodies:
+            producer.send(_message(rocketmq, topic, body, tag="TagC"))
+    finally:
+        producer.shutdown()
+
+
+def _received(message) -> dict:
+    return {"body": message.body.decode(), "attempt": message.delivery_attempt,
+            "msg_id": message.message_id}
+
+
+def _receive_until(consumer, wanted, deadline: float, handle) -> None:
+    """Receive (invisible 10 s, the proxy's minimum) and hand each message to ``handle`` until
+    ``wanted()`` is true or the deadline passes. A receive refused right after start-up is
+    tried again: the proxy answers 50001 ("settings" is null) until the client's telemetry
+    stream has sent it the consumer's settings, which the SDK's startup does not wait for."""
+    while not wanted() and time.monotonic() < deadline:
+        try:
+            messages = consumer.receive(16, 10) or []
+        except Exception as error:  # noqa: BLE001
+            if "settings" not in str(error):
+                raise
+            time.sleep(0.2)
+            continue
+        for message in messages:
+            handle(message)
+
+
+def op_simple(rocketmq, config, args: dict) -> None:
+    """SimpleConsumer: three messages received; the first and third acked, the second's
+    invisible duration changed to 1 s and acked when it comes back (delivery attempt 2). Then
+    on a group that retries once (``dlq_group``, retryMaxTimes 1), a message never acked (its
+    invisible duration changed to 1 s each time) until the proxy stops delivering it: it is
+    forwarded to the group's DLQ."""
+    run, topic = args["run"], args["topic"]
+    deadline = time.monotonic() + float(args.get("wait_s", 60))
+    _produce_plain(rocketmq, config, topic, [f"{run}-simple-{i}" for i in range(3)])
+    _produce_plain(rocketmq, config, args["dlq_topic"], [f"{run}-dlq"])
+    consumer = rocketmq.SimpleConsumer(config, args["group"],
+                                       {topic: rocketmq.FilterExpression()}, await_duration=3)
+    consumer.startup()
+    seen: dict[str, list[int]] = {}
+    try:
+        def handle(message):
+            got = _received(message)
+            seen.setdefault(got["body"], []).append(got["attempt"])
+            result("simple-received", **got)
+            if got["body"].endswith("-1") and len(seen[got["body"]]) == 1:
+                consumer.change_invisible_duration(message, 1)
+                result("simple-invisible", body=got["body"], seconds=1)
+            else:
+                consumer.ack(message)
+                result("simple-ack", body=got["body"])
+        mine = [f"{run}-simple-{i}" for i in range(3)]
+        _receive_until(consumer, lambda: all(body in seen for body in mine)
+                       and len(seen[mine[1]]) == 2, deadline, handle)
+    finally:
+        consumer.shutdown()
+    dlq = rocketmq.SimpleConsumer(config, args["dlq_group"],
+                                  {args["dlq_topic"]: rocketmq.FilterExpression()},
+                                  await_duration=3)
+    dlq.startup()
+    attempts: list[int] = []
+    try:
+        def refuse(message):
+            attempts.append(message.delivery_attempt)
+            result("dlq-received", **_received(message))
+            dlq.change_invisible_duration(message, 1)
+        # Two deliveries (retryMaxTimes 1), then the proxy forwards it to %DLQ%<group>.
+        _receive_until(dlq, lambda: len(attempts) >= 2, deadline, refuse)
+        quiet_until = time.monotonic() + float(args.get("quiet_s", 8))
+        _receive_until(dlq, lambda: time.monotonic() > quiet_until, deadline, refuse)
+    finally:
+        dlq.shutdown()
+
+
+def op_push(rocketmq, config, args: dict) -> None:
+    """PushConsumer: three messages consumed, the second failing once (redelivered, attempt
+    2); on a group that retries once (``dlq_group``), a message that always fails goes to the
+    group's DLQ after two deliveries."""
+    run, topic = args["run"], args["topic"]
+    deadline = time.monotonic() + float(args.get("wait_s", 60))
+    _produce_plain(rocketmq, config, topic, [f"{run}-push-{i}" for i in range(3)])
+    _produce_plain(rocketmq, config, args["dlq_topic"], [f"{run}-push-dlq"])
+    seen: dict[str, list[int]] = {}
+    lock = threading.Lock()
+
+    class Listener(rocketmq.MessageListener):
+        def __init__(self, fail_always: bool):
+            self.fail_always = fail_always
+
+        def consume(self, message):
+            got = _received(message)
+            with lock:
+                seen.setdefault(got["body"], []).append(got["attempt"])
+                first = len(seen[got["body"]]) == 1
+            fail = self.fail_always or (got["body"].endswith("-1") and first)
+            result("push-received", outcome="failure" if fail else "success", **got)
+            return rocketmq.ConsumeResult.FAILURE if fail else rocketmq.ConsumeResult.SUCCESS
+
+    consumers = [rocketmq.PushConsumer(config, args["group"], Listener(False),
+                                       {topic: rocketmq.FilterExpression()}),
+                 rocketmq.PushConsumer(config, args["dlq_group"], Listener(True),
+                                       {args["dlq_topic"]: rocketmq.FilterExpression()})]
+    for consumer in consumers:
+        consumer.startup()
+    mine = [f"{run}-push-{i}" for i in range(3)]
+
+    def done() -> bool:
+        with lock:
+            return all(body in seen for body in mine) and len(seen[mine[1]]) >= 2 and \
+                len(seen.get(f"{run}-push-dlq", [])) >= 2
+    try:
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # The third delivery (after the 5 s back-off of a second failure) goes to the DLQ.
+        time.sleep(float(args.get("quiet_s", 10)))
+    finally:
+        for consumer in consumers:
+            consumer.shutdown()
+
+
+OPS = {"produce": op_produce, "recall": op_recall, "simple": op_simple, "push": op_push}
 
 
 def main(argv=None) -> int:

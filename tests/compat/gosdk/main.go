@@ -3,6 +3,9 @@
 //
 // Usage: rmqgo5 ENDPOINT OP KEY=VALUE... [then OP KEY=VALUE...]
 // Ops: produce normal=T fifo=T delay=T run=R [delay_s=3]
+//
+//	simple topic=T group=G dlq_topic=T2 dlq_group=G2 run=R   (as python_sdk.py's op_simple)
+//
 // Prints "RESULT op=... k=v" lines (values URL-encoded), "RESULT op=done of=OP" after each op,
 // exits 0 when every op completed.
 package main
@@ -77,6 +80,118 @@ func produce(config *rmq.Config, args map[string]string) error {
 	return nil
 }
 
+func producePlain(config *rmq.Config, topic string, bodies ...string) error {
+	producer, err := rmq.NewProducer(config, rmq.WithTopics(topic))
+	if err != nil {
+		return err
+	}
+	if err = producer.Start(); err != nil {
+		return err
+	}
+	defer producer.GracefulStop()
+	for _, body := range bodies {
+		if _, err = producer.Send(context.TODO(), message(topic, body, "TagC")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func receivedFields(mv *rmq.MessageView) []string {
+	return []string{"body", string(mv.GetBody()), "attempt",
+		strconv.Itoa(int(mv.GetDeliveryAttempt())), "msg_id", mv.GetMessageId()}
+}
+
+// receiveUntil receives (invisible 10 s, the proxy's minimum) until done() or the deadline;
+// a receive refused before the proxy has the consumer's settings is tried again.
+func receiveUntil(consumer rmq.SimpleConsumer, done func() bool, deadline time.Time,
+	handle func(*rmq.MessageView) error) error {
+	for !done() && time.Now().Before(deadline) {
+		views, err := consumer.Receive(context.TODO(), 16, 10*time.Second)
+		if err != nil {
+			if strings.Contains(err.Error(), "MESSAGE_NOT_FOUND") {
+				continue
+			}
+			if strings.Contains(err.Error(), "settings") {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			return err
+		}
+		for _, view := range views {
+			if err = handle(view); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func newSimple(config *rmq.Config, group, topic string) (rmq.SimpleConsumer, error) {
+	groupConfig := *config
+	groupConfig.ConsumerGroup = group
+	consumer, err := rmq.NewSimpleConsumer(&groupConfig, rmq.WithAwaitDuration(3*time.Second),
+		rmq.WithSubscriptionExpressions(map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}))
+	if err != nil {
+		return nil, err
+	}
+	return consumer, consumer.Start()
+}
+
+// simple: as tools/proxy_sdk/python_sdk.py's op_simple.
+func simple(config *rmq.Config, args map[string]string) error {
+	run, topic := args["run"], args["topic"]
+	wait, _ := strconv.Atoi(valueOr(args, "wait_s", "60"))
+	deadline := time.Now().Add(time.Duration(wait) * time.Second)
+	if err := producePlain(config, topic, run+"-simple-0", run+"-simple-1",
+		run+"-simple-2"); err != nil {
+		return err
+	}
+	if err := producePlain(config, args["dlq_topic"], run+"-dlq"); err != nil {
+		return err
+	}
+	consumer, err := newSimple(config, args["group"], topic)
+	if err != nil {
+		return err
+	}
+	seen := map[string]int{}
+	second := run + "-simple-1"
+	err = receiveUntil(consumer, func() bool {
+		return seen[run+"-simple-0"] > 0 && seen[run+"-simple-2"] > 0 && seen[second] == 2
+	}, deadline, func(view *rmq.MessageView) error {
+		body := string(view.GetBody())
+		seen[body]++
+		result("simple-received", receivedFields(view)...)
+		if body == second && seen[body] == 1 {
+			result("simple-invisible", "body", body, "seconds", "1")
+			return consumer.ChangeInvisibleDuration(view, time.Second)
+		}
+		result("simple-ack", "body", body)
+		return consumer.Ack(context.TODO(), view)
+	})
+	consumer.GracefulStop()
+	if err != nil {
+		return err
+	}
+	dlq, err := newSimple(config, args["dlq_group"], args["dlq_topic"])
+	if err != nil {
+		return err
+	}
+	defer dlq.GracefulStop()
+	attempts := 0
+	refuse := func(view *rmq.MessageView) error {
+		attempts++
+		result("dlq-received", receivedFields(view)...)
+		return dlq.ChangeInvisibleDuration(view, time.Second)
+	}
+	if err = receiveUntil(dlq, func() bool { return attempts >= 2 }, deadline, refuse); err != nil {
+		return err
+	}
+	quiet, _ := strconv.Atoi(valueOr(args, "quiet_s", "8"))
+	quietUntil := time.Now().Add(time.Duration(quiet) * time.Second)
+	return receiveUntil(dlq, func() bool { return time.Now().After(quietUntil) }, deadline, refuse)
+}
+
 func valueOr(args map[string]string, key, fallback string) string {
 	if value, ok := args[key]; ok {
 		return value
@@ -99,7 +214,7 @@ func main() {
 		}
 	}
 	runs = append(runs, current)
-	ops := map[string]func(*rmq.Config, map[string]string) error{"produce": produce}
+	ops := map[string]func(*rmq.Config, map[string]string) error{"produce": produce, "simple": simple}
 	for _, words := range runs {
 		args := map[string]string{}
 		for _, pair := range words[1:] {
