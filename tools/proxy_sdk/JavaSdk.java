@@ -6,6 +6,7 @@
 // Ops: produce normal=T fifo=T delay=T tx=T run=R [delay_s=3] [tx_wait_s=60]
 //      recall delay=T run=R [delay_s=3]   (two due the same second, the second recalled)
 //      simple|push topic=T group=G dlq_topic=T2 dlq_group=G2 run=R   (as python_sdk.py)
+//      bench-send topic=T seconds=S threads=N size=B, bench-receive topic=T group=G seconds=S
 // Prints "RESULT op=... k=v" lines (values URL-encoded), "RESULT op=done of=OP" after each op,
 // and exits 0 when every op completed.
 import java.net.URLEncoder;
@@ -276,6 +277,71 @@ public final class JavaSdk {
         }
     }
 
+    // Load for tools/bench_proxy.py: threads send size-byte messages for seconds.
+    static void benchSend(ClientConfiguration config, Map<String, String> args) throws Exception {
+        String topic = args.get("topic");
+        long seconds = Long.parseLong(args.getOrDefault("seconds", "20"));
+        byte[] body = new byte[Integer.parseInt(args.getOrDefault("size", "128"))];
+        Arrays.fill(body, (byte) 'x');
+        java.util.concurrent.atomic.AtomicLong sent = new java.util.concurrent.atomic.AtomicLong();
+        java.util.concurrent.atomic.AtomicLong errors =
+            new java.util.concurrent.atomic.AtomicLong();
+        try (Producer producer = PROVIDER.newProducerBuilder().setClientConfiguration(config)
+                .setTopics(topic).build()) {
+            long started = System.nanoTime();
+            long stopAt = started + seconds * 1_000_000_000L;
+            List<Thread> threads = new ArrayList<>();
+            for (int i = 0; i < Integer.parseInt(args.getOrDefault("threads", "8")); i++) {
+                Thread thread = new Thread(() -> {
+                    while (System.nanoTime() < stopAt) {
+                        try {
+                            producer.send(PROVIDER.newMessageBuilder().setTopic(topic)
+                                .setBody(body).build());
+                            sent.incrementAndGet();
+                        } catch (Exception error) {
+                            errors.incrementAndGet();
+                        }
+                    }
+                });
+                thread.start();
+                threads.add(thread);
+            }
+            for (Thread thread : threads) {
+                thread.join();
+            }
+            result("bench-send", "seconds", String.valueOf((System.nanoTime() - started) / 1e9),
+                "sent", String.valueOf(sent.get()), "errors", String.valueOf(errors.get()));
+        }
+    }
+
+    // Load for tools/bench_proxy.py: a SimpleConsumer receives and acks for seconds.
+    static void benchReceive(ClientConfiguration config, Map<String, String> args)
+            throws Exception {
+        String topic = args.get("topic");
+        long seconds = Long.parseLong(args.getOrDefault("seconds", "20"));
+        long acked = 0;
+        long errors = 0;
+        try (SimpleConsumer consumer = PROVIDER.newSimpleConsumerBuilder()
+                .setClientConfiguration(config).setConsumerGroup(args.get("group"))
+                .setAwaitDuration(Duration.ofSeconds(2))
+                .setSubscriptionExpressions(Map.of(topic, FilterExpression.SUB_ALL)).build()) {
+            long started = System.nanoTime();
+            long stopAt = started + seconds * 1_000_000_000L;
+            while (System.nanoTime() < stopAt) {
+                for (MessageView view : consumer.receive(32, Duration.ofSeconds(10))) {
+                    try {
+                        consumer.ack(view);
+                        acked++;
+                    } catch (Exception error) {
+                        errors++;
+                    }
+                }
+            }
+            result("bench-receive", "seconds", String.valueOf((System.nanoTime() - started) / 1e9),
+                "acked", String.valueOf(acked), "errors", String.valueOf(errors));
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         ClientConfiguration config = ClientConfiguration.newBuilder().setEndpoints(args[0])
             .enableSsl(false).setRequestTimeout(Duration.ofSeconds(10)).build();
@@ -308,6 +374,12 @@ public final class JavaSdk {
                     break;
                 case "push":
                     push(config, options);
+                    break;
+                case "bench-send":
+                    benchSend(config, options);
+                    break;
+                case "bench-receive":
+                    benchReceive(config, options);
                     break;
                 default:
                     throw new IllegalArgumentException("unknown op " + words.get(0));

@@ -23,6 +23,8 @@ Ops (several may follow each other in one run, separated by ``then``; one SDK st
   change invisible duration and redelivery, then retries to the DLQ (see op_simple).
 - ``push topic=T group=G dlq_topic=T2 dlq_group=G2 run=R``: PushConsumer with a listener that
   fails once, then one that always fails (to the DLQ; see op_push).
+- ``bench-send topic=T seconds=S threads=N size=B`` and ``bench-receive topic=T group=G
+  seconds=S``: the loads of tools/bench_proxy.py.
 """
 import argparse
 import sys
@@ -287,7 +289,70 @@ def op_push(rocketmq, config, args: dict) -> None:
             consumer.shutdown()
 
 
-OPS = {"produce": op_produce, "recall": op_recall, "simple": op_simple, "push": op_push}
+def op_bench_send(rocketmq, config, args: dict) -> None:
+    """Load for tools/bench_proxy.py: ``threads`` threads send ``size``-byte messages to
+    ``topic`` for ``seconds``; one result with the count sent, the errors and the seconds."""
+    topic, seconds = args["topic"], float(args.get("seconds", 20))
+    body = b"x" * int(args.get("size", 128))
+    producer = rocketmq.Producer(config, (topic,))
+    producer.startup()
+    counts = {"sent": 0, "errors": 0}
+    lock = threading.Lock()
+    started = time.monotonic()
+    stop_at = started + seconds
+
+    def loop():
+        while time.monotonic() < stop_at:
+            message = rocketmq.Message()
+            message.topic, message.body = topic, body
+            try:
+                producer.send(message)
+                key = "sent"
+            except Exception:  # noqa: BLE001 (counted; the tool reports them)
+                key = "errors"
+            with lock:
+                counts[key] += 1
+    threads = [threading.Thread(target=loop) for _ in range(int(args.get("threads", 8)))]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        producer.shutdown()
+    result("bench-send", seconds=round(time.monotonic() - started, 3), **counts)
+
+
+def op_bench_receive(rocketmq, config, args: dict) -> None:
+    """Load for tools/bench_proxy.py: a SimpleConsumer of ``group`` receives (32 at a time)
+    and acks ``topic``'s messages for ``seconds``; one result with the count acked. (The
+    proxy long-polls at least 5 s and refuses, 40018, a receive whose deadline, the SDK's
+    request timeout of 3 s plus the await duration, leaves less: await 5 s.)"""
+    topic, seconds = args["topic"], float(args.get("seconds", 20))
+    consumer = rocketmq.SimpleConsumer(config, args["group"],
+                                       {topic: rocketmq.FilterExpression()}, await_duration=5)
+    consumer.startup()
+    counts = {"acked": 0, "errors": 0}
+    started = time.monotonic()
+    try:
+        _receive_until(consumer, lambda: time.monotonic() - started > seconds,
+                       started + seconds + 30, lambda message: _ack_counted(consumer, message,
+                                                                           counts))
+    finally:
+        consumer.shutdown()
+    result("bench-receive", seconds=round(time.monotonic() - started, 3), **counts)
+
+
+def _ack_counted(consumer, message, counts: dict) -> None:
+    try:
+        consumer.ack(message)
+        counts["acked"] += 1
+    except Exception:  # noqa: BLE001
+        counts["errors"] += 1
+
+
+OPS = {"produce": op_produce, "recall": op_recall, "simple": op_simple, "push": op_push,
+       "bench-send": op_bench_send, "bench-receive": op_bench_receive}
 
 
 def main(argv=None) -> int:

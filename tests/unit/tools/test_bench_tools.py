@@ -387,3 +387,25 @@ def test_timer_reports_give_put_and_delivery_rates_lateness_and_early_delivery()
     assert bench_timer._busy([0, 0, 5, 0], began_inside=True) == []
     assert [s.name for s in driver.matrix("timer")] == ["timer-1KiB-w16-async"]
     assert [s.name for s in driver.matrix("transaction")] == ["transaction-2KiB-w32-async"]
+
+
+def test_proxy_bench_reads_a_load_line_and_reports_a_failed_run(monkeypatch):
+    """tools/bench_proxy.py: the SDK program's bench RESULT line becomes figures, a failed run
+    becomes its last error line (listed in the table, not measured)."""
+    import bench_proxy
+    import java_rocketmq as jr
+    runs = iter([jr.JavaRun(0, "RESULT op=bench-send seconds=2.0 sent=500 errors=1\n", "", 2.0,
+                            False),
+                 jr.JavaRun(1, "", "Traceback\nUnsupportedException: 50100, request type "
+                                   "200050 not supported\n", 1.0, False)])
+    monkeypatch.setattr(jr, "run_java", lambda argv, timeout_s: next(runs))
+    sent = bench_proxy.run_load(["python3"], 30)
+    assert sent == {"op": "bench-send", "seconds": 2.0, "sent": 500.0, "errors": 1.0}
+    failed = bench_proxy.run_load(["python3"], 30)
+    assert failed["failed"].startswith("UnsupportedException: 50100")
+    row = {"broker": "pybroker", "sdk": "python",
+           "bench-send": {"tps": 250.0, "errors": 1, "pss_peak_mib": 300.0},
+           "bench-receive": {"failed": failed["failed"], "pss_peak_mib": 310.0}}
+    (line,) = bench_proxy.table([row]).splitlines()[2:]
+    assert line.startswith("| pybroker | python | 250.0 | failed: UnsupportedException")
+    assert line.endswith("| 300.0 | 310.0 | 1 |")
