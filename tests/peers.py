@@ -99,18 +99,15 @@ def _prepare_go_tls():
 
 
 def _prepare_python_sdk():
-    sdk = rocketmq_sdks.PythonSdk()
-    if sdk.is_complete():
-        progress.line(f"RocketMQ 5 Python SDK: cached in {sdk.path}")
-        return sdk.path
+    venv = load_tool("python_sdk_venv")
     try:
-        with progress.stage(f"RocketMQ 5 Python SDK {rocketmq_sdks.PYTHON_SDK_VERSION}: "
-                            f"installing from PyPI") as notes:
-            sdk.install()
-            notes.append(str(sdk.path))
-    except rocketmq_sdks.SdkError as error:
-        return f"cannot install the RocketMQ 5 Python SDK: {error}"
-    return sdk.path
+        with progress.stage(f"RocketMQ 5 Python SDK {venv.SDK_VERSION}: its environment") \
+                as notes:
+            python = venv.ensure()
+            notes.append(str(python))
+    except venv.SdkVenvError as error:
+        return f"cannot make the RocketMQ 5 Python SDK's environment: {error}"
+    return pathlib.Path(python)
 
 
 def _prepare_java_sdk():
@@ -169,8 +166,9 @@ def rmqgotls_path() -> pathlib.Path:
     return _prepared_peer("go-tls", _prepare_go_tls)
 
 
-def python_sdk_path() -> pathlib.Path:
-    """The folder holding the RocketMQ 5 Python SDK (rocketmq-python-client), or skip/fail."""
+def python_sdk_python() -> pathlib.Path:
+    """The python of the RocketMQ 5 Python SDK's environment (rocketmq-python-client), or
+    skip/fail."""
     return _prepared_peer("python-sdk", _prepare_python_sdk)
 
 

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import pathlib
 import subprocess
-import sys
 import time
 
 from pybroker._testbase.cluster import StandaloneBroker
@@ -217,8 +216,8 @@ SDKS = ("python", "java", "go")
 def sdk_argv(sdk: str, endpoint: str, peers_module) -> list[str]:
     """The command line that runs one SDK's scenario program against ``endpoint``."""
     if sdk == "python":
-        return [sys.executable, str(PYTHON_SDK_PROGRAM), "--sdk",
-                str(peers_module.python_sdk_path()), "--endpoint", endpoint]
+        return [str(peers_module.python_sdk_python()), str(PYTHON_SDK_PROGRAM), "--endpoint",
+                endpoint]
     if sdk == "java":
         lib = peers_module.java_sdk()
         classes = peers_module.compiled_java(lib, JAVA_SDK_SOURCE)

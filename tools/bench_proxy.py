@@ -42,8 +42,8 @@ PROXY_HEAP_MB = 512
 
 def sdk_argv(sdk: str, endpoint: str, classes: pathlib.Path | None) -> list[str]:
     if sdk == "python":
-        return [sys.executable, str(PYTHON_SDK_PROGRAM), "--sdk",
-                str(rocketmq_sdks.PythonSdk().path), "--endpoint", endpoint]
+        return [str(rocketmq_sdks.python_sdk()), str(PYTHON_SDK_PROGRAM), "--endpoint",
+                endpoint]
     lib = rocketmq_sdks.java_sdk()
     return ["java", "-Xms256m", "-Xmx256m", "-XX:+UseG1GC", "-cp",
             lib.classpath([classes]), "JavaSdk", endpoint]
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
         parser.error("--sdks takes python and java")
     rocketmq_proxy.install()
     if "python" in args.sdks:
-        rocketmq_sdks.PythonSdk().install()
+        rocketmq_sdks.python_sdk()
     classes = None
     if "java" in args.sdks:
         lib = rocketmq_sdks.java_sdk()

@@ -13,9 +13,10 @@ CLI (from the repository's root; the jars install on first use, about a minute):
     python3 tools/rocketmq_proxy.py start -n 127.0.0.1:9876 --work-dir DIR   # detached
     python3 tools/rocketmq_proxy.py status|stop --work-dir DIR
 
-Ports: gRPC 8081 (the SDKs' endpoint) and remoting 8080 by default (``--grpc-port``,
-``--remoting-port``, ``--free-ports``). The proxy binds every interface: RocketMQ 5.3.3's gRPC
-and remoting servers take a port, no address. ``run`` and ``start`` write
+Ports: gRPC 8091 (the SDKs' endpoint) and remoting 8090 by default (``--grpc-port``,
+``--remoting-port``, ``--free-ports``; Apache's 8081 is pybroker standalone's own gRPC port).
+The proxy binds every interface: RocketMQ 5.3.3's gRPC and remoting servers take a port, no
+address. ``run`` and ``start`` write
 ``<work-dir>/conf/rmq-proxy.json`` (CLUSTER mode, namesrvAddr, the two ports, cluster name,
 ``-c KEY=VALUE`` for any other ProxyConfig key) and start the JVM with a small heap
 (``--heap-mb``, 256 by default); the proxy's own logs are under
@@ -49,8 +50,10 @@ import java_rocketmq as jr  # noqa: E402
 PROXY_VERSION = "5.3.3"            # the install whose lib/ holds rocketmq-proxy-5.3.3.jar
 PROXY_CLASS = "org.apache.rocketmq.proxy.ProxyStartup"
 READY_LINE = "rocketmq-proxy startup successfully"
-DEFAULT_GRPC_PORT = 8081
-DEFAULT_REMOTING_PORT = 8080
+# Apache's defaults are 8081 and 8080; pybroker standalone serves its own gRPC endpoint on 8081
+# (docs/architecture/grpc.md), so the proxy in front of it takes the next ten.
+DEFAULT_GRPC_PORT = 8091
+DEFAULT_REMOTING_PORT = 8090
 DEFAULT_HEAP_MB = 256
 DEFAULT_CLUSTER = "DefaultCluster"
 

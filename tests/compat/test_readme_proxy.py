@@ -8,8 +8,8 @@ Method: the two commands come from README.md's `<!-- proxy -->` block and run wi
 (the broker as tests do, the proxy's command with `-n`, `--grpc-port`, `--remoting-port` and
 `--work-dir` replaced); the test reads the printed serving line and rmq-proxy.json, checks the
 proxy created its system topic on pybroker (the NameServer routes it), runs the admin command
-and the Python program (rocketmq-python-client from tools/rocketmq_sdks.py's folder, the
-addresses replaced) and checks the message id it prints, sends SIGINT to the command and waits
+and the Python program (with rocketmq-python-client's environment, tools/python_sdk_venv.py,
+the addresses replaced) and checks the message id it prints, sends SIGINT to the command and waits
 for the command and the JVM to end. Missing Java skips (fails under
 PYBROKER_REQUIRE_PEERS=1).
 """
@@ -58,12 +58,10 @@ def _run_sdk_snippet(tmp_path, namesrv: str, endpoint: str) -> str:
                              capture_output=True, text=True, timeout=60)
     assert created.returncode == 0, created.stderr
     assert "message.type=NORMAL" in created.stdout
-    # The SDK's own folder first on the path: what an environment of its own gives.
     script = tmp_path / "readme_sdk.py"
-    script.write_text(f"import sys\nsys.path.insert(0, {str(peers.python_sdk_path())!r})\n"
-                      + program.replace("127.0.0.1:8081", endpoint))
-    run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120)
+    script.write_text(program.replace("127.0.0.1:8091", endpoint))
+    run = subprocess.run([str(peers.python_sdk_python()), str(script)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout
 

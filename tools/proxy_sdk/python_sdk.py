@@ -1,13 +1,14 @@
 # Scenarios of the official RocketMQ 5 Python SDK (rocketmq-python-client) through a gRPC proxy.
 """Runs rocketmq-python-client's Producer (and consumers) through rocketmq-proxy and prints one
 ``RESULT op=... key=value`` line per outcome (values URL-quoted; tests/peers.py
-``parse_result_line`` reads them). The SDK is imported from ``--sdk DIR`` (a ``pip install
---target`` folder, tools/rocketmq_sdks.py): its package is named ``rocketmq``, as is the C++
-client's on PyPI, so it is never installed beside pybroker.
+``parse_result_line`` reads them). Run it with the python of the SDK's own environment
+(tools/python_sdk_venv.py): the SDK's package is named ``rocketmq``, as is the C++ client's on
+PyPI, so it is never installed beside pybroker; this program needs nothing else.
 
 Usage::
 
-    python3 tools/proxy_sdk/python_sdk.py --sdk DIR --endpoint 127.0.0.1:8081 OP KEY=VALUE...
+    ~/.cache/pybroker/python-sdk-venv-5.1.2/bin/python tools/proxy_sdk/python_sdk.py \
+        --endpoint 127.0.0.1:8091 OP KEY=VALUE...
 
 Ops (several may follow each other in one run, separated by ``then``; one SDK start-up each):
 
@@ -357,12 +358,10 @@ OPS = {"produce": op_produce, "recall": op_recall, "simple": op_simple, "push": 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sdk", required=True, help="folder holding the SDK (pip --target)")
     parser.add_argument("--endpoint", required=True, help="the proxy's gRPC host:port")
     parser.add_argument("ops", nargs="+", help="OP KEY=VALUE... [then OP KEY=VALUE...]")
     options = parser.parse_args(argv)
-    sys.path.insert(0, options.sdk)
-    import rocketmq  # noqa: PLC0415 (from --sdk, never from site-packages)
+    import rocketmq  # noqa: PLC0415 (the SDK's environment; a clear error without it)
     config = rocketmq.ClientConfiguration(options.endpoint, rocketmq.Credentials())
     words, runs = list(options.ops), []
     while words:
