@@ -30,7 +30,11 @@ rocketmq_proxy = None   # tools/rocketmq_proxy.py, loaded by deployment() (tests
 # default in Java 5.3.3.
 BROKER_SETTINGS = {"transactionCheckInterval": "1000", "transactionTimeOut": "5000",
                    "recallMessageEnable": "true"}
-PROXY_SETTINGS = {"transactionHeartbeatPeriodSecond": 1, "grpcShutdownTimeSeconds": 1}
+# A push consumer long-polls for the proxy's grpcClientConsumerMaxLongPollingTimeoutMillis (20 s
+# by default), and a redelivered message waits for the next poll: 3 s here.
+PROXY_SETTINGS = {"transactionHeartbeatPeriodSecond": 1, "grpcShutdownTimeSeconds": 1,
+                  "grpcClientConsumerMinLongPollingTimeoutMillis": 1000,
+                  "grpcClientConsumerMaxLongPollingTimeoutMillis": 3000}
 BACKENDS = ("java", "pybroker")
 
 
@@ -152,14 +156,21 @@ def create_topic(broker_addr: str, topic: str, message_type: str | None = None,
     assert response.code == ResponseCode.SUCCESS, (topic, response.code, response.remark)
 
 
-def create_group(broker_addr: str, group: str, retry_max_times: int = 16) -> None:
+def create_group(broker_addr: str, group: str, retry_max_times: int = 16,
+                 retry_every_ms: int | None = None) -> None:
     """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ``retry_max_times`` + 1 is the delivery attempts the
-    proxy allows the group's 5.x consumers before it forwards a message to the DLQ."""
-    body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
-                       "consumeBroadcastEnable": True, "retryQueueNums": 1,
-                       "retryMaxTimes": retry_max_times, "brokerId": 0,
-                       "whichBrokerWhenConsumeSlowly": 1,
-                       "notifyConsumerIdsChangedEnable": True}).encode()
+    proxy allows the group's 5.x consumers before it forwards a message to the DLQ;
+    ``retry_every_ms`` gives the group the 5.x retry policy EXPONENTIAL with that initial and
+    maximum back-off (a push consumer redelivers a failed message after it; the default policy
+    waits 10 s and more)."""
+    config = {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+              "consumeBroadcastEnable": True, "retryQueueNums": 1,
+              "retryMaxTimes": retry_max_times, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+              "notifyConsumerIdsChangedEnable": True}
+    if retry_every_ms is not None:
+        config["groupRetryPolicy"] = {"type": "EXPONENTIAL", "exponentialRetryPolicy": {
+            "initial": retry_every_ms, "max": retry_every_ms, "multiplier": 1}}
+    body = json.dumps(config).encode()
     client = client_for(broker_addr)
     try:
         response = client.invoke(create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,

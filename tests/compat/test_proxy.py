@@ -354,8 +354,11 @@ def consumed(deployment, produced):
             names = consumer_names(sdk, op)
             for topic in (names["topic"], names["dlq_topic"]):
                 proxy_support.create_topic(deployment.broker_addr, topic, "NORMAL")
+            fast = 1000 if op == "push" else None
+            proxy_support.create_group(deployment.broker_addr, names["group"],
+                                       retry_every_ms=fast)
             proxy_support.create_group(deployment.broker_addr, names["dlq_group"],
-                                       retry_max_times=1)
+                                       retry_max_times=1, retry_every_ms=fast)
             words += [*(["then"] if words else []), op, *(f"{k}={v}" for k, v in names.items()),
                       f"run={sdk}"]
         runs[sdk] = words
@@ -390,7 +393,8 @@ def test_sdk_simple_consumer(request, deployment, consumed, sdk):
 @pytest.mark.parametrize("sdk", PUSH_SDKS)
 def test_sdk_push_consumer(request, deployment, consumed, sdk):
     """A listener that fails once gets the message again (attempt 2); one that always fails
-    sends the message to the DLQ after two deliveries."""
+    sends the message to the DLQ after two deliveries (the groups retry after 1 s: the 5.x
+    retry policy EXPONENTIAL, read by the proxy with GET_SUBSCRIPTIONGROUP_CONFIG)."""
     waits_for(request, deployment, "pop")
     proxy_support.exited(consumed[sdk])
     outcomes = sorted((e["body"], e["attempt"], e["outcome"]) for e in

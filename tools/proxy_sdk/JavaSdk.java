@@ -258,23 +258,25 @@ public final class JavaSdk {
                 received(view)));
             return fail ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
         };
-        try (PushConsumer consumer = PROVIDER.newPushConsumerBuilder()
-                .setClientConfiguration(config).setConsumerGroup(args.get("group"))
-                .setSubscriptionExpressions(Map.of(topic, FilterExpression.SUB_ALL))
-                .setMessageListener(listener.apply(false)).build();
-             PushConsumer failing = PROVIDER.newPushConsumerBuilder()
-                .setClientConfiguration(config).setConsumerGroup(args.get("dlq_group"))
-                .setSubscriptionExpressions(Map.of(args.get("dlq_topic"), FilterExpression.SUB_ALL))
-                .setMessageListener(listener.apply(true)).build()) {
-            while (System.currentTimeMillis() < deadline && !(seen.containsKey(run + "-push-0")
-                    && seen.containsKey(run + "-push-2")
-                    && seen.getOrDefault(second, List.of()).size() >= 2
-                    && seen.getOrDefault(run + "-push-dlq", List.of()).size() >= 2)) {
-                Thread.sleep(200);
-            }
-            // The third delivery (after the 5 s back-off of a second failure) goes to the DLQ.
-            Thread.sleep(1000 * Long.parseLong(args.getOrDefault("quiet_s", "10")));
+        // Not closed: a PushConsumer's close waits out its long-polling receives (30 s); the
+        // program exits once its results are printed.
+        PushConsumer consumer = PROVIDER.newPushConsumerBuilder()
+            .setClientConfiguration(config).setConsumerGroup(args.get("group"))
+            .setSubscriptionExpressions(Map.of(topic, FilterExpression.SUB_ALL))
+            .setMessageListener(listener.apply(false)).build();
+        PushConsumer failing = PROVIDER.newPushConsumerBuilder()
+            .setClientConfiguration(config).setConsumerGroup(args.get("dlq_group"))
+            .setSubscriptionExpressions(Map.of(args.get("dlq_topic"), FilterExpression.SUB_ALL))
+            .setMessageListener(listener.apply(true)).build();
+        while (System.currentTimeMillis() < deadline && !(seen.containsKey(run + "-push-0")
+                && seen.containsKey(run + "-push-2")
+                && seen.getOrDefault(second, List.of()).size() >= 2
+                && seen.getOrDefault(run + "-push-dlq", List.of()).size() >= 2)) {
+            Thread.sleep(200);
         }
+        // The third delivery (after the group's back-off) goes to the DLQ.
+        Thread.sleep(1000 * Long.parseLong(args.getOrDefault("quiet_s", "8")));
+        result("push-consumers", "open", consumer.getConsumerGroup() + "," + failing.getConsumerGroup());
     }
 
     // Load for tools/bench_proxy.py: threads send size-byte messages for seconds.

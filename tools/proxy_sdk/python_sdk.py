@@ -283,8 +283,8 @@ def op_push(rocketmq, config, args: dict) -> None:
     try:
         while not done() and time.monotonic() < deadline:
             time.sleep(0.2)
-        # The third delivery (after the 5 s back-off of a second failure) goes to the DLQ.
-        time.sleep(float(args.get("quiet_s", 10)))
+        # The third delivery (after the group's back-off) goes to the DLQ.
+        time.sleep(float(args.get("quiet_s", 8)))
     finally:
         for consumer in consumers:
             consumer.shutdown()
