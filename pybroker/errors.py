@@ -44,3 +44,12 @@ class StoreCorruptError(BrokerError):
 
 class DurabilityError(BrokerError):
     """A flush (msync/fdatasync) or write to the store failed; the worker must stop."""
+
+
+class ServiceFailedError(BrokerError):
+    """A periodic service failed too many rounds in a row (pybroker/tasks.py); its owner
+    stops as after an invariant violation."""
+
+
+# Errors no round of a service retries: the process that meets one fail-stops (style.md §8.6).
+FAIL_STOP_ERRORS = (AssertionError, StoreCorruptError, DurabilityError)

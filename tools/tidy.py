@@ -26,6 +26,9 @@ BANS = [
      "fsync outside pybroker/store -> flush through the store's mapped files"),
     (re.compile(r"\btime\.sleep\("), "proc",
      "time.sleep in a pybroker/proc data-plane loop -> wait on an eventfd/futex wake-up"),
+    (re.compile(r"\bcreate_task\(|\bensure_future\("), "library",
+     "an asyncio task nobody awaits -> pybroker.tasks.start_task (an end by an error is logged "
+     "and handled); where the creator awaits it, say so: `# tidy: allow (awaited)`"),
     (re.compile(r"^\s*DEF\s+\w+"), "pyx",
      "DEF in Cython -> cdef enum or cdef extern from * constants"),
     (re.compile(r"\bFIXME\b"), "everywhere",  # tidy: allow

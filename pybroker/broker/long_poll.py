@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from pybroker.protocol.command import RemotingCommand
+from pybroker.tasks import start_task
 
 __all__ = ["HeldPull", "LongPollService", "HELD_PULLS_MAX_DEFAULT"]
 
@@ -160,7 +161,7 @@ class LongPollService:
     def _wake(self, held: HeldPull) -> None:
         if not self._forget(held):
             return
-        task = asyncio.get_running_loop().create_task(self._respond(held))
+        task = start_task(self._respond(held), "a held pull's answer", None, log)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

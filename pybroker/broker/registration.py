@@ -17,6 +17,7 @@ from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.remoting.client import RemotingClientPool
 from pybroker.remoting.tls import outgoing_tls
 from pybroker.acl.signature import inner_signer
+from pybroker.tasks import Rounds
 
 log = logging.getLogger("pybroker.broker.registration")
 
@@ -112,13 +113,17 @@ class NamesrvRegistration:
         """Register every registerNameServerPeriod and at once on topic changes (the caller
         registers once at start-up before it announces the broker)."""
         period_s = self.config.broker.register_name_server_period / 1000
+        # A NameServer's refusal or silence is logged by register_all; a round that raises
+        # anything else is logged and retried a period later (pybroker/tasks.py).
+        rounds = Rounds("NameServer registration", logger=log)
         while True:
             try:
                 await asyncio.wait_for(self._kick.wait(), period_s)
             except TimeoutError:
                 pass
             self._kick.clear()
-            await self.register_all()
+            with rounds:
+                await self.register_all()
 
     def close(self) -> None:
         self.pool.close()

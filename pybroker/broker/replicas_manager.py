@@ -36,6 +36,7 @@ from pybroker.protocol.controller import MASTER_BROKER_ID
 from pybroker.store import broker_identity
 from pybroker.store.epoch_file import EpochFile
 from pybroker.store.settings import BrokerRole
+from pybroker.tasks import Rounds
 
 log = logging.getLogger("pybroker.broker.replicas")
 
@@ -153,12 +154,13 @@ class ReplicasManager:
         self.heartbeats.attach(loop)
         self._client = ControllerClient(self.config, self.leader)
         self._seen = set()
-        tasks = [loop.create_task(self._heartbeat_loop()),
-                 loop.create_task(self._controller_metadata_loop()),
-                 loop.create_task(self._main_loop())]
+        # Gathered below: the first to end by an error ends run() with it.
+        tasks = [loop.create_task(self._heartbeat_loop()),  # tidy: allow (awaited)
+                 loop.create_task(self._controller_metadata_loop()),  # tidy: allow (awaited)
+                 loop.create_task(self._main_loop())]  # tidy: allow (awaited)
         if self.running.role is Role.MASTER:
             self._publish_sync_state()
-            tasks.append(loop.create_task(self._sync_state_loop()))
+            tasks.append(loop.create_task(self._sync_state_loop()))  # tidy: allow (awaited)
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -186,20 +188,25 @@ class ReplicasManager:
         """Register (once per broker life), then follow the controller's view of the set:
         while no master is known ask to be elected every 5 s (Java retries startBasicService
         so), and read the set every syncBrokerMetadataPeriod (every second while fenced)."""
+        # The controller's refusals are logged where they are met; a round that raises
+        # anything else is logged and retried (pybroker/tasks.py).
+        rounds = Rounds("controller registration and role", logger=log)
         while not self.registered:
-            if await self._start_basic_service():
-                break
+            with rounds:
+                if await self._start_basic_service():
+                    break
             await asyncio.sleep(_RETRY_S)
         next_elect_ms = clock.now_ms() + _RETRY_S * 1000
         await asyncio.sleep(_FIRST_SYNC_DELAY_S if self.running.role is not Role.FENCED
                             else 1.0)
         period_s = self.config.broker.sync_broker_metadata_period / 1000
         while True:
-            await self._sync_broker_metadata()
-            if self.master_broker_id is None and clock.now_ms() >= next_elect_ms:
-                next_elect_ms = clock.now_ms() + _RETRY_S * 1000
-                await self._beat()
-                await self._elect()
+            with rounds:
+                await self._sync_broker_metadata()
+                if self.master_broker_id is None and clock.now_ms() >= next_elect_ms:
+                    next_elect_ms = clock.now_ms() + _RETRY_S * 1000
+                    await self._beat()
+                    await self._elect()
             await asyncio.sleep(period_s if self.running.role is not Role.FENCED else 1.0)
 
     async def _start_basic_service(self) -> bool:
@@ -370,9 +377,11 @@ class ReplicasManager:
     # --- heartbeats and controller metadata ------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         interval_s = self.config.broker.broker_heartbeat_interval / 1000
+        rounds = Rounds("controller heartbeats", logger=log)
         while True:
             if self.registered:
-                await self._beat()
+                with rounds:
+                    await self._beat()
             await asyncio.sleep(interval_s)
 
     async def _beat(self) -> None:
@@ -396,10 +405,12 @@ class ReplicasManager:
 
     async def _controller_metadata_loop(self) -> None:
         period_s = self.config.broker.sync_controller_metadata_period / 1000
+        rounds = Rounds("controller leader lookup", logger=log)
         while True:
             await asyncio.sleep(period_s)
             assert self._client is not None
-            await self._client.update_leader()
+            with rounds:
+                await self._client.update_leader()
 
     # --- the master's SyncStateSet ---------------------------------------------------------
     def _publish_sync_state(self) -> None:
@@ -429,26 +440,28 @@ class ReplicasManager:
         # they could (an elected master's set is itself alone anyway).
         next_check_ms = clock.now_ms() + max(broker.check_sync_state_set_period,
                                              store.ha_max_time_slave_not_catchup)
+        rounds = Rounds("SyncStateSet upkeep", logger=log)
         while True:
             await asyncio.sleep(_SYNC_STATE_POLL_S)
             if self._altering or self._control is None:
                 continue
-            now = clock.now_ms()
-            lines = self._control.ha_slave_lines()
-            self._seen.update(line["broker_id"] for line in lines if line["broker_id"])
-            await self._maybe_expand(lines, now)
-            connected = {line["broker_id"] for line in lines}
-            members = self.sync.confirmed
-            lost = {member for member in members
-                    if member in self._seen and member not in connected}
-            wanted = members - lost
-            if now >= next_check_ms:
-                next_check_ms = now + broker.check_sync_state_set_period
-                wanted = sync_state.shrink(wanted, lines, now,
-                                           store.ha_max_time_slave_not_catchup,
-                                           self.broker_id)
-            if wanted != members:
-                await self._alter(wanted | {self.broker_id})
+            with rounds:
+                now = clock.now_ms()
+                lines = self._control.ha_slave_lines()
+                self._seen.update(line["broker_id"] for line in lines if line["broker_id"])
+                await self._maybe_expand(lines, now)
+                connected = {line["broker_id"] for line in lines}
+                members = self.sync.confirmed
+                lost = {member for member in members
+                        if member in self._seen and member not in connected}
+                wanted = members - lost
+                if now >= next_check_ms:
+                    next_check_ms = now + broker.check_sync_state_set_period
+                    wanted = sync_state.shrink(wanted, lines, now,
+                                               store.ha_max_time_slave_not_catchup,
+                                               self.broker_id)
+                if wanted != members:
+                    await self._alter(wanted | {self.broker_id})
 
     async def _maybe_expand(self, lines, now: int) -> None:
         store = self.config.store

@@ -7,11 +7,15 @@ from the offset persisted in ``config/delayOffset.json`` and re-puts every due m
 REAL_TOPIC/REAL_QID with its properties unchanged, as Java does (see :func:`delivered_message`;
 the dispatcher then computes the ordinary tags code). It stops a level at the first message not
 yet due, or at a put that fails (that level then pauses :data:`FAILURE_PAUSE_MS`). The
-supervisor calls :meth:`ScheduleService.run_once` on a timer (Java: first run 1 s after start,
-every 100 ms) and :meth:`persist` at shutdown.
+supervisor runs :meth:`ScheduleService.run`: :meth:`run_once` every 100 ms (Java's per-level
+timers), a round that raises logged and retried after the same pause (Java's
+DELAY_FOR_A_PERIOD after an exception), and the offsets persisted when it ends.
 """
+import asyncio
 import logging
 
+from pybroker import clock
+from pybroker.tasks import Rounds
 from pybroker._fast import record as record_codec
 from pybroker.broker.reput import RePut, read_batch, real_destination, reput_message
 from pybroker.protocol.constants import SystemGroup, SystemTopic
@@ -23,6 +27,7 @@ log = logging.getLogger("pybroker.broker.schedule")
 FAILURE_PAUSE_MS = 10_000        # Java DELAY_FOR_A_PERIOD after a failed put
 PERSIST_INTERVAL_MS = 10_000     # flushDelayOffsetInterval default
 DELIVER_PER_LEVEL_MAX = 1024     # bound on one run_once per level, so every level gets a turn
+RUN_INTERVAL_S = 0.1             # Java's per-level timer period
 
 
 def delivered_message(data, level_delay_ms: int, now_ms: int) -> tuple[int, RePut] | None:
@@ -63,15 +68,19 @@ class ScheduleService:
         ``<store>/config/delayOffset.json``.
     persist_interval_ms : int
         Least time between two writes of the offsets file by :meth:`run_once`.
+    failure_pause_ms : int
+        Pause of a level after a failed put, and of :meth:`run` after a round that raised.
     """
 
     def __init__(self, store_reader, putter, delay_levels_ms, offsets_path: str,
-                 persist_interval_ms: int = PERSIST_INTERVAL_MS):
+                 persist_interval_ms: int = PERSIST_INTERVAL_MS,
+                 failure_pause_ms: int = FAILURE_PAUSE_MS):
         self.store_reader = store_reader
         self.putter = putter
         self.delay_levels_ms = tuple(delay_levels_ms)
         self.offsets_path = offsets_path
         self.persist_interval_ms = persist_interval_ms
+        self.failure_pause_ms = failure_pause_ms
         self.document = config_docs.load_delay_offsets(offsets_path)
         self._dirty = False
         self._persisted_ms = 0
@@ -86,6 +95,21 @@ class ScheduleService:
         """Write delayOffset.json now (safe write through config_docs)."""
         config_docs.save_delay_offsets(self.offsets_path, self.document)
         self._dirty = False
+
+    async def run(self) -> None:
+        """Deliver every :data:`RUN_INTERVAL_S` until cancelled, each round guarded
+        (pybroker/tasks.py: a round that raises is logged and retried after
+        ``failure_pause_ms``; too many in a row, or an invariant violation, end this with the
+        error); persists the offsets when it ends."""
+        rounds = Rounds("delay delivery", retry_delay_s=self.failure_pause_ms / 1000,
+                        logger=log)
+        try:
+            while True:
+                await asyncio.sleep(rounds.next_delay_s(RUN_INTERVAL_S))
+                with rounds:
+                    await self.run_once(clock.now_ms())
+        finally:
+            self.persist()
 
     async def run_once(self, now_ms: int) -> int:
         """Deliver every message due at ``now_ms`` (bounded per level); returns how many."""
@@ -138,6 +162,6 @@ class ScheduleService:
         if not result.status.stored:
             log.error("schedule level %d: re-put to %s-%d failed: %s; pausing the level",
                       level, reput.topic, reput.queue_id, result.status.name)
-            self._paused_until_ms[level] = now_ms + FAILURE_PAUSE_MS
+            self._paused_until_ms[level] = now_ms + self.failure_pause_ms
             return None
         return 1

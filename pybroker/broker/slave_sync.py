@@ -29,6 +29,7 @@ from pybroker.acl.signature import inner_signer
 from pybroker.remoting.client import RemotingClientPool
 from pybroker.remoting.tls import outgoing_tls
 from pybroker.store import config_docs, paths
+from pybroker.tasks import Rounds
 
 log = logging.getLogger("pybroker.broker.slave_sync")
 
@@ -108,13 +109,17 @@ class SlaveLink:
         retry_s = MASTER_UNKNOWN_RETRY_S if self.expected_master is None \
             else CONTROLLER_MASTER_RETRY_S
         await asyncio.sleep(SYNC_FIRST_DELAY_S if self.expected_master is None else retry_s)
+        # A sync the master refuses is logged by sync_all; a round that raises anything else
+        # is logged and retried at the next interval (pybroker/tasks.py).
+        rounds = Rounds("slave sync", logger=log)
         while True:
             if not self.master_address:
                 register_soon()
                 await asyncio.sleep(retry_s)
                 continue
             if self.master_address != self.config.derived.broker_addr:
-                await self.sync_all(self.master_address)
+                with rounds:
+                    await self.sync_all(self.master_address)
             await asyncio.sleep(SYNC_INTERVAL_S)
 
     async def sync_all(self, address: str) -> None:

@@ -19,9 +19,12 @@ RMQ_SYS_TRANS_HALF_TOPIC:
 The metadata object must offer ``producer_channels(group)``, ``query(group, topic, queue_id)``
 (-1 when absent) and ``commit(group, topic, queue_id, offset)`` (MetadataState does).
 """
+import asyncio
 import logging
 import random
 
+from pybroker import clock
+from pybroker.tasks import Rounds
 from pybroker._fast import record as record_codec
 from pybroker.broker.reput import read_batch, real_destination, reput_message
 from pybroker.protocol import headers
@@ -85,11 +88,11 @@ def _next_op_offset(op_offset: int, done_op_offsets: set[int]) -> int:
 
 
 class TransactionCheckService:
-    """Checks unfinished half messages; the supervisor calls :meth:`run_once` every
-    ``transactionCheckInterval`` ms.
+    """Checks unfinished half messages; the supervisor runs :meth:`run`, which calls
+    :meth:`run_once` every ``transactionCheckInterval`` ms.
 
-    ``settings`` offers ``transaction_time_out`` (ms), ``transaction_check_max`` (count) and
-    ``broker_name``: ``config.broker``.
+    ``settings`` offers ``transaction_time_out`` (ms), ``transaction_check_max`` (count),
+    ``transaction_check_interval`` (ms) and ``broker_name``: ``config.broker``.
     """
 
     def __init__(self, store_reader, putter, metadata, settings):
@@ -133,6 +136,19 @@ class TransactionCheckService:
                 else:
                     remove_map[half_queue_offset] = queue_offset
         return remove_map, done_op_offsets
+
+    async def run(self, settings_of) -> None:
+        """A pass every ``transactionCheckInterval`` until cancelled, with the settings
+        ``settings_of()`` gives at that moment (UPDATE_BROKER_CONFIG may change them); each
+        pass guarded (pybroker/tasks.py: one that raises is logged and retried an interval
+        later, as Java's check logs and waits for the next; too many in a row, or an invariant
+        violation, end this with the error)."""
+        rounds = Rounds("transaction checks", logger=log)
+        while True:
+            await asyncio.sleep(settings_of().transaction_check_interval / 1000)
+            with rounds:
+                self.settings = settings_of()
+                await self.run_once(clock.now_ms())
 
     async def run_once(self, now_ms: int) -> int:
         """One check pass at ``now_ms``; returns how many check requests were issued."""

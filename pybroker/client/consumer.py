@@ -42,6 +42,7 @@ from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.constants import (EXPRESSION_TYPE_TAG, ConsumeFromWhere, ConsumeType,
                                          MessageModel, Property, RETRY_GROUP_TOPIC_PREFIX,
                                          SUBSCRIBE_ALL, SystemGroup)
+from pybroker.tasks import Rounds, start_task
 
 LOGGER = logging.getLogger("pybroker.client")
 
@@ -397,8 +398,8 @@ class PushConsumer:
                 continue
             process_queue.next_offset = offset
             self.process_queues[queue] = process_queue
-            self._pull_tasks[queue] = asyncio.create_task(
-                self._pull_loop(queue, process_queue), name=f"pybroker-pull-{queue}")
+            self._pull_tasks[queue] = start_task(
+                self._pull_loop(queue, process_queue), f"pybroker-pull-{queue}", None, LOGGER)
             LOGGER.info("%s: consume %s from offset %d", self.group, queue, offset)
 
     async def _find_consumer_ids(self, topic: str) -> list[str]:
@@ -456,7 +457,12 @@ class PushConsumer:
 
     async def _pull_loop(self, queue: MessageQueue, process_queue: ProcessQueue) -> None:
         delay_s = self.pull_time_delay_ms_when_exception / 1000
+        # Anything unexpected is logged and the queue pulled again after the delay, as
+        # Java's executePullRequestLater (pybroker/tasks.py, never giving up).
+        rounds = Rounds(f"{self.group}: pulling {queue}", failures_max=None, logger=LOGGER)
         while not process_queue.dropped and self._started:
+            if rounds.failures:
+                await asyncio.sleep(delay_s)
             if (process_queue.count > self.pull_threshold_for_queue
                     or process_queue.body_bytes > self.pull_threshold_size_for_queue_bytes):
                 await asyncio.sleep(PULL_FLOW_CONTROL_DELAY_MS / 1000)
@@ -464,15 +470,16 @@ class PushConsumer:
             subscription = self.subscriptions.get(queue.topic)
             if subscription is None:
                 return
-            try:
-                result = await self._pull(queue, process_queue.next_offset, subscription)
-            except _RETRIABLE_ERRORS as error:
-                LOGGER.info("pull %s failed: %s", queue, error)
-                await asyncio.sleep(delay_s)
-                continue
-            if process_queue.dropped:
-                return
-            self._on_pulled(queue, process_queue, subscription, result)
+            with rounds:
+                try:
+                    result = await self._pull(queue, process_queue.next_offset, subscription)
+                except _RETRIABLE_ERRORS as error:
+                    LOGGER.info("pull %s failed: %s", queue, error)
+                    await asyncio.sleep(delay_s)
+                    continue
+                if process_queue.dropped:
+                    return
+                self._on_pulled(queue, process_queue, subscription, result)
 
     async def _pull(self, queue: MessageQueue, queue_offset: int,
                     subscription: SubscriptionData) -> PullResult:
@@ -525,7 +532,8 @@ class PushConsumer:
 
     def _submit(self, queue: MessageQueue, process_queue: ProcessQueue,
                 batch: list[MessageExt], delay_ms: int = 0) -> None:
-        task = asyncio.create_task(self._consume(queue, process_queue, batch, delay_ms))
+        task = start_task(self._consume(queue, process_queue, batch, delay_ms),
+                          f"pybroker-consume-{queue}", None, LOGGER)
         self._consume_tasks.add(task)
         task.add_done_callback(self._consume_tasks.discard)
 

@@ -31,6 +31,7 @@ from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.protocol.constants import LanguageCode, SystemTopic
 from pybroker.remoting.client import RemotingClient, RemotingClientPool
 from pybroker.remoting.server import RequestTable
+from pybroker.tasks import Rounds, start_task
 
 LOGGER = logging.getLogger("pybroker.client")
 
@@ -143,7 +144,7 @@ class ClientInstance:
         self._route_lock = asyncio.Lock()
         loops = (("route", self.refresh_routes), ("heartbeat", self.send_heartbeat),
                  ("offsets", self._persist_all_offsets), ("rebalance", self.rebalance_all))
-        self._tasks = [asyncio.create_task(self._every(name, work), name=f"pybroker-{name}")
+        self._tasks = [start_task(self._every(name, work), f"pybroker-{name}", None, LOGGER)
                        for name, work in loops]
 
     async def shutdown(self) -> None:
@@ -171,18 +172,21 @@ class ClientInstance:
 
     async def _every(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
         interval_s = self.intervals_ms[name] / 1000
+        # A periodic task survives every bad round (pybroker/tasks.py, never giving up).
+        rounds = Rounds(f"periodic {name}", failures_max=None, logger=LOGGER)
         while True:
             await asyncio.sleep(interval_s)
-            try:
-                await work()
-            except (ConnectionError, TimeoutError, OSError, ClientStateError) as error:
-                LOGGER.info("periodic %s failed: %s", name, error)
-            except Exception:   # a periodic task must survive one bad round
-                LOGGER.exception("periodic %s failed", name)
+            with rounds:
+                try:
+                    await work()
+                except (ConnectionError, TimeoutError, OSError, ClientStateError) as error:
+                    LOGGER.info("periodic %s failed: %s", name, error)
 
     def spawn(self, coroutine) -> asyncio.Task:
-        """Run ``coroutine`` as a task that :meth:`shutdown` cancels and awaits."""
-        task = asyncio.create_task(coroutine)
+        """Run ``coroutine`` as a task that :meth:`shutdown` cancels and awaits (an end by an
+        error is logged with its cause)."""
+        task = start_task(coroutine, f"pybroker-{getattr(coroutine, '__qualname__', 'task')}",
+                          None, LOGGER)
         self._side_tasks.add(task)
         task.add_done_callback(self._side_tasks.discard)
         return task

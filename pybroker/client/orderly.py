@@ -29,6 +29,7 @@ from pybroker.protocol import bodies
 from pybroker.protocol.bodies import LockBatchRequest, MessageQueue
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.constants import MessageModel, Property, RETRY_GROUP_TOPIC_PREFIX
+from pybroker.tasks import Rounds, start_task
 
 if TYPE_CHECKING:   # pragma: no cover - import cycle only for annotations
     from pybroker.client.consumer import ProcessQueue, PushConsumer
@@ -82,8 +83,8 @@ class OrderlyService:
     def start(self) -> None:
         """Start renewing the locks of the consumer's queues periodically."""
         if self.clustering:
-            self._renew_task = asyncio.create_task(self._renew_loop(),
-                                                   name=f"pybroker-lock-{self.consumer.group}")
+            self._renew_task = start_task(self._renew_loop(),
+                                          f"pybroker-lock-{self.consumer.group}", None, LOGGER)
 
     async def stop(self) -> None:
         """Stop renewing and unlock every queue still held (errors are only logged)."""
@@ -95,12 +96,16 @@ class OrderlyService:
             await self.unlock(list(self.consumer.process_queues))
 
     async def _renew_loop(self) -> None:
+        # Renewal survives every bad round (pybroker/tasks.py, never giving up).
+        rounds = Rounds(f"{self.consumer.group}: lock renewal", failures_max=None,
+                        logger=LOGGER)
         while True:
             await asyncio.sleep(LOCK_RENEW_INTERVAL_MS / 1000)
-            try:
-                await self.lock_all()
-            except _ERRORS as error:
-                LOGGER.info("%s: lock renewal failed: %s", self.consumer.group, error)
+            with rounds:
+                try:
+                    await self.lock_all()
+                except _ERRORS as error:
+                    LOGGER.info("%s: lock renewal failed: %s", self.consumer.group, error)
 
     # --- broker locks --------------------------------------------------------------------------
 
@@ -181,8 +186,8 @@ class OrderlyService:
         if task is not None and not task.done():
             return
         consumer = self.consumer
-        task = asyncio.create_task(self._consume_queue(queue, process_queue),
-                                   name=f"pybroker-orderly-{queue}")
+        task = start_task(self._consume_queue(queue, process_queue),
+                          f"pybroker-orderly-{queue}", None, LOGGER)
         process_queue.orderly_task = task
         consumer._consume_tasks.add(task)
         task.add_done_callback(consumer._consume_tasks.discard)

@@ -167,8 +167,10 @@ class Producer:
         """
         self._require_started()
         payload = self._prepare(message)
-        task = asyncio.create_task(self._send(payload, queue, selector, arg, message, timeout_ms,
-                                              self.retry_times_when_send_async_failed))
+        # Returned: the caller awaits it, or its callback takes the result.
+        task = asyncio.create_task(self._send(  # tidy: allow (awaited)
+            payload, queue, selector, arg, message, timeout_ms,
+            self.retry_times_when_send_async_failed))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         if callback is not None:

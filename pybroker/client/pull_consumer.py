@@ -26,6 +26,7 @@ from pybroker.protocol.bodies import ConsumerData, MessageQueue, SubscriptionDat
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.constants import (ConsumeFromWhere, ConsumeType, MessageModel,
                                          SUBSCRIBE_ALL)
+from pybroker.tasks import Rounds, start_task
 
 LOGGER = logging.getLogger("pybroker.client")
 _RETRIABLE_ERRORS = (ConnectionError, TimeoutError, OSError, BrokerResponseError, ClientError)
@@ -186,7 +187,8 @@ class LitePullConsumer:
                                 key=lambda q: (q.topic, q.broker_name, q.queue_id)):
                 state = _QueueState(await self._start_offset(queue))
                 self.queues[queue] = state
-                state.task = asyncio.create_task(self._pull_loop(queue, state))
+                state.task = start_task(self._pull_loop(queue, state),
+                                        f"pybroker-pull-{queue}", None, LOGGER)
 
     async def _wanted_queues(self) -> set[MessageQueue]:
         if self.assigned is not None:
@@ -223,33 +225,42 @@ class LitePullConsumer:
     # --- pulling -------------------------------------------------------------------------------
 
     async def _pull_loop(self, queue: MessageQueue, state: _QueueState) -> None:
+        # Anything unexpected is logged and the queue pulled again after the delay
+        # (pybroker/tasks.py, never giving up).
+        rounds = Rounds(f"{self.group}: pulling {queue}", failures_max=None, logger=LOGGER)
         while self._started:
+            if rounds.failures:
+                await asyncio.sleep(self.pull_time_delay_ms_when_exception / 1000)
             if self._buffered_count > self.pull_threshold_for_all:
                 await asyncio.sleep(_BUFFER_FULL_DELAY_MS / 1000)
                 continue
-            epoch = state.epoch
-            try:
-                result = await pull_message(
-                    self.instance, self.group, queue, state.next_offset,
-                    self.subscriptions[queue.topic], max_nums=self.pull_batch_size,
-                    suspend_timeout_ms=self.broker_suspend_max_time_ms,
-                    timeout_ms=self.consumer_pull_timeout_ms, lite=True, post_subscription=True)
-            except _RETRIABLE_ERRORS as error:
-                LOGGER.info("pull %s failed: %s", queue, error)
-                await asyncio.sleep(self.pull_time_delay_ms_when_exception / 1000)
-                continue
-            if epoch != state.epoch:
-                continue   # a seek happened while the pull was in flight
-            state.next_offset = result.next_begin_offset
-            subscription = self.subscriptions[queue.topic]
-            messages = [m for m in result.messages
-                        if not subscription.tags_set or m.tags in subscription.tags_set]
-            if messages:
-                self._buffered_count += len(messages)
-                assert self._buffer is not None     # created by start()
-                self._buffer.put_nowait((queue, epoch, messages, result.next_begin_offset))
-            elif result.messages and state.consumed_offset < result.next_begin_offset:
-                state.consumed_offset = result.next_begin_offset
+            with rounds:
+                await self._pull_once(queue, state)
+
+    async def _pull_once(self, queue: MessageQueue, state: _QueueState) -> None:
+        epoch = state.epoch
+        try:
+            result = await pull_message(
+                self.instance, self.group, queue, state.next_offset,
+                self.subscriptions[queue.topic], max_nums=self.pull_batch_size,
+                suspend_timeout_ms=self.broker_suspend_max_time_ms,
+                timeout_ms=self.consumer_pull_timeout_ms, lite=True, post_subscription=True)
+        except _RETRIABLE_ERRORS as error:
+            LOGGER.info("pull %s failed: %s", queue, error)
+            await asyncio.sleep(self.pull_time_delay_ms_when_exception / 1000)
+            return
+        if epoch != state.epoch:
+            return   # a seek happened while the pull was in flight
+        state.next_offset = result.next_begin_offset
+        subscription = self.subscriptions[queue.topic]
+        messages = [m for m in result.messages
+                    if not subscription.tags_set or m.tags in subscription.tags_set]
+        if messages:
+            self._buffered_count += len(messages)
+            assert self._buffer is not None     # created by start()
+            self._buffer.put_nowait((queue, epoch, messages, result.next_begin_offset))
+        elif result.messages and state.consumed_offset < result.next_begin_offset:
+            state.consumed_offset = result.next_begin_offset
 
     # --- the user's side -------------------------------------------------------------------------
 
@@ -296,7 +307,8 @@ class LitePullConsumer:
         if state.task is not None and self._started:
             # An in-flight long poll may be held by the broker for seconds: restart the pull.
             state.task.cancel()
-            state.task = asyncio.create_task(self._pull_loop(queue, state))
+            state.task = start_task(self._pull_loop(queue, state), f"pybroker-pull-{queue}",
+                                    None, LOGGER)
 
     async def seek_to_begin(self, queue: MessageQueue) -> None:
         """Continue ``queue`` from its minimum offset."""

@@ -27,6 +27,7 @@ from pybroker.remoting.connection import ConnectionLimits
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
 from pybroker.schema import parse_networks
+from pybroker.tasks import Rounds, start_task
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +39,17 @@ class NamesrvController:
     """The NameServer's state and listener (Java ``NamesrvController``).
 
     ``config``: the loaded :class:`~pybroker.config.NamesrvProcessConfig`. ``listen_address``:
-    the IP to bind. ``now_ms``: clock in ms since the epoch.
+    the IP to bind. ``now_ms``: clock in ms since the epoch. ``on_failure(error)``: the
+    expired-broker scan gave up (pybroker/tasks.py; logged with its cause).
     """
 
     def __init__(self, config: NamesrvProcessConfig,
                  listen_address: str = LISTEN_ADDRESS_DEFAULT,
-                 now_ms: Callable[[], int] = clock.now_ms):
+                 now_ms: Callable[[], int] = clock.now_ms,
+                 on_failure: Callable[[BaseException], None] | None = None):
         namesrv = config.namesrv
         self.config = config
+        self.on_failure = on_failure
         self.listen_address = listen_address
         self.now_ms = now_ms
         self.route_table = RouteInfoManager(namesrv.broker_channel_expired_time_ms)
@@ -74,7 +78,8 @@ class NamesrvController:
             on_close=self._connection_closed,
             limits=limits, backlog=self.config.remoting.server_socket_backlog,
             tls=TlsServer.from_config(self.config.tls))
-        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
+        self._scan_task = start_task(self._scan_loop(), "the expired-broker scan",
+                                     self.on_failure, log)
         return self.server.address
 
     def _connection_closed(self, connection, exc: BaseException | None) -> None:
@@ -85,9 +90,11 @@ class NamesrvController:
 
     async def _scan_loop(self) -> None:
         interval_s = self.config.namesrv.scan_not_active_broker_interval / 1000
+        rounds = Rounds("the expired-broker scan", logger=log)
         while True:
             await asyncio.sleep(interval_s)
-            self.scan_not_active_brokers()
+            with rounds:
+                self.scan_not_active_brokers()
 
     def scan_not_active_brokers(self) -> None:
         """Drop brokers whose heartbeats stopped, and close their connections."""
@@ -114,19 +121,25 @@ class NamesrvController:
 async def serve(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRESS_DEFAULT,
                 stop_event: asyncio.Event | None = None, stop_signals=_STOP_SIGNALS) -> int:
     """Run a NameServer until one of ``stop_signals`` (SIGTERM, SIGINT) arrives or
-    ``stop_event`` is set; returns exit code 0.
+    ``stop_event`` is set; returns exit code 0, or 1 when its scan failed for good.
 
     Signal handlers are installed only when running in the main thread.
     """
+    stop_event = stop_event if stop_event is not None else asyncio.Event()
+    failures: list[BaseException] = []
+
+    def failed(error: BaseException) -> None:
+        log.error("The Name Server stops: its expired-broker scan failed")
+        failures.append(error)
+        stop_event.set()
     try:
-        controller = NamesrvController(config, listen_address)
+        controller = NamesrvController(config, listen_address, on_failure=failed)
     except (OSError, AclConfigError) as error:
         log.error("cannot start: %s", error)
         return 1
     if controller.acl is not None:
         log.info("ACL enabled: %s, %d accounts (KV writes and broker permission changes need "
                  "an admin account)", controller.acl.path, len(controller.acl.table.accounts))
-    stop_event = stop_event if stop_event is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
     for stop_signal in stop_signals:
@@ -147,7 +160,7 @@ async def serve(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRE
         for stop_signal in installed:
             loop.remove_signal_handler(stop_signal)
     log.info("The Name Server stopped")
-    return 0
+    return 1 if failures else 0
 
 
 def run_namesrv(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRESS_DEFAULT,

@@ -32,6 +32,7 @@ from pybroker.proc.metadata_service import EXT_CHANNEL_ID
 from pybroker.proc.remoting import DATA_HANDLERS, RemotingWorker
 from pybroker.protocol.codes import InternalCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request, create_response
+from pybroker.tasks import start_task
 
 log = logging.getLogger("pybroker.proc.grpc")
 
@@ -107,7 +108,7 @@ class GrpcWorker(RemotingWorker):
         await server.start()
         if relay is not None:
             await relay.start()
-        beat = loop.create_task(self._beat())
+        beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
         log.info("gRPC worker %d serving %s", self.index, address)
         await self.stopping.wait()
         beat.cancel()

@@ -46,6 +46,7 @@ from pybroker.store.drop_behind import DropBehind
 from pybroker.store.settings import BrokerRole
 from pybroker.store.mapped_file import MappedFile
 from pybroker.store.read_only_store import READER_KEEP_BYTES, follow_commitlog
+from pybroker.tasks import start_task
 
 log = logging.getLogger("pybroker.proc.ha_master")
 
@@ -402,7 +403,7 @@ class HAMasterService:
                         len(self.handshakes))
             sock.close()
         else:
-            task = asyncio.get_running_loop().create_task(self._admit(sock, address))
+            task = start_task(self._admit(sock, address), "an HA handshake", None, log)
             self.handshakes.add(task)
             task.add_done_callback(self.handshakes.discard)
 

@@ -21,6 +21,7 @@ from pybroker.proc.metadata_service import EXT_WORKER_ID, INTERNAL_LINK_LIMITS
 from pybroker.protocol.codes import InternalCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.remoting.client import RemotingClient
+from pybroker.tasks import start_task
 
 __all__ = ["MetadataLink", "LinkBusy", "OVERLOAD_REMARK", "FORWARD_TIMEOUT_MS"]
 
@@ -49,7 +50,7 @@ class MetadataLink:
 
     ``table`` answers what the service sends (snapshots, commands for clients);
     ``on_snapshot(body)`` applies the snapshot of each hello; ``on_lost()`` runs when the link
-    is given up for good.
+    is given up for good (or its keeper ended by an error, logged with its cause).
     """
 
     def __init__(self, worker_id: int, socket_path: str, table, on_snapshot, on_lost):
@@ -70,7 +71,8 @@ class MetadataLink:
     async def connect(self) -> None:
         """Connect and say hello (raises on failure); then keep the link up."""
         await self._connect_once()
-        self._keeper = asyncio.get_running_loop().create_task(self._keep())
+        self._keeper = start_task(self._keep(), "the metadata link's keeper",
+                                  lambda error: self.on_lost(), log)
 
     async def _connect_once(self) -> None:
         await self.client.connect(self.socket_path)

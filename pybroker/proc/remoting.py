@@ -34,6 +34,7 @@ from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
 from pybroker.stats.recorder import Recorder
 from pybroker.store.config_docs import TopicConfig
+from pybroker.tasks import Rounds, start_task
 
 log = logging.getLogger("pybroker.proc.remoting")
 
@@ -122,8 +123,9 @@ class RemotingWorker:
                 backlog=self.config.remoting.server_socket_backlog,
                 on_connect=self._connected, on_close=self._disconnected,
                 on_unmatched_response=self._relay_client_response, tls=self.tls))
-        sweeper = loop.create_task(self._sweep_held_pulls())
-        beat = loop.create_task(self._beat())
+        sweeper = start_task(self._sweep_held_pulls(), "the held-pull sweep", self._fail_stop,
+                             log)
+        beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
         log.info("remoting worker %d serving %s ports %d and %d", self.worker_id,
                  self.config.remoting.bind_address, self.config.broker.listen_port,
                  self.config.derived.fast_listen_port)
@@ -149,9 +151,11 @@ class RemotingWorker:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
     async def _sweep_held_pulls(self) -> None:
+        rounds = Rounds("the held-pull sweep", logger=log)
         while True:
             await asyncio.sleep(HELD_PULL_SWEEP_S)
-            self.long_poll.check_held()
+            with rounds:
+                self.long_poll.check_held()
 
     def _apply_hello(self, snapshot) -> None:
         self.replica.apply(snapshot)
@@ -176,6 +180,11 @@ class RemotingWorker:
                 else None, config.store.os_page_cache_busy_time_out_mills)
 
     def _link_lost(self) -> None:
+        self._fail_stop(None)
+
+    def _fail_stop(self, error: BaseException | None) -> None:
+        """Stop with exit status 1 (the supervisor ends the generation): the metadata link
+        is lost, or a task of this worker ended by an error (logged by its task)."""
         self.exit_status = 1
         self.stopping.set()
 

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from pybroker import clock
+from pybroker.tasks import Rounds, start_task
 from pybroker.acl.plain_config import AclConfigError
 from pybroker.acl.validator import AccessValidator
 from pybroker.broker.context import MetadataContext
@@ -60,7 +61,6 @@ WORKER_STOP_TIMEOUT_S = 15.0
 OFFSET_PERSIST_INTERVAL_S = 5.0
 CHANNEL_SCAN_INTERVAL_S = 10.0
 WORKERS_READY_TIMEOUT_S = 30.0
-SCHEDULE_INTERVAL_S = 0.1
 STATS_SAMPLE_INTERVAL_S = 1.0
 WATCHDOG_INTERVAL_S = 1.0
 
@@ -298,23 +298,14 @@ class Supervisor:
             slave.on_changed = service.push_if_changed    # synced documents reach the workers
         await service.start_on(service_socket)
         metrics = await self._start_metrics(attachment)
-        tasks = [loop.create_task(self._periodic(service)),
-                 loop.create_task(self._sample_stats()),
-                 loop.create_task(self._watch(plane))]
-        if slave is not None:
-            tasks.append(loop.create_task(slave.run(registration.topics_changed)))
-        elif not is_slave(config):
-            # A slave runs no delay delivery or transaction checks (Java: master only).
-            tasks.append(loop.create_task(self._services(attachment)))
-        if replicas is not None:
-            tasks.append(loop.create_task(replicas.run(
-                plane.control, plane.wakes.ha, lambda: _resolve(outcome, "role-change"))))
+        tasks = self._start_services(outcome, plane, attachment, service, slave, registration)
         try:
             await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
                               outcome)
             if replicas is None or replicas.registers_with_namesrv:
                 await registration.register_all()
-                tasks.append(loop.create_task(registration.run()))
+                tasks.append(_start_service(registration.run(), "NameServer registration",
+                                            outcome))
             broker = config.broker
             log.info("The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                      broker.broker_name, config.derived.broker_addr,
@@ -337,24 +328,55 @@ class Supervisor:
                 slave.close()
             attachment.close()
 
+    def _start_services(self, outcome, plane, attachment, service, slave,
+                        registration) -> list[asyncio.Task]:
+        """The generation's services, each a task whose end by an error ends the
+        generation."""
+        metadata, _ = self._running()
+        config, replicas = self.generation_config, self.replicas
+        tasks = [_start_service(self._periodic(service), "offset persisting and channel expiry",
+                                outcome),
+                 _start_service(self._sample_stats(), "statistics sampling", outcome),
+                 _start_service(self._watch(plane), "the hang watchdog", outcome)]
+        if slave is not None:
+            tasks.append(_start_service(slave.run(registration.topics_changed), "slave sync",
+                                        outcome))
+        elif not is_slave(config):
+            # A slave runs no delay delivery or transaction checks (Java: master only).
+            checks = TransactionCheckService(attachment.reader, attachment.putter, metadata,
+                                             self.config.broker)
+            tasks += [_start_service(self._delay_delivery(attachment), "delay delivery", outcome),
+                      _start_service(checks.run(lambda: self.config.broker),
+                                     "transaction checks", outcome)]
+        if replicas is not None:
+            tasks.append(_start_service(
+                replicas.run(plane.control, plane.wakes.ha,
+                             lambda: _resolve(outcome, "role-change")),
+                "controller role", outcome))
+        return tasks
+
     async def _watch(self, plane) -> None:
         """The hang watchdog (pybroker/proc/watchdog.py), once a second."""
         watchdog = Watchdog(plane, self.children, self.config.broker.worker_hang_timeout_millis,
                             self.config.store.flush_interval_commit_log)
+        rounds = Rounds("the hang watchdog", logger=log)
         while True:
             await asyncio.sleep(WATCHDOG_INTERVAL_S)
-            watchdog.check(time.monotonic())
+            with rounds:
+                watchdog.check(time.monotonic())
 
     async def _periodic(self, service: MetadataService) -> None:
         metadata, _ = self._running()
         last_scan = time.monotonic()
+        rounds = Rounds("offset persisting and channel expiry", logger=log)
         while True:
             await asyncio.sleep(OFFSET_PERSIST_INTERVAL_S)
-            metadata.persist_if_dirty()
-            if time.monotonic() - last_scan >= CHANNEL_SCAN_INTERVAL_S:
-                last_scan = time.monotonic()
-                metadata.scan_expired()
-                service.push_if_changed()
+            with rounds:
+                metadata.persist_if_dirty()
+                if time.monotonic() - last_scan >= CHANNEL_SCAN_INTERVAL_S:
+                    last_scan = time.monotonic()
+                    metadata.scan_expired()
+                    service.push_if_changed()
 
     async def _start_metrics(self, attachment):
         """The Prometheus endpoint (metricsExporterType=PROM), served in this loop."""
@@ -373,34 +395,23 @@ class Supervisor:
     async def _sample_stats(self) -> None:
         """The statistics sampler: once a second (Java StoreStatsService's rate)."""
         _, stats = self._running()
+        rounds = Rounds("statistics sampling", logger=log)
         while True:
-            stats.tick()
+            with rounds:
+                stats.tick()
             await asyncio.sleep(STATS_SAMPLE_INTERVAL_S)
 
-    async def _services(self, attachment) -> None:
-        """Delay delivery (every 100 ms, as Java's per-level timers) and transaction checks
-        (every transactionCheckInterval); both write through the supervisor's own ring."""
-        config = self.config
-        root = config.store.store_path_root_dir
+    async def _delay_delivery(self, attachment) -> None:
+        """Delay delivery (broker/schedule.py) through the supervisor's own ring; its offsets
+        answer GET_ALL_DELAY_OFFSET while it runs."""
+        root = self.config.store.store_path_root_dir
         schedule = ScheduleService(attachment.reader, attachment.putter,
-                                   config.derived.delay_levels_ms,
+                                   self.config.derived.delay_levels_ms,
                                    paths.config_path(root, paths.DELAY_OFFSET_CONFIG))
         self.schedule = schedule
-        checker = TransactionCheckService(attachment.reader, attachment.putter, self.metadata,
-                                          config.broker)
-        next_check_ms = clock.now_ms() + config.broker.transaction_check_interval
         try:
-            while True:
-                await asyncio.sleep(SCHEDULE_INTERVAL_S)
-                now_ms = clock.now_ms()
-                await schedule.run_once(now_ms)
-                if now_ms >= next_check_ms:
-                    # Read per round: UPDATE_BROKER_CONFIG may have changed them.
-                    checker.settings = broker = self.config.broker
-                    next_check_ms = now_ms + broker.transaction_check_interval
-                    await checker.run_once(now_ms)
+            await schedule.run()
         finally:
-            schedule.persist()
             self.schedule = None
 
     def _reap(self, outcome: asyncio.Future) -> None:
@@ -504,6 +515,16 @@ def _describe_status(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"killed by signal {os.WTERMSIG(status)}"
     return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def _start_service(coroutine, name: str, outcome: asyncio.Future) -> asyncio.Task:
+    """A service of the generation: when it ends by an error (logged with its cause by its
+    task, pybroker/tasks.py) the generation ends as after a worker's death, and the next one
+    recovers abnormally."""
+    def failed(error: BaseException) -> None:
+        log.error("supervisor service %s failed: ending the generation", name)
+        _resolve(outcome, "service-failed")
+    return start_task(coroutine, name, failed, log)
 
 
 def _resolve(future: asyncio.Future, value: str) -> None:

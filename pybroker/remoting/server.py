@@ -121,7 +121,8 @@ class RequestTable:
 
     @staticmethod
     def _spawn(connection: RemotingConnection, coroutine) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
+        # _finish answers every error of the request itself (per request: no done-callback).
+        task = asyncio.get_running_loop().create_task(coroutine)  # tidy: allow
         # The loop keeps only weak references to tasks; the connection keeps them alive and
         # counts them against its requests_in_progress_max.
         connection.track_task(task)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from pybroker.config import ClientAuth, TlsConfig, TlsMode
 from pybroker.errors import ConfigError
+from pybroker.tasks import Rounds, start_task
 
 log = logging.getLogger("pybroker.remoting.tls")
 
@@ -31,6 +32,7 @@ TLS_HANDSHAKE_RECORD = 0x16         # first byte of every TLS ClientHello
 HANDSHAKE_TIMEOUT_S = 10.0          # a TLS handshake not finished by then is dropped
 FIRST_BYTE_TIMEOUT_S_DEFAULT = 120.0  # Java's serverChannelMaxIdleTimeSeconds
 PENDING_MAX_DEFAULT = 4096          # connections accepted but not yet classified or shaken
+_ACCEPT_PAUSE_S = 0.1               # accepting again after a failed accept
 
 
 def _load_chain(context: ssl.SSLContext, cert: str, key: str, password: Optional[str],
@@ -148,7 +150,7 @@ class SniffingListener:
     def start(self, backlog: int) -> "SniffingListener":
         self._sock.setblocking(False)
         self._sock.listen(backlog)
-        self._accepting = asyncio.get_running_loop().create_task(self._accept_loop())
+        self._accepting = start_task(self._accept_loop(), "the TLS accept loop", None, log)
         return self
 
     def close(self) -> None:
@@ -168,21 +170,28 @@ class SniffingListener:
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        # A port never stops accepting by itself: anything unexpected is logged with its
+        # cause and the loop accepts again after a pause (pybroker/tasks.py).
+        rounds = Rounds("the TLS accept loop", failures_max=None, logger=log)
         while True:
-            try:
-                conn, address = await loop.sock_accept(self._sock)
-            except OSError as error:   # EMFILE, ENFILE...: accept again after a pause
-                log.warning("accept on %s failed: %s", self._sock.getsockname(), error)
-                await asyncio.sleep(0.1)
-                continue
-            if len(self._pending) >= self._pending_max:
-                log.warning("closing connection from %s: %d connections wait for their first "
-                            "byte or TLS handshake", _peer(address), len(self._pending))
-                conn.close()
-                continue
-            task = loop.create_task(self._serve(conn, address))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            if rounds.failures:
+                await asyncio.sleep(_ACCEPT_PAUSE_S)
+            with rounds:
+                try:
+                    conn, address = await loop.sock_accept(self._sock)
+                except OSError as error:   # EMFILE, ENFILE...: accept again after a pause
+                    log.warning("accept on %s failed: %s", self._sock.getsockname(), error)
+                    await asyncio.sleep(_ACCEPT_PAUSE_S)
+                    continue
+                if len(self._pending) >= self._pending_max:
+                    log.warning("closing connection from %s: %d connections wait for their "
+                                "first byte or TLS handshake", _peer(address),
+                                len(self._pending))
+                    conn.close()
+                    continue
+                task = start_task(self._serve(conn, address), "a TLS hand-over", None, log)
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
 
     async def _first_byte(self, conn: socket.socket) -> bytes:
         loop = asyncio.get_running_loop()

@@ -1,16 +1,22 @@
 # Tests of the delay (schedule) service over a real store with an injected clock.
 """Goal: delayed messages reach their real topic/queue exactly when due (their properties kept
 as Java keeps them: DELAY, WAIT, REAL_*), progress survives a restart through delayOffset.json,
-and nothing is delivered twice.
+nothing is delivered twice, and a round that raises neither stops delivery nor goes unlogged.
 Method: DELAY sends through the real send handler into a real MessageStore on tmp_path whose
-clock the test sets; ScheduleService.run_once is driven with explicit times.
+clock the test sets; ScheduleService.run_once is driven with explicit times, ScheduleService.run
+(the supervisor's loop) on the real clock with a putter that raises.
 """
+import asyncio
 import importlib.util
+import logging
 import pathlib
+import time
 
 import pytest
 
+from pybroker import clock
 from pybroker.broker import schedule, send
+from pybroker.errors import ServiceFailedError
 from pybroker.protocol.codes import ResponseCode
 from pybroker.store import config_docs, paths
 
@@ -86,3 +92,74 @@ def test_persist_interval_bounds_file_writes(broker):
     assert config_docs.load_delay_offsets(delay.offsets_path).offset_table == {}
     delay.persist()
     assert config_docs.load_delay_offsets(delay.offsets_path).offset_table == {1: 1}
+
+
+class _RaisingPutter:
+    """The store's putter, but the first ``failures`` puts raise ``error``."""
+
+    def __init__(self, putter, error: Exception, failures: int = 1):
+        self.putter, self.error, self.failures = putter, error, failures
+
+    async def put(self, *args):
+        if self.failures:
+            self.failures -= 1
+            raise self.error
+        return await self.putter.put(*args)
+
+
+async def _run_until(delay, done, timeout_s: float = 10.0):
+    """Run delay.run() until ``done()``; the loop's own end (an error) fails the wait."""
+    task = asyncio.get_running_loop().create_task(delay.run())
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not done():
+            assert not task.done(), f"the delay loop ended: {task.exception()!r}"
+            assert time.monotonic() < deadline, "not delivered in time"
+            await asyncio.sleep(0.02)
+    finally:
+        task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_a_round_that_raises_is_logged_and_delivery_goes_on(tmp_path, caplog):
+    # Stored a minute ago: a level-1 message is due at once on the real clock.
+    broker = harness.Broker(tmp_path, clock_ms=lambda: clock.now_ms() - 60_000)
+    try:
+        send_delayed(broker, 1, b"late")
+        delay = schedule.ScheduleService(
+            broker.store, _RaisingPutter(broker.putter, RuntimeError("ring gone")),
+            broker.config.derived.delay_levels_ms,
+            paths.config_path(str(tmp_path), paths.DELAY_OFFSET_CONFIG), failure_pause_ms=200)
+        with caplog.at_level(logging.ERROR, logger="pybroker.broker.schedule"):
+            asyncio.run(_run_until(delay, lambda: broker.records(harness.TOPIC, 1)))
+        assert [bytes(r.body) for r, _ in broker.records(harness.TOPIC, 1)] == [b"late"]
+        failed = [r for r in caplog.records if "delay delivery" in r.getMessage()]
+        assert len(failed) == 1 and "ring gone" in failed[0].getMessage()
+        assert failed[0].exc_info is not None     # the cause's traceback
+        # The loop's end persisted the offset.
+        assert config_docs.load_delay_offsets(delay.offsets_path).offset_table == {1: 1}
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("error, failures, ends_with", [
+    (AssertionError("offset went back"), 1, AssertionError),
+    (RuntimeError("still broken"), 10_000, ServiceFailedError)])
+def test_an_invariant_violation_or_endless_failures_end_the_loop(tmp_path, error, failures,
+                                                                  ends_with):
+    broker = harness.Broker(tmp_path, clock_ms=lambda: clock.now_ms() - 60_000)
+    try:
+        send_delayed(broker, 1, b"late")
+        delay = schedule.ScheduleService(
+            broker.store, _RaisingPutter(broker.putter, error, failures),
+            broker.config.derived.delay_levels_ms,
+            paths.config_path(str(tmp_path), paths.DELAY_OFFSET_CONFIG), failure_pause_ms=1)
+
+        async def main():
+            with pytest.raises(ends_with):
+                await asyncio.wait_for(delay.run(), 10.0)
+        asyncio.run(main())
+        assert broker.records(harness.TOPIC, 1) == []
+    finally:
+        broker.close()
