@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pybroker._fast import record  # noqa: E402
 from pybroker._testbase.cluster import StandaloneBroker  # noqa: E402
+from pybroker.proc.service_socket import SOCKET_NAME  # noqa: E402
 from pybroker.protocol import properties as props  # noqa: E402
 from pybroker.protocol.codes import RequestCode, ResponseCode  # noqa: E402
 from pybroker.protocol.command import create_request, encode  # noqa: E402
@@ -247,14 +248,14 @@ def _garbage_checkpoint(broker) -> None:
 def _cut_internal_links(broker, load) -> float:
     """shutdown(2) of every worker <-> metadata-service link (the supervisor's ends, through
     pidfd_getfd): seconds until every worker logged the link re-established."""
-    metadata_socket = os.path.join(broker.store_dir, "run", "metadata.sock")
     libc = ctypes.CDLL(None, use_errno=True)
     pidfd = os.pidfd_open(broker.process.pid)
     offset = len(broker._log_text())
     started = time.monotonic()
     try:
         for connection in psutil.Process(broker.process.pid).net_connections(kind="unix"):
-            if connection.laddr != metadata_socket or connection.fd < 0:
+            # Bound as /proc/self/fd/<run dir>/metadata.sock (proc/service_socket.py).
+            if not connection.laddr.endswith("/" + SOCKET_NAME) or connection.fd < 0:
                 continue
             copy = libc.syscall(_SYS_PIDFD_GETFD, pidfd, connection.fd, 0)
             if copy >= 0:

@@ -14,7 +14,6 @@ file. A signal that arrives while a generation is being recovered or stopped is 
 and honoured as soon as the event loop runs.
 """
 import asyncio
-import contextlib
 import errno
 import logging
 import os
@@ -42,6 +41,7 @@ from pybroker.proc.listeners import Listeners, PortInUseError, reserve_port
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
 from pybroker.proc.scrubber import ScrubberThread
+from pybroker.proc.service_socket import ServiceSocket
 from pybroker.proc.watchdog import Watchdog
 from pybroker.grpc_service.tls import tls_problem
 from pybroker.remoting.tls import TlsServer, outgoing_tls
@@ -218,13 +218,12 @@ class Supervisor:
         plane = dataplane.DataPlane.create(config, paths.run_dir(self.store_root), workers,
                                            valid_end, self.stats_region, self.ha_listener)
         self.control = plane.control
-        service_path = os.path.join(paths.run_dir(self.store_root), "metadata.sock")
-        service_socket = _bind_unix_socket(service_path)
+        service_socket = ServiceSocket(paths.run_dir(self.store_root))
         scrubber: ScrubberThread | None = None
         try:
             for name, main in plane.worker_mains():
                 self.children[fork_child(name, main)] = name
-            socket_path = service_socket.getsockname()
+            socket_path = service_socket.address
             listeners = self.listeners
             assert listeners is not None       # bound by run() before the first generation
             for index in range(remoting_workers):
@@ -248,7 +247,7 @@ class Supervisor:
             self._running()[1].scrubber_status = scrubber.status
             scrubber.start()
             try:
-                outcome = asyncio.run(self._serve(plane, service_socket, workers))
+                outcome = asyncio.run(self._serve(plane, service_socket.listener, workers))
             finally:
                 self._catch_stop_signals()
         finally:
@@ -256,9 +255,7 @@ class Supervisor:
                 scrubber.stop()
                 self._running()[1].scrubber_status = None
             self.data_plane_stopped_cleanly = self._stop_children(plane)
-            service_socket.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(service_path)      # the next generation binds it afresh
+            service_socket.close()       # the next generation binds it afresh
             plane.close()
         return outcome
 
@@ -540,16 +537,6 @@ async def _wait_until(predicate, timeout_s: float, outcome: asyncio.Future) -> N
         if time.monotonic() > deadline:
             raise TimeoutError("remoting workers did not connect to the metadata service")
         await asyncio.sleep(0.02)
-
-
-def _bind_unix_socket(path: str) -> socket.socket:
-    """Bind and listen before forking, so workers can connect before the loop runs."""
-    if os.path.exists(path):
-        os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(64)
-    return listener
 
 
 def run_broker(config, on_serving: Callable[[], None] | None = None) -> int:

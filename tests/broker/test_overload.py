@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
+from pybroker.proc.service_socket import SOCKET_NAME
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request, encode
 from pybroker.remoting.client import SyncRemotingClient
@@ -170,10 +171,10 @@ def test_clients_that_never_read_do_not_starve_new_connections(broker):
 def _shut_down_links(broker) -> int:
     """shutdown(2) every accepted socket of the supervisor's metadata service; returns how
     many (the socket is a duplicate of the supervisor's descriptor: the link really breaks)."""
-    metadata_socket = os.path.join(broker.store_dir, "run", "metadata.sock")
     supervisor = psutil.Process(broker.process.pid)
+    # Bound as /proc/self/fd/<run dir>/metadata.sock (pybroker/proc/service_socket.py).
     accepted = [connection.fd for connection in supervisor.net_connections(kind="unix")
-                if connection.laddr == metadata_socket and connection.fd >= 0]
+                if connection.laddr.endswith("/" + SOCKET_NAME) and connection.fd >= 0]
     libc = ctypes.CDLL(None, use_errno=True)
     pidfd = os.pidfd_open(broker.process.pid)
     cut = 0

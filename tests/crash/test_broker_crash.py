@@ -9,7 +9,9 @@ supervisor's children), is killed with SIGKILL; the broker must come back (resta
 broker, or the supervisor's new generation with abnormal recovery, seen in the log), the
 producer reconnects and goes on, and at the end every queue is read from offset 0: offsets are
 contiguous, every record is whole, every acknowledged message is at its acknowledged queue
-offset, and no message is stored twice. Each case prints its seed.
+offset, and no message is stored twice. Each case prints its seed. The store path is longer
+than an AF_UNIX socket name can be (Java accepts any path), so every start, restart after
+kill -9 and new generation also shows the supervisor's unix socket works from such a store.
 """
 import os
 import random
@@ -38,6 +40,8 @@ TIMEOUT_MS = 5000
 # A new generation must be serving this soon after a worker's death: the survivors stop at
 # once (a stuck one costs WORKER_STOP_TIMEOUT_S = 15 s before the supervisor kills it).
 RECOVERY_TIMEOUT_S = 12
+# Longer than any AF_UNIX name (108 bytes with its NUL) plus run/metadata.sock.
+LONG_STORE_PATH_BYTES = 200
 TARGETS = ("broker", "appender", "dispatcher", "flusher", "remoting-0")
 # Small files so that the load rolls CommitLog and ConsumeQueue files too.
 OVERRIDES = {"mappedFileSizeCommitLog": str(256 * 1024),
@@ -239,7 +243,9 @@ def _read_everything(broker_addr: str) -> dict[tuple[int, int], bytes]:
 @pytest.mark.parametrize("flush_disk_type", ["SYNC_FLUSH", "ASYNC_FLUSH"])
 @pytest.mark.parametrize("target", TARGETS)
 def test_kill_minus_9_under_load(tmp_path, rand, target, flush_disk_type):
-    broker = StandaloneBroker(tmp_path, dict(OVERRIDES, flushDiskType=flush_disk_type))
+    broker = StandaloneBroker(os.path.join(tmp_path, "long-store-path-" + "d" * 100, "e" * 120),
+                              dict(OVERRIDES, flushDiskType=flush_disk_type))
+    assert len(broker.store_dir.encode()) > LONG_STORE_PATH_BYTES
     with broker:
         with Load(broker.broker_addr, rand) as load:
             for _ in range(KILLS_PER_CASE):
