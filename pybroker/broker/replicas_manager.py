@@ -387,10 +387,8 @@ class ReplicasManager:
     async def _beat(self) -> None:
         control, broker = self._control, self.config.broker
         written = control.written_position if control is not None else 0
-        confirm = written
-        if control is not None and self.running.role is Role.MASTER \
-                and control.ha_slaves_connected:
-            confirm = control.replicated_position
+        # Java's confirm offset (the ha worker publishes it; unbounded: the written end).
+        confirm = min(control.confirm_position, written) if control is not None else 0
         try:
             last_epoch = EpochFile.load(self.epoch_path).last_epoch()
         except Exception as error:       # noqa: BLE001 - a heartbeat must not stop the loop

@@ -22,9 +22,11 @@ is not connected), else the (inSyncReplicas-1)-th highest of all - and
 ``ha_slaves_connected`` as the number of acknowledgements a send waits for (0: none). When that
 drops to 0 the position jumps to the written end: sends held for a member the controller took
 out are answered, as Java's GroupTransferService answers them once the set is the master
-alone. Per slave it also publishes the broker id, when it last caught up (Java's
-lastCaughtUpTimeMs) and, once the slave is required, the written end at that moment, which the
-supervisor waits for before proposing it to the controller (broker/sync_state.py).
+alone. With them it publishes ``confirm_position``, Java's confirm offset, which the
+dispatcher does not pass and the transfer headers carry. Per slave it also publishes the broker
+id, when it last caught up (Java's lastCaughtUpTimeMs) and, once the slave is required, the
+written end at that moment, which the supervisor waits for before proposing it to the
+controller (broker/sync_state.py).
 """
 import asyncio
 import logging
@@ -34,8 +36,8 @@ from pybroker import clock
 from pybroker.proc.wake import signal_mask
 from pybroker.protocol import autoswitch_ha as wire
 from pybroker.store.commitlog import CommitLog
-from pybroker.store.control_block import (HA, HA_SLAVE_ASYNC_LEARNER, HA_SLAVE_SLOTS_MAX,
-                                         BrokerState, peer_word)
+from pybroker.store.control_block import (CONFIRM_UNBOUNDED, HA, HA_SLAVE_ASYNC_LEARNER,
+                                         HA_SLAVE_SLOTS_MAX, BrokerState, peer_word)
 from pybroker.store.drop_behind import DropBehind
 from pybroker.store.epoch_file import EpochFile
 from pybroker.store.mapped_file import MappedFile
@@ -316,10 +318,9 @@ class AutoSwitchMasterService:
             self.written = written
 
     def confirm_offset(self) -> int:
-        """What every acknowledgement a send waits for covers (the written end when none)."""
-        if self.control.ha_slaves_connected:
-            return min(self.control.replicated_position, self.written)
-        return self.written
+        """Java's confirm offset as the transfer headers carry it: ``confirm_position``, the
+        written end when unbounded."""
+        return min(self.control.confirm_position, self.written)
 
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
@@ -503,4 +504,10 @@ class AutoSwitchMasterService:
         mask = control.publish("ha_slaves_connected", needed)
         if covered is not None:
             mask |= control.publish("replicated_position", covered, True)
+        # Java's confirm offset (CommitLog.getConfirmOffset): with allAckInSyncStateSet what
+        # every member a send waits for has (unchanged while one is unknown), else - and while
+        # it waits for none - the written end. The dispatcher serves no further.
+        confirm = control.replicated_position if self.all_ack and needed else CONFIRM_UNBOUNDED
+        if confirm != control.confirm_position:
+            mask |= control.publish("confirm_position", confirm)
         signal_mask(mask, self.slots)

@@ -17,7 +17,10 @@ in place and the next start does it again (unlike Java 5.3.3, whose in-memory tr
 the old tail valid on disk: apache/rocketmq#10666). Otherwise it reports its end (the master's
 first transfer starts there) and appends what follows, recording every new epoch the
 transfer headers announce in its epoch file (Java's rule: refused unless it is newer). An
-empty epoch file means a new replica: nothing is cut.
+empty epoch file means a new replica: nothing is cut. With ``written_position`` it publishes
+``confirm_position``: the confirm offset of the master's last transfer header, bounded by its
+own end (Java's AutoSwitchHAClient), so its dispatcher serves only what the master's
+SyncStateSet confirmed.
 """
 import asyncio
 import logging
@@ -71,6 +74,8 @@ class AutoSwitchSlaveClient:
         commitlog.set_wrote_and_flushed(control.written_position)
         self.replica = ReplicaLog(commitlog, settings.check_crc_on_recover)
         self.published = self.replica.record_end
+        # The master's confirm offset from its last transfer header (-1: none yet).
+        self.master_confirm = -1
         self.counters = control.worker(HA.slot)
 
     def close(self) -> None:
@@ -84,13 +89,19 @@ class AutoSwitchSlaveClient:
             return None
 
     def publish(self) -> None:
-        replica = self.replica
+        """``written_position`` (the end of the last whole record) and ``confirm_position``
+        (Java's slave: the master's confirm offset, bounded by its own end)."""
+        replica, control = self.replica, self.control
+        mask = 0
         if replica.record_end != self.published:
             self.published = replica.record_end
-            self.control.written_store_timestamp = replica.last_store_timestamp
-            signal_mask(self.control.publish("written_position", replica.record_end),
-                        self.slots)
+            control.written_store_timestamp = replica.last_store_timestamp
+            mask = control.publish("written_position", replica.record_end)
             self.counters.add(batches=1)
+        confirm = min(self.master_confirm, replica.record_end)
+        if self.master_confirm >= 0 and confirm != control.confirm_position:
+            mask |= control.publish("confirm_position", confirm)
+        signal_mask(mask, self.slots)
 
     async def run(self, address_changed: asyncio.Event) -> int:
         """Replicate until cancelled; returns EXIT_TRUNCATE when a truncation is pending."""
@@ -241,7 +252,7 @@ class _Session:
             header = wire.parse_master_header(view, position, filled - position)
             if header is None:
                 return position
-            state, body_bytes, offset, epoch, epoch_start, _, header_bytes = header
+            state, body_bytes, offset, epoch, epoch_start, confirm, header_bytes = header
             if filled - position - header_bytes < body_bytes:
                 if header_bytes + body_bytes > len(view):
                     raise wire.HAProtocolError(f"frame of {header_bytes + body_bytes} bytes")
@@ -252,6 +263,8 @@ class _Session:
                     self._handshake(offset, epoch, wire.parse_epoch_entries(body))
                 else:
                     self._transfer(offset, epoch, epoch_start, body)
+                    if confirm >= 0:
+                        self.client.master_confirm = confirm
             finally:
                 body.release()
             position += header_bytes + body_bytes

@@ -225,6 +225,9 @@ class DataPlane:
         control = ControlBlock(paths.control_block_path(store.store_path_root_dir), create=True)
         for field in ("written_position", "flushed_position", "dispatched_position"):
             control.publish(field, valid_end)
+        if config.broker.enable_controller_mode:
+            # Recovery dispatched everything to valid_end (as Java's); the ha worker moves it.
+            control.publish("confirm_position", valid_end)
         slots = workers + 1
         ring_bytes = config.remoting.send_ring_size_bytes
         slot_count = config.remoting.completion_ring_slots

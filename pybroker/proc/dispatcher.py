@@ -3,10 +3,15 @@
 
 It tails ``written_position`` (published by the appender) over a READ-ONLY CommitLog and runs
 :class:`pybroker.store.dispatch.Dispatcher`, the only writer of consume queues and index files.
-It stops on request (the supervisor's stop signal by default), after dispatching everything
-written. Per batch it publishes ``dispatched_position`` once and signals the processes whose
-waiter bit it takes (remoting workers holding long polls; readers consult the live position and
-need no wake-up). It sleeps as a waiter on ``written_position`` (the appender signals it only then).
+It dispatches no further than ``confirm_position`` (Java's confirm offset: in controller mode
+what every SyncStateSet member a send waits for has, else unbounded) unless
+``readUnCommitted``, as Java's reput ends at getReputEndOffset: a consumer is never served a
+message the set has not confirmed. It stops on request (the supervisor's stop signal by
+default), after dispatching everything written and confirmed. Per batch it publishes
+``dispatched_position`` once and signals the processes whose waiter bit it takes (remoting
+workers holding long polls; readers consult the live position and need no wake-up). It sleeps
+as a waiter on whichever of ``written_position`` and ``confirm_position`` holds it back (their
+writers signal it only then).
 
 Every ``flushIntervalConsumeQueue`` ms it msyncs the consume queues (at least
 ``flushConsumeQueueLeastPages`` dirty pages, or all of them once
@@ -31,8 +36,7 @@ from collections.abc import Callable
 from pybroker import clock
 from pybroker.errors import StoreCorruptError
 from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
-from pybroker.proc.wake import (DataPlaneWakes, PositionWatch, Sleeper, signal_mask,
-                                stop_on_sigterm)
+from pybroker.proc.wake import DataPlaneWakes, Sleeper, signal_mask, stop_on_sigterm
 from pybroker._fast.stats import StatsCounter, StatsHistogram
 from pybroker.stats.region import private_writer
 from pybroker.store import paths
@@ -90,7 +94,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
     cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
     deletions = DispatcherDeletions(requests_path(settings.store_path_root_dir), control)
-    watch = PositionWatch(control, "written_position", DISPATCHER.slot)
+    watch = DispatchEndWatch(control, DISPATCHER.slot, not settings.read_un_committed)
     sleeper = Sleeper(wakes.dispatcher, [watch])
     counters = control.worker(DISPATCHER.slot)
     slots = wakes.by_slot()
@@ -104,32 +108,36 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
         while True:
             counters.beat()
             written = control.written_position     # before the deletion fields: see there
-            target = deletions.target(written)
+            end = watch.end(written)
+            target = deletions.target(end)
+            held = False
             if target > dispatcher.reput_from_offset:
                 follow_commitlog(commitlog, followed, written)
                 followed = written
                 stats.record(StatsHistogram.DISPATCH_LAG_BYTES,
                              written - dispatcher.reput_from_offset)
-                count = _dispatch_batch(dispatcher, target)
-                stats.add(StatsCounter.DISPATCHED_MESSAGES, count)
-                stats.add(StatsCounter.DISPATCH_BATCHES)
-                stats.record(StatsHistogram.DISPATCH_BATCH_MESSAGES, count)
+                # At the confirm offset a record may straddle it: then nothing moves (held).
+                count = _dispatch_batch(dispatcher, target, at_confirm=target == end < written)
+                held = count < 0
+                _count_batch(stats, counters, max(count, 0))
                 # Only the processes waiting for it (held long polls) are woken: a wake-up of
                 # every remoting worker and of the supervisor per batch cost each of them an
                 # event-loop turn per batch under load (docs/benchmarks.md).
                 signal_mask(control.publish("dispatched_position",
                                             dispatcher.reput_from_offset, True), slots)
-                counters.add(appends=count, batches=1)
                 drop_behind.advance(dispatcher.reput_from_offset)
             deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher)
             wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)
-            if written > dispatcher.reput_from_offset:
+            if end > dispatcher.reput_from_offset and not held:
                 continue
             wait_ms = min(wait_ms, cleanup.maybe_run(dispatcher))
-            if stop_requested() and control.written_position <= dispatcher.reput_from_offset:
+            # An unconfirmed tail at the stop is dispatched by the next start's recovery.
+            if stop_requested() and (held or watch.end(control.written_position)
+                                     <= dispatcher.reput_from_offset):
                 flusher.flush(dispatcher.last_store_timestamp, thorough=True)
                 return
-            watch.target = dispatcher.reput_from_offset + 1
+            # Held: until the confirm offset moves at all (it covers the record, or not yet).
+            watch.target = end + 1 if held else dispatcher.reput_from_offset + 1
             if sleeper.sleep(min(wait_ms, _IDLE_WAIT_MS)):
                 counters.add(wakeups=1)
     finally:
@@ -138,6 +146,37 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
         queues.close()
         if index_service is not None:
             index_service.close()
+
+
+class DispatchEndWatch:
+    """The end of what may be dispatched - ``written_position``, bounded by
+    ``confirm_position`` when ``gated`` (readUnCommitted=false) - and a sleep flag until it
+    passes :attr:`target`: a waiter bit only on the fields below the target, so a dispatcher
+    held at the confirm offset is not woken by every append."""
+
+    def __init__(self, control: ControlBlock, slot: int, gated: bool):
+        self.control = control
+        self.slot = slot
+        self.gated = gated
+        self.target = 0
+        self._armed: list[str] = []
+
+    def end(self, written: int) -> int:
+        """The dispatch end for ``written`` (the caller's load of written_position)."""
+        return min(written, self.control.confirm_position) if self.gated else written
+
+    def set_sleeping(self) -> bool:
+        fields = ("written_position", "confirm_position") if self.gated \
+            else ("written_position",)
+        self._armed = [name for name in fields if self.control.load(name) < self.target]
+        for name in self._armed:
+            self.control.add_waiter(name, self.slot)
+        return self.end(self.control.written_position) >= self.target
+
+    def clear_sleeping(self) -> None:
+        for name in self._armed:
+            self.control.remove_waiter(name, self.slot)
+        self._armed = []
 
 
 class _Cleanup:
@@ -178,15 +217,26 @@ class _Cleanup:
             self.control.publish("disk_full", disk_full)
 
 
-def _dispatch_batch(dispatcher: Dispatcher, written: int) -> int:
-    """Dispatch one batch (bounded in bytes); StoreCorruptError when no progress is possible."""
+def _count_batch(stats, counters, count: int) -> None:
+    stats.add(StatsCounter.DISPATCHED_MESSAGES, count)
+    stats.add(StatsCounter.DISPATCH_BATCHES)
+    stats.record(StatsHistogram.DISPATCH_BATCH_MESSAGES, count)
+    counters.add(appends=count, batches=1)
+
+
+def _dispatch_batch(dispatcher: Dispatcher, target: int, at_confirm: bool) -> int:
+    """Dispatch one batch (bounded in bytes) towards ``target``; the count, or -1 when
+    ``at_confirm`` (the target is the confirm offset, not a record end) and the next record
+    reaches past it; StoreCorruptError when no progress is possible otherwise."""
     before = dispatcher.reput_from_offset
-    count = dispatcher.dispatch_until(min(written, before + _BATCH_BYTES_MAX))
+    count = dispatcher.dispatch_until(min(target, before + _BATCH_BYTES_MAX))
     if dispatcher.reput_from_offset == before:
-        count = dispatcher.dispatch_until(written)     # one record larger than the bound
+        count = dispatcher.dispatch_until(target)     # one record larger than the bound
     if dispatcher.reput_from_offset == before:
+        if at_confirm:
+            return -1
         raise StoreCorruptError(f"dispatch cannot pass physical offset {before} although "
-                                f"{written} is written")
+                                f"{target} is written")
     return count
 
 

@@ -36,9 +36,9 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
     SYNC_STATE_OFFSET + 16         8  Java's inSyncReplicasNums (minInSyncReplicas checks it)
     SYNC_STATE_OFFSET + 24 + 8 * i 8  broker id of member i (i < n <= HA_SLAVE_SLOTS_MAX)
 
-with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1152, ``WORKER_SLOTS_MAX`` = 32 lines,
-``HA_SLAVE_SLOTS_MAX`` = 8 lines, ``TAKEN_OFFSET`` = 3712 (4 lines, all written by the
-appender) and ``SYNC_STATE_OFFSET`` = 3968 (2 lines), so the file is one 4096-byte page. The
+with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1216, ``WORKER_SLOTS_MAX`` = 32 lines,
+``HA_SLAVE_SLOTS_MAX`` = 8 lines, ``TAKEN_OFFSET`` = 3776 (4 lines, all written by the
+appender) and ``SYNC_STATE_OFFSET`` = 4032 (2 lines), in a file of two 4096-byte pages. The
 SyncStateSet lines (controller mode, docs/architecture/controller.md) are the members a
 master's acknowledgements wait for, published by the supervisor (a sequence lock: readers
 retry while the sequence is odd or moved) and read by the master's ha worker. The fast-failure
@@ -57,7 +57,12 @@ the per-slave lines, are written by the master's ha worker (pybroker/proc/ha_mas
 controller mode the master's ha worker (pybroker/proc/autoswitch_master.py) gives the two the
 meaning the acknowledgement rule needs: ``ha_slaves_connected`` is the number of slaves whose
 acknowledgement a send waits for (0: SEND_OK without one), ``replicated_position`` the offset
-all of them have (Java's confirm offset).
+all of them have. ``confirm_position`` is Java's confirm offset, the end of what the dispatcher
+serves (docs/architecture/controller.md): :data:`CONFIRM_UNBOUNDED` (the written end) in a new
+block and outside controller mode; in controller mode the supervisor starts it at the
+recovered end and the ha worker owns it - a master publishes what every SyncStateSet member a
+send waits for has (unbounded while it waits for none or without ``allAckInSyncStateSet``), a
+slave the master's confirm offset from its transfer headers, bounded by its own end.
 
 Which process owns which worker slot (and which section of the statistics region) is the one
 table of :class:`Worker` below.
@@ -73,7 +78,7 @@ from pybroker.store import disk_space
 
 CACHE_LINE_BYTES = 64
 MAGIC = int.from_bytes(b"PBCTRLB1", "little")
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 MAGIC_OFFSET = 0
 VERSION_OFFSET = 8
 SIZE_OFFSET = 16
@@ -98,7 +103,10 @@ FIELD_OWNERS = (
     ("topic_deletion_offset", "appender"),
     ("topic_deletion_done", "dispatcher"),
     ("ha_slaves_connected", "ha"),
+    ("confirm_position", "ha"),
 )
+# confirm_position's "no bound" (the dispatcher serves up to the written end): a new block's.
+CONFIRM_UNBOUNDED = (1 << 63) - 1
 FIELDS = tuple(name for name, _ in FIELD_OWNERS)
 FIELD_OFFSETS = {name: CACHE_LINE_BYTES * (1 + index) for index, name in enumerate(FIELDS)}
 
@@ -117,16 +125,17 @@ TAKEN_OFFSET = HA_SLAVES_OFFSET + CACHE_LINE_BYTES * HA_SLAVE_SLOTS_MAX
 SYNC_STATE_OFFSET = TAKEN_OFFSET + 8 * WORKER_SLOTS_MAX
 SYNC_STATE_MEMBERS_MAX = HA_SLAVE_SLOTS_MAX
 BLOCK_END_OFFSET = SYNC_STATE_OFFSET + 8 * (3 + SYNC_STATE_MEMBERS_MAX)
-FILE_SIZE_BYTES = 4096
+FILE_SIZE_BYTES = 8192
 
 assert FIELD_OFFSETS["written_position"] == 64
 assert FIELD_OFFSETS["broker_state"] == 640
 assert FIELD_OFFSETS["topic_deletion_done"] == 1024
-assert WORKERS_OFFSET == 1152
-assert HA_SLAVES_OFFSET == 3200
-assert TAKEN_OFFSET == 3712
-assert SYNC_STATE_OFFSET == 3968
-assert BLOCK_END_OFFSET == 4056 <= FILE_SIZE_BYTES
+assert FIELD_OFFSETS["confirm_position"] == 1152
+assert WORKERS_OFFSET == 1216
+assert HA_SLAVES_OFFSET == 3264
+assert TAKEN_OFFSET == 3776
+assert SYNC_STATE_OFFSET == 4032
+assert BLOCK_END_OFFSET == 4120 <= FILE_SIZE_BYTES
 assert len(HA_SLAVE_WORDS) * 8 <= CACHE_LINE_BYTES
 assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
 assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
@@ -307,6 +316,7 @@ class ControlBlock:
     topic_deletion_offset: int
     topic_deletion_done: int
     ha_slaves_connected: int
+    confirm_position: int
 
     def __init__(self, path: str, create: bool):
         self.path = path
@@ -327,6 +337,7 @@ class ControlBlock:
         if create:
             ring.store_u64(self._map, VERSION_OFFSET, LAYOUT_VERSION)
             ring.store_u64(self._map, SIZE_OFFSET, FILE_SIZE_BYTES)
+            ring.store_u64(self._map, FIELD_OFFSETS["confirm_position"], CONFIRM_UNBOUNDED)
             ring.store_u64(self._map, MAGIC_OFFSET, MAGIC)
         elif ring.load_u64(self._map, MAGIC_OFFSET) != MAGIC or \
                 ring.load_u64(self._map, VERSION_OFFSET) != LAYOUT_VERSION:

@@ -1,12 +1,15 @@
 """Controller mode, three pybroker brokers under Apache's controller (Java 5.3.3): kill -9 of the
 master under 64 concurrent senders, the old master's return with a cut log, and a partition of
-the master from the controller - nothing acknowledged is lost and no two masters accept writes.
+the master from the controller - nothing acknowledged is lost, no two masters accept writes and
+no consumer is served a message the SyncStateSet has not confirmed.
 
 Method: one Java controller (one-node DLedger group), a pybroker NameServer and three pybroker
 brokers with allAckInSyncStateSet=true; each broker reaches the controller through its own
 LinkProxy (a userspace link that can be partitioned). SendLoad's 64 senders write to whichever
 broker the controller names master, retrying elsewhere as a client does, and record every
 SEND_OK. A worker of the master is killed first: only its data plane restarts (no election).
+With the master's ha worker stopped, a message sent to it must not be pulled until the worker
+goes on and the slaves confirm it (Java 5.3.3 holds dispatch at the confirm offset).
 Then the master is killed with -9 mid-load: a new master must answer SEND_OK within the
 controller's detection plus one data-plane restart, and the senders go on. The old master is
 started again: it must cut the tail it had not replicated (its ha worker asks for the cut and
@@ -84,6 +87,36 @@ def _worker_death_keeps_master(controller, brokers) -> None:
     after = cc.wait_for_master(controller.address, GROUP, 30, members={1, 2, 3})
     assert (after["master_address"], after["master_epoch"]) == \
         (before["master_address"], before["master_epoch"])
+
+
+def _unconfirmed_held_back(controller, brokers) -> None:
+    """Java's readUnCommitted=false: the master does not serve a message its SyncStateSet has
+    not confirmed, and serves it once confirmed. Its ha worker is stopped (SIGSTOP), so no
+    slave receives what is sent meanwhile: a WAIT=false send is answered at once and is in the
+    master's CommitLog, but neither dispatched nor pulled until the ha worker goes on."""
+    info = cc.wait_for_master(controller.address, GROUP, 10, members={1, 2, 3})
+    master = _by_address(brokers, info["master_address"])
+    ha = master.supervisor_children()["pb-ha"]
+    queue = QUEUES - 1
+    with client_for(master.address) as client:
+        served = len(read_queue(client, TOPIC, queue))
+        written = position(master.store_dir, "written_position")
+        assert position(master.store_dir, "dispatched_position") == written   # all confirmed
+        os.kill(ha, signal.SIGSTOP)
+        try:
+            response = send(client, TOPIC, b"unconfirmed|", queue, "unconfirmed", wait=False)
+            assert response.code == ResponseCode.SUCCESS, response
+            wait_for(lambda: position(master.store_dir, "written_position") > written, 10,
+                     "the unconfirmed message in the master's CommitLog")
+            time.sleep(0.5)            # far longer than a dispatch takes
+            assert position(master.store_dir, "dispatched_position") == written
+            assert len(read_queue(client, TOPIC, queue)) == served, \
+                "a message the SyncStateSet did not confirm was served"
+        finally:
+            os.kill(ha, signal.SIGCONT)
+        bodies = wait_for(lambda: read_queue(client, TOPIC, queue)[served:], 10,
+                          "the message served once confirmed")
+    assert bodies == [b"unconfirmed|"]
 
 
 def _kill_master_under_load(controller, brokers, load):
@@ -174,6 +207,7 @@ def test_failover_rejoin_and_partition(tmp_path):
     load = cc.SendLoad(controller.address, GROUP, TOPIC, QUEUES, senders=64, pace_s=0.02)
     try:
         _worker_death_keeps_master(controller, brokers)
+        _unconfirmed_held_back(controller, brokers)
         load.start()
         old, master = _kill_master_under_load(controller, brokers, load)
         _rejoin_with_cut(controller, old, master)

@@ -5,7 +5,8 @@ tmp_path - an appender, a dispatcher and a flusher, plus two producer processes 
 RingPutter in an asyncio loop. Producers write their acknowledgements to JSON files; the test
 then reads the store back through MessageStoreReader (and, after kill -9 of the appender under
 load, through MessageStore's abnormal recovery) and checks every acknowledgement against it.
-Every wait has a deadline that fails the test.
+The dispatcher's hold at the confirm offset (controller mode) is driven by publishing
+confirm_position as the ha worker would. Every wait has a deadline that fails the test.
 """
 import asyncio
 import json
@@ -21,7 +22,9 @@ from pybroker.config import FlushDiskType, StoreConfig
 from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.ring_putter import RingPutter
+from pybroker.proc.wake import signal_mask
 from pybroker.store.checkpoint import StoreCheckpoint
+from pybroker.store.control_block import CONFIRM_UNBOUNDED
 from pybroker.store.message_store import MessageStore
 from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import GetStatus
@@ -215,3 +218,50 @@ def test_sync_flush_ack_times_out_without_a_flusher(tmp_path, plane_factory):
     assert {a["status"] for a in acks} == {"FLUSH_DISK_TIMEOUT"} and len(acks) == 80
     assert not any(a["flushed"] for a in acks)
     assert plane.control.flushed_position == 0 < plane.control.written_position
+
+
+def _wait_dispatched(control, expected: int, deadline_s: float = 10) -> None:
+    deadline = time.monotonic() + deadline_s
+    while control.dispatched_position != expected:
+        assert time.monotonic() < deadline, (control.dispatched_position, expected)
+        time.sleep(0.005)
+
+
+def _confirm(plane: LocalDataPlane, position: int) -> None:
+    """Publish confirm_position as the ha worker does (and wake its waiters)."""
+    signal_mask(plane.control.publish("confirm_position", position), plane.wakes.by_slot())
+
+
+@pytest.mark.timeout(60)
+def test_dispatch_holds_at_the_confirm_offset(tmp_path, plane_factory):
+    """Controller mode (readUnCommitted=false): nothing past confirm_position is dispatched,
+    so no consumer is served it; a confirm offset inside a record holds that record back; the
+    dispatcher follows the offset when it moves, stops while held, and the next start's
+    recovery dispatches the held tail. The test plays the ha worker."""
+    plane = plane_factory("ASYNC_FLUSH")
+    control = plane.control
+    assert control.confirm_position == CONFIRM_UNBOUNDED        # a new block: no bound
+    _confirm(plane, 0)                   # a controller-mode generation on an empty store
+    plane.start_workers()
+    acks, _ = run_producers(plane, tmp_path, 200, False)
+    assert {a["status"] for a in acks} == {"PUT_OK"}
+    written = control.written_position
+    time.sleep(0.5)                      # the dispatcher had all the time it needs
+    assert control.dispatched_position == 0 < written
+    starts = sorted(a["physical_offset"] for a in acks)
+    held, following = starts[len(starts) // 2], starts[len(starts) // 2 + 1]
+    assert following - held < 1024      # contiguous records of one CommitLog file
+    _confirm(plane, held + 1)            # inside the record at `held`
+    _wait_dispatched(control, held)
+    time.sleep(0.2)
+    assert control.dispatched_position == held, "a record past the confirm offset served"
+    _confirm(plane, following)
+    _wait_dispatched(control, following)
+    assert plane.stop_workers() == [0, 0, 0], "appender, dispatcher, flusher (held)"
+    assert control.dispatched_position == following < written
+    store = MessageStore(plane.settings)
+    assert store.load()
+    try:
+        check_acks_in_store(store, acks)
+    finally:
+        store.shutdown()

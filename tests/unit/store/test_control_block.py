@@ -22,7 +22,7 @@ CONTRACT_FIELDS = (
     "replicated_position", "logics_flushed_timestamp", "index_flushed_timestamp",
     "physic_flushed_timestamp", "generation", "broker_state", "commitlog_min_offset",
     "disk_full", "topic_deletion_requested", "topic_deletion_appended", "topic_deletion_offset",
-    "topic_deletion_done", "ha_slaves_connected",
+    "topic_deletion_done", "ha_slaves_connected", "confirm_position",
 )
 
 
@@ -80,7 +80,7 @@ def test_create_replaces_a_stale_block(tmp_path):
 def test_attach_rejects_other_files(tmp_path):
     wrong_size = tmp_path / "short"
     wrong_size.write_bytes(bytes(100))
-    with pytest.raises(ValueError, match="expected 4096"):
+    with pytest.raises(ValueError, match=f"expected {control_block.FILE_SIZE_BYTES}"):
         ControlBlock(str(wrong_size), create=False)
     zeroed = tmp_path / "zeroed"
     zeroed.write_bytes(bytes(control_block.FILE_SIZE_BYTES))
