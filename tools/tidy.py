@@ -126,9 +126,52 @@ def source_files(root: pathlib.Path):
                 yield path
 
 
+# A module-level function of pybroker/ whose body (docstring aside) is another's, statement
+# for statement, is a twin: two copies of one rule drift apart (style.md §8.9, rule 9).
+TWIN_LINES_MIN = 3
+
+
+def _module_function_bodies(text: str):
+    """Yield (name, first line, fingerprint) of every module-level function of at least
+    TWIN_LINES_MIN body lines whose ``def`` line does not say ``tidy: allow``."""
+    lines = text.splitlines()
+    for node in ast.parse(text).body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+                "tidy: allow" in lines[node.lineno - 1]:
+            continue
+        body = node.body
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and \
+                isinstance(body[0].value.value, str):
+            body = body[1:]
+        if body and body[-1].end_lineno - body[0].lineno + 1 >= TWIN_LINES_MIN:
+            yield node.name, node.lineno, \
+                type(node).__name__ + ast.dump(node.args) + "".join(map(ast.dump, body))
+
+
+def twin_functions(root: pathlib.Path, paths) -> list[str]:
+    """Every module-level function of pybroker/ that repeats an earlier one's body."""
+    first: dict[str, str] = {}
+    problems = []
+    for path in paths:
+        rel = path.relative_to(root).as_posix()
+        if not rel.startswith("pybroker/") or path.suffix != ".py":
+            continue
+        for name, line, fingerprint in _module_function_bodies(
+                path.read_text(encoding="utf-8")):
+            where = f"{rel}:{line} {name}"
+            if fingerprint in first:
+                problems.append(f"{rel}:{line}: function {name} is a twin of {first[fingerprint]}"
+                                " -> keep one and import it")
+            else:
+                first[fingerprint] = where
+    return problems
+
+
 def main(argv: list[str]) -> int:
     root = pathlib.Path(argv[1] if len(argv) > 1 else pathlib.Path(__file__).parents[1])
-    problems = [p for path in source_files(root) for p in check_file(root, path)]
+    paths = list(source_files(root))
+    problems = [p for path in paths for p in check_file(root, path)]
+    problems += twin_functions(root, paths)
     for problem in problems:
         sys.stdout.write(problem + "\n")
     return 1 if problems else 0

@@ -27,7 +27,7 @@ import logging
 import socket
 
 from pybroker import clock
-from pybroker.proc.wake import signal_mask
+from pybroker.proc.wake import signal_mask, wait_event
 from pybroker.protocol import autoswitch_ha as wire
 from pybroker.store import paths
 from pybroker.store.commitlog import CommitLog
@@ -110,7 +110,7 @@ class AutoSwitchSlaveClient:
             address = self.read_master_address()
             address_changed.clear()
             if address is None:
-                await _wait(address_changed, _ADDRESS_WAIT_S)
+                await wait_event(address_changed, _ADDRESS_WAIT_S)
                 continue
             before = self.replica.end
             try:
@@ -128,7 +128,7 @@ class AutoSwitchSlaveClient:
                 self.publish()
             if self.replica.end > before:
                 backoff_s = _BACKOFF_MIN_S
-            await _wait(address_changed, backoff_s)
+            await wait_event(address_changed, backoff_s)
             backoff_s = min(backoff_s * 2, _BACKOFF_MAX_S)
 
     async def _session(self, address: str, address_changed: asyncio.Event) -> None:
@@ -157,13 +157,6 @@ class AutoSwitchSlaveClient:
                 reader.result()
         finally:
             sock.close()
-
-
-async def _wait(event: asyncio.Event, timeout_s: float) -> None:
-    try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except TimeoutError:
-        pass
 
 
 class _Session:

@@ -41,7 +41,7 @@ from pybroker.proc.ha_access import HAAccess, HAAccessRefused
 from pybroker.proc.wake import signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store.commitlog import CommitLog
-from pybroker.store.control_block import HA, HA_SLAVE_SLOTS_MAX, BrokerState
+from pybroker.store.control_block import HA, HA_SLAVE_SLOTS_MAX, BrokerState, peer_word
 from pybroker.store.drop_behind import DropBehind
 from pybroker.store.settings import BrokerRole
 from pybroker.store.mapped_file import MappedFile
@@ -58,14 +58,6 @@ _HOUSEKEEPING_TICK_S = 0.5
 # ASYNC_MASTER: no wake-up per append drain; new data goes out on this tick (Java's transfer
 # thread waits up to 100 ms when no SYNC_MASTER put wakes it). Batches units, bounds the lag.
 _ASYNC_TRANSFER_TICK_S = 0.01
-
-
-def _peer_word(address) -> int:
-    """The control block's peer word: IPv4 << 16 | port (1 for other families)."""
-    try:
-        return int(ipaddress.IPv4Address(address[0])) << 16 | int(address[1])
-    except (ValueError, IndexError, TypeError):
-        return 1
 
 
 class _CaughtUpFlag:
@@ -97,7 +89,7 @@ class _SlaveConnection:
         self.service = service
         self.sock = sock
         self.address = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else "?"
-        self.peer = _peer_word(address)
+        self.peer = peer_word(address)
         self.slot = slot
         self.connected_ms = service.clock_ms()
         self.last_read_ms = self.last_write_ms = self.connected_ms

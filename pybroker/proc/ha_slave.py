@@ -33,7 +33,7 @@ import socket
 
 from pybroker import clock
 from pybroker.proc.ha_access import HAAccess, HAAccessRefused
-from pybroker.proc.wake import signal_mask
+from pybroker.proc.wake import signal_mask, wait_event
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store import paths
 from pybroker.store.control_block import HA
@@ -123,7 +123,7 @@ class HASlaveClient:
             address = self.read_master_address()
             address_changed.clear()
             if address is None:
-                await _wait(address_changed, _ADDRESS_WAIT_S)
+                await wait_event(address_changed, _ADDRESS_WAIT_S)
                 continue
             if address != self.master_address:
                 log.info("update master address, OLD: %s NEW: %s", self.master_address, address)
@@ -150,7 +150,7 @@ class HASlaveClient:
                 self.publish()
             if self.replica.end > before:
                 backoff_s = _BACKOFF_MIN_S
-            await _wait(address_changed, backoff_s)
+            await wait_event(address_changed, backoff_s)
             backoff_s = min(backoff_s * 2, _BACKOFF_MAX_S)
 
     def _widen(self, address: str) -> None:
@@ -190,13 +190,6 @@ class HASlaveClient:
         finally:
             peer.close()
             sock.close()
-
-
-async def _wait(event: asyncio.Event, timeout_s: float) -> None:
-    try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except TimeoutError:
-        pass
 
 
 class _Session:

@@ -157,6 +157,15 @@ class PositionWatch:
         self.block.remove_waiter(self.field, self.slot)
 
 
+async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
+    """Wait until ``event`` is set or ``timeout_s`` passed, whichever comes first (the ha
+    slaves' reconnect back-off, cut short by a new master address)."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except TimeoutError:
+        pass
+
+
 def signal_mask(mask: int, wake_fds: Mapping[int, WakeFd] | Sequence[WakeFd]) -> int:
     """Signal the eventfd of every worker slot whose bit is set in mask (from
     ControlBlock.publish); returns how many were signalled."""
