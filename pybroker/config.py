@@ -248,6 +248,28 @@ class BrokerConfig:
         "INVALID_PARAMETER when false)")
     lite_pull_message_enable: bool = setting("litePullMessageEnable", True,
         "serve LITE_PULL_MESSAGE (361); false answers NO_PERMISSION")
+    # --- 5.x POP consumption (broker/pop/) ------------------------------------------------------
+    revive_queue_num: int = setting("reviveQueueNum", 8,
+        "queues of rmq_sys_REVIVE_LOG_<cluster>: POP check-points and acks", unit="count",
+        rule=between(1, 512), important=True)
+    enable_pop_buffer_merge: bool = setting("enablePopBufferMerge", False,
+        "keep check-points in memory and merge acks into them before writing")
+    pop_ck_stay_buffer_time: int = setting("popCkStayBufferTime", 10000,
+        "enablePopBufferMerge: longest stay of a check-point in memory", unit="ms",
+        rule=at_least(0))
+    pop_ck_stay_buffer_time_out: int = setting("popCkStayBufferTimeOut", 3000,
+        "enablePopBufferMerge: written this long before its revive time", unit="ms",
+        rule=at_least(0))
+    pop_ck_max_buffer_size: int = setting("popCkMaxBufferSize", 200000,
+        "enablePopBufferMerge: check-points kept in memory", unit="count", rule=at_least(0))
+    pop_ck_offset_max_queue_size: int = setting("popCkOffsetMaxQueueSize", 20000,
+        "enablePopBufferMerge: offsets waiting per queue", unit="count", rule=at_least(0))
+    enable_pop_batch_ack: bool = setting("enablePopBatchAck", False,
+        "enablePopBufferMerge: write merged acks as batch acks")
+    append_ack_async: bool = setting("appendAckAsync", False,
+        "answer an ack before its record is written")
+    append_ck_async: bool = setting("appendCkAsync", False,
+        "answer a POP before its check-point is written")
 
 
 @dataclasses.dataclass(frozen=True)

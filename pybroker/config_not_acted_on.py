@@ -21,6 +21,16 @@ SETTINGS_NOT_ACTED_ON = {
     "clientSocketRcvBufSize": "the kernel's socket buffer sizes are used",
     "enableAutoInSyncReplicas": "it belongs to slaveActingMaster mode, which pybroker lacks; "
                                 "Java ignores it in controller mode too",
+    # POP check-points are written before the POP answers, never buffered (apache/rocketmq
+    # #3787: buffered check-points made slow consumers' acks late): no buffer to tune.
+    "enablePopBufferMerge": "POP check-points are written at once, never buffered",
+    "popCkStayBufferTime": "POP check-points are written at once, never buffered",
+    "popCkStayBufferTimeOut": "POP check-points are written at once, never buffered",
+    "popCkMaxBufferSize": "POP check-points are written at once, never buffered",
+    "popCkOffsetMaxQueueSize": "POP check-points are written at once, never buffered",
+    "enablePopBatchAck": "acks are never buffered, so never merged into batch acks",
+    "appendAckAsync": "an ack is answered once its record is written",
+    "appendCkAsync": "a POP is answered once its check-point is written",
 }
 
 
@@ -52,4 +62,5 @@ JAVA_KEYS_UNSUPPORTED = {
     # A NameServer with an embedded controller: run Apache's controller (README).
     "enableControllerInNamesrv": "false",
     "enableConsumeQueueExt": "false", "duplicationEnable": "false",
+    "popConsumerKVServiceEnable": "false",
 }

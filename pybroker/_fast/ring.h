@@ -31,6 +31,14 @@ static inline uint64_t pb_fetch_or_u64(uint64_t *p, uint64_t bits) {
 static inline uint64_t pb_fetch_and_u64(uint64_t *p, uint64_t bits) {
     return __atomic_fetch_and(p, bits, __ATOMIC_SEQ_CST);
 }
+static inline uint64_t pb_fetch_add_u64(uint64_t *p, uint64_t v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+/* Store desired into *p if it holds expected; returns the value *p held (== expected: done). */
+static inline uint64_t pb_compare_exchange_u64(uint64_t *p, uint64_t expected, uint64_t desired) {
+    __atomic_compare_exchange_n(p, &expected, desired, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return expected;
+}
 static inline void pb_fence(void) {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }

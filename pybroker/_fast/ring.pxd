@@ -9,6 +9,8 @@ cdef extern from "ring.h" nogil:
     uint64_t pb_exchange_u64(uint64_t *p, uint64_t v)
     uint64_t pb_fetch_or_u64(uint64_t *p, uint64_t bits)
     uint64_t pb_fetch_and_u64(uint64_t *p, uint64_t bits)
+    uint64_t pb_fetch_add_u64(uint64_t *p, uint64_t v)
+    uint64_t pb_compare_exchange_u64(uint64_t *p, uint64_t expected, uint64_t desired)
     void pb_fence()
     uint64_t pb_max_u64(uint64_t *p, uint64_t v)
     uint32_t pb_ring_load_u32(const unsigned char *p)

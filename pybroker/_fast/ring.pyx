@@ -591,12 +591,13 @@ cdef class CompletionRing:
 # ---- 64-bit words of the control block --------------------------------------------------------
 
 cdef enum WordOp:
-    WORD_LOAD, WORD_STORE, WORD_MAX, WORD_EXCHANGE, WORD_OR, WORD_AND
+    WORD_LOAD, WORD_STORE, WORD_MAX, WORD_EXCHANGE, WORD_OR, WORD_AND, WORD_ADD, WORD_CAS
 
 
-cdef uint64_t _word_op(object buffer, Py_ssize_t offset, WordOp op, uint64_t value) except? 0:
+cdef uint64_t _word_op(object buffer, Py_ssize_t offset, WordOp op, uint64_t value,
+                       uint64_t expected=0) except? 0:
     """Apply op to the aligned native 64-bit word at byte offset of buffer; returns the value
-    loaded (load), the previous value (exchange/or/and) or 0."""
+    loaded (load), the previous value (exchange/or/and/add/compare-exchange) or 0."""
     cdef Py_buffer view
     cdef uint64_t result = 0
     cdef uint64_t *word
@@ -617,6 +618,10 @@ cdef uint64_t _word_op(object buffer, Py_ssize_t offset, WordOp op, uint64_t val
             result = pb_exchange_u64(word, value)
         elif op == WORD_OR:
             result = pb_fetch_or_u64(word, value)
+        elif op == WORD_ADD:
+            result = pb_fetch_add_u64(word, value)
+        elif op == WORD_CAS:
+            result = pb_compare_exchange_u64(word, expected, value)
         else:
             result = pb_fetch_and_u64(word, value)
         return result
@@ -652,6 +657,18 @@ def fetch_or_u64(buffer, Py_ssize_t offset, uint64_t bits):
 def fetch_and_u64(buffer, Py_ssize_t offset, uint64_t bits):
     """AND bits into the word (sequentially consistent); returns the previous value."""
     return _word_op(buffer, offset, WORD_AND, bits)
+
+
+def fetch_add_u64(buffer, Py_ssize_t offset, int64_t delta):
+    """Add delta (may be negative: the word wraps as two's complement) to the word
+    (sequentially consistent); returns the previous value."""
+    return _word_op(buffer, offset, WORD_ADD, <uint64_t>delta)
+
+
+def compare_exchange_u64(buffer, Py_ssize_t offset, uint64_t expected, uint64_t desired):
+    """Store desired into the word if it holds expected (sequentially consistent); returns
+    the value it held: equal to expected when the store happened."""
+    return _word_op(buffer, offset, WORD_CAS, desired, expected)
 
 
 def fence():

@@ -72,6 +72,8 @@ class RequestCode(enum.IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     LITE_PULL_MESSAGE = 361
+    # 5.x load balancing on the broker (QueryAssignmentProcessor)
+    QUERY_ASSIGNMENT = 400
     BROKER_HEARTBEAT = 904
     # Controller mode (5.x, protocol/controller.py): broker <-> controller, admin -> either.
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
@@ -89,6 +91,14 @@ class RequestCode(enum.IntEnum):
     GET_SUBSCRIPTIONGROUP_CONFIG = 352
     SET_MESSAGE_REQUEST_MODE = 401
     GET_ALL_MESSAGE_REQUEST_MODE = 402
+    # 5.x POP consumption (codes past 32767: JSON headers only, protocol.md §1.4)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(enum.IntEnum):

@@ -197,6 +197,9 @@ class Property:
     TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
     TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
     TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    POP_CK = "POP_CK"
+    POP_CK_OFFSET = "POP_CK_OFFSET"
+    FIRST_POP_TIME = "1ST_POP_TIME"
     TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
     TRANSFER_FLAG = "TRANSFER_FLAG"
     CORRECTION_FLAG = "CORRECTION_FLAG"
@@ -275,6 +278,34 @@ TOPICS_NOT_ALLOWED_TO_SEND = frozenset({
     SystemTopic.SCHEDULE, SystemTopic.TRANS_HALF, SystemTopic.TRANS_OP_HALF,
     SystemTopic.TRANS_CHECK_MAX_TIME, SystemTopic.SELF_TEST, SystemTopic.OFFSET_MOVED_EVENT,
 })
+
+
+# System topics and groups are recognised by these prefixes (TopicValidator, MixAll).
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+
+
+class PopConstants:
+    """5.x POP facts (Java PopAckConstants, KeyBuilder, ConsumeInitMode)."""
+    REVIVE_TOPIC_PREFIX = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG_"   # + brokerClusterName
+    REVIVE_GROUP = SYSTEM_GROUP_PREFIX + "REVIVE_GROUP"
+    CK_TAG = "ck"
+    ACK_TAG = "ack"
+    BATCH_ACK_TAG = "bAck"
+    SPLIT = "@"
+    # The revive queue id an order POP answers with and its acks carry: no check-point exists.
+    ORDER_REVIVE_QUEUE = 999
+    # A check-point is delivered this much before its revive time, its acks at it.
+    ACK_TIME_INTERVAL_MS = 1000
+    SECOND_MS = 1000
+    RETRY_QUEUE_NUMS = 1                  # queues of a POP retry topic
+    RETRY_SEPARATOR_V1 = "_"              # %RETRY%<group>_<topic>
+    RETRY_SEPARATOR_V2 = "+"              # %RETRY%<group>+<topic>
+    INIT_MODE_MIN = 0                     # ConsumeInitMode: start at the queue's first message
+    INIT_MODE_MAX = 1                     # ... at its last message
+    MAX_MSG_NUMS = 32                     # a POP takes at most this many messages
+    # The ack "localhost" Java commits revive offsets from (its offset table's client name).
+    LOCAL_HOST = "127.0.0.1"
 
 
 class SystemGroup:

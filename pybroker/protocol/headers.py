@@ -583,6 +583,80 @@ NOTIFY_BROKER_ROLE_CHANGED_REQUEST = _schema("NotifyBrokerRoleChangedRequestHead
 ])
 
 
+# --- 5.x POP (broker/pop/) ------------------------------------------------------------------------
+# A POP request's bornTime is filled in by the broker when missing or "0" (Java does so before
+# decoding), so it is optional here; queueId < 0 means every queue.
+POP_MESSAGE_REQUEST = _schema("PopMessageRequestHeader", [
+    ("consumerGroup", STR, True),
+    ("topic", STR, True),
+    ("queueId", INT, True),
+    ("maxMsgNums", INT, True),
+    ("invisibleTime", LONG, True),
+    ("pollTime", LONG, True),
+    ("bornTime", LONG, False),
+    ("initMode", INT, True),
+    ("expType", STR, False),
+    ("exp", STR, False),
+    ("order", BOOL, False, False),
+    ("attemptId", STR, False),
+])
+POP_MESSAGE_RESPONSE = _schema("PopMessageResponseHeader", [
+    ("popTime", LONG, True),
+    ("invisibleTime", LONG, True),
+    ("reviveQid", INT, True),
+    ("restNum", LONG, True),
+    ("startOffsetInfo", STR, False),
+    ("msgOffsetInfo", STR, False),
+    ("orderCountInfo", STR, False),
+])
+ACK_MESSAGE_REQUEST = _schema("AckMessageRequestHeader", [
+    ("consumerGroup", STR, True),
+    ("topic", STR, True),
+    ("queueId", INT, True),
+    ("extraInfo", STR, True),
+    ("offset", LONG, True, None, None, "queue_offset"),
+])
+CHANGE_INVISIBLE_TIME_REQUEST = _schema("ChangeInvisibleTimeRequestHeader", [
+    ("consumerGroup", STR, True),
+    ("topic", STR, True),
+    ("queueId", INT, True),
+    ("extraInfo", STR, True),
+    ("offset", LONG, True, None, None, "queue_offset"),
+    ("invisibleTime", LONG, True),
+])
+CHANGE_INVISIBLE_TIME_RESPONSE = _schema("ChangeInvisibleTimeResponseHeader", [
+    ("popTime", LONG, True),
+    ("invisibleTime", LONG, True),
+    ("reviveQid", INT, True),
+])
+PEEK_MESSAGE_REQUEST = _schema("PeekMessageRequestHeader", [
+    ("consumerGroup", STR, True),
+    ("topic", STR, True),
+    ("queueId", INT, True),
+    ("maxMsgNums", INT, True),
+])
+NOTIFICATION_REQUEST = _schema("NotificationRequestHeader", [
+    ("consumerGroup", STR, True),
+    ("topic", STR, True),
+    ("queueId", INT, True),
+    ("pollTime", LONG, True),
+    ("bornTime", LONG, False),
+    ("order", BOOL, False, False),
+    ("attemptId", STR, False),
+])
+NOTIFICATION_RESPONSE = _schema("NotificationResponseHeader", [
+    ("hasMsg", BOOL, True),
+    ("pollingFull", BOOL, False),
+])
+POLLING_INFO_REQUEST = _schema("PollingInfoRequestHeader", [
+    ("consumerGroup", STR, True),
+    ("topic", STR, True),
+    ("queueId", INT, True),
+])
+POLLING_INFO_RESPONSE = _schema("PollingInfoResponseHeader", [
+    ("pollingNum", INT, True),
+])
+
 # --- Tables: request code -> (schema, short names?) and request code -> response schema ---------
 _C = RequestCode
 REQUEST_SCHEMAS: dict[int, tuple[HeaderSchema, bool]] = {
@@ -646,6 +720,12 @@ REQUEST_SCHEMAS: dict[int, tuple[HeaderSchema, bool]] = {
     # RocketMQ 5.x protocol basics
     _C.GET_TOPIC_CONFIG: (TOPIC_REQUEST, False),
     _C.GET_SUBSCRIPTIONGROUP_CONFIG: (GET_SUBSCRIPTION_GROUP_CONFIG_REQUEST, False),
+    _C.POP_MESSAGE: (POP_MESSAGE_REQUEST, False),
+    _C.ACK_MESSAGE: (ACK_MESSAGE_REQUEST, False),
+    _C.CHANGE_MESSAGE_INVISIBLETIME: (CHANGE_INVISIBLE_TIME_REQUEST, False),
+    _C.PEEK_MESSAGE: (PEEK_MESSAGE_REQUEST, False),
+    _C.NOTIFICATION: (NOTIFICATION_REQUEST, False),
+    _C.POLLING_INFO: (POLLING_INFO_REQUEST, False),
 }
 
 # Response headers, keyed by the REQUEST code they answer (a response code alone is ambiguous).
@@ -676,6 +756,11 @@ RESPONSE_SCHEMAS: dict[int, HeaderSchema] = {
     _C.CONTROLLER_GET_REPLICA_INFO: MASTER_INFO_RESPONSE,
     _C.CONTROLLER_ELECT_MASTER: MASTER_INFO_RESPONSE,
     _C.CONTROLLER_ALTER_SYNC_STATE_SET: ALTER_SYNC_STATE_SET_RESPONSE,
+    _C.POP_MESSAGE: POP_MESSAGE_RESPONSE,
+    _C.PEEK_MESSAGE: POP_MESSAGE_RESPONSE,
+    _C.CHANGE_MESSAGE_INVISIBLETIME: CHANGE_INVISIBLE_TIME_RESPONSE,
+    _C.NOTIFICATION: NOTIFICATION_RESPONSE,
+    _C.POLLING_INFO: POLLING_INFO_RESPONSE,
 }
 del _C
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from pybroker.broker import attributes
 from pybroker.config import BrokerConfig
+from pybroker.protocol import constants
 from pybroker.store import config_docs
 from pybroker.store.config_docs import (DataVersion, SubscriptionGroupConfig,
                                         SubscriptionGroupDocument)
@@ -21,7 +22,7 @@ __all__ = ["SubscriptionGroupManager", "group_table_from_snapshot", "auto_create
 
 log = logging.getLogger("pybroker.broker.metadata")
 
-SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+SYSTEM_GROUP_PREFIX = constants.SYSTEM_GROUP_PREFIX
 # Groups Java 4.9's SubscriptionGroupManager creates at start (all with default settings).
 _SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP",
                   "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION",

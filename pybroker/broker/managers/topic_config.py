@@ -11,7 +11,7 @@ from typing import Any
 
 from pybroker.broker import attributes
 from pybroker.config import BrokerConfig
-from pybroker.protocol import constants
+from pybroker.protocol import constants, pop
 from pybroker.protocol.constants import Perm, SystemTopic
 from pybroker.store import config_docs
 from pybroker.store.config_docs import DataVersion, TopicConfig, TopicConfigDocument
@@ -24,7 +24,7 @@ log = logging.getLogger("pybroker.broker.metadata")
 SCHEDULE_QUEUE_NUMS = 18               # Java's fixed queue count of SCHEDULE_TOPIC_XXXX
 BENCHMARK_QUEUE_NUMS = 1024
 CLUSTER_TOPIC_QUEUE_NUMS = 16
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"       # 5.x
+SYSTEM_TOPIC_PREFIX = constants.SYSTEM_TOPIC_PREFIX       # 5.x
 PERM_READ_WRITE = int(constants.PERM_READ_WRITE)
 
 # Topics TopicValidator always counts as system topics (more are added at start, below).
@@ -54,6 +54,9 @@ def _system_topic_configs(broker: BrokerConfig) -> list[TopicConfig]:
     if broker.trace_topic_enable:
         configs.append(TopicConfig(broker.msg_trace_topic_name, 1, 1))
     configs.append(TopicConfig(broker.broker_cluster_name + SystemTopic.REPLY_TOPIC_SUFFIX, 1, 1))
+    # 5.x: POP check-points and acks (Java puts it at every start, before loading the file).
+    configs.append(TopicConfig(pop.revive_topic(broker.broker_cluster_name),
+                               broker.revive_queue_num, broker.revive_queue_num))
     return configs
 
 

@@ -305,6 +305,13 @@ def test_atomic_word_helpers():
     assert ring_module.fetch_or_u64(words, 16, 8) == 7
     assert ring_module.fetch_and_u64(words, 16, 1) == 15
     assert ring_module.load_u64(words, 16) == 1
+    assert ring_module.fetch_add_u64(words, 24, 5) == 0
+    assert ring_module.fetch_add_u64(words, 24, -7) == 5
+    assert ring_module.load_u64(words, 24) == 2**64 - 2          # two's complement
+    assert ring_module.compare_exchange_u64(words, 32, 1, 9) == 0   # not 1: unchanged
+    assert ring_module.load_u64(words, 32) == 0
+    assert ring_module.compare_exchange_u64(words, 32, 0, 9) == 0   # 0: swapped
+    assert ring_module.load_u64(words, 32) == 9
     for bad in (-8, 4, 57, 64):
         with pytest.raises(ValueError, match="aligned word"):
             ring_module.load_u64(words, bad)

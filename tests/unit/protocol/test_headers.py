@@ -260,7 +260,9 @@ def test_every_request_code_in_the_reference_tables_has_a_schema_or_none_by_desi
                       RequestCode.GET_BROKER_EPOCH_CACHE,
                       # RocketMQ 5.x protocol basics (bodies only)
                       RequestCode.SET_MESSAGE_REQUEST_MODE,
-                      RequestCode.GET_ALL_MESSAGE_REQUEST_MODE}
+                      RequestCode.GET_ALL_MESSAGE_REQUEST_MODE,
+                      # 5.x: their question is the body
+                      RequestCode.QUERY_ASSIGNMENT, RequestCode.BATCH_ACK_MESSAGE}
     for code in RequestCode:
         assert (code in headers.REQUEST_SCHEMAS) != (code in without_header), code
 
