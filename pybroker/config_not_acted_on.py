@@ -31,6 +31,11 @@ SETTINGS_NOT_ACTED_ON = {
     "enablePopBatchAck": "acks are never buffered, so never merged into batch acks",
     "appendAckAsync": "an ack is answered once its record is written",
     "appendCkAsync": "a POP is answered once its check-point is written",
+    "enableSkipLongAwaitingAck": "an ack without a pending check-point never holds the revive "
+                                 "offset (apache/rocketmq #5408), whatever this says",
+    "reviveAckWaitMs": "an ack without a pending check-point never holds the revive offset",
+    "popLongPollingForceNotifyInterval": "a held POP runs again on every arrival in its "
+                                         "queues, whatever its filter",
 }
 
 

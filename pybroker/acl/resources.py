@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 from pybroker.acl.plain_config import Perm
 from pybroker.protocol.bodies import decode_heartbeat
+from pybroker.protocol.pop_bodies import decode_batch_ack_body, decode_query_assignment_request
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import RemotingCommand
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
@@ -89,6 +90,20 @@ def _heartbeat(request: RemotingCommand) -> list[Need]:
     return needs
 
 
+def _batch_ack(request: RemotingCommand) -> list[Need]:
+    # 5.x (ACL 2.0 names the topic and group of each ack; 1.0 had no POP codes).
+    _, acks = decode_batch_ack_body(request.body or b"{}")   # ValueError for a bad body
+    needs: list[Need] = []
+    for ack in acks or ():
+        needs += _topic(ack.topic, Perm.SUB) + _group(ack.consumer_group)
+    return needs
+
+
+def _query_assignment(request: RemotingCommand) -> list[Need]:
+    body = decode_query_assignment_request(request.body or b"{}")
+    return _topic(body.topic, Perm.SUB) + _group(body.consumer_group)
+
+
 RESOURCE_CODES: dict[int, Extractor] = {
     RequestCode.SEND_MESSAGE: _send("topic"),
     RequestCode.SEND_MESSAGE_V2: _send("b"),
@@ -104,6 +119,15 @@ RESOURCE_CODES: dict[int, Extractor] = {
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: _group_field("consumerGroup"),
     RequestCode.UPDATE_CONSUMER_OFFSET: _pull,
     RequestCode.QUERY_CONSUMER_OFFSET: _pull,
+    # 5.x POP: the topic and group of the header, as the pull's.
+    RequestCode.POP_MESSAGE: _pull,
+    RequestCode.ACK_MESSAGE: _pull,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _pull,
+    RequestCode.PEEK_MESSAGE: _pull,
+    RequestCode.NOTIFICATION: _pull,
+    RequestCode.POLLING_INFO: _pull,
+    RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
+    RequestCode.QUERY_ASSIGNMENT: _query_assignment,
 }
 
 AUTHENTICATED_CODES = frozenset({

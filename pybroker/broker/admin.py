@@ -591,7 +591,8 @@ async def handle_invoke_broker_to_reset_offset(ctx: MetadataContext, channel: Cl
     if remark is not None:
         return _error(request, remark)
     for queue_id, consumer_offset in table.items():
-        ctx.metadata.offsets.commit(header.group, header.topic, queue_id, consumer_offset)
+        ctx.metadata.offsets.commit(header.group, header.topic, queue_id, consumer_offset,
+                                    reset=True)
     body = b'{"offsetTable":' + encode_offset_map(
         (_message_queue(ctx, header.topic, queue_id), consumer_offset)
         for queue_id, consumer_offset in table.items()) + b"}"

@@ -64,6 +64,8 @@ class BrokerContext:
     stats_service: StatsService | None = None      # the supervisor's statistics
     read_check: TopicReadCheck | None = None       # ACL brokers: SUB on a record's topic
     now_ms: Callable[[], int] = field(default=clock.now_ms)
+    # The shared POP state (broker/pop/state.py): remoting workers, the supervisor, tests.
+    pop: Any = None
 
 
 @dataclass

@@ -13,12 +13,12 @@ from typing import Callable, NamedTuple
 from pybroker._fast import record as record_codec
 from pybroker.filter import CompiledSelector, SelectorError, cached_selector
 from pybroker.protocol import constants
-from pybroker.protocol.bodies import SubscriptionData
+from pybroker.protocol.bodies import SubscriptionData, build_subscription
 from pybroker.protocol.codes import ResponseCode
 from pybroker.protocol.properties import decode_properties
 
-__all__ = ["MessageFilter", "FilterRefused", "message_filter", "record_filter_of",
-           "UNSUPPORTED_REMARK"]
+__all__ = ["MessageFilter", "FilterRefused", "message_filter", "pop_message_filter",
+           "record_filter_of", "UNSUPPORTED_REMARK"]
 
 UNSUPPORTED_REMARK = "The broker does not support consumer to filter message by "
 _FILTER_DATA_NOT_EXIST = ("The broker's consumer filter data is not exist!Your expression may "
@@ -95,4 +95,30 @@ def message_filter(subscription: SubscriptionData, from_request: bool,
         raise FilterRefused(ResponseCode.FILTER_DATA_NOT_EXIST, _FILTER_DATA_NOT_EXIST) from None
     if not property_filter_enabled:
         raise unsupported
+    return MessageFilter(None, record_filter_of(selector), selector)
+
+
+def pop_message_filter(topic: str, expression: str | None,
+                       expression_type: str | None) -> MessageFilter:
+    """The filter of a POP's ``exp``/``expType`` (Java PopMessageProcessor: FilterAPI.build,
+    ConsumerFilterManager.build). Unlike a pull, an SQL92 expression is compiled whatever
+    enablePropertyFilter says, as Java does; one that does not compile, or another type,
+    is SUBSCRIPTION_PARSE_FAILED. It filters the group's retry topic too."""
+    if not expression:
+        return MessageFilter(None)
+    if _is_tag_type(expression_type):
+        try:
+            subscription = build_subscription(topic, expression, constants.EXPRESSION_TYPE_TAG,
+                                              0)
+        except ValueError:
+            raise FilterRefused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, _PARSE_FAILED) from None
+        if subscription.sub_string == constants.SUBSCRIBE_ALL:
+            return MessageFilter(None)
+        return MessageFilter(subscription.code_set)
+    if expression_type != constants.EXPRESSION_TYPE_SQL92:
+        raise FilterRefused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, _PARSE_FAILED)
+    try:
+        selector = cached_selector(expression)
+    except SelectorError:
+        raise FilterRefused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, _PARSE_FAILED) from None
     return MessageFilter(None, record_filter_of(selector), selector)

@@ -15,6 +15,10 @@ DATA_CODES = frozenset({
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME,
     RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.END_TRANSACTION,
     RequestCode.CHECK_CLIENT_CONFIG,
+    # 5.x POP (broker/pop/): served from the mappings and the shared POP state.
+    RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.PEEK_MESSAGE,
+    RequestCode.NOTIFICATION, RequestCode.POLLING_INFO,
 })
 
 METADATA_CODES = frozenset({

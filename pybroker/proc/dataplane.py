@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pybroker import clock
 from pybroker.broker.send_fast import fast_send_settings
@@ -27,7 +27,7 @@ from pybroker.proc.ring_format import PUT_STATUSES
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
 from pybroker._fast.stats import StatsWriter
-from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, WakeFd
+from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, SleepFlag, WakeFd
 from pybroker.stats.region import StatsRegion
 from pybroker.store import paths
 from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, BrokerState, ControlBlock,
@@ -134,15 +134,26 @@ class Attachment:
         self._wake_reader: AsyncWakeReader | None = None
         self._on_wake: Callable[[bool], object] = lambda dispatched_moved: None
         self._dispatched_watch: _DispatchedWatch | None = None
+        # The shared POP state (store/pop_table.py), mapped by the supervisor for its life.
+        self.pop_table = plane.pop_table
+        self._worker_wakes = plane.wakes.workers
+
+    def wake_workers(self, mask: int) -> None:
+        """Signal the eventfds of the worker slots in ``mask`` (held POPs to re-check)."""
+        for slot, wake_fd in enumerate(self._worker_wakes):
+            if mask >> slot & 1:
+                wake_fd.signal()
 
     def start(self, loop: asyncio.AbstractEventLoop, on_wake: Callable[[bool], object],
-              wants_dispatched: Callable[[], bool] | None = None) -> None:
+              wants_dispatched: Callable[[], bool] | None = None,
+              extra_flags: Sequence[SleepFlag] = ()) -> None:
         """Serve wake-ups in ``loop``: completions, flushed and dispatched positions.
         ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up. The
         dispatcher wakes this process only while ``wants_dispatched()`` (held long polls):
-        reads consult the live positions, so nothing else needs its wake-up."""
+        reads consult the live positions, so nothing else needs its wake-up. ``extra_flags``:
+        further sleep flags of this process (the POP table's held-POP wake-up)."""
         self._on_wake = on_wake
-        flags = self.putter.sleep_flags()
+        flags = [*self.putter.sleep_flags(), *extra_flags]
         if wants_dispatched is not None:
             self._dispatched_watch = _DispatchedWatch(self, wants_dispatched)
             flags = [*flags, self._dispatched_watch]
@@ -211,6 +222,8 @@ class DataPlane:
         self.wakes = wakes
         self.workers = workers
         self.ha_listener = ha_listener
+        # Set by the supervisor before forking (broker/pop/, store/pop_table.py).
+        self.pop_table = None
 
     @classmethod
     def create(cls, config, run_dir: str, workers: int, valid_end: int,

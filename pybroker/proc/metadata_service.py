@@ -13,10 +13,13 @@ travel back to the owning worker as SEND_TO_CHANNEL.
 import logging
 from typing import Callable
 
+import orjson
+
 from pybroker.broker import (admin, client_manage, consumer_manage, controller_role, reply,
                              request_mode)
 from pybroker.broker.channel import FORWARD_EXT_CHANNEL, Channel
 from pybroker.broker.context import MetadataContext, MetadataHandler
+from pybroker.broker.pop.directory import PopTableFull
 from pybroker.broker.routing import METADATA_CODES
 from pybroker.protocol.codes import InternalCode, ResponseCode
 from pybroker.errors import ProtocolError
@@ -25,6 +28,7 @@ from pybroker.protocol.command import (RemotingCommand, create_request, create_r
 from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
 from pybroker.remoting.server import (Handler, RemotingServer, RequestTable, start_server,
                                       start_unix_server)
+from pybroker.store.pop_table import SlotKey
 
 log = logging.getLogger("pybroker.proc.metadata")
 
@@ -56,8 +60,10 @@ class MetadataService:
     """
 
     def __init__(self, ctx: MetadataContext, socket_path: str,
-                 on_topics_changed: Callable[[], None]):
+                 on_topics_changed: Callable[[], None], pop_directory=None):
         self.ctx = ctx
+        # The POP table's directory (broker/pop/directory.py): slots for the workers.
+        self.pop_directory = pop_directory
         self.socket_path = socket_path
         self.on_topics_changed = on_topics_changed
         self.workers: dict[str, RemotingConnection] = {}
@@ -71,6 +77,7 @@ class MetadataService:
         table.register(InternalCode.CREATE_TOPIC_ON_SEND, self._create_topic_on_send)
         table.register(InternalCode.COMMIT_OFFSET, self._commit_offset)
         table.register(InternalCode.CLIENT_RESPONSE, self._client_response)
+        table.register(InternalCode.POP_SLOTS, self._pop_slots)
         self.table = table
 
     async def start(self) -> None:
@@ -196,6 +203,23 @@ class MetadataService:
         except (KeyError, ValueError) as error:
             log.warning("bad internal COMMIT_OFFSET: %r", error)
         return None
+
+    async def _pop_slots(self, connection: RemotingConnection, request: RemotingCommand):
+        """The POP table slots of the keys a worker needs (assigned when new)."""
+        directory = self.pop_directory
+        if directory is None:
+            return create_response(request, ResponseCode.SYSTEM_ERROR, "no POP table")
+        try:
+            keys = [SlotKey(str(topic), str(group), int(queue_id))
+                    for topic, group, queue_id in orjson.loads(bytes(request.body or b"[]"))]
+            slots = directory.slots_for(keys)
+        except (ValueError, TypeError, orjson.JSONDecodeError) as error:
+            return create_response(request, ResponseCode.SYSTEM_ERROR,
+                                   f"bad POP slot request: {error}")
+        except PopTableFull as full:
+            log.error("%s", full)
+            return create_response(request, ResponseCode.SYSTEM_ERROR, str(full))
+        return create_response(request, ResponseCode.SUCCESS, body=orjson.dumps(slots))
 
     async def _client_response(self, connection: RemotingConnection, request: RemotingCommand):
         channel_id = request.ext_fields.get(EXT_CHANNEL_ID, "")

@@ -11,6 +11,8 @@ to the local replica) and commands for this worker's clients.
 import asyncio
 import logging
 
+import orjson
+
 from pybroker.acl.validator import AccessValidator
 from pybroker.broker import (end_transaction, filter_check, pull, query, runtime_settings,
                              send, send_back, send_fast, slave_role)
@@ -18,6 +20,10 @@ from pybroker.broker.channel import Channel
 from pybroker.broker.context import BrokerContext, Handler
 from pybroker.broker.long_poll import LongPollService
 from pybroker.broker.metadata import MetadataReplica
+from pybroker.broker.pop import ack as pop_ack
+from pybroker.broker.pop import change_invisible, notification, peek, pop_message
+from pybroker.broker.pop.long_poll import PopLongPoll
+from pybroker.broker.pop.state import PopState, PopStateError, PopTableWatch, SlotCache
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
 from pybroker.config import BrokerRole, with_broker_settings
 from pybroker.proc.children import STOP_SIGNAL
@@ -40,14 +46,17 @@ log = logging.getLogger("pybroker.proc.remoting")
 
 DATA_HANDLERS: dict[int, Handler] = {**send.HANDLERS, **pull.HANDLERS, **query.HANDLERS,
                                      **send_back.HANDLERS, **end_transaction.HANDLERS,
-                                     **filter_check.HANDLERS}
+                                     **filter_check.HANDLERS, **pop_message.HANDLERS,
+                                     **pop_ack.HANDLERS, **change_invisible.HANDLERS,
+                                     **peek.HANDLERS, **notification.HANDLERS}
 assert set(DATA_HANDLERS) == set(DATA_CODES), set(DATA_HANDLERS) ^ set(DATA_CODES)
 
 # Request families reported as Java's thread-pool queues (requests waiting in this worker).
 _FAMILIES: dict[int, str] = {RequestCode.SEND_MESSAGE: "send", RequestCode.SEND_MESSAGE_V2: "send",
              RequestCode.SEND_BATCH_MESSAGE: "send", RequestCode.CONSUMER_SEND_MSG_BACK: "send",
              RequestCode.PULL_MESSAGE: "pull", RequestCode.QUERY_MESSAGE: "query",
-             RequestCode.VIEW_MESSAGE_BY_ID: "query", RequestCode.END_TRANSACTION: "transaction"}
+             RequestCode.VIEW_MESSAGE_BY_ID: "query", RequestCode.END_TRANSACTION: "transaction",
+             RequestCode.POP_MESSAGE: "pull", RequestCode.PEEK_MESSAGE: "pull"}
 # How often held pulls are re-checked even without a dispatcher wake-up (Java: 5 s).
 HELD_PULL_SWEEP_S = 5.0
 HEARTBEAT_INTERVAL_S = 1.0
@@ -85,6 +94,10 @@ class RemotingWorker:
         self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue,
                                          on_park=data_plane.watch_dispatched)
         self.stats = Recorder(data_plane.stats_writer)
+        self.pop_polls: list[PopLongPoll] = []      # held POPs and NOTIFICATIONs
+        self.pop = self._pop_state(config, data_plane)
+        self.pop_watch = PopTableWatch(self.pop.table, worker_id, self._holds_pops) \
+            if self.pop is not None else None
         # ACL 1.0: every request of every client connection is checked here, before it runs
         # locally or is forwarded to the metadata service (docs/security.md); the handlers
         # that find records by offset or key check the records' own topics with it.
@@ -92,7 +105,7 @@ class RemotingWorker:
             if config.broker.acl_enable else None
         self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
                                  data_plane.store_host, long_poll=self.long_poll,
-                                 stats=self.stats, read_check=self.acl)
+                                 stats=self.stats, read_check=self.acl, pop=self.pop)
         self.tls = TlsServer.from_config(config.tls)
         # The send fast path, when this worker's putter has one (not on a slave) and no ACL
         # is enforced: the fast path takes sends from the receive buffer without a
@@ -107,14 +120,49 @@ class RemotingWorker:
             and self.acl is None else None
         self.stopping = asyncio.Event()
 
+    def _pop_state(self, config, data_plane) -> PopState | None:
+        """This worker's handle on the shared POP state (broker/pop/state.py)."""
+        table = data_plane.pop_table
+        if table is None:
+            return None
+        def limits() -> tuple[int, int, int]:
+            broker = self.config.broker
+            return (broker.max_pop_polling_size, broker.pop_polling_size,
+                    broker.pop_polling_map_size)
+        self.pop_polls = [PopLongPoll(self.ctx_now_ms, limits, data_plane.watch_dispatched,
+                                      table.add_held),
+                          PopLongPoll(self.ctx_now_ms, limits, data_plane.watch_dispatched)]
+        return PopState(table, SlotCache(self._fetch_pop_slots), self.worker_id + 1,
+                        self.worker_id, data_plane.wake_workers, *self.pop_polls)
+
+    def ctx_now_ms(self) -> int:
+        return self.ctx.now_ms()
+
+    def _holds_requests(self) -> bool:
+        return self.long_poll.held_count > 0 or self._holds_pops()
+
+    def _holds_pops(self) -> bool:
+        return any(held.held_count > 0 for held in self.pop_polls)
+
+    async def _fetch_pop_slots(self, keys) -> list[int]:
+        """The POP table slots of ``keys`` from the metadata service (its directory)."""
+        answer = await self.metadata_client.invoke(create_request(
+            InternalCode.POP_SLOTS, None, orjson.dumps([list(key) for key in keys])))
+        if answer.code != ResponseCode.SUCCESS:
+            raise PopStateError(answer.remark or "no POP slot")
+        slots = orjson.loads(bytes(answer.body or b"[]"))
+        if not isinstance(slots, list) or not all(isinstance(slot, int) for slot in slots):
+            raise PopStateError("bad POP slots answer")
+        return slots
+
     # --- start and stop -------------------------------------------------------------------------
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         # The supervisor's stop request only; Ctrl-C reaches the supervisor, which decides.
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
         await self.metadata_client.connect()
-        self.data_plane.start(loop, self._on_data_plane_wake,
-                              lambda: self.long_poll.held_count > 0)
+        self.data_plane.start(loop, self._on_data_plane_wake, self._holds_requests,
+                              [self.pop_watch] if self.pop_watch is not None else [])
         table = self._request_table()
         limits = ConnectionLimits.from_config(self.config.remoting)
         for listen_socket in self.listen_sockets.values():
@@ -138,6 +186,8 @@ class RemotingWorker:
         for server in self.servers:
             server.close()
         self.long_poll.close()
+        for held in self.pop_polls:
+            held.close()
         for server in self.servers:
             await server.wait_closed()
         self.metadata_client.close()
@@ -156,6 +206,8 @@ class RemotingWorker:
             await asyncio.sleep(HELD_PULL_SWEEP_S)
             with rounds:
                 self.long_poll.check_held()
+                for held in self.pop_polls:
+                    held.check_held()
 
     def _apply_hello(self, snapshot) -> None:
         self.replica.apply(snapshot)
@@ -191,6 +243,10 @@ class RemotingWorker:
     def _on_data_plane_wake(self, dispatched_moved: bool) -> None:
         if dispatched_moved:
             self.long_poll.check_held()
+        watch = self.pop_watch
+        if watch is not None and (dispatched_moved or watch.moved()):
+            for held in self.pop_polls:
+                held.check_held()
 
     # --- request table --------------------------------------------------------------------------
     def _request_table(self) -> RequestTable:
@@ -269,6 +325,8 @@ class RemotingWorker:
             connection.fast_sends = None
         self.connections.pop(channel.channel_id, None)
         self.long_poll.channel_closed(channel.channel_id)
+        for held in self.pop_polls:
+            held.channel_closed(channel.channel_id)
         if self.metadata_client.is_connected:
             self.metadata_client.invoke_oneway(create_request(
                 InternalCode.CHANNEL_CLOSED, {EXT_CHANNEL_ID: channel.channel_id}, oneway=True))

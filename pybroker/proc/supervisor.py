@@ -28,6 +28,7 @@ from pybroker.acl.plain_config import AclConfigError
 from pybroker.acl.validator import AccessValidator
 from pybroker.broker.context import MetadataContext
 from pybroker.broker.metadata import MetadataState
+from pybroker.broker.pop.owner import PopOwner
 from pybroker.broker.registration import NamesrvRegistration
 from pybroker.broker.replicas_manager import ReplicasManager, Role
 from pybroker.broker.schedule import ScheduleService
@@ -90,6 +91,7 @@ class Supervisor:
         # Controller mode: the role of each generation (pybroker/broker/replicas_manager.py).
         self.replicas: ReplicasManager | None = None
         self.generation_config = config                  # self.config as this role runs it
+        self.pop: PopOwner | None = None                 # the shared POP state (broker/pop/)
 
     def _delay_offsets(self) -> DelayOffsetDocument | None:
         return None if self.schedule is None else self.schedule.document
@@ -124,6 +126,7 @@ class Supervisor:
             self._create_stats()
             if self.config.broker.enable_controller_mode:
                 self.replicas = ReplicasManager(self.config)
+            self.pop = PopOwner(self.config, self.metadata)
             while True:
                 outcome = self._generation(lock)
                 if outcome == "role-change" and not self.stop_requested:
@@ -155,6 +158,9 @@ class Supervisor:
         finally:
             if self.replicas is not None:
                 self.replicas.close()
+            if self.pop is not None:
+                # After an unclean end the file stays: the next start recovers from it.
+                self.pop.close(clean=self.data_plane_stopped_cleanly)
             if self.metadata is not None:
                 self.metadata.shutdown()
             if self.stats_writer is not None:
@@ -218,6 +224,10 @@ class Supervisor:
         plane = dataplane.DataPlane.create(config, paths.run_dir(self.store_root), workers,
                                            valid_end, self.stats_region, self.ha_listener)
         self.control = plane.control
+        pop = self.pop
+        assert pop is not None          # made by run() before the first generation
+        pop.new_generation()
+        plane.pop_table = pop.table
         service_socket = ServiceSocket(paths.run_dir(self.store_root))
         scrubber: ScrubberThread | None = None
         try:
@@ -283,8 +293,9 @@ class Supervisor:
         slave = _slave_link(config, metadata, plane, replicas)
         registration = NamesrvRegistration(config, lambda: metadata.topics.document,
                                            slave.on_registered if slave else None)
+        assert self.pop is not None
         service = MetadataService(ctx, service_socket.getsockname(),
-                                  registration.topics_changed)
+                                  registration.topics_changed, self.pop.directory)
 
         def settings_changed(config) -> None:
             # UPDATE_BROKER_CONFIG: the next generation forks with it, registration (the
@@ -334,7 +345,8 @@ class Supervisor:
         tasks = [_start_service(self._periodic(service), "offset persisting and channel expiry",
                                 outcome),
                  _start_service(self._sample_stats(), "statistics sampling", outcome),
-                 _start_service(self._watch(plane), "the hang watchdog", outcome)]
+                 _start_service(self._watch(plane), "the hang watchdog", outcome),
+                 _start_service(self.pop.harvest_forever(), "POP offset harvest", outcome)]
         if slave is not None:
             tasks.append(_start_service(slave.run(registration.topics_changed), "slave sync",
                                         outcome))
@@ -344,7 +356,9 @@ class Supervisor:
                                              self.config.broker)
             tasks += [_start_service(self._delay_delivery(attachment), "delay delivery", outcome),
                       _start_service(checks.run(lambda: self.config.broker),
-                                     "transaction checks", outcome)]
+                                     "transaction checks", outcome),
+                      _start_service(self.pop.revive_forever(attachment), "POP revive",
+                                     outcome)]
         if replicas is not None:
             tasks.append(_start_service(
                 replicas.run(plane.control, plane.wakes.ha,
@@ -369,6 +383,8 @@ class Supervisor:
         while True:
             await asyncio.sleep(OFFSET_PERSIST_INTERVAL_S)
             with rounds:
+                if self.pop is not None:
+                    self.pop.persist()
                 metadata.persist_if_dirty()
                 if time.monotonic() - last_scan >= CHANNEL_SCAN_INTERVAL_S:
                     last_scan = time.monotonic()

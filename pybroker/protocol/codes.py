@@ -191,3 +191,4 @@ class InternalCode(enum.IntEnum):
     CREATE_TOPIC_ON_SEND = 30005    # worker -> service: ext topic, defaultTopic, queueNums, sysFlag
     COMMIT_OFFSET = 30006           # worker -> service (oneway): ext group, topic, queueId, offset
     CLIENT_RESPONSE = 30007         # worker -> service (oneway): ext channelId, body = a frame
+    POP_SLOTS = 30008               # worker -> service: body = [[topic, group, queueId], ...]

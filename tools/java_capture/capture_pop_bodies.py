@@ -5,7 +5,7 @@ Compiles PopBodies.java against the pinned Java 5.3.3 jars (tools/java_rocketmq.
 them) and records each ``name<TAB>text`` line it prints: check-point, ack and batch-ack bodies
 (fastjson), a receipt handle, BATCH_ACK_MESSAGE and QUERY_ASSIGNMENT bodies, and order-POP
 counts, commits and consumerOrderInfo.json as ConsumerOrderInfoManager computes them (the
-last-consume time, a wall clock, is zeroed). tests/unit/broker/test_pop_protocol.py reads it.
+last-consume time, a wall clock, is zeroed). tests/unit/protocol/test_pop.py reads it.
 """
 import argparse
 import json

@@ -24,10 +24,22 @@ class ConsumerOffsetManager:
         self.path = path
         self.document: ConsumerOffsetDocument = config_docs.load_consumer_offsets(path)
         self.dirty = False
+        # Told of every commit but POP's own (commit_popped): the POP state of the queue
+        # takes it (broker/pop/directory.py). Arguments: group, topic, queue id, offset, reset.
+        self.listener: Callable[[str, str, int, int, bool], None] | None = None
 
-    def commit(self, group: str, topic: str, queue_id: int, consumer_offset: int) -> None:
+    def commit(self, group: str, topic: str, queue_id: int, consumer_offset: int,
+               reset: bool = False) -> None:
         """Record ``consumer_offset`` of (group, topic, queue_id); persisted within the next
-        :meth:`persist_if_dirty` (every flushConsumerOffsetInterval ms) or at shutdown."""
+        :meth:`persist_if_dirty` (every flushConsumerOffsetInterval ms) or at shutdown.
+        ``reset``: an operator's reset (a POP of the queue then starts there even when it was
+        further), not a client's commit."""
+        self.commit_popped(group, topic, queue_id, consumer_offset)
+        if self.listener is not None:
+            self.listener(group, topic, queue_id, consumer_offset, reset)
+
+    def commit_popped(self, group: str, topic: str, queue_id: int, consumer_offset: int) -> None:
+        """Record an offset POP committed (its own state has it already: no listener)."""
         queues = self.document.offset_table.setdefault(offset_table_key(group, topic), {})
         queues[queue_id] = consumer_offset
         self.dirty = True

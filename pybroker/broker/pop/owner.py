@@ -1,0 +1,104 @@
+# The supervisor's POP duties: the shared table's life, offset harvest, order records, revive.
+"""What the supervisor does for POP (docs/architecture.md, "POP").
+
+* At start: a table a killed broker left in ``<store>/run/pop`` gives its offsets and order
+  records to consumerOffset.json and consumerOrderInfo.json (they are newer), then a fresh table
+  of popSlotsMax slots is made; every generation starts with no lock held and no POP held.
+* While serving: the pop offsets are harvested into the consumer offsets every
+  HARVEST_INTERVAL_MS; consumerOrderInfo.json is written with consumerOffset.json; the revive
+  service (master only) runs its rounds.
+* At a clean stop: a last harvest, both documents written, the table file removed.
+"""
+import asyncio
+import logging
+import os
+
+from pybroker import clock
+from pybroker.broker.pop.directory import (HARVEST_INTERVAL_MS, PopDirectory, load_order_infos,
+                                           recover_table)
+from pybroker.broker.pop.revive import ReviveService
+from pybroker.store import paths
+from pybroker.store.pop_table import PopTable
+
+__all__ = ["PopOwner", "ORDER_INFO_CONFIG", "pop_table_path"]
+
+log = logging.getLogger("pybroker.broker.pop")
+
+ORDER_INFO_CONFIG = "consumerOrderInfo.json"
+_REVIVE_TICK_S = 0.1
+
+
+def pop_table_path(store_root: str) -> str:
+    """``<root>/run/pop``: the shared POP state (store/pop_table.py)."""
+    return os.path.join(paths.run_dir(store_root), "pop")
+
+
+class PopOwner:
+    """The table, its directory and the revive service of one supervisor (``metadata``: its
+    MetadataState)."""
+
+    def __init__(self, config, metadata):
+        self.config = config
+        self.metadata = metadata
+        root = config.store.store_path_root_dir
+        self.path = pop_table_path(root)
+        order_path = paths.config_path(root, ORDER_INFO_CONFIG)
+        orders = load_order_infos(order_path)
+        if os.path.exists(self.path):
+            if recover_table(self.path, metadata.offsets, orders):
+                metadata.offsets.persist()
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        self.table = PopTable.create(self.path, config.broker.pop_slots_max)
+        self.directory = PopDirectory(self.table, metadata.offsets, order_path, orders,
+                                      clock.now_ms, self._exists)
+        self.directory.persist_order_infos()
+        metadata.offsets.listener = self.directory.offset_committed
+        self.revive: ReviveService | None = None
+
+    def _exists(self, topic: str, group: str, queue_id: int) -> bool:
+        topic_config = self.metadata.topic_config(topic)
+        return topic_config is not None and queue_id < topic_config.read_queue_nums and \
+            self.metadata.groups.has_subscription_group(group)
+
+    def new_generation(self) -> None:
+        """Before a generation forks: the previous one's processes are gone."""
+        held = self.table.clear_locks()
+        if held:
+            log.warning("%d POP queue locks of the previous generation released", held)
+        self.table.clear_held()
+
+    async def harvest_forever(self) -> None:
+        """Pop offsets into the consumer offsets, every HARVEST_INTERVAL_MS."""
+        while True:
+            await asyncio.sleep(HARVEST_INTERVAL_MS / 1000.0)
+            self.directory.harvest()
+
+    def persist(self) -> None:
+        """Harvest and write consumerOrderInfo.json (with consumerOffset.json's period)."""
+        self.directory.harvest()
+        self.directory.persist_order_infos()
+
+    async def revive_forever(self, attachment) -> None:
+        """The revive service's rounds (master only), through the supervisor's own ring."""
+        control = attachment.control
+        self.revive = ReviveService(
+            self.config, attachment.reader, attachment.putter, self.metadata, self.directory,
+            attachment.store_host, clock.now_ms, lambda: control.written_position,
+            lambda: control.dispatched_position)
+        try:
+            while True:
+                await self.revive.run_once()
+                await asyncio.sleep(_REVIVE_TICK_S)
+        finally:
+            self.revive = None
+
+    def close(self, clean: bool) -> None:
+        """The broker stops: a last harvest, the order records written; the table file goes
+        after a clean stop (after a failed one the next start recovers from it)."""
+        self.persist()
+        self.table.close()
+        if clean:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass

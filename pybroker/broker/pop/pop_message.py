@@ -1,0 +1,475 @@
+# POP_MESSAGE (200050): hand out messages of a queue or of every queue, with a check-point.
+"""The POP handler (Java 5.3.3 PopMessageProcessor, the default path without the KV service).
+
+Checks in Java's order with its codes and remarks (timeout too much, broker readable, at most
+32 messages, topic, queue, group, the ``exp``/``expType`` filter), then one run over the queues:
+the group's retry topic first on popFromRetryProbability percent of the POPs (never for order
+POP), the requested queue or every readable queue from a random one, the retry topic again
+while the batch is not full. Per queue (``_QueuePop``), under the queue's lock in the shared
+POP table: the pop offset (a reset or another client's commit first; a queue never popped
+starts by initMode), the store read through the filter, then
+
+* non-order: the check-point is written to the revive log and only then does the pop offset
+  move past what was read: a POP is answered only once its check-point is stored;
+* order: the queue is skipped while its head is held (an unacknowledged message still
+  invisible, unless the POP repeats the run's attemptId); a run is recorded in the queue's
+  order record with the consumed counts of messages handed out before, and the pop offset
+  stays at the run's first message until it is acknowledged.
+
+A queue another process holds locked is skipped (Java's tryLock): a non-order POP counts its
+messages as left and is held for a quick retry; an order POP waits for the lock (a retry with
+the same attemptId must not come back empty: apache/rocketmq #10827). Messages of a retry topic
+are answered under the topic popped with their receipt handle (POP_CK) set, as Java does
+unless popResponseReturnActualRetryTopic. Nothing found: the request is held (long polling)
+or answered POLLING_FULL / POLLING_TIMEOUT.
+"""
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+import orjson
+
+from pybroker.broker.context import BrokerContext
+from pybroker.broker.message_filter import FilterRefused, MessageFilter, pop_message_filter
+from pybroker.broker.pop import revive_log
+from pybroker.broker.pop.checks import check_broker, check_request, refuse
+from pybroker.broker.pop.long_poll import LOCK_RETRY_MS, HeldPop, PollingResult
+from pybroker.broker.pop.order_info import OrderInfo
+from pybroker.broker.pop.state import PopState, PopStateError
+from pybroker.broker.reput import reput_message
+from pybroker.protocol import pop
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import MappedBody, RemotingCommand, create_response
+from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX, PopConstants, Property
+from pybroker.protocol.headers import POP_MESSAGE_RESPONSE, encode_header, parse_request_header
+from pybroker.protocol.properties import decode_properties
+from pybroker._fast import record as record_codec
+from pybroker.store.pop_checkpoint import PopCheckPoint
+from pybroker.store.pop_table import SlotKey
+from pybroker.store.status import GetStatus
+
+__all__ = ["handle_pop_message", "run_pop", "init_pop_offset", "take_pending_offset",
+           "BORN_TIME", "ORDER_LOCK_WAIT_MS"]
+
+log = logging.getLogger("pybroker.broker.pop")
+
+BORN_TIME = "bornTime"
+# How long an order POP waits for a queue lock another POP holds (its hold spans one store
+# read and one check-point append at most).
+ORDER_LOCK_WAIT_MS = 1000
+_ORDER_LOCK_POLL_S = 0.001
+_QUEUE_OFFSET_POSITION = record_codec.FIELD_POSITIONS["queue_offset"]
+_TIMEOUT_TOO_MUCH_MS = 500
+_OFFSET_WRONG = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
+                           GetStatus.OFFSET_FOUND_NULL})
+_NOTHING_TAKEN = frozenset({GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL,
+                            GetStatus.MESSAGE_WAS_REMOVING, GetStatus.NO_MATCHED_LOGIC_QUEUE})
+
+
+def fill_born_time(request: RemotingCommand, now_ms: int) -> None:
+    """Java fills a missing or "0" bornTime before decoding (kept for the re-runs)."""
+    if request.ext_fields.get(BORN_TIME) in (None, "", "0"):
+        request.ext_fields[BORN_TIME] = str(now_ms)
+
+
+async def handle_pop_message(ctx: BrokerContext, channel,
+                             request: RemotingCommand) -> RemotingCommand | None:
+    """Answer a POP_MESSAGE request, or hold it (returns None)."""
+    return await run_pop(ctx, channel, request)
+
+
+def _refusal(ctx, channel, request: RemotingCommand, header) -> RemotingCommand | None:
+    broker = ctx.config.broker
+    if ctx.now_ms() - header.born_time - header.poll_time > _TIMEOUT_TOO_MUCH_MS:
+        return refuse(request, ResponseCode.POLLING_TIMEOUT,
+                      f"the broker[{broker.broker_ip1}] pop message is timeout too much")
+    refused = check_broker(ctx, request, "pop")
+    if refused is not None:
+        return refused
+    if header.max_msg_nums > PopConstants.MAX_MSG_NUMS:
+        return refuse(request, ResponseCode.INVALID_PARAMETER,
+                      f"the broker[{broker.broker_ip1}] pop message's num is greater than 32")
+    return None
+
+
+async def run_pop(ctx: BrokerContext, channel, request: RemotingCommand,
+                  rerun: bool = False) -> RemotingCommand | None:
+    """One run of a POP request (the first, or again when woken: ``rerun``)."""
+    fill_born_time(request, ctx.now_ms())
+    header = parse_request_header(request.code, request.ext_fields)
+    refused = _refusal(ctx, channel, request, header)
+    if refused is not None:
+        return refused
+    checked = check_request(ctx, channel, request, header, None)
+    if isinstance(checked, RemotingCommand):
+        return checked
+    try:
+        message_filter = pop_message_filter(header.topic, header.exp, header.exp_type)
+    except FilterRefused as refusal:
+        return refuse(request, refusal.code, refusal.remark)
+    if ctx.pop is None:
+        return refuse(request, ResponseCode.SYSTEM_ERROR, "POP is not served here")
+    run = _PopRun(ctx, ctx.pop, channel, header, message_filter, checked.topic_config)
+    held_slot = None
+    try:
+        await run.run()
+        if not run.messages and header.poll_time > 0:
+            # The broker-wide count of POPs held for this key (POLLING_INFO).
+            held_slot = await ctx.pop.slots.slot(header.topic, header.consumer_group,
+                                                 header.queue_id)
+    except PopStateError as error:
+        run.release()
+        return refuse(request, ResponseCode.SYSTEM_ERROR, str(error))
+    except BaseException:
+        run.release()
+        raise
+    return _answer(ctx, channel, request, header, run, held_slot)
+
+
+def _answer(ctx, channel, request: RemotingCommand, header, run: "_PopRun",
+            held_slot: int | None):
+    pop_state = ctx.pop
+    key = pop.polling_key(header.topic, header.consumer_group, header.queue_id)
+    if run.messages:
+        code, remark = ResponseCode.SUCCESS, GetStatus.FOUND.name
+        if run.rest_num > 0 and pop_state.long_poll is not None:
+            pop_state.long_poll.notify(key)
+    else:
+        result = _hold(ctx, channel, request, header, run, key, held_slot)
+        if result is PollingResult.POLLING_SUC:
+            return None
+        code = ResponseCode.POLLING_FULL if result is PollingResult.POLLING_FULL \
+            else ResponseCode.POLLING_TIMEOUT
+        remark = GetStatus.NO_MESSAGE_IN_QUEUE.name
+    start, messages, counts = run.infos.texts()
+    fields = encode_header(POP_MESSAGE_RESPONSE, {
+        "pop_time": run.pop_time, "invisible_time": header.invisible_time,
+        "revive_qid": run.revive_qid, "rest_num": run.rest_num,
+        "start_offset_info": start, "msg_offset_info": messages,
+        "order_count_info": counts if header.order else None})
+    body = MappedBody(run.messages, run.release) if run.messages else None
+    return create_response(request, code, remark, fields, body)
+
+
+def _hold(ctx, channel, request, header, run: "_PopRun", key: str,
+          held_slot: int | None) -> PollingResult:
+    long_poll = ctx.pop.long_poll
+    if header.poll_time <= 0 or long_poll is None:
+        return PollingResult.NOT_POLLING
+    held = HeldPop(key, channel, header.born_time + header.poll_time, run.has_work,
+                   lambda: run_pop(ctx, channel, request, rerun=True), run.retry_at_ms,
+                   held_slot)
+    return long_poll.hold(held)
+
+
+def init_pop_offset(ctx, topic: str, queue_id: int, init_mode: int) -> int:
+    """Where a group's first POP of a queue starts (Java getInitOffset): the first message
+    for initMode MIN and retry topics; else the first message when the queue still starts at
+    offset 0 and it is there (initPopOffsetByCheckMsgInMem; Java asks whether it is in the page
+    cache), else the last message."""
+    store = ctx.store
+    if init_mode == PopConstants.INIT_MODE_MIN or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return max(0, store.get_min_offset_in_queue(topic, queue_id))
+    if ctx.config.broker.init_pop_offset_by_check_msg_in_mem and \
+            store.get_min_offset_in_queue(topic, queue_id) <= 0 and \
+            store.get_message_store_timestamp(topic, queue_id, 0) >= 0:
+        return 0
+    return max(0, store.get_max_offset_in_queue(topic, queue_id) - 1)
+
+
+def take_pending_offset(table, slot: int, now_ms: int) -> None:
+    """Apply an offset the metadata service set (caller holds the slot's lock): a reset is
+    taken as is and frees an order queue's head (Java resetPopOffset: clearBlock), a commit
+    only when it is ahead."""
+    pending = table.pending_offset(slot)
+    if pending is None:
+        return
+    current = table.pop_offset(slot)
+    if pending.reset or current is None or pending.value > current:
+        table.set_pop_offset(slot, max(0, pending.value))
+    if pending.reset:
+        table.set_order_record(slot, None)
+        table.clear_in_flight(slot, now_ms)
+    table.mark_applied(slot, pending.seq)
+
+
+def _queue_offsets(views) -> list[int]:
+    return [int.from_bytes(view[_QUEUE_OFFSET_POSITION:_QUEUE_OFFSET_POSITION + 8], "big",
+                           signed=True) for view in views]
+
+
+class _PopRun:
+    """The state of one POP run over its queues."""
+
+    def __init__(self, ctx, pop_state: PopState, channel, header,
+                 message_filter: MessageFilter, topic_config):
+        self.ctx, self.pop_state, self.channel, self.header = ctx, pop_state, channel, header
+        self.filter = message_filter
+        self.topic_config = topic_config
+        self.group = header.consumer_group
+        self.order = bool(header.order)
+        self.pop_time = ctx.now_ms()
+        broker = ctx.config.broker
+        self.revive_qid = PopConstants.ORDER_REVIVE_QUEUE if self.order else \
+            pop_state.next_revive_queue(broker.revive_queue_num)
+        self.random_q = random.randrange(100)
+        self.infos = pop.OffsetInfos(self.order)
+        self.messages: list[memoryview] = []
+        self.rest_num = 0
+        self._holds: list = []
+        self.retry_at_ms: int | None = None
+        self.watched: list[tuple[str, int, int]] = []      # (topic, queue id, slot)
+
+    def release(self) -> None:
+        holds, self._holds = self._holds, []
+        for result in holds:
+            result.release()
+
+    @property
+    def full(self) -> bool:
+        return len(self.messages) >= self.header.max_msg_nums
+
+    def _retry_at(self, when_ms: int) -> None:
+        self.retry_at_ms = when_ms if self.retry_at_ms is None else min(self.retry_at_ms,
+                                                                        when_ms)
+
+    async def run(self) -> None:
+        broker = self.ctx.config.broker
+        need_retry = self.random_q < broker.pop_from_retry_probability
+        v2 = broker.enable_retry_topic_v2
+        retry_topic = pop.retry_topic(self.header.topic, self.group, v2)
+        if v2 and broker.retrieve_message_from_pop_retry_topic_v1 and self.random_q % 2 == 0:
+            retry_topic = pop.retry_topic_v1(self.header.topic, self.group)
+        if need_retry and not self.order:
+            await self._pop_topic(retry_topic, True)
+        if self.header.queue_id < 0:
+            await self._pop_topic(self.header.topic, False)
+        else:
+            await self._pop_queues(self.header.topic, [self.header.queue_id], False)
+        if not need_retry and not self.full and not self.order:
+            await self._pop_topic(retry_topic, True)
+
+    async def _pop_topic(self, topic: str, is_retry: bool) -> None:
+        topic_config = self.ctx.metadata.topic_config(topic)
+        if topic_config is None:
+            return
+        count = topic_config.read_queue_nums
+        await self._pop_queues(topic, [(self.random_q + i) % count for i in range(count)],
+                               is_retry)
+
+    async def _pop_queues(self, topic: str, queue_ids: list[int], is_retry: bool) -> None:
+        slots = await self.pop_state.slots.slots(
+            [SlotKey(topic, self.group, queue_id) for queue_id in queue_ids])
+        for queue_id, slot in zip(queue_ids, slots, strict=True):
+            self.watched.append((topic, queue_id, slot))
+            await _QueuePop(self, topic, queue_id, slot, is_retry).run()
+
+    def has_work(self) -> bool:
+        """Whether a watched queue has messages past the group's pop offset (cheap: the
+        held request runs again to find out what it can take)."""
+        table, store = self.pop_state.table, self.ctx.store
+        for topic, queue_id, slot in self.watched:
+            offset = table.pop_offset(slot)
+            if store.get_max_offset_in_queue(topic, queue_id) > (offset or 0):
+                return True
+        return False
+
+    def add_messages(self, result, topic: str, queue_id: int, start_offset: int,
+                     queue_offsets: list[int], is_retry: bool) -> None:
+        """Take the read's records into the answer (retry ones re-encoded, see the module
+        docstring); the read stays held until the answer is written."""
+        self.infos.add_queue(topic, queue_id, start_offset, queue_offsets)
+        if not is_retry or self.ctx.config.broker.pop_response_return_actual_retry_topic:
+            self.messages.extend(result.buffers)
+            self._holds.append(result)
+            return
+        try:
+            for view in result.buffers:
+                self.messages.append(memoryview(self._as_popped_topic(view, start_offset)))
+        finally:
+            result.release()
+
+    def _as_popped_topic(self, view, start_offset: int) -> bytes:
+        decoded = record_codec.decode(view, 0)
+        properties = decode_properties(decoded.properties)
+        properties.setdefault(Property.POP_CK, pop.build_extra_info(
+            start_offset, self.pop_time, self.header.invisible_time, self.revive_qid,
+            decoded.topic, self.ctx.config.broker.broker_name, decoded.queue_id,
+            decoded.queue_offset))
+        reput = reput_message(decoded, self.header.topic, decoded.queue_id, properties,
+                              store_timestamp=decoded.store_timestamp,
+                              queue_offset=decoded.queue_offset,
+                              physical_offset=decoded.physical_offset)
+        return bytes(reput.records)
+
+
+class _QueuePop:
+    """One queue of a POP run, under its lock (see the module docstring)."""
+
+    def __init__(self, run: _PopRun, topic: str, queue_id: int, slot: int, is_retry: bool):
+        self.run_, self.topic, self.queue_id, self.slot = run, topic, queue_id, slot
+        self.is_retry = is_retry
+        self.ctx, self.table = run.ctx, run.pop_state.table
+        self.tag = run.pop_state.lock_tag
+
+    def _max_offset(self) -> int:
+        return self.ctx.store.get_max_offset_in_queue(self.topic, self.queue_id)
+
+    def _offset_or_init(self) -> int:
+        offset = self.table.pop_offset(self.slot)
+        if offset is None:
+            offset = init_pop_offset(self.ctx, self.topic, self.queue_id,
+                                     self.run_.header.init_mode)
+        return offset
+
+    async def run(self) -> None:
+        if not await self._lock():
+            return
+        try:
+            await self._locked()
+        finally:
+            self.table.unlock(self.slot, self.tag)
+
+    async def _lock(self) -> bool:
+        run = self.run_
+        if self.table.try_lock(self.slot, self.tag):
+            return True
+        if not run.order:
+            run.rest_num += max(0, self._max_offset() - self._offset_or_init())
+            run._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
+            return False
+        deadline_ms = self.ctx.now_ms() + ORDER_LOCK_WAIT_MS
+        while not self.table.try_lock(self.slot, self.tag):
+            if self.ctx.now_ms() >= deadline_ms:
+                run._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
+                return False
+            await asyncio.sleep(_ORDER_LOCK_POLL_S)
+        return True
+
+    async def _locked(self) -> None:
+        run, table, broker = self.run_, self.table, self.ctx.config.broker
+        now_ms = self.ctx.now_ms()
+        take_pending_offset(table, self.slot, now_ms)
+        if broker.enable_pop_message_threshold and \
+                table.in_flight(self.slot) > broker.pop_inflight_message_threshold:
+            log.warning("Too much msgs unacked, then stop popping. topic=%s, group=%s, "
+                        "queueId=%d", self.topic, run.group, self.queue_id)
+            run.rest_num += max(0, self._max_offset() - self._offset_or_init())
+            return
+        offset = table.pop_offset(self.slot)
+        if offset is None:
+            offset = self._offset_or_init()
+            table.set_pop_offset(self.slot, offset)      # Java commits the initial offset
+        if run.order and self._order_blocked(now_ms):
+            return
+        if run.order:
+            table.clear_in_flight(self.slot, now_ms)
+        if run.full:
+            run.rest_num += max(0, self._max_offset() - offset)
+            return
+        result, offset = self._read(offset)
+        try:
+            await self._take(result, offset, now_ms)
+        except BaseException:
+            result.release()
+            raise
+
+    def _order_blocked(self, now_ms: int) -> bool:
+        record = self.table.order_record(self.slot)
+        if record is None:
+            return False
+        info = OrderInfo.from_json(orjson.loads(record))
+        header = self.run_.header
+        if not info.need_block(header.attempt_id, header.invisible_time, now_ms):
+            return False
+        free_ms = info.lock_free_timestamp(now_ms)
+        if free_ms is not None and \
+                self.ctx.config.broker.enable_notify_after_pop_order_lock_release:
+            self.run_._retry_at(free_ms)
+        return True
+
+    def _read(self, offset: int):
+        run = self.run_
+        store, message_filter = self.ctx.store, run.filter
+        wanted = run.header.max_msg_nums - len(run.messages)
+        result = store.get_messages(run.group, self.topic, self.queue_id, offset, wanted, None,
+                                    message_filter.tag_codes, message_filter.record_filter)
+        if result.status in _OFFSET_WRONG:
+            log.warning("Pop initial offset, because store is no correct, %s, %d->%d",
+                        pop.polling_key(self.topic, run.group, self.queue_id), offset,
+                        result.next_begin_offset)
+            offset = result.next_begin_offset
+            self.table.set_pop_offset(self.slot, offset)
+            result.release()
+            result = store.get_messages(run.group, self.topic, self.queue_id, offset, wanted,
+                                        None, message_filter.tag_codes,
+                                        message_filter.record_filter)
+        return result, offset
+
+    async def _take(self, result, offset: int, now_ms: int) -> None:
+        run, table = self.run_, self.table
+        if result.status is GetStatus.FOUND:
+            queue_offsets = _queue_offsets(result.buffers)
+            if run.order:
+                self._record_order_run(queue_offsets, now_ms)
+                table.set_pop_offset(self.slot, offset)
+            elif not await self._write_check_point(offset, queue_offsets, result):
+                run.rest_num += max(0, result.max_offset - result.next_begin_offset) + \
+                    len(queue_offsets)
+                result.release()
+                return
+            else:
+                table.set_pop_offset(self.slot, result.next_begin_offset)
+            table.add_in_flight(self.slot, len(queue_offsets))
+            table.touch(self.slot, now_ms)
+            run.rest_num += max(0, result.max_offset - result.next_begin_offset)
+            _count_get(self.ctx, self.topic, run.group, result)
+            run.add_messages(result, self.topic, self.queue_id, offset, queue_offsets,
+                             self.is_retry)
+            return
+        if result.status in _NOTHING_TAKEN and result.next_begin_offset > -1:
+            table.set_pop_offset(self.slot, result.next_begin_offset)
+        run.rest_num += max(0, result.max_offset - result.next_begin_offset)
+        result.release()
+
+    def _record_order_run(self, queue_offsets: list[int], now_ms: int) -> None:
+        run = self.run_
+        header = run.header
+        info = OrderInfo.new_run(header.attempt_id, run.pop_time, header.invisible_time,
+                                 queue_offsets, now_ms)
+        previous = self.table.order_record(self.slot)
+        if previous is not None:
+            info.merge_consumed_counts(OrderInfo.from_json(orjson.loads(previous)))
+        info.add_order_counts(run.infos, self.topic, self.queue_id)
+        self.table.set_order_record(self.slot, orjson.dumps(info.to_json(),
+                                                            option=orjson.OPT_NON_STR_KEYS))
+
+    async def _write_check_point(self, offset: int, queue_offsets: list[int], result) -> bool:
+        run, ctx = self.run_, self.ctx
+        broker = ctx.config.broker
+        ck = PopCheckPoint(topic=self.topic, cid=run.group, queue_id=self.queue_id,
+                           start_offset=offset, pop_time=run.pop_time,
+                           invisible_time=run.header.invisible_time, num=len(queue_offsets),
+                           queue_offset_diff=[qo - offset for qo in queue_offsets],
+                           broker_name=broker.broker_name)
+        record = revive_log.checkpoint_message(
+            ck, pop.revive_topic(broker.broker_cluster_name), run.revive_qid, ctx.store_host,
+            ctx.now_ms())
+        put = await revive_log.put_revive_record(ctx.putter, record)
+        if not put.status.stored:
+            log.error("[PopBuffer]put ck to store fail: %s, %s", ck, put.status.name)
+            return False
+        if broker.enable_pop_log:
+            log.info("[PopBuffer]add ck just offset, %s", ck)
+        return True
+
+
+def _count_get(ctx, topic: str, group: str, result) -> None:
+    stats = ctx.stats
+    if stats is not None:
+        size_bytes = sum(view.nbytes for view in result.buffers)
+        stats.group_get(topic, group, result.message_count, size_bytes, False)
+
+
+HANDLERS: dict[int, Callable] = {RequestCode.POP_MESSAGE: handle_pop_message}

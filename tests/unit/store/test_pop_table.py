@@ -1,0 +1,140 @@
+"""Goal: the shared POP table keeps its promises: a slot's key and fields read back as written,
+its lock admits one holder at a time across processes, offsets set by the metadata service wait
+for the POP side, in-flight and held counts add up under concurrent writers, the waiters of a
+notify are taken once; the directory assigns slots, harvests pop offsets into the consumer
+offsets only when they move, and recovers offsets and order records from a table a killed
+broker left. Method: real mapped files in tmp_path, forked processes hammering one slot.
+"""
+import multiprocessing
+import os
+
+import orjson
+import pytest
+
+from pybroker.broker.managers.consumer_offset import ConsumerOffsetManager
+from pybroker.broker.pop.directory import PopDirectory, PopTableFull, recover_table
+from pybroker.store.pop_table import ORDER_RECORD_MAX_BYTES, PopTable, SlotKey
+
+KEY = SlotKey("Topic", "Group", 3)
+
+
+@pytest.fixture
+def table(tmp_path):
+    created = PopTable.create(str(tmp_path / "pop"), 8)
+    yield created
+    created.close()
+
+
+def test_slot_fields_round_trip(table, tmp_path):
+    table.assign(2, SlotKey("%RETRY%g+t" * 20, "g" * 255, -1), None, 1000)
+    assert table.key(2) == SlotKey("%RETRY%g+t" * 20, "g" * 255, -1)
+    assert table.pop_offset(2) is None
+    table.set_pop_offset(2, 12)
+    assert table.pop_offset(2) == 12
+    table.add_in_flight(2, 5)
+    table.add_in_flight(2, -7)
+    assert table.in_flight(2) == 0                    # never below 0
+    table.set_order_record(2, b'{"o":[1]}')
+    assert table.order_record(2) == b'{"o":[1]}'
+    with pytest.raises(ValueError):
+        table.set_order_record(2, b"x" * (ORDER_RECORD_MAX_BYTES + 1))
+    with pytest.raises(ValueError):
+        table.assign(2, KEY, None, 0)                 # assigned already
+    with pytest.raises(ValueError):
+        table.assign(3, SlotKey("t" * 256, "g", 0), None, 0)
+    attached = PopTable.attach(str(tmp_path / "pop"))
+    assert list(attached.assigned_slots()) == [(2, table.key(2))]
+    attached.close()
+    (tmp_path / "bad").write_bytes(b"x" * 8192)
+    with pytest.raises(ValueError):
+        PopTable.attach(str(tmp_path / "bad"))
+
+
+def test_lock_and_pending_offsets(table):
+    table.assign(0, KEY, 5, 0)
+    assert table.try_lock(0, 1) and not table.try_lock(0, 2)
+    table.unlock(0, 1)
+    assert table.try_lock(0, 2)
+    assert table.clear_locks() == 1 and table.try_lock(0, 3)
+    assert table.pending_offset(0) is None
+    table.set_offset(0, 2, reset=True)
+    pending = table.pending_offset(0)
+    assert (pending.value, pending.reset) == (2, True)
+    table.mark_applied(0, pending.seq)
+    assert table.pending_offset(0) is None
+
+
+def test_notify_takes_the_waiters_once(table):
+    version = table.version
+    table.add_waiter(1)
+    table.add_waiter(4)
+    table.remove_waiter(4)
+    assert table.notify() == 0b10
+    assert table.notify() == 0
+    assert table.version == version + 2
+
+
+def _hammer(path: str, tag: int, rounds: int) -> None:
+    table = PopTable.attach(path)
+    done = 0
+    while done < rounds:
+        if not table.try_lock(0, tag):
+            continue
+        # A read-modify-write that loses updates unless the lock excludes the other process.
+        table.set_pop_offset(0, (table.pop_offset(0) or 0) + 1)
+        table.unlock(0, tag)
+        table.add_in_flight(0, 1)
+        table.add_held(0, 1)
+        done += 1
+    table.close()
+    os._exit(0)
+
+
+@pytest.mark.dataplane
+def test_the_lock_excludes_other_processes(table):
+    table.assign(0, KEY, 0, 0)
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_hammer, args=(table.path, tag, 3000))
+               for tag in (1, 2, 3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    assert table.pop_offset(0) == 9000
+    assert table.in_flight(0) == 9000 and table.held(0) == 9000
+
+
+def test_directory_assigns_harvests_and_hands_over_offsets(table, tmp_path):
+    offsets = ConsumerOffsetManager(str(tmp_path / "consumerOffset.json"))
+    offsets.commit("Group", "Topic", 3, 7)
+    directory = PopDirectory(table, offsets, str(tmp_path / "order.json"), {}, lambda: 100)
+    offsets.listener = directory.offset_committed
+    (slot,) = directory.slots_for([KEY])
+    assert directory.slots_for([KEY]) == [slot]
+    assert table.pop_offset(slot) == 7                # the committed offset
+    assert directory.harvest() == 0                   # unchanged
+    table.set_pop_offset(slot, 9)
+    assert directory.harvest() == 1 and offsets.query("Group", "Topic", 3) == 9
+    offsets.commit("Group", "Topic", 3, 4, reset=True)
+    assert directory.harvest() == 0                   # waits for the POP side
+    assert offsets.query("Group", "Topic", 3) == 4
+    others = [SlotKey("T", "G", queue_id) for queue_id in range(7)]
+    directory.slots_for(others)
+    with pytest.raises(PopTableFull):
+        directory.slots_for([SlotKey("T", "G", 99)])
+
+
+def test_recovery_takes_offsets_and_order_records_of_a_killed_broker(table, tmp_path):
+    table.assign(0, KEY, 0, 0)
+    table.set_pop_offset(0, 42)
+    table.assign(1, SlotKey("Topic", "Group", 4), 0, 0)
+    table.set_pop_offset(1, 10)
+    table.set_offset(1, 3, reset=True)                # a reset not yet taken: it wins
+    table.set_order_record(0, orjson.dumps({"o": [40, 1], "popTime": 5, "cm": 0, "l": 0}))
+    offsets = ConsumerOffsetManager(str(tmp_path / "consumerOffset.json"))
+    orders: dict = {}
+    assert recover_table(table.path, offsets, orders) == 2
+    assert offsets.query("Group", "Topic", 3) == 42
+    assert offsets.query("Group", "Topic", 4) == 3
+    assert orders["Topic@Group"][3].offset_list == [40, 1]
