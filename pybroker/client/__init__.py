@@ -9,6 +9,7 @@ from pybroker.client.consumer import ConsumeContext, ConsumeStatus, PushConsumer
 from pybroker.client.instance import ClientInstance
 from pybroker.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from pybroker.client.orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
+from pybroker.client.pop_consumer import PopConsumer, PopPushConsumer
 from pybroker.client.producer import Producer
 from pybroker.client.pull_consumer import LitePullConsumer
 from pybroker.client.rebalance import (AllocateConsistentHash, allocate_average,
@@ -22,7 +23,7 @@ from pybroker.protocol.constants import ConsumeFromWhere, MessageModel
 __all__ = ["Admin", "AllocateConsistentHash", "ClientInstance", "ConsumeContext",
            "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "ConsumeStatus",
            "LitePullConsumer", "LocalTransactionState", "Message", "MessageExt", "MessageModel",
-           "MessageQueue", "MessageSelector", "Producer",
+           "MessageQueue", "MessageSelector", "PopConsumer", "PopPushConsumer", "Producer",
            "PushConsumer", "SelectByHash", "SelectManual", "SelectRoundRobin", "SendResult",
            "SendStatus", "TransactionProducer", "TransactionSendResult", "allocate_average",
            "allocate_average_by_circle"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from pybroker.client import admin as _admin
 from pybroker.client import consumer as _consumer
+from pybroker.client import pop_consumer as _pop_consumer
 from pybroker.client import producer as _producer
 from pybroker.client import pull_consumer as _pull_consumer
 from pybroker.client import transaction as _transaction
@@ -129,6 +130,18 @@ class LitePullConsumer(_Blocking):
         self._call(run())
 
 
+class PopConsumer(_Blocking):
+    """Blocking :class:`pybroker.client.pop_consumer.PopConsumer` (same arguments)."""
+    _async_class = _pop_consumer.PopConsumer
+    _methods = ("receive", "receive_from", "ack", "ack_all", "change_invisible_time")
+
+
+class PopPushConsumer(_Blocking):
+    """Blocking :class:`pybroker.client.pop_consumer.PopPushConsumer` (same arguments)."""
+    _async_class = _pop_consumer.PopPushConsumer
+    _methods = ()
+
+
 class Admin(_Blocking):
     """Blocking :class:`pybroker.client.admin.Admin` (same arguments)."""
     _async_class = _admin.Admin
@@ -137,4 +150,5 @@ class Admin(_Blocking):
                 "broker_runtime_info")
 
 
-__all__ = ["Admin", "LitePullConsumer", "Producer", "PushConsumer", "TransactionProducer"]
+__all__ = ["Admin", "LitePullConsumer", "PopConsumer", "PopPushConsumer", "Producer",
+           "PushConsumer", "TransactionProducer"]

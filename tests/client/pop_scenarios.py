@@ -1,0 +1,207 @@
+# POP scenarios of the Python client, run against pybroker and against Java 5.3.3 alike.
+"""Scenario functions taking a ``rocketmq_peer`` (tests/client/conftest.py): collected by
+tests/client/test_pop_pybroker.py (pybroker) and tests/client/test_pop_java.py (the real Java
+5.3.3 broker), so both brokers must give the same results. Each counts exactly: every message
+once unless it is meant to come back, every wait bounded.
+"""
+import asyncio
+import time
+import uuid
+
+from pybroker.client import Admin, ConsumeStatus, Message, PopConsumer, PopPushConsumer, Producer
+from pybroker.client import PushConsumer
+from pybroker.client.message import MessageExt
+from pybroker.protocol.constants import ConsumeFromWhere
+
+WAIT_S = 45.0
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+async def _topic(peer, queues: int) -> str:
+    topic = _name("PopTopic")
+    admin = Admin(peer.namesrv_addr)
+    await admin.start()
+    try:
+        await admin.create_topic(topic, queues, broker_addr=peer.broker_addr)
+    finally:
+        await admin.shutdown()
+    return topic
+
+
+async def _send(peer, topic: str, bodies: list[bytes], **message_options) -> None:
+    async with Producer(_name("pop_producer"), peer.namesrv_addr) as producer:
+        for body in bodies:
+            await producer.send(Message(topic, body, **message_options))
+
+
+def _consumer(peer, group: str, topic: str, **options) -> PopConsumer:
+    consumer = PopConsumer(group, peer.namesrv_addr, poll_time_ms=2000,
+                           consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                           **options)
+    consumer.subscribe(topic)
+    return consumer
+
+
+async def _collect(consumer: PopConsumer, count: int, ack: bool = True,
+                   wait_s: float = WAIT_S) -> list[MessageExt]:
+    got: list[MessageExt] = []
+    deadline = time.monotonic() + wait_s
+    while len(got) < count and time.monotonic() < deadline:
+        messages = await consumer.receive()
+        if ack and messages:
+            await consumer.ack_all(messages)
+        got += messages
+    return got
+
+
+def test_pop_hands_each_message_to_one_consumer(rocketmq_peer):
+    async def scenario():
+        topic = await _topic(rocketmq_peer, 4)
+        bodies = [f"m{i}".encode() for i in range(120)]
+        await _send(rocketmq_peer, topic, bodies)
+        group = _name("pop_group")
+        consumers = [_consumer(rocketmq_peer, group, topic, max_nums=8) for _ in range(4)]
+        for consumer in consumers:
+            await consumer.start()
+        got: list[bytes] = []
+        deadline = time.monotonic() + WAIT_S
+
+        async def consume(consumer: PopConsumer) -> None:
+            while len(got) < len(bodies) and time.monotonic() < deadline:
+                messages = await consumer.receive(poll_time_ms=500)
+                if messages:
+                    await consumer.ack_all(messages)
+                    got.extend(message.body for message in messages)
+        try:
+            await asyncio.gather(*(consume(consumer) for consumer in consumers))
+            assert sorted(got) == sorted(bodies), "every message exactly once"
+            assert await consumers[1].receive(poll_time_ms=500) == []
+        finally:
+            for consumer in consumers:
+                await consumer.shutdown()
+    asyncio.run(scenario())
+
+
+def test_unacknowledged_messages_come_back_acknowledged_ones_never(rocketmq_peer):
+    async def scenario():
+        topic = await _topic(rocketmq_peer, 2)
+        bodies = [f"m{i}".encode() for i in range(10)]
+        await _send(rocketmq_peer, topic, bodies)
+        consumer = _consumer(rocketmq_peer, _name("pop_group"), topic, invisible_time_ms=3000)
+        await consumer.start()
+        try:
+            first = await _collect(consumer, 10, ack=False)
+            assert sorted(message.body for message in first) == sorted(bodies)
+            acked = [message for message in first if int(message.body[1:]) % 2 == 0]
+            await consumer.ack_all(acked)
+            held = next(message for message in first if message.body == b"m1")
+            await consumer.change_invisible_time(held, 120000)
+            back = await _collect(consumer, 4, ack=True, wait_s=WAIT_S)
+            assert sorted(message.body for message in back) == [b"m3", b"m5", b"m7", b"m9"]
+            assert all(message.reconsume_times == 1 for message in back)
+            assert await consumer.receive(poll_time_ms=500) == []
+        finally:
+            await consumer.shutdown()
+    asyncio.run(scenario())
+
+
+def test_a_held_pop_is_answered_when_a_message_arrives(rocketmq_peer):
+    async def scenario():
+        topic = await _topic(rocketmq_peer, 2)
+        consumer = _consumer(rocketmq_peer, _name("pop_group"), topic)
+        await consumer.start()
+        try:
+            receiving = asyncio.create_task(consumer.receive(poll_time_ms=15000))
+            await asyncio.sleep(1.0)
+            sent_at = time.monotonic()
+            await _send(rocketmq_peer, topic, [b"late"])
+            messages = await asyncio.wait_for(receiving, 20)
+            assert [message.body for message in messages] == [b"late"]
+            assert time.monotonic() - sent_at < 5.0, "answered on arrival, not at poll time"
+            await consumer.ack_all(messages)
+        finally:
+            await consumer.shutdown()
+    asyncio.run(scenario())
+
+
+def test_push_over_pop_retries_then_dead_letters(rocketmq_peer):
+    async def scenario():
+        topic = await _topic(rocketmq_peer, 2)
+        bodies = [f"ok{i}".encode() for i in range(20)] + [b"bad0", b"bad1"]
+        await _send(rocketmq_peer, topic, bodies)
+        group = _name("pop_push")
+        seen: dict[bytes, list[int]] = {}
+
+        def listener(messages, context):
+            for message in messages:
+                seen.setdefault(message.body, []).append(message.reconsume_times)
+            failing = any(message.body.startswith(b"bad") for message in messages)
+            return ConsumeStatus.RECONSUME_LATER if failing else ConsumeStatus.CONSUME_SUCCESS
+        consumer = PopPushConsumer(group, rocketmq_peer.namesrv_addr, max_reconsume_times=1,
+                                   pop_delay_levels_s=(1,), poll_time_ms=2000,
+                                   consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        consumer.subscribe(topic)
+        consumer.register_message_listener(listener)
+        await consumer.start()
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline and not (
+                    len(seen) == len(bodies) and all(len(seen[b]) == 2 for b in seen
+                                                     if b.startswith(b"bad"))):
+                await asyncio.sleep(0.2)
+        finally:
+            await consumer.shutdown()
+        assert {body: counts for body, counts in seen.items() if body.startswith(b"ok")} == \
+            {body: [0] for body in bodies[:20]}
+        assert seen[b"bad0"] == [0, 1] and seen[b"bad1"] == [0, 1]
+        dead = PushConsumer(_name("dlq_reader"), rocketmq_peer.namesrv_addr,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        dead_letters: list[bytes] = []
+        dead.subscribe(f"%DLQ%{group}")
+        dead.register_message_listener(
+            lambda messages, context: dead_letters.extend(m.body for m in messages)
+            or ConsumeStatus.CONSUME_SUCCESS)
+        await dead.start()
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while len(dead_letters) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+        finally:
+            await dead.shutdown()
+        assert sorted(dead_letters) == [b"bad0", b"bad1"]
+    asyncio.run(scenario())
+
+
+def test_order_pop_holds_a_queue_until_its_run_is_acknowledged(rocketmq_peer):
+    async def scenario():
+        topic = await _topic(rocketmq_peer, 1)
+        await _send(rocketmq_peer, topic, [f"o{i}".encode() for i in range(6)])
+        group = _name("pop_order")
+        first = _consumer(rocketmq_peer, group, topic, max_nums=3)
+        second = _consumer(rocketmq_peer, group, topic, max_nums=3)
+        await first.start()
+        await second.start()
+        try:
+            run = await first.receive(order=True, attempt_id="attempt-1")
+            assert [message.body for message in run] == [b"o0", b"o1", b"o2"]
+            assert await second.receive(order=True, attempt_id="attempt-2",
+                                        poll_time_ms=1000) == []
+            again = await first.receive(order=True, attempt_id="attempt-1")
+            assert [message.body for message in again] == [b"o0", b"o1", b"o2"]
+            waiting = asyncio.create_task(second.receive(order=True, attempt_id="attempt-3",
+                                                         poll_time_ms=15000))
+            await asyncio.sleep(1.0)
+            acked_at = time.monotonic()
+            for message in again:
+                await first.ack(message)
+            nxt = await asyncio.wait_for(waiting, 20)
+            assert [message.body for message in nxt] == [b"o3", b"o4", b"o5"]
+            assert time.monotonic() - acked_at < 5.0, "woken by the ack, not the poll time"
+            await second.ack_all(nxt)
+        finally:
+            await first.shutdown()
+            await second.shutdown()
+    asyncio.run(scenario())
