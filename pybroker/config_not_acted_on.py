@@ -60,6 +60,7 @@ JAVA_KEYS_NOT_USED = frozenset((
     "consumerFallbehindThreshold", "maxMsgsNumBatch",
     "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
     "productEnvName", "clusterTest", "configStorePath", "flushConsumerOffsetHistoryInterval",
+    "ackMessageThreadPoolNums", "ackThreadPoolQueueCapacity",
 ))
 # Java keys naming features pybroker lacks; any value but Java's default stops start-up.
 JAVA_KEYS_UNSUPPORTED = {

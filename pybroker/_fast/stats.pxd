@@ -32,7 +32,7 @@ cpdef enum:
     STATS_BOOT_MS_OFFSET = 32
     STATS_SECTIONS_OFFSET_OFFSET = 40
     STATS_INSTRUMENTS_OFF_OFFSET = 48
-    STATS_LAYOUT_VERSION = 1
+    STATS_LAYOUT_VERSION = 2
     STATS_PAGE_BYTES = 4096
     WINDOW_AREA_OFFSET = 4096
     WINDOW_CURSOR_OFFSET = 4096           # rows ever written (monotonic)
@@ -40,7 +40,7 @@ cpdef enum:
     WINDOW_COLUMNS = 16                   # column 0: timestamp ms
     WINDOW_ROWS = 1024                    # > 601 one-second samples (Java's 600 s window)
     WINDOW_AREA_BYTES = 64 + WINDOW_COLUMNS * 8 * WINDOW_ROWS
-    COUNTERS_PER_WRITER = 64
+    COUNTERS_PER_WRITER = 96
     HIST_WORDS = 72
     HIST_BUCKETS = 64
     HIST_COUNT_WORD = 64
@@ -116,6 +116,11 @@ cpdef enum StatsCounter:
     COMMITS = 61                  # appender: transient-pool commits (writes to the file)
     COMMITTED_BYTES = 62          # appender: bytes committed from the pool to the file
     ALLOCATE_FAULTS = 63          # flusher: page faults its allocator took preparing files
+    BROKER_CK_NUMS = 64           # remoting: POP check-points stored (Java BROKER_CK_NUMS)
+    BROKER_ACK_NUMS = 65          # remoting: POP acks (Java BROKER_ACK_NUMS)
+    ACK_STARTED = 66              # remoting: ACK / BATCH_ACK / CHANGE_INVISIBLETIME requests
+    ACK_FINISHED = 67             # started / answered (Java's ack thread pool)
+    ACK_OLDEST_MS = 68            # remoting gauge: the ack family's oldest unanswered request
 
 
 cpdef enum StatsHistogram:
@@ -148,6 +153,10 @@ cpdef enum StatsKeyKind:
     KEY_PULL_OFFSET = 5           # key topic@group, label queue id; words: next offset of the
                                   # writer's last pull of that queue (Java's pullOffsetTable),
                                   # CLOCK_MONOTONIC ns of that pull (the newest writer wins)
+    KEY_GROUP_CK = 6              # key topic@group (the topic the POP named); words:
+                                  # check-point records stored, -, requests
+    KEY_GROUP_ACK = 7             # key topic@group; words: acks (Java's count, before the
+                                  # put), ack records stored, requests
 
 
 cpdef enum KeyWord:

@@ -98,6 +98,11 @@ class StatsCounter(enum.IntEnum):
     COMMITS = 61
     COMMITTED_BYTES = 62
     ALLOCATE_FAULTS = 63
+    BROKER_CK_NUMS = 64
+    BROKER_ACK_NUMS = 65
+    ACK_STARTED = 66
+    ACK_FINISHED = 67
+    ACK_OLDEST_MS = 68
 
 
 class StatsHistogram(enum.IntEnum):
@@ -125,6 +130,8 @@ class StatsKeyKind(enum.IntEnum):
     KEY_SEND_BACK = 3
     KEY_GROUP_GET_LATENCY = 4
     KEY_PULL_OFFSET = 5
+    KEY_GROUP_CK = 6
+    KEY_GROUP_ACK = 7
 
 
 class KeyWord(enum.IntEnum):

@@ -80,7 +80,7 @@ def _queue_entries(document) -> list[tuple[dict, dict]]:
 
 
 async def consumer_progress(admin, args, out) -> int:
-    rows, tps, diff = [], 0.0, 0
+    rows, tps, diff, inflight_total = [], 0.0, 0, 0
     for _, address in await masters(admin, args):
         try:
             document = await admin.consume_stats(address, args.group, args.topic or "")
@@ -90,18 +90,22 @@ async def consumer_progress(admin, args, out) -> int:
         for queue, entry in _queue_entries(document):
             lag = entry["brokerOffset"] - entry["consumerOffset"]
             diff += lag
+            # 5.x: pulled (or popped) and not committed (acknowledged); 4.x brokers omit it.
+            inflight = max(entry.get("pullOffset", 0) - entry["consumerOffset"], 0)
+            inflight_total += inflight
             last = entry.get("lastTimestamp", 0)
             rows.append([queue["topic"], queue["brokerName"], queue["queueId"],
-                         entry["brokerOffset"], entry["consumerOffset"], lag,
+                         entry["brokerOffset"], entry["consumerOffset"], lag, inflight,
                          time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last / 1000))
                          if last else "N/A"])
     rows.sort(key=lambda row: (row[0], row[1], row[2]))
     columns = ["Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff",
-               "LastTime"]
+               "Inflight", "LastTime"]
     out.table(columns, rows, {"consumeTps": tps, "diffTotal": diff,
+                              "inflightTotal": inflight_total,
                               "queues": [dict(zip(columns, row, strict=True))
                                          for row in rows]})
-    out.line(f"\nConsume TPS: {tps:.2f}\nDiff Total: {diff}")
+    out.line(f"\nConsume TPS: {tps:.2f}\nDiff Total: {diff}\nInflight Total: {inflight_total}")
     return 0
 
 

@@ -87,7 +87,8 @@ def encode_topic_stats_table(entries) -> bytes:
 
 
 def encode_consume_stats(entries, consume_tps: float) -> bytes:
-    """ConsumeStats: (MessageQueue, {"brokerOffset","consumerOffset","lastTimestamp"})."""
+    """ConsumeStats: (MessageQueue, {"brokerOffset","consumerOffset","pullOffset",
+    "lastTimestamp"})."""
     return (b'{"consumeTps":' + orjson.dumps(float(consume_tps)) + b',"offsetTable":'
             + encode_message_queue_map(entries) + b"}")
 
@@ -233,7 +234,11 @@ async def handle_get_topic_stats_info(ctx: MetadataContext, channel: ClientChann
 
 
 # --- consumers ----------------------------------------------------------------------------------
-def _consume_stats_entries(ctx, group: str, topic: str) -> list:
+def _consume_stats_entries(ctx, group: str, topic: str, pulled: dict) -> list:
+    """OffsetWrapper per queue. pullOffset is Java's (the newest pull's next offset, at least
+    the consumer offset); for a queue the group pops, the consumer offset plus its in-flight
+    (popped, not acknowledged, not revived) messages, so that mqadmin's #Inflight
+    (pullOffset - consumerOffset) counts them."""
     topic_config = ctx.metadata.topic_config(topic)
     if topic_config is None:
         return []
@@ -242,11 +247,17 @@ def _consume_stats_entries(ctx, group: str, topic: str) -> list:
             info is not None and info.subscriptions:
         return []   # the live group does not subscribe to this topic
     entries = []
+    directory = ctx.pop_directory
+    key = f"{topic}@{group}"
     for queue_id in range(topic_config.read_queue_nums):
         broker_offset = max(ctx.store.get_max_offset_in_queue(topic, queue_id), 0)
         consumer_offset = max(ctx.metadata.offsets.query(group, topic, queue_id), 0)
+        pull_offset = max(consumer_offset, pulled.get((key, queue_id), consumer_offset))
+        popped = directory.queue_figures(group, topic, queue_id) if directory else None
+        if popped is not None:
+            pull_offset = consumer_offset + popped[1]
         stats = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
-                 "lastTimestamp": 0}
+                 "pullOffset": pull_offset, "lastTimestamp": 0}
         if consumer_offset > 0:
             last_ms = ctx.store.get_message_store_timestamp(topic, queue_id, consumer_offset - 1)
             if last_ms > 0:
@@ -268,8 +279,9 @@ async def handle_get_consume_stats(ctx: MetadataContext, channel: ClientChannel,
     entries = []
     consume_tps = 0.0
     service = ctx.stats_service
+    pulled = service.last.pull_offsets() if service is not None and service.last else {}
     for topic in topics:
-        topic_entries = _consume_stats_entries(ctx, header.consumer_group, topic)
+        topic_entries = _consume_stats_entries(ctx, header.consumer_group, topic, pulled)
         entries += topic_entries
         if topic_entries and service is not None:
             consume_tps += service.group_get_tps(header.consumer_group, topic)

@@ -75,6 +75,8 @@ class MetadataContext(BrokerContext):
     metadata: MetadataWriter
     topic_deleter: TopicDeleter = field(kw_only=True)
     replicas: ControllerRole | None = field(default=None, kw_only=True)   # controller mode
+    # The supervisor's POP directory (broker/pop/directory.py): in-flight figures.
+    pop_directory: Any = field(default=None, kw_only=True)
 
 
 Handler = Callable[[BrokerContext, ClientChannel, RemotingCommand],

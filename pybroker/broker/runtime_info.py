@@ -1,5 +1,6 @@
 # GET_BROKER_RUNTIME_INFO: Java's keys, meanings and string formats from the shared counters.
-"""The runtime table mqadmin brokerStatus prints (Java 4.9.8 keys, plus 5.x putLatency99/999).
+"""The runtime table mqadmin brokerStatus prints (Java 4.9.8 keys, plus 5.x putLatency99/999
+and the ack pool's keys).
 
 Every figure is measured: store counters come from the instrument region (the appender's puts,
 the remoting workers' reads), rates from the supervisor's sampler, positions from the control
@@ -32,15 +33,18 @@ __all__ = ["runtime_info", "disk_used_ratio", "format_runtime"]
 _POOL_CAPACITIES = {"sendThreadPoolQueueCapacity": "10000",
                     "pullThreadPoolQueueCapacity": "100000",
                     "queryThreadPoolQueueCapacity": "20000",
-                    "EndTransactionThreadPoolQueueCapacity": "100000"}
+                    "EndTransactionThreadPoolQueueCapacity": "100000",
+                    "ackThreadPoolQueueCapacity": "100000"}
 _QUEUES = {"sendThreadPoolQueueSize": (C.SEND_STARTED, C.SEND_FINISHED),
            "pullThreadPoolQueueSize": (C.PULL_STARTED, C.PULL_FINISHED),
            "queryThreadPoolQueueSize": (C.QUERY_STARTED, C.QUERY_FINISHED),
-           "EndTransactionQueueSize": (C.TRANSACTION_STARTED, C.TRANSACTION_FINISHED)}
+           "EndTransactionQueueSize": (C.TRANSACTION_STARTED, C.TRANSACTION_FINISHED),
+           "ackThreadPoolQueueSize": (C.ACK_STARTED, C.ACK_FINISHED)}
 # Java's head wait of each pool queue: here the age of the oldest unanswered request.
 _HEAD_WAITS = {"sendThreadPoolQueueHeadWaitTimeMills": C.SEND_OLDEST_MS,
                "pullThreadPoolQueueHeadWaitTimeMills": C.PULL_OLDEST_MS,
-               "queryThreadPoolQueueHeadWaitTimeMills": C.QUERY_OLDEST_MS}
+               "queryThreadPoolQueueHeadWaitTimeMills": C.QUERY_OLDEST_MS,
+               "ackThreadPoolQueueHeadWaitTimeMills": C.ACK_OLDEST_MS}
 # Rates mqadmin clusterList parses without a null check (kept, as NaN, with the instruments off).
 _TPS_KEYS = ("putTps", "getFoundTps", "getMissTps", "getTotalTps", "getTransferedTps")
 # Keys read from the instrument region's sections (left out with the instruments off).

@@ -56,7 +56,10 @@ _FAMILIES: dict[int, str] = {RequestCode.SEND_MESSAGE: "send", RequestCode.SEND_
              RequestCode.SEND_BATCH_MESSAGE: "send", RequestCode.CONSUMER_SEND_MSG_BACK: "send",
              RequestCode.PULL_MESSAGE: "pull", RequestCode.QUERY_MESSAGE: "query",
              RequestCode.VIEW_MESSAGE_BY_ID: "query", RequestCode.END_TRANSACTION: "transaction",
-             RequestCode.POP_MESSAGE: "pull", RequestCode.PEEK_MESSAGE: "pull"}
+             RequestCode.POP_MESSAGE: "pull", RequestCode.PEEK_MESSAGE: "pull",
+             RequestCode.NOTIFICATION: "pull", RequestCode.POLLING_INFO: "pull",
+             RequestCode.ACK_MESSAGE: "ack",
+             RequestCode.BATCH_ACK_MESSAGE: "ack", RequestCode.CHANGE_MESSAGE_INVISIBLETIME: "ack"}
 # How often held pulls are re-checked even without a dispatcher wake-up (Java: 5 s).
 HELD_PULL_SWEEP_S = 5.0
 HEARTBEAT_INTERVAL_S = 1.0

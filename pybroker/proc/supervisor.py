@@ -286,14 +286,15 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGCHLD, self._reap, outcome)
         attachment = plane.supervisor_attachment()
         attachment.start(loop, lambda moved: None)
+        assert self.pop is not None
         config, replicas = self.generation_config, self.replicas
         ctx = MetadataContext(config, attachment.reader, attachment.putter, metadata,
                               attachment.store_host, stats_service=stats,
-                              topic_deleter=plane.topic_deleter(), replicas=replicas)
+                              topic_deleter=plane.topic_deleter(), replicas=replicas,
+                              pop_directory=self.pop.directory)
         slave = _slave_link(config, metadata, plane, replicas)
         registration = NamesrvRegistration(config, lambda: metadata.topics.document,
                                            slave.on_registered if slave else None)
-        assert self.pop is not None
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed, self.pop.directory)
 
@@ -399,7 +400,7 @@ class Supervisor:
         # Imported only when enabled: prometheus_client is needed by brokers that export.
         from pybroker.stats.prometheus import BrokerCollector, MetricsServer
         collector = BrokerCollector(self.config, self.stats, self.metadata, attachment.reader,
-                                    lambda: dict(self.children))
+                                    lambda: dict(self.children), lambda: self.pop)
         server = MetricsServer(collector, broker.metrics_prom_exporter_host or broker.broker_ip1,
                                broker.metrics_prom_exporter_port)
         await server.start()

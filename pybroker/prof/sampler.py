@@ -29,8 +29,8 @@ C = StatsCounter
 # Gauges: one writer's value, not a sum over sections.
 _GAUGES = {C.PAGE_CACHE_LOCK_BEGIN_MS, C.PULL_HELD, C.PUT_ENTIRE_TIME_MAX_MS,
            C.GET_ENTIRE_TIME_MAX_MS, C.SEND_OLDEST_MS, C.PULL_OLDEST_MS, C.QUERY_OLDEST_MS,
-           C.TRANSACTION_OLDEST_MS, C.PROCESS_ID, C.PREFAULT_POSITION, C.LOCKED_BYTES,
-           C.SCRUB_POSITION, C.SCRUB_FINDINGS}
+           C.TRANSACTION_OLDEST_MS, C.ACK_OLDEST_MS, C.PROCESS_ID, C.PREFAULT_POSITION,
+           C.LOCKED_BYTES, C.SCRUB_POSITION, C.SCRUB_FINDINGS}
 COUNTERS = tuple(counter for counter in StatsCounter if counter not in _GAUGES)
 HISTOGRAMS = tuple(StatsHistogram)
 # Settings a profile is read against (copied into the recording's header when known).

@@ -10,10 +10,16 @@ own ``pybroker_*`` instruments (group commits, flushes, dispatch lag, wake-ups, 
 and RSS). The text format is written by ``prometheus_client``; the HTTP side is a small asyncio
 server in the supervisor's loop (no thread in a process that forks its workers).
 ``rocketmq_consumer_inflight_messages`` is Java's pull offset (the next offset of the newest pull
-of each queue, kept by the remoting workers in the region) minus the committed offset. Not
-exported: ``rocketmq_processor_watermark`` (no thread pools), timer and RocksDB metrics. With
+of each queue, kept by the remoting workers in the region) minus the committed offset; for a
+queue the group pops (POP), its messages popped and neither acknowledged nor revived (the POP
+table's count, Java's PopInflightMessageCounter). ``rocketmq_consumer_ready_messages`` is what
+neither pulls nor POPs have handed out yet, and a POP queue's lag counts its in-flight messages
+too (Java ConsumerLagCalculator). The POP revive families (``rocketmq_pop_revive_*``) come from
+the revive service, which runs in this process. Not exported: ``rocketmq_processor_watermark``
+(no thread pools), ``rocketmq_pop_checkpoint_buffer_size`` / ``rocketmq_pop_offset_buffer_size``
+(check-points are never buffered), timer and RocksDB metrics. With
 ``statsInstrumentsEnable=false`` the families read from the region (traffic, histograms,
-inflight) are left out and ``pybroker_stats_instruments_enabled`` is 0.
+inflight, ready) are left out and ``pybroker_stats_instruments_enabled`` is 0.
 """
 import asyncio
 import logging
@@ -71,12 +77,14 @@ def _log2_buckets(words, scale: float = 1.0) -> tuple[list[tuple[str, float]], f
 class BrokerCollector:
     """A prometheus_client collector over the supervisor's StatsService and metadata."""
 
-    def __init__(self, config, service, metadata, reader, children=lambda: {}):
+    def __init__(self, config, service, metadata, reader, children=lambda: {},
+                 pop=lambda: None):
         self.config = config
         self.service = service
         self.metadata = metadata
         self.reader = reader
         self.children = children          # {pid: worker name}
+        self.pop = pop                    # the supervisor's PopOwner (broker/pop/owner.py)
         self.labels = common_labels(config)
 
     def _family(self, kind, name: str, doc: str, extra=(), **options):
@@ -92,8 +100,10 @@ class BrokerCollector:
         if snapshot is not None:
             yield from self._traffic(snapshot)
             yield from self._histograms(snapshot)
-            yield self._inflight(snapshot)
+            yield from self._inflight_and_ready(snapshot)
+            yield from self._pop_puts(snapshot)
         yield from self._metadata_gauges()
+        yield from self._revive()
         yield from self._storage()
         yield from self._scrub(snapshot)
         yield from self._processes()
@@ -173,7 +183,14 @@ class BrokerCollector:
         yield consumers
         yield self._lag()
 
+    def _popped(self, group: str, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """(pop offset, in-flight messages) of a queue the group pops, else None."""
+        owner = self.pop()
+        return owner.directory.queue_figures(group, topic, queue_id) if owner else None
+
     def _lag(self):
+        """Java ConsumerLagCalculator.getConsumerLagStats, summed over a topic's queues:
+        broker offset minus committed offset, plus the in-flight messages of a POP queue."""
         family = self._family(GaugeMetricFamily, "rocketmq_consumer_lag_messages",
                               "Consumer lag messages", ("topic", "consumer_group"))
         base = list(self.labels.values())
@@ -185,30 +202,91 @@ class BrokerCollector:
             for queue_id, consumer_offset in queues.items():
                 broker_offset = self.reader.get_max_offset_in_queue(topic, int(queue_id))
                 lag += max(broker_offset - max(consumer_offset, 0), 0)
+                popped = self._popped(group, topic, int(queue_id))
+                if popped is not None:
+                    lag += popped[1]
             family.add_metric(base + [topic, group], lag)
         return family
 
-    def _inflight(self, snapshot):
-        """Java ConsumerLagCalculator.getInFlightMsgStats for pull consumers, summed over a
-        topic's queues: pull offset (newest pull's next offset; the committed offset when the
-        queue was not pulled since start) minus the committed offset; a queue never committed
-        counts 0, as in Java."""
-        family = self._family(GaugeMetricFamily, "rocketmq_consumer_inflight_messages",
-                              "Consumer inflight messages", ("topic", "consumer_group"))
+    def _inflight_and_ready(self, snapshot):
+        """Java ConsumerLagCalculator.getInFlightMsgStats and getAvailableMsgCount, summed
+        over a topic's queues. A pulled queue: pull offset (newest pull's next offset; the
+        committed offset when the queue was not pulled since start) minus the committed
+        offset in flight, broker offset minus pull offset ready; a queue never committed
+        counts 0 in flight, as in Java. A popped queue: the POP table's in-flight count, and
+        broker offset minus pop offset ready."""
+        inflight_family = self._family(GaugeMetricFamily, "rocketmq_consumer_inflight_messages",
+                                       "Consumer inflight messages", ("topic", "consumer_group"))
+        ready_family = self._family(GaugeMetricFamily, "rocketmq_consumer_ready_messages",
+                                    "Consumer ready messages", ("topic", "consumer_group"))
         base = list(self.labels.values())
         pulled = snapshot.pull_offsets()
         for key, queues in sorted(self.metadata.offsets.document.offset_table.items()):
             topic, _, group = key.partition("@")
             if self.metadata.topic_config(topic) is None:
                 continue
-            inflight = 0
+            inflight = ready = 0
             for queue_id, consumer_offset in queues.items():
-                if consumer_offset < 0:
+                broker_offset = self.reader.get_max_offset_in_queue(topic, int(queue_id))
+                popped = self._popped(group, topic, int(queue_id))
+                if popped is not None:
+                    inflight += popped[1]
+                    ready += max(broker_offset - popped[0], 0)
                     continue
                 pull_offset = pulled.get((key, int(queue_id)), consumer_offset)
-                inflight += max(pull_offset - consumer_offset, 0)
-            family.add_metric(base + [topic, group], inflight)
-        return family
+                ready += max(broker_offset - max(pull_offset, 0), 0)
+                if consumer_offset >= 0:
+                    inflight += max(pull_offset - consumer_offset, 0)
+            inflight_family.add_metric(base + [topic, group], inflight)
+            ready_family.add_metric(base + [topic, group], ready)
+        yield inflight_family
+        yield ready_family
+
+    def _pop_puts(self, snapshot):
+        """Java's rocketmq_pop_revive_in_message_total: check-point and ack records stored in
+        the revive log (the remoting workers count them; failed puts are logged, not
+        counted, so every series is put_status PUT_OK)."""
+        family = self._family(CounterMetricFamily, "rocketmq_pop_revive_in_message",
+                              "Total number of put message to revive topic",
+                              ("consumer_group", "topic", "revive_message_type", "put_status"))
+        base = list(self.labels.values())
+        for (kind, _label, key), words in sorted(snapshot.labelled_keys().items()):
+            if kind not in (K.KEY_GROUP_CK, K.KEY_GROUP_ACK):
+                continue
+            topic, _, group = key.partition("@")
+            is_ck = kind == K.KEY_GROUP_CK
+            family.add_metric(base + [group, topic, "CK" if is_ck else "ACK", "PUT_OK"],
+                              words[0] if is_ck else words[1])
+        yield family
+
+    def _revive(self):
+        """Java PopMetricsManager's revive families, from the revive service (a master's)."""
+        owner = self.pop()
+        revive = owner.revive if owner is not None else None
+        if revive is None:
+            return
+        base = list(self.labels.values())
+        lag = self._family(GaugeMetricFamily, "rocketmq_pop_revive_lag",
+                           "The processing lag of revive topic", ("queue_id",))
+        latency = self._family(GaugeMetricFamily, "rocketmq_pop_revive_latency",
+                               "The processing latency of revive topic (ms)", ("queue_id",))
+        for queue_id, (messages, millis) in sorted(revive.behind_by_queue().items()):
+            lag.add_metric(base + [str(queue_id)], messages)
+            latency.add_metric(base + [str(queue_id)], millis)
+        yield lag
+        yield latency
+        read = self._family(CounterMetricFamily, "rocketmq_pop_revive_out_message",
+                            "Total number of get message from revive topic",
+                            ("consumer_group", "topic", "queue_id", "revive_message_type"))
+        for (group, topic, queue_id, kind), count in sorted(revive.records_read.items()):
+            read.add_metric(base + [group, topic, str(queue_id), kind], count)
+        yield read
+        retried = self._family(CounterMetricFamily, "rocketmq_pop_revive_retry_messages",
+                               "Total number of put message to pop retry topic",
+                               ("consumer_group", "topic", "put_status"))
+        for (group, topic, status), count in sorted(revive.retry_puts.items()):
+            retried.add_metric(base + [group, topic, status], count)
+        yield retried
 
     def _storage(self):
         control = self.service.control

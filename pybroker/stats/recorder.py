@@ -32,7 +32,8 @@ FAMILY_COUNTERS = {"send": (C.SEND_STARTED, C.SEND_FINISHED, C.SEND_OLDEST_MS),
                    "pull": (C.PULL_STARTED, C.PULL_FINISHED, C.PULL_OLDEST_MS),
                    "query": (C.QUERY_STARTED, C.QUERY_FINISHED, C.QUERY_OLDEST_MS),
                    "transaction": (C.TRANSACTION_STARTED, C.TRANSACTION_FINISHED,
-                                   C.TRANSACTION_OLDEST_MS)}
+                                   C.TRANSACTION_OLDEST_MS),
+                   "ack": (C.ACK_STARTED, C.ACK_FINISHED, C.ACK_OLDEST_MS)}
 
 
 class Recorder:
@@ -186,6 +187,25 @@ class Recorder:
         writer = self.writer
         writer.key_add(writer.key(K.KEY_SEND_BACK, 0, f"{topic}@{group}"), 1)
         writer.add(C.SEND_BACK_MESSAGES)
+
+    def pop_checkpoint(self, topic: str, group: str) -> None:
+        """A POP check-point record stored for ``topic`` (the topic the request named, as
+        Java counts it): GROUP_CK_NUMS and BROKER_CK_NUMS."""
+        if not self.enabled:
+            return
+        writer = self.writer
+        writer.key_add(writer.key(K.KEY_GROUP_CK, 0, f"{topic}@{group}"), 1)
+        writer.add(C.BROKER_CK_NUMS)
+
+    def pop_ack(self, topic: str, group: str, acks: int, stored: bool) -> None:
+        """An ack record of ``acks`` acks for ``topic`` put (GROUP_ACK_NUMS, BROKER_ACK_NUMS
+        count the acks whatever the put's outcome, as Java; ``stored``: the record was)."""
+        if not self.enabled:
+            return
+        writer = self.writer
+        entry = writer.key(K.KEY_GROUP_ACK, 0, f"{topic}@{group}")
+        writer.key_add(entry, acks, 1 if stored else 0)
+        writer.add(C.BROKER_ACK_NUMS, acks)
 
     @staticmethod
     def now_ns() -> int:

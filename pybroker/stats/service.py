@@ -32,9 +32,12 @@ STATS_NAMES = {
     "GROUP_GET_NUMS": (StatsKeyKind.KEY_GROUP_GET, 0),
     "GROUP_GET_SIZE": (StatsKeyKind.KEY_GROUP_GET, 1),
     "SNDBCK_PUT_NUMS": (StatsKeyKind.KEY_SEND_BACK, 0),
+    "GROUP_CK_NUMS": (StatsKeyKind.KEY_GROUP_CK, 0),
+    "GROUP_ACK_NUMS": (StatsKeyKind.KEY_GROUP_ACK, 0),
 }
 # Keyed by the cluster name; Java adds to the value only (times stay 0).
-BROKER_COUNTERS = {"BROKER_PUT_NUMS": C.BROKER_PUT_NUMS, "BROKER_GET_NUMS": C.BROKER_GET_NUMS}
+BROKER_COUNTERS = {"BROKER_PUT_NUMS": C.BROKER_PUT_NUMS, "BROKER_GET_NUMS": C.BROKER_GET_NUMS,
+                   "BROKER_CK_NUMS": C.BROKER_CK_NUMS, "BROKER_ACK_NUMS": C.BROKER_ACK_NUMS}
 # Columns of a window row (column 0 is the sample time in ms).
 WINDOW_COLUMNS = ("time_ms", "put_messages", "put_bytes", "get_found", "get_miss",
                   "get_transferred_messages", "get_transferred_bytes", "group_commits",

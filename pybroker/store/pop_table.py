@@ -1,5 +1,5 @@
 # The shared POP state: one slot per topic@group@queue, mapped by every process that pops.
-"""Per-queue POP state shared by the remoting workers (docs/architecture.md, "POP").
+"""Per-queue POP state shared by the remoting workers (docs/architecture/pop.md).
 
 A POP of a queue needs, at once and whichever remoting worker its connection landed on: the
 next offset to hand out, a lock so two POPs of the same group never hand out the same messages,

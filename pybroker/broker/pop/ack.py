@@ -150,6 +150,8 @@ async def _write_ack(ctx, ack: AckMsg, revive_qid: int, deliver_ms: int, count: 
     record = revive_log.ack_message(ack, pop.revive_topic(broker.broker_cluster_name),
                                     revive_qid, deliver_ms, ctx.store_host, ctx.now_ms())
     put = await revive_log.put_revive_record(ctx.putter, record)
+    if ctx.stats is not None:
+        ctx.stats.pop_ack(ack.topic, ack.consumer_group, count, put.status.stored)
     if not put.status.stored:
         log.error("put ack msg error: %s %s", put.status.name, ack)
     elif broker.enable_pop_log:

@@ -90,6 +90,8 @@ async def _renew(ctx, request, header, info: pop.ExtraInfo) -> RemotingCommand:
     if not put.status.stored:
         log.error("change invisible, put new ck error: %s", put.status.name)
         return _answer(request, ResponseCode.SYSTEM_ERROR)
+    if ctx.stats is not None:
+        ctx.stats.pop_checkpoint(header.topic, header.consumer_group)
     ack = AckMsg(topic=header.topic, consumer_group=header.consumer_group,
                  queue_id=header.queue_id, start_offset=info.ck_queue_offset,
                  pop_time=info.pop_time, ack_offset=header.queue_offset,
@@ -97,6 +99,8 @@ async def _renew(ctx, request, header, info: pop.ExtraInfo) -> RemotingCommand:
     put = await revive_log.put_revive_record(ctx.putter, revive_log.ack_message(
         ack, revive_topic, info.revive_qid, info.pop_time + info.invisible_time,
         ctx.store_host, ctx.now_ms()))
+    if ctx.stats is not None:
+        ctx.stats.pop_ack(header.topic, header.consumer_group, 1, put.status.stored)
     if not put.status.stored:
         log.error("change Invisible, put ack msg fail: %s, %s", ack, put.status.name)
     return _answer(request, ResponseCode.SUCCESS, now_ms, header.invisible_time,

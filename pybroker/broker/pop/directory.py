@@ -215,6 +215,17 @@ class PopDirectory:
         config_docs.save_json_document(self.order_path, _order_document(table))
 
     # --- views ---------------------------------------------------------------------------------
+    def queue_figures(self, group: str, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """(pop offset, in-flight messages) of a queue the group pops, None when it has no
+        slot (never popped since start) or no pop offset yet."""
+        slot = self._slots.get(SlotKey(topic, group, queue_id))
+        if slot is None:
+            return None
+        offset = self.table.pop_offset(slot)
+        if offset is None:
+            return None
+        return offset, max(self.table.in_flight(slot), 0)
+
     def in_flight(self, group: str | None = None,
                   topic: str | None = None) -> dict[SlotKey, int]:
         """In-flight counts by key, optionally of one group and topic (retry topics included

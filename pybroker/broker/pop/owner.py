@@ -1,5 +1,5 @@
 # The supervisor's POP duties: the shared table's life, offset harvest, order records, revive.
-"""What the supervisor does for POP (docs/architecture.md, "POP").
+"""What the supervisor does for POP (docs/architecture/pop.md).
 
 * At start: a table a killed broker left in ``<store>/run/pop`` gives its offsets and order
   records to consumerOffset.json and consumerOrderInfo.json (they are newer), then a fresh table

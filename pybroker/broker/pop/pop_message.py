@@ -460,6 +460,8 @@ class _QueuePop:
         if not put.status.stored:
             log.error("[PopBuffer]put ck to store fail: %s, %s", ck, put.status.name)
             return False
+        if ctx.stats is not None:
+            ctx.stats.pop_checkpoint(run.header.topic, run.group)
         if broker.enable_pop_log:
             log.info("[PopBuffer]add ck just offset, %s", ck)
         return True

@@ -30,6 +30,7 @@ writes the check-point of that message again, due later by Java's rewrite interv
 h); with skipWhenCKRePutReachMaxTimes one re-written 17 times is dropped.
 """
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 
@@ -109,6 +110,12 @@ class ReviveService:
         self.rewritten_total = 0          # check-points written again after a failed re-put
         self.checkpoints_read_total = 0
         self.acks_read_total = 0
+        # Java PopMetricsManager's counters: records read by (group, topic, revive queue,
+        # "CK"/"ACK") and re-puts by (group, topic, put status), topics as the records name
+        # them.
+        self.records_read: collections.Counter[tuple[str, str, int, str]] = \
+            collections.Counter()
+        self.retry_puts: collections.Counter[tuple[str, str, str]] = collections.Counter()
 
     # --- rounds --------------------------------------------------------------------------------
     async def run_once(self) -> int:
@@ -173,6 +180,7 @@ class ReviveService:
                 ck.revive_offset = decoded.queue_offset
                 queue.pending.setdefault(ck.key, ck)
                 self.checkpoints_read_total += 1
+                self.records_read[(ck.cid, ck.topic, queue.queue_id, "CK")] += 1
             elif tag in (PopConstants.ACK_TAG, PopConstants.BATCH_ACK_TAG):
                 self._take_ack(queue, body, tag == PopConstants.BATCH_ACK_TAG)
         except ValueError as error:
@@ -182,6 +190,7 @@ class ReviveService:
     def _take_ack(self, queue: ReviveQueue, body: bytes, batch: bool) -> None:
         ack = decode_batch_ack(body) if batch else decode_ack(body)
         self.acks_read_total += 1
+        self.records_read[(ack.consumer_group, ack.topic, queue.queue_id, "ACK")] += 1
         ck = queue.pending.get(ack.key(self.config.broker.broker_name))
         if ck is None:
             return          # its check-point was revived already, or is not on this broker
@@ -247,6 +256,7 @@ class ReviveService:
             result.release()
         put = await self.putter.put(reput.records, reput.topic, reput.queue_id, 1,
                                     reput.sys_flag, True)
+        self.retry_puts[(ck.cid, ck.topic, put.status.name)] += 1
         if not put.status.stored:
             log.error("revive error, put %s to %s: %s", offset, reput.topic, put.status.name)
             return False
@@ -312,13 +322,21 @@ class ReviveService:
 
     # --- figures -------------------------------------------------------------------------------
     def behind(self) -> tuple[int, int]:
-        """(messages of the revive log not committed, ms the oldest due check-point waits):
-        Java's getReviveBehindMessages/Millis summed and maxed over the queues."""
-        messages, millis, now_ms = 0, 0, self.now_ms()
+        """(messages of the revive log not done, ms the oldest pending check-point waits
+        past its revive time): Java's getReviveBehindMessages/Millis summed and maxed over
+        the queues."""
+        figures = self.behind_by_queue()
+        return (sum(messages for messages, _ in figures.values()),
+                max((millis for _, millis in figures.values()), default=0))
+
+    def behind_by_queue(self) -> dict[int, tuple[int, int]]:
+        """{revive queue id: (records after the committed offset, ms its oldest pending
+        check-point's revive time has passed while records wait)}."""
+        figures, now_ms = {}, self.now_ms()
         for queue in self.queues:
             end = self.reader.get_max_offset_in_queue(self.topic, queue.queue_id)
-            messages += max(0, end - queue.committed - 1)
+            waiting = max(0, end - queue.committed - 1)
             oldest = queue.oldest_pending_revive_ms()
-            if oldest is not None and end - queue.committed > 1:
-                millis = max(millis, now_ms - oldest)
-        return messages, millis
+            millis = max(0, now_ms - oldest) if oldest is not None and waiting else 0
+            figures[queue.queue_id] = (waiting, millis)
+        return figures

@@ -1,5 +1,5 @@
 # What the POP handlers of one process share: the mapped POP table, its slot cache, held POPs.
-"""A process's handle on the shared POP state (docs/architecture.md, "POP").
+"""A process's handle on the shared POP state (docs/architecture/pop.md).
 
 :class:`PopState` is ``ctx.pop`` of the POP handlers: the mapped table
 (``store/pop_table.py``), the slots this process knows (:class:`SlotCache`: asked of the

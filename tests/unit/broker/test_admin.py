@@ -200,9 +200,9 @@ def test_consume_stats_per_queue(broker):
     assert stats["consumeTps"] == 0.0
     by_queue = {orjson.loads(k)["queueId"]: v for k, v in stats["offsetTable"].items()}
     assert by_queue == {
-        0: {"brokerOffset": 4, "consumerOffset": 3,
+        0: {"brokerOffset": 4, "consumerOffset": 3, "pullOffset": 3,
             "lastTimestamp": results[2].store_timestamp},
-        1: {"brokerOffset": 0, "consumerOffset": 0, "lastTimestamp": 0}}
+        1: {"brokerOffset": 0, "consumerOffset": 0, "pullOffset": 0, "lastTimestamp": 0}}
     # A live group subscribed elsewhere reports nothing for this topic.
     register_consumer(broker, "G", ["Elsewhere"], Channel("0:c", "1.2.3.4:5", 0, 409))
     response = broker.call(C.GET_CONSUME_STATS, {"consumerGroup": "G", "topic": "Work"})
@@ -256,7 +256,9 @@ def test_runtime_info_and_broker_config(broker, tmp_path):
                 "sendThreadPoolQueueSize", "sendThreadPoolQueueCapacity",
                 "pullThreadPoolQueueCapacity", "queryThreadPoolQueueSize",
                 "EndTransactionQueueSize", "EndTransactionThreadPoolQueueCapacity",
-                "dispatchBehindBytes", "pageCacheLockTimeMills", "earliestMessageTimeStamp",
+                "ackThreadPoolQueueSize", "ackThreadPoolQueueCapacity",
+                "ackThreadPoolQueueHeadWaitTimeMills", "dispatchBehindBytes",
+                "pageCacheLockTimeMills", "earliestMessageTimeStamp",
                 "startAcceptSendRequestTimeStamp", "commitLogDirCapacity"):
         assert key in table, key
     assert (table["brokerVersion"], table["msgPutTotalTodayNow"]) == ("409", "2")
