@@ -270,13 +270,14 @@ class Supervisor:
         return outcome
 
     # --- the generation's event loop ------------------------------------------------------------
-    def _running(self) -> tuple[MetadataState, StatsService]:
-        """The metadata and statistics services, which live from run() to its end."""
-        assert self.metadata is not None and self.stats is not None, "not running"
-        return self.metadata, self.stats
+    def _running(self) -> tuple[MetadataState, StatsService, PopOwner]:
+        """The metadata, statistics and POP services, which live from run() to its end."""
+        assert self.metadata is not None and self.stats is not None and self.pop is not None, \
+            "not running"
+        return self.metadata, self.stats, self.pop
 
     async def _serve(self, plane, service_socket, workers: int) -> str:
-        metadata, stats = self._running()
+        metadata, stats, pop = self._running()
         loop = asyncio.get_running_loop()
         outcome = loop.create_future()
         for signal_number in (signal.SIGTERM, signal.SIGINT):
@@ -286,17 +287,16 @@ class Supervisor:
         loop.add_signal_handler(signal.SIGCHLD, self._reap, outcome)
         attachment = plane.supervisor_attachment()
         attachment.start(loop, lambda moved: None)
-        assert self.pop is not None
         config, replicas = self.generation_config, self.replicas
         ctx = MetadataContext(config, attachment.reader, attachment.putter, metadata,
                               attachment.store_host, stats_service=stats,
                               topic_deleter=plane.topic_deleter(), replicas=replicas,
-                              pop_directory=self.pop.directory)
+                              pop_directory=pop.directory)
         slave = _slave_link(config, metadata, plane, replicas)
         registration = NamesrvRegistration(config, lambda: metadata.topics.document,
                                            slave.on_registered if slave else None)
         service = MetadataService(ctx, service_socket.getsockname(),
-                                  registration.topics_changed, self.pop.directory)
+                                  registration.topics_changed, pop.directory)
 
         def settings_changed(config) -> None:
             # UPDATE_BROKER_CONFIG: the next generation forks with it, registration (the
@@ -341,13 +341,13 @@ class Supervisor:
                         registration) -> list[asyncio.Task]:
         """The generation's services, each a task whose end by an error ends the
         generation."""
-        metadata, _ = self._running()
+        metadata, _, pop = self._running()
         config, replicas = self.generation_config, self.replicas
         tasks = [_start_service(self._periodic(service), "offset persisting and channel expiry",
                                 outcome),
                  _start_service(self._sample_stats(), "statistics sampling", outcome),
                  _start_service(self._watch(plane), "the hang watchdog", outcome),
-                 _start_service(self.pop.harvest_forever(), "POP offset harvest", outcome)]
+                 _start_service(pop.harvest_forever(), "POP offset harvest", outcome)]
         if slave is not None:
             tasks.append(_start_service(slave.run(registration.topics_changed), "slave sync",
                                         outcome))
@@ -358,8 +358,7 @@ class Supervisor:
             tasks += [_start_service(self._delay_delivery(attachment), "delay delivery", outcome),
                       _start_service(checks.run(lambda: self.config.broker),
                                      "transaction checks", outcome),
-                      _start_service(self.pop.revive_forever(attachment), "POP revive",
-                                     outcome)]
+                      _start_service(pop.revive_forever(attachment), "POP revive", outcome)]
         if replicas is not None:
             tasks.append(_start_service(
                 replicas.run(plane.control, plane.wakes.ha,
@@ -378,7 +377,7 @@ class Supervisor:
                 watchdog.check(time.monotonic())
 
     async def _periodic(self, service: MetadataService) -> None:
-        metadata, _ = self._running()
+        metadata, _, _ = self._running()
         last_scan = time.monotonic()
         rounds = Rounds("offset persisting and channel expiry", logger=log)
         while True:
@@ -408,7 +407,7 @@ class Supervisor:
 
     async def _sample_stats(self) -> None:
         """The statistics sampler: once a second (Java StoreStatsService's rate)."""
-        _, stats = self._running()
+        _, stats, _ = self._running()
         rounds = Rounds("statistics sampling", logger=log)
         while True:
             with rounds:
