@@ -116,6 +116,10 @@ class PopDirectory:
         self._slots: dict[SlotKey, int] = dict(
             (key, slot) for slot, key in table.assigned_slots())
         self._next_free = 0
+        # In-flight counts start here: acks of POPs made before this directory's table (a
+        # previous broker run) do not count, those of every later POP do (Java ignores pops
+        # before the broker's start time the same way).
+        self.counting_since_ms = now_ms()
         self._harvested: dict[int, int] = {}
         self.harvests_total = 0
 
@@ -139,7 +143,8 @@ class PopDirectory:
                                f"(popSlotsMax)")
         slot = self._next_free
         committed = self.offsets.query(key.group, key.topic, key.queue_id)
-        self.table.assign(slot, key, committed if committed >= 0 else None, self.now_ms())
+        self.table.assign(slot, key, committed if committed >= 0 else None,
+                          self.counting_since_ms)
         record = self.orders.get(_order_key(key.topic, key.group), {}).get(key.queue_id)
         if record is not None:
             self.table.set_order_record(slot, orjson.dumps(record.to_json(),

@@ -142,6 +142,26 @@ def test_ack_and_batch_ack_write_acks_due_at_revive_time(broker):
     assert sum(broker.directory.in_flight(GROUP, TOPIC).values()) == 1
 
 
+def test_acks_of_a_queue_s_first_pop_count_though_its_slot_came_later(broker):
+    """A queue's slot is assigned while its first POP runs, a moment after the POP's time (a
+    round trip to the metadata service): the acks of that POP still take its messages out of
+    the in-flight count (counting starts when the broker's table does, not at assignment)."""
+    for i in range(3):
+        broker.send(f"m{i}".encode())
+    assign = broker.directory.slots_for
+
+    def assign_later(keys):
+        broker.clock.advance(3)
+        return assign(keys)
+    broker.directory.slots_for = assign_later
+    messages = harness.popped(run(broker.pop(queue_id=0)))
+    assert len(messages) == 3
+    assert sum(broker.directory.in_flight(GROUP, TOPIC).values()) == 3
+    for message in messages[:2]:
+        assert run(broker.ack(message)).code == ResponseCode.SUCCESS
+    assert sum(broker.directory.in_flight(GROUP, TOPIC).values()) == 1
+
+
 def test_ack_refusals(broker):
     broker.send(b"m0")
     (message,) = harness.popped(run(broker.pop(queue_id=0)))
