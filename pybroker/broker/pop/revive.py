@@ -57,6 +57,7 @@ CK_REWRITE_INTERVALS_S = (10, 20, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540
 _READ_BATCH = 32
 _PENDING_MAX = 1_000_000          # check-points held in memory per revive queue
 _YIELD_EVERY = 64                 # records, between two event-loop turns
+_RECHECK_MIN_MS = 200             # shortest wait before a round for a check-point coming due
 
 
 class ReviveQueue:
@@ -143,7 +144,14 @@ class ReviveService:
         self._commit(queue)
         idle = not read and not revived
         queue.slow = min(queue.slow + 1, broker.revive_max_slow) if idle else 1
-        queue.next_round_ms = self.now_ms() + broker.revive_interval * queue.slow
+        now_ms = self.now_ms()
+        queue.next_round_ms = now_ms + broker.revive_interval * queue.slow
+        oldest = queue.oldest_pending_revive_ms()
+        if oldest is not None:
+            # Come back as soon as the oldest pending check-point can be due (Java's round
+            # polls every 100 ms while it waits for one), not a whole slow interval later.
+            due_ms = max(oldest + DUE_MARGIN_MS + 1, now_ms + _RECHECK_MIN_MS)
+            queue.next_round_ms = min(queue.next_round_ms, due_ms)
         return revived
 
     async def _read_new(self, queue: ReviveQueue, deadline_ms: int) -> int:

@@ -224,3 +224,27 @@ def test_a_failed_re_put_writes_the_check_point_again_later(broker):
     broker.clock.advance(10000)
     assert broker.revive_round() == 1
     assert [body for body, _, _ in retried(broker)] == [b"m0"]
+
+
+def test_a_round_comes_back_when_the_oldest_check_point_can_be_due(broker):
+    """An idle queue's rounds slow down to reviveMaxSlow intervals, but a pending check-point
+    brings the next round to its due time (Java's round polls while it waits for one)."""
+    broker.send(b"m0")
+    popped_at = broker.clock()
+    pop_all(broker, queue_id=0)
+
+    async def run_once() -> int:
+        return await broker.revive.run_once()
+    assert asyncio.run(run_once()) == 0
+    due_at = popped_at + INVISIBLE_MS + DUE_MARGIN_MS + 1
+    queue = next(queue for queue in broker.revive.queues if queue.pending)
+    slowest = broker.config.broker.revive_interval * broker.config.broker.revive_max_slow
+    for _ in range(5):                  # idle rounds long before the due time: slower ones
+        broker.clock.now_ms = queue.next_round_ms
+        asyncio.run(run_once())
+    assert queue.next_round_ms == broker.clock() + slowest
+    broker.clock.now_ms = due_at - 1000
+    asyncio.run(run_once())
+    assert queue.next_round_ms == due_at          # not due_at - 1000 + slowest
+    broker.clock.now_ms = due_at
+    assert asyncio.run(run_once()) == 1
