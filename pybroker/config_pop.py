@@ -5,7 +5,7 @@ broker setting. docs/architecture/pop.md says what each one governs; the check-p
 keys are accepted and listed as not acted on (config_not_acted_on.py)."""
 import dataclasses
 
-from pybroker.schema import at_least, between, setting
+from pybroker.schema import at_least, between, matches, setting
 
 __all__ = ["PopSettings"]
 
@@ -82,4 +82,17 @@ class PopSettings:
     pop_slots_max: int = setting("popSlotsMax", 65536,
         "topic@group@queue entries of the shared POP state (run/pop)", unit="count",
         rule=between(64, 1 << 22), pybroker_only=True)
-
+    # --- QUERY_ASSIGNMENT (400): the broker's rebalance (broker/pop/assignment.py) -------------
+    server_load_balancer_enable: bool = setting("serverLoadBalancerEnable", True,
+        "QUERY_ASSIGNMENT splits a topic's queues among the group's clients; false: every "
+        "client gets every queue")
+    default_message_request_mode: str = setting("defaultMessageRequestMode", "PULL",
+        "mode QUERY_ASSIGNMENT answers for a group and topic without one set",
+        rule=matches(r"PULL|POP", "PULL or POP"))
+    default_pop_share_queue_num: int = setting("defaultPopShareQueueNum", -1,
+        "POP mode: how many following clients' queues a client also pops; -1 or <= 0: "
+        "every queue", unit="count")
+    load_balance_poll_name_server_interval: int = setting(
+        "loadBalancePollNameServerInterval", 30000,
+        "QUERY_ASSIGNMENT asks the NameServer for a topic's queues again after this long",
+        unit="ms", long=True, rule=between(1000, 86400000))

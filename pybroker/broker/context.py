@@ -77,6 +77,8 @@ class MetadataContext(BrokerContext):
     replicas: ControllerRole | None = field(default=None, kw_only=True)   # controller mode
     # The supervisor's POP directory (broker/pop/directory.py): in-flight figures.
     pop_directory: Any = field(default=None, kw_only=True)
+    # Topic routes from the NameServers (broker/pop/assignment.py: QUERY_ASSIGNMENT).
+    topic_routes: Any = field(default=None, kw_only=True)
 
 
 Handler = Callable[[BrokerContext, ClientChannel, RemotingCommand],

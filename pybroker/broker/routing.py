@@ -38,6 +38,8 @@ METADATA_CODES = frozenset({
     RequestCode.GET_PRODUCER_CONNECTION_LIST, RequestCode.VIEW_BROKER_STATS_DATA,
     # Request-reply: the producer registry finds the requester (broker/reply.py).
     RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
+    # 5.x broker-side rebalance: the group's members and the NameServer's routes.
+    RequestCode.QUERY_ASSIGNMENT,
     # Controller mode: the supervisor holds the role (broker/controller_role.py).
     RequestCode.NOTIFY_BROKER_ROLE_CHANGED, RequestCode.GET_BROKER_EPOCH_CACHE,
     # RocketMQ 5.x protocol basics: topic/group config queries, message request modes.

@@ -33,6 +33,7 @@ from pybroker.store import paths
 from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, BrokerState, ControlBlock,
                                          remoting_worker)
 from pybroker.store.message_store import PutResult
+from pybroker.store.pop_table import PopTable
 from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import PutStatus
 
@@ -223,7 +224,7 @@ class DataPlane:
         self.workers = workers
         self.ha_listener = ha_listener
         # Set by the supervisor before forking (broker/pop/, store/pop_table.py).
-        self.pop_table = None
+        self.pop_table: PopTable | None = None
 
     @classmethod
     def create(cls, config, run_dir: str, workers: int, valid_end: int,

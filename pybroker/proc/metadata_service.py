@@ -19,6 +19,7 @@ from pybroker.broker import (admin, client_manage, consumer_manage, controller_r
                              request_mode)
 from pybroker.broker.channel import FORWARD_EXT_CHANNEL, Channel
 from pybroker.broker.context import MetadataContext, MetadataHandler
+from pybroker.broker.pop import assignment
 from pybroker.broker.pop.directory import PopTableFull
 from pybroker.broker.routing import METADATA_CODES
 from pybroker.protocol.codes import InternalCode, ResponseCode
@@ -44,7 +45,8 @@ INTERNAL_LINK_LIMITS = ConnectionLimits(idle_timeout_ms=0, write_stall_timeout_m
 
 HANDLERS: dict[int, MetadataHandler] = {**client_manage.HANDLERS, **consumer_manage.HANDLERS,
                                         **admin.HANDLERS, **reply.HANDLERS,
-                                        **controller_role.HANDLERS, **request_mode.HANDLERS}
+                                        **controller_role.HANDLERS, **request_mode.HANDLERS,
+                                        **assignment.HANDLERS}
 assert set(HANDLERS) == set(METADATA_CODES), set(HANDLERS) ^ set(METADATA_CODES)
 
 

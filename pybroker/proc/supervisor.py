@@ -126,7 +126,7 @@ class Supervisor:
             self._create_stats()
             if self.config.broker.enable_controller_mode:
                 self.replicas = ReplicasManager(self.config)
-            self.pop = PopOwner(self.config, self.metadata)
+            self.pop = PopOwner(self.config, self.metadata, lambda: self.config)
             while True:
                 outcome = self._generation(lock)
                 if outcome == "role-change" and not self.stop_requested:
@@ -291,7 +291,7 @@ class Supervisor:
         ctx = MetadataContext(config, attachment.reader, attachment.putter, metadata,
                               attachment.store_host, stats_service=stats,
                               topic_deleter=plane.topic_deleter(), replicas=replicas,
-                              pop_directory=pop.directory)
+                              pop_directory=pop.directory, topic_routes=pop.routes)
         slave = _slave_link(config, metadata, plane, replicas)
         registration = NamesrvRegistration(config, lambda: metadata.topics.document,
                                            slave.on_registered if slave else None)

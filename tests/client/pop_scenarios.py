@@ -1,19 +1,35 @@
-# POP scenarios of the Python client, run against pybroker and against Java 5.3.3 alike.
+# POP scenarios (Python client, Java push consumer), run against pybroker and Java 5.3.3 alike.
 """Scenario functions taking a ``rocketmq_peer`` (tests/client/conftest.py): collected by
 tests/client/test_pop_pybroker.py (pybroker) and tests/client/test_pop_java.py (the real Java
 5.3.3 broker), so both brokers must give the same results. Each counts exactly: every message
-once unless it is meant to come back, every wait bounded.
+once unless it is meant to come back, every wait bounded. Both modules' brokers run with
+defaultMessageRequestMode=POP (POP_MODE): the Java push consumer scenario needs it, the Python
+client's never asks for an assignment.
+
+The Java scenario runs tools/java_compat/PopPush.java (the official Java 5.3.3
+DefaultMQPushConsumer with clientRebalance=false) through the module's ``java_pop_client``
+fixture: (a JavaRocketMQ harness whose class path has the 5.3.3 client, that install).
 """
 import asyncio
+import hashlib
+import pathlib
 import time
+import urllib.parse
 import uuid
+from collections import Counter, defaultdict
 
 from pybroker.client import Admin, ConsumeStatus, Message, PopConsumer, PopPushConsumer, Producer
 from pybroker.client import PushConsumer
 from pybroker.client.message import MessageExt
 from pybroker.protocol.constants import ConsumeFromWhere
+from tests import peers
 
 WAIT_S = 45.0
+# The broker's mode for a group without one set (until SET_MESSAGE_REQUEST_MODE is served).
+POP_MODE = {"defaultMessageRequestMode": "POP"}
+_POP_PUSH_SOURCE = pathlib.Path(__file__).resolve().parents[2] / "tools" / "java_compat" / \
+    "PopPush.java"
+_POP_PUSH_COUNT, _FAIL_EVERY, _KEYS = 40, 10, 4
 
 
 def _name(prefix: str) -> str:
@@ -205,3 +221,72 @@ def test_order_pop_holds_a_queue_until_its_run_is_acknowledged(rocketmq_peer):
             await first.shutdown()
             await second.shutdown()
     asyncio.run(scenario())
+
+
+# --- the Java 5.3.3 push consumer in POP mode ----------------------------------------------
+def _pop_push_classes(install) -> pathlib.Path:
+    digest = hashlib.sha256(_POP_PUSH_SOURCE.read_bytes()).hexdigest()[:16]
+    out_dir = install.cache_dir / "java_compat_pop" / digest
+    if not (out_dir / "PopPush.class").is_file():
+        staging = out_dir.with_name(digest + ".partial")
+        peers.compile_java(install, [_POP_PUSH_SOURCE], staging)
+        staging.rename(out_dir)
+    return out_dir
+
+
+def _pop_push_run(rmq, install, peer) -> tuple[list[dict], str]:
+    """Topics made on ``peer``, PopPush run through ``rmq``'s client class path: its results
+    and the concurrently listener's topic."""
+    async def topics() -> tuple[str, str]:
+        return (await _topic(peer, 4), await _topic(peer, 4))
+    topic, order_topic = asyncio.run(topics())
+    group = _name("pop_push")
+    run = rmq.run_class("PopPush", [peer.namesrv_addr, f"topic={topic}",
+                                    f"order_topic={order_topic}", f"group={group}",
+                                    f"count={_POP_PUSH_COUNT}", f"fail_every={_FAIL_EVERY}",
+                                    f"keys={_KEYS}", "timeout=120"],
+                        timeout_s=200, extra_classpath=[_pop_push_classes(install)])
+    assert run.returncode == 0, f"PopPush exit {run.returncode}:\n{run.stdout[-4000:]}\n" \
+                                f"{run.stderr[-3000:]}"
+    results = []
+    for line in run.stdout.splitlines():
+        if line.startswith("RESULT "):
+            fields = dict(pair.split("=", 1) for pair in line.split()[1:])
+            results.append({key: urllib.parse.unquote_plus(value)
+                            for key, value in fields.items()})
+    return results, topic
+
+
+def _pop_push_summary(results: list[dict], topic: str) -> dict:
+    """The figures both brokers must give, checked against what was sent."""
+    modes = {result["group"].endswith("_order"): (int(result["pop"]), int(result["pull"]))
+             for result in results if result["op"] == "mode"}
+    deliveries = Counter((result["body"], int(result["reconsume"]))
+                         for result in results if result["op"] == "concurrently")
+    failed = {f"m{i}" for i in range(0, _POP_PUSH_COUNT, _FAIL_EVERY)}
+    expected = Counter({(f"m{i}", 0): 1 for i in range(_POP_PUSH_COUNT)})
+    expected.update({(body, 1): 1 for body in failed})
+    assert deliveries == expected, deliveries - expected or expected - deliveries
+    by_key = defaultdict(list)
+    for result in results:
+        if result["op"] == "orderly":
+            key, _, index = result["body"].partition(":")
+            by_key[int(key)].append(int(index))
+    assert dict(by_key) == {key: list(range(key, _POP_PUSH_COUNT, _KEYS))
+                            for key in range(_KEYS)}, "each key once, in order"
+    # Retried messages too are delivered under the topic consumed (not its retry topic).
+    return {"modes": modes, "deliveries": deliveries,
+            "under_topic": {result["topic"] == topic for result in results
+                            if result["op"] == "concurrently"}}
+
+
+def test_java_push_consumer_in_pop_mode(rocketmq_peer, java_pop_client):
+    """The concurrently listener's queues become POP queues (QUERY_ASSIGNMENT: the broker's one
+    queue -1, mode POP); every message is consumed once, one answered RECONSUME_LATER comes back
+    once (change of invisible time, revive to the retry topic, reconsume count 1) under the topic
+    consumed; the orderly listener, which the 5.3.3 client always rebalances itself, pulls the
+    topic's four queues and keeps each key's order."""
+    rmq, install = java_pop_client
+    summary = _pop_push_summary(*_pop_push_run(rmq, install, rocketmq_peer))
+    assert summary["modes"] == {False: (1, 0), True: (0, 4)}
+    assert summary["under_topic"] == {True}

@@ -4,7 +4,8 @@ against Java 5.3.3 (test_pop_java.py runs the very same scenarios there).
 
 Method: one `pybroker standalone` per module with two remoting workers (StandaloneBroker's
 test profile), so the clients' connections land on both workers and the POP state they share
-is the cross-process one; the scenarios of tests/client/pop_scenarios.py, unchanged. One
+is the cross-process one; the scenarios of tests/client/pop_scenarios.py, unchanged (the Java
+push consumer's through a Java 5.3.3 client class path, skipped without Java). One
 pybroker-only check on the same broker: what consumerProgress, brokerStatus and the metrics
 endpoint say about messages a POP consumer holds.
 """
@@ -16,10 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pybroker._testbase.cluster import StandaloneBroker, free_port
 from pybroker.client import Admin
+from tests import peers
 from tests.client import pop_scenarios
 from tests.client.conftest import Peer
 from tests.client.pop_scenarios import (  # noqa: F401 (collected here against pybroker)
+    POP_MODE,
     test_a_held_pop_is_answered_when_a_message_arrives,
+    test_java_push_consumer_in_pop_mode,
     test_order_pop_holds_a_queue_until_its_run_is_acknowledged,
     test_pop_hands_each_message_to_one_consumer,
     test_push_over_pop_retries_then_dead_letters,
@@ -36,8 +40,20 @@ _METRICS_PORT = free_port()
 def rocketmq_peer(tmp_path_factory):
     with StandaloneBroker(tmp_path_factory.mktemp("pybroker-pop"),
                           {"metricsExporterType": "PROM",
-                           "metricsPromExporterPort": str(_METRICS_PORT)}) as broker:
+                           "metricsPromExporterPort": str(_METRICS_PORT), **POP_MODE}) as broker:
         yield Peer(broker.namesrv_addr, broker.broker_addr)
+
+
+@pytest.fixture(scope="module")
+def java_pop_client(rocketmq_peer, tmp_path_factory):
+    """The Java 5.3.3 client's class path pointed at this module's pybroker (skips without
+    Java unless PYBROKER_REQUIRE_PEERS=1)."""
+    install = peers.java_install("5.3.3")
+    port = int(rocketmq_peer.namesrv_addr.rsplit(":", 1)[1])
+    client = peers.java_rocketmq.JavaRocketMQ(tmp_path_factory.mktemp("java-client"), install,
+                                              namesrv_port=port)
+    client.write_files()
+    return client, install
 
 
 def _inflight_metric(topic: str, group: str) -> float | None:

@@ -8,15 +8,20 @@
   HARVEST_INTERVAL_MS; consumerOrderInfo.json is written with consumerOffset.json; the revive
   service (master only) runs its rounds.
 * At a clean stop: a last harvest, both documents written, the table file removed.
+* QUERY_ASSIGNMENT's topic routes (broker/pop/assignment.py) live as long as the supervisor.
 """
 import asyncio
 import logging
 import os
+from collections.abc import Callable
+from typing import Any
 
 from pybroker import clock
+from pybroker.broker.pop.assignment import TopicRoutes
 from pybroker.broker.pop.directory import (HARVEST_INTERVAL_MS, PopDirectory, load_order_infos,
                                            recover_table)
 from pybroker.broker.pop.revive import ReviveService
+from pybroker.remoting.tls import outgoing_tls
 from pybroker.store import paths
 from pybroker.store.pop_table import PopTable
 
@@ -34,12 +39,18 @@ def pop_table_path(store_root: str) -> str:
 
 
 class PopOwner:
-    """The table, its directory and the revive service of one supervisor (``metadata``: its
-    MetadataState)."""
+    """The table, its directory, the revive service and QUERY_ASSIGNMENT's topic routes of one
+    supervisor (``metadata``: its MetadataState; ``current_config()``: the settings now, which
+    UPDATE_BROKER_CONFIG may change)."""
 
-    def __init__(self, config, metadata):
+    def __init__(self, config, metadata, current_config: Callable[[], Any] | None = None):
         self.config = config
         self.metadata = metadata
+        now_config = current_config or (lambda: config)
+        self.routes = TopicRoutes(
+            lambda: [f"{host}:{port}" for host, port in now_config().derived.namesrv_addresses],
+            outgoing_tls(config),
+            lambda: now_config().broker.load_balance_poll_name_server_interval)
         root = config.store.store_path_root_dir
         self.path = pop_table_path(root)
         order_path = paths.config_path(root, ORDER_INFO_CONFIG)
@@ -68,10 +79,15 @@ class PopOwner:
         self.table.clear_held()
 
     async def harvest_forever(self) -> None:
-        """Pop offsets into the consumer offsets, every HARVEST_INTERVAL_MS."""
-        while True:
-            await asyncio.sleep(HARVEST_INTERVAL_MS / 1000.0)
-            self.directory.harvest()
+        """Pop offsets into the consumer offsets, every HARVEST_INTERVAL_MS, for as long as
+        the generation's event loop runs; at its end the loop's connections (the topic
+        routes') are closed."""
+        try:
+            while True:
+                await asyncio.sleep(HARVEST_INTERVAL_MS / 1000.0)
+                self.directory.harvest()
+        finally:
+            self.routes.close_connections()
 
     def persist(self) -> None:
         """Harvest and write consumerOrderInfo.json (with consumerOffset.json's period)."""
