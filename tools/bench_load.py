@@ -31,6 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 JAVA_BENCH_DIR = ROOT / "tools" / "java_bench"
 PRODUCER_CLASS = "BenchProducer"
 CONSUMER_CLASS = "BenchConsumer"
+POP_ACK_CLASS = "BenchPopAck"
 APACHE_PACKAGE = "org.apache.rocketmq.example.benchmark."
 LOAD_TIMEOUT_S = 150.0          # hard bound on one count-bounded load program
 MARK_PREFIX = "BENCH_MARK "
@@ -71,13 +72,17 @@ class LoadTools:
     """Compiled Java load programs and a client-side harness for their JVM flags."""
 
     def __init__(self, work_dir: pathlib.Path, install: jr.RocketMQInstall,
-                 apache_classes: pathlib.Path | None = None, with_go: bool = False):
+                 apache_classes: pathlib.Path | None = None, with_go: bool = False,
+                 client5: bool = False):
+        """``client5``: also the programs of tools/java_bench/pop5 (5.x client API only)."""
         del with_go      # accepted for callers of the older interface; no Go load here
         self.install = install
         self.client = jr.JavaRocketMQ(work_dir / "client", install=install)
         self.client.write_files()
-        self.classes = jr.compile_java(install, sorted(JAVA_BENCH_DIR.glob("*.java")),
-                                       work_dir / "classes")
+        sources = sorted(JAVA_BENCH_DIR.glob("*.java"))
+        if client5:
+            sources += sorted((JAVA_BENCH_DIR / "pop5").glob("*.java"))
+        self.classes = jr.compile_java(install, sources, work_dir / "classes")
         self.apache_classes = apache_classes
         if apache_classes is not None and not (pathlib.Path(apache_classes) / "org").is_dir():
             raise jr.HarnessError(f"{apache_classes} holds no compiled org.apache classes")

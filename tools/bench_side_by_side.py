@@ -5,6 +5,7 @@
     python tools/bench_side_by_side.py --full             # the matrix, pybroker + Java 4.9.8/5.3.3
     python tools/bench_side_by_side.py --profile          # one pybroker scenario under py-spy
     python tools/bench_side_by_side.py --ha               # master+slave pairs, ASYNC/SYNC_MASTER
+    python tools/bench_side_by_side.py --pop              # POP consume TPS, POP-ACK round trip
     python tools/bench_side_by_side.py --full --only w64 --brokers pybroker --runs 1
     python tools/bench_side_by_side.py --quick --apache rocketmq-all-4.9.8   # Apache's classes
 
@@ -83,6 +84,12 @@ BACKLOG_BATCH = 16               # the backlog is sent in batches: fast, and not
 # Its warm-up is the first messages, not --warmup seconds: Java 4.9.8 drained the whole backlog
 # within 10 s (no window left, 2026-12-04), so each broker gets the same messages to warm up on.
 CONSUME_WARMUP_MESSAGES = 200_000
+# --pop (5.x POP, pybroker and Java 5.3.3, the 5.3.3 client): the push consumer in POP mode
+# (clientRebalance=false on a broker whose defaultMessageRequestMode is POP) draining the
+# backlog, and one thread's POP-then-ACK round trips over a backlog of their own.
+POP_KINDS = ("popconsume", "popack")
+POP_ACK_BACKLOG_MESSAGES = 200_000
+POP_CONSUME_WARMUP_MESSAGES = 20_000    # not measured (a slow POP broker never reaches 200,000)
 BACKLOG_TIMEOUT_S = 400          # bound on producing it (pybroker at 5k/s would take 200 s)
 START_SLACK_S = 60.0             # JVM start, route lookup: beyond --duration before a kill
 FIRST_FAILURE = "BENCH_FIRST_FAILURE "   # tools/java_bench: the first failed send, one line
@@ -127,6 +134,9 @@ def matrix(mode: str) -> list[Scenario]:
     if mode == "timer":
         # Apache's TimerProducer defaults: 16 threads, 1 KiB (tools/bench_timer.py).
         return [Scenario("timer", 1024, 16, "ASYNC_FLUSH")]
+    if mode == "pop":
+        return [Scenario("popconsume", 128, CONSUMER_THREADS, "ASYNC_FLUSH"),
+                Scenario("popack", 128, 1, "ASYNC_FLUSH")]
     return [produce_128, Scenario("produce", 1024, 64, "ASYNC_FLUSH"),
             Scenario("produce", 128, 8, "ASYNC_FLUSH"),
             Scenario("produce", 128, 32, "ASYNC_FLUSH"),
@@ -142,21 +152,28 @@ class Timing:
     warmup_s: int        # discarded at the start
     backlog: int = 0     # messages the consume scenario drains (0: the load's default)
 
-    def backlog_for(self, apache: bool) -> int:
+    def backlog_for(self, apache: bool, kind: str = "consume") -> int:
+        if kind == "popack":
+            return self.backlog or POP_ACK_BACKLOG_MESSAGES
         return self.backlog or (APACHE_BACKLOG_MESSAGES if apache else BACKLOG_MESSAGES)
 
 
 def _load_argv(tools, scenario: Scenario, timing: Timing, namesrv: str, topic: str) -> list:
     """Command line of the measured load program (ours or Apache's)."""
     apache = tools.apache_classes is not None
-    if scenario.kind == "consume":
+    if scenario.kind == "popack":
+        return tools.java_argv(bench_load.POP_ACK_CLASS, [
+            "-n", namesrv, "-t", topic, "-g", f"cg_{topic}", "-w", scenario.threads,
+            "-T", timing.duration_s, "-W", timing.warmup_s])
+    if scenario.kind in ("consume", "popconsume"):
         if apache:
             return tools.java_argv(bench_load.APACHE_PACKAGE + "Consumer", [
                 "-n", namesrv, "-t", topic, "-g", f"cg_{topic}", "-w", scenario.threads])
         return tools.java_argv(CONSUMER_CLASS, [
             "-n", namesrv, "-t", topic, "-g", f"cg_{topic}", "-w", scenario.threads,
             "-q", timing.backlog_for(False), "-T", timing.duration_s,
-            "-M", CONSUME_WARMUP_MESSAGES])
+            "-M", POP_CONSUME_WARMUP_MESSAGES if scenario.kind == "popconsume"
+            else CONSUME_WARMUP_MESSAGES, "-P", str(scenario.kind == "popconsume").lower()])
     common = ["-n", namesrv, "-t", topic, "-w", scenario.threads, "-s", scenario.body_bytes]
     if scenario.kind == "batch":
         common += ["-b", scenario.batch]
@@ -257,7 +274,9 @@ def _window_result(events, run, tools, scenario: Scenario, sampler: _Sampler) ->
             "first_failure": first_failure,
             **{key: result.get(key) for key in (
                 "avg_rt_ms", "p50_rt_ms", "p99_rt_ms", "max_rt_ms", "send_failed",
-                "response_failed", "tps_per_second", "window_s", "complete")}}
+                "response_failed", "tps_per_second", "window_s", "complete")},
+            **{key: result[key] for key in ("pop_queues", "pops_empty", "pop_p99_ms",
+                                            "ack_p99_ms", "failed") if key in result}}
 
 
 def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -> dict:
@@ -269,9 +288,9 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
               "threads": scenario.threads, "batch": scenario.batch,
               "load_tool": "apache" if tools.apache_classes else "java_bench"}
     apache = tools.apache_classes is not None
-    if scenario.kind == "consume":
+    if scenario.kind in ("consume", *POP_KINDS):
         record.update(_fill_backlog(tools, scenario, broker.namesrv_addr, topic,
-                                    timing.backlog_for(apache)))
+                                    timing.backlog_for(apache, scenario.kind)))
         if "error" in record:
             return record
     sampler = _Sampler(broker)
@@ -290,7 +309,12 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
     exited = broker.exited()
     if exited:
         record["error"] = exited
-    if scenario.kind == "consume":
+    elif scenario.kind == "popconsume" and not record.get("pop_queues"):
+        record["error"] = "the consumer got no POP queue: the broker's QUERY_ASSIGNMENT " \
+                          "did not answer POP"
+    elif record.get("failed"):
+        record["error"] = f"{record['failed']} POP-ACK round trips failed"
+    if scenario.kind in ("consume", "popconsume"):
         # Store-to-consume time of a backlog is its age, not a latency: not reported.
         for key in ("avg_rt_ms", "p50_rt_ms", "p99_rt_ms", "max_rt_ms"):
             record.pop(key, None)
@@ -306,6 +330,8 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
 def _start_broker(name: str, work_dir: pathlib.Path, scenario: Scenario, installs: dict,
                   settings=()):
     conf = dict(bb.shared_broker_conf(scenario.flush), **dict(settings))
+    if scenario.kind in POP_KINDS:
+        conf["defaultMessageRequestMode"] = "POP"
     if scenario.kind == "timer":
         port = bench_timer.NAMESRV_PORT
         if name == "pybroker":
@@ -424,6 +450,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="timer messages with Apache's TimerProducer and TimerConsumer "
                            "(--apache rocketmq-all-5.3.3), pybroker and Java 5.3.3, 2 runs of "
                            "about 3.5 minutes; the NameServer on port 9876")
+    mode.add_argument("--pop", action="store_const", dest="mode", const="pop",
+                      help="5.x POP with the 5.3.3 client: the push consumer in POP mode (20 "
+                           "threads, 128 B) draining a backlog, and POP-then-ACK round trips "
+                           "(1 thread); pybroker and Java 5.3.3, 30 s runs, 2 runs")
     parser.add_argument("--brokers", default=None,
                         help=f"comma list of {','.join(BROKERS)} (default: per mode; "
                              f"java-5.5.1 is broker 5.5.1 with the 5.3.3 NameServer)")
@@ -462,10 +492,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _settle_args(args) -> None:
     args.mode = args.mode or "quick"
-    quick = args.mode in ("quick", "transaction", "timer")
+    quick = args.mode in ("quick", "transaction", "timer", "pop")
     short = quick or args.mode == "ha"
     default_brokers = "pybroker,java-4.9.8" if short else ",".join(BROKERS[:3])
-    if args.mode == "timer":
+    if args.mode in ("timer", "pop"):
         default_brokers = "pybroker,java-5.3.3"
     args.brokers = [name.strip() for name in (args.brokers or default_brokers).split(",")
                     if name.strip()]
@@ -560,7 +590,11 @@ def prepare(args, work_root: pathlib.Path) -> dict:
                        "rocketmq-all-5.3.3 (built by tools/apache_bench.py)")
         if bench_timer.port_free():
             raise Stop(bench_timer.port_free())
-    client_version = build_info["version"] if build_info else jr.DEFAULT_VERSION
+    if args.mode == "pop" and (classes is not None or "java-4.9.8" in args.brokers):
+        raise Stop("--pop runs the project's POP load on the 5.3.3 client against brokers "
+                   "with POP (pybroker, java-5.3.3, java-5.5.1): no --apache, no java-4.9.8")
+    client_version = "5.3.3" if args.mode == "pop" else \
+        build_info["version"] if build_info else jr.DEFAULT_VERSION
     versions = {}
     if "pybroker" in args.brokers or args.mode == "profile":
         try:
@@ -574,11 +608,16 @@ def prepare(args, work_root: pathlib.Path) -> dict:
     client = installs.get(f"java-{client_version}") or _install(client_version)
     versions.update({name: install.server_versions() for name, install in installs.items()})
     try:
-        tools = LoadTools(work_root, client, apache_classes=classes)
+        tools = LoadTools(work_root, client, apache_classes=classes,
+                          client5=args.mode == "pop")
     except jr.HarnessError as error:
         raise Stop(f"the load programs did not compile: {bb.one_line(error)}") from None
-    return {"installs": installs, "tools": tools, "broker_versions": versions,
-            "load": load_info(classes, build_info, client_version)}
+    load = load_info(classes, build_info, client_version)
+    if args.mode == "pop":
+        load["text"] = (f"the project's POP load (tools/java_bench: BenchProducer, BenchConsumer "
+                        f"-P true; tools/java_bench/pop5: BenchPopAck) on rocketmq-client "
+                        f"{client_version}")
+    return {"installs": installs, "tools": tools, "broker_versions": versions, "load": load}
 
 
 def _announce(context: dict) -> None:

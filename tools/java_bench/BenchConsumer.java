@@ -17,14 +17,16 @@ import org.apache.rocketmq.common.message.MessageExt;
  * -w consume threads (20), -q messages after which it stops (0 = until -T), -T time bound in
  * seconds (600), -W warm-up seconds not measured (0), -M warm-up messages not measured instead
  * of -W (0: use -W; the window opens at that many messages), -f start from the first offset (true: a
- * run sees every message of a fresh topic however late its rebalance happens).
+ * run sees every message of a fresh topic however late its rebalance happens), -P true: leave
+ * the rebalance to the broker (5.x clientRebalance=false; a broker whose mode for the group is
+ * POP then has it pop; the result's "pop_queues" says how many POP queues it got).
  * Prints "Consume TPS ... AVG(B2C) RT ... AVG(S2C) RT ... MAX(B2C) RT ... MAX(S2C) RT" every 5 s
  * and at the end, the window marks of {@link BenchWindow}, then one "BENCH_RESULT {json}" line
  * whose "window_*"/"tps" figures cover only the measured window. B2C = consume time minus born
  * time, S2C = consume time minus store time, both in milliseconds on this machine's clock.
  */
 public final class BenchConsumer {
-    private static final String FLAGS = "n t g w q T W M f";
+    private static final String FLAGS = "n t g w q T W M f P";
     private final RtHistogram born2Consumer = new RtHistogram();
     private final AtomicLong store2ConsumerSumMs = new AtomicLong();
     private final AtomicLong store2ConsumerMaxMs = new AtomicLong();
@@ -56,6 +58,12 @@ public final class BenchConsumer {
         if (Boolean.parseBoolean(flags.text("f", "true"))) {
             consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         }
+        boolean brokerRebalance = Boolean.parseBoolean(flags.text("P", "false"));
+        if (brokerRebalance) {
+            // 5.x API, called by name so that the program still compiles with a 4.x client.
+            DefaultMQPushConsumer.class.getMethod("setClientRebalance", boolean.class)
+                .invoke(consumer, false);
+        }
         consumer.subscribe(topic, "*");
         consumer.registerMessageListener(new MessageListenerConcurrently() {
             @Override
@@ -76,7 +84,7 @@ public final class BenchConsumer {
         window.end();
         reporter.interrupt();
         printStats("[Complete]");
-        printResult(threads, complete);
+        printResult(threads, complete, brokerRebalance ? popQueues(consumer) : -1);
         consumer.shutdown();
         System.exit(complete || wanted == 0 ? 0 : 3);
     }
@@ -127,7 +135,14 @@ public final class BenchConsumer {
             born2Consumer.maxMs(), store2ConsumerMaxMs.get());
     }
 
-    private void printResult(int threads, boolean complete) {
+    /** The POP queues the 5.x client's rebalance holds (by name: 5.x API). */
+    private static int popQueues(DefaultMQPushConsumer consumer) throws Exception {
+        Object rebalance = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl();
+        Object table = rebalance.getClass().getMethod("getPopProcessQueueTable").invoke(rebalance);
+        return ((java.util.Map<?, ?>) table).size();
+    }
+
+    private void printResult(int threads, boolean complete, int popQueues) {
         long count = Math.max(1, received.get());
         String json = "{\"received\":" + received.get() + ",\"messages_wanted\":" + wanted
             + ",\"complete\":" + complete
@@ -140,7 +155,8 @@ public final class BenchConsumer {
             + ",\"avg_s2c_rt_ms\":"
             + BenchFlags.decimal(store2ConsumerSumMs.get() / (double) count)
             + ",\"max_s2c_rt_ms\":" + store2ConsumerMaxMs.get()
-            + ",\"threads\":" + threads + "," + window.json() + "}";
+            + ",\"threads\":" + threads + (popQueues >= 0 ? ",\"pop_queues\":" + popQueues : "")
+            + "," + window.json() + "}";
         System.out.println("BENCH_RESULT " + json);
     }
 }

@@ -9,6 +9,7 @@ import collections
 import statistics
 import pathlib
 import sys
+import types
 import xml.etree.ElementTree as ElementTree
 
 import pytest
@@ -252,7 +253,6 @@ def test_a_failure_is_told_in_one_line_with_its_cause():
 
 def test_a_partial_result_says_so_and_replaces_neither_docs_nor_the_comparison(tmp_path):
     import json
-    import types
     args = types.SimpleNamespace(mode="quick", only=None, runs=1, tag="", duration=30,
                                  warmup=10, brokers=["pybroker", "java-4.9.8"], set=[])
     context = {"load": {"kind": "apache", "tag": "rocketmq-all-4.9.8", "text": "Apache's X"},
@@ -409,3 +409,19 @@ def test_proxy_bench_reads_a_load_line_and_reports_a_failed_run(monkeypatch):
     (line,) = bench_proxy.table([row]).splitlines()[2:]
     assert line.startswith("| pybroker | python | 250.0 | failed: UnsupportedException")
     assert line.endswith("| 300.0 | 310.0 | 1 |")
+
+
+def test_pop_mode_runs_the_push_consumer_in_pop_mode_and_the_pop_ack_round_trip():
+    assert [s.name for s in driver.matrix("pop")] == ["popconsume-128B-w20-async",
+                                                      "popack-128B-w1-async"]
+    tools = types.SimpleNamespace(apache_classes=None,
+                                  java_argv=lambda main, args, heap_mb=256: [main, *args])
+    timing = driver.Timing(30, 10)
+    consume, pop_ack = (driver._load_argv(tools, scenario, timing, "ns:9876", "T")
+                        for scenario in driver.matrix("pop"))
+    assert consume[0] == "BenchConsumer" and consume[consume.index("-P") + 1] == "true"
+    assert consume[consume.index("-M") + 1] == driver.POP_CONSUME_WARMUP_MESSAGES
+    assert pop_ack[0] == "BenchPopAck" and pop_ack[pop_ack.index("-w") + 1] == 1
+    assert timing.backlog_for(False, "popack") == driver.POP_ACK_BACKLOG_MESSAGES
+    plain = driver._load_argv(tools, driver.matrix("full")[-1], timing, "ns:9876", "T")
+    assert plain[plain.index("-P") + 1] == "false"
