@@ -584,78 +584,32 @@ NOTIFY_BROKER_ROLE_CHANGED_REQUEST = _schema("NotifyBrokerRoleChangedRequestHead
 
 
 # --- 5.x POP (broker/pop/) ------------------------------------------------------------------------
-# A POP request's bornTime is filled in by the broker when missing or "0" (Java does so before
-# decoding), so it is optional here; queueId < 0 means every queue.
+# Every POP request names its queue first; queueId < 0 means every queue. A POP request's
+# bornTime is filled in by the broker when missing or "0" (Java does so before decoding).
+_POP_QUEUE = [("consumerGroup", STR, True), ("topic", STR, True), ("queueId", INT, True)]
+_POP_HANDLE = [*_POP_QUEUE, ("extraInfo", STR, True),
+               ("offset", LONG, True, None, None, "queue_offset")]
+_POP_WAIT = [("pollTime", LONG, True), ("bornTime", LONG, False)]
+_POP_ORDER = [("order", BOOL, False, False), ("attemptId", STR, False)]
+_POP_ANSWER = [("popTime", LONG, True), ("invisibleTime", LONG, True), ("reviveQid", INT, True)]
 POP_MESSAGE_REQUEST = _schema("PopMessageRequestHeader", [
-    ("consumerGroup", STR, True),
-    ("topic", STR, True),
-    ("queueId", INT, True),
-    ("maxMsgNums", INT, True),
-    ("invisibleTime", LONG, True),
-    ("pollTime", LONG, True),
-    ("bornTime", LONG, False),
-    ("initMode", INT, True),
-    ("expType", STR, False),
-    ("exp", STR, False),
-    ("order", BOOL, False, False),
-    ("attemptId", STR, False),
-])
+    *_POP_QUEUE, ("maxMsgNums", INT, True), ("invisibleTime", LONG, True), *_POP_WAIT,
+    ("initMode", INT, True), ("expType", STR, False), ("exp", STR, False), *_POP_ORDER])
 POP_MESSAGE_RESPONSE = _schema("PopMessageResponseHeader", [
-    ("popTime", LONG, True),
-    ("invisibleTime", LONG, True),
-    ("reviveQid", INT, True),
-    ("restNum", LONG, True),
-    ("startOffsetInfo", STR, False),
-    ("msgOffsetInfo", STR, False),
-    ("orderCountInfo", STR, False),
-])
-ACK_MESSAGE_REQUEST = _schema("AckMessageRequestHeader", [
-    ("consumerGroup", STR, True),
-    ("topic", STR, True),
-    ("queueId", INT, True),
-    ("extraInfo", STR, True),
-    ("offset", LONG, True, None, None, "queue_offset"),
-])
+    *_POP_ANSWER, ("restNum", LONG, True), ("startOffsetInfo", STR, False),
+    ("msgOffsetInfo", STR, False), ("orderCountInfo", STR, False)])
+ACK_MESSAGE_REQUEST = _schema("AckMessageRequestHeader", _POP_HANDLE)
 CHANGE_INVISIBLE_TIME_REQUEST = _schema("ChangeInvisibleTimeRequestHeader", [
-    ("consumerGroup", STR, True),
-    ("topic", STR, True),
-    ("queueId", INT, True),
-    ("extraInfo", STR, True),
-    ("offset", LONG, True, None, None, "queue_offset"),
-    ("invisibleTime", LONG, True),
-])
-CHANGE_INVISIBLE_TIME_RESPONSE = _schema("ChangeInvisibleTimeResponseHeader", [
-    ("popTime", LONG, True),
-    ("invisibleTime", LONG, True),
-    ("reviveQid", INT, True),
-])
-PEEK_MESSAGE_REQUEST = _schema("PeekMessageRequestHeader", [
-    ("consumerGroup", STR, True),
-    ("topic", STR, True),
-    ("queueId", INT, True),
-    ("maxMsgNums", INT, True),
-])
-NOTIFICATION_REQUEST = _schema("NotificationRequestHeader", [
-    ("consumerGroup", STR, True),
-    ("topic", STR, True),
-    ("queueId", INT, True),
-    ("pollTime", LONG, True),
-    ("bornTime", LONG, False),
-    ("order", BOOL, False, False),
-    ("attemptId", STR, False),
-])
+    *_POP_HANDLE, ("invisibleTime", LONG, True)])
+CHANGE_INVISIBLE_TIME_RESPONSE = _schema("ChangeInvisibleTimeResponseHeader", _POP_ANSWER)
+PEEK_MESSAGE_REQUEST = _schema("PeekMessageRequestHeader", [*_POP_QUEUE,
+                                                            ("maxMsgNums", INT, True)])
+NOTIFICATION_REQUEST = _schema("NotificationRequestHeader", [*_POP_QUEUE, *_POP_WAIT,
+                                                             *_POP_ORDER])
 NOTIFICATION_RESPONSE = _schema("NotificationResponseHeader", [
-    ("hasMsg", BOOL, True),
-    ("pollingFull", BOOL, False),
-])
-POLLING_INFO_REQUEST = _schema("PollingInfoRequestHeader", [
-    ("consumerGroup", STR, True),
-    ("topic", STR, True),
-    ("queueId", INT, True),
-])
-POLLING_INFO_RESPONSE = _schema("PollingInfoResponseHeader", [
-    ("pollingNum", INT, True),
-])
+    ("hasMsg", BOOL, True), ("pollingFull", BOOL, False)])
+POLLING_INFO_REQUEST = _schema("PollingInfoRequestHeader", _POP_QUEUE)
+POLLING_INFO_RESPONSE = _schema("PollingInfoResponseHeader", [("pollingNum", INT, True)])
 
 # --- Tables: request code -> (schema, short names?) and request code -> response schema ---------
 _C = RequestCode

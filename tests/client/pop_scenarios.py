@@ -2,13 +2,13 @@
 """Scenario functions taking a ``rocketmq_peer`` (tests/client/conftest.py): collected by
 tests/client/test_pop_pybroker.py (pybroker) and tests/client/test_pop_java.py (the real Java
 5.3.3 broker), so both brokers must give the same results. Each counts exactly: every message
-once unless it is meant to come back, every wait bounded. Both modules' brokers run with
-defaultMessageRequestMode=POP (POP_MODE): the Java push consumer scenario needs it, the Python
-client's never asks for an assignment.
+once unless it is meant to come back, every wait bounded.
 
 The Java scenario runs tools/java_compat/PopPush.java (the official Java 5.3.3
 DefaultMQPushConsumer with clientRebalance=false) through the module's ``java_pop_client``
-fixture: (a JavaRocketMQ harness whose class path has the 5.3.3 client, that install).
+fixture: (a JavaRocketMQ harness whose class path has the 5.3.3 client, that install), after
+the groups were set to POP on the topics with SET_MESSAGE_REQUEST_MODE (401, what
+``pybroker admin setConsumeMode`` and mqadmin's setConsumeMode send).
 """
 import asyncio
 import hashlib
@@ -18,15 +18,17 @@ import urllib.parse
 import uuid
 from collections import Counter, defaultdict
 
+import orjson
+
 from pybroker.client import Admin, ConsumeStatus, Message, PopConsumer, PopPushConsumer, Producer
 from pybroker.client import PushConsumer
 from pybroker.client.message import MessageExt
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_request
 from pybroker.protocol.constants import ConsumeFromWhere
 from tests import peers
 
 WAIT_S = 45.0
-# The broker's mode for a group without one set (until SET_MESSAGE_REQUEST_MODE is served).
-POP_MODE = {"defaultMessageRequestMode": "POP"}
 _POP_PUSH_SOURCE = pathlib.Path(__file__).resolve().parents[2] / "tools" / "java_compat" / \
     "PopPush.java"
 _POP_PUSH_COUNT, _FAIL_EVERY, _KEYS = 40, 10, 4
@@ -234,6 +236,24 @@ def _pop_push_classes(install) -> pathlib.Path:
     return out_dir
 
 
+async def _set_pop_mode(peer, groups: dict[str, str]) -> None:
+    """Create each group and set it to POP on its topic (SET_MESSAGE_REQUEST_MODE, 401)."""
+    admin = Admin(peer.namesrv_addr)
+    await admin.start()
+    try:
+        for topic, group in groups.items():
+            for code, body in (
+                    (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {"groupName": group}),
+                    (RequestCode.SET_MESSAGE_REQUEST_MODE, {
+                        "topic": topic, "consumerGroup": group, "mode": "POP",
+                        "popShareQueueNum": 0})):
+                answer = await admin.instance.invoke(
+                    peer.broker_addr, create_request(code, {}, orjson.dumps(body)))
+                assert answer.code == ResponseCode.SUCCESS, (code, answer.remark)
+    finally:
+        await admin.shutdown()
+
+
 def _pop_push_run(rmq, install, peer) -> tuple[list[dict], str]:
     """Topics made on ``peer``, PopPush run through ``rmq``'s client class path: its results
     and the concurrently listener's topic."""
@@ -241,6 +261,7 @@ def _pop_push_run(rmq, install, peer) -> tuple[list[dict], str]:
         return (await _topic(peer, 4), await _topic(peer, 4))
     topic, order_topic = asyncio.run(topics())
     group = _name("pop_push")
+    asyncio.run(_set_pop_mode(peer, {topic: group, order_topic: group + "_order"}))
     run = rmq.run_class("PopPush", [peer.namesrv_addr, f"topic={topic}",
                                     f"order_topic={order_topic}", f"group={group}",
                                     f"count={_POP_PUSH_COUNT}", f"fail_every={_FAIL_EVERY}",
@@ -281,11 +302,12 @@ def _pop_push_summary(results: list[dict], topic: str) -> dict:
 
 
 def test_java_push_consumer_in_pop_mode(rocketmq_peer, java_pop_client):
-    """The concurrently listener's queues become POP queues (QUERY_ASSIGNMENT: the broker's one
-    queue -1, mode POP); every message is consumed once, one answered RECONSUME_LATER comes back
-    once (change of invisible time, revive to the retry topic, reconsume count 1) under the topic
-    consumed; the orderly listener, which the 5.3.3 client always rebalances itself, pulls the
-    topic's four queues and keeps each key's order."""
+    """Both groups set to POP (401): the concurrently listener's queues become POP queues
+    (QUERY_ASSIGNMENT: the broker's one queue -1, mode POP); every message is consumed once,
+    one answered RECONSUME_LATER comes back once (change of invisible time, revive to the retry
+    topic, reconsume count 1) under the topic consumed; the orderly listener, which the 5.3.3
+    client always rebalances itself, pulls the topic's four queues and keeps each key's
+    order."""
     rmq, install = java_pop_client
     summary = _pop_push_summary(*_pop_push_run(rmq, install, rocketmq_peer))
     assert summary["modes"] == {False: (1, 0), True: (0, 4)}

@@ -21,7 +21,6 @@ from tests import peers
 from tests.client import pop_scenarios
 from tests.client.conftest import Peer
 from tests.client.pop_scenarios import (  # noqa: F401 (collected here against pybroker)
-    POP_MODE,
     test_a_held_pop_is_answered_when_a_message_arrives,
     test_java_push_consumer_in_pop_mode,
     test_order_pop_holds_a_queue_until_its_run_is_acknowledged,
@@ -40,7 +39,7 @@ _METRICS_PORT = free_port()
 def rocketmq_peer(tmp_path_factory):
     with StandaloneBroker(tmp_path_factory.mktemp("pybroker-pop"),
                           {"metricsExporterType": "PROM",
-                           "metricsPromExporterPort": str(_METRICS_PORT), **POP_MODE}) as broker:
+                           "metricsPromExporterPort": str(_METRICS_PORT)}) as broker:
         yield Peer(broker.namesrv_addr, broker.broker_addr)
 
 

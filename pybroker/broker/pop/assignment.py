@@ -131,8 +131,12 @@ def allocate_for_pop(strategy, group: str, client_id: str, queues: list[MessageQ
     return [queues[client_ids.index(client_id) % len(queues)]]
 
 
-def _request_mode(ctx: MetadataContext, topic: str) -> tuple[str, int]:
-    """(mode, popShareQueueNum) of a group and topic without a mode set."""
+def _request_mode(ctx: MetadataContext, topic: str, group: str) -> tuple[str, int]:
+    """(mode, popShareQueueNum) of the group on the topic: the one set by
+    SET_MESSAGE_REQUEST_MODE, else PULL for a retry topic and the broker's default."""
+    chosen = ctx.metadata.request_modes.mode(topic, group)
+    if chosen is not None:
+        return chosen.mode, chosen.pop_share_queue_num
     broker = ctx.config.broker
     mode = "PULL" if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) \
         else broker.default_message_request_mode
@@ -192,7 +196,7 @@ async def handle_query_assignment(ctx: MetadataContext, channel: ClientChannel,
         return create_response(request, ResponseCode.SYSTEM_ERROR,
                                f"messageModel {question.message_model[:32]!r} is not "
                                f"CLUSTERING or BROADCASTING")
-    mode, share = _request_mode(ctx, question.topic)
+    mode, share = _request_mode(ctx, question.topic, question.consumer_group)
     queues = await _load_balance(ctx, question, mode, share)
     assignments = None if queues is None else \
         [QueueAssignment(queue, mode) for queue in sort_queues(set(queues))]

@@ -1,9 +1,10 @@
 # QUERY_ASSIGNMENT (400): the broker-side rebalance of 5.x clients, as Java 5.3.3 answers it.
 """Goal: QUERY_ASSIGNMENT answers what Java 5.3.3's QueryAssignmentProcessor answers: the
 topic's queues on every broker of the NameServer's route, split among the group's live clients
-by the strategy the client names, each with the group's request mode; Java's allocate4Pop for a
-POP group (every broker's queue -1, or a client's queues plus those of the clients after it);
-no answer where Java has none (no route, no member, unknown strategy).
+by the strategy the client names, each with the group's request mode (the one set, else the
+broker's default); Java's allocate4Pop for a POP group (every broker's queue -1, or a client's
+queues plus those of the clients after it); no answer where Java has none (no route, no member,
+unknown strategy).
 
 Method: a real NameServer (pybroker's NamesrvController on a free port in the test's loop) with
 two brokers registered through the broker's own registration code (REGISTER_BROKER), the POP
@@ -34,7 +35,7 @@ from pybroker.protocol.bodies import MessageQueue
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand
 from pybroker.protocol.constants import ConsumeFromWhere, ConsumeType, MessageModel
-from pybroker.store.config_docs import TopicConfig, TopicConfigDocument
+from pybroker.store.config_docs import RequestMode, TopicConfig, TopicConfigDocument
 
 _spec = importlib.util.spec_from_file_location(
     "pop_harness", pathlib.Path(__file__).with_name("pop_harness.py"))
@@ -98,6 +99,47 @@ def broker(tmp_path):
     broker.close()
 
 
+def _context(broker, routes, **broker_settings) -> MetadataContext:
+    config = dataclasses.replace(broker.config, broker=dataclasses.replace(
+        broker.config.broker, **broker_settings))
+    return MetadataContext(config, broker.store, broker.putter, broker.metadata,
+                           broker.ctx.store_host, topic_deleter=StoreTopicDeleter(broker.store),
+                           topic_routes=routes)
+
+
+def _register_clients(broker) -> None:
+    """The group's three members, as their heartbeats register them."""
+    subscription = [bodies.build_subscription(TOPIC, "*", sub_version=1)]
+    for index, client_id in enumerate(CLIENTS):
+        channel = Channel(f"0:{index}", f"10.0.0.{index + 1}:4000", 0, 479)
+        broker.metadata.consumers.register_consumer(
+            GROUP, make_channel_info(channel, client_id, 0), ConsumeType.CONSUME_POP,
+            MessageModel.CLUSTERING, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, subscription)
+
+
+async def _assigned(ctx, client_id: str, *args, **kwargs) -> list[tuple[MessageQueue, str]]:
+    answer = await _ask(ctx, client_id, *args, **kwargs)
+    return [(item.queue, item.mode)
+            for item in pop_bodies.decode_query_assignment_response(answer.body)]
+
+
+async def _check_pull_split(ctx, every: list[MessageQueue]) -> None:
+    got = {client_id: await _assigned(ctx, client_id) for client_id in CLIENTS}
+    assert {mode for pairs in got.values() for _, mode in pairs} == {"PULL"}
+    # AVG over 6 queues and 3 sorted clients: two each, every queue once.
+    assert sort_queues(queue for pairs in got.values() for queue, _ in pairs) == every
+    assert [queue for queue, _ in got[CLIENTS[0]]] == every[:2]
+    assert [queue for queue, _ in got[CLIENTS[2]]] == every[4:]
+    assert [queue for queue, _ in await _assigned(ctx, CLIENTS[1], "AVG_BY_CIRCLE")] == \
+        [every[1], every[4]]
+    assert [queue for queue, _ in await _assigned(ctx, CLIENTS[1], model="BROADCASTING")] \
+        == every
+    # Java answers nothing for a strategy it does not have or a topic without route.
+    assert orjson.loads((await _ask(ctx, CLIENTS[0], "CONSISTENT_HASH")).body) == {}
+    assert orjson.loads((await _ask(ctx, CLIENTS[0], topic="Nowhere")).body) == {}
+    assert (await _ask(ctx, CLIENTS[0], model="SIDEWAYS")).code == ResponseCode.SYSTEM_ERROR
+
+
 def test_query_assignment_splits_every_broker_s_queues(broker, tmp_path):
     async def scenario():
         namesrv = NamesrvController(load_namesrv_config(None, {
@@ -109,62 +151,31 @@ def test_query_assignment_splits_every_broker_s_queues(broker, tmp_path):
         try:
             registrations += [await _register(address, tmp_path, "broker-a", 4),
                               await _register(address, tmp_path, "broker-b", 2)]
-            ctx = MetadataContext(broker.config, broker.store, broker.putter, broker.metadata,
-                                  broker.ctx.store_host,
-                                  topic_deleter=StoreTopicDeleter(broker.store),
-                                  topic_routes=routes)
+            ctx = _context(broker, routes)
             # No live member yet: no answer (the client keeps what it has).
             answer = await _ask(ctx, CLIENTS[0])
             assert answer.code == ResponseCode.SUCCESS and orjson.loads(answer.body) == {}
-            subscription = [bodies.build_subscription(TOPIC, "*", sub_version=1)]
-            for index, client_id in enumerate(CLIENTS):
-                channel = Channel(f"0:{index}", f"10.0.0.{index + 1}:4000", 0, 479)
-                broker.metadata.consumers.register_consumer(
-                    GROUP, make_channel_info(channel, client_id, 0), ConsumeType.CONSUME_POP,
-                    MessageModel.CLUSTERING, ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                    subscription)
+            _register_clients(broker)
             every = _queues("broker-a", 4) + _queues("broker-b", 2)
-            got = {}
-            for client_id in CLIENTS:
-                answer = await _ask(ctx, client_id)
-                assigned = pop_bodies.decode_query_assignment_response(answer.body)
-                assert {item.mode for item in assigned} == {"PULL"}
-                got[client_id] = [item.queue for item in assigned]
-            # AVG over 6 queues and 3 sorted clients: two each, every queue once.
-            assert sort_queues(queue for queues in got.values() for queue in queues) == every
-            assert got[CLIENTS[0]] == every[:2] and got[CLIENTS[2]] == every[4:]
-            by_circle = pop_bodies.decode_query_assignment_response(
-                (await _ask(ctx, CLIENTS[1], "AVG_BY_CIRCLE")).body)
-            assert [item.queue for item in by_circle] == [every[1], every[4]]
-            broadcast = pop_bodies.decode_query_assignment_response(
-                (await _ask(ctx, CLIENTS[1], model="BROADCASTING")).body)
-            assert [item.queue for item in broadcast] == every
-            # Java answers nothing for a strategy it does not have or a topic without route.
-            assert orjson.loads((await _ask(ctx, CLIENTS[0], "CONSISTENT_HASH")).body) == {}
-            assert orjson.loads((await _ask(ctx, CLIENTS[0], topic="Nowhere")).body) == {}
-            bad = await _ask(ctx, CLIENTS[0], model="SIDEWAYS")
-            assert bad.code == ResponseCode.SYSTEM_ERROR
+            await _check_pull_split(ctx, every)
             # defaultMessageRequestMode=POP: every broker's queue -1, mode POP, for each client.
-            pop_config = dataclasses.replace(broker.config, broker=dataclasses.replace(
-                broker.config.broker, default_message_request_mode="POP"))
-            pop_ctx = MetadataContext(
-                pop_config, broker.store, broker.putter, broker.metadata, broker.ctx.store_host,
-                topic_deleter=StoreTopicDeleter(broker.store), topic_routes=routes)
-            popped = pop_bodies.decode_query_assignment_response(
-                (await _ask(pop_ctx, CLIENTS[1])).body)
-            assert [(item.queue, item.mode) for item in popped] == [
+            pop_ctx = _context(broker, routes, default_message_request_mode="POP")
+            assert await _assigned(pop_ctx, CLIENTS[1]) == [
                 (MessageQueue(TOPIC, "broker-a", -1), "POP"),
                 (MessageQueue(TOPIC, "broker-b", -1), "POP")]
+            # The mode set for the group (SET_MESSAGE_REQUEST_MODE) wins over the default:
+            # POP sharing one following client's queues.
+            broker.metadata.request_modes.set_mode(RequestMode(TOPIC, GROUP, "POP", 1))
+            assert await _assigned(ctx, CLIENTS[2]) == [
+                (queue, "POP") for queue in sort_queues(every[4:] + every[:2])]
             # A retry topic is always PULL.
             retry = f"%RETRY%{GROUP}"
             registrations.append(await _register(address, tmp_path, "broker-c", 1, retry))
-            retried = pop_bodies.decode_query_assignment_response(
-                (await _ask(pop_ctx, CLIENTS[0], topic=retry)).body)
-            assert {item.mode for item in retried} == {"PULL"}
+            assert {mode for _, mode in await _assigned(pop_ctx, CLIENTS[0], topic=retry)} \
+                == {"PULL"}
         finally:
             for registration in registrations:
                 registration.close()
             routes.close_connections()
             await namesrv.stop()
     asyncio.run(scenario())
-
