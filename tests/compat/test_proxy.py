@@ -156,8 +156,6 @@ def produced(deployment):
 # run once it passes, and its entry goes); on the Java broker every scenario runs as is.
 WAITS = {
     "timer": "5.x timer messages (TIMER_DELIVER_MS) and RECALL_MESSAGE",
-    "pop": "POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME and the revive service: "
-           "the proxy's consumers consume only with POP",
 }
 
 
@@ -371,10 +369,9 @@ def _dlq_bodies(deployment, group: str) -> list[tuple[bytes, int]]:
 
 
 @pytest.mark.parametrize("sdk", proxy_support.SDKS)
-def test_sdk_simple_consumer(request, deployment, consumed, sdk):
+def test_sdk_simple_consumer(deployment, consumed, sdk):
     """Receive, ack, change invisible duration (the message comes back, attempt 2), and a
     message never acked goes to the DLQ after the group's retryMaxTimes + 1 deliveries."""
-    waits_for(request, deployment, "pop")
     proxy_support.exited(consumed[sdk])
     received = [(e["body"], e["attempt"]) for e in
                 proxy_support.results_of(consumed[sdk], "simple-received")]
@@ -391,11 +388,10 @@ def test_sdk_simple_consumer(request, deployment, consumed, sdk):
 
 
 @pytest.mark.parametrize("sdk", PUSH_SDKS)
-def test_sdk_push_consumer(request, deployment, consumed, sdk):
+def test_sdk_push_consumer(deployment, consumed, sdk):
     """A listener that fails once gets the message again (attempt 2); one that always fails
     sends the message to the DLQ after two deliveries (the groups retry after 1 s: the 5.x
     retry policy EXPONENTIAL, read by the proxy with GET_SUBSCRIPTIONGROUP_CONFIG)."""
-    waits_for(request, deployment, "pop")
     proxy_support.exited(consumed[sdk])
     outcomes = sorted((e["body"], e["attempt"], e["outcome"]) for e in
                       proxy_support.results_of(consumed[sdk], "push-received"))
@@ -407,12 +403,11 @@ def test_sdk_push_consumer(request, deployment, consumed, sdk):
     assert _dlq_bodies(deployment, names["dlq_group"]) == [(f"{sdk}-push-dlq".encode(), 3)]
 
 
-def test_proxy_requests_behind_the_consumers(request, deployment, consumed):
+def test_proxy_requests_behind_the_consumers(deployment, consumed):
     """The remoting requests behind the consumers, answered alike: the groups' configs
     (GET_SUBSCRIPTIONGROUP_CONFIG, retryMaxTimes 1 for the DLQ groups), POP_MESSAGE,
     ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, and the proxy's send-back to the DLQ
     (CONSUMER_SEND_MSG_BACK) of a message delivered retryMaxTimes + 1 times."""
-    waits_for(request, deployment, "pop")
     found = deployment.broker_exchanges()
     groups = {e.request.ext_fields["group"]: e for e in
               proxy_support.of_code(found, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG)}
