@@ -41,6 +41,7 @@ from pybroker.client.selector import MessageSelector, subscription_of
 from pybroker.protocol import headers, pop
 from pybroker.protocol.bodies import ConsumerData, SubscriptionData
 from pybroker.protocol.codes import RequestCode
+from pybroker.tasks import start_task
 from pybroker.protocol.constants import (EXPRESSION_TYPE_TAG, SUBSCRIBE_ALL, ConsumeFromWhere,
                                          ConsumeType, MessageModel, PopConstants)
 
@@ -291,8 +292,8 @@ class PopPushConsumer(PopConsumer):
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.consume_thread_max, thread_name_prefix=f"pybroker-pop-{self.group}")
         for topic, broker_name in self._targets(None):
-            self._loops.append(asyncio.create_task(self._pop_loop(topic, broker_name),
-                                                   name=f"pybroker-pop-{topic}-{broker_name}"))
+            self._loops.append(start_task(self._pop_loop(topic, broker_name),
+                                          f"pybroker-pop-{topic}-{broker_name}", None, LOGGER))
 
     async def shutdown(self) -> None:
         for task in self._loops:
@@ -335,7 +336,8 @@ class PopPushConsumer(PopConsumer):
                     await self._consume(batch, waiting)
                 else:
                     await self._semaphore_acquire()
-                    task = asyncio.create_task(self._consume(batch, waiting, release=True))
+                    task = start_task(self._consume(batch, waiting, release=True),
+                                      f"pybroker-pop-consume-{self.group}", None, LOGGER)
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
 

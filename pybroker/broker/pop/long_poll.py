@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from pybroker.protocol.command import RemotingCommand
+from pybroker.tasks import start_task
 
 __all__ = ["PopLongPoll", "HeldPop", "PollingResult", "LOCK_RETRY_MS", "TIMEOUT_SLACK_MS"]
 
@@ -141,7 +142,7 @@ class PopLongPoll:
         held.timer = None
         if not self._forget(held):
             return
-        task = asyncio.get_running_loop().create_task(self._respond(held))
+        task = start_task(self._respond(held), "a held POP's answer", None, log)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

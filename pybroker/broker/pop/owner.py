@@ -24,6 +24,7 @@ from pybroker.broker.pop.revive import ReviveService
 from pybroker.remoting.tls import outgoing_tls
 from pybroker.store import paths
 from pybroker.store.pop_table import PopTable
+from pybroker.tasks import Rounds
 
 __all__ = ["PopOwner", "ORDER_INFO_CONFIG", "pop_table_path"]
 
@@ -82,10 +83,12 @@ class PopOwner:
         """Pop offsets into the consumer offsets, every HARVEST_INTERVAL_MS, for as long as
         the generation's event loop runs; at its end the loop's connections (the topic
         routes') are closed."""
+        rounds = Rounds("POP offset harvest", logger=log)
         try:
             while True:
-                await asyncio.sleep(HARVEST_INTERVAL_MS / 1000.0)
-                self.directory.harvest()
+                await asyncio.sleep(rounds.next_delay_s(HARVEST_INTERVAL_MS / 1000.0))
+                with rounds:
+                    self.directory.harvest()
         finally:
             self.routes.close_connections()
 
@@ -101,10 +104,12 @@ class PopOwner:
             self.config, attachment.reader, attachment.putter, self.metadata, self.directory,
             attachment.store_host, clock.now_ms, lambda: control.written_position,
             lambda: control.dispatched_position)
+        revive, rounds = self.revive, Rounds("POP revive", logger=log)
         try:
             while True:
-                await self.revive.run_once()
-                await asyncio.sleep(_REVIVE_TICK_S)
+                with rounds:
+                    await revive.run_once()
+                await asyncio.sleep(rounds.next_delay_s(_REVIVE_TICK_S))
         finally:
             self.revive = None
 
