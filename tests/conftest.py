@@ -10,6 +10,10 @@ its directory's marker at collection (COST_BY_DIRECTORY); a test of tests/unit m
 ``dataplane`` (it starts processes of its own) is not ``unit``; ``compat`` (the old name) adds
 ``peer``. A ``unit`` test that forks, spawns or runs a Python child other than a source checker
 fails, so ``pytest tests/unit -m unit`` stays in one process.
+
+Parallel runs (pytest-xdist, README's test command): tests/parallel.py, registered here, shares
+one run directory between the workers, runs ``serial`` tests alone, serialises ``fixed_port``
+tests and orders the files; tests/peers.py installs the peers once per run.
 """
 import multiprocessing.util
 import os
@@ -123,8 +127,10 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_configure(config):
-    from tests import progress
+    from tests import parallel, progress
     progress.attach(config)
+    if not config.pluginmanager.is_registered(parallel):
+        config.pluginmanager.register(parallel, "pybroker-parallel")
 
 
 def pytest_collection_finish(session):
@@ -133,4 +139,4 @@ def pytest_collection_finish(session):
         return
     if any(item.get_closest_marker("peer") for item in session.items):
         from tests import peers
-        peers.prepare_all()
+        peers.prepare_all(session.config)

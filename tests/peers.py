@@ -3,15 +3,16 @@
 (tools/go_client.py), and the rule for a missing peer: skip with the reason in a local run,
 fail when ``PYBROKER_REQUIRE_PEERS=1`` (``.ci/run`` sets it after installing the peers).
 
-Every peer is prepared once per session, before the first test runs: tests/conftest.py calls
-:func:`prepare_all` when the selected tests include compat tests, and each preparation prints
-one progress line with the time it took. The outcome (the install, or why there is none) is
-remembered, so every test sees the same peers whatever the order, and a failed install is not
-retried by each fixture.
+Every peer is prepared once per session (once per run under pytest-xdist), before the first
+test runs: tests/conftest.py calls :func:`prepare_all` when the selected tests include compat
+tests, and each preparation prints one progress line with the time it took. The outcome (the
+install, or why there is none) is remembered, so every test sees the same peers whatever the
+order, and a failed install is not retried by each fixture.
 """
 import contextlib
 import hashlib
 import importlib.util
+import json
 import os
 import pathlib
 import sys
@@ -19,7 +20,7 @@ import urllib.parse
 
 import pytest
 
-from tests import progress
+from tests import parallel, progress
 from tests.conftest import require_peers
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -187,16 +188,39 @@ _SESSION_PEERS = {"go": _prepare_go, "go-tls": _prepare_go_tls,
                   "go-sdk": _prepare_go_sdk}
 
 
-def prepare_all() -> None:
-    """Install every peer now (session start): both Java versions, the Go clients and the
-    RocketMQ 5 SDKs. Missing tools or failed installs are remembered; the tests then skip or
-    fail with them."""
+def _prepare_each() -> None:
     for version in java_rocketmq.VERSIONS:
         if f"java-{version}" not in _prepared:
             _prepared[f"java-{version}"] = _prepare_java(version)
     for key, prepare in _SESSION_PEERS.items():
         if key not in _prepared:
             _prepared[key] = prepare()
+
+
+def prepare_all(config=None) -> None:
+    """Install every peer now (session start): both Java versions, the Go clients and the
+    RocketMQ 5 SDKs. Missing tools or failed installs are remembered; the tests then skip or
+    fail with them.
+
+    In a pytest-xdist run (``config`` of a worker; tests/parallel.py) the workers take turns
+    under a lock in the run directory: the first installs and records why any peer is missing,
+    the others find the installs cached (quietly) and take over those reasons, so a failed
+    install is tried once per run. Every worker returns only when every peer is ready: no test
+    starts before (the controller schedules once all workers have collected)."""
+    directory = parallel.run_dir(config) if config is not None else None
+    if directory is None:
+        _prepare_each()
+        return
+    with parallel.locked(directory / "peers.lock", exclusive=True):
+        record = directory / "peers.json"
+        if not record.exists():
+            _prepare_each()
+            missing = {key: peer for key, peer in _prepared.items() if isinstance(peer, str)}
+            record.write_text(json.dumps(missing))
+            return
+        _prepared.update(json.loads(record.read_text()))
+        with progress.muted():
+            _prepare_each()
 
 
 @contextlib.contextmanager

@@ -25,10 +25,10 @@ exit; pids are recorded in ``<work_dir>/pids.json`` so a run killed with -9 can 
 import argparse
 import atexit
 import dataclasses
+import importlib.util
 import json
 import os
 import pathlib
-import random
 import re
 import shutil
 import signal
@@ -83,31 +83,36 @@ def default_cache_dir(version: str) -> pathlib.Path:
     return pathlib.Path.home() / ".cache" / "pybroker" / f"rocketmq-{version}"
 
 
+def _load_ports():
+    """pybroker/_testbase/ports.py loaded by path: the one port finder, also before pybroker is
+    installed (``.ci/run`` installs the jars first)."""
+    name = "_pybroker_testbase_ports"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, TOOLS_DIR.parent / "pybroker" / "_testbase" / "ports.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_ports = _load_ports()
+
+
 def _ports_free(ports) -> bool:
-    sockets = []
-    try:
-        for port in ports:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((LOOPBACK, port))
-        return True
-    except OSError:
-        return False
-    finally:
-        for sock in sockets:
-            sock.close()
+    return _ports.bindable(ports)
 
 
-def free_port(offsets=(0,), low: int = 20000, high: int = 60000, tries: int = 200) -> int:
-    """A port P such that every P+offset is free on 127.0.0.1 now (random probe, bounded tries).
+def free_port(offsets=(0,)) -> int:
+    """A port P such that every P+offset is free on 127.0.0.1 now (pybroker/_testbase/ports.py:
+    outside the ephemeral range, a slice per xdist worker).
 
     A broker needs offsets (-2, 0, 1): its VIP channel listenPort-2 and HA port listenPort+1.
     """
-    for _ in range(tries):
-        port = random.randrange(low, high)
-        if _ports_free([port + offset for offset in offsets]):
-            return port
-    raise HarnessError(f"no free port set {offsets} found in {tries} tries")
+    try:
+        return _ports.free_port(offsets)
+    except RuntimeError as error:
+        raise HarnessError(str(error)) from error
 
 
 def wait_for_port(port: int, timeout_s: float) -> bool:

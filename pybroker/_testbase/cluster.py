@@ -8,10 +8,11 @@ of the whole process group (crash tests); ``start()`` again restarts on the same
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+
+from pybroker._testbase.ports import free_port
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -33,28 +34,6 @@ TEST_PROFILE = {
     # No gRPC endpoint unless a test asks for one (with a free grpcServerPort).
     "grpcWorkers": "0",
 }
-
-
-def free_port(offsets=(0,)) -> int:
-    """A port p such that p + every offset is free on 127.0.0.1 (a broker needs -2, 0, +1)."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base - min(offsets) < 1024 or base + max(offsets) > 65535:
-            continue
-        if all(_free(base + offset) for offset in offsets):
-            return base
-    raise RuntimeError("no free port range found")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class StandaloneBroker:

@@ -10,13 +10,13 @@ clock (NamesrvController on a real socket). Every wait has a deadline that fails
 import asyncio
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from pybroker._testbase.ports import free_port
 from pybroker.config import load_namesrv_config
 from pybroker.namesrv.server import NamesrvController
 from pybroker.protocol import bodies
@@ -30,12 +30,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BOOT_LINE = "The Name Server boot success"
 START_TIMEOUT_S = 20
 BROKER_ADDRESS = "127.0.0.1:10911"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class NamesrvProcess:

@@ -12,6 +12,7 @@ import struct
 
 import pytest
 
+from pybroker._testbase.ports import free_port
 from pybroker.errors import HeaderError
 from pybroker.protocol import command as wire
 from pybroker.protocol.command import RemotingCommand, create_request, create_response
@@ -371,6 +372,7 @@ def test_invoke_timeout_and_connection_loss():
     assert run(scenario).code == 0
 
 
+@pytest.mark.serial     # the verdict is a time with 250 ms of slack: alone in a parallel run
 def test_each_invoke_keeps_its_own_deadline():
     async def hang(connection, request):
         await asyncio.sleep(60)
@@ -407,10 +409,7 @@ def test_each_invoke_keeps_its_own_deadline():
 
 def test_connect_refused_and_bad_address():
     async def scenario():
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        probe.close()
+        port = free_port()          # nothing listens there
         with pytest.raises(ConnectionError):
             await RemotingClient().connect(f"127.0.0.1:{port}", 2000)
         for address in ("127.0.0.1", "127.0.0.1:0", "127.0.0.1:99999", "host:port"):

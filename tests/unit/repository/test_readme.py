@@ -1,5 +1,6 @@
 """README stays true: its test command is the one .ci/run executes (printing the 30 slowest
-tests), the systemd unit it links runs a valid command, and tests/README.md maps every test file.
+tests, on pytest-xdist workers a file at a time), the systemd unit it links runs a valid
+command, and tests/README.md maps every test file.
 
 Method: pull the install-and-test line out of README.md and look for it verbatim in .ci/run;
 parse the systemd unit README points to and give its command line to the CLI parser; compare
@@ -18,6 +19,8 @@ def test_ci_runs_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert lines[0].strip() in ci
     assert "--durations=30" in lines[0]
+    # In parallel, whole files per worker (tests/parallel.py; tests/README.md says why).
+    assert re.search(r" -n \d+ --dist loadfile\b", lines[0]), lines[0]
 
 
 def test_systemd_unit_runs_a_valid_pybroker_command():
