@@ -86,8 +86,9 @@ def test_serial_runs_alone_fixed_ports_never_overlap_workers_ports_never_meet(tm
             FIXED.replace("PORT", str(port)).replace("NAME", name))
     (tmp_path / "test_serial.py").write_text(SERIAL)
     record = tmp_path / "record.jsonl"
+    inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
     env = dict(os.environ, RECORD=str(record),
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path), *inherited]))
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-c", str(ROOT / "pyproject.toml"),
          "--rootdir", str(tmp_path), "-p", "tests.parallel", "-n", "3", "--dist", "loadfile",
