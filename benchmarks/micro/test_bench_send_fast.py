@@ -26,7 +26,8 @@ from pybroker.protocol import command
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import RemotingCommand
 from pybroker.protocol.constants import SerializeType
-from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RequestTable
 from pybroker.store.config_docs import TopicConfig
 from pybroker.store.control_block import ControlBlock
@@ -112,8 +113,8 @@ class Worker:
         self.connection.attachment = Channel("0:1", "127.0.0.1:50000",
                                              send=self.connection.send)
         if fast:
-            self.connection.fast_sends = self.putter.open_fast_port(
-                (bytes([127, 0, 0, 1]), 50000), self.connection.write_frames)
+            self.connection.use_frame_taker(self.putter.open_fast_port(
+                (bytes([127, 0, 0, 1]), 50000), self.connection.write_frames))
 
     def append_all(self) -> int:
         """The stand-in appender: answer every put PUT_OK."""

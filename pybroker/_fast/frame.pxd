@@ -33,6 +33,16 @@ cpdef enum:
     # ext len(4)
     BINARY_HEADER_FIXED_BYTES = 21
 
+# What a frame taker says after taking from a receive buffer (remoting/frame_taker.py; the send
+# fast path's SendPath.take and frame.next_frame answer with these): no whole frame left at the
+# position; the frame at the position is the connection's to decode; the taker has no room now
+# (take again once it has); the frame at the position is malformed (split_frames says how).
+cpdef enum:  # a taker's outcome
+    TAKE_END = 0
+    TAKE_OTHER = 1
+    TAKE_FULL = 2
+    TAKE_FAULT = 3
+
 # Why a frame failed to split; the position and offending value travel in FrameFault.
 cdef enum FrameFaultKind:
     FRAME_FAULT_NONE = 0

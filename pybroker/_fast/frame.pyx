@@ -231,6 +231,30 @@ def split_frames_into(object buffer, Py_ssize_t start, Py_ssize_t end, int64_t[:
 assert sizeof(int64_t) == sizeof(Py_ssize_t)
 
 
+def next_frame(object buffer, Py_ssize_t start, Py_ssize_t end,
+               Py_ssize_t frame_max_bytes=FRAME_MAX_BYTES_DEFAULT):
+    """The frame taker that takes nothing (a connection without a send fast path): ``(start,
+    TAKE_OTHER, frame_length)`` when a whole frame starts at ``start``, ``(start, TAKE_END, 0)``
+    when none does yet. A malformed frame raises ProtocolError, as :func:`split_frames` does."""
+    cdef Py_buffer view
+    cdef Py_ssize_t positions[2]
+    cdef Py_ssize_t tail
+    cdef FrameFault fault
+    _check_frame_max(frame_max_bytes)
+    PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+    try:
+        _check_range(view.len, start, end - start, "frame range")
+        if scan_frames(<const unsigned char *>view.buf, start, end, frame_max_bytes, positions,
+                       1, &tail, &fault) == 1:
+            return start, TAKE_OTHER, positions[1]
+        if fault.kind != FRAME_FAULT_NONE:
+            raise ProtocolError(_fault_message(&fault, <const unsigned char *>view.buf, start,
+                                               end, frame_max_bytes))
+        return start, TAKE_END, 0
+    finally:
+        PyBuffer_Release(&view)
+
+
 def frame_parts(object buffer, Py_ssize_t frame_start, Py_ssize_t frame_length,
                 Py_ssize_t frame_max_bytes=FRAME_MAX_BYTES_DEFAULT):
     """Check one whole frame and locate its parts.

@@ -5,10 +5,6 @@ from pybroker._fast.ring import ByteRing, CompletionRing
 
 PUT_HEADER_FIXED_BYTES: int
 PUT_FLAG_WAIT_STORE: int
-TAKE_END: int
-TAKE_OTHER: int
-TAKE_FULL: int
-TAKE_FAULT: int
 
 class SendPath:
     python_waiting: bool

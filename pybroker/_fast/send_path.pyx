@@ -41,7 +41,8 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from pybroker._fast.frame cimport (FRAME_FAULT_NONE, FRAME_HEADER_LENGTH_MASK,
-                                   FRAME_LENGTH_FIELD_BYTES, FrameFault, scan_frames)
+                                   FRAME_LENGTH_FIELD_BYTES, TAKE_END, TAKE_FAULT, TAKE_FULL,
+                                   TAKE_OTHER, FrameFault, scan_frames)
 from pybroker._fast.hton cimport pb_pack_int32, pb_unpack_int16, pb_unpack_int32
 from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE_BIT,
                                          PUT_FLAGS_POSITION, PUT_QUEUE_ID_POSITION,
@@ -81,10 +82,6 @@ cdef enum:
 # Python-visible facts for the checks in proc/ring_putter.py.
 PUT_HEADER_FIXED_BYTES = PUT_TOPIC_POSITION
 PUT_FLAG_WAIT_STORE = PUT_FLAG_WAIT_STORE_BIT
-TAKE_END = 0        # no whole frame left at the returned position
-TAKE_OTHER = 1      # the frame at the position is for the Python path
-TAKE_FULL = 2       # the ring (or its completion slots) has no room now: wait, then take again
-TAKE_FAULT = 3      # the frame at the position is malformed: frame.split_frames says how
 
 
 cdef inline Py_ssize_t _put_header_bytes(Py_ssize_t topic_length) noexcept nogil:
@@ -315,8 +312,9 @@ cdef class SendPath:
         """Put every leading fast-path frame of ``buffer[start:end]`` into the ring.
 
         Returns ``(position, outcome, frame_length, puts, appender_asleep)``: ``position`` is
-        the first frame not taken; ``outcome`` TAKE_END, TAKE_OTHER (``frame_length`` is that
-        frame's), TAKE_FULL or TAKE_FAULT; ``puts`` the requests committed;
+        the first frame not taken; ``outcome`` a frame taker's (frame.pxd: TAKE_END,
+        TAKE_OTHER with ``frame_length`` that frame's, TAKE_FULL when the ring or its completion
+        slots have no room now, TAKE_FAULT); ``puts`` the requests committed;
         ``appender_asleep`` is True when the commit found the appender asleep (the caller
         signals its eventfd).
         """

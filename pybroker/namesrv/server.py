@@ -23,7 +23,7 @@ from pybroker.config import NamesrvProcessConfig
 from pybroker.namesrv.kv_config import KVConfigManager
 from pybroker.namesrv.processor import NamesrvProcessor
 from pybroker.namesrv.route_table import RouteInfoManager
-from pybroker.remoting.connection import ConnectionLimits
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
 from pybroker.schema import parse_networks

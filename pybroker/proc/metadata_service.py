@@ -26,7 +26,8 @@ from pybroker.protocol.codes import InternalCode, ResponseCode
 from pybroker.errors import ProtocolError
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        decode, encode)
-from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import (Handler, RemotingServer, RequestTable, start_server,
                                       start_unix_server)
 from pybroker.store.pop_table import SlotKey

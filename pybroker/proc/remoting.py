@@ -34,7 +34,8 @@ from pybroker.protocol import constants
 from pybroker.protocol.codes import InternalCode, RequestCode, ResponseCode
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        encode)
-from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import Handler as ConnectionHandler
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
@@ -306,8 +307,8 @@ class RemotingWorker:
         connection.attachment = Channel(channel_id, connection.remote_address,
                                         send=connection.send)
         if self.fast_putter is not None:
-            connection.fast_sends = self.fast_putter.open_fast_port(
-                send.born_host_of(connection.remote_address), connection.write_frames)
+            connection.use_frame_taker(self.fast_putter.open_fast_port(
+                send.born_host_of(connection.remote_address), connection.write_frames))
         self.connections[channel_id] = connection
 
     def _relay_client_response(self, connection: RemotingConnection,
@@ -323,9 +324,8 @@ class RemotingWorker:
         channel = connection.attachment
         if not isinstance(channel, Channel):
             return
-        if connection.fast_sends is not None:
-            connection.fast_sends.close()
-            connection.fast_sends = None
+        connection.frame_taker.close()
+        connection.use_frame_taker(None)
         self.connections.pop(channel.channel_id, None)
         self.long_poll.channel_closed(channel.channel_id)
         for held in self.pop_polls:

@@ -503,17 +503,13 @@ class _FastQueue:
 
 
 class FastSendPort:
-    """One client connection's door to the send fast path (RemotingConnection.fast_sends).
+    """One client connection's door to the send fast path: its frame taker
+    (pybroker.remoting.frame_taker.FrameTaker, RemotingConnection.use_frame_taker).
 
     :meth:`take` puts the leading fast-path frames of the receive buffer into the ring and
     says what stopped it (see ``pybroker._fast.send_path.SendPath.take``)."""
 
     __slots__ = ("putter", "slot", "_core", "_loop", "_fast_failure")
-
-    TAKE_END = send_path.TAKE_END
-    TAKE_OTHER = send_path.TAKE_OTHER
-    TAKE_FULL = send_path.TAKE_FULL
-    TAKE_FAULT = send_path.TAKE_FAULT
 
     def __init__(self, putter: RingPutter, slot: int):
         self.putter = putter

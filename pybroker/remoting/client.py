@@ -17,7 +17,8 @@ from typing import Callable, Optional
 from pybroker.protocol.command import RemotingCommand
 from pybroker.protocol.constants import SerializeType
 from pybroker.config import RemotingConfig
-from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RequestTable
 
 LOGGER = logging.getLogger("pybroker.remoting")

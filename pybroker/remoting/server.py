@@ -27,7 +27,8 @@ from typing import Any, Callable, Coroutine, Optional, Protocol
 from pybroker.errors import HeaderError
 from pybroker.protocol.codes import ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
-from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.tls import SniffingListener, TlsServer
 
 LOGGER = logging.getLogger("pybroker.remoting")

@@ -104,6 +104,35 @@ def test_split_into_fills_positions_and_stops_when_full():
     assert count == 2 and tail == len(stream)
 
 
+def test_next_frame_is_the_taker_that_takes_nothing(rand):
+    """next_frame (remoting.frame_taker.WholeFrames) walks a stream frame by frame to the
+    same frames as split_frames, says TAKE_END for every partial tail, and refuses what
+    split_frames refuses with the same message."""
+    frames = random_frames(rand, 20)
+    stream = b"".join(frames)
+    position, seen = 0, []
+    while True:
+        at, outcome, length = frame.next_frame(stream, position, len(stream))
+        assert at == position
+        if outcome == frame.TAKE_END:
+            assert length == 0
+            break
+        assert outcome == frame.TAKE_OTHER
+        seen.append((at, length))
+        position += length
+    assert seen == frame.split_frames(stream, 0, len(stream))[0] and position == len(stream)
+    for cut in range(len(frames[0])):
+        assert frame.next_frame(frames[0][:cut], 0, cut) == (0, frame.TAKE_END, 0)
+    bad = struct.pack(">i", 2) + b"\0" * 8
+    with pytest.raises(ProtocolError) as taken:
+        frame.next_frame(bad, 0, len(bad))
+    with pytest.raises(ProtocolError) as split:
+        frame.split_frames(bad, 0, len(bad))
+    assert str(taken.value) == str(split.value)
+    with pytest.raises(ValueError):
+        frame.next_frame(stream, 5, 4)
+
+
 def test_split_empty_and_partial_input_report_no_frames():
     assert frame.split_frames(b"", 0, 0) == ([], 0)
     one = plain_frame(b"h", b"body")

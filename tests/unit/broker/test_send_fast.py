@@ -32,7 +32,8 @@ from pybroker.protocol import command
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand
 from pybroker.protocol.constants import RPC_ONEWAY, SerializeType
-from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RequestTable
 from pybroker.stats.recorder import Recorder
 from pybroker._fast.stats import StatsCounter, StatsHistogram
@@ -350,8 +351,8 @@ class Side:
         connection.connection_made(transport)
         connection.attachment = Channel("0:1", connection.remote_address, send=connection.send)
         if self.fast:
-            connection.fast_sends = self.putter.open_fast_port(
-                send.born_host_of(connection.remote_address), connection.write_frames)
+            connection.use_frame_taker(self.putter.open_fast_port(
+                send.born_host_of(connection.remote_address), connection.write_frames))
         return connection, transport
 
     def refresh(self) -> None:

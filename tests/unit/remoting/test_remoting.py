@@ -25,7 +25,7 @@ from pybroker.remoting import (
     start_server,
     start_unix_server,
 )
-from pybroker.remoting.connection import RECEIVE_BUFFER_INITIAL_BYTES
+from pybroker.remoting.receive_buffer import RECEIVE_BUFFER_INITIAL_BYTES
 
 ECHO, SLOW, FAIL, FAIL_LATE, HEADER_BAD, DEFER, BIG = 101, 102, 103, 104, 105, 106, 107
 NOTIFY_CONSUMER_IDS_CHANGED = 40

@@ -1,0 +1,71 @@
+# The receive buffer of one remoting connection: the kernel reads into its free end.
+"""One connection's receive buffer (:class:`ReceiveBuffer`).
+
+The kernel reads into the free space at the end (``recv_into`` through asyncio's
+BufferedProtocol); the connection's receive loop consumes whole frames from the start. Memory:
+the buffer (64 KiB) is allocated at the first read, grows at most by doubling per read up to the
+frame being received (so a peer must really send the bytes it announces), and shrinks back to
+64 KiB once it is empty. A closed connection drops it.
+"""
+# Free space offered to each read; a frame larger than this grows the buffer to fit it.
+RECEIVE_BUFFER_INITIAL_BYTES = 64 * 1024
+_FRAME_LENGTH_FIELD_BYTES = 4
+
+
+class ReceiveBuffer:
+    """``data[start:end]`` holds the received bytes not consumed yet."""
+
+    __slots__ = ("data", "start", "end")
+
+    def __init__(self):
+        # Allocated at the first read: a connection that never sends holds no buffer.
+        self.data = bytearray()
+        self.start = 0      # first unconsumed byte
+        self.end = 0        # end of the received bytes
+
+    def free_view(self) -> memoryview:
+        """The free space at the end, made large enough for the next read.
+
+        Room is made here, not after the read: asyncio still holds the view it read into
+        while the protocol's ``buffer_updated`` runs, and a bytearray with a live view cannot
+        move."""
+        self._make_room()
+        return memoryview(self.data)[self.end:]
+
+    def consumed_to(self, position: int) -> None:
+        """Everything before ``position`` is consumed (back to the start when all of it is)."""
+        if position == self.end:
+            self.start = self.end = 0
+        else:
+            self.start = position
+
+    def drop(self) -> None:
+        """Give the memory back (the connection closed)."""
+        self.data = bytearray()
+        self.start = self.end = 0
+
+    def _make_room(self) -> None:
+        buffer = self.data
+        held_bytes = self.end - self.start
+        if held_bytes == 0 and len(buffer) > RECEIVE_BUFFER_INITIAL_BYTES:
+            # A big frame is done: give the memory back instead of keeping it per connection.
+            self.data = bytearray(RECEIVE_BUFFER_INITIAL_BYTES)
+            self.start = self.end = 0
+            return
+        wanted_bytes = RECEIVE_BUFFER_INITIAL_BYTES
+        if held_bytes >= _FRAME_LENGTH_FIELD_BYTES:
+            # The receive loop's taker has already checked this length field against
+            # frame_max_bytes.
+            announced = int.from_bytes(buffer[self.start:self.start + 4], "big")
+            # Room for the rest of the frame, but at most doubling per read: the memory a peer
+            # makes us hold follows the bytes it really sent, not the length it announced.
+            wanted_bytes = max(wanted_bytes, min(announced + 4 - held_bytes, len(buffer)))
+        if len(buffer) - self.end >= wanted_bytes:
+            return
+        if len(buffer) - held_bytes >= wanted_bytes:
+            buffer[:held_bytes] = buffer[self.start:self.end]
+        else:
+            grown = bytearray(held_bytes + wanted_bytes)
+            grown[:held_bytes] = buffer[self.start:self.end]
+            self.data = grown
+        self.start, self.end = 0, held_bytes
