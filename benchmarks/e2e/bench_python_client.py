@@ -31,7 +31,8 @@ import bench_brokers as bb  # noqa: E402
 import bench_side_by_side as bs  # noqa: E402
 import java_rocketmq as jr  # noqa: E402
 
-from pybroker.client.consumer import ConsumeStatus, PushConsumer  # noqa: E402
+from pybroker.client.consumer import PushConsumer  # noqa: E402
+from pybroker.client.listener import ConsumeStatus  # noqa: E402
 from pybroker.client.message import Message, SendStatus  # noqa: E402
 from pybroker.client.producer import Producer  # noqa: E402
 from pybroker.protocol.constants import ConsumeFromWhere  # noqa: E402

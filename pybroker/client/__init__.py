@@ -5,10 +5,11 @@ asyncio classes are exported here; :mod:`pybroker.client.sync` has blocking twin
 names.
 """
 from pybroker.client.admin import Admin
-from pybroker.client.consumer import ConsumeContext, ConsumeStatus, PushConsumer
+from pybroker.client.consumer import PushConsumer
 from pybroker.client.instance import ClientInstance
 from pybroker.client.message import Message, MessageExt, MessageQueue, SendResult, SendStatus
-from pybroker.client.orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus
+from pybroker.client.listener import (ConsumeContext, ConsumeOrderlyContext, ConsumeOrderlyStatus,
+                                      ConsumeStatus)
 from pybroker.client.pop_consumer import PopConsumer, PopPushConsumer
 from pybroker.client.producer import Producer
 from pybroker.client.pull_consumer import LitePullConsumer

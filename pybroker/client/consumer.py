@@ -1,14 +1,15 @@
-# Push consumer: subscriptions, rebalance, long-poll pulls, concurrent consumption, send-back.
+# Push consumer: subscriptions, life cycle, rebalance; its parts consume (Java's
+# DefaultMQPushConsumerImpl).
 """The asyncio push consumer (the blocking facade is :mod:`pybroker.client.sync`).
 
-Per assigned queue there is one pull task (long polling: the broker holds an empty pull up to
-``broker_suspend_max_time_ms``) feeding a :class:`ProcessQueue`; flow control pauses the pull
-while a queue holds more than ``pull_threshold_for_queue`` unconsumed messages. Messages are
-handed to the listener in batches of ``consume_message_batch_max_size``, at most
-``consume_thread_max`` batches at a time. A failed batch (RECONSUME_LATER or an exception) is
-sent back with CONSUMER_SEND_MSG_BACK, falling back to a send to ``%RETRY%<group>``; a message
-that cannot be sent back either is consumed again locally 5 s later. The consumer offset of a
-queue only advances past messages that are done (consumed or sent back).
+Split as Java splits its push consumer: per assigned queue a
+:class:`~pybroker.client.process_queue.ProcessQueue` fed by one long-polling pull task
+(:mod:`pybroker.client.pull_loop`), consumed by the consume service of the listener's kind,
+:mod:`pybroker.client.concurrently` (batches, send-back of failed ones) or
+:mod:`pybroker.client.orderly` (broker queue locks, one in-order consumer per queue); the
+listener's contract is :mod:`pybroker.client.listener`. The services and the pull loop see this
+class through small protocols (:class:`pybroker.client.consume_service.PushConsumerView`,
+:class:`pybroker.client.pull_loop.PullingConsumer`) of its public members.
 
 Clustering: the group's clients split the queues (``allocate_strategy``), offsets live on the
 broker. Broadcasting: every client gets every queue, offsets live in a local file, failures are
@@ -16,23 +17,27 @@ not retried. Rebalance runs every 20 s and at once on NOTIFY_CONSUMER_IDS_CHANGE
 """
 import asyncio
 import concurrent.futures
-import dataclasses
-import enum
 import inspect
 import logging
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
+from pybroker.client.concurrently import ConcurrentlyService
+from pybroker.client.consume_service import ConsumeService
 from pybroker.client.consume_stats import ConsumerStats
-from pybroker.client.errors import (BrokerResponseError, ClientError, ClientStateError,
-                                    NoRouteError)
+from pybroker.client.errors import BrokerResponseError, ClientError, ClientStateError
 from pybroker.client.instance import ClientInstance, check_response, request
-from pybroker.client.message import Message, MessageExt
+from pybroker.client.listener import (ConsumeContext, ConsumeOrderlyContext,
+                                      ConsumeOrderlyStatus, ConsumeStatus, Listener)
+from pybroker.client.message import MessageExt
 from pybroker.client.offset_store import (OFFSET_UNKNOWN, LocalFileOffsetStore,
                                           RemoteOffsetStore)
-from pybroker.client.orderly import ConsumeOrderlyContext, ConsumeOrderlyStatus, OrderlyService
-from pybroker.client.pulling import PullResult, pull_message, queue_offset_query
+from pybroker.client.orderly import OrderlyService
+from pybroker.client.process_queue import ProcessQueue
+from pybroker.client.producer import Producer
+from pybroker.client.pull_loop import pull_loop, restore_retry_topic
+from pybroker.client.pulling import queue_offset_query
 from pybroker.client.rebalance import Strategy, allocate_average
 from pybroker.client.route import subscribe_queues
 from pybroker.client.selector import MessageSelector, subscription_of
@@ -40,88 +45,15 @@ from pybroker.protocol import bodies, headers
 from pybroker.protocol.bodies import ConsumerData, MessageQueue, SubscriptionData
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.constants import (EXPRESSION_TYPE_TAG, ConsumeFromWhere, ConsumeType,
-                                         MessageModel, Property, RETRY_GROUP_TOPIC_PREFIX,
-                                         SUBSCRIBE_ALL, SystemGroup)
-from pybroker.tasks import Rounds, start_task
+                                         MessageModel, RETRY_GROUP_TOPIC_PREFIX, SUBSCRIBE_ALL,
+                                         SystemGroup)
+from pybroker.tasks import start_task
+
+__all__ = ["PushConsumer"]
 
 LOGGER = logging.getLogger("pybroker.client")
 
-RECONSUME_LOCALLY_DELAY_MS = 5000
-PULL_FLOW_CONTROL_DELAY_MS = 50
-SEND_BACK_FALLBACK_DELAY_BASE = 3   # delay level of a fallback retry send: 3 + reconsume times
 _RETRIABLE_ERRORS = (ConnectionError, TimeoutError, OSError, BrokerResponseError, ClientError)
-
-
-class ConsumeStatus(enum.Enum):
-    """What a listener returns for a batch."""
-    CONSUME_SUCCESS = 0
-    RECONSUME_LATER = 1
-
-
-@dataclasses.dataclass
-class ConsumeContext:
-    """Per-batch context handed to the listener.
-
-    ``delay_level_when_next_consume``: delay level for sending back a failed batch (0 = the
-    broker's choice, 3 + reconsume times; -1 = straight to the dead-letter queue).
-    """
-    message_queue: MessageQueue
-    delay_level_when_next_consume: int = 0
-
-
-# A concurrently listener gets a ConsumeContext, an orderly one a ConsumeOrderlyContext.
-Listener = Callable[[list[MessageExt], Any], Any]
-
-
-class ProcessQueue:
-    """Pulled, not yet finished messages of one queue, keyed by queue offset."""
-
-    def __init__(self, next_offset: int):
-        self.messages: dict[int, MessageExt] = {}
-        self.next_offset = next_offset
-        self.max_offset = -1
-        self.body_bytes = 0
-        self.dropped = False
-        # Orderly consumption: the broker lock, one consume task, the batch-in-flight lock.
-        self.locked = False
-        self.last_lock_timestamp_ms = 0
-        self.try_unlock_times = 0
-        self.orderly_task: Optional[asyncio.Task] = None
-        self.consume_lock = asyncio.Lock()
-        # For GET_CONSUMER_RUNNING_INFO; ms since the epoch.
-        self.last_pull_timestamp_ms = 0
-        self.last_consume_timestamp_ms = 0
-
-    @property
-    def count(self) -> int:
-        """Messages held."""
-        return len(self.messages)
-
-    def put(self, messages: list[MessageExt]) -> None:
-        """Hold ``messages`` (a message already held is ignored)."""
-        for message in messages:
-            if message.queue_offset not in self.messages:
-                self.messages[message.queue_offset] = message
-                self.body_bytes += len(message.body)
-            self.max_offset = max(self.max_offset, message.queue_offset)
-
-    def remove(self, messages: list[MessageExt]) -> int:
-        """Release finished ``messages``; the consumer offset that is now safe to commit
-        (the lowest offset still held, or one past the highest seen), -1 if none yet."""
-        for message in messages:
-            if self.messages.pop(message.queue_offset, None) is not None:
-                self.body_bytes -= len(message.body)
-        if self.messages:
-            return min(self.messages)
-        return self.max_offset + 1 if self.max_offset >= 0 else -1
-
-
-def matches(subscription: SubscriptionData, message: MessageExt) -> bool:
-    """True when ``message``'s tag passes a TAG subscription (the broker filters by hash code
-    only, so the client checks the tag text again)."""
-    if not subscription.tags_set:
-        return True
-    return message.tags in subscription.tags_set
 
 
 class PushConsumer:
@@ -184,38 +116,70 @@ class PushConsumer:
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
         self._consume_tasks: set[asyncio.Task] = set()
-        self._semaphore: Optional[asyncio.Semaphore] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._rebalance_lock: Optional[asyncio.Lock] = None
-        self._inner_producer = None
+        self._inner_producer: Optional[Producer] = None
         self._started = False
         self.orderly = False
+        self._consume_service: Optional[ConsumeService] = None
         self._orderly_service: Optional[OrderlyService] = None
         self.start_timestamp_ms = 0
         self.stats = ConsumerStats()          # GET_CONSUMER_RUNNING_INFO's statusTable
 
-    # --- what start() creates ------------------------------------------------------------------
+    # --- what start() creates, as the consume services and the pull loop see it --------------
     @property
-    def _offsets(self) -> RemoteOffsetStore | LocalFileOffsetStore:
+    def running(self) -> bool:
+        """True from start until shutdown."""
+        return self._started
+
+    @property
+    def offsets(self) -> RemoteOffsetStore | LocalFileOffsetStore:
+        """The offset store (ClientStateError before start)."""
         store = self.offset_store
         if store is None:
             raise ClientStateError(f"consumer {self.group} is not started")
         return store
+
+    @property
+    def consume_service(self) -> ConsumeService:
+        """Where the pull loop hands what it pulled (ClientStateError before start)."""
+        if self._consume_service is None:
+            raise ClientStateError(f"consumer {self.group} is not started")
+        return self._consume_service
 
     def _started_lock(self) -> asyncio.Lock:
         if self._rebalance_lock is None:
             raise ClientStateError(f"consumer {self.group} is not started")
         return self._rebalance_lock
 
-    def _started_semaphore(self) -> asyncio.Semaphore:
-        if self._semaphore is None:
-            raise ClientStateError(f"consumer {self.group} is not started")
-        return self._semaphore
-
-    def _listener(self) -> Listener:
-        if self.listener is None:
+    async def call_listener(self, messages: list[MessageExt], context: Any) -> Any:
+        """The listener's answer for ``messages``: a coroutine listener awaited on the loop,
+        a plain one run in the consumer's thread pool; raises what the listener raises."""
+        listener = self.listener
+        if listener is None:
             raise ClientStateError(f"consumer {self.group} has no message listener")
-        return self.listener
+        if self._executor is None:
+            return await listener(messages, context)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, listener,
+                                                                messages, context)
+
+    async def retry_producer(self) -> Producer:
+        """The producer that sends to the retry topic: the instance's inner producer (started
+        here, once, unless the instance has one)."""
+        if self._inner_producer is None:
+            producer = Producer(SystemGroup.CLIENT_INNER_PRODUCER, instance=self.instance)
+            if SystemGroup.CLIENT_INNER_PRODUCER in self.instance.producers:
+                producer = self.instance.producers[SystemGroup.CLIENT_INNER_PRODUCER]
+            else:
+                await producer.start()
+                self._inner_producer = producer
+            return producer
+        return self._inner_producer
+
+    def track_consume_task(self, task: asyncio.Task) -> None:
+        """A consume task (a batch, an orderly queue) shutdown waits for."""
+        self._consume_tasks.add(task)
+        task.add_done_callback(self._consume_tasks.discard)
 
     # --- configuration -----------------------------------------------------------------------
 
@@ -260,13 +224,16 @@ class PushConsumer:
         else:
             self.offset_store = LocalFileOffsetStore(self.offset_store_dir,
                                                      self.instance.client_id, self.group)
-        self._semaphore = asyncio.Semaphore(self.consume_thread_max)
         self._rebalance_lock = asyncio.Lock()
         if not inspect.iscoroutinefunction(self.listener):
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self.consume_thread_max, thread_name_prefix=f"pybroker-consume-{self.group}")
         if self.orderly:
-            self._orderly_service = OrderlyService(self)
+            self._consume_service = self._orderly_service = OrderlyService(
+                self, self.message_model == MessageModel.CLUSTERING)
+        else:
+            self._consume_service = ConcurrentlyService(self, self.message_model,
+                                                        self.consume_thread_max)
         self.instance.register_consumer(self.group, self)
         await self.instance.start()
         self._started = True
@@ -399,7 +366,7 @@ class PushConsumer:
             process_queue.next_offset = offset
             self.process_queues[queue] = process_queue
             self._pull_tasks[queue] = start_task(
-                self._pull_loop(queue, process_queue), f"pybroker-pull-{queue}", None, LOGGER)
+                pull_loop(self, queue, process_queue), f"pybroker-pull-{queue}", None, LOGGER)
             LOGGER.info("%s: consume %s from offset %d", self.group, queue, offset)
 
     async def _find_consumer_ids(self, topic: str) -> list[str]:
@@ -427,8 +394,8 @@ class PushConsumer:
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-            await self._offsets.persist(queue)
-            self._offsets.remove(queue)
+            await self.offsets.persist(queue)
+            self.offsets.remove(queue)
             if service is not None and service.clustering:
                 await service.unlock([queue])
         finally:
@@ -437,7 +404,7 @@ class PushConsumer:
         LOGGER.info("%s: no longer consumes %s", self.group, queue)
 
     async def _compute_pull_from_where(self, queue: MessageQueue) -> int:
-        offset = await self._offsets.read_offset(queue, from_store=True)
+        offset = await self.offsets.read_offset(queue, from_store=True)
         if offset >= 0:
             return offset
         where = self.consume_from_where
@@ -453,186 +420,6 @@ class PushConsumer:
                                             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, timestamp_ms)
         return await queue_offset_query(self.instance, queue, RequestCode.GET_MAX_OFFSET)
 
-    # --- pulling -------------------------------------------------------------------------------
-
-    async def _pull_loop(self, queue: MessageQueue, process_queue: ProcessQueue) -> None:
-        delay_s = self.pull_time_delay_ms_when_exception / 1000
-        # Anything unexpected is logged and the queue pulled again after the delay, as
-        # Java's executePullRequestLater (pybroker/tasks.py, never giving up).
-        rounds = Rounds(f"{self.group}: pulling {queue}", failures_max=None, logger=LOGGER)
-        while not process_queue.dropped and self._started:
-            if rounds.failures:
-                await asyncio.sleep(delay_s)
-            if (process_queue.count > self.pull_threshold_for_queue
-                    or process_queue.body_bytes > self.pull_threshold_size_for_queue_bytes):
-                await asyncio.sleep(PULL_FLOW_CONTROL_DELAY_MS / 1000)
-                continue
-            subscription = self.subscriptions.get(queue.topic)
-            if subscription is None:
-                return
-            with rounds:
-                try:
-                    result = await self._pull(queue, process_queue.next_offset, subscription)
-                except _RETRIABLE_ERRORS as error:
-                    LOGGER.info("pull %s failed: %s", queue, error)
-                    await asyncio.sleep(delay_s)
-                    continue
-                if process_queue.dropped:
-                    return
-                self._on_pulled(queue, process_queue, subscription, result)
-
-    async def _pull(self, queue: MessageQueue, queue_offset: int,
-                    subscription: SubscriptionData) -> PullResult:
-        commit_offset = 0
-        if self.message_model == MessageModel.CLUSTERING:
-            commit_offset = max(self._offsets.cached_offset(queue), 0)
-        started = time.monotonic_ns()
-        result = await pull_message(
-            self.instance, self.group, queue, queue_offset, subscription,
-            max_nums=self.pull_batch_size, commit_offset=commit_offset,
-            suspend_timeout_ms=self.broker_suspend_max_time_ms,
-            timeout_ms=self.consumer_timeout_ms_when_suspend)
-        if result.messages:      # Java counts pulls that found messages
-            self.stats.pulled(queue.topic, (time.monotonic_ns() - started) // 1_000_000,
-                              len(result.messages))
-        return result
-
-    def _on_pulled(self, queue: MessageQueue, process_queue: ProcessQueue,
-                   subscription: SubscriptionData, result: PullResult) -> None:
-        process_queue.next_offset = result.next_begin_offset
-        process_queue.last_pull_timestamp_ms = time.time_ns() // 1_000_000
-        if result.offset_moved:
-            LOGGER.warning("%s: offset of %s moved to %d", self.group, queue,
-                           result.next_begin_offset)
-            self._offsets.update_offset(queue, result.next_begin_offset)
-            return
-        messages = [m for m in result.messages if matches(subscription, m)]
-        if not messages:
-            if process_queue.count == 0 and result.messages:
-                # Everything pulled was filtered out: the offset may move past it now.
-                self._offsets.update_offset(queue, result.next_begin_offset, True)
-            return
-        for message in messages:
-            self._restore_retry_topic(message)
-        process_queue.put(messages)
-        if self._orderly_service is not None:
-            self._orderly_service.wake(queue, process_queue)
-            return
-        size = self.consume_message_batch_max_size
-        for start in range(0, len(messages), size):
-            self._submit(queue, process_queue, messages[start:start + size])
-
-    def _restore_retry_topic(self, message: MessageExt) -> None:
-        if message.topic == RETRY_GROUP_TOPIC_PREFIX + self.group:
-            original = message.properties.get(Property.RETRY_TOPIC)
-            if original:
-                message.topic = original
-
-    # --- consuming ------------------------------------------------------------------------------
-
-    def _submit(self, queue: MessageQueue, process_queue: ProcessQueue,
-                batch: list[MessageExt], delay_ms: int = 0) -> None:
-        task = start_task(self._consume(queue, process_queue, batch, delay_ms),
-                          f"pybroker-consume-{queue}", None, LOGGER)
-        self._consume_tasks.add(task)
-        task.add_done_callback(self._consume_tasks.discard)
-
-    async def _consume(self, queue: MessageQueue, process_queue: ProcessQueue,
-                       batch: list[MessageExt], delay_ms: int) -> None:
-        if delay_ms:
-            await asyncio.sleep(delay_ms / 1000)
-        async with self._started_semaphore():
-            if process_queue.dropped:
-                return
-            context = ConsumeContext(queue)
-            started = time.monotonic_ns()
-            status = await self._call_listener(batch, context)
-            failed = [] if status == ConsumeStatus.CONSUME_SUCCESS else batch
-            self.stats.consumed(queue.topic, (time.monotonic_ns() - started) // 1_000_000,
-                                len(batch) - len(failed), len(failed))
-            again = await self._send_back_all(failed, context) if failed else []
-            done = [m for m in batch if m not in again]
-            offset = process_queue.remove(done)
-            if offset >= 0 and not process_queue.dropped:
-                self._offsets.update_offset(queue, offset, increase_only=True)
-            if again:
-                self._submit(queue, process_queue, again, RECONSUME_LOCALLY_DELAY_MS)
-
-    async def _call_listener(self, batch: list[MessageExt],
-                             context: ConsumeContext) -> ConsumeStatus:
-        try:
-            if self._executor is None:
-                status = await self._listener()(batch, context)
-            else:
-                loop = asyncio.get_running_loop()
-                status = await loop.run_in_executor(self._executor, self._listener(), batch,
-                                                    context)
-        except Exception:   # a listener's bug must not stop consumption; retry the batch
-            LOGGER.exception("%s: listener raised; batch will be consumed again", self.group)
-            return ConsumeStatus.RECONSUME_LATER
-        if status is None:
-            return ConsumeStatus.RECONSUME_LATER
-        return ConsumeStatus(status)
-
-    async def _send_back_all(self, failed: list[MessageExt],
-                             context: ConsumeContext) -> list[MessageExt]:
-        """Send back each failed message; those that could not be sent back."""
-        if self.message_model == MessageModel.BROADCASTING:
-            LOGGER.warning("%s: broadcasting does not retry; dropped %d message(s)", self.group,
-                           len(failed))
-            return []
-        again = []
-        for message in failed:
-            if not await self._send_back(message, context.delay_level_when_next_consume):
-                message.reconsume_times += 1
-                again.append(message)
-        return again
-
-    async def _send_back(self, message: MessageExt, delay_level: int) -> bool:
-        try:
-            address = await self.instance.find_master(message.broker_name, message.topic)
-            fields = headers.encode_header(headers.CONSUMER_SEND_MSG_BACK_REQUEST, {
-                "physical_offset": message.physical_offset, "group": self.group,
-                "delay_level": delay_level, "origin_msg_id": message.msg_id,
-                "origin_topic": message.topic, "max_reconsume_times": self.max_reconsume_times})
-            response = await self.instance.invoke(
-                address, request(RequestCode.CONSUMER_SEND_MSG_BACK, fields))
-            check_response(response, address)
-            return True
-        except (*_RETRIABLE_ERRORS, NoRouteError) as error:
-            LOGGER.info("send-back of %s failed (%s); sending to the retry topic",
-                        message.msg_id, error)
-        return await self._send_to_retry_topic(message)
-
-    async def _send_to_retry_topic(self, message: MessageExt) -> bool:
-        retry = Message(RETRY_GROUP_TOPIC_PREFIX + self.group, message.body, flag=message.flag)
-        retry.properties = dict(message.properties)
-        retry.properties.setdefault(Property.ORIGIN_MESSAGE_ID, message.msg_id)
-        retry.properties.setdefault(Property.RETRY_TOPIC, message.topic)
-        retry.properties[Property.RECONSUME_TIME] = str(message.reconsume_times + 1)
-        retry.properties[Property.MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
-        retry.delay_level = SEND_BACK_FALLBACK_DELAY_BASE + message.reconsume_times
-        try:
-            producer = await self._retry_producer()
-            await producer.send(retry)
-            return True
-        except (*_RETRIABLE_ERRORS, NoRouteError, ValueError) as error:
-            LOGGER.warning("retry send of %s failed (%s); consuming it again locally",
-                           message.msg_id, error)
-            return False
-
-    async def _retry_producer(self):
-        if self._inner_producer is None:
-            from pybroker.client.producer import Producer   # the producer imports nothing here
-            producer = Producer(SystemGroup.CLIENT_INNER_PRODUCER, instance=self.instance)
-            if SystemGroup.CLIENT_INNER_PRODUCER in self.instance.producers:
-                producer = self.instance.producers[SystemGroup.CLIENT_INNER_PRODUCER]
-            else:
-                await producer.start()
-                self._inner_producer = producer
-            return producer
-        return self._inner_producer
-
     # --- what the broker asks (pybroker.client.client_calls) --------------------------------
 
     async def reset_offset(self, offsets: dict[MessageQueue, int]) -> None:
@@ -644,9 +431,9 @@ class PushConsumer:
             for queue, queue_offset in offsets.items():
                 if queue in self.process_queues:
                     await self._drop_queue(queue)
-                self._offsets.update_offset(queue, queue_offset)
+                self.offsets.update_offset(queue, queue_offset)
                 try:
-                    await self._offsets.persist(queue, oneway=False)
+                    await self.offsets.persist(queue, oneway=False)
                 except _RETRIABLE_ERRORS as error:
                     LOGGER.warning("%s: reset offset of %s not stored: %s", self.group, queue,
                                    error)
@@ -656,7 +443,7 @@ class PushConsumer:
     async def consume_directly(self, message: MessageExt) -> tuple[str, Optional[str]]:
         """Hand ``message`` to the listener once (CONSUME_MESSAGE_DIRECTLY); returns Java's
         CMResult name and a remark. No offset moves and nothing is sent back."""
-        self._restore_retry_topic(message)
+        restore_retry_topic(message, self.group)
         context: ConsumeContext | ConsumeOrderlyContext
         names: dict[Any, str]
         status_type: type[ConsumeStatus] | type[ConsumeOrderlyStatus]
@@ -673,12 +460,7 @@ class PushConsumer:
                      ConsumeStatus.RECONSUME_LATER: "CR_LATER"}
             status_type = ConsumeStatus
         try:
-            if self._executor is None:
-                status = await self._listener()([message], context)
-            else:
-                loop = asyncio.get_running_loop()
-                status = await loop.run_in_executor(self._executor, self._listener(), [message],
-                                                    context)
+            status = await self.call_listener([message], context)
         except Exception as error:   # reported to the admin, as Java does
             return "CR_THROW_EXCEPTION", repr(error)
         if status is None:
@@ -698,4 +480,4 @@ class PushConsumer:
         """The consumer offset of ``queue`` held in memory (-1 when none)."""
         if self.offset_store is None:
             return OFFSET_UNKNOWN
-        return self._offsets.cached_offset(queue)
+        return self.offsets.cached_offset(queue)

@@ -15,24 +15,23 @@ failed ``max_reconsume_times`` times is sent to the retry topic with its reconsu
 broker moves it to the dead-letter queue) and the queue goes on.
 """
 import asyncio
-import dataclasses
-import enum
-import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
+from pybroker.client.consume_service import PushConsumerView, retry_message
 from pybroker.client.errors import ClientError
 from pybroker.client.instance import check_response, request
-from pybroker.client.message import Message, MessageExt
+from pybroker.client.listener import ConsumeOrderlyContext, ConsumeOrderlyStatus
+from pybroker.client.message import MessageExt
+from pybroker.client.process_queue import ProcessQueue
 from pybroker.protocol import bodies
 from pybroker.protocol.bodies import LockBatchRequest, MessageQueue
+from pybroker.protocol.constants import Property
 from pybroker.protocol.codes import RequestCode
-from pybroker.protocol.constants import MessageModel, Property, RETRY_GROUP_TOPIC_PREFIX
 from pybroker.tasks import Rounds, start_task
 
-if TYPE_CHECKING:   # pragma: no cover - import cycle only for annotations
-    from pybroker.client.consumer import ProcessQueue, PushConsumer
+__all__ = ["OrderlyService"]
 
 LOGGER = logging.getLogger("pybroker.client")
 
@@ -44,41 +43,18 @@ UNLOCK_WAIT_MS = 1000               # how long an unlock waits for the running b
 _ERRORS = (ConnectionError, TimeoutError, OSError, ClientError)
 
 
-class ConsumeOrderlyStatus(enum.Enum):
-    """What an orderly listener returns for a batch."""
-    SUCCESS = 0
-    ROLLBACK = 1          # with auto-commit (the only mode here) treated as SUCCESS, as Java
-    COMMIT = 2
-    SUSPEND_CURRENT_QUEUE_A_MOMENT = 3
-
-
-@dataclasses.dataclass
-class ConsumeOrderlyContext:
-    """Per-batch context of an orderly listener.
-
-    ``suspend_current_queue_time_ms``: how long to pause the queue after a failed batch
-    (-1: the consumer's default, 1000 ms).
-    """
-    message_queue: MessageQueue
-    auto_commit: bool = True
-    suspend_current_queue_time_ms: int = -1
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 class OrderlyService:
-    """Locks and in-order consumption for one push consumer (created by it at start)."""
+    """Locks and in-order consumption for one push consumer (created by it at start);
+    ``clustering``: queues need broker locks (not when broadcasting)."""
 
-    def __init__(self, consumer: "PushConsumer"):
+    def __init__(self, consumer: PushConsumerView, clustering: bool):
         self.consumer = consumer
+        self.clustering = clustering
         self._renew_task: asyncio.Task | None = None
-
-    @property
-    def clustering(self) -> bool:
-        """True when queues need broker locks."""
-        return self.consumer.message_model == MessageModel.CLUSTERING
 
     def start(self) -> None:
         """Start renewing the locks of the consumer's queues periodically."""
@@ -120,7 +96,7 @@ class OrderlyService:
         check_response(response, address)
         return set(bodies.decode_lock_batch_response(response.body or b'{"lockOKMQSet":[]}'))
 
-    async def lock(self, queue: MessageQueue, process_queue: "ProcessQueue | None" = None
+    async def lock(self, queue: MessageQueue, process_queue: ProcessQueue | None = None
                    ) -> bool:
         """Lock ``queue`` at its broker; True when this client holds it now."""
         try:
@@ -166,7 +142,7 @@ class OrderlyService:
             if process_queue is not None:
                 process_queue.locked = False
 
-    async def wait_batch(self, queue: MessageQueue, process_queue: "ProcessQueue") -> bool:
+    async def wait_batch(self, queue: MessageQueue, process_queue: ProcessQueue) -> bool:
         """Take ``queue``'s consume lock, waiting at most UNLOCK_WAIT_MS for a running batch;
         True when taken (the caller releases it)."""
         try:
@@ -180,27 +156,27 @@ class OrderlyService:
 
     # --- consuming -----------------------------------------------------------------------------
 
-    def wake(self, queue: MessageQueue, process_queue: "ProcessQueue") -> None:
-        """New messages arrived: make sure one task consumes ``queue``."""
+    def consume(self, queue: MessageQueue, process_queue: ProcessQueue,
+                messages: list[MessageExt]) -> None:
+        """New messages arrived (held by ``process_queue``): make sure one task consumes
+        ``queue``."""
         task = process_queue.orderly_task
         if task is not None and not task.done():
             return
-        consumer = self.consumer
         task = start_task(self._consume_queue(queue, process_queue),
                           f"pybroker-orderly-{queue}", None, LOGGER)
         process_queue.orderly_task = task
-        consumer._consume_tasks.add(task)
-        task.add_done_callback(consumer._consume_tasks.discard)
+        self.consumer.track_consume_task(task)
 
-    def _may_consume(self, process_queue: "ProcessQueue") -> bool:
+    def _may_consume(self, process_queue: ProcessQueue) -> bool:
         if not self.clustering:
             return True
         return process_queue.locked and \
             _now_ms() - process_queue.last_lock_timestamp_ms <= LOCK_MAX_LIVE_MS
 
-    async def _consume_queue(self, queue: MessageQueue, process_queue: "ProcessQueue") -> None:
+    async def _consume_queue(self, queue: MessageQueue, process_queue: ProcessQueue) -> None:
         consumer = self.consumer
-        while consumer._started and not process_queue.dropped and process_queue.messages:
+        while consumer.running and not process_queue.dropped and process_queue.messages:
             if not self._may_consume(process_queue):
                 if not await self.lock(queue, process_queue):
                     await asyncio.sleep(RELOCK_DELAY_MS / 1000)
@@ -220,7 +196,7 @@ class OrderlyService:
                         not await self._retry_needed(batch):
                     offset = process_queue.remove(batch)
                     if offset >= 0 and not process_queue.dropped:
-                        consumer._offsets.update_offset(queue, offset)
+                        consumer.offsets.update_offset(queue, offset)
                     process_queue.last_consume_timestamp_ms = _now_ms()
                     continue
             suspend_ms = context.suspend_current_queue_time_ms
@@ -232,13 +208,7 @@ class OrderlyService:
                              context: ConsumeOrderlyContext) -> ConsumeOrderlyStatus:
         consumer = self.consumer
         try:
-            listener = consumer._listener()
-            if inspect.iscoroutinefunction(listener):
-                status = await listener(batch, context)
-            else:
-                loop = asyncio.get_running_loop()
-                status = await loop.run_in_executor(consumer._executor, listener, batch,
-                                                    context)
+            status = await consumer.call_listener(batch, context)
         except Exception:   # a listener's bug suspends the queue; the batch is consumed again
             LOGGER.exception("%s: orderly listener raised; suspending %s", consumer.group,
                              context.message_queue)
@@ -262,17 +232,11 @@ class OrderlyService:
 
     async def _send_to_dead_letter(self, message: MessageExt) -> bool:
         consumer = self.consumer
-        retry = Message(RETRY_GROUP_TOPIC_PREFIX + consumer.group, message.body,
-                        flag=message.flag)
-        retry.properties = dict(message.properties)
-        retry.properties.setdefault(Property.ORIGIN_MESSAGE_ID, message.msg_id)
-        retry.properties.setdefault(Property.RETRY_TOPIC, message.topic)
+        retry = retry_message(message, consumer.group, message.reconsume_times,
+                              consumer.max_reconsume_times)
         retry.properties.pop(Property.TRANSACTION_PREPARED, None)
-        retry.properties[Property.RECONSUME_TIME] = str(message.reconsume_times)
-        retry.properties[Property.MAX_RECONSUME_TIMES] = str(consumer.max_reconsume_times)
-        retry.delay_level = 3 + message.reconsume_times
         try:
-            producer = await consumer._retry_producer()
+            producer = await consumer.retry_producer()
             await producer.send(retry)
             return True
         except (ConnectionError, TimeoutError, OSError, ValueError, ClientError) as error:
@@ -281,7 +245,7 @@ class OrderlyService:
             return False
 
 
-def _mark(process_queue: "ProcessQueue", locked: bool) -> None:
+def _mark(process_queue: ProcessQueue, locked: bool) -> None:
     process_queue.locked = locked
     if locked:
         process_queue.last_lock_timestamp_ms = _now_ms()

@@ -31,13 +31,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Optional
 
-from pybroker.client.consumer import ConsumeContext, ConsumeStatus, matches
 from pybroker.client.errors import BrokerResponseError, ClientError, ClientStateError
 from pybroker.client.instance import ClientInstance, check_response, request
+from pybroker.client.listener import ConsumeContext, ConsumeStatus
 from pybroker.client.message import MessageExt
 from pybroker.client.popping import (PopStatus, ack_message, batch_ack_messages,
                                      change_invisible_time, pop_messages, receipt_handle)
-from pybroker.client.selector import MessageSelector, subscription_of
+from pybroker.client.selector import MessageSelector, matches, subscription_of
 from pybroker.protocol import headers, pop
 from pybroker.protocol.bodies import ConsumerData, SubscriptionData
 from pybroker.protocol.codes import RequestCode

@@ -15,7 +15,8 @@ import time
 import pytest
 
 from pybroker._testbase.ha_cluster import HACluster
-from pybroker.client.consumer import ConsumeStatus, PushConsumer
+from pybroker.client.consumer import PushConsumer
+from pybroker.client.listener import ConsumeStatus
 from pybroker.protocol import fastjson
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request

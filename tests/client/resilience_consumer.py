@@ -13,7 +13,8 @@ import json
 import signal
 import sys
 
-from pybroker.client.consumer import ConsumeStatus, PushConsumer
+from pybroker.client.consumer import PushConsumer
+from pybroker.client.listener import ConsumeStatus
 from pybroker.protocol.constants import ConsumeFromWhere
 
 

@@ -14,7 +14,8 @@ import pytest
 from pybroker.client import sync
 from pybroker.client.admin import Admin
 from pybroker.client.errors import BrokerSystemError
-from pybroker.client.consumer import ConsumeStatus, PushConsumer
+from pybroker.client.consumer import PushConsumer
+from pybroker.client.listener import ConsumeStatus
 from pybroker.client.message import Message, SendStatus
 from pybroker.client.producer import Producer
 from pybroker.client.pull_consumer import LitePullConsumer

@@ -21,7 +21,8 @@ import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
 from pybroker.client.admin import Admin
-from pybroker.client.consumer import ConsumeStatus, PushConsumer
+from pybroker.client.consumer import PushConsumer
+from pybroker.client.listener import ConsumeStatus
 from pybroker.client.message import Message, SendStatus
 from pybroker.client.producer import Producer
 from pybroker.protocol.constants import ConsumeFromWhere

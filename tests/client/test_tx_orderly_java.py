@@ -17,10 +17,10 @@ import orjson
 import pytest
 
 from pybroker.client.admin import Admin
-from pybroker.client.consumer import ConsumeStatus, PushConsumer
+from pybroker.client.consumer import PushConsumer
 from pybroker.client.instance import ClientInstance, request
+from pybroker.client.listener import ConsumeOrderlyStatus, ConsumeStatus
 from pybroker.client.message import Message
-from pybroker.client.orderly import ConsumeOrderlyStatus
 from pybroker.client.producer import Producer
 from pybroker.client.route import SelectByHash
 from pybroker.client.transaction import LocalTransactionState, TransactionProducer

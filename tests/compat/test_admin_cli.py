@@ -18,7 +18,8 @@ import time
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
-from pybroker.client.consumer import ConsumeStatus, PushConsumer
+from pybroker.client.consumer import PushConsumer
+from pybroker.client.listener import ConsumeStatus
 from pybroker.protocol.constants import ConsumeFromWhere
 from pybroker.client.message import Message
 from pybroker.client.producer import Producer
