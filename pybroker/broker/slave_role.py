@@ -9,7 +9,7 @@ sends before any work (``rejectRequest``). pybroker refuses first, with 4.9.x's 
 slave never creates a topic from a send. The remoting workers wrap these handlers with
 :func:`guard`; the slave's processes also get a putter that refuses
 (:class:`pybroker.proc.dataplane.SlavePutter`), the metadata handlers refuse topic and group
-changes themselves (``broker/admin.py``), and END_TRANSACTION answers SLAVE_NOT_AVAILABLE
+changes themselves (``broker/admin/``), and END_TRANSACTION answers SLAVE_NOT_AVAILABLE
 (``broker/end_transaction.py``). Pulls are served (suggesting the master unless
 slaveReadEnable), and consumer offset commits are accepted, as on a Java 4.9.x slave: clients
 that lost the master keep consuming from the slave.

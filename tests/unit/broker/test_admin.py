@@ -14,7 +14,9 @@ import pytest
 
 from pybroker._fast import record as record_codec
 from pybroker._fast.stats import StatsCounter
-from pybroker.broker.admin import HANDLERS, encode_consume_stats, encode_topic_stats_table
+from pybroker.broker.admin import HANDLERS
+from pybroker.broker.admin.offsets import encode_consume_stats
+from pybroker.broker.admin.topics import encode_topic_stats_table
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import MetadataContext, StoreTopicDeleter
 from pybroker.broker.managers.client_channel import make_channel_info
