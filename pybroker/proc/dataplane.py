@@ -27,7 +27,7 @@ from pybroker.proc.ring_format import PUT_STATUSES
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
 from pybroker._fast.stats import StatsWriter
-from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, SleepFlag, WakeFd
+from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, PositionWatch, SleepFlag, WakeFd
 from pybroker.stats.region import StatsRegion
 from pybroker.store import paths
 from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, BrokerState, ControlBlock,
@@ -134,7 +134,7 @@ class Attachment:
         self._dispatched = plane.control.dispatched_position
         self._wake_reader: AsyncWakeReader | None = None
         self._on_wake: Callable[[bool], object] = lambda dispatched_moved: None
-        self._dispatched_watch: _DispatchedWatch | None = None
+        self._dispatched_watch: PositionWatch | None = None
         # The shared POP state (store/pop_table.py), mapped by the supervisor for its life.
         self.pop_table = plane.pop_table
         self._worker_wakes = plane.wakes.workers
@@ -156,7 +156,11 @@ class Attachment:
         self._on_wake = on_wake
         flags = [*self.putter.sleep_flags(), *extra_flags]
         if wants_dispatched is not None:
-            self._dispatched_watch = _DispatchedWatch(self, wants_dispatched)
+            # The waiter bit on dispatched_position, set only while wanted (held long polls):
+            # the dispatcher signals only the slots whose bit it takes.
+            self._dispatched_watch = PositionWatch(
+                self.control, "dispatched_position", self.slot,
+                lambda: self._dispatched + 1 if wants_dispatched() else None)
             flags = [*flags, self._dispatched_watch]
         reader = self._wake_reader = AsyncWakeReader(loop, self.wake_fd, flags, self._wake)
         reader.start()
@@ -183,29 +187,6 @@ class Attachment:
             self._wake_reader.stop()
             self._wake_reader = None
         self.reader.close()
-
-
-class _DispatchedWatch:
-    """Sleep flag on ``dispatched_position``: the attachment's waiter bit, set only while
-    ``wanted()``; the dispatcher signals only the slots whose bit it takes."""
-
-    def __init__(self, attachment: Attachment, wanted: Callable[[], bool]):
-        self.attachment = attachment
-        self.wanted = wanted
-        self.armed = False
-
-    def set_sleeping(self) -> bool:
-        if not self.wanted():
-            return False
-        attachment = self.attachment
-        attachment.control.add_waiter("dispatched_position", attachment.slot)
-        self.armed = True
-        return attachment.control.dispatched_position != attachment._dispatched
-
-    def clear_sleeping(self) -> None:
-        if self.armed:
-            self.armed = False
-            self.attachment.control.remove_waiter("dispatched_position", self.attachment.slot)
 
 
 class DataPlane:

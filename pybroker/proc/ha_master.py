@@ -38,7 +38,7 @@ import socket
 
 from pybroker import clock
 from pybroker.proc.ha_access import HAAccess, HAAccessRefused
-from pybroker.proc.wake import signal_mask
+from pybroker.proc.wake import PositionWatch, signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import HA, HA_SLAVE_SLOTS_MAX, BrokerState, peer_word
@@ -58,28 +58,6 @@ _HOUSEKEEPING_TICK_S = 0.5
 # ASYNC_MASTER: no wake-up per append drain; new data goes out on this tick (Java's transfer
 # thread waits up to 100 ms when no SYNC_MASTER put wakes it). Batches units, bounds the lag.
 _ASYNC_TRANSFER_TICK_S = 0.01
-
-
-class _CaughtUpFlag:
-    """Waiter bit on written_position, armed only while a slave waits for new data."""
-
-    def __init__(self, service: "HAMasterService"):
-        self.service = service
-        self.armed = False
-
-    def set_sleeping(self) -> bool:
-        service = self.service
-        if not service.sync_master or not any(c.waiting_for_data()
-                                              for c in service.connections.values()):
-            return False
-        service.control.add_waiter("written_position", HA.slot)
-        self.armed = True
-        return service.control.written_position > service.written
-
-    def clear_sleeping(self) -> None:
-        if self.armed:
-            self.armed = False
-            self.service.control.remove_waiter("written_position", HA.slot)
 
 
 class _SlaveConnection:
@@ -279,11 +257,21 @@ class HAMasterService:
         self.handshakes: set[asyncio.Task] = set()
         self.counted = 0
         self.stop: asyncio.Event | None = None
-        self.flag = _CaughtUpFlag(self)
+        # The waiter bit on written_position, set only while a slave waits for new data.
+        self.flag = PositionWatch(self.control, "written_position", HA.slot,
+                                  self._caught_up_target)
         self._tick_s = _HOUSEKEEPING_TICK_S
         self._next_housekeeping = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.follow()
+
+    def _caught_up_target(self) -> int | None:
+        """What written_position must pass to wake this process: past what it follows, while
+        a SYNC_MASTER's slave waits for new data; None otherwise."""
+        if not self.sync_master or not any(c.waiting_for_data()
+                                           for c in self.connections.values()):
+            return None
+        return self.written + 1
 
     def follow(self) -> None:
         """Bring the read-only CommitLog up to the published written position."""

@@ -41,7 +41,8 @@ from pybroker._fast import send_path
 from pybroker.broker.send_fast import FastSendSettings, busy_frame
 from pybroker.proc import ring_format
 from pybroker.proc.fast_failure import FastFailure, Withdrawn
-from pybroker.proc.wake import AsyncWakeReader, SleepFlag
+from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, PositionWatch, ProducerSide,
+                                SleepFlag)
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout
@@ -84,63 +85,6 @@ class _Pending:
     def __init__(self, future, sizes):
         self.future = future
         self.sizes = sizes
-
-
-class _SpaceFlag:
-    """Producer flag of the send ring, armed only while a put waits for space or slots."""
-
-    def __init__(self, putter: "RingPutter"):
-        self._putter = putter
-
-    def set_sleeping(self) -> bool:
-        if not self._putter._space_waiters:
-            return False
-        # "Space was released" counts only while completion slots are free: when they are
-        # all taken the wake-up comes with the completions, and the ring's answer (against a
-        # consumer cursor last read when a reserve failed) would only spin the loop.
-        return self._putter.ring.set_producer_sleeping() and self._putter.core.has_room
-
-    def clear_sleeping(self) -> None:
-        self._putter.ring.clear_producer_sleeping()
-
-
-class _CompletionFlag:
-    """Consumer flag of the completion ring."""
-
-    def __init__(self, putter: "RingPutter"):
-        self._putter = putter
-
-    def set_sleeping(self) -> bool:
-        return self._putter.completion_ring.set_consumer_sleeping()
-
-    def clear_sleeping(self) -> None:
-        self._putter.completion_ring.clear_consumer_sleeping()
-
-
-class _PositionFlag:
-    """The sleep flag of a position acknowledgements are held for: ``flushed_position``
-    (SYNC_FLUSH) or ``replicated_position`` (SYNC_MASTER). A waiter bit, set only while
-    something waits for it (``target()``: the end the position must reach, or None)."""
-
-    def __init__(self, putter: "RingPutter", field: str, target: Callable[[], int | None]):
-        self._putter = putter
-        self.field = field
-        self._target = target
-        self._armed = False
-
-    def set_sleeping(self) -> bool:
-        target = self._target()
-        if target is None:
-            return False
-        control = self._putter.control
-        control.add_waiter(self.field, self._putter.slot)
-        self._armed = True
-        return control.load(self.field) >= target
-
-    def clear_sleeping(self) -> None:
-        if self._armed:
-            self._armed = False
-            self._putter.control.remove_waiter(self.field, self._putter.slot)
 
 
 def _no_fast_sends() -> FastSendSettings:
@@ -234,10 +178,15 @@ class RingPutter:
         core = self.core
         self._timeout_handle: asyncio.TimerHandle | None = None
         self._timeout_at = 0.0
+        # The producer flag counts only while a put waits for space and a completion slot
+        # is free (wake.ProducerSide); a waiter bit on a position only while acknowledgements
+        # are held for it (wake.PositionWatch).
+        self._space_flag = ProducerSide(ring, lambda: bool(self._space_waiters),
+                                        lambda: core.has_room)
         self._flags: list[SleepFlag] = [
-            _CompletionFlag(self), _SpaceFlag(self),
-            _PositionFlag(self, "flushed_position", lambda: core.flush_target),
-            _PositionFlag(self, "replicated_position", lambda: core.replica_target)]
+            ConsumerSide(completion_ring), self._space_flag,
+            PositionWatch(control, "flushed_position", slot, lambda: core.flush_target),
+            PositionWatch(control, "replicated_position", slot, lambda: core.replica_target)]
         self._reader: AsyncWakeReader | None = None
         self._signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
@@ -379,8 +328,8 @@ class RingPutter:
         self._space_waiters.append(waiter)
         self.core.python_waiting = True
         # Arm now: the appender signals only a producer flagged asleep.
-        if self._flags[1].set_sleeping():
-            self._flags[1].clear_sleeping()
+        if self._space_flag.set_sleeping():
+            self._space_flag.clear_sleeping()
             self._wake_space_waiters()
         return waiter
 

@@ -131,30 +131,55 @@ class ConsumerSide:
 
 
 class ProducerSide:
-    """A ByteRing's producer sleep flag (waiting for space: back-pressure)."""
+    """A ByteRing's producer sleep flag (waiting for space: back-pressure), raised only while
+    ``wanted()`` (something waits for space; None: always); freed space counts as work only
+    while ``ready()`` too (None: always; the putter's: a completion slot is free - when they
+    are all taken the wake-up comes with the completions, and the ring's answer, against a
+    consumer cursor last read when a reserve failed, would only spin the loop)."""
 
-    def __init__(self, ring):
-        self.set_sleeping = ring.set_producer_sleeping
+    def __init__(self, ring, wanted: Callable[[], bool] | None = None,
+                 ready: Callable[[], bool] | None = None):
+        self._ring = ring
+        self._wanted = wanted
+        self._ready = ready
         self.clear_sleeping = ring.clear_producer_sleeping
+
+    def set_sleeping(self) -> bool:
+        if self._wanted is not None and not self._wanted():
+            return False
+        return self._ring.set_producer_sleeping() and (self._ready is None or self._ready())
 
 
 class PositionWatch:
-    """Sleep until a control-block field reaches ``target`` (e.g. the dispatcher waiting for
-    written_position, a SYNC_FLUSH ack waiting for flushed_position). The field's publisher
-    gets this worker slot's bit from ``ControlBlock.publish`` and signals its eventfd."""
+    """Sleep until a control-block position reaches a target (the dispatcher waiting for
+    written_position, a held acknowledgement for flushed_position, a parked pull for
+    dispatched_position...). The field's publisher gets this worker slot's waiter bit from
+    ``ControlBlock.publish`` and signals its eventfd.
 
-    def __init__(self, block: ControlBlock, field: str, slot: int, target: int = 0):
+    ``target``: a number the owner moves, or a callable giving the target now, None while
+    nothing waits (the bit then stays down: no wake-up for nobody). :attr:`armed` says whether
+    the bit is set."""
+
+    def __init__(self, block: ControlBlock, field: str, slot: int,
+                 target: int | Callable[[], int | None] = 0):
         self.block = block
         self.field = field
         self.slot = slot
         self.target = target
+        self.armed = False
 
     def set_sleeping(self) -> bool:
+        target = self.target() if callable(self.target) else self.target
+        if target is None:
+            return False
         self.block.add_waiter(self.field, self.slot)
-        return self.block.load(self.field) >= self.target
+        self.armed = True
+        return self.block.load(self.field) >= target
 
     def clear_sleeping(self) -> None:
-        self.block.remove_waiter(self.field, self.slot)
+        if self.armed:
+            self.armed = False
+            self.block.remove_waiter(self.field, self.slot)
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
