@@ -27,7 +27,8 @@ cdef struct FastSend:
     bint withdrawn                  # answered busy by fast failure; its completion is dropped
     bint answered                   # held, answered out of FIFO order (send_path _sweep)
     int32_t topic_id
-    int64_t started_ns              # when the request was read (CLOCK_MONOTONIC)
+    int64_t started_ns              # when the request was read, a Python path put when it
+                                    # started waiting for ring space (CLOCK_MONOTONIC)
     int64_t started_ms              # the same, epoch ms (the oldest-request gauge)
     # Filled at completion
     int32_t status                  # the answer once released: PUT_OK or SLAVE_NOT_AVAILABLE
@@ -85,37 +86,45 @@ cdef inline FastSend *_fifo_at(Fifo *fifo, Py_ssize_t count) noexcept nogil:
     return &fifo.items[count & (fifo.capacity - 1)]
 
 
-cdef inline bint _live_fast(const FastSend *item, int64_t after_id) noexcept:
-    # A fast send above after_id not withdrawn (answered busy already).
-    return not item.python and item.request_id > after_id and not item.withdrawn
+cdef inline bint _live(const FastSend *item, int64_t after_id, bint fast_only) noexcept:
+    # A put above after_id not withdrawn (answered busy already); fast_only: a fast send.
+    return item.request_id > after_id and not item.withdrawn and not (fast_only and item.python)
 
 
-cdef inline FastSend *_fifo_first_live(Fifo *fifo, int64_t after_id) noexcept:
-    # The oldest live fast send above after_id, or NULL.
+cdef inline FastSend *_fifo_first_live(Fifo *fifo, int64_t after_id, bint fast_only) noexcept:
+    # The oldest (in request order) live put above after_id, or NULL.
     cdef Py_ssize_t at
     for at in range(fifo.head, fifo.tail):
-        if _live_fast(_fifo_at(fifo, at), after_id):
+        if _live(_fifo_at(fifo, at), after_id, fast_only):
             return _fifo_at(fifo, at)
     return NULL
 
 
+# Fast failure (proc/fast_failure.py) looks at the puts of both paths waiting for their
+# completion: a Python path put started waiting (for ring space) before it was queued, so the
+# start times are not in request order and every walk below looks at the whole FIFO (at most
+# the completion slots).
+
 cdef inline int64_t _fifo_aged(Fifo *fifo, int64_t limit_ns, int64_t after_id) noexcept:
-    # Highest request id of a live fast send above after_id read at limit_ns or before.
+    # Highest request id of a live put above after_id started at limit_ns or before; 0.
     cdef Py_ssize_t at
     cdef int64_t highest = 0
     for at in range(fifo.head, fifo.tail):
-        if _fifo_at(fifo, at).started_ns > limit_ns:
-            break                        # read in order: the rest are younger
-        if _live_fast(_fifo_at(fifo, at), after_id):
+        if _fifo_at(fifo, at).started_ns <= limit_ns and _live(_fifo_at(fifo, at), after_id,
+                                                                False):
             highest = _fifo_at(fifo, at).request_id
     return highest
 
 
-cdef inline Py_ssize_t _fifo_fast_count(Fifo *fifo) noexcept:
-    cdef Py_ssize_t at, count = 0
+cdef inline int64_t _fifo_oldest_ns(Fifo *fifo, int64_t after_id) noexcept:
+    # When the longest-waiting live put above after_id started; -1 when none.
+    cdef Py_ssize_t at
+    cdef int64_t oldest = -1
     for at in range(fifo.head, fifo.tail):
-        count += not _fifo_at(fifo, at).python
-    return count
+        if _live(_fifo_at(fifo, at), after_id, False) and (
+                oldest < 0 or _fifo_at(fifo, at).started_ns < oldest):
+            oldest = _fifo_at(fifo, at).started_ns
+    return oldest
 
 
 cdef inline void _fifo_free(Fifo *fifo) noexcept:

@@ -33,7 +33,7 @@ class SendPath:
              slot: int) -> tuple[int, int, int, int, bool]:
         """(position, outcome, frame_length, puts, appender_asleep)."""
     def put_python(self, records: Buffer, topic: bytes, queue_id: int, count: int,
-                   sys_flag: int, wait_store: bool) -> int:
+                   sys_flag: int, wait_store: bool, started: float = -1.0) -> int:
         """Request id, or -1 when there is no room now."""
     @property
     def has_room(self) -> bool: ...
@@ -49,15 +49,16 @@ class SendPath:
     def expire(self, flushed_position: int, replicated_position: int,
                now: float) -> list[tuple[int, int, bool, int, int, int, int]]:
         """release(), then answer held acknowledgements past their deadline."""
-    def aged_fast(self, limit: float, after_id: int) -> int:
-        """Highest id above after_id of a fast send read at limit or before; 0."""
-    def oldest_fast(self, after_id: int) -> float | None:
-        """Monotonic s the oldest fast send above after_id was read, or None."""
+    def aged(self, limit: float, after_id: int) -> int:
+        """Highest id above after_id of a put (either path) waiting since limit; 0."""
+    def oldest(self, after_id: int) -> float | None:
+        """Monotonic s the longest-waiting put above after_id started waiting, or None."""
     @property
-    def fast_waiting(self) -> int: ...
-    def withdraw_fast(self, taken: int, up_to: int,
-                      busy_status: int) -> tuple[int, list[tuple[int, int, float]]]:
-        """Withdraw fast sends in (taken, up_to]: (count, [(slot, opaque, read at)])."""
+    def waiting(self) -> int: ...
+    def withdraw(self, taken: int, up_to: int, busy_status: int
+                 ) -> tuple[int, list[tuple[int, int, float]], list[tuple[int, float]]]:
+        """Withdraw the puts in (taken, up_to]: (count, [(slot, opaque, started)] of the fast
+        sends to answer, [(request_id, started)] of the Python path's)."""
     @property
     def flush_target(self) -> int | None: ...
     @property

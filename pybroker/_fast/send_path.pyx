@@ -52,9 +52,8 @@ from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE
 from pybroker._fast.record cimport (RecordFields, RecordParts, record_encoded_size,
                                     write_record)
 from pybroker._fast.ring cimport RING_FULL, ByteRing, CompletionRing, pb_completion_slot
-from pybroker._fast.send_fifo cimport (_fifo_aged, _fifo_at, _fifo_fast_count,
-                                       _fifo_first_live, _fifo_free, _fifo_head, _fifo_init,
-                                       _fifo_push)
+from pybroker._fast.send_fifo cimport (_fifo_aged, _fifo_at, _fifo_first_live, _fifo_free,
+                                       _fifo_head, _fifo_init, _fifo_oldest_ns, _fifo_push)
 from pybroker._fast.send_held cimport (_held_advance, _held_done, _held_expiry, _held_first,
                                        _held_next, _held_push, _held_target, _held_unanswered)
 from pybroker._fast.send_answer cimport (AnswerValues, Template, answer_bytes_max,
@@ -589,12 +588,12 @@ cdef class SendPath:
     # --- Python path puts -------------------------------------------------------------------
 
     def put_python(self, object records, bytes topic not None, int32_t queue_id, int32_t count,
-                   int32_t sys_flag, bint wait_store):
+                   int32_t sys_flag, bint wait_store, double started=-1.0):
         """Reserve and write a put request of the Python path (``records``: the encoded
-        records, any buffer); its request id, or -1 when there is no room now (the caller
-        waits for space and retries). The caller commits (ByteRing.commit). Its outcome
-        comes back from :meth:`drain`, :meth:`release` or :meth:`expire`, held by the same
-        rule as a fast send's."""
+        records, any buffer; ``started``: the loop time it began to wait, now if negative);
+        its request id, or -1 when there is no room now (the caller waits and retries), then
+        commits (ByteRing.commit). Its outcome comes back from :meth:`drain`,
+        :meth:`release` or :meth:`expire`, held by the same rule as a fast send's."""
         cdef Py_buffer view
         cdef FastSend send
         cdef int64_t offset, records_bytes
@@ -621,7 +620,7 @@ cdef class SendPath:
         send.slot = -1
         send.queue_id = queue_id
         send.topic_id = -1
-        send.started_ns = monotonic_ns()
+        send.started_ns = monotonic_ns() if started < 0 else <int64_t>(started * 1e9)
         return self._queue(&send, count, records_bytes, NULL, wait_store)
 
     @property
@@ -734,50 +733,53 @@ cdef class SendPath:
         self._update_oldest()
         return 0
 
-    # --- fast failure (proc/fast_failure.py) -------------------------------------------------
+    # --- fast failure (proc/fast_failure.py): the puts of both paths in the ring -------------
 
-    def aged_fast(self, double limit, int64_t after_id):
-        """Highest request id above ``after_id`` of a fast send read at monotonic time
-        ``limit`` (s) or before and not answered yet; 0 when none."""
+    def aged(self, double limit, int64_t after_id):
+        """Highest request id above ``after_id`` of a put (either path, not withdrawn)
+        waiting since monotonic time ``limit`` (s) or before; 0 when none."""
         return _fifo_aged(&self._pending, <int64_t>(limit * 1e9), after_id)
 
-    def oldest_fast(self, int64_t after_id):
-        """Monotonic time (s) the oldest fast send above ``after_id`` waiting for its
-        completion was read, or None."""
-        cdef FastSend *send = _fifo_first_live(&self._pending, after_id)
-        return None if send == NULL else send.started_ns / 1e9
+    def oldest(self, int64_t after_id):
+        """Monotonic s the longest-waiting put above ``after_id`` (live) began to, or None."""
+        cdef int64_t started_ns = _fifo_oldest_ns(&self._pending, after_id)
+        return None if started_ns < 0 else started_ns / 1e9
 
     @property
-    def fast_waiting(self):
-        """Fast sends waiting for their completion."""
-        return _fifo_fast_count(&self._pending)
+    def waiting(self):
+        """Puts (both paths) waiting for their completion."""
+        return self._pending.tail - self._pending.head
 
-    def withdraw_fast(self, int64_t taken, int64_t up_to, int32_t busy_status):
-        """Fast failure withdrew every request id in (``taken``, ``up_to``]: the appender
-        completes them without storing. Counts each fast one as answered ``busy_status``;
-        returns ``(withdrawn, [(slot, opaque, read at (monotonic s))])``, the latter for those
-        to answer (not oneway, connection still open): the caller writes the answers (their
-        remark has figures)."""
+    def withdraw(self, int64_t taken, int64_t up_to, int32_t busy_status):
+        """Fast failure withdrew the request ids in (``taken``, ``up_to``]: the appender
+        completes them unstored, their completions are dropped here; each fast send counts
+        as answered ``busy_status``. ``(withdrawn, fast, python)``: how many puts, the fast
+        sends to answer (not oneway, connection open) as ``(slot, opaque, started)`` (the
+        caller writes the answers: the remark has figures), the Python path's puts as
+        ``(request_id, started)``; started: monotonic s."""
         cdef Py_ssize_t index, withdrawn = 0
         cdef FastSend *send
-        cdef list answers = []
+        cdef list fast = [], python = []
         cdef int64_t now_ns = monotonic_ns()
         cdef ConnectionSlot *connection
         for index in range(self._pending.head, self._pending.tail):
             send = &self._pending.items[index & (self._pending.capacity - 1)]
             if send.request_id > up_to:
                 break
-            if send.request_id <= taken or send.withdrawn or send.python:
+            if send.request_id <= taken or send.withdrawn:
                 continue
             send.withdrawn = True
             withdrawn += 1
+            if send.python:
+                python.append((send.request_id, send.started_ns / 1e9))
+                continue
             self._count(send, &self._templates[busy_status], False, now_ns)
             connection = &self._slots[send.slot]
             if not send.oneway and connection.generation == send.generation \
                     and connection.born_ip_length != 0:
-                answers.append((send.slot, send.opaque, send.started_ns / 1e9))
+                fast.append((send.slot, send.opaque, send.started_ns / 1e9))
         self._update_oldest()
-        return withdrawn, answers
+        return withdrawn, fast, python
 
     @property
     def flush_target(self):
@@ -861,7 +863,7 @@ cdef class SendPath:
     cdef int64_t _fast_oldest_ms(self) noexcept:
         """Epoch ms of the oldest fast send not answered yet (waiting for its completion, or
         held for the flush or a slave), 0 when none."""
-        cdef FastSend *pending = _fifo_first_live(&self._pending, 0)
+        cdef FastSend *pending = _fifo_first_live(&self._pending, 0, True)
         cdef Py_ssize_t held_at = _held_first(&self._held, True)
         cdef FastSend *held = NULL if held_at < 0 else _fifo_at(&self._held.fifo, held_at)
         if pending == NULL:

@@ -290,7 +290,7 @@ class _Appender:
         # Java's pageCacheLockTimeMills: how long the running append has held the CommitLog.
         stats.set(StatsCounter.PAGE_CACHE_LOCK_BEGIN_MS, store_timestamp)
         # The same for remoting workers: a put arriving while this drain is older than
-        # osPageCacheBusyTimeOutMills is refused [PC_SYNCHRONIZED] (pybroker/proc/ring_putter.py).
+        # osPageCacheBusyTimeOutMills is refused [PC_SYNCHRONIZED] (pybroker/proc/fast_failure.py).
         self.counters.busy_since_ms = store_timestamp
         start_offset = self.commitlog.max_offset()
         started_ns = time.monotonic_ns()       # vDSO clock: no system call

@@ -21,10 +21,12 @@ does not know whether the message was stored).
   So a request answered busy is never stored, and a request the appender took is never
   answered busy (like Java, which only cleans requests no thread has started).
 
-The send fast path's puts (proc/ring_putter.py) are covered too: while the page cache is
-busy its frames go to the handlers (which refuse them), and its sends in the ring are withdrawn
-in the same handshake (:class:`FastQueue`: a request id above the withdrawn one was never
-cancelled, so one watermark serves both paths).
+The send fast path's puts (proc/ring_putter.py) are covered too: while the page cache is busy
+its frames go to the handlers (which refuse them). The puts of both paths in the ring are one
+FIFO in C (``SendPath``, the putter's :class:`RingRequests`): found by age, withdrawn with one
+walk in the one handshake (a request id above the withdrawn one was never cancelled, so one
+watermark serves both paths) and answered by the putter, the fast sends with the handler's own
+encoding. Here: when (the policy, the timer) and the handshake.
 
 The check runs on a timer armed at the oldest waiting put's deadline, not per put.
 """
@@ -36,23 +38,31 @@ from pybroker._fast import ring
 from pybroker.store.message_store import PutResult
 from pybroker.store.status import PutStatus
 
-__all__ = ["FastFailure", "FastQueue", "Withdrawn"]
+__all__ = ["FastFailure", "RingRequests", "Withdrawn", "busy"]
 
 
-class FastQueue(Protocol):
-    """The send fast path's puts in the ring (ring_putter._FastQueue)."""
+class RingRequests(Protocol):
+    """The putter's puts (both paths) in the ring, waiting for their completion
+    (ring_putter.RingPutter)."""
 
     def aged(self, limit: float, after_id: int) -> int:
         """Highest id above ``after_id`` of a put waiting since ``limit`` or before; 0."""
 
     def oldest(self, after_id: int) -> float | None:
-        """Loop time the oldest put above ``after_id`` started waiting, or None."""
+        """Loop time the longest-waiting put above ``after_id`` started waiting, or None."""
 
     def count(self) -> int:
         """Puts waiting in the ring."""
 
     def withdraw(self, taken: int, up_to: int, now: float, queued: int) -> int:
         """Answer busy the puts with ``taken`` < id <= ``up_to``; how many."""
+
+
+def busy(now: float, started: float, queued: int) -> PutResult:
+    """The answer to a put withdrawn at loop time ``now`` that started waiting at ``started``
+    with ``queued`` puts waiting (TIMEOUT_CLEAN_QUEUE: the figures of Java's remark)."""
+    return PutResult(PutStatus.TIMEOUT_CLEAN_QUEUE, waited_ms=int((now - started) * 1000),
+                     queue_size=queued)
 
 
 class Withdrawn(Exception):
@@ -81,14 +91,11 @@ class FastFailure:
         self.wait_s = None if wait_ms is None else wait_ms / 1000
         self.page_cache_busy_ms = page_cache_busy_ms
         self.clock_ms = clock_ms
-        # (loop time committed, request id) of puts in the ring, in ring order.
-        self._in_ring: collections.deque = collections.deque()
         # (loop time the put started, waiter future) of puts waiting for ring space.
         self._waiting: collections.deque = collections.deque()
         self._withdrawn_up_to = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._pending: dict | None = None    # the RingPutter's request id -> _Pending
-        self._fast: FastQueue | None = None
+        self._requests: RingRequests | None = None
         self.withdrawn_total = 0
         self.page_cache_busy_total = 0
 
@@ -99,16 +106,11 @@ class FastFailure:
         self.page_cache_busy_ms = page_cache_busy_ms
         if self.wait_s is None:
             self.close()
-            self._in_ring.clear()
             self._waiting.clear()
 
-    def attach(self, pending: dict) -> None:
-        """Use the RingPutter's pending table (request id -> entry with a ``future``)."""
-        self._pending = pending
-
-    def attach_fast(self, fast: FastQueue) -> None:
-        """Cover the send fast path's puts too."""
-        self._fast = fast
+    def attach(self, requests: RingRequests) -> None:
+        """Cover the putter's puts in the ring."""
+        self._requests = requests
 
     # --- per put ----------------------------------------------------------------------------
     def page_cache_busy(self) -> bool:
@@ -123,17 +125,11 @@ class FastFailure:
             return PutResult(PutStatus.OS_PAGE_CACHE_BUSY)
         return None
 
-    def fast_committed(self, loop) -> None:
-        """The fast path put sends into the ring now (once per read, not per send)."""
+    def committed(self, loop, started: float) -> None:
+        """Puts entered the ring, the oldest waiting since loop time ``started`` (the fast
+        path: once per read, not per send)."""
         if self._timer is None and self.wait_s is not None:
-            self._arm(loop, loop.time())
-
-    def committed(self, loop, request_id: int, started: float) -> None:
-        """A put entered the ring (it started waiting at loop time ``started``)."""
-        if self.wait_s is None:
-            return
-        self._in_ring.append((started, request_id))
-        self._arm(loop, started)
+            self._arm(loop, started)
 
     def waiting(self, loop, waiter: asyncio.Future, started: float) -> None:
         """A put waits for ring space on ``waiter`` since loop time ``started``."""
@@ -141,12 +137,6 @@ class FastFailure:
             return
         self._waiting.append((started, waiter))
         self._arm(loop, started)
-
-    def completed(self, request_id: int) -> None:
-        """The appender completed ``request_id`` (completions come in ring order)."""
-        in_ring = self._in_ring
-        while in_ring and in_ring[0][1] <= request_id:
-            in_ring.popleft()
 
     # --- the timer ---------------------------------------------------------------------------
     def _arm(self, loop, started: float) -> None:
@@ -156,65 +146,43 @@ class FastFailure:
     def _check(self, loop) -> None:
         self._timer = None
         assert self.wait_s is not None          # armed only with fast failure on
+        requests = self._requests
         now = loop.time()
         limit = now - self.wait_s
-        queued = len(self._in_ring) + len(self._waiting)
-        if self._fast is not None:
-            queued += self._fast.count()
+        queued = len(self._waiting) + (requests.count() if requests is not None else 0)
         self._withdraw_waiters(now, limit, queued)
-        self._withdraw_in_ring(now, limit, queued)
-        oldest = [entry[0] for entry in (self._next_in_ring(), self._next_waiter()) if entry]
-        fast_oldest = self._fast.oldest(self._withdrawn_up_to) if self._fast else None
-        if fast_oldest is not None:
-            oldest.append(fast_oldest)
+        if requests is not None:
+            self._withdraw_in_ring(requests, now, limit, queued)
+        oldest = [started for started in (
+            requests.oldest(self._withdrawn_up_to) if requests is not None else None,
+            self._next_waiter_start()) if started is not None]
         if oldest:
             self._arm(loop, min(oldest))
 
-    def _next_in_ring(self):
-        for entry in self._in_ring:
-            if entry[1] > self._withdrawn_up_to:
-                return entry
-        return None
-
-    def _next_waiter(self):
+    def _next_waiter_start(self) -> float | None:
         while self._waiting and self._waiting[0][1].done():
             self._waiting.popleft()
-        return self._waiting[0] if self._waiting else None
-
-    def _busy(self, now: float, started: float, queued: int) -> PutResult:
-        return PutResult(PutStatus.TIMEOUT_CLEAN_QUEUE, waited_ms=int((now - started) * 1000),
-                         queue_size=queued)
+        return self._waiting[0][0] if self._waiting else None
 
     def _withdraw_waiters(self, now: float, limit: float, queued: int) -> None:
         while self._waiting and self._waiting[0][0] <= limit:
             started, waiter = self._waiting.popleft()
             if not waiter.done():
-                waiter.set_exception(Withdrawn(self._busy(now, started, queued)))
+                waiter.set_exception(Withdrawn(busy(now, started, queued)))
                 self.withdrawn_total += 1
 
-    def _withdraw_in_ring(self, now: float, limit: float, queued: int) -> None:
-        before = self._withdrawn_up_to
-        aged = [request_id for started, request_id in self._in_ring
-                if request_id > before and started <= limit]
-        highest = max(aged[-1] if aged else 0,
-                      self._fast.aged(limit, before) if self._fast is not None else 0)
+    def _withdraw_in_ring(self, requests: RingRequests, now: float, limit: float,
+                          queued: int) -> None:
+        highest = requests.aged(limit, self._withdrawn_up_to)
         if not highest:
             return
         self._cancel.cancel_request_id = highest
         ring.fence()
         taken = ring.load_u64(self._words, self._taken_offset)
         self._withdrawn_up_to = highest
-        if self._fast is not None:
-            self.withdrawn_total += self._fast.withdraw(taken, highest, now, queued)
-        # Every request up to the watermark the appender did not take is cancelled, so
-        # every such put is answered busy now (its completion will say so too).
-        for started, request_id in self._in_ring:
-            if request_id <= max(taken, before) or request_id > highest:
-                continue             # the appender has it: its completion answers
-            entry = self._pending.get(request_id) if self._pending is not None else None
-            if entry is not None and not entry.future.done():
-                entry.future.set_result(self._busy(now, started, queued))
-                self.withdrawn_total += 1
+        # Every request up to the watermark the appender did not take is cancelled, so every
+        # such put is answered busy now (its completion will say so too, and is dropped).
+        self.withdrawn_total += requests.withdraw(taken, highest, now, queued)
 
     def close(self) -> None:
         if self._timer is not None:

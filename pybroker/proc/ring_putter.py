@@ -22,8 +22,8 @@ SYNC_FLUSH / SYNC_MASTER holds of both paths are one implementation, in C
 sends and its outcome (the status, as the fast path answers it) comes back here from
 ``SendPath.drain`` / ``release`` / ``expire``. Fast failure (:mod:`pybroker.proc.fast_failure`)
 covers both paths: while the page cache is busy every frame goes to the handlers (which
-refuse it), and fast sends that waited too long in the ring are withdrawn with the Python
-path's puts (:class:`_FastQueue`).
+refuse it), and puts of either path that waited too long in the ring are withdrawn in one
+walk of that FIFO and answered here (:meth:`RingPutter.withdraw`).
 
 Wake-ups: the worker has ONE eventfd. Its sleep flags (:meth:`RingPutter.sleep_flags`) are the
 completion ring's consumer flag, the send ring's producer flag while a put waits for space, and
@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pybroker._fast import send_path
 from pybroker.broker.send_fast import FastSendSettings, busy_frame
 from pybroker.proc import ring_format
-from pybroker.proc.fast_failure import FastFailure, Withdrawn
+from pybroker.proc.fast_failure import FastFailure, Withdrawn, busy
 from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, PositionWatch, ProducerSide,
                                 SleepFlag)
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
@@ -195,9 +195,7 @@ class RingPutter:
         self.space_waits_total = 0
         self.fast_failure = fast_failure
         if fast_failure is not None:
-            fast_failure.attach(self._pending)
-            if self.fast_enabled:
-                fast_failure.attach_fast(_FastQueue(self))
+            fast_failure.attach(self)
 
     # --- wiring ---------------------------------------------------------------------------------
     def sleep_flags(self) -> list[SleepFlag]:
@@ -274,7 +272,7 @@ class RingPutter:
         future = loop.create_future()
         self._pending[request_id] = _Pending(future, _record_sizes(view, count))
         if fast_failure is not None:
-            fast_failure.committed(loop, request_id, started)
+            fast_failure.committed(loop, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
         # lock-stepped one producer with the appender (fewer messages/s, not more).
         self._after_commit(loop, self.ring.commit(), 1)
@@ -310,7 +308,7 @@ class RingPutter:
         while True:
             if not self._space_waiters:
                 request_id = self.core.put_python(view, topic_bytes, queue_id, count, sys_flag,
-                                                  wait_store)
+                                                  wait_store, started)
                 if request_id >= 0:
                     return request_id
             self.space_waits_total += 1
@@ -352,8 +350,6 @@ class RingPutter:
                                   control.ha_slaves_connected)
         else:
             outcomes = core.drain(_loop_time())
-        if self.fast_failure is not None:
-            self.fast_failure.completed(core.completed_up_to)
         if self.sync_flush or self.sync_master:
             outcomes += core.release(control.flushed_position, control.replicated_position)
             # A position that covered one condition of the oldest held put may bring its
@@ -415,39 +411,37 @@ class RingPutter:
         self._write_answers()
         self._arm_timeout()
 
-
-class _FastQueue:
-    """The fast path's sends in the ring, as fast failure sees them (fast_failure.FastQueue):
-    found by age, withdrawn in the same handshake as the Python path's puts, answered busy
-    with the handler's own encoding."""
-
-    def __init__(self, putter: RingPutter):
-        self._putter = putter
-        self._core = putter.core
-
+    # --- fast failure's view of the ring (fast_failure.RingRequests) -------------------------
     def aged(self, limit: float, after_id: int) -> int:
-        """Highest request id above ``after_id`` of a fast send waiting since ``limit`` or
-        before (loop time), 0 when none."""
-        return self._core.aged_fast(limit, after_id)
+        """Highest request id above ``after_id`` of a put (either path) waiting in the ring
+        since loop time ``limit`` or before, 0 when none."""
+        return self.core.aged(limit, after_id)
 
     def oldest(self, after_id: int) -> float | None:
-        """Loop time the oldest fast send above ``after_id`` started waiting, or None."""
-        return self._core.oldest_fast(after_id)
+        """Loop time the longest-waiting put above ``after_id`` started waiting, or None."""
+        return self.core.oldest(after_id)
 
     def count(self) -> int:
-        return self._core.fast_waiting
+        """Puts (both paths) waiting in the ring for their completion."""
+        return self.core.waiting
 
     def withdraw(self, taken: int, up_to: int, now: float, queued: int) -> int:
-        """Answer busy every fast send with ``taken`` < request id <= ``up_to`` (the appender
-        completes them without storing them); returns how many."""
-        putter = self._putter
-        withdrawn, answers = self._core.withdraw_fast(taken, up_to, _BUSY)
-        fields = putter.fast_settings.response_fields
-        writers = putter._writers
-        for slot, opaque, started in answers:
+        """Answer busy every put with ``taken`` < request id <= ``up_to`` (the appender
+        completes them without storing them): a fast send with the handler's own encoding
+        (broker/send_fast.busy_frame), a Python path put's future; returns how many."""
+        withdrawn, fast, python = self.core.withdraw(taken, up_to, _BUSY)
+        fields = self.fast_settings.response_fields
+        writers = self._writers
+        for slot, opaque, started in fast:
             writer = writers.get(slot)
             if writer is not None:
                 writer(busy_frame(fields, opaque, int((now - started) * 1000), queued))
+        for request_id, started in python:
+            pending = self._pending.pop(request_id, None)
+            if pending is not None and not pending.future.done():
+                pending.future.set_result(busy(now, started, queued))
+            else:
+                withdrawn -= 1       # its put was given up already (cancelled)
         return withdrawn
 
 
@@ -481,7 +475,7 @@ class FastSendPort:
             putter.puts_total += puts
             putter._after_commit(self._loop, asleep, puts)
             if fast_failure is not None:
-                fast_failure.fast_committed(self._loop)
+                fast_failure.committed(self._loop, self._loop.time())
         return position, outcome, frame_length
 
     def wait_for_space(self) -> asyncio.Future:

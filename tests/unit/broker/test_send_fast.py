@@ -564,6 +564,39 @@ def test_sends_left_in_the_ring_are_withdrawn_busy(sides):
     assert fast_side.putter.fast_failure.withdrawn_total == 5
 
 
+def test_fast_failure_sees_both_paths_puts_in_one_walk(tmp_path):
+    """The puts of both paths wait in one C FIFO, and fast failure's age of a Python path put
+    counts from when it began to wait (for ring space too), so an old put behind a younger
+    fast send is found, is the oldest, and one withdraw answers both kinds."""
+    side = Side(tmp_path, "one", fast=True, wait_ms=50)
+
+    async def main():
+        connection, transport = side.connect()
+        side.refresh()
+        young = frame("binary", body=b"young")
+        feed(connection, young)
+        core = side.putter.core
+        assert core.waiting == 1 and core.fast_puts_total == 1
+        now = asyncio.get_running_loop().time()
+        python_id = core.put_python(b"\0" * 64, TOPIC.encode(), 0, 1, 0, True, now - 1.0)
+        side.regions[0].ring.commit()
+        assert python_id == 2 and core.waiting == 2
+        assert core.aged(now - 0.5, 0) == python_id       # behind a younger fast send
+        assert core.aged(now - 0.5, python_id) == 0
+        assert abs(core.oldest(0) - (now - 1.0)) < 1e-6
+        side.control.worker(0).cancel_request_id = python_id   # fast failure's handshake
+        withdrawn, fast, python = core.withdraw(0, python_id, 9)
+        assert withdrawn == 2
+        assert [opaque for _, opaque, _ in fast] == [command.decode(young, 0, len(young)).opaque]
+        assert python == [(python_id, pytest.approx(now - 1.0))]
+        assert core.aged(now, 0) == 0 and core.oldest(0) is None and core.waiting == 2
+        side.appender.run()            # the appender completes them unstored: dropped here
+        side.putter.on_wake()
+        assert core.waiting == 0 and bytes(transport.written) == b""
+        assert side.appender.requests == []
+    asyncio.run(main())
+
+
 def test_page_cache_busy_refuses_every_send(sides):
     """A drain older than osPageCacheBusyTimeOutMills: every send (the fast path's too) is
     answered SYSTEM_ERROR [PC_SYNCHRONIZED] at once and nothing reaches the ring."""
