@@ -13,10 +13,11 @@ was held (both paths).
 
 Both paths share the ring through :class:`pybroker._fast.send_path.SendPath`: the Python path
 (:meth:`RingPutter.put`) and the send fast path of the worker's connections
-(:class:`FastSendPort`: frames straight from a receive buffer into the ring, completions
-straight into response bytes) take request ids, ring space and completion slots from it, so
-requests of both kinds stay in one order and one count. A put may start only with a
-completion slot free for it (the appender can then always complete what it takes). The
+(:class:`pybroker.proc.send_port.FastSendPort`: frames straight from a receive buffer into
+the ring, completions straight into response bytes) take request ids, ring space and
+completion slots from it, so requests of both kinds stay in one order and one count. A put
+may start only with a completion slot free for it (the appender can then always complete what
+it takes). The
 SYNC_FLUSH / SYNC_MASTER holds of both paths are one implementation, in C
 (``pybroker/_fast/send_held.pxd``): a Python path put waits in the same FIFO as the fast
 sends and its outcome (the status, as the fast path answers it) comes back here from
@@ -41,6 +42,7 @@ from pybroker._fast import send_path
 from pybroker.broker.send_fast import FastSendSettings, busy_frame
 from pybroker.proc import ring_format
 from pybroker.proc.fast_failure import FastFailure, Withdrawn, busy
+from pybroker.proc.send_port import FastSendPort
 from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, PositionWatch, ProducerSide,
                                 SleepFlag)
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
@@ -49,7 +51,7 @@ from pybroker.store import layout
 from pybroker.store.message_store import PutResult
 from pybroker.store.status import PutStatus
 
-__all__ = ["RingPutter", "FastSendPort"]
+__all__ = ["RingPutter"]
 
 # The fast path writes put requests in C (pybroker/_fast/send_path.pyx) with the appender's
 # C view of ring_format's layout (pybroker/_fast/put_request.pxd, checked by ring_format);
@@ -227,7 +229,7 @@ class RingPutter:
         self.core.set_topics(entries)
 
     def open_fast_port(self, born_host: tuple[bytes, int],
-                       write: Callable[[bytes], object]) -> "FastSendPort":
+                       write: Callable[[bytes], object]) -> FastSendPort:
         """A connection's door to the fast path; ``write(frames)`` sends its response frames
         (one bytes object per drain)."""
         if not self.fast_enabled:
@@ -236,7 +238,8 @@ class RingPutter:
         self._writers[slot] = write
         return FastSendPort(self, slot)
 
-    def _close_fast_port(self, slot: int) -> None:
+    def close_fast_port(self, slot: int) -> None:
+        """Drop the fast port of ``slot`` (its connection closed) and the answers due to it."""
         if self._writers.pop(slot, None) is not None:
             self.core.close_slot(slot)
 
@@ -275,11 +278,11 @@ class RingPutter:
             fast_failure.committed(loop, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
         # lock-stepped one producer with the appender (fewer messages/s, not more).
-        self._after_commit(loop, self.ring.commit(), 1)
+        self.after_commit(loop, self.ring.commit(), 1)
         self.puts_total += 1
         return await future
 
-    def _after_commit(self, loop: asyncio.AbstractEventLoop, appender_asleep: bool,
+    def after_commit(self, loop: asyncio.AbstractEventLoop, appender_asleep: bool,
                       puts: int) -> None:
         """After a commit of ``puts`` requests: when the appender sleeps, wake it after the
         callbacks of this loop turn (the other puts decoded from the same reads) have
@@ -313,7 +316,7 @@ class RingPutter:
                     return request_id
             self.space_waits_total += 1
             loop = asyncio.get_running_loop()
-            self._after_commit(loop, self.ring.commit(), 0)   # what is reserved must go out
+            self.after_commit(loop, self.ring.commit(), 0)   # what is reserved must go out
             waiter = self.wait_for_space()
             if self.fast_failure is not None:
                 self.fast_failure.waiting(loop, waiter, started)
@@ -443,49 +446,6 @@ class RingPutter:
             else:
                 withdrawn -= 1       # its put was given up already (cancelled)
         return withdrawn
-
-
-class FastSendPort:
-    """One client connection's door to the send fast path: its frame taker
-    (pybroker.remoting.frame_taker.FrameTaker, RemotingConnection.use_frame_taker).
-
-    :meth:`take` puts the leading fast-path frames of the receive buffer into the ring and
-    says what stopped it (see ``pybroker._fast.send_path.SendPath.take``)."""
-
-    __slots__ = ("putter", "slot", "_core", "_loop", "_fast_failure")
-
-    def __init__(self, putter: RingPutter, slot: int):
-        self.putter = putter
-        self.slot = slot
-        self._core = putter.core
-        self._loop = asyncio.get_running_loop()
-        self._fast_failure = putter.fast_failure
-
-    def take(self, buffer, start: int, end: int) -> tuple[int, int, int]:
-        """``(position, outcome, frame_length)`` after taking the fast frames from start."""
-        core = self._core
-        fast_failure = self._fast_failure
-        if fast_failure is not None:
-            # The page cache is busy: the handlers answer every send (they refuse it).
-            core.divert = fast_failure.page_cache_busy()
-        position, outcome, frame_length, puts, asleep = core.take(buffer, start, end,
-                                                                  self.slot)
-        if puts:
-            putter = self.putter
-            putter.puts_total += puts
-            putter._after_commit(self._loop, asleep, puts)
-            if fast_failure is not None:
-                fast_failure.committed(self._loop, self._loop.time())
-        return position, outcome, frame_length
-
-    def wait_for_space(self) -> asyncio.Future:
-        """Resolved when a TAKE_FULL may be retried."""
-        self.putter.space_waits_total += 1
-        return self.putter.wait_for_space()
-
-    def close(self) -> None:
-        """The connection closed: answers still due to it are dropped."""
-        self.putter._close_fast_port(self.slot)
 
 
 def _loop_time() -> float:

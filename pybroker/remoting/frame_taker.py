@@ -11,7 +11,7 @@ before ``position`` the taker has taken itself.
 
 :class:`WholeFrames` takes nothing: every whole frame is the connection's (clients, the
 NameServer, internal links, a broker without the send fast path). A remoting worker's client
-connections use the send fast path's port instead (``pybroker.proc.ring_putter.FastSendPort``),
+connections use the send fast path's port instead (``pybroker.proc.send_port.FastSendPort``),
 which takes the leading sends straight into the send ring.
 """
 import asyncio

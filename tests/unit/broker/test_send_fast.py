@@ -3,7 +3,7 @@
 Method: a table of valid and invalid SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and
 SEND_BATCH_MESSAGE (320) frames, in both header encodings, goes through a real
 RemotingConnection (fake transport, real frames) twice: once with the Python path only, once
-with the fast path (ring_putter.FastSendPort) in front of it, each over its own real
+with the fast path (send_port.FastSendPort) in front of it, each over its own real
 shared-memory send and completion rings. A stand-in appender in the test assigns offsets and
 answers each put (PUT_OK, or a status the body asks for). The response frames (by opaque) and
 the put requests that reached the ring must be byte for byte the same; the rows marked fast must

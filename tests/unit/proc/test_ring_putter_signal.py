@@ -87,7 +87,7 @@ def test_signal_goes_out_within_the_turn_after_many_puts(plane):
         for _ in range(40):
             offset = ring.reserve(8)
             ring.data()[offset:offset + 8] = b"\x00" * 8
-            putter._after_commit(asyncio.get_running_loop(), ring.commit(), 1)
+            putter.after_commit(asyncio.get_running_loop(), ring.commit(), 1)
             seen.append(wake.consume())
         return seen
     seen = asyncio.run(main())

@@ -1,0 +1,76 @@
+# A client connection's door to the send fast path: its frame taker over the RingPutter.
+"""The send fast path's port (:class:`FastSendPort`): one per client connection of a remoting
+worker, the connection's frame taker (:mod:`pybroker.remoting.frame_taker`). :meth:`FastSendPort.
+take` puts the leading fast-path frames of the receive buffer into the send ring
+(``pybroker._fast.send_path.SendPath.take``) and says what stopped it; the answers come back
+through the writer the putter holds for the port's slot.
+
+The port sees its putter (:class:`pybroker.proc.ring_putter.RingPutter`) through
+:class:`PortPutter`, the putter's public members a port uses: the shared ``SendPath``, fast
+failure, the counters, the appender wake-up after a commit, the wait for space and the close.
+"""
+import asyncio
+from typing import Protocol
+
+from pybroker._fast.send_path import SendPath
+from pybroker.proc.fast_failure import FastFailure
+
+__all__ = ["FastSendPort", "PortPutter"]
+
+
+class PortPutter(Protocol):
+    """What a :class:`FastSendPort` uses of its putter (ring_putter.RingPutter)."""
+    core: SendPath
+    fast_failure: FastFailure | None
+    puts_total: int
+    space_waits_total: int
+
+    def after_commit(self, loop: asyncio.AbstractEventLoop, appender_asleep: bool,
+                     puts: int) -> None:
+        """Wake the appender (now or at the end of the loop turn) after ``puts`` commits."""
+
+    def wait_for_space(self) -> asyncio.Future:
+        """Resolved at the next wake-up that may have freed ring space or completion slots."""
+
+    def close_fast_port(self, slot: int) -> None:
+        """Drop the port of ``slot`` and the answers still due to it."""
+
+
+class FastSendPort:
+    """One client connection's door to the send fast path: its frame taker
+    (pybroker.remoting.frame_taker.FrameTaker, RemotingConnection.use_frame_taker)."""
+
+    __slots__ = ("putter", "slot", "_core", "_loop", "_fast_failure")
+
+    def __init__(self, putter: PortPutter, slot: int):
+        self.putter = putter
+        self.slot = slot
+        self._core = putter.core
+        self._loop = asyncio.get_running_loop()
+        self._fast_failure = putter.fast_failure
+
+    def take(self, buffer, start: int, end: int) -> tuple[int, int, int]:
+        """``(position, outcome, frame_length)`` after taking the fast frames from start."""
+        core = self._core
+        fast_failure = self._fast_failure
+        if fast_failure is not None:
+            # The page cache is busy: the handlers answer every send (they refuse it).
+            core.divert = fast_failure.page_cache_busy()
+        position, outcome, frame_length, puts, asleep = core.take(buffer, start, end,
+                                                                  self.slot)
+        if puts:
+            putter = self.putter
+            putter.puts_total += puts
+            putter.after_commit(self._loop, asleep, puts)
+            if fast_failure is not None:
+                fast_failure.committed(self._loop, self._loop.time())
+        return position, outcome, frame_length
+
+    def wait_for_space(self) -> asyncio.Future:
+        """Resolved when a TAKE_FULL may be retried."""
+        self.putter.space_waits_total += 1
+        return self.putter.wait_for_space()
+
+    def close(self) -> None:
+        """The connection closed: answers still due to it are dropped."""
+        self.putter.close_fast_port(self.slot)
