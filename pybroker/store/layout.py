@@ -155,3 +155,84 @@ CHECKPOINT_RECOVERY_SAFETY_MS = 3000
 # --- File names ---------------------------------------------------------------------------------
 OFFSET_FILE_NAME_DIGITS = 20          # commitlog/ and consumequeue/ segment names
 INDEX_FILE_NAME_FORMAT = "%Y%m%d%H%M%S"  # + 3 digits of milliseconds = 17 digits
+
+# --- Timer store (Java 5.x RIP-43: timerlog/, timerwheel, config/timercheck) ---------------------
+# TimerLog unit: one per enqueued timer message, appended to 20-digit-named files of
+# mappedFileSizeTimerLog bytes; units of one wheel slot are chained through PREV_POS (newest
+# first), the slot holding the first and last position.
+#
+#     off size field
+#       0    4  SIZE            TIMERLOG_UNIT_SIZE (a blank names the bytes to the file end)
+#       4    8  PREV_POS        timerlog offset of the slot's previous unit, -1 for none
+#      12    4  MAGIC           TIMER_MAGIC_* bits (the blank: BLANK_MAGIC_CODE)
+#      16    8  WRITE_TIME      ms; the wheel's write time when enqueued (TIMER_ENQUEUE_MS)
+#      24    4  DELAY           ms after WRITE_TIME of the slot (delayed time - write time)
+#      28    8  OFFSET_PY       CommitLog physical offset of the message
+#      36    4  SIZE_PY         its record size
+#      40    4  TOPIC_HASH      Java String.hashCode of REAL_TOPIC (0 without one)
+#      44    8  RESERVED        0
+TIMERLOG_SIZE_POSITION = 0
+TIMERLOG_PREV_POS_POSITION = TIMERLOG_SIZE_POSITION + 4
+TIMERLOG_MAGIC_POSITION = TIMERLOG_PREV_POS_POSITION + 8
+TIMERLOG_WRITE_TIME_POSITION = TIMERLOG_MAGIC_POSITION + 4
+TIMERLOG_DELAY_POSITION = TIMERLOG_WRITE_TIME_POSITION + 8
+TIMERLOG_OFFSET_PY_POSITION = TIMERLOG_DELAY_POSITION + 4
+TIMERLOG_SIZE_PY_POSITION = TIMERLOG_OFFSET_PY_POSITION + 8
+TIMERLOG_TOPIC_HASH_POSITION = TIMERLOG_SIZE_PY_POSITION + 4
+TIMERLOG_RESERVED_POSITION = TIMERLOG_TOPIC_HASH_POSITION + 4
+TIMERLOG_UNIT_SIZE = TIMERLOG_RESERVED_POSITION + 8
+assert TIMERLOG_UNIT_SIZE == 4 + 8 + 4 + 8 + 4 + 8 + 4 + 4 + 8 == 52
+assert (TIMERLOG_OFFSET_PY_POSITION, TIMERLOG_TOPIC_HASH_POSITION) == (28, 40)
+# The end-of-file blank: SIZE (bytes left), 8 zero bytes, BLANK_MAGIC_CODE; every file keeps
+# room for it after its last unit.
+TIMERLOG_MIN_BLANK_BYTES = 4 + 8 + 4
+TIMER_MAGIC_DEFAULT = 1
+TIMER_MAGIC_ROLL = 1 << 1       # parked again further on: delivered to rmq_sys_wheel_timer
+TIMER_MAGIC_DELETE = 1 << 2     # a cancel mark (TIMER_DEL_UNIQKEY), never delivered
+TIMER_MAGIC_MASK = 0xF          # Java's isMagicOK: no bit outside the low four
+
+
+def timerlog_last_unit_position(file_size: int) -> int:
+    """File position of the last unit a timerlog file of ``file_size`` bytes can hold (the
+    expired-file check reads it)."""
+    return file_size - (file_size - TIMERLOG_MIN_BLANK_BYTES) % TIMERLOG_UNIT_SIZE \
+        - TIMERLOG_MIN_BLANK_BYTES - TIMERLOG_UNIT_SIZE
+
+
+assert timerlog_last_unit_position(100 * 1024 * 1024) % TIMERLOG_UNIT_SIZE == 0
+
+# TimerWheel slot: a fixed-size file of 2 * TIMER_WHEEL_SLOTS slots, slot of time t at index
+# (t / precision) % (2 * TIMER_WHEEL_SLOTS) whatever the precision.
+#
+#     off size field
+#       0    8  TIME            t / timerPrecisionMs (a stale slot holds another time)
+#       8    8  FIRST_POS       timerlog offset of the slot's first unit, -1 for none
+#      16    8  LAST_POS        timerlog offset of its last unit (the chain's head)
+#      24    4  NUM             messages parked (cancel marks count -1)
+#      28    4  MAGIC           0 (unused)
+TIMER_SLOT_TIME_POSITION = 0
+TIMER_SLOT_FIRST_POS_POSITION = TIMER_SLOT_TIME_POSITION + 8
+TIMER_SLOT_LAST_POS_POSITION = TIMER_SLOT_FIRST_POS_POSITION + 8
+TIMER_SLOT_NUM_POSITION = TIMER_SLOT_LAST_POS_POSITION + 8
+TIMER_SLOT_MAGIC_POSITION = TIMER_SLOT_NUM_POSITION + 4
+TIMER_SLOT_SIZE = TIMER_SLOT_MAGIC_POSITION + 4
+assert TIMER_SLOT_SIZE == 8 + 8 + 8 + 4 + 4 == 32
+TIMER_WHEEL_TTL_DAYS = 7
+TIMER_WHEEL_SLOTS = TIMER_WHEEL_TTL_DAYS * 24 * 3600     # slotsTotal, whatever the precision
+TIMER_WHEEL_FILE_SIZE = TIMER_WHEEL_SLOTS * 2 * TIMER_SLOT_SIZE
+assert TIMER_WHEEL_FILE_SIZE == 38_707_200
+# Slots kept free at the read end of the wheel: a roll window never reaches them.
+TIMER_BLANK_SLOTS = 60
+
+# config/timercheck: mapped one OS page long, seven big-endian longs at its start (also the
+# body of GET_TIMER_CHECK_POINT).
+TIMER_CHECK_LAST_READ_TIME_POSITION = 0
+TIMER_CHECK_LAST_TIMERLOG_FLUSH_POSITION = 8
+TIMER_CHECK_LAST_QUEUE_OFFSET_POSITION = 16
+TIMER_CHECK_MASTER_QUEUE_OFFSET_POSITION = 24
+TIMER_CHECK_STATE_VERSION_POSITION = 32
+TIMER_CHECK_VERSION_TIMESTAMP_POSITION = 40
+TIMER_CHECK_VERSION_COUNTER_POSITION = 48
+TIMER_CHECK_ENCODED_SIZE = TIMER_CHECK_VERSION_COUNTER_POSITION + 8
+assert TIMER_CHECK_ENCODED_SIZE == 7 * 8 == 56
+TIMER_CHECK_FILE_SIZE = 4096

@@ -21,6 +21,11 @@ SUBSCRIPTION_GROUP_CONFIG = "subscriptionGroup.json"
 DELAY_OFFSET_CONFIG = "delayOffset.json"
 CONSUMER_FILTER_CONFIG = "consumerFilter.json"
 MESSAGE_REQUEST_MODE_CONFIG = "messageRequestMode.json"   # 5.x
+# The 5.x timer store (store/timer_*.py): files in the root and the config directory.
+TIMERLOG_DIR = "timerlog"
+TIMER_WHEEL_FILE = "timerwheel"
+TIMER_CHECK_CONFIG = "timercheck"
+TIMER_METRICS_CONFIG = "timermetrics"
 
 
 def commitlog_dir(store_root: str) -> str:
@@ -131,3 +136,13 @@ def broker_identity_path(store_root: str) -> str:
     (store/broker_identity.py; Java's default ``storePathBrokerIdentity``); the application in
     progress is ``<root>/brokerIdentity-temp``."""
     return os.path.join(store_root, "brokerIdentity")
+
+
+def timerlog_dir(store_root: str) -> str:
+    """``<root>/timerlog``: the timer log's 20-digit-named files (store/timer_log.py)."""
+    return os.path.join(store_root, TIMERLOG_DIR)
+
+
+def timer_wheel_path(store_root: str) -> str:
+    """``<root>/timerwheel``: the timer wheel, one fixed-size file (store/timer_wheel.py)."""
+    return os.path.join(store_root, TIMER_WHEEL_FILE)
