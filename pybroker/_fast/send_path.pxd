@@ -13,7 +13,7 @@ from pybroker._fast.record cimport RecordFields
 from pybroker._fast.send_read cimport PropertyScan, SendRequest
 
 cdef enum:
-    STATUSES_MAX = 16              # PutStatus values a completion may carry
+    STATUSES_MAX = 24              # PutStatus values a completion may carry
 
 
 cdef struct ConnectionSlot:

@@ -60,8 +60,7 @@ from pybroker._fast.send_answer cimport (AnswerValues, Template, answer_bytes_ma
                                          set_template, write_answer)
 from pybroker._fast.send_read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
                                        FIELD_TOPIC, PROPERTIES_MAX_BYTES,
-                                       PROPERTY_HAS_CLUSTER, PROPERTY_HAS_DELAY,
-                                       PROPERTY_HAS_TRANSACTION, PropertyScan,
+                                       PROPERTY_HANDLER_ONLY, PropertyScan,
                                        RPC_FLAG_ONEWAY, SendRequest, batch_entry,
                                        batch_records_bytes, combine_properties,
                                        combined_properties_length, read_send_request,
@@ -462,7 +461,7 @@ cdef class SendPath:
                                scan) < 0:
                 return -1
             length = scan.stored_length
-        if scan.flags & (PROPERTY_HAS_DELAY | PROPERTY_HAS_TRANSACTION | PROPERTY_HAS_CLUSTER):
+        if scan.flags & PROPERTY_HANDLER_ONLY:
             return -1
         memcpy(self._properties + length, <const char *>self._cluster_pair,
                len(self._cluster_pair))

@@ -32,6 +32,10 @@ cdef enum:
     PROPERTY_HAS_DELAY = 1
     PROPERTY_HAS_TRANSACTION = 2
     PROPERTY_HAS_CLUSTER = 4
+    PROPERTY_HAS_TIMER = 8      # TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS (5.x)
+    # A single send with any of these goes to the handler (send_path.pyx).
+    PROPERTY_HANDLER_ONLY = (PROPERTY_HAS_DELAY | PROPERTY_HAS_TRANSACTION
+                             | PROPERTY_HAS_CLUSTER | PROPERTY_HAS_TIMER)
     # Byte limit of a stored properties string (signed 16-bit length in the record).
     PROPERTIES_MAX_BYTES = 32767
     # Pairs in one properties string, as send.py's PROPERTIES_COUNT_MAX (checked at import).

@@ -707,6 +707,12 @@ cdef int _pair(const unsigned char *name, Py_ssize_t name_length, const unsigned
         scan.flags |= PROPERTY_HAS_TRANSACTION
     elif _name_is(name, name_length, "CLUSTER"):
         scan.flags |= PROPERTY_HAS_CLUSTER
+    elif name_length >= 14 and name[0] == c'T' and name[5] == c'_' and (
+            _name_is(name, name_length, "TIMER_DELIVER_MS")
+            or _name_is(name, name_length, "TIMER_DELAY_SEC")
+            or _name_is(name, name_length, "TIMER_DELAY_MS")):
+        # A 5.x timer message: broker/timer_message.py decides (a batch stores them as is).
+        scan.flags |= PROPERTY_HAS_TIMER
     if out != NULL:
         memcpy(out + n[0], name, <size_t>name_length)
         n[0] += name_length

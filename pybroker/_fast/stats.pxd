@@ -46,7 +46,7 @@ cpdef enum:
     HIST_COUNT_WORD = 64
     HIST_SUM_WORD = 65
     HIST_MAX_WORD = 66
-    HISTOGRAMS_PER_WRITER = 16
+    HISTOGRAMS_PER_WRITER = 18
     KEY_WORDS = 4
     KEY_HEADER_BYTES = 48
     KEY_BYTES_MAX = 400                   # topic (127) + "@" + group (255) fits
@@ -121,6 +121,14 @@ cpdef enum StatsCounter:
     ACK_STARTED = 66              # remoting: ACK / BATCH_ACK / CHANGE_INVISIBLETIME requests
     ACK_FINISHED = 67             # started / answered (Java's ack thread pool)
     ACK_OLDEST_MS = 68            # remoting gauge: the ack family's oldest unanswered request
+    TIMER_ENQUEUED = 69           # timer: units appended to the timer log (marks, rolls too)
+    TIMER_DEQUEUED = 70           # timer: re-puts stored (delivered, rolled, due at enqueue)
+    TIMER_ROLLED = 71             # timer: re-puts back onto the wheel topic (rolls)
+    TIMER_CANCELLED = 72          # timer: messages a cancel mark dropped
+    TIMER_DUPLICATES_DROPPED = 73  # timer: second units of one message in one slot
+    TIMER_UNREADABLE = 74         # timer: units or records that could not be read (skipped)
+    TIMER_PUT_DROPPED = 75        # timer: due messages given up (Java's PUT_NO_RETRY, tries)
+    TIMER_DUE_AT_ENQUEUE = 76     # timer: delivered at enqueue, their slot already passed
 
 
 cpdef enum StatsHistogram:
@@ -142,6 +150,8 @@ cpdef enum StatsHistogram:
     COMMIT_US = 14                # appender: one transient-pool commit (write to the file)
     ALLOCATE_US = 15              # flusher: one file prepared ahead of the writer (create,
                                   # warm, mlock), off the append path
+    TIMER_LATENESS_MS = 16        # timer: per delivered message, stored after its slot's end
+    TIMER_SLOT_MESSAGES = 17      # timer: messages per delivered slot
 
 
 cpdef enum StatsKeyKind:
@@ -157,6 +167,8 @@ cpdef enum StatsKeyKind:
                                   # check-point records stored, -, requests
     KEY_GROUP_ACK = 7             # key topic@group; words: acks (Java's count, before the
                                   # put), ack records stored, requests
+    KEY_TIMER_ENQUEUE = 8         # timer: key real topic; words: messages enqueued
+    KEY_TIMER_DEQUEUE = 9         # timer: key real topic; words: messages delivered
 
 
 cpdef enum KeyWord:

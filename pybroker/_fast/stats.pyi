@@ -103,6 +103,14 @@ class StatsCounter(enum.IntEnum):
     ACK_STARTED = 66
     ACK_FINISHED = 67
     ACK_OLDEST_MS = 68
+    TIMER_ENQUEUED = 69
+    TIMER_DEQUEUED = 70
+    TIMER_ROLLED = 71
+    TIMER_CANCELLED = 72
+    TIMER_DUPLICATES_DROPPED = 73
+    TIMER_UNREADABLE = 74
+    TIMER_PUT_DROPPED = 75
+    TIMER_DUE_AT_ENQUEUE = 76
 
 
 class StatsHistogram(enum.IntEnum):
@@ -122,6 +130,8 @@ class StatsHistogram(enum.IntEnum):
     PULL_READ_US = 13
     COMMIT_US = 14
     ALLOCATE_US = 15
+    TIMER_LATENESS_MS = 16
+    TIMER_SLOT_MESSAGES = 17
 
 
 class StatsKeyKind(enum.IntEnum):
@@ -132,6 +142,8 @@ class StatsKeyKind(enum.IntEnum):
     KEY_PULL_OFFSET = 5
     KEY_GROUP_CK = 6
     KEY_GROUP_ACK = 7
+    KEY_TIMER_ENQUEUE = 8
+    KEY_TIMER_DEQUEUE = 9
 
 
 class KeyWord(enum.IntEnum):

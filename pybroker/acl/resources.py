@@ -128,6 +128,8 @@ RESOURCE_CODES: dict[int, Extractor] = {
     RequestCode.POLLING_INFO: _pull,
     RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
     RequestCode.QUERY_ASSIGNMENT: _query_assignment,
+    # 5.x: recalling a timer message needs the right to send to its topic (Java's ACL 2.0).
+    RequestCode.RECALL_MESSAGE: _send("topic"),
 }
 
 AUTHENTICATED_CODES = frozenset({
@@ -149,6 +151,8 @@ AUTHENTICATED_CODES = frozenset({
     # RocketMQ 5.x protocol basics
     RequestCode.GET_TOPIC_CONFIG, RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
     RequestCode.GET_ALL_MESSAGE_REQUEST_MODE,
+    # 5.x timer (a slave syncs both)
+    RequestCode.GET_TIMER_CHECK_POINT, RequestCode.GET_TIMER_METRICS,
 })
 
 ADMIN_CODES = frozenset({

@@ -66,6 +66,9 @@ class BrokerContext:
     now_ms: Callable[[], int] = field(default=clock.now_ms)
     # The shared POP state (broker/pop/state.py): remoting workers, the supervisor, tests.
     pop: Any = None
+    # Messages parked in the timer slot of a time (ms): the send path's congestion check when
+    # timerCongestNumEachSlot can be exceeded (broker/timer_message.py); None: not checked.
+    timer_slot_num: Callable[[int], int] | None = None
 
 
 @dataclass

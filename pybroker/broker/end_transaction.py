@@ -77,6 +77,7 @@ def _final_message(ctx, decoded, properties: dict[str, str]) -> RePut:
     sys_flag = (decoded.sys_flag & ~TRANSACTION_TYPE_MASK) | END_TRANSACTION_COMMIT
     return reput_message(decoded, destination[0], destination[1], properties, redirect=seen,
                          levels_count=len(ctx.config.derived.delay_levels_ms),
+                         timer=send.timer_rules(ctx), now_ms=ctx.now_ms(),
                          sys_flag=sys_flag, prepared_transaction_offset=decoded.physical_offset,
                          store_timestamp=decoded.store_timestamp)
 

@@ -85,7 +85,8 @@ class MetadataState:
         self.channel_expired_timeout_ms = channel_expired_timeout_ms
         broker = config.broker
         self.topics = TopicConfigManager(paths.config_path(root, paths.TOPICS_CONFIG), broker,
-                                         lambda: self._changed("topics"))
+                                         lambda: self._changed("topics"),
+                                         config.store.timer_wheel_enable)
         self.groups = SubscriptionGroupManager(
             paths.config_path(root, paths.SUBSCRIPTION_GROUP_CONFIG), broker,
             lambda: self._changed("groups"))

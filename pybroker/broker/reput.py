@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from pybroker.broker import send
 from pybroker.broker.interfaces import StoreReader
+from pybroker.broker.timer_message import TimerRules
 from pybroker.protocol.constants import (TRANSACTION_TYPE_MASK, MessageSysFlag, Property,
                                          SystemTopic)
 from pybroker.protocol.properties import encode_properties
@@ -74,6 +75,7 @@ def real_destination(properties: Mapping[str, str]) -> tuple[str, int] | None:
 
 def reput_message(decoded, topic: str, queue_id: int, properties: Mapping[str, str], *,
                   redirect: Mapping[str, str] | None = None, levels_count: int = 0,
+                  timer: TimerRules | None = None, now_ms: int = 0,
                   sys_flag: int | None = None, flag: int | None = None,
                   reconsume_times: int | None = None, prepared_transaction_offset: int = 0,
                   store_timestamp: int = 0, queue_offset: int = 0,
@@ -82,21 +84,26 @@ def reput_message(decoded, topic: str, queue_id: int, properties: Mapping[str, s
 
     Body, born host and time and store host always come from ``decoded``; ``sys_flag``,
     ``flag`` and ``reconsume_times`` too unless given. ``properties`` is stored as given (the
-    caller applies its Java rule); ``redirect`` is the map the store looks at for the delay
-    redirect, with ``levels_count`` delay levels (see the module docstring); a redirect turns
-    the destination into SCHEDULE_TOPIC_XXXX. ``prepared_transaction_offset`` (bytes),
-    ``store_timestamp`` (ms), ``queue_offset`` and ``physical_offset`` are written as given (the
-    appender patches the last three of a stored record; a record sent to a client keeps them).
-    Raises SendRefused (MESSAGE_ILLEGAL) when the redirect map has a non-numeric DELAY.
+    caller applies its Java rule); ``redirect`` is the map the store looks at for the put-time
+    redirects (send.redirect_scheduled: the 5.x timer rule ``timer`` at ``now_ms``, then the
+    delay level with ``levels_count`` levels; see the module docstring); a redirect turns the
+    destination into SCHEDULE_TOPIC_XXXX or rmq_sys_wheel_timer.
+    ``prepared_transaction_offset`` (bytes), ``store_timestamp`` (ms), ``queue_offset`` and
+    ``physical_offset`` are written as given (the appender patches the last three of a stored
+    record; a record sent to a client keeps them).
+    Raises SendRefused (MESSAGE_ILLEGAL) when the redirect map has a non-numeric DELAY, and
+    with Java's code and remark when the timer rule refuses.
     """
     if sys_flag is None:
         sys_flag = decoded.sys_flag
     stored = properties
     if redirect is not None and sys_flag & TRANSACTION_TYPE_MASK in _REDIRECTABLE_TYPES:
         assert levels_count > 0, "a delay redirect needs the delay levels"
+        assert timer is not None, "a redirect needs the timer rules"
         seen = dict(redirect)
-        new_topic, new_queue_id = send.redirect_delay(topic, queue_id, seen, levels_count)
-        if new_topic == SystemTopic.SCHEDULE:
+        new_topic, new_queue_id = send.redirect_scheduled(topic, queue_id, seen, levels_count,
+                                                          timer, now_ms)
+        if new_topic in (SystemTopic.SCHEDULE, SystemTopic.WHEEL_TIMER) and new_topic != topic:
             topic, queue_id, stored = new_topic, new_queue_id, seen
     records = send.encode_message(
         topic, queue_id, decoded.flag if flag is None else flag, decoded.body,

@@ -19,6 +19,8 @@ DATA_CODES = frozenset({
     RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.BATCH_ACK_MESSAGE,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME, RequestCode.PEEK_MESSAGE,
     RequestCode.NOTIFICATION, RequestCode.POLLING_INFO,
+    # 5.x timer (issue #23, broker/timer_requests.py): files of the timer worker, a put.
+    RequestCode.GET_TIMER_CHECK_POINT, RequestCode.GET_TIMER_METRICS, RequestCode.RECALL_MESSAGE,
 })
 
 METADATA_CODES = frozenset({

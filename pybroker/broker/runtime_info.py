@@ -1,6 +1,6 @@
 # GET_BROKER_RUNTIME_INFO: Java's keys, meanings and string formats from the shared counters.
-"""The runtime table mqadmin brokerStatus prints (Java 4.9.8 keys, plus 5.x putLatency99/999
-and the ack pool's keys).
+"""The runtime table mqadmin brokerStatus prints (Java 4.9.8 keys, plus 5.x putLatency99/999,
+the ack pool's keys and the 5.x timer keys of pybroker/stats/timer_gauges.py).
 
 Every figure is measured: store counters come from the instrument region (the appender's puts,
 the remoting workers' reads), rates from the supervisor's sampler, positions from the control
@@ -23,6 +23,7 @@ from pybroker.broker.context import BrokerContext
 from pybroker.protocol import constants
 from pybroker._fast.stats import StatsCounter as C
 from pybroker.stats.service import PUT_DISTRIBUTE_DESC, histogram_percentile
+from pybroker.stats.timer_gauges import TimerGauges
 from pybroker.stats.windows import java_double
 from pybroker.store import paths
 from pybroker.store.message_store import human_readable_bytes
@@ -196,6 +197,11 @@ def runtime_info(ctx: BrokerContext) -> dict[str, str]:
         info.update(service.scrubber_status())
     if service.region.enabled:
         info["damagedRecordsRead"] = str(snapshot.counter(C.DAMAGED_RECORDS_READ))
+    gauges = TimerGauges(ctx.config, lambda: service.control, ctx.store)
+    try:
+        info.update(gauges.runtime_info())
+    finally:
+        gauges.close()
     store = ctx.config.store
     if store.transient_store_pool_active:
         # Java's availableBufferNums(): one buffer is attached to the file being written and

@@ -32,7 +32,10 @@ from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, DLQ_QUEUE_NUMS_
                                          RETRY_GROUP_TOPIC_PREFIX, TRANSACTION_TYPE_MASK,
                                          MessageSysFlag, MQVersion, Perm, Property,
                                          SystemTopic, TopicSysFlag)
+from pybroker.protocol.message_id import create_uniq_id
 from pybroker.protocol.properties import append_batch_properties, encode_properties
+from pybroker.broker import timer_message
+from pybroker.broker.timer_message import TimerRefused, TimerRules
 from pybroker.store import layout
 from pybroker.store.config_docs import TopicConfig
 from pybroker.store.status import PutStatus, send_response
@@ -151,6 +154,49 @@ def redirect_delay(topic: str, queue_id: int, properties: dict[str, str],
     properties[Property.REAL_TOPIC] = topic
     properties[Property.REAL_QUEUE_ID] = str(queue_id)
     return SystemTopic.SCHEDULE, level - 1
+
+
+def redirect_scheduled(topic: str, queue_id: int, properties: dict[str, str],
+                       levels_count: int, timer: TimerRules,
+                       now_ms: int) -> tuple[str, int]:
+    """Java 5.x's put-time redirects for NOT/COMMIT type messages, in Java's order (HookUtils
+    handleScheduleMessage): the timer rule (broker/timer_message.py: a timer message goes to
+    rmq_sys_wheel_timer, a delay level wins over it), then the delay level
+    (:func:`redirect_delay`). ``properties`` changes in place; returns the (topic, queue id)
+    to store under. A timer refusal raises SendRefused with Java's code and remark."""
+    try:
+        new_topic, new_queue_id = timer_message.redirect_timer(topic, queue_id, properties,
+                                                               timer, now_ms)
+    except TimerRefused as refused:
+        code, remark = send_response(PutStatus[refused.status], timer=timer)
+        raise SendRefused(code, remark) from None
+    if new_topic == timer_message.TIMER_TOPIC and topic != new_topic:
+        # Java 5.x gives every message a UNIQ_KEY before the store hooks run: the timer's
+        # cancel marks and recall handles name it.
+        properties.setdefault(Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, create_uniq_id())
+        return new_topic, new_queue_id
+    return redirect_delay(topic, queue_id, properties, levels_count)
+
+
+def recall_handle_of(properties: dict[str, str], broker_name: str) -> str | None:
+    """The recall handle a single send's answer carries (Java attachRecallHandle): for a
+    message parked in the timer wheel whose real topic is not a retry topic, else None."""
+    out_ms = properties.get(Property.TIMER_OUT_MS)
+    real_topic = properties.get(Property.REAL_TOPIC)
+    if out_ms is None or real_topic is None or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return None
+    try:
+        timer_out_ms = int(out_ms)
+    except ValueError:
+        return None
+    return timer_message.build_recall_handle(
+        real_topic, broker_name, timer_out_ms,
+        properties.get(Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""))
+
+
+def timer_rules(ctx) -> TimerRules:
+    """The put-time timer rules of a handler's broker (the context's wheel reader, if any)."""
+    return TimerRules.of(ctx.config.store, ctx.timer_slot_num)
 
 
 def stored_properties(properties: dict[str, str], cluster_name: str,
@@ -333,7 +379,8 @@ def _sys_flag(header, config) -> int:
 # --- single message -----------------------------------------------------------------------------
 
 async def _send_single(ctx, channel, request, header, config) -> tuple:
-    """Build, redirect, encode and put one message; returns (put result, queue id)."""
+    """Build, redirect, encode and put one message; returns (put result, queue id, the
+    recall handle of a parked timer message or None)."""
     body = _body_of(ctx, request)
     properties = parse_properties(header.properties)
     queue_id = _queue_id(header, config)
@@ -354,9 +401,10 @@ async def _send_single(ctx, channel, request, header, config) -> tuple:
         sys_flag &= ~TRANSACTION_TYPE_MASK
         topic, queue_id = SystemTopic.TRANS_HALF, 0
     elif sys_flag & TRANSACTION_TYPE_MASK in (0, int(MessageSysFlag.TRANSACTION_COMMIT_TYPE)):
-        topic, queue_id = redirect_delay(topic, queue_id, properties,
-                                         len(ctx.config.derived.delay_levels_ms))
-    redirected = topic in (SystemTopic.SCHEDULE, SystemTopic.TRANS_HALF)
+        topic, queue_id = redirect_scheduled(topic, queue_id, properties,
+                                             len(ctx.config.derived.delay_levels_ms),
+                                             timer_rules(ctx), ctx.now_ms())
+    redirected = topic in (SystemTopic.SCHEDULE, SystemTopic.TRANS_HALF, SystemTopic.WHEEL_TIMER)
     stored = stored_properties(properties, ctx.config.broker.broker_cluster_name, redirected)
     if len(stored.encode()) > PROPERTIES_MAX_BYTES:
         code, remark = send_response(PutStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -367,7 +415,10 @@ async def _send_single(ctx, channel, request, header, config) -> tuple:
                              ctx.store_host, reconsume_times)
     result = await timed_put(ctx, records, topic, queue_id, 1, sys_flag,
                              wait_store_of(properties))
-    return result, response_queue_id
+    recall_handle = None
+    if topic == SystemTopic.WHEEL_TIMER:
+        recall_handle = recall_handle_of(properties, ctx.config.broker.broker_name)
+    return result, response_queue_id, recall_handle
 
 
 # --- batch --------------------------------------------------------------------------------------
@@ -443,7 +494,7 @@ async def _send_batch(ctx, channel, request, header, config) -> tuple:
             body_view[body_start:body_start + body_length], props, sys_flag, born_timestamp,
             born_host[0], born_host[1], store_host[0], store_host[1], reconsume_times)
     result = await timed_put(ctx, records, topic, queue_id, len(encoded), sys_flag, wait)
-    return result, queue_id
+    return result, queue_id, None
 
 
 # --- statistics ---------------------------------------------------------------------------------
@@ -453,7 +504,7 @@ def _message_type_label(topic: str) -> int:
     # messages under their system topics); the label says which kind it was.
     if topic == SystemTopic.TRANS_HALF:
         return 2
-    if topic == SystemTopic.SCHEDULE:
+    if topic in (SystemTopic.SCHEDULE, SystemTopic.WHEEL_TIMER):
         return 1
     return 0
 
@@ -495,9 +546,11 @@ async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
     try:
         config = await _topic_config(ctx, channel, header)
         if header.batch:
-            result, queue_id = await _send_batch(ctx, channel, request, header, config)
+            result, queue_id, recall_handle = await _send_batch(ctx, channel, request, header,
+                                                                config)
         else:
-            result, queue_id = await _send_single(ctx, channel, request, header, config)
+            result, queue_id, recall_handle = await _send_single(ctx, channel, request, header,
+                                                                 config)
     except SendRefused as refusal:
         return _answer(request, refusal.code, refusal.remark, fields)
     code, remark = send_response(result.status, ctx.config.store.max_message_size,
@@ -509,6 +562,8 @@ async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
         transaction_id = _half_message_id(header)
         if transaction_id is not None:
             fields["transactionId"] = transaction_id
+        if recall_handle is not None:
+            fields["recallHandle"] = recall_handle
     return _answer(request, code, remark, fields)
 
 

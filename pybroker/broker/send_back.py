@@ -131,6 +131,7 @@ async def _send_back(ctx, request, header) -> int:
         # schedule topic with REAL_TOPIC/REAL_QID, a DLQ's DELAY=0 does not.
         reput = reput_message(decoded, topic, queue_id, properties, redirect=properties,
                               levels_count=len(ctx.config.derived.delay_levels_ms),
+                              timer=send.timer_rules(ctx), now_ms=ctx.now_ms(),
                               reconsume_times=decoded.reconsume_times + 1)
     finally:
         del decoded

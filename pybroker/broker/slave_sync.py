@@ -15,6 +15,11 @@
   does not serve 402: said once, then skipped). Everything goes through the metadata
   service's state (persisted at once), so a restarted slave serves it before the first sync.
   Each request failing is logged and retried on the next round.
+* **Timer** (5.x, with ``timerWheelEnable``): GET_TIMER_CHECK_POINT (60) every 3 s, handed to
+  the slave's timer worker (through the control block's timer master line): it enqueues no
+  further than the master's queue offset and follows its read time; GET_TIMER_METRICS (61) each
+  round, written to ``config/timermetrics`` when its data version differs (on a slave the link
+  is that file's writer). A master that answers neither (4.x) is logged once per cause.
 """
 import asyncio
 import logging
@@ -29,6 +34,8 @@ from pybroker.acl.signature import inner_signer
 from pybroker.remoting.client import RemotingClientPool
 from pybroker.remoting.tls import outgoing_tls
 from pybroker.store import config_docs, paths
+from pybroker.store.timer_checkpoint import CheckpointValues
+from pybroker.store.timer_metrics import TimerMetrics, load_timer_metrics, save_timer_metrics
 from pybroker.tasks import Rounds
 
 log = logging.getLogger("pybroker.broker.slave_sync")
@@ -37,11 +44,13 @@ __all__ = ["SlaveLink", "SYNC_FIRST_DELAY_S", "SYNC_INTERVAL_S"]
 
 SYNC_FIRST_DELAY_S = 3.0
 SYNC_INTERVAL_S = 10.0
+TIMER_SYNC_INTERVAL_S = 3.0     # Java syncs the timer checkpoint every 3 s
 SYNC_TIMEOUT_MS = 3000
 MASTER_UNKNOWN_RETRY_S = 3.0
 CONTROLLER_MASTER_RETRY_S = 0.5
 # 5.x sync codes a 4.x master answers REQUEST_CODE_NOT_SUPPORTED.
-FIVE_X_SYNC_CODES = frozenset({RequestCode.GET_ALL_MESSAGE_REQUEST_MODE})
+FIVE_X_SYNC_CODES = frozenset({RequestCode.GET_ALL_MESSAGE_REQUEST_MODE,
+                               RequestCode.GET_TIMER_METRICS})
 
 
 class SlaveLink:
@@ -53,7 +62,8 @@ class SlaveLink:
 
     def __init__(self, config, metadata, ha_wake,
                  on_changed: Callable[[], None] = lambda: None,
-                 expected_master: str | None = None):
+                 expected_master: str | None = None,
+                 timer_checkpoint: Callable[[CheckpointValues], None] | None = None):
         self.config = config
         # Controller mode: the master the controller named; another broker registered as
         # master at the NameServer (a stale entry) is not followed.
@@ -69,6 +79,10 @@ class SlaveLink:
                                        signer=inner_signer(config))
         self.syncs_total = 0
         self._not_served_said: set[tuple[RequestCode, str]] = set()
+        # The slave's timer (config.store.timer_wheel_enable): where a master checkpoint goes.
+        self.timer_checkpoint = timer_checkpoint if config.store.timer_wheel_enable else None
+        self.timer_syncs_total = 0
+        self._timer_failure: str | None = None
         if self.configured_ha_address:
             self._set_ha_address(self.configured_ha_address)
 
@@ -109,6 +123,14 @@ class SlaveLink:
         retry_s = MASTER_UNKNOWN_RETRY_S if self.expected_master is None \
             else CONTROLLER_MASTER_RETRY_S
         await asyncio.sleep(SYNC_FIRST_DELAY_S if self.expected_master is None else retry_s)
+        # The two loops end only when their Rounds guard gives up (pybroker/tasks.py); the
+        # group then cancels the other and run() ends by the error, which ends the service.
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._sync_rounds(register_soon, retry_s))  # tidy: allow (awaited)
+            if self.timer_checkpoint is not None:
+                group.create_task(self._timer_rounds())  # tidy: allow (awaited)
+
+    async def _sync_rounds(self, register_soon, retry_s: float) -> None:
         # A sync the master refuses is logged by sync_all; a round that raises anything else
         # is logged and retried at the next interval (pybroker/tasks.py).
         rounds = Rounds("slave sync", logger=log)
@@ -122,14 +144,49 @@ class SlaveLink:
                     await self.sync_all(self.master_address)
             await asyncio.sleep(SYNC_INTERVAL_S)
 
+    async def _timer_rounds(self) -> None:
+        # A failure the master causes is logged once per cause by sync_timer_checkpoint; any
+        # other is the round guard's.
+        rounds = Rounds("slave timer checkpoint sync", logger=log)
+        while True:
+            address = self.master_address
+            if address and address != self.config.derived.broker_addr:
+                with rounds:
+                    await self.sync_timer_checkpoint(address)
+            await asyncio.sleep(TIMER_SYNC_INTERVAL_S)
+
+    async def sync_timer_checkpoint(self, address: str) -> bool:
+        """GET_TIMER_CHECK_POINT from the master, handed to the slave's timer; True when
+        taken. A failure is logged once per cause (a 4.x master never has a timer)."""
+        assert self.timer_checkpoint is not None
+        try:
+            response = await self.pool.invoke(
+                address, create_request(RequestCode.GET_TIMER_CHECK_POINT, {}), SYNC_TIMEOUT_MS)
+            if response.code != ResponseCode.SUCCESS or not response.body:
+                raise ValueError(f"code {response.code} {response.remark or ''}")
+            values = CheckpointValues.decode(response.body)
+        except (OSError, TimeoutError, ConnectionError, ValueError) as error:
+            cause = f"{type(error).__name__}: {error}"
+            if cause != self._timer_failure:
+                log.error("syncTimerCheckPoint from master %s failed: %s", address, cause)
+                self._timer_failure = cause
+            return False
+        self._timer_failure = None
+        self.timer_checkpoint(values)
+        self.timer_syncs_total += 1
+        return True
+
     async def sync_all(self, address: str) -> None:
         """One round of the syncs against the master at ``address``."""
         changed = False
-        for code, apply in ((RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
-                            (RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
-                            (RequestCode.GET_ALL_DELAY_OFFSET, self._delay_offsets),
-                            (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups),
-                            (RequestCode.GET_ALL_MESSAGE_REQUEST_MODE, self._request_modes)):
+        syncs = [(RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
+                 (RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
+                 (RequestCode.GET_ALL_DELAY_OFFSET, self._delay_offsets),
+                 (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups),
+                 (RequestCode.GET_ALL_MESSAGE_REQUEST_MODE, self._request_modes)]
+        if self.timer_checkpoint is not None:
+            syncs.append((RequestCode.GET_TIMER_METRICS, self._timer_metrics))
+        for code, apply in syncs:
             try:
                 response = await self.pool.invoke(address, create_request(code, {}),
                                                   SYNC_TIMEOUT_MS)
@@ -184,6 +241,14 @@ class SlaveLink:
         config_docs.save_delay_offsets(
             paths.config_path(self.store_root, paths.DELAY_OFFSET_CONFIG),
             config_docs.DelayOffsetDocument.from_json(value))
+        return False
+
+    def _timer_metrics(self, value) -> bool:
+        path = paths.config_path(self.store_root, paths.TIMER_METRICS_CONFIG)
+        master = TimerMetrics.from_json(value)
+        mine = load_timer_metrics(path)
+        if mine.replace(master):
+            save_timer_metrics(path, mine)
         return False
 
     def close(self) -> None:

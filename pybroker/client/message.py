@@ -113,6 +113,40 @@ class Message:
             raise ValueError(f"delay level {level!r} must be an int >= 0")
         self._set(Property.DELAY_TIME_LEVEL, str(level) if level else None)
 
+    # --- 5.x timer messages (any delivery time; the broker parks them in its timer wheel) --
+    @property
+    def deliver_time_ms(self) -> int:
+        """Delivery time (ms since the epoch, ``TIMER_DELIVER_MS``), 0 when not set."""
+        return int(self.properties.get(Property.TIMER_DELIVER_MS, "0") or 0)
+
+    @deliver_time_ms.setter
+    def deliver_time_ms(self, time_ms: int) -> None:
+        """Deliver at ``time_ms`` (ms since the epoch; a time not in the future delivers at
+        once). A 5.x broker holds the message until then, at most one timer precision
+        (timerPrecisionMs, default 1 s) late; a 4.x broker delivers it at once."""
+        self._set(Property.TIMER_DELIVER_MS, str(int(time_ms)))
+
+    @property
+    def delay_time_sec(self) -> int:
+        """Delay (s, ``TIMER_DELAY_SEC``), 0 when not set."""
+        return int(self.properties.get(Property.TIMER_DELAY_SEC, "0") or 0)
+
+    @delay_time_sec.setter
+    def delay_time_sec(self, seconds: int) -> None:
+        """Deliver ``seconds`` after the broker receives it (it wins over the other timer
+        properties; a delay level wins over all of them)."""
+        self._set(Property.TIMER_DELAY_SEC, str(int(seconds)))
+
+    @property
+    def delay_time_ms(self) -> int:
+        """Delay (ms, ``TIMER_DELAY_MS``), 0 when not set."""
+        return int(self.properties.get(Property.TIMER_DELAY_MS, "0") or 0)
+
+    @delay_time_ms.setter
+    def delay_time_ms(self, milliseconds: int) -> None:
+        """Deliver ``milliseconds`` after the broker receives it (wins over deliver_time_ms)."""
+        self._set(Property.TIMER_DELAY_MS, str(int(milliseconds)))
+
     @property
     def uniq_id(self) -> Optional[str]:
         """The client unique id (``UNIQ_KEY``) once sent, else None."""
@@ -184,7 +218,8 @@ class SendResult:
 
     ``msg_id``: the client unique id (UNIQ_KEY; a batch's ids joined by ``,``).
     ``offset_msg_id``: the broker's offset message id(s). ``message_queue``: where it went.
-    ``queue_offset``: consume-queue index of the (first) message.
+    ``queue_offset``: consume-queue index of the (first) message. ``recall_handle``: for a
+    timer message parked by a 5.x broker, what :meth:`Producer.recall_message` takes.
     """
     status: SendStatus
     msg_id: str
@@ -194,6 +229,7 @@ class SendResult:
     transaction_id: Optional[str] = None
     region_id: Optional[str] = None
     trace_on: bool = True
+    recall_handle: Optional[str] = None    # a 5.x broker's handle of a parked timer message
 
 
 def compress_body(body: bytes, over_bytes: int = BODY_COMPRESS_OVER_BYTES_DEFAULT

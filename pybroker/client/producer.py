@@ -326,7 +326,8 @@ def _send_result(response, queue: MessageQueue, payload: _Payload, address: str)
         message_queue=MessageQueue(queue.topic, queue.broker_name, header.queue_id),
         queue_offset=header.queue_offset, transaction_id=header.transaction_id,
         region_id=header.msg_region,
-        trace_on=header.trace_on if header.trace_on is not None else True)
+        trace_on=header.trace_on if header.trace_on is not None else True,
+        recall_handle=header.recall_handle)
 
 
 def _run_callback(task: "asyncio.Task", callback: Callback) -> None:

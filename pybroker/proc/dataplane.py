@@ -3,7 +3,8 @@
 
 The supervisor creates everything before forking (regions under ``<store>/run``, eventfds
 inherited by the children); slot ``i < N`` is remoting worker ``i``, slot ``N`` is the
-supervisor's own ring (delay delivery, transaction checks). Each process then uses its side:
+supervisor's own ring (delay delivery, transaction checks), slot ``N + 1`` the timer worker's
+(with ``timerWheelEnable``). Each process then uses its side:
 the appender consumes every send ring and produces completions; a remoting worker (or the
 supervisor) gets a :class:`Attachment` with a read-only store reader and a RingPutter.
 """
@@ -22,6 +23,7 @@ from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ha import run_ha
+from pybroker.proc.timer import run_timer
 from pybroker.proc.listeners import check_ports_free
 from pybroker.proc.ring_format import PUT_STATUSES
 from pybroker.proc.ring_putter import RingPutter
@@ -31,7 +33,7 @@ from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, PositionWatch, S
 from pybroker.stats.region import StatsRegion
 from pybroker.store import paths
 from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, BrokerState, ControlBlock,
-                                         remoting_worker)
+                                         remoting_worker, timer_worker)
 from pybroker.store.message_store import PutResult
 from pybroker.store.pop_table import PopTable
 from pybroker.store.read_only_store import MessageStoreReader
@@ -193,7 +195,8 @@ class DataPlane:
     """Everything shared by one generation's processes. Create with :meth:`create`."""
 
     def __init__(self, config, run_directory, control, rings, completions, wakes, workers,
-                 stats_region: StatsRegion | None = None, ha_listener=None):
+                 stats_region: StatsRegion | None = None, ha_listener=None,
+                 timer_slot: int | None = None):
         # The supervisor's instrument region (pybroker/stats/region.py), None in tests.
         self.stats_region = stats_region
         self.config = config
@@ -206,6 +209,8 @@ class DataPlane:
         self.ha_listener = ha_listener
         # Set by the supervisor before forking (broker/pop/, store/pop_table.py).
         self.pop_table: PopTable | None = None
+        # The timer worker's ring slot (after the supervisor's), None without the timer.
+        self.timer_slot = timer_slot
 
     @classmethod
     def create(cls, config, run_dir: str, workers: int, valid_end: int,
@@ -223,7 +228,8 @@ class DataPlane:
         if config.broker.enable_controller_mode:
             # Recovery dispatched everything to valid_end (as Java's); the ha worker moves it.
             control.publish("confirm_position", valid_end)
-        slots = workers + 1
+        timer_slot = timer_worker(workers).slot if store.timer_wheel_enable else None
+        slots = workers + 1 + (timer_slot is not None)
         ring_bytes = config.remoting.send_ring_size_bytes
         slot_count = config.remoting.completion_ring_slots
         rings = [create_byte_ring(run_directory.region_path(f"send-{slot}"), ring_bytes)
@@ -234,7 +240,7 @@ class DataPlane:
                                WakeFd())
         control.broker_state = BrokerState.RUNNING
         return cls(config, run_directory, control, rings, completions, wakes, workers,
-                   stats_region, ha_listener)
+                   stats_region, ha_listener, timer_slot)
 
     def worker_mains(self):
         """(name, main) of the data-plane processes: appender (master) or ha (slave) as the
@@ -258,6 +264,11 @@ class DataPlane:
                      store, control, wakes, stats=writer(DISPATCHER.stats_section)))),
                  ("flusher", lambda: _exit_status(run_flusher(
                      store, control, wakes, stats=writer(FLUSHER.stats_section))))]
+        timer_slot = self.timer_slot
+        if timer_slot is not None:
+            section = timer_worker(self.workers).stats_section
+            mains.append(("timer", lambda: _exit_status(run_timer(self, timer_slot,
+                                                                  writer(section)))))
         return mains if is_slave(config) else mains + [ha]
 
     def remoting_attachment(self, slot: int) -> Attachment:
@@ -269,6 +280,11 @@ class DataPlane:
         """A gRPC worker's attachment (its slot follows the remoting workers'); sends go
         through the putter's handler path."""
         return Attachment(self, slot)
+
+    def timer_attachment(self) -> Attachment:
+        """The timer worker's attachment (its own ring; call in the timer worker)."""
+        assert self.timer_slot is not None, "no timer worker without timerWheelEnable"
+        return Attachment(self, self.timer_slot)
 
     def supervisor_attachment(self) -> Attachment:
         """The supervisor's attachment (the last slot)."""

@@ -15,6 +15,7 @@ import orjson
 
 from pybroker.acl.validator import AccessValidator
 from pybroker.broker import (end_transaction, filter_check, pull, query, runtime_settings,
+                             timer_requests,
                              send, send_back, send_fast, slave_role)
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import BrokerContext, Handler
@@ -49,7 +50,8 @@ DATA_HANDLERS: dict[int, Handler] = {**send.HANDLERS, **pull.HANDLERS, **query.H
                                      **send_back.HANDLERS, **end_transaction.HANDLERS,
                                      **filter_check.HANDLERS, **pop_message.HANDLERS,
                                      **pop_ack.HANDLERS, **change_invisible.HANDLERS,
-                                     **peek.HANDLERS, **notification.HANDLERS}
+                                     **peek.HANDLERS, **notification.HANDLERS,
+                                     **timer_requests.HANDLERS}
 assert set(DATA_HANDLERS) == set(DATA_CODES), set(DATA_HANDLERS) ^ set(DATA_CODES)
 
 # Request families reported as Java's thread-pool queues (requests waiting in this worker).

@@ -477,12 +477,20 @@ def _slave_link(config, metadata, plane, replicas) -> SlaveLink | None:
     to the master the controller named, and none while fenced."""
     if not is_slave(config):
         return None
+    master_line = plane.control.timer_master()
+
+    def timer_checkpoint(values) -> None:
+        # The master's timer checkpoint, for the slave's timer worker to follow.
+        master_line.write(values.last_read_time_ms, values.master_timer_queue_offset,
+                          values.state_version, values.version_timestamp,
+                          values.version_counter)
     if replicas is None:
-        return SlaveLink(config, metadata, plane.wakes.ha)
+        return SlaveLink(config, metadata, plane.wakes.ha, timer_checkpoint=timer_checkpoint)
     role = replicas.running
     if role.role is not Role.SLAVE:
         return None
-    return SlaveLink(config, metadata, plane.wakes.ha, expected_master=role.master_address)
+    return SlaveLink(config, metadata, plane.wakes.ha, expected_master=role.master_address,
+                     timer_checkpoint=timer_checkpoint)
 
 
 def _signal_stop(pid: int) -> bool:

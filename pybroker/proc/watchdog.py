@@ -10,7 +10,8 @@ supervisor looks at each counter. A worker is hung when its counter has not move
 * appender: a send ring holds requests;
 * dispatcher: the CommitLog is written beyond the dispatched position;
 * flusher: the CommitLog is written beyond the flushed position;
-* remoting and gRPC workers: always (their event loops must turn).
+* remoting, gRPC and timer workers: always (their event loops must turn; the timer's
+  beats from a task of its loop).
 
 A hung worker is logged and killed with SIGKILL; its death ends the generation like any other
 (the next one starts with abnormal recovery), so a stopped or dead-locked process cannot keep
@@ -56,6 +57,8 @@ class Watchdog:
         if name.startswith("grpc-"):
             return grpc_worker(int(name.split("-", 1)[1]),
                                self.plane.config.remoting.remoting_workers).slot
+        if name == "timer":
+            return self.plane.timer_slot
         return {worker.name: worker.slot for worker in (APPENDER, DISPATCHER, FLUSHER)}.get(name)
 
     def _work_waits(self, name: str) -> bool:

@@ -20,7 +20,10 @@ from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind
 from pybroker.stats.region import Snapshot, StatsRegion
 from pybroker.store import config_docs, layout, paths
 from pybroker.store.control_block import ControlBlock, stats_section_name, worker_of_stats_section
+from pybroker.stats.timer_gauges import TIMER_DIST_SECONDS
 from pybroker.store.mapped_file import is_offset_file_name
+from pybroker.store.settings import timer_precision_of
+from pybroker.store.timer_wheel import TimerWheel
 
 __all__ = ["Target", "Sampler", "attach_store", "attach_admin", "COUNTERS", "HISTOGRAMS",
            "SETTINGS_RECORDED"]
@@ -112,9 +115,12 @@ class Sampler:
         self.residency = FileResidency()
         self.device = system.store_device(root)
         self._offsets_cache: tuple[float, dict] = (-1.0, {})
+        self._wheel: TimerWheel | None = None       # mapped once the timer made it
         self._cq_file_size: int | None = None
 
     def close(self) -> None:
+        if self._wheel is not None:
+            self._wheel.close()
         self.residency.close()
         self.control.close()
         self.region.close()
@@ -146,6 +152,9 @@ class Sampler:
                             for (kind, key), totals in snapshot.keys().items()
                             if kind == StatsKeyKind.KEY_TOPIC_PUT}
         sample["commitlog"], sample["files"] = self._residency()
+        timer = self._timer(sample["t_ms"])
+        if timer is not None:
+            sample["timer"] = timer
         sample["sample_ms"] = round((time.monotonic() - started) * 1000, 2)
         return sample
 
@@ -189,6 +198,31 @@ class Sampler:
             if supervisor is not None:
                 figures.setdefault("supervisor", supervisor)
         return figures
+
+    def _timer(self, now_ms: int) -> dict | None:
+        """The 5.x timer: its line of the control block and the wheel's fill (messages parked
+        per Java timerDist bound, from now), None without a timer."""
+        line = self.control.timer()
+        if line.read_time_ms == 0:
+            return None
+        if self._wheel is None:
+            path = paths.timer_wheel_path(self.target.store_root)
+            if not os.path.exists(path):
+                return None
+            precision = int(self.target.settings.get("timerPrecisionMs", "1000"))
+            self._wheel = TimerWheel(path, timer_precision_of(precision), read_only=True)
+        wheel = self._wheel
+        precision = wheel.precision_ms
+        start = now_ms // precision * precision
+        nums = wheel.nums_between(start, TIMER_DIST_SECONDS[-1] * 1000 // precision)
+        fill, low = {}, 0
+        for bound in TIMER_DIST_SECONDS:
+            high = bound * 1000 // precision
+            fill[str(bound)] = int(nums[low:high].sum())
+            low = high
+        return {"read_time_ms": line.read_time_ms, "write_time_ms": line.write_time_ms,
+                "queue_offset": line.queue_offset, "slots_done": line.slots_done,
+                "parked": wheel.all_num(line.read_time_ms), "fill": fill}
 
     def _consumer_offsets(self) -> dict[str, dict[int, int]]:
         path = paths.config_path(self.target.store_root, paths.CONSUMER_OFFSET_CONFIG)

@@ -32,6 +32,8 @@ HISTOGRAM_UNITS = {
     "commit_us": ("µs", "transient pool: one commit (write to the file)"),
     "rpc_latency_us": ("µs", "any request: received to answer queued"),
     "message_size_bytes": ("bytes", "stored message size"),
+    "timer_lateness_ms": ("ms", "timer: message stored after its slot's end"),
+    "timer_slot_messages": ("messages", "timer: messages per delivered slot"),
 }
 
 

@@ -21,7 +21,8 @@ __all__ = ["run_top", "render"]
 
 MIB = 1 << 20
 _TOP_HISTOGRAMS = ("put_latency_us", "flush_latency_us", "group_commit_messages",
-                   "append_drain_us", "sync_flush_wait_us", "pull_read_us")
+                   "append_drain_us", "sync_flush_wait_us", "pull_read_us",
+                   "timer_lateness_ms")
 _RATES = (("put_messages", "put msg/s"), ("put_bytes", "put MiB/s"),
           ("get_transferred_messages", "pulled msg/s"), ("flushes", "flushes/s"),
           ("dispatched_messages", "dispatched/s"), ("pulls_cold", "cold pulls/s"),
@@ -123,6 +124,26 @@ def _processes(previous: dict, sample: dict) -> Table:
     return table
 
 
+def _timer(previous: dict, sample: dict) -> Table:
+    """The 5.x timer: how far its delivery is behind, what it parks (wheel fill by bound)."""
+    timer = sample["timer"]
+    table = Table(title="timer (5.x timer messages)", expand=True)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("", no_wrap=True)
+    behind_s = max(sample["t_ms"] - timer["read_time_ms"], 0) / 1000
+    table.add_row("delivery behind now", f"{behind_s:,.1f} s", "")
+    slots = timer["slots_done"] - previous.get("timer", timer)["slots_done"]
+    table.add_row("slots delivered", f"{max(slots, 0):,}", "")
+    parked = max(timer["parked"], 1)
+    table.add_row("parked", f"{timer['parked']:,}", "")
+    low = "0"
+    for bound, count in timer["fill"].items():
+        table.add_row(f"  due in {low}..{bound} s", f"{count:,}", _bar(count / parked, 20))
+        low = bound
+    return table
+
+
 def render(previous: dict, sample: dict, store: str) -> Group:
     """The whole view for one refresh."""
     grid = Table.grid(expand=True)
@@ -130,9 +151,12 @@ def render(previous: dict, sample: dict, store: str) -> Group:
     grid.add_column(ratio=1)
     grid.add_row(_positions(sample), _rates(previous, sample))
     stamp = time.strftime("%H:%M:%S", time.localtime(sample["t_ms"] / 1000))
-    return Group(Text(f"pybroker prof top  {store}  {stamp}  (Ctrl-C quits)", style="bold"),
-                 grid, _histograms(previous, sample), _residency(sample),
-                 _processes(previous, sample))
+    parts: list[Text | Table | Panel] = [
+        Text(f"pybroker prof top  {store}  {stamp}  (Ctrl-C quits)", style="bold"),
+        grid, _histograms(previous, sample), _residency(sample), _processes(previous, sample)]
+    if "timer" in sample:
+        parts.append(_timer(previous, sample))
+    return Group(*parts)
 
 
 def run_top(sampler: Sampler, interval_s: float = 1.0, iterations: int = 0,

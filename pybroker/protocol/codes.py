@@ -74,6 +74,10 @@ class RequestCode(enum.IntEnum):
     LITE_PULL_MESSAGE = 361
     # 5.x load balancing on the broker (QueryAssignmentProcessor)
     QUERY_ASSIGNMENT = 400
+    # 5.x timer (issue #23): slave sync of the timer checkpoint and metrics, recall by handle.
+    GET_TIMER_CHECK_POINT = 60
+    GET_TIMER_METRICS = 61
+    RECALL_MESSAGE = 370
     BROKER_HEARTBEAT = 904
     # Controller mode (5.x, protocol/controller.py): broker <-> controller, admin -> either.
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001

@@ -200,6 +200,13 @@ class Property:
     POP_CK = "POP_CK"
     POP_CK_OFFSET = "POP_CK_OFFSET"
     FIRST_POP_TIME = "1ST_POP_TIME"
+    # 5.x timer internals (set by the broker, broker/timer_message.py and broker/timer.py)
+    TIMER_OUT_MS = "TIMER_OUT_MS"
+    TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+    TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+    TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+    TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+    BORN_TIMESTAMP = "BORN_TIMESTAMP"
     TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
     TRANSFER_FLAG = "TRANSFER_FLAG"
     CORRECTION_FLAG = "CORRECTION_FLAG"
@@ -271,6 +278,7 @@ class SystemTopic:
     SELF_TEST = "SELF_TEST_TOPIC"
     OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
     REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"
+    WHEEL_TIMER = "rmq_sys_wheel_timer"      # 5.x timer messages parked (broker/timer.py)
 
 
 # Producers may not send to these (TopicValidator's not-allowed-send set).

@@ -610,6 +610,16 @@ NOTIFICATION_RESPONSE = _schema("NotificationResponseHeader", [
     ("hasMsg", BOOL, True), ("pollingFull", BOOL, False)])
 POLLING_INFO_REQUEST = _schema("PollingInfoRequestHeader", _POP_QUEUE)
 POLLING_INFO_RESPONSE = _schema("PollingInfoResponseHeader", [("pollingNum", INT, True)])
+# --- 5.x timer: RECALL_MESSAGE (370), issue #23 ---------------------------------------------
+RECALL_MESSAGE_REQUEST = _schema("RecallMessageRequestHeader", [
+    ("producerGroup", STR, False),
+    ("topic", STR, True),
+    ("recallHandle", STR, True),
+    ("bname", STR, False, None, None, "broker_name"),
+])
+RECALL_MESSAGE_RESPONSE = _schema("RecallMessageResponseHeader", [
+    ("msgId", STR, True),
+])
 
 # --- Tables: request code -> (schema, short names?) and request code -> response schema ---------
 _C = RequestCode
@@ -680,6 +690,8 @@ REQUEST_SCHEMAS: dict[int, tuple[HeaderSchema, bool]] = {
     _C.PEEK_MESSAGE: (PEEK_MESSAGE_REQUEST, False),
     _C.NOTIFICATION: (NOTIFICATION_REQUEST, False),
     _C.POLLING_INFO: (POLLING_INFO_REQUEST, False),
+    # 5.x timer
+    _C.RECALL_MESSAGE: (RECALL_MESSAGE_REQUEST, False),
 }
 
 # Response headers, keyed by the REQUEST code they answer (a response code alone is ambiguous).
@@ -715,6 +727,7 @@ RESPONSE_SCHEMAS: dict[int, HeaderSchema] = {
     _C.CHANGE_MESSAGE_INVISIBLETIME: CHANGE_INVISIBLE_TIME_RESPONSE,
     _C.NOTIFICATION: NOTIFICATION_RESPONSE,
     _C.POLLING_INFO: POLLING_INFO_RESPONSE,
+    _C.RECALL_MESSAGE: RECALL_MESSAGE_RESPONSE,
 }
 del _C
 

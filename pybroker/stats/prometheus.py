@@ -15,15 +15,18 @@ queue the group pops (POP), its messages popped and neither acknowledged nor rev
 table's count, Java's PopInflightMessageCounter). ``rocketmq_consumer_ready_messages`` is what
 neither pulls nor POPs have handed out yet, and a POP queue's lag counts its in-flight messages
 too (Java ConsumerLagCalculator). The POP revive families (``rocketmq_pop_revive_*``) come from
-the revive service, which runs in this process. Not exported: ``rocketmq_processor_watermark``
-(no thread pools), ``rocketmq_pop_checkpoint_buffer_size`` / ``rocketmq_pop_offset_buffer_size``
-(check-points are never buffered), timer and RocksDB metrics. With
+the revive service, which runs in this process; the 5.x timer's metrics from
+pybroker/stats/timer_gauges.py. Not exported: ``rocketmq_processor_watermark`` (no thread
+pools), ``rocketmq_pop_checkpoint_buffer_size`` / ``rocketmq_pop_offset_buffer_size``
+(check-points are never buffered), RocksDB metrics and the timer's
+``rocketmq_delay_message_latency`` (pybroker_timer_lateness_seconds instead). With
 ``statsInstrumentsEnable=false`` the families read from the region (traffic, histograms,
 inflight, ready) are left out and ``pybroker_stats_instruments_enabled`` is 0.
 """
 import asyncio
 import logging
 import os
+import time
 
 import psutil
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -33,6 +36,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from pybroker._fast import stats as _stats
 from pybroker._fast.stats import StatsHistogram as H
 from pybroker._fast.stats import StatsKeyKind as K
+from pybroker.stats.timer_gauges import TimerGauges
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER
 
 __all__ = ["BrokerCollector", "MetricsServer", "MESSAGE_TYPES"]
@@ -86,6 +90,7 @@ class BrokerCollector:
         self.children = children          # {pid: worker name}
         self.pop = pop                    # the supervisor's PopOwner (broker/pop/owner.py)
         self.labels = common_labels(config)
+        self.timer = TimerGauges(config, lambda: service.control, reader)
 
     def _family(self, kind, name: str, doc: str, extra=(), **options):
         return kind(name, doc, labels=[*self.labels, *extra], **options)
@@ -106,6 +111,8 @@ class BrokerCollector:
         yield from self._revive()
         yield from self._storage()
         yield from self._scrub(snapshot)
+        if self.timer.enabled:
+            yield from self._timer(snapshot if enabled else None)
         yield from self._processes()
 
     def _traffic(self, snapshot):
@@ -331,6 +338,55 @@ class BrokerCollector:
             read.add_metric(list(self.labels.values()),
                             snapshot.counter(_stats.StatsCounter.DAMAGED_RECORDS_READ))
             yield read
+
+    def _timer(self, snapshot):
+        """Java 5.x's timer metrics (DefaultStoreMetricsManager), read from the timer line,
+        the wheel, the metrics document and the timer worker's section, and pybroker's
+        lateness histogram."""
+        timer = self.timer
+        now_ms = time.time_ns() // 1_000_000
+        yield self._gauge("rocketmq_timer_enqueue_lag", "Timer enqueue messages lag",
+                          timer.enqueue_behind_messages())
+        yield self._gauge("rocketmq_timer_enqueue_latency", "Timer enqueue latency",
+                          timer.enqueue_behind_ms(now_ms))
+        yield self._gauge("rocketmq_timer_dequeue_lag", "Timer dequeue messages lag",
+                          timer.congest_num())
+        # Java records getDequeueBehind() here, in seconds despite the unit it declares.
+        yield self._gauge("rocketmq_timer_dequeue_latency", "Timer dequeue latency",
+                          timer.dequeue_behind_s(now_ms))
+        base = list(self.labels.values())
+        timing = self._family(GaugeMetricFamily, "rocketmq_timing_messages",
+                              "Current message number in timing", ("topic",))
+        for topic, metric in sorted(timer.metrics().timing_count.items()):
+            timing.add_metric(base + [topic], metric.count)
+        yield timing
+        snapshot_family = self._family(
+            GaugeMetricFamily, "rocketmq_timer_message_snapshot",
+            "Timer message distribution snapshot, only count timing messages in 24h.",
+            ("timer_bound_s",))
+        for bound, count in timer.distribution():
+            snapshot_family.add_metric(base + [str(bound)], count)
+        yield snapshot_family
+        if snapshot is not None:
+            yield from self._timer_counts(snapshot)
+
+    def _timer_counts(self, snapshot):
+        base = list(self.labels.values())
+        families = {
+            K.KEY_TIMER_ENQUEUE: self._family(CounterMetricFamily, "rocketmq_timer_enqueue",
+                                              "Total number of timer enqueue", ("topic",)),
+            K.KEY_TIMER_DEQUEUE: self._family(CounterMetricFamily, "rocketmq_timer_dequeue",
+                                              "Total number of timer dequeue", ("topic",))}
+        for (kind, _label, key), words in sorted(snapshot.labelled_keys().items()):
+            if kind in families:
+                families[kind].add_metric(base + [key], words[0])
+        yield from families.values()
+        lateness = HistogramMetricFamily(
+            "pybroker_timer_lateness_seconds", "Timer messages: stored after their slot's end",
+            labels=list(self.labels))
+        buckets, total = _log2_buckets(snapshot.histogram(H.TIMER_LATENESS_MS), 0.001)
+        lateness.add_metric(base, buckets, total)
+        yield lateness
 
     def _processes(self):
         base = list(self.labels.values())

@@ -35,13 +35,21 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
     SYNC_STATE_OFFSET + 8          8  n: SyncStateSet members besides the master
     SYNC_STATE_OFFSET + 16         8  Java's inSyncReplicasNums (minInSyncReplicas checks it)
     SYNC_STATE_OFFSET + 24 + 8 * i 8  broker id of member i (i < n <= HA_SLAVE_SLOTS_MAX)
+    TIMER_OFFSET + 8 * i           8  TIMER_WORDS[i]                 timer worker
+    TIMER_MASTER_OFFSET + 8 * i    8  TIMER_MASTER_WORDS[i]          supervisor (a slave's)
 
 with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1216, ``WORKER_SLOTS_MAX`` = 32 lines,
 ``HA_SLAVE_SLOTS_MAX`` = 8 lines, ``TAKEN_OFFSET`` = 3776 (4 lines, all written by the
-appender) and ``SYNC_STATE_OFFSET`` = 4032 (2 lines), in a file of two 4096-byte pages. The
-SyncStateSet lines (controller mode, docs/architecture/controller.md) are the members a
-master's acknowledgements wait for, published by the supervisor (a sequence lock: readers
-retry while the sequence is odd or moved) and read by the master's ha worker. The fast-failure
+appender), ``SYNC_STATE_OFFSET`` = 4032 (2 lines) and the two timer lines at 4160 and 4224, in
+a file of two 4096-byte pages. The SyncStateSet lines (controller mode,
+docs/architecture/controller.md) are the members a master's acknowledgements wait for,
+published by the supervisor (a sequence lock: readers retry while the sequence is odd or moved)
+and read by the master's ha worker. The timer line (pybroker/proc/timer.py) publishes where the
+5.x timer stands: its read time (ms: every slot before it is delivered), write time (ms),
+enqueue offset in rmq_sys_wheel_timer, enqueue and dequeue TPS (x1000), the wall and store
+times (ms) of its last enqueued message and the slots it delivered. A slave's supervisor writes
+its master's timer checkpoint into the master line (the same sequence lock) for the slave's
+timer worker to follow. The fast-failure
 handshake (pybroker/proc/fast_failure.py): the producer stores ``cancel_request_id``, fences,
 loads ``taken_request_id``; the appender stores ``taken_request_id`` (the last id of the batch
 it took), fences, loads ``cancel_request_id``. One of the two sees the other's store, so a
@@ -78,7 +86,7 @@ from pybroker.store import disk_space
 
 CACHE_LINE_BYTES = 64
 MAGIC = int.from_bytes(b"PBCTRLB1", "little")
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 MAGIC_OFFSET = 0
 VERSION_OFFSET = 8
 SIZE_OFFSET = 16
@@ -124,7 +132,15 @@ HA_SLAVES_OFFSET = WORKERS_OFFSET + CACHE_LINE_BYTES * WORKER_SLOTS_MAX
 TAKEN_OFFSET = HA_SLAVES_OFFSET + CACHE_LINE_BYTES * HA_SLAVE_SLOTS_MAX
 SYNC_STATE_OFFSET = TAKEN_OFFSET + 8 * WORKER_SLOTS_MAX
 SYNC_STATE_MEMBERS_MAX = HA_SLAVE_SLOTS_MAX
-BLOCK_END_OFFSET = SYNC_STATE_OFFSET + 8 * (3 + SYNC_STATE_MEMBERS_MAX)
+SYNC_STATE_END_OFFSET = SYNC_STATE_OFFSET + 8 * (3 + SYNC_STATE_MEMBERS_MAX)
+TIMER_WORDS = ("read_time_ms", "write_time_ms", "queue_offset", "enqueue_tps_milli",
+               "dequeue_tps_milli", "last_enqueue_ms", "last_enqueue_store_ms", "slots_done")
+TIMER_MASTER_WORDS = ("seq", "read_time_ms", "queue_offset", "state_version",
+                      "version_timestamp", "version_counter")
+# The first cache line after the SyncStateSet's.
+TIMER_OFFSET = -(-SYNC_STATE_END_OFFSET // CACHE_LINE_BYTES) * CACHE_LINE_BYTES
+TIMER_MASTER_OFFSET = TIMER_OFFSET + CACHE_LINE_BYTES
+BLOCK_END_OFFSET = TIMER_MASTER_OFFSET + CACHE_LINE_BYTES
 FILE_SIZE_BYTES = 8192
 
 assert FIELD_OFFSETS["written_position"] == 64
@@ -135,8 +151,11 @@ assert WORKERS_OFFSET == 1216
 assert HA_SLAVES_OFFSET == 3264
 assert TAKEN_OFFSET == 3776
 assert SYNC_STATE_OFFSET == 4032
-assert BLOCK_END_OFFSET == 4120 <= FILE_SIZE_BYTES
+assert SYNC_STATE_END_OFFSET == 4120 <= TIMER_OFFSET
 assert len(HA_SLAVE_WORDS) * 8 <= CACHE_LINE_BYTES
+assert (TIMER_OFFSET, TIMER_MASTER_OFFSET) == (4160, 4224)
+assert BLOCK_END_OFFSET == 4288 <= FILE_SIZE_BYTES
+assert 8 * max(len(TIMER_WORDS), len(TIMER_MASTER_WORDS)) <= CACHE_LINE_BYTES
 assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
 assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
 # A waiters mask is one 64-bit word: one bit per worker slot.
@@ -162,19 +181,23 @@ class Worker(NamedTuple):
 #   dispatcher     WORKER_SLOTS_MAX - 2 = 30    1
 #   flusher        WORKER_SLOTS_MAX - 3 = 29    2
 #   ha             WORKER_SLOTS_MAX - 4 = 28    3
-#   supervisor     remoting workers (N)         4
-#   remoting-<i>   i  (0 <= i < N)              5 + i
+#   supervisor     client workers (N)           4
+#   timer          N + 1                        5   (with timerWheelEnable; its own send ring)
+#   remoting-<i>   i  (0 <= i < N)              6 + i
+#
+# (N client workers: the remoting workers, then the gRPC workers, see grpc_worker.)
 APPENDER = Worker("appender", WORKER_SLOTS_MAX - 1, 0)
 DISPATCHER = Worker("dispatcher", WORKER_SLOTS_MAX - 2, 1)
 FLUSHER = Worker("flusher", WORKER_SLOTS_MAX - 3, 2)
 HA = Worker("ha", WORKER_SLOTS_MAX - 4, 3)
 DATA_PLANE_WORKERS = (APPENDER, DISPATCHER, FLUSHER, HA)
 _SUPERVISOR_STATS_SECTION = 4
-_REMOTING_STATS_SECTION_BASE = 5
-# Remoting workers and the supervisor fit below the data-plane workers' slots.
-REMOTING_WORKERS_MAX = HA.slot - 1
+_TIMER_STATS_SECTION = 5
+_REMOTING_STATS_SECTION_BASE = 6
+# Remoting workers, the supervisor and the timer fit below the data-plane workers' slots.
+REMOTING_WORKERS_MAX = HA.slot - 2
 assert [worker.stats_section for worker in DATA_PLANE_WORKERS] == list(range(4))
-assert min(worker.slot for worker in DATA_PLANE_WORKERS) == REMOTING_WORKERS_MAX + 1
+assert min(worker.slot for worker in DATA_PLANE_WORKERS) == REMOTING_WORKERS_MAX + 2
 
 
 def remoting_worker(index: int) -> Worker:
@@ -203,6 +226,12 @@ def supervisor_worker(remoting_workers: int) -> Worker:
     return Worker("supervisor", remoting_workers, _SUPERVISOR_STATS_SECTION)
 
 
+def timer_worker(client_workers: int) -> Worker:
+    """The 5.x timer worker of a broker with ``client_workers`` remoting + gRPC workers (its
+    send ring follows the supervisor's)."""
+    return Worker("timer", client_workers + 1, _TIMER_STATS_SECTION)
+
+
 def stats_section_count(remoting_workers: int) -> int:
     """Sections of the statistics region of a broker with ``remoting_workers`` workers."""
     return _REMOTING_STATS_SECTION_BASE + remoting_workers
@@ -210,18 +239,20 @@ def stats_section_count(remoting_workers: int) -> int:
 
 def stats_section_name(section: int) -> str:
     """The process that writes statistics section ``section``: ``appender``, ...,
-    ``supervisor``, ``remoting-<i>``."""
+    ``supervisor``, ``timer``, ``remoting-<i>``."""
+    if section == _TIMER_STATS_SECTION:
+        return "timer"
     worker = worker_of_stats_section(section)
     return "supervisor" if worker is None else worker.name
 
 
 def worker_of_stats_section(section: int) -> Worker | None:
     """The data-plane or remoting worker that writes statistics section ``section``; None for
-    the supervisor's, whose slot the section alone does not tell."""
+    the supervisor's and the timer's, whose slots the section alone does not tell."""
     for worker in DATA_PLANE_WORKERS:
         if worker.stats_section == section:
             return worker
-    if section == _SUPERVISOR_STATS_SECTION:
+    if section in (_SUPERVISOR_STATS_SECTION, _TIMER_STATS_SECTION):
         return None
     return remoting_worker(section - _REMOTING_STATS_SECTION_BASE)
 
@@ -286,6 +317,69 @@ class WorkerCounters:
             if delta:
                 offset = self._base + WORKER_COUNTER_OFFSETS[name]
                 ring.store_u64(words, offset, ring.load_u64(words, offset) + delta)
+
+
+class _Line:
+    """A fixed line of named words (one writer each line): get = acquire load, set = release
+    store."""
+
+    _WORDS: tuple[str, ...] = ()
+    _OFFSET = 0
+
+    def __init__(self, block: "ControlBlock"):
+        self._block = block
+
+    def _words(self):
+        return self._block._words()
+
+    def __getattr__(self, name: str) -> int:
+        if name.startswith("_") or name not in self._WORDS:
+            raise AttributeError(name)
+        return ring.load_u64(self._words(), self._OFFSET + 8 * self._WORDS.index(name))
+
+    def set(self, **values: int) -> None:
+        """Release-store each named word (the line's single writer)."""
+        words = self._words()
+        for name, value in values.items():
+            ring.store_u64(words, self._OFFSET + 8 * self._WORDS.index(name),
+                           max(int(value), 0))
+
+
+class TimerLine(_Line):
+    """The timer worker's published figures (TIMER_WORDS; see the module docstring)."""
+    _WORDS = TIMER_WORDS
+    _OFFSET = TIMER_OFFSET
+
+
+class TimerMasterLine(_Line):
+    """A slave's copy of its master's timer checkpoint (TIMER_MASTER_WORDS), written by the
+    supervisor under a seqlock: :meth:`write` and :meth:`read`."""
+    _WORDS = TIMER_MASTER_WORDS
+    _OFFSET = TIMER_MASTER_OFFSET
+
+    def write(self, read_time_ms: int, queue_offset: int, state_version: int,
+              version_timestamp: int, version_counter: int) -> None:
+        seq = self.seq
+        self.set(seq=seq + 1)
+        ring.fence()
+        self.set(read_time_ms=read_time_ms, queue_offset=queue_offset,
+                 state_version=state_version, version_timestamp=version_timestamp,
+                 version_counter=version_counter)
+        ring.fence()
+        self.set(seq=seq + 2)
+
+    def read(self) -> tuple[int, ...] | None:
+        """(seq, read time, queue offset, state version, version timestamp, counter) of a
+        whole write, None before the first or while one is under way."""
+        for _ in range(8):
+            before = self.seq
+            if before == 0 or before & 1:
+                return None
+            values = tuple(getattr(self, name) for name in TIMER_MASTER_WORDS[1:])
+            ring.fence()
+            if self.seq == before:
+                return (before, *values)
+        return None
 
 
 class ControlBlock:
@@ -473,6 +567,14 @@ class ControlBlock:
                               peer, ring.load_u64(words, base
                                                   + HA_SLAVE_WORD_OFFSETS["connected_ms"])))
         return lines
+
+    def timer(self) -> TimerLine:
+        """The timer worker's line."""
+        return TimerLine(self)
+
+    def timer_master(self) -> TimerMasterLine:
+        """A slave's copy of its master's timer checkpoint."""
+        return TimerMasterLine(self)
 
     def worker_word_offset(self, slot: int, name: str) -> int:
         """Byte offset of worker ``slot``'s counter ``name`` (WORKER_COUNTERS), for C loops

@@ -565,6 +565,23 @@ class StoreReads:
         assert mapped_file is not None        # read_raw found it
         return SelectResult(physical_offset, view, mapped_file)
 
+    # --- queue units (the timer's enqueue) ------------------------------------------------------
+    def read_queue_units(self, topic: str, queue_id: int, queue_offset: int,
+                         count_max: int) -> tuple[np.ndarray, np.ndarray]:
+        """(physical offsets, sizes) of up to ``count_max`` units of a queue from
+        ``queue_offset`` within one consume-queue file, as int64 copies; empty outside
+        [min, max) or for an unknown queue. Filler units are included (size CQ_FILLER_SIZE)."""
+        queue = self._find_queue(topic, queue_id)
+        if queue is None:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        with queue.read_units(queue_offset, count_max) as units_view:
+            units = units_view.units
+            return units["phy"].astype(np.int64), units["size"].astype(np.int64)
+
+    def commitlog_min_offset(self) -> int:
+        """CommitLog offset (bytes) of the oldest record still stored (0 when empty)."""
+        return max(self._commitlog().min_offset(), 0)
+
     # --- queue offsets and times ---------------------------------------------------------------
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Next queue offset to be written; 0 for an unknown queue."""

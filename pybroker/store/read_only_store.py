@@ -220,6 +220,11 @@ class MessageStoreReader(StoreReads):
         (files it never mapped were deleted)."""
         return max(self.commitlog.min_offset(), self._seen_store_changes[0], 0)
 
+    def commitlog_min_offset(self) -> int:
+        """CommitLog min offset (bytes), the published one when it is ahead of the maps."""
+        self._catch_up()
+        return self._physical_min_offset()
+
     def _forget_deleted_files(self, commitlog_min_offset: int) -> None:
         """Files were deleted by the dispatcher: drop their maps (held ones close when
         released) and forget every queue, so reopened queues see the files left on disk."""

@@ -17,7 +17,21 @@ from pybroker.schema import (ADDRESS_RULE, DELAY_LEVEL_RULE, DELETE_WHEN_RULE, H
 from pybroker.protocol.ha import TRANSFER_BODY_MAX_BYTES
 from pybroker.store import layout, paths
 
-__all__ = ["StoreConfig", "BrokerRole", "FlushDiskType"]
+__all__ = ["StoreConfig", "BrokerRole", "FlushDiskType", "timer_precision_of"]
+
+# timerPrecisionMs values Java's setter keeps (MessageStoreConfig.setTimerPrecisionMs).
+TIMER_PRECISIONS_MS = (100, 200, 500, 1000)
+
+
+def timer_precision_of(value_ms: int) -> int:
+    """Java's rounding of ``timerPrecisionMs``: the largest candidate not above the value,
+    100 for anything below 200."""
+    kept = TIMER_PRECISIONS_MS[0]
+    for candidate in TIMER_PRECISIONS_MS[1:]:
+        if value_ms < candidate:
+            return kept
+        kept = candidate
+    return kept
 
 
 class BrokerRole(enum.StrEnum):
@@ -200,6 +214,49 @@ class StoreConfig:
         "false refuses them (MESSAGE_ILLEGAL), where Java would write a V1 record whose "
         "1-byte topic length cannot hold the name")
 
+    # --- timer (Java 5.x timer wheel, issue #23: store/timer_*.py, broker/timer.py) -----------
+    timer_wheel_enable: bool = setting("timerWheelEnable", True,
+        "timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS) are parked in "
+        "the timer wheel; false: they are refused (SYSTEM_ERROR)", important=True)
+    timer_precision_ms: int = setting("timerPrecisionMs", 1000,
+        "timer slot length; Java rounds down to 100, 200, 500 or 1000", unit="ms",
+        rule=at_least(1))
+    timer_max_delay_sec: int = setting("timerMaxDelaySec", 3 * 24 * 3600,
+        "longest timer delay accepted", unit="s", rule=at_least(1))
+    timer_roll_window_slot: int = setting("timerRollWindowSlot", 2 * 24 * 3600,
+        "timer messages due further ahead are parked again (rolled) as they come closer",
+        unit="count", rule=at_least(0))
+    mapped_file_size_timer_log: int = setting("mappedFileSizeTimerLog", 100 << 20,
+        "timerlog file size", unit="bytes",
+        rule=at_least(layout.TIMERLOG_UNIT_SIZE + layout.TIMERLOG_MIN_BLANK_BYTES))
+    timer_flush_interval_ms: int = setting("timerFlushIntervalMs", 1000,
+        "timerlog, timerwheel and timercheck flush period", unit="ms", rule=at_least(1))
+    timer_congest_num_each_slot: int = setting("timerCongestNumEachSlot", (1 << 31) - 1,
+        "a timer slot holding more refuses sends to it, at random up to twice as many and "
+        "always beyond (SYSTEM_ERROR)", unit="count", rule=at_least(0))
+    timer_stop_enqueue: bool = setting("timerStopEnqueue", False,
+        "stop parking timer messages in the wheel (they wait in rmq_sys_wheel_timer)")
+    timer_stop_dequeue: bool = setting("timerStopDequeue", False,
+        "stop delivering due timer messages")
+    timer_skip_unknown_error: bool = setting("timerSkipUnknownError", False,
+        "a timer message that cannot be read or put for an unknown reason is skipped "
+        "(logged) instead of retried")
+    timer_enable_retry_until_success: bool = setting("timerEnableRetryUntilSuccess", False,
+        "retry a due message's put until it succeeds (false: 3 tries, then it is logged "
+        "and dropped, as Java)")
+    timer_warm_enable: bool = setting("timerWarmEnable", False,
+        "pre-read the next slots' messages (Java 5.3.3 never does: its warm call is "
+        "commented out)")
+    timer_progress_log_interval_ms: int = setting("timerProgressLogIntervalMs", 10000,
+        "period of the timer's progress log line", unit="ms", rule=at_least(1))
+    # Java's BrokerConfig keys, with the timer because they act on it (broker/timer_requests.py).
+    recall_message_enable: bool = setting("recallMessageEnable", False,
+        "RECALL_MESSAGE (370) cancels a parked timer message by its recall handle; false: "
+        "refused (NO_PERMISSION)")
+    allow_recall_when_broker_not_writeable: bool = setting(
+        "allowRecallWhenBrokerNotWriteable", True,
+        "RECALL_MESSAGE is served while brokerPermission forbids writes")
+
     # --- controller mode (Java MessageStoreConfig; docs/architecture/controller.md) ---
     all_ack_in_sync_state_set: bool = setting("allAckInSyncStateSet", False,
         "controller mode: SEND_OK only once every SyncStateSet member has the message",
@@ -265,6 +322,20 @@ class StoreConfig:
     def delay_levels_ms(self) -> tuple[int, ...]:
         """``messageDelayLevel`` as the delay of level 1, 2, ... in ms (ValueError if bad)."""
         return parse_delay_levels(self.message_delay_level)
+
+    @property
+    def timer_precision_effective_ms(self) -> int:
+        """``timerPrecisionMs`` as Java's setter rounds it: the largest of 100, 200, 500, 1000
+        not above it (100 below 200)."""
+        return timer_precision_of(self.timer_precision_ms)
+
+    @property
+    def timer_roll_window_slots(self) -> int:
+        """``timerRollWindowSlot`` as the timer uses it: outside [2, slots - blank slots] it is
+        the whole wheel but the blank slots (Java's TimerMessageStore constructor)."""
+        most = layout.TIMER_WHEEL_SLOTS - layout.TIMER_BLANK_SLOTS
+        window = self.timer_roll_window_slot
+        return most if window > most or window < 2 else window
 
     def transfer_limits(self) -> tuple[int, int, int, int]:
         """Pull caps: (in-memory bytes, in-memory count, in-disk bytes, in-disk count)."""

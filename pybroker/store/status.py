@@ -32,6 +32,12 @@ class PutStatus(enum.Enum):
     TIMEOUT_CLEAN_QUEUE = "TIMEOUT_CLEAN_QUEUE"
     # Controller mode: the SyncStateSet is smaller than minInSyncReplicas; never stored.
     IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
+    # The 5.x timer's put-time checks (broker/timer_message.py; Java HookUtils): a timer
+    # message while timerWheelEnable=false, a bad or too long delay (or a cancel mark whose
+    # time is past), a slot over timerCongestNumEachSlot. Never stored.
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    WHEEL_TIMER_FLOW_CONTROL = "WHEEL_TIMER_FLOW_CONTROL"
 
     @property
     def stored(self) -> bool:
@@ -91,22 +97,41 @@ SEND_RESPONSE_TABLE: dict[PutStatus, tuple[ResponseCode, str | None]] = {
         "while, period in queue: {waited_ms}ms, size of queue: {queue_size}"),
     PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (ResponseCode.SYSTEM_ERROR,
                                             "in-sync replicas not enough"),
+    PutStatus.WHEEL_TIMER_NOT_ENABLE: (
+        ResponseCode.SYSTEM_ERROR,
+        "accurate timer message is not enabled, timerWheelEnable is {timer_wheel_enable}"),
+    PutStatus.WHEEL_TIMER_MSG_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "timer message illegal, the delay time should not be bigger than the max delay "
+        "{timer_max_delay_ms}ms; or if set del msg, the delay time should be bigger than the "
+        "current time"),
+    PutStatus.WHEEL_TIMER_FLOW_CONTROL: (
+        ResponseCode.SYSTEM_ERROR,
+        "timer message is under flow control, max num limit is {timer_congest_twice} or the "
+        "current value is greater than {timer_congest} and less than {timer_congest_twice}, "
+        "trigger random flow control"),
 }
 assert set(SEND_RESPONSE_TABLE) == set(PutStatus), "every PutStatus needs a response"
 
 
 def send_response(status: PutStatus, max_message_size: int = 4_194_304,
                   disk_usage: str = "", waited_ms: int = 0,
-                  queue_size: int = 0) -> tuple[ResponseCode, str | None]:
+                  queue_size: int = 0, timer=None) -> tuple[ResponseCode, str | None]:
     """(response code, remark) answering a send whose store outcome is ``status``.
 
     ``max_message_size`` (bytes), ``disk_usage``, ``waited_ms`` and ``queue_size`` (fast
-    failure) fill the Java remark templates.
+    failure) fill the Java remark templates; ``timer`` (the broker's
+    broker.timer_message.TimerRules, or None for Java's defaults) fills the timer ones.
     """
     code, remark = SEND_RESPONSE_TABLE[status]
     if remark is not None:
-        remark = remark.format(max_message_size=max_message_size, disk_usage=disk_usage,
-                               waited_ms=waited_ms, queue_size=queue_size)
+        congest = (1 << 31) - 1 if timer is None else timer.congest_num_each_slot
+        remark = remark.format(
+            max_message_size=max_message_size, disk_usage=disk_usage, waited_ms=waited_ms,
+            queue_size=queue_size,
+            timer_wheel_enable="true" if timer is None or timer.wheel_enable else "false",
+            timer_max_delay_ms=(259_200 if timer is None else timer.max_delay_sec) * 1000,
+            timer_congest=congest, timer_congest_twice=congest * 2)
     return code, remark
 
 

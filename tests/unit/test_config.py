@@ -212,11 +212,13 @@ def test_type_errors_name_key_value_and_rule(key, text, rule):
 
 
 def test_remoting_workers_fit_below_the_data_plane_slots():
-    """Each remoting worker and the supervisor own a control-block worker slot below the
-    data-plane workers' (store/control_block.py): a count that does not fit is refused when the
-    file loads, not by the appender at start."""
-    from pybroker.store.control_block import HA, REMOTING_WORKERS_MAX, supervisor_worker
-    assert supervisor_worker(REMOTING_WORKERS_MAX).slot < HA.slot
+    """Each remoting worker, the supervisor and the timer own a control-block worker slot below
+    the data-plane workers' (store/control_block.py): a count that does not fit is refused when
+    the file loads, not by the appender at start."""
+    from pybroker.store.control_block import (HA, REMOTING_WORKERS_MAX, supervisor_worker,
+                                              timer_worker)
+    assert supervisor_worker(REMOTING_WORKERS_MAX).slot < timer_worker(REMOTING_WORKERS_MAX).slot
+    assert timer_worker(REMOTING_WORKERS_MAX).slot < HA.slot
     setting_spec = spec("remotingWorkers")
     assert config.parse_value(setting_spec, str(REMOTING_WORKERS_MAX)) == REMOTING_WORKERS_MAX
     with pytest.raises(ConfigError):

@@ -3,7 +3,7 @@
 // properties, batches, recalls by handle, and a push consumer that reports when each arrived.
 //
 // Usage: java -cp "lib/*:classes" TimerClient NAMESRV topic=T run=R [send=SPEC] [batch=SPEC]
-//        [recall=KEY,KEY] [consume=N] [timeout=S] [group=G]
+//        [recall=KEY,KEY] [consume=N | until=KEY,KEY] [timeout=S] [linger=S] [group=G]
 // SPEC: comma-separated KEY/KIND/VALUE items, KIND one of
 //   deliver (delivery time = now + VALUE ms), past (now - VALUE ms), sec, ms (delay), level,
 //   none, raw (VALUE = NAME=TEXT put as a property as is).
@@ -11,7 +11,8 @@
 //   op=sent key status msgId queueId queueOffset recallHandle sentMs wantedMs
 //   op=sendError key code remark        op=recalled key msgId     op=recallError key code remark
 //   op=got key topic queueId storeMs receivedMs reconsume props
-// Exits 0 when every send was answered and, with consume=N, N messages arrived before timeout.
+// Exits 0 when every send was answered and, with consume=N, N messages (with until=, every
+// listed key) arrived before timeout; linger=S keeps consuming S more seconds (to see extras).
 import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -19,7 +20,9 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
@@ -84,7 +87,12 @@ public final class TimerClient {
         String topic = options.get("topic");
         String runName = options.getOrDefault("run", "timer");
         long timeoutMs = Long.parseLong(options.getOrDefault("timeout", "60")) * 1000;
-        int expected = Integer.parseInt(options.getOrDefault("consume", "0"));
+        Set<String> awaited = ConcurrentHashMap.newKeySet();
+        if (options.containsKey("until")) {
+            awaited.addAll(Arrays.asList(options.get("until").split(",")));
+        }
+        int expected = awaited.isEmpty()
+            ? Integer.parseInt(options.getOrDefault("consume", "0")) : awaited.size();
         CountDownLatch arrived = new CountDownLatch(expected);
         DefaultMQPushConsumer consumer = null;
         if (expected > 0) {
@@ -99,7 +107,9 @@ public final class TimerClient {
                         "queueId", message.getQueueId(), "storeMs", message.getStoreTimestamp(),
                         "receivedMs", now, "reconsume", message.getReconsumeTimes(),
                         "props", properties(message));
-                    arrived.countDown();
+                    if (awaited.isEmpty() || awaited.remove(message.getKeys())) {
+                        arrived.countDown();
+                    }
                 }
                 return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             });

@@ -68,7 +68,8 @@ def topic_table_from_snapshot(value: Any) -> dict[str, TopicConfig]:
 class TopicConfigManager:
     """Topic configs of one broker (single writer: the metadata service)."""
 
-    def __init__(self, path: str, broker: BrokerConfig, on_change: Callable[[], None]):
+    def __init__(self, path: str, broker: BrokerConfig, on_change: Callable[[], None],
+                 timer_wheel_enable: bool = False):
         self.path = path
         self.broker = broker
         self.on_change = on_change
@@ -78,6 +79,10 @@ class TopicConfigManager:
         for topic_config in _system_topic_configs(broker):
             self._system_topics.add(topic_config.topic_name)
             table.setdefault(topic_config.topic_name, topic_config)
+        if timer_wheel_enable:
+            # Java 5.x puts the timer's topic (one queue) at every start when the wheel is on.
+            self._system_topics.add(SystemTopic.WHEEL_TIMER)
+            table[SystemTopic.WHEEL_TIMER] = TopicConfig(SystemTopic.WHEEL_TIMER, 1, 1)
 
     # --- reads ----------------------------------------------------------------------------------
     @property

@@ -12,6 +12,7 @@ have been taken by the fast path and the others left to the Python path.
 import asyncio
 import random
 import re
+import time
 
 import orjson
 import pytest
@@ -123,6 +124,8 @@ SPACED_HEADER = (b' { "code" : 310 , "extFields" : { "a" : "PG" , "b" : "Topic\\
                  b'"version" : 409 , "extra" : true }\n')
 
 LONG_TEXT = "K\x01" + "v" * 32755 + "\x02"   # 32759 bytes; 32776 with CLUSTER
+# A delivery time a day ahead: parked, in a slot that depends on it alone (not on now).
+TOMORROW_MS = int(time.time()) * 1000 + 86_400_000
 ROWS = [
     # (name, frame, taken by the fast path)
     ("java benchmark binary", frame("binary"), True),
@@ -164,6 +167,14 @@ ROWS = [
     ("pipe in tag", frame("binary", properties="TAGS\x01a|b\x02"), False),
     ("blank tag", frame("binary", properties="TAGS\x01  \x02"), False),
     ("cluster property", frame("binary", properties="CLUSTER\x01C\x02"), False),
+    # 5.x timer messages: the handler parks them (broker/timer_message.py), or refuses.
+    ("timer deliver time", frame("binary", properties=f"TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02"
+                                 "UNIQ_KEY\x01U1\x02"), False),
+    ("timer deliver too far", frame("binary", properties="TIMER_DELIVER_MS\x014102444800000\x02"),
+     False),
+    ("timer delay not a number", frame("go", properties="TIMER_DELAY_MS\x01x\x02"), False),
+    ("timer delay seconds too long", frame("json310", properties="TIMER_DELAY_SEC\x01"
+                                           "999999999\x02"), False),
     ("no separator", frame("binary", properties="K\x02"), False),
     ("non-ascii property", frame("binary", properties="K\x01\u00e9t\u00e9\x02"), False),
     ("retry topic", frame("binary", topic="%RETRY%G1"), False),
@@ -183,6 +194,9 @@ ROWS = [
     ("batch on code 320 without the flag", frame("batch-binary"), True),
     ("batch with inner delay", frame("batch-binary", batch="true", body=batch_body(
         [(0, b"a", "DELAY\x012\x02")])), False),
+    ("batch with inner timer properties", frame("batch-binary", batch="true", body=batch_body(
+        [(0, b"a", "TIMER_DELAY_SEC\x012\x02"), (0, b"b", "TIMER_DELIVER_MS\x019\x02")])),
+     True),
     ("batch to retry topic", frame("batch-binary", batch="true", topic="%RETRY%G1",
                                    body=batch_body([(0, b"a", "")])), False),
     ("batch malformed", frame("batch-binary", batch="true", body=b"\x00\x00\x00\x05xxxxx"),

@@ -262,7 +262,9 @@ def test_every_request_code_in_the_reference_tables_has_a_schema_or_none_by_desi
                       RequestCode.SET_MESSAGE_REQUEST_MODE,
                       RequestCode.GET_ALL_MESSAGE_REQUEST_MODE,
                       # 5.x: their question is the body
-                      RequestCode.QUERY_ASSIGNMENT, RequestCode.BATCH_ACK_MESSAGE}
+                      RequestCode.QUERY_ASSIGNMENT, RequestCode.BATCH_ACK_MESSAGE,
+                      # 5.x timer (bodies only)
+                      RequestCode.GET_TIMER_CHECK_POINT, RequestCode.GET_TIMER_METRICS}
     for code in RequestCode:
         assert (code in headers.REQUEST_SCHEMAS) != (code in without_header), code
 

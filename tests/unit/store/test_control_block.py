@@ -41,8 +41,15 @@ def test_layout_table():
         control_block.TAKEN_OFFSET + 8 * control_block.WORKER_SLOTS_MAX
     # The SyncStateSet lines: a sequence, a count and one word per member, in their own lines.
     assert control_block.SYNC_STATE_OFFSET % control_block.CACHE_LINE_BYTES == 0
-    assert control_block.BLOCK_END_OFFSET == control_block.SYNC_STATE_OFFSET + \
+    assert control_block.SYNC_STATE_END_OFFSET == control_block.SYNC_STATE_OFFSET + \
         8 * (3 + control_block.SYNC_STATE_MEMBERS_MAX)
+    # The timer worker's line (the first after the SyncStateSet's), then a slave supervisor's
+    # copy of its master's timer line, on the second page.
+    assert control_block.TIMER_OFFSET % control_block.CACHE_LINE_BYTES == 0
+    assert 0 <= control_block.TIMER_OFFSET - control_block.SYNC_STATE_END_OFFSET < 64
+    assert control_block.TIMER_OFFSET >= 4096
+    assert control_block.TIMER_MASTER_OFFSET == control_block.TIMER_OFFSET + 64
+    assert control_block.BLOCK_END_OFFSET == control_block.TIMER_MASTER_OFFSET + 64
     assert control_block.BLOCK_END_OFFSET <= control_block.FILE_SIZE_BYTES
     assert {owner for _, owner in control_block.FIELD_OWNERS} == {
         "appender", "flusher", "dispatcher", "ha", "supervisor"}
@@ -218,5 +225,23 @@ def test_fast_failure_words_have_one_writer_line_each(tmp_path):
             control_block.WORKER_SLOTS_MAX
         assert block.taken_offset(31) + 8 == control_block.SYNC_STATE_OFFSET
         assert block.worker(4).cancel_request_id == 0
+    finally:
+        block.close()
+
+
+def test_timer_lines_publish_and_the_master_line_reads_whole_writes(tmp_path):
+    block = ControlBlock(str(tmp_path / "control"), create=True)
+    try:
+        timer, master = block.timer(), block.timer_master()
+        assert master.read() is None                   # nothing written yet
+        timer.set(read_time_ms=1_800_000_001_000, queue_offset=7)
+        assert (timer.read_time_ms, timer.queue_offset, timer.dequeue_tps_milli) == \
+            (1_800_000_001_000, 7, 0)
+        master.write(1_800_000_000_000, 12, 0, 1_800_000_000_500, 33)
+        assert master.read() == (2, 1_800_000_000_000, 12, 0, 1_800_000_000_500, 33)
+        master.set(seq=master.seq + 1)                 # a write under way: no torn read
+        assert master.read() is None
+        with pytest.raises(AttributeError):
+            _ = timer.nonsense
     finally:
         block.close()

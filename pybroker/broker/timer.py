@@ -1,0 +1,663 @@
+# The 5.x timer: parks rmq_sys_wheel_timer messages in the timer log/wheel, delivers due ones.
+"""Java 5.3.3's TimerMessageStore, single-threaded (docs/architecture/timer.md).
+
+The send path parks a timer message on ``rmq_sys_wheel_timer`` queue 0 with ``TIMER_OUT_MS``
+(its slot time), ``REAL_TOPIC`` and ``REAL_QID`` (broker/timer_message.py). :class:`TimerStore`
+then does what Java's services do, in one task of the timer worker:
+
+* **enqueue** (Java TimerEnqueueGet/PutService): reads the wheel topic's consume queue from the
+  enqueue offset and appends one timer-log unit per message, chained into the wheel slot of its
+  time (a cancel mark counts -1). A time past the window of ``timerRollWindowSlot`` slots is
+  parked at the window's end (or half of it) with the ROLL bit: when that slot comes the message
+  is put back on the wheel topic and parked again (``TIMER_ROLL_TIMES`` + 1). On a master a
+  message whose slot the dequeue has already passed is delivered at once (``TIMER_ENQUEUE_MS``
+  = Long.MAX; Java: whose slot is before the write time, which differs only while the dequeue
+  catches up).
+* **dequeue** (Java TimerDequeueGet/GetMessage/PutMessageService): once the write time (now,
+  rounded down to the precision) passed a slot, reads its chain, drops the messages a cancel
+  mark of the slot names (``REAL_TOPIC+UNIQ_KEY``), and re-puts the others to their real topic
+  and queue through the CommitLog writer (the worker's send ring) with ``TIMER_ENQUEUE_MS``,
+  ``TIMER_DEQUEUE_MS`` added and every other property kept; then the read time moves one slot.
+  Only a master dequeues; a slave enqueues up to its master's offset and follows its read time.
+* **flush** (Java TimerFlushService): timer log, wheel, then the checkpoint (so the checkpoint
+  never names units not durable), and the metrics document when it changed.
+* **recover** (Java recover): from the checkpoint, walks the timer log from one file before its
+  flushed position, revises the wheel, cuts a damaged tail, and restarts the enqueue from the
+  checkpoint's queue offset: what was enqueued or delivered after the last checkpoint is done
+  again (at-least-once, as Java). pybroker flushes after every slot it delivered and drops a
+  second unit of the same message within one slot, so a kill -9 repeats at most the slot in
+  progress and the enqueues of one flush interval that rolled (docs/compatibility.md).
+
+Java's worker threads become batches here: one enqueue batch or one slot per turn, puts of a
+slot grouped per real queue into runs and awaited together (the ring is the bound).
+"""
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from pybroker import clock
+from pybroker._fast import jhash
+from pybroker._fast import record as record_codec
+from pybroker.broker.interfaces import Putter
+from pybroker.broker.reput import RePut, reput_message
+from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
+from pybroker.protocol.constants import Property
+from pybroker.protocol.properties import decode_properties
+from pybroker._fast.stats import StatsHistogram, StatsWriter
+from pybroker.stats.region import private_writer
+from pybroker.store import layout, paths
+from pybroker.store.read_api import SelectResult
+from pybroker.store.settings import StoreConfig
+from pybroker.store.status import PutStatus
+from pybroker.store.timer_checkpoint import CheckpointValues, TimerCheckpoint
+from pybroker.store.timer_log import TimerLog, TimerUnitAt, encode_unit
+from pybroker.store.timer_metrics import load_timer_metrics, save_timer_metrics
+from pybroker.store.timer_wheel import TimerWheel
+
+__all__ = ["TimerStore", "TimerReader", "TimerFigures", "LONG_MAX"]
+
+log = logging.getLogger("pybroker.broker.timer")
+
+LONG_MAX = (1 << 63) - 1
+ENQUEUE_BATCH_MAX = 1024        # consume-queue units read per enqueue turn
+REVISE_QUEUE_OFFSET_TRIES = 20_000
+RUN_RECORDS_MAX = 256           # records of one real queue put as one request
+DEQUEUE_CHUNK = 1024            # units of a slot turned into re-puts at a time
+CHUNKS_IN_FLIGHT = 4
+RUN_BYTES_MAX = 256 << 10
+PUT_TRIES_DEFAULT = 3           # Java without timerEnableRetryUntilSuccess
+UNKNOWN_ERROR_PAUSE_S = 0.05    # Java holdMomentForUnknownError
+_NO_RETRY = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                       PutStatus.MESSAGE_SIZE_EXCEEDED, PutStatus.WHEEL_TIMER_NOT_ENABLE,
+                       PutStatus.WHEEL_TIMER_MSG_ILLEGAL, PutStatus.WHEEL_TIMER_FLOW_CONTROL})
+_RETRY = frozenset({PutStatus.SERVICE_NOT_AVAILABLE, PutStatus.CREATE_MAPPED_FILE_FAILED,
+                    PutStatus.OS_PAGE_CACHE_BUSY, PutStatus.TIMEOUT_CLEAN_QUEUE})
+
+
+class TimerReader(Protocol):
+    """What the timer reads of the store (MessageStoreReader in the worker, MessageStore in
+    tests)."""
+
+    def read_queue_units(self, topic: str, queue_id: int, queue_offset: int,
+                         count_max: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+
+    def look_message_by_offset(self, physical_offset: int) -> SelectResult | None: ...
+
+    def commitlog_min_offset(self) -> int: ...
+
+
+class WheelMessage(NamedTuple):
+    """What enqueue takes from a wheel-topic record."""
+    offset_py: int
+    size_py: int
+    delayed_ms: int
+    store_timestamp: int
+    properties: dict[str, str]
+
+
+@dataclasses.dataclass
+class TimerFigures:
+    """Counters of the timer (the worker publishes them; tests read them)."""
+    enqueued: int = 0           # units appended (cancel marks and rolls included)
+    enqueued_due: int = 0       # delivered at enqueue: their slot was past
+    dequeued: int = 0           # re-puts stored (rolls included)
+    rolled: int = 0
+    cancelled: int = 0          # messages a cancel mark dropped
+    duplicates_dropped: int = 0  # a second unit of one message in one slot
+    unreadable: int = 0         # units or records that could not be read (skipped)
+    put_dropped: int = 0        # puts given up (Java: PUT_NO_RETRY, tries used up)
+    slots_delivered: int = 0
+    enqueued_by_topic: dict = dataclasses.field(default_factory=dict)    # real topic -> count
+    delivered_by_topic: dict = dataclasses.field(default_factory=dict)   # real topic -> count
+
+
+class TimerStore:
+    """The timer of one broker (see the module docstring).
+
+    ``reader`` reads the store, ``putter`` re-puts (a master's); ``dequeue_enabled`` is False
+    on a slave. ``now_ms`` is the wall clock (ms). Call :meth:`recover` once, then
+    :meth:`enqueue`, :meth:`dequeue` and :meth:`flush` as the worker's loop does, and
+    :meth:`close` at the end.
+    """
+
+    def __init__(self, settings: StoreConfig, reader: TimerReader, putter: Putter | None, *,
+                 dequeue_enabled: bool, now_ms: Callable[[], int] = clock.now_ms,
+                 stats: StatsWriter | None = None):
+        root = settings.store_path_root_dir
+        self.settings = settings
+        self.reader = reader
+        self.putter = putter
+        self.dequeue_enabled = dequeue_enabled and putter is not None
+        self.now_ms = now_ms
+        self.precision_ms = settings.timer_precision_effective_ms
+        self.roll_window_slots = settings.timer_roll_window_slots
+        self.timer_log = TimerLog(paths.timerlog_dir(root), settings.mapped_file_size_timer_log)
+        if not self.timer_log.load():
+            raise ValueError(f"{paths.timerlog_dir(root)}: a file is not "
+                             f"mappedFileSizeTimerLog={settings.mapped_file_size_timer_log} "
+                             "bytes")
+        self.wheel = TimerWheel(paths.timer_wheel_path(root), self.precision_ms)
+        self.checkpoint = TimerCheckpoint(paths.config_path(root, paths.TIMER_CHECK_CONFIG))
+        self.metrics_path = paths.config_path(root, paths.TIMER_METRICS_CONFIG)
+        self.metrics = load_timer_metrics(self.metrics_path)
+        self.metrics_dirty = False
+        self.figures = TimerFigures()
+        # The timer's section of the instrument region: lateness and slot-size histograms
+        # (the worker publishes the counters from ``figures``).
+        self.stats = stats if stats is not None else private_writer()
+        self.curr_read_time_ms = 0
+        self.commit_read_time_ms = 0
+        self.curr_write_time_ms = 0
+        self.curr_queue_offset = 0
+        self.commit_queue_offset = 0
+        self._last_commit = (-1, -1)
+        self.last_enqueue_ms = 0           # wall time of the last enqueued message
+        self.last_enqueue_store_ms = 0     # its store time (Java's enqueue latency)
+
+    # --- recovery (Java recover, recoverAndRevise, reviseQueueOffset) ---------------------------
+    def recover(self) -> None:
+        """Bring timer log, wheel and positions back from the checkpoint (see the module doc)."""
+        values = self.checkpoint.values
+        last_flush = values.last_timerlog_flush_pos
+        files = self.timer_log.files.mapped_files
+        if files:
+            last_flush -= self.timer_log.file_size
+        process_offset = self._recover_and_revise(max(last_flush, 0), whole_files=True)
+        queue_offset = self._revise_queue_offset(process_offset)
+        offset = values.last_timer_queue_offset if queue_offset < 0 else queue_offset + 1
+        offset = min(offset, values.master_timer_queue_offset)
+        low = self.reader.get_min_offset_in_queue(TIMER_TOPIC, 0)
+        high = self.reader.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        if low >= 0 and offset < low:
+            log.warning("Timer currQueueOffset:%d is smaller than minOffsetInQueue:%d",
+                        offset, low)
+            offset = low
+        elif low >= 0 and offset > high:
+            log.warning("Timer currQueueOffset:%d is larger than maxOffsetInQueue:%d",
+                        offset, high)
+            offset = high
+        self.curr_queue_offset = offset
+        read_time = values.last_read_time_ms
+        oldest = self._format(self.now_ms()) - (layout.TIMER_WHEEL_SLOTS
+                                                - layout.TIMER_BLANK_SLOTS) * self.precision_ms
+        self.curr_read_time_ms = max(read_time, oldest)
+        min_first = self.wheel.check_phy_pos(self.curr_read_time_ms, process_offset)
+        if min_first < process_offset:
+            log.warning("Timer recheck because of minFirst:%d processOffset:%d", min_first,
+                        process_offset)
+            self._recover_and_revise(min_first, whole_files=False)
+        log.info("Timer recover ok currReadTimerMs:%d currQueueOffset:%d checkQueueOffset:%d "
+                 "processOffset:%d", self.curr_read_time_ms, self.curr_queue_offset,
+                 values.last_timer_queue_offset, process_offset)
+        self.commit_read_time_ms = self.curr_read_time_ms
+        self.commit_queue_offset = self.curr_queue_offset
+        self.move_write_time()
+        self.prepare_checkpoint()
+
+    def _recover_and_revise(self, begin_offset: int, whole_files: bool) -> int:
+        """Walk the timer log from ``begin_offset`` and point every unit's slot at it; with
+        ``whole_files`` cut the log where the walk stopped. Returns that offset."""
+        end, offsets, delayed = self.timer_log.scan(begin_offset, whole_files)
+        revise = self.wheel.revise_slot
+        for offset, delayed_ms in zip(offsets.tolist(), delayed.tolist(), strict=True):
+            revise(delayed_ms, -2, offset, True)
+        if whole_files:
+            self.timer_log.truncate(end)
+        return end
+
+    def _revise_queue_offset(self, process_offset: int) -> int:
+        """The wheel-topic queue offset of the last unit's message, -1 when unknown."""
+        unit = self.timer_log.unit(process_offset - layout.TIMERLOG_UNIT_SIZE)
+        if unit is None:
+            return -1
+        selected = self.reader.look_message_by_offset(unit.offset_py)
+        if selected is None:
+            return -1
+        try:
+            decoded = record_codec.decode(selected.buffer, 0)
+            queue_offset, queue_id = decoded.queue_offset, decoded.queue_id
+            del decoded
+        finally:
+            selected.release()
+        probe = queue_offset
+        for _ in range(REVISE_QUEUE_OFFSET_TRIES):
+            if probe < 0:
+                break
+            physical, sizes = self.reader.read_queue_units(TIMER_TOPIC, queue_id, probe, 1)
+            if len(physical) and (int(physical[0]), int(sizes[0])) == \
+                    (unit.offset_py, unit.size_py):
+                return probe
+            probe -= 1
+        log.warning("reviseQueueOffset: no consume-queue unit for %d/%d; using the record's %d",
+                    unit.offset_py, unit.size_py, queue_offset)
+        return queue_offset
+
+    # --- positions -----------------------------------------------------------------------------
+    def _format(self, time_ms: int) -> int:
+        return time_ms // self.precision_ms * self.precision_ms
+
+    def move_write_time(self) -> None:
+        """The write time follows the clock, rounded down to the precision (never back)."""
+        now = self._format(self.now_ms())
+        if self.curr_write_time_ms < now:
+            self.curr_write_time_ms = now
+
+    def _move_read_time(self) -> None:
+        self.curr_read_time_ms += self.precision_ms
+        self.commit_read_time_ms = self.curr_read_time_ms
+
+    def follow_master(self, master: CheckpointValues) -> None:
+        """A slave takes its master's read time, queue offset and version (Java
+        SlaveSynchronize.syncTimerCheckPoint); the next flush writes them."""
+        values = self.checkpoint.values
+        values.last_read_time_ms = master.last_read_time_ms
+        values.master_timer_queue_offset = master.master_timer_queue_offset
+        values.state_version = master.state_version
+        values.version_timestamp = master.version_timestamp
+        values.version_counter = master.version_counter
+
+    def _sync_read_time(self) -> None:
+        self.curr_read_time_ms = self.checkpoint.values.last_read_time_ms
+        self.commit_read_time_ms = self.curr_read_time_ms
+
+    def prepare_checkpoint(self) -> None:
+        """Java prepareTimerCheckPoint: the positions the next checkpoint write holds."""
+        values = self.checkpoint.values
+        values.last_timerlog_flush_pos = self.timer_log.flushed_where
+        values.last_read_time_ms = self.commit_read_time_ms
+        if self.dequeue_enabled:
+            values.master_timer_queue_offset = self.commit_queue_offset
+            commit = (self.commit_read_time_ms, self.commit_queue_offset)
+            if commit != self._last_commit:
+                values.next_version(0)
+                self._last_commit = commit
+        values.last_timer_queue_offset = min(self.commit_queue_offset,
+                                             values.master_timer_queue_offset)
+
+    def flush(self) -> None:
+        """Timer log, wheel, checkpoint (in that order: the checkpoint never names units that
+        are not durable), then the metrics document when it changed."""
+        self.timer_log.flush()
+        self.wheel.flush()
+        self.prepare_checkpoint()
+        self.checkpoint.flush()
+        if self.metrics_dirty:
+            save_timer_metrics(self.metrics_path, self.metrics)
+            self.metrics_dirty = False
+
+    # --- figures -------------------------------------------------------------------------------
+    def congest_num(self) -> int:
+        """Messages parked from the read time on (Java getAllCongestNum)."""
+        return self.wheel.all_num(self.curr_read_time_ms)
+
+    def enqueue_behind_messages(self) -> int:
+        """Wheel-topic messages not yet enqueued (Java getEnqueueBehindMessages)."""
+        return self.reader.get_max_offset_in_queue(TIMER_TOPIC, 0) - self.curr_queue_offset
+
+    def _add_metric(self, properties: dict[str, str], value: int) -> None:
+        if not self.dequeue_enabled:
+            return       # a slave's metrics are its master's (broker/slave_sync.py writes them)
+        topic = properties.get(Property.REAL_TOPIC)
+        if topic is None or properties.get(Property.TIMER_ENQUEUE_MS) == str(LONG_MAX):
+            return
+        self.metrics.add(topic, value)
+        self.metrics_dirty = True
+
+    def close(self) -> None:
+        """Unmap the timer files (no flush: call :meth:`flush` first)."""
+        self.timer_log.close()
+        self.wheel.close()
+        self.checkpoint.close()
+
+    # --- enqueue (Java enqueue, TimerEnqueuePutService, doEnqueue) ------------------------------
+    def _may_enqueue(self) -> bool:
+        if self.settings.timer_stop_enqueue:
+            return False
+        if not self.dequeue_enabled and \
+                self.curr_queue_offset >= self.checkpoint.values.master_timer_queue_offset:
+            return False           # a slave enqueues no further than its master
+        return True
+
+    async def enqueue(self) -> int:
+        """One batch of wheel-topic messages into the wheel; returns how many were read."""
+        if not self._may_enqueue():
+            self.commit_queue_offset = self.curr_queue_offset
+            return 0
+        low = self.reader.get_min_offset_in_queue(TIMER_TOPIC, 0)
+        if low < 0:
+            return 0
+        if self.curr_queue_offset < low:
+            log.warning("Timer currQueueOffset:%d is smaller than minOffsetInQueue:%d",
+                        self.curr_queue_offset, low)
+            self.curr_queue_offset = low
+        count = ENQUEUE_BATCH_MAX
+        if not self.dequeue_enabled:
+            count = min(count, self.checkpoint.values.master_timer_queue_offset
+                        - self.curr_queue_offset)
+        physical, sizes = self.reader.read_queue_units(TIMER_TOPIC, 0, self.curr_queue_offset,
+                                                       count)
+        due: list[WheelMessage] = []
+        for offset_py, size_py in zip(physical.tolist(), sizes.tolist(), strict=True):
+            message = self._read_wheel_message(offset_py, size_py)
+            if message is not None:
+                self.last_enqueue_ms = self.now_ms()
+                self.last_enqueue_store_ms = message.store_timestamp
+                # Java delivers at once whatever is due by the write time; here only what
+                # the dequeue has passed: a slot it is still to visit takes the message, so a
+                # second unit after a restart is dropped there (docs/compatibility.md).
+                if self.dequeue_enabled and message.delayed_ms < self.curr_read_time_ms:
+                    due.append(message)
+                else:
+                    self._do_enqueue(message)
+            self.curr_queue_offset += 1
+        if due:
+            await self._deliver_due(due)
+        self.commit_queue_offset = self.curr_queue_offset
+        self.move_write_time()
+        return len(physical)
+
+    def _read_wheel_message(self, offset_py: int, size_py: int) -> WheelMessage | None:
+        """A wheel-topic record's timer facts; None (skipped, counted) when it cannot be read
+        or has no usable TIMER_OUT_MS (Java would retry it forever)."""
+        if size_py == layout.CQ_FILLER_SIZE:
+            return None
+        selected = self.reader.look_message_by_offset(offset_py)
+        if selected is None:
+            self.figures.unreadable += 1
+            return None
+        try:
+            buffer = selected.buffer
+            properties = decode_properties(record_codec.read_properties(buffer, 0))
+            store_timestamp = record_codec.read_store_timestamp(buffer, 0)
+        finally:
+            selected.release()
+        try:
+            delayed_ms = int(properties[Property.TIMER_OUT_MS])
+        except (KeyError, ValueError):
+            log.warning("timer: message at %d on %s has no usable %s; skipped", offset_py,
+                        TIMER_TOPIC, Property.TIMER_OUT_MS)
+            self.figures.unreadable += 1
+            return None
+        return WheelMessage(offset_py, size_py, delayed_ms, store_timestamp, properties)
+
+    def _do_enqueue(self, message: WheelMessage) -> None:
+        """Append the message's unit and chain it into its slot (rolled when too far)."""
+        write_ms = self.curr_write_time_ms
+        delayed = message.delayed_ms
+        window_ms = self.roll_window_slots * self.precision_ms
+        magic = layout.TIMER_MAGIC_DEFAULT
+        if delayed - write_ms >= window_ms:
+            magic |= layout.TIMER_MAGIC_ROLL
+            if delayed - write_ms - window_ms < self.roll_window_slots // 3 * self.precision_ms:
+                delayed = write_ms + self.roll_window_slots // 2 * self.precision_ms
+            else:
+                delayed = write_ms + window_ms
+        properties = message.properties
+        is_delete = Property.TIMER_DEL_UNIQKEY in properties
+        if is_delete:
+            magic |= layout.TIMER_MAGIC_DELETE
+        real_topic = properties.get(Property.REAL_TOPIC)
+        slot = self.wheel.slot(delayed)
+        position = self.timer_log.append(encode_unit(
+            slot.last_pos, magic, write_ms, delayed, message.offset_py, message.size_py,
+            jhash.java_hash(real_topic) if real_topic is not None else 0))
+        self.wheel.put_slot(delayed, position if slot.first_pos == -1 else slot.first_pos,
+                            position, slot.num - 1 if is_delete else slot.num + 1, slot.magic)
+        self._add_metric(properties, -1 if is_delete else 1)
+        figures = self.figures
+        figures.enqueued += 1
+        if real_topic is not None:
+            figures.enqueued_by_topic[real_topic] = \
+                figures.enqueued_by_topic.get(real_topic, 0) + 1
+
+    async def _deliver_due(self, due: list[WheelMessage]) -> None:
+        """Messages whose slot is already past go out at once (Java marks them
+        TIMER_ENQUEUE_MS = Long.MAX_VALUE); a cancel mark among them is dropped."""
+        reputs = []
+        for message in due:
+            reput = self._convert(message.offset_py, LONG_MAX, roll=False)
+            if reput is not None:
+                reputs.append(reput)
+        self.figures.enqueued_due += len(reputs)
+        await self._put_all(reputs, None)
+
+    # --- dequeue (Java dequeue, TimerDequeueGetMessageService, PutMessageService) -------------
+    async def dequeue(self) -> int:
+        """Deliver the slot at the read time once the write time passed it: -1 nothing to do,
+        0 an empty slot skipped, 1 a slot delivered."""
+        if not self.dequeue_enabled:
+            self._sync_read_time()
+            return -1
+        if self.settings.timer_stop_dequeue or \
+                self.curr_read_time_ms >= self.curr_write_time_ms:
+            return -1
+        slot_ms = self.curr_read_time_ms
+        slot = self.wheel.slot(slot_ms)
+        if slot.time_ms == -1:
+            # Java moves one empty slot per turn; the walk to the next used slot (after a
+            # restart: up to a whole wheel of them) is one scan here.
+            self.curr_read_time_ms = self.wheel.next_used(slot_ms, self.curr_write_time_ms)
+            self.commit_read_time_ms = self.curr_read_time_ms
+            return 0
+        units = self.timer_log.slot_units(slot.first_pos, slot.last_pos)
+        if not units:
+            log.warning("dequeue time:%d but read nothing from timerLog", slot_ms)
+        deletes, normals = [], []
+        for unit in reversed(units):           # oldest first
+            magic = unit.magic
+            if magic & layout.TIMER_MAGIC_DELETE and not magic & layout.TIMER_MAGIC_ROLL:
+                deletes.append(unit)
+            else:
+                normals.append(unit)
+        cancelled = self._cancel_keys(deletes)
+        slot_end_ms = slot_ms + self.precision_ms
+        seen: set[int] = set()
+        in_flight: list[asyncio.Future] = []
+        # In chunks, puts of one chunk under way while the next is built: a burst slot keeps
+        # the event loop turning (the worker's heartbeat, completions).
+        for start in range(0, len(normals), DEQUEUE_CHUNK):
+            reputs = self._slot_reputs(normals[start:start + DEQUEUE_CHUNK], cancelled, seen)
+            in_flight.append(asyncio.ensure_future(self._put_all(reputs, slot_end_ms)))
+            if len(in_flight) >= CHUNKS_IN_FLIGHT:
+                await in_flight.pop(0)
+            else:
+                await asyncio.sleep(0)
+        await asyncio.gather(*in_flight)
+        for properties in cancelled.values():
+            self._add_metric(properties, 1)    # a cancel mark that matched nothing here
+        self.figures.slots_delivered += 1
+        self.stats.record(StatsHistogram.TIMER_SLOT_MESSAGES, len(normals))
+        self._move_read_time()
+        return 1
+
+    def _cancel_keys(self, deletes: list[TimerUnitAt]) -> dict[str, dict[str, str]]:
+        """TIMER_DEL_UNIQKEY of each cancel mark of the slot -> the mark's properties."""
+        keys: dict[str, dict[str, str]] = {}
+        for unit in deletes:
+            selected = self.reader.look_message_by_offset(unit.offset_py)
+            if selected is None:
+                self.figures.unreadable += 1
+                continue
+            try:
+                properties = decode_properties(record_codec.read_properties(selected.buffer, 0))
+            finally:
+                selected.release()
+            key = properties.get(Property.TIMER_DEL_UNIQKEY)
+            if key is not None:
+                keys[key] = properties
+        return keys
+
+    def _slot_reputs(self, normals: list[TimerUnitAt], cancelled: dict[str, dict[str, str]],
+                     seen: set[int]) -> list[RePut]:
+        """The re-puts of (a chunk of) a slot's messages, oldest first; cancelled ones and a
+        second unit of one message (a repeated enqueue after a crash; ``seen`` holds the
+        slot's message offsets so far) are left out."""
+        reputs = []
+        for unit in normals:
+            if unit.offset_py in seen:
+                self.figures.duplicates_dropped += 1
+                continue
+            seen.add(unit.offset_py)
+            roll = bool(unit.magic & layout.TIMER_MAGIC_ROLL)
+            reput = self._convert(unit.offset_py, unit.write_time_ms, roll, cancelled)
+            if reput is not None:
+                reputs.append(reput)
+                if roll:
+                    self.figures.rolled += 1
+        return reputs
+
+    def _convert(self, offset_py: int, enqueue_ms: int, roll: bool,
+                 cancelled: dict[str, dict[str, str]] | None = None) -> RePut | None:
+        """The re-put of the wheel-topic record at ``offset_py`` (Java convert and
+        convertMessage), or None: unreadable, cancelled, or a cancel mark due (never put)."""
+        selected = self.reader.look_message_by_offset(offset_py)
+        if selected is None:
+            self.figures.unreadable += 1
+            return None
+        decoded = None
+        try:
+            decoded = record_codec.decode(selected.buffer, 0)
+            properties = decode_properties(decoded.properties)
+            if cancelled and self._is_cancelled(properties, cancelled):
+                return None
+            if enqueue_ms == LONG_MAX:
+                properties[Property.TIMER_ENQUEUE_MS] = str(LONG_MAX)
+            self._add_metric(properties, -1)
+            if not roll and Property.TIMER_DEL_UNIQKEY in properties:
+                return None            # Java doPut: a cancel mark is never delivered
+            return self._reput(decoded, properties, enqueue_ms, roll)
+        finally:
+            decoded = None             # its body is a view of the record: drop it first
+            selected.release()
+
+    def _is_cancelled(self, properties: dict[str, str],
+                      cancelled: dict[str, dict[str, str]]) -> bool:
+        """True (and the mark used up) when a cancel mark of the slot names this message."""
+        real_topic = properties.get(Property.REAL_TOPIC)
+        uniq_key = properties.get(Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if real_topic is None or uniq_key is None:
+            return False
+        key = delete_key(real_topic, uniq_key)
+        if key not in cancelled:
+            return False
+        del cancelled[key]
+        self.figures.cancelled += 1
+        return True
+
+    def _reput(self, decoded, properties: dict[str, str], enqueue_ms: int,
+               roll: bool) -> RePut | None:
+        properties[Property.TIMER_ENQUEUE_MS] = str(enqueue_ms)
+        if roll:
+            times = properties.get(Property.TIMER_ROLL_TIMES)
+            properties[Property.TIMER_ROLL_TIMES] = str(int(times) + 1 if times else 1)
+        properties[Property.TIMER_DEQUEUE_MS] = str(self.now_ms())
+        if roll:
+            topic, queue_id = decoded.topic, decoded.queue_id
+        else:
+            topic = properties.get(Property.REAL_TOPIC)
+            queue_text = properties.get(Property.REAL_QUEUE_ID, "")
+            if not topic or not queue_text.isdigit():
+                log.warning("timer: message at %d has no usable REAL_TOPIC/REAL_QID; dropped",
+                            decoded.physical_offset)
+                self.figures.put_dropped += 1
+                return None
+            queue_id = int(queue_text)
+        try:
+            # The stored string is the whole map, REAL_TOPIC and REAL_QID included (Java
+            # removes them from the map it puts, after computing the string).
+            return reput_message(decoded, topic, queue_id, properties)
+        except ValueError as error:
+            log.warning("timer: message at %d cannot be re-put: %s; dropped",
+                        decoded.physical_offset, error)
+            self.figures.put_dropped += 1
+            return None
+
+    async def _put_all(self, reputs: list[RePut], slot_end_ms: int | None) -> None:
+        """Put every re-put, grouped per (topic, queue) into runs, all awaited together;
+        each stored message's lateness after ``slot_end_ms`` is recorded (None: due at
+        enqueue, not a slot's delivery)."""
+        runs: dict[tuple[str, int, int], list[list[RePut]]] = {}
+        for reput in reputs:
+            chunks = runs.setdefault((reput.topic, reput.queue_id, reput.sys_flag), [[]])
+            last = chunks[-1]
+            if len(last) >= RUN_RECORDS_MAX or \
+                    sum(len(item.records) for item in last) >= RUN_BYTES_MAX:
+                last = []
+                chunks.append(last)
+            last.append(reput)
+        jobs = [self._put_run(chunk, slot_end_ms) for chunks in runs.values()
+                for chunk in chunks if chunk]
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    async def _put_run(self, run: list[RePut], slot_end_ms: int | None) -> None:
+        """One run with Java's retry rule (doPut): stored; refused for good; or retried after
+        500 x precision / 1000 ms, three tries unless timerEnableRetryUntilSuccess."""
+        first = run[0]
+        records = first.records if len(run) == 1 else b"".join(item.records for item in run)
+        assert self.putter is not None
+        tries = 0
+        while True:
+            result = await self.putter.put(records, first.topic, first.queue_id, len(run),
+                                           first.sys_flag, True)
+            status = result.status
+            if status.stored:
+                self._delivered(first.topic, len(run), slot_end_ms)
+                return
+            tries += 1
+            unknown = status not in _NO_RETRY and status not in _RETRY
+            give_up = status in _NO_RETRY or (unknown and self.settings.timer_skip_unknown_error)
+            if not give_up and not self.settings.timer_enable_retry_until_success:
+                give_up = tries >= PUT_TRIES_DEFAULT
+            if give_up:
+                log.error("timer: %d message(s) to %s-%d not delivered: %s after %d tries",
+                          len(run), first.topic, first.queue_id, status.name, tries)
+                self.figures.put_dropped += len(run)
+                return
+            pause_s = 500 * self.precision_ms / 1000 / 1000
+            await asyncio.sleep(pause_s + (UNKNOWN_ERROR_PAUSE_S if unknown else 0))
+
+    def _delivered(self, topic: str, count: int, slot_end_ms: int | None) -> None:
+        figures = self.figures
+        figures.dequeued += count
+        figures.delivered_by_topic[topic] = figures.delivered_by_topic.get(topic, 0) + count
+        if slot_end_ms is not None:
+            self.stats.record(StatsHistogram.TIMER_LATENESS_MS,
+                              max(self.now_ms() - slot_end_ms, 0), count)
+
+    # --- housekeeping --------------------------------------------------------------------------
+    def delete_expired_timer_log(self) -> int:
+        """Delete timer-log files whose messages the CommitLog no longer has (every 30 s)."""
+        return self.timer_log.delete_expired(self.reader.commitlog_min_offset())
+
+    def clean_metrics(self, topics) -> None:
+        """Drop the counts of deleted topics (Java cleanMetrics, every 3 minutes)."""
+        dropped = self.metrics.clean(topics)
+        if dropped:
+            log.info("clean timer metrics, because not in topic config, %s", dropped)
+            self.metrics_dirty = True
+
+    def progress_line(self) -> str:
+        """Java's periodic "Timer progress-check" line."""
+        def text(time_ms: int) -> str:
+            return time.strftime("%m-%d %H:%M:%S", time.localtime(time_ms / 1000))
+        behind_master = self.checkpoint.values.master_timer_queue_offset \
+            - self.curr_queue_offset
+        return (f"Timer progress-check commitRead:[{text(self.commit_read_time_ms)}] "
+                f"currRead:[{text(self.curr_read_time_ms)}] "
+                f"currWrite:[{text(self.curr_write_time_ms)}] "
+                f"readBehind:{(self.now_ms() - self.curr_read_time_ms) // 1000} "
+                f"currReadOffset:{self.curr_queue_offset} "
+                f"offsetBehind:{self.enqueue_behind_messages()} "
+                f"behindMaster:{behind_master} "
+                f"allCongestNum:{self.congest_num()} "
+                f"enqExpiredStoreTime:{text(self.last_enqueue_store_ms)}")

@@ -1,0 +1,252 @@
+"""The 5.x timer, in one process: sends park messages as Java 5.3.3 does and the timer delivers
+them at their time, with Java's properties, rolls, cancel marks and recovery.
+
+Method: timer sends go through the real send handler into a real MessageStore on tmp_path whose
+clock (and the handler's) the test sets; broker.timer.TimerStore runs over that store with a
+StorePutter, its enqueue and dequeue driven at explicit times. Java 5.3.3's answers to the same
+sends (remarks, the parked record's properties, what a consumer sees) were recorded from a real
+broker (tests/golden/java-5.3.3/timer/capture.json).
+"""
+import base64
+import importlib.util
+import pathlib
+
+import pytest
+
+from pybroker.broker import send, timer_message
+from pybroker.broker.timer import LONG_MAX, TimerStore
+from pybroker.protocol.codes import ResponseCode
+from pybroker.store import paths
+from pybroker.store.timer_checkpoint import read_checkpoint
+
+_spec = importlib.util.spec_from_file_location(
+    "send_harness", pathlib.Path(__file__).with_name("send_harness.py"))
+harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(harness)
+T0 = 1_800_000_000_000          # a multiple of every precision
+WHEEL = "rmq_sys_wheel_timer"
+TIMER_SETTINGS = {"timerRollWindowSlot": "6", "mappedFileSizeTimerLog": "300",
+                  "brokerName": "broker-t"}
+
+
+@pytest.fixture
+def broker(tmp_path):
+    clock = [T0]
+    created = harness.Broker(tmp_path, TIMER_SETTINGS, clock_ms=lambda: clock[0])
+    created.clock = clock
+    created.ctx.now_ms = lambda: clock[0]
+    yield created
+    created.close()
+
+
+def timer(broker, dequeue_enabled=True) -> TimerStore:
+    store = TimerStore(broker.config.store, broker.store, broker.putter,
+                       dequeue_enabled=dequeue_enabled, now_ms=lambda: broker.clock[0])
+    store.recover()
+    return store
+
+
+def send_timer(broker, key: str, queue_id: int = 1, **props):
+    return broker.call(send.handle_send_message, harness.send_request(
+        "java", key.encode(), queue_id=queue_id, properties=harness.properties_text(
+            KEYS=key, TAGS="tg", WAIT="true", UNIQ_KEY=f"U-{key}", **props)))
+
+
+def step(broker, store: TimerStore, at_ms: int) -> None:
+    """One worker turn at ``at_ms``: enqueue what is there, then deliver every due slot."""
+    broker.clock[0] = at_ms
+    store.move_write_time()
+    while harness.run(store.enqueue()):
+        pass
+    while harness.run(store.dequeue()) >= 0:
+        pass
+
+
+def delivered(broker, queue_id: int = 1) -> dict[str, dict]:
+    return {properties["KEYS"]: properties
+            for _, properties in broker.records(harness.TOPIC, queue_id)}
+
+
+def test_precedence_and_refusals_as_java(broker):
+    """Java 5.3.3: TIMER_DELAY_SEC before TIMER_DELAY_MS before TIMER_DELIVER_MS; a delay level
+    wins and the timer properties go; a past time is stored as is; too long and not a number
+    are MESSAGE_ILLEGAL with Java's remark (recorded from a 5.3.3 broker)."""
+    answers = {
+        "sec": send_timer(broker, "sec", TIMER_DELAY_SEC="3", TIMER_DELAY_MS="100",
+                          TIMER_DELIVER_MS=str(T0 + 9000)),
+        "ms": send_timer(broker, "ms", TIMER_DELAY_MS="2500", TIMER_DELIVER_MS=str(T0 + 9000)),
+        "deliver": send_timer(broker, "deliver", TIMER_DELIVER_MS=str(T0 + 4000)),
+        "past": send_timer(broker, "past", TIMER_DELIVER_MS=str(T0 - 5000)),
+        "level": send_timer(broker, "level", DELAY="1", TIMER_DELIVER_MS=str(T0 + 60000)),
+        "toofar": send_timer(broker, "toofar", TIMER_DELAY_SEC=str(4 * 24 * 3600)),
+        "bad": send_timer(broker, "bad", TIMER_DELAY_SEC="abc"),
+    }
+    remark = ("timer message illegal, the delay time should not be bigger than the max delay "
+              "259200000ms; or if set del msg, the delay time should be bigger than the current "
+              "time")
+    assert (answers["toofar"].code, answers["toofar"].remark) == (13, remark)
+    assert (answers["bad"].code, answers["bad"].remark) == (13, remark)
+    parked = {properties["KEYS"]: properties for _, properties in broker.records(WHEEL)}
+    # The slot: one precision below an exact multiple, rounded down otherwise.
+    assert parked["sec"]["TIMER_OUT_MS"] == str(T0 + 2000)
+    assert parked["ms"]["TIMER_OUT_MS"] == str(T0 + 2000)
+    assert parked["deliver"]["TIMER_OUT_MS"] == str(T0 + 3000)
+    for key in ("sec", "ms", "deliver"):
+        assert parked[key]["REAL_TOPIC"] == harness.TOPIC and parked[key]["REAL_QID"] == "1"
+        assert parked[key]["WAIT"] == "true"
+        fields = answers[key].ext_fields
+        assert fields["queueId"] == "1"       # the queue asked for, the wheel's offset
+        handle = base64.urlsafe_b64decode(fields["recallHandle"]).decode()
+        assert handle == (f"v1 {harness.TOPIC} broker-t "
+                          f"{int(parked[key]['TIMER_OUT_MS']) + 1} U-{key}")
+    assert [fields.ext_fields["queueOffset"] for fields in
+            (answers["sec"], answers["ms"], answers["deliver"])] == ["0", "1", "2"]
+    assert "recallHandle" not in answers["past"].ext_fields
+    stored = delivered(broker)
+    assert stored["past"]["TIMER_DELIVER_MS"] == str(T0 - 5000)
+    level = {p["KEYS"]: p for _, p in broker.records("SCHEDULE_TOPIC_XXXX", 0)}["level"]
+    assert "TIMER_DELIVER_MS" not in level and level["DELAY"] == "1"
+
+
+def test_wheel_disabled_is_refused_with_java_s_remark(tmp_path):
+    broker = harness.Broker(tmp_path, {"timerWheelEnable": "false"})
+    try:
+        answer = send_timer(broker, "x", TIMER_DELAY_SEC="3")
+        assert (answer.code, answer.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "accurate timer message is not enabled, timerWheelEnable is false")
+        assert broker.records(WHEEL) == [] and broker.records(harness.TOPIC, 1) == []
+    finally:
+        broker.close()
+
+
+def test_delivered_at_its_slot_never_early_with_java_s_properties(broker):
+    store = timer(broker)
+    send_timer(broker, "a", TIMER_DELIVER_MS=str(T0 + 2500))
+    send_timer(broker, "b", TIMER_DELIVER_MS=str(T0 + 2500))
+    send_timer(broker, "c", TIMER_DELAY_MS="3500")
+    step(broker, store, T0 + 100)
+    assert store.figures.enqueued == 3
+    step(broker, store, T0 + 2999)
+    assert delivered(broker) == {}                 # slot T0+2000 ends at T0+3000
+    step(broker, store, T0 + 3000)
+    got = delivered(broker)
+    assert set(got) == {"a", "b"}
+    for properties in got.values():
+        assert properties["TIMER_ENQUEUE_MS"] == str(T0)     # the write time at enqueue
+        assert properties["TIMER_DEQUEUE_MS"] == str(T0 + 3000)
+        assert properties["TIMER_OUT_MS"] == str(T0 + 2000)
+        assert properties["REAL_TOPIC"] == harness.TOPIC and properties["REAL_QID"] == "1"
+        assert properties["WAIT"] == "true" and properties["UNIQ_KEY"].startswith("U-")
+        assert "TIMER_ROLL_TIMES" not in properties
+    step(broker, store, T0 + 3999)
+    assert "c" not in delivered(broker)            # due T0+3500: slot T0+3000, out at 4000
+    step(broker, store, T0 + 4000)
+    assert "c" in delivered(broker)
+    assert store.metrics.count(harness.TOPIC) == 0
+
+
+def test_a_slot_already_past_at_enqueue_goes_out_at_once(broker):
+    store = timer(broker)
+    send_timer(broker, "late", TIMER_DELAY_MS="1500")       # slot T0+1000
+    broker.clock[0] = T0 + 5000
+    store.move_write_time()
+    while harness.run(store.dequeue()) >= 0:                # the dequeue passes it first
+        pass
+    assert store.curr_read_time_ms == T0 + 5000
+    assert harness.run(store.enqueue()) == 1
+    got = delivered(broker)["late"]
+    assert got["TIMER_ENQUEUE_MS"] == str(LONG_MAX)
+    assert store.figures.enqueued_due == 1 and store.figures.enqueued == 0
+
+
+def test_rolls_past_the_window(broker):
+    """timerRollWindowSlot=6: a 20 s delay (slot +19 s) is parked at the window's end (+6),
+    put back on the wheel topic there and parked again (+7 + 6 = +13), then in its slot; the
+    Java capture shows the same walk (tests/unit/store/test_timer_files.py)."""
+    store = timer(broker)
+    send_timer(broker, "long", TIMER_DELAY_SEC="20")
+    for at in range(T0, T0 + 25_001, 500):
+        step(broker, store, at)
+        if "long" in delivered(broker):
+            break
+    got = delivered(broker)["long"]
+    assert int(got["TIMER_DEQUEUE_MS"]) >= T0 + 20_000       # never early
+    assert got["TIMER_DEQUEUE_MS"] == str(T0 + 20_000)
+    assert got["TIMER_ROLL_TIMES"] == "2" and store.figures.rolled == 2
+    rolled = [p for _, p in broker.records(WHEEL) if p["KEYS"] == "long"]
+    assert [p.get("TIMER_ROLL_TIMES") for p in rolled] == [None, "1", "2"]
+    assert [p["TIMER_OUT_MS"] for p in rolled] == [str(T0 + 19_000)] * 3
+    assert store.metrics.count(harness.TOPIC) == 0
+
+
+def test_cancel_mark_drops_the_message_in_its_slot(broker):
+    store = timer(broker)
+    answer = send_timer(broker, "victim", TIMER_DELAY_SEC="5")
+    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
+    send_timer(broker, "mark", TIMER_DELIVER_MS=handle.timestamp,
+               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim"))
+    send_timer(broker, "other", TIMER_DELAY_SEC="5")
+    step(broker, store, T0 + 100)
+    assert store.metrics.count(harness.TOPIC) == 1      # +1 +1 -1
+    step(broker, store, T0 + 5000)
+    assert set(delivered(broker)) == {"other"}
+    assert store.figures.cancelled == 1
+    assert store.metrics.count(harness.TOPIC) == 0
+    # A cancel mark whose time is past is refused, as Java's.
+    late = send_timer(broker, "mark2", TIMER_DELIVER_MS=str(T0 - 1),
+                      TIMER_DEL_UNIQKEY="x+y")
+    assert late.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+def test_restart_repeats_nothing_delivered_and_loses_nothing(broker):
+    """A flushed checkpoint: nothing twice. Enqueued after the last flush and not flushed (a
+    kill -9): the enqueue is repeated from the checkpoint; the second unit of a message in its
+    slot is dropped, so each is delivered once."""
+    store = timer(broker)
+    for key in ("k1", "k2"):
+        send_timer(broker, key, TIMER_DELAY_SEC="4")
+    step(broker, store, T0 + 100)
+    store.flush()
+    send_timer(broker, "k3", TIMER_DELAY_SEC="4")
+    step(broker, store, T0 + 200)             # k3 enqueued, not flushed
+    store.close()                             # no flush: as a kill -9 leaves it
+    again = timer(broker)
+    assert again.curr_queue_offset == 2       # from the checkpoint: k3 is enqueued again
+    step(broker, again, T0 + 5000)            # k3 was sent at T0+100: slot T0+4000
+    assert sorted(delivered(broker)) == ["k1", "k2", "k3"]
+    assert len(broker.records(harness.TOPIC, 1)) == 3
+    assert again.figures.duplicates_dropped == 1
+    again.flush()
+    values = read_checkpoint(paths.config_path(broker.config.store.store_path_root_dir,
+                                               paths.TIMER_CHECK_CONFIG))
+    assert values.last_read_time_ms == T0 + 5000 and values.master_timer_queue_offset == 3
+    again.close()
+    third = timer(broker)
+    step(broker, third, T0 + 9000)
+    assert len(broker.records(harness.TOPIC, 1)) == 3
+    third.close()
+
+
+def test_batch_timer_properties_are_stored_as_is(broker):
+    """Java 5.3.3 applies the timer rule to single messages only: a batch is stored at once."""
+    body = harness.batch_body([(b"b1", harness.properties_text(TIMER_DELAY_SEC="30")),
+                               (b"b2", harness.properties_text(TIMER_DELIVER_MS=str(T0 + 9)))])
+    answer = broker.call(send.handle_send_message, harness.send_request(
+        "java-batch", body, queue_id=2, batch=True))
+    assert answer.code == ResponseCode.SUCCESS and "recallHandle" not in answer.ext_fields
+    assert [bytes(r.body) for r, _ in broker.records(harness.TOPIC, 2)] == [b"b1", b"b2"]
+
+
+def test_a_slave_enqueues_up_to_its_master_and_never_delivers(broker):
+    send_timer(broker, "s1", TIMER_DELAY_SEC="3")
+    send_timer(broker, "s2", TIMER_DELAY_SEC="3")
+    store = timer(broker, dequeue_enabled=False)
+    step(broker, store, T0 + 100)
+    assert store.figures.enqueued == 0          # the master has enqueued nothing yet
+    master = store.checkpoint.values.__class__(last_read_time_ms=T0 + 1000,
+                                              master_timer_queue_offset=1)
+    store.follow_master(master)
+    step(broker, store, T0 + 9000)
+    assert store.figures.enqueued == 1 and delivered(broker) == {}
+    assert store.curr_read_time_ms == T0 + 1000
