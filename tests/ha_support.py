@@ -47,10 +47,12 @@ def client_for(address: str, timeout_s: float = 30) -> SyncRemotingClient:
 
 
 def send(client, topic: str, body: bytes, queue_id: int, key: str, wait: bool = True,
-         queues: int = 4):
-    """One SEND_MESSAGE_V2 as the Java producer sends it; the response."""
+         queues: int = 4, extra: dict[str, str] | None = None):
+    """One SEND_MESSAGE_V2 as the Java producer sends it (``extra`` properties added, e.g. a
+    5.x timer property); the response."""
     properties = props.encode_properties({"TAGS": "T", "KEYS": key, "UNIQ_KEY": key,
-                                          "WAIT": "true" if wait else "false"})
+                                          "WAIT": "true" if wait else "false",
+                                          **(extra or {})})
     ext = {"a": "ha_producer", "b": topic, "c": "TBW102", "d": str(queues), "e": str(queue_id),
            "f": "0", "g": str(time.time_ns() // 1_000_000), "h": "0", "i": properties,
            "j": "0", "k": "false", "m": "false"}

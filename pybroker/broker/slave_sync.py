@@ -49,8 +49,7 @@ SYNC_TIMEOUT_MS = 3000
 MASTER_UNKNOWN_RETRY_S = 3.0
 CONTROLLER_MASTER_RETRY_S = 0.5
 # 5.x sync codes a 4.x master answers REQUEST_CODE_NOT_SUPPORTED.
-FIVE_X_SYNC_CODES = frozenset({RequestCode.GET_ALL_MESSAGE_REQUEST_MODE,
-                               RequestCode.GET_TIMER_METRICS})
+FIVE_X_SYNC_CODES = frozenset({RequestCode.GET_ALL_MESSAGE_REQUEST_MODE})
 
 
 class SlaveLink:
@@ -82,7 +81,7 @@ class SlaveLink:
         # The slave's timer (config.store.timer_wheel_enable): where a master checkpoint goes.
         self.timer_checkpoint = timer_checkpoint if config.store.timer_wheel_enable else None
         self.timer_syncs_total = 0
-        self._timer_failure: str | None = None
+        self._timer_failures: dict[RequestCode, str] = {}
         if self.configured_ha_address:
             self._set_ha_address(self.configured_ha_address)
 
@@ -157,36 +156,45 @@ class SlaveLink:
 
     async def sync_timer_checkpoint(self, address: str) -> bool:
         """GET_TIMER_CHECK_POINT from the master, handed to the slave's timer; True when
-        taken. A failure is logged once per cause (a 4.x master never has a timer)."""
+        taken."""
         assert self.timer_checkpoint is not None
+        taken = await self._sync_timer(address, RequestCode.GET_TIMER_CHECK_POINT,
+                                       self._take_timer_checkpoint)
+        if taken:
+            self.timer_syncs_total += 1
+        return taken
+
+    async def _sync_timer(self, address: str, code: RequestCode, apply) -> bool:
+        """One timer request to the master and ``apply(body)``; a failure is logged once per
+        request and cause (a 4.x master has no timer: it refuses both every round)."""
         try:
-            response = await self.pool.invoke(
-                address, create_request(RequestCode.GET_TIMER_CHECK_POINT, {}), SYNC_TIMEOUT_MS)
+            response = await self.pool.invoke(address, create_request(code, {}),
+                                              SYNC_TIMEOUT_MS)
             if response.code != ResponseCode.SUCCESS or not response.body:
                 raise ValueError(f"code {response.code} {response.remark or ''}")
-            values = CheckpointValues.decode(response.body)
-        except (OSError, TimeoutError, ConnectionError, ValueError) as error:
+            apply(response.body)
+        except (OSError, TimeoutError, ConnectionError, ValueError, TypeError) as error:
             cause = f"{type(error).__name__}: {error}"
-            if cause != self._timer_failure:
-                log.error("syncTimerCheckPoint from master %s failed: %s", address, cause)
-                self._timer_failure = cause
+            if self._timer_failures.get(code) != cause:
+                log.error("slave sync %s from master %s failed: %s (logged once)", code.name,
+                          address, cause)
+                self._timer_failures[code] = cause
             return False
-        self._timer_failure = None
-        self.timer_checkpoint(values)
-        self.timer_syncs_total += 1
+        self._timer_failures.pop(code, None)
         return True
+
+    def _take_timer_checkpoint(self, body) -> None:
+        assert self.timer_checkpoint is not None
+        self.timer_checkpoint(CheckpointValues.decode(body))
 
     async def sync_all(self, address: str) -> None:
         """One round of the syncs against the master at ``address``."""
         changed = False
-        syncs = [(RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
-                 (RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
-                 (RequestCode.GET_ALL_DELAY_OFFSET, self._delay_offsets),
-                 (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups),
-                 (RequestCode.GET_ALL_MESSAGE_REQUEST_MODE, self._request_modes)]
-        if self.timer_checkpoint is not None:
-            syncs.append((RequestCode.GET_TIMER_METRICS, self._timer_metrics))
-        for code, apply in syncs:
+        for code, apply in ((RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
+                            (RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
+                            (RequestCode.GET_ALL_DELAY_OFFSET, self._delay_offsets),
+                            (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups),
+                            (RequestCode.GET_ALL_MESSAGE_REQUEST_MODE, self._request_modes)):
             try:
                 response = await self.pool.invoke(address, create_request(code, {}),
                                                   SYNC_TIMEOUT_MS)
@@ -197,6 +205,8 @@ class SlaveLink:
                 changed |= apply(fastjson.loads(response.body))
             except (OSError, TimeoutError, ConnectionError, ValueError, TypeError) as error:
                 log.error("slave sync %s from master %s failed: %s", code.name, address, error)
+        if self.timer_checkpoint is not None:
+            await self._sync_timer(address, RequestCode.GET_TIMER_METRICS, self._timer_metrics)
         self.syncs_total += 1
         if changed:
             self.on_changed()
@@ -243,13 +253,12 @@ class SlaveLink:
             config_docs.DelayOffsetDocument.from_json(value))
         return False
 
-    def _timer_metrics(self, value) -> bool:
+    def _timer_metrics(self, body) -> None:
         path = paths.config_path(self.store_root, paths.TIMER_METRICS_CONFIG)
-        master = TimerMetrics.from_json(value)
+        master = TimerMetrics.from_json(fastjson.loads(body))
         mine = load_timer_metrics(path)
         if mine.replace(master):
             save_timer_metrics(path, mine)
-        return False
 
     def close(self) -> None:
         self.pool.close()

@@ -9,7 +9,10 @@ SEND_MESSAGE_V2 requests from four threads go to the master (under SYNC_MASTER e
 means the slave acknowledged). After each catch-up the two CommitLogs must be byte-identical
 (Java's BLANK fillers included); then the master is killed (kill -9) and the official Java
 client (JavaCompat dump, a DefaultMQPullConsumer) must read every acknowledged message from
-the slave.
+the slave. With 5.3.3 the slave also syncs the master's 5.x timer: timer messages parked on
+the master (due in 10 minutes) reach the slave's own timer checkpoint (GET_TIMER_CHECK_POINT
+every 3 s: the master's enqueue offset) and timer metrics (GET_TIMER_METRICS), and a Java slave
+of a pybroker master logs no unsupported request 60 or 61.
 """
 import concurrent.futures
 import json
@@ -25,6 +28,8 @@ from pybroker._testbase.ha_cluster import BrokerProcess, NameServerProcess
 from pybroker.protocol import fastjson
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
+from pybroker.store.timer_checkpoint import read_checkpoint
+from pybroker.store.timer_metrics import load_timer_metrics
 from tests import peers
 from tests.compat.test_java_client_pybroker import JavaClient, _ops
 from tests.ha_support import assert_commitlogs_identical, client_for, send, wait_for
@@ -146,13 +151,39 @@ def _slave_has_pop_mode(address: str) -> bool:
 
 
 def _not_supported_lines(java) -> list[str]:
-    """The Java slave's log lines about requests its pybroker master does not serve, but
-    those of the 5.x timer codes 60 and 61 (another piece of work: the timer store)."""
+    """The Java slave's log lines about requests its pybroker master does not serve (the 5.x
+    timer's 60 and 61 included)."""
     lines = []
     for path in (java.home_dir / "logs" / "rocketmqlogs").glob("*.log"):
         lines += [line for line in path.read_text(errors="replace").splitlines()
-                  if "not supported" in line and not re.search(r"request type 6[01] ", line)]
+                  if "not supported" in line]
     return lines
+
+
+TIMER_PARKED = 12
+
+
+def _park_timers(address: str) -> None:
+    """TIMER_PARKED timer messages on the master, due in 10 minutes (they stay parked)."""
+    with client_for(address) as client:
+        for number in range(TIMER_PARKED):
+            response = send(client, TOPIC, b"timer-%d" % number, number % QUEUES,
+                            f"timer{number}", extra={"TIMER_DELAY_SEC": "600"})
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            assert "recallHandle" in response.ext_fields
+
+
+def _timer_synced(master_store: pathlib.Path, slave_store: pathlib.Path) -> bool:
+    """The slave's timer checkpoint names the master's enqueue offset (all parked messages)
+    and its metrics are the master's."""
+    mine = read_checkpoint(str(slave_store / "config" / "timercheck"))
+    master = read_checkpoint(str(master_store / "config" / "timercheck"))
+    if mine is None or master is None or master.master_timer_queue_offset < TIMER_PARKED:
+        return False
+    if mine.master_timer_queue_offset != master.master_timer_queue_offset:
+        return False
+    metrics = load_timer_metrics(str(slave_store / "config" / "timermetrics"))
+    return metrics.count(TOPIC) == TIMER_PARKED
 
 
 def _java_reads_everything(tmp_path, install, namesrv, acked: set[bytes]) -> None:
@@ -195,6 +226,20 @@ def test_pybroker_master_java_slave(tmp_path, rand, version):
             wait_for(lambda: _slave_has_pop_mode(java.broker_addr), 90,
                      "Java slave request mode sync", interval_s=1)
             assert not _not_supported_lines(java)
+        if version == "5.3.3":
+            _park_timers(masters[-1].address)
+            # The metrics come with Java's full sync: every 60 s in 5.x.
+            wait_for(lambda: _timer_synced(pathlib.Path(masters[-1].store_dir),
+                                           java.store_dir), 90, "Java slave timer sync",
+                     interval_s=1)
+            # SlaveSynchronize logs to broker.log (RocketmqBroker): its topic sync says so,
+            # a failed timer sync would too (before issue #23: every 3 s).
+            text = (java.home_dir / "logs" / "rocketmqlogs" / "broker.log").read_text(
+                errors="replace")
+            assert "Update slave topic config from master" in text
+            for failure in ("syncTimerCheckPoint Exception", "SyncTimerMetrics Exception",
+                            "request type 60 not supported", "request type 61 not supported"):
+                assert failure not in text, failure
         masters[-1].kill()
         _java_reads_everything(tmp_path, install, namesrv, acked)
     finally:
@@ -242,6 +287,16 @@ def test_java_master_pybroker_slave(tmp_path, rand, version):
             assert "does not serve GET_ALL_MESSAGE_REQUEST_MODE" in slave.log_text()
             assert not re.search(r"GET_ALL_MESSAGE_REQUEST_MODE from master \S+ failed: code",
                                  slave.log_text())
+        if version == "5.3.3":
+            _park_timers(javas[-1].broker_addr)
+            wait_for(lambda: _timer_synced(javas[-1].store_dir,
+                                           pathlib.Path(slave.store_dir)), 60,
+                     "pybroker slave timer sync", interval_s=1)
+        else:
+            # A 4.x master has no timer: the slave says so once, not every 3 s.
+            log_text = slave.log_text()
+            assert log_text.count("request type 60 not supported (logged once)") == 1, \
+                log_text[-3000:]
         _kill(javas[-1])
         _java_reads_everything(tmp_path, install, namesrv, acked)
     finally:
