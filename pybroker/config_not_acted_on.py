@@ -63,6 +63,12 @@ JAVA_KEYS_NOT_USED = frozenset((
     "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
     "productEnvName", "clusterTest", "configStorePath", "flushConsumerOffsetHistoryInterval",
     "ackMessageThreadPoolNums", "ackThreadPoolQueueCapacity",
+    # 5.x timer (issue #23): Java's thread counts and queues of its timer services (one task
+    # here), its hourly metrics revision (not built; the counts are kept exact as they change)
+    # and two switches Java 5.3.3 itself no longer reads.
+    "timerGetMessageThreadNum", "timerPutMessageThreadNum", "timerEnableDisruptor",
+    "timerEnableCheckMetrics", "timerCheckMetricsWhen", "timerMetricSmallThreshold",
+    "timerInterceptDelayLevel", "timerColdDataCheckIntervalMs",
 ))
 # Java keys naming features pybroker lacks; any value but Java's default stops start-up.
 JAVA_KEYS_UNSUPPORTED = {

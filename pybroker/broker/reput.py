@@ -73,7 +73,7 @@ def real_destination(properties: Mapping[str, str]) -> tuple[str, int] | None:
     return topic, int(text)
 
 
-def reput_message(decoded, topic: str, queue_id: int, properties: Mapping[str, str], *,
+def reput_message(decoded, topic: str, queue_id: int, properties: Mapping[str, str] | str, *,
                   redirect: Mapping[str, str] | None = None, levels_count: int = 0,
                   timer: TimerRules | None = None, now_ms: int = 0,
                   sys_flag: int | None = None, flag: int | None = None,
@@ -84,10 +84,11 @@ def reput_message(decoded, topic: str, queue_id: int, properties: Mapping[str, s
 
     Body, born host and time and store host always come from ``decoded``; ``sys_flag``,
     ``flag`` and ``reconsume_times`` too unless given. ``properties`` is stored as given (the
-    caller applies its Java rule); ``redirect`` is the map the store looks at for the put-time
-    redirects (send.redirect_scheduled: the 5.x timer rule ``timer`` at ``now_ms``, then the
-    delay level with ``levels_count`` levels; see the module docstring); a redirect turns the
-    destination into SCHEDULE_TOPIC_XXXX or rmq_sys_wheel_timer.
+    caller applies its Java rule; a map, or the properties string itself); ``redirect`` is the
+    map the store looks at for the put-time redirects (send.redirect_scheduled: the 5.x timer
+    rule ``timer`` at ``now_ms``, then the delay level with ``levels_count`` levels; see the
+    module docstring); a redirect turns the destination into SCHEDULE_TOPIC_XXXX or
+    rmq_sys_wheel_timer.
     ``prepared_transaction_offset`` (bytes), ``store_timestamp`` (ms), ``queue_offset`` and
     ``physical_offset`` are written as given (the appender patches the last three of a stored
     record; a record sent to a client keeps them).
@@ -96,7 +97,7 @@ def reput_message(decoded, topic: str, queue_id: int, properties: Mapping[str, s
     """
     if sys_flag is None:
         sys_flag = decoded.sys_flag
-    stored = properties
+    stored: Mapping[str, str] | str = properties
     if redirect is not None and sys_flag & TRANSACTION_TYPE_MASK in _REDIRECTABLE_TYPES:
         assert levels_count > 0, "a delay redirect needs the delay levels"
         assert timer is not None, "a redirect needs the timer rules"
@@ -107,7 +108,8 @@ def reput_message(decoded, topic: str, queue_id: int, properties: Mapping[str, s
             topic, queue_id, stored = new_topic, new_queue_id, seen
     records = send.encode_message(
         topic, queue_id, decoded.flag if flag is None else flag, decoded.body,
-        encode_properties(stored), sys_flag, decoded.born_timestamp,
+        stored if isinstance(stored, str) else encode_properties(stored), sys_flag,
+        decoded.born_timestamp,
         (decoded.born_host, decoded.born_port), (decoded.store_host, decoded.store_port),
         decoded.reconsume_times if reconsume_times is None else reconsume_times,
         prepared_transaction_offset, store_timestamp, queue_offset, physical_offset)

@@ -70,6 +70,11 @@ class _TimerWorker:
         engine = TimerStore(self.config.store, attachment.reader,
                             None if slave else attachment.putter, dequeue_enabled=not slave,
                             stats=self.stats)
+        store = self.config.store
+        if store.timer_precision_ms != store.timer_precision_effective_ms:
+            log.warning("timerPrecisionMs=%d is used as %d ms (Java keeps 100, 200, 500 or "
+                        "1000, the largest not above the value)", store.timer_precision_ms,
+                        store.timer_precision_effective_ms)
         counters = self.control.worker(self.slot)
         beat = loop.create_task(self._beat(counters))
         try:

@@ -250,3 +250,31 @@ def test_a_slave_enqueues_up_to_its_master_and_never_delivers(broker):
     step(broker, store, T0 + 9000)
     assert store.figures.enqueued == 1 and delivered(broker) == {}
     assert store.curr_read_time_ms == T0 + 1000
+
+
+@pytest.mark.parametrize("text", [
+    "REAL_TOPIC\x01T\x02REAL_QID\x012\x02UNIQ_KEY\x01U\x02KEYS\x01k\x02",
+    "KEYS\x01k\x02REAL_QID\x013\x02REAL_TOPIC\x01T\x02",          # no UNIQ_KEY, no last \x02
+    "REAL_TOPIC\x01A\x02REAL_TOPIC\x01B\x02REAL_QID\x010\x02",      # a repeated name: last wins
+    "REAL_TOPIC\x01T\x02REAL_QID\x01\x02REAL_QID\x011\x02",         # an empty value
+    "REAL_TOPIC\x01T\x02REAL_QID\x011\x02X\x01a\x01b\x02",          # \x01 inside a value
+    "REAL_TOPIC\x01T\x02REAL_QID\x01x\x02",                         # unusable queue id
+    "REAL_TOPIC\x01T\x02REAL_QID\x011\x02TIMER_DEL_UNIQKEY\x01T+U\x02",
+])
+def test_the_string_path_stores_what_the_map_path_stores(broker, text):
+    """A first delivery appends TIMER_ENQUEUE_MS / TIMER_DEQUEUE_MS to the stored string
+    instead of rebuilding it from the map; both give a consumer the same properties."""
+    from pybroker._fast import record as record_codec
+    from pybroker.protocol.properties import decode_properties
+    store = timer(broker)
+    raw = send.encode_message(WHEEL, 0, 0, b"body", text, 0, T0, (harness.HOST, 1),
+                              (harness.HOST, 2))
+    as_text = store._convert_text(record_codec.decode(bytes(raw), 0), text, T0, None)
+    as_map = store._convert_map(record_codec.decode(bytes(raw), 0), decode_properties(text),
+                                T0, False, None)
+    assert (as_text is None) == (as_map is None)
+    if as_text is not None:
+        assert (as_text.topic, as_text.queue_id) == (as_map.topic, as_map.queue_id)
+        text_map = decode_properties(record_codec.decode(bytes(as_text.records), 0).properties)
+        map_map = decode_properties(record_codec.decode(bytes(as_map.records), 0).properties)
+        assert text_map == map_map

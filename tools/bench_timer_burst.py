@@ -1,0 +1,251 @@
+# Timer burst: Apache's TimerProducer, 500,000 due in one second, every message's lateness.
+"""Run Apache's 5.x timer benchmark (TimerProducer, TimerConsumer) against pybroker and Java
+RocketMQ 5.3.3 with one broker.conf, and measure what issue #23 asks: how fast timer messages
+are taken and parked, and how late each one is delivered (the side-by-side scenario,
+``bench_side_by_side.py --timer`` through tools/bench_timer.py, measures throughput and the
+consumer's mean lateness over 30 due seconds).
+
+    python tools/bench_timer_burst.py --quick            # check it works: 20,000 due in one second
+    python tools/bench_timer_burst.py --scenario burst   # 500,000 messages due in the same second
+    python tools/bench_timer_burst.py --scenario spread  # 64 threads x 60 slots x 200 (768,000)
+    python tools/bench_timer_burst.py --scenario burst --brokers pybroker --messages 100000
+
+Apache's classes (example/.../benchmark/timer, not on Maven Central) are compiled from the
+source tree given by ``--apache-src`` (default /work/ref/rocketmq-all-5.3.3) into a scratch
+folder (``--classes-dir``, default a cache under ~/.cache/pybroker): never committed. They run
+through tools/java_bench/TimerBench.java, which works around 5.3.3's ``-n`` bug (the NameServer
+is read from the ``-t`` value) by setting the NameServer on the producer it built, stops the
+producer once every send was answered, and runs a consumer that records every message's
+lateness (received - MY_RECORD_TIMER_DELIVER_MS, the property Apache's producer sets) exactly.
+Apache's TimerConsumer runs beside it with ``--apache-consumer`` (its percentiles are over
+distinct values only).
+
+Lateness is taken twice per message: *stored* (the store time of the delivered message: the
+broker's own lateness) and *received* (the consumer's clock: the broker's plus the consumer's
+delay; a push consumer on the same 2-core box cannot take 500,000 messages in 10 s).
+
+Per broker (a fresh store, the shared conf of tools/bench_brokers.py plus the timer settings):
+the topic is created with 8 queues, the lateness consumer starts, TimerProducer sends (every
+message due at one time for ``burst``: Apache's first slot, 2 minutes after the start), and the
+driver polls GET_BROKER_RUNTIME_INFO every second (timerCongestNum: parked, timerOffsetBehind,
+timerEnqueueTps, timerDequeueTps). Figures: send TPS (client), parking TPS (messages / time
+from the first send until every one is parked), lateness p50/p90/p99/p99.9/max, early
+deliveries (must be 0), within one precision, within 10 s (the burst goal: all of them),
+of both.
+Results: benchmarks/results/<timestamp>-timer.json. Measure on a quiet machine; ``--quick``
+only checks that the tooling works.
+"""
+import argparse
+import datetime
+import hashlib
+import json
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench_brokers as bb  # noqa: E402
+import java_rocketmq as jr  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "benchmarks" / "results"
+APACHE_SRC_DEFAULT = pathlib.Path("/work/ref/rocketmq-all-5.3.3")
+APACHE_TIMER_DIR = "example/src/main/java/org/apache/rocketmq/example/benchmark/timer"
+LAUNCHER = ROOT / "tools" / "java_bench" / "TimerBench.java"
+TOPIC = "TimerBenchTopic"
+BROKERS = ("pybroker", "java-5.3.3")
+GET_BROKER_RUNTIME_INFO = 28
+FIRST_SLOT_DELAY_S = 120          # TimerProducer's first slot is 2 minutes after its start
+TIMER_CONF = {"timerWheelEnable": "true", "timerPrecisionMs": "1000"}
+# scenario -> (threads, slots, messages per slot and thread, slot distance ms)
+SCENARIOS = {"burst": (16, 1, 31_250, 1000), "spread": (64, 60, 200, 1000)}
+
+
+def compile_classes(apache_src: pathlib.Path, classes_dir: pathlib.Path | None,
+                    install: jr.RocketMQInstall) -> pathlib.Path:
+    """Apache's two timer classes and the launcher, compiled once per source digest."""
+    sources = sorted((apache_src / APACHE_TIMER_DIR).glob("Timer*.java")) + [LAUNCHER]
+    if len(sources) != 3:
+        raise SystemExit(f"TimerProducer/TimerConsumer not found under {apache_src}")
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:16]
+    out = (classes_dir or install.cache_dir.parent / "bench-timer-classes") / digest
+    if not (out / "TimerBench.class").is_file():
+        staging = pathlib.Path(tempfile.mkdtemp(prefix="bench-timer-"))
+        jr.compile_java(install, sources, staging)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staging), out)
+    return out
+
+
+def runtime_info(broker) -> dict:
+    body = jr.remoting_call(int(broker.broker_addr.rsplit(":", 1)[1]), GET_BROKER_RUNTIME_INFO)
+    return json.loads(body)["table"] if body else {}
+
+
+def _java_argv(install, classes: pathlib.Path, args: list[str], heap_mb: int = 1024) -> list:
+    return ["java", f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-XX:+UseG1GC",
+            "-cp", install.classpath([classes]), "TimerBench", *args]
+
+
+def _result(text: str) -> dict:
+    for line in text.splitlines():
+        if line.startswith("BENCH_RESULT "):
+            return json.loads(line[len("BENCH_RESULT "):])
+    raise jr.HarnessError(f"no BENCH_RESULT in:\n{text[-3000:]}")
+
+
+def start_broker(name: str, work: pathlib.Path, installs: dict):
+    conf = dict(bb.shared_broker_conf("ASYNC_FLUSH"), **TIMER_CONF)
+    if name == "pybroker":
+        return bb.PyBroker(work, conf).start()
+    return bb.JavaBroker(work, conf, installs["5.3.3"]).start()
+
+
+def measure(name: str, args, installs: dict, classes: pathlib.Path, work: pathlib.Path) -> dict:
+    threads, slots, per_slot, distance = SCENARIOS[args.scenario]
+    if args.messages:
+        per_slot = max(args.messages // (threads * slots), 1)
+    total = threads * slots * per_slot
+    install = installs["5.3.3"]
+    broker = start_broker(name, work / name, installs)
+    try:
+        bb.create_topic(broker, TOPIC)
+        wait_s = FIRST_SLOT_DELAY_S + slots * distance / 1000 + args.late_limit_s + 120
+        consumer_args = ["consumer", broker.namesrv_addr, TOPIC, str(total), str(int(wait_s))]
+        if args.apache_consumer:
+            consumer_args.append("apache")
+        consumer = bb.spawn(_java_argv(install, classes, consumer_args),
+                            work / f"{name}-consumer.log")
+        parked = _Parking(broker, total)
+        producer_args = ["producer", broker.namesrv_addr, str(total), "--", "-t", TOPIC,
+                         "-tc", str(threads), "-ms", str(args.message_size), "-p", "1000",
+                         "-st", str(slots), "-mt", str(per_slot), "-sd", str(distance)]
+        producer = bb.spawn(_java_argv(install, classes, producer_args),
+                            work / f"{name}-producer.log")
+        while producer.poll() is None:
+            parked.poll()
+            time.sleep(1)
+        sent = _result((work / f"{name}-producer.log").read_text(errors="replace"))
+        while consumer.poll() is None:
+            parked.poll()
+            time.sleep(1)
+        lateness = _result((work / f"{name}-consumer.log").read_text(errors="replace"))
+        return {"broker": name, "scenario": args.scenario, "messages": total,
+                "threads": threads, "slots": slots, "message_size": args.message_size,
+                "send": sent, "parking": parked.summary(), "lateness": lateness}
+    finally:
+        broker.stop()
+        bb.stop_all()
+
+
+class _Parking:
+    """GET_BROKER_RUNTIME_INFO once a second: when every message is parked, and the timer's
+    own TPS figures."""
+
+    def __init__(self, broker, total: int):
+        self.broker = broker
+        self.total = total
+        self.started = time.monotonic()
+        self.samples: list[dict] = []
+        self.all_parked_s: float | None = None
+
+    def poll(self) -> None:
+        try:
+            table = runtime_info(self.broker)
+        except (OSError, ValueError, jr.HarnessError):
+            return
+        sample = {"t_s": round(time.monotonic() - self.started, 1)}
+        for key in ("timerCongestNum", "timerOffsetBehind", "timerEnqueueTps",
+                    "timerDequeueTps", "timerReadBehind"):
+            sample[key] = table.get(key)
+        self.samples.append(sample)
+        if self.all_parked_s is None and int(table.get("timerCongestNum") or 0) >= self.total:
+            self.all_parked_s = sample["t_s"]
+
+    def summary(self) -> dict:
+        enqueue = [float(s["timerEnqueueTps"]) for s in self.samples if s["timerEnqueueTps"]]
+        dequeue = [float(s["timerDequeueTps"]) for s in self.samples if s["timerDequeueTps"]]
+        return {"all_parked_s": self.all_parked_s,
+                "parking_tps": round(self.total / self.all_parked_s, 1)
+                if self.all_parked_s else None,
+                "timer_enqueue_tps_max": max(enqueue, default=0.0),
+                "timer_dequeue_tps_max": max(dequeue, default=0.0),
+                "samples": self.samples}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="burst")
+    parser.add_argument("--quick", action="store_true",
+                        help="20,000 messages (a check that the tooling works, not a figure)")
+    parser.add_argument("--messages", type=int, default=0, help="total messages (scaled)")
+    parser.add_argument("--message-size", type=int, default=1024)
+    parser.add_argument("--brokers", default=",".join(BROKERS))
+    parser.add_argument("--apache-src", type=pathlib.Path, default=APACHE_SRC_DEFAULT)
+    parser.add_argument("--classes-dir", type=pathlib.Path, default=None)
+    parser.add_argument("--apache-consumer", action="store_true",
+                        help="run Apache's TimerConsumer beside the lateness consumer")
+    parser.add_argument("--late-limit-s", type=int, default=60,
+                        help="how long after the last slot to wait for deliveries")
+    parser.add_argument("--pybroker", default=None, metavar="CMD",
+                        help="the pybroker command to run (default: the installed one, as "
+                             "bench_side_by_side.py; the result records whether its sources "
+                             "are this checkout's)")
+    parser.add_argument("--work-dir", type=pathlib.Path, default=None)
+    parser.add_argument("--no-save", action="store_true")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.quick:
+        args.messages = args.messages or 20_000
+    pybroker = None
+    if "pybroker" in args.brokers.split(","):
+        pybroker = bb.find_pybroker(args.pybroker)
+        bb.use_pybroker(pybroker)
+        if not pybroker.matches_checkout:
+            print(f"note: {' '.join(pybroker.argv)} runs {pybroker.package}, whose sources "
+                  f"differ from this checkout in {len(pybroker.differing)} files")
+    install = jr.RocketMQInstall("5.3.3")
+    install.install()
+    classes = compile_classes(args.apache_src, args.classes_dir, install)
+    work = args.work_dir or pathlib.Path(tempfile.mkdtemp(prefix="bench-timer-"))
+    records = []
+    try:
+        for name in args.brokers.split(","):
+            record = measure(name, args, {"5.3.3": install}, classes, work)
+            records.append(record)
+            _print(record)
+    finally:
+        bb.stop_all()
+    if not args.no_save:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.datetime.now().strftime("%Y%m%dT%H%M%S")
+        path = RESULTS_DIR / f"{stamp}-timer{'-quick' if args.quick else ''}.json"
+        path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                    "pybroker": pybroker.describe() if pybroker else None,
+                                    "records": records}, indent=1) + "\n")
+        print(f"results: {path}")
+    return 0
+
+
+def _print(record: dict) -> None:
+    send, parking, late = record["send"], record["parking"], record["lateness"]
+    print(f"{record['broker']:>10} {record['scenario']} {record['messages']:,} messages: "
+          f"send {send['sendTps']:,.0f}/s (failed {send['failed']}), "
+          f"parked all after {parking['all_parked_s']} s ({parking['parking_tps']}/s), "
+          f"delivered {late['count']:,}/{late['expected']:,} "
+          f"(duplicates {late['duplicates']})")
+    for side in ("stored", "received"):
+        figures = late[side]
+        print(f"{'':>10} lateness {side:>8} (ms): early {figures['early']}, p50 "
+              f"{figures['p50']} p90 {figures['p90']} p99 {figures['p99']} p99.9 "
+              f"{figures['p999']} max {figures['max']}, within 1 s "
+              f"{figures['withinPrecision']:,}, within 10 s {figures['within10s']:,}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
