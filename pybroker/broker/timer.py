@@ -49,6 +49,7 @@ from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
 from pybroker.protocol.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Property
 from pybroker.protocol.properties import decode_properties
 from pybroker._fast.stats import StatsHistogram, StatsWriter
+from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY, Recorder
 from pybroker.stats.region import private_writer
 from pybroker.store import layout, paths
 from pybroker.store.read_api import RecordsResult, SelectResult
@@ -180,6 +181,7 @@ class TimerStore:
         # The timer's section of the instrument region: lateness and slot-size histograms
         # (the worker publishes the counters from ``figures``).
         self.stats = stats if stats is not None else private_writer()
+        self.recorder = Recorder(self.stats)
         self.curr_read_time_ms = 0
         self.commit_read_time_ms = 0
         self.curr_write_time_ms = 0
@@ -692,6 +694,10 @@ class TimerStore:
             status = result.status
             if status.stored:
                 self._delivered(first.topic, len(run), slot_end_ms)
+                # Java's doPut counts the put under its topic in statsAll (TOPIC_PUT_NUMS),
+                # not in rocketmq_messages_in_total.
+                self.recorder.topic_put(first.topic, len(run), result.wrote_bytes,
+                                        PUT_LABEL_STATS_ONLY)
                 return
             tries += 1
             unknown = status not in _NO_RETRY and status not in _RETRY

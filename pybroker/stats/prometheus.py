@@ -36,6 +36,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from pybroker._fast import stats as _stats
 from pybroker._fast.stats import StatsHistogram as H
 from pybroker._fast.stats import StatsKeyKind as K
+from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY
 from pybroker.stats.timer_gauges import TimerGauges
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER
 
@@ -132,6 +133,8 @@ class BrokerCollector:
         }
         for (kind, label, key), words in sorted(snapshot.labelled_keys().items()):
             if kind == K.KEY_TOPIC_PUT:
+                if label == PUT_LABEL_STATS_ONLY:
+                    continue
                 values = [key, MESSAGE_TYPES.get(label, "normal")]
                 families["in"].add_metric(base + values, words[0])
                 families["in_bytes"].add_metric(base + values, words[1])

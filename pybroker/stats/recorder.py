@@ -18,7 +18,12 @@ from pybroker._fast.stats import StatsKeyKind as K
 from pybroker.stats.region import private_writer
 from pybroker.stats.service import put_distribute_bucket
 
-__all__ = ["Recorder", "FAMILY_COUNTERS", "PULL_OFFSET_KEYS_MAX"]
+__all__ = ["Recorder", "FAMILY_COUNTERS", "PULL_OFFSET_KEYS_MAX", "PUT_LABEL_STATS_ONLY"]
+
+# Label of a TOPIC_PUT key for puts Java counts in statsAll (BrokerStatsManager) but not in
+# rocketmq_messages_in_total (its send processors only): the timer's deliveries. Labels 0-2
+# are the send paths' message types (pybroker.stats.prometheus.MESSAGE_TYPES).
+PUT_LABEL_STATS_ONLY = 3
 
 # KEY_PULL_OFFSET entries one worker keeps (one per topic, group and queue it served): the rest
 # of its key table stays for the TOPIC_PUT / GROUP_GET figures. A queue beyond it is not

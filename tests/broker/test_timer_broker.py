@@ -199,6 +199,12 @@ def _check_figures(broker, client, metrics_port: int) -> None:
                  "rocketmq_timer_message_snapshot", "pybroker_timer_lateness_seconds_count"):
         assert f"\n{name}" in text, name
     assert 'rocketmq_timer_enqueue_total{' in text and f'topic="{TOPIC}"' in text
+    # Sends count where they were stored (the wheel topic, as delay messages); the timer's
+    # deliveries count in statsAll only, as Java's doPut: of the topic's puts, the three sent
+    # there ("past" and the batch, which keeps its timer properties).
+    incoming = [line for line in text.splitlines()
+                if line.startswith("rocketmq_messages_in_total{") and f'"{TOPIC}"' in line]
+    assert [float(line.rsplit(" ", 1)[1]) for line in incoming] == [3.0], incoming
     assert "rocketmq_timing_messages{" in text
     sampler = Sampler(attach_store(broker.store_dir))
     try:
@@ -208,6 +214,7 @@ def _check_figures(broker, client, metrics_port: int) -> None:
     assert sample["timer"]["parked"] == 0 and sample["timer"]["slots_done"] >= 4
     assert sample["histograms"]["timer_lateness_ms"]["count"] >= 6
     assert sample["counters"]["timer_enqueued"] >= 6
+    assert sample["topics"][TOPIC][0] == 7          # TOPIC_PUT_NUMS: those and 4 deliveries
 
 
 def test_kill_minus_9_loses_no_timer_message_and_delivers_none_early(tmp_path):
