@@ -5,7 +5,7 @@ Method: timer sends go through the real send handler into a real MessageStore on
 clock (and the handler's) the test sets; broker.timer.TimerStore runs over that store with a
 StorePutter, its enqueue and dequeue driven at explicit times. Java 5.3.3's answers to the same
 sends (remarks, the parked record's properties, what a consumer sees) were recorded from a real
-broker (tests/golden/java-5.3.3/timer/capture.json).
+broker (tests/golden/java-5.3.3/timer/capture.json and tests/compat/test_timer_java.py).
 """
 import base64
 import importlib.util
