@@ -425,3 +425,26 @@ def test_pop_mode_runs_the_push_consumer_in_pop_mode_and_the_pop_ack_round_trip(
     assert timing.backlog_for(False, "popack") == driver.POP_ACK_BACKLOG_MESSAGES
     plain = driver._load_argv(tools, driver.matrix("full")[-1], timing, "ns:9876", "T")
     assert plain[plain.index("-P") + 1] == "false"
+
+
+def test_timer_burst_scenarios_results_and_parking(monkeypatch):
+    """tools/bench_timer_burst.py: the burst is 500,000 messages due in one second, the Java
+    launcher's result line is read back, and the runtime-info poll says when every message was
+    parked (timerCongestNum) and the timer's highest TPS."""
+    import bench_timer_burst as burst
+    threads, slots, per_slot, _ = burst.SCENARIOS["burst"]
+    assert (threads * slots * per_slot, slots) == (500_000, 1)
+    assert burst._result('x\nBENCH_RESULT {"count": 3}\n') == {"count": 3}
+    with pytest.raises(burst.jr.HarnessError, match="no BENCH_RESULT"):
+        burst._result("the launcher died\n")
+    tables = iter([{"timerCongestNum": "10", "timerEnqueueTps": "5.0", "timerDequeueTps": ""},
+                   {"timerCongestNum": "20", "timerEnqueueTps": "12.5",
+                    "timerDequeueTps": "0.0"}])
+    monkeypatch.setattr(burst, "runtime_info", lambda broker: next(tables))
+    parking = burst._Parking(broker=None, total=20)
+    parking.poll()
+    assert parking.all_parked_s is None
+    parking.poll()
+    summary = parking.summary()
+    assert summary["all_parked_s"] is not None and summary["timer_enqueue_tps_max"] == 12.5
+    assert len(summary["samples"]) == 2
