@@ -186,6 +186,20 @@ def _timer_synced(master_store: pathlib.Path, slave_store: pathlib.Path) -> bool
     return metrics.count(TOPIC) == TIMER_PARKED
 
 
+def _only_restart_failures(text: str) -> None:
+    """The Java slave's failed timer syncs (each logged with its exception on the next line)
+    were polls of a master that was gone: the restart in ROLES' order (its stop to its start)
+    may meet one of the 3 s polls (no connection, or a request cut by the stop). An answer the
+    slave could not take (a wrong body, a refusal) would be a fault."""
+    gone = ("RemotingConnectException", "RemotingSendRequestException",
+            "RemotingTimeoutException")
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if "syncTimerCheckPoint Exception" in line or "SyncTimerMetrics Exception" in line:
+            cause = lines[index + 1] if index + 1 < len(lines) else ""
+            assert any(name in cause for name in gone), (line, cause)
+
+
 def _java_reads_everything(tmp_path, install, namesrv, acked: set[bytes]) -> None:
     client = JavaClient(install, tmp_path / "client", namesrv)
     results = client.run("dump", topic=TOPIC, group="ha_java_dump", timeout_s=240)
@@ -237,9 +251,9 @@ def test_pybroker_master_java_slave(tmp_path, rand, version):
             text = (java.home_dir / "logs" / "rocketmqlogs" / "broker.log").read_text(
                 errors="replace")
             assert "Update slave topic config from master" in text
-            for failure in ("syncTimerCheckPoint Exception", "SyncTimerMetrics Exception",
-                            "request type 60 not supported", "request type 61 not supported"):
+            for failure in ("request type 60 not supported", "request type 61 not supported"):
                 assert failure not in text, failure
+            _only_restart_failures(text)
         masters[-1].kill()
         _java_reads_everything(tmp_path, install, namesrv, acked)
     finally:
