@@ -526,7 +526,8 @@ async def timed_put(ctx, records, topic: str, queue_id: int, count: int, sys_fla
 
 # --- handler ------------------------------------------------------------------------------------
 
-def _answer(request, code: int, remark: str | None, fields: dict[str, str]):
+def answer(request, code: int, remark: str | None, fields: dict[str, str]):
+    """The response to a send-like request (None for a oneway one)."""
     if request.is_oneway:
         return None
     return create_response(request, code, remark, fields)
@@ -552,7 +553,7 @@ async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
             result, queue_id, recall_handle = await _send_single(ctx, channel, request, header,
                                                                  config)
     except SendRefused as refusal:
-        return _answer(request, refusal.code, refusal.remark, fields)
+        return answer(request, refusal.code, refusal.remark, fields)
     code, remark = send_response(result.status, ctx.config.store.max_message_size,
                                  waited_ms=result.waited_ms, queue_size=result.queue_size)
     if result.status.stored:
@@ -564,7 +565,7 @@ async def handle_send_message(ctx: BrokerContext, channel: ClientChannel,
             fields["transactionId"] = transaction_id
         if recall_handle is not None:
             fields["recallHandle"] = recall_handle
-    return _answer(request, code, remark, fields)
+    return answer(request, code, remark, fields)
 
 
 def _half_message_id(header) -> str | None:

@@ -495,14 +495,22 @@ class TimerStore:
         in_flight: list[asyncio.Future] = []
         # In chunks, puts of one chunk under way while the next is built: a burst slot keeps
         # the event loop turning (the worker's heartbeat, completions).
-        for start in range(0, len(normals), DEQUEUE_CHUNK):
-            reputs = self._slot_reputs(normals[start:start + DEQUEUE_CHUNK], cancelled, seen)
-            in_flight.append(asyncio.ensure_future(self._put_all(reputs, slot_end_ms)))
-            if len(in_flight) >= CHUNKS_IN_FLIGHT:
-                await in_flight.pop(0)
-            else:
-                await asyncio.sleep(0)
-        await asyncio.gather(*in_flight)
+        # The chunks' tasks are awaited here; a failing one cancels the others (the slot is
+        # delivered again by the next turn: at least once, as Java's).
+        try:
+            for start in range(0, len(normals), DEQUEUE_CHUNK):
+                reputs = self._slot_reputs(normals[start:start + DEQUEUE_CHUNK], cancelled, seen)
+                in_flight.append(asyncio.ensure_future(  # tidy: allow (awaited)
+                    self._put_all(reputs, slot_end_ms)))
+                if len(in_flight) >= CHUNKS_IN_FLIGHT:
+                    await in_flight.pop(0)
+                else:
+                    await asyncio.sleep(0)
+            await asyncio.gather(*in_flight)
+        except BaseException:
+            for task in in_flight:
+                task.cancel()
+            raise
         for properties in cancelled.values():
             # A cancel mark that matched nothing here: its -1 is given back (Java does it
             # when the next slot's first cancel mark comes).

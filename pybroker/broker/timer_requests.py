@@ -86,15 +86,16 @@ async def handle_recall_message(ctx: BrokerContext, channel: ClientChannel,
         else:
             refusal = _check_handle(ctx, header, handle)
     if refusal is not None:
-        return _answer(request, refusal[0], refusal[1], fields)
+        return send.answer(request, refusal[0], refusal[1], fields)
     try:
         stored = await _put_cancel_mark(ctx, channel, header, handle)
     except send.SendRefused:
         stored = False
     if not stored:
-        return _answer(request, ResponseCode.SYSTEM_ERROR, "recall failed, execute error", fields)
+        return send.answer(request, ResponseCode.SYSTEM_ERROR, "recall failed, execute error",
+                           fields)
     fields["msgId"] = handle.message_id
-    return _answer(request, ResponseCode.SUCCESS, None, fields)
+    return send.answer(request, ResponseCode.SUCCESS, None, fields)
 
 
 def _check_handle(ctx: BrokerContext, header, handle) -> tuple[int, str] | None:
@@ -130,12 +131,6 @@ async def _put_cancel_mark(ctx: BrokerContext, channel: ClientChannel, header, h
                                   send.born_host_of(channel.remote_address), ctx.store_host)
     result = await send.timed_put(ctx, records, topic, queue_id, 1, 0, True)
     return result.status.stored
-
-
-def _answer(request, code: int, remark: str | None, fields: dict[str, str]):
-    if request.is_oneway:
-        return None
-    return create_response(request, code, remark, fields)
 
 
 HANDLERS: dict[int, Handler] = {

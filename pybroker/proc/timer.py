@@ -17,8 +17,12 @@ the supervisor's) and a read-only store reader, like the supervisor's delay serv
   3 minutes the metrics of deleted topics dropped (topics.json), every
   ``timerProgressLogIntervalMs`` Java's progress line is logged.
 
-A heartbeat task counts turns in the worker's control-block line twice a second, so the
-supervisor's watchdog sees a long slot (a burst) as progress, not a hang. The stop signal
+A heartbeat task (started with ``start_task``) counts turns in the worker's control-block line
+twice a second, so the supervisor's watchdog sees a long slot (a burst) as progress, not a
+hang; if it ends by an error the worker stops with exit status 1 and the supervisor ends the
+generation. Each turn runs inside a ``Rounds`` guard (pybroker/tasks.py, as Java's timer
+services log an error and go on): a failing turn is logged and retried after one enqueue poll,
+the 10th in a row or an invariant violation ends the worker with an error. The stop signal
 finishes the slot in progress (the appender is stopped after this worker), flushes and exits.
 """
 import asyncio
@@ -32,6 +36,7 @@ from pybroker._fast.stats import StatsCounter as C
 from pybroker._fast.stats import StatsKeyKind as K
 from pybroker.store import config_docs, paths
 from pybroker.store.timer_checkpoint import CheckpointValues
+from pybroker.tasks import Rounds, start_task
 
 __all__ = ["run_timer"]
 
@@ -59,6 +64,8 @@ class _TimerWorker:
         self.slot = slot
         self.stopping = asyncio.Event()
         self.attachment = None
+        self.exit_status = 0
+        self._due: dict[str, int] = {}        # next flush, clean-ups and progress line (ms)
         self._tps = _Tps()
 
     async def run(self) -> int:
@@ -76,13 +83,15 @@ class _TimerWorker:
                         "1000, the largest not above the value)", store.timer_precision_ms,
                         store.timer_precision_effective_ms)
         counters = self.control.worker(self.slot)
-        beat = loop.create_task(self._beat(counters))
+        beat = start_task(self._beat(counters), "the timer heartbeat", self._fail_stop, log)
         try:
             await loop.run_in_executor(None, engine.recover)
             log.info("timer: recovered, read time %d, enqueue offset %d (%s)",
                      engine.curr_read_time_ms, engine.curr_queue_offset,
                      "slave: no delivery" if slave else "master")
             await self._serve(engine)
+            if self.exit_status:
+                return self.exit_status
             engine.flush()
             log.info("timer: stopped at read time %d, enqueue offset %d",
                      engine.commit_read_time_ms, engine.commit_queue_offset)
@@ -94,6 +103,12 @@ class _TimerWorker:
             signal.signal(STOP_SIGNAL, signal.SIG_DFL)
         return 0
 
+    def _fail_stop(self, error: BaseException | None) -> None:
+        """Stop with exit status 1 (the supervisor ends the generation): the heartbeat task
+        ended by an error (logged by its task)."""
+        self.exit_status = 1
+        self.stopping.set()
+
     async def _beat(self, counters) -> None:
         while True:
             counters.beat()
@@ -104,38 +119,53 @@ class _TimerWorker:
         precision = engine.precision_ms
         poll_ms = max(100 * precision // 1000, 1)
         now = clock.now_ms()
-        next_flush = now + store.timer_flush_interval_ms
-        next_clean = now + TIMER_LOG_CLEAN_INTERVAL_MS
-        next_metrics_clean = now + METRICS_CLEAN_INTERVAL_MS
-        next_progress = now + store.timer_progress_log_interval_ms
+        due = self._due = {"flush": now + store.timer_flush_interval_ms,
+                           "clean": now + TIMER_LOG_CLEAN_INTERVAL_MS,
+                           "metrics_clean": now + METRICS_CLEAN_INTERVAL_MS,
+                           "progress": now + store.timer_progress_log_interval_ms}
+        rounds = Rounds("the timer", retry_delay_s=poll_ms / 1000, logger=log)
         while not self.stopping.is_set():
-            self._follow_master(engine)
-            engine.move_write_time()
-            read = await engine.enqueue()
-            delivered = await engine.dequeue()
-            now = clock.now_ms()
-            if delivered == 1 or now >= next_flush:
-                engine.flush()
-                next_flush = now + store.timer_flush_interval_ms
-            if now >= next_clean:
-                engine.delete_expired_timer_log()
-                next_clean = now + TIMER_LOG_CLEAN_INTERVAL_MS
-            if now >= next_metrics_clean:
-                self._clean_metrics(engine)
-                next_metrics_clean = now + METRICS_CLEAN_INTERVAL_MS
-            if now >= next_progress:
-                log.info("[%s]%s", store.broker_role, engine.progress_line())
-                next_progress = now + store.timer_progress_log_interval_ms
-            self._publish(engine, now)
-            if read or delivered >= 0:
+            busy = False
+            with rounds:
+                busy = await self._turn(engine)
+            if rounds.failures:
+                await self._pause(poll_ms)     # the retry delay after a failing turn
+            elif busy:
                 await asyncio.sleep(0)        # more to do: let completions in, go on
-                continue
-            next_slot = engine.curr_write_time_ms + precision + _WAKE_AFTER_SLOT_MS
-            wait_ms = min(next_slot - now, poll_ms, next_flush - now)
-            try:
-                await asyncio.wait_for(self.stopping.wait(), max(wait_ms, 1) / 1000)
-            except TimeoutError:
-                pass
+            else:
+                now = clock.now_ms()
+                next_slot = engine.curr_write_time_ms + precision + _WAKE_AFTER_SLOT_MS
+                await self._pause(min(next_slot - now, poll_ms, due["flush"] - now))
+
+    async def _pause(self, wait_ms: int) -> None:
+        try:
+            await asyncio.wait_for(self.stopping.wait(), max(wait_ms, 1) / 1000)
+        except TimeoutError:
+            pass
+
+    async def _turn(self, engine: TimerStore) -> bool:
+        """One turn of the worker; True when there is more to do at once."""
+        store = self.config.store
+        due = self._due
+        self._follow_master(engine)
+        engine.move_write_time()
+        read = await engine.enqueue()
+        delivered = await engine.dequeue()
+        now = clock.now_ms()
+        if delivered == 1 or now >= due["flush"]:
+            engine.flush()
+            due["flush"] = now + store.timer_flush_interval_ms
+        if now >= due["clean"]:
+            engine.delete_expired_timer_log()
+            due["clean"] = now + TIMER_LOG_CLEAN_INTERVAL_MS
+        if now >= due["metrics_clean"]:
+            self._clean_metrics(engine)
+            due["metrics_clean"] = now + METRICS_CLEAN_INTERVAL_MS
+        if now >= due["progress"]:
+            log.info("[%s]%s", store.broker_role, engine.progress_line())
+            due["progress"] = now + store.timer_progress_log_interval_ms
+        self._publish(engine, now)
+        return bool(read or delivered >= 0)
 
     def _follow_master(self, engine: TimerStore) -> None:
         """A slave takes what its supervisor last read from the master (seqlock line)."""
