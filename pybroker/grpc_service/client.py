@@ -178,7 +178,9 @@ class Telemetry:
         if code == RequestCode.CHECK_TRANSACTION_STATE:
             header = headers.CHECK_TRANSACTION_STATE_REQUEST.parse(fields)
             record = record_codec.decode(bytes(command.body or b""), 0)
-            message = messages.from_record(record, header.topic or record.topic)
+            # The header names the half topic (Java 5.3.3's); the body is the message with its
+            # real topic restored, which the SDK's checker is shown (as rocketmq-proxy does).
+            message = messages.from_record(record)
             group = decode_properties(record.properties).get("PGROUP", header.topic or "")
             producer.remember_check(host, group, header.transaction_id or "",
                                     header.commit_log_offset,

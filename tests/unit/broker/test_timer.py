@@ -228,6 +228,45 @@ def test_restart_repeats_nothing_delivered_and_loses_nothing(broker):
     third.close()
 
 
+class _FailingOnce:
+    """The store's putter, but the first put to queue ``queue_id`` raises."""
+
+    def __init__(self, putter, queue_id: int):
+        self.putter, self.queue_id, self.failed = putter, queue_id, False
+
+    async def put(self, records, topic, queue_id, *rest):
+        if queue_id == self.queue_id and not self.failed:
+            self.failed = True
+            raise RuntimeError("ring gone")
+        return await self.putter.put(records, topic, queue_id, *rest)
+
+
+def test_a_put_that_raises_leaves_the_slot_to_the_next_turn(broker):
+    """A slot whose re-put raises is not passed: the error reaches the worker's round guard
+    (pybroker/proc/timer.py) and the next turn delivers the slot again, so nothing is lost (a
+    run already stored may come twice: at least once, as Java's)."""
+    store = timer(broker)
+    store.putter = _FailingOnce(broker.putter, 2)
+    send_timer(broker, "q1", queue_id=1, TIMER_DELAY_SEC="2")
+    send_timer(broker, "q2", queue_id=2, TIMER_DELAY_SEC="2")
+    step(broker, store, T0 + 100)
+    broker.clock[0] = T0 + 3000
+    store.move_write_time()
+    with pytest.raises(RuntimeError, match="ring gone"):
+        while harness.run(store.dequeue()) >= 0:      # empty slots first, then T0+2000
+            pass
+    stuck_at = store.curr_read_time_ms                 # the failing slot is still to deliver
+    assert stuck_at <= T0 + 2000 and delivered(broker, 2) == {}
+    while harness.run(store.dequeue()) >= 0:
+        pass
+    assert store.curr_read_time_ms > stuck_at
+    assert list(delivered(broker, 2)) == ["q2"]
+    assert len(broker.records(harness.TOPIC, 2)) == 1
+    assert 1 <= len(broker.records(harness.TOPIC, 1)) <= 2
+    assert list(delivered(broker, 1)) == ["q1"]
+    store.close()
+
+
 def test_batch_timer_properties_are_stored_as_is(broker):
     """Java 5.3.3 applies the timer rule to single messages only: a batch is stored at once."""
     body = harness.batch_body([(b"b1", harness.properties_text(TIMER_DELAY_SEC="30")),
