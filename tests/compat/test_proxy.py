@@ -30,7 +30,7 @@ assertions hold on both.
   requests behind them (GET_SUBSCRIPTIONGROUP_CONFIG, POP_MESSAGE, ACK_MESSAGE,
   CHANGE_MESSAGE_INVISIBLETIME, CONSUMER_SEND_MSG_BACK).
 
-What pybroker's side still waits for is marked per test (WAITS, strict expected failures).
+Every scenario is expected to pass on both brokers.
 Missing Java, Go or the SDKs skips (fails under PYBROKER_REQUIRE_PEERS=1).
 """
 import json
@@ -151,22 +151,6 @@ def produced(deployment):
     return proxy_support.run_sdks(runs, deployment.endpoint, peers)
 
 
-# What pybroker's side of a scenario waits for, by the branch that builds it (issue #25's
-# dependencies). A scenario marked here is expected to fail on pybroker (strict: it fails the
-# run once it passes, and its entry goes); on the Java broker every scenario runs as is.
-WAITS = {
-    "timer": "5.x timer messages (TIMER_DELIVER_MS) and RECALL_MESSAGE",
-}
-
-
-def waits_for(request, deployment, *branches: str) -> None:
-    """Mark the running test an expected failure on pybroker until ``branches`` land."""
-    pending = [branch for branch in branches if branch in WAITS]
-    if deployment.backend == "pybroker" and pending:
-        reasons = "; ".join(f"{branch}: {WAITS[branch]}" for branch in pending)
-        request.applymarker(pytest.mark.xfail(strict=True, reason=f"waits for {reasons}"))
-
-
 def _ok(results: list[dict], op: str, count: int) -> list[dict]:
     found = proxy_support.results_of(results, op)
     assert [entry["status"] for entry in found] == ["ok"] * count, found
@@ -206,8 +190,7 @@ def test_sdk_fifo_send_keeps_each_group_in_one_queue(deployment, produced, sdk):
 
 
 @pytest.mark.parametrize("sdk", proxy_support.SDKS)
-def test_sdk_delay_send_arrives_at_its_time(request, deployment, produced, sdk):
-    waits_for(request, deployment, "timer")
+def test_sdk_delay_send_arrives_at_its_time(deployment, produced, sdk):
     proxy_support.exited(produced[sdk])
     (sent,) = _ok(produced[sdk], "delay", 1)
     deliver_ms = int(sent["deliver_s"]) * 1000
@@ -266,8 +249,7 @@ def test_sdk_transactions(deployment, produced, sdk):
 
 
 @pytest.mark.parametrize("sdk", TX_SDKS)
-def test_sdk_recall(request, deployment, produced, sdk):
-    waits_for(request, deployment, "timer")
+def test_sdk_recall(deployment, produced, sdk):
     proxy_support.exited(produced[sdk])
     _ok(produced[sdk], "recall-kept", 1)
     _ok(produced[sdk], "recall-send", 1)
