@@ -38,6 +38,8 @@ from pybroker._fast import record as record_codec
 from pybroker.broker.pop import revive_log
 from pybroker.broker.pop.directory import PopDirectory
 from pybroker.broker.reput import reput_message
+from pybroker.broker.send import SendRefused
+from pybroker.broker.timer_message import TimerRules
 from pybroker.protocol import pop
 from pybroker.protocol.constants import (RETRY_GROUP_TOPIC_PREFIX, PERM_READ_WRITE,
                                          PopConstants, Property)
@@ -259,7 +261,14 @@ class ReviveService:
                          ck.topic, ck.queue_id, offset)
                 self.skipped_total += 1
                 return None
-            reput = self._retry_message(ck, decoded)
+            try:
+                reput = self._retry_message(ck, decoded)
+            except SendRefused as refusal:
+                # Java's put answers the refusal (the timer rule, a bad DELAY) and revive
+                # handles it as a failed put.
+                log.error("revive error, put %s of %s refused: %d %s", offset, ck.topic,
+                          refusal.code, refusal.remark)
+                return False
         finally:
             result.release()
         put = await self.putter.put(reput.records, reput.topic, reput.queue_id, 1,
@@ -286,8 +295,10 @@ class ReviveService:
         if decoded.reconsume_times == 0 or Property.FIRST_POP_TIME not in properties:
             properties[Property.FIRST_POP_TIME] = str(ck.pop_time)
         # Java puts the message through its store, whose put-time rules see this map.
+        # (the 5.x timer rule first, without the slot congestion check the send path has).
         return reput_message(decoded, topic, 0, properties, redirect=properties,
                              levels_count=len(self.config.derived.delay_levels_ms),
+                             timer=TimerRules.of(self.config.store), now_ms=self.now_ms(),
                              reconsume_times=decoded.reconsume_times + 1)
 
     def _ensure_retry_topic(self, topic: str, group: str) -> None:
