@@ -177,11 +177,12 @@ class Telemetry:
         code, fields = command.code, command.ext_fields or {}
         if code == RequestCode.CHECK_TRANSACTION_STATE:
             header = headers.CHECK_TRANSACTION_STATE_REQUEST.parse(fields)
+            # The header names the re-appended half record (its topic is the half topic, as
+            # Java 5.3.3's sendCheckMessage fills it); the body is that record with its
+            # REAL_TOPIC / REAL_QID restored, which the proxy shows the client (messageExt).
             record = record_codec.decode(bytes(command.body or b""), 0)
-            # The header names the half topic (Java 5.3.3's); the body is the message with its
-            # real topic restored, which the SDK's checker is shown (as rocketmq-proxy does).
             message = messages.from_record(record)
-            group = decode_properties(record.properties).get("PGROUP", header.topic or "")
+            group = decode_properties(record.properties).get("PGROUP", record.topic)
             producer.remember_check(host, group, header.transaction_id or "",
                                     header.commit_log_offset,
                                     header.transaction_state_table_offset)

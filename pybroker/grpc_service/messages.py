@@ -270,15 +270,15 @@ def _system_properties(record, properties: dict[str, str], now_ms: int) -> pb.Sy
     return system
 
 
-def from_record(record, topic: str | None = None, properties: dict[str, str] | None = None,
+def from_record(record, properties: dict[str, str] | None = None,
                 now_ms: int | None = None) -> pb.Message:
-    """GrpcConverter.buildMessage of a decoded CommitLog record (``topic``/``properties``
-    override the record's: a check-back shows the real topic, a receive its POP_CK)."""
+    """GrpcConverter.buildMessage of a decoded CommitLog record (``properties`` override the
+    record's: a receive shows its POP_CK)."""
     if properties is None:
         properties = decode_properties(record.properties)
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     user = {key: value for key, value in properties.items() if key not in SYSTEM_PROPERTY_NAMES}
-    return pb.Message(topic=pb.Resource(name=topic if topic is not None else record.topic),
+    return pb.Message(topic=pb.Resource(name=record.topic),
                       user_properties=user,
                       system_properties=_system_properties(record, properties, now_ms),
                       body=bytes(record.body))

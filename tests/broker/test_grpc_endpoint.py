@@ -251,13 +251,22 @@ def test_transactions_client_end_and_check_back(endpoint):
         check = command.recover_orphaned_transaction_command
         assert check.transaction_id == "TX-2", command
         assert check.message.body == b"left to the check-back"
+        # The check-back shows the half message as Java's proxy does: its REAL_TOPIC and
+        # REAL_QID restored, the producer's own properties kept (and TRANSACTION_CHECK_TIMES,
+        # which is not in Java's MessageConst.STRING_HASH_SET, as a user property).
         assert check.message.topic.name == TX_TOPIC
         assert check.message.system_properties.message_type == pb.TRANSACTION
+        assert dict(check.message.user_properties) == {"color": "blue",
+                                                       "TRANSACTION_CHECK_TIMES": "1"}
+        shown_queue_id = check.message.system_properties.queue_id
         ended = _end(stub, "TX-2", check.transaction_id, pb.SOURCE_SERVER_CHECK)
         assert ended.status.code == pb.OK
         wanted = {b"committed by the client", b"left to the check-back"}
         wait_for(lambda: wanted <= {bytes(r.body) for r in _stored(remoting, TX_TOPIC)}, 30,
                  "both transactional messages committed into their topic")
+        [committed_queue_id] = [r.queue_id for r in _stored(remoting, TX_TOPIC)
+                                if bytes(r.body) == b"left to the check-back"]
+        assert shown_queue_id == committed_queue_id
     finally:
         telemetry.close()
 
