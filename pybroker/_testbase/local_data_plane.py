@@ -7,6 +7,7 @@ Producers are the caller's own forked functions using ``rings[i]``/``completions
 ``wakes.workers[i]`` (slot i). :meth:`LocalDataPlane.stop_workers` stops in the supervisor's
 order; :meth:`LocalDataPlane.close` kills what is left and unmaps everything.
 """
+import functools
 import os
 import pathlib
 import signal
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from pybroker.proc.appender import run_appender
 from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.dispatcher import run_dispatcher
-from pybroker.proc.flusher import run_flusher
+from pybroker.proc.flusher import flusher_owns_confirm, run_flusher
 from pybroker.proc.shared import create_byte_ring, create_completion_ring
 from pybroker.proc.wake import DataPlaneWakes, WakeFd
 from pybroker.store import lock_file
@@ -66,6 +67,9 @@ class LocalDataPlane:
         os.makedirs(self.root, exist_ok=True)
         lock_file.create_abort_file(self.root)        # the store is "open" from here on
         self.control = ControlBlock(str(run_dir / "control"), create=True)
+        if settings.sync_flush:
+            # As DataPlane.create outside controller mode: the flusher owns the confirm offset.
+            self.control.publish("confirm_position", 0)
         self.rings = [create_byte_ring(str(run_dir / f"send-{i}"), ring_bytes)
                       for i in range(producers)]
         self.completions = [create_completion_ring(str(run_dir / f"done-{i}"),
@@ -89,7 +93,9 @@ class LocalDataPlane:
         self.fork("appender", run_appender, self.settings, [r.ring for r in self.rings],
                   [c.ring for c in self.completions], self.control, self.wakes)
         self.fork("dispatcher", run_dispatcher, self.settings, self.control, self.wakes)
-        self.fork("flusher", run_flusher, self.settings, self.control, self.wakes)
+        self.fork("flusher", functools.partial(
+            run_flusher, owns_confirm=flusher_owns_confirm(self.settings.sync_flush, False)),
+            self.settings, self.control, self.wakes)
 
     def stop_workers(self, deadline_s: float = 20) -> list[int]:
         """The supervisor's order: no more appends, dispatch the rest, then the last flush

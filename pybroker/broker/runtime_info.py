@@ -136,7 +136,9 @@ def _broker_figures(service, snapshot, control) -> dict[str, str]:
         starts = [int(start) for start in snapshot.counters[:, index] if start]
         info[key] = str(max(now_ms - min(starts), 0) if starts else 0)
     written = control.written_position
-    info["dispatchBehindBytes"] = str(max(written - control.dispatched_position, 0))
+    # Java's ReputMessageService.behind: the confirm offset less the reput offset.
+    info["dispatchBehindBytes"] = str(max(control.confirm_offset()
+                                          - control.dispatched_position, 0))
     info["remainHowManyDataToFlush"] = human_readable_bytes(
         max(written - control.flushed_position, 0))
     begin_ms = counter(C.PAGE_CACHE_LOCK_BEGIN_MS)

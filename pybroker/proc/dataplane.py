@@ -21,7 +21,7 @@ from pybroker.proc import topic_deletion
 from pybroker.proc.fast_failure import FastFailure
 from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
-from pybroker.proc.flusher import run_flusher
+from pybroker.proc.flusher import flusher_owns_confirm, run_flusher
 from pybroker.proc.ha import run_ha
 from pybroker.proc.timer import run_timer
 from pybroker.proc.listeners import check_ports_free
@@ -225,8 +225,9 @@ class DataPlane:
         control = ControlBlock(paths.control_block_path(store.store_path_root_dir), create=True)
         for field in ("written_position", "flushed_position", "dispatched_position"):
             control.publish(field, valid_end)
-        if config.broker.enable_controller_mode:
-            # Recovery dispatched everything to valid_end (as Java's); the ha worker moves it.
+        if config.broker.enable_controller_mode or store.sync_flush:
+            # Recovery dispatched everything to valid_end (as Java's); the ha worker (controller
+            # mode) or else the flusher (SYNC_FLUSH, flusher_owns_confirm) moves it.
             control.publish("confirm_position", valid_end)
         timer_slot = timer_worker(workers).slot if store.timer_wheel_enable else None
         slots = workers + 1 + (timer_slot is not None)
@@ -263,7 +264,9 @@ class DataPlane:
                  ("dispatcher", lambda: _exit_status(run_dispatcher(
                      store, control, wakes, stats=writer(DISPATCHER.stats_section)))),
                  ("flusher", lambda: _exit_status(run_flusher(
-                     store, control, wakes, stats=writer(FLUSHER.stats_section))))]
+                     store, control, wakes, stats=writer(FLUSHER.stats_section),
+                     owns_confirm=flusher_owns_confirm(
+                         store.sync_flush, config.broker.enable_controller_mode))))]
         timer_slot = self.timer_slot
         if timer_slot is not None:
             section = timer_worker(self.workers).stats_section

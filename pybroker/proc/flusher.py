@@ -6,7 +6,10 @@ ASYNC_FLUSH: every ``flushIntervalCommitLog`` ms, msync when at least
 ``flushCommitLogThoroughInterval`` ms passed (Java FlushRealTimeService). SYNC_FLUSH: a waiter
 on ``written_position`` (the appender signals it once per drain while it sleeps), it flushes up
 to the written position at once (the group commit of Java's GroupCommitService), publishes
-``flushed_position`` and signals the remoting workers waiting on it.
+``flushed_position`` and signals the remoting workers waiting on it. Under SYNC_FLUSH outside
+controller mode it is also the one writer of ``confirm_position`` (Java's confirm offset is
+then flushedWhere): the dispatcher serves consumers nothing past the flushed position unless
+``readUnCommitted``.
 
 The flusher maps the CommitLog files itself (read-write, never writing a byte: the appender is
 their only writer) and flushes with ``MappedFile.flush``, i.e. ``msync(MS_SYNC)`` of the page
@@ -65,11 +68,14 @@ SYNC_PREFAULT_BYTES_MAX = 1 << 20
 
 def run_flusher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWakes,
                 clock_ms: Callable[[], int] = clock.now_ms,
-                stop_requested: Callable[[], bool] | None = None, stats=None) -> None:
+                stop_requested: Callable[[], bool] | None = None, stats=None,
+                owns_confirm: bool = False) -> None:
     """Flush until ``stop_requested()`` (default: the stop signal, see
     :func:`pybroker.proc.wake.stop_on_sigterm`); then a last full flush and checkpoint
     (send the stop signal after the dispatcher exited, so it carries the final logics
-    timestamps)."""
+    timestamps). ``owns_confirm`` (SYNC_FLUSH outside controller mode: see
+    :func:`flusher_owns_confirm`): every flushed position is published as
+    ``confirm_position`` too."""
     store_root = settings.store_path_root_dir
     commitlog = CommitLog(settings.commitlog_dir, settings.mapped_file_size_commit_log)
     if not commitlog.load():
@@ -81,15 +87,22 @@ def run_flusher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWa
     try:
         _Flusher(settings, commitlog, checkpoint, control, wakes, clock_ms,
                  stop_requested, stats if stats is not None
-                 else private_writer(FLUSHER.stats_section)).run()
+                 else private_writer(FLUSHER.stats_section), owns_confirm).run()
     finally:
         commitlog.shutdown(0)
         checkpoint.shutdown()
 
 
+def flusher_owns_confirm(sync_flush: bool, controller_mode: bool) -> bool:
+    """Whether the flusher writes ``confirm_position``: Java 5.3.3's getConfirmOffset is the
+    flushed position under SYNC_FLUSH (outside controller mode, where the ha worker owns it),
+    so a consumer is never served bytes a crash could still take back."""
+    return sync_flush and not controller_mode
+
+
 class _Flusher:
     def __init__(self, settings, commitlog, checkpoint, control, wakes, clock_ms,
-                 stop_requested, stats):
+                 stop_requested, stats, owns_confirm: bool = False):
         self.commitlog = commitlog
         self.checkpoint = checkpoint
         self.control = control
@@ -97,6 +110,7 @@ class _Flusher:
         self.slots = wakes.by_slot()
         self.clock_ms = clock_ms
         self.sync = settings.sync_flush
+        self.owns_confirm = owns_confirm
         self.interval_ms = settings.flush_interval_commit_log
         self.least_pages = settings.flush_commit_log_least_pages
         self.thorough_interval_ms = settings.flush_commit_log_thorough_interval
@@ -202,7 +216,11 @@ class _Flusher:
         stats.add(StatsCounter.FLUSHED_BYTES, flushed_bytes)
         self.write_checkpoint(store_timestamp, written)
         flushed = self.commitlog.flushed_where
-        signal_mask(control.publish("flushed_position", flushed, True), self.slots)
+        mask = control.publish("flushed_position", flushed, True)
+        if self.owns_confirm:
+            # The dispatcher, held at the confirm offset, waits on this word.
+            mask |= control.publish("confirm_position", flushed, True)
+        signal_mask(mask, self.slots)
         self.counters.add(batches=1)
         return True
 

@@ -310,7 +310,7 @@ class BrokerCollector:
                           {"storage_type": "local"})
         yield self._gauge("rocketmq_storage_dispatch_behind_bytes",
                           "Broker dispatch behind bytes",
-                          max(written - control.dispatched_position, 0),
+                          max(control.confirm_offset() - control.dispatched_position, 0),
                           {"storage_type": "local"})
 
     def _scrub(self, snapshot):

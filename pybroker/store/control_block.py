@@ -67,10 +67,13 @@ meaning the acknowledgement rule needs: ``ha_slaves_connected`` is the number of
 acknowledgement a send waits for (0: SEND_OK without one), ``replicated_position`` the offset
 all of them have. ``confirm_position`` is Java's confirm offset, the end of what the dispatcher
 serves (docs/architecture/controller.md): :data:`CONFIRM_UNBOUNDED` (the written end) in a new
-block and outside controller mode; in controller mode the supervisor starts it at the
-recovered end and the ha worker owns it - a master publishes what every SyncStateSet member a
-send waits for has (unbounded while it waits for none or without ``allAckInSyncStateSet``), a
-slave the master's confirm offset from its transfer headers, bounded by its own end.
+block and under ASYNC_FLUSH outside controller mode; in controller mode the supervisor starts it
+at the recovered end and the ha worker owns it - a master publishes what every SyncStateSet
+member a send waits for has (unbounded while it waits for none or without
+``allAckInSyncStateSet``), a slave the master's confirm offset from its transfer headers,
+bounded by its own end. Under SYNC_FLUSH outside controller mode the flusher owns it and
+publishes the flushed position (Java's getConfirmOffset is then flushedWhere).
+:meth:`ControlBlock.confirm_offset` is the figure, bounded by the written end.
 
 Which process owns which worker slot (and which section of the statistics region) is the one
 table of :class:`Worker` below.
@@ -111,7 +114,7 @@ FIELD_OWNERS = (
     ("topic_deletion_offset", "appender"),
     ("topic_deletion_done", "dispatcher"),
     ("ha_slaves_connected", "ha"),
-    ("confirm_position", "ha"),
+    ("confirm_position", "ha"),          # the flusher's under SYNC_FLUSH (see above)
 )
 # confirm_position's "no bound" (the dispatcher serves up to the written end): a new block's.
 CONFIRM_UNBOUNDED = (1 << 63) - 1
@@ -454,6 +457,11 @@ class ControlBlock:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+    def confirm_offset(self) -> int:
+        """Java's getConfirmOffset: ``confirm_position`` bounded by the written end."""
+        written = self.written_position
+        return min(written, self.confirm_position)
 
     def load(self, field: str) -> int:
         """Acquire-load a field by name."""

@@ -262,8 +262,9 @@ class StoreConfig:
         "controller mode: SEND_OK only once every SyncStateSet member has the message",
         important=True)
     read_un_committed: bool = setting("readUnCommitted", False,
-        "controller mode: consumers are served messages past the confirm offset (not yet on "
-        "every SyncStateSet member a send waits for); false holds dispatch at it, as Java")
+        "consumers are served messages past the confirm offset (controller mode: not yet on "
+        "every SyncStateSet member a send waits for; SYNC_FLUSH: not yet flushed); false "
+        "holds dispatch at it, as Java")
     enable_auto_in_sync_replicas: bool = setting("enableAutoInSyncReplicas", False,
         "slaveActingMaster mode only (which pybroker lacks); Java ignores it in controller mode")
     in_sync_replicas: int = setting("inSyncReplicas", 1, "controller mode without "

@@ -14,16 +14,19 @@ from the consume queue files, and the bytes the broker's statistics counted for 
 must be the bytes of the records in them.
 """
 import os
+import time
 
 import psutil
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
 from pybroker._testbase.ha_cluster import HACluster
-from pybroker.protocol.codes import ResponseCode
+from pybroker.protocol import bodies
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_request
 from pybroker.stats.region import StatsKeyKind, StatsRegion
 from pybroker.store import layout, paths
-from tests.ha_support import client_for, position, send, wait_for
+from tests.ha_support import client_for, position, pull, records_of, send, wait_for
 from tests.send_forms import ALL_FORMS, answers_while_stopped, freeze, process_tree, thaw
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -126,3 +129,43 @@ def test_sync_master_holds_every_form_until_the_slave_has_its_last_byte(tmp_path
             _caught_up(master.store_dir, "replicated_position"), TIMEOUT_MS)
         _check(answers, ResponseCode.FLUSH_SLAVE_TIMEOUT)
         _counts_match(master.store_dir)
+
+
+def _runtime_info(client) -> dict[str, str]:
+    answer = client.invoke(create_request(RequestCode.GET_BROKER_RUNTIME_INFO), 5000)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return bodies.decode_kv_table(answer.body)
+
+
+def test_sync_flush_serves_consumers_only_flushed_messages(tmp_path):
+    """Java 5.3.3's reput ends at the confirm offset, flushedWhere under SYNC_FLUSH: a send
+    answered without waiting for the flush (WAIT=false) is written, but no consumer sees it
+    until the flusher has flushed it; dispatchBehindBytes (confirm - reput) stays 0 meanwhile,
+    as Java's ReputMessageService.behind. (Before, it was pulled at once: checked once.)"""
+    overrides = {"flushDiskType": "SYNC_FLUSH", "syncFlushTimeout": str(TIMEOUT_MS)}
+    with StandaloneBroker(tmp_path, overrides) as broker, \
+            client_for(broker.broker_addr) as client:
+        store_dir = broker.store_dir
+        assert send(client, TOPIC, b"flushed", 0, "first").code == ResponseCode.SUCCESS
+        wait_for(lambda: pull(client, TOPIC, 0, 0).code == ResponseCode.SUCCESS, 30,
+                 "the flushed message pulled")
+        flusher = [_worker_pid(broker.process.pid, "flusher")]
+        freeze(flusher)
+        try:
+            assert send(client, TOPIC, b"not flushed", 0, "second",
+                        wait=False).code == ResponseCode.SUCCESS
+            written = position(store_dir, "written_position")
+            assert position(store_dir, "flushed_position") < written
+            # Time enough for a dispatch (the first message took milliseconds).
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                assert pull(client, TOPIC, 0, 1).code != ResponseCode.SUCCESS
+                assert position(store_dir, "dispatched_position") < written
+                time.sleep(0.1)
+            assert _runtime_info(client)["dispatchBehindBytes"] == "0"
+        finally:
+            thaw(flusher)
+        wait_for(lambda: pull(client, TOPIC, 0, 1).code == ResponseCode.SUCCESS, 30,
+                 "the message pulled once flushed")
+        [message] = records_of(pull(client, TOPIC, 0, 1).body)
+        assert bytes(message.body) == b"not flushed"

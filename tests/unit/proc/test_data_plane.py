@@ -6,9 +6,12 @@ RingPutter in an asyncio loop. Producers write their acknowledgements to JSON fi
 then reads the store back through MessageStoreReader (and, after kill -9 of the appender under
 load, through MessageStore's abnormal recovery) and checks every acknowledgement against it.
 The dispatcher's hold at the confirm offset (controller mode) is driven by publishing
-confirm_position as the ha worker would. Every wait has a deadline that fails the test.
+confirm_position as the ha worker would; under SYNC_FLUSH the flusher publishes it. Every
+wait has a deadline that fails the test.
 """
 import asyncio
+import dataclasses
+import functools
 import json
 import os
 import signal
@@ -21,6 +24,7 @@ from pybroker._testbase.local_data_plane import LocalDataPlane
 from pybroker.config import FlushDiskType, StoreConfig
 from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
+from pybroker.proc.flusher import run_flusher
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.wake import signal_mask
 from pybroker.store.checkpoint import StoreCheckpoint
@@ -265,3 +269,34 @@ def test_dispatch_holds_at_the_confirm_offset(tmp_path, plane_factory):
         check_acks_in_store(store, acks)
     finally:
         store.shutdown()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("read_un_committed", [False, True])
+def test_sync_flush_dispatches_only_flushed_bytes(tmp_path, read_un_committed):
+    """SYNC_FLUSH (outside controller mode) the confirm offset is the flushed position, as
+    Java 5.3.3's: with no flusher running, puts answered without waiting for the flush are
+    written but not dispatched - unless readUnCommitted, which dispatches to the written end;
+    a flusher started later dispatches them all."""
+    settings = dataclasses.replace(settings_for(tmp_path, "SYNC_FLUSH"),
+                                   read_un_committed=read_un_committed)
+    plane = LocalDataPlane(tmp_path / "run", settings, PRODUCERS, 1 << 12, 256)
+    try:
+        control = plane.control
+        plane.fork("appender", run_appender, settings, [r.ring for r in plane.rings],
+                   [c.ring for c in plane.completions], control, plane.wakes)
+        plane.fork("dispatcher", run_dispatcher, settings, control, plane.wakes)
+        acks, _ = run_producers(plane, tmp_path, 50, False)
+        assert {a["status"] for a in acks} == {"PUT_OK"}
+        written = control.written_position
+        if read_un_committed:
+            _wait_dispatched(control, written)
+        else:
+            time.sleep(0.5)                  # the dispatcher had all the time it needs
+            assert control.flushed_position == control.dispatched_position == 0 < written
+            plane.fork("flusher", functools.partial(run_flusher, owns_confirm=True),
+                       settings, control, plane.wakes)
+            _wait_dispatched(control, written)
+            assert control.confirm_position == control.flushed_position == written
+    finally:
+        plane.close()
