@@ -36,6 +36,27 @@ TEST_PROFILE = {
 }
 
 
+def read_log(path: str) -> str:
+    """The text of a process's log file so far ("" before it exists)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as log:
+            return log.read()
+    except FileNotFoundError:
+        return ""
+
+
+def kill_process_group(process: subprocess.Popen | None) -> None:
+    """``kill -9`` of ``process``'s whole process group (started with start_new_session), then
+    reap it; nothing when it was never started."""
+    if process is None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
 class StandaloneBroker:
     """One pybroker standalone process. ``overrides``: broker.conf keys over TEST_PROFILE.
     ``pass_namesrv_port``: False starts it without ``--namesrv-port`` (the embedded NameServer
@@ -90,11 +111,7 @@ class StandaloneBroker:
             procs.write(str(os.getpid()))
 
     def _log_text(self) -> str:
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as log:
-                return log.read()
-        except FileNotFoundError:
-            return ""
+        return read_log(self.log_path)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -154,13 +171,7 @@ class StandaloneBroker:
 
     def kill(self) -> None:
         """``kill -9`` every process of the broker (supervisor, workers, NameServer)."""
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
+        kill_process_group(self.process)
 
     def __enter__(self) -> "StandaloneBroker":
         return self.start()

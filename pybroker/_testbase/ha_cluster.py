@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from pybroker._testbase.cluster import TEST_PROFILE, free_port
+from pybroker._testbase.cluster import TEST_PROFILE, free_port, kill_process_group, read_log
 from pybroker.store.control_block import ControlBlock
 
 READY_TIMEOUT_S = 60.0
@@ -48,11 +48,7 @@ class _Process:
         self.command_prefix: list[str] = []
 
     def log_text(self) -> str:
-        try:
-            with open(self.log_path, encoding="utf-8", errors="replace") as log:
-                return log.read()
-        except FileNotFoundError:
-            return ""
+        return read_log(self.log_path)
 
     def start(self, wait: bool = True):
         offset = len(self.log_text())
@@ -98,13 +94,7 @@ class _Process:
 
     def kill(self) -> None:
         """``kill -9`` of the whole process group."""
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
+        kill_process_group(self.process)
 
 
 class NameServerProcess(_Process):

@@ -33,6 +33,7 @@ import logging
 import socket
 
 from pybroker import clock
+from pybroker.proc.ha_master_base import CommitLogFollower, TransferBuffers, release_buffer
 from pybroker.proc.wake import signal_mask
 from pybroker.protocol import autoswitch_ha as wire
 from pybroker.store.commitlog import CommitLog
@@ -41,7 +42,7 @@ from pybroker.store.control_block import (CONFIRM_UNBOUNDED, HA, HA_SLAVE_ASYNC_
 from pybroker.store.drop_behind import DropBehind
 from pybroker.store.epoch_file import EpochFile
 from pybroker.store.mapped_file import MappedFile
-from pybroker.store.read_only_store import READER_KEEP_BYTES, follow_commitlog
+from pybroker.store.read_only_store import READER_KEEP_BYTES
 
 log = logging.getLogger("pybroker.proc.autoswitch_master")
 
@@ -52,7 +53,7 @@ _UNITS_PER_TURN_MAX = 64
 _HOUSEKEEPING_TICK_S = 0.5
 
 
-class _Connection:
+class _Connection(TransferBuffers):
     """One slave socket; the loop's reader/writer callbacks drive it."""
 
     def __init__(self, service: "AutoSwitchMasterService", sock: socket.socket, address,
@@ -225,7 +226,7 @@ class _Connection:
             length = len(self.out[0])
             if sent >= length:
                 sent -= length
-                _release(self.out.pop(0))
+                release_buffer(self.out.pop(0))
             else:
                 self.out[0] = memoryview(self.out[0])[sent:]
                 sent = 0
@@ -243,11 +244,6 @@ class _Connection:
         if self._send():
             self.pump()
 
-    def _release_file(self) -> None:
-        if self.out_file is not None:
-            self.out_file.release()
-            self.out_file = None
-
     def close(self, reason: str) -> None:
         if self.closed:
             return
@@ -255,24 +251,10 @@ class _Connection:
         log.warning("HA connection of slave[%s] (broker id %d) closed: %s (acknowledged %d, "
                     "transferred %d bytes)", self.address, self.broker_id, reason,
                     self.ack_offset, self.transferred_bytes)
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(self.sock)
-        if self.writer_registered:
-            loop.remove_writer(self.sock)
-        for buffer in self.out:
-            _release(buffer)
-        self.out = []
-        self._release_file()
-        self.sock.close()
-        self.service.removed(self)
+        self._detach()
 
 
-def _release(buffer) -> None:
-    if isinstance(buffer, memoryview):
-        buffer.release()
-
-
-class AutoSwitchMasterService:
+class AutoSwitchMasterService(CommitLogFollower):
     """The controller-mode master's HA port (see the module docstring)."""
 
     def __init__(self, settings, control, wakes, listener: socket.socket,
@@ -305,17 +287,6 @@ class AutoSwitchMasterService:
         self.armed = False
         self._timer: asyncio.TimerHandle | None = None
         self.follow()
-
-    def follow(self) -> None:
-        control = self.control
-        min_offset = control.commitlog_min_offset
-        if min_offset > self.commitlog_min_offset:
-            self.commitlog_min_offset = min_offset
-            self.commitlog.mapped_file_queue.forget_files_below(min_offset)
-        written = control.written_position
-        if written != self.written:
-            follow_commitlog(self.commitlog, self.written, written)
-            self.written = written
 
     def confirm_offset(self) -> int:
         """Java's confirm offset as the transfer headers carry it: ``confirm_position``, the

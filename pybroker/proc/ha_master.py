@@ -38,6 +38,7 @@ import socket
 
 from pybroker import clock
 from pybroker.proc.ha_access import HAAccess, HAAccessRefused
+from pybroker.proc.ha_master_base import CommitLogFollower, TransferBuffers, release_buffer
 from pybroker.proc.wake import PositionWatch, signal_mask
 from pybroker.protocol import ha as ha_protocol
 from pybroker.store.commitlog import CommitLog
@@ -45,7 +46,7 @@ from pybroker.store.control_block import HA, HA_SLAVE_SLOTS_MAX, BrokerState, pe
 from pybroker.store.drop_behind import DropBehind
 from pybroker.store.settings import BrokerRole
 from pybroker.store.mapped_file import MappedFile
-from pybroker.store.read_only_store import READER_KEEP_BYTES, follow_commitlog
+from pybroker.store.read_only_store import READER_KEEP_BYTES
 from pybroker.tasks import start_task
 
 log = logging.getLogger("pybroker.proc.ha_master")
@@ -60,7 +61,7 @@ _HOUSEKEEPING_TICK_S = 0.5
 _ASYNC_TRANSFER_TICK_S = 0.01
 
 
-class _SlaveConnection:
+class _SlaveConnection(TransferBuffers):
     """One slave socket (non-blocking; the loop's reader/writer callbacks drive it)."""
 
     def __init__(self, service: "HAMasterService", sock: socket.socket, address, slot: int):
@@ -177,7 +178,7 @@ class _SlaveConnection:
             if sent >= length:
                 sent -= length
                 self.out.pop(0)
-                _release(first)
+                release_buffer(first)
             else:
                 self.out[0] = memoryview(first)[sent:]
                 sent = 0
@@ -195,35 +196,16 @@ class _SlaveConnection:
         self.writer_registered = False
         self.pump()
 
-    def _release_file(self) -> None:
-        if self.out_file is not None:
-            self.out_file.release()
-            self.out_file = None
-
     def close(self, reason: str) -> None:
         if self.closed:
             return
         self.closed = True
         log.warning("HA connection of slave[%s] closed: %s (acknowledged %d, transferred %d "
                     "bytes)", self.address, reason, self.ack_offset, self.transferred_bytes)
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(self.sock)
-        if self.writer_registered:
-            loop.remove_writer(self.sock)
-        for buffer in self.out:
-            _release(buffer)
-        self.out = []
-        self._release_file()
-        self.sock.close()
-        self.service.removed(self)
+        self._detach()
 
 
-def _release(buffer) -> None:
-    if isinstance(buffer, memoryview):
-        buffer.release()
-
-
-class HAMasterService:
+class HAMasterService(CommitLogFollower):
     """The master's HA port (see the module docstring). ``listener`` is a bound, listening
     socket (the supervisor binds it before forking: a busy port stops the start)."""
 
@@ -272,18 +254,6 @@ class HAMasterService:
                                            for c in self.connections.values()):
             return None
         return self.written + 1
-
-    def follow(self) -> None:
-        """Bring the read-only CommitLog up to the published written position."""
-        control = self.control
-        min_offset = control.commitlog_min_offset
-        if min_offset > self.commitlog_min_offset:
-            self.commitlog_min_offset = min_offset
-            self.commitlog.mapped_file_queue.forget_files_below(min_offset)
-        written = control.written_position
-        if written != self.written:
-            follow_commitlog(self.commitlog, self.written, written)
-            self.written = written
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set or ``broker_state`` turns STOPPING."""

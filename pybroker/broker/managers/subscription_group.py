@@ -12,10 +12,10 @@ from typing import Any
 
 from pybroker.broker import attributes
 from pybroker.config import BrokerConfig
+from pybroker.broker.managers.versioned import VersionedDocumentManager
 from pybroker.protocol import constants
 from pybroker.store import config_docs
-from pybroker.store.config_docs import (DataVersion, SubscriptionGroupConfig,
-                                        SubscriptionGroupDocument)
+from pybroker.store.config_docs import SubscriptionGroupConfig, SubscriptionGroupDocument
 
 __all__ = ["SubscriptionGroupManager", "group_table_from_snapshot", "auto_created",
            "SYSTEM_GROUP_PREFIX"]
@@ -39,7 +39,7 @@ def group_table_from_snapshot(value: Any) -> dict[str, SubscriptionGroupConfig]:
     return SubscriptionGroupDocument.from_json(value).subscription_group_table
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(VersionedDocumentManager):
     """Subscription group configs of one broker (single writer: the metadata service)."""
 
     def __init__(self, path: str, broker: BrokerConfig, on_change: Callable[[], None]):
@@ -52,11 +52,6 @@ class SubscriptionGroupManager:
             table.setdefault(group, SubscriptionGroupConfig(group))
 
     # --- reads ----------------------------------------------------------------------------------
-    @property
-    def data_version(self) -> DataVersion:
-        """The document's data version."""
-        return self.document.data_version
-
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The config of ``group`` when it has one (never creates one)."""
         return self.document.subscription_group_table.get(group)
@@ -111,20 +106,6 @@ class SubscriptionGroupManager:
         if removed is not None:
             self._changed()
         return removed
-
-    def replace_from_master(self, document: SubscriptionGroupDocument) -> bool:
-        """A slave takes its master's groups when the data version differs; persisted."""
-        if document.data_version == self.document.data_version:
-            return False
-        self.document = document
-        self.persist()
-        self.on_change()
-        return True
-
-    def _changed(self) -> None:
-        self.document.data_version.next_version()
-        self.persist()
-        self.on_change()
 
     def persist(self) -> None:
         """Write subscriptionGroup.json (safe write)."""

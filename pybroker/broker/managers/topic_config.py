@@ -13,8 +13,9 @@ from pybroker.broker import attributes
 from pybroker.config import BrokerConfig
 from pybroker.protocol import constants, pop
 from pybroker.protocol.constants import Perm, SystemTopic
+from pybroker.broker.managers.versioned import VersionedDocumentManager
 from pybroker.store import config_docs
-from pybroker.store.config_docs import DataVersion, TopicConfig, TopicConfigDocument
+from pybroker.store.config_docs import TopicConfig, TopicConfigDocument
 
 __all__ = ["TopicConfigManager", "topic_table_from_snapshot", "SCHEDULE_QUEUE_NUMS",
            "SYSTEM_TOPIC_PREFIX"]
@@ -65,7 +66,7 @@ def topic_table_from_snapshot(value: Any) -> dict[str, TopicConfig]:
     return TopicConfigDocument.from_json(value).topic_config_table
 
 
-class TopicConfigManager:
+class TopicConfigManager(VersionedDocumentManager):
     """Topic configs of one broker (single writer: the metadata service)."""
 
     def __init__(self, path: str, broker: BrokerConfig, on_change: Callable[[], None],
@@ -85,11 +86,6 @@ class TopicConfigManager:
             table[SystemTopic.WHEEL_TIMER] = TopicConfig(SystemTopic.WHEEL_TIMER, 1, 1)
 
     # --- reads ----------------------------------------------------------------------------------
-    @property
-    def data_version(self) -> DataVersion:
-        """The document's data version (counter + 1 and a new timestamp per change)."""
-        return self.document.data_version
-
     def topic_config(self, topic: str) -> TopicConfig | None:
         """The config of ``topic``, or None."""
         return self.document.topic_config_table.get(topic)
@@ -183,22 +179,6 @@ class TopicConfigManager:
     def _put(self, topic_config: TopicConfig) -> None:
         self.document.topic_config_table[topic_config.topic_name] = topic_config
         self._changed()
-
-    def replace_from_master(self, document: TopicConfigDocument) -> bool:
-        """A slave takes its master's topics when the data version differs (Java's
-        SlaveSynchronize clears the table and puts all, keeping the master's version);
-        persisted. True when taken."""
-        if document.data_version == self.document.data_version:
-            return False
-        self.document = document
-        self.persist()
-        self.on_change()
-        return True
-
-    def _changed(self) -> None:
-        self.document.data_version.next_version()
-        self.persist()
-        self.on_change()
 
     def persist(self) -> None:
         """Write topics.json (safe write, see pybroker.store.config_docs)."""
