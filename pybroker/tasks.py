@@ -10,6 +10,9 @@ Two rules, one implementation each:
   a worker stops with exit status 1, a client only logs. Cancellation is the normal end and
   is not reported. The task is referenced until it ends (the event loop keeps only weak
   references).
+* :func:`start_thread` is the same for the few threads (the flusher's file allocator, the
+  supervisor's scrubber): an end by an exception is logged with its traceback and handed to
+  the owner's ``on_failure(error)`` instead of the interpreter's stderr hook.
 * :class:`Rounds` guards each round of a periodic service loop. A failing round is logged
   with its cause and the loop goes on after the service's retry delay; the
   ``failures_max``-th failing round in a row ends the loop with :class:`ServiceFailedError`,
@@ -20,13 +23,14 @@ Two rules, one implementation each:
 """
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
 from pybroker.errors import FAIL_STOP_ERRORS, ServiceFailedError
 
-__all__ = ["start_task", "Rounds", "ROUND_FAILURES_MAX"]
+__all__ = ["start_task", "start_thread", "Rounds", "ROUND_FAILURES_MAX"]
 
 log = logging.getLogger("pybroker.tasks")
 
@@ -57,6 +61,24 @@ def start_task(coroutine: Coroutine[Any, Any, Any], name: str,
             on_failure(error)
     task.add_done_callback(done)
     return task
+
+
+def start_thread(target: Callable[[], None], name: str,
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 logger: logging.Logger = log) -> threading.Thread:
+    """Run ``target()`` in a daemon thread named ``name``. When it ends by an exception,
+    ``logger`` logs it with its traceback and ``on_failure(error)`` runs in that thread."""
+    def run() -> None:
+        try:
+            target()
+        except BaseException as error:   # the thread's end: reported, never lost on stderr
+            logger.error("%s ended by an error: %s", name, error or type(error).__name__,
+                         exc_info=error)
+            if on_failure is not None:
+                on_failure(error)
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 class Rounds:

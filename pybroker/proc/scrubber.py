@@ -20,6 +20,7 @@ import threading
 import time
 
 from pybroker import clock
+from pybroker.tasks import start_thread
 from pybroker._fast import pagecache
 from pybroker.stats.region import StatsCounter, StatsWriter
 from pybroker.store.control_block import ControlBlock
@@ -78,8 +79,7 @@ class ScrubberThread:
         if not self.enabled:
             log.info("scrubber off (storeScrubRateMegabytesPerSecond=0)")
             return
-        self._thread = threading.Thread(target=self._run, name="scrubber", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._run, "scrubber", self._failed, log)
 
     def stop(self) -> None:
         """Stop and save the progress (bounded: one step)."""
@@ -87,6 +87,11 @@ class ScrubberThread:
         if self._thread is not None:
             self._thread.join(30.0)
             self._thread = None
+
+    def _failed(self, error: BaseException) -> None:
+        """The thread ended by an error (logged with its traceback by start_thread): the
+        broker goes on serving, the scrubber's status shows the error."""
+        self.error = f"{type(error).__name__}: {error}"
 
     # --- the loop ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -100,9 +105,6 @@ class ScrubberThread:
         scrubber = Scrubber(reader, self.state, clock.now_ms)
         try:
             self._loop(scrubber)
-        except Exception as error:        # the thread ends; the broker goes on serving
-            self.error = f"{type(error).__name__}: {error}"
-            log.exception("scrubber stopped")
         finally:
             self._save()
             reader.close()

@@ -30,8 +30,10 @@ import threading
 import time
 
 from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsWriter
+from pybroker.errors import ServiceFailedError
 from pybroker.store import paths
 from pybroker.store.mapped_file import MappedFile, thread_faults
+from pybroker.tasks import Rounds, start_thread
 
 __all__ = ["FileAllocator"]
 
@@ -66,11 +68,23 @@ class FileAllocator:
         self._logged: set[int] = set()
         self._lock_refused = False
         self.prepared_total = 0
-        self._thread = threading.Thread(target=self._run, name="allocate", daemon=True)
-        self._thread.start()
+        # The thread's end by an error (pybroker/tasks.py): raised to the owner by advance.
+        self.failure: BaseException | None = None
+        self._thread = start_thread(self._run, "allocate", self._failed, log)
+
+    def _failed(self, error: BaseException) -> None:
+        with self._condition:
+            self.failure = error
 
     def advance(self, written_position: int) -> None:
-        """The writer reached ``written_position`` (bytes): prepare what follows."""
+        """The writer reached ``written_position`` (bytes): prepare what follows.
+        ServiceFailedError once the thread has ended by an error (an invariant violation, or
+        ROUND_FAILURES_MAX failing rounds in a row): its owner stops, as after any service's
+        failure (docs/architecture/services.md)."""
+        if self.failure is not None:
+            raise ServiceFailedError(f"the CommitLog file allocator ended: "
+                                     f"{type(self.failure).__name__}: {self.failure}") \
+                from self.failure
         with self._condition:
             if written_position != self._written:
                 self._written = written_position
@@ -101,6 +115,8 @@ class FileAllocator:
 
     def _run(self) -> None:
         handled = -1
+        # A failing round is logged and tried again a while later (pybroker/tasks.py).
+        rounds = Rounds("CommitLog file allocator", logger=log)
         while True:
             with self._condition:
                 while not self._stopped and self._written == handled:
@@ -108,19 +124,27 @@ class FileAllocator:
                 if self._stopped:
                     return
                 written = self._written
-            handled = written
-            current = written - written % self.file_size
-            for base in [b for b in self._prepared if b < current]:
-                self._release(base)      # the writer moved on: Java's munlock after a roll
-            if self.warm and current not in self._prepared:
-                self._prepare(current, written - current)
-            # The next two files, as Java's allocator (next and next-next). Never a file after
-            # one that does not exist: a writer starting now would take the later file for
-            # its current one.
-            for base in (current + self.file_size, current + 2 * self.file_size):
-                previous = paths.offset_file_path(self.commitlog_dir, base - self.file_size)
-                if base not in self._prepared and os.path.exists(previous):
-                    self._prepare(base, 0)
+            with rounds:
+                self._prepare_for(written)
+                handled = written
+            if rounds.failures:
+                with self._condition:
+                    self._condition.wait_for(lambda: self._stopped, _IDLE_WAIT_S)
+
+    def _prepare_for(self, written: int) -> None:
+        """The files the writer at ``written`` needs next, prepared; those behind released."""
+        current = written - written % self.file_size
+        for base in [b for b in self._prepared if b < current]:
+            self._release(base)      # the writer moved on: Java's munlock after a roll
+        if self.warm and current not in self._prepared:
+            self._prepare(current, written - current)
+        # The next two files, as Java's allocator (next and next-next). Never a file after
+        # one that does not exist: a writer starting now would take the later file for
+        # its current one.
+        for base in (current + self.file_size, current + 2 * self.file_size):
+            previous = paths.offset_file_path(self.commitlog_dir, base - self.file_size)
+            if base not in self._prepared and os.path.exists(previous):
+                self._prepare(base, 0)
 
     def _prepare(self, base: int, from_position: int) -> None:
         if base in self._refused:

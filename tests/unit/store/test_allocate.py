@@ -17,6 +17,7 @@ from pybroker._fast.stats import StatsCounter
 from pybroker.stats.region import private_writer
 from pybroker.store.control_block import FLUSHER
 from pybroker.store import paths
+from pybroker.errors import ServiceFailedError
 from pybroker.store.allocate import FileAllocator
 from pybroker.store.mapped_file import MappedFile
 
@@ -129,3 +130,43 @@ def test_a_clean_stop_deletes_the_files_made_ready_beyond_the_end(commitlog_dir)
     allocator.close(discard_from=5000)
     writer_file.shutdown(0)
     assert os.listdir(commitlog_dir) == [os.path.basename(writer_file.path)]
+
+
+def test_a_failing_round_is_logged_and_retried_and_endless_failures_reach_the_owner(
+        commitlog_dir, monkeypatch, caplog):
+    """An unexpected error in the allocator thread is logged with its cause and the round
+    tried again (pybroker/tasks.py's Rounds); an invariant violation ends the thread, which is
+    logged with its traceback and raised to the owner by the next advance (the flusher then
+    fail-stops). The failures are injected into the thread's round."""
+    allocator = _allocator(commitlog_dir, warm=False)
+    real = allocator._prepare_for
+    failures = []
+
+    def failing_once(written: int) -> None:
+        if not failures:
+            failures.append(written)
+            raise OSError("injected failure")
+        real(written)
+    monkeypatch.setattr(allocator, "_prepare_for", failing_once)
+    monkeypatch.setattr("pybroker.store.allocate._IDLE_WAIT_S", 0.05)
+    try:
+        MappedFile(paths.offset_file_path(commitlog_dir, 0), FILE_BYTES).shutdown(0)
+        with caplog.at_level("ERROR", logger="pybroker.store.allocate"):
+            allocator.advance(1000)
+            assert allocator.wait_prepared(FILE_BYTES, 10), "the round was not tried again"
+        assert failures == [1000]
+        assert "a round failed (1 in a row" in caplog.text and "injected failure" in caplog.text
+
+        def broken(written: int) -> None:
+            raise AssertionError("injected invariant violation")
+        monkeypatch.setattr(allocator, "_prepare_for", broken)
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="pybroker.store.allocate"):
+            allocator.advance(FILE_BYTES + 10)
+            allocator._thread.join(10)
+        assert not allocator._thread.is_alive()
+        assert "allocate ended by an error: injected invariant violation" in caplog.text
+        with pytest.raises(ServiceFailedError, match="injected invariant violation"):
+            allocator.advance(FILE_BYTES + 20)
+    finally:
+        allocator.close()

@@ -216,3 +216,24 @@ def test_an_empty_store_passes(tmp_path):
         scrubber.step(0, 1 << 20)
     reader.close()
     assert state.phase == PHASE_DONE and state.passes == 1 and not state.findings
+
+
+def test_a_thread_that_fails_to_start_reports_its_error(store, tmp_path, monkeypatch, caplog):
+    """A failure before the scrubber's loop (here its reader, injected) is logged with its
+    traceback and shown in the thread's status, not lost on stderr; the broker goes on."""
+    settings, _ = store
+    rate = StoreConfig(**{**settings.__dict__, "store_scrub_rate_megabytes_per_second": 1})
+    control = ControlBlock(str(tmp_path / "control"), create=True)
+
+    def broken(*args, **kwargs):
+        raise OSError("injected failure")
+    monkeypatch.setattr("pybroker.proc.scrubber.MessageStoreReader", broken)
+    thread = ScrubberThread(rate, control, None)
+    with caplog.at_level("ERROR", logger="pybroker.proc.scrubber"):
+        thread.start()
+        assert thread._thread is not None
+        thread._thread.join(10)
+    assert thread.error == "OSError: injected failure"
+    assert "scrubber ended by an error: injected failure" in caplog.text
+    thread.stop()
+    control.close()
