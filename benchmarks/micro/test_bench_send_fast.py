@@ -92,7 +92,8 @@ class Worker:
         self.wake = WakeFd()
         self.putter = RingPutter(self.ring, self.completions, self.control, self.wake, 0,
                                  (bytes([127, 0, 0, 1]), 10911), False, 5000,
-                                 send_fast.fast_send_settings(self.config, PUT_STATUSES))
+                                 fast_sends=send_fast.fast_send_settings(self.config,
+                                                                         PUT_STATUSES))
         metadata = MetadataState(self.config)
         metadata.topics.update_topic_config(TopicConfig("BenchmarkTest", 1024, 1024))
         ctx = BrokerContext(self.config, None, self.putter, metadata,
@@ -150,20 +151,19 @@ class Worker:
 
 @pytest.mark.parametrize("style", ["java", "go"])
 @pytest.mark.parametrize("path", ["python", "fast"])
-def test_send_round(benchmark, tmp_path, style, path):
+def test_send_round(benchmark, figure, tmp_path, style, path):
     worker = Worker(tmp_path, fast=path == "fast")
     data = b"".join(send_frame(style, opaque) for opaque in range(BATCH_FRAMES))
     try:
         benchmark(lambda: worker.loop.run_until_complete(worker.round(data)))
-        benchmark.extra_info["us_per_message"] = round(
-            benchmark.stats.stats.median * 1e6 / BATCH_FRAMES, 2)
+        figure("us_per_message", lambda seconds: round(seconds * 1e6 / BATCH_FRAMES, 2))
         fast_puts = worker.putter.core.fast_puts_total
         assert (fast_puts > 0) == (path == "fast")
     finally:
         worker.close()
 
 
-def test_stand_in_appender_alone(benchmark, tmp_path):
+def test_stand_in_appender_alone(benchmark, figure, tmp_path):
     """What the stand-in appender costs per message (in every round above)."""
     worker = Worker(tmp_path, fast=False)
     records = b"\x00" * 200
@@ -177,7 +177,6 @@ def test_stand_in_appender_alone(benchmark, tmp_path):
         worker.putter.core.drain(0.0)
     try:
         benchmark(round_trip)
-        benchmark.extra_info["us_per_message"] = round(
-            benchmark.stats.stats.median * 1e6 / BATCH_FRAMES, 2)
+        figure("us_per_message", lambda seconds: round(seconds * 1e6 / BATCH_FRAMES, 2))
     finally:
         worker.close()
