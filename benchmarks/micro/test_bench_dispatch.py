@@ -65,18 +65,17 @@ class _Fresh:
         assert self.dispatcher.dispatch_until(self.warm_end) == WARM
 
 
-def test_c_reput(benchmark, tmp_path):
+def test_c_reput(benchmark, figure, tmp_path):
     fresh = _Fresh(tmp_path, _commitlog(tmp_path))
 
     def dispatch():
         assert fresh.dispatcher.dispatch_until(fresh.commitlog.max_offset()) == MESSAGES - WARM
 
     benchmark.pedantic(dispatch, setup=fresh.setup, rounds=5, iterations=1, warmup_rounds=1)
-    benchmark.extra_info["us_per_message"] = \
-        benchmark.stats.stats.mean * 1e6 / (MESSAGES - WARM)
+    figure("us_per_message", lambda seconds: seconds * 1e6 / (MESSAGES - WARM), "mean")
 
 
-def test_python_rules(benchmark, tmp_path):
+def test_python_rules(benchmark, figure, tmp_path):
     fresh = _Fresh(tmp_path, _commitlog(tmp_path))
 
     def dispatch():
@@ -85,5 +84,4 @@ def test_python_rules(benchmark, tmp_path):
             message_record.body.release()
 
     benchmark.pedantic(dispatch, setup=fresh.setup, rounds=3, iterations=1, warmup_rounds=1)
-    benchmark.extra_info["us_per_message"] = \
-        benchmark.stats.stats.mean * 1e6 / (MESSAGES - WARM)
+    figure("us_per_message", lambda seconds: seconds * 1e6 / (MESSAGES - WARM), "mean")

@@ -48,7 +48,7 @@ def settings(root, **overrides) -> StoreConfig:
 
 @pytest.mark.parametrize("batch", [1, 32])
 @pytest.mark.parametrize("body_name", BODY_SIZES)
-def test_put_async(benchmark, tmp_path, body_name, batch):
+def test_put_async(benchmark, figure, tmp_path, body_name, batch):
     benchmark.group = f"put ASYNC {body_name}"
     run = encode_run(BODY_SIZES[body_name], batch)
     puts_per_round = max(2048 // batch, 16)
@@ -61,11 +61,10 @@ def test_put_async(benchmark, tmp_path, body_name, batch):
                 store.put_messages(bytearray(run), "TopicTest", 0, batch, 0)
 
         benchmark.pedantic(put_many, rounds=7, iterations=1, warmup_rounds=1)
-        benchmark.extra_info["records_per_s"] = \
-            puts_per_round * batch / benchmark.stats.stats.median
+        figure("records_per_s", lambda seconds: puts_per_round * batch / seconds)
 
 
-def test_get_messages(benchmark, tmp_path):
+def test_get_messages(benchmark, figure, tmp_path):
     benchmark.group = "get_messages 32 x 128B"
     run = encode_run(128, 32)
     with MessageStore(settings(tmp_path)) as store:
@@ -84,10 +83,10 @@ def test_get_messages(benchmark, tmp_path):
         assert first.status is GetStatus.FOUND and first.message_count == 32
         first.release()
         benchmark.pedantic(read_all, rounds=5, iterations=1, warmup_rounds=1)
-        benchmark.extra_info["records_per_s"] = max_offset / benchmark.stats.stats.median
+        figure("records_per_s", lambda seconds: max_offset / seconds)
 
 
-def test_dispatch(benchmark, tmp_path):
+def test_dispatch(benchmark, figure, tmp_path):
     benchmark.group = "dispatch"
     commitlog = CommitLog(str(tmp_path / "commitlog"), 32 << 20)
     run = encode_run(128, 32)
@@ -111,7 +110,7 @@ def test_dispatch(benchmark, tmp_path):
         shutil.rmtree(dispatcher.consume_queue_store.store_root)
 
     benchmark.pedantic(dispatch, setup=fresh, rounds=3, iterations=1)
-    benchmark.extra_info["records_per_s"] = records / benchmark.stats.stats.median
+    figure("records_per_s", lambda seconds: records / seconds)
     commitlog.shutdown(0)
 
 
@@ -127,7 +126,7 @@ def recovery_store(tmp_path_factory):
 
 
 @pytest.mark.parametrize("mode", ["normal", "abnormal_full_redispatch"])
-def test_recovery(benchmark, recovery_store, mode):
+def test_recovery(benchmark, figure, recovery_store, mode):
     benchmark.group = "recovery (CRC checked)"
     root, size = recovery_store
 
@@ -151,4 +150,4 @@ def test_recovery(benchmark, recovery_store, mode):
     benchmark.pedantic(recover, setup=prepare, rounds=3, iterations=1)
     scanned = size if mode != "normal" else min(size, 3 * (32 << 20))
     benchmark.extra_info["scanned_bytes"] = scanned
-    benchmark.extra_info["seconds_per_GiB"] = benchmark.stats.stats.median * (1 << 30) / scanned
+    figure("seconds_per_GiB", lambda seconds: seconds * (1 << 30) / scanned)

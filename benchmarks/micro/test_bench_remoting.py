@@ -85,12 +85,12 @@ class Loopback:
 @pytest.mark.parametrize("eager", [True, False], ids=["eager", "task"])
 @pytest.mark.parametrize("in_flight", [1, 16])
 @pytest.mark.parametrize("placement", ["same_loop", "server_process"])
-def test_round_trips(benchmark, placement, in_flight, eager):
+def test_round_trips(benchmark, figure, placement, in_flight, eager):
     loopback = Loopback(placement, eager)
     try:
         loopback.round_trips(in_flight)  # warm up and check the replies
         benchmark.group = f"remoting {placement} {in_flight} in flight"
         benchmark.pedantic(loopback.round_trips, args=(in_flight,), rounds=5, iterations=1)
-        benchmark.extra_info["round_trips_per_s"] = round(ROUND_TRIPS / benchmark.stats["median"])
+        figure("round_trips_per_s", lambda seconds: round(ROUND_TRIPS / seconds))
     finally:
         loopback.close()

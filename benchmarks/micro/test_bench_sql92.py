@@ -41,7 +41,7 @@ def _maps() -> list[dict]:
 
 @pytest.mark.parametrize("how", ["tree", "compiled"])
 @pytest.mark.parametrize("name", SELECTORS)
-def test_selector_evaluation(benchmark, name, how):
+def test_selector_evaluation(benchmark, figure, name, how):
     benchmark.group = f"SQL92 evaluate {name}"
     maps = _maps()
     if how == "tree":
@@ -60,7 +60,7 @@ def test_selector_evaluation(benchmark, name, how):
             for properties in maps:
                 matches(properties)
     benchmark.pedantic(evaluate_all, rounds=15, iterations=1, warmup_rounds=2)
-    benchmark.extra_info["ns_per_message"] = benchmark.stats.stats.median / MAPS_COUNT * 1e9
+    figure("ns_per_message", lambda seconds: seconds / MAPS_COUNT * 1e9)
 
 
 def _record(body: bytes, properties: dict) -> bytes:
@@ -71,7 +71,7 @@ def _record(body: bytes, properties: dict) -> bytes:
     return bytes(buffer)
 
 
-def test_record_filter(benchmark):
+def test_record_filter(benchmark, figure):
     benchmark.group = "SQL92 per-record filter (read + decode + evaluate)"
     records = [memoryview(_record(b"x" * 128, properties)) for properties in _maps()]
     record_filter = record_filter_of(compile_selector(SELECTORS["medium"]))
@@ -80,11 +80,11 @@ def test_record_filter(benchmark):
         for view in records:
             record_filter(view)
     benchmark.pedantic(filter_all, rounds=15, iterations=1, warmup_rounds=2)
-    benchmark.extra_info["ns_per_message"] = benchmark.stats.stats.median / MAPS_COUNT * 1e9
+    figure("ns_per_message", lambda seconds: seconds / MAPS_COUNT * 1e9)
 
 
 @pytest.mark.parametrize("kind", ["none", "tag", "sql92"])
-def test_pull_with_filter(benchmark, tmp_path, kind):
+def test_pull_with_filter(benchmark, figure, tmp_path, kind):
     benchmark.group = "get_messages 32 per pull, half the records match"
     config = StoreConfig(store_path_root_dir=str(tmp_path), mapped_file_size_commit_log=32 << 20,
                          max_hash_slot_num=100_000, max_index_num=400_000)
@@ -108,7 +108,7 @@ def test_pull_with_filter(benchmark, tmp_path, kind):
                 offset = result.next_begin_offset
                 result.release()
         benchmark.pedantic(read_all, rounds=5, iterations=1, warmup_rounds=1)
-        benchmark.extra_info["records_scanned_per_s"] = max_offset / benchmark.stats.stats.median
+        figure("records_scanned_per_s", lambda seconds: max_offset / seconds)
 
 
 def record_codec_tags(tag: str) -> int:
