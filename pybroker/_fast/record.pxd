@@ -75,6 +75,16 @@ cdef RecordStatus scan_records(const unsigned char *data, Py_ssize_t start, Py_s
 # Java's TopicValidator charset, ^[%|a-zA-Z0-9_-]+$ (protocol/headers.py checks requests).
 cdef bint topic_bytes_valid(const unsigned char *topic, Py_ssize_t length) noexcept nogil
 
+# Whether data[position:position + size] is exactly one valid record naming its own physical
+# offset (file_from_offset + position) with a topic Java's TopicValidator accepts, body CRC
+# included when check_crc; with owner_topic (NULL: no owner check) also of that topic and
+# queue_id at queue_offset (a consume-queue unit's own record). data_length bounds every read.
+# The one rule every read of a record to serve applies (check_records, pull_scan).
+cdef bint record_sound(const unsigned char *data, Py_ssize_t data_length, Py_ssize_t position,
+                       Py_ssize_t size, int64_t file_from_offset, bint check_crc,
+                       const unsigned char *owner_topic, Py_ssize_t owner_topic_length,
+                       int32_t queue_id, int64_t queue_offset) noexcept nogil
+
 # The variable-length inputs of one record, as raw memory.
 cdef struct RecordParts:
     const unsigned char *topic

@@ -517,6 +517,25 @@ def check(buf, Py_ssize_t offset, Py_ssize_t end, bint check_crc):
         PyBuffer_Release(&view)
 
 
+cdef bint record_sound(const unsigned char *data, Py_ssize_t data_length, Py_ssize_t position,
+                       Py_ssize_t size, int64_t file_from_offset, bint check_crc,
+                       const unsigned char *owner_topic, Py_ssize_t owner_topic_length,
+                       int32_t queue_id, int64_t queue_offset) noexcept nogil:
+    cdef RecordFields f
+    if position < 0 or size <= 0 or position + size > data_length:
+        return False
+    if parse_record(data, position, position + size, check_crc, &f) != RECORD_STATUS_OK \
+            or f.total_size != size or f.physical_offset != file_from_offset + position \
+            or not topic_bytes_valid(data + f.topic_position, f.topic_length):
+        return False
+    if owner_topic != NULL and (
+            f.queue_id != queue_id or f.queue_offset != queue_offset
+            or f.topic_length != owner_topic_length
+            or memcmp(data + f.topic_position, owner_topic, <size_t>owner_topic_length) != 0):
+        return False
+    return True
+
+
 def check_records(buf, list positions, list sizes, int64_t file_from_offset, bint check_crc,
                   bytes topic=None, int32_t queue_id=0, int64_t first_queue_offset=0,
                   list unit_indexes=None):
@@ -528,32 +547,23 @@ def check_records(buf, list positions, list sizes, int64_t file_from_offset, bin
     unit_indexes[i]`` (a consume-queue unit's own record). One call per pull and file: a read
     never serves a damaged record, nor another queue's (pybroker/store/reads.py)."""
     cdef Py_buffer view
-    cdef RecordFields f
-    cdef Py_ssize_t index, count = len(positions), position, size
-    cdef const unsigned char *data
-    cdef const char *topic_bytes = NULL
+    cdef Py_ssize_t index, count = len(positions)
+    cdef const unsigned char *topic_bytes = NULL
     cdef Py_ssize_t topic_length = 0
+    cdef int64_t queue_offset = 0
     if len(sizes) != count or (topic is not None and (unit_indexes is None
                                                       or len(unit_indexes) != count)):
         raise ValueError("positions, sizes and unit_indexes differ in length")
     if topic is not None:
-        topic_bytes, topic_length = topic, len(topic)
+        topic_bytes, topic_length = <const unsigned char *>(<char *>topic), len(topic)
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        data = <const unsigned char *>view.buf
         for index in range(count):
-            position, size = positions[index], sizes[index]
-            if position < 0 or size <= 0 or position + size > view.len:
-                return index
-            if parse_record(data, position, position + size, check_crc, &f) != RECORD_STATUS_OK \
-                    or f.total_size != size or f.physical_offset != file_from_offset + position \
-                    or not topic_bytes_valid(data + f.topic_position, f.topic_length):
-                return index
-            if topic_bytes != NULL and (
-                    f.queue_id != queue_id
-                    or f.queue_offset != first_queue_offset + <int64_t>unit_indexes[index]
-                    or f.topic_length != topic_length
-                    or memcmp(data + f.topic_position, topic_bytes, <size_t>topic_length) != 0):
+            if topic_bytes != NULL:
+                queue_offset = first_queue_offset + <int64_t>unit_indexes[index]
+            if not record_sound(<const unsigned char *>view.buf, view.len, positions[index],
+                                sizes[index], file_from_offset, check_crc, topic_bytes,
+                                topic_length, queue_id, queue_offset):
                 return index
         return -1
     finally:

@@ -130,26 +130,41 @@ class UnitsView:
     """Units of one ConsumeQueue file as a read-only numpy array over the map (no copy).
 
     ``units`` has dtype :data:`UNIT_DTYPE` (fields ``phy``, ``size``, ``tags``); ``units[i]`` is
-    queue offset ``queue_offset + i``. Call :meth:`release` (or use ``with``) when done. An array
-    kept past release (``units`` or a view derived from it; ``.copy()`` what you keep) stays
-    readable but pins the map: the file cannot be unmapped until the array is garbage.
+    queue offset ``queue_offset + i``; ``raw`` is the same bytes as a memoryview (None when
+    empty; the array is made on first use of ``units``). Call :meth:`release` (or use
+    ``with``) when done. An array kept past release (``units`` or a view derived from it;
+    ``.copy()`` what you keep) stays readable but pins the map: the file cannot be unmapped
+    until the array is garbage.
     """
 
-    __slots__ = ("units", "queue_offset", "_view", "_mapped_file")
+    __slots__ = ("_units", "queue_offset", "_view", "_mapped_file")
 
     def __init__(self, queue_offset: int, view: memoryview | None,
                  mapped_file: MappedFile | None):
         self.queue_offset = queue_offset
         self._view = view
         self._mapped_file = mapped_file
-        if view is None:
-            self.units = np.empty(0, UNIT_DTYPE)
-        else:
-            self.units = np.frombuffer(view, UNIT_DTYPE)
-            self.units.flags.writeable = False
+        self._units: np.ndarray | None = None
+
+    @property
+    def units(self) -> np.ndarray:
+        units = self._units
+        if units is None:
+            if self._view is None:
+                units = np.empty(0, UNIT_DTYPE)
+            else:
+                units = np.frombuffer(self._view, UNIT_DTYPE)
+                units.flags.writeable = False
+            self._units = units
+        return units
+
+    @property
+    def raw(self) -> memoryview | None:
+        """The units' bytes (no copy), None when there are none."""
+        return self._view
 
     def __len__(self) -> int:
-        return len(self.units)
+        return 0 if self._view is None else len(self._view) // UNIT_SIZE
 
     def __enter__(self) -> "UnitsView":
         return self
@@ -159,7 +174,7 @@ class UnitsView:
 
     def release(self) -> None:
         """Drop the array and the hold on the file."""
-        self.units = np.empty(0, UNIT_DTYPE)
+        self._units = None
         view, mapped_file = self._view, self._mapped_file
         self._view = self._mapped_file = None
         try:

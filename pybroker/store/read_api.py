@@ -18,7 +18,7 @@ import logging
 
 import numpy as np
 
-from pybroker._fast import pagecache
+from pybroker._fast import pagecache, pull_scan
 from pybroker._fast import record as record_codec
 from pybroker.protocol.message_id import decode_offset_message_id
 from pybroker.store import layout
@@ -260,6 +260,14 @@ class StoreReads:
                     tag_codes, min_offset: int, max_offset: int,
                     record_filter=None) -> GetResult:
         scan_units = max(_PULL_SCAN_UNITS_MIN, max_count)
+        owner = (queue.topic.encode(), queue.queue_id, queue_offset)
+        if record_filter is None:
+            result = self._read_at_once(queue, queue_offset, scan_units, max_count, max_bytes,
+                                        tag_codes, min_offset, max_offset, owner)
+            if result is not None:
+                return result
+            # A record to take is not readable here (its file is gone or beyond this
+            # process's view), or fails its check: the per-unit loop answers as Java does.
         with queue.read_units(queue_offset, scan_units) as units_view:
             units = units_view.units
             # Small native copies; the map is released when the with-block ends.
@@ -267,10 +275,7 @@ class StoreReads:
             sizes = units["size"].astype(np.int64)
             tags_codes = units["tags"].astype(np.int64) if tag_codes is not None else None
         if len(physical_offsets) == 0:
-            # The consume-queue file for this offset is gone: continue in the next file.
-            units_per_file = queue.mapped_file_size // layout.CQ_STORE_UNIT_SIZE
-            next_file = queue_offset + units_per_file - queue_offset % units_per_file
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset)
+            return self._offset_found_null(queue, queue_offset, min_offset, max_offset)
         if tags_codes is None:
             matched = np.arange(len(physical_offsets))
         else:
@@ -298,8 +303,7 @@ class StoreReads:
                 " and its record was not found between the units around it")
             return found
         scanned = self._collect(result, physical_offsets, sizes, matched, max_count, max_bytes,
-                                record_filter, locate,
-                                (queue.topic.encode(), queue.queue_id, queue_offset))
+                                record_filter, locate, owner)
         result.next_begin_offset = queue_offset + scanned
         if result.damaged_queue_offset is not None:
             result.damaged_queue_offset += queue_offset
@@ -313,6 +317,39 @@ class StoreReads:
         result.suggest_pull_from_slave = \
             self._commitlog().max_offset() - last_visited > self._memory_bytes
         return result
+
+    def _read_at_once(self, queue, queue_offset: int, scan_units: int, max_count: int,
+                      max_bytes: int | None, tag_codes, min_offset: int, max_offset: int,
+                      owner: tuple[bytes, int, int]) -> GetResult | None:
+        """A pull without a record filter: every matched unit is taken until the batch is
+        full, so the units it takes are decided in one C pass (pybroker/_fast/pull_scan.pyx)
+        before a record is read. None when :meth:`_take_at_once` cannot take them."""
+        with queue.read_units(queue_offset, scan_units) as units_view:
+            units = units_view.raw
+            if units is None:
+                return self._offset_found_null(queue, queue_offset, min_offset, max_offset)
+            commitlog = self._commitlog()
+            memory_bytes, memory_count, disk_bytes, disk_count = self._transfer_limits
+            damaged = self.damaged_records
+            scanned, last_visited, groups = pull_scan.collect(
+                units, tag_codes, damaged.spans if damaged else None, max_count, max_bytes,
+                commitlog.max_offset() - self._memory_bytes, memory_bytes, memory_count,
+                disk_bytes, disk_count, commitlog.file_size)
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
+        if groups is None or not self._take_at_once(result, groups, owner):
+            return None
+        result.next_begin_offset = queue_offset + scanned
+        result.suggest_pull_from_slave = \
+            self._commitlog().max_offset() - last_visited > self._memory_bytes
+        return result
+
+    @staticmethod
+    def _offset_found_null(queue, queue_offset: int, min_offset: int,
+                           max_offset: int) -> GetResult:
+        # The consume-queue file for this offset is gone: continue in the next file.
+        units_per_file = queue.mapped_file_size // layout.CQ_STORE_UNIT_SIZE
+        next_file = queue_offset + units_per_file - queue_offset % units_per_file
+        return GetResult(GetStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset)
 
     def _batch_limits(self, physical_offsets):
         """Per unit (bytes limit, count limit): in-memory or in-disk transfer caps."""
@@ -334,11 +371,6 @@ class StoreReads:
         id, queue offset of unit 0): every record served must be that queue's, at its unit's
         queue offset.
         """
-        if record_filter is None:
-            scanned = self._collect_at_once(result, physical_offsets, sizes, matched,
-                                            max_count, max_bytes, owner)
-            if scanned is not None:
-                return scanned
         unit_count = len(physical_offsets)
         limit_bytes, limit_count = self._batch_limits(physical_offsets)
         position = taken = taken_bytes = 0
@@ -387,62 +419,36 @@ class StoreReads:
             result.status = GetStatus.FOUND
             position = match + 1
 
-    def _collect_at_once(self, result: GetResult, physical_offsets, sizes, matched,
-                         max_count: int, max_bytes: int | None,
-                         owner: tuple[bytes, int, int] | None = None) -> int | None:
-        """:meth:`_collect` without a record filter, in array operations: every matched unit is
-        taken until the batch is full, so where it fills is known before any record is read.
-        None (nothing done) when a record to take is not readable here (its file is gone or
-        beyond this process's view): the per-unit loop then answers as Java does."""
-        unit_count = len(physical_offsets)
-        if len(matched) == 0:
-            return unit_count
-        limit_bytes, limit_count = self._batch_limits(physical_offsets)
-        is_match = np.zeros(unit_count, np.int64)
-        is_match[matched] = 1
-        taken_before = np.cumsum(is_match) - is_match          # units taken before each unit
-        matched_sizes = sizes * is_match
-        bytes_before = np.cumsum(matched_sizes) - matched_sizes
-        after = bytes_before + sizes
-        full = (taken_before >= max_count) | (taken_before > limit_count - 1) | \
-            (after > limit_bytes)
-        if max_bytes is not None:
-            full |= after > max_bytes
-        full &= taken_before > 0                               # the first unit always goes
-        scanned = int(np.argmax(full)) if full.any() else unit_count
-        taken = matched[matched < scanned]
-        offsets, taken_sizes = physical_offsets[taken], sizes[taken]
-        taken_indexes = taken.astype(np.int64)
-        if len(offsets) > 1 and bool((offsets[1:] < offsets[:-1]).any()):
-            return None            # buffers go in unit order: grouped by file only if ascending
+    def _take_at_once(self, result: GetResult, groups: list,
+                      owner: tuple[bytes, int, int]) -> bool:
+        """Take the records :func:`pull_scan.collect` chose (grouped by CommitLog file), each
+        file's under one hold, and check them (one C call per file); False (nothing taken)
+        when one is not readable here or fails its check: the per-unit loop then answers."""
+        if not groups:
+            return True                        # nothing matched: NO_MATCHED_MESSAGE
         commitlog = self._commitlog()
-        file_size = commitlog.file_size
-        bases = offsets - offsets % file_size
-        groups = []
-        for base in np.unique(bases).tolist():
+        files = []
+        for base, _, _, _, end in groups:
             mapped_file = commitlog.mapped_file_queue.find_mapped_file_by_offset(base)
-            in_file = bases == base
-            positions = offsets[in_file] - base
             if mapped_file is None or mapped_file.file_from_offset != base or \
-                    int((positions + taken_sizes[in_file]).max()) > mapped_file.wrote_position:
-                return None
-            groups.append((mapped_file, positions.tolist(), taken_sizes[in_file].tolist(),
-                           taken_indexes[in_file].tolist()))
-        for mapped_file, positions, group_sizes, _ in groups:
-            views = mapped_file.views(positions, group_sizes)
+                    end > mapped_file.wrote_position:
+                return False
+            files.append(mapped_file)
+        for mapped_file, (_, positions, sizes, _, _) in zip(files, groups, strict=True):
+            views = mapped_file.views(positions, sizes)
             if views is None:                  # shutting down meanwhile: undo, go per unit
                 result.release()
-                return None
+                return False
             result._add_views(views, mapped_file)
         result._measure(result.buffers)
-        for mapped_file, positions, group_sizes, indexes in groups:
-            if self._first_damaged(mapped_file, positions, group_sizes, owner, indexes) >= 0:
+        for mapped_file, (_, positions, sizes, indexes, _) in zip(files, groups, strict=True):
+            if self._first_damaged(mapped_file, positions, sizes, owner, indexes) >= 0:
                 # A damaged record, or a unit that does not point at its record: the per-unit
                 # loop answers it (it looks for the record in the CommitLog).
                 result.release()
-                return None
+                return False
         result.status = GetStatus.FOUND
-        return scanned
+        return True
 
     def _first_damaged(self, mapped_file: MappedFile, positions: list[int], sizes: list[int],
                        owner: tuple[bytes, int, int] | None = None,

@@ -1,0 +1,39 @@
+"""A remoting worker's CPU per pull of 32 records of 128 B, request frame in to answer written.
+
+Method: benchmarks/micro/pull_harness.py: a store of 4 x 8192 records written through
+MessageStore, read through a MessageStoreReader as a remoting worker reads it; each round hands
+one RemotingConnection (a stub transport) one read of 4 PULL_MESSAGE frames as Apache's
+benchmark Consumer sends them and runs the loop until the 4 answers are written (statistics on,
+the committed offset forwarded as the worker forwards it). extra_info has us_per_pull and
+us_per_message. For instruction counts of the same round: tools/count_pull_instructions.py.
+"""
+import importlib.util
+import pathlib
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location(
+    "pull_harness", pathlib.Path(__file__).with_name("pull_harness.py"))
+assert _SPEC is not None and _SPEC.loader is not None
+pull_harness = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(pull_harness)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("pull") / "store")
+    return root, pull_harness.write_store(root)
+
+
+def test_pull_round(benchmark, store):
+    worker = pull_harness.PullWorker(*store)
+    try:
+        worker.round()
+        written = worker.transport.written_bytes
+        assert written > pull_harness.QUEUES * pull_harness.BATCH * 128
+        benchmark(worker.round)
+        per_pull = benchmark.stats.stats.median / pull_harness.QUEUES
+        benchmark.extra_info["us_per_pull"] = round(per_pull * 1e6, 1)
+        benchmark.extra_info["us_per_message"] = round(per_pull * 1e6 / pull_harness.BATCH, 2)
+    finally:
+        worker.close()
