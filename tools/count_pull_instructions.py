@@ -3,12 +3,14 @@
 
 Wall-clock figures on the shared 2-core box are noise; instruction counts are not. This runs
 the pull round of ``benchmarks/micro/pull_harness.py`` (4 PULL_MESSAGE frames of Apache's
-benchmark Consumer per read, 32 records of 128 B each) under callgrind twice, for ``--low``
-and ``--high`` rounds, and prints the difference per pull: the start-up (imports, the store
+benchmark Consumer per read, 32 records of 128 B each; ``--path fast`` through the worker's
+pull fast path, ``python`` through the handler) under callgrind twice, for ``--low`` and
+``--high`` rounds, and prints the difference per pull: the start-up (imports, the store
 opening) cancels out. ``--top N`` also prints the N functions whose cost grew most per pull
 (self cost, from callgrind_annotate). The kernel's share (system calls) is not counted.
 
-Usage: ``python tools/count_pull_instructions.py [--low 20] [--high 120] [--top 30]``
+Usage: ``python tools/count_pull_instructions.py [--path fast] [--low 20] [--high 120]
+[--top 30]``
 (valgrind and callgrind_annotate on the PATH; about 3 minutes).
 """
 import argparse
@@ -25,7 +27,7 @@ _RUN = """
 import sys
 sys.path.insert(0, {harness!r})
 import pull_harness
-worker = pull_harness.PullWorker({store!r}, {end})
+worker = pull_harness.PullWorker({store!r}, {end}, fast={fast})
 for _ in range({rounds}):
     worker.round()
 worker.close()
@@ -67,6 +69,8 @@ def main() -> int:
     parser.add_argument("--low", type=int, default=20, help="rounds of the first run")
     parser.add_argument("--high", type=int, default=120, help="rounds of the second run")
     parser.add_argument("--top", type=int, default=0, help="functions to list")
+    parser.add_argument("--path", choices=("python", "fast"), default="python",
+                        help="the handler, or the pull fast path first")
     args = parser.parse_args()
     sys.path.insert(0, str(HARNESS_DIR))
     import pull_harness
@@ -79,7 +83,8 @@ def main() -> int:
         totals, files = [], []
         for rounds in (args.low, args.high):
             out_file = os.path.join(scratch, f"callgrind.{rounds}")
-            script = _RUN.format(harness=str(HARNESS_DIR), store=store, end=end, rounds=rounds)
+            script = _RUN.format(harness=str(HARNESS_DIR), store=store, end=end, rounds=rounds,
+                                 fast=args.path == "fast")
             totals.append(_instructions(script, out_file))
             files.append(out_file)
         pulls = (args.high - args.low) * pull_harness.QUEUES

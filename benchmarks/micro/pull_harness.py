@@ -3,16 +3,22 @@
 
 A store of BACKLOG_PER_QUEUE records of 128 B in each of QUEUES queues of one topic is written
 through MessageStore, then read through a MessageStoreReader as a remoting worker reads it. A
-RemotingConnection (a stub transport that counts what is written) takes one read of QUEUES
-PULL_MESSAGE frames per round, as Apache's benchmark Consumer sends them (ROCKETMQ binary
-header, sysFlag COMMIT_OFFSET | SUSPEND, no subscription: the heartbeat's ``*``), through the
-request table and the worker's request wrapper (statistics on, per-request counters), with
-the committed offset forwarded as the worker forwards it (a oneway frame encoded per pull).
-The offsets wrap at the end of the backlog. ``PullWorker.round()`` runs one read's pulls
-to their answers; tools/count_instructions.py runs it under callgrind.
+RemotingConnection over one end of a socket pair (its stub transport hands it the socket, so
+answers go out with writev as on a real connection; the other end is drained each round)
+takes one read of QUEUES PULL_MESSAGE frames per round, as Apache's benchmark Consumer sends
+them (ROCKETMQ binary header, sysFlag COMMIT_OFFSET | SUSPEND, no subscription: the
+heartbeat's ``*``), through the request table and the worker's request wrapper (statistics
+on, per-request counters), or with ``fast=True`` through the worker's pull fast path
+(proc/pull_port.py) first; the committed offsets are forwarded as the worker forwards them (a
+oneway frame encoded per batch). The offsets wrap at the end of the backlog.
+``PullWorker.round()`` runs one read's pulls to their answers;
+tools/count_pull_instructions.py runs it under callgrind.
 """
 import asyncio
 import mmap
+import socket
+
+import orjson
 
 from pybroker._fast import record as record_codec
 from pybroker._fast import stats as fast_stats
@@ -23,12 +29,14 @@ from pybroker.broker.long_poll import LongPollService
 from pybroker.broker.managers.client_channel import make_channel_info
 from pybroker.broker.metadata import MetadataState
 from pybroker.config import load_broker_config
+from pybroker.proc.pull_port import FastPullPort, PullTaker
 from pybroker.protocol import command, constants
 from pybroker.protocol.bodies import build_subscription
 from pybroker.protocol.codes import InternalCode, RequestCode
 from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.protocol.constants import SerializeType
-from pybroker.remoting.connection import ConnectionLimits, RemotingConnection
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RequestTable
 from pybroker.stats.recorder import Recorder
 from pybroker.store.config_docs import TopicConfig
@@ -59,14 +67,18 @@ def pull_frame(queue_id: int, queue_offset: int, opaque: int, commit_offset: int
 
 
 class StubTransport:
-    """A transport that keeps counts of what it is given (no socket: writelines path)."""
+    """A transport over one end of a socket pair: the connection writes its answers to the
+    socket itself (writev); what it hands the transport is counted, not sent."""
 
-    def __init__(self):
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
         self.written_bytes = 0
         self.writes = 0
 
     def get_extra_info(self, name, default=None):
-        return ("127.0.0.1", 50000) if name == "peername" else default
+        if name == "peername":
+            return ("127.0.0.1", 50000)
+        return self.sock if name == "socket" else default
 
     def set_write_buffer_limits(self, high=None, low=None):
         pass
@@ -101,10 +113,11 @@ class _ForwardingMetadata(MetadataState):
         self.forwarded_bytes = 0
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.forward([(group, topic, queue_id, offset)])
+
+    def forward(self, commits: list) -> None:
         frame = command.encode(create_request(
-            InternalCode.COMMIT_OFFSET, {"group": group, "topic": topic,
-                                         "queueId": str(queue_id), "offset": str(offset)},
-            oneway=True))
+            InternalCode.COMMIT_OFFSET, {}, orjson.dumps(commits), oneway=True))
         self.forwarded_bytes += len(frame)
 
 
@@ -140,7 +153,8 @@ def _stats_writer() -> fast_stats.StatsWriter:
 class PullWorker:
     """The pull side of one remoting worker over the store at ``root`` (see module doc)."""
 
-    def __init__(self, root: str, end_offset: int, per_queue: int = BACKLOG_PER_QUEUE):
+    def __init__(self, root: str, end_offset: int, per_queue: int = BACKLOG_PER_QUEUE,
+                 fast: bool = False):
         self.config = load_broker_config(None, _settings(root))
         self.per_queue = per_queue
         self.reader = MessageStoreReader(self.config.store, end_offset,
@@ -152,10 +166,25 @@ class PullWorker:
         self.long_poll = LongPollService(self.reader.get_max_offset_in_queue)
         self.ctx = BrokerContext(self.config, self.reader, None, self.metadata,
                                  (HOST, 10911), long_poll=self.long_poll, stats=self.stats)
-        self.transport = StubTransport()
+        self.peer, sock = socket.socketpair()
+        for end in (self.peer, sock):
+            end.setblocking(False)
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock = sock
+        self.received_bytes = 0
+        self._drain = bytearray(1 << 20)
+        self.transport = StubTransport(sock)
         self.connection = RemotingConnection(self._table(),
                                              ConnectionLimits.from_config(self.config.remoting))
         self.loop.run_until_complete(self._connect())
+        self.port: FastPullPort | None = None
+        if fast:
+            self.port = FastPullPort(self.config, self.reader, self.stats,
+                                     self.metadata.forward)
+            self.port.refresh(self.config, self.metadata)
+            self.connection.use_frame_taker(PullTaker(
+                self.port, self.connection, self.connection.limits.write_buffer_high_bytes))
         self.offsets = [0] * QUEUES
         self.opaque = 0
 
@@ -197,20 +226,32 @@ class PullWorker:
         return b"".join(parts)
 
     async def _round(self, data: bytes) -> None:
-        target = self.transport.written_bytes + 1
         buffer = self.connection.get_buffer(len(data))
         buffer[:len(data)] = data
         del buffer
         self.connection.buffer_updated(len(data))
-        while self.transport.written_bytes < target or self.connection.handler_tasks:
+        while self.connection.handler_tasks:
             await asyncio.sleep(0)
         await asyncio.sleep(0)          # the loop turn that writes the answers
 
-    def round(self) -> None:
-        """One read of QUEUES pulls, run until every answer is written."""
+    def round(self) -> int:
+        """One read of QUEUES pulls, run until every answer is written; the bytes the
+        other end received."""
         self.loop.run_until_complete(self._round(self.frames()))
+        received = 0
+        while True:
+            try:
+                received += self.peer.recv_into(self._drain)
+            except BlockingIOError:
+                break
+        self.received_bytes += received
+        return received
 
     def close(self) -> None:
         self.connection.connection_lost(None)
+        if self.port is not None:
+            self.port.close()
         self.loop.close()
         self.reader.close()
+        self.sock.close()
+        self.peer.close()

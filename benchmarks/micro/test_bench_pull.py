@@ -4,7 +4,8 @@ Method: benchmarks/micro/pull_harness.py: a store of 4 x 8192 records written th
 MessageStore, read through a MessageStoreReader as a remoting worker reads it; each round hands
 one RemotingConnection (a stub transport) one read of 4 PULL_MESSAGE frames as Apache's
 benchmark Consumer sends them and runs the loop until the 4 answers are written (statistics on,
-the committed offset forwarded as the worker forwards it). extra_info has us_per_pull and
+the committed offsets forwarded as the worker forwards them), through the Python handler
+(``python``) and through the pull fast path (``fast``). extra_info has us_per_pull and
 us_per_message. For instruction counts of the same round: tools/count_pull_instructions.py.
 """
 import importlib.util
@@ -25,15 +26,16 @@ def store(tmp_path_factory):
     return root, pull_harness.write_store(root)
 
 
-def test_pull_round(benchmark, store):
-    worker = pull_harness.PullWorker(*store)
+@pytest.mark.parametrize("path", ["python", "fast"])
+def test_pull_round(benchmark, store, path):
+    worker = pull_harness.PullWorker(*store, fast=path == "fast")
     try:
-        worker.round()
-        written = worker.transport.written_bytes
-        assert written > pull_harness.QUEUES * pull_harness.BATCH * 128
+        assert worker.round() > pull_harness.QUEUES * pull_harness.BATCH * 128
         benchmark(worker.round)
         per_pull = benchmark.stats.stats.median / pull_harness.QUEUES
         benchmark.extra_info["us_per_pull"] = round(per_pull * 1e6, 1)
         benchmark.extra_info["us_per_message"] = round(per_pull * 1e6 / pull_harness.BATCH, 2)
+        fast_pulls = worker.port.path.fast_pulls_total if worker.port is not None else 0
+        assert (fast_pulls > 0) == (path == "fast")
     finally:
         worker.close()

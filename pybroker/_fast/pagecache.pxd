@@ -31,3 +31,12 @@ cdef extern from *:
     #endif
     """
     enum: MADV_POPULATE_WRITE
+
+from libc.stdint cimport uintptr_t
+
+# Distinct pages under the address ranges [starts[i], ends[i]) (taken in order; nearby ones
+# share one mincore call) into *pages, and how many are not resident now into *cold. The
+# ranges must lie in mappings. 0, or the errno of a failed mincore (counts then partial).
+# ends is overwritten (runs are merged in place).
+cdef int count_cold_pages(const uintptr_t *starts, uintptr_t *ends, Py_ssize_t count,
+                          size_t *pages, size_t *cold) noexcept nogil

@@ -20,8 +20,8 @@ rounded down to its page, which belongs to the same mapping).
   thread while its process's main thread flushes).
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.errno cimport errno
-from libc.stdint cimport uintptr_t
 
 cdef size_t _PAGE = <size_t>sysconf(_SC_PAGESIZE)
 
@@ -72,10 +72,11 @@ def residency(buffer, Py_ssize_t start, Py_ssize_t end, out) -> int:
         PyBuffer_Release(&view)
 
 
-cdef int _count_span(uintptr_t first, uintptr_t last, list spans, Py_ssize_t lo,
-                     Py_ssize_t hi, size_t *pages, size_t *cold) except -1:
+cdef int _count_span(uintptr_t first, uintptr_t last, const uintptr_t *starts,
+                     const uintptr_t *ends, Py_ssize_t lo, Py_ssize_t hi, size_t *pages,
+                     size_t *cold) noexcept nogil:
     """mincore over [first, last) (page-aligned first) and count the distinct pages of the
-    views spans[lo:hi] (each (start, end) addresses, ascending) in it."""
+    ranges lo..hi-1 (ascending) in it; 0 or an errno."""
     cdef unsigned char vector[PB_VECTOR_PAGES]
     cdef uintptr_t piece, piece_end, page, view_start, view_end, counted_until
     cdef Py_ssize_t item
@@ -83,11 +84,11 @@ cdef int _count_span(uintptr_t first, uintptr_t last, list spans, Py_ssize_t lo,
     while piece < last:
         piece_end = min(last, piece + PB_VECTOR_PAGES * _PAGE)
         if mincore(<void *>piece, piece_end - piece, vector) != 0:
-            raise OSError(errno, "mincore failed")
+            return errno
         # A page lies in one piece: de-duplicating within the piece counts it once.
         counted_until = piece
         for item in range(lo, hi):
-            view_start, view_end = spans[item]
+            view_start, view_end = starts[item], ends[item]
             if view_start >= piece_end:
                 break
             page = max(_page_floor(view_start), counted_until)
@@ -100,32 +101,50 @@ cdef int _count_span(uintptr_t first, uintptr_t last, list spans, Py_ssize_t lo,
     return 0
 
 
+cdef int count_cold_pages(const uintptr_t *starts, uintptr_t *ends, Py_ssize_t count,
+                          size_t *pages, size_t *cold) noexcept nogil:
+    cdef Py_ssize_t lo = 0, item
+    cdef int failed
+    for item in range(1, count + 1):
+        if item < count and starts[item - 1] <= starts[item] < ends[item - 1] + PB_MERGE_GAP_BYTES:
+            ends[item] = max(ends[item - 1], ends[item])
+            continue
+        failed = _count_span(_page_floor(starts[lo]), ends[item - 1], starts, ends, lo, item,
+                             pages, cold)
+        if failed:
+            return failed
+        lo = item
+    return 0
+
+
 def cold_pages(views) -> tuple[int, int]:
     """(pages, cold pages) under the buffers ``views`` (record views of mapped files): the
     distinct pages they cover and how many of those are not resident now. Views are taken
     in order; nearby ones share one mincore call."""
     cdef Py_buffer view
-    cdef uintptr_t address
+    cdef uintptr_t *starts
+    cdef uintptr_t *ends
     cdef size_t pages = 0, cold = 0
-    cdef Py_ssize_t lo = 0, item
-    spans = []
-    for buffer in views:
-        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
-        address = <uintptr_t>view.buf
-        if view.len > 0:
-            spans.append((address, address + <uintptr_t>view.len))
-        PyBuffer_Release(&view)
-    for item in range(1, len(spans) + 1):
-        if item < len(spans):
-            previous_start, previous_end = spans[item - 1]
-            next_start = spans[item][0]
-            if previous_start <= next_start < previous_end + PB_MERGE_GAP_BYTES:
-                spans[item] = (next_start, max(previous_end, spans[item][1]))
-                continue
-        _count_span(_page_floor(spans[lo][0]), spans[item - 1][1], spans, lo, item,
-                    &pages, &cold)
-        lo = item
-    return pages, cold
+    cdef Py_ssize_t count = 0
+    cdef int failed
+    starts = <uintptr_t *>PyMem_Malloc(max(len(views), 1) * 2 * sizeof(uintptr_t))
+    if starts == NULL:
+        raise MemoryError()
+    ends = starts + max(len(views), 1)
+    try:
+        for buffer in views:
+            PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+            if view.len > 0:
+                starts[count] = <uintptr_t>view.buf
+                ends[count] = <uintptr_t>view.buf + <uintptr_t>view.len
+                count += 1
+            PyBuffer_Release(&view)
+        failed = count_cold_pages(starts, ends, count, &pages, &cold)
+        if failed:
+            raise OSError(failed, "mincore failed")
+        return pages, cold
+    finally:
+        PyMem_Free(starts)
 
 
 cdef enum RangeCall:

@@ -94,6 +94,10 @@ class MetadataView(Protocol):
     def consumer_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         """The subscription of ``group`` to ``topic`` its members registered by heartbeat."""
 
+    def consumer_subscriptions(self) -> Mapping[str, Mapping[str, SubscriptionData]]:
+        """Every heartbeat-registered subscription, group -> topic -> subscription (the
+        pull fast path's table, broker/pull_fast.py)."""
+
     async def create_topic_on_send(self, topic: str, default_topic: str, queue_nums: int,
                                    topic_sys_flag: int = 0) -> TopicConfig | None:
         """The topic's config, auto-created from ``default_topic`` (TBW102) for a send."""

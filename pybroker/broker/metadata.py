@@ -121,6 +121,11 @@ class MetadataState:
         """The subscription of ``group`` to ``topic`` its members registered by heartbeat."""
         return self.consumers.consumer_subscription(group, topic)
 
+    def consumer_subscriptions(self) -> Mapping[str, Mapping[str, SubscriptionData]]:
+        """Every heartbeat-registered subscription, group -> topic -> subscription."""
+        return {group: info.subscriptions
+                for group, info in self.consumers.consumer_groups.items()}
+
     async def create_topic_on_send(self, topic: str, default_topic: str, queue_nums: int,
                                    topic_sys_flag: int = 0) -> TopicConfig | None:
         """The topic's config, auto-created from ``default_topic`` for a send."""
@@ -304,6 +309,11 @@ class MetadataReplica:
     def consumer_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         """The heartbeat-registered subscription of ``group`` to ``topic``, or None."""
         return self._subscriptions.get(group, {}).get(topic)
+
+    def consumer_subscriptions(self) -> Mapping[str, Mapping[str, SubscriptionData]]:
+        """Every heartbeat-registered subscription, group -> topic -> subscription, as of
+        the last snapshot (do not mutate)."""
+        return self._subscriptions
 
     async def create_topic_on_send(self, topic: str, default_topic: str, queue_nums: int,
                                    topic_sys_flag: int = 0) -> TopicConfig | None:

@@ -199,11 +199,16 @@ class MetadataService:
         return create_response(request, ResponseCode.SUCCESS)
 
     async def _commit_offset(self, connection: RemotingConnection, request: RemotingCommand):
-        ext = request.ext_fields
+        """A worker's pull-piggy-backed commits: a JSON body of [group, topic, queueId,
+        offset] rows (a loop turn's, in order; proc/remoting.py _flush_commits)."""
+        body = request.body
+        commit = self.ctx.metadata.offsets.commit
         try:
-            self.ctx.metadata.offsets.commit(ext["group"], ext["topic"], int(ext["queueId"]),
-                                     int(ext["offset"]))
-        except (KeyError, ValueError) as error:
+            if not isinstance(body, (bytes, bytearray, memoryview)):
+                raise TypeError("no JSON body")
+            for group, topic, queue_id, offset in orjson.loads(body):
+                commit(str(group), str(topic), int(queue_id), int(offset))
+        except (ValueError, TypeError, orjson.JSONDecodeError) as error:
             log.warning("bad internal COMMIT_OFFSET: %r", error)
         return None
 

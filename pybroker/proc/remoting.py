@@ -30,12 +30,14 @@ from pybroker.config import BrokerRole, with_broker_settings
 from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.metadata_link import LinkBusy, MetadataLink
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID
+from pybroker.proc.pull_port import FastPullPort, PullTaker
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.protocol import constants
 from pybroker.protocol.codes import InternalCode, RequestCode, ResponseCode
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        encode)
 from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.frame_taker import FrameTaker, TakerChain
 from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import Handler as ConnectionHandler
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
@@ -124,6 +126,15 @@ class RemotingWorker:
         self.fast_putter: RingPutter | None = \
             putter if isinstance(putter, RingPutter) and putter.fast_enabled \
             and self.acl is None else None
+        # The pull fast path (a master without ACL; its table follows the replica and the
+        # live brokerPermission): FOUND answers written from the mappings in C.
+        self.pull_port: FastPullPort | None = None
+        if config.store.broker_role != BrokerRole.SLAVE and not config.broker.acl_enable:
+            self.pull_port = FastPullPort(config, data_plane.reader, self.stats,
+                                          self._commit_offsets)
+        # Offsets committed by pulls (piggy-backed), forwarded once per loop turn: the last
+        # one of each queue (Java keeps only that one too).
+        self._pending_commits: dict[tuple[str, str, int], int] = {}
         self.stopping = asyncio.Event()
 
     def _pop_state(self, config, data_plane) -> PopState | None:
@@ -196,7 +207,10 @@ class RemotingWorker:
             held.close()
         for server in self.servers:
             await server.wait_closed()
+        self._flush_commits()
         self.metadata_client.close()
+        if self.pull_port is not None:
+            self.pull_port.close()
         self.data_plane.close()
 
     async def _beat(self) -> None:
@@ -284,6 +298,9 @@ class RemotingWorker:
 
     async def _forward(self, connection: RemotingConnection,
                        request: RemotingCommand) -> RemotingCommand | None:
+        # Commits of earlier pulls first: a later UPDATE_CONSUMER_OFFSET must win over them,
+        # and a QUERY_CONSUMER_OFFSET must see them.
+        self._flush_commits()
         channel = _channel_of(connection)
         channel.language, channel.version = request.language, request.version
         ext_fields = dict(request.ext_fields)
@@ -308,9 +325,15 @@ class RemotingWorker:
         channel_id = f"{self.worker_id}:{connection.connection_id}"
         connection.attachment = Channel(channel_id, connection.remote_address,
                                         send=connection.send)
+        takers: list[FrameTaker] = []
         if self.fast_putter is not None:
-            connection.use_frame_taker(self.fast_putter.open_fast_port(
+            takers.append(self.fast_putter.open_fast_port(
                 send.born_host_of(connection.remote_address), connection.write_frames))
+        if self.pull_port is not None:
+            takers.append(PullTaker(self.pull_port, connection,
+                                    connection.limits.write_buffer_high_bytes))
+        if takers:
+            connection.use_frame_taker(takers[0] if len(takers) == 1 else TakerChain(takers))
         self.connections[channel_id] = connection
 
     def _relay_client_response(self, connection: RemotingConnection,
@@ -350,6 +373,8 @@ class RemotingWorker:
         decides whether order topics are fast)."""
         if self.fast_putter is not None:
             self.fast_putter.set_fast_topics(send_fast.fast_topics(self.config, self.replica))
+        if self.pull_port is not None:
+            self.pull_port.refresh(self.config, self.replica)
 
     async def _send_to_channel(self, connection: RemotingConnection, request: RemotingCommand):
         target = self.connections.get(request.ext_fields.get(EXT_CHANNEL_ID, ""))
@@ -381,10 +406,26 @@ class RemotingWorker:
         return self.replica.topic_config(topic)
 
     async def _commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self.metadata_client.invoke_oneway(create_request(
-            InternalCode.COMMIT_OFFSET, {"group": group, "topic": topic,
-                                         "queueId": str(queue_id), "offset": str(offset)},
-            oneway=True))
+        self._commit_offsets([(group, topic, queue_id, offset)])
+
+    def _commit_offsets(self, commits: list) -> None:
+        """Queue ``[(group, topic, queue_id, offset)]`` for this loop turn's forward."""
+        if not self._pending_commits:
+            asyncio.get_running_loop().call_soon(self._flush_commits)
+        pending = self._pending_commits
+        for group, topic, queue_id, offset in commits:
+            pending[(group, topic, queue_id)] = offset
+
+    def _flush_commits(self) -> None:
+        """Forward the queued commit offsets in one oneway COMMIT_OFFSET (a JSON body of
+        [group, topic, queueId, offset] rows, applied in order by the metadata service)."""
+        pending, self._pending_commits = self._pending_commits, {}
+        if pending:
+            self.metadata_client.invoke_oneway(create_request(
+                InternalCode.COMMIT_OFFSET, {}, orjson.dumps(
+                    [[group, topic, queue_id, offset]
+                     for (group, topic, queue_id), offset in pending.items()]),
+                oneway=True))
 
 
 def run_remoting_worker(worker_id: int, config, data_plane, metadata_socket: str,

@@ -193,6 +193,7 @@ class InternalCode(enum.IntEnum):
     SEND_TO_CHANNEL = 30003         # service -> worker (oneway): ext channelId, body = a frame
     CHANNEL_CLOSED = 30004          # worker -> service (oneway): ext channelId
     CREATE_TOPIC_ON_SEND = 30005    # worker -> service: ext topic, defaultTopic, queueNums, sysFlag
-    COMMIT_OFFSET = 30006           # worker -> service (oneway): ext group, topic, queueId, offset
+    # worker -> service (oneway): a JSON body [[group, topic, queueId, offset], ...]
+    COMMIT_OFFSET = 30006
     CLIENT_RESPONSE = 30007         # worker -> service (oneway): ext channelId, body = a frame
     POP_SLOTS = 30008               # worker -> service: body = [[topic, group, queueId], ...]

@@ -400,6 +400,20 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._transport.write(frames)
         self._after_write()
 
+    def direct_write_fd(self) -> int:
+        """The socket a frame taker may write whole answers to itself now: a plain socket
+        with nothing queued or buffered before them (they leave in order), else -1 (then
+        :meth:`write_frames`). The pull fast path writes its records from the mappings."""
+        transport = self._transport
+        if self._closed or self._writes or transport.get_write_buffer_size() \
+                or transport.is_closing():
+            return -1
+        return self._writes.socket_fd
+
+    def wrote_directly(self) -> None:
+        """A frame taker wrote answers to :meth:`direct_write_fd` itself."""
+        self._after_write()
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         if self._closed or not self._writes:

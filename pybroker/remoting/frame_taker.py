@@ -11,15 +11,18 @@ before ``position`` the taker has taken itself.
 
 :class:`WholeFrames` takes nothing: every whole frame is the connection's (clients, the
 NameServer, internal links, a broker without the send fast path). A remoting worker's client
-connections use the send fast path's port instead (``pybroker.proc.send_port.FastSendPort``),
-which takes the leading sends straight into the send ring.
+connections use the send fast path's port (``pybroker.proc.send_port.FastSendPort``), which
+takes the leading sends straight into the send ring, and the pull fast path's
+(``pybroker.proc.pull_port.PullTaker``), which answers the leading pulls it can, one after the
+other in a :class:`TakerChain`.
 """
 import asyncio
+from collections.abc import Sequence
 from typing import Protocol
 
-from pybroker._fast.frame import next_frame
+from pybroker._fast.frame import TAKE_FULL, TAKE_OTHER, next_frame
 
-__all__ = ["FrameTaker", "WholeFrames"]
+__all__ = ["FrameTaker", "WholeFrames", "TakerChain"]
 
 
 class FrameTaker(Protocol):
@@ -54,3 +57,45 @@ class WholeFrames:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+class TakerChain:
+    """Takers tried in turn: each takes what it can from where the one before it stopped,
+    and a frame that every one of them declines is the connection's (a remoting worker's
+    client connections: the send fast path's port, then the pull fast path's). A TAKE_FULL
+    waits for the taker that said it."""
+
+    __slots__ = ("_takers", "_full")
+
+    def __init__(self, takers: Sequence[FrameTaker]):
+        assert len(takers) >= 2, "a chain of fewer than two takers is the taker itself"
+        self._takers = tuple(takers)
+        self._full: FrameTaker | None = None
+
+    def take(self, buffer: bytearray, start: int, end: int) -> tuple[int, int, int]:
+        """``(position, outcome, frame_length)``: TAKE_OTHER once every taker declined the
+        frame at ``position``; any other outcome as the taker that gave it."""
+        takers = self._takers
+        position, declined = start, 0
+        while True:
+            for taker in takers:
+                before = position
+                position, outcome, frame_length = taker.take(buffer, position, end)
+                if outcome != TAKE_OTHER:
+                    if outcome == TAKE_FULL:
+                        self._full = taker
+                    return position, outcome, frame_length
+                # Declined the frame at position (after taking the ones before it, if any).
+                declined = declined + 1 if position == before else 1
+                if declined == len(takers):
+                    return position, TAKE_OTHER, frame_length
+
+    def wait_for_space(self) -> "asyncio.Future[None]":
+        """The wait of the taker that answered TAKE_FULL."""
+        assert self._full is not None, "no taker of the chain answered TAKE_FULL"
+        return self._full.wait_for_space()
+
+    def close(self) -> None:
+        """Close every taker."""
+        for taker in self._takers:
+            taker.close()

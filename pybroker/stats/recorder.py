@@ -176,6 +176,13 @@ class Recorder:
         pull's CLOCK_MONOTONIC start, so a reader keeps the newest of several workers'."""
         if not self.enabled:
             return
+        self.writer.key_set_words(self.pull_offset_entry(topic, group, queue_id),
+                                  max(next_offset, 0), at_ns)
+
+    def pull_offset_entry(self, topic: str, group: str, queue_id: int) -> int:
+        """The KEY_PULL_OFFSET entry of ``queue_id`` of ``topic@group`` in this writer's key
+        table (-1: not tracked, beyond PULL_OFFSET_KEYS_MAX or a full table); the pull fast
+        path sets the same entry (pybroker/_fast/pull_path.pyx)."""
         key = (queue_id, f"{topic}@{group}")
         entry = self._pull_offset_keys.get(key)
         if entry is None:
@@ -183,7 +190,7 @@ class Recorder:
                      if len(self._pull_offset_keys) < PULL_OFFSET_KEYS_MAX else -1)
             if entry >= 0:
                 self._pull_offset_keys[key] = entry
-        self.writer.key_set_words(entry, max(next_offset, 0), at_ns)
+        return entry
 
     def send_back(self, topic: str, group: str) -> None:
         """A consumer sent a message back (SNDBCK_PUT_NUMS)."""

@@ -187,6 +187,9 @@ class MessageStoreReader(StoreReads):
         self._queue_positions: dict[tuple[str, int], int] = {}
         self._missing_queues: dict[tuple[str, int], int] = {}
         self.refreshes_total = 0      # refreshes that mapped new files (diagnostics, tests)
+        # Moves whenever files were forgotten (deleted by the dispatcher, or closed): the pull
+        # fast path then gives back every file it holds (pybroker/_fast/pull_path.pyx).
+        self.generation = 0
         # Pages pulls touched, out of this process's page tables once a second, all but the
         # newest (store/drop_behind.py): consumers read at any offset, so a sweep, not a cursor.
         self._drop_behind = DropBehind(self.commitlog.mapped_file_queue,
@@ -228,6 +231,7 @@ class MessageStoreReader(StoreReads):
     def _forget_deleted_files(self, commitlog_min_offset: int) -> None:
         """Files were deleted by the dispatcher: drop their maps (held ones close when
         released) and forget every queue, so reopened queues see the files left on disk."""
+        self.generation += 1
         self.commitlog.mapped_file_queue.forget_files_below(commitlog_min_offset)
         self.consume_queue_store.close()
         self.consume_queue_store.queue_table.clear()
@@ -240,6 +244,7 @@ class MessageStoreReader(StoreReads):
 
     def close(self) -> None:
         """Unmap every file (idempotent); results still held keep their files mapped."""
+        self.generation += 1
         self.commitlog.shutdown(0)
         self.consume_queue_store.close()
         if self.index_service is not None:
@@ -355,6 +360,38 @@ class MessageStoreReader(StoreReads):
                 break
         if was_empty and queue.max_offset_in_queue() > queue.min_offset_in_queue():
             queue.correct_min_offset(self._physical_min_offset())
+
+    # --- the pull fast path's view (pybroker/_fast/pull_path.pyx) -------------------------------
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of RAM counted as hot (accessMessageInMemoryMaxRatio of the machine's)."""
+        return self._memory_bytes
+
+    def fast_positions(self) -> tuple[int, int, int, bool]:
+        """``(dispatched, written, generation, usable)`` after catching up with the writers;
+        not usable while recovery's skipped ranges exist (their reads are the handler's)."""
+        self._catch_up()
+        return (self.dispatched_position, self.written_position, self.generation,
+                not self.damaged_records)
+
+    def fast_queue(self, topic: str, queue_id: int) -> tuple | None:
+        """``(min offset, max offset, file size, [(base, mapped file, readable bytes)])`` of
+        the queue brought up to the dispatched position, or None when it does not exist."""
+        queue = self._find_queue(topic, queue_id)
+        if queue is None:
+            return None
+        return (queue.min_offset_in_queue(), queue.max_offset_in_queue(),
+                queue.mapped_file_size,
+                [(mapped_file.file_from_offset, mapped_file, mapped_file.wrote_position)
+                 for mapped_file in queue.mapped_file_queue.mapped_files])
+
+    def fast_commitlog(self) -> tuple[int, list]:
+        """``(file size, [(base, mapped file, readable bytes)])`` of the CommitLog brought up
+        to the written position (new files mapped)."""
+        commitlog = self._commitlog()
+        return commitlog.file_size, [
+            (mapped_file.file_from_offset, mapped_file, mapped_file.wrote_position)
+            for mapped_file in commitlog.mapped_file_queue.mapped_files]
 
     # --- runtime figures ------------------------------------------------------------------------
     def runtime_info(self) -> dict[str, str]:
