@@ -40,7 +40,7 @@ from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY
 from pybroker.stats.timer_gauges import TimerGauges
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER
 
-__all__ = ["BrokerCollector", "MetricsServer", "MESSAGE_TYPES"]
+__all__ = ["BrokerCollector", "MetricsServer", "MESSAGE_TYPES", "used_disk_bytes"]
 
 log = logging.getLogger("pybroker.stats.prometheus")
 
@@ -302,9 +302,10 @@ class BrokerCollector:
         control = self.service.control
         written = control.written_position
         store = self.config.store
-        yield self._gauge("rocketmq_storage_size", "Broker storage size",
-                          _directory_bytes(store.store_path_root_dir),
-                          {"storage_type": "local"})
+        used = used_disk_bytes(store.store_path_root_dir)
+        if used is not None:
+            yield self._gauge("rocketmq_storage_size", "Broker storage size", used,
+                              {"storage_type": "local"})
         yield self._gauge("rocketmq_storage_flush_behind_bytes", "Broker flush behind bytes",
                           max(written - control.flushed_position, 0),
                           {"storage_type": "local"})
@@ -416,16 +417,17 @@ class BrokerCollector:
         yield wakeups
 
 
-def _directory_bytes(path: str) -> int:
-    """Bytes allocated on disk under ``path`` (sparse files count what they hold)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_blocks * 512
-            except OSError:
-                continue
-    return total
+def used_disk_bytes(path: str) -> int | None:
+    """Java DefaultStoreMetricsManager's storage size: total minus free bytes of the file
+    system holding the store root (File.getTotalSpace - getFreeSpace), one statvfs call, not
+    a walk of the store (a scrape stays O(1) however large the store grows); None when the
+    directory is missing or reports no space (Java records nothing then)."""
+    try:
+        disk = os.statvfs(path)
+    except OSError:
+        return None
+    total = disk.f_blocks * disk.f_frsize
+    return total - disk.f_bfree * disk.f_frsize if total > 0 else None
 
 
 class MetricsServer:

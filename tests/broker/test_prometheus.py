@@ -11,6 +11,7 @@ under PYBROKER_REQUIRE_PEERS=1.
 """
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -132,6 +133,12 @@ def test_endpoint_serves_java_names_and_labels(broker, metrics_port):
         assert f"\n{name}{{" in text, name
     assert 'node_type="broker"' in text and 'cluster="DefaultCluster"' in text
     assert 'env="test"' in text
+    # Java's storage size: used bytes of the store's file system (statvfs, no walk of the
+    # store); other processes write to it meanwhile, hence the margin.
+    line = next(line for line in text.splitlines() if line.startswith("rocketmq_storage_size{"))
+    disk = os.statvfs(broker.store_dir)
+    used = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
+    assert abs(float(line.rsplit(" ", 1)[1]) - used) < (1 << 30), (line, used)
 
 
 def test_prometheus_rate_matches_what_was_sent(broker, prometheus):
