@@ -27,14 +27,14 @@ def store(tmp_path_factory):
 
 
 @pytest.mark.parametrize("path", ["python", "fast"])
-def test_pull_round(benchmark, store, path):
+def test_pull_round(benchmark, figure, store, path):
     worker = pull_harness.PullWorker(*store, fast=path == "fast")
     try:
         assert worker.round() > pull_harness.QUEUES * pull_harness.BATCH * 128
         benchmark(worker.round)
-        per_pull = benchmark.stats.stats.median / pull_harness.QUEUES
-        benchmark.extra_info["us_per_pull"] = round(per_pull * 1e6, 1)
-        benchmark.extra_info["us_per_message"] = round(per_pull * 1e6 / pull_harness.BATCH, 2)
+        figure("us_per_pull", lambda seconds: round(seconds * 1e6 / pull_harness.QUEUES, 1))
+        figure("us_per_message", lambda seconds: round(
+            seconds * 1e6 / pull_harness.QUEUES / pull_harness.BATCH, 2))
         fast_pulls = worker.port.path.fast_pulls_total if worker.port is not None else 0
         assert (fast_pulls > 0) == (path == "fast")
     finally:
