@@ -62,3 +62,16 @@ class GrpcConfig:
         "grpcClientConsumerLongPollingBatchSize", 32,
         "told to consumers in their settings: receive batch size", unit="count",
         rule=between(1, 1024))
+    default_invisible_time_mills: int = setting(
+        "defaultInvisibleTimeMills", 60000,
+        "invisible time of a receive that asks for auto-renew (the SDKs' push consumers); "
+        "pybroker does not renew it (docs/compatibility.md)", unit="ms", long=True,
+        rule=at_least(1000))
+    min_invisible_time_mills_for_recv: int = setting(
+        "minInvisibleTimeMillsForRecv", 10000,
+        "shortest invisible duration a receive may ask for (ILLEGAL_INVISIBLE_TIME)", unit="ms",
+        long=True, rule=at_least(0))
+    max_invisible_time_mills: int = setting(
+        "maxInvisibleTimeMills", 12 * 3600 * 1000,
+        "longest invisible duration a receive or a change may ask for; <= 0: no limit",
+        unit="ms", long=True)

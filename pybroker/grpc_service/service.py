@@ -19,7 +19,7 @@ import logging
 
 import grpc
 
-from pybroker.grpc_service import client, consumer, producer, route
+from pybroker.grpc_service import client, consumer, producer, receive, route
 from pybroker.grpc_service.request_context import RequestContext, context_of
 from pybroker.grpc_service.status import Code, GrpcRefused, status
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
@@ -98,15 +98,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                                  spb.ForwardMessageToDeadLetterQueueResponse)
 
     async def ReceiveMessage(self, request, context):
-        """Server streaming: the messages, then a status (consumer.receive_message)."""
+        """Server streaming: a status, the messages, the delivery timestamp
+        (receive.receive_message); a refusal is the status, then the timestamp."""
         try:
             rctx = self._context(context, request, "ReceiveMessage")
-            async for response in consumer.receive_message(self.host, rctx, request, context):
+            async for response in receive.receive_message(self.host, rctx, request, context):
                 yield response
+            return
         except GrpcRefused as refused:
-            yield spb.ReceiveMessageResponse(status=status(refused.code, refused.message))
+            failed = status(refused.code, refused.message)
         except Exception as error:  # noqa: BLE001
-            yield spb.ReceiveMessageResponse(status=_unexpected(error))
+            failed = _unexpected(error)
+        yield spb.ReceiveMessageResponse(status=failed)
+        yield receive.delivery_timestamp_response()
 
     async def Telemetry(self, request_iterator, context):
         """Client settings both ways, and the broker's commands for the client."""

@@ -55,13 +55,20 @@ def code_of_remoting(remoting_code: int) -> pb.Code:
     return REMOTING_TO_GRPC.get(remoting_code, Code.INTERNAL_SERVER_ERROR)
 
 
-def status_of_remoting(remoting_code: int, remark: str | None) -> pb.Status:
-    """A broker answer as the proxy relays it. TOPIC_NOT_EXIST is TOPIC_NOT_FOUND (the
-    proxy's TopicRouteHelper.isTopicNotExistError); a missing remark reads as the code."""
+def status_of_answer(remoting_code: int, remark: str | None) -> pb.Status:
+    """ResponseBuilder.buildStatus(int, String): a broker answer the proxy hands on as it is
+    (the code through the table; a missing remark reads as the code)."""
     message = remark if remark is not None else str(remoting_code)
-    if remoting_code == ResponseCode.TOPIC_NOT_EXIST:
-        return status(Code.TOPIC_NOT_FOUND, message)
     return status(code_of_remoting(remoting_code), message)
+
+
+def status_of_remoting(remoting_code: int, remark: str | None) -> pb.Status:
+    """A broker's refusal as the proxy relays the exception it raises for it: as
+    :func:`status_of_answer`, but TOPIC_NOT_EXIST is TOPIC_NOT_FOUND (the proxy's
+    TopicRouteHelper.isTopicNotExistError)."""
+    if remoting_code == ResponseCode.TOPIC_NOT_EXIST:
+        return status(Code.TOPIC_NOT_FOUND, remark if remark is not None else str(remoting_code))
+    return status_of_answer(remoting_code, remark)
 
 
 def raise_for_remoting(remoting_code: int, remark: str | None) -> None:

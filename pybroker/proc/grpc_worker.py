@@ -97,8 +97,11 @@ class GrpcWorker(RemotingWorker):
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
         await self.metadata_client.connect()
-        self.data_plane.start(loop, self._on_data_plane_wake,
-                              lambda: self.long_poll.held_count > 0)
+        # Held receives are the worker's held POPs (ReceiveMessage runs POP_MESSAGE here):
+        # woken by the dispatcher and by other workers' POP table changes, as in a remoting
+        # worker.
+        self.data_plane.start(loop, self._on_data_plane_wake, self._holds_requests,
+                              [self.pop_watch] if self.pop_watch is not None else [])
         size_max = self.config.grpc.grpc_max_inbound_message_size
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", size_max),
                                           ("grpc.max_send_message_length", size_max),
@@ -109,9 +112,12 @@ class GrpcWorker(RemotingWorker):
         if relay is not None:
             await relay.start()
         beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
+        sweeper = start_task(self._sweep_held_pulls(), "the held-POP sweep", self._fail_stop,
+                             log)
         log.info("gRPC worker %d serving %s", self.index, address)
         await self.stopping.wait()
         beat.cancel()
+        sweeper.cancel()
         if relay is not None:
             relay.close()
         await server.stop(STOP_GRACE_S)

@@ -148,6 +148,11 @@ def _java_long(text: str) -> int:
     return value
 
 
+def parse_java_long(text: str) -> int:
+    """Long.parseLong (ValueError with Java's NumberFormatException message)."""
+    return _java_long(text)
+
+
 def _java_int(text: str) -> int:
     value = _java_long(text)
     if not -(1 << 31) <= value < (1 << 31):

@@ -7,11 +7,14 @@ Method: one real broker process (free ports, short transaction checks) and grpci
 client with the vendored stubs, speaking as an SDK does (its metadata headers, a Telemetry
 stream); what was stored is read back with raw remoting pulls of the broker's queues.
 """
+import json
 import queue
 import threading
+import time
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 
 from pybroker._testbase.cluster import StandaloneBroker, free_port
 from pybroker.protocol import properties as props
@@ -38,7 +41,8 @@ def endpoint(tmp_path_factory):
     port = free_port()
     broker = StandaloneBroker(tmp_path_factory.mktemp("grpc"), {
         "grpcWorkers": "1", "grpcServerPort": str(port), "transactionCheckInterval": "1000",
-        "transactionTimeOut": "1000"})
+        "transactionTimeOut": "1000", "grpcClientConsumerMinLongPollingTimeoutMillis": "1000",
+        "grpcClientConsumerMaxLongPollingTimeoutMillis": "3000"})
     broker.start()
     try:
         remoting = client_for(broker.broker_addr)
@@ -271,14 +275,6 @@ def test_transactions_client_end_and_check_back(endpoint):
         telemetry.close()
 
 
-def test_consumer_rpcs_wait_for_pop(endpoint):
-    _, _, stub, _ = endpoint
-    answers = list(stub.ReceiveMessage(spb.ReceiveMessageRequest(
-        group=pb.Resource(name="GrpcGroup"),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC))), metadata=METADATA))
-    assert [a.status.code for a in answers] == [pb.NOT_IMPLEMENTED]
-
-
 def test_consumer_settings_registration_and_assignment(endpoint):
     _, remoting, stub, port = endpoint
     telemetry = Telemetry(stub)
@@ -292,7 +288,7 @@ def test_consumer_settings_registration_and_assignment(endpoint):
         assert answer.status.code == pb.OK
         settings = answer.settings
         assert settings.subscription.receive_batch_size == 32
-        assert settings.subscription.long_polling_timeout.ToMilliseconds() == 20000
+        assert settings.subscription.long_polling_timeout.ToMilliseconds() == 3000
         assert not settings.subscription.fifo
         assert settings.backoff_policy.max_attempts == 17          # retryMaxTimes 16 + 1
         steps = [step.ToMilliseconds() for step in settings.backoff_policy.customized_backoff.next]
@@ -331,3 +327,230 @@ def test_recall_needs_a_delay_topic_and_timer_messages(endpoint):
     assert (wrong.status.code, wrong.status.message) == (
         pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, PROXY_EXCEPTION + "TopicMessageType validate "
         "failed, the expected type is NORMAL, but actual type is DELAY")
+
+
+# --- consumers: ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDLQ ---------
+
+CONSUME_TOPIC = "GrpcConsumeTopic"
+CONSUME_GROUP = "GrpcConsumeGroup"        # retryMaxTimes 1: two deliveries, then the DLQ
+FIFO_TOPIC = "GrpcFifoTopic"
+FIFO_GROUP = "GrpcFifoGroup"              # consumeMessageOrderly
+
+
+def _create(remoting, topic: str, message_type: str, group: str, **group_settings) -> None:
+    answer = remoting.invoke(create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "2", "writeQueueNums": "2",
+        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false",
+        "attributes": f"+message.type={message_type}"}), 5000)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    config = {"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+              "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16,
+              "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+              "notifyConsumerIdsChangedEnable": True, **group_settings}
+    answer = remoting.invoke(create_request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                                            json.dumps(config).encode()), 5000)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+
+
+def _consumer(stub, group: str, topic: str, expression: str = "*") -> Telemetry:
+    telemetry = Telemetry(stub)
+    telemetry.send(spb.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER, request_timeout=duration_pb2.Duration(seconds=3),
+        subscription=pb.Subscription(group=pb.Resource(name=group), subscriptions=[
+            pb.SubscriptionEntry(topic=pb.Resource(name=topic), expression=pb.FilterExpression(
+                type=pb.TAG, expression=expression))]))))
+    assert telemetry.next().status.code == pb.OK
+    return telemetry
+
+
+def _receive(stub, group: str, topic: str, *, invisible_ms: int | None = 20000,
+             polling_ms: int = 2000, batch: int = 32, expression=None, attempt_id=None,
+             deadline_s: float = 30):
+    """(status, messages, the last response) of one ReceiveMessage."""
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), message_queue=pb.MessageQueue(
+            topic=pb.Resource(name=topic), id=-1), batch_size=batch,
+        filter_expression=expression or pb.FilterExpression(type=pb.TAG, expression="*"))
+    request.long_polling_timeout.FromMilliseconds(polling_ms)
+    if invisible_ms is not None:
+        request.invisible_duration.FromMilliseconds(invisible_ms)
+    else:
+        request.auto_renew = True
+    if attempt_id is not None:
+        request.attempt_id = attempt_id
+    answers = list(stub.ReceiveMessage(request, metadata=METADATA, timeout=deadline_s))
+    assert answers[-1].WhichOneof("content") == "delivery_timestamp", answers
+    assert answers[0].WhichOneof("content") == "status", answers
+    return answers[0].status, [a.message for a in answers[1:-1]], answers[-1]
+
+
+def _send(stub, topic: str, body: str, **system) -> None:
+    answer = stub.SendMessage(spb.SendMessageRequest(messages=[_message(
+        topic, body.encode(), f"ID-{body}", **system)]), metadata=METADATA)
+    assert answer.status.code == pb.OK, answer.status
+
+
+def _ack(stub, group: str, topic: str, *messages_or_handles):
+    entries = [spb.AckMessageEntry(message_id=getattr(m, "system_properties", None) and
+                                   m.system_properties.message_id or "x",
+                                   receipt_handle=m if isinstance(m, str) else
+                                   m.system_properties.receipt_handle)
+               for m in messages_or_handles]
+    return stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name=group),
+                                                 topic=pb.Resource(name=topic), entries=entries),
+                           metadata=METADATA)
+
+
+def _change(stub, group: str, topic: str, handle: str, invisible_ms: int):
+    request = spb.ChangeInvisibleDurationRequest(group=pb.Resource(name=group),
+                                                 topic=pb.Resource(name=topic),
+                                                 receipt_handle=handle, message_id="m")
+    request.invisible_duration.FromMilliseconds(invisible_ms)
+    return stub.ChangeInvisibleDuration(request, metadata=METADATA)
+
+
+def _bodies(found) -> list[str]:
+    return sorted(message.body.decode() for message in found)
+
+
+def test_simple_consumer_receive_ack_change_and_dlq(endpoint):
+    """Long polling woken by a send, tag filters, handles with the CommitLog offset, acks,
+    a new handle that brings the message back (attempt 2), the DLQ by the group's attempts
+    and by ForwardMessageToDeadLetterQueue, the proxy's refusals."""
+    _, remoting, stub, _ = endpoint
+    _create(remoting, CONSUME_TOPIC, "NORMAL", CONSUME_GROUP, retryMaxTimes=1)
+    telemetry = _consumer(stub, CONSUME_GROUP, CONSUME_TOPIC)
+    try:
+        started = time.monotonic()
+        status, found, _ = _receive(stub, CONSUME_GROUP, CONSUME_TOPIC, polling_ms=1500)
+        assert (status.code, status.message, found) == (pb.MESSAGE_NOT_FOUND, "no new message",
+                                                         [])
+        assert 1.3 < time.monotonic() - started < 10
+        held = threading.Thread(target=lambda: woken.append(_receive(
+            stub, CONSUME_GROUP, CONSUME_TOPIC, polling_ms=3000,
+            expression=pb.FilterExpression(type=pb.TAG, expression="TagA"))))
+        woken: list = []
+        held.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        for body, tag in (("c-0", "TagA"), ("c-1", "TagA"), ("c-2", "TagA"), ("c-b", "TagB")):
+            _send(stub, CONSUME_TOPIC, body, tag=tag)
+        held.join(10)
+        ((status, first, _),) = woken
+        assert status.code == pb.OK and time.monotonic() - started < 2.5
+        found = list(first)
+        while len(found) < 3:
+            more = _receive(stub, CONSUME_GROUP, CONSUME_TOPIC,
+                            expression=pb.FilterExpression(type=pb.TAG, expression="TagA"))[1]
+            assert more, _bodies(found)
+            found += more
+        assert _bodies(found) == ["c-0", "c-1", "c-2"]
+        by_body = {message.body.decode(): message for message in found}
+        _check_received(remoting, by_body["c-0"])
+        _acks_and_refusals(stub, by_body)
+        _redelivery_and_dlq(stub, remoting, by_body)
+    finally:
+        telemetry.close()
+
+
+def _check_received(remoting, message) -> None:
+    system = message.system_properties
+    assert (system.tag, system.message_id, system.delivery_attempt) == ("TagA", "ID-c-0", 1)
+    assert message.topic.name == CONSUME_TOPIC and message.user_properties == {"color": "blue"}
+    handle = system.receipt_handle.split(" ")
+    assert len(handle) == 9 and handle[4:7] == ["0", "broker-a", str(system.queue_id)]
+    assert int(handle[7]) == system.queue_offset
+    (stored,) = [r for r in _stored(remoting, CONSUME_TOPIC) if bytes(r.body) == b"c-0"]
+    assert int(handle[8]) == stored.physical_offset
+
+
+def _acks_and_refusals(stub, by_body) -> None:
+    answer = _ack(stub, CONSUME_GROUP, CONSUME_TOPIC, by_body["c-0"])
+    assert answer.status.code == pb.OK and [e.status.code for e in answer.entries] == [pb.OK]
+    mixed = _ack(stub, CONSUME_GROUP, CONSUME_TOPIC, "not-a-handle", "1 2 3 4 0 b 0 x 9")
+    assert (mixed.status.code, mixed.status.message) == (pb.INTERNAL_SERVER_ERROR,
+                                                         "INTERNAL_SERVER_ERROR")
+    assert [(e.status.code, e.status.message) for e in mixed.entries] == [
+        (pb.INTERNAL_SERVER_ERROR, "Parse failed, dataList size 1. IllegalArgumentException"),
+        (pb.INTERNAL_SERVER_ERROR, 'For input string: "x". NumberFormatException')]
+    expired = _ack(stub, CONSUME_GROUP, CONSUME_TOPIC, "0 1000 1000 0 0 broker-a 0 0 0")
+    assert (expired.entries[0].status.code, expired.entries[0].status.message) == (
+        pb.INVALID_RECEIPT_HANDLE, PROXY_EXCEPTION + "receipt handle is expired")
+    both = _ack(stub, CONSUME_GROUP, CONSUME_TOPIC, by_body["c-1"], "not-a-handle")
+    assert both.status.code == pb.MULTIPLE_RESULTS
+    empty = _ack(stub, CONSUME_GROUP, CONSUME_TOPIC)
+    assert (empty.status.code, empty.status.message) == (pb.INTERNAL_SERVER_ERROR,
+                                                         "ack message result is empty")
+    small = _receive(stub, CONSUME_GROUP, CONSUME_TOPIC, invisible_ms=5000)[0]
+    assert (small.code, small.message) == (pb.ILLEGAL_INVISIBLE_TIME,
+                                           "the invisibleTime is too small. min is 10000")
+    large = _change(stub, CONSUME_GROUP, CONSUME_TOPIC, "h", 13 * 3600 * 1000)
+    assert (large.status.code, large.status.message) == (
+        pb.ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too large. max is 43200000")
+    bad_sql = _receive(stub, CONSUME_GROUP, CONSUME_TOPIC,
+                       expression=pb.FilterExpression(type=pb.SQL, expression="a >"))[0]
+    assert bad_sql.code == pb.INTERNAL_SERVER_ERROR and bad_sql.message, bad_sql
+    no_settings = stub.ReceiveMessage(spb.ReceiveMessageRequest(
+        group=pb.Resource(name=CONSUME_GROUP),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=CONSUME_TOPIC))),
+        metadata=(("x-mq-client-id", "nobody"),))
+    assert [a.WhichOneof("content") for a in no_settings] == ["status", "delivery_timestamp"]
+
+
+def _redelivery_and_dlq(stub, remoting, by_body) -> None:
+    changed = _change(stub, CONSUME_GROUP, CONSUME_TOPIC,
+                      by_body["c-2"].system_properties.receipt_handle, 0)
+    assert changed.status.code == pb.OK and changed.receipt_handle.count(" ") == 8
+    forwarded = stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name=CONSUME_GROUP), topic=pb.Resource(name=CONSUME_TOPIC),
+        receipt_handle=by_body["c-1"].system_properties.receipt_handle, message_id="ID-c-1",
+        delivery_attempt=1, max_delivery_attempts=2), metadata=METADATA)
+    assert forwarded.status.code == pb.OK, forwarded.status
+    again = []
+    wait_for(lambda: again.extend(_receive(stub, CONSUME_GROUP, CONSUME_TOPIC)[1]) or again,
+             30, "c-2 back after its invisible time")
+    assert [(m.body, m.system_properties.delivery_attempt) for m in again] == [(b"c-2", 2)]
+    assert again[0].topic.name == CONSUME_TOPIC
+    # Its second delivery was the group's last: back once more, it goes to the DLQ.
+    assert _change(stub, CONSUME_GROUP, CONSUME_TOPIC,
+                   again[0].system_properties.receipt_handle, 0).status.code == pb.OK
+    dlq = f"%DLQ%{CONSUME_GROUP}"
+    wait_for(lambda: _receive(stub, CONSUME_GROUP, CONSUME_TOPIC)[1] == [] and
+             len(_dlq_records(remoting, dlq)) == 2, 30, "c-1 and c-2 in the DLQ")
+    assert sorted(bytes(r.body) for r in _dlq_records(remoting, dlq)) == [b"c-1", b"c-2"]
+
+
+def _dlq_records(remoting, topic: str) -> list:
+    answer = pull(remoting, topic, 0, 0)
+    return records_of(answer.body) if answer.code == ResponseCode.SUCCESS else []
+
+
+def test_fifo_consumer_receives_in_order(endpoint):
+    """A consumeMessageOrderly group receives each message group in order (order POP): the
+    next message waits until the one before is acked; a retried receive with its attempt id
+    gets the same messages."""
+    _, remoting, stub, _ = endpoint
+    _create(remoting, FIFO_TOPIC, "FIFO", FIFO_GROUP, consumeMessageOrderly=True)
+    telemetry = _consumer(stub, FIFO_GROUP, FIFO_TOPIC)
+    try:
+        for index in range(4):
+            _send(stub, FIFO_TOPIC, f"f-{index}", message_group="g1")
+        received: list[str] = []
+        for _ in range(10):
+            status, found, _ = _receive(stub, FIFO_GROUP, FIFO_TOPIC, batch=2,
+                                        attempt_id=f"attempt-{len(received)}")
+            if not found:
+                continue
+            retried = _receive(stub, FIFO_GROUP, FIFO_TOPIC, batch=2,
+                               attempt_id=f"attempt-{len(received)}")[1]
+            assert [m.body for m in retried] == [m.body for m in found]
+            assert all(m.system_properties.message_group == "g1" for m in found)
+            blocked = _receive(stub, FIFO_GROUP, FIFO_TOPIC, batch=2, polling_ms=1000)[1]
+            assert blocked == [], "the queue's next messages wait for the ack"
+            received += [m.body.decode() for m in found]
+            assert _ack(stub, FIFO_GROUP, FIFO_TOPIC, *retried).status.code == pb.OK
+            if len(received) == 4:
+                break
+        assert received == [f"f-{index}" for index in range(4)]
+    finally:
+        telemetry.close()
