@@ -12,7 +12,10 @@ import pathlib
 import subprocess
 import time
 
-from pybroker._testbase.cluster import StandaloneBroker
+import pytest
+
+from pybroker._testbase import certs
+from pybroker._testbase.cluster import StandaloneBroker, free_port
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request, decode
@@ -35,20 +38,29 @@ BROKER_SETTINGS = {"transactionCheckInterval": "1000", "transactionTimeOut": "50
 PROXY_SETTINGS = {"transactionHeartbeatPeriodSecond": 1, "grpcShutdownTimeSeconds": 1,
                   "grpcClientConsumerMinLongPollingTimeoutMillis": 1000,
                   "grpcClientConsumerMaxLongPollingTimeoutMillis": 3000}
-BACKENDS = ("java", "pybroker")
+# The SDKs' own gRPC endpoint of pybroker (issue #26) takes the proxy's long-polling settings
+# (and a certificate: TLS and plain on its port, as the proxy serves them; the Go SDK speaks
+# TLS by default).
+NATIVE_SETTINGS = {"grpcWorkers": "1", "tls.server.mode": "permissive",
+                   "grpcClientConsumerMinLongPollingTimeoutMillis": "1000",
+                   "grpcClientConsumerMaxLongPollingTimeoutMillis": "3000"}
+# java, pybroker: behind the proxy; native: the SDKs at pybroker's own gRPC port, no proxy.
+BACKENDS = ("java", "pybroker", "native")
 
 
 @dataclasses.dataclass
 class Deployment:
-    """A NameServer, one broker and the proxy in front of them."""
+    """A NameServer, one broker and the proxy in front of them (``proxy`` None: the SDKs
+    talk to the broker's own gRPC endpoint, ``native_endpoint``)."""
     backend: str
     namesrv_addr: str
     broker_addr: str
-    proxy: object           # rocketmq_proxy.RocketMQProxy
+    proxy: object           # rocketmq_proxy.RocketMQProxy or None
+    native_endpoint: str | None = None
 
     @property
     def endpoint(self) -> str:
-        return self.proxy.grpc_endpoint
+        return self.native_endpoint if self.proxy is None else self.proxy.grpc_endpoint
 
     def broker_exchanges(self) -> list["Exchange"]:
         return exchanges(self.proxy.capture_dir / "broker-0.jsonl")
@@ -59,11 +71,16 @@ class Deployment:
 
 @contextlib.contextmanager
 def deployment(backend: str, work_dir: pathlib.Path, peers_module, broker_settings=None):
-    """pybroker standalone or Java 5.3.3 (NameServer + broker), then the proxy (captured)."""
+    """pybroker standalone or Java 5.3.3 (NameServer + broker), then the proxy (captured);
+    ``native``: pybroker standalone serving the SDKs itself."""
     global rocketmq_proxy
     rocketmq_proxy = peers_module.load_tool("rocketmq_proxy")
-    install = peers_module.java_install("5.3.3")
     settings = dict(BROKER_SETTINGS, **(broker_settings or {}))
+    if backend == "native":
+        with _native(work_dir, settings, peers_module) as running:
+            yield running
+        return
+    install = peers_module.java_install("5.3.3")
     with contextlib.ExitStack() as stack:
         if backend == "java":
             broker = stack.enter_context(peers_module.java_broker(
@@ -82,6 +99,27 @@ def deployment(backend: str, work_dir: pathlib.Path, peers_module, broker_settin
             proxy.start()
         stack.callback(proxy.stop, graceful=False)
         yield Deployment(backend, namesrv_addr, broker_addr, proxy)
+
+
+@contextlib.contextmanager
+def _native(work_dir: pathlib.Path, settings: dict[str, str], peers_module):
+    missing = certs.openssl_missing()
+    if missing:
+        peers_module.unavailable(missing)
+    certificates = certs.make_certificates(work_dir / "certs")
+    port = free_port()
+    settings = dict(settings, **NATIVE_SETTINGS, grpcServerPort=str(port))
+    settings.update({"tls.server.certPath": str(certificates.server_cert),
+                     "tls.server.keyPath": str(certificates.server_key)})
+    with StandaloneBroker(work_dir / "pybroker", settings) as broker:
+        yield Deployment("native", f"127.0.0.1:{broker.namesrv_port}",
+                         f"127.0.0.1:{broker.broker_port}", None, f"127.0.0.1:{port}")
+
+
+def needs_proxy(deployment: Deployment) -> None:
+    """Skip a check of what the proxy exchanged with the broker: there is none natively."""
+    if deployment.proxy is None:
+        pytest.skip("no proxy: the SDKs talk to pybroker's own gRPC endpoint")
 
 
 def _kill_java(broker) -> None:
