@@ -8,8 +8,9 @@ A gRPC receipt handle is the POP's extraInfo with the message's CommitLog offset
 <retry flag> <broker> <queue id> <queue offset> <commit log offset>``). Refusals as the proxy
 gives them (enableBatchAck=false, its default: entries acked one by one):
 
-* a handle that does not parse: INTERNAL_SERVER_ERROR "<message>. <exception name>" (the
-  proxy's ExceptionUtils.getErrorDetailMessage, without its Java stack frame);
+* a handle that does not parse: INTERNAL_SERVER_ERROR "<message>. <exception name>. <frame>"
+  (the proxy's ExceptionUtils.getErrorDetailMessage; the frames the proxy 5.3.3 names on
+  Java 17, as seen from it);
 * a handle whose invisible time has passed (ack and change only): INVALID_RECEIPT_HANDLE
   "receipt handle is expired";
 * a broker answer other than SUCCESS: the entry's INTERNAL_SERVER_ERROR "ack failed: status
@@ -38,6 +39,10 @@ __all__ = ["ReceiptHandle", "decode_handle", "ack_message", "change_invisible_du
 log = logging.getLogger("pybroker.grpc.consumer")
 
 _HANDLE_FIELDS_MIN = 8          # ReceiptHandle.decode: "Parse failed, dataList size N" below
+# The top stack frames of the proxy's two parse failures (its getErrorDetailMessage).
+_DECODE_FRAME = "org.apache.rocketmq.common.consumer.ReceiptHandle.decode(ReceiptHandle.java:56)"
+_NUMBER_FRAME = ("java.base/java.lang.NumberFormatException.forInputString("
+                 "NumberFormatException.java:67)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +79,14 @@ def decode_handle(text: str) -> ReceiptHandle:
     while parts and not parts[-1]:
         parts.pop()                      # Java's split drops trailing empty strings
     if len(parts) < _HANDLE_FIELDS_MIN:
-        raise _BadHandle(f"Parse failed, dataList size {len(parts)}. IllegalArgumentException")
+        raise _BadHandle(f"Parse failed, dataList size {len(parts)}. "
+                         f"IllegalArgumentException. {_DECODE_FRAME}")
     try:
         info = pop.parse_extra_info(KEY_SEPARATOR.join(parts[:_HANDLE_FIELDS_MIN]),
                                     _HANDLE_FIELDS_MIN)
         commit_log_offset = pop.parse_java_long(parts[8]) if len(parts) > 8 else -1
     except ValueError as error:
-        raise _BadHandle(f"{error}. NumberFormatException") from None
+        raise _BadHandle(f"{error}. NumberFormatException. {_NUMBER_FRAME}") from None
     assert info.queue_offset is not None
     return ReceiptHandle(info.ck_queue_offset, info.pop_time, info.invisible_time,
                          info.revive_qid, info.retry, info.broker_name, info.queue_id,

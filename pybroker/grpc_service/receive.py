@@ -56,6 +56,10 @@ NACK_INVISIBLE_MS = 1000              # ReceiveMessageResponseStreamWriter.NACK_
 INIT_MODE_MAX = 1                     # ConsumeInitMode.MAX
 HOLD_SLACK_MS = 3000                  # past the poll time, a held POP has surely answered
 _calls = itertools.count(1)
+# A receive from a client that sent no settings: the proxy fails on them (5.3.3 on Java 17).
+NO_SETTINGS = ('Cannot invoke "apache.rocketmq.v2.Settings.getSubscription()" because '
+               '"settings" is null. NullPointerException. org.apache.rocketmq.proxy.grpc.v2.'
+               'consumer.ReceiveMessageActivity.receiveMessage(ReceiveMessageActivity.java:63)')
 
 
 def delivery_timestamp_response() -> spb.ReceiveMessageResponse:
@@ -247,8 +251,7 @@ async def receive_message(host, rctx, request: spb.ReceiveMessageRequest, contex
     raised before the first is the stream's status; the caller ends it)."""
     settings = host.settings.effective(rctx.client_id)
     if settings is None:
-        raise GrpcRefused(Code.INTERNAL_SERVER_ERROR,
-                          "cannot find client settings for this client")
+        raise GrpcRefused(Code.INTERNAL_SERVER_ERROR, NO_SETTINGS)
     grpc_config = host.ctx.config.grpc
     polling_ms = _polling_time_ms(grpc_config, rctx, request, settings, _remaining_ms(context))
     topic, group = request.message_queue.topic.name, request.group.name

@@ -34,9 +34,16 @@ def topic_message_type(topic_config) -> str:
     return str(attributes.get(MESSAGE_TYPE.name, MESSAGE_TYPE.default))
 
 
+# The proxy's TopicRouteService refusal is an MQClientException(TOPIC_NOT_EXIST, ...) whose
+# message (what its status carries) is "CODE: 17  DESC: <text>" with FAQUrl's default URL
+# appended: seen from rocketmq-proxy 5.3.3 for QueryRoute, QueryAssignment and ReceiveMessage.
+_FAQ_DEFAULT_URL = "https://rocketmq.apache.org/docs/bestPractice/06FAQ"
+
+
 def not_found(topic: str) -> GrpcRefused:
     return GrpcRefused(Code.TOPIC_NOT_FOUND,
-                       f"No topic route info in name server for the topic: {topic}")
+                       f"CODE: 17  DESC: No topic route info in name server for the topic: "
+                       f"{topic}\nFor more information, please visit the url, {_FAQ_DEFAULT_URL}")
 
 
 def topic_perm(host, topic_config) -> int:
