@@ -47,7 +47,7 @@ from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 from pybroker.tasks import start_task
 from pybroker._fast import record as record_codec
 
-__all__ = ["receive_message", "delivery_timestamp_response"]
+__all__ = ["receive_message", "delivery_timestamp_response", "polling_time_ms"]
 
 log = logging.getLogger("pybroker.grpc.receive")
 
@@ -69,7 +69,9 @@ def delivery_timestamp_response() -> spb.ReceiveMessageResponse:
     return spb.ReceiveMessageResponse(delivery_timestamp=now)
 
 
-def _polling_time_ms(grpc_config, rctx, request, settings, remaining_ms: int | None) -> int:
+def polling_time_ms(grpc_config, rctx, request, settings, remaining_ms: int | None) -> int:
+    """How long the POP may be held (ms): the proxy's rules from the request, the client's
+    request timeout and the call's time left (``remaining_ms``, None: no deadline)."""
     if request.HasField("long_polling_timeout"):
         polling_ms = request.long_polling_timeout.ToMilliseconds()
     elif remaining_ms is not None:
@@ -253,7 +255,7 @@ async def receive_message(host, rctx, request: spb.ReceiveMessageRequest, contex
     if settings is None:
         raise GrpcRefused(Code.INTERNAL_SERVER_ERROR, NO_SETTINGS)
     grpc_config = host.ctx.config.grpc
-    polling_ms = _polling_time_ms(grpc_config, rctx, request, settings, _remaining_ms(context))
+    polling_ms = polling_time_ms(grpc_config, rctx, request, settings, _remaining_ms(context))
     topic, group = request.message_queue.topic.name, request.group.name
     checks.validate_topic(topic)
     checks.validate_group(group)
