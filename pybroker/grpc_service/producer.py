@@ -41,9 +41,6 @@ from pybroker.protocol.properties import encode_properties
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 
-# Java's RequestCode.RECALL_MESSAGE; pybroker's codes.py gets it with timer messages (issue #23),
-# whose handler the worker's table then holds.
-RECALL_MESSAGE_CODE = 370
 TRANSACTION_DATA_MAX = 65536            # half messages one worker remembers
 TRANSACTION_DATA_TTL_MS = 3600 * 1000   # longest a half message waits for its end here
 # Send answers that are result entries, with the proxy's codes; others fail the RPC.
@@ -259,8 +256,8 @@ def remember_check(host, group: str, transaction_id: str, commit_log_offset: int
 
 async def recall_message(host, rctx, request: spb.RecallMessageRequest):
     """RecallMessageActivity: the topic must be a DELAY topic (enableTopicMessageTypeCheck),
-    then the broker's RECALL_MESSAGE (370) decides, as the proxy forwards it; a broker without
-    timer messages answers REQUEST_CODE_NOT_SUPPORTED, which is NOT_IMPLEMENTED here."""
+    then the broker's RECALL_MESSAGE (370) decides, as the proxy forwards it (a worker without
+    its handler would answer as the proxy relays REQUEST_CODE_NOT_SUPPORTED: NOT_IMPLEMENTED)."""
     topic = request.topic.name
     checks.validate_topic(topic)
     if host.ctx.config.grpc.enable_topic_message_type_check:
@@ -271,11 +268,11 @@ async def recall_message(host, rctx, request: spb.RecallMessageRequest):
                                   f"{expected}, but actual type is DELAY")
     fields = {"topic": topic, "recallHandle": request.recall_handle,
               "producerGroup": topic, "bname": host.ctx.config.broker.broker_name}
-    remoting = create_request(RECALL_MESSAGE_CODE, fields)
-    handler = host.local_handler(RECALL_MESSAGE_CODE)
+    remoting = create_request(RequestCode.RECALL_MESSAGE, fields)
+    handler = host.local_handler(RequestCode.RECALL_MESSAGE)
     if handler is None:
         raise GrpcRefused(Code.NOT_IMPLEMENTED,
-                          f"request type {RECALL_MESSAGE_CODE} not supported")
+                          f"request type {int(RequestCode.RECALL_MESSAGE)} not supported")
     channel = Channel(host.channel_id(rctx), rctx.remote_address, rctx.language, rctx.version)
     answer = await handler(host.ctx, channel, remoting)
     if answer.code != ResponseCode.SUCCESS:

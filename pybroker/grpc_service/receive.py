@@ -184,7 +184,7 @@ class _Receive:
         if reconsume_times >= self.max_attempts:
             self._later(self._forward(handle, properties, record), "sending a message to the DLQ")
             return None
-        message = messages.from_record(record, self.topic, properties)
+        message = messages.from_record(record, properties)
         message.system_properties.delivery_attempt = reconsume_times + 1
         return message
 
@@ -197,7 +197,7 @@ class _Receive:
 
     async def _forward(self, handle: str, properties: dict[str, str], record) -> None:
         message_id = properties.get(Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or \
-            messages.from_record(record, self.topic, properties).system_properties.message_id
+            messages.from_record(record, properties).system_properties.message_id
         await consumer.forward_one(self.host, self.rctx, consumer.decode_handle(handle),
                                    message_id, self.group, self.topic)
 
