@@ -19,11 +19,14 @@ would silently run with a value the user did not mean:
 * an empty value of an optional string (``haMasterAddress=``) means "not set";
 * no ``${...}`` or environment substitution (Java Properties has none either).
 
-Unknown keys are logged as a WARNING on logger ``pybroker.config`` and ignored; invalid values
-raise :class:`pybroker.errors.ConfigError` with ``key=value: rule`` lines. This is the only
+Unknown keys are logged on logger ``pybroker.config`` with the closest known key ("did you
+mean ..."; an ERROR when that is a durability setting such as flushDiskType) and ignored, or
+refused under ``strictConfig=true``; invalid values raise :class:`pybroker.errors.ConfigError`
+with ``key=value: rule`` lines. This is the only
 module that reads ``os.environ``.
 """
 import dataclasses
+import difflib
 import enum
 import logging
 import math
@@ -249,6 +252,9 @@ class BrokerConfig(PopSettings):
         "INVALID_PARAMETER when false)")
     lite_pull_message_enable: bool = setting("litePullMessageEnable", True,
         "serve LITE_PULL_MESSAGE (361); false answers NO_PERMISSION")
+    strict_config: bool = setting("strictConfig", False,
+        "refuse to start on an unknown broker.conf key (with the closest known key) instead "
+        "of warning and ignoring it", important=True, pybroker_only=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,6 +335,9 @@ class NamesrvConfig:
         "REGISTER_BROKER, UNREGISTER_BROKER and BROKER_HEARTBEAT are served (Java 4.x brokers "
         "never sign them); any other peer signs them with an admin account",
         rule=NETWORK_LIST_RULE, important=True, pybroker_only=True)
+    strict_config: bool = setting("strictConfig", False,
+        "refuse to start on an unknown namesrv.conf key instead of warning and ignoring it",
+        important=True, pybroker_only=True)
 
 
 class TlsMode(enum.StrEnum):
@@ -635,9 +644,6 @@ def _parse_entries(entries: Mapping[str, str], keys: Mapping[str, tuple[str, Set
             continue
         if key not in keys:
             unknown.append(key)
-            why = ("a RocketMQ setting pybroker does not use" if key in JAVA_KEYS_NOT_USED
-                   else "unknown key")
-            LOGGER.warning("%s: %s: %s (ignored)", source, key, why)
             continue
         area, spec = keys[key]
         if key in SETTINGS_NOT_ACTED_ON:
@@ -652,13 +658,71 @@ def _parse_entries(entries: Mapping[str, str], keys: Mapping[str, tuple[str, Set
     return values, tuple(unknown)
 
 
+# Keys whose value decides what an acknowledgement promises, where the data lives or how long
+# it is kept: a misspelt one leaves the default in force silently, so it is an ERROR line.
+DURABILITY_KEYS = frozenset({
+    "storePathRootDir", "storePathCommitLog", "flushDiskType", "brokerRole", "brokerId",
+    "syncFlushTimeout", "flushIntervalCommitLog", "flushCommitLogTimed",
+    "flushCommitLogLeastPages", "checkCRCOnRecover", "skipDamagedRecordsOnRecover",
+    "transientStorePoolEnable", "deleteWhen", "fileReservedTime", "diskMaxUsedSpaceRatio",
+    "cleanFileForciblyEnable", "haMasterAddress", "haMaxGapNotInSync", "haSlaveFallbehindMax"})
+assert DURABILITY_KEYS <= set(_BROKER_KEYS), DURABILITY_KEYS - set(_BROKER_KEYS)
+_SUGGESTION_CUTOFF = 0.75      # difflib ratio: flushDiskTpye -> flushDiskType is 0.92
+
+
+def closest_key(key: str, known) -> str | None:
+    """The known key ``key`` most likely misspells (case ignored), or None."""
+    by_lower = {name.lower(): name for name in known}
+    if key.lower() in by_lower:
+        return by_lower[key.lower()]
+    found = difflib.get_close_matches(key.lower(), list(by_lower), n=1,
+                                      cutoff=_SUGGESTION_CUTOFF)
+    return by_lower[found[0]] if found else None
+
+
+def _unknown_key_line(key: str, keys: Mapping[str, tuple[str, SettingSpec]],
+                      effective: Mapping[str, str]) -> tuple[int, str]:
+    """(log level, text) for an unknown key: the closest known key, and for a durability
+    setting the value the broker runs with instead."""
+    if key in JAVA_KEYS_NOT_USED:
+        return logging.WARNING, f"{key}: a RocketMQ setting pybroker does not use (ignored)"
+    match = closest_key(key, keys)
+    if match is None:
+        return logging.WARNING, f"{key}: unknown key (ignored)"
+    if match in DURABILITY_KEYS:
+        return logging.ERROR, (f"{key}: unknown key, ignored - did you mean {match}? {match} "
+                               f"is a durability setting and stays {match}="
+                               f"{effective.get(match, '')}: correct the key (strictConfig="
+                               f"true refuses unknown keys)")
+    return logging.WARNING, f"{key}: unknown key (ignored); did you mean {match}?"
+
+
+def _check_unknown_keys(unknown: tuple[str, ...], keys: Mapping[str, tuple[str, SettingSpec]],
+                        source: str, strict: bool, effective: Mapping[str, str]) -> None:
+    """Log each unknown key (did you mean ...); under strictConfig refuse them all."""
+    refused = []
+    for key in unknown:
+        level, text = _unknown_key_line(key, keys, effective)
+        if strict and key not in JAVA_KEYS_NOT_USED:
+            match = closest_key(key, keys)
+            refused.append(f"{key}: unknown key" + (f"; did you mean {match}?" if match else "")
+                           + " (strictConfig=true refuses unknown keys)")
+        else:
+            LOGGER.log(level, "%s: %s", source, text)
+    if refused:
+        raise ConfigError("\n".join(refused))
+
+
 def load_broker_config(path: str | os.PathLike | None = None,
-                       overrides: Mapping[str, Any] | None = None) -> Config:
+                       overrides: Mapping[str, Any] | None = None,
+                       strict: bool | None = None) -> Config:
     """Load a broker's configuration: defaults, then ``path`` (a broker.conf), then
     ``overrides`` ({RocketMQ key: value as text or typed}), then derived values.
 
-    Unknown keys are logged as warnings on ``pybroker.config``; invalid values raise
-    :class:`ConfigError` with one ``key=value: rule`` line per problem.
+    Unknown keys are logged on ``pybroker.config`` with the closest known key (an ERROR for a
+    misspelt durability setting), or refused when ``strict`` (default: the file's
+    strictConfig); invalid values raise :class:`ConfigError` with one ``key=value: rule``
+    line per problem.
     """
     entries = _read_entries(path, overrides)
     source = os.fspath(path) if path is not None else "overrides"
@@ -677,20 +741,27 @@ def load_broker_config(path: str | os.PathLike | None = None,
     _require(remoting.remoting_workers + grpc.grpc_workers <= REMOTING_WORKERS_MAX,
              "grpcWorkers", grpc.grpc_workers, f"remotingWorkers + grpcWorkers must be at most "
              f"{REMOTING_WORKERS_MAX} (worker slots of the control block)")
-    return Config(broker, store, remoting, derived,
-                  os.fspath(path) if path is not None else None, unknown, tls, grpc)
+    config = Config(broker, store, remoting, derived,
+                    os.fspath(path) if path is not None else None, unknown, tls, grpc)
+    _check_unknown_keys(unknown, _BROKER_KEYS, source,
+                        broker.strict_config if strict is None else strict,
+                        dict(all_settings(config)))
+    return config
 
 
 def load_namesrv_config(path: str | os.PathLike | None = None,
-                        overrides: Mapping[str, Any] | None = None) -> NamesrvProcessConfig:
+                        overrides: Mapping[str, Any] | None = None,
+                        strict: bool | None = None) -> NamesrvProcessConfig:
     """Load a NameServer's configuration (same rules as :func:`load_broker_config`)."""
     entries = _read_entries(path, overrides)
     source = os.fspath(path) if path is not None else "overrides"
     values, unknown = _parse_entries(entries, _NAMESRV_KEYS, source)
+    namesrv = NamesrvConfig(**values["namesrv"])
+    _check_unknown_keys(unknown, _NAMESRV_KEYS, source,
+                        namesrv.strict_config if strict is None else strict, {})
     tls = TlsConfig(**values["tls"])
     check_tls(tls)
     remoting = _effective_remoting(RemotingConfig(**values["remoting"]), tls, set(entries))
-    namesrv = NamesrvConfig(**values["namesrv"])
     return NamesrvProcessConfig(namesrv, remoting,
                                 os.fspath(path) if path is not None else None, unknown, tls,
                                 _acl_file_path(namesrv.acl_enable,

@@ -38,6 +38,12 @@ class ConfigError(BrokerError):
     """A configuration key has an invalid value; start-up stops with this message."""
 
 
+class StartupError(BrokerError):
+    """Something the process needs before it serves is unusable (a store directory it may not
+    write, a port in use). The message is one line naming the setting, its value and the fix;
+    the command prints it without a traceback."""
+
+
 class StoreCorruptError(BrokerError):
     """Data in the written region of a store file does not verify (invariant violation)."""
 

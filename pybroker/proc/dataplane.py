@@ -23,8 +23,8 @@ from pybroker.proc.appender import run_appender
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import flusher_owns_confirm, run_flusher
 from pybroker.proc.ha import run_ha
+from pybroker.proc.listeners import PortUse, check_ports_free
 from pybroker.proc.timer import run_timer
-from pybroker.proc.listeners import check_ports_free
 from pybroker.proc.ring_format import PUT_STATUSES
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
@@ -350,7 +350,7 @@ def bind_ha_listener(config) -> socket.socket | None:
         return None      # (in controller mode any broker may become master)
     host = config.store.ha_listen_address or config.remoting.bind_address
     port = config.store.ha_listen_port
-    check_ports_free(host, [port])
+    check_ports_free(host, [PortUse(port, "haListenPort", "haListenPort")])
     listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                              socket.SOCK_STREAM)
     try:

@@ -13,35 +13,57 @@ generation restart never closes a port and connections arriving meanwhile wait i
 """
 import errno
 import socket
+from typing import NamedTuple
 
-from pybroker.errors import BrokerError
+from pybroker.errors import StartupError
 
-__all__ = ["PortInUseError", "check_ports_free", "Listeners", "reserve_port"]
+__all__ = ["PortInUseError", "PortUse", "check_ports_free", "Listeners", "reserve_port"]
 
-
-class PortInUseError(BrokerError):
-    """A port the broker needs is already bound (another broker, an orphan, another program)."""
+PRIVILEGED_PORTS_END = 1024     # ports below need root or CAP_NET_BIND_SERVICE
 
 
-def _probe(host: str, port: int) -> None:
+class PortInUseError(StartupError):
+    """A port the broker needs cannot be bound: in use (another broker, an orphan, another
+    program), privileged, or on an address this machine does not have."""
+
+
+class PortUse(NamedTuple):
+    """A port and what it is for: ``name`` says what listens there ("listenPort", "the fast
+    port, listenPort-2"), ``key`` is the setting or option that moves it."""
+    port: int
+    name: str
+    key: str
+
+
+def _probe(host: str, use: PortUse) -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((host, port))
+            probe.bind((host, use.port))
         except OSError as error:
-            if error.errno in (errno.EADDRINUSE, errno.EACCES):
-                raise PortInUseError(
-                    f"port {port} on {host} is already in use ({error.strerror}): another "
-                    f"broker or program listens there; stop it or choose another "
-                    f"port") from None
-            raise
+            raise PortInUseError(port_error_text(host, use, error)) from None
 
 
-def check_ports_free(host: str, ports) -> None:
-    """PortInUseError naming the first of ``ports`` that something listens on."""
-    for port in ports:
-        _probe(host, port)
+def port_error_text(host: str, use: PortUse, error: OSError) -> str:
+    """One line for a failed bind of ``use.port``: what, the value, why, and the fix."""
+    where = f"port {use.port} ({use.name}) on {host}"
+    if error.errno == errno.EADDRINUSE:
+        return (f"{where} is already in use: another broker or program listens there; "
+                f"stop it or set {use.key} to a free port")
+    if error.errno == errno.EACCES and use.port < PRIVILEGED_PORTS_END:
+        return (f"{where}: permission denied: ports below {PRIVILEGED_PORTS_END} need root "
+                f"or CAP_NET_BIND_SERVICE; set {use.key} to {PRIVILEGED_PORTS_END} or above")
+    if error.errno == errno.EADDRNOTAVAIL:
+        return (f"{where}: {host} is not an address of this machine; set bindAddress to one "
+                f"of its addresses, or 0.0.0.0 for every interface")
+    return f"{where} cannot be bound ({error.strerror}); set {use.key} to another port"
+
+
+def check_ports_free(host: str, uses) -> None:
+    """PortInUseError naming the first of ``uses`` (:class:`PortUse`) that cannot be bound."""
+    for use in uses:
+        _probe(host, use)
 
 
 class Listeners:
@@ -53,13 +75,14 @@ class Listeners:
         self.sockets = sockets
 
     @classmethod
-    def bind(cls, host: str, ports, workers: int, backlog: int) -> "Listeners":
-        """Probe every port (PortInUseError), then bind and listen ``workers`` sockets each."""
-        check_ports_free(host, ports)
+    def bind(cls, host: str, uses, workers: int, backlog: int) -> "Listeners":
+        """Probe every port of ``uses`` (:class:`PortUse`; PortInUseError), then bind and
+        listen ``workers`` sockets each."""
+        check_ports_free(host, uses)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sockets: dict[int, list[socket.socket]] = {}
         try:
-            for port in ports:
+            for port, _, _ in uses:
                 sockets[port] = []
                 for _ in range(workers):
                     listener = socket.socket(family, socket.SOCK_STREAM)
@@ -86,18 +109,18 @@ class Listeners:
         self.sockets = {}
 
 
-def reserve_port(host: str, port: int) -> socket.socket:
-    """Probe ``port`` (PortInUseError), then hold it with a bound SO_REUSEPORT socket that
+def reserve_port(host: str, use: PortUse) -> socket.socket:
+    """Probe ``use.port`` (PortInUseError), then hold it with a bound SO_REUSEPORT socket that
     never listens: processes that bind it themselves with SO_REUSEPORT (the gRPC workers:
     grpcio binds its own sockets) share it, connections go only to listening sockets, and no
     other program takes the port between two generations."""
-    check_ports_free(host, [port])
+    check_ports_free(host, [use])
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     holder = socket.socket(family, socket.SOCK_STREAM)
     try:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        holder.bind((host, port))
+        holder.bind((host, use.port))
     except BaseException:
         holder.close()
         raise

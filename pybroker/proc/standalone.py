@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pybroker import config as config_module
 from pybroker.namesrv.server import run_namesrv
 from pybroker.proc.children import STOP_SIGNAL, fork_child
-from pybroker.proc.listeners import PortInUseError, check_ports_free
+from pybroker.errors import StartupError
+from pybroker.proc import preflight
+from pybroker.proc.listeners import PortUse, check_ports_free
 from pybroker.proc.supervisor import run_broker
 
 log = logging.getLogger("pybroker.proc.standalone")
@@ -41,19 +43,19 @@ def run_standalone(config, namesrv_port: int,
                    on_serving: Callable[[], None] | None = None) -> int:
     """Run NameServer + broker; returns the broker's exit status. ``on_serving()`` runs once,
     when the broker serves and has registered with the NameServer."""
-    try:
-        check_ports_free(_NAMESRV_HOST, (namesrv_port,))
-        grpc_ports = (config.grpc.grpc_server_port,) if config.grpc.grpc_workers else ()
-        check_ports_free(config.remoting.bind_address, (config.broker.listen_port,
-                                                        config.derived.fast_listen_port,
-                                                        *grpc_ports))
-    except PortInUseError as error:
-        log.error("cannot start: %s", error)
-        return 1
     # The embedded NameServer keeps its KV file beside the broker's store, not in ~/namesrv.
     kv_config_path = os.path.join(config.store.store_path_root_dir, "namesrv", "kvConfig.json")
     # Under aclEnable its broker's registration (loopback, where the NameServer listens) is
     # admitted by address, or signed when the broker has innerClientAuthenticationCredentials.
+    try:
+        # Everything the NameServer child and the broker need, before either starts: a
+        # failure in the child could only be reported as "did not start".
+        check_ports_free(_NAMESRV_HOST, [PortUse(namesrv_port, "the embedded NameServer",
+                                                 "--namesrv-port")])
+        preflight.check_broker_start(config)
+    except StartupError as error:
+        log.error("cannot start: %s", error)
+        return 1
     namesrv_config = config_module.load_namesrv_config(
         overrides={"listenPort": str(namesrv_port), "kvConfigPath": kv_config_path,
                    "brokerRegistrationAllowedAddresses": _NAMESRV_HOST})

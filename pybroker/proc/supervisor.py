@@ -14,6 +14,7 @@ file. A signal that arrives while a generation is being recovered or stopped is 
 and honoured as soon as the event loop runs.
 """
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -34,11 +35,11 @@ from pybroker.broker.replicas_manager import ReplicasManager, Role
 from pybroker.broker.schedule import ScheduleService
 from pybroker.broker.slave_sync import SlaveLink
 from pybroker.broker.transaction_check import TransactionCheckService
-from pybroker.errors import ConfigError, StoreCorruptError
-from pybroker.proc import dataplane
+from pybroker.errors import ConfigError, StartupError, StoreCorruptError
+from pybroker.proc import dataplane, preflight
 from pybroker.proc.children import STOP_SIGNAL, fork_child
 from pybroker.proc.dataplane import bind_ha_listener, is_slave
-from pybroker.proc.listeners import Listeners, PortInUseError, reserve_port
+from pybroker.proc.listeners import Listeners, reserve_port
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
 from pybroker.proc.scrubber import ScrubberThread
@@ -113,15 +114,15 @@ class Supervisor:
         lock = lock_file.StoreLock(self.store_root)
         lock.acquire()
         try:
-            remoting, ports = self.config.remoting, (self.config.broker.listen_port,
-                                                     self.config.derived.fast_listen_port)
-            self.listeners = Listeners.bind(remoting.bind_address, ports,
+            remoting = self.config.remoting
+            self.listeners = Listeners.bind(remoting.bind_address,
+                                            preflight.broker_port_uses(self.config),
                                             remoting.remoting_workers,
                                             remoting.server_socket_backlog)
             self.ha_listener = bind_ha_listener(self.config)
             if self.config.grpc.grpc_workers:
                 self.grpc_port_holder = reserve_port(remoting.bind_address,
-                                                     self.config.grpc.grpc_server_port)
+                                                     preflight.grpc_port_use(self.config))
             self.metadata = MetadataState(self.config, delay_offsets=self._delay_offsets)
             self._create_stats()
             if self.config.broker.enable_controller_mode:
@@ -325,6 +326,7 @@ class Supervisor:
             result = await outcome
             if result == "stopped" and (replicas is None or replicas.registers_with_namesrv):
                 await registration.unregister_all()
+                await self._stop_remoting_workers(plane)
             return result
         finally:
             for task in tasks:
@@ -365,6 +367,36 @@ class Supervisor:
                              lambda: _resolve(outcome, "role-change")),
                 "controller role", outcome))
         return tasks
+
+    async def _stop_remoting_workers(self, plane) -> None:
+        """On a stop, the remoting workers go first and while the metadata service still
+        serves: their last forwards are answered and they close their links themselves, so
+        no worker sees the service vanish (a lost link is a WARNING, and a clean stop logs
+        none). _stop_children stops whoever is left, the data plane in order."""
+        remoting = {pid: name for pid, name in self.children.items()
+                    if plane.stop_rank(name) == 0}
+        for pid in remoting:
+            del self.children[pid]            # their exit is no death for _reap
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, STOP_SIGNAL)
+        deadline = time.monotonic() + WORKER_STOP_TIMEOUT_S
+        while remoting and time.monotonic() < deadline:
+            for pid, name in list(remoting.items()):
+                try:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done, status = pid, 0
+                if done:
+                    del remoting[pid]
+                    if status != 0:
+                        log.warning("worker %s exited: %s", name, _describe_status(status))
+            await asyncio.sleep(0.02)
+        for pid, name in remoting.items():
+            log.error("worker %s did not stop within %.0f s: killing it", name,
+                      WORKER_STOP_TIMEOUT_S)
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
 
     async def _watch(self, plane) -> None:
         """The hang watchdog (pybroker/proc/watchdog.py), once a second."""
@@ -571,8 +603,9 @@ def run_broker(config, on_serving: Callable[[], None] | None = None) -> int:
         log.error("cannot start: %s", problem)
         return 1
     try:
+        preflight.check_broker_start(config)
         return Supervisor(config, on_serving).run()
-    except (lock_file.StoreLockedError, PortInUseError, StoreCorruptError) as error:
+    except (lock_file.StoreLockedError, StartupError, StoreCorruptError) as error:
         # A refusal with its reason, not a traceback: the operator acts on the message.
         log.error("cannot start: %s", error)
         return 1

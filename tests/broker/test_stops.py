@@ -98,6 +98,10 @@ def _assert_stopped_cleanly(broker, log_offset: int) -> None:
     assert PROCESS_NAMES <= _assert_log_lines(broker._log_text())
     assert "died" not in tail and "restarting the data plane" not in tail, tail[-3000:]
     assert "stopped cleanly" in tail, tail[-3000:]
+    # A clean stop says so and nothing else: no WARNING or ERROR of any process (a remoting
+    # worker that saw the metadata service vanish used to warn "link ... lost").
+    noisy = [line for line in tail.splitlines() if " WARNING [" in line or " ERROR [" in line]
+    assert not noisy, noisy
 
 
 def _assert_clean_restart(broker, log_offset: int, messages: int = MESSAGES) -> None:

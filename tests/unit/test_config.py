@@ -301,12 +301,35 @@ def test_controller_mode_settings(tmp_path):
 # --- unknown keys -------------------------------------------------------------------------------
 def test_unknown_key_gives_one_warning_naming_it(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="pybroker.config")
-    loaded = load_text(tmp_path, "brokerName=b\nflushIntervalComitLog=100\n")
+    loaded = load_text(tmp_path, "brokerName=b\ndefaultTopicQueueNum=16\n")
     messages = config_warnings(caplog)
     assert len(messages) == 1
-    assert "flushIntervalComitLog" in messages[0] and "unknown key" in messages[0]
-    assert loaded.unknown_keys == ("flushIntervalComitLog",)
-    assert loaded.store.flush_interval_commit_log == 500   # the typo changed nothing
+    assert messages[0].endswith("defaultTopicQueueNum: unknown key (ignored); did you mean "
+                                "defaultTopicQueueNums?")
+    assert loaded.unknown_keys == ("defaultTopicQueueNum",)
+    assert loaded.broker.default_topic_queue_nums == 8     # the typo changed nothing
+
+
+def test_misspelt_durability_key_is_an_error_naming_the_value_in_force(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="pybroker.config")
+    loaded = load_text(tmp_path, "flushIntervalComitLog=100\nflushIntervalCommitLog=700\n")
+    errors = [record.getMessage() for record in caplog.records
+              if record.name == "pybroker.config" and record.levelno == logging.ERROR]
+    assert len(errors) == 1 and errors[0].endswith(
+        "flushIntervalComitLog: unknown key, ignored - did you mean flushIntervalCommitLog? "
+        "flushIntervalCommitLog is a durability setting and stays flushIntervalCommitLog=700: "
+        "correct the key (strictConfig=true refuses unknown keys)")
+    assert loaded.store.flush_interval_commit_log == 700
+
+
+def test_strict_config_refuses_every_unknown_key_at_once(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        load_text(tmp_path, "strictConfig=true\nlistenPrt=1\nzzz=2\n")
+    assert str(caught.value).splitlines() == [
+        "listenPrt: unknown key; did you mean listenPort? (strictConfig=true refuses unknown "
+        "keys)", "zzz: unknown key (strictConfig=true refuses unknown keys)"]
+    with pytest.raises(ConfigError, match="^listenPrt: unknown key"):
+        config.load_broker_config(write_conf(tmp_path, "listenPrt=1\n"), strict=True)
 
 
 def test_keys_are_case_sensitive_like_java(tmp_path, caplog):
