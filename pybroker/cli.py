@@ -28,6 +28,14 @@ def subcommand(name: str, help_text: str):
     return register
 
 
+def _invalid_configuration(command: str, path: str | None, error: ConfigError) -> None:
+    """One line per problem; a single problem on the line that names the file."""
+    problems = str(error).splitlines()
+    head = f"pybroker {command}: invalid configuration in {path or 'defaults'}:"
+    separator = " " if len(problems) == 1 else "\n"
+    sys.stderr.write(head + separator + "\n".join(problems) + "\n")
+
+
 @subcommand("config", "load and validate a configuration file, print the effective settings")
 def _add_config(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("-c", "--config-file", metavar="FILE",
@@ -36,6 +44,11 @@ def _add_config(parser: argparse.ArgumentParser) -> Runner:
                         help="read the file as a NameServer's configuration")
     parser.add_argument("--all", action="store_true",
                         help="print every setting, not only the important ones")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse unknown keys, as strictConfig=true makes the broker do")
+    parser.epilog = ("exit status: 0 valid, 1 invalid (or unknown keys under --strict), "
+                     "2 valid but with unknown keys, which a broker would ignore (RocketMQ "
+                     "keys pybroker does not use are warned about, exit 0)")
     return _run_config
 
 
@@ -43,10 +56,9 @@ def _run_config(args: argparse.Namespace) -> int:
     load = config_module.load_namesrv_config if args.namesrv \
         else config_module.load_broker_config
     try:
-        loaded = load(args.config_file)
+        loaded = load(args.config_file, strict=True if args.strict else None)
     except ConfigError as error:
-        sys.stderr.write(f"pybroker config: invalid configuration in "
-                         f"{args.config_file or 'defaults'}:\n{error}\n")
+        _invalid_configuration("config", args.config_file, error)
         return 1
     except OSError as error:
         sys.stderr.write(f"pybroker config: cannot read {args.config_file}: {error}\n")
@@ -58,7 +70,8 @@ def _run_config(args: argparse.Namespace) -> int:
     if not args.namesrv:
         # Settings honesty: what loads but changes nothing (Properties comments).
         sys.stdout.write("".join(line + "\n" for line in config_module.not_acted_on_lines()))
-    return 0
+    misspelt = set(loaded.unknown_keys) - config_module.JAVA_KEYS_NOT_USED
+    return 2 if misspelt else 0
 
 
 @subcommand("admin", "mqadmin's everyday commands (clusterList, brokerStatus, topicStatus, "
@@ -121,20 +134,21 @@ def _add_namesrv(parser: argparse.ArgumentParser) -> Runner:
 
 
 def _run_namesrv(args: argparse.Namespace) -> int:
-    from pybroker.errors import StoreCorruptError
+    from pybroker.errors import StartupError, StoreCorruptError
     from pybroker.namesrv.server import run_namesrv   # only this subcommand needs the server
+    from pybroker.proc.preflight import check_namesrv_start
     try:
         loaded = config_module.load_namesrv_config(args.config_file)
     except ConfigError as error:
-        sys.stderr.write(f"pybroker namesrv: invalid configuration in "
-                         f"{args.config_file or 'defaults'}:\n{error}\n")
+        _invalid_configuration("namesrv", args.config_file, error)
         return 1
     except OSError as error:
         sys.stderr.write(f"pybroker namesrv: cannot read {args.config_file}: {error}\n")
         return 1
     try:
+        check_namesrv_start(loaded, args.listen_address)
         return run_namesrv(loaded, args.listen_address)
-    except (OSError, StoreCorruptError, ConfigError) as error:
+    except (OSError, StoreCorruptError, ConfigError, StartupError) as error:
         # port in use, unusable kvConfigPath, TLS files that do not load
         sys.stderr.write(f"pybroker namesrv: cannot start: {error}\n")
         return 1
@@ -151,8 +165,7 @@ def _load_broker(command: str, args: argparse.Namespace, defaults: dict | None =
                               if key not in given})
         return config_module.load_broker_config(args.config_file, overrides or None)
     except ConfigError as error:
-        sys.stderr.write(f"pybroker {command}: invalid configuration in "
-                         f"{args.config_file or 'defaults'}:\n{error}\n")
+        _invalid_configuration(command, args.config_file, error)
     except OSError as error:
         sys.stderr.write(f"pybroker {command}: cannot read {args.config_file}: {error}\n")
     return None
@@ -304,11 +317,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pybroker", description="A message broker speaking Apache RocketMQ's protocol.")
     parser.add_argument("--version", action="version",
                         version=f"pybroker {pybroker.__version__}")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     commands = parser.add_subparsers(title="subcommands", dest="subcommand", metavar="COMMAND")
     for name, help_text, add in _SUBCOMMANDS:
         command = commands.add_parser(name, help=help_text, description=help_text)
+        # Also after the subcommand (pybroker standalone --debug); SUPPRESS keeps the
+        # top-level value when it is not given here.
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help=_DEBUG_HELP)
         command.set_defaults(run=add(command))
     return parser
+
+
+_DEBUG_HELP = "log at DEBUG level and print the traceback of an unexpected error"
 
 
 # The name each subcommand's process carries in log lines (pybroker/logs.py).
@@ -323,5 +344,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     # Warnings (e.g. unknown broker.conf keys) reach the user on stderr, stdout stays data.
-    logs.configure(name=_PROCESS_NAMES.get(args.subcommand, "main"))
-    return args.run(args)
+    logs.configure(level=logging.DEBUG if args.debug else logging.INFO,
+                   name=_PROCESS_NAMES.get(args.subcommand, "main"))
+    try:
+        return args.run(args)
+    except BrokenPipeError:
+        # `pybroker admin statsAll | head`: the reader has gone, which is no error of ours.
+        # Python would complain again when it flushes stdout at exit; point it elsewhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:     # noqa: BLE001 - the one place that reports the unexpected
+        if args.debug:
+            raise
+        first_line = (str(error).splitlines() or [""])[0]
+        sys.stderr.write(f"pybroker {args.subcommand}: {type(error).__name__}: {first_line} "
+                         f"(run with --debug for the traceback)\n")
+        return 1

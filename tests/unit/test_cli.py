@@ -67,9 +67,51 @@ def test_config_warns_about_unknown_key(tmp_path):
     path = tmp_path / "broker.conf"
     path.write_text("brokerName=b\nlistenPrt=1\n")
     result = run("config", "-c", str(path))
-    assert result.returncode == 0
+    assert result.returncode == 2          # valid, but with a key the broker would ignore
     warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
-    assert len(warnings) == 1 and "listenPrt" in warnings[0]
+    assert len(warnings) == 1
+    assert warnings[0].endswith("listenPrt: unknown key (ignored); did you mean listenPort?")
+
+
+def test_config_misspelt_durability_key_is_an_error_line(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text("flushDiskTpye=SYNC_FLUSH\nbrokerrole=SYNC_MASTER\nnoSuchThing=1\n")
+    result = run("config", "-c", str(path))
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    errors = [line for line in lines if " ERROR " in line]
+    assert [line.split(": ", 2)[2] for line in errors] == [
+        "flushDiskTpye: unknown key, ignored - did you mean flushDiskType? flushDiskType is a "
+        "durability setting and stays flushDiskType=ASYNC_FLUSH: correct the key "
+        "(strictConfig=true refuses unknown keys)",
+        "brokerrole: unknown key, ignored - did you mean brokerRole? brokerRole is a "
+        "durability setting and stays brokerRole=ASYNC_MASTER: correct the key "
+        "(strictConfig=true refuses unknown keys)"]
+    assert any(line.endswith("noSuchThing: unknown key (ignored)") for line in lines)
+
+
+def test_config_strict_refuses_unknown_keys(tmp_path):
+    path = tmp_path / "broker.conf"
+    path.write_text("flushDiskTpye=SYNC_FLUSH\n")
+    for argv, strict_in_file in ((["--strict"], False), ([], True)):
+        if strict_in_file:
+            path.write_text("strictConfig=true\nflushDiskTpye=SYNC_FLUSH\n")
+        result = run("config", *argv, "-c", str(path))
+        assert result.returncode == 1
+        assert result.stdout == ""
+        assert result.stderr == (
+            f"pybroker config: invalid configuration in {path}: flushDiskTpye: unknown key; "
+            f"did you mean flushDiskType? (strictConfig=true refuses unknown keys)\n")
+
+
+def test_config_java_keys_are_not_refused_by_strict(tmp_path):
+    """A Java broker.conf's keys pybroker does not use stay warnings under strictConfig."""
+    key = sorted(config.JAVA_KEYS_NOT_USED)[0]
+    path = tmp_path / "broker.conf"
+    path.write_text(f"strictConfig=true\n{key}=1\n")
+    result = run("config", "-c", str(path))
+    assert result.returncode == 0, result.stderr
+    assert f"{key}: a RocketMQ setting pybroker does not use (ignored)" in result.stderr
 
 
 def test_config_bad_value_exits_1_with_the_rule(tmp_path):
