@@ -98,6 +98,11 @@ async def consumer_progress(admin, args, out) -> int:
                          entry["brokerOffset"], entry["consumerOffset"], lag, inflight,
                          time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last / 1000))
                          if last else "N/A"])
+    if not rows:
+        refusal = await _no_progress_reason(admin, args)
+        if refusal is not None:
+            out.progress(f"pybroker admin consumerProgress: {refusal}")
+            return 1
     rows.sort(key=lambda row: (row[0], row[1], row[2]))
     columns = ["Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff",
                "Inflight", "LastTime"]
@@ -107,6 +112,21 @@ async def consumer_progress(admin, args, out) -> int:
                                          for row in rows]})
     out.line(f"\nConsume TPS: {tps:.2f}\nDiff Total: {diff}\nInflight Total: {inflight_total}")
     return 0
+
+
+async def _no_progress_reason(admin, args) -> str | None:
+    """Why a group with no queue offsets anywhere has no progress to show, as mqadmin
+    refuses it (CONSUMER_NOT_ONLINE / BROADCAST_CONSUMPTION), or None when it is online."""
+    connection = await _connections(admin, args, RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                    {"consumerGroup": args.group})
+    if connection is None:
+        return (f"the consumer group [{args.group}] has no offsets on any broker and no "
+                f"client online: check the group name (mqadmin: \"Not found the consumer "
+                f"group consume stats ... maybe the consumer not online\")")
+    if connection.get("messageModel") == "BROADCASTING":
+        return (f"the consumer group [{args.group}] consumes in broadcast mode: its offsets "
+                f"live in its clients, not on the brokers")
+    return None
 
 
 async def _connections(admin, args, code: int, fields: dict) -> dict | None:

@@ -4,7 +4,10 @@
 Every failed broker or name-server response becomes a :class:`BrokerResponseError` subclass
 chosen by one table (:data:`RESPONSE_ERROR_CLASSES`) from the response code; it keeps the code,
 the remark and the address that answered. Waits that run out raise :class:`RequestTimeoutError`
-(also a builtin ``TimeoutError``); lost connections stay builtin ``ConnectionError``.
+(also a builtin ``TimeoutError``). An address that cannot be connected to raises
+:class:`UnreachableError` (:class:`NameServerUnreachableError` when no name server answers),
+a builtin ``ConnectionError`` too; connections lost later stay builtin ``ConnectionError``.
+docs/client.md ("Errors and exceptions") says what each means and what to do.
 """
 from typing import Optional
 
@@ -26,6 +29,43 @@ class RequestTimeoutError(ClientError, TimeoutError):
 
 class NoRouteError(ClientError):
     """No name server knows a route (or no writable/readable queue) for the topic."""
+
+
+class MessageTooLargeError(ClientError, ValueError):
+    """A body (or batch) over the producer's ``max_message_size``, refused before sending.
+
+    ``size``: the body's bytes; ``size_max``: the limit. The broker's own limit is
+    ``maxMessageSize`` in broker.conf (4 MiB by default, as the producer's)."""
+
+    def __init__(self, what: str, size: int, size_max: int):
+        self.size = size
+        self.size_max = size_max
+        super().__init__(
+            f"{what} is {size} bytes, over the producer's max_message_size={size_max} (the "
+            f"broker refuses bodies over its maxMessageSize, 4194304 by default): send less, "
+            f"or raise maxMessageSize in broker.conf and Producer(max_message_size=...) "
+            f"together")
+
+
+class UnreachableError(ClientError, ConnectionError):
+    """``address`` could not be connected to; ``reason`` says why in words."""
+
+    def __init__(self, address: str, reason: str, text: Optional[str] = None):
+        self.address = address
+        self.reason = reason
+        super().__init__(text or f"cannot connect to {address} ({reason})")
+
+
+class NameServerUnreachableError(UnreachableError):
+    """None of the name servers of ``namesrv_addr`` could be connected to."""
+
+    def __init__(self, failures: list[tuple[str, str]]):
+        self.failures = failures
+        where = "; ".join(f"{address} ({reason})" for address, reason in failures)
+        first_address, first_reason = failures[0]
+        super().__init__(first_address, first_reason,
+                         f"no NameServer reachable at {where}: start one (pybroker "
+                         f"standalone serves one on 127.0.0.1:9876) or correct namesrv_addr")
 
 
 class BrokerResponseError(ClientError):
@@ -61,6 +101,18 @@ class SystemBusyError(BrokerResponseError):
 
 class RequestNotSupportedError(BrokerResponseError):
     """REQUEST_CODE_NOT_SUPPORTED (3)."""
+
+
+class NotANameServerError(RequestNotSupportedError):
+    """A ``namesrv_addr`` entry answered REQUEST_CODE_NOT_SUPPORTED to a request every name
+    server serves (route, cluster or topic list): it is something else, usually a broker's
+    port."""
+
+    def __init__(self, code: int, remark: Optional[str], address: str = ""):
+        super().__init__(code, remark, address)
+        self.args = (f"{address} is not a NameServer: it refused a request every NameServer "
+                     f"serves ({remark or 'REQUEST_CODE_NOT_SUPPORTED'}); namesrv_addr must name "
+                     f"NameServers (port 9876 by default), not a broker (10911 by default)",)
 
 
 class FlushError(BrokerResponseError):

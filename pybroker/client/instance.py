@@ -22,7 +22,9 @@ from typing import Any, Awaitable, Callable, Optional
 
 from pybroker.acl.signature import Credentials
 from pybroker.client import client_calls
-from pybroker.client.errors import ClientStateError, NoRouteError, RequestTimeoutError, error_for
+from pybroker.client.errors import (ClientStateError, NameServerUnreachableError,
+                                    NoRouteError, NotANameServerError, RequestTimeoutError,
+                                    UnreachableError, error_for)
 from pybroker.client.route import MASTER_ID, TopicPublishInfo
 from pybroker.protocol import bodies, headers
 from pybroker.protocol.bodies import HeartbeatData, TopicRouteData
@@ -56,6 +58,26 @@ def check_response(response: RemotingCommand, address: str,
     if response.code not in ok_codes:
         raise error_for(response.code, response.remark, address)
     return response
+
+
+# Requests every NameServer serves: REQUEST_CODE_NOT_SUPPORTED to one of them means the
+# address is not a NameServer (a broker's port, most often).
+_NAMESRV_CORE_CODES = frozenset({RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                 RequestCode.GET_BROKER_CLUSTER_INFO,
+                                 RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER})
+
+
+def unreachable_reason(error: OSError, address: str, timeout_ms: int) -> str:
+    """Why a connect to ``address`` failed, in words (the host for a name that does not
+    resolve, "connection refused" rather than "[Errno 111] Connect call failed")."""
+    if isinstance(error, socket.gaierror):
+        host = address.rpartition(":")[0] or address
+        return f"host {host!r} is not known: {error.strerror}"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused: nothing listens on that port"
+    if isinstance(error, TimeoutError):
+        return f"no answer to the connect within {timeout_ms} ms"
+    return error.strerror or str(error)
 
 
 def local_ip() -> str:
@@ -208,7 +230,13 @@ class ClientInstance:
     async def _client(self, address: str) -> RemotingClient:
         if self._pool is None:
             raise ClientStateError("client instance is not started")
-        client = await self._pool.client(address)
+        try:
+            client = await self._pool.client(address)
+        except OSError as error:
+            if isinstance(error, UnreachableError) or self._pool.closed:
+                raise
+            reason = unreachable_reason(error, address, self._pool.connect_timeout_ms)
+            raise UnreachableError(address, reason) from error
         self._clients.add(client)
         return client
 
@@ -230,16 +258,30 @@ class ClientInstance:
 
     async def invoke_namesrv(self, command: RemotingCommand,
                              timeout_ms: Optional[int] = None) -> RemotingCommand:
-        """Invoke on the current name server, moving to the next one when it is unreachable."""
+        """Invoke on the current name server, moving to the next one when it is unreachable.
+        NameServerUnreachableError when none can be connected to; NotANameServerError when
+        the one that answered refuses a request every name server serves."""
         last_error: Optional[Exception] = None
+        failures: list[tuple[str, str]] = []
         for _ in range(len(self.namesrv_addresses)):
             address = self.namesrv_addresses[self._namesrv_index % len(self.namesrv_addresses)]
             try:
-                return await self.invoke(address, command, timeout_ms)
+                response = await self.invoke(address, command, timeout_ms)
+            except UnreachableError as error:
+                failures.append((address, error.reason))
+                self._namesrv_index += 1
+                continue
             except (ConnectionError, OSError, TimeoutError) as error:
                 last_error = error
                 self._namesrv_index += 1
-        raise last_error if last_error else ConnectionError("no name server")
+                continue
+            if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED \
+                    and command.code in _NAMESRV_CORE_CODES:
+                raise NotANameServerError(response.code, response.remark, address)
+            return response
+        if last_error is not None:
+            raise last_error
+        raise NameServerUnreachableError(failures)
 
     # --- routes ------------------------------------------------------------------------------
 

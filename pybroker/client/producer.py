@@ -15,7 +15,8 @@ import logging
 import time
 from typing import Any, Callable, Iterable, Optional
 
-from pybroker.client.errors import BrokerResponseError, ClientStateError, RequestTimeoutError
+from pybroker.client.errors import (BrokerResponseError, ClientStateError, MessageTooLargeError,
+                                    RequestTimeoutError)
 from pybroker.client.instance import ClientInstance, check_response, request
 from pybroker.client.message import (BODY_COMPRESS_OVER_BYTES_DEFAULT, Message, SendResult,
                                      SendStatus, compress_body, encode_batch)
@@ -61,8 +62,7 @@ def _validate(message: Message, size_max_bytes: int) -> None:
     if not message.body:
         raise ValueError("the message body is empty")
     if len(message.body) > size_max_bytes:
-        raise ValueError(f"the message body is {len(message.body)} bytes, over "
-                         f"{size_max_bytes}")
+        raise MessageTooLargeError("the message body", len(message.body), size_max_bytes)
 
 
 class Producer:
@@ -232,7 +232,7 @@ class Producer:
                 message.properties[Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = create_uniq_id()
         body = encode_batch(messages)
         if len(body) > self.max_message_size:
-            raise ValueError(f"the batch is {len(body)} bytes, over {self.max_message_size}")
+            raise MessageTooLargeError("the batch", len(body), self.max_message_size)
         wait = messages[0].properties.get(Property.WAIT_STORE_MSG_OK, "true")
         return _Payload(topic, body, encode_properties({Property.WAIT_STORE_MSG_OK: wait}), 0,
                         0, True, ",".join(m.uniq_id or "" for m in messages))

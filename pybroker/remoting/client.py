@@ -162,6 +162,11 @@ class RemotingClientPool:
         self._connecting: dict[str, asyncio.Lock] = {}
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
     async def client(self, address: str) -> RemotingClient:
         """The connected client for ``address``, (re)connecting when needed."""
         if self._closed:

@@ -6,7 +6,8 @@ verbatim with ``python -c`` in a fresh interpreter, ``NAMESRV_ADDR`` pointing at
 prints SEND_OK and then exactly the one message it sent (the second run's consumer group goes
 on from the position the first one committed). README's mqadmin commands run the same way
 through `pybroker admin` (README: "write `pybroker admin` for `mqadmin`"), README's default
-addresses replaced by the broker's; each must exit 0 and show what was asked for.
+addresses replaced by the broker's, after the quick start has made the group README's
+consumerProgress asks about; each must exit 0 and show what was asked for.
 """
 import os
 import pathlib
@@ -47,6 +48,14 @@ def test_readme_mqadmin_commands_work_with_pybroker_admin(tmp_path):
     lines = readme_block("quickstart-mqadmin", "sh").strip().splitlines()
     outputs = {}
     with StandaloneBroker(tmp_path / "broker") as broker:
+        # README runs these after its quick start, whose consumer group consumerProgress
+        # asks about (a group nobody knows is refused, as mqadmin refuses it).
+        quick_start = readme_block("quickstart-python", "python").replace(
+            '"quickstart_consumer"', '"quickstart_java_consumer"')
+        env = dict(os.environ, NAMESRV_ADDR=broker.namesrv_addr, HOME=str(tmp_path))
+        run = subprocess.run([sys.executable, "-c", quick_start], capture_output=True,
+                             text=True, timeout=120, env=env, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
         for line in lines:
             words = line.replace("127.0.0.1:9876", broker.namesrv_addr) \
                 .replace("127.0.0.1:10911", broker.broker_addr).split()
@@ -60,4 +69,5 @@ def test_readme_mqadmin_commands_work_with_pybroker_admin(tmp_path):
     queue_rows = [row.split() for row in outputs["topicStatus"].splitlines()[1:] if row.strip()]
     assert sorted(int(row[1]) for row in queue_rows) == [0, 1, 2, 3]    # -r 4 -w 4
     assert "Diff Total" in outputs["consumerProgress"]
+    assert "QuickStart" in outputs["consumerProgress"].split()
     assert "brokerVersionDesc" in outputs["brokerStatus"]
