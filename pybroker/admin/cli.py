@@ -55,6 +55,8 @@ def run_admin(args: argparse.Namespace) -> int:
             return await asyncio.wait_for(function(admin, args, out), ADMIN_TIMEOUT_S)
     try:
         return asyncio.run(run())
+    except BrokenPipeError:
+        raise           # the reader of stdout left (| head): pybroker.cli ends quietly
     except (ClientError, OSError, TimeoutError, ValueError, yaml.YAMLError) as error:
         sys.stderr.write(f"pybroker admin {args.admin_command}: {error}\n")
         return 1

@@ -164,14 +164,14 @@ def test_namesrv_kv_config_under_a_file(tmp_path):
 
 
 def test_admin_output_into_a_closed_pipe(broker):
-    """`pybroker admin clusterList | head -c 10`: the reader leaves early; no complaint."""
-    shell = (f"{sys.executable} -m pybroker admin clusterList -n {broker.namesrv_addr} "
-             f"| head -c 10")
+    """`pybroker admin statsAll | head`: the reader leaves before the output is written
+    (`true` reads nothing and exits while the command still asks the broker); no complaint,
+    exit 0 (bash's pipefail reports the command's own status)."""
+    shell = f"{sys.executable} -m pybroker admin statsAll -n {broker.namesrv_addr} | true"
     result = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True,
                             text=True, timeout=START_TIMEOUT_S, env=_environment(), cwd=ROOT)
     assert result.stderr == "", result.stderr
     assert result.returncode == 0
-    assert len(result.stdout) == 10
 
 
 def test_consumer_progress_of_an_unknown_group(broker):
