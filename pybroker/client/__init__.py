@@ -4,6 +4,7 @@
 asyncio classes are exported here; :mod:`pybroker.client.sync` has blocking twins of the same
 names.
 """
+from pybroker.acl.signature import Credentials
 from pybroker.client.admin import Admin
 from pybroker.client.consumer import PushConsumer
 from pybroker.client.instance import ClientInstance
@@ -21,7 +22,7 @@ from pybroker.client.transaction import (LocalTransactionState, TransactionProdu
                                          TransactionSendResult)
 from pybroker.protocol.constants import ConsumeFromWhere, MessageModel
 
-__all__ = ["Admin", "AllocateConsistentHash", "ClientInstance", "ConsumeContext",
+__all__ = ["Admin", "AllocateConsistentHash", "ClientInstance", "ConsumeContext", "Credentials",
            "ConsumeFromWhere", "ConsumeOrderlyContext", "ConsumeOrderlyStatus", "ConsumeStatus",
            "LitePullConsumer", "LocalTransactionState", "Message", "MessageExt", "MessageModel",
            "MessageQueue", "MessageSelector", "PopConsumer", "PopPushConsumer", "Producer",

@@ -15,6 +15,7 @@ from pybroker.client.message import MessageExt, decode_messages
 from pybroker.client.offset_store import OFFSET_UNKNOWN, RemoteOffsetStore
 from pybroker.client.pulling import queue_offset_query
 from pybroker.client.route import MASTER_ID, subscribe_queues
+from pybroker.config import parse_properties
 from pybroker.errors import ProtocolError
 from pybroker.protocol import bodies, fastjson, headers
 from pybroker.protocol.bodies import ClusterInfo, MessageQueue, TopicRouteData
@@ -232,6 +233,15 @@ class Admin:
             RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}))
         check_response(response, broker_addr)
         return fastjson.loads(response.body or b"{}").get("connectionSet", [])
+
+    async def broker_config(self, broker_addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG of one broker: {RocketMQ key: value text} (mqadmin
+        getBrokerConfig)."""
+        response = await self.instance.invoke(broker_addr,
+                                              request(RequestCode.GET_BROKER_CONFIG))
+        check_response(response, broker_addr)
+        return parse_properties(bytes(response.body or b"").decode("utf-8"),
+                                source=broker_addr)
 
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO of one broker: its statistics table."""

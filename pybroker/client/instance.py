@@ -22,7 +22,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 from pybroker.acl.signature import Credentials
 from pybroker.client import client_calls
-from pybroker.client.errors import (ClientStateError, NameServerUnreachableError,
+from pybroker.client.errors import (ClientError, ClientStateError, NameServerUnreachableError,
                                     NoRouteError, NotANameServerError, RequestTimeoutError,
                                     UnreachableError, error_for)
 from pybroker.client.route import MASTER_ID, TopicPublishInfo
@@ -201,8 +201,10 @@ class ClientInstance:
             with rounds:
                 try:
                     await work()
-                except (ConnectionError, TimeoutError, OSError, ClientStateError) as error:
-                    LOGGER.info("periodic %s failed: %s", name, error)
+                except (ConnectionError, TimeoutError, OSError, ClientError) as error:
+                    # An operating error (a peer down, a refusal): one line, tried again next
+                    # round.
+                    LOGGER.warning("periodic %s failed: %s", name, error)
 
     def spawn(self, coroutine) -> asyncio.Task:
         """Run ``coroutine`` as a task that :meth:`shutdown` cancels and awaits (an end by an
