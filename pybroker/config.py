@@ -940,6 +940,12 @@ def all_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str, str]]
             if not spec.secret]
 
 
+def settings_text(config: Config | NamesrvProcessConfig) -> str:
+    """Every effective setting (secrets left out) as Properties text, one ``key=value`` a
+    line, which :func:`parse_properties` reads back."""
+    return "".join(properties_line(key, value) + "\n" for key, value in all_settings(config))
+
+
 def important_settings(config: Config | NamesrvProcessConfig) -> list[tuple[str, str]]:
     """The settings flagged important (logged at start-up), as (key, value text)."""
     return [(spec.key, java_text(value)) for spec, value in _area_values(config)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from pybroker import clock
+from pybroker import config as config_module
 from pybroker.tasks import Rounds, start_task
 from pybroker.acl.plain_config import AclConfigError
 from pybroker.acl.validator import AccessValidator
@@ -128,6 +129,7 @@ class Supervisor:
             if self.config.broker.enable_controller_mode:
                 self.replicas = ReplicasManager(self.config)
             self.pop = PopOwner(self.config, self.metadata, lambda: self.config)
+            self._write_running_settings()
             while True:
                 outcome = self._generation(lock)
                 if outcome == "role-change" and not self.stop_requested:
@@ -167,6 +169,8 @@ class Supervisor:
             if self.stats_writer is not None:
                 self.stats_writer.close()
             if self.stats_region is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(paths.running_settings_path(self.store_root))
                 self.stats_region.close()
                 _remove_if_empty(paths.run_dir(self.store_root))
             if self.listeners is not None:
@@ -195,6 +199,14 @@ class Supervisor:
                         "TPS read NaN and its counters are left out, statsAll is refused, "
                         "GET_CONSUME_STATS consumeTps reads 0.0, the metrics endpoint leaves "
                         "the traffic and latency families out, pybroker prof refuses to attach")
+
+    def _write_running_settings(self) -> None:
+        """<store>/run/broker.conf: the settings in effect, for tools that attach by store
+        directory (pybroker prof); replaced whole, so a reader never sees half a file."""
+        path = paths.running_settings_path(self.store_root)
+        with open(path + ".tmp", "w", encoding="iso-8859-1") as out:
+            out.write(config_module.settings_text(self.config))
+        os.replace(path + ".tmp", path)
 
     def _recover(self, lock) -> int:
         """Recover the store in this process; returns the valid end of the CommitLog. A
@@ -303,6 +315,7 @@ class Supervisor:
             # UPDATE_BROKER_CONFIG: the next generation forks with it, registration (the
             # permission) and the supervisor's services read it from here.
             self.config = registration.config = config
+            self._write_running_settings()
         metadata.settings_listeners[:] = [settings_changed]
         if slave is not None:
             slave.on_changed = service.push_if_changed    # synced documents reach the workers

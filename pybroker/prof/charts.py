@@ -8,15 +8,18 @@ draws the same figures with two recordings overlaid (``series`` lists of (label,
 """
 import datetime
 
+import colorsys
+
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from pybroker.prof.recording import Recording
-from pybroker.prof.series import HISTOGRAM_UNITS, Series
+from pybroker.prof.series import HISTOGRAM_UNITS, Series, active_groups, bucket_label
 
 __all__ = ["timeline", "residency_strip", "histograms", "processes", "pulls", "disk",
-           "CHART_IDS"]
+           "CHART_IDS", "colours_of"]
 
 MIB = 1 << 20
 # Ids of the report's charts in page order (the page and its tests use them).
@@ -24,6 +27,22 @@ CHART_IDS = ("timeline", "residency", "histograms", "processes", "pulls", "disk"
 _DASHES = ("solid", "dash")
 # One colour per run in the histograms, so the legend holds for every panel.
 _RUN_COLOURS = ("#4a6fa5", "#e4572e")
+
+
+def colours_of(names) -> dict[str, str]:
+    """One colour per name, the same in every subplot of a chart (plotly would colour each
+    trace by its position, so a process would change colour from one subplot to the next and
+    the legend would match only the first). Names are coloured in sorted order; past the 24
+    of the palette, colours are spread evenly over the hue circle."""
+    ordered = sorted(set(names))
+    palette = qualitative.Dark24
+    if len(ordered) <= len(palette):
+        return dict(zip(ordered, palette, strict=False))
+    colours = {}
+    for index, name in enumerate(ordered):
+        red, green, blue = colorsys.hls_to_rgb(index / len(ordered), 0.42, 0.7)
+        colours[name] = f"rgb({red * 255:.0f},{green * 255:.0f},{blue * 255:.0f})"
+    return colours
 
 
 def _times(series: Series) -> list:
@@ -40,6 +59,8 @@ def timeline(runs: list[tuple[str, Series]], relative: bool = False) -> go.Figur
     figure = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                            subplot_titles=("messages per second", "latency (ms, per second)",
                                            "dirty and writeback memory (MiB)"))
+    colours = colours_of(["put", "pulled", "flush p99", "flush max", "send p99",
+                          "append drain p99", "dirty", "writeback"])
     for index, (label, series) in enumerate(runs):
         x, dash = _x(series, relative), _DASHES[index % 2]
         prefix = f"{label}: " if len(runs) > 1 else ""
@@ -55,7 +76,8 @@ def timeline(runs: list[tuple[str, Series]], relative: bool = False) -> go.Figur
             if values is None:
                 continue
             figure.add_trace(go.Scatter(x=x, y=values, name=prefix + name, mode="lines",
-                                        line={"dash": dash}, connectgaps=False),
+                                        line={"dash": dash, "color": colours[name]},
+                                        connectgaps=False),
                              row=row, col=1)
     figure.update_yaxes(type="log", row=2, col=1)
     figure.update_layout(height=720, title="Throughput, flush latency and dirty memory",
@@ -83,7 +105,8 @@ def residency_strip(recording: Recording, series: Series) -> go.Figure:
         values = series.positions.get(name)
         if values is not None and values.any():
             figure.add_trace(go.Scatter(x=x, y=values / MIB, name=name, mode="lines"))
-    for key, group in series.groups.items():
+    for key in active_groups(series):
+        group = series.groups[key]
         if not np.isnan(group["read_position"]).all():
             figure.add_trace(go.Scatter(x=x, y=group["read_position"] / MIB, mode="lines",
                                         name=f"read: {key}", line={"dash": "dot"}))
@@ -95,29 +118,33 @@ def residency_strip(recording: Recording, series: Series) -> go.Figure:
 
 def histograms(runs: list[tuple[str, Series]]) -> go.Figure:
     """Every instrument histogram that recorded something: counts per log2 bucket over the
-    whole recording (bucket labels are the bucket's upper bound)."""
+    whole recording. Every run draws the same buckets (the span used by any run, zeros
+    where one had none), in increasing order, labelled by upper bound in the histogram's
+    unit; one colour per run in every panel."""
     names = [name for name in HISTOGRAM_UNITS
              if any(name in s.histograms and s.histograms[name].sum() for _, s in runs)]
     columns = 3
     rows = max((len(names) + columns - 1) // columns, 1)
     figure = make_subplots(rows=rows, cols=columns, subplot_titles=[
-        f"{HISTOGRAM_UNITS[name][1]} ({HISTOGRAM_UNITS[name][0]})" for name in names] or [""])
+        HISTOGRAM_UNITS[name][1] for name in names] or [""])
+    empty = np.zeros(64, np.int64)
     for index, name in enumerate(names):
         row, column = index // columns + 1, index % columns + 1
+        unit = HISTOGRAM_UNITS[name][0]
+        used = np.flatnonzero(sum((s.histograms.get(name, empty) for _, s in runs), empty))
+        buckets = range(int(used[0]), int(used[-1]) + 1)
+        labels = [bucket_label(bucket, unit) for bucket in buckets]
         for run_index, (label, series) in enumerate(runs):
-            counts = series.histograms.get(name, np.zeros(64, np.int64))
-            used = np.flatnonzero(counts)
-            if not len(used):
-                continue
-            buckets = range(int(used[0]), int(used[-1]) + 1)
-            figure.add_trace(go.Bar(x=[f"<{(1 << b) if b else 1}" for b in buckets],
-                                    y=[int(counts[b]) for b in buckets], name=label,
+            counts = series.histograms.get(name, empty)
+            figure.add_trace(go.Bar(x=labels, y=[int(counts[b]) for b in buckets], name=label,
                                     showlegend=index == 0, legendgroup=label,
                                     marker={"opacity": 0.8,
                                             "color": _RUN_COLOURS[run_index % 2]},
                                     offsetgroup=str(run_index)),
                              row=row, col=column)
-    figure.update_layout(height=260 * rows, title="Instrument histograms (count per bucket)",
+        figure.update_xaxes(categoryorder="array", categoryarray=labels, row=row, col=column,
+                            title_text=f"{unit}, bucket upper bound", title_font_size=9)
+    figure.update_layout(height=280 * rows, title="Instrument histograms (count per bucket)",
                          barmode="group", font={"size": 10})
     figure.update_annotations(font_size=11)
     return figure
@@ -128,6 +155,7 @@ def processes(runs: list[tuple[str, Series]], relative: bool = False) -> go.Figu
     figure = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07,
                            subplot_titles=("minor faults per second", "major faults per second",
                                            "CPU %"))
+    colours = colours_of(name for _, series in runs for name in series.processes)
     for index, (label, series) in enumerate(runs):
         x, dash = _x(series, relative), _DASHES[index % 2]
         prefix = f"{label}: " if len(runs) > 1 else ""
@@ -135,30 +163,35 @@ def processes(runs: list[tuple[str, Series]], relative: bool = False) -> go.Figu
             for row, key in ((1, "minor_faults"), (2, "major_faults"), (3, "cpu_percent")):
                 figure.add_trace(go.Scatter(x=x, y=figures[key], mode="lines",
                                             name=prefix + name, legendgroup=prefix + name,
-                                            showlegend=row == 1, line={"dash": dash}),
+                                            showlegend=row == 1,
+                                            line={"dash": dash, "color": colours[name]}),
                                  row=row, col=1)
     figure.update_layout(height=680, title="Page faults and CPU per process")
     return figure
 
 
 def pulls(runs: list[tuple[str, Series]], relative: bool = False) -> go.Figure:
-    """Pulls per second and the share that read pages not in the page cache, per group."""
+    """Pulls per second and the share that read pages not in the page cache, per consumer
+    group that pulled during the recording (system and stale groups left out)."""
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
                            subplot_titles=("pulls per second",
                                            "pulls that read cold pages (%)"))
+    colours = colours_of(key for _, series in runs for key in active_groups(series))
     for index, (label, series) in enumerate(runs):
         x, dash = _x(series, relative), _DASHES[index % 2]
         prefix = f"{label}: " if len(runs) > 1 else ""
-        for key, group in series.groups.items():
+        for key in active_groups(series):
+            group = series.groups[key]
+            line = {"dash": dash, "color": colours[key]}
             share = np.divide(group["cold_pulls"] * 100, group["pulls"],
                               out=np.full(len(group["pulls"]), np.nan),
                               where=group["pulls"] > 0)
             figure.add_trace(go.Scatter(x=x, y=group["pulls"], name=prefix + key,
                                         legendgroup=prefix + key, mode="lines",
-                                        line={"dash": dash}), row=1, col=1)
+                                        line=line), row=1, col=1)
             figure.add_trace(go.Scatter(x=x, y=share, name=prefix + key, showlegend=False,
                                         legendgroup=prefix + key, mode="lines+markers",
-                                        line={"dash": dash}), row=2, col=1)
+                                        line=line), row=2, col=1)
     figure.update_yaxes(range=[0, 100], row=2, col=1)
     figure.update_layout(height=520, title="Consumers: pulls and cold reads")
     return figure
@@ -168,14 +201,19 @@ def disk(runs: list[tuple[str, Series]], relative: bool = False) -> go.Figure:
     """Bytes read and written per second on the store's device, and its busy time."""
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
                            subplot_titles=("store device MiB/s", "device busy (%)"))
+    colours = colours_of(["read", "write", "busy"])
     for index, (label, series) in enumerate(runs):
         x, dash = _x(series, relative), _DASHES[index % 2]
         prefix = f"{label}: " if len(runs) > 1 else ""
         for name in ("read_bytes", "write_bytes"):
+            short = name.split("_")[0]
             figure.add_trace(go.Scatter(x=x, y=series.disk[name] / MIB, mode="lines",
-                                        name=prefix + name.split("_")[0],
-                                        line={"dash": dash}), row=1, col=1)
+                                        name=prefix + short,
+                                        line={"dash": dash, "color": colours[short]}),
+                             row=1, col=1)
         figure.add_trace(go.Scatter(x=x, y=series.disk["busy_ms"] / 10, mode="lines",
-                                    name=prefix + "busy", line={"dash": dash}), row=2, col=1)
+                                    name=prefix + "busy",
+                                    line={"dash": dash, "color": colours["busy"]}),
+                         row=2, col=1)
     figure.update_layout(height=440, title="Store device I/O")
     return figure

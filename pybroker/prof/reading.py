@@ -10,9 +10,9 @@ import datetime
 import numpy as np
 
 from pybroker.prof.recording import Recording
-from pybroker.prof.series import Series, percentile
+from pybroker.prof.series import Series, active_groups, percentile
 
-__all__ = ["reading", "findings", "summary"]
+__all__ = ["reading", "findings", "summary", "plain_summary"]
 
 MIB = 1 << 20
 
@@ -132,7 +132,7 @@ def _fault_findings(series: Series) -> list[str]:
     for name, process in series.processes.items():
         major = float(process["major_faults"][1:].sum())
         if major >= 10:
-            busiest = int(np.argmax(process["major_faults"]))
+            busiest = int(np.nanargmax(process["major_faults"]))
             sentences.append(f"{name} took {major:.0f} major page faults (disk reads), most "
                              f"at {_clock(series, busiest)}")
     appender = series.processes.get("appender")
@@ -142,6 +142,100 @@ def _fault_findings(series: Series) -> list[str]:
         sentences.append(f"the appender took {minor * MIB / appended:.0f} minor faults per "
                          f"MiB appended ({appended / MIB:.0f} MiB)")
     return sentences
+
+
+def _size(size_bytes: float) -> str:
+    if size_bytes >= MIB:
+        return f"{size_bytes / MIB:,.1f} MiB"
+    return f"{size_bytes / 1024:,.1f} KiB"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} seconds" if seconds < 120 else f"{seconds / 60:.1f} minutes"
+
+
+def _flush_sentence(recording: Recording, figures: dict[str, float]) -> str | None:
+    mode = recording.header.get("settings", {}).get("flushDiskType")
+    flushes = figures.get("flushes_per_s", 0.0)
+    if "flush_p50_ms" not in figures:
+        return None
+    timing = (f"each write took {_ms(figures['flush_p50_ms'] * 1000)} typically and "
+              f"{_ms(figures['flush_p99_ms'] * 1000)} for the slowest 1 in 100")
+    if mode == "SYNC_FLUSH":
+        return (f"every send waited until its message was on disk (SYNC_FLUSH): the broker "
+                f"wrote to disk {flushes:.1f} times a second, {timing}")
+    if mode == "ASYNC_FLUSH":
+        return (f"sends did not wait for the disk (ASYNC_FLUSH): the broker wrote to disk "
+                f"{flushes:.1f} times a second in the background, {timing}")
+    return (f"the broker wrote to disk {flushes:.1f} times a second, {timing} (whether sends "
+            f"waited for it is unknown: the recording has no settings)")
+
+
+def _consumer_sentences(recording: Recording, series: Series) -> list[str]:
+    last = recording.samples[-1].get("groups", {}) if recording.samples else {}
+    sentences = []
+    for key in active_groups(series)[:3]:
+        topic, _, group = key.partition("@")
+        rate = float(np.mean(series.groups[key]["messages"][1:])) \
+            if len(series.seconds) > 1 else 0.0
+        text = f"consumer group {group} read {rate:,.0f} messages a second from {topic}"
+        lag = last.get(key, {})
+        if "lag_messages" in lag:
+            size = lag.get("lag_bytes")
+            about = "about " if lag.get("lag_bytes_estimated") else ""
+            bytes_text = f", {about}{_size(size)}" if size is not None else ""
+            text += f" and was {lag['lag_messages']:,} messages{bytes_text} behind at the end"
+        sentences.append(text)
+    return sentences
+
+
+def _slowest_second(series: Series) -> str | None:
+    p99 = series.quantiles["put_latency_us"]["p99"]
+    if len(p99) < 3 or np.isnan(p99).all():
+        return None
+    peak = int(np.nanargmax(p99))
+    text = (f"the slowest second was {_clock(series, peak)}: 1 in 100 sends took longer "
+            f"than {_ms(p99[peak])}, against {_ms(float(np.nanmedian(p99)))} in a typical "
+            f"second")
+    writeback = float(series.memory["writeback_bytes"][max(peak - 1, 0):peak + 1].max())
+    if writeback > 0:
+        text += f", while the kernel was writing {_size(writeback)} back to disk"
+    return text
+
+
+def plain_summary(recording: Recording, series: Series) -> str:
+    """What the recording shows, in plain words: how much went through, how long sends
+    waited, whether they waited for the disk, how consumers kept up, and the worst second
+    (a reader new to RocketMQ's terms should follow it)."""
+    figures = summary(series)
+    seconds = figures["duration_s"]
+    stored = _total(series, "put_messages")
+    delivered = _total(series, "get_transferred_messages")
+    if not stored and not delivered:
+        return (f"In {_duration(seconds)} nothing was sent to or read from the broker: "
+                f"there is nothing to read in the charts.")
+    sentences = [f"in {_duration(seconds)} the broker stored {stored:,.0f} messages "
+                 f"({figures['put_messages_per_s']:,.0f} a second, "
+                 f"{_size(_total(series, 'put_bytes') / seconds)} a second) and handed "
+                 f"{delivered:,.0f} to consumers"]
+    if "send_p50_ms" in figures:
+        sentences.append(f"half of the sends were answered within "
+                         f"{_ms(figures['send_p50_ms'] * 1000)}, 99 in 100 within "
+                         f"{_ms(figures['send_p99_ms'] * 1000)}")
+    flush = _flush_sentence(recording, figures)
+    if flush:
+        sentences.append(flush)
+    slowest = _slowest_second(series)
+    if slowest:
+        sentences.append(slowest)
+    sentences += _consumer_sentences(recording, series)
+    if figures.get("cold_pull_percent"):
+        sentences.append(f"{figures['cold_pull_percent']:.0f}% of consumer reads had to "
+                         f"wait for the disk because the messages were no longer in memory")
+    if figures["dirty_max_mib"] >= 1:
+        sentences.append(f"at most {figures['dirty_max_mib']:,.0f} MiB of written data "
+                         f"waited in memory for the kernel to write it to disk")
+    return " ".join(sentence[0].upper() + sentence[1:] + "." for sentence in sentences)
 
 
 def reading(recording: Recording, series: Series) -> str:

@@ -4,8 +4,9 @@
 The page embeds plotly.js (no network access needed to open it), the charts of
 :mod:`pybroker.prof.charts`, the automatic reading and the recording's settings. A small
 script at the end checks that every chart drew and writes the outcome into the page
-(``<body data-charts=N data-rendered=M data-errors=K>``): the tests load the page in headless
-Chromium and read those attributes back.
+(``<body data-charts=N data-rendered=M data-errors=K>``) and, in ``<pre id="figures-drawn">``,
+what plotly actually drew: per chart, each trace's name, legend group, colour and axes and
+each category axis's order. The tests load the page in headless Chromium and read both back.
 """
 import datetime
 import html
@@ -15,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from pybroker.prof import charts
-from pybroker.prof.reading import reading, summary
+from pybroker.prof.reading import plain_summary, reading, summary
 from pybroker.prof.recording import Recording
 from pybroker.prof.series import series_of
 
@@ -44,6 +45,26 @@ _CHECK = """
     if (drawn < charts.length && Date.now() - started < 15000) {
       setTimeout(check, 100); return;
     }
+    var drawnFigures = {};
+    charts.forEach(function (chart) {
+      if (!chart._fullData) return;
+      var categories = {};
+      Object.keys(chart._fullLayout).forEach(function (key) {
+        var axis = chart._fullLayout[key];
+        if (/^xaxis[0-9]*$/.test(key) && axis && axis._categories && axis._categories.length)
+          categories[key] = axis._categories.slice();
+      });
+      drawnFigures[chart.id] = {
+        traces: chart._fullData.map(function (trace) {
+          var colour = (trace.line && trace.line.color) ||
+                       (trace.marker && trace.marker.color) || null;
+          return {name: trace.name, legendgroup: trace.legendgroup,
+                  showlegend: trace.showlegend, colour: colour, type: trace.type,
+                  xaxis: trace.xaxis, yaxis: trace.yaxis};
+        }),
+        categories: categories};
+    });
+    document.getElementById('figures-drawn').textContent = JSON.stringify(drawnFigures);
     document.body.setAttribute('data-charts', String(charts.length));
     document.body.setAttribute('data-rendered', String(drawn));
     document.body.setAttribute('data-errors', String(window.__profErrors.length));
@@ -92,6 +113,29 @@ def _format(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
 
 
+_STATUS = "<p id=\"render-status\"></p><pre id=\"figures-drawn\" hidden></pre>"
+
+
+def _settings_known(recording: Recording) -> bool:
+    """Whether the recording carries the broker's settings: it names where they came from,
+    or (recordings of before that field) holds more than the store path, which every
+    recording had."""
+    header = recording.header
+    return bool(header.get("settings_source")) or len(header.get("settings", {})) > 1
+
+
+def _settings_note(recording: Recording) -> str:
+    """Where the recording's settings came from, or that they are unknown."""
+    source = recording.header.get("settings_source")
+    if _settings_known(recording):
+        return f"<p>Read from {html.escape(source or 'the broker')} when the recording " \
+               f"started.</p>"
+    return ("<p id=\"settings-unknown\">The broker's settings are <b>unknown</b>: this "
+            "recording does not carry them (it was made with --store from a broker that did "
+            "not write &lt;store&gt;/run/broker.conf). Only the kernel's settings are "
+            "listed.</p>")
+
+
 def report_page(recording: Recording) -> str:
     """The report of one recording (an HTML document)."""
     series = series_of(recording)
@@ -105,6 +149,10 @@ def report_page(recording: Recording) -> str:
              f"{html.escape(str(header.get('host')))} (Linux "
              f"{html.escape(str(header.get('kernel')))}, {header.get('cpus')} CPUs), "
              f"{len(recording.samples)} samples from {_when(recording)}.</p>",
+             "<h2>What happened</h2>",
+             f"<p class=\"reading\" id=\"summary\">"
+             f"{html.escape(plain_summary(recording, series))}</p>",
+             "<h2>Details for tuning</h2>",
              f"<p class=\"reading\" id=\"reading\">{html.escape(reading(recording, series))}</p>",
              _chart("timeline", "Throughput, flush latency and dirty memory",
                     charts.timeline([("", series)])),
@@ -118,9 +166,9 @@ def report_page(recording: Recording) -> str:
              "<h2>Figures of the whole recording</h2>",
              _table([(name, _format(value)) for name, value in figures.items()],
                     ("figure", "value")),
-             "<h2>Settings</h2>", _table([(key, value) for key, value in settings],
-                                         ("setting", "value")),
-             "<p id=\"render-status\"></p>", _CHECK, "</body></html>"]
+             "<h2>Settings</h2>", _settings_note(recording),
+             _table([(key, value) for key, value in settings], ("setting", "value")),
+             _STATUS, _CHECK, "</body></html>"]
     return "\n".join(parts)
 
 
@@ -136,18 +184,17 @@ def compare_page(first: Recording, second: Recording, labels: tuple[str, str]) -
         ratio = f"{value_b / value_a:.2f}" if value_a and value_b is not None else ""
         rows.append((name, "" if value_a is None else _format(value_a),
                      "" if value_b is None else _format(value_b), ratio))
-    settings = sorted(set(first.header.get("settings", {})) | set(second.header.get(
-        "settings", {})))
-    differing = [(key, str(first.header["settings"].get(key, "")),
-                  str(second.header["settings"].get(key, ""))) for key in settings
-                 if first.header["settings"].get(key) != second.header["settings"].get(key)]
     title = f"pybroker prof compare: {labels[0]} vs {labels[1]}"
     parts = [_head(title), f"<h1>{html.escape(title)}</h1>",
+             "<h2>What happened</h2>",
+             f"<p class=\"reading\" id=\"summary\"><b>{html.escape(labels[0])}:</b> "
+             f"{html.escape(plain_summary(first, a))}<br><b>{html.escape(labels[1])}:</b> "
+             f"{html.escape(plain_summary(second, b))}</p>",
+             "<h2>Details for tuning</h2>",
              f"<p class=\"reading\" id=\"reading\"><b>{html.escape(labels[0])}:</b> "
              f"{html.escape(reading(first, a))}<br><b>{html.escape(labels[1])}:</b> "
              f"{html.escape(reading(second, b))}</p>",
-             "<h2>Settings that differ</h2>",
-             _table(differing, ("setting", labels[0], labels[1])),
+             "<h2>Settings that differ</h2>", _settings_difference(first, second, labels),
              "<h2>Figures of the whole recordings</h2>",
              _table(rows, ("figure", labels[0], labels[1], "B / A")),
              _chart("timeline", "Throughput, flush latency and dirty memory (seconds from "
@@ -161,8 +208,29 @@ def compare_page(first: Recording, second: Recording, labels: tuple[str, str]) -
                     charts.processes(runs, relative=True)),
              _chart("pulls", "Consumers: cold reads", charts.pulls(runs, relative=True)),
              _chart("disk", "Store device", charts.disk(runs, relative=True)),
-             "<p id=\"render-status\"></p>", _CHECK, "</body></html>"]
+             _STATUS, _CHECK, "</body></html>"]
     return "\n".join(parts)
+
+
+def _settings_difference(first: Recording, second: Recording, labels: tuple[str, str]) -> str:
+    """The settings both recordings know and that differ; a recording without settings is
+    named as unknown rather than shown as differing in every setting."""
+    known = [(label, recording) for label, recording in zip(labels, (first, second),
+                                                            strict=True)
+             if _settings_known(recording)]
+    unknown = [label for label in labels if label not in dict(known)]
+    note = "".join(f"<p class=\"settings-unknown\">The settings of {html.escape(label)} are "
+                   f"<b>unknown</b> (the recording does not carry them): they cannot be "
+                   f"compared.</p>" for label in unknown)
+    if len(known) < 2:
+        return note
+    values_a, values_b = first.header["settings"], second.header["settings"]
+    differing = [(key, str(values_a.get(key, "unknown")), str(values_b.get(key, "unknown")))
+                 for key in sorted(set(values_a) | set(values_b))
+                 if values_a.get(key) != values_b.get(key)]
+    if not differing:
+        return "<p>None: the recorded settings are the same.</p>"
+    return _table(differing, ("setting", labels[0], labels[1]))
 
 
 def write_page(page: str, path: str) -> None:

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from pybroker.config import load_properties
 from pybroker.prof import system
 from pybroker.prof.residency import PAGE_SIZE_BYTES, FileResidency
 from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind
@@ -49,24 +50,36 @@ SETTINGS_RECORDED = ("brokerName", "flushDiskType", "brokerRole", "mappedFileSiz
 
 @dataclasses.dataclass
 class Target:
-    """The broker being profiled: its store and what is known of its settings."""
+    """The broker being profiled: its store and what is known of its settings, and where
+    they came from (``settings_source``; None: unknown)."""
     store_root: str
     settings: dict[str, str]
+    settings_source: str | None = None
 
     @property
     def commitlog_dir(self) -> str:
         return self.settings.get("storePathCommitLog") or paths.commitlog_dir(self.store_root)
 
 
-def attach_store(store_root: str, settings: dict[str, str] | None = None) -> Target:
-    """The broker serving ``store_root`` (it must be running: its region must exist)."""
+def attach_store(store_root: str, settings: dict[str, str] | None = None,
+                 settings_source: str | None = None) -> Target:
+    """The broker serving ``store_root`` (it must be running: its region must exist). Its
+    settings: ``settings`` when given, else the ones it wrote into
+    ``<store>/run/broker.conf``; none (unknown) when neither is there."""
     store_root = os.path.abspath(store_root)
     if not os.path.exists(paths.stats_region_path(store_root)):
         raise FileNotFoundError(f"{store_root}: no running broker (no "
                                 f"{paths.stats_region_path(store_root)})")
-    known = dict(settings or {})
+    if settings is None:
+        running = paths.running_settings_path(store_root)
+        try:
+            settings = load_properties(running)
+            settings_source = running
+        except FileNotFoundError:
+            settings = {}
+    known = dict(settings)
     known.setdefault("storePathRootDir", store_root)
-    return Target(store_root, known)
+    return Target(store_root, known, settings_source)
 
 
 def attach_admin(address: str, timeout_s: float = 5.0) -> Target:
@@ -86,7 +99,8 @@ def attach_admin(address: str, timeout_s: float = 5.0) -> Target:
     settings = asyncio.run(fetch())
     if "storePathRootDir" not in settings:
         raise ValueError(f"{address} did not name its store (storePathRootDir)")
-    return attach_store(settings["storePathRootDir"], settings)
+    return attach_store(settings["storePathRootDir"], settings,
+                        f"GET_BROKER_CONFIG of {address}")
 
 
 def _histogram(snapshot: Snapshot, index: int) -> dict:
@@ -127,9 +141,11 @@ class Sampler:
 
     def header(self) -> dict:
         """What the recording's first line says about the broker and the machine."""
+        source = self.target.settings_source
         settings = {key: self.target.settings[key] for key in SETTINGS_RECORDED
-                    if key in self.target.settings}
+                    if key in self.target.settings} if source else {}
         return {"store": self.target.store_root, "settings": settings,
+                "settings_source": source,
                 "vm": system.vm_settings(), "page_size": PAGE_SIZE_BYTES,
                 "chunk_bytes": self.chunk_bytes, "device": self.device,
                 "boot_ms": self.region.boot_ms, "host": os.uname().nodename,
@@ -236,9 +252,12 @@ class Sampler:
         return self._offsets_cache[1]
 
     def _groups(self, snapshot: Snapshot, written: int) -> dict[str, dict]:
-        """Per topic@group: pulls, cold pulls, messages (the region) and the read position
-        (CommitLog offset of the furthest-behind queue's committed offset, from
-        consumerOffset.json as last persisted, every 5 s)."""
+        """Per topic@group: pulls, cold pulls, messages (the region); from consumerOffset.json
+        as last persisted (every 5 s): the read position (CommitLog offset of the
+        furthest-behind queue's committed offset) and the lag, in messages (max queue offset
+        - committed offset, summed over queues) and in bytes (the stored sizes of those
+        messages, read from the ConsumeQueue; past LAG_UNITS_READ_MAX units of a queue
+        extrapolated from the ones read, and then ``lag_bytes_estimated``)."""
         groups: dict[str, dict] = {}
         for (kind, key), totals in snapshot.keys().items():
             if kind == StatsKeyKind.KEY_GROUP_GET:
@@ -246,36 +265,35 @@ class Sampler:
                                "pulls": totals.requests, "cold_pulls": totals.cold_requests}
         for key, queues in self._consumer_offsets().items():
             topic = key.partition("@")[0]
-            behind = [self._physical_offset(topic, queue_id, offset)
-                      for queue_id, offset in queues.items()]
-            known = [offset for offset in behind if offset is not None]
             entry = groups.setdefault(key, {"messages": 0, "bytes": 0, "pulls": 0,
                                             "cold_pulls": 0})
+            known: list[int] = []
+            lag_messages, estimated = 0, False
+            lag_bytes: int | None = 0
+            for queue_id, offset in queues.items():
+                queue = self._queue(topic, queue_id)
+                if queue is None:
+                    continue
+                physical = queue.physical_offset(offset)
+                if physical is not None:
+                    known.append(physical)
+                behind, size, guessed = queue.lag(offset)
+                lag_messages += behind
+                if lag_bytes is not None:
+                    lag_bytes = None if size is None else lag_bytes + size
+                estimated = estimated or guessed
             entry["read_position"] = min(known) if known else written
+            entry.update(lag_messages=lag_messages, lag_bytes=lag_bytes,
+                         lag_bytes_estimated=estimated)
         return groups
 
-    def _physical_offset(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
-        """CommitLog offset of the unit at ``queue_offset`` (None: not written yet)."""
-        unit = layout.CQ_STORE_UNIT_SIZE
+    def _queue(self, topic: str, queue_id: int) -> "_QueueFiles | None":
         try:
             directory = paths.consume_queue_dir(self.target.store_root, topic, queue_id)
         except ValueError:
             return None
         file_size = self._cq_file_size or self._consume_queue_file_size(directory)
-        if not file_size:
-            return None
-        position = queue_offset * unit
-        path = paths.offset_file_path(directory, position - position % file_size)
-        try:
-            with open(path, "rb") as queue_file:
-                data = os.pread(queue_file.fileno(), unit, position % file_size)
-        except OSError:
-            return None
-        if len(data) < unit:
-            return None
-        physical_offset = int.from_bytes(data[:8], "big", signed=True)
-        size = int.from_bytes(data[8:12], "big", signed=True)
-        return physical_offset if size > 0 and physical_offset >= 0 else None
+        return _QueueFiles(directory, file_size) if file_size else None
 
     def _consume_queue_file_size(self, directory: str) -> int | None:
         configured = self.target.settings.get("mappedFileSizeConsumeQueue")
@@ -312,6 +330,75 @@ class Sampler:
                 _add(totals[area], *self.residency.resident_pages(path))
         self.residency.retain(seen)
         return commitlog, totals
+
+
+LAG_UNITS_READ_MAX = 16384     # ConsumeQueue units read per queue for the lag in bytes
+_UNIT = layout.CQ_STORE_UNIT_SIZE
+# A ConsumeQueue unit: CommitLog offset (8), size (4), tags code (8), big-endian.
+_UNIT_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+assert _UNIT_DTYPE.itemsize == _UNIT
+
+
+class _QueueFiles:
+    """Read-only look-ups in one queue's ConsumeQueue files (``file_size`` bytes each)."""
+
+    def __init__(self, directory: str, file_size: int):
+        self.directory = directory
+        self.file_size = file_size
+
+    def _units(self, queue_offset: int, count: int) -> np.ndarray:
+        """Up to ``count`` units from ``queue_offset``, within one file (fewer at its end)."""
+        position = queue_offset * _UNIT
+        within = position % self.file_size
+        count = min(count, (self.file_size - within) // _UNIT)
+        path = paths.offset_file_path(self.directory, position - within)
+        try:
+            with open(path, "rb") as queue_file:
+                data = os.pread(queue_file.fileno(), count * _UNIT, within)
+        except OSError:
+            return np.zeros(0, _UNIT_DTYPE)
+        return np.frombuffer(data[:len(data) - len(data) % _UNIT], _UNIT_DTYPE)
+
+    def physical_offset(self, queue_offset: int) -> int | None:
+        """CommitLog offset of the unit at ``queue_offset`` (None: not written yet)."""
+        units = self._units(queue_offset, 1)
+        if not len(units) or units["size"][0] <= 0 or units["offset"][0] < 0:
+            return None
+        return int(units["offset"][0])
+
+    def max_offset(self) -> int:
+        """The queue offset after the last unit written (0 for an empty queue): the last
+        file's written units end where its zero-filled rest begins."""
+        names = [name for name, _ in _listing(self.directory)]
+        if not names:
+            return 0
+        base = int(names[-1]) // _UNIT
+        low, high = 0, self.file_size // _UNIT       # units [0, low) written, [high, ..) not
+        while low < high:
+            middle = (low + high) // 2
+            units = self._units(base + middle, 1)
+            if len(units) and units["size"][0] > 0:
+                low = middle + 1
+            else:
+                high = middle
+        return base + low
+
+    def lag(self, committed: int) -> tuple[int, int | None, bool]:
+        """(messages, bytes, bytes estimated?) between ``committed`` and the end; bytes
+        None when none of those units can be read (their files expired)."""
+        end = self.max_offset()
+        behind = max(end - committed, 0)
+        size, read, offset = 0, 0, committed
+        while offset < end and read < LAG_UNITS_READ_MAX:
+            units = self._units(offset, min(end - offset, LAG_UNITS_READ_MAX - read))
+            if not len(units):
+                break
+            size += int(units["size"].clip(min=0).sum())
+            read += len(units)
+            offset += len(units)
+        if read < behind:
+            return behind, size * behind // read if read else None, True
+        return behind, size, False
 
 
 def _add(total: list[int], resident: int, pages: int) -> None:

@@ -2,7 +2,8 @@
 """Per-second rates, per-second histogram percentiles and summaries of a recording.
 
 Samples hold cumulative counters and histograms; a series is the difference between two
-consecutive samples divided by the time between them, placed at the later sample. A worker
+consecutive samples divided by the time between them, placed at the later sample (the first
+sample's value is NaN). A worker
 restart does not reset the region (docs/statistics.md), but a broker restart does: a negative
 difference then counts as zero.
 """
@@ -11,9 +12,11 @@ import dataclasses
 import numpy as np
 
 from pybroker.prof.recording import Recording
+from pybroker.protocol.constants import is_system_group, is_system_topic
 from pybroker.stats.service import histogram_percentile
 
-__all__ = ["Series", "series_of", "histogram_delta", "percentile", "HISTOGRAM_UNITS"]
+__all__ = ["Series", "series_of", "histogram_delta", "percentile", "HISTOGRAM_UNITS",
+           "bucket_label", "active_groups", "is_system_key"]
 
 # name -> (unit, title) of every histogram in a sample.
 HISTOGRAM_UNITS = {
@@ -35,6 +38,50 @@ HISTOGRAM_UNITS = {
     "timer_lateness_ms": ("ms", "timer: message stored after its slot's end"),
     "timer_slot_messages": ("messages", "timer: messages per delivered slot"),
 }
+
+
+_BINARY_UNITS = ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+_TIME_UNITS = ((1_000_000, "s"), (1000, "ms"))
+
+
+def bucket_label(bucket: int, unit: str) -> str:
+    """The label of log2 bucket ``bucket`` of a histogram in ``unit``: the bucket holds the
+    values of bit length ``bucket``, [2^(b-1), 2^b), so it reads "< 2^b" in a readable unit
+    ("< 512 µs", "< 2.05 ms", "< 4 MiB", "< 1,024 messages"); bucket 0 holds the zeros."""
+    if bucket == 0:
+        return f"0 {unit}"
+    upper = 1 << bucket
+    if unit == "µs":
+        for scale, name in _TIME_UNITS:
+            if upper >= scale:
+                value = upper / scale
+                return f"< {value:,.0f} {name}" if value >= 100 else f"< {value:.3g} {name}"
+        return f"< {upper} µs"
+    if unit == "bytes":
+        for scale, name in _BINARY_UNITS:
+            if upper >= scale:
+                return f"< {upper // scale:,} {name}"
+        return f"< {upper} B"
+    return f"< {upper:,} {unit}"
+
+
+def is_system_key(key: str) -> bool:
+    """A ``topic@group`` key of a system topic or a system consumer group (tools, the
+    broker's own services): not an application's consumer."""
+    topic, _, group = key.partition("@")
+    return is_system_topic(topic) or is_system_group(group)
+
+
+def active_groups(series: "Series") -> list[str]:
+    """The application consumer groups (``topic@group``) that pulled during the recording:
+    system groups are left out, and so are groups consumerOffset.json still lists but that
+    did not pull (stale)."""
+    keys = []
+    for key, group in series.groups.items():
+        pulled = group["pulls_total"][-1] - group["pulls_total"][0] > 0
+        if pulled and not is_system_key(key):
+            keys.append(key)
+    return keys
 
 
 def histogram_delta(first: dict, last: dict) -> np.ndarray:
@@ -69,15 +116,17 @@ class Series:
 
 
 def _rate(values: list[float], elapsed_s: np.ndarray) -> np.ndarray:
+    """Per second between consecutive samples; the first sample has no rate (NaN, not 0:
+    a chart would draw a fall to zero at the start that never happened)."""
     array = np.asarray(values, np.float64)
     if len(array) < 2:
-        return np.zeros(len(array))
+        return np.full(len(array), np.nan)
     deltas = np.maximum(np.diff(array), 0)
-    return np.concatenate([[0.0], deltas / elapsed_s])
+    return np.concatenate([[np.nan], deltas / elapsed_s])
 
 
 def _quantiles(samples: list[dict], name: str) -> dict[str, np.ndarray]:
-    p50, p99, maximum = [0.0], [0.0], [0.0]
+    p50, p99, maximum = [np.nan], [np.nan], [np.nan]     # no second before the first
     for before, after in zip(samples, samples[1:], strict=False):
         counts = histogram_delta(before["histograms"][name], after["histograms"][name])
         total = int(counts.sum())

@@ -1,6 +1,7 @@
 # `pybroker prof top`: the sampler's figures live in the terminal, refreshed every second.
 """A live view of one broker (rich's Live display): positions and the gaps between them,
-rates, the last second's histograms as bars, CommitLog residency and per-process figures.
+rates, each consumer group's lag (messages and bytes), the last second's histograms as bars,
+CommitLog residency and per-process figures.
 
 Each refresh takes one sample (the same as ``prof record``) and shows the difference from the
 previous one.
@@ -15,7 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pybroker.prof.sampler import Sampler
-from pybroker.prof.series import HISTOGRAM_UNITS, histogram_delta, percentile
+from pybroker.prof.series import (HISTOGRAM_UNITS, bucket_label, histogram_delta,
+                                  is_system_key, percentile)
 
 __all__ = ["run_top", "render"]
 
@@ -46,10 +48,33 @@ def _positions(sample: dict) -> Table:
         value = positions.get(name, 0)
         table.add_row(name, f"{value:,}", f"{(written - value) / MIB:,.2f} MiB"
                       if name in ("flushed", "dispatched") else "")
+    return table
+
+
+def lag_bytes_text(group: dict) -> str:
+    """A group's lag in bytes as top shows it: "≈" when extrapolated, "?" when unknown."""
+    size = group.get("lag_bytes")
+    if size is None:
+        return "?"
+    text = f"{size / MIB:,.2f} MiB" if size >= MIB else f"{size / 1024:,.1f} KiB"
+    return ("≈ " if group.get("lag_bytes_estimated") else "") + text
+
+
+def _groups(previous: dict, sample: dict) -> Table:
+    """Each application consumer group with committed offsets: how far behind it is, in
+    messages and in the stored bytes of those messages (not CommitLog distance: other
+    topics' messages in between are not its lag), and its pulls this second."""
+    elapsed = max((sample["t_ms"] - previous["t_ms"]) / 1000, 1e-3)
+    table = Table(title="consumer groups (lag from consumerOffset.json, persisted every 5 s)",
+                  expand=True)
+    for column in ("topic@group", "lag messages", "lag bytes", "pulls/s"):
+        table.add_column(column, justify="left" if column == "topic@group" else "right")
     for key, group in sorted(sample.get("groups", {}).items()):
-        if "read_position" in group:
-            table.add_row(f"read {key}", f"{group['read_position']:,}",
-                          f"{(written - group['read_position']) / MIB:,.2f} MiB")
+        if is_system_key(key) or "lag_messages" not in group:
+            continue
+        pulls = group.get("pulls", 0) - previous.get("groups", {}).get(key, {}).get("pulls", 0)
+        table.add_row(key, f"{group['lag_messages']:,}", lag_bytes_text(group),
+                      f"{max(pulls, 0) / elapsed:,.1f}")
     return table
 
 
@@ -85,9 +110,8 @@ def _histograms(previous: dict, sample: dict) -> Panel:
                           f"p99 {percentile(counts, 0.99):,.0f} {unit}", style="bold"))
         peak = counts.max()
         for bucket in np.flatnonzero(counts):
-            upper = 1 << int(bucket) if bucket else 1
-            lines.append(Text(f"  <{upper:>12,} {_bar(counts[bucket] / peak)} "
-                              f"{int(counts[bucket])}"))
+            lines.append(Text(f"  {bucket_label(int(bucket), unit):>16} "
+                              f"{_bar(counts[bucket] / peak)} {int(counts[bucket])}"))
     return Panel(Group(*lines), title="last second's histograms")
 
 
@@ -153,7 +177,8 @@ def render(previous: dict, sample: dict, store: str) -> Group:
     stamp = time.strftime("%H:%M:%S", time.localtime(sample["t_ms"] / 1000))
     parts: list[Text | Table | Panel] = [
         Text(f"pybroker prof top  {store}  {stamp}  (Ctrl-C quits)", style="bold"),
-        grid, _histograms(previous, sample), _residency(sample), _processes(previous, sample)]
+        grid, _groups(previous, sample), _histograms(previous, sample), _residency(sample),
+        _processes(previous, sample)]
     if "timer" in sample:
         parts.append(_timer(previous, sample))
     return Group(*parts)

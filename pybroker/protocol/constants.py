@@ -291,6 +291,17 @@ TOPICS_NOT_ALLOWED_TO_SEND = frozenset({
 # System topics and groups are recognised by these prefixes (TopicValidator, MixAll).
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+# TopicValidator's system topics: this set and every name with the prefix.
+SYSTEM_TOPICS = frozenset({
+    SystemTopic.AUTO_CREATE_TEMPLATE, SystemTopic.SCHEDULE, SystemTopic.BENCHMARK,
+    SystemTopic.TRANS_HALF, SystemTopic.TRACE, SystemTopic.TRANS_OP_HALF,
+    SystemTopic.TRANS_CHECK_MAX_TIME, SystemTopic.SELF_TEST, SystemTopic.OFFSET_MOVED_EVENT,
+    "CHECKPOINT_TOPIC"})
+
+
+def is_system_topic(topic: str) -> bool:
+    """TopicValidator.isSystemTopic: a topic the broker and tools use, not an application."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 class PopConstants:
@@ -323,6 +334,19 @@ class SystemGroup:
     SCHEDULE_CONSUMER = "SCHEDULE_CONSUMER"
     CLIENT_INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
     TRANS_CHECK = "CID_RMQ_SYS_TRANS"
+
+
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+# MixAll.isSysConsumerGroupPullMessage's groups: tools, the broker's own services, ONS proxies.
+SYSTEM_CONSUMER_GROUPS = frozenset({
+    SystemGroup.DEFAULT_CONSUMER, SystemGroup.TOOLS_CONSUMER, SystemGroup.SCHEDULE_CONSUMER,
+    "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL", SystemGroup.TRANS_CHECK})
+
+
+def is_system_group(group: str) -> bool:
+    """MixAll.isSysConsumerGroupPullMessage: a consumer group of tools or the broker itself."""
+    return group in SYSTEM_CONSUMER_GROUPS or group.startswith(SYSTEM_GROUP_PREFIX)
 
 
 # Extra ext keys of special meaning on requests/responses

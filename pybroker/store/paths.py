@@ -108,6 +108,13 @@ def stats_region_path(store_root: str) -> str:
     return os.path.join(run_dir(store_root), "stats")
 
 
+def running_settings_path(store_root: str) -> str:
+    """``<root>/run/broker.conf``: the effective settings of the broker serving this store
+    (every key but secrets, Properties syntax), written at start and after each
+    UPDATE_BROKER_CONFIG, removed at stop; what ``pybroker prof --store`` records."""
+    return os.path.join(run_dir(store_root), "broker.conf")
+
+
 def control_block_path(store_root: str) -> str:
     """``<root>/run/control``: the published positions (store/control_block.py)."""
     return os.path.join(run_dir(store_root), "control")

@@ -2,9 +2,13 @@
 """Goal: the profiler's figures are the broker's own truth. The histograms count exactly the
 group commits, flushes and puts the test caused; a pull of records whose pages were evicted
 counts as cold (and the same pull again as warm) while Java's in-memory rule calls neither
-cold; a recording made with ``pybroker prof record`` turns into a page with every chart that
-headless Chromium draws without a script error; ``compare`` and ``top`` work on the same
-broker.
+cold; a recording made with ``pybroker prof record`` (by admin address and by store
+directory, whose settings come from <store>/run/broker.conf) turns into a page with every
+chart that headless Chromium draws without a script error, where what plotly drew (read back
+from the page as JSON) has one colour per process in every subplot, histogram buckets in
+increasing order with units, and only the application group that pulled in the consumers
+chart; ``compare`` and ``top`` work on the same broker; a group's lag is counted in messages
+and their bytes.
 
 Method: one SYNC_FLUSH standalone broker with 1 MiB CommitLog files. Sequential sends (each
 waits for its own flush, so each is one group commit and one flush) between two samples;
@@ -14,6 +18,8 @@ queue 0 from offset 0, whose records lie in the first, evicted file. Chromium is
 (.ci/run installs it); without it the rendering check skips locally and fails in CI.
 """
 import asyncio
+import io
+import json
 import os
 import pathlib
 import re
@@ -23,6 +29,7 @@ import sys
 import time
 
 import pytest
+from rich.console import Console
 
 from pybroker._testbase.cluster import StandaloneBroker
 from pybroker.client.message import Message
@@ -31,6 +38,7 @@ from pybroker.prof.charts import CHART_IDS
 from pybroker.prof.recording import read_recording
 from pybroker.prof.sampler import Sampler, attach_store
 from pybroker.prof.series import histogram_delta
+from pybroker.prof.top import render
 from pybroker.protocol import headers
 from pybroker.protocol.bodies import MessageQueue
 from pybroker.protocol.codes import RequestCode, ResponseCode
@@ -78,9 +86,9 @@ def _delta(first: dict, last: dict, histogram: str):
     return int(counts.sum()), total
 
 
-def _pull(broker: StandaloneBroker, queue_offset: int) -> int:
+def _pull(broker: StandaloneBroker, queue_offset: int, group: str = GROUP) -> int:
     fields = headers.encode_header(headers.PULL_MESSAGE_REQUEST, {
-        "consumer_group": GROUP, "topic": TOPIC, "queue_id": 0, "queue_offset": queue_offset,
+        "consumer_group": group, "topic": TOPIC, "queue_id": 0, "queue_offset": queue_offset,
         "max_msg_nums": 8, "sys_flag": int(PullSysFlag.SUBSCRIPTION), "commit_offset": 0,
         "suspend_timeout_millis": 0, "subscription": "*", "sub_version": 0,
         "expression_type": "TAG"})
@@ -89,6 +97,27 @@ def _pull(broker: StandaloneBroker, queue_offset: int) -> int:
         response = client.invoke(create_request(RequestCode.PULL_MESSAGE, fields), 10_000)
     assert response.code == ResponseCode.SUCCESS, response.remark
     return len(response.body or b"")
+
+
+def _commit_offset(broker: StandaloneBroker, offset: int) -> None:
+    """Commit GROUP's offset of queue 0 and wait until the broker persisted it (every 5 s)
+    in consumerOffset.json, which the profiler reads."""
+    fields = headers.encode_header(headers.UPDATE_CONSUMER_OFFSET_REQUEST, {
+        "consumer_group": GROUP, "topic": TOPIC, "queue_id": 0, "commit_offset": offset})
+    with SyncRemotingClient() as client:
+        client.connect(broker.broker_addr)
+        response = client.invoke(create_request(RequestCode.UPDATE_CONSUMER_OFFSET, fields),
+                                 10_000)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    path = os.path.join(broker.store_dir, "config", "consumerOffset.json")
+    deadline = time.monotonic() + 20
+    while True:
+        text = pathlib.Path(path).read_text() if os.path.exists(path) else ""
+        if json.loads(text or "{}").get("offsetTable", {}).get(f"{TOPIC}@{GROUP}") \
+                == {"0": offset}:
+            return
+        assert time.monotonic() < deadline, text
+        time.sleep(0.2)
 
 
 def _evict_commitlog(store_dir: str) -> list[str]:
@@ -136,6 +165,40 @@ def test_histograms_count_what_the_test_caused(tmp_path):
                                       "supervisor"}
 
 
+def test_lag_in_messages_and_bytes(tmp_path):
+    """A group's lag is messages and their stored bytes, not CommitLog distance: another
+    topic's large records written after it must not count (the issue's 20 messages shown as
+    264 MiB behind); top shows both figures."""
+    with _broker(tmp_path / "b") as broker:
+        asyncio.run(_send(broker, 30, 0))
+        broker.wait_max_offset(TOPIC, 0, 30)
+        sampler = Sampler(attach_store(broker.store_dir))
+        try:
+            before = sampler.sample()
+            _commit_offset(broker, 10)
+            asyncio.run(_send_other(broker, 200))         # 200 x 60 KiB in another topic
+            sample = sampler.sample()
+        finally:
+            sampler.close()
+    record_bytes = (before["counters"]["put_bytes"]) // 30   # every ProfTopic record alike
+    group = sample["groups"][f"{TOPIC}@{GROUP}"]
+    assert group["lag_messages"] == 20
+    assert group["lag_bytes"] == 20 * record_bytes and not group["lag_bytes_estimated"]
+    assert sample["positions"]["written"] - group["read_position"] > 200 * 60_000
+    console = Console(record=True, width=160, file=io.StringIO())
+    console.print(render(before, sample, broker.store_dir))
+    row = next(line for line in console.export_text().splitlines()
+               if f"{TOPIC}@{GROUP}" in line)
+    assert re.search(rf"\b20\b.*\b{20 * record_bytes / 1024:,.1f} KiB", row), row
+
+
+async def _send_other(broker: StandaloneBroker, count: int) -> None:
+    async with Producer("ProfOtherProducer", broker.namesrv_addr,
+                        compress_msg_body_over_howmuch=1 << 30) as producer:
+        for _ in range(count):
+            await producer.send(Message("ProfOtherTopic", os.urandom(60_000)))
+
+
 def test_pulls_of_evicted_pages_count_as_cold(tmp_path):
     work_dir = tmp_path / "b"
     with _broker(work_dir) as broker:
@@ -171,20 +234,82 @@ def test_pulls_of_evicted_pages_count_as_cold(tmp_path):
     assert _delta(before, warm, "pull_read_us")[0] == 2
 
 
-def _render(page: str, profile_dir: str) -> dict[str, str]:
-    """The report page's body attributes after headless Chromium ran its scripts."""
+def _chromium() -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         peers.unavailable("chromium (Debian package chromium) is not installed")
-    result = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu",
+    return chromium
+
+
+def _chromium_run(page: str, profile_dir: str, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--no-first-run", f"--user-data-dir={profile_dir}", "--virtual-time-budget=30000",
-         "--dump-dom", "file://" + page],
+         *options, "file://" + page],
         capture_output=True, text=True, timeout=120)
+
+
+def _render(page: str, profile_dir: str) -> tuple[dict[str, str], dict]:
+    """The page's body attributes after headless Chromium ran its scripts, and what plotly
+    drew: per chart div, its traces (name, legend group, colour, axes) and the order of
+    each category axis (report.py writes them into <pre id="figures-drawn">)."""
+    result = _chromium_run(page, profile_dir, "--dump-dom")
     body = re.search(r"<body([^>]*)>", result.stdout)
     assert body is not None, result.stderr[-2000:]
-    return dict(re.findall(r'(data-[a-z]+)="([^"]*)"', body.group(1)))
+    drawn = re.search(r'<pre id="figures-drawn" hidden="">(.*?)</pre>', result.stdout,
+                      re.DOTALL)
+    assert drawn is not None, result.stdout[-2000:]
+    figures = json.loads(drawn.group(1).replace("&lt;", "<").replace("&gt;", ">")
+                         .replace("&amp;", "&"))
+    return dict(re.findall(r'(data-[a-z]+)="([^"]*)"', body.group(1))), figures
+
+
+def _screenshot(page: str, profile_dir: str, png: pathlib.Path) -> None:
+    _chromium_run(page, profile_dir, "--window-size=1280,6000", f"--screenshot={png}")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000, len(data)
+
+
+_UNIT_SCALE = {"µs": 1, "ms": 1e3, "s": 1e6, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20,
+               "GiB": 1 << 30, "messages": 1, "faults": 1}
+
+
+def _bucket_value(label: str) -> float:
+    """'< 2.05 ms' -> 2050 (µs), '< 4 MiB' -> bytes, '0 µs' -> 0; AssertionError without
+    a unit."""
+    found = re.fullmatch(r"(?:< )?([\d,.]+) (µs|ms|s|B|KiB|MiB|GiB|messages|faults)", label)
+    assert found, f"histogram bucket without a value and unit: {label!r}"
+    return float(found.group(1).replace(",", "")) * _UNIT_SCALE[found.group(2)]
+
+
+def _check_figures(figures: dict, runs: int) -> None:
+    """One colour per process in every subplot (and per run pair), histogram buckets in
+    increasing order with units, and only the application group that pulled in the
+    consumers chart (not the tools' TOOLS_CONSUMER, not the stale group)."""
+    processes = figures["chart-processes"]["traces"]
+    colour_of: dict[str, set] = {}
+    for trace in processes:
+        name = trace["name"].split(": ")[-1]           # compare prefixes "a: "
+        colour_of.setdefault(name, set()).add(trace["colour"])
+    assert all(len(colours) == 1 for colours in colour_of.values()), colour_of
+    colours = [next(iter(c)) for c in colour_of.values()]
+    assert len(set(colours)) == len(colours), colour_of
+    per_group: dict[str, list] = {}
+    for trace in processes:
+        per_group.setdefault(trace["legendgroup"], []).append(trace)
+    for group, traces in per_group.items():
+        assert {t["yaxis"] for t in traces} == {"y", "y2", "y3"}, group
+        assert sum(1 for t in traces if t["showlegend"]) == 1, group
+    histograms = figures["chart-histograms"]
+    assert histograms["categories"], "no category axis drawn"
+    for axis, labels in histograms["categories"].items():
+        values = [_bucket_value(label) for label in labels]
+        assert values == sorted(values) and len(set(values)) == len(values), (axis, labels)
+    bars = [t for t in histograms["traces"] if t["type"] == "bar"]
+    assert len({t["colour"] for t in bars}) == runs
+    pulls = {trace["name"].split(": ")[-1] for trace in figures["chart-pulls"]["traces"]}
+    assert pulls == {f"{TOPIC}@{GROUP}"}, pulls
 
 
 def _cli(*arguments: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
@@ -192,40 +317,92 @@ def _cli(*arguments: str, timeout_s: float = 120) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=timeout_s)
 
 
+def _recorder(source: list[str], output: pathlib.Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pybroker", "prof", "record", *source,
+                             "-d", "4", "-o", str(output)], stderr=subprocess.PIPE, text=True)
+
+
+def _wait_first_sample(recording: pathlib.Path) -> None:
+    deadline = time.monotonic() + 30
+    while not (recording.exists() and b'"kind":"sample"' in recording.read_bytes()):
+        assert time.monotonic() < deadline, f"{recording}: no sample after 30 s"
+        time.sleep(0.05)
+
+
+def _without_settings(recording: pathlib.Path, copy: pathlib.Path) -> None:
+    """A copy of ``recording`` as a recorder of before settings_source wrote it with
+    --store: only the store path among the settings."""
+    lines = recording.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header.pop("settings_source")
+    header["settings"] = {"storePathRootDir": header["store"]}
+    copy.write_text(json.dumps(header) + "\n" + "".join(lines[1:]), encoding="utf-8")
+
+
 def test_record_report_compare_and_top(tmp_path):
-    recording = str(tmp_path / "run.jsonl")
+    by_admin, by_store = tmp_path / "admin.jsonl", tmp_path / "store.jsonl"
     with _broker(tmp_path / "b") as broker:
         asyncio.run(_send(broker, 1, 0))
-        recorder = subprocess.Popen(
-            [sys.executable, "-m", "pybroker", "prof", "record", "--admin", broker.broker_addr,
-             "-d", "4", "-o", recording], stderr=subprocess.PIPE, text=True)
-        asyncio.run(_send(broker, 20, 300))
-        assert _pull(broker, 0) > 0
-        _, errors = recorder.communicate(timeout=60)
-        assert recorder.returncode == 0, errors
+        assert _pull(broker, 0, "StaleGroup") > 0      # pulls before the recording only
+        # Two recordings of different loads, so their histograms span different buckets:
+        # by admin address a burst (large group commits), by store directory sequential
+        # sends (one message each).
+        sent = 1
+        for source, path, sequential, burst in (
+                (["--admin", broker.broker_addr], by_admin, 0, 300),
+                (["--store", broker.store_dir], by_store, 20, 0)):
+            recorder = _recorder(source, path)
+            _wait_first_sample(path)                   # traffic between its samples
+            asyncio.run(_send(broker, sequential, burst))
+            sent += sequential + burst
+            broker.wait_max_offset(TOPIC, 0, sent)
+            assert _pull(broker, 0) > 0
+            assert _pull(broker, 0, "TOOLS_CONSUMER") > 0   # mqadmin's group: a system one
+            _, errors = recorder.communicate(timeout=60)
+            assert recorder.returncode == 0, errors
         top = _cli("top", "--store", broker.store_dir, "-n", "1", "-i", "0.2")
         assert top.returncode == 0, top.stderr
         assert "positions" in top.stdout and "appender" in top.stdout
-    loaded = read_recording(recording)
-    assert len(loaded.samples) == 4 and loaded.end is not None
-    assert loaded.header["settings"]["flushDiskType"] == "SYNC_FLUSH"
+        assert "lag messages" in top.stdout
+    recordings = [read_recording(str(path)) for path in (by_admin, by_store)]
+    for loaded in recordings:
+        assert len(loaded.samples) == 4 and loaded.end is not None
+        assert loaded.header["settings"]["flushDiskType"] == "SYNC_FLUSH"
+    assert recordings[1].header["settings_source"] == os.path.join(
+        broker.store_dir, "run", "broker.conf")
     page = str(tmp_path / "report.html")
-    report = _cli("report", recording, "-o", page)
+    report = _cli("report", str(by_store), "-o", page)
     assert report.returncode == 0, report.stderr
     text = pathlib.Path(page).read_text(encoding="utf-8")
     for chart in CHART_IDS:
         assert f'id="chart-{chart}"' in text, chart
     assert "<script src=" not in text                    # self-contained
-    rendered = _render(page, str(tmp_path / "chromium"))
+    assert "Every send waited until its message was on disk (SYNC_FLUSH)" in text
+    assert "settings-unknown" not in text
+    rendered, figures = _render(page, str(tmp_path / "chromium"))
     assert rendered == {"data-charts": str(len(CHART_IDS)),
                         "data-rendered": str(len(CHART_IDS)), "data-errors": "0"}
+    _check_figures(figures, runs=1)
+    _screenshot(page, str(tmp_path / "chromium"), tmp_path / "report.png")
     compared = str(tmp_path / "compare.html")
-    compare = _cli("compare", recording, recording, "--labels", "a,b", "-o", compared)
+    compare = _cli("compare", str(by_admin), str(by_store), "--labels", "a,b", "-o", compared)
     assert compare.returncode == 0, compare.stderr
     assert "put_messages_per_s" in compare.stdout
-    rendered = _render(compared, str(tmp_path / "chromium"))
+    compared_text = pathlib.Path(compared).read_text(encoding="utf-8")
+    assert "None: the recorded settings are the same." in compared_text
+    rendered, figures = _render(compared, str(tmp_path / "chromium"))
     assert rendered["data-errors"] == "0"
     assert rendered["data-rendered"] == rendered["data-charts"] == str(len(CHART_IDS) + 1)
+    _check_figures(figures, runs=2)
+    _screenshot(compared, str(tmp_path / "chromium"), tmp_path / "compare.png")
+    # A recording without settings is named as such, not compared setting by setting.
+    _without_settings(by_store, tmp_path / "old.jsonl")
+    old = _cli("compare", str(by_admin), str(tmp_path / "old.jsonl"), "--labels", "a,old",
+               "-o", str(tmp_path / "old.html"))
+    assert old.returncode == 0, old.stderr
+    old_text = (tmp_path / "old.html").read_text(encoding="utf-8")
+    assert "The settings of old are <b>unknown</b>" in old_text
+    assert "<th>setting</th><th>a</th><th>old</th>" not in old_text
 
 
 def test_warm_files_are_prepared_off_the_append_path(tmp_path):

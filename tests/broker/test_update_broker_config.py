@@ -10,17 +10,20 @@ shows perm 4 (Java's registerBrokerAll). Waits are on conditions with a deadline
 take the change with the next metadata snapshot.
 """
 import contextlib
+import pathlib
 import time
 
 import orjson
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
+from pybroker.config import parse_properties
 from pybroker.protocol import bodies
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
+from pybroker.store import paths
 
 pytestmark = [pytest.mark.slow]
 TIMEOUT_MS = 10_000
@@ -109,6 +112,11 @@ def test_auto_create_topic_enable_reaches_the_send_path(broker):
             ResponseCode.SUCCESS
         values, new_version = _config(client)
         assert values["autoCreateTopicEnable"] == "false" and new_version == version + 1
+        # ... and <store>/run/broker.conf, what tools attached by store directory read.
+        running = parse_properties(pathlib.Path(paths.running_settings_path(
+            broker.store_dir)).read_text(encoding="iso-8859-1"))
+        assert running["autoCreateTopicEnable"] == "false"
+        assert running["storePathRootDir"] == broker.store_dir
         # Every worker takes it with its next snapshot: sends on new connections land on
         # any worker, so all of them must refuse (a few rounds of fresh connections).
         for round_number in range(6):
