@@ -62,6 +62,34 @@ async def cluster_list(admin, args, out) -> int:
     return 0
 
 
+_RATE_KEYS = ("putTps", "getFoundTps", "getMissTps", "getTransferedTps", "getTotalTps")
+BROKER_STATUS_NOTES = {
+    "rates": "* {keys}: per-second rates over the last 10 s, 60 s and 600 s; a field is "
+             "empty until the broker has run that long (Java prints the same).",
+    "today": "* msgPutTotalTodayNow/msgGetTotalTodayNow count since the last local midnight, "
+             "or since the broker started today; ...TodayMorning and ...YesterdayMorning "
+             "stay 0 until it has run through a midnight (as Java).",
+    "latency": "* putMessageDistributeTime, putLatency99/999: sends of the last 60 s up to "
+               "now (Java: of the last completed minute since it started, so null and 0.00 "
+               "in its first minute).",
+}
+
+
+def broker_status_notes(table: dict[str, str]) -> list[str]:
+    """The footer of brokerStatus: what its first-minutes figures mean (docs/statistics.md,
+    "statsAll and brokerStatus"); a note only where it applies to ``table``."""
+    notes = []
+    empty = [key for key in _RATE_KEYS
+             if key in table and "" in table[key].split(" ")]
+    if empty:
+        notes.append(BROKER_STATUS_NOTES["rates"].format(keys=", ".join(empty)))
+    if table.get("msgPutTotalTodayMorning") == "0" and "msgPutTotalTodayNow" in table:
+        notes.append(BROKER_STATUS_NOTES["today"])
+    if "putMessageDistributeTime" in table:
+        notes.append(BROKER_STATUS_NOTES["latency"])
+    return notes
+
+
 async def broker_status(admin, args, out) -> int:
     selected = await masters(admin, args)
     tables = {address: await admin.broker_runtime_info(address) for _, address in selected}
@@ -72,6 +100,10 @@ async def broker_status(admin, args, out) -> int:
     else:
         for address, table in tables.items():
             out.pairs({f"{address} {key}": value for key, value in table.items()})
+    notes = list(dict.fromkeys(note for table in tables.values()
+                               for note in broker_status_notes(table)))
+    if notes:
+        out.line("\n" + "\n".join(notes))
     return 0
 
 
@@ -181,16 +213,34 @@ async def _stats_sum(admin, address: str, name: str, key: str):
         return None
 
 
-def _day_sum(data) -> int:
-    # Java's compute24HourSum: the day window's sum, else the hour's, else the minute's.
+def _day_sum(data, shorter: set[str]) -> int:
+    """Java's compute24HourSum: the day window's sum, else the hour's, else the minute's;
+    the window used, when shorter than a day, is added to ``shorter``."""
     for window in ("statsDay", "statsHour", "statsMinute"):
         if data and data[window]["sum"]:
+            if window != "statsDay":
+                shorter.add(window)
             return int(data[window]["sum"])
     return 0
 
 
+# statsAll's footer: what Java's first-minutes figures mean (docs/statistics.md).
+STATS_ALL_TPS_NOTE = (
+    "* InTPS/OutTPS: messages per second over the last minute, from snapshots every 10 s "
+    "(Java's StatsItem). A topic or group first seen less than a minute ago is averaged from "
+    "a zero snapshot 10 s before it was first seen to the latest snapshot: 140 messages sent "
+    "over 10 s read 140 / 20-30 s = 7.00-4.67 just after, and 0.00 a minute later (Java "
+    "prints the same).")
+STATS_ALL_DAY_NOTE = (
+    "* InMsg24Hour/OutMsg24Hour: the last day's count from hourly snapshots; in the first "
+    "hour of a topic or group the last hour's from 10-minute snapshots, and before the first "
+    "of those only the last minute's: a count falls back to 0 between one and ten minutes "
+    "after a burst, then comes back (Java's mqadmin computes the same). {rows} row(s) above "
+    "count such a shorter window.")
+
+
 async def stats_all(admin, args, out) -> int:
-    rows = []
+    rows, shorter_rows, young_rows = [], 0, 0
     for topic in sorted(await admin.topic_list()):
         if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)) or \
                 (args.topic and topic != args.topic):
@@ -198,25 +248,32 @@ async def stats_all(admin, args, out) -> int:
         route = await admin.topic_route(topic)
         addresses = [b.broker_addrs[MASTER_ID] for b in (route.broker_datas if route else [])
                      if MASTER_ID in b.broker_addrs]
-        in_tps, in_day = 0.0, 0
+        in_tps, in_day, in_shorter = 0.0, 0, set[str]()
         for address in addresses:
             data = await _stats_sum(admin, address, "TOPIC_PUT_NUMS", topic)
             in_tps += data["statsMinute"]["tps"] if data else 0.0
-            in_day += _day_sum(data)
+            in_day += _day_sum(data, in_shorter)
         groups = await _consumers_of(admin, addresses, topic)
         candidates: list[str | None] = list(groups or []) or [None]
         for group in candidates:
-            out_tps, out_day, lag = 0.0, 0, 0
+            out_tps, out_day, lag, shorter = 0.0, 0, 0, set(in_shorter)
             for address in addresses if group else []:
                 data = await _stats_sum(admin, address, "GROUP_GET_NUMS", f"{topic}@{group}")
                 out_tps += data["statsMinute"]["tps"] if data else 0.0
-                out_day += _day_sum(data)
+                out_day += _day_sum(data, shorter)
                 lag += await _lag(admin, address, group or "", topic)
             if not args.active or in_day or out_day:
                 rows.append([topic, group or "", lag, in_tps, out_tps if group else None,
                              in_day, out_day if group else "NO_CONSUMER"])
+                shorter_rows += bool(shorter)
+                # Counted from the minute window alone: first seen under ten minutes ago.
+                young_rows += "statsMinute" in shorter and bool(in_tps or out_tps)
     out.table(["Topic", "Consumer Group", "Accumulation", "InTPS", "OutTPS", "InMsg24Hour",
                "OutMsg24Hour"], rows)
+    notes = ([STATS_ALL_TPS_NOTE] if young_rows else []) + \
+        ([STATS_ALL_DAY_NOTE.format(rows=shorter_rows)] if shorter_rows else [])
+    if notes:
+        out.line("\n" + "\n".join(notes))
     return 0
 
 

@@ -141,6 +141,12 @@ class Snapshot:
             writers, _stats.HISTOGRAMS_PER_WRITER, _stats.HIST_WORDS)
         self._key_counts = sections[:, _stats.SECTION_KEY_COUNT_OFFSET // 8]
 
+    @property
+    def key_entries(self) -> int:
+        """Keyed entries appended over every writer (grows when a new topic, group or queue
+        is first recorded; a reader compares it to skip decoding unchanged keys)."""
+        return int(self._key_counts.sum())
+
     def counter(self, index: int, writer: int | None = None) -> int:
         """A counter summed over every writer (or of one writer)."""
         if writer is not None:

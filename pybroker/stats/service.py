@@ -113,6 +113,7 @@ class StatsService:
         self.last: Snapshot | None = None
         # The running generation's scrubber figures (pybroker/proc/scrubber.py), or None.
         self.scrubber_status: Callable[[], dict[str, str]] | None = None
+        self.key_entries_seen = -1
 
     @property
     def control(self) -> ControlBlock:
@@ -135,7 +136,10 @@ class StatsService:
         self.region.window_append([now] + [counter(index) for index in _WINDOW_COUNTERS])
         self.recent.append((now, *_latency_figures(snapshot)))
         due = [window for window, at in self.next_sample_ms.items() if now >= at]
-        if due:
+        # New keys (a topic or group recorded for the first time) become items within a
+        # second, as Java creates a StatsItem at its first increment.
+        if due or snapshot.key_entries != self.key_entries_seen:
+            self.key_entries_seen = snapshot.key_entries
             self._sample_items(snapshot, now, due)
         today = self.local_date()
         if today != self.today:
@@ -159,15 +163,14 @@ class StatsService:
             windows = self.items.get(item_key)
             if windows is None:
                 # Java creates an item at its first increment and samples every window at
-                # once, before that increment lands: a zero snapshot one period back and one
-                # now. The minute window takes what is there now (the item is seen up to
-                # 10 s late here); the hour and day windows start from zero as in Java.
+                # once, before that increment lands: a zero snapshot one period back and a
+                # zero one now. The item is seen here within a second of its first record
+                # (tick), so what arrived in that second counts in the first interval, as
+                # Java's increments after the creation sample do. Then every window is
+                # sampled on its own period (docs/statistics.md, "statsAll and brokerStatus").
                 windows = self.items[item_key] = ItemWindows(now)
                 for window in PERIODS_MS:
-                    if window == MINUTE:
-                        windows.sample(window, now, times, value)
-                    else:
-                        windows.sample(window, now, 0, 0)
+                    windows.sample(window, now, 0, 0)
                 continue
             for window in due:
                 windows.sample(window, now, times, value)

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -181,6 +182,39 @@ def test_consumer_progress_of_an_unknown_group(broker):
     assert line.startswith("pybroker admin consumerProgress: the consumer group [nosuchgroup] "
                            "has no offsets on any broker and no client online: check the "
                            "group name")
+
+
+def test_stats_footers_explain_the_first_minutes(broker):
+    """statsAll of a topic first written seconds ago and brokerStatus of a broker started
+    seconds ago: Java's figures, and a footer saying what they mean in those first minutes."""
+    from pybroker.admin.broker_commands import (BROKER_STATUS_NOTES, STATS_ALL_DAY_NOTE,
+                                                STATS_ALL_TPS_NOTE)
+    from pybroker.client import Message
+    from pybroker.client.sync import Producer
+    with Producer("first_hour_stats", broker.namesrv_addr) as producer:
+        for _ in range(20):
+            producer.send(Message("FirstHourStats", b"x"))
+    deadline = time.monotonic() + 30              # the next 10 s snapshot of the item
+    while True:
+        stats = _run(["admin", "statsAll", "-t", "FirstHourStats", "-n", broker.namesrv_addr])
+        row = next(line.split() for line in stats.stdout.splitlines()
+                   if line.startswith("FirstHourStats"))
+        if float(row[2]) > 0:                     # topic, accumulation, InTPS, 24 h, ...
+            break
+        assert time.monotonic() < deadline, stats.stdout
+        time.sleep(1)
+    assert row[3] == "20", row                    # InMsg24Hour, from the minute window
+    footer = stats.stdout.split("\n\n", 1)[1].splitlines()
+    assert footer == [STATS_ALL_TPS_NOTE, STATS_ALL_DAY_NOTE.format(rows=1)]
+    status = _run(["admin", "brokerStatus", "-n", broker.namesrv_addr, "-b",
+                   broker.broker_addr])
+    assert status.returncode == 0, status.stderr
+    notes = status.stdout.split("\n\n", 1)[1].splitlines()
+    assert BROKER_STATUS_NOTES["latency"] in notes and BROKER_STATUS_NOTES["today"] in notes
+    assert any(note.startswith("* putTps") for note in notes)   # 600 s not yet filled
+    as_json = _run(["admin", "statsAll", "-t", "FirstHourStats", "--json", "-n",
+                    broker.namesrv_addr])
+    assert "* InTPS" not in as_json.stdout                   # footers are for people
 
 
 def test_a_broker_port_given_as_name_server(broker):

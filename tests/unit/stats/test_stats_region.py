@@ -189,6 +189,54 @@ def test_service_tick_rates_items_and_morning(region):
     appender.close()
 
 
+def test_items_start_as_java_creates_them_and_the_24_hour_sum_falls_back(region):
+    """A topic's first records make its StatsItem within a second, with Java's zero
+    snapshots (one period back and at creation): 140 messages over 10 s read 7.00 at the
+    next 10 s snapshot and 4.67 at the one after (Java 5.3.3 printed 4.67 for the same load,
+    docs/statistics.md); statsAll's 24-hour count (day, else hour, else minute sum) reads 140,
+    then 0 once the minute has passed, then 140 again from the 10-minute snapshot."""
+    clock = [1_000_000]
+    service = StatsService(region, "DefaultCluster", clock_ms=lambda: clock[0],
+                           local_date=lambda: "monday")
+    writer = region.writer(remoting_writer(0))
+    entry = writer.key(K.KEY_TOPIC_PUT, 0, "T")
+
+    def day_sum() -> int:
+        view = service.view("TOPIC_PUT_NUMS", "T")
+        return next((view[w]["sum"] for w in ("statsDay", "statsHour", "statsMinute")
+                     if view[w]["sum"]), 0)
+    for _ in range(10):                            # 14 a second from t = 0 to 9 s
+        writer.key_add(entry, 14, 14)
+        service.tick()                             # t = 0: first seen, zero snapshots
+        clock[0] += 1000
+    service.tick()                                 # t = 10 s: the next minute snapshot
+    assert service.view("TOPIC_PUT_NUMS", "T")["statsMinute"]["tps"] == 140 * 1000 / 20_000
+    assert day_sum() == 140
+    clock[0] = 1_000_000 + 20_000
+    service.tick()
+    assert round(service.view("TOPIC_PUT_NUMS", "T")["statsMinute"]["tps"], 2) == 4.67
+    for seconds in range(30, 80, 10):
+        clock[0] = 1_000_000 + seconds * 1000
+        service.tick()
+    assert service.view("TOPIC_PUT_NUMS", "T")["statsMinute"]["tps"] == 0.0
+    assert day_sum() == 0
+    clock[0] = 1_000_000 + 600_000
+    service.tick()
+    assert day_sum() == 140
+    # A topic first recorded between two 10 s snapshots: seen within the second (zero
+    # snapshots then), so its first interval runs from 10 s before that second, not from 10 s
+    # before the next snapshot (which read 140 messages of 7 s as 14.00 before).
+    late = writer.key(K.KEY_TOPIC_PUT, 0, "Late")
+    for second in range(3, 10):                    # 20 a second, t = 603 .. 609 s
+        clock[0] = 1_000_000 + 600_000 + second * 1000
+        writer.key_add(late, 20, 20)
+        service.tick()
+    clock[0] = 1_000_000 + 610_000
+    service.tick()
+    assert service.view("TOPIC_PUT_NUMS", "Late")["statsMinute"]["tps"] == 140 * 1000 / 17_000
+    writer.close()
+
+
 def test_recorder_publishes_the_oldest_unanswered_request(region):
     from pybroker.stats.recorder import Recorder
     recorder = Recorder(region.writer(remoting_worker(0).stats_section))
