@@ -292,6 +292,7 @@ def serving_banner(loaded, namesrv_port: int) -> str:
             f"bindAddress= in broker.conf binds one address)\n"
             f"{_grpc_banner_line(loaded)}"
             f"  store       {loaded.store.store_path_root_dir}\n"
+            f"{_metrics_line(broker)}"
             f"  logs        stderr\n"
             f"  stop        Ctrl-C, or kill -TERM {os.getpid()}\n"
             f"Send a test message:\n  {send_test_message_command(namesrv_addr)}\n")
@@ -303,6 +304,14 @@ def _grpc_banner_line(loaded) -> str:
         return ""
     return (f"  gRPC        {loaded.broker.broker_ip1}:{grpc.grpc_server_port} (RocketMQ 5 SDKs; "
             f"listening on {loaded.remoting.bind_address}:{grpc.grpc_server_port})\n")
+
+
+def _metrics_line(broker) -> str:
+    """The banner's metrics line: the Prometheus endpoint's URL, or how to turn it on."""
+    if broker.metrics_exporter_type != "PROM":
+        return "  metrics     off (metricsExporterType=PROM in broker.conf serves Prometheus)\n"
+    host = broker.metrics_prom_exporter_host or broker.broker_ip1
+    return f"  metrics     http://{host}:{broker.metrics_prom_exporter_port}/metrics\n"
 
 
 def _log_important(loaded) -> None:

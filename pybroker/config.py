@@ -241,6 +241,11 @@ class BrokerConfig(PopSettings):
         rule=between(10, 600000))
     broker_election_priority: int = setting("brokerElectionPriority", JAVA_INT_MAX,
         "lower is preferred when the controller elects among equally up-to-date replicas")
+    metrics_exporter_compat: str = setting("metricsExporterCompat", "none",
+        "none, or exporter: the endpoint also serves apache/rocketmq-exporter's names and "
+        "labels (rocketmq_group_diff, rocketmq_producer_tps, ...) that its Grafana "
+        "dashboards query", pybroker_only=True,
+        rule=Rule("must be none or exporter", lambda value: value in ("none", "exporter")))
     stats_instruments_enable: bool = setting("statsInstrumentsEnable", True,
         "record the runtime statistics (counters, histograms, keyed topic/group figures) that "
         "brokerStatus, statsAll, consumeTps, the metrics endpoint and pybroker prof read; false "

@@ -13,6 +13,7 @@ cdef enum:
 
 cdef struct Template:
     bint stored                     # msgId/queueId/queueOffset present
+    int32_t code                    # the response code (rpc_latency's response_code label)
     const unsigned char *pieces[TEMPLATE_PIECES]
     Py_ssize_t lengths[TEMPLATE_PIECES]
 

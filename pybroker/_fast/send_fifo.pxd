@@ -27,6 +27,7 @@ cdef struct FastSend:
     bint withdrawn                  # answered busy by fast failure; its completion is dropped
     bint answered                   # held, answered out of FIFO order (send_path _sweep)
     int32_t topic_id
+    int32_t request_code            # SEND_MESSAGE, _V2 or SEND_BATCH_MESSAGE (rpc_latency label)
     int64_t started_ns              # when the request was read, a Python path put when it
                                     # started waiting for ring space (CLOCK_MONOTONIC)
     int64_t started_ms              # the same, epoch ms (the oldest-request gauge)

@@ -107,8 +107,9 @@ cdef class SendPath:
     address (STOREHOSTADDRESS, message ids). ``cluster_pair``: ``b"CLUSTER\\x01<name>\\x02"``.
     ``flush_timeout_s`` / ``slave_timeout_s``: syncFlushTimeout / slaveTimeout, how long a held
     acknowledgement waits for the flush / a slave.
-    ``templates[i]``: ``(stored, pieces)`` of the response to a send whose PutStatus has
-    completion code i (broker/send_fast.py builds them with the Python path's encoder).
+    ``templates[i]``: ``(stored, pieces, response code)`` of the response to a send whose
+    PutStatus has completion code i (broker/send_fast.py builds them with the Python path's
+    encoder).
     """
 
     def __cinit__(self):
@@ -203,10 +204,11 @@ cdef class SendPath:
         cdef Py_ssize_t index
         self._template_bytes = []
         self._statuses_count = len(templates)
-        for index, (stored, pieces) in enumerate(templates):
+        for index, (stored, pieces, code) in enumerate(templates):
             pieces = tuple(bytes(piece) for piece in pieces)
             self._template_bytes.append(pieces)     # keeps the memory the pointers name
             set_template(&self._templates[index], stored, pieces)
+            self._templates[index].code = code
 
     # --- topics -----------------------------------------------------------------------------
 
@@ -443,6 +445,7 @@ cdef class SendPath:
         send.queue_id = request.queue_id
         send.oneway = (request.rpc_flag & RPC_FLAG_ONEWAY) != 0
         send.topic_id = topic.topic_id
+        send.request_code = request.code
         send.started_ns = self._take_ns
         send.started_ms = self._take_ms
         self._queue(&send, count, records_bytes, sizes, wait_store)
@@ -854,7 +857,8 @@ cdef class SendPath:
             messages = send.count
             size_bytes = send.records_bytes
         return self._counting.answered(now_ns - send.started_ns, template.stored, messages,
-                                       size_bytes, send.topic_id)
+                                       size_bytes, send.topic_id, send.request_code,
+                                       template.code, send.oneway)
 
     cdef int _update_oldest(self) except -1:
         return self._counting.set_oldest(self._fast_oldest_ms())

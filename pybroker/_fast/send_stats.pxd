@@ -18,7 +18,9 @@ cdef class SendStats:
     cdef dict _topic_ids
     cdef list _topic_names
     cdef int32_t *_keys                # by topic id: TOPIC_PUT entry, -2 not looked up yet
+    cdef int32_t *_size_keys           # by topic id * SIZE_BUCKETS + bucket: KEY_MESSAGE_SIZE
     cdef Py_ssize_t _keys_capacity
+    cdef dict _rpc_keys                # (request, response, oneway, bucket) -> KEY_RPC entry
     cdef object _python_oldest         # () -> the handlers' oldest unanswered send (epoch ms)
 
     # A stable small id of a topic (UTF-8 name), for answered().
@@ -30,8 +32,12 @@ cdef class SendStats:
     # TOPIC_PUT / BROKER_PUT_NUMS / message size, then RPC latency and SEND_FINISHED.
     # SEND_OLDEST_MS: the older of fast_oldest_ms (0: none) and the handlers' oldest.
     cdef int set_oldest(self, int64_t fast_oldest_ms) except -1
+    cdef int32_t _size_key(self, int32_t topic_id, int64_t size_bytes) except -3
+    cdef int32_t _rpc_key(self, int32_t request_code, int32_t response_code, bint oneway,
+                          int64_t elapsed_ms) except -3
     cdef int answered(self, int64_t elapsed_ns, bint stored, int64_t messages,
-                      int64_t size_bytes, int32_t topic_id) except -1
+                      int64_t size_bytes, int32_t topic_id, int32_t request_code,
+                      int32_t response_code, bint oneway) except -1
     # A SYNC_FLUSH acknowledgement answered after waiting waited_ns for the flush (and, on a
     # SYNC_MASTER, the slave): the SYNC_FLUSH_WAIT_US histogram.
     cdef void flush_waited(self, int64_t waited_ns) noexcept

@@ -11,8 +11,9 @@ tests/unit/broker/test_send_fast.py compares both paths' figures.
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
-from pybroker._fast.stats cimport (BROKER_PUT_NUMS, KEY_BYTES, KEY_MESSAGES, KEY_REQUESTS,
-                                    KEY_TOPIC_PUT, KEYS_DROPPED, MESSAGE_SIZE_BYTES,
+from pybroker._fast.stats cimport (BROKER_PUT_NUMS, KEY_BYTES, KEY_MESSAGE_SIZE,
+                                    KEY_MESSAGES, KEY_REQUESTS, KEY_RPC, KEY_TOPIC_PUT,
+                                    KEYS_DROPPED, MESSAGE_SIZE_BYTES,
                                     PUT_DISTRIBUTE_0, PUT_ENTIRE_TIME_MAX_MS, PUT_LATENCY_US,
                                     REQUESTS_TOTAL, RPC_LATENCY_US, SEND_FINISHED,
                                     SEND_OLDEST_MS, SEND_STARTED, SYNC_FLUSH_WAIT_US,
@@ -39,6 +40,12 @@ cdef extern from *:
 cdef enum:
     PUT_DISTRIBUTE_LIMITS = 12
     KEY_UNKNOWN = -2
+    SIZE_BUCKETS = 7              # Java's message-size view: 6 bounds and +Inf
+
+# The metrics endpoint's keyed histograms: the one table of bounds and key spellings.
+from pybroker.stats import metric_names as _names
+
+assert len(_names.MESSAGE_SIZE_BUCKETS_BYTES) + 1 == SIZE_BUCKETS
 
 
 cdef int64_t monotonic_ns() noexcept nogil:
@@ -68,15 +75,29 @@ def distribute_bucket(int64_t elapsed_ms):
     return put_distribute_bucket(elapsed_ms)
 
 
+cdef inline void _count(StatsWriter writer, int32_t entry, uint64_t value) noexcept:
+    """One value into a keyed histogram entry (count, sum), as StatsWriter.key_add."""
+    cdef uint64_t *words
+    if entry < 0:
+        pb_stats_add(writer.counters + KEYS_DROPPED, 1)
+        return
+    words = writer.key_words(entry)
+    pb_stats_add(words + KEY_MESSAGES, 1)
+    pb_stats_add(words + KEY_BYTES, value)
+    pb_stats_add(words + KEY_REQUESTS, 1)
+
+
 cdef class SendStats:
     """The counting of one worker's fast sends into ``writer`` (a StatsWriter, or None; a
     writer whose region has the instruments off counts as None)."""
 
     def __cinit__(self):
         self._keys = NULL
+        self._size_keys = NULL
         self._keys_capacity = 0
         self._topic_ids = {}
         self._topic_names = []
+        self._rpc_keys = {}
 
     def __init__(self, StatsWriter writer=None, python_oldest=None):
         # Instruments off (statsInstrumentsEnable=false): the one check, here; every record
@@ -86,11 +107,12 @@ cdef class SendStats:
 
     def __dealloc__(self):
         PyMem_Free(self._keys)
+        PyMem_Free(self._size_keys)
 
     cdef int32_t topic_id(self, bytes name) except -1:
         cdef object known = self._topic_ids.get(name)
         cdef int32_t *grown
-        cdef Py_ssize_t topic_id, capacity
+        cdef Py_ssize_t topic_id, capacity, index
         if known is not None:
             return known
         topic_id = len(self._topic_names)
@@ -99,8 +121,15 @@ cdef class SendStats:
             grown = <int32_t *>PyMem_Realloc(self._keys, capacity * sizeof(int32_t))
             if grown == NULL:
                 raise MemoryError()
-            self._keys, self._keys_capacity = grown, capacity
+            self._keys = grown
+            grown = <int32_t *>PyMem_Realloc(self._size_keys,
+                                             capacity * SIZE_BUCKETS * sizeof(int32_t))
+            if grown == NULL:
+                raise MemoryError()
+            self._size_keys, self._keys_capacity = grown, capacity
         self._keys[topic_id] = KEY_UNKNOWN
+        for index in range(SIZE_BUCKETS):
+            self._size_keys[topic_id * SIZE_BUCKETS + index] = KEY_UNKNOWN
         self._topic_names.append(name)
         self._topic_ids[name] = topic_id
         return <int32_t>topic_id
@@ -112,6 +141,28 @@ cdef class SendStats:
             self._keys[topic_id] = self.writer.key(
                 KEY_TOPIC_PUT, 0, (<bytes>self._topic_names[topic_id]).decode("utf-8"))
         return self._keys[topic_id]
+
+    cdef int32_t _size_key(self, int32_t topic_id, int64_t size_bytes) except -3:
+        # Java's message_size: one value per put, its bytes per message, under the topic and
+        # message type "normal" (fast sends are never delay or transaction sends).
+        cdef int label = _names.message_size_label(0, size_bytes)
+        cdef int32_t *slot = &self._size_keys[topic_id * SIZE_BUCKETS + label]
+        if slot[0] == KEY_UNKNOWN:
+            slot[0] = self.writer.key(
+                KEY_MESSAGE_SIZE, label,
+                (<bytes>self._topic_names[topic_id]).decode("utf-8"))
+        return slot[0]
+
+    cdef int32_t _rpc_key(self, int32_t request_code, int32_t response_code, bint oneway,
+                          int64_t elapsed_ms) except -3:
+        cdef int bucket = _names.bucket_of(elapsed_ms, _names.RPC_BUCKETS_MS)
+        cached = self._rpc_keys.get((request_code, response_code, oneway, bucket))
+        if cached is not None:
+            return cached
+        entry = self.writer.key(KEY_RPC, bucket, _names.rpc_key(
+            request_code, response_code, False, "oneway" if oneway else "success"))
+        self._rpc_keys[(request_code, response_code, oneway, bucket)] = entry
+        return entry
 
     cdef void started(self, int64_t requests) noexcept:
         if self.writer is not None:
@@ -130,7 +181,8 @@ cdef class SendStats:
         return 0
 
     cdef int answered(self, int64_t elapsed_ns, bint stored, int64_t messages,
-                      int64_t size_bytes, int32_t topic_id) except -1:
+                      int64_t size_bytes, int32_t topic_id, int32_t request_code,
+                      int32_t response_code, bint oneway) except -1:
         cdef StatsWriter writer = self.writer
         cdef uint64_t *words
         cdef int32_t key
@@ -156,7 +208,11 @@ cdef class SendStats:
             if messages:
                 pb_stats_record_n(writer.histogram(MESSAGE_SIZE_BYTES),
                                   <uint64_t>(size_bytes // messages), <uint64_t>messages)
+                _count(writer, self._size_key(topic_id, size_bytes // messages),
+                       <uint64_t>(size_bytes // messages))
         pb_stats_record(writer.histogram(RPC_LATENCY_US), <uint64_t>(elapsed_ns // 1000))
+        _count(writer, self._rpc_key(request_code, response_code, oneway,
+                                     elapsed_ns // 1000000), <uint64_t>(elapsed_ns // 1000))
         pb_stats_add(writer.counters + SEND_FINISHED, 1)
         return 0
 

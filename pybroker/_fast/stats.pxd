@@ -32,7 +32,7 @@ cpdef enum:
     STATS_BOOT_MS_OFFSET = 32
     STATS_SECTIONS_OFFSET_OFFSET = 40
     STATS_INSTRUMENTS_OFF_OFFSET = 48
-    STATS_LAYOUT_VERSION = 2
+    STATS_LAYOUT_VERSION = 3
     STATS_PAGE_BYTES = 4096
     WINDOW_AREA_OFFSET = 4096
     WINDOW_CURSOR_OFFSET = 4096           # rows ever written (monotonic)
@@ -169,6 +169,14 @@ cpdef enum StatsKeyKind:
                                   # put), ack records stored, requests
     KEY_TIMER_ENQUEUE = 8         # timer: key real topic; words: messages enqueued
     KEY_TIMER_DEQUEUE = 9         # timer: key real topic; words: messages delivered
+    # Keyed histograms of the metrics endpoint (stats/metric_names.py: buckets, key formats):
+    # label = bucket index over Java's explicit bounds; words: count, sum.
+    KEY_RPC = 10                  # key request|response|long polling|result (Java's lowercase
+                                  # code names); sum in µs
+    KEY_MESSAGE_SIZE = 11         # key topic, label message type * 16 + bucket; sum in bytes
+    KEY_SEND_TO_DLQ = 12          # key topic@group (the original topic); words: messages
+    KEY_TRANSACTION = 13          # key real topic, label TransactionEvent; words: messages
+    KEY_FINISH_LATENCY = 14       # key real topic (committed), label bucket; sum in seconds
 
 
 cpdef enum KeyWord:

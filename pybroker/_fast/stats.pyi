@@ -144,6 +144,11 @@ class StatsKeyKind(enum.IntEnum):
     KEY_GROUP_ACK = 7
     KEY_TIMER_ENQUEUE = 8
     KEY_TIMER_DEQUEUE = 9
+    KEY_RPC = 10
+    KEY_MESSAGE_SIZE = 11
+    KEY_SEND_TO_DLQ = 12
+    KEY_TRANSACTION = 13
+    KEY_FINISH_LATENCY = 14
 
 
 class KeyWord(enum.IntEnum):

@@ -25,6 +25,7 @@ from pybroker.protocol.constants import (END_TRANSACTION_COMMIT, END_TRANSACTION
                                          END_TRANSACTION_UNKNOWN, TRANSACTION_TYPE_MASK,
                                          Property, SystemTopic)
 from pybroker.protocol.properties import decode_properties, encode_properties
+from pybroker.stats.metric_names import TransactionEvent
 from pybroker.store.status import send_response
 
 OP_MARKER_TAG = "d"      # TransactionalMessageUtil.REMOVETAG
@@ -94,6 +95,7 @@ async def _end(ctx, header) -> None:
         properties = decode_properties(decoded.properties)
         _check_half(decoded, properties, header)
         half_queue_id, half_queue_offset = decoded.queue_id, decoded.queue_offset
+        real_topic, born_ms = properties.get(Property.REAL_TOPIC, ""), decoded.born_timestamp
         final = None
         if header.commit_or_rollback == END_TRANSACTION_COMMIT:
             final = _final_message(ctx, decoded, properties)
@@ -107,6 +109,14 @@ async def _end(ctx, header) -> None:
             code, remark = send_response(result.status, ctx.config.store.max_message_size)
             raise send.SendRefused(code, remark)
     await put_op_marker(ctx.putter, ctx, half_queue_id, half_queue_offset, ctx.now_ms())
+    if ctx.stats is not None:
+        # Java's TransactionMetrics (-1) and commit / rollback counters, under the real topic;
+        # the finish latency in seconds from the half message's birth, as Java records it.
+        committed = final is not None
+        ctx.stats.transaction(real_topic, TransactionEvent.COMMITTED if committed
+                              else TransactionEvent.ROLLED_BACK)
+        if committed:
+            ctx.stats.transaction_finished(real_topic, (ctx.now_ms() - born_ms) // 1000)
 
 
 async def handle_end_transaction(ctx: BrokerContext, channel: ClientChannel,

@@ -59,6 +59,8 @@ class HeldPull:
     rerun: Callable[[], Awaitable[RemotingCommand | None]]
     deadline_ms: int = 0
     timer: asyncio.TimerHandle | None = None
+    # Called with the response once it was sent (the rpc_latency of a long-polling pull).
+    answered: Callable[[RemotingCommand], None] | None = None
 
     def matches(self, tags_code: int | None) -> bool:
         """Whether a message with ``tags_code`` (None: unknown) would be taken by this pull."""
@@ -180,6 +182,9 @@ class LongPollService:
             held.channel.send(response)
         except (ConnectionError, OSError) as error:
             log.debug("held pull answer to %s dropped: %s", held.channel.remote_address, error)
+            return
+        if held.answered is not None:
+            held.answered(response)
 
     # --- waking ---------------------------------------------------------------------------------
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int | None = None,

@@ -276,7 +276,18 @@ def _suspend(ctx, channel, request: RemotingCommand, header,
     held = HeldPull(header.topic, header.queue_id, header.queue_offset, pull_filter.tag_codes,
                     timeout_ms, channel, _NO_RERUN)
     held.rerun = functools.partial(process_pull, ctx, channel, request, False, held)
+    if ctx.stats is not None:
+        held.answered = functools.partial(_held_answered, ctx.stats, request.code,
+                                          ctx.stats.now_ns())
     return ctx.long_poll.hold(held)
+
+
+def _held_answered(stats, request_code: int, held_ns: int, response: RemotingCommand) -> None:
+    """A held pull's answer went out: rpc_latency with is_long_polling=true, timed from when
+    it was held (Java times it from the request's arrival; the pull's first read before it
+    was held, usually well under a millisecond, is not counted)."""
+    stats.rpc(request_code, response.code, (stats.now_ns() - held_ns) // 1000,
+              long_polling=True)
 
 
 async def _NO_RERUN() -> None:

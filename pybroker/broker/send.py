@@ -26,6 +26,7 @@ from pybroker.protocol import headers
 from pybroker.protocol.headers import java_parse_boolean
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_response
+from pybroker.stats.metric_names import TransactionEvent
 from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, DLQ_QUEUE_NUMS_PER_GROUP,
                                          NAME_VALUE_SEPARATOR, PERM_READ_WRITE,
                                          PROPERTIES_MAX_BYTES, PROPERTY_SEPARATOR,
@@ -362,6 +363,8 @@ async def _retry_or_dlq(ctx, request, header, topic: str, queue_id: int, config)
         max_reconsume_times = header.max_reconsume_times
     if (header.reconsume_times or 0) < max_reconsume_times:
         return topic, queue_id, config
+    if ctx.stats is not None:     # Java: the request's topic and producer group
+        ctx.stats.send_to_dlq(topic, header.producer_group)
     dlq_topic = DLQ_GROUP_TOPIC_PREFIX + group
     dlq_config = await send_back_topic(ctx, dlq_topic, DLQ_QUEUE_NUMS_PER_GROUP, 0)
     if dlq_config is None:
@@ -415,6 +418,9 @@ async def _send_single(ctx, channel, request, header, config) -> tuple:
                              ctx.store_host, reconsume_times)
     result = await timed_put(ctx, records, topic, queue_id, 1, sys_flag,
                              wait_store_of(properties))
+    if topic == SystemTopic.TRANS_HALF and result.status.stored and ctx.stats is not None:
+        # Java's TransactionMetrics: one more half message of the real topic.
+        ctx.stats.transaction(properties[Property.REAL_TOPIC], TransactionEvent.PREPARED)
     recall_handle = None
     if topic == SystemTopic.WHEEL_TIMER:
         recall_handle = recall_handle_of(properties, ctx.config.broker.broker_name)

@@ -143,6 +143,8 @@ async def _send_back(ctx, request, header) -> int:
         raise send.SendRefused(ResponseCode.SYSTEM_ERROR, result.status.name)
     if ctx.stats is not None:
         ctx.stats.send_back(back_topic, header.group)
+        if to_dlq:        # Java counts it under the request's originTopic
+            ctx.stats.send_to_dlq(header.origin_topic or back_topic, header.group)
     return ResponseCode.SUCCESS
 
 

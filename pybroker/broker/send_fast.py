@@ -79,10 +79,11 @@ def busy_frame(fields: dict[str, str], opaque: int, waited_ms: int, queue_size: 
 
 
 def response_template(status: PutStatus, fields: dict[str, str],
-                      max_message_size: int) -> tuple[bool, tuple[bytes, ...]]:
-    """``(stored, pieces)`` of the answer to a send whose outcome is ``status``: the header is
-    ``pieces[0] msgId pieces[1] queueId pieces[2] queueOffset pieces[3] opaque pieces[4]`` when
-    stored, else ``pieces[0] opaque pieces[4]`` (handle_send_message's fields either way)."""
+                      max_message_size: int) -> tuple[bool, tuple[bytes, ...], int]:
+    """``(stored, pieces, code)`` of the answer to a send whose outcome is ``status``: the
+    header is ``pieces[0] msgId pieces[1] queueId pieces[2] queueOffset pieces[3] opaque
+    pieces[4]`` when stored, else ``pieces[0] opaque pieces[4]`` (handle_send_message's fields
+    either way); ``code`` is its response code."""
     code, remark = send_response(status, max_message_size)
     answer_fields = dict(fields)
     if status.stored:
@@ -103,7 +104,7 @@ def response_template(status: PutStatus, fields: dict[str, str],
     pieces.append(rest)
     if not status.stored:
         pieces = [pieces[0], b"", b"", b"", pieces[1]]
-    return status.stored, tuple(pieces)
+    return status.stored, tuple(pieces), int(code)
 
 
 def fast_topics(config, metadata) -> list[tuple[bytes, int, int]]:

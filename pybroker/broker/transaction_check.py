@@ -33,6 +33,7 @@ from pybroker.protocol.command import create_request
 from pybroker.protocol.constants import Property, SystemGroup, SystemTopic
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.protocol.properties import decode_properties
+from pybroker.stats.metric_names import TransactionEvent
 
 log = logging.getLogger("pybroker.broker.transaction_check")
 
@@ -95,11 +96,12 @@ class TransactionCheckService:
     ``transaction_check_interval`` (ms) and ``broker_name``: ``config.broker``.
     """
 
-    def __init__(self, store_reader, putter, metadata, settings):
+    def __init__(self, store_reader, putter, metadata, settings, stats=None):
         self.store_reader = store_reader
         self.putter = putter
         self.metadata = metadata
         self.settings = settings
+        self.stats = stats          # a Recorder (the discards of rocketmq_half_messages)
         self._random = random.Random()
 
     def _start_offset(self, topic: str, queue_id: int) -> int:
@@ -278,4 +280,7 @@ class TransactionCheckService:
         if not result.status.stored:
             log.error("transaction check: discard to %s failed: %s",
                       SystemTopic.TRANS_CHECK_MAX_TIME, result.status.name)
+        elif self.stats is not None:       # Java's TransactionMetrics: one half message less
+            self.stats.transaction(properties.get(Property.REAL_TOPIC, ""),
+                                   TransactionEvent.DISCARDED)
         return 0

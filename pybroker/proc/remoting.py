@@ -290,10 +290,13 @@ class RemotingWorker:
             channel.language, channel.version = request.language, request.version
             started = stats.now_ns()
             token = stats.request_started(family)
+            response = None
             try:
-                return await handler(ctx, channel, request)
+                response = await handler(ctx, channel, request)
+                return response
             finally:
-                stats.request_finished(family, token, (stats.now_ns() - started) // 1000)
+                stats.request_finished(family, token, (stats.now_ns() - started) // 1000,
+                                       _rpc_answer(request, response))
         return run
 
     async def _forward(self, connection: RemotingConnection,
@@ -308,16 +311,20 @@ class RemotingWorker:
         forwarded = create_request(request.code, ext_fields, request.body,
                                    oneway=request.is_oneway, language=request.language)
         forwarded.version, forwarded.remark = request.version, request.remark
+        started = self.stats.now_ns()
         if request.is_oneway:
             self.metadata_client.invoke_oneway(forwarded)
+            self.stats.rpc(request.code, ResponseCode.SUCCESS,
+                           (self.stats.now_ns() - started) // 1000, result="oneway")
             return None
         try:
             answer = await self.metadata_client.forward(forwarded)
         except LinkBusy as busy:
-            return create_response(request, ResponseCode.SYSTEM_BUSY, busy.remark)
+            answer = create_response(request, ResponseCode.SYSTEM_BUSY, busy.remark)
         response = create_response(request, answer.code, answer.remark, answer.ext_fields,
                                    answer.body)
         response.version = answer.version
+        self.stats.rpc(request.code, response.code, (self.stats.now_ns() - started) // 1000)
         return response
 
     # --- channels -------------------------------------------------------------------------------
@@ -438,3 +445,14 @@ def run_remoting_worker(worker_id: int, config, data_plane, metadata_socket: str
 
 
 __all__ = ["RemotingWorker", "run_remoting_worker", "constants"]
+
+
+def _rpc_answer(request: RemotingCommand,
+                response: RemotingCommand | None) -> tuple[int, int, bool] | None:
+    """rocketmq_rpc_latency's (request code, response code, oneway) of a handled request;
+    None when it has no answer yet (a held pull, counted when the long poll answers it)."""
+    if response is not None:
+        return request.code, response.code, request.is_oneway
+    if request.is_oneway:           # Java's processors answer oneway requests SUCCESS too
+        return request.code, ResponseCode.SUCCESS, True
+    return None

@@ -92,7 +92,7 @@ class _Pending:
 def _no_fast_sends() -> FastSendSettings:
     """Settings of a putter whose fast path is never used (the supervisor's own ring, an ACL
     broker)."""
-    template = (False, (b"{", b"", b"", b"", b"}"))
+    template = (False, (b"{", b"", b"", b"", b"}"), 0)
     return FastSendSettings(b"", 0, 16 << 20, 0, [template] * len(PUT_STATUSES) + [template],
                             _PUT_OK, PUT_STATUSES.index(PutStatus.FLUSH_DISK_TIMEOUT), {},
                             PUT_STATUSES.index(PutStatus.FLUSH_SLAVE_TIMEOUT),

@@ -48,6 +48,8 @@ from pybroker.proc.service_socket import ServiceSocket
 from pybroker.proc.watchdog import Watchdog
 from pybroker.grpc_service.tls import tls_problem
 from pybroker.remoting.tls import TlsServer, outgoing_tls
+from pybroker.stats.half_messages import HalfMessages
+from pybroker.stats.recorder import Recorder
 from pybroker.stats.region import StatsRegion, StatsWriter
 from pybroker.stats.service import StatsService
 from pybroker.store import lock_file, paths, replica
@@ -85,6 +87,9 @@ class Supervisor:
         self.stats_region: StatsRegion | None = None
         self.stats: StatsService | None = None
         self.stats_writer: StatsWriter | None = None
+        self.recorder: Recorder | None = None        # the supervisor's own section
+        self.half_messages: HalfMessages | None = None   # rocketmq_half_messages, persisted
+        self.metrics_collector = None                     # the Prometheus endpoint's
         self.control: ControlBlock | None = None      # the running generation's
         self.stop_requested = False
         self.listeners: Listeners | None = None
@@ -169,6 +174,7 @@ class Supervisor:
             if self.stats_writer is not None:
                 self.stats_writer.close()
             if self.stats_region is not None:
+                self._persist_half_messages()
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(paths.running_settings_path(self.store_root))
                 self.stats_region.close()
@@ -191,14 +197,24 @@ class Supervisor:
             enabled=self.config.broker.stats_instruments_enable)
         self.stats = StatsService(self.stats_region, self.config.broker.broker_cluster_name,
                                   control=lambda: self.control)
-        # The supervisor's own section: the scrubber thread's figures.
+        # The supervisor's own section: the scrubber thread's figures, and what its services
+        # count through the Recorder (transactions, DLQ sends).
         self.stats_writer = self.stats_region.writer(
             supervisor_worker(_client_workers(self.config)).stats_section)
+        self.recorder = Recorder(self.stats_writer)
+        self.half_messages = HalfMessages(paths.config_path(
+            self.store_root, paths.TRANSACTION_METRICS_CONFIG))
         if not self.stats_region.enabled:
             log.warning("statsInstrumentsEnable=false: no statistics are recorded; brokerStatus "
                         "TPS read NaN and its counters are left out, statsAll is refused, "
                         "GET_CONSUME_STATS consumeTps reads 0.0, the metrics endpoint leaves "
                         "the traffic and latency families out, pybroker prof refuses to attach")
+
+    def _persist_half_messages(self) -> None:
+        """config/transactionMetrics, as Java's TransactionMetricsFlushService writes it."""
+        if self.half_messages is not None and self.stats_region is not None \
+                and self.stats_region.enabled:
+            self.half_messages.persist(self.stats_region.snapshot())
 
     def _write_running_settings(self) -> None:
         """<store>/run/broker.conf: the settings in effect, for tools that attach by store
@@ -315,12 +331,14 @@ class Supervisor:
             # UPDATE_BROKER_CONFIG: the next generation forks with it, registration (the
             # permission) and the supervisor's services read it from here.
             self.config = registration.config = config
+            if self.metrics_collector is not None:
+                self.metrics_collector.config = config
             self._write_running_settings()
         metadata.settings_listeners[:] = [settings_changed]
         if slave is not None:
             slave.on_changed = service.push_if_changed    # synced documents reach the workers
         await service.start_on(service_socket)
-        metrics = await self._start_metrics(attachment)
+        metrics = await self._start_metrics(attachment, ctx)
         tasks = self._start_services(outcome, plane, attachment, service, slave, registration)
         try:
             await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
@@ -369,7 +387,7 @@ class Supervisor:
         elif not is_slave(config):
             # A slave runs no delay delivery or transaction checks (Java: master only).
             checks = TransactionCheckService(attachment.reader, attachment.putter, metadata,
-                                             self.config.broker)
+                                             self.config.broker, self.recorder)
             tasks += [_start_service(self._delay_delivery(attachment), "delay delivery", outcome),
                       _start_service(checks.run(lambda: self.config.broker),
                                      "transaction checks", outcome),
@@ -431,20 +449,24 @@ class Supervisor:
                 if self.pop is not None:
                     self.pop.persist()
                 metadata.persist_if_dirty()
+                self._persist_half_messages()
                 if time.monotonic() - last_scan >= CHANNEL_SCAN_INTERVAL_S:
                     last_scan = time.monotonic()
                     metadata.scan_expired()
                     service.push_if_changed()
 
-    async def _start_metrics(self, attachment):
+    async def _start_metrics(self, attachment, ctx):
         """The Prometheus endpoint (metricsExporterType=PROM), served in this loop."""
         broker = self.config.broker
         if broker.metrics_exporter_type != "PROM":
             return None
         # Imported only when enabled: prometheus_client is needed by brokers that export.
         from pybroker.stats.prometheus import BrokerCollector, MetricsServer
+        from pybroker.broker.runtime_info import runtime_info
         collector = BrokerCollector(self.config, self.stats, self.metadata, attachment.reader,
-                                    lambda: dict(self.children), lambda: self.pop)
+                                    lambda: dict(self.children), self.half_messages,
+                                    lambda: runtime_info(ctx), lambda: self.pop)
+        self.metrics_collector = collector
         server = MetricsServer(collector, broker.metrics_prom_exporter_host or broker.broker_ip1,
                                broker.metrics_prom_exporter_port)
         await server.start()

@@ -3,25 +3,26 @@
 
 Java RocketMQ 5.x exports OpenTelemetry metrics through a Prometheus pull exporter on
 ``metricsPromExporterHost:metricsPromExporterPort`` (default brokerIP1:5557). pybroker serves
-the same names and labels where it measures the figure (BrokerMetricsConstant,
-DefaultStoreMetricsConstant, RemotingMetricsConstant), every series with Java's common labels
-``cluster``, ``node_type="broker"``, ``node_id=<brokerName>`` (+ ``metricsLabel``), and adds its
-own ``pybroker_*`` instruments (group commits, flushes, dispatch lag, wake-ups, per-process CPU
+the same series names (as Java's exporter prints them, units appended:
+``rocketmq_rpc_latency_milliseconds``) and labels where it measures the figure
+(stats/metrics_java.py: BrokerMetricsConstant, DefaultStoreMetricsConstant,
+RemotingMetricsConstant), every series with Java's common labels ``cluster``,
+``node_type="broker"``, ``node_id=<brokerName>`` (+ ``metricsLabel``), and adds its own
+``pybroker_*`` instruments (group commits, flushes, dispatch lag, wake-ups, per-process CPU
 and RSS). The text format is written by ``prometheus_client``; the HTTP side is a small asyncio
-server in the supervisor's loop (no thread in a process that forks its workers).
-``rocketmq_consumer_inflight_messages`` is Java's pull offset (the next offset of the newest pull
-of each queue, kept by the remoting workers in the region) minus the committed offset; for a
-queue the group pops (POP), its messages popped and neither acknowledged nor revived (the POP
-table's count, Java's PopInflightMessageCounter). ``rocketmq_consumer_ready_messages`` is what
-neither pulls nor POPs have handed out yet, and a POP queue's lag counts its in-flight messages
-too (Java ConsumerLagCalculator). The POP revive families (``rocketmq_pop_revive_*``) come from
-the revive service, which runs in this process; the 5.x timer's metrics from
+server in the supervisor's loop (no thread in a process that forks its workers). For a queue
+the group pops (POP), ``rocketmq_consumer_inflight_messages`` is its messages popped and neither
+acknowledged nor revived (the POP table's count, Java's PopInflightMessageCounter), the ready
+messages count from its pop offset, and its lag counts its in-flight messages too (Java
+ConsumerLagCalculator). The POP revive families (``rocketmq_pop_revive_*``) come from the revive
+service, which runs in this process; the 5.x timer's metrics from
 pybroker/stats/timer_gauges.py. Not exported: ``rocketmq_processor_watermark`` (no thread
 pools), ``rocketmq_pop_checkpoint_buffer_size`` / ``rocketmq_pop_offset_buffer_size``
 (check-points are never buffered), RocksDB metrics and the timer's
-``rocketmq_delay_message_latency`` (pybroker_timer_lateness_seconds instead). With
-``statsInstrumentsEnable=false`` the families read from the region (traffic, histograms,
-inflight, ready) are left out and ``pybroker_stats_instruments_enabled`` is 0.
+``rocketmq_delay_message_latency`` (pybroker_timer_lateness_seconds instead).
+With ``statsInstrumentsEnable=false`` the families read from the region (traffic, histograms,
+half messages) are left out, the consumer figures count no pulls, and
+``pybroker_stats_instruments_enabled`` is 0.
 """
 import asyncio
 import logging
@@ -36,16 +37,14 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from pybroker._fast import stats as _stats
 from pybroker._fast.stats import StatsHistogram as H
 from pybroker._fast.stats import StatsKeyKind as K
-from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY
+from pybroker.stats import metrics_exporter, metrics_java
 from pybroker.stats.timer_gauges import TimerGauges
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER
 
-__all__ = ["BrokerCollector", "MetricsServer", "MESSAGE_TYPES", "used_disk_bytes"]
+__all__ = ["BrokerCollector", "MetricsServer", "used_disk_bytes"]
 
 log = logging.getLogger("pybroker.stats.prometheus")
 
-# Label value of rocketmq_messages_in_total's message_type per key label (send.py).
-MESSAGE_TYPES = {0: "normal", 1: "delay", 2: "transaction"}
 _REQUEST_BYTES_MAX = 16 * 1024
 _REQUEST_TIMEOUT_S = 5.0
 
@@ -83,13 +82,16 @@ class BrokerCollector:
     """A prometheus_client collector over the supervisor's StatsService and metadata."""
 
     def __init__(self, config, service, metadata, reader, children=lambda: {},
-                 pop=lambda: None):
-        self.config = config
+                 half_messages=None, runtime_table=None, pop=lambda: None):
+        self.config = config              # replaced by the supervisor on UPDATE_BROKER_CONFIG
         self.service = service
         self.metadata = metadata
         self.reader = reader
         self.children = children          # {pid: worker name}
         self.pop = pop                    # the supervisor's PopOwner (broker/pop/owner.py)
+        self.half_messages = half_messages
+        # () -> the GET_BROKER_RUNTIME_INFO table (metricsExporterCompat=exporter's runtime)
+        self.runtime_table = runtime_table
         self.labels = common_labels(config)
         self.timer = TimerGauges(config, lambda: service.control, reader)
 
@@ -102,55 +104,39 @@ class BrokerCollector:
         yield self._gauge("pybroker_stats_instruments_enabled", "1: the region's counters and "
                           "histograms are recorded; 0: statsInstrumentsEnable=false, the "
                           "families read from them are not exported", int(enabled))
-        snapshot = region.snapshot() if enabled else None
-        if snapshot is not None:
-            yield from self._traffic(snapshot)
+        base_names, base = list(self.labels), list(self.labels.values())
+        snapshot = region.snapshot()
+        if enabled:
+            yield from metrics_java.keyed_families(base_names, base, snapshot)
             yield from self._histograms(snapshot)
-            yield from self._inflight_and_ready(snapshot)
             yield from self._pop_puts(snapshot)
+            if self.half_messages is not None:
+                yield from metrics_java.half_families(base_names, base,
+                                                      self.half_messages.counts(snapshot))
+        yield self._gauge("rocketmq_broker_permission", "Broker permission",
+                          self.config.broker.broker_permission)
         yield from self._metadata_gauges()
         yield from self._revive()
+        yield from metrics_java.connection_families(base_names, base, self.metadata)
+        yield from metrics_java.consumer_families(
+            base_names, base, self.metadata, self.reader,
+            snapshot.pull_offsets() if enabled else None, self.config.broker.broker_permission,
+            popped=self._popped)
         yield from self._storage()
         yield from self._scrub(snapshot)
         if self.timer.enabled:
             yield from self._timer(snapshot if enabled else None)
         yield from self._processes()
-
-    def _traffic(self, snapshot):
-        base = list(self.labels.values())
-        families = {
-            "in": self._family(CounterMetricFamily, "rocketmq_messages_in",
-                               "Total number of incoming messages", ("topic", "message_type")),
-            "in_bytes": self._family(CounterMetricFamily, "rocketmq_throughput_in",
-                                     "Total traffic of incoming messages (bytes)",
-                                     ("topic", "message_type")),
-            "out": self._family(CounterMetricFamily, "rocketmq_messages_out",
-                                "Total number of outgoing messages",
-                                ("topic", "consumer_group")),
-            "out_bytes": self._family(CounterMetricFamily, "rocketmq_throughput_out",
-                                      "Total traffic of outgoing messages (bytes)",
-                                      ("topic", "consumer_group")),
-        }
-        for (kind, label, key), words in sorted(snapshot.labelled_keys().items()):
-            if kind == K.KEY_TOPIC_PUT:
-                if label == PUT_LABEL_STATS_ONLY:
-                    continue
-                values = [key, MESSAGE_TYPES.get(label, "normal")]
-                families["in"].add_metric(base + values, words[0])
-                families["in_bytes"].add_metric(base + values, words[1])
-            elif kind == K.KEY_GROUP_GET:
-                topic, _, group = key.partition("@")
-                families["out"].add_metric(base + [topic, group], words[0])
-                families["out_bytes"].add_metric(base + [topic, group], words[1])
-        yield from families.values()
+        broker = self.config.broker
+        if broker.metrics_exporter_compat == "exporter" and self.runtime_table is not None:
+            yield from metrics_exporter.exporter_families(
+                broker.broker_cluster_name, broker.broker_name,
+                self.config.derived.broker_addr, self.service, self.metadata, self.reader,
+                self.runtime_table())
 
     def _histograms(self, snapshot):
         base = list(self.labels.values())
         specs = (
-            ("rocketmq_message_size", "Incoming messages size", H.MESSAGE_SIZE_BYTES, 1.0,
-             {}),
-            ("rocketmq_rpc_latency", "Rpc latency (ms)", H.RPC_LATENCY_US, 0.001,
-             {"protocol_type": "remoting"}),
             ("pybroker_put_latency_seconds", "Put request to completion, SYNC_FLUSH wait "
              "included", H.PUT_LATENCY_US, 1e-6, {}),
             ("pybroker_group_commit_messages", "Records appended per appender drain",
@@ -180,77 +166,11 @@ class BrokerCollector:
                           len(metadata.topic_configs()))
         yield self._gauge("rocketmq_consumer_group_number", "Active subscription group number",
                           len(metadata.groups.subscription_groups()))
-        base = list(self.labels.values())
-        producers = self._family(GaugeMetricFamily, "rocketmq_producer_connections",
-                                 "Producer connections", ("producer_group",))
-        for group, channels in sorted(metadata.producers.producer_groups.items()):
-            producers.add_metric(base + [group], len(channels))
-        yield producers
-        consumers = self._family(GaugeMetricFamily, "rocketmq_consumer_connections",
-                                 "Consumer connections", ("consumer_group",))
-        for group, info in sorted(metadata.consumers.consumer_groups.items()):
-            consumers.add_metric(base + [group], len(info.channels))
-        yield consumers
-        yield self._lag()
 
     def _popped(self, group: str, topic: str, queue_id: int) -> tuple[int, int] | None:
         """(pop offset, in-flight messages) of a queue the group pops, else None."""
         owner = self.pop()
         return owner.directory.queue_figures(group, topic, queue_id) if owner else None
-
-    def _lag(self):
-        """Java ConsumerLagCalculator.getConsumerLagStats, summed over a topic's queues:
-        broker offset minus committed offset, plus the in-flight messages of a POP queue."""
-        family = self._family(GaugeMetricFamily, "rocketmq_consumer_lag_messages",
-                              "Consumer lag messages", ("topic", "consumer_group"))
-        base = list(self.labels.values())
-        for key, queues in sorted(self.metadata.offsets.document.offset_table.items()):
-            topic, _, group = key.partition("@")
-            if self.metadata.topic_config(topic) is None:
-                continue
-            lag = 0
-            for queue_id, consumer_offset in queues.items():
-                broker_offset = self.reader.get_max_offset_in_queue(topic, int(queue_id))
-                lag += max(broker_offset - max(consumer_offset, 0), 0)
-                popped = self._popped(group, topic, int(queue_id))
-                if popped is not None:
-                    lag += popped[1]
-            family.add_metric(base + [topic, group], lag)
-        return family
-
-    def _inflight_and_ready(self, snapshot):
-        """Java ConsumerLagCalculator.getInFlightMsgStats and getAvailableMsgCount, summed
-        over a topic's queues. A pulled queue: pull offset (newest pull's next offset; the
-        committed offset when the queue was not pulled since start) minus the committed
-        offset in flight, broker offset minus pull offset ready; a queue never committed
-        counts 0 in flight, as in Java. A popped queue: the POP table's in-flight count, and
-        broker offset minus pop offset ready."""
-        inflight_family = self._family(GaugeMetricFamily, "rocketmq_consumer_inflight_messages",
-                                       "Consumer inflight messages", ("topic", "consumer_group"))
-        ready_family = self._family(GaugeMetricFamily, "rocketmq_consumer_ready_messages",
-                                    "Consumer ready messages", ("topic", "consumer_group"))
-        base = list(self.labels.values())
-        pulled = snapshot.pull_offsets()
-        for key, queues in sorted(self.metadata.offsets.document.offset_table.items()):
-            topic, _, group = key.partition("@")
-            if self.metadata.topic_config(topic) is None:
-                continue
-            inflight = ready = 0
-            for queue_id, consumer_offset in queues.items():
-                broker_offset = self.reader.get_max_offset_in_queue(topic, int(queue_id))
-                popped = self._popped(group, topic, int(queue_id))
-                if popped is not None:
-                    inflight += popped[1]
-                    ready += max(broker_offset - popped[0], 0)
-                    continue
-                pull_offset = pulled.get((key, int(queue_id)), consumer_offset)
-                ready += max(broker_offset - max(pull_offset, 0), 0)
-                if consumer_offset >= 0:
-                    inflight += max(pull_offset - consumer_offset, 0)
-            inflight_family.add_metric(base + [topic, group], inflight)
-            ready_family.add_metric(base + [topic, group], ready)
-        yield inflight_family
-        yield ready_family
 
     def _pop_puts(self, snapshot):
         """Java's rocketmq_pop_revive_in_message_total: check-point and ack records stored in
@@ -302,17 +222,19 @@ class BrokerCollector:
         control = self.service.control
         written = control.written_position
         store = self.config.store
+        local = {"storage_type": "local", "storage_medium": "disk"}
         used = used_disk_bytes(store.store_path_root_dir)
         if used is not None:
-            yield self._gauge("rocketmq_storage_size", "Broker storage size", used,
-                              {"storage_type": "local"})
+            yield self._gauge("rocketmq_storage_size_bytes", "Broker storage size", used, local)
         yield self._gauge("rocketmq_storage_flush_behind_bytes", "Broker flush behind bytes",
-                          max(written - control.flushed_position, 0),
-                          {"storage_type": "local"})
+                          max(written - control.flushed_position, 0), local)
         yield self._gauge("rocketmq_storage_dispatch_behind_bytes",
                           "Broker dispatch behind bytes",
-                          max(control.confirm_offset() - control.dispatched_position, 0),
-                          {"storage_type": "local"})
+                          max(control.confirm_offset() - control.dispatched_position, 0), local)
+        earliest = self.reader.get_earliest_message_time()
+        yield self._gauge("rocketmq_storage_message_reserve_time_milliseconds",
+                          "Broker message reserve time",
+                          time.time_ns() // 1_000_000 - earliest if earliest > 0 else 0, local)
 
     def _scrub(self, snapshot):
         """The scrubber's progress and findings (pybroker/proc/scrubber.py), and reads that

@@ -16,13 +16,14 @@ from pybroker._fast.stats import StatsCounter as C
 from pybroker._fast.stats import StatsHistogram as H
 from pybroker._fast.stats import StatsKeyKind as K
 from pybroker.stats.region import private_writer
+from pybroker.stats import metric_names as names
 from pybroker.stats.service import put_distribute_bucket
 
 __all__ = ["Recorder", "FAMILY_COUNTERS", "PULL_OFFSET_KEYS_MAX", "PUT_LABEL_STATS_ONLY"]
 
 # Label of a TOPIC_PUT key for puts Java counts in statsAll (BrokerStatsManager) but not in
 # rocketmq_messages_in_total (its send processors only): the timer's deliveries. Labels 0-2
-# are the send paths' message types (pybroker.stats.prometheus.MESSAGE_TYPES).
+# are the send paths' message types (metric_names.MESSAGE_TYPE_LABELS).
 PUT_LABEL_STATS_ONLY = 3
 
 # KEY_PULL_OFFSET entries one worker keeps (one per topic, group and queue it served): the rest
@@ -74,11 +75,19 @@ class Recorder:
         waiting[token] = now_ms
         return token
 
-    def request_finished(self, family: str | None, token: int, elapsed_us: int) -> None:
+    def request_finished(self, family: str | None, token: int, elapsed_us: int,
+                         answer: tuple[int, int, bool] | None = None) -> None:
+        """The end of a request started by :meth:`request_started`; ``answer``: (request
+        code, response code, oneway) for rocketmq_rpc_latency's series, None when the
+        request was held (a long poll: :meth:`rpc` counts it when it is answered)."""
         if not self.enabled:
             return
         writer = self.writer
         writer.record(H.RPC_LATENCY_US, elapsed_us)
+        if answer is not None:
+            request_code, response_code, oneway = answer
+            self.rpc(request_code, response_code, elapsed_us, result="oneway" if oneway
+                     else "success")
         if family is None:
             return
         _, finished, oldest = FAMILY_COUNTERS[family]
@@ -101,9 +110,20 @@ class Recorder:
         when none."""
         return next(iter(self._waiting[family].values()), 0)
 
+    def rpc(self, request_code: int, response_code: int, elapsed_us: int,
+            long_polling: bool = False, result: str = "success") -> None:
+        """One rocketmq_rpc_latency value (Java's explicit ms buckets) under Java's labels."""
+        if not self.enabled:
+            return
+        writer = self.writer
+        bucket = names.bucket_of(elapsed_us // 1000, names.RPC_BUCKETS_MS)
+        writer.key_add(writer.key(K.KEY_RPC, bucket, names.rpc_key(
+            request_code, response_code, long_polling, result)), 1, elapsed_us)
+
     def topic_put(self, topic: str, messages: int, size_bytes: int, label: int = 0) -> None:
         """A SEND stored ``messages`` messages of ``size_bytes`` (TOPIC_PUT_NUMS/SIZE,
-        BROKER_PUT_NUMS, the message-size histogram)."""
+        BROKER_PUT_NUMS, the message-size histogram, and Java's per-topic message_size: one
+        value per put, its bytes per message)."""
         if not self.enabled:
             return
         writer = self.writer
@@ -111,6 +131,37 @@ class Recorder:
         writer.add(C.BROKER_PUT_NUMS, messages)
         if messages:
             writer.record(H.MESSAGE_SIZE_BYTES, size_bytes // messages, messages)
+            each = size_bytes // messages
+            if label == PUT_LABEL_STATS_ONLY:
+                return        # Java's message_size is its send processors' only
+            writer.key_add(writer.key(K.KEY_MESSAGE_SIZE, names.message_size_label(label, each),
+                                      topic), 1, each)
+
+    def send_to_dlq(self, topic: str, group: str) -> None:
+        """A message of ``topic`` consumed by ``group`` went to the group's DLQ
+        (rocketmq_send_to_dlq_messages_total)."""
+        if not self.enabled:
+            return
+        writer = self.writer
+        writer.key_add(writer.key(K.KEY_SEND_TO_DLQ, 0, f"{topic}@{group}"), 1)
+
+    def transaction(self, real_topic: str, event: int) -> None:
+        """A half message of ``real_topic`` prepared, committed, rolled back or discarded
+        (names.TransactionEvent)."""
+        if not self.enabled:
+            return
+        writer = self.writer
+        writer.key_add(writer.key(K.KEY_TRANSACTION, int(event), real_topic), 1)
+
+    def transaction_finished(self, real_topic: str, latency_s: int) -> None:
+        """A commit ``latency_s`` after the half message was born
+        (rocketmq_finish_message_latency, in seconds as Java records it)."""
+        if not self.enabled:
+            return
+        writer = self.writer
+        bucket = names.bucket_of(latency_s, names.FINISH_LATENCY_BUCKETS_S)
+        writer.key_add(writer.key(K.KEY_FINISH_LATENCY, bucket, real_topic), 1,
+                       max(latency_s, 0))
 
     def put_latency(self, elapsed_ns: int) -> None:
         """A put request's wait for the store (Java putMessageEntireTime)."""

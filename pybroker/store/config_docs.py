@@ -348,6 +348,31 @@ def _object_of(value: Any, what: str) -> dict:
     return value
 
 
+@dataclasses.dataclass
+class TransactionMetricsDocument:
+    """``config/transactionMetrics`` (Java 5.x TransactionMetrics): per real topic, the half
+    messages neither committed, rolled back nor discarded: ``{topic: (count, timeStamp ms)}``."""
+
+    counts: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    data_version: DataVersion = dataclasses.field(default_factory=DataVersion)
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, value: dict) -> "TransactionMetricsDocument":
+        table = value.get("transactionCount") or {}
+        if not isinstance(table, dict):
+            raise ValueError("transactionCount is not an object")
+        counts = {str(topic): (int(metric.get("count", 0)), int(metric.get("timeStamp", 0)))
+                  for topic, metric in table.items() if isinstance(metric, dict)}
+        return cls(counts, DataVersion.from_json(value.get("dataVersion")),
+                   _rest(value, ("transactionCount", "dataVersion")))
+
+    def to_json(self) -> dict:
+        return {**self.extra, "dataVersion": self.data_version.to_json(),
+                "transactionCount": {topic: {"count": count, "timeStamp": stamp}
+                                     for topic, (count, stamp) in sorted(self.counts.items())}}
+
+
 def _rest(value: dict, known: tuple) -> dict:
     return {key: item for key, item in value.items() if key not in known}
 

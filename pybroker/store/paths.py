@@ -21,6 +21,7 @@ SUBSCRIPTION_GROUP_CONFIG = "subscriptionGroup.json"
 DELAY_OFFSET_CONFIG = "delayOffset.json"
 CONSUMER_FILTER_CONFIG = "consumerFilter.json"
 MESSAGE_REQUEST_MODE_CONFIG = "messageRequestMode.json"   # 5.x
+TRANSACTION_METRICS_CONFIG = "transactionMetrics"   # Java 5.x: no .json suffix
 # The 5.x timer store (store/timer_*.py): files in the root and the config directory.
 TIMERLOG_DIR = "timerlog"
 TIMER_WHEEL_FILE = "timerwheel"

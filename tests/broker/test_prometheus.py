@@ -1,17 +1,28 @@
 # The Prometheus endpoint scraped by a real Prometheus server, checked with PromQL.
-"""Goal: metricsExporterType=PROM serves Java 5.x's metric names and labels from the shared
-counters, and a real Prometheus (Debian's package; .ci/run installs it) scraping the endpoint
-computes with rate() the message rate the test produced; the exact count shows as well.
+"""Goal: metricsExporterType=PROM serves Java 5.x's metric families with Java's names and
+labels (the same as a real Java 5.3.3 broker's endpoint serves after the same traffic), their
+figures exact, apache/rocketmq-exporter's names under metricsExporterCompat=exporter, and the
+shipped Grafana dashboard holds to Grafana's schema and queries only what is served; a real
+Prometheus (Debian's package; .ci/run installs it) scraping the endpoint computes with rate()
+the message rate the test produced and runs every dashboard query; half messages outlive a
+restart.
 
 Method: one `pybroker standalone` with the endpoint on a free port, a `prometheus` process
-scraping it every second (config and TSDB in a temp dir), a Python producer sending at a
-paced, recorded rate; the test compares Prometheus' rate() at a moment inside the run with the
-rate its own send log gives for the same window. Missing `prometheus` skips locally and fails
-under PYBROKER_REQUIRE_PEERS=1.
+scraping it every second (config and TSDB in a temp dir). The metrics traffic
+(pybroker/_testbase/metrics_traffic.py: sends, a lite pull, a DLQ send, a committed, a
+rolled-back and an open transaction) runs against the broker and the scrape is compared with
+tests/golden/java-5.3.3/metrics.txt, the endpoint of a Java 5.3.3 broker after the same
+traffic (tools/java_capture/capture_metrics.py). A paced producer's send log gives the rate
+Prometheus must compute. The dashboard is checked with grafana-foundation-sdk's models
+(generated from Grafana's dashboard schema; no Grafana server is packaged for Debian or
+PyPI). Missing `prometheus` skips locally and fails under PYBROKER_REQUIRE_PEERS=1.
 """
 import asyncio
+import enum
 import json
 import os
+import pathlib
+import re
 import shutil
 import subprocess
 import time
@@ -20,6 +31,7 @@ import urllib.request
 
 import pytest
 
+from pybroker._testbase import metrics_traffic
 from pybroker._testbase.cluster import StandaloneBroker, free_port
 from pybroker.client.message import Message
 from pybroker.client.producer import Producer
@@ -28,6 +40,9 @@ from tests.client.scenario import create_topic
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOLDEN_METRICS = ROOT / "tests" / "golden" / "java-5.3.3" / "metrics.txt"
+DASHBOARD = ROOT / "docs" / "grafana" / "pybroker.json"
 TOPIC = "PromRateTopic"
 SEND_SECONDS = 16
 RATE_PER_S = 25
@@ -60,7 +75,7 @@ def metrics_port():
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, metrics_port):
     overrides = {"metricsExporterType": "PROM", "metricsPromExporterPort": str(metrics_port),
-                 "metricsLabel": "env:test"}
+                 "metricsLabel": "env:test", "metricsExporterCompat": "exporter"}
     with StandaloneBroker(tmp_path_factory.mktemp("pybroker"), overrides) as running:
         yield running
 
@@ -124,21 +139,202 @@ def _send_paced(broker) -> list[tuple[float, int]]:
     return asyncio.run(run())
 
 
-def test_endpoint_serves_java_names_and_labels(broker, metrics_port):
-    text = _get(f"http://127.0.0.1:{metrics_port}/metrics").decode()
-    for name in ("rocketmq_topic_number", "rocketmq_consumer_group_number",
-                 "rocketmq_storage_dispatch_behind_bytes", "rocketmq_storage_flush_behind_bytes",
-                 "rocketmq_storage_size", "rocketmq_rpc_latency_bucket",
-                 "pybroker_group_commit_messages_bucket", "pybroker_process_rss_bytes"):
-        assert f"\n{name}{{" in text, name
-    assert 'node_type="broker"' in text and 'cluster="DefaultCluster"' in text
-    assert 'env="test"' in text
+def _families(text: str) -> dict[str, dict[tuple, float]]:
+    """{sample name: {sorted label items: value}} of an exposition text."""
+    found: dict[str, dict[tuple, float]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
+        assert match, line
+        labels = tuple(sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"',
+                                         match.group(2) or "")))
+        found.setdefault(match.group(1), {})[labels] = float(match.group(3))
+    return found
+
+
+def _value(families, name: str, **labels) -> float:
+    matches = [value for key, value in families.get(name, {}).items()
+               if set(labels.items()) <= set(key)]
+    assert len(matches) == 1, (name, labels, families.get(name))
+    return matches[0]
+
+
+# Java families pybroker does not serve (docs/statistics.md says why) and the exporter's own;
+# the timer's families are served (stats/timer_gauges.py) but not yet in the exporter's
+# spelling (unit suffixes, storage labels), so they are left out of this comparison.
+NOT_SERVED = ("rocketmq_processor_watermark", "rocketmq_pop_", "rocketmq_timer_",
+              "otel_scope_info", "target_info")
+
+
+@pytest.fixture(scope="module")
+def scraped(broker, metrics_port):
+    """The endpoint after the metrics traffic, scraped while its consumer is online."""
+    async def scrape():
+        deadline = time.monotonic() + 30
+        while True:        # the committed offsets reach the metadata service every 5 s
+            text = _get(f"http://127.0.0.1:{metrics_port}/metrics").decode()
+            families = _families(text)
+            if "rocketmq_half_messages" in families and families.get(
+                    "rocketmq_consumer_lag_messages") and families.get(
+                    "rocketmq_send_to_dlq_messages_total"):
+                return text
+            assert time.monotonic() < deadline, text[-3000:]
+            await asyncio.sleep(0.5)
+    return asyncio.run(metrics_traffic.traffic(broker.namesrv_addr, while_online=scrape))
+
+
+def test_families_and_labels_are_java_5_3_3s(scraped):
+    ours = _families(scraped)
+    java = _families(GOLDEN_METRICS.read_text(encoding="utf-8"))
+    for name, series in sorted(java.items()):
+        if name.startswith(NOT_SERVED):
+            continue
+        assert name in ours, f"{name} is served by Java 5.3.3, not by pybroker"
+        java_labels = {key for labels in series for key, _ in labels} - {"otel_scope_name"}
+        our_labels = {key for labels in ours[name] for key, _ in labels} - {"env"}
+        assert our_labels == java_labels, name
+        # metricsLabel's pairs go on every series of Java's families, as Java's LABEL_MAP
+        assert all(("env", "test") in labels for labels in ours[name]), name
+
+
+def test_the_traffic_figures_are_exact(scraped):
+    families = _families(scraped)
+    traffic = metrics_traffic
+    assert _value(families, "rocketmq_messages_in_total", topic=traffic.TOPIC,
+                  message_type="normal", is_system="false") == traffic.SENT
+    assert _value(families, "rocketmq_message_size_count", topic=traffic.TOPIC) == traffic.SENT
+    assert _value(families, "rocketmq_commit_messages_total", topic=traffic.TX_TOPIC) == 1
+    assert _value(families, "rocketmq_rollback_messages_total", topic=traffic.TX_TOPIC) == 1
+    assert _value(families, "rocketmq_half_messages", topic=traffic.TX_TOPIC) == 1
+    assert _value(families, "rocketmq_finish_message_latency_milliseconds_count",
+                  topic=traffic.TX_TOPIC) == 1
+    assert _value(families, "rocketmq_send_to_dlq_messages_total",
+                  consumer_group=traffic.DLQ_GROUP, topic=traffic.DLQ_TOPIC) == 1
+    sends = sum(value for key, value in families["rocketmq_rpc_latency_milliseconds_count"].items()
+                if ("request_code", "send_message_v2") in key)
+    assert sends >= traffic.SENT
+    lag = _value(families, "rocketmq_consumer_lag_messages", consumer_group=traffic.PULL_GROUP,
+                 topic=traffic.TOPIC)
+    assert 0 < lag <= traffic.SENT - traffic.PULLED
+    # the exporter's names, from the same sources
+    assert _value(families, "rocketmq_producer_offset", topic=traffic.TOPIC) == traffic.SENT
+    assert _value(families, "rocketmq_group_diff", group=traffic.PULL_GROUP,
+                  topic=traffic.TOPIC) == lag
+    assert _value(families, "rocketmq_consumer_offset", group=traffic.PULL_GROUP,
+                  topic=traffic.TOPIC) == traffic.SENT - lag
+
+
+def test_storage_size_is_the_file_systems_used_bytes(broker, scraped):
     # Java's storage size: used bytes of the store's file system (statvfs, no walk of the
     # store); other processes write to it meanwhile, hence the margin.
-    line = next(line for line in text.splitlines() if line.startswith("rocketmq_storage_size{"))
+    size = _value(_families(scraped), "rocketmq_storage_size_bytes")
     disk = os.statvfs(broker.store_dir)
     used = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
-    assert abs(float(line.rsplit(" ", 1)[1]) - used) < (1 << 30), (line, used)
+    assert abs(size - used) < (1 << 30), (size, used)
+
+
+# What the community dashboards of apache/rocketmq-exporter query (its
+# rocketmq_exporter_overview.json and rocketmq_exporter.json), but the rocketmq_client_*
+# figures the exporter asks each client for (not served: docs/statistics.md).
+EXPORTER_DASHBOARD_NAMES = (
+    "rocketmq_broker_qps", "rocketmq_broker_tps", "rocketmq_consumer_message_size",
+    "rocketmq_consumer_offset", "rocketmq_consumer_tps", "rocketmq_group_diff",
+    "rocketmq_group_get_latency_by_storetime", "rocketmq_producer_message_size",
+    "rocketmq_producer_offset", "rocketmq_producer_tps", "rocketmq_topic_retry_offset",
+    "rocketmq_brokeruntime_commitlog_disk_ratio", "rocketmq_brokeruntime_commitlog_maxoffset",
+    "rocketmq_brokeruntime_commitlog_minoffset", "rocketmq_brokeruntime_commitlogdir_capacity_free",
+    "rocketmq_brokeruntime_commitlogdir_capacity_total",
+    "rocketmq_brokeruntime_consumequeue_disk_ratio", "rocketmq_brokeruntime_dispatch_behind_bytes",
+    "rocketmq_brokeruntime_earliest_message_timestamp",
+    "rocketmq_brokeruntime_msg_gettotal_today_now", "rocketmq_brokeruntime_msg_put_total_today_now",
+    "rocketmq_brokeruntime_msg_gettotal_todaymorning",
+    "rocketmq_brokeruntime_msg_puttotal_todaymorning",
+    "rocketmq_brokeruntime_msg_gettotal_yesterdaymorning",
+    "rocketmq_brokeruntime_msg_puttotal_yesterdaymorning", "rocketmq_brokeruntime_pmdt_0ms",
+    "rocketmq_brokeruntime_pmdt_0to10ms", "rocketmq_brokeruntime_pmdt_10stomore",
+    "rocketmq_brokeruntime_put_message_average_size",
+    "rocketmq_brokeruntime_put_message_size_total",
+    "rocketmq_brokeruntime_send_threadpoolqueue_headwait_timemills",
+    "rocketmq_brokeruntime_pull_threadpoolqueue_headwait_timemills",
+    "rocketmq_brokeruntime_query_threadpoolqueue_headwait_timemills")
+
+
+def test_exporter_compat_serves_the_community_dashboards_names(scraped):
+    families = _families(scraped)
+    missing = [name for name in EXPORTER_DASHBOARD_NAMES if name not in families]
+    assert missing == []
+    (labels,) = families["rocketmq_brokeruntime_commitlog_maxoffset"]
+    assert {key for key, _ in labels} == {"cluster", "brokerIP", "brokerHost", "des",
+                                          "boottime", "broker_version"}
+
+
+def _to_json(value):
+    """grafana-foundation-sdk models to plain JSON (its to_json is one level deep)."""
+    if hasattr(value, "to_json"):
+        return _to_json(value.to_json())
+    if isinstance(value, dict):
+        return {key: _to_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_to_json(item) for item in value]
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _kept(written, read, path: str = "") -> list[str]:
+    """Where what the file says did not survive the schema's model (dropped or changed)."""
+    if isinstance(written, dict):
+        if not isinstance(read, dict):
+            return [path]
+        return [problem for key, item in written.items()
+                for problem in ([f"{path}.{key} dropped"] if key not in read
+                                else _kept(item, read[key], f"{path}.{key}"))]
+    if isinstance(written, list):
+        if not isinstance(read, list) or len(read) != len(written):
+            return [path]
+        return [problem for index, (a, b) in enumerate(zip(written, read, strict=True))
+                for problem in _kept(a, b, f"{path}[{index}]")]
+    return [] if written == read else [f"{path}: {written!r} read as {read!r}"]
+
+
+def test_dashboard_holds_to_grafanas_schema_and_queries_served_families(scraped):
+    try:
+        from grafana_foundation_sdk.models import dashboard as schema
+        from grafana_foundation_sdk.models import prometheus as prometheus_model
+        from grafana_foundation_sdk.models import timeseries
+    except ImportError:
+        peers.unavailable("grafana-foundation-sdk is not installed (.ci/run installs it)")
+    document = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    assert _kept(document, _to_json(schema.Dashboard.from_json(document))) == []
+    # Declared families (a family with no series yet still has its TYPE line) and samples.
+    served = set(_families(scraped)) | {
+        name + suffix for name in re.findall(r"^# TYPE (\S+)", scraped, re.MULTILINE)
+        for suffix in ("", "_total", "_bucket", "_count", "_sum")}
+    queries = []
+    for panel in document["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["type"] == "timeseries"
+        assert _kept(panel["options"], _to_json(timeseries.Options.from_json(
+            panel["options"]))) == []
+        for target in panel["targets"]:
+            assert _kept(target, _to_json(prometheus_model.Dataquery.from_json(target))) == []
+            queries.append(target["expr"])
+            for name in re.findall(r"\b((?:rocketmq|pybroker)_[a-z0-9_]+)\{", target["expr"]):
+                assert name in served, (name, target["expr"])
+    assert len(queries) >= 20
+
+
+def test_every_dashboard_query_runs_on_prometheus(scraped, prometheus):
+    document = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    _wait(lambda: _query(prometheus, "rocketmq_half_messages"), 30, "a scrape of the traffic")
+    for panel in document["panels"]:
+        for target in panel.get("targets", []):
+            expression = target["expr"].replace("$cluster", ".*").replace("$broker", ".*")
+            _query(prometheus, expression)        # asserts status success
+    for variable in document["templating"]["list"][1:]:
+        query = variable["query"]["query"].replace("$cluster", ".*")
+        metric = re.match(r"label_values\((\w+)", query).group(1)
+        assert _query(prometheus, metric), query
 
 
 def test_prometheus_rate_matches_what_was_sent(broker, prometheus):
@@ -157,3 +353,15 @@ def test_prometheus_rate_matches_what_was_sent(broker, prometheus):
     assert float(result["value"][1]) == pytest.approx(expected, rel=0.25)
     (size,) = _query(prometheus, f'sum(rocketmq_throughput_in_total{{topic="{TOPIC}"}})')
     assert float(size["value"][1]) > 200 * total
+
+
+def test_half_messages_outlive_a_restart(broker, metrics_port, scraped):
+    """config/transactionMetrics (Java's file) carries the open transaction across a clean
+    stop; runs last in this module (it restarts the module's broker)."""
+    broker.stop()
+    assert json.loads((pathlib.Path(broker.store_dir) / "config" / "transactionMetrics")
+                      .read_text())["transactionCount"][metrics_traffic.TX_TOPIC]["count"] == 1
+    broker.start()
+    families = _wait(lambda: _families(_get(f"http://127.0.0.1:{metrics_port}/metrics")
+                                       .decode()), 30, "the endpoint after the restart")
+    assert _value(families, "rocketmq_half_messages", topic=metrics_traffic.TX_TOPIC) == 1

@@ -5,16 +5,18 @@ Method: a real `pybroker standalone` on free loopback ports (stdout and stderr g
 file); the banner it prints once serving is read from that log, the addresses and store path
 in it are compared with the broker's, and its send command is run verbatim in a shell: it must
 print SEND_OK and the message must be in the queue it names. The listening sockets of the
-broker's processes are read with psutil: 0.0.0.0 by default, 127.0.0.1 with bindAddress.
+broker's processes are read with psutil: 0.0.0.0 by default, 127.0.0.1 with bindAddress; with
+the metrics endpoint on, the banner's metrics URL answers with the metric families.
 """
 import re
 import subprocess
 import time
+import urllib.request
 
 import psutil
 import pytest
 
-from pybroker._testbase.cluster import StandaloneBroker
+from pybroker._testbase.cluster import StandaloneBroker, free_port
 
 pytestmark = [pytest.mark.slow]
 BANNER_TIMEOUT_S = 10.0
@@ -51,6 +53,8 @@ def test_banner_names_addresses_store_and_a_send_command_that_works(tmp_path):
         assert f"NameServer  {broker.namesrv_addr}" in banner
         assert f"broker      {broker.broker_addr}" in banner
         assert f"store       {broker.store_dir}\n" in banner
+        assert "metrics     off (metricsExporterType=PROM in broker.conf serves " \
+               "Prometheus)\n" in banner
         assert f"kill -TERM {broker.process.pid}" in banner
         command = banner.rstrip("\n").splitlines()[-1].strip()
         sent = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
@@ -62,10 +66,16 @@ def test_banner_names_addresses_store_and_a_send_command_that_works(tmp_path):
         assert {("0.0.0.0", port), ("0.0.0.0", port - 2)} <= _listening(broker)
 
 
-def test_bind_address_binds_one_address(tmp_path):
-    with StandaloneBroker(tmp_path, {"bindAddress": "127.0.0.1"}) as broker:
+def test_bind_address_binds_one_address_and_the_banner_names_the_metrics_url(tmp_path):
+    metrics_port = free_port()
+    with StandaloneBroker(tmp_path, {"bindAddress": "127.0.0.1", "metricsExporterType": "PROM",
+                                     "metricsPromExporterPort": str(metrics_port)}) as broker:
         listening = {entry for entry in _listening(broker)
                      if entry[1] in (broker.broker_port, broker.broker_port - 2)}
         assert listening == {("127.0.0.1", broker.broker_port),
                              ("127.0.0.1", broker.broker_port - 2)}
+        url = re.search(r"^  metrics     (http://\S+)$", _banner(broker), re.MULTILINE).group(1)
+        assert url == f"http://127.0.0.1:{metrics_port}/metrics"     # brokerIP1's address
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert b"\nrocketmq_topic_number{" in answer.read()
         assert "0.0.0.0:" not in _banner(broker).split("broker", 1)[1].splitlines()[0]

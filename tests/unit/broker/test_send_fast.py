@@ -26,6 +26,7 @@ from pybroker import clock
 from pybroker._fast import ring as ring_module
 from pybroker.proc import shared
 from pybroker.proc.fast_failure import FastFailure
+from pybroker.proc.remoting import _rpc_answer
 from pybroker.proc.ring_format import PUT_STATUSES, read_put_request
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.wake import WakeFd
@@ -37,7 +38,7 @@ from pybroker.remoting.connection import RemotingConnection
 from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RequestTable
 from pybroker.stats.recorder import Recorder
-from pybroker._fast.stats import StatsCounter, StatsHistogram
+from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind
 from pybroker.stats.region import StatsRegion
 from pybroker.store.config_docs import TopicConfig
 from pybroker.store.control_block import APPENDER, ControlBlock
@@ -355,10 +356,13 @@ class Side:
             # What proc/remoting.py's _local counts around a handler.
             started = stats.now_ns()
             token = stats.request_started("send")
+            response = None
             try:
-                return await send.handle_send_message(ctx, connection.attachment, request)
+                response = await send.handle_send_message(ctx, connection.attachment, request)
+                return response
             finally:
-                stats.request_finished("send", token, (stats.now_ns() - started) // 1000)
+                stats.request_finished("send", token, (stats.now_ns() - started) // 1000,
+                                       _rpc_answer(request, response))
         table = RequestTable({code: handle for code in send.HANDLERS})
         connection = RemotingConnection(table, ConnectionLimits.from_config(self.config.remoting))
         transport = FakeTransport()
@@ -386,7 +390,15 @@ class Side:
         latencies = [int(snapshot.histogram(histogram)[64]) for histogram in (
             StatsHistogram.PUT_LATENCY_US, StatsHistogram.RPC_LATENCY_US,
             StatsHistogram.SYNC_FLUSH_WAIT_US)]
-        return counters, distribute, sizes, latencies, snapshot.labelled_keys()
+        # rpc_latency series: the same keys and counts; the bucket (label) and the sum are
+        # latencies, which differ between two runs.
+        keys, rpc = {}, {}
+        for (kind, label, key), words in snapshot.labelled_keys().items():
+            if kind == StatsKeyKind.KEY_RPC:
+                rpc[key] = rpc.get(key, 0) + words[0]
+            else:
+                keys[(kind, label, key)] = words
+        return counters, distribute, sizes, latencies, keys, rpc
 
     def close(self) -> None:
         self.recorder.writer.close()
@@ -648,9 +660,10 @@ def test_connection_errors_close_the_same_way(sides):
 def test_templates_are_the_handler_encoding():
     """A stored template with its values filled in is orjson's encoding of the handler's answer."""
     config = load_broker_config(None, dict(SETTINGS))
-    stored, pieces = send_fast.response_template(PutStatus.PUT_OK,
-                                                 send.send_response_fields_of(config), 4096)
-    assert stored
+    stored, pieces, code = send_fast.response_template(PutStatus.PUT_OK,
+                                                       send.send_response_fields_of(config),
+                                                       4096)
+    assert stored and code == 0
     header = pieces[0] + b"AB,CD" + pieces[1] + b"3" + pieces[2] + b"17" + pieces[3] + b"-5" \
         + pieces[4]
     assert orjson.loads(header) == {

@@ -198,7 +198,7 @@ def test_items_start_as_java_creates_them_and_the_24_hour_sum_falls_back(region)
     clock = [1_000_000]
     service = StatsService(region, "DefaultCluster", clock_ms=lambda: clock[0],
                            local_date=lambda: "monday")
-    writer = region.writer(remoting_writer(0))
+    writer = region.writer(remoting_worker(0).stats_section)
     entry = writer.key(K.KEY_TOPIC_PUT, 0, "T")
 
     def day_sum() -> int:
