@@ -7,3 +7,6 @@ def distribute_bucket(elapsed_ms: int) -> int:
 class SendStats:
     def __init__(self, writer: StatsWriter | None = None,
                  python_oldest: object = None) -> None: ...
+
+
+def size_bucket(size_bytes: int) -> int: ...

@@ -46,6 +46,27 @@ cdef enum:
 from pybroker.stats import metric_names as _names
 
 assert len(_names.MESSAGE_SIZE_BUCKETS_BYTES) + 1 == SIZE_BUCKETS
+cdef int64_t SIZE_BOUNDS[SIZE_BUCKETS - 1]
+cdef int64_t RPC_BOUNDS[9]
+assert len(_names.RPC_BUCKETS_MS) == 9
+for _index, _bound in enumerate(_names.MESSAGE_SIZE_BUCKETS_BYTES):
+    SIZE_BOUNDS[_index] = _bound
+for _index, _bound in enumerate(_names.RPC_BUCKETS_MS):
+    RPC_BOUNDS[_index] = _bound
+
+
+cdef inline int explicit_bucket(int64_t value, const int64_t *bounds, int count) noexcept:
+    """metric_names.bucket_of in C: the first bound >= value, count for +Inf."""
+    cdef int index
+    for index in range(count):
+        if value <= bounds[index]:
+            return index
+    return count
+
+
+def size_bucket(int64_t size_bytes):
+    """The message-size bucket the fast path counts (tests compare it with bucket_of)."""
+    return explicit_bucket(size_bytes, SIZE_BOUNDS, SIZE_BUCKETS - 1)
 
 
 cdef int64_t monotonic_ns() noexcept nogil:
@@ -145,7 +166,7 @@ cdef class SendStats:
     cdef int32_t _size_key(self, int32_t topic_id, int64_t size_bytes) except -3:
         # Java's message_size: one value per put, its bytes per message, under the topic and
         # message type "normal" (fast sends are never delay or transaction sends).
-        cdef int label = _names.message_size_label(0, size_bytes)
+        cdef int label = explicit_bucket(size_bytes, SIZE_BOUNDS, SIZE_BUCKETS - 1)
         cdef int32_t *slot = &self._size_keys[topic_id * SIZE_BUCKETS + label]
         if slot[0] == KEY_UNKNOWN:
             slot[0] = self.writer.key(
@@ -155,13 +176,16 @@ cdef class SendStats:
 
     cdef int32_t _rpc_key(self, int32_t request_code, int32_t response_code, bint oneway,
                           int64_t elapsed_ms) except -3:
-        cdef int bucket = _names.bucket_of(elapsed_ms, _names.RPC_BUCKETS_MS)
-        cached = self._rpc_keys.get((request_code, response_code, oneway, bucket))
+        cdef int bucket = explicit_bucket(elapsed_ms, RPC_BOUNDS, 9)
+        # One small int per (request code, response code, oneway, bucket): a dict probe.
+        cdef int64_t cache_key = (((<int64_t>request_code << 16) | (response_code & 0xFFFF))
+                                  << 8) | (oneway << 4) | bucket
+        cached = self._rpc_keys.get(cache_key)
         if cached is not None:
             return cached
         entry = self.writer.key(KEY_RPC, bucket, _names.rpc_key(
             request_code, response_code, False, "oneway" if oneway else "success"))
-        self._rpc_keys[(request_code, response_code, oneway, bucket)] = entry
+        self._rpc_keys[cache_key] = entry
         return entry
 
     cdef void started(self, int64_t requests) noexcept:

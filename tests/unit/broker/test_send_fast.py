@@ -678,3 +678,14 @@ def test_put_latency_buckets_are_the_python_ones():
     from pybroker.stats.service import put_distribute_bucket
     for elapsed_ms in [-1, 0, 1, 9, 10, 49, 50, 99, 100, 4999, 5000, 9999, 10000, 10 ** 9]:
         assert distribute_bucket(elapsed_ms) == put_distribute_bucket(elapsed_ms), elapsed_ms
+
+
+def test_message_size_buckets_are_the_metric_names_ones():
+    """The fast path's C bucket search gives metric_names.bucket_of's index (Java's explicit
+    bounds: a value equal to a bound is in that bound's bucket)."""
+    from pybroker._fast.send_stats import size_bucket
+    from pybroker.stats.metric_names import MESSAGE_SIZE_BUCKETS_BYTES, bucket_of
+    for bound in MESSAGE_SIZE_BUCKETS_BYTES:
+        for size in (bound - 1, bound, bound + 1):
+            assert size_bucket(size) == bucket_of(size, MESSAGE_SIZE_BUCKETS_BYTES), size
+    assert size_bucket(0) == 0 and size_bucket(1 << 40) == len(MESSAGE_SIZE_BUCKETS_BYTES)
