@@ -963,14 +963,31 @@ def broker_setting_area(key: str) -> str | None:
     return found[0] if found is not None else None
 
 
+def namesrv_setting_area(key: str) -> str | None:
+    """The area ("namesrv", "remoting", "tls") of a namesrv.conf key, None if unknown."""
+    found = _NAMESRV_KEYS.get(key)
+    return found[0] if found is not None else None
+
+
 def with_broker_settings(config: Config, entries: Mapping[str, str]) -> Config:
     """``config`` with the given {RocketMQ key: text} values (a running broker's
     UPDATE_BROKER_CONFIG); every key must be a broker setting. Raises :class:`ConfigError`
     ``key=value: rule`` for a value the key's rule refuses."""
+    return _with_settings(config, entries, _BROKER_KEYS)
+
+
+def with_namesrv_settings(config: NamesrvProcessConfig,
+                          entries: Mapping[str, str]) -> NamesrvProcessConfig:
+    """:func:`with_broker_settings` for a running NameServer (UPDATE_NAMESRV_CONFIG)."""
+    return _with_settings(config, entries, _NAMESRV_KEYS)
+
+
+def _with_settings(config, entries: Mapping[str, str],
+                   keys: Mapping[str, tuple[str, SettingSpec]]):
     changes: dict[str, dict[str, Any]] = {}
     errors = []
     for key, text in entries.items():
-        area, spec = _BROKER_KEYS[key]
+        area, spec = keys[key]
         try:
             changes.setdefault(area, {})[spec.attribute] = parse_value(spec, text)
         except ConfigError as error:

@@ -38,6 +38,11 @@ METADATA_CODES = frozenset({
     RequestCode.CONSUME_MESSAGE_DIRECTLY, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
     RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
     RequestCode.GET_PRODUCER_CONNECTION_LIST, RequestCode.VIEW_BROKER_STATS_DATA,
+    # Whole-broker views and an admin's cleanup (admin/broker_overview.py, admin/ha_status.py,
+    # admin/store_maintenance.py).
+    RequestCode.GET_BROKER_CONSUME_STATS, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
+    RequestCode.GET_BROKER_HA_STATUS, RequestCode.DELETE_EXPIRED_COMMITLOG,
+    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
     # Request-reply: the producer registry finds the requester (broker/reply.py).
     RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
     # 5.x broker-side rebalance: the group's members and the NameServer's routes.

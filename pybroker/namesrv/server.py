@@ -23,6 +23,7 @@ from pybroker.config import NamesrvProcessConfig
 from pybroker.namesrv.kv_config import KVConfigManager
 from pybroker.namesrv.processor import NamesrvProcessor
 from pybroker.namesrv.route_table import RouteInfoManager
+from pybroker.namesrv.settings_requests import NamesrvSettingsRequests
 from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
@@ -57,6 +58,7 @@ class NamesrvController:
         self.processor = NamesrvProcessor(self.route_table, self.kv_config,
                                           order_message_enable=namesrv.order_message_enable,
                                           now_ms=now_ms)
+        self.settings = NamesrvSettingsRequests(lambda: self.config, self.apply_settings)
         # aclEnable (pybroker only): writes need a signed admin account, a broker's
         # registration an allowed address or a signed admin; reads stay open
         # (resources.namesrv_rule_of, docs/security.md).
@@ -73,7 +75,7 @@ class NamesrvController:
         limits = ConnectionLimits.from_config(self.config.remoting)
         self.server = await start_server(
             self.listen_address, self.config.namesrv.listen_port,
-            RequestTable(self.processor.handlers,
+            RequestTable({**self.processor.handlers, **self.settings.handlers},
                          guard=self.acl.guard if self.acl is not None else None),
             on_close=self._connection_closed,
             limits=limits, backlog=self.config.remoting.server_socket_backlog,
@@ -81,6 +83,14 @@ class NamesrvController:
         self._scan_task = start_task(self._scan_loop(), "the expired-broker scan",
                                      self.on_failure, log)
         return self.server.address
+
+    def apply_settings(self, config: NamesrvProcessConfig) -> None:
+        """Make ``config`` current (UPDATE_NAMESRV_CONFIG's live settings): the processor
+        and the route table read theirs from here, the scan reads its interval each wait."""
+        self.config = config
+        self.processor.order_message_enable = config.namesrv.order_message_enable
+        self.route_table.broker_channel_expired_time_ms = \
+            config.namesrv.broker_channel_expired_time_ms
 
     def _connection_closed(self, connection, exc: BaseException | None) -> None:
         removed = self.route_table.channel_closed(connection, connection.remote_address)

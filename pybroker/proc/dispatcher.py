@@ -27,7 +27,8 @@ dispatched can go) and publishes ``commitlog_min_offset`` and ``disk_full``: the
 answers puts SERVICE_NOT_AVAILABLE, and every other process drops its maps of the deleted files.
 Java's pauses between two deletions (``deleteCommitLogFilesInterval``,
 ``deleteConsumeQueueFilesInterval``) are not taken here: they would stall dispatch.
-Topic deletions arrive through :mod:`pybroker.proc.topic_deletion`.
+Topic deletions arrive through :mod:`pybroker.proc.topic_deletion`, an admin's cleanup
+requests through :mod:`pybroker.store.cleanup_requests` (taken at the next pass).
 """
 import dataclasses
 import logging
@@ -41,6 +42,7 @@ from pybroker._fast.stats import StatsCounter, StatsHistogram
 from pybroker.stats.region import private_writer
 from pybroker.store import paths
 from pybroker.store.cleanup import StoreCleaner
+from pybroker.store.cleanup_requests import CleanupRequestReader
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.control_block import DISPATCHER, ControlBlock
@@ -193,6 +195,7 @@ class _Cleanup:
         self.cleaner = StoreCleaner(commitlog, queues, index_service, no_pause,
                                     clock_ms=clock_ms, sleep=lambda seconds: None)
         self.next_run_ms = clock_ms() + self.interval_ms
+        self.requests = CleanupRequestReader(settings.store_path_root_dir)
         self.publish()
 
     def maybe_run(self, dispatcher: Dispatcher) -> int:
@@ -200,6 +203,7 @@ class _Cleanup:
         now = self.clock_ms()
         if now >= self.next_run_ms:
             dispatcher.release_files()      # the pass may close consume-queue / index files
+            self.cleaner.take_requests(self.requests.take())
             report = self.cleaner.run_once()
             self.next_run_ms = self.clock_ms() + self.interval_ms
             if report.commitlog_files_deleted or report.consume_queue_files_deleted:

@@ -52,7 +52,7 @@ from pybroker.stats.half_messages import HalfMessages
 from pybroker.stats.recorder import Recorder
 from pybroker.stats.region import StatsRegion, StatsWriter
 from pybroker.stats.service import StatsService
-from pybroker.store import lock_file, paths, replica
+from pybroker.store import cleanup_requests, lock_file, paths, replica
 from pybroker.store.control_block import (ControlBlock, grpc_worker, stats_section_count,
                                           supervisor_worker)
 from pybroker.store.config_docs import DelayOffsetDocument
@@ -175,8 +175,10 @@ class Supervisor:
                 self.stats_writer.close()
             if self.stats_region is not None:
                 self._persist_half_messages()
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(paths.running_settings_path(self.store_root))
+                for path in (paths.running_settings_path(self.store_root),
+                             cleanup_requests.requests_path(self.store_root)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
                 self.stats_region.close()
                 _remove_if_empty(paths.run_dir(self.store_root))
             if self.listeners is not None:

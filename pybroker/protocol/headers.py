@@ -401,6 +401,9 @@ GET_CONSUME_STATS_REQUEST = _schema("GetConsumeStatsRequestHeader", [
     ("consumerGroup", STR, True),
     ("topic", STR, False),
 ])
+GET_BROKER_CONSUME_STATS_REQUEST = _schema("GetConsumeStatsInBrokerHeader", [   # 317
+    ("isOrder", BOOL, True),
+])
 RESET_OFFSET_REQUEST = _schema("ResetOffsetRequestHeader", [   # 222 admin->broker, 220 ->client
     ("topic", STR, True),
     ("group", STR, True),
@@ -655,6 +658,7 @@ REQUEST_SCHEMAS: dict[int, tuple[HeaderSchema, bool]] = {
     _C.GET_ALL_TOPIC_CONFIG: (GET_ALL_TOPIC_CONFIG_REQUEST, False),
     _C.DELETE_SUBSCRIPTIONGROUP: (DELETE_SUBSCRIPTION_GROUP_REQUEST, False),
     _C.GET_CONSUME_STATS: (GET_CONSUME_STATS_REQUEST, False),
+    _C.GET_BROKER_CONSUME_STATS: (GET_BROKER_CONSUME_STATS_REQUEST, False),
     _C.INVOKE_BROKER_TO_RESET_OFFSET: (RESET_OFFSET_REQUEST, False),
     _C.RESET_CONSUMER_CLIENT_OFFSET: (RESET_OFFSET_REQUEST, False),
     _C.GET_CONSUMER_STATUS_FROM_CLIENT: (GET_CONSUMER_STATUS_REQUEST, False),

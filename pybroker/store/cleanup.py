@@ -37,6 +37,8 @@ from collections.abc import Callable
 
 from pybroker import clock
 from pybroker.store import disk_space
+from pybroker.store.cleanup_requests import (CLEAN_EXPIRED_CONSUME_QUEUE,
+                                             DELETE_EXPIRED_COMMITLOG, MANUAL_DELETE_PASSES)
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.index_file import IndexService
@@ -104,6 +106,22 @@ class StoreCleaner:
         self.disk_full = False
         self._last_physical_min_offset = 0
         self._last_redelete_ms = 0
+        # Admin requests (pybroker.store.cleanup_requests): passes left that delete expired
+        # CommitLog files at any hour (Java's manualDeleteFileSeveralTimes), and a consume-queue
+        # cleanup asked for whether or not the CommitLog min offset moved.
+        self.manual_delete_passes = 0
+        self._queues_requested = False
+
+    def take_requests(self, kinds: set[str]) -> None:
+        """Act on admin cleanup requests at the next :meth:`run_once`."""
+        if DELETE_EXPIRED_COMMITLOG in kinds:
+            log.info("deleteExpiredCommitLog requested: the next %d passes delete expired "
+                     "CommitLog files at any hour", MANUAL_DELETE_PASSES)
+            self.manual_delete_passes = MANUAL_DELETE_PASSES
+        if CLEAN_EXPIRED_CONSUME_QUEUE in kinds:
+            log.info("cleanExpiredCQ requested: consume-queue files below the CommitLog's first "
+                     "offset are deleted in this pass")
+            self._queues_requested = True
 
     # --- thresholds ------------------------------------------------------------------------
     def max_used_space_ratio(self) -> float:
@@ -159,8 +177,11 @@ class StoreCleaner:
         now_ms = self.clock_ms()
         report.time_up = is_time_to_delete(self.settings.delete_when, now_ms)
         self.check_space(report)
-        if not (report.time_up or report.space_full):
+        manual = self.manual_delete_passes > 0
+        if not (report.time_up or report.space_full or manual):
             return 0
+        if manual:
+            self.manual_delete_passes -= 1
         clean_at_once = bool(self.settings.clean_file_forcibly_enable) and \
             report.clean_immediately
         expired_ms = self.settings.file_reserved_time * _MS_PER_HOUR
@@ -205,7 +226,8 @@ class StoreCleaner:
     def clean_consume_queues(self, report: CleanupReport) -> int:
         """When the CommitLog min offset moved: delete consume-queue and index files below it."""
         min_offset = self.commitlog.min_offset()
-        if min_offset <= self._last_physical_min_offset:
+        requested, self._queues_requested = self._queues_requested, False
+        if min_offset <= self._last_physical_min_offset and not requested:
             return 0
         self._last_physical_min_offset = min_offset
         deleted = 0

@@ -245,9 +245,11 @@ def test_broker_registration_needs_an_allowed_address_or_a_signed_admin(broker, 
         local.close()
 
 
-def test_unknown_codes_are_closed_to_unsigned_peers(namesrv):
-    # UPDATE_NAMESRV_CONFIG (318) is not served; under ACL an unsigned peer learns nothing more.
-    _refused(namesrv.invoke(_request(318, {}), TIMEOUT_MS), "No accessKey is configured")
+def test_unknown_and_settings_codes_are_closed_to_unsigned_peers(namesrv):
+    # A code the NameServer does not serve, and GET/UPDATE_NAMESRV_CONFIG (319/318): under ACL
+    # an unsigned peer learns nothing (they need an admin account).
+    for code in (399, 318, 319):
+        _refused(namesrv.invoke(_request(code, {}), TIMEOUT_MS), "No accessKey is configured")
 
 
 def test_namesrv_process_with_acl_and_a_broken_file(tmp_path):

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from pybroker._testbase.ports import free_port
-from pybroker.config import load_namesrv_config
+from pybroker.config import load_namesrv_config, parse_properties
 from pybroker.namesrv.server import NamesrvController
 from pybroker.protocol import bodies
 from pybroker.protocol.codes import RequestCode as C
@@ -189,6 +189,54 @@ def test_expired_broker_is_dropped_and_its_connection_closed(tmp_path):
             assert not broker.is_connected
         finally:
             broker.close()
+            await controller.stop()
+
+    asyncio.run(scenario())
+
+
+def test_settings_read_and_changed_at_run_time(tmp_path):
+    """GET_NAMESRV_CONFIG answers every effective setting; UPDATE_NAMESRV_CONFIG changes the
+    live ones where the NameServer reads them (orderMessageEnable in routes, the expiry of
+    the broker scan) and refuses the rest whole, naming the key (NO_PERMISSION, as Java
+    refuses its black list); mqadmin getNamesrvConfig/updateNamesrvConfig use these."""
+    clock = [1_700_000_000_000]
+    config = load_namesrv_config(overrides={"listenPort": free_port(),
+                                            "kvConfigPath": str(tmp_path / "kv.json")})
+
+    async def scenario():
+        controller = NamesrvController(config, now_ms=lambda: clock[0])
+        address = await controller.start()
+        client = RemotingClient()
+        await client.connect(address)
+        try:
+            got = await client.invoke(create_request(C.GET_NAMESRV_CONFIG))
+            settings = parse_properties(bytes(got.body).decode())
+            assert settings["orderMessageEnable"] == "false"
+            assert settings["kvConfigPath"] == str(tmp_path / "kv.json")
+            body = b"orderMessageEnable=true\nbrokerChannelExpiredTimeMs=5000\n"
+            update = create_request(C.UPDATE_NAMESRV_CONFIG, body=body)
+            assert (await client.invoke(update)).code == R.SUCCESS
+            assert controller.processor.order_message_enable is True
+            assert controller.route_table.broker_channel_expired_time_ms == 5000
+            broker = RemotingClient()      # the scan closes an expired broker's connection
+            await broker.connect(address)
+            assert (await broker.invoke(register_request())).code == R.SUCCESS
+            clock[0] += 5001
+            controller.scan_not_active_brokers()
+            assert controller.route_table.topic_route("TopicA") is None
+            broker.close()
+            for body, named in ((b"kvConfigPath=/tmp/elsewhere\n", "kvConfigPath"),
+                                (b"orderMessageEnable=false\nconfigStorePath=/etc\n",
+                                 "configStorePath"),
+                                (b"scanNotActiveBrokerInterval=1\n",
+                                 "scanNotActiveBrokerInterval")):
+                refused = await client.invoke(create_request(C.UPDATE_NAMESRV_CONFIG, body=body))
+                assert refused.code == R.NO_PERMISSION and named in refused.remark, refused
+            assert controller.processor.order_message_enable is True   # nothing changed
+            got = await client.invoke(create_request(C.GET_NAMESRV_CONFIG))
+            assert b"orderMessageEnable=true\n" in bytes(got.body)
+        finally:
+            client.close()
             await controller.stop()
 
     asyncio.run(scenario())

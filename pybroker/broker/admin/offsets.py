@@ -23,7 +23,8 @@ from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.protocol.headers import parse_request_header
 from pybroker.store import config_docs, paths
 
-__all__ = ["HANDLERS", "encode_consume_stats", "reset_offset_table"]
+__all__ = ["HANDLERS", "encode_consume_stats", "reset_offset_table", "consume_stats_entries",
+           "pulled_offsets"]
 
 log = logging.getLogger("pybroker.broker.admin")
 
@@ -38,10 +39,19 @@ def encode_consume_stats(entries, consume_tps: float) -> bytes:
             + encode_message_queue_map(entries) + b"}")
 
 
-def _consume_stats_entries(ctx, group: str, topic: str, pulled: dict) -> list:
-    """OffsetWrapper per queue. pullOffset is Java's (the newest pull's next offset, at least
-    the consumer offset); for a queue the group pops, the consumer offset plus its in-flight
-    (popped, not acknowledged, not revived) messages, so that mqadmin's #Inflight
+def pulled_offsets(ctx) -> dict:
+    """The remoting workers' newest pull offsets ((topic@group, queue id) -> next offset)
+    from the last statistics snapshot; empty without one."""
+    service = ctx.stats_service
+    return service.last.pull_offsets() if service is not None and service.last else {}
+
+
+def consume_stats_entries(ctx, group: str, topic: str, pulled: dict) -> list:
+    """(MessageQueue, OffsetWrapper fields) of ``group`` on ``topic``'s queues; empty for an
+    unknown topic or one the group's live members do not subscribe to. pullOffset is Java's
+    (the newest pull's next offset, at least the consumer offset; ``pulled``:
+    :func:`pulled_offsets`); for a queue the group pops, the consumer offset plus its
+    in-flight (popped, not acknowledged, not revived) messages, so that mqadmin's #Inflight
     (pullOffset - consumerOffset) counts them."""
     topic_config = ctx.metadata.topic_config(topic)
     if topic_config is None:
@@ -83,9 +93,9 @@ async def handle_get_consume_stats(ctx: MetadataContext, channel: ClientChannel,
     entries = []
     consume_tps = 0.0
     service = ctx.stats_service
-    pulled = service.last.pull_offsets() if service is not None and service.last else {}
+    pulled = pulled_offsets(ctx)
     for topic in topics:
-        topic_entries = _consume_stats_entries(ctx, header.consumer_group, topic, pulled)
+        topic_entries = consume_stats_entries(ctx, header.consumer_group, topic, pulled)
         entries += topic_entries
         if topic_entries and service is not None:
             consume_tps += service.group_get_tps(header.consumer_group, topic)

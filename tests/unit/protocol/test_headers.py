@@ -261,6 +261,10 @@ def test_every_request_code_in_the_reference_tables_has_a_schema_or_none_by_desi
                       # RocketMQ 5.x protocol basics (bodies only)
                       RequestCode.SET_MESSAGE_REQUEST_MODE,
                       RequestCode.GET_ALL_MESSAGE_REQUEST_MODE,
+                      RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER,
+                      RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, RequestCode.DELETE_EXPIRED_COMMITLOG,
+                      RequestCode.GET_NAMESRV_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG,
+                      RequestCode.GET_BROKER_HA_STATUS,
                       # 5.x: their question is the body
                       RequestCode.QUERY_ASSIGNMENT, RequestCode.BATCH_ACK_MESSAGE,
                       # 5.x timer (bodies only)

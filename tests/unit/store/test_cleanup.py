@@ -11,6 +11,10 @@ import time
 
 from pybroker._fast import record as record_codec
 from pybroker.store.cleanup import StoreCleaner, is_time_to_delete
+from pybroker.store.cleanup_requests import (CLEAN_EXPIRED_CONSUME_QUEUE,
+                                             DELETE_EXPIRED_COMMITLOG, MANUAL_DELETE_PASSES,
+                                             CleanupRequestReader, request_cleanup)
+from pybroker.store.mapped_file import DELETE_FILES_BATCH_MAX
 from pybroker.store.message_store import MessageStore
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus, PutStatus
@@ -203,5 +207,49 @@ def test_hanged_file_retried_without_delete_hour(tmp_path):
         assert cleaner.redelete_hanged_file()
         assert len(store.commitlog.mapped_file_queue.mapped_files) == 1
         held.release()
+    finally:
+        store.shutdown()
+
+
+def test_admin_requests_delete_expired_files_outside_delete_when(tmp_path):
+    """mqadmin deleteExpiredCommitLog: the next MANUAL_DELETE_PASSES passes delete files older
+    than fileReservedTime at any hour (Java's executeDeleteFilesManually), never young ones;
+    cleanExpiredCQ: a pass deletes queue files below the CommitLog min offset even when that
+    offset did not move since the last pass. The requests reach the cleaner through the run
+    directory's request file, read from where it stood when the reader was made."""
+    world = World()
+    store = open_store(tmp_path, world)
+    root = str(tmp_path / "store")
+    request_cleanup(root, DELETE_EXPIRED_COMMITLOG)      # before the reader: not taken
+    reader = CleanupRequestReader(root)
+    try:
+        fill(store, 4)
+        assert reader.take() == set()
+        request_cleanup(root, DELETE_EXPIRED_COMMITLOG)
+        store.cleaner.take_requests(reader.take())
+        assert store.cleaner.manual_delete_passes == MANUAL_DELETE_PASSES
+        assert store.clean_expired_files().commitlog_files_deleted == 0     # young files stay
+        world.now_ms += 73 * HOUR_MS
+        other_hour = (time.localtime(world.now_ms / 1000).tm_hour + 2) % 24
+        store.settings = dataclasses.replace(store.settings, delete_when="%02d" % other_hour)
+        report = store.clean_expired_files()
+        assert not report.time_up and report.commitlog_files_deleted == 3
+        assert store.cleaner.manual_delete_passes == MANUAL_DELETE_PASSES - 2
+        # At most DELETE_FILES_BATCH_MAX queue files go in a pass; the rest would wait for
+        # the CommitLog min offset to move again.
+        assert report.consume_queue_files_deleted == DELETE_FILES_BATCH_MAX
+        assert store.clean_expired_files().consume_queue_files_deleted == 0
+        request_cleanup(root, CLEAN_EXPIRED_CONSUME_QUEUE)
+        assert reader.take() == {CLEAN_EXPIRED_CONSUME_QUEUE} and reader.take() == set()
+        store.cleaner.take_requests({CLEAN_EXPIRED_CONSUME_QUEUE})
+        left = store.clean_expired_files().consume_queue_files_deleted
+        assert left > 0
+        store.cleaner.take_requests({CLEAN_EXPIRED_CONSUME_QUEUE})
+        assert store.clean_expired_files().consume_queue_files_deleted == 0
+        first_file = 64 * (DELETE_FILES_BATCH_MAX + left)      # 64 units a queue file
+        assert first_file <= store.get_min_offset_in_queue("T", 0) < first_file + 64
+        store.cleaner.manual_delete_passes = 0
+        world.now_ms += 73 * HOUR_MS
+        assert store.clean_expired_files().commitlog_files_deleted == 0   # the hour is not up
     finally:
         store.shutdown()
