@@ -10,7 +10,10 @@ import sys
 import yaml
 
 from pybroker.acl.signature import Credentials
-from pybroker.admin import broker_commands, controller_commands, group_commands
+from pybroker.admin import (broker_commands, cleanup_commands, consumer_commands,
+                            controller_commands, export_commands, group_commands,
+                            message_commands, namesrv_commands, offset_commands, probe_commands,
+                            replication_commands, topic_commands)
 from pybroker.admin.output import Output
 from pybroker.client.admin import Admin
 from pybroker.client.errors import ClientError
@@ -20,8 +23,15 @@ from pybroker.remoting.tls import client_context
 __all__ = ["add_admin_arguments", "run_admin", "COMMANDS"]
 
 COMMANDS = {**broker_commands.COMMANDS, **group_commands.COMMANDS,
-            **controller_commands.COMMANDS}
+            **controller_commands.COMMANDS, **topic_commands.COMMANDS,
+            **offset_commands.COMMANDS, **message_commands.COMMANDS,
+            **consumer_commands.COMMANDS, **namesrv_commands.COMMANDS,
+            **export_commands.COMMANDS, **probe_commands.COMMANDS,
+            **replication_commands.COMMANDS, **cleanup_commands.COMMANDS}
 ADMIN_TIMEOUT_S = 120
+# Commands that repeat until stopped (as mqadmin's): no overall time limit, each request
+# still waits at most the client's request timeout.
+REPEATING = frozenset({"clusterRT", "haStatus"})
 
 
 def add_admin_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,11 +62,14 @@ def run_admin(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         async with Admin(args.namesrv_addr, **_security_options(args)) as admin:
-            return await asyncio.wait_for(function(admin, args, out), ADMIN_TIMEOUT_S)
+            timeout = None if args.admin_command in REPEATING else ADMIN_TIMEOUT_S
+            return await asyncio.wait_for(function(admin, args, out), timeout)
     try:
         return asyncio.run(run())
     except BrokenPipeError:
         raise           # the reader of stdout left (| head): pybroker.cli ends quietly
+    except KeyboardInterrupt:
+        return 130      # Ctrl-C ends a repeating command (clusterRT, haStatus -i)
     except (ClientError, OSError, TimeoutError, ValueError, yaml.YAMLError) as error:
         sys.stderr.write(f"pybroker admin {args.admin_command}: {error}\n")
         return 1

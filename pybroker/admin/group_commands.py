@@ -17,7 +17,7 @@ from pybroker.protocol import bodies, fastjson
 from pybroker.protocol.bodies import MessageQueue
 from pybroker.protocol.codes import RequestCode, ResponseCode
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "queue_entries", "message_fields"]
 
 ADMIN_PRODUCER_GROUP = "PYBROKER_ADMIN_PRODUCER"
 ADMIN_CONSUMER_GROUP = "TOOLS_CONSUMER"     # MixAll.TOOLS_CONSUMER_GROUP, as mqadmin
@@ -74,7 +74,7 @@ async def get_consume_mode(admin, args, out) -> int:
     return 0
 
 
-def _queue_entries(document) -> list[tuple[dict, dict]]:
+def queue_entries(document) -> list[tuple[dict, dict]]:
     return [(fastjson.loads(key) if isinstance(key, str) else key, value)
             for key, value in document.get("offsetTable", {}).items()]
 
@@ -87,7 +87,7 @@ async def consumer_progress(admin, args, out) -> int:
         except Exception:      # a broker that does not know the group
             continue
         tps += document.get("consumeTps", 0.0)
-        for queue, entry in _queue_entries(document):
+        for queue, entry in queue_entries(document):
             lag = entry["brokerOffset"] - entry["consumerOffset"]
             diff += lag
             # 5.x: pulled (or popped) and not committed (acknowledged); 4.x brokers omit it.
@@ -197,7 +197,7 @@ async def reset_offset_by_time(admin, args, out) -> int:
             rows += await _reset_offline(admin, address, args, timestamp)
             continue
         check_response(response, address)
-        for queue, offset in _queue_entries(fastjson.loads(response.body or b"{}")):
+        for queue, offset in queue_entries(fastjson.loads(response.body or b"{}")):
             rows.append([queue["brokerName"], queue["queueId"], offset])
     out.table(["Broker Name", "Queue ID", "Offset"], sorted(rows))
     return 0
@@ -208,7 +208,7 @@ async def _reset_offline(admin, address: str, args, timestamp: int) -> list[list
     UPDATE_CONSUMER_OFFSET (only backwards unless forced)."""
     document = await admin.consume_stats(address, args.group, args.topic)
     rows = []
-    for queue_json, entry in _queue_entries(document):
+    for queue_json, entry in queue_entries(document):
         queue = MessageQueue(queue_json["topic"], queue_json["brokerName"],
                              queue_json["queueId"])
         offset = await queue_offset_query(admin.instance, queue,
@@ -223,7 +223,7 @@ async def _reset_offline(admin, address: str, args, timestamp: int) -> list[list
     return rows
 
 
-def _message_fields(message) -> dict:
+def message_fields(message) -> dict:
     return {"Topic": message.topic, "Tags": message.tags or "", "Keys": " ".join(message.keys),
             "Queue ID": message.queue_id, "Queue Offset": message.queue_offset,
             "CommitLog Offset": message.physical_offset,
@@ -236,7 +236,7 @@ def _message_fields(message) -> dict:
 
 
 async def query_msg_by_id(admin, args, out) -> int:
-    out.pairs(_message_fields(await admin.view_message(args.msg_id)))
+    out.pairs(message_fields(await admin.view_message(args.msg_id)))
     return 0
 
 
@@ -246,7 +246,7 @@ async def _query_by_key(admin, args, out, unique: bool) -> int:
                                                 unique_key=unique)
     rows = [[m.msg_id, m.offset_msg_id, m.queue_id, m.queue_offset] for m in messages]
     out.table(["Message ID", "Offset Message ID", "QID", "Offset"], rows,
-              [_message_fields(m) for m in messages])
+              [message_fields(m) for m in messages])
     return 0 if messages else 1
 
 
@@ -304,7 +304,7 @@ async def print_msg(admin, args, out) -> int:
     async for message in _topic_messages(admin, args, out, ADMIN_CONSUMER_GROUP, args.count):
         rows.append([message.msg_id, message.queue_id, message.queue_offset,
                      message.body.decode(args.charset, "replace")])
-        documents.append(_message_fields(message))
+        documents.append(message_fields(message))
     out.table(["MSGID", "QID", "Offset", "BODY"], rows, documents)
     return 0
 
@@ -314,7 +314,7 @@ async def consume_message(admin, args, out) -> int:
     async for message in _topic_messages(admin, args, out, args.group, args.count):
         rows.append([message.msg_id, message.queue_id, message.queue_offset,
                      message.body.decode("utf-8", "replace")])
-        documents.append(_message_fields(message))
+        documents.append(message_fields(message))
         if len(rows) % 100 == 0:
             out.progress(f"consumed {len(rows)} messages ...")
     out.table(["MSGID", "QID", "Offset", "BODY"], rows, documents)
