@@ -26,7 +26,6 @@ with ``key=value: rule`` lines. This is the only
 module that reads ``os.environ``.
 """
 import dataclasses
-import difflib
 import enum
 import logging
 import math
@@ -40,6 +39,7 @@ import orjson
 from pybroker.config_pop import PopSettings
 from pybroker.config_not_acted_on import (  # noqa: F401
     JAVA_KEYS_NOT_USED, JAVA_KEYS_UNSUPPORTED, SETTINGS_NOT_ACTED_ON, not_acted_on_lines)
+from pybroker.config_keys import DURABILITY_KEYS, check_unknown_keys
 from pybroker.errors import ConfigError
 from pybroker.protocol.constants import PROPERTIES_MAX_BYTES, SystemTopic
 # The declaration language and the store's own area are re-exported: one import for users.
@@ -663,59 +663,12 @@ def _parse_entries(entries: Mapping[str, str], keys: Mapping[str, tuple[str, Set
     return values, tuple(unknown)
 
 
-# Keys whose value decides what an acknowledgement promises, where the data lives or how long
-# it is kept: a misspelt one leaves the default in force silently, so it is an ERROR line.
-DURABILITY_KEYS = frozenset({
-    "storePathRootDir", "storePathCommitLog", "flushDiskType", "brokerRole", "brokerId",
-    "syncFlushTimeout", "flushIntervalCommitLog", "flushCommitLogTimed",
-    "flushCommitLogLeastPages", "checkCRCOnRecover", "skipDamagedRecordsOnRecover",
-    "transientStorePoolEnable", "deleteWhen", "fileReservedTime", "diskMaxUsedSpaceRatio",
-    "cleanFileForciblyEnable", "haMasterAddress", "haMaxGapNotInSync", "haSlaveFallbehindMax"})
 assert DURABILITY_KEYS <= set(_BROKER_KEYS), DURABILITY_KEYS - set(_BROKER_KEYS)
-_SUGGESTION_CUTOFF = 0.75      # difflib ratio: flushDiskTpye -> flushDiskType is 0.92
-
-
-def closest_key(key: str, known) -> str | None:
-    """The known key ``key`` most likely misspells (case ignored), or None."""
-    by_lower = {name.lower(): name for name in known}
-    if key.lower() in by_lower:
-        return by_lower[key.lower()]
-    found = difflib.get_close_matches(key.lower(), list(by_lower), n=1,
-                                      cutoff=_SUGGESTION_CUTOFF)
-    return by_lower[found[0]] if found else None
-
-
-def _unknown_key_line(key: str, keys: Mapping[str, tuple[str, SettingSpec]],
-                      effective: Mapping[str, str]) -> tuple[int, str]:
-    """(log level, text) for an unknown key: the closest known key, and for a durability
-    setting the value the broker runs with instead."""
-    if key in JAVA_KEYS_NOT_USED:
-        return logging.WARNING, f"{key}: a RocketMQ setting pybroker does not use (ignored)"
-    match = closest_key(key, keys)
-    if match is None:
-        return logging.WARNING, f"{key}: unknown key (ignored)"
-    if match in DURABILITY_KEYS:
-        return logging.ERROR, (f"{key}: unknown key, ignored - did you mean {match}? {match} "
-                               f"is a durability setting and stays {match}="
-                               f"{effective.get(match, '')}: correct the key (strictConfig="
-                               f"true refuses unknown keys)")
-    return logging.WARNING, f"{key}: unknown key (ignored); did you mean {match}?"
 
 
 def _check_unknown_keys(unknown: tuple[str, ...], keys: Mapping[str, tuple[str, SettingSpec]],
                         source: str, strict: bool, effective: Mapping[str, str]) -> None:
-    """Log each unknown key (did you mean ...); under strictConfig refuse them all."""
-    refused = []
-    for key in unknown:
-        level, text = _unknown_key_line(key, keys, effective)
-        if strict and key not in JAVA_KEYS_NOT_USED:
-            match = closest_key(key, keys)
-            refused.append(f"{key}: unknown key" + (f"; did you mean {match}?" if match else "")
-                           + " (strictConfig=true refuses unknown keys)")
-        else:
-            LOGGER.log(level, "%s: %s", source, text)
-    if refused:
-        raise ConfigError("\n".join(refused))
+    check_unknown_keys(unknown, keys, JAVA_KEYS_NOT_USED, source, strict, effective, LOGGER)
 
 
 def load_broker_config(path: str | os.PathLike | None = None,

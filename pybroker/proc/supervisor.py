@@ -307,15 +307,21 @@ class Supervisor:
             "not running"
         return self.metadata, self.stats, self.pop
 
-    async def _serve(self, plane, service_socket, workers: int) -> str:
-        metadata, stats, pop = self._running()
-        loop = asyncio.get_running_loop()
+    def _outcome(self, loop) -> asyncio.Future:
+        """The generation's outcome: "stopped" on SIGTERM/SIGINT (or a stop asked before);
+        :meth:`_reap` resolves it when a child dies."""
         outcome = loop.create_future()
         for signal_number in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signal_number, _resolve, outcome, "stopped")
         if self.stop_requested:
             _resolve(outcome, "stopped")
         loop.add_signal_handler(signal.SIGCHLD, self._reap, outcome)
+        return outcome
+
+    async def _serve(self, plane, service_socket, workers: int) -> str:
+        metadata, stats, pop = self._running()
+        loop = asyncio.get_running_loop()
+        outcome = self._outcome(loop)
         attachment = plane.supervisor_attachment()
         attachment.start(loop, lambda moved: None)
         config, replicas = self.generation_config, self.replicas
