@@ -34,7 +34,7 @@ cdef struct AnswerValues:
 
 
 # Point ``template`` at ``pieces`` (TEMPLATE_PIECES bytes objects the caller keeps alive).
-cdef int set_template(Template *template, bint stored, tuple pieces) except -1
+cdef list set_templates(Template *templates, Py_ssize_t capacity, list given)
 
 # Bytes write_answer may need for these values (an upper bound).
 cdef Py_ssize_t answer_bytes_max(const Template *template,

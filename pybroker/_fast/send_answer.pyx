@@ -65,17 +65,26 @@ cdef Py_ssize_t _message_ids(unsigned char *out, const AnswerValues *values) noe
     return at
 
 
-cdef int set_template(Template *template, bint stored, tuple pieces) except -1:
+cdef list set_templates(Template *templates, Py_ssize_t capacity, list given):
+    """Fill ``templates[i]`` from ``given[i]`` = (stored, pieces, response code); returns the
+    pieces as bytes, which the caller keeps: the templates point into them."""
+    cdef list kept = []
     cdef bytes piece
-    cdef Py_ssize_t part
-    if len(pieces) != TEMPLATE_PIECES:
-        raise ValueError(f"{len(pieces)} template pieces, not {TEMPLATE_PIECES}")
-    template.stored = stored
-    for part in range(TEMPLATE_PIECES):
-        piece = pieces[part]
-        template.pieces[part] = <const unsigned char *>piece
-        template.lengths[part] = len(piece)
-    return 0
+    cdef Py_ssize_t index, part
+    if len(given) > capacity:
+        raise ValueError(f"{len(given)} templates, room for {capacity}")
+    for index, (stored, pieces, code) in enumerate(given):
+        pieces = tuple(bytes(piece) for piece in pieces)
+        if len(pieces) != TEMPLATE_PIECES:
+            raise ValueError(f"{len(pieces)} template pieces, not {TEMPLATE_PIECES}")
+        kept.append(pieces)
+        templates[index].stored = stored
+        templates[index].code = code
+        for part in range(TEMPLATE_PIECES):
+            piece = pieces[part]
+            templates[index].pieces[part] = <const unsigned char *>piece
+            templates[index].lengths[part] = len(piece)
+    return kept
 
 
 cdef Py_ssize_t answer_bytes_max(const Template *template,

@@ -57,7 +57,7 @@ from pybroker._fast.send_fifo cimport (_fifo_aged, _fifo_at, _fifo_first_live, _
 from pybroker._fast.send_held cimport (_held_advance, _held_done, _held_expiry, _held_first,
                                        _held_next, _held_push, _held_target, _held_unanswered)
 from pybroker._fast.send_answer cimport (AnswerValues, Template, answer_bytes_max,
-                                         set_template, write_answer)
+                                         set_templates, write_answer)
 from pybroker._fast.send_read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
                                        FIELD_TOPIC, PROPERTIES_MAX_BYTES,
                                        PROPERTY_HANDLER_ONLY, PropertyScan,
@@ -108,8 +108,7 @@ cdef class SendPath:
     ``flush_timeout_s`` / ``slave_timeout_s``: syncFlushTimeout / slaveTimeout, how long a held
     acknowledgement waits for the flush / a slave.
     ``templates[i]``: ``(stored, pieces, response code)`` of the response to a send whose
-    PutStatus has completion code i (broker/send_fast.py builds them with the Python path's
-    encoder).
+    PutStatus has completion code i (broker/send_fast.py builds them).
     """
 
     def __cinit__(self):
@@ -201,14 +200,9 @@ cdef class SendPath:
         PyMem_Free(self._properties)
 
     def _set_templates(self, list templates):
-        cdef Py_ssize_t index
-        self._template_bytes = []
         self._statuses_count = len(templates)
-        for index, (stored, pieces, code) in enumerate(templates):
-            pieces = tuple(bytes(piece) for piece in pieces)
-            self._template_bytes.append(pieces)     # keeps the memory the pointers name
-            set_template(&self._templates[index], stored, pieces)
-            self._templates[index].code = code
+        # Kept: the templates point into these bytes.
+        self._template_bytes = set_templates(self._templates, STATUSES_MAX, templates)
 
     # --- topics -----------------------------------------------------------------------------
 
