@@ -19,7 +19,7 @@ from pybroker.prof.recording import Recording
 from pybroker.prof.series import HISTOGRAM_UNITS, Series, active_groups, bucket_label
 
 __all__ = ["timeline", "residency_strip", "histograms", "processes", "pulls", "disk",
-           "CHART_IDS", "colours_of"]
+           "CHART_IDS", "colours_of", "isolated_markers"]
 
 MIB = 1 << 20
 # Ids of the report's charts in page order (the page and its tests use them).
@@ -53,6 +53,17 @@ def _x(series: Series, relative: bool):
     return series.seconds if relative else _times(series)
 
 
+def isolated_markers(values, colour: str) -> dict:
+    """A marker on each value with no value beside it (a line with gaps draws nothing for
+    a lone point: a latency seen in one second of a short recording would not show), none
+    elsewhere."""
+    finite = np.isfinite(np.asarray(values, dtype=float))
+    before = np.concatenate([[False], finite[:-1]])
+    after = np.concatenate([finite[1:], [False]])
+    alone = finite & ~before & ~after
+    return {"size": np.where(alone, 6, 0).tolist(), "color": colour}
+
+
 def timeline(runs: list[tuple[str, Series]], relative: bool = False) -> go.Figure:
     """Put/get messages per second, flush and put latency (p99) and dirty/writeback memory,
     on one time axis."""
@@ -75,8 +86,10 @@ def timeline(runs: list[tuple[str, Series]], relative: bool = False) -> go.Figur
         for row, name, values in lines:
             if values is None:
                 continue
-            figure.add_trace(go.Scatter(x=x, y=values, name=prefix + name, mode="lines",
+            figure.add_trace(go.Scatter(x=x, y=values, name=prefix + name,
+                                        mode="lines+markers",
                                         line={"dash": dash, "color": colours[name]},
+                                        marker=isolated_markers(values, colours[name]),
                                         connectgaps=False),
                              row=row, col=1)
     figure.update_yaxes(type="log", row=2, col=1)

@@ -5,8 +5,9 @@ The page embeds plotly.js (no network access needed to open it), the charts of
 :mod:`pybroker.prof.charts`, the automatic reading and the recording's settings. A small
 script at the end checks that every chart drew and writes the outcome into the page
 (``<body data-charts=N data-rendered=M data-errors=K>``) and, in ``<pre id="figures-drawn">``,
-what plotly actually drew: per chart, each trace's name, legend group, colour and axes and
-each category axis's order. The tests load the page in headless Chromium and read both back.
+what plotly actually drew: per chart, each trace's name, legend group, colour and axes, how
+many values it holds and how many lines and points it put on the page, and each category
+axis's order. The tests load the page in headless Chromium and read both back.
 """
 import datetime
 import html
@@ -54,13 +55,33 @@ _CHECK = """
         if (/^xaxis[0-9]*$/.test(key) && axis && axis._categories && axis._categories.length)
           categories[key] = axis._categories.slice();
       });
+      // What each scatter trace put on the page: line segments and visible points.
+      var marks = {};
+      chart.querySelectorAll('g.trace.scatter').forEach(function (group) {
+        var data = group.__data__, trace = data && data[0] && data[0].trace;
+        if (!trace) return;
+        var count = 0;
+        group.querySelectorAll('path.js-line').forEach(function (path) {
+          // A lone point's path is a move with no segment ("M x,y"): it draws nothing.
+          if (/[LHVCSQTAZ]/i.test((path.getAttribute('d') || '').slice(1))) count++;
+        });
+        group.querySelectorAll('path.point').forEach(function (point) {
+          var box = point.getBBox();
+          if (box.width > 0 && box.height > 0) count++;
+        });
+        marks[trace.index] = (marks[trace.index] || 0) + count;
+      });
       drawnFigures[chart.id] = {
         traces: chart._fullData.map(function (trace) {
           var colour = (trace.line && trace.line.color) ||
-                       (trace.marker && trace.marker.color) || null;
+                       (trace.marker && typeof trace.marker.color === 'string' &&
+                        trace.marker.color) || null;
+          var finite = (trace.y || []).filter(function (value) {
+            return value !== null && isFinite(value); }).length;
           return {name: trace.name, legendgroup: trace.legendgroup,
                   showlegend: trace.showlegend, colour: colour, type: trace.type,
-                  xaxis: trace.xaxis, yaxis: trace.yaxis};
+                  xaxis: trace.xaxis, yaxis: trace.yaxis, finite: finite,
+                  marks: marks[trace.index] || 0};
         }),
         categories: categories};
     });

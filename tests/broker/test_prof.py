@@ -6,9 +6,9 @@ cold; a recording made with ``pybroker prof record`` (by admin address and by st
 directory, whose settings come from <store>/run/broker.conf) turns into a page with every
 chart that headless Chromium draws without a script error, where what plotly drew (read back
 from the page as JSON) has one colour per process in every subplot, histogram buckets in
-increasing order with units, and only the application group that pulled in the consumers
-chart; ``compare`` and ``top`` work on the same broker; a group's lag is counted in messages
-and their bytes.
+increasing order with units, only the application group that pulled in the consumers
+chart, and every series with a value drawn (a lone point included); ``compare`` and
+``top`` work on the same broker; a group's lag is counted in messages and their bytes.
 
 Method: one SYNC_FLUSH standalone broker with 1 MiB CommitLog files. Sequential sends (each
 waits for its own flush, so each is one group commit and one flush) between two samples;
@@ -285,8 +285,9 @@ def _bucket_value(label: str) -> float:
 
 def _check_figures(figures: dict, runs: int) -> None:
     """One colour per process in every subplot (and per run pair), histogram buckets in
-    increasing order with units, and only the application group that pulled in the
-    consumers chart (not the tools' TOOLS_CONSUMER, not the stale group)."""
+    increasing order with units, only the application group that pulled in the consumers
+    chart (not the tools' TOOLS_CONSUMER, not the stale group), and no series with values
+    that drew nothing."""
     processes = figures["chart-processes"]["traces"]
     colour_of: dict[str, set] = {}
     for trace in processes:
@@ -310,6 +311,12 @@ def _check_figures(figures: dict, runs: int) -> None:
     assert len({t["colour"] for t in bars}) == runs
     pulls = {trace["name"].split(": ")[-1] for trace in figures["chart-pulls"]["traces"]}
     assert pulls == {f"{TOPIC}@{GROUP}"}, pulls
+    # Every series with a value shows it (a latency seen in one second only is a point, not
+    # an empty subplot under a legend naming it).
+    blank = [(chart, trace["name"], trace["yaxis"]) for chart, figure in figures.items()
+             for trace in figure["traces"]
+             if trace["type"] == "scatter" and trace["finite"] and not trace["marks"]]
+    assert not blank, blank
 
 
 def _cli(*arguments: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
