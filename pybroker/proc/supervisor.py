@@ -120,15 +120,7 @@ class Supervisor:
         lock = lock_file.StoreLock(self.store_root)
         lock.acquire()
         try:
-            remoting = self.config.remoting
-            self.listeners = Listeners.bind(remoting.bind_address,
-                                            preflight.broker_port_uses(self.config),
-                                            remoting.remoting_workers,
-                                            remoting.server_socket_backlog)
-            self.ha_listener = bind_ha_listener(self.config)
-            if self.config.grpc.grpc_workers:
-                self.grpc_port_holder = reserve_port(remoting.bind_address,
-                                                     preflight.grpc_port_use(self.config))
+            self._bind_ports()
             self.metadata = MetadataState(self.config, delay_offsets=self._delay_offsets)
             self._create_stats()
             if self.config.broker.enable_controller_mode:
@@ -188,6 +180,19 @@ class Supervisor:
             if self.grpc_port_holder is not None:
                 self.grpc_port_holder.close()
             lock.release()
+
+    def _bind_ports(self) -> None:
+        """The remoting, HA and gRPC ports, bound once for every generation (preflight names
+        each use in its error)."""
+        remoting = self.config.remoting
+        self.listeners = Listeners.bind(remoting.bind_address,
+                                        preflight.broker_port_uses(self.config),
+                                        remoting.remoting_workers,
+                                        remoting.server_socket_backlog)
+        self.ha_listener = bind_ha_listener(self.config)
+        if self.config.grpc.grpc_workers:
+            self.grpc_port_holder = reserve_port(remoting.bind_address,
+                                                 preflight.grpc_port_use(self.config))
 
     def _create_stats(self) -> None:
         """The instrument region lives as long as this supervisor: workers of every

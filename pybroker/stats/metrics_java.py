@@ -192,7 +192,8 @@ def _groups_and_topics(metadata) -> list[tuple[str, str]]:
 
 
 def consumer_families(base_names, base, metadata, reader, pull_offsets, permission: int,
-                      now_ms: int | None = None, popped=lambda group, topic, queue_id: None):
+                      now_ms: int | None = None, popped=lambda group, topic, queue_id: None,
+                      pop_retry_topic=lambda group, topic: None):
     """Java's ConsumerLagCalculator figures per (group, topic), summed over the topic's
     write queues: lag and lag latency (from the committed offset), inflight and queueing
     latency (from the pull offset, the newest pull's next offset; the committed offset for a
@@ -200,7 +201,9 @@ def consumer_families(base_names, base, metadata, reader, pull_offsets, permissi
     for a queue not pulled since start, as Java's pullOffsetTable then has nothing).
     A queue the group pops (``popped(group, topic, queue_id)``: (pop offset, in-flight
     messages), else None) counts the POP table's in-flight messages in its lag and inflight,
-    its pop offset in place of the pull offset (Java's ConsumerLagCalculator for POP).
+    its pop offset in place of the pull offset (Java's ConsumerLagCalculator for POP); a
+    POP group's retry topic (``pop_retry_topic(group, topic)``, None without one) gets its own
+    series under the original topic with is_retry="true", as Java's.
     ``pull_offsets`` None (statsInstrumentsEnable=false: the pull offsets are not recorded):
     only the two lag families, which need none."""
     now_ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
@@ -213,21 +216,31 @@ def consumer_families(base_names, base, metadata, reader, pull_offsets, permissi
         ("rocketmq_consumer_ready_messages", "Consumer ready messages"))}
     pulls_known = pull_offsets is not None
     pull_offsets = pull_offsets or {}
+    def readable(config) -> bool:
+        return config is not None and bool(config.perm & permission & (Perm.READ | Perm.WRITE))
+
     for group, topic in _groups_and_topics(metadata):
         config = metadata.topic_config(topic)
-        if config is None or not (config.perm & permission & (Perm.READ | Perm.WRITE)):
+        if not readable(config):
             continue
-        figures = _group_figures(metadata, reader, pull_offsets, group, topic,
-                                 config.write_queue_nums, popped)
-        lag, lag_since, inflight, pull_since, ready = figures
-        values = base + [group, topic, "false", _bool(names.consumer_is_system(topic, group))]
-        families["rocketmq_consumer_lag_messages"].add_metric(values, lag)
-        families["rocketmq_consumer_lag_latency_milliseconds"].add_metric(
-            values, now_ms - lag_since if lag_since else 0)
-        families["rocketmq_consumer_inflight_messages"].add_metric(values, inflight)
-        families["rocketmq_consumer_queueing_latency_milliseconds"].add_metric(
-            values, now_ms - pull_since if pull_since else 0)
-        families["rocketmq_consumer_ready_messages"].add_metric(values, ready)
+        retry = pop_retry_topic(group, topic)
+        retry_config = metadata.topic_config(retry) if retry is not None else None
+        for counted, counted_config, is_retry in ((topic, config, "false"),
+                                                  (retry, retry_config, "true")):
+            if counted is None or counted_config is None or not readable(counted_config):
+                continue
+            figures = _group_figures(metadata, reader, pull_offsets, group, counted,
+                                     counted_config.write_queue_nums, popped)
+            lag, lag_since, inflight, pull_since, ready = figures
+            values = base + [group, topic, is_retry,
+                             _bool(names.consumer_is_system(topic, group))]
+            families["rocketmq_consumer_lag_messages"].add_metric(values, lag)
+            families["rocketmq_consumer_lag_latency_milliseconds"].add_metric(
+                values, now_ms - lag_since if lag_since else 0)
+            families["rocketmq_consumer_inflight_messages"].add_metric(values, inflight)
+            families["rocketmq_consumer_queueing_latency_milliseconds"].add_metric(
+                values, now_ms - pull_since if pull_since else 0)
+            families["rocketmq_consumer_ready_messages"].add_metric(values, ready)
     yield from (family for name, family in families.items()
                 if pulls_known or "_lag_" in name)
 

@@ -37,6 +37,8 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 from pybroker._fast import stats as _stats
 from pybroker._fast.stats import StatsHistogram as H
 from pybroker._fast.stats import StatsKeyKind as K
+from pybroker.protocol import pop as pop_names
+from pybroker.protocol.constants import ConsumeType
 from pybroker.stats import metrics_exporter, metrics_java
 from pybroker.stats.timer_gauges import TimerGauges
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER
@@ -121,7 +123,7 @@ class BrokerCollector:
         yield from metrics_java.consumer_families(
             base_names, base, self.metadata, self.reader,
             snapshot.pull_offsets() if enabled else None, self.config.broker.broker_permission,
-            popped=self._popped)
+            popped=self._popped, pop_retry_topic=self._pop_retry_topic)
         yield from self._storage()
         yield from self._scrub(snapshot)
         if self.timer.enabled:
@@ -166,6 +168,21 @@ class BrokerCollector:
                           len(metadata.topic_configs()))
         yield self._gauge("rocketmq_consumer_group_number", "Active subscription group number",
                           len(metadata.groups.subscription_groups()))
+
+    def _pop_retry_topic(self, group: str, topic: str) -> str | None:
+        """The retry topic of a POP group on ``topic`` that exists (Java ConsumerLagCalculator:
+        the group's live clients consume by POP; its retry topic by enableRetryTopicV2's
+        naming, then the V1 name while retrieveMessageFromPopRetryTopicV1), else None. A group
+        with no live client counts as POP when such a topic exists (only POP creates one)."""
+        info = self.metadata.consumers.consumer_group_info(group)
+        if info is not None and info.consume_type != ConsumeType.CONSUME_POP:
+            return None
+        broker = self.config.broker
+        candidates = [pop_names.retry_topic(topic, group, broker.enable_retry_topic_v2)]
+        if broker.enable_retry_topic_v2 and broker.retrieve_message_from_pop_retry_topic_v1:
+            candidates.append(pop_names.retry_topic_v1(topic, group))
+        return next((name for name in candidates
+                     if self.metadata.topic_config(name) is not None), None)
 
     def _popped(self, group: str, topic: str, queue_id: int) -> tuple[int, int] | None:
         """(pop offset, in-flight messages) of a queue the group pops, else None."""

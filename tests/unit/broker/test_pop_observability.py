@@ -25,7 +25,7 @@ from pybroker._fast.stats import StatsCounter as C
 from pybroker._fast.stats import StatsKeyKind as K
 from pybroker.broker.admin import HANDLERS as ADMIN_HANDLERS
 from pybroker.broker.context import MetadataContext, StoreTopicDeleter
-from pybroker.protocol import constants, fastjson, pop
+from pybroker.protocol import constants, fastjson
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import RemotingCommand
 from pybroker.stats.prometheus import BrokerCollector
@@ -79,6 +79,11 @@ def _consume_stats(broker, service) -> dict[int, dict]:
     return {orjson.loads(queue)["queueId"]: offsets for queue, offsets in table.items()}
 
 
+# The consumer families' labels but the common ones, sorted by name (consumer_group, is_retry,
+# is_system, topic: Java's ConsumerLagCalculator labels).
+LAG_LABELS = (GROUP, "false", "false", TOPIC)
+
+
 def _metrics(broker, service) -> dict[str, dict[tuple, float]]:
     """{sample name: {label values other than the common ones: value}} of one scrape."""
     registry = CollectorRegistry()
@@ -129,9 +134,9 @@ def test_pop_figures_count_what_java_counts(broker):
     broker.send(b"m5", 0)
     broker.send(b"m6", 0)
     metrics = _metrics(broker, service)
-    assert metrics["rocketmq_consumer_inflight_messages"][(GROUP, TOPIC)] == 3
-    assert metrics["rocketmq_consumer_ready_messages"][(GROUP, TOPIC)] == 2
-    assert metrics["rocketmq_consumer_lag_messages"][(GROUP, TOPIC)] == 2 + 3
+    assert metrics["rocketmq_consumer_inflight_messages"][LAG_LABELS] == 3
+    assert metrics["rocketmq_consumer_ready_messages"][LAG_LABELS] == 2
+    assert metrics["rocketmq_consumer_lag_messages"][LAG_LABELS] == 2 + 3
     assert metrics["rocketmq_pop_revive_in_message_total"][(GROUP, "PUT_OK", "CK", TOPIC)] == 2
     assert metrics["rocketmq_pop_revive_in_message_total"][(GROUP, "PUT_OK", "ACK", TOPIC)] == 3
     assert sum(metrics["rocketmq_pop_revive_lag"].values()) == 5   # 2 CKs + 3 acks unread
@@ -143,14 +148,14 @@ def test_pop_figures_count_what_java_counts(broker):
     by_queue = _consume_stats(broker, service)
     assert by_queue[0]["pullOffset"] == by_queue[0]["consumerOffset"] == 5
     metrics = _metrics(broker, service)
-    assert metrics["rocketmq_consumer_inflight_messages"][(GROUP, TOPIC)] == 0
-    assert metrics["rocketmq_consumer_lag_messages"][(GROUP, TOPIC)] == 2
+    assert metrics["rocketmq_consumer_inflight_messages"][LAG_LABELS] == 0
+    assert metrics["rocketmq_consumer_lag_messages"][LAG_LABELS] == 2
     assert metrics["rocketmq_pop_revive_retry_messages_total"][(GROUP, "PUT_OK", TOPIC)] == 3
     read = metrics["rocketmq_pop_revive_out_message_total"]
     assert sum(value for labels, value in read.items() if "CK" in labels) == 2
     assert sum(value for labels, value in read.items() if "ACK" in labels) == 3
     assert set(metrics["rocketmq_pop_revive_lag"].values()) == {0}
     assert set(metrics["rocketmq_pop_revive_latency"].values()) == {0}
-    # The retry topic the three went to is a topic of its own for the figures.
-    retry = pop.retry_topic(TOPIC, GROUP, broker.config.broker.enable_retry_topic_v2)
-    assert metrics["rocketmq_consumer_lag_messages"][(GROUP, retry)] == 3
+    # The retry topic the three went to: its own series, under the topic with is_retry=true
+    # (Java's ConsumerLagCalculator for a POP group).
+    assert metrics["rocketmq_consumer_lag_messages"][(GROUP, "true", "false", TOPIC)] == 3
