@@ -1,16 +1,15 @@
 # pybroker._fast.request_read: a request's custom header read in place from its frame.
 """A request's header fields read where the frame lies in the receive buffer (no objects).
 
-The pull fast path (``pull_path.pyx``) reads a PULL_MESSAGE this way: code, opaque and flag,
-and the custom-header fields a :c:type:`FieldNames` table names, from the ROCKETMQ binary
-header (frame.pyx has its table) or from the JSON header text. The reader accepts only what the
-Python path (protocol/command.py decode, protocol/headers.py parse) would accept with the very
-same values, and only ASCII text; anything else - a response frame, a malformed field, a
-duplicate key, JSON it does not handle (floats, literals, nesting), non-ASCII bytes - makes it
-answer 0, and the frame goes to the Python path, which gives the answer or the error it always
-gave. The send fast path's reader (``send_read.pyx``) applies the same rules to the send
-headers: its twin until it is ported onto this module (``tests/unit/_fast/test_request_read.py``
-runs both over one corpus of headers and compares what they accept).
+Both fast paths read their requests this way (``pull_path.pyx`` a PULL_MESSAGE,
+``send_read.pyx`` the send headers): code, opaque and flag, and the custom-header fields a
+:c:type:`FieldNames` table names, from the ROCKETMQ binary header (frame.pyx has its table) or
+from the JSON header text. The reader accepts only what the Python path (protocol/command.py
+decode, protocol/headers.py parse) would accept with the very same values, and only ASCII
+text; anything else - a response frame, a malformed field, a duplicate key, JSON it does not
+handle (floats, literals, nesting), non-ASCII bytes - makes it answer 0, and the frame goes to
+the Python path, which gives the answer or the error it always gave
+(``tests/unit/_fast/test_request_read.py`` checks what it takes against the decoder).
 
 JSON subset read here (anything else: 0)::
 

@@ -52,6 +52,7 @@ from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE
 from pybroker._fast.record cimport (RecordFields, RecordParts, record_encoded_size,
                                     write_record)
 from pybroker._fast.ring cimport RING_FULL, ByteRing, CompletionRing, pb_completion_slot
+from pybroker._fast.request_read cimport REQUEST_FLAG_ONEWAY
 from pybroker._fast.send_fifo cimport (_fifo_aged, _fifo_at, _fifo_first_live, _fifo_free,
                                        _fifo_head, _fifo_init, _fifo_oldest_ns, _fifo_push)
 from pybroker._fast.send_held cimport (_held_advance, _held_done, _held_expiry, _held_first,
@@ -60,9 +61,8 @@ from pybroker._fast.send_answer cimport (AnswerValues, Template, answer_bytes_ma
                                          set_templates, write_answer)
 from pybroker._fast.send_read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
                                        FIELD_TOPIC, PROPERTIES_MAX_BYTES,
-                                       PROPERTY_HANDLER_ONLY, PropertyScan,
-                                       RPC_FLAG_ONEWAY, SendRequest, batch_entry,
-                                       batch_records_bytes, combine_properties,
+                                       PROPERTY_HANDLER_ONLY, PropertyScan, SendRequest,
+                                       batch_entry, batch_records_bytes, combine_properties,
                                        combined_properties_length, read_send_request,
                                        scan_properties)
 from pybroker._fast.send_stats cimport SendStats, monotonic_ns, realtime_ms
@@ -435,11 +435,11 @@ cdef class SendPath:
         send.python = False
         send.slot = <int32_t>slot
         send.generation = self._slots[slot].generation
-        send.opaque = request.opaque
+        send.opaque = request.head.opaque
         send.queue_id = request.queue_id
-        send.oneway = (request.rpc_flag & RPC_FLAG_ONEWAY) != 0
+        send.oneway = (request.head.flag & REQUEST_FLAG_ONEWAY) != 0
         send.topic_id = topic.topic_id
-        send.request_code = request.code
+        send.request_code = request.head.code
         send.started_ns = self._take_ns
         send.started_ms = self._take_ms
         self._queue(&send, count, records_bytes, sizes, wait_store)

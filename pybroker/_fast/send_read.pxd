@@ -1,6 +1,8 @@
 # Contract of pybroker._fast.send_read: a send request read in place from its frame (no objects).
 from libc.stdint cimport int32_t, int64_t
 
+from pybroker._fast.request_read cimport FieldSpan, RequestHead
+
 # The custom-header fields of SEND_MESSAGE (long names) / SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE
 # (one-letter names "a".."n"), in protocol/headers.py's SEND_MESSAGE_REQUEST order (checked).
 cdef enum:  # SendField
@@ -25,9 +27,6 @@ cdef enum:
     CODE_SEND_MESSAGE = 10
     CODE_SEND_MESSAGE_V2 = 310
     CODE_SEND_BATCH_MESSAGE = 320
-    # Flag bits of the frame (bit 0 response, bit 1 oneway).
-    RPC_FLAG_RESPONSE = 1
-    RPC_FLAG_ONEWAY = 2
     # Properties the fast path leaves to the Python path (rare features), as scan flags.
     PROPERTY_HAS_DELAY = 1
     PROPERTY_HAS_TRANSACTION = 2
@@ -47,21 +46,11 @@ cdef enum:
     BATCH_FIXED_BYTES = 22
 
 
-cdef struct TextSpan:
-    # One ext value as ASCII bytes: points into the frame, or into the caller's scratch
-    # memory when a JSON escape had to be undone. present = 0 when the field is absent.
-    const unsigned char *data
-    Py_ssize_t length
-    bint present
-
-
 cdef struct SendRequest:
-    # Frame level
-    int32_t code
-    int32_t opaque
-    int32_t rpc_flag
+    # Frame level: code, opaque, flag (request_read.pxd)
+    RequestHead head
     # Custom header (absent optional numbers are 0, absent booleans false)
-    TextSpan fields[SEND_FIELDS_COUNT]
+    FieldSpan fields[SEND_FIELDS_COUNT]
     int32_t queue_id
     int32_t sys_flag
     int64_t born_timestamp
@@ -80,11 +69,13 @@ cdef struct PropertyScan:
 
 
 # Read the whole frame data[0:frame_bytes] (length field included, already split and checked
-# by frame.scan_frames) as a send request into *request. Returns 1 when every field is there,
-# well-formed and ASCII, so that the Python path would parse the same values; 0 for anything
-# else (another code, a response, a missing or malformed field, JSON the reader does not
-# handle): the Python path then takes the frame and gives its own answer or error. scratch
-# (scratch_bytes long) receives unescaped JSON values. Never reads outside the frame.
+# by frame.scan_frames) as a send request into *request: the header through
+# request_read.read_request with the send field table, then the send header's own checks.
+# Returns 1 when every field is there, well-formed and ASCII, so that the Python path would
+# parse the same values; 0 for anything else (another code, a response, a missing or malformed
+# field, JSON the reader does not handle): the Python path then takes the frame and gives its
+# own answer or error. scratch (scratch_bytes long) receives unescaped JSON values. Never reads
+# outside the frame.
 cdef int read_send_request(const unsigned char *data, Py_ssize_t frame_bytes,
                            Py_ssize_t ext_fields_max, unsigned char *scratch,
                            Py_ssize_t scratch_bytes, SendRequest *request) noexcept nogil

@@ -1,54 +1,60 @@
-"""The pull fast path's header reader accepts a header only as the send fast path's reader does.
+"""The fast paths' header reader takes a request only as the Python decoder reads it.
 
-Method: ``request_read.read_request`` (the pull fast path's reader) is the twin of the header
-part of ``send_read.read_send_request`` until the send reader is ported onto it. Both read
+Method: ``request_read.read_fields`` (the C reader the send and pull fast paths share) reads
 every send frame of tests/unit/broker/test_send_fast.py's table (binary and JSON headers, real
-clients' spacing and escapes, duplicates) and 3,000 seeded mutations of them (bytes of the
-header changed, cut or doubled); whenever the send reader takes a frame, the general reader
-with the send table must take it with the same code, opaque, flag, fields and body, and
-whenever the general reader refuses one, so must the send reader.
+clients' spacing and escapes) and 3,000 seeded mutations of them (bytes of the header changed,
+cut or doubled) with the send field table; whenever it takes a frame, protocol/command.py's
+decode must take it too with the same code, opaque, flag, non-empty fields and body. A pull
+header's fields are read in both encodings, and a duplicate key is refused.
 """
 import pytest
 
-from pybroker._fast import request_read, send_read
+from pybroker._fast import request_read
+from pybroker.errors import ProtocolError
 from pybroker.protocol import command, headers
 from pybroker.protocol.command import RemotingCommand
 
 from tests.unit.broker.test_send_fast import ROWS, duplicate_key_frame
 
-SEND_NAMES = [field.wire_name for field in headers.SEND_MESSAGE_REQUEST.fields]
+SEND_FIELDS = headers.SEND_MESSAGE_REQUEST.fields
+SEND_NAMES = [field.wire_name for field in SEND_FIELDS]
 
 
-def both(frame: bytes):
-    sent = send_read.read_send(frame)
-    general = request_read.read_fields(frame, SEND_NAMES, short_names=True, long_names_code=10)
-    return sent, general
+def read_send_fields(frame: bytes):
+    return request_read.read_fields(frame, SEND_NAMES, short_names=True, long_names_code=10)
 
 
 def check(frame: bytes) -> bool:
-    sent, general = both(frame)
-    if general is None:
-        assert sent is None, frame
-    if sent is not None:
-        assert general is not None, frame
-        # An empty value is an absent optional field (headers.py): the send reader drops it.
-        read = {name: value for name, value in general["fields"].items() if value != ""}
-        assert (general["code"], general["opaque"], general["flag"], read,
-                general["body"]) == (sent["code"], sent["opaque"], sent["rpc_flag"],
-                                     sent["fields"], sent["body"]), frame
-    return sent is not None
+    """True when the reader takes the frame; then the decoder agrees on every value."""
+    read = read_send_fields(frame)
+    if read is None:
+        return False
+    try:
+        decoded = command.decode(frame, 0, len(frame))
+    except ProtocolError:
+        raise AssertionError(f"the reader took a frame the decoder refuses: {frame!r}") from None
+    assert (read["code"], read["opaque"], read["flag"]) == (
+        decoded.code, decoded.opaque, decoded.flag), frame
+    assert not decoded.flag & 1, frame
+    wire = {field.wire_name: field.wire_name if decoded.code == 10 else field.short_name
+            for field in SEND_FIELDS}
+    expected = {name: decoded.ext_fields[key] for name, key in wire.items()
+                if decoded.ext_fields.get(key)}
+    assert {name: value for name, value in read["fields"].items() if value} == expected, frame
+    assert read["body"] == bytes(decoded.body or b""), frame
+    return True
 
 
 @pytest.mark.parametrize("name,frame", [(row[0], row[1]) for row in ROWS])
-def test_the_send_table_reads_alike(name, frame):
+def test_the_send_table_reads_as_decoded(name, frame):
     check(frame)
 
 
-def test_a_duplicate_key_is_refused_by_both():
-    assert both(duplicate_key_frame()) == (None, None)
+def test_a_duplicate_key_is_refused():
+    assert read_send_fields(duplicate_key_frame()) is None
 
 
-def test_mutated_headers_read_alike(rand):
+def test_mutated_headers_read_as_decoded(rand):
     frames = [row[1] for row in ROWS]
     taken = 0
     for _ in range(3000):
@@ -78,4 +84,3 @@ def test_a_pull_header_reads_its_fields():
         read = request_read.read_fields(frame, names)
         assert read is not None and read["code"] == 11 and read["opaque"] == 7
         assert read["fields"] == {k: v for k, v in values.items() if k != "bname"}
-
