@@ -39,7 +39,6 @@ cdef enum:
     # The response header around suggestWhichBrokerId, nextBeginOffset, minOffset, maxOffset
     # and opaque (broker/pull_fast.py).
     TEMPLATE_PIECES = 6
-    DECIMAL_BYTES_MAX = 20
     KEY_UNKNOWN = -2
     SCRATCH_MIN = 4096
 

@@ -34,10 +34,10 @@ from libc.errno cimport EAGAIN, EINTR, errno
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 
-from pybroker._fast.frame cimport (FRAME_FAULT_NONE, FRAME_HEADER_LENGTH_MASK,
-                                   FRAME_LENGTH_FIELD_BYTES, TAKE_END, TAKE_FAULT, TAKE_FULL,
-                                   TAKE_OTHER, FrameFault, scan_frames)
-from pybroker._fast.hton cimport pb_pack_int32, pb_unpack_int32, pb_unpack_int64
+from pybroker._fast.frame cimport (FRAME_READY, TAKE_END, TAKE_FAULT, TAKE_FULL, TAKE_OTHER,
+                                   taker_frame)
+from pybroker._fast.digits cimport DECIMAL_BYTES_MAX, write_decimal
+from pybroker._fast.hton cimport pb_pack_int32, pb_unpack_int64
 from pybroker._fast.pagecache cimport count_cold_pages
 from pybroker._fast.pull_maps cimport FileMaps, MapSlot
 from pybroker._fast.pull_scan cimport (PullFilter, PullLimits, TakenUnit, scan_units,
@@ -81,27 +81,6 @@ _PULL_NAMES.lengths = _NAME_LENGTHS
 _PULL_NAMES.count = PULL_FIELDS
 _PULL_NAMES.short_names = False
 _PULL_NAMES.long_names_code = -1
-
-
-cdef Py_ssize_t _decimal(unsigned char *out, int64_t value) noexcept nogil:
-    cdef unsigned char digits[DECIMAL_BYTES_MAX]
-    cdef Py_ssize_t n = 0, at = 0
-    cdef uint64_t magnitude = <uint64_t>value
-    if value < 0:
-        magnitude = (~magnitude) + 1
-        out[0] = 45            # '-'
-        at = 1
-    while True:
-        digits[n] = <unsigned char>(48 + magnitude % 10)
-        n += 1
-        magnitude //= 10
-        if magnitude == 0:
-            break
-    while n > 0:
-        n -= 1
-        out[at] = digits[n]
-        at += 1
-    return at
 
 
 cdef class _PullQueue:
@@ -263,10 +242,8 @@ cdef class PullPath:
         ``unsent`` is what was not written, as one bytes object, or None.
         """
         cdef Py_buffer view
-        cdef Py_ssize_t at = start, tail, frame_bytes = 0, header_length
-        cdef Py_ssize_t positions[2]
+        cdef Py_ssize_t at = start, frame_bytes = 0, header_length
         cdef const unsigned char *data
-        cdef FrameFault fault
         cdef int outcome = TAKE_END
         self._begin()
         PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
@@ -275,16 +252,13 @@ cdef class PullPath:
                 raise ValueError(f"range [{start}, {end}) outside {view.len} bytes")
             data = <const unsigned char *>view.buf
             while True:
-                if scan_frames(data, at, end, self._frame_max_bytes, positions, 1, &tail,
-                               &fault) != 1:
-                    outcome = TAKE_FAULT if fault.kind != FRAME_FAULT_NONE else TAKE_END
+                outcome = taker_frame(data, at, end, self._frame_max_bytes, &frame_bytes,
+                                      &header_length)
+                if outcome != FRAME_READY:
                     break
-                frame_bytes = positions[1]
                 if self._pending_bytes >= pending_max:
                     outcome = TAKE_FULL
                     break
-                header_length = pb_unpack_int32(data + at + FRAME_LENGTH_FIELD_BYTES) \
-                    & FRAME_HEADER_LENGTH_MASK
                 if header_length > self._scratch_bytes:
                     self._grow_scratch(header_length)
                 if not self._usable or not self._pull(data + at, frame_bytes):
@@ -555,15 +529,15 @@ cdef class PullPath:
         head_offset = self._arena_used
         head = self._arena + head_offset
         at = 8 + self._piece(head + 8, 0)
-        at += _decimal(head + at, answer.suggest)
+        at += write_decimal(head + at, answer.suggest)
         at += self._piece(head + at, 1)
-        at += _decimal(head + at, answer.next_offset)
+        at += write_decimal(head + at, answer.next_offset)
         at += self._piece(head + at, 2)
-        at += _decimal(head + at, answer.min_offset)
+        at += write_decimal(head + at, answer.min_offset)
         at += self._piece(head + at, 3)
-        at += _decimal(head + at, answer.max_offset)
+        at += write_decimal(head + at, answer.max_offset)
         at += self._piece(head + at, 4)
-        at += _decimal(head + at, answer.opaque)
+        at += write_decimal(head + at, answer.opaque)
         at += self._piece(head + at, 5)
         if at + answer.body_bytes > self._frame_max_bytes:
             return 0

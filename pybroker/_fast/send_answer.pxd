@@ -4,8 +4,7 @@ from libc.stdint cimport int32_t, int64_t
 cdef enum:
     # Header pieces around msgId, queueId, queueOffset and opaque (broker/send_fast.py).
     TEMPLATE_PIECES = 5
-    # Decimal digits of an int64 with its sign; hex digits of a physical offset.
-    DECIMAL_BYTES_MAX = 20
+    # Hex digits of a physical offset.
     OFFSET_HEX_DIGITS = 16
     # Hex of the store host: IPv6 address + port.
     HOST_HEX_BYTES_MAX = 40

@@ -13,30 +13,10 @@ length) | header. Responses carry no body.
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.string cimport memcpy
 
+from pybroker._fast.digits cimport DECIMAL_BYTES_MAX, write_decimal
 from pybroker._fast.hton cimport pb_pack_int32
 
 cdef const char *HEX_DIGITS = "0123456789ABCDEF"
-
-
-cdef Py_ssize_t _decimal(unsigned char *out, int64_t value) noexcept nogil:
-    cdef unsigned char digits[DECIMAL_BYTES_MAX]
-    cdef Py_ssize_t n = 0, at = 0
-    cdef uint64_t magnitude = <uint64_t>value
-    if value < 0:
-        magnitude = (~magnitude) + 1
-        out[0] = 45            # '-'
-        at = 1
-    while True:
-        digits[n] = <unsigned char>(48 + magnitude % 10)
-        n += 1
-        magnitude //= 10
-        if magnitude == 0:
-            break
-    while n > 0:
-        n -= 1
-        out[at] = digits[n]
-        at += 1
-    return at
 
 
 cdef inline Py_ssize_t _piece(unsigned char *out, const Template *template,
@@ -104,11 +84,11 @@ cdef Py_ssize_t write_answer(unsigned char *out, const Template *template,
         if values.real_ids:
             at += _message_ids(out + at, values)
         at += _piece(out + at, template, 1)
-        at += _decimal(out + at, values.queue_id)
+        at += write_decimal(out + at, values.queue_id)
         at += _piece(out + at, template, 2)
-        at += _decimal(out + at, values.queue_offset if values.real_ids else 0)
+        at += write_decimal(out + at, values.queue_offset if values.real_ids else 0)
         at += _piece(out + at, template, 3)
-    at += _decimal(out + at, values.opaque)
+    at += write_decimal(out + at, values.opaque)
     at += _piece(out + at, template, 4)
     pb_pack_int32(out, <int32_t>(at - 4))
     pb_pack_int32(out + 4, <int32_t>(at - 8))      # JSON (type 0) | header length

@@ -40,9 +40,8 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from pybroker._fast.frame cimport (FRAME_FAULT_NONE, FRAME_HEADER_LENGTH_MASK,
-                                   FRAME_LENGTH_FIELD_BYTES, TAKE_END, TAKE_FAULT, TAKE_FULL,
-                                   TAKE_OTHER, FrameFault, scan_frames)
+from pybroker._fast.frame cimport (FRAME_READY, TAKE_END, TAKE_FAULT, TAKE_FULL, TAKE_OTHER,
+                                   taker_frame)
 from pybroker._fast.hton cimport pb_pack_int32, pb_unpack_int16, pb_unpack_int32
 from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE_BIT,
                                          PUT_FLAGS_POSITION, PUT_QUEUE_ID_POSITION,
@@ -313,10 +312,8 @@ cdef class SendPath:
         signals its eventfd).
         """
         cdef Py_buffer view
-        cdef Py_ssize_t at = start, tail, frame_bytes = 0, header_length
-        cdef Py_ssize_t positions[2]
+        cdef Py_ssize_t at = start, frame_bytes = 0, header_length
         cdef const unsigned char *data
-        cdef FrameFault fault
         cdef SendRequest request
         cdef TopicEntry *topic
         cdef int outcome = TAKE_END, put
@@ -332,13 +329,10 @@ cdef class SendPath:
                 raise ValueError(f"range [{start}, {end}) outside {view.len} bytes")
             data = <const unsigned char *>view.buf
             while True:
-                if scan_frames(data, at, end, self._frame_max_bytes, positions, 1, &tail,
-                               &fault) != 1:
-                    outcome = TAKE_FAULT if fault.kind != FRAME_FAULT_NONE else TAKE_END
+                outcome = taker_frame(data, at, end, self._frame_max_bytes, &frame_bytes,
+                                      &header_length)
+                if outcome != FRAME_READY:
                     break
-                frame_bytes = positions[1]
-                header_length = pb_unpack_int32(data + at + FRAME_LENGTH_FIELD_BYTES) \
-                    & FRAME_HEADER_LENGTH_MASK
                 if header_length > self._scratch_bytes:
                     self._grow_scratch(header_length)
                 put = 0
