@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from pybroker.client.errors import QueryNotFoundError
 from pybroker.client.instance import ClientInstance, check_response, request
+from pybroker.client.member import InstanceMember
 from pybroker.client.message import MessageExt, decode_messages
 from pybroker.client.offset_store import OFFSET_UNKNOWN, RemoteOffsetStore
 from pybroker.client.pulling import queue_offset_query
@@ -43,7 +44,7 @@ class QueueProgress:
         return self.broker_offset - max(self.consumer_offset, 0)
 
 
-class Admin:
+class Admin(InstanceMember):
     """Administration of a cluster through its name servers (``namesrv_addr``) or a shared
     ``instance``. Every call waits at most the instance's request timeout per request."""
 
@@ -62,13 +63,6 @@ class Admin:
     async def shutdown(self) -> None:
         """Stop the instance."""
         await self.instance.shutdown()
-
-    async def __aenter__(self) -> "Admin":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.shutdown()
 
     # --- name server --------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from pybroker.client.errors import BrokerResponseError, ClientError, ClientState
 from pybroker.client.instance import ClientInstance, check_response, request
 from pybroker.client.listener import (ConsumeContext, ConsumeOrderlyContext,
                                       ConsumeOrderlyStatus, ConsumeStatus, Listener)
+from pybroker.client.member import ConsumerMember
 from pybroker.client.message import MessageExt
 from pybroker.client.offset_store import (OFFSET_UNKNOWN, LocalFileOffsetStore,
                                           RemoteOffsetStore)
@@ -42,7 +43,7 @@ from pybroker.client.rebalance import Strategy, allocate_average
 from pybroker.client.route import subscribe_queues
 from pybroker.client.selector import MessageSelector, subscription_of
 from pybroker.protocol import bodies, headers
-from pybroker.protocol.bodies import ConsumerData, MessageQueue, SubscriptionData
+from pybroker.protocol.bodies import MessageQueue, SubscriptionData
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.constants import (EXPRESSION_TYPE_TAG, ConsumeFromWhere, ConsumeType,
                                          MessageModel, RETRY_GROUP_TOPIC_PREFIX, SUBSCRIBE_ALL,
@@ -56,7 +57,7 @@ LOGGER = logging.getLogger("pybroker.client")
 _RETRIABLE_ERRORS = (ConnectionError, TimeoutError, OSError, BrokerResponseError, ClientError)
 
 
-class PushConsumer:
+class PushConsumer(ConsumerMember):
     """Consumes the subscribed topics of one consumer group with a listener.
 
     ``group``: consumer group. ``namesrv_addr`` or a shared ``instance``. ``message_model``:
@@ -65,6 +66,8 @@ class PushConsumer:
     :mod:`pybroker.client.rebalance`. Sizes are message counts unless named ``_bytes``; times
     in ms. ``offset_store_dir``: where broadcasting offsets are kept.
     """
+
+    CONSUME_TYPE = ConsumeType.CONSUME_PASSIVELY
 
     def __init__(self, group: str, namesrv_addr: Optional[str] = None, *,
                  instance: Optional[ClientInstance] = None,
@@ -295,25 +298,7 @@ class PushConsumer:
             self._executor = None
         await self.instance.shutdown()
 
-    async def __aenter__(self) -> "PushConsumer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.shutdown()
-
     # --- what the instance asks --------------------------------------------------------------
-
-    def consumer_data(self) -> ConsumerData:
-        """This group's entry in the heartbeat."""
-        return ConsumerData(group_name=self.group, consume_type=ConsumeType.CONSUME_PASSIVELY,
-                            message_model=self.message_model,
-                            consume_from_where=self.consume_from_where,
-                            subscriptions=list(self.subscriptions.values()))
-
-    def route_topics(self) -> list[str]:
-        """Topics whose routes the instance keeps fresh for this consumer."""
-        return list(self.subscriptions)
 
     def notify_consumer_ids_changed(self) -> None:
         """The broker says the group changed: rebalance now."""

@@ -34,12 +34,13 @@ from typing import Any, Optional
 from pybroker.client.errors import BrokerResponseError, ClientError, ClientStateError
 from pybroker.client.instance import ClientInstance, check_response, request
 from pybroker.client.listener import ConsumeContext, ConsumeStatus
+from pybroker.client.member import ConsumerMember
 from pybroker.client.message import MessageExt
 from pybroker.client.popping import (PopStatus, ack_message, batch_ack_messages,
                                      change_invisible_time, pop_messages, receipt_handle)
 from pybroker.client.selector import MessageSelector, matches, subscription_of
 from pybroker.protocol import headers, pop
-from pybroker.protocol.bodies import ConsumerData, SubscriptionData
+from pybroker.protocol.bodies import SubscriptionData
 from pybroker.protocol.codes import RequestCode
 from pybroker.tasks import start_task
 from pybroker.protocol.constants import (EXPRESSION_TYPE_TAG, SUBSCRIBE_ALL, ConsumeFromWhere,
@@ -57,13 +58,15 @@ _ERROR_BACKOFF_S = 1.0
 _POLLING_FULL_BACKOFF_S = 0.5
 
 
-class PopConsumer:
+class PopConsumer(ConsumerMember):
     """Pops, acks and changes invisible times for one consumer group (see the module doc).
 
     ``invisible_time_ms``: how long a popped message stays with this client; ``poll_time_ms``:
     how long the broker holds an empty POP; ``max_nums``: messages per POP (at most 32);
     ``consume_from_where``: LAST (a queue never popped starts at its last message) or FIRST.
     """
+
+    CONSUME_TYPE = ConsumeType.CONSUME_POP
 
     def __init__(self, group: str, namesrv_addr: Optional[str] = None, *,
                  instance: Optional[ClientInstance] = None, invisible_time_ms: int = 60000,
@@ -137,23 +140,7 @@ class PopConsumer:
         await self.instance.unregister_client(consumer_group=self.group)
         await self.instance.shutdown()
 
-    async def __aenter__(self) -> "PopConsumer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.shutdown()
-
     # --- what the instance asks ------------------------------------------------------------
-    def consumer_data(self) -> ConsumerData:
-        return ConsumerData(group_name=self.group, consume_type=ConsumeType.CONSUME_POP,
-                            message_model=MessageModel.CLUSTERING,
-                            consume_from_where=self.consume_from_where,
-                            subscriptions=list(self.subscriptions.values()))
-
-    def route_topics(self) -> list[str]:
-        return list(self.subscriptions)
-
     def notify_consumer_ids_changed(self) -> None:
         """POP needs no rebalance: the broker hands out."""
 

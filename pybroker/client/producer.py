@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Optional
 from pybroker.client.errors import (BrokerResponseError, ClientStateError, MessageTooLargeError,
                                     RequestTimeoutError)
 from pybroker.client.instance import ClientInstance, check_response, request
+from pybroker.client.member import InstanceMember
 from pybroker.client.message import (BODY_COMPRESS_OVER_BYTES_DEFAULT, Message, SendResult,
                                      SendStatus, compress_body, encode_batch)
 from pybroker.client.route import LatencyFaultTolerance, Selector
@@ -65,7 +66,7 @@ def _validate(message: Message, size_max_bytes: int) -> None:
         raise MessageTooLargeError("the message body", len(message.body), size_max_bytes)
 
 
-class Producer:
+class Producer(InstanceMember):
     """Sends messages for one producer group.
 
     ``group``: producer group. ``namesrv_addr``: name servers (``"ip:port;ip:port"``), unless an
@@ -128,13 +129,6 @@ class Producer:
         self.instance.producers.pop(self.group, None)
         await self.instance.unregister_client(producer_group=self.group)
         await self.instance.shutdown()
-
-    async def __aenter__(self) -> "Producer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.shutdown()
 
     def _require_started(self) -> None:
         if not self._started:

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from pybroker.client.errors import BrokerResponseError, ClientError, ClientStateError
 from pybroker.client.instance import ClientInstance, check_response, request
+from pybroker.client.member import ConsumerMember
 from pybroker.client.message import MessageExt
 from pybroker.client.offset_store import OFFSET_UNKNOWN, RemoteOffsetStore
 from pybroker.client.pulling import pull_message, queue_offset_query
@@ -22,10 +23,9 @@ from pybroker.client.rebalance import Strategy, allocate_average
 from pybroker.client.route import subscribe_queues
 from pybroker.client.selector import MessageSelector, subscription_of
 from pybroker.protocol import bodies, headers
-from pybroker.protocol.bodies import ConsumerData, MessageQueue, SubscriptionData
+from pybroker.protocol.bodies import MessageQueue, SubscriptionData
 from pybroker.protocol.codes import RequestCode
-from pybroker.protocol.constants import (ConsumeFromWhere, ConsumeType, MessageModel,
-                                         SUBSCRIBE_ALL)
+from pybroker.protocol.constants import (ConsumeFromWhere, ConsumeType, SUBSCRIBE_ALL)
 from pybroker.tasks import Rounds, start_task
 
 LOGGER = logging.getLogger("pybroker.client")
@@ -41,13 +41,15 @@ class _QueueState:
         self.task: Optional[asyncio.Task] = None
 
 
-class LitePullConsumer:
+class LitePullConsumer(ConsumerMember):
     """Poll-style consumer of one consumer group (clustering offsets on the broker).
 
     ``pull_batch_size``: messages per pull. ``pull_threshold_for_all``: buffered messages
     above which pulling pauses. ``poll_timeout_ms``: default wait of :meth:`poll`.
     ``consume_from_where``: where a queue without a stored offset starts. Times in ms.
     """
+
+    CONSUME_TYPE = ConsumeType.CONSUME_ACTIVELY
 
     def __init__(self, group: str, namesrv_addr: Optional[str] = None, *,
                  instance: Optional[ClientInstance] = None,
@@ -136,25 +138,7 @@ class LitePullConsumer:
         await self.instance.unregister_client(consumer_group=self.group)
         await self.instance.shutdown()
 
-    async def __aenter__(self) -> "LitePullConsumer":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.shutdown()
-
     # --- what the instance asks ----------------------------------------------------------------
-
-    def consumer_data(self) -> ConsumerData:
-        """This group's heartbeat entry (CONSUME_ACTIVELY)."""
-        return ConsumerData(group_name=self.group, consume_type=ConsumeType.CONSUME_ACTIVELY,
-                            message_model=MessageModel.CLUSTERING,
-                            consume_from_where=self.consume_from_where,
-                            subscriptions=list(self.subscriptions.values()))
-
-    def route_topics(self) -> list[str]:
-        """Topics whose routes the instance keeps fresh."""
-        return list(self.subscriptions)
 
     def notify_consumer_ids_changed(self) -> None:
         """Rebalance now (subscribe mode)."""
