@@ -41,13 +41,9 @@ def _mixed_refused(ctx, modification: dict[str, str]) -> bool:
             == attributes.TopicMessageType.MIXED)
 
 
-async def handle_update_and_create_topic(ctx: MetadataContext, channel: ClientChannel,
-                                         request: RemotingCommand) -> RemotingCommand | None:
-    """UPDATE_AND_CREATE_TOPIC (17): create or replace a topic (Java 4.9 refuses system
-    topics, which include the cluster and broker names), with the 5.x ``attributes``
-    modification applied to the topic's attributes (broker/attributes.py: refusals are
-    SYSTEM_ERROR with Java's message, MIXED without enableMixedMessageType INVALID_PARAMETER).
-    Persisted; the service re-registers with the name servers on the change."""
+def _changeable_topic(ctx, request: RemotingCommand):
+    """The header of a request that creates, changes or deletes a topic, or the refusal Java
+    gives first: a slave, an invalid topic name, a system topic."""
     if is_slave(ctx):
         return answer_error(request, SLAVE_REMARK)
     header = parse_request_header(request.code, request.ext_fields)
@@ -56,6 +52,19 @@ async def handle_update_and_create_topic(ctx: MetadataContext, channel: ClientCh
         return answer_error(request, remark)
     if ctx.metadata.topics.is_system_topic(header.topic):
         return answer_error(request, f"The topic[{header.topic}] is conflict with system topic.")
+    return header
+
+
+async def handle_update_and_create_topic(ctx: MetadataContext, channel: ClientChannel,
+                                         request: RemotingCommand) -> RemotingCommand | None:
+    """UPDATE_AND_CREATE_TOPIC (17): create or replace a topic (Java 4.9 refuses system
+    topics, which include the cluster and broker names), with the 5.x ``attributes``
+    modification applied to the topic's attributes (broker/attributes.py: refusals are
+    SYSTEM_ERROR with Java's message, MIXED without enableMixedMessageType INVALID_PARAMETER).
+    Persisted; the service re-registers with the name servers on the change."""
+    header = _changeable_topic(ctx, request)
+    if isinstance(header, RemotingCommand):
+        return header
     topic_config = _topic_config_from_header(header)
     if isinstance(topic_config, str):
         return answer_error(request, topic_config, ResponseCode.INVALID_PARAMETER)
@@ -76,14 +85,9 @@ async def handle_delete_topic_in_broker(ctx: MetadataContext, channel: ClientCha
                                         request: RemotingCommand) -> RemotingCommand | None:
     """DELETE_TOPIC_IN_BROKER (215): forget the topic, its consume queues and its consumer
     offsets (CommitLog data ages out normally). System topics are refused."""
-    if is_slave(ctx):
-        return answer_error(request, SLAVE_REMARK)
-    header = parse_request_header(request.code, request.ext_fields)
-    remark = validate_topic(header.topic)
-    if remark is not None:
-        return answer_error(request, remark)
-    if ctx.metadata.topics.is_system_topic(header.topic):
-        return answer_error(request, f"The topic[{header.topic}] is conflict with system topic.")
+    header = _changeable_topic(ctx, request)
+    if isinstance(header, RemotingCommand):
+        return header
     log.info("deleteTopic %s called by %s", header.topic, channel.remote_address)
     ctx.metadata.topics.delete_topic_config(header.topic)
     ctx.metadata.offsets.remove_offsets_of_topic(header.topic)

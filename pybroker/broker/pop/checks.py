@@ -8,20 +8,30 @@ Java creates these answers with their response header class, so every answer, re
 carries the header's primitive fields at their zero values (``popTime``, ``invisibleTime``,
 ``reviveQid``, ``restNum``; ``hasMsg``, ``pollingFull``; ``pollingNum``): ``zero_fields``.
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
 from pybroker.protocol.constants import FAQ_SUGGEST_TODO_5X, Perm
+from pybroker.protocol.headers import parse_request_header
 from pybroker.store.config_docs import SubscriptionGroupConfig, TopicConfig
 
-__all__ = ["Checked", "check_broker", "check_request", "refuse", "topic_not_exist_remark",
-           "ZERO_FIELDS"]
+__all__ = ["Checked", "Peeking", "check_broker", "check_peeking", "check_request", "refuse",
+           "topic_not_exist_remark", "RETRY_FIRST_ONE_IN", "ZERO_FIELDS"]
+
+# PEEK_MESSAGE and NOTIFICATION look at the retry topics first one time in this many (Java's
+# PeekMessageProcessor / NotificationProcessor: randomQ % 5 == 0), else after the topic.
+RETRY_FIRST_ONE_IN = 5
 
 
 class Checked(NamedTuple):
     topic_config: TopicConfig
     group_config: SubscriptionGroupConfig
+
+
+class Peeking(NamedTuple):
+    header: Any
+    checked: Checked
 
 
 def topic_not_exist_remark(topic: str) -> str:
@@ -83,3 +93,15 @@ def check_request(ctx, channel, request: RemotingCommand, header,
         return refuse(request, ResponseCode.NO_PERMISSION,
                       f"subscription group no permission, {header.consumer_group}")
     return Checked(topic_config, group_config)
+
+
+def check_peeking(ctx, channel, request: RemotingCommand) -> Peeking | RemotingCommand:
+    """The first steps of PEEK_MESSAGE, NOTIFICATION and POLLING_INFO: the header, Java's checks
+    (the broker's as ``peeking``), then a broker that serves POP at all."""
+    header = parse_request_header(request.code, request.ext_fields)
+    checked = check_request(ctx, channel, request, header, "peeking")
+    if isinstance(checked, RemotingCommand):
+        return checked
+    if ctx.pop is None:
+        return refuse(request, ResponseCode.SYSTEM_ERROR, "POP is not served here")
+    return Peeking(header, checked)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import orjson
 
 from pybroker.broker.context import BrokerContext
-from pybroker.broker.pop.checks import ZERO_FIELDS, check_request, refuse
+from pybroker.broker.pop.checks import RETRY_FIRST_ONE_IN, ZERO_FIELDS, check_peeking, refuse
 from pybroker.broker.pop.long_poll import HeldPop, PollingResult
 from pybroker.broker.pop.order_info import OrderInfo
 from pybroker.broker.pop.pop_message import fill_born_time
@@ -24,23 +24,18 @@ from pybroker.broker.pop.state import PopStateError
 from pybroker.protocol import pop
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response
-from pybroker.protocol.headers import parse_request_header
 from pybroker.store.pop_table import SlotKey
 
 __all__ = ["handle_notification", "handle_polling_info", "HANDLERS"]
-
-_RETRY_FIRST_ONE_IN = 5
 
 
 async def handle_notification(ctx: BrokerContext, channel, request: RemotingCommand,
                               rerun: bool = False) -> RemotingCommand | None:
     fill_born_time(request, ctx.now_ms())
-    header = parse_request_header(request.code, request.ext_fields)
-    checked = check_request(ctx, channel, request, header, "peeking")
-    if isinstance(checked, RemotingCommand):
-        return checked
-    if ctx.pop is None:
-        return refuse(request, ResponseCode.SYSTEM_ERROR, "POP is not served here")
+    peeking = check_peeking(ctx, channel, request)
+    if isinstance(peeking, RemotingCommand):
+        return peeking
+    header, checked = peeking
     probe = _Probe(ctx, header)
     try:
         has_msg = await probe.run(checked.topic_config.read_queue_nums)
@@ -85,7 +80,7 @@ class _Probe:
 
     async def run(self, read_queue_nums: int) -> bool:
         header = self.header
-        need_retry = self.random_q % _RETRY_FIRST_ONE_IN == 0
+        need_retry = self.random_q % RETRY_FIRST_ONE_IN == 0
         if need_retry and await self._retry():
             return True
         if header.queue_id < 0:
@@ -141,12 +136,10 @@ class _Probe:
 
 async def handle_polling_info(ctx: BrokerContext, channel,
                               request: RemotingCommand) -> RemotingCommand:
-    header = parse_request_header(request.code, request.ext_fields)
-    checked = check_request(ctx, channel, request, header, "peeking")
-    if isinstance(checked, RemotingCommand):
-        return checked
-    if ctx.pop is None:
-        return refuse(request, ResponseCode.SYSTEM_ERROR, "POP is not served here")
+    peeking = check_peeking(ctx, channel, request)
+    if isinstance(peeking, RemotingCommand):
+        return peeking
+    header = peeking.header
     try:
         slot = await ctx.pop.slots.slot(header.topic, header.consumer_group, header.queue_id)
     except PopStateError as error:

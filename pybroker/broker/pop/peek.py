@@ -8,29 +8,25 @@ import random
 from collections.abc import Callable
 
 from pybroker.broker.context import BrokerContext
-from pybroker.broker.pop.checks import ZERO_FIELDS, check_request, refuse
+from pybroker.broker.pop.checks import RETRY_FIRST_ONE_IN, ZERO_FIELDS, check_peeking, refuse
 from pybroker.broker.pop.state import PopStateError
 from pybroker.protocol import pop
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import MappedBody, RemotingCommand, create_response
-from pybroker.protocol.headers import parse_request_header
 from pybroker.store.pop_table import SlotKey
 from pybroker.store.status import GetStatus
 
 __all__ = ["handle_peek_message", "HANDLERS"]
 
-_RETRY_FIRST_ONE_IN = 5
 _OFFSET_WRONG = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY})
 
 
 async def handle_peek_message(ctx: BrokerContext, channel,
                               request: RemotingCommand) -> RemotingCommand:
-    header = parse_request_header(request.code, request.ext_fields)
-    checked = check_request(ctx, channel, request, header, "peeking")
-    if isinstance(checked, RemotingCommand):
-        return checked
-    if ctx.pop is None:
-        return refuse(request, ResponseCode.SYSTEM_ERROR, "POP is not served here")
+    peeking = check_peeking(ctx, channel, request)
+    if isinstance(peeking, RemotingCommand):
+        return peeking
+    header, checked = peeking
     peek = _Peek(ctx, header)
     try:
         await peek.run(checked.topic_config.read_queue_nums)
@@ -63,7 +59,7 @@ class _Peek:
 
     async def run(self, read_queue_nums: int) -> None:
         header, ctx = self.header, self.ctx
-        need_retry = self.random_q % _RETRY_FIRST_ONE_IN == 0
+        need_retry = self.random_q % RETRY_FIRST_ONE_IN == 0
         retry_topic = pop.retry_topic(header.topic, header.consumer_group,
                                       ctx.config.broker.enable_retry_topic_v2)
         if need_retry:
