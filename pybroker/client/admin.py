@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from pybroker.client.errors import QueryNotFoundError
 from pybroker.client.instance import ClientInstance, check_response, request
-from pybroker.client.member import InstanceMember
+from pybroker.client.member import InstanceMember, member_instance
 from pybroker.client.message import MessageExt, decode_messages
 from pybroker.client.offset_store import OFFSET_UNKNOWN, RemoteOffsetStore
 from pybroker.client.pulling import queue_offset_query
@@ -50,10 +50,7 @@ class Admin(InstanceMember):
 
     def __init__(self, namesrv_addr: Optional[str] = None, *,
                  instance: Optional[ClientInstance] = None, **instance_options: Any):
-        if instance is None:
-            if namesrv_addr is None:
-                raise ValueError("give namesrv_addr or an instance")
-            instance = ClientInstance(namesrv_addr, **instance_options)
+        instance = member_instance(namesrv_addr, instance, instance_options)
         self.instance = instance
 
     async def start(self) -> None:

@@ -30,7 +30,7 @@ from pybroker.client.errors import BrokerResponseError, ClientError, ClientState
 from pybroker.client.instance import ClientInstance, check_response, request
 from pybroker.client.listener import (ConsumeContext, ConsumeOrderlyContext,
                                       ConsumeOrderlyStatus, ConsumeStatus, Listener)
-from pybroker.client.member import ConsumerMember
+from pybroker.client.member import ConsumerMember, member_instance
 from pybroker.client.message import MessageExt
 from pybroker.client.offset_store import (OFFSET_UNKNOWN, LocalFileOffsetStore,
                                           RemoteOffsetStore)
@@ -91,10 +91,7 @@ class PushConsumer(ConsumerMember):
             raise ValueError("consume_message_batch_max_size must be in [1, 1024]")
         if not 1 <= pull_batch_size <= 1024:
             raise ValueError("pull_batch_size must be in [1, 1024]")
-        if instance is None:
-            if namesrv_addr is None:
-                raise ValueError("give namesrv_addr or an instance")
-            instance = ClientInstance(namesrv_addr, **instance_options)
+        instance = member_instance(namesrv_addr, instance, instance_options)
         self.group = group
         self.instance = instance
         self.message_model = MessageModel(message_model)

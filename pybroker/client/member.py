@@ -5,12 +5,23 @@ consumer's heartbeat entry and route topics, which differ between consumer kinds
 consume type (Java's ConsumeType: CONSUME_PASSIVELY push, CONSUME_ACTIVELY lite pull,
 CONSUME_POP pop) and the message model.
 """
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Optional, Self
 
+from pybroker.client.instance import ClientInstance
 from pybroker.protocol.bodies import ConsumerData, SubscriptionData
 from pybroker.protocol.constants import ConsumeFromWhere, ConsumeType, MessageModel
 
-__all__ = ["InstanceMember", "ConsumerMember"]
+__all__ = ["InstanceMember", "ConsumerMember", "member_instance"]
+
+
+def member_instance(namesrv_addr: Optional[str], instance: Optional[ClientInstance],
+                    instance_options: dict[str, Any]) -> ClientInstance:
+    """The shared ``instance`` a member was given, else a new one for ``namesrv_addr``."""
+    if instance is not None:
+        return instance
+    if namesrv_addr is None:
+        raise ValueError("give namesrv_addr or an instance")
+    return ClientInstance(namesrv_addr, **instance_options)
 
 
 class InstanceMember:

@@ -34,7 +34,7 @@ from typing import Any, Optional
 from pybroker.client.errors import BrokerResponseError, ClientError, ClientStateError
 from pybroker.client.instance import ClientInstance, check_response, request
 from pybroker.client.listener import ConsumeContext, ConsumeStatus
-from pybroker.client.member import ConsumerMember
+from pybroker.client.member import ConsumerMember, member_instance
 from pybroker.client.message import MessageExt
 from pybroker.client.popping import (PopStatus, ack_message, batch_ack_messages,
                                      change_invisible_time, pop_messages, receipt_handle)
@@ -78,10 +78,7 @@ class PopConsumer(ConsumerMember):
             raise ValueError(remark)
         if not 1 <= max_nums <= PopConstants.MAX_MSG_NUMS:
             raise ValueError(f"max_nums must be in [1, {PopConstants.MAX_MSG_NUMS}]")
-        if instance is None:
-            if namesrv_addr is None:
-                raise ValueError("give namesrv_addr or an instance")
-            instance = ClientInstance(namesrv_addr, **instance_options)
+        instance = member_instance(namesrv_addr, instance, instance_options)
         self.group = group
         self.instance = instance
         self.invisible_time_ms = invisible_time_ms

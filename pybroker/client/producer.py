@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Optional
 from pybroker.client.errors import (BrokerResponseError, ClientStateError, MessageTooLargeError,
                                     RequestTimeoutError)
 from pybroker.client.instance import ClientInstance, check_response, request
-from pybroker.client.member import InstanceMember
+from pybroker.client.member import InstanceMember, member_instance
 from pybroker.client.message import (BODY_COMPRESS_OVER_BYTES_DEFAULT, Message, SendResult,
                                      SendStatus, compress_body, encode_batch)
 from pybroker.client.route import LatencyFaultTolerance, Selector
@@ -89,10 +89,7 @@ class Producer(InstanceMember):
         remark = headers.validate_group(group)
         if remark is not None:
             raise ValueError(remark)
-        if instance is None:
-            if namesrv_addr is None:
-                raise ValueError("give namesrv_addr or an instance")
-            instance = ClientInstance(namesrv_addr, **instance_options)
+        instance = member_instance(namesrv_addr, instance, instance_options)
         self.group = group
         self.instance = instance
         self.send_timeout_ms = send_timeout_ms

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from pybroker.client.errors import BrokerResponseError, ClientError, ClientStateError
 from pybroker.client.instance import ClientInstance, check_response, request
-from pybroker.client.member import ConsumerMember
+from pybroker.client.member import ConsumerMember, member_instance
 from pybroker.client.message import MessageExt
 from pybroker.client.offset_store import OFFSET_UNKNOWN, RemoteOffsetStore
 from pybroker.client.pulling import pull_message, queue_offset_query
@@ -62,10 +62,7 @@ class LitePullConsumer(ConsumerMember):
         remark = headers.validate_group(group)
         if remark is not None:
             raise ValueError(remark)
-        if instance is None:
-            if namesrv_addr is None:
-                raise ValueError("give namesrv_addr or an instance")
-            instance = ClientInstance(namesrv_addr, **instance_options)
+        instance = member_instance(namesrv_addr, instance, instance_options)
         self.group = group
         self.instance = instance
         self.consume_from_where = ConsumeFromWhere(consume_from_where)
