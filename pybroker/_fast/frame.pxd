@@ -1,5 +1,7 @@
 # Contract of the remoting frame codec: frame splitting, ROCKETMQ binary header
 # (protocol.md §1.1, §1.4).
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+
 from pybroker._fast.hton cimport pb_unpack_int32
 
 cdef enum:
@@ -86,3 +88,14 @@ cdef inline int taker_frame(const unsigned char *data, Py_ssize_t at, Py_ssize_t
     header_length[0] = pb_unpack_int32(data + at + FRAME_LENGTH_FIELD_BYTES) \
         & FRAME_HEADER_LENGTH_MASK
     return FRAME_READY
+
+
+# A frame taker's receive buffer: buffer's bytes held in *view (the caller releases it) with
+# [start, end) checked to lie inside; ValueError (nothing held) when it does not.
+cdef inline int taker_buffer(object buffer, Py_buffer *view, Py_ssize_t start,
+                             Py_ssize_t end) except -1:
+    PyObject_GetBuffer(buffer, view, PyBUF_SIMPLE)
+    if start < 0 or end < start or end > view.len:
+        PyBuffer_Release(view)
+        raise ValueError(f"range [{start}, {end}) outside {view.len} bytes")
+    return 0

@@ -27,7 +27,7 @@ reader is (dispatched and written positions, a generation that moves when files 
 forgotten); a queue is brought up to the dispatched position through ``queue_source`` once per
 move, the CommitLog through ``commitlog_source`` when a record lies past its known files.
 """
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBuffer_Release
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.errno cimport EAGAIN, EINTR, errno
@@ -35,7 +35,7 @@ from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintp
 from libc.string cimport memcpy
 
 from pybroker._fast.frame cimport (FRAME_READY, TAKE_END, TAKE_FAULT, TAKE_FULL, TAKE_OTHER,
-                                   taker_frame)
+                                   taker_buffer, taker_frame)
 from pybroker._fast.digits cimport DECIMAL_BYTES_MAX, write_decimal
 from pybroker._fast.hton cimport pb_pack_int32, pb_unpack_int64
 from pybroker._fast.pagecache cimport count_cold_pages
@@ -246,10 +246,8 @@ cdef class PullPath:
         cdef const unsigned char *data
         cdef int outcome = TAKE_END
         self._begin()
-        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+        taker_buffer(buffer, &view, start, end)
         try:
-            if start < 0 or end < start or end > view.len:
-                raise ValueError(f"range [{start}, {end}) outside {view.len} bytes")
             data = <const unsigned char *>view.buf
             while True:
                 outcome = taker_frame(data, at, end, self._frame_max_bytes, &frame_bytes,

@@ -41,7 +41,7 @@ from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 from pybroker._fast.frame cimport (FRAME_READY, TAKE_END, TAKE_FAULT, TAKE_FULL, TAKE_OTHER,
-                                   taker_frame)
+                                   taker_buffer, taker_frame)
 from pybroker._fast.hton cimport pb_pack_int32, pb_unpack_int16, pb_unpack_int32
 from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE_BIT,
                                          PUT_FLAGS_POSITION, PUT_QUEUE_ID_POSITION,
@@ -323,10 +323,8 @@ cdef class SendPath:
             raise ValueError(f"slot {slot} is not open")
         self._take_ns = monotonic_ns()
         self._take_ms = realtime_ms()
-        PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
+        taker_buffer(buffer, &view, start, end)
         try:
-            if start < 0 or end < start or end > view.len:
-                raise ValueError(f"range [{start}, {end}) outside {view.len} bytes")
             data = <const unsigned char *>view.buf
             while True:
                 outcome = taker_frame(data, at, end, self._frame_max_bytes, &frame_bytes,
