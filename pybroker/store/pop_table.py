@@ -11,12 +11,15 @@ acquire loads and written with release stores or atomic read-modify-writes
 
     header (4096 bytes)
     0     magic "PBPOPTB1"                                   creator
-    8     layout version (1)                                 creator
+    8     layout version (2)                                 creator
     16    slots (count)                                      creator
     24    version: bumped when a held POP may now find something (an order queue's head was
           freed by an ack): every process that holds POPs re-checks them   any (fetch_add)
     32    waiters: bit i = worker slot i holds POPs and wants that wake-up    waiter sets,
                                                                             notifier takes
+    40    used: one past the highest slot ever assigned; scans stop there    supervisor
+          (a slot page is never read before it is assigned: on tmpfs a read fault
+          allocates the page, so a scan of all 256 MiB of sparse slots would fill the disk)
     slot i at 4096 * (1 + i), 4096 bytes:
     0     state: 0 free, 1 assigned (stored after the key)   supervisor
     8     lock: 0 free, else the holder's tag                any (exchange; holder clears)
@@ -63,14 +66,14 @@ __all__ = ["PopTable", "SlotKey", "UNSET_OFFSET", "SLOT_BYTES", "ORDER_RECORD_MA
            "KEY_PART_MAX_BYTES"]
 
 MAGIC = int.from_bytes(b"PBPOPTB1", "little")
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 HEADER_BYTES = 4096
 SLOT_BYTES = 4096
 UNSET_OFFSET = 0xFFFFFFFFFFFFFFFF
 _U64_MASK = 0xFFFFFFFFFFFFFFFF
 
 _MAGIC_OFFSET, _VERSION_OFFSET, _SLOTS_OFFSET = 0, 8, 16
-_TABLE_VERSION_OFFSET, _WAITERS_OFFSET = 24, 32
+_TABLE_VERSION_OFFSET, _WAITERS_OFFSET, _USED_OFFSET = 24, 32, 40
 
 _STATE, _LOCK, _POP_OFFSET, _IN_FLIGHT = 0, 8, 16, 24
 _OFFSET_SEQ, _OFFSET_VALUE, _OFFSET_FLAGS, _APPLIED_SEQ = 32, 40, 48, 56
@@ -206,8 +209,13 @@ class PopTable:
         self._store(slot, _POP_OFFSET, UNSET_OFFSET if pop_offset is None else pop_offset)
         self._store(slot, _IN_FLIGHT_SINCE_MS, now_ms)
         self._store(slot, _STATE, _ASSIGNED)
+        if slot >= ring.load_u64(words, _USED_OFFSET):
+            ring.store_u64(words, _USED_OFFSET, slot + 1)
 
     def assigned(self, slot: int) -> bool:
+        if slot >= ring.load_u64(self._words(), _USED_OFFSET):
+            self._base(slot)                # the range check
+            return False                    # never assigned: its page is not touched
         return self._load(slot, _STATE) == _ASSIGNED
 
     def key(self, slot: int) -> SlotKey:
@@ -223,7 +231,7 @@ class PopTable:
 
     def assigned_slots(self) -> Iterator[tuple[int, SlotKey]]:
         """(slot, key) of every assigned slot, in slot order."""
-        for slot in range(self.slots):
+        for slot in range(min(self.slots, ring.load_u64(self._words(), _USED_OFFSET))):
             if self.assigned(slot):
                 yield slot, self.key(slot)
 
