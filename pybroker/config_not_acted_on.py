@@ -11,8 +11,6 @@ SETTINGS_NOT_ACTED_ON = {
     "flushDelayOffsetInterval": "delay offsets are persisted with the schedule service",
     "enableCalcFilterBitMap": "no SQL92 filter bitmaps (docs/compatibility.md says why)",
     "compressedRegister": "registrations are sent uncompressed",
-    "grpcClientConsumerMinLongPollingTimeoutMillis": "gRPC ReceiveMessage waits for POP, which "
-                                                     "is not served yet (issue #24)",
     "forceRegister": "registration is always sent",
     "serverWorkerThreads": "remoting workers are processes (remotingWorkers)",
     "serverSocketSndBufSize": "the kernel's socket buffer sizes are used",

@@ -60,7 +60,7 @@ class SlaveLink:
     """
 
     def __init__(self, config, metadata, ha_wake,
-                 on_changed: Callable[[], None] = lambda: None,
+                 on_changed: Callable[[], object] = lambda: None,
                  expected_master: str | None = None,
                  timer_checkpoint: Callable[[CheckpointValues], None] | None = None):
         self.config = config

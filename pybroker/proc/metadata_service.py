@@ -11,6 +11,7 @@ Commands for clients (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, call
 travel back to the owning worker as SEND_TO_CHANNEL.
 """
 import logging
+from collections.abc import Awaitable
 from typing import Callable
 
 import orjson
@@ -22,7 +23,7 @@ from pybroker.broker.context import MetadataContext, MetadataHandler
 from pybroker.broker.pop import assignment
 from pybroker.broker.pop.directory import PopTableFull
 from pybroker.broker.routing import METADATA_CODES
-from pybroker.protocol.codes import InternalCode, ResponseCode
+from pybroker.protocol.codes import InternalCode, RequestCode, ResponseCode
 from pybroker.errors import ProtocolError
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,
                                        decode, encode)
@@ -63,8 +64,14 @@ class MetadataService:
     """
 
     def __init__(self, ctx: MetadataContext, socket_path: str,
-                 on_topics_changed: Callable[[], None], pop_directory=None):
+                 on_topics_changed: Callable[[], None], pop_directory=None,
+                 register_now: Callable[[], Awaitable[object]] | None = None):
         self.ctx = ctx
+        # UPDATE_AND_CREATE_TOPIC is answered after the NameServers have the topic, as Java's
+        # AdminBrokerProcessor registers (registerIncrementBrokerData, waiting for each
+        # NameServer up to its timeout) before it answers: `mqadmin updateTopic` then a
+        # client's route lookup must find it.
+        self.register_now = register_now
         # The POP table's directory (broker/pop/directory.py): slots for the workers.
         self.pop_directory = pop_directory
         self.socket_path = socket_path
@@ -101,12 +108,13 @@ class MetadataService:
             self.server.close()
 
     # --- snapshots ------------------------------------------------------------------------------
-    def push_if_changed(self) -> None:
-        """Send the metadata snapshot to every worker when it changed since the last push."""
+    def push_if_changed(self) -> bool:
+        """Send the metadata snapshot to every worker when it changed since the last push;
+        whether the topics changed."""
         metadata = self.ctx.metadata
         versions = metadata.versions()
         if versions == self._pushed_versions:
-            return
+            return False
         topics_changed = versions[:2] != self._pushed_versions[:2]
         self._pushed_versions = versions
         snapshot = metadata.snapshot()
@@ -115,6 +123,7 @@ class MetadataService:
                                            oneway=True))
         if topics_changed:
             self.on_topics_changed()
+        return topics_changed
 
     # --- channels ------------------------------------------------------------------------------
     def _sender(self, channel_id: str) -> Callable[[RemotingCommand], None]:
@@ -142,7 +151,9 @@ class MetadataService:
                 return create_response(request, ResponseCode.SYSTEM_ERROR, str(error))
             request.ext_fields = ext_fields
             response = await handler(self.ctx, channel, request)
-            self.push_if_changed()
+            if self.push_if_changed() and request.code == RequestCode.UPDATE_AND_CREATE_TOPIC \
+                    and self.register_now is not None:
+                await self.register_now()
             return response
         return run
 

@@ -337,8 +337,10 @@ class Supervisor:
         slave = _slave_link(config, metadata, plane, replicas)
         registration = NamesrvRegistration(config, lambda: metadata.topics.document,
                                            slave.on_registered if slave else None)
+        registers = replicas is None or replicas.registers_with_namesrv
         service = MetadataService(ctx, service_socket.getsockname(),
-                                  registration.topics_changed, pop.directory)
+                                  registration.topics_changed, pop.directory,
+                                  registration.register_all if registers else None)
 
         def settings_changed(config) -> None:
             # UPDATE_BROKER_CONFIG: the next generation forks with it, registration (the

@@ -104,3 +104,26 @@ def test_ha_status_of_master_and_slave(tmp_path):
         assert view["haClientRuntimeInfo"]["maxOffset"] == document["masterCommitLogMaxOffset"]
         # -c: every master of the cluster (the slave is not asked).
         assert list(admin(namesrv, "haStatus", "-c", "DefaultCluster")) == [master.address]
+
+
+def test_a_created_topic_is_routable_when_the_answer_comes(tmp_path):
+    """UPDATE_AND_CREATE_TOPIC is answered after the NameServer has the topic (Java registers
+    before it answers): a route lookup right after the answer finds it, every time."""
+    from pybroker.client.admin import Admin
+
+    async def scenario(namesrv_addr: str, broker_addr: str) -> list[str]:
+        client = Admin(namesrv_addr)
+        await client.start()
+        unknown = []
+        try:
+            for n in range(30):
+                topic = f"RoutableAtOnce{n}"
+                await client.create_topic(topic, 2, broker_addr=broker_addr)
+                if await client.topic_route(topic) is None:
+                    unknown.append(topic)
+        finally:
+            await client.shutdown()
+        return unknown
+
+    with StandaloneBroker(tmp_path) as broker:
+        assert asyncio.run(scenario(broker.namesrv_addr, broker.broker_addr)) == []

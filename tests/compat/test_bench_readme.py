@@ -111,8 +111,10 @@ def test_a_failing_broker_or_load_stops_the_run_in_one_line(installed, tmp_path)
     assert started.returncode == 1, started.stdout[-2000:] + started.stderr[-2000:]
     last = started.stderr.strip().splitlines()[-1]
     assert last.startswith("bench_side_by_side: stopped: pybroker produce-128B-w64-async run 0:"
-                           " did not start: pybroker exited (1): flushDiskType=SOMETIMES: must "
-                           "be one of ASYNC_FLUSH, SYNC_FLUSH"), last
+                           " did not start: pybroker exited (1): pybroker standalone: invalid "
+                           "configuration in "), last
+    assert "broker.conf: flushDiskType=SOMETIMES: must be one of ASYNC_FLUSH, SYNC_FLUSH" \
+        in last, last
     result = _result(started)
     assert result["partial"] is True and result["stopped"] in last
     assert [record["broker"] for record in result["records"]] == ["pybroker"]   # stopped at once
