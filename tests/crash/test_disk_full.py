@@ -53,19 +53,44 @@ def small_disk(tmp_path):
             subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def _fill_to(mount_point, ratio: float) -> None:
-    """Grow or shrink the filler file so that the disk is ``ratio`` used."""
-    filler = os.path.join(mount_point, "filler")
-    current = os.path.getsize(filler) if os.path.exists(filler) else 0
+def _used_blocks(mount_point) -> int:
     stats = os.statvfs(mount_point)
-    total = stats.f_blocks * stats.f_frsize
-    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
-    target = max(current + int(ratio * total) - used, 0)
-    with open(filler, "ab") as file:
-        if target < current:
-            file.truncate(target)
-        elif target > current:
-            os.posix_fallocate(file.fileno(), current, target - current)
+    return stats.f_blocks - stats.f_bfree
+
+
+def _settled(mount_point, timeout_s: float = 10.0) -> None:
+    """Wait until the broker's own allocations (the next CommitLog files, made ready early by
+    the allocator) stop moving the disk's usage for half a second, at most ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last = _used_blocks(mount_point)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _used_blocks(mount_point)
+        if now == last:
+            return
+        last = now
+
+
+def _fill_to(mount_point, ratio: float) -> None:
+    """Grow or shrink the filler file so that the disk is ``ratio`` used (again after the
+    broker's own allocations settle, a few times at the most)."""
+    filler = os.path.join(mount_point, "filler")
+    for _ in range(5):
+        _settled(mount_point)
+        current = os.path.getsize(filler) if os.path.exists(filler) else 0
+        stats = os.statvfs(mount_point)
+        total = stats.f_blocks * stats.f_frsize
+        used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+        target = max(current + int(ratio * total) - used, 0)
+        with open(filler, "ab") as file:
+            if target < current:
+                file.truncate(target)
+            elif target > current:
+                os.posix_fallocate(file.fileno(), current, target - current)
+        _settled(mount_point, timeout_s=2.0)
+        after = os.statvfs(mount_point)
+        if abs((after.f_blocks - after.f_bfree) / after.f_blocks - ratio) < 0.02:
+            return
     after = os.statvfs(mount_point)
     assert abs((after.f_blocks - after.f_bfree) / after.f_blocks - ratio) < 0.02
 
