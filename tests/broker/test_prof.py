@@ -350,6 +350,7 @@ def test_record_report_compare_and_top(tmp_path):
     by_admin, by_store = tmp_path / "admin.jsonl", tmp_path / "store.jsonl"
     with _broker(tmp_path / "b") as broker:
         asyncio.run(_send(broker, 1, 0))
+        broker.wait_max_offset(TOPIC, 0, 1)           # SEND_OK is not yet dispatched
         assert _pull(broker, 0, "StaleGroup") > 0      # pulls before the recording only
         # Two recordings of different loads, so their histograms span different buckets:
         # by admin address a burst (large group commits), by store directory sequential
