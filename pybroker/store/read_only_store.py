@@ -78,6 +78,12 @@ def _grown_units(mapped_file: MappedFile, start_unit: int, units_per_file: int,
     buffer = mapped_file.buffer()
     position, chunk = start_unit, _UNIT_SCAN_CHUNK_MIN
     try:
+        if start_unit > 0 and not _valid_units(buffer, start_unit, 1, limit_physical_offset)[0]:
+            # Nothing new here since the scan that stopped at this unit: the writer appends in
+            # order, and that scan (or an earlier one) already looked past any damage before
+            # it. Without this, every read of an idle queue after any dispatch elsewhere
+            # (a POP's ack, say) looked _DAMAGED_UNITS_LOOKAHEAD units ahead again.
+            return start_unit
         while position < units_per_file:
             count = min(chunk, units_per_file - position)
             valid = _valid_units(buffer, position, count, limit_physical_offset)
