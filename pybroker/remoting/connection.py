@@ -49,6 +49,7 @@ ends of such a link wait on each other, and their work is bounded by the callers
 import asyncio
 import itertools
 import logging
+import socket as _socket
 from typing import Callable, Optional
 
 from pybroker._fast.frame import TAKE_END, TAKE_FAULT, TAKE_FULL, split_frames
@@ -179,6 +180,11 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self.closed_future = self._loop.create_future()
         self.remote_address = _address_text(transport)
         socket = transport.get_extra_info("socket")
+        if socket is not None and socket.family in (_socket.AF_INET, _socket.AF_INET6):
+            # asyncio turns Nagle off only on sockets made with proto IPPROTO_TCP; the ones
+            # accepted from our listeners (made with proto 0) kept it on, so an answer written
+            # while an earlier one was unacknowledged waited for the peer's delayed ACK (40 ms).
+            socket.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
         if socket is not None and transport.get_extra_info("sslcontext") is None:
             self._writes.socket_fd = socket.fileno()
         high = self.limits.write_buffer_high_bytes
