@@ -2,15 +2,17 @@
 """Generate the Grafana dashboard shipped in docs/grafana/ (``python tools/grafana_dashboard.py``).
 
 Panels query the Java 5.x family names pybroker serves (docs/statistics.md, "Prometheus
-endpoint") and pybroker's own ``pybroker_*`` instruments; variables pick the Prometheus data
-source, the cluster and the broker (``node_id``). tests/broker/test_prometheus.py checks the
-file against Grafana's dashboard schema (the grafana-foundation-sdk models), that every query
-names a family the endpoint serves, and runs every query on a real Prometheus scraping a real
-broker.
+endpoint"; the timer's and POP's names from pybroker/stats/metric_names.py) and pybroker's
+own ``pybroker_*`` instruments; variables pick the Prometheus data source, the cluster and
+the broker (``node_id``). tests/broker/test_prometheus.py checks the file against Grafana's
+dashboard schema (the grafana-foundation-sdk models), that every query names a family the
+endpoint serves, and runs every query on a real Prometheus scraping a real broker.
 """
 import json
 import pathlib
 import sys
+
+from pybroker.stats import metric_names as names
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "docs" / "grafana" / "pybroker.json"
 SELECT = 'cluster=~"$cluster",node_id=~"$broker"'
@@ -91,6 +93,20 @@ ROWS = [
             ("dispatch", 'rocketmq_storage_dispatch_behind_bytes{{{s}}}')]),
         ("Age of the oldest stored message", "ms", [
             ("{{node_id}}", 'rocketmq_storage_message_reserve_time_milliseconds{{{s}}}')]),
+    ]),
+    ("Timer and POP", [
+        ("Timer messages parked and not yet enqueued", "short", [
+            ("parked from the read time", names.TIMER_DEQUEUE_LAG.name + '{{{s}}}'),
+            ("not yet enqueued", names.TIMER_ENQUEUE_LAG.name + '{{{s}}}')]),
+        ("Timer messages enqueued and delivered per second", "ops", [
+            ("enqueued", f'sum(rate({names.TIMER_ENQUEUE.name}_total{{{{{{s}}}}}}[1m]))'),
+            ("delivered", f'sum(rate({names.TIMER_DEQUEUE.name}_total{{{{{{s}}}}}}[1m]))')]),
+        # Java records the dequeue's delay behind now in seconds (its unit says ms).
+        ("Timer dequeue behind now", "s", [
+            ("{{node_id}}", names.TIMER_DEQUEUE_LATENCY.name + '{{{s}}}')]),
+        # Java's revive lag gauge counts records, though its name says milliseconds.
+        ("POP revive log records not yet revived", "short", [
+            ("{{queue_id}}", f'sum by (queue_id) ({names.POP_REVIVE_LAG.name}{{{{{{s}}}}}})')]),
     ]),
     ("Processes", [
         ("CPU per broker process", "percentunit", [

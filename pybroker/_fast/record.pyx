@@ -493,6 +493,23 @@ def read_store_timestamp(buf, Py_ssize_t offset):
         PyBuffer_Release(&view)
 
 
+def read_timestamps(buf, Py_ssize_t offset):
+    """``(BORNTIMESTAMP, STORETIMESTAMP)`` (ms) of the whole valid record at ``offset``;
+    ValueError otherwise."""
+    cdef Py_buffer view
+    cdef RecordFields f
+    cdef RecordStatus status
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    try:
+        _resolve_range(view.len, offset, view.len)
+        status = parse_record(<const unsigned char *>view.buf, offset, view.len, 0, &f)
+        if status != RECORD_STATUS_OK:
+            raise ValueError(f"no whole record at offset {offset} (status {status})")
+        return f.born_timestamp, f.store_timestamp
+    finally:
+        PyBuffer_Release(&view)
+
+
 # --- verify and scan ------------------------------------------------------------------------
 
 def check(buf, Py_ssize_t offset, Py_ssize_t end, bint check_crc):

@@ -177,6 +177,8 @@ cpdef enum StatsKeyKind:
     KEY_SEND_TO_DLQ = 12          # key topic@group (the original topic); words: messages
     KEY_TRANSACTION = 13          # key real topic, label TransactionEvent; words: messages
     KEY_FINISH_LATENCY = 14       # key real topic (committed), label bucket; sum in seconds
+    KEY_DELAY_LATENCY = 15        # timer: key real topic, label bucket; sum in seconds (a
+                                  # message's delivery time - its birth, as it is enqueued)
 
 
 cpdef enum KeyWord:

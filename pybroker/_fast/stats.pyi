@@ -149,6 +149,7 @@ class StatsKeyKind(enum.IntEnum):
     KEY_SEND_TO_DLQ = 12
     KEY_TRANSACTION = 13
     KEY_FINISH_LATENCY = 14
+    KEY_DELAY_LATENCY = 15
 
 
 class KeyWord(enum.IntEnum):

@@ -49,6 +49,7 @@ from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
 from pybroker.protocol.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Property
 from pybroker.protocol.properties import decode_properties
 from pybroker._fast.stats import StatsHistogram, StatsWriter
+from pybroker.stats.metric_names import DELAY_LATENCY_BUCKETS_S, bucket_of
 from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY, Recorder
 from pybroker.stats.region import private_writer
 from pybroker.store import layout, paths
@@ -127,6 +128,7 @@ class WheelMessage(NamedTuple):
     size_py: int
     delayed_ms: int
     store_timestamp: int
+    born_timestamp: int
     properties: dict[str, str]
 
 
@@ -142,7 +144,12 @@ class TimerFigures:
     unreadable: int = 0         # units or records that could not be read (skipped)
     put_dropped: int = 0        # puts given up (Java: PUT_NO_RETRY, tries used up)
     slots_delivered: int = 0
-    enqueued_by_topic: dict = dataclasses.field(default_factory=dict)    # real topic -> count
+    # real topic -> wheel-topic messages read (cancel marks, rolls and the due included:
+    # Java's rocketmq_timer_enqueue_total)
+    enqueued_by_topic: dict = dataclasses.field(default_factory=dict)
+    # (real topic, bucket) -> [messages, seconds]: delivery time - birth of each message read
+    # (Java's rocketmq_delay_message_latency, metric_names.DELAY_LATENCY_BUCKETS_S)
+    delay_latency: dict = dataclasses.field(default_factory=dict)
     delivered_by_topic: dict = dataclasses.field(default_factory=dict)   # real topic -> count
 
 
@@ -384,6 +391,7 @@ class TimerStore:
             if message is not None:
                 self.last_enqueue_ms = self.now_ms()
                 self.last_enqueue_store_ms = message.store_timestamp
+                self._count_enqueue(message)
                 # Java delivers at once whatever is due by the write time; here only what
                 # the dequeue has passed: a slot it is still to visit takes the message, so a
                 # second unit after a restart is dropped there (docs/compatibility.md).
@@ -411,7 +419,7 @@ class TimerStore:
         try:
             buffer = selected.buffer
             properties = decode_properties(record_codec.read_properties(buffer, 0))
-            store_timestamp = record_codec.read_store_timestamp(buffer, 0)
+            born_timestamp, store_timestamp = record_codec.read_timestamps(buffer, 0)
         finally:
             selected.release()
         try:
@@ -421,7 +429,24 @@ class TimerStore:
                         TIMER_TOPIC, Property.TIMER_OUT_MS)
             self.figures.unreadable += 1
             return None
-        return WheelMessage(offset_py, size_py, delayed_ms, store_timestamp, properties)
+        return WheelMessage(offset_py, size_py, delayed_ms, store_timestamp, born_timestamp,
+                            properties)
+
+    def _count_enqueue(self, message: WheelMessage) -> None:
+        """Java's per-message enqueue figures, for every wheel-topic message read: the
+        enqueue count and the delay set (delivery time - birth, whole seconds; a delivery
+        time before the birth, a client clock ahead of the broker's, counts as 0) under the
+        real topic."""
+        real_topic = message.properties.get(Property.REAL_TOPIC)
+        if real_topic is None:
+            return
+        figures = self.figures
+        figures.enqueued_by_topic[real_topic] = figures.enqueued_by_topic.get(real_topic, 0) + 1
+        seconds = max(message.delayed_ms - message.born_timestamp, 0) // 1000
+        entry = figures.delay_latency.setdefault(
+            (real_topic, bucket_of(seconds, DELAY_LATENCY_BUCKETS_S)), [0, 0])
+        entry[0] += 1
+        entry[1] += seconds
 
     def _do_enqueue(self, message: WheelMessage) -> None:
         """Append the message's unit and chain it into its slot (rolled when too far)."""
@@ -447,11 +472,7 @@ class TimerStore:
         self.wheel.put_slot(delayed, position if slot.first_pos == -1 else slot.first_pos,
                             position, slot.num - 1 if is_delete else slot.num + 1, slot.magic)
         self._add_metric(real_topic, -1 if is_delete else 1)
-        figures = self.figures
-        figures.enqueued += 1
-        if real_topic is not None:
-            figures.enqueued_by_topic[real_topic] = \
-                figures.enqueued_by_topic.get(real_topic, 0) + 1
+        self.figures.enqueued += 1
 
     async def _deliver_due(self, due: list[WheelMessage]) -> None:
         """Messages whose slot is already past go out at once (Java marks them

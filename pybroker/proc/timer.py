@@ -223,6 +223,10 @@ class _TimerWorker:
                 entry = stats.key(kind, 0, topic)
                 if entry >= 0:
                     stats.key_set_words(entry, count, 0)
+        for (topic, bucket), (count, seconds) in figures.delay_latency.items():
+            entry = stats.key(K.KEY_DELAY_LATENCY, bucket, topic)
+            if entry >= 0:
+                stats.key_set_words(entry, count, seconds)
 
 
 class _Tps:

@@ -1,6 +1,8 @@
 # Java RocketMQ 5.x's metric facts: explicit histogram buckets, label values, key formats.
-"""What the metrics endpoint needs from Java 5.3.3's BrokerMetricsManager and
-RemotingMetricsManager, written once: the explicit histogram bounds of its views, the label
+"""What the metrics endpoint needs from Java 5.3.3's BrokerMetricsManager,
+RemotingMetricsManager, PopMetricsManager and DefaultStoreMetricsManager, written once: the
+explicit histogram bounds of its views, the timer's and POP's family names as its exporter
+prints them (one ``Family`` each, used by the collector, tools and docs), the label
 values (request and response codes as their lowercase names, ``is_system``), and how the
 keyed histograms of the instrument region (``StatsKeyKind.KEY_RPC`` ...) spell their keys.
 The recorders (stats/recorder.py, _fast/send_stats.pyx) and the collector
@@ -8,6 +10,7 @@ The recorders (stats/recorder.py, _fast/send_stats.pyx) and the collector
 """
 import bisect
 import enum
+from typing import NamedTuple
 
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX,
@@ -15,6 +18,12 @@ from pybroker.protocol.constants import (DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOP
                                          is_system_topic)
 
 __all__ = ["RPC_BUCKETS_MS", "MESSAGE_SIZE_BUCKETS_BYTES", "FINISH_LATENCY_BUCKETS_S",
+           "POP_BUFFER_SCAN_BUCKETS_MS", "DELAY_LATENCY_BUCKETS_S", "Family", "STORAGE_LABELS",
+           "TIMER_ENQUEUE_LAG", "TIMER_ENQUEUE_LATENCY", "TIMER_DEQUEUE_LAG",
+           "TIMER_DEQUEUE_LATENCY", "TIMING_MESSAGES", "TIMER_ENQUEUE", "TIMER_DEQUEUE",
+           "TIMER_MESSAGE_SNAPSHOT", "DELAY_MESSAGE_LATENCY", "POP_REVIVE_IN",
+           "POP_REVIVE_OUT", "POP_REVIVE_RETRY", "POP_REVIVE_LAG", "POP_REVIVE_LATENCY",
+           "POP_CHECKPOINT_BUFFER_SIZE", "POP_OFFSET_BUFFER_SIZE", "POP_BUFFER_SCAN_TIME",
            "bucket_of", "request_code_name", "response_code_name", "rpc_key",
            "parse_rpc_key", "message_size_label", "TransactionEvent", "is_retry_or_dlq",
            "traffic_is_system", "consumer_is_system", "MESSAGE_TYPE_LABELS"]
@@ -25,10 +34,63 @@ RPC_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
 # recorded values are seconds, (now - born) / 1000, although the instrument says "ms").
 MESSAGE_SIZE_BUCKETS_BYTES = (1 << 10, 4 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20)
 FINISH_LATENCY_BUCKETS_S = (5, 60, 600, 3600, 12 * 3600, 24 * 3600)
+# PopMetricsManager's view of rocketmq_pop_buffer_scan_time_consume (ms).
+POP_BUFFER_SCAN_BUCKETS_MS = (1, 10, 100, 1000, 2000, 3000)
+# DefaultStoreMetricsManager's view of rocketmq_delay_message_latency (s: 1 min .. 3 days).
+DELAY_LATENCY_BUCKETS_S = (60, 600, 3600, 12 * 3600, 24 * 3600, 3 * 24 * 3600)
 # label of KEY_TOPIC_PUT / KEY_MESSAGE_SIZE -> Java's TopicMessageType metrics value
 MESSAGE_TYPE_LABELS = {0: "normal", 1: "delay", 2: "transaction"}
 _SIZE_BUCKETS_PER_TYPE = 16
 assert len(MESSAGE_SIZE_BUCKETS_BYTES) + 1 <= _SIZE_BUCKETS_PER_TYPE
+
+
+class Family(NamedTuple):
+    """A family as Java 5.3.3's Prometheus exporter prints it: OpenTelemetry appends the
+    instrument's unit to the name (``_milliseconds``, ``_seconds``); a counter's name is given
+    without ``_total``, which prometheus_client appends to its samples as Java's exporter
+    does."""
+    name: str
+    doc: str            # the instrument's description (the HELP line)
+
+
+# DefaultStoreMetricsManager: every series of its families carries these two labels.
+STORAGE_LABELS = {"storage_type": "local", "storage_medium": "disk"}
+
+# The 5.x timer's families (DefaultStoreMetricsManager; Java declares the two latency gauges
+# and the delay histogram with a unit, the rest without).
+TIMER_ENQUEUE_LAG = Family("rocketmq_timer_enqueue_lag", "Timer enqueue messages lag")
+TIMER_ENQUEUE_LATENCY = Family("rocketmq_timer_enqueue_latency_milliseconds",
+                               "Timer enqueue latency")
+TIMER_DEQUEUE_LAG = Family("rocketmq_timer_dequeue_lag", "Timer dequeue messages lag")
+TIMER_DEQUEUE_LATENCY = Family("rocketmq_timer_dequeue_latency_milliseconds",
+                               "Timer dequeue latency")
+TIMING_MESSAGES = Family("rocketmq_timing_messages", "Current message number in timing")
+TIMER_ENQUEUE = Family("rocketmq_timer_enqueue", "Total number of timer enqueue")
+TIMER_DEQUEUE = Family("rocketmq_timer_dequeue", "Total number of timer dequeue")
+TIMER_MESSAGE_SNAPSHOT = Family(
+    "rocketmq_timer_message_snapshot",
+    "Timer message distribution snapshot, only count timing messages in 24h.")
+DELAY_MESSAGE_LATENCY = Family("rocketmq_delay_message_latency_seconds",
+                               "Timer message set latency distribution")
+
+# POP's families (PopMetricsManager; the revive lag gauge is declared in milliseconds although
+# it records a message count).
+POP_REVIVE_IN = Family("rocketmq_pop_revive_in_message",
+                       "Total number of put message to revive topic")
+POP_REVIVE_OUT = Family("rocketmq_pop_revive_out_message",
+                        "Total number of get message from revive topic")
+POP_REVIVE_RETRY = Family("rocketmq_pop_revive_retry_messages",
+                          "Total number of put message to pop retry topic")
+POP_REVIVE_LAG = Family("rocketmq_pop_revive_lag_milliseconds",
+                        "The processing lag of revive topic")
+POP_REVIVE_LATENCY = Family("rocketmq_pop_revive_latency_milliseconds",
+                            "The processing latency of revive topic")
+POP_CHECKPOINT_BUFFER_SIZE = Family("rocketmq_pop_checkpoint_buffer_size",
+                                    "The number of buffered checkpoint")
+POP_OFFSET_BUFFER_SIZE = Family("rocketmq_pop_offset_buffer_size",
+                                "Time number of buffered offset")
+POP_BUFFER_SCAN_TIME = Family("rocketmq_pop_buffer_scan_time_consume_milliseconds",
+                              "Time consuming of pop buffer scan")
 
 
 def bucket_of(value: float, bounds: tuple) -> int:

@@ -19,7 +19,8 @@ from pybroker.stats import metric_names as names
 from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY
 from pybroker._fast.stats import StatsKeyKind as K
 
-__all__ = ["keyed_families", "consumer_families", "connection_families", "half_families"]
+__all__ = ["keyed_families", "consumer_families", "connection_families", "half_families",
+           "delay_latency_family"]
 
 _LAG_LABELS = ("consumer_group", "topic", "is_retry", "is_system")
 
@@ -106,6 +107,22 @@ def keyed_families(base_names, base, snapshot):
     yield _histogram("rocketmq_finish_message_latency_milliseconds",
                      "Transaction finish latency", labels + ["topic"],
                      names.FINISH_LATENCY_BUCKETS_S)(finish)
+
+
+def delay_latency_family(base_names, base, snapshot):
+    """rocketmq_delay_message_latency_seconds (DefaultStoreMetricsManager's view): per real
+    topic, the delay each wheel-topic message the timer read was set, its delivery time - its
+    birth in whole seconds (KEY_DELAY_LATENCY, written by the timer worker), with the store's
+    labels."""
+    local = names.STORAGE_LABELS
+    bounds = names.DELAY_LATENCY_BUCKETS_S
+    series: dict = {}
+    for (kind, label, key), words in snapshot.labelled_keys().items():
+        if kind == K.KEY_DELAY_LATENCY:
+            _accumulate(series, (*base, *local.values(), key), label, len(bounds),
+                        int(words[0]), int(words[1]))
+    family = names.DELAY_MESSAGE_LATENCY
+    yield _histogram(family.name, family.doc, [*base_names, *local, "topic"], bounds)(series)
 
 
 def _counters(labels: list[str]) -> dict[str, CounterMetricFamily]:

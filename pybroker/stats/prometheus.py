@@ -15,11 +15,12 @@ the group pops (POP), ``rocketmq_consumer_inflight_messages`` is its messages po
 acknowledged nor revived (the POP table's count, Java's PopInflightMessageCounter), the ready
 messages count from its pop offset, and its lag counts its in-flight messages too (Java
 ConsumerLagCalculator). The POP revive families (``rocketmq_pop_revive_*``) come from the revive
-service, which runs in this process; the 5.x timer's metrics from
-pybroker/stats/timer_gauges.py. Not exported: ``rocketmq_processor_watermark`` (no thread
-pools), ``rocketmq_pop_checkpoint_buffer_size`` / ``rocketmq_pop_offset_buffer_size``
-(check-points are never buffered), RocksDB metrics and the timer's
-``rocketmq_delay_message_latency`` (pybroker_timer_lateness_seconds instead).
+service, which runs in this process; POP's buffer families are served as what they are here
+(no check-point is ever buffered: sizes 0, no scans); the 5.x timer's metrics from
+pybroker/stats/timer_gauges.py and the timer worker's section, with the store's
+``storage_type`` / ``storage_medium`` labels as Java's. The timer's and POP's family names
+are stats/metric_names.py's. Not exported: ``rocketmq_processor_watermark`` (no thread
+pools) and RocksDB metrics.
 With ``statsInstrumentsEnable=false`` the families read from the region (traffic, histograms,
 half messages) are left out, the consumer figures count no pulls, and
 ``pybroker_stats_instruments_enabled`` is 0.
@@ -39,6 +40,7 @@ from pybroker._fast.stats import StatsHistogram as H
 from pybroker._fast.stats import StatsKeyKind as K
 from pybroker.protocol import pop as pop_names
 from pybroker.protocol.constants import ConsumeType
+from pybroker.stats import metric_names as names
 from pybroker.stats import metrics_exporter, metrics_java
 from pybroker.stats.timer_gauges import TimerGauges
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER
@@ -100,6 +102,9 @@ class BrokerCollector:
     def _family(self, kind, name: str, doc: str, extra=(), **options):
         return kind(name, doc, labels=[*self.labels, *extra], **options)
 
+    def _java_family(self, kind, family: names.Family, extra=()):
+        return self._family(kind, family.name, family.doc, extra)
+
     def collect(self):
         region = self.service.region
         enabled = region.enabled
@@ -119,6 +124,7 @@ class BrokerCollector:
                           self.config.broker.broker_permission)
         yield from self._metadata_gauges()
         yield from self._revive()
+        yield from self._pop_buffers()
         yield from metrics_java.connection_families(base_names, base, self.metadata)
         yield from metrics_java.consumer_families(
             base_names, base, self.metadata, self.reader,
@@ -193,9 +199,9 @@ class BrokerCollector:
         """Java's rocketmq_pop_revive_in_message_total: check-point and ack records stored in
         the revive log (the remoting workers count them; failed puts are logged, not
         counted, so every series is put_status PUT_OK)."""
-        family = self._family(CounterMetricFamily, "rocketmq_pop_revive_in_message",
-                              "Total number of put message to revive topic",
-                              ("consumer_group", "topic", "revive_message_type", "put_status"))
+        family = self._java_family(CounterMetricFamily, names.POP_REVIVE_IN,
+                                   ("consumer_group", "topic", "revive_message_type",
+                                    "put_status"))
         base = list(self.labels.values())
         for (kind, _label, key), words in sorted(snapshot.labelled_keys().items()):
             if kind not in (K.KEY_GROUP_CK, K.KEY_GROUP_ACK):
@@ -213,33 +219,45 @@ class BrokerCollector:
         if revive is None:
             return
         base = list(self.labels.values())
-        lag = self._family(GaugeMetricFamily, "rocketmq_pop_revive_lag",
-                           "The processing lag of revive topic", ("queue_id",))
-        latency = self._family(GaugeMetricFamily, "rocketmq_pop_revive_latency",
-                               "The processing latency of revive topic (ms)", ("queue_id",))
+        # Java's lag gauge says milliseconds and records messages (getReviveBehindMessages).
+        lag = self._java_family(GaugeMetricFamily, names.POP_REVIVE_LAG, ("queue_id",))
+        latency = self._java_family(GaugeMetricFamily, names.POP_REVIVE_LATENCY, ("queue_id",))
         for queue_id, (messages, millis) in sorted(revive.behind_by_queue().items()):
             lag.add_metric(base + [str(queue_id)], messages)
             latency.add_metric(base + [str(queue_id)], millis)
         yield lag
         yield latency
-        read = self._family(CounterMetricFamily, "rocketmq_pop_revive_out_message",
-                            "Total number of get message from revive topic",
-                            ("consumer_group", "topic", "queue_id", "revive_message_type"))
+        read = self._java_family(CounterMetricFamily, names.POP_REVIVE_OUT,
+                                 ("consumer_group", "topic", "queue_id", "revive_message_type"))
         for (group, topic, queue_id, kind), count in sorted(revive.records_read.items()):
             read.add_metric(base + [group, topic, str(queue_id), kind], count)
         yield read
-        retried = self._family(CounterMetricFamily, "rocketmq_pop_revive_retry_messages",
-                               "Total number of put message to pop retry topic",
-                               ("consumer_group", "topic", "put_status"))
+        retried = self._java_family(CounterMetricFamily, names.POP_REVIVE_RETRY,
+                                    ("consumer_group", "topic", "put_status"))
         for (group, topic, status), count in sorted(revive.retry_puts.items()):
             retried.add_metric(base + [group, topic, status], count)
         yield retried
+
+    def _pop_buffers(self):
+        """Java's PopBufferMergeService figures. pybroker has no such buffer: every
+        check-point and ack is written to the revive log before its answer goes out
+        (docs/architecture/pop.md), so no check-point or offset is ever held in one (0) and no
+        buffer scan ever runs (a histogram of no scans)."""
+        yield self._gauge(names.POP_CHECKPOINT_BUFFER_SIZE.name,
+                          names.POP_CHECKPOINT_BUFFER_SIZE.doc, 0)
+        yield self._gauge(names.POP_OFFSET_BUFFER_SIZE.name, names.POP_OFFSET_BUFFER_SIZE.doc,
+                          0)
+        scans = self._java_family(HistogramMetricFamily, names.POP_BUFFER_SCAN_TIME)
+        scans.add_metric(list(self.labels.values()),
+                         [(f"{bound:g}", 0) for bound in names.POP_BUFFER_SCAN_BUCKETS_MS]
+                         + [("+Inf", 0)], 0)
+        yield scans
 
     def _storage(self):
         control = self.service.control
         written = control.written_position
         store = self.config.store
-        local = {"storage_type": "local", "storage_medium": "disk"}
+        local = names.STORAGE_LABELS
         used = used_disk_bytes(store.store_path_root_dir)
         if used is not None:
             yield self._gauge("rocketmq_storage_size_bytes", "Broker storage size", used, local)
@@ -283,30 +301,26 @@ class BrokerCollector:
             yield read
 
     def _timer(self, snapshot):
-        """Java 5.x's timer metrics (DefaultStoreMetricsManager), read from the timer line,
-        the wheel, the metrics document and the timer worker's section, and pybroker's
-        lateness histogram."""
+        """Java 5.x's timer metrics (DefaultStoreMetricsManager: its storage labels on every
+        series), read from the timer line, the wheel, the metrics document and the timer
+        worker's section, and pybroker's lateness histogram."""
         timer = self.timer
         now_ms = time.time_ns() // 1_000_000
-        yield self._gauge("rocketmq_timer_enqueue_lag", "Timer enqueue messages lag",
-                          timer.enqueue_behind_messages())
-        yield self._gauge("rocketmq_timer_enqueue_latency", "Timer enqueue latency",
-                          timer.enqueue_behind_ms(now_ms))
-        yield self._gauge("rocketmq_timer_dequeue_lag", "Timer dequeue messages lag",
-                          timer.congest_num())
-        # Java records getDequeueBehind() here, in seconds despite the unit it declares.
-        yield self._gauge("rocketmq_timer_dequeue_latency", "Timer dequeue latency",
-                          timer.dequeue_behind_s(now_ms))
-        base = list(self.labels.values())
-        timing = self._family(GaugeMetricFamily, "rocketmq_timing_messages",
-                              "Current message number in timing", ("topic",))
+        local = names.STORAGE_LABELS
+        for family, value in (
+                (names.TIMER_ENQUEUE_LAG, timer.enqueue_behind_messages()),
+                (names.TIMER_ENQUEUE_LATENCY, timer.enqueue_behind_ms(now_ms)),
+                (names.TIMER_DEQUEUE_LAG, timer.congest_num()),
+                # Java records getDequeueBehind() here, in seconds despite its unit.
+                (names.TIMER_DEQUEUE_LATENCY, timer.dequeue_behind_s(now_ms))):
+            yield self._gauge(family.name, family.doc, value, local)
+        base = list(self.labels.values()) + list(local.values())
+        timing = self._java_family(GaugeMetricFamily, names.TIMING_MESSAGES, (*local, "topic"))
         for topic, metric in sorted(timer.metrics().timing_count.items()):
             timing.add_metric(base + [topic], metric.count)
         yield timing
-        snapshot_family = self._family(
-            GaugeMetricFamily, "rocketmq_timer_message_snapshot",
-            "Timer message distribution snapshot, only count timing messages in 24h.",
-            ("timer_bound_s",))
+        snapshot_family = self._java_family(GaugeMetricFamily, names.TIMER_MESSAGE_SNAPSHOT,
+                                            (*local, "timer_bound_s"))
         for bound, count in timer.distribution():
             snapshot_family.add_metric(base + [str(bound)], count)
         yield snapshot_family
@@ -314,16 +328,20 @@ class BrokerCollector:
             yield from self._timer_counts(snapshot)
 
     def _timer_counts(self, snapshot):
-        base = list(self.labels.values())
+        local = names.STORAGE_LABELS
+        base = list(self.labels.values()) + list(local.values())
         families = {
-            K.KEY_TIMER_ENQUEUE: self._family(CounterMetricFamily, "rocketmq_timer_enqueue",
-                                              "Total number of timer enqueue", ("topic",)),
-            K.KEY_TIMER_DEQUEUE: self._family(CounterMetricFamily, "rocketmq_timer_dequeue",
-                                              "Total number of timer dequeue", ("topic",))}
+            K.KEY_TIMER_ENQUEUE: self._java_family(CounterMetricFamily, names.TIMER_ENQUEUE,
+                                                   (*local, "topic")),
+            K.KEY_TIMER_DEQUEUE: self._java_family(CounterMetricFamily, names.TIMER_DEQUEUE,
+                                                   (*local, "topic"))}
         for (kind, _label, key), words in sorted(snapshot.labelled_keys().items()):
             if kind in families:
                 families[kind].add_metric(base + [key], words[0])
         yield from families.values()
+        yield from metrics_java.delay_latency_family(list(self.labels), list(self.labels.values()),
+                                                     snapshot)
+        base = list(self.labels.values())
         lateness = HistogramMetricFamily(
             "pybroker_timer_lateness_seconds", "Timer messages: stored after their slot's end",
             labels=list(self.labels))

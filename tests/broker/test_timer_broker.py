@@ -13,6 +13,7 @@ import time
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pybroker._fast import record
 from pybroker._testbase.cluster import StandaloneBroker, free_port
@@ -172,6 +173,22 @@ def test_timer_messages_arrive_on_time_roll_and_recall(tmp_path):
         _check_figures(broker, client, metrics_port)
 
 
+def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """{sample name: [(labels, value)]} of an exposition text."""
+    samples: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return samples
+
+
+def _sample(samples, name: str, **labels) -> float:
+    """The value of the one series of ``name`` with ``labels``."""
+    (value,) = [value for found, value in samples.get(name, [])
+                if labels.items() <= found.items()]
+    return value
+
+
 def _check_timer_requests(client) -> None:
     """GET_TIMER_CHECK_POINT answers the 56-byte checkpoint, GET_TIMER_METRICS the document
     (what a Java 5.x slave syncs), with nothing parked any more for the topic."""
@@ -194,11 +211,31 @@ def _check_figures(broker, client, metrics_port: int) -> None:
     assert float(table["timerEnqueueTps"]) >= 0 and "." in table["timerDequeueTps"]
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as page:
         text = page.read().decode()
+    samples = _samples(text)
+    # Java 5.3.3's exporter names; every series with the store's labels, as Java's
     for name in ("rocketmq_timer_enqueue_lag", "rocketmq_timer_dequeue_lag",
-                 "rocketmq_timer_enqueue_latency", "rocketmq_timer_dequeue_latency",
-                 "rocketmq_timer_message_snapshot", "pybroker_timer_lateness_seconds_count"):
-        assert f"\n{name}" in text, name
-    assert 'rocketmq_timer_enqueue_total{' in text and f'topic="{TOPIC}"' in text
+                 "rocketmq_timer_enqueue_latency_milliseconds",
+                 "rocketmq_timer_dequeue_latency_milliseconds",
+                 "rocketmq_timer_message_snapshot", "rocketmq_timer_enqueue_total",
+                 "rocketmq_timer_dequeue_total", "rocketmq_timing_messages",
+                 "rocketmq_delay_message_latency_seconds_count"):
+        assert samples.get(name), name
+        assert all(labels["storage_type"] == "local" and labels["storage_medium"] == "disk"
+                   for labels, _ in samples[name]), name
+    assert samples["pybroker_timer_lateness_seconds_count"]
+    assert _sample(samples, "rocketmq_timer_enqueue_lag") == 0
+    assert _sample(samples, "rocketmq_timer_dequeue_lag") == 0
+    # Read by the timer: deliver, sec, ms, roll (twice: before and after its roll), victim
+    # and its cancel mark, each counted once and its set delay (at most 5 s) recorded once.
+    enqueued = _sample(samples, "rocketmq_timer_enqueue_total", topic=TOPIC)
+    assert enqueued >= 6
+    assert _sample(samples, "rocketmq_delay_message_latency_seconds_count", topic=TOPIC) \
+        == enqueued
+    assert _sample(samples, "rocketmq_delay_message_latency_seconds_bucket", topic=TOPIC,
+                   le="60") == enqueued
+    assert _sample(samples, "rocketmq_delay_message_latency_seconds_sum", topic=TOPIC) \
+        <= 5 * enqueued
+    assert _sample(samples, "rocketmq_timer_dequeue_total", topic=TOPIC) >= 4
     # Sends count where they were stored (the wheel topic, as delay messages); the timer's
     # deliveries count in statsAll only, as Java's doPut: of the topic's puts, the three sent
     # there ("past" and the batch, which keeps its timer properties).

@@ -224,6 +224,7 @@ def test_patch_sets_append_time_fields(sys_flag, born, store):
                                store_timestamp=1_700_000_009_999))
     assert bytes(buf[5:]) == expected
     assert record.read_store_timestamp(buf, 5) == 1_700_000_009_999
+    assert record.read_timestamps(buf, 5) == (m["born_timestamp"], 1_700_000_009_999)
     assert record.check(buf, 5, -1, True) == (RECORD_OK, len(expected))
 
 
@@ -234,6 +235,8 @@ def test_patch_rejects_non_record():
             record.patch(buf, offset, 1, 2, 3)
         with pytest.raises(ValueError):
             record.read_store_timestamp(buf, offset)
+        with pytest.raises(ValueError):
+            record.read_timestamps(buf, offset)
 
 
 def batch_of(messages) -> tuple[bytearray, list[int]]:

@@ -139,7 +139,12 @@ def test_pop_figures_count_what_java_counts(broker):
     assert metrics["rocketmq_consumer_lag_messages"][LAG_LABELS] == 2 + 3
     assert metrics["rocketmq_pop_revive_in_message_total"][(GROUP, "PUT_OK", "CK", TOPIC)] == 2
     assert metrics["rocketmq_pop_revive_in_message_total"][(GROUP, "PUT_OK", "ACK", TOPIC)] == 3
-    assert sum(metrics["rocketmq_pop_revive_lag"].values()) == 5   # 2 CKs + 3 acks unread
+    # 2 check-points and 3 acks in the revive log, unread; none held in a buffer (there is
+    # none: Java's buffer families read 0, no scan timed).
+    assert sum(metrics["rocketmq_pop_revive_lag_milliseconds"].values()) == 5
+    assert metrics["rocketmq_pop_checkpoint_buffer_size"][()] == 0
+    assert metrics["rocketmq_pop_offset_buffer_size"][()] == 0
+    assert metrics["rocketmq_pop_buffer_scan_time_consume_milliseconds_count"][()] == 0
 
     # Past every invisible time the revive service re-puts the three: nothing in flight.
     broker.clock.advance(70_000)
@@ -154,8 +159,8 @@ def test_pop_figures_count_what_java_counts(broker):
     read = metrics["rocketmq_pop_revive_out_message_total"]
     assert sum(value for labels, value in read.items() if "CK" in labels) == 2
     assert sum(value for labels, value in read.items() if "ACK" in labels) == 3
-    assert set(metrics["rocketmq_pop_revive_lag"].values()) == {0}
-    assert set(metrics["rocketmq_pop_revive_latency"].values()) == {0}
+    assert set(metrics["rocketmq_pop_revive_lag_milliseconds"].values()) == {0}
+    assert set(metrics["rocketmq_pop_revive_latency_milliseconds"].values()) == {0}
     # The retry topic the three went to: its own series, under the topic with is_retry=true
     # (Java's ConsumerLagCalculator for a POP group).
     assert metrics["rocketmq_consumer_lag_messages"][(GROUP, "true", "false", TOPIC)] == 3

@@ -46,10 +46,11 @@ def timer(broker, dequeue_enabled=True) -> TimerStore:
     return store
 
 
-def send_timer(broker, key: str, queue_id: int = 1, **props):
+def send_timer(broker, key: str, queue_id: int = 1, born_ms: int | None = None, **props):
+    born = {} if born_ms is None else {"bornTimestamp": str(born_ms)}
     return broker.call(send.handle_send_message, harness.send_request(
         "java", key.encode(), queue_id=queue_id, properties=harness.properties_text(
-            KEYS=key, TAGS="tg", WAIT="true", UNIQ_KEY=f"U-{key}", **props)))
+            KEYS=key, TAGS="tg", WAIT="true", UNIQ_KEY=f"U-{key}", **props), **born))
 
 
 def step(broker, store: TimerStore, at_ms: int) -> None:
@@ -158,6 +159,25 @@ def test_a_slot_already_past_at_enqueue_goes_out_at_once(broker):
     got = delivered(broker)["late"]
     assert got["TIMER_ENQUEUE_MS"] == str(LONG_MAX)
     assert store.figures.enqueued_due == 1 and store.figures.enqueued == 0
+    # Java's rocketmq_timer_enqueue_total counts it all the same (it was read from the wheel)
+    assert store.figures.enqueued_by_topic == {harness.TOPIC: 1}
+
+
+def test_enqueue_counts_and_the_delay_set_per_topic_as_java(broker):
+    """What the metrics endpoint's rocketmq_timer_enqueue_total and
+    rocketmq_delay_message_latency_seconds come from: per real topic, each wheel-topic message
+    read, and its delivery time - its birth in whole seconds in Java's buckets (60 s, 10 min,
+    1 h, 12 h, ...); a birth after the delivery time (a producer clock ahead) counts as 0 s."""
+    store = timer(broker)
+    send_timer(broker, "soon", born_ms=T0 - 1000, TIMER_DELIVER_MS=str(T0 + 2500))
+    send_timer(broker, "later", born_ms=T0, TIMER_DELIVER_MS=str(T0 + 7_200_000))
+    send_timer(broker, "ahead", born_ms=T0 + 10_000, TIMER_DELIVER_MS=str(T0 + 2500))
+    step(broker, store, T0 + 100)
+    # TIMER_OUT_MS is the slot's start (T0+2000) and, for a time on a slot's edge, the slot
+    # before (T0+7_199_000), as Java's: soon 3 s, later 7199 s, ahead 0 s
+    assert store.figures.enqueued_by_topic == {harness.TOPIC: 3}
+    assert store.figures.delay_latency == {(harness.TOPIC, 0): [2, 3],
+                                           (harness.TOPIC, 3): [1, 7199]}
 
 
 def test_rolls_past_the_window(broker):
