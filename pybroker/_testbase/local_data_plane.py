@@ -19,10 +19,11 @@ from pybroker.proc.appender import run_appender
 from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.dispatcher import run_dispatcher
 from pybroker.proc.flusher import flusher_owns_confirm, run_flusher
-from pybroker.proc.shared import create_byte_ring, create_completion_ring
+from pybroker.proc.shared import SharedRegion, create_byte_ring, create_completion_ring
 from pybroker.proc.wake import DataPlaneWakes, WakeFd
 from pybroker.store import lock_file
 from pybroker.store.control_block import BrokerState, ControlBlock
+from pybroker.store.queue_offsets import TABLE_BYTES, initialise
 from pybroker.store.settings import StoreConfig
 
 __all__ = ["LocalDataPlane", "wait_exit", "fork_function"]
@@ -77,6 +78,10 @@ class LocalDataPlane:
                             for i in range(producers)]
         self.wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(),
                                     [WakeFd() for _ in range(producers)])
+        # The queue offset table start_workers' dispatcher publishes (store/queue_offsets.py).
+        self.queue_offsets = SharedRegion.create(str(run_dir / "queue-offsets"), TABLE_BYTES,
+                                                 populate=False)
+        initialise(self.queue_offsets.buffer)
         self.pids: dict[str, int] = {}
 
     def fork(self, name: str, function: Callable[..., object], *args: object) -> int:
@@ -92,7 +97,9 @@ class LocalDataPlane:
         """Fork the appender, the dispatcher and the flusher."""
         self.fork("appender", run_appender, self.settings, [r.ring for r in self.rings],
                   [c.ring for c in self.completions], self.control, self.wakes)
-        self.fork("dispatcher", run_dispatcher, self.settings, self.control, self.wakes)
+        self.fork("dispatcher", functools.partial(
+            run_dispatcher, queue_offsets=self.queue_offsets.buffer),
+            self.settings, self.control, self.wakes)
         self.fork("flusher", functools.partial(
             run_flusher, owns_confirm=flusher_owns_confirm(self.settings.sync_flush, False)),
             self.settings, self.control, self.wakes)
@@ -121,7 +128,7 @@ class LocalDataPlane:
     def close(self) -> None:
         """Kill what is left, unmap the regions, close the eventfds."""
         self.kill_all()
-        for region in self.rings + self.completions:
+        for region in self.rings + self.completions + [self.queue_offsets]:
             region.close()
         wakes = self.wakes
         for wake_fd in (wakes.appender, wakes.dispatcher, wakes.flusher, *wakes.workers):

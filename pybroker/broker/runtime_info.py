@@ -167,6 +167,24 @@ def _disk_figures(config) -> dict[str, str]:
     return info
 
 
+# The timer's gauges of the context last asked for (its store, config and statistics): the
+# wheel stays mapped between requests, so a brokerStatus opens no file (issue #28 item 5).
+_TIMER_GAUGES: list[tuple[tuple[object, object, object], TimerGauges]] = []
+
+
+def _timer_gauges(ctx: BrokerContext, service) -> TimerGauges:
+    key = (ctx.store, ctx.config, service)
+    if _TIMER_GAUGES:
+        known, gauges = _TIMER_GAUGES[0]
+        if all(mine is theirs for mine, theirs in zip(known, key, strict=True)):
+            return gauges
+        gauges.close()
+        _TIMER_GAUGES.clear()
+    gauges = TimerGauges(ctx.config, lambda: service.control, ctx.store)
+    _TIMER_GAUGES.append((key, gauges))
+    return gauges
+
+
 def runtime_info(ctx: BrokerContext) -> dict[str, str]:
     """The GET_BROKER_RUNTIME_INFO table of a broker whose ``ctx.stats_service`` is the
     supervisor's StatsService (its ``control()`` is the running generation's)."""
@@ -199,11 +217,7 @@ def runtime_info(ctx: BrokerContext) -> dict[str, str]:
         info.update(service.scrubber_status())
     if service.region.enabled:
         info["damagedRecordsRead"] = str(snapshot.counter(C.DAMAGED_RECORDS_READ))
-    gauges = TimerGauges(ctx.config, lambda: service.control, ctx.store)
-    try:
-        info.update(gauges.runtime_info())
-    finally:
-        gauges.close()
+    info.update(_timer_gauges(ctx, service).runtime_info())
     store = ctx.config.store
     if store.transient_store_pool_active:
         # Java's availableBufferNums(): one buffer is attached to the file being written and

@@ -27,7 +27,8 @@ from pybroker.proc.listeners import PortUse, check_ports_free
 from pybroker.proc.timer import run_timer
 from pybroker.proc.ring_format import PUT_STATUSES
 from pybroker.proc.ring_putter import RingPutter
-from pybroker.proc.shared import RunDirectory, create_byte_ring, create_completion_ring
+from pybroker.proc.shared import (RunDirectory, SharedRegion, create_byte_ring,
+                                  create_completion_ring)
 from pybroker._fast.stats import StatsWriter
 from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, PositionWatch, SleepFlag, WakeFd
 from pybroker.stats.region import StatsRegion
@@ -36,6 +37,9 @@ from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, BrokerS
                                          remoting_worker, timer_worker)
 from pybroker.store.message_store import PutResult
 from pybroker.store.pop_table import PopTable
+from pybroker.store.queue_offsets import TABLE_BYTES as QUEUE_OFFSETS_BYTES
+from pybroker.store.queue_offsets import QueueOffsetReader
+from pybroker.store.queue_offsets import initialise as initialise_queue_offsets
 from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import PutStatus
 
@@ -99,11 +103,15 @@ class Attachment:
         self.store_host = store_host_of(config)
         control = plane.control
         # Reads consult the live positions: a request handled before this loop has run the
-        # dispatcher's wake-up must still see what its client was already acknowledged.
+        # dispatcher's wake-up must still see what its client was already acknowledged. The
+        # supervisor's max offsets (metrics scrapes, brokerStatus, consume stats) come from the
+        # dispatcher's queue offset table, not from the queues' files.
+        offsets = plane.queue_offsets if slot == plane.workers else None
         self.reader = MessageStoreReader(
             config.store, control.dispatched_position,
             positions=lambda: (control.dispatched_position, control.written_position),
-            store_changes=lambda: (control.commitlog_min_offset, control.topic_deletion_done))
+            store_changes=lambda: (control.commitlog_min_offset, control.topic_deletion_done),
+            queue_offsets=QueueOffsetReader(offsets.buffer) if offsets is not None else None)
         self.putter: SlavePutter | RingPutter
         if is_slave(config):
             self.putter = SlavePutter()
@@ -196,7 +204,8 @@ class DataPlane:
 
     def __init__(self, config, run_directory, control, rings, completions, wakes, workers,
                  stats_region: StatsRegion | None = None, ha_listener=None,
-                 timer_slot: int | None = None):
+                 timer_slot: int | None = None,
+                 queue_offsets: SharedRegion | None = None):
         # The supervisor's instrument region (pybroker/stats/region.py), None in tests.
         self.stats_region = stats_region
         self.config = config
@@ -211,6 +220,8 @@ class DataPlane:
         self.pop_table: PopTable | None = None
         # The timer worker's ring slot (after the supervisor's), None without the timer.
         self.timer_slot = timer_slot
+        # Every queue's max offset, published by the dispatcher (store/queue_offsets.py).
+        self.queue_offsets = queue_offsets
 
     @classmethod
     def create(cls, config, run_dir: str, workers: int, valid_end: int,
@@ -239,9 +250,12 @@ class DataPlane:
                                               slot_count) for slot in range(slots)]
         wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(), [WakeFd() for _ in range(slots)],
                                WakeFd())
+        queue_offsets = SharedRegion.create(run_directory.region_path("queue-offsets"),
+                                            QUEUE_OFFSETS_BYTES, populate=False)
+        initialise_queue_offsets(queue_offsets.buffer)
         control.broker_state = BrokerState.RUNNING
         return cls(config, run_directory, control, rings, completions, wakes, workers,
-                   stats_region, ha_listener, timer_slot)
+                   stats_region, ha_listener, timer_slot, queue_offsets)
 
     def worker_mains(self):
         """(name, main) of the data-plane processes: appender (master) or ha (slave) as the
@@ -250,6 +264,7 @@ class DataPlane:
         rings = [region.ring for region in self.rings]
         completions = [region.ring for region in self.completions]
         region = self.stats_region
+        offsets = self.queue_offsets.buffer if self.queue_offsets is not None else None
 
         def writer(slot: int):
             # Called in the forked child: its own section of the inherited map.
@@ -262,7 +277,8 @@ class DataPlane:
                 store, rings, completions, control, wakes, stats=writer(APPENDER.stats_section))))
         mains = [commitlog_writer,
                  ("dispatcher", lambda: _exit_status(run_dispatcher(
-                     store, control, wakes, stats=writer(DISPATCHER.stats_section)))),
+                     store, control, wakes, stats=writer(DISPATCHER.stats_section),
+                     queue_offsets=offsets))),
                  ("flusher", lambda: _exit_status(run_flusher(
                      store, control, wakes, stats=writer(FLUSHER.stats_section),
                      owns_confirm=flusher_owns_confirm(
@@ -322,6 +338,8 @@ class DataPlane:
         have exited)."""
         for region in self.rings + self.completions:
             region.close()
+        if self.queue_offsets is not None:
+            self.queue_offsets.close()
         for wake_fd in (self.wakes.appender, self.wakes.dispatcher, self.wakes.flusher,
                         self.wakes.ha, *self.wakes.workers):
             wake_fd.close()

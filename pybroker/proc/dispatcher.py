@@ -29,6 +29,11 @@ Java's pauses between two deletions (``deleteCommitLogFilesInterval``,
 ``deleteConsumeQueueFilesInterval``) are not taken here: they would stall dispatch.
 Topic deletions arrive through :mod:`pybroker.proc.topic_deletion`, an admin's cleanup
 requests through :mod:`pybroker.store.cleanup_requests` (taken at the next pass).
+
+With a queue offset table (:mod:`pybroker.store.queue_offsets`) it publishes every queue's max
+offset at start, the max offsets of a batch's queues after the batch's ``dispatched_position``,
+and 0 for the queues of a deleted topic: readers then know every queue's max offset without
+touching its files.
 """
 import dataclasses
 import logging
@@ -50,6 +55,7 @@ from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.dispatch import Dispatcher
 from pybroker.store.drop_behind import DropBehind, LogicsDropBehind
 from pybroker.store.index_file import IndexService
+from pybroker.store.queue_offsets import QueueOffsetWriter
 from pybroker.store.read_only_store import follow_commitlog
 from pybroker.store.settings import StoreConfig
 
@@ -82,17 +88,20 @@ def _open_store(settings: StoreConfig):
 
 def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlaneWakes,
                    clock_ms: Callable[[], int] = clock.now_ms,
-                   stop_requested: Callable[[], bool] | None = None, stats=None) -> None:
+                   stop_requested: Callable[[], bool] | None = None, stats=None,
+                   queue_offsets=None) -> None:
     """Dispatch until ``stop_requested()`` (default: the stop signal, see
     :func:`pybroker.proc.wake.stop_on_sigterm`), then dispatch what is written, flush
-    thoroughly and return."""
+    thoroughly and return; publish the queues' max offsets in ``queue_offsets`` (the buffer
+    of a queue offset table, pybroker/store/queue_offsets.py)."""
     commitlog, queues, index_service = _open_store(settings)
     start = control.dispatched_position or queues.max_physical_offset()
     dispatcher = Dispatcher(commitlog, queues, index_service,
                             settings.delay_levels_ms,
                             max(start, commitlog.min_offset(), 0),
                             damaged_records=DamagedRecords.load(settings.store_path_root_dir),
-                            keep_bindings=True)
+                            keep_bindings=True, track_moved=queue_offsets is not None)
+    offsets = _OffsetPublisher(queue_offsets, queues)
     flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
     cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
     deletions = DispatcherDeletions(requests_path(settings.store_path_root_dir), control)
@@ -122,13 +131,10 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
                 count = _dispatch_batch(dispatcher, target, at_confirm=target == end < written)
                 held = count < 0
                 _count_batch(stats, counters, max(count, 0))
-                # Only the processes waiting for it (held long polls) are woken: a wake-up of
-                # every remoting worker and of the supervisor per batch cost each of them an
-                # event-loop turn per batch under load (docs/benchmarks.md).
-                signal_mask(control.publish("dispatched_position",
-                                            dispatcher.reput_from_offset, True), slots)
+                _publish_batch(control, dispatcher, slots, offsets)
                 drop_behind.advance(dispatcher.reput_from_offset)
-            deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher)
+            deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher,
+                                       offsets.deleted)
             wait_ms = flusher.maybe_flush(dispatcher.last_store_timestamp)
             if end > dispatcher.reput_from_offset and not held:
                 continue
@@ -148,6 +154,38 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
         queues.close()
         if index_service is not None:
             index_service.close()
+
+
+class _OffsetPublisher:
+    """This process's side of the queue offset table (pybroker/store/queue_offsets.py), or
+    nothing without one: every queue loaded at start, then the queues of each batch, and the
+    queues of deleted topics (0)."""
+
+    def __init__(self, buffer, queues):
+        self.queues = queues
+        self.writer = QueueOffsetWriter(buffer) if buffer is not None else None
+        if self.writer is not None:
+            self.writer.republish(queues)
+            self.writer.ready()
+
+    def batch(self, dispatcher: Dispatcher) -> None:
+        if self.writer is not None:
+            self.writer.publish_queues(dispatcher.take_moved())
+
+    def deleted(self) -> None:
+        if self.writer is not None:
+            self.writer.republish(self.queues)
+
+
+def _publish_batch(control: ControlBlock, dispatcher: Dispatcher, slots,
+                   offsets: _OffsetPublisher) -> None:
+    """A batch's dispatched_position, then its queues' max offsets (never ahead of it).
+    Only the processes waiting for the position (held long polls) are woken: a wake-up of
+    every remoting worker and of the supervisor per batch cost each of them an event-loop
+    turn per batch under load (docs/benchmarks.md)."""
+    signal_mask(control.publish("dispatched_position", dispatcher.reput_from_offset, True),
+                slots)
+    offsets.batch(dispatcher)
 
 
 class DispatchEndWatch:

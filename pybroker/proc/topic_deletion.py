@@ -128,8 +128,10 @@ class DispatcherDeletions:
             self.pending_offset = self.control.topic_deletion_offset
         return min(written_position, self.pending_offset)
 
-    def apply_if_reached(self, reput_from_offset: int, queues, dispatcher) -> int:
-        """At the pending position, destroy the topics' queues; returns topics deleted."""
+    def apply_if_reached(self, reput_from_offset: int, queues, dispatcher,
+                         on_deleted=None) -> int:
+        """At the pending position, destroy the topics' queues; returns topics deleted.
+        ``on_deleted()`` runs after the deletion, before it is published."""
         if self.pending_seq == self.done or reput_from_offset < self.pending_offset:
             return 0
         topics = read_requested_topics(self.path, self.done, self.pending_seq)
@@ -137,6 +139,8 @@ class DispatcherDeletions:
         for topic in topics:
             queues.delete_topic(topic)
         dispatcher.forget_queues()
+        if on_deleted is not None:
+            on_deleted()
         log.info("deleted the consume queues of %s at physical offset %d", ",".join(topics),
                  self.pending_offset)
         self.done = self.pending_seq

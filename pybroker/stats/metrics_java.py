@@ -5,9 +5,10 @@ are keyed) and from the metadata, with Java's names as its Prometheus exporter p
 (OpenTelemetry appends the unit: ``rocketmq_rpc_latency_milliseconds``) and Java's labels.
 
 Scrape cost: a pass over the region's keyed entries, and per consumer group and queue of its
-topics two offset look-ups and at most two store-timestamp reads (a ConsumeQueue unit and
-8 bytes of its record, in the page cache): O(groups x queues), never O(store), as Java's
-ConsumerLagCalculator.
+topics two offset look-ups (the max offset from the dispatcher's queue offset table,
+pybroker/store/queue_offsets.py, the committed one from the metadata) and, for a queue behind
+them, at most two store-timestamp reads (a ConsumeQueue unit and 8 bytes of its record, in
+the page cache): O(groups x queues), never O(store), as Java's ConsumerLagCalculator.
 """
 import time
 

@@ -30,6 +30,8 @@ written) is filled with filler units instead of stopping that queue.
 
 The dispatched position is published after every call through ``on_dispatched(offset)`` (the
 control block in the multi-process broker) and kept in :attr:`Dispatcher.reput_from_offset`.
+With ``track_moved`` the queues that received units are collected for :meth:`take_moved`
+(the dispatcher process publishes their max offsets: pybroker/store/queue_offsets.py).
 """
 import logging
 from collections.abc import Callable
@@ -99,7 +101,8 @@ class Dispatcher:
                  index_service: IndexService | None, delay_levels_ms: tuple[int, ...],
                  reput_from_offset: int = 0,
                  on_dispatched: Callable[[int], None] | None = None,
-                 damaged_records=None, keep_bindings: bool = False):
+                 damaged_records=None, keep_bindings: bool = False,
+                 track_moved: bool = False):
         if reput_from_offset < 0:
             raise ValueError(f"reput_from_offset must be >= 0, got {reput_from_offset}")
         self.commitlog = commitlog
@@ -123,6 +126,16 @@ class Dispatcher:
         self._scanner = reput.ReputScanner(index_service is not None)
         # scanner slot -> (queue, its bound last file)
         self._bound: dict[int, tuple[ConsumeQueue, MappedFile]] = {}
+        # Queues that received units since the last take_moved() (None: not tracked).
+        self._moved: dict[tuple[str, int], ConsumeQueue] | None = {} if track_moved else None
+
+    def take_moved(self) -> list[ConsumeQueue]:
+        """The queues that received units since the last call (``track_moved`` only)."""
+        moved = self._moved
+        if not moved:
+            return []
+        self._moved = {}
+        return list(moved.values())
 
     def dispatch_behind_bytes(self, max_physical_offset: int | None = None) -> int:
         """Bytes written to the CommitLog but not dispatched yet."""
@@ -251,10 +264,13 @@ class Dispatcher:
 
     def _sync_queues(self) -> None:
         """Positions the scanner wrote back into the Python queue objects."""
+        moved = self._moved
         for slot, wrote_position, last_dispatched_phy in self._scanner.take_dirty():
             queue, mapped_file = self._bound[slot]
             mapped_file.wrote_position = wrote_position
             queue.last_dispatched_phy_offset = last_dispatched_phy
+            if moved is not None:
+                moved[(queue.topic, queue.queue_id)] = queue
 
     def release_files(self) -> None:
         """Release the scanner's maps (before files are closed: cleanup, topic deletion,
@@ -296,6 +312,8 @@ class Dispatcher:
                     f"consume queue {topic}-{message_record.queue_id} refused queue offset "
                     f"{message_record.queue_offset} of physical offset "
                     f"{message_record.physical_offset}: the queue and the CommitLog disagree")
+            if self._moved is not None:
+                self._moved[queue_key] = queue
         index_service = self.index_service
         if index_service is not None and transaction_type != _ROLLBACK:
             keys = property_value(properties, _KEYS_KEY)

@@ -34,6 +34,7 @@ from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import UNIT_DTYPE, ConsumeQueue, ConsumeQueueStore
 from pybroker.store.index_file import IndexService
 from pybroker.store.mapped_file import MappedFile
+from pybroker.store.queue_offsets import QueueOffsetReader
 from pybroker.store.read_api import StoreReads
 from pybroker.store.settings import StoreConfig
 
@@ -147,6 +148,10 @@ class MessageStoreReader(StoreReads):
         Also consulted at every read: when either moves (expired-file cleanup, topic deletion
         in the dispatcher) the reader drops its maps of deleted CommitLog files, reloads the
         index and forgets every consume queue (reopened lazily, min offsets corrected).
+    queue_offsets : QueueOffsetReader, optional
+        The dispatcher's published max offsets (pybroker/store/queue_offsets.py):
+        ``get_max_offset_in_queue`` answers from them without opening, listing or scanning
+        the queue's files (the consume queue's files answer while the table cannot).
 
     Reads: ``get_messages``, ``query_messages``, ``look_message_by_offset``,
     ``view_message_by_id``, ``get_commit_log_data``, ``get_max_offset_in_queue``,
@@ -157,8 +162,10 @@ class MessageStoreReader(StoreReads):
 
     def __init__(self, settings: StoreConfig | None = None, dispatched_position: int = 0,
                  positions: Callable[[], tuple[int, int]] | None = None,
-                 store_changes: Callable[[], tuple[int, int]] | None = None):
+                 store_changes: Callable[[], tuple[int, int]] | None = None,
+                 queue_offsets: QueueOffsetReader | None = None):
         settings = settings if settings is not None else StoreConfig()
+        self._queue_offsets = queue_offsets
         self.settings = settings
         self.store_root = settings.store_path_root_dir
         self.commitlog_dir = settings.commitlog_dir
@@ -265,6 +272,26 @@ class MessageStoreReader(StoreReads):
     def current_commitlog(self) -> CommitLog:
         """The CommitLog, brought up to the written position (the scrubber walks it)."""
         return self._commitlog()
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """Next queue offset to be written; 0 for an unknown queue."""
+        if self._queue_offsets is not None:
+            published = self._queue_offsets.max_offset(topic, queue_id)
+            if published is not None:
+                return published
+        return super().get_max_offset_in_queue(topic, queue_id)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Store time (ms) of the message at ``queue_offset``; -1 when there is none. A unit
+        this reader has already checked is read as it is: the queue is not brought up to the
+        dispatched position first (a lagging consumer's offset, scraped again and again)."""
+        self._catch_up()
+        queue = self.consume_queue_store.find(topic, queue_id)
+        if queue is not None:
+            unit = queue.get(queue_offset)
+            if unit is not None:
+                return self._store_timestamp_at(unit[0], unit[1])
+        return super().get_message_store_timestamp(topic, queue_id, queue_offset)
 
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The consume queue of (topic, queue_id) up to the dispatched position, or None."""

@@ -6,7 +6,8 @@ figures exact, apache/rocketmq-exporter's names under metricsExporterCompat=expo
 shipped Grafana dashboard holds to Grafana's schema and queries only what is served; a real
 Prometheus (Debian's package; .ci/run installs it) scraping the endpoint computes with rate()
 the message rate the test produced and runs every dashboard query; half messages outlive a
-restart.
+restart; a scrape reads no consume-queue file of a queue that has no lag and opens no store
+directory (issue #28 item 5: the max offsets come from the dispatcher's queue offset table).
 
 Method: one `pybroker standalone` with the endpoint on a free port, a `prometheus` process
 scraping it every second (config and TSDB in a temp dir). The metrics traffic
@@ -16,15 +17,20 @@ tests/golden/java-5.3.3/metrics.txt, the endpoint of a Java 5.3.3 broker after t
 traffic (tools/java_capture/capture_metrics.py). A paced producer's send log gives the rate
 Prometheus must compute. The dashboard is checked with grafana-foundation-sdk's models
 (generated from Grafana's dashboard schema; no Grafana server is packaged for Debian or
-PyPI). Missing `prometheus` skips locally and fails under PYBROKER_REQUIRE_PEERS=1.
+PyPI). Missing `prometheus` skips locally and fails under PYBROKER_REQUIRE_PEERS=1. What a
+scrape touches is read from outside the supervisor: the consume-queue files in its
+/proc/<pid>/maps and inotify's open events on the store's consume-queue directories (the
+scrubber, a supervisor thread that maps every queue in its pass, is off in this broker).
 """
 import asyncio
+import ctypes
 import enum
 import json
 import os
 import pathlib
 import re
 import shutil
+import struct
 import subprocess
 import time
 import urllib.parse
@@ -36,6 +42,10 @@ from pybroker._testbase import metrics_traffic
 from pybroker._testbase.cluster import StandaloneBroker, free_port
 from pybroker.client.message import Message
 from pybroker.client.producer import Producer
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.command import create_request
+from pybroker.protocol.properties import encode_properties
+from pybroker.remoting.client import SyncRemotingClient
 from tests import peers
 from tests.client.scenario import create_topic
 
@@ -75,8 +85,11 @@ def metrics_port():
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, metrics_port):
+    # The scrubber (a thread of the supervisor) maps every consume queue in its pass: off, so
+    # the supervisor's maps show what its scrapes read.
     overrides = {"metricsExporterType": "PROM", "metricsPromExporterPort": str(metrics_port),
-                 "metricsLabel": "env:test", "metricsExporterCompat": "exporter"}
+                 "metricsLabel": "env:test", "metricsExporterCompat": "exporter",
+                 "storeScrubRateMegabytesPerSecond": "0"}
     with StandaloneBroker(tmp_path_factory.mktemp("pybroker"), overrides) as running:
         yield running
 
@@ -289,6 +302,132 @@ def test_storage_size_is_the_file_systems_used_bytes(broker, scraped):
     disk = os.statvfs(broker.store_dir)
     used = (disk.f_blocks - disk.f_bfree) * disk.f_frsize
     assert abs(size - used) < (1 << 30), (size, used)
+
+
+MANY_TOPIC, MANY_GROUP = "PromManyQueuesTopic", "prom_many_queues_group"
+MANY_QUEUES = 256
+LAGGING = (3, 100, 255)            # queues the group committed 0 on (1 message behind)
+_IN_OPEN = 0x20
+
+
+def _mapped_queues(pid: int, topic: str) -> set[int]:
+    """Queue ids of ``topic`` whose consume-queue files process ``pid`` has mapped."""
+    marker = f"{os.sep}consumequeue{os.sep}{topic}{os.sep}"
+    found = set()
+    with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            at = line.find(marker)
+            if at >= 0:
+                found.add(int(line[at + len(marker):].split(os.sep)[0]))
+    return found
+
+
+class _OpenWatch:
+    """inotify IN_OPEN on directories and files: opens of each (a listing or a walk of a
+    directory) and of the files in a directory, by any process."""
+
+    def __init__(self, directories):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        assert self.fd >= 0, os.strerror(ctypes.get_errno())
+        self.paths = {}
+        for directory in directories:
+            watch = self.libc.inotify_add_watch(self.fd, os.fsencode(directory), _IN_OPEN)
+            assert watch >= 0, (directory, os.strerror(ctypes.get_errno()))
+            self.paths[watch] = directory
+
+    def opened(self) -> list[str]:
+        events = []
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return events
+            at = 0
+            while at < len(data):
+                watch, _mask, _cookie, length = struct.unpack_from("iIII", data, at)
+                name = data[at + 16:at + 16 + length].rstrip(b"\0").decode()
+                events.append(os.path.join(self.paths.get(watch, "?"), name))
+                at += 16 + length
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _request(client, code: int, fields: dict, body: bytes | None = None):
+    response = client.invoke(create_request(code, fields, body), 10_000)
+    assert response.code == ResponseCode.SUCCESS, (code, response.code, response.remark)
+    return response
+
+
+def test_a_scrape_reads_no_queue_without_lag_and_opens_no_store_directory(broker, metrics_port):
+    """One message on each of 256 queues, a group that committed all of them but three: the
+    lag figures are exact, the supervisor maps the consume-queue files of the three lagging
+    queues only (their lag latency needs the stored time of the message at the committed
+    offset), and neither a scrape nor a brokerStatus opens another queue's directory or file,
+    the consume-queue root or the timer wheel (with the max offsets read from the queues'
+    files, every queue of the topic was opened and mapped; with a timer wheel mapped per
+    brokerStatus, it was opened by each: both checked once)."""
+    asyncio.run(create_topic(broker, MANY_TOPIC, MANY_QUEUES))
+    with SyncRemotingClient() as client:
+        client.connect(broker.broker_addr)
+        for queue_id in range(MANY_QUEUES):
+            _request(client, RequestCode.SEND_MESSAGE_V2, {
+                "a": "prom_many_producer", "b": MANY_TOPIC, "c": "TBW102",
+                "d": str(MANY_QUEUES), "e": str(queue_id), "f": "0",
+                "g": str(int(time.time() * 1000)), "h": "0",
+                "i": encode_properties({"WAIT": "true"}),
+                "j": "0", "k": "false", "m": "false"}, b"q%03d" % queue_id)
+        for queue_id in range(MANY_QUEUES):
+            broker.wait_max_offset(MANY_TOPIC, queue_id, 1)
+        # The first scrape and brokerStatus of a generation map the timer wheel; later ones
+        # reuse that map.
+        _get(f"http://127.0.0.1:{metrics_port}/metrics")
+        _request(client, RequestCode.GET_BROKER_RUNTIME_INFO, {})
+    topic_dir = os.path.join(broker.store_dir, "consumequeue", MANY_TOPIC)
+    wheel = os.path.join(broker.store_dir, "timerwheel")
+    assert os.path.exists(wheel)
+    watch = _OpenWatch([wheel, os.path.dirname(topic_dir), topic_dir] + [
+        os.path.join(topic_dir, str(queue_id)) for queue_id in range(MANY_QUEUES)
+        if queue_id not in LAGGING])
+    try:
+        with SyncRemotingClient() as client:
+            client.connect(broker.broker_addr)
+            for queue_id in range(MANY_QUEUES):
+                _request(client, RequestCode.UPDATE_CONSUMER_OFFSET, {
+                    "consumerGroup": MANY_GROUP, "topic": MANY_TOPIC, "queueId": str(queue_id),
+                    "commitOffset": "0" if queue_id in LAGGING else "1"})
+
+        def lag_known():
+            families = _families(_get(f"http://127.0.0.1:{metrics_port}/metrics").decode())
+            series = families.get("rocketmq_group_diff", {})
+            if any(("group", MANY_GROUP) in key for key in series):
+                return families
+            return None
+        _wait(lag_known, 30, "the committed offsets in the scrape")
+        with SyncRemotingClient() as client:
+            client.connect(broker.broker_addr)
+            for _ in range(3):
+                families = _families(_get(f"http://127.0.0.1:{metrics_port}/metrics").decode())
+                _request(client, RequestCode.GET_BROKER_RUNTIME_INFO, {})
+        opened = watch.opened()
+    finally:
+        watch.close()
+    assert _value(families, "rocketmq_consumer_lag_messages", consumer_group=MANY_GROUP,
+                  topic=MANY_TOPIC) == len(LAGGING)
+    assert _value(families, "rocketmq_consumer_lag_latency_milliseconds",
+                  consumer_group=MANY_GROUP, topic=MANY_TOPIC) > 0
+    assert _value(families, "rocketmq_group_diff", group=MANY_GROUP,
+                  topic=MANY_TOPIC) == len(LAGGING)
+    assert _value(families, "rocketmq_producer_offset", topic=MANY_TOPIC) == MANY_QUEUES
+    assert _value(families, "rocketmq_consumer_offset", group=MANY_GROUP,
+                  topic=MANY_TOPIC) == MANY_QUEUES - len(LAGGING)
+    # The lagging queues' directories are opened (listed) under the topic's directory.
+    allowed = {os.path.join(topic_dir, str(queue_id)) for queue_id in LAGGING}
+    unexpected = [path for path in opened if path not in allowed]
+    assert unexpected == [], unexpected[:10]
+    mapped = _mapped_queues(broker.process.pid, MANY_TOPIC)
+    assert mapped <= set(LAGGING), sorted(mapped)[:20]
 
 
 # What the community dashboards of apache/rocketmq-exporter query (its

@@ -5,7 +5,8 @@ tmp_path - an appender, a dispatcher and a flusher, plus two producer processes 
 RingPutter in an asyncio loop. Producers write their acknowledgements to JSON files; the test
 then reads the store back through MessageStoreReader (and, after kill -9 of the appender under
 load, through MessageStore's abnormal recovery) and checks every acknowledgement against it.
-The dispatcher's hold at the confirm offset (controller mode) is driven by publishing
+The dispatcher process's queue offset table is read against the store's queues. The
+dispatcher's hold at the confirm offset (controller mode) is driven by publishing
 confirm_position as the ha worker would; under SYNC_FLUSH the flusher publishes it. Every
 wait has a deadline that fails the test.
 """
@@ -30,6 +31,7 @@ from pybroker.proc.wake import signal_mask
 from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.control_block import CONFIRM_UNBOUNDED
 from pybroker.store.message_store import MessageStore
+from pybroker.store.queue_offsets import QueueOffsetReader
 from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.status import GetStatus
 
@@ -175,6 +177,12 @@ def test_two_producers_every_ack_is_readable_in_order(tmp_path, plane_factory,
         ack = acks[len(acks) // 2]
         with reader.view_message_by_id(ack["message_id"]) as viewed:
             assert bytes(record_codec.decode(viewed.buffer, 0).body).decode() == ack["body"]
+        # The dispatcher process published every queue's max offset in the table.
+        offsets = QueueOffsetReader(plane.queue_offsets.buffer)
+        for queue_id in range(QUEUES):
+            acked = len([a for a in acks if a["queue_id"] == queue_id])
+            assert offsets.max_offset(TOPIC, queue_id) == acked > 0
+            assert reader.get_max_offset_in_queue(TOPIC, queue_id) == acked
     checkpoint = StoreCheckpoint(os.path.join(plane.root, "checkpoint"), read_only=True)
     assert checkpoint.physic_msg_timestamp > 0 and checkpoint.logics_msg_timestamp > 0
     counters = control.worker(31)
