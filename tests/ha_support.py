@@ -8,14 +8,12 @@ the broker's control block (``<store>/run/control``), which is what the processe
 import os
 import time
 
-from pybroker._fast import record
+from pybroker._testbase.raw_client import (  # noqa: F401 - the suites import them from here
+    TIMEOUT_MS, client_for, pull, read_queue, records_of)
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
-from pybroker.remoting.client import SyncRemotingClient
 from pybroker.store.control_block import ControlBlock
-
-TIMEOUT_MS = 5000
 
 
 def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
@@ -28,22 +26,6 @@ def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
         time.sleep(interval_s)
-
-
-def client_for(address: str, timeout_s: float = 30) -> SyncRemotingClient:
-    """A connected client; retries while the broker is not listening (a data-plane restart
-    publishes positions before its remoting workers listen again)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        client = SyncRemotingClient()
-        try:
-            client.connect(address, 3000)
-            return client
-        except (OSError, TimeoutError):
-            client.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def send(client, topic: str, body: bytes, queue_id: int, key: str, wait: bool = True,
@@ -73,40 +55,6 @@ def send_until_accepted(client, topic: str, body: bytes, queue_id: int, key: str
         if not busy:
             return response
         time.sleep(0.05)
-
-
-def pull(client, topic: str, queue_id: int, queue_offset: int, group: str = "ha_consumer",
-         max_nums: int = 32):
-    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
-           "queueOffset": str(queue_offset), "maxMsgNums": str(max_nums), "sysFlag": "4",
-           "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
-           "subVersion": "0", "expressionType": "TAG"}
-    return client.invoke(create_request(RequestCode.PULL_MESSAGE, ext), TIMEOUT_MS)
-
-
-def records_of(body) -> list:
-    """Decoded records of a pull answer; AssertionError unless every record is whole."""
-    data, position, found = bytes(body or b""), 0, []
-    while position < len(data):
-        status, total_size = record.check(data, position, len(data), True)
-        assert status == record.RECORD_OK, f"damaged record served at {position}"
-        found.append(record.decode(data, position))
-        position += total_size
-    return found
-
-
-def read_queue(client, topic: str, queue_id: int, start: int = 0) -> list[bytes]:
-    """Every body of one queue from ``start`` to its end, offsets checked contiguous."""
-    bodies, offset = [], start
-    while True:
-        response = pull(client, topic, queue_id, offset)
-        if response.code != ResponseCode.SUCCESS:
-            return bodies
-        for message in records_of(response.body):
-            assert (message.topic, message.queue_id, message.queue_offset) == \
-                (topic, queue_id, offset), "offset gap"
-            bodies.append(bytes(message.body))
-            offset += 1
 
 
 def wait_topic_synced(client, topic: str, timeout_s: float = 40) -> None:

@@ -10,12 +10,17 @@ tests/compat/test_controller_mixed.py, tools/bench_controller.py).
   recording every answer; after a failure it asks the controller again and sends the same
   message again (as a client retries), so :attr:`SendLoad.acked` is what the brokers promised
   to keep.
+* :func:`count_back` - every acknowledged key looked for on one broker (the CI failover tests'
+  and tools/bench_controller.py's count of lost messages).
+* :func:`controller_leader` - the leader of a controller group as its members name it.
 """
 import asyncio
 import collections
+import dataclasses
 import threading
 import time
 
+from pybroker._testbase.raw_client import client_for, read_queue
 from pybroker.protocol import controller as bodies
 from pybroker.protocol import headers
 from pybroker.protocol import properties as props
@@ -24,7 +29,8 @@ from pybroker.protocol.command import create_request
 from pybroker.remoting.client import RemotingClient, SyncRemotingClient
 
 __all__ = ["CONTROLLER_TEST_PROFILE", "JAVA_CONTROLLER_TEST_PROFILE", "replica_info",
-           "SendLoad", "wait_for_master", "first_send_ok", "keys_of"]
+           "SendLoad", "wait_for_master", "first_send_ok", "keys_of", "CountBack", "count_back",
+           "controller_leader"]
 
 CONTROLLER_TEST_PROFILE = {
     "enableControllerMode": "true", "brokerId": "-1", "brokerRole": "SLAVE",
@@ -167,6 +173,10 @@ class SendLoad:
     def acked_count(self) -> int:
         return len(self.acked)
 
+    def acked_keys(self) -> list[str]:
+        """The keys acknowledged so far (a copy: the senders go on adding)."""
+        return list(self.acked.copy())
+
     def wait_acked(self, count: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while len(self.acked) < count:
@@ -266,3 +276,69 @@ class SendLoad:
 def keys_of(bodies_found) -> collections.Counter:
     """Keys of message bodies written by :class:`SendLoad` (``key|padding``)."""
     return collections.Counter(bytes(body).split(b"|", 1)[0].decode() for body in bodies_found)
+
+
+@dataclasses.dataclass
+class CountBack:
+    """What :func:`count_back` found: ``acknowledged`` keys looked for, ``stored`` messages
+    read, ``missing`` keys not found (lost)."""
+    address: str
+    acknowledged: int
+    stored: int
+    missing: list[str]
+
+    def line(self) -> str:
+        return (f"count-back on {self.address}: {self.acknowledged} acknowledged, "
+                f"{self.stored} stored, {len(self.missing)} missing")
+
+
+def count_back(address: str, topic: str, queues: int, acked, settle_s: float = 10.0
+               ) -> CountBack:
+    """Look for every key of ``acked`` (SendLoad's format) among the messages ``address``
+    serves in ``topic``'s ``queues``, read with raw pulls from offset 0. A key not found yet is
+    looked for again in what the queues gained since, until ``settle_s``: a message is served
+    once dispatched, a little after its SEND_OK (and under load that may take a while). What
+    is still missing then is lost."""
+    wanted = list(acked)
+    found: collections.Counter = collections.Counter()
+    offsets = [0] * queues
+    deadline = time.monotonic() + settle_s
+    with client_for(address) as client:
+        while True:
+            for queue in range(queues):
+                bodies_read = read_queue(client, topic, queue, offsets[queue])
+                offsets[queue] += len(bodies_read)
+                found.update(keys_of(bodies_read))
+            missing = [key for key in wanted if key not in found]
+            if not missing or time.monotonic() > deadline:
+                return CountBack(address, len(wanted), sum(found.values()), missing)
+            time.sleep(0.2)
+
+
+def _metadata_request():
+    return create_request(RequestCode.CONTROLLER_GET_METADATA_INFO, {})
+
+
+def controller_leader(addresses, timeout_s: float, not_address: str | None = None) -> str:
+    """The controller leader's address once a live member of ``addresses`` names one (other
+    than ``not_address``) and the named one says it leads; AssertionError at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict = {}
+    while time.monotonic() < deadline:
+        for address in addresses:
+            try:
+                with SyncRemotingClient() as client:
+                    client.connect(address, _TIMEOUT_MS)
+                    response = client.invoke(_metadata_request(), _TIMEOUT_MS)
+            except (OSError, TimeoutError, ConnectionError):
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                continue
+            meta = headers.GET_METADATA_RESPONSE.parse(response.ext_fields)
+            seen[address] = (meta.controller_leader_address, meta.is_leader)
+            leader = meta.controller_leader_address
+            if leader and leader != not_address and seen.get(leader, (None, False))[1]:
+                return leader
+        time.sleep(0.2)
+    raise AssertionError(f"no controller leader among {addresses} within {timeout_s} s "
+                         f"(answers {seen})")

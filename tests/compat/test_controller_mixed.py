@@ -25,8 +25,7 @@ from pybroker._testbase.ha_cluster import BrokerProcess, NameServerProcess
 from pybroker.store import broker_identity
 from pybroker.store.epoch_file import EpochFile
 from tests import peers
-from tests.ha_support import (assert_commitlogs_identical, client_for, position, read_queue,
-                              wait_for)
+from tests.ha_support import assert_commitlogs_identical, position, wait_for
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -87,15 +86,6 @@ def _admin_agrees_with_mqadmin(controller, namesrv, java) -> None:
         assert _printed(ours) == _printed(theirs), (ours, theirs)
 
 
-def _count_back(address: str, load) -> None:
-    with client_for(address) as client:
-        found = cc.keys_of(body for queue in range(QUEUES)
-                           for body in read_queue(client, TOPIC, queue))
-    missing = [key for key in load.acked if key not in found]
-    print(f"count-back on {address}: {len(load.acked)} acknowledged, {len(missing)} missing")
-    assert not missing, missing[:20]
-
-
 def test_mixed_failover_and_store_move(tmp_path):
     install = peers.java_install("5.3.3")
     controller = peers.java_rocketmq.JavaController(tmp_path / "controller", install,
@@ -147,7 +137,9 @@ def test_mixed_failover_and_store_move(tmp_path):
         moved.start(detach=True)
         cc.wait_for_master(controller.address, GROUP, 90, members={1, identity.broker_id})
         assert epochs[:2] == [1, 2]
-        _count_back(java.broker_addr, load)
+        counted = cc.count_back(java.broker_addr, TOPIC, QUEUES, load.acked)
+        print(counted.line())
+        assert not counted.missing, counted.missing[:20]
     finally:
         if load.error is None:
             load.stop()

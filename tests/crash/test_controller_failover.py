@@ -192,16 +192,6 @@ def _partition_master(controller, proxies, brokers, load):
     return _by_address(brokers, new_info["master_address"])
 
 
-def _count_back(master, load):
-    with client_for(master.address) as client:
-        found = cc.keys_of(body for queue in range(QUEUES) for body in
-                           read_queue(client, TOPIC, queue))
-    missing = [key for key in load.acked if key not in found]
-    print(f"count-back on {master.address}: {len(load.acked)} acknowledged, "
-          f"{sum(found.values())} stored, {len(missing)} missing")
-    assert not missing, missing[:20]
-
-
 def test_failover_rejoin_and_partition(tmp_path):
     controller, namesrv, proxies, brokers = _start(tmp_path)
     load = cc.SendLoad(controller.address, GROUP, TOPIC, QUEUES, senders=64, pace_s=0.02)
@@ -214,7 +204,9 @@ def test_failover_rejoin_and_partition(tmp_path):
         master = _partition_master(controller, proxies, brokers, load)
         load.wait_acked(load.acked_count() + 500, 60)
         load.stop()
-        _count_back(master, load)
+        counted = cc.count_back(master.address, TOPIC, QUEUES, load.acked)
+        print(counted.line())
+        assert not counted.missing, counted.missing[:20]
         end = position(master.store_dir, "written_position")
         for broker in brokers:
             wait_for(lambda b=broker: position(b.store_dir, "written_position") >= end, 60,
