@@ -708,14 +708,15 @@ class JavaRocketMQ:
 
 
 class JavaController(JavaRocketMQ):
-    """Apache's controller (5.x, ``ControllerStartup``, a one-node DLedger group) on
-    127.0.0.1:``port`` for controller-mode tests; brokers are started separately (pybroker
-    ones, or :class:`JavaRocketMQ` with ``own_namesrv=False`` and the controller keys).
-    ``overrides``: controller.conf keys, e.g. ``scanNotActiveBrokerInterval``."""
+    """Apache's controller (5.x, ``ControllerStartup``) on 127.0.0.1:``port`` for
+    controller-mode tests; brokers are started separately (pybroker ones, or
+    :class:`JavaRocketMQ` with ``own_namesrv=False`` and the controller keys). A one-node
+    DLedger group, or with ``peers`` (every member's port, ``port`` among them) member
+    ``n<index>`` of a larger one. ``overrides``: controller.conf keys."""
 
     def __init__(self, work_dir, install: RocketMQInstall | None = None, port: int | None = None,
                  heap_mb: int = 256, overrides=None, ready_timeout_s: float = 120,
-                 stop_timeout_s: float = 30):
+                 stop_timeout_s: float = 30, peers: list[int] | None = None):
         super().__init__(work_dir, install=install or RocketMQInstall("5.3.3"),
                          ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
                          own_namesrv=False)
@@ -723,6 +724,7 @@ class JavaController(JavaRocketMQ):
             raise HarnessError("the controller is RocketMQ 5.x")
         # rocketmq-controller comes with rocketmq-namesrv (a NameServer can embed it).
         self.port = port or free_port()
+        self.peers = list(peers) if peers else [self.port]
         self.heap_mb = heap_mb
         self.overrides = dict(overrides or {})
 
@@ -731,9 +733,11 @@ class JavaController(JavaRocketMQ):
         return f"{LOOPBACK}:{self.port}"
 
     def controller_properties(self) -> dict:
+        # DLedger's peer address is the controller's own remoting port (they share a server).
         conf = {"controllerDLegerGroup": "group1",
-                "controllerDLegerPeers": f"n0-{LOOPBACK}:{self.port}",
-                "controllerDLegerSelfId": "n0",
+                "controllerDLegerPeers": ";".join(f"n{index}-{LOOPBACK}:{port}"
+                                                  for index, port in enumerate(self.peers)),
+                "controllerDLegerSelfId": f"n{self.peers.index(self.port)}",
                 "controllerStorePath": str(self.work_dir / "controller-store"),
                 "enableElectUncleanMaster": "false", "notifyBrokerRoleChanged": "true"}
         conf.update(self.overrides)
