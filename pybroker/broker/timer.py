@@ -61,7 +61,7 @@ from pybroker.store.timer_log import TimerLog, TimerUnitAt, encode_unit
 from pybroker.store.timer_metrics import load_timer_metrics, save_timer_metrics
 from pybroker.store.timer_wheel import TimerWheel
 
-__all__ = ["TimerStore", "TimerReader", "TimerFigures", "LONG_MAX"]
+__all__ = ["TimerStore", "TimerReader", "TimerFigures", "LONG_MAX", "delivered_until_ms"]
 
 log = logging.getLogger("pybroker.broker.timer")
 
@@ -102,6 +102,19 @@ def _value(text: str, name: str):
     end = text.find(PROPERTY_SEPARATOR, start)
     value = text[start:] if end < 0 else text[start:end]
     return value if value else _AMBIGUOUS
+
+
+def delivered_until_ms(read_time_ms: int, enqueue_offset: int, last_enqueue_store_ms: int,
+                       wheel_max_offset: int) -> int:
+    """The time up to which every parked message has been put to its real topic (POP's revive
+    reads its check-points and acks by it): the read time, as every slot before it is
+    delivered and a message due at t sits in the slot before t's next whole precision; while
+    the enqueue is behind (``enqueue_offset`` below the wheel topic's ``wheel_max_offset``),
+    at most the store time of the last message enqueued, as one still waiting was put after
+    it and is due after it was put. 0 before the timer published its read time."""
+    if enqueue_offset >= wheel_max_offset:
+        return read_time_ms
+    return min(read_time_ms, last_enqueue_store_ms)
 
 
 class TimerReader(Protocol):

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import orjson
 
+from pybroker.broker import send
 from pybroker.broker.context import BrokerContext
 from pybroker.broker.pop import revive_log
 from pybroker.broker.pop.checks import topic_not_exist_remark
@@ -148,7 +149,8 @@ async def _write_ack(ctx, ack: AckMsg, revive_qid: int, deliver_ms: int, count: 
     acked messages out of the in-flight count."""
     broker = ctx.config.broker
     record = revive_log.ack_message(ack, pop.revive_topic(broker.broker_cluster_name),
-                                    revive_qid, deliver_ms, ctx.store_host, ctx.now_ms())
+                                    revive_qid, deliver_ms, ctx.store_host,
+                                    send.timer_rules(ctx), ctx.now_ms())
     put = await revive_log.put_revive_record(ctx.putter, record)
     if ctx.stats is not None:
         ctx.stats.pop_ack(ack.topic, ack.consumer_group, count, put.status.stored)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import orjson
 
+from pybroker.broker import send
 from pybroker.broker.context import BrokerContext
 from pybroker.broker.pop import revive_log
 from pybroker.broker.pop.ack import lock_slot
@@ -86,7 +87,7 @@ async def _renew(ctx, request, header, info: pop.ExtraInfo) -> RemotingCommand:
                        invisible_time=header.invisible_time, num=1, queue_offset_diff=[0],
                        broker_name=info.broker_name)
     put = await revive_log.put_revive_record(ctx.putter, revive_log.checkpoint_message(
-        ck, revive_topic, info.revive_qid, ctx.store_host, now_ms))
+        ck, revive_topic, info.revive_qid, ctx.store_host, send.timer_rules(ctx), now_ms))
     if not put.status.stored:
         log.error("change invisible, put new ck error: %s", put.status.name)
         return _answer(request, ResponseCode.SYSTEM_ERROR)
@@ -98,7 +99,7 @@ async def _renew(ctx, request, header, info: pop.ExtraInfo) -> RemotingCommand:
                  broker_name=info.broker_name)
     put = await revive_log.put_revive_record(ctx.putter, revive_log.ack_message(
         ack, revive_topic, info.revive_qid, info.pop_time + info.invisible_time,
-        ctx.store_host, ctx.now_ms()))
+        ctx.store_host, send.timer_rules(ctx), ctx.now_ms()))
     if ctx.stats is not None:
         ctx.stats.pop_ack(header.topic, header.consumer_group, 1, put.status.stored)
     if not put.status.stored:

@@ -6,7 +6,8 @@
   of popSlotsMax slots is made; every generation starts with no lock held and no POP held.
 * While serving: the pop offsets are harvested into the consumer offsets every
   HARVEST_INTERVAL_MS; consumerOrderInfo.json is written with consumerOffset.json; the revive
-  service (master only) runs its rounds.
+  service (master only, with the timer) runs its rounds, check-points due by how far the timer
+  worker has delivered (its control-block line).
 * At a clean stop: a last harvest, both documents written, the table file removed.
 * QUERY_ASSIGNMENT's topic routes (broker/pop/assignment.py) live as long as the supervisor.
 """
@@ -21,6 +22,8 @@ from pybroker.broker.pop.assignment import TopicRoutes
 from pybroker.broker.pop.directory import (HARVEST_INTERVAL_MS, PopDirectory, load_order_infos,
                                            recover_table)
 from pybroker.broker.pop.revive import ReviveService
+from pybroker.broker.timer import delivered_until_ms
+from pybroker.broker.timer_message import TIMER_TOPIC
 from pybroker.remoting.tls import outgoing_tls
 from pybroker.store import paths
 from pybroker.store.pop_table import PopTable
@@ -98,12 +101,23 @@ class PopOwner:
         self.directory.persist_order_infos()
 
     async def revive_forever(self, attachment) -> None:
-        """The revive service's rounds (master only), through the supervisor's own ring."""
+        """The revive service's rounds (master only), through the supervisor's own ring;
+        none without the timer, which delivers its records (Java skips revive then too)."""
+        if not self.config.store.timer_wheel_enable:
+            log.warning("skip revive topic because timerWheelEnable is false")
+            return
         control = attachment.control
+        timer_line, reader = control.timer(), attachment.reader
+
+        def timer_covered_ms() -> int:
+            read_time_ms, offset = timer_line.read_time_ms, timer_line.queue_offset
+            last_store_ms = timer_line.last_enqueue_store_ms
+            return delivered_until_ms(read_time_ms, offset, last_store_ms,
+                                      reader.get_max_offset_in_queue(TIMER_TOPIC, 0))
         self.revive = ReviveService(
-            self.config, attachment.reader, attachment.putter, self.metadata, self.directory,
+            self.config, reader, attachment.putter, self.metadata, self.directory,
             attachment.store_host, clock.now_ms, lambda: control.written_position,
-            lambda: control.dispatched_position)
+            lambda: control.dispatched_position, timer_covered_ms)
         revive, rounds = self.revive, Rounds("POP revive", logger=log)
         try:
             while True:

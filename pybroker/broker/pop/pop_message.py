@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import orjson
 
+from pybroker.broker import send
 from pybroker.broker.context import BrokerContext
 from pybroker.broker.message_filter import FilterRefused, MessageFilter, pop_message_filter
 from pybroker.broker.pop import revive_log
@@ -90,6 +91,11 @@ def _refusal(ctx, channel, request: RemotingCommand, header) -> RemotingCommand 
     if header.max_msg_nums > PopConstants.MAX_MSG_NUMS:
         return refuse(request, ResponseCode.INVALID_PARAMETER,
                       f"the broker[{broker.broker_ip1}] pop message's num is greater than 32")
+    if not ctx.config.store.timer_wheel_enable:
+        # Check-points and acks are timer messages (broker/pop/revive_log.py).
+        return refuse(request, ResponseCode.SYSTEM_ERROR,
+                      f"the broker[{broker.broker_ip1}] pop message is forbidden because "
+                      "timerWheelEnable is false")
     return None
 
 
@@ -455,7 +461,7 @@ class _QueuePop:
                            broker_name=broker.broker_name)
         record = revive_log.checkpoint_message(
             ck, pop.revive_topic(broker.broker_cluster_name), run.revive_qid, ctx.store_host,
-            ctx.now_ms())
+            send.timer_rules(ctx), ctx.now_ms())
         put = await revive_log.put_revive_record(ctx.putter, record)
         if not put.status.stored:
             log.error("[PopBuffer]put ck to store fail: %s, %s", ck, put.status.name)

@@ -9,14 +9,18 @@ to the group's POP retry topic (``%RETRY%<group>_<topic>``, or ``+`` with enable
 a check-point of a retry topic goes back to that topic), created with one queue when absent.
 
 **Due** means every ack that can still count has been read: the check-point's revive time plus
-two seconds (Java's ackTimeInterval + 1 s) lies before the *covered* time. Without the timer
-every record is readable once written, so the covered time is the start of a round whose read
-reached the end of everything written before it (the dispatched position had passed that
-round's written position). With the timer a record becomes readable only at its due time, and
-the covered time is also capped by how far the timer has delivered (``timer_covered_ms``);
-Java's ``endTime`` (the largest due time read) plays that part there. Due check-points are taken
-in read order; a later one may go before an earlier one that is not due (Java stops at the
-first: without the timer, read order is not due order).
+two seconds (Java's ackTimeInterval + 1 s) lies before the *covered* time. Check-points and acks
+are timer messages (broker/pop/revive_log.py): a check-point reaches its revive queue when the
+timer delivers it (one second before its revive time), its acks when the timer delivers them
+(at the revive time), or at once when put late. The covered time is the time by which every
+record due then is readable: how far the timer has delivered (``timer_covered_ms``, read first:
+broker/timer.py ``delivered_until_ms``), capped by the start of the round, and only when that
+round's read reached the end of everything written before it (the dispatched position had
+passed the written position taken after the timer's). Java's round does the same with the
+largest due time it read (``endTime``, moved to now when idle for 3 s with the timer not
+behind); pybroker reads the timer's own progress instead of inferring it. Due check-points are
+taken in read order; a later one may go before an earlier one that is not due (Java stops at the
+first; in due order, as the timer delivers them, that differs only within a second).
 
 **The committed offset** is the revive offset before the first check-point still pending, or
 everything read when none is: acks whose check-point is gone (revived, or written by a POP of
@@ -89,12 +93,13 @@ class ReviveService:
     """See the module docstring. ``reader``: a StoreReader; ``putter``: this process's own;
     ``metadata``: the MetadataState (topics, groups, offsets); ``directory``: the POP table's
     (in-flight counts); ``written_position()``/``dispatched_position()``: the control block's;
-    ``timer_covered_ms()``: how far a timer has delivered, None without one."""
+    ``timer_covered_ms()``: the time up to which the timer has delivered every message
+    (broker/timer.py ``delivered_until_ms``)."""
 
     def __init__(self, config, reader, putter, metadata, directory: PopDirectory,
                  store_host: tuple[bytes, int], now_ms: Callable[[], int],
                  written_position: Callable[[], int], dispatched_position: Callable[[], int],
-                 timer_covered_ms: Callable[[], int | None] = lambda: None):
+                 timer_covered_ms: Callable[[], int]):
         self.config = config
         self.reader, self.putter, self.metadata = reader, putter, metadata
         self.directory = directory
@@ -136,12 +141,12 @@ class ReviveService:
         (slower while it is idle, as Java's reviveMaxSlow)."""
         broker = self.config.broker
         started_ms = self.now_ms()
+        # In this order: what the timer delivered up to timer_ms is written before `written`.
+        timer_ms = self.timer_covered_ms()
         written = self.written_position()
         read = await self._read_new(queue, started_ms + broker.revive_scan_time)
-        covered_ms = started_ms if self.dispatched_position() >= written else None
-        timer_ms = self.timer_covered_ms()
-        if covered_ms is not None and timer_ms is not None:
-            covered_ms = min(covered_ms, timer_ms)
+        covered_ms = min(started_ms, timer_ms) if self.dispatched_position() >= written \
+            else None
         revived = await self._revive_due(queue, covered_ms) if covered_ms is not None else 0
         self._commit(queue)
         idle = not read and not revived
@@ -151,8 +156,11 @@ class ReviveService:
         oldest = queue.oldest_pending_revive_ms()
         if oldest is not None:
             # Come back as soon as the oldest pending check-point can be due (Java's round
-            # polls every 100 ms while it waits for one), not a whole slow interval later.
-            due_ms = max(oldest + DUE_MARGIN_MS + 1, now_ms + _RECHECK_MIN_MS)
+            # polls every 100 ms while it waits for one), not a whole slow interval later:
+            # when the timer's delivered time, a whole number of precisions, can pass it.
+            precision = self.config.store.timer_precision_effective_ms
+            can_be_due_ms = ((oldest + DUE_MARGIN_MS) // precision + 1) * precision
+            due_ms = max(can_be_due_ms, now_ms + _RECHECK_MIN_MS)
             queue.next_round_ms = min(queue.next_round_ms, due_ms)
         return revived
 
@@ -327,7 +335,8 @@ class ReviveService:
             interval = CK_REWRITE_INTERVALS_S[min(times, len(CK_REWRITE_INTERVALS_S) - 1)]
             new.invisible_time = ck.invisible_time + interval * 1000
         put = await revive_log.put_revive_record(self.putter, revive_log.checkpoint_message(
-            new, self.topic, queue.queue_id, self.store_host, self.now_ms()))
+            new, self.topic, queue.queue_id, self.store_host, TimerRules.of(self.config.store),
+            self.now_ms()))
         if put.status.stored:
             self.rewritten_total += 1
         return put.status.stored

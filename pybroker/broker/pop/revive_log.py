@@ -8,28 +8,38 @@ AckMessageProcessor.appendAck). Each carries Java's UNIQ_KEY (topic@queue@offset
 broker@tag). Born and store host are the broker's; born time is now. They go through the
 process's own putter like any put, so they are replicated, flushed and recovered as sends are,
 and a POP or ack is answered only once its record is written (under SYNC_FLUSH: flushed).
-Where the timer rule applies (5.x timer messages) the put-time redirect parks them on the timer
-wheel; without it they reach the revive topic at once, and the revive service (broker/pop/
-revive.py) checks due times itself.
+
+As in Java (its store hooks see these puts), the 5.x timer's put-time rule applies
+(broker/timer_message.py): a record due later is parked on ``rmq_sys_wheel_timer`` and reaches
+its revive queue when the timer delivers it; one already due (a late ack) is stored there at
+once. So the revive log holds records in due order, whichever broker wrote the store, and the
+revive service (broker/pop/revive.py) takes a check-point as due by how far the timer has
+delivered. POP needs the timer (Java refuses POP with timerWheelEnable=false); a refusal of the
+rule (flow control, an invisible time past timerMaxDelaySec) is the put's outcome.
 """
 from pybroker.broker import send
+from pybroker.broker.timer_message import TimerRefused, TimerRules, redirect_timer
 from pybroker.protocol.constants import PopConstants, Property
 from pybroker.protocol.properties import encode_properties
 from pybroker.store.message_store import PutResult
 from pybroker.store.pop_checkpoint import AckMsg, BatchAckMsg, PopCheckPoint
+from pybroker.store.status import PutStatus
 
 __all__ = ["checkpoint_message", "ack_message", "put_revive_record", "ReviveRecord"]
 
 
 class ReviveRecord:
-    """One record to put: its bytes, topic and revive queue."""
+    """One record to put: its bytes, the topic and queue it is stored under (the wheel topic
+    when parked), or the timer rule's refusal (``refused``: a PutStatus, nothing to put)."""
 
-    __slots__ = ("records", "topic", "queue_id")
+    __slots__ = ("records", "topic", "queue_id", "refused")
 
-    def __init__(self, records: bytearray, topic: str, queue_id: int):
+    def __init__(self, records: bytearray, topic: str, queue_id: int,
+                 refused: PutStatus | None = None):
         self.records = records
         self.topic = topic
         self.queue_id = queue_id
+        self.refused = refused
 
 
 def _unique_id(*parts: object) -> str:
@@ -37,36 +47,45 @@ def _unique_id(*parts: object) -> str:
 
 
 def _record(revive_topic: str, revive_qid: int, tag: str, body: bytes, deliver_ms: int,
-            unique_id: str, store_host: tuple[bytes, int], now_ms: int) -> ReviveRecord:
+            unique_id: str, store_host: tuple[bytes, int], timer: TimerRules,
+            now_ms: int) -> ReviveRecord:
     properties = {Property.TAGS: tag, Property.TIMER_DELIVER_MS: str(deliver_ms),
                   Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: unique_id}
-    records = send.encode_message(revive_topic, revive_qid, 0, body,
-                                  encode_properties(properties), 0, now_ms, store_host,
-                                  store_host)
-    return ReviveRecord(records, revive_topic, revive_qid)
+    try:
+        topic, queue_id = redirect_timer(revive_topic, revive_qid, properties, timer, now_ms)
+    except TimerRefused as refused:
+        return ReviveRecord(bytearray(), revive_topic, revive_qid, PutStatus[refused.status])
+    records = send.encode_message(topic, queue_id, 0, body, encode_properties(properties), 0,
+                                  now_ms, store_host, store_host)
+    return ReviveRecord(records, topic, queue_id)
 
 
 def checkpoint_message(ck: PopCheckPoint, revive_topic: str, revive_qid: int,
-                       store_host: tuple[bytes, int], now_ms: int) -> ReviveRecord:
-    """The record of check-point ``ck`` on revive queue ``revive_qid``."""
+                       store_host: tuple[bytes, int], timer: TimerRules,
+                       now_ms: int) -> ReviveRecord:
+    """The record of check-point ``ck`` for revive queue ``revive_qid``, under ``timer``'s
+    put-time rule."""
     unique_id = _unique_id(ck.topic, ck.queue_id, ck.start_offset, ck.cid, ck.pop_time,
                            ck.broker_name, PopConstants.CK_TAG)
     return _record(revive_topic, revive_qid, PopConstants.CK_TAG, ck.encode(),
                    ck.revive_time - PopConstants.ACK_TIME_INTERVAL_MS, unique_id, store_host,
-                   now_ms)
+                   timer, now_ms)
 
 
 def ack_message(ack: AckMsg, revive_topic: str, revive_qid: int, deliver_ms: int,
-                store_host: tuple[bytes, int], now_ms: int) -> ReviveRecord:
+                store_host: tuple[bytes, int], timer: TimerRules, now_ms: int) -> ReviveRecord:
     """The record of ``ack`` (or a batch ack) due at ``deliver_ms`` (its check-point's revive
     time). Java names both kinds by the single-ack id (appendAck overwrites the batch id)."""
     tag = PopConstants.BATCH_ACK_TAG if isinstance(ack, BatchAckMsg) else PopConstants.ACK_TAG
     unique_id = _unique_id(ack.topic, ack.queue_id, ack.ack_offset, ack.consumer_group,
                            ack.pop_time, ack.broker_name, PopConstants.ACK_TAG)
     return _record(revive_topic, revive_qid, tag, ack.encode(), deliver_ms, unique_id,
-                   store_host, now_ms)
+                   store_host, timer, now_ms)
 
 
 async def put_revive_record(putter, record: ReviveRecord) -> PutResult:
-    """Put ``record`` and wait until it is stored (the putter's durability condition)."""
+    """Put ``record`` and wait until it is stored (the putter's durability condition); a
+    record the timer rule refused is that refusal."""
+    if record.refused is not None:
+        return PutResult(record.refused)
     return await putter.put(record.records, record.topic, record.queue_id, 1, 0, True)

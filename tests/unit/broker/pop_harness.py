@@ -1,8 +1,9 @@
 # Shared harness of the POP unit tests: a real store, metadata, POP table and revive, one clock.
 """A broker in one process for the POP handlers: the send harness's store and metadata, a POP
 table in the store's run directory with its directory (the supervisor's side) and a PopState
-(a worker's side) whose slots come from that directory, the long polls, the revive service
-over the same store, and one injected clock for handlers, store and revive. Requests are built
+(a worker's side) whose slots come from that directory, the long polls, the 5.x timer (which
+parks check-points and acks until they are due, as in the broker), the revive service over the
+same store, and one injected clock for handlers, store, timer and revive. Requests are built
 as the Java 5.3.3 client builds them (JSON header, long names). Loaded with :func:`load`.
 """
 import asyncio
@@ -17,6 +18,8 @@ from pybroker.broker.pop.directory import PopDirectory
 from pybroker.broker.pop.long_poll import PopLongPoll
 from pybroker.broker.pop.revive import ReviveService
 from pybroker.broker.pop.state import PopState, SlotCache
+from pybroker.broker.timer import TimerStore, delivered_until_ms
+from pybroker.broker.timer_message import TIMER_TOPIC
 from pybroker.protocol import constants, pop
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.command import RemotingCommand
@@ -34,6 +37,8 @@ TOPIC = "PopTopic"
 GROUP = "PopGroup"
 BROKER_NAME = "broker-a"
 START_MS = 1_700_000_000_000
+# A small timer log (the other timer settings are the broker's defaults).
+TIMER_SETTINGS = {"mappedFileSizeTimerLog": str(52 * 1024)}
 HANDLERS = {**pop_message.HANDLERS, **ack.HANDLERS, **change_invisible.HANDLERS,
             **peek.HANDLERS, **notification.HANDLERS}
 
@@ -54,8 +59,8 @@ class PopBroker(send_harness.Broker):
 
     def __init__(self, tmp_path, overrides=None, queues: int = 4, slots: int = 256):
         self.clock = Clock()
-        super().__init__(tmp_path, {"brokerName": BROKER_NAME, **(overrides or {})},
-                         clock_ms=self.clock)
+        super().__init__(tmp_path, {"brokerName": BROKER_NAME, **TIMER_SETTINGS,
+                                    **(overrides or {})}, clock_ms=self.clock)
         self.ctx.now_ms = self.clock
         self.metadata.topics.update_topic_config(TopicConfig(TOPIC, queues, queues))
         run_dir = paths.run_dir(str(tmp_path))
@@ -75,12 +80,25 @@ class PopBroker(send_harness.Broker):
                                                   count_held=self.table.add_held),
                             notification_poll=PopLongPoll(self.clock, limits))
         self.ctx.pop = self.pop_state
-        self.revive = ReviveService(self.config, self.store, self.putter, self.metadata,
-                                    self.directory, (send_harness.HOST, 10911), self.clock,
-                                    lambda: self.store.max_physical_offset,
-                                    lambda: self.store.max_physical_offset)
+        self.timer = TimerStore(self.config.store, self.store, self.putter, dequeue_enabled=True,
+                                now_ms=self.clock)
+        self.timer.recover()
+        self.revive = self.new_revive()
+
+    def new_revive(self) -> ReviveService:
+        """A revive service over this broker (as a restarted one starts)."""
+        def timer_covered_ms() -> int:
+            timer = self.timer
+            return delivered_until_ms(timer.commit_read_time_ms, timer.curr_queue_offset,
+                                      timer.last_enqueue_store_ms,
+                                      self.store.get_max_offset_in_queue(TIMER_TOPIC, 0))
+        return ReviveService(self.config, self.store, self.putter, self.metadata,
+                             self.directory, (send_harness.HOST, 10911), self.clock,
+                             lambda: self.store.max_physical_offset,
+                             lambda: self.store.max_physical_offset, timer_covered_ms)
 
     def close(self) -> None:
+        self.timer.close()
         self.table.close()
         super().close()
 
@@ -127,9 +145,20 @@ class PopBroker(send_harness.Broker):
             "queueId": info.queue_id, "extraInfo": message.handle,
             "offset": info.queue_offset, "invisibleTime": invisible_ms})
 
+    async def step_timer(self) -> None:
+        """The timer worker's turns at the clock's time: enqueue everything parked, deliver
+        every slot before the write time."""
+        timer = self.timer
+        timer.move_write_time()
+        while await timer.enqueue():
+            pass
+        while await timer.dequeue() >= 0:
+            pass
+
     def revive_round(self) -> int:
-        """One revive round of every queue, due or not."""
+        """The timer's turns, then one revive round of every queue, due or not."""
         async def run() -> int:
+            await self.step_timer()
             total = 0
             for queue in self.revive.queues:
                 total += await self.revive.revive_queue(queue)
@@ -137,11 +166,17 @@ class PopBroker(send_harness.Broker):
         return asyncio.run(run())
 
     def revive_records(self) -> list:
-        """(tag, body text, properties) of every revive log record, by queue then offset."""
+        """(tag, body text, properties, revive queue) of every revive log record, by queue:
+        those the timer delivered in offset order, then those still parked in put order."""
         out = []
         topic = pop.revive_topic(self.config.broker.broker_cluster_name)
+        parked = [(decoded, properties) for decoded, properties in self.records(TIMER_TOPIC, 0)
+                  if properties.get("REAL_TOPIC") == topic]
         for queue_id in range(self.config.broker.revive_queue_num):
-            for decoded, properties in self.records(topic, queue_id):
+            here = self.records(topic, queue_id) + [
+                (decoded, properties) for decoded, properties in parked
+                if properties["REAL_QID"] == str(queue_id)]
+            for decoded, properties in here:
                 out.append((properties.get("TAGS"), bytes(decoded.body).decode(), properties,
                             queue_id))
         return out

@@ -6,6 +6,7 @@ metadata, POP table and directory, one injected clock); requests as the Java cli
 them; stored records decoded and compared.
 """
 import asyncio
+import dataclasses
 import importlib.util
 import pathlib
 
@@ -73,6 +74,14 @@ def test_pop_refusals_are_java_s(broker):
         response = run(broker.pop(**arguments, **extra))
         assert (response.code, response.remark) == (code, remark), arguments
         assert response.ext_fields == ZEROS, arguments
+    timer_on = broker.ctx.config
+    broker.ctx.config = dataclasses.replace(timer_on, store=dataclasses.replace(
+        timer_on.store, timer_wheel_enable=False))
+    response = run(broker.pop())
+    assert (response.code, response.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        f"the broker[{ip}] pop message is forbidden because timerWheelEnable is false")
+    broker.ctx.config = timer_on
     broker.config = broker.ctx.config = broker.config.__class__(
         **{**broker.config.__dict__,
            "broker": broker.config.broker.__class__(**{**broker.config.broker.__dict__,
@@ -105,6 +114,10 @@ def test_pop_hands_out_writes_check_points_and_moves_offsets(broker):
             (GROUP, TOPIC, harness.START_MS, 30000, harness.BROKER_NAME)
         assert ck.queue_offset_diff == list(range(ck.num))
         assert properties["TIMER_DELIVER_MS"] == str(harness.START_MS + 30000 - 1000)
+        # Parked in the timer's slot before that second (Java's put-time hook).
+        assert (properties["REAL_TOPIC"], properties["TIMER_OUT_MS"]) == \
+            (pop.revive_topic(broker.config.broker.broker_cluster_name),
+             str(harness.START_MS + 30000 - 2000))
         assert properties["UNIQ_KEY"] == \
             f"{TOPIC}@{ck.queue_id}@0@{GROUP}@{harness.START_MS}@broker-a@ck"
     # The group's offsets moved at pop time: nothing left, a POP without poll time times out.
