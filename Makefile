@@ -35,4 +35,5 @@ bench: build
 	$(PYTHON) -m pytest benchmarks/micro --benchmark-only --timeout=0
 
 clean:
-	rm -rf build pybroker/_fast/*.c pybroker/_fast/*.so pybroker/_fast/*.html
+	rm -rf build pybroker/_fast/*.c pybroker/_fast/*.so pybroker/_fast/*.html \
+		pybroker/_fast/*/*.c pybroker/_fast/*/*.so pybroker/_fast/*/*.html

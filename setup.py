@@ -1,13 +1,15 @@
 # pybroker build: the Cython extension list and build options only.
 """Build pybroker's Cython extensions.
 
-Every ``pybroker/_fast/<name>.pyx`` becomes the extension ``pybroker._fast.<name>``; all link
-zlib (Java's CRC32 is zlib's crc32). Cythonizing happens in ``build_ext`` only, so metadata
-steps stay cheap. Build switches (read here and nowhere else):
+Every ``pybroker/_fast/<name>.pyx`` becomes the extension ``pybroker._fast.<name>``, and every
+``pybroker/_fast/<package>/<name>.pyx`` (the send fast path's ``send/``) the extension
+``pybroker._fast.<package>.<name>``; all link zlib (Java's CRC32 is zlib's crc32). Cythonizing
+happens in ``build_ext`` only, so metadata steps stay cheap. Build switches (read here and
+nowhere else):
 
 * ``PYBROKER_DEBUG=1``    defines PYBROKER_DEBUG, enables line tracing and annotation.
 * ``PYBROKER_SANITIZE=1`` adds ASan/UBSan.
-* ``PYBROKER_BUILD_ONLY=frame,record`` builds only those extensions (development).
+* ``PYBROKER_BUILD_ONLY=frame,send.take`` builds only those extensions (development).
 * ``build_ext --cython-always`` regenerates every .c even when it looks up to date.
 
 Without ``--force`` / ``--cython-always`` the build is incremental: Cython regenerates a .c only
@@ -41,8 +43,11 @@ def _extensions():
         compile_args += flags
         link_args += flags
     extensions = []
-    for pyx in sorted(glob.glob(os.path.join(FAST_DIR, "*.pyx"))):
-        stem = os.path.splitext(os.path.basename(pyx))[0]
+    sources = glob.glob(os.path.join(FAST_DIR, "*.pyx")) + \
+        glob.glob(os.path.join(FAST_DIR, "*", "*.pyx"))
+    for pyx in sorted(sources):
+        # frame, send.take: the module's name below pybroker._fast
+        stem = os.path.splitext(os.path.relpath(pyx, FAST_DIR))[0].replace(os.sep, ".")
         if ONLY and stem not in ONLY:
             continue
         extensions.append(Extension(

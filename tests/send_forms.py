@@ -6,7 +6,7 @@ SEND_BATCH_MESSAGE 320 with the one-letter names), a batch size for 320 (one mes
 Java producer's ``send(Collection)`` with one element sends it, or several), a header encoding
 (JSON, or ROCKETMQ binary as the Java producer sends it) and the broker path it takes: the C
 send fast path, or the Python handlers - a non-ASCII property value is what the fast path leaves
-to them (pybroker/_fast/send_read.pyx), the stored record is the same kind either way.
+to them (pybroker/_fast/send/read.pyx), the stored record is the same kind either way.
 """
 import dataclasses
 import glob

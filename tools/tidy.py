@@ -66,7 +66,8 @@ def _function_lengths(path: pathlib.Path, text: str):
             yield node.name, node.lineno, node.end_lineno - node.lineno + 1
 
 
-_CYTHON_DEF = re.compile(r"^(\s*)(?:async\s+)?(?:cpdef|cdef|def)\s+[^=]*\(")
+# A function or method, not a class (``cdef class B(A):`` names its base in parentheses).
+_CYTHON_DEF = re.compile(r"^(\s*)(?:async\s+)?(?:cpdef|cdef|def)\s+(?!class\b)[^=]*\(")
 
 
 def _cython_function_lengths(text: str):

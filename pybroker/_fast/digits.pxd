@@ -1,4 +1,4 @@
-# Decimal text of an integer written in place: the fast paths' answer headers (send_answer.pyx,
+# Decimal text of an integer written in place: the fast paths' answer headers (send/answer.pyx,
 # pull_path.pyx) fill their templates' numbers with it.
 from libc.stdint cimport int64_t, uint64_t
 

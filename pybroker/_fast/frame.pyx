@@ -47,7 +47,7 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object value, int *overflow) except? -1
 
 cdef enum:
-    # (The binary header's field offsets are in frame.pxd, shared with send_read.pyx.)
+    # (The binary header's field offsets are in frame.pxd, shared with request_read.pyx.)
     # Ext entry: key length (short) + value length (int) around the two strings.
     BINARY_EXT_ENTRY_OVERHEAD_BYTES = 2 + 4
     # Frames reported per scan_frames call inside split_frames (stack array).

@@ -34,8 +34,9 @@ from libc.errno cimport EAGAIN, EINTR, errno
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 
-from pybroker._fast.frame cimport (FRAME_READY, TAKE_END, TAKE_FAULT, TAKE_FULL, TAKE_OTHER,
-                                   taker_buffer, taker_frame)
+from pybroker._fast.frame cimport (FRAME_LENGTH_FIELD_BYTES, FRAME_PREFIX_BYTES, FRAME_READY,
+                                   FRAME_SERIALIZE_TYPE_SHIFT, SERIALIZE_TYPE_JSON, TAKE_END,
+                                   TAKE_FAULT, TAKE_FULL, TAKE_OTHER, taker_buffer, taker_frame)
 from pybroker._fast.digits cimport DECIMAL_BYTES_MAX, write_decimal
 from pybroker._fast.hton cimport pb_pack_int32, pb_unpack_int64
 from pybroker._fast.pagecache cimport count_cold_pages
@@ -45,7 +46,7 @@ from pybroker._fast.pull_scan cimport (PullFilter, PullLimits, TakenUnit, scan_u
 from pybroker._fast.record cimport record_sound
 from pybroker._fast.request_read cimport (REQUEST_FLAG_ONEWAY, FieldNames, FieldSpan,
                                           RequestHead, read_decimal, read_request)
-from pybroker._fast.send_stats cimport monotonic_ns
+from pybroker._fast.send.stats cimport monotonic_ns
 from pybroker._fast.stats cimport (BROKER_GET_NUMS, GET_ENTIRE_TIME_MAX_MS, GET_FOUND,
                                    GET_TRANSFERRED_BYTES, GET_TRANSFERRED_MESSAGES,
                                    KEY_BYTES, KEY_COLD_REQUESTS, KEY_GROUP_GET, KEY_MESSAGES,
@@ -163,7 +164,7 @@ cdef class PullPath:
         if len(pieces) != TEMPLATE_PIECES:
             raise ValueError(f"{len(pieces)} template pieces, not {TEMPLATE_PIECES}")
         self._template = tuple(bytes(piece) for piece in pieces)
-        self._template_bytes = 8 + 5 * DECIMAL_BYTES_MAX
+        self._template_bytes = FRAME_PREFIX_BYTES + 5 * DECIMAL_BYTES_MAX
         for index in range(TEMPLATE_PIECES):
             self._pieces[index] = <const unsigned char *>PyBytes_AS_STRING(
                 self._template[index])
@@ -526,7 +527,7 @@ cdef class PullPath:
             self._grow_arena(self._arena_used + self._template_bytes)
         head_offset = self._arena_used
         head = self._arena + head_offset
-        at = 8 + self._piece(head + 8, 0)
+        at = FRAME_PREFIX_BYTES + self._piece(head + FRAME_PREFIX_BYTES, 0)
         at += write_decimal(head + at, answer.suggest)
         at += self._piece(head + at, 1)
         at += write_decimal(head + at, answer.next_offset)
@@ -539,8 +540,10 @@ cdef class PullPath:
         at += self._piece(head + at, 5)
         if at + answer.body_bytes > self._frame_max_bytes:
             return 0
-        pb_pack_int32(head, <int32_t>(at - 4 + answer.body_bytes))
-        pb_pack_int32(head + 4, <int32_t>(at - 8))      # JSON (type 0) | header length
+        pb_pack_int32(head, <int32_t>(at - FRAME_LENGTH_FIELD_BYTES + answer.body_bytes))
+        pb_pack_int32(head + FRAME_LENGTH_FIELD_BYTES,
+                      <int32_t>((SERIALIZE_TYPE_JSON << FRAME_SERIALIZE_TYPE_SHIFT)
+                                | (at - FRAME_PREFIX_BYTES)))
         self._arena_used += at
         self._grow_iov(self._iov_count + 1 + taken_count)
         if self._head_count >= self._head_capacity:

@@ -11,7 +11,7 @@ with numpy.
 
 A region created with the instruments off (``statsInstrumentsEnable=false``: the header's
 instruments-off word) makes every writer's recording a no-op: each method below returns after
-one check of ``enabled``, and Cython users test ``enabled`` once where they record (send_stats
+one check of ``enabled``, and Cython users test ``enabled`` once where they record (send/stats.pyx
 treats a disabled writer as none). Readers see the flag (:func:`instruments_enabled`) and must
 not present the untouched zeros as measured figures.
 """

@@ -1,7 +1,7 @@
 # What the send fast path may do on its own: its topic table and its response templates.
 """The Python side of the send fast path (docs/architecture/send-fast-path.md).
 
-:mod:`pybroker._fast.send_path` takes a send without the Python handler only when the handler
+:mod:`pybroker._fast.send.take` takes a send without the Python handler only when the handler
 (:mod:`pybroker.broker.send`) would store it exactly as written and answer SUCCESS. This module
 states that contract in two pieces, both derived from the Python path itself:
 

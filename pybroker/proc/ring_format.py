@@ -20,14 +20,16 @@ request_id, status code, count, physical offset, queue offset). The status code 
 the PutStatus in :data:`PUT_STATUSES` (every process runs the same code); :func:`status_code`
 and :func:`status_of` convert.
 
-Producer: :func:`put_request_size` then :func:`write_put_request` into the reserved space.
-Consumer: :func:`read_put_request` validates the header and returns the topic and where the
-records start; the appender's hot loop reads the same layout in C from
-``pybroker/_fast/put_request.pxd``, checked against :data:`PUT_HEADER` at import, and the send
-fast path writes it in C with the same .pxd (``pybroker/_fast/send_path.pyx``;
-``proc/ring_putter.py`` asserts its header size and wait flag against this module at import, and
-tests/unit/broker/test_send_fast.py reads what it wrote with :func:`read_put_request`). Whoever
-changes this layout changes it here and in put_request.pxd (docs/architecture/data-plane.md).
+Producer: the puts of both send paths are written in C with ``pybroker/_fast/put_request.pxd``
+by ``SendPath`` (``pybroker/_fast/send/take.pyx``; ``proc/ring_putter.py`` asserts its header
+size and wait flag against this module at import; RingPutter sizes a put with
+:func:`put_request_size` first); :func:`write_put_request` is the same layout in Python, for the
+tests that fill a ring themselves. Consumer: :func:`read_put_request` validates the header and
+returns the topic and where the records start; the appender's hot loop reads the same layout in
+C from put_request.pxd, checked against :data:`PUT_HEADER` at import
+(tests/unit/broker/test_send_fast.py reads what SendPath wrote with :func:`read_put_request`).
+Whoever changes this layout changes it here and in put_request.pxd
+(docs/architecture/data-plane.md).
 """
 import struct
 from typing import NamedTuple

@@ -11,7 +11,7 @@ bytes or more behind the run's end (Java's isSlaveOK). With both, the replica's 
 as in Java. The instrument SYNC_FLUSH_WAIT_US records how long each SYNC_FLUSH acknowledgement
 was held (both paths).
 
-Both paths share the ring through :class:`pybroker._fast.send_path.SendPath`: the Python path
+Both paths share the ring through :class:`pybroker._fast.send.take.SendPath`: the Python path
 (:meth:`RingPutter.put`) and the send fast path of the worker's connections
 (:class:`pybroker.proc.send_port.FastSendPort`: frames straight from a receive buffer into
 the ring, completions straight into response bytes) take request ids, ring space and
@@ -19,17 +19,19 @@ completion slots from it, so requests of both kinds stay in one order and one co
 may start only with a completion slot free for it (the appender can then always complete what
 it takes). The
 SYNC_FLUSH / SYNC_MASTER holds of both paths are one implementation, in C
-(``pybroker/_fast/send_held.pxd``): a Python path put waits in the same FIFO as the fast
+(``pybroker/_fast/send/held.pyx``): a Python path put waits in the same FIFO as the fast
 sends and its outcome (the status, as the fast path answers it) comes back here from
-``SendPath.drain`` / ``release`` / ``expire``. Fast failure (:mod:`pybroker.proc.fast_failure`)
-covers both paths: while the page cache is busy every frame goes to the handlers (which
-refuse it), and puts of either path that waited too long in the ring are withdrawn in one
-walk of that FIFO and answered here (:meth:`RingPutter.withdraw`).
+``SendPath.drain`` and from :class:`pybroker.proc.ack_holds.AckHolds` (the holds' wake-ups
+and timer), which hands them to :meth:`RingPutter.answer`. Fast failure
+(:mod:`pybroker.proc.fast_failure`) covers both paths: while the page cache is busy every
+frame goes to the handlers (which refuse it), and puts of either path that waited too long in
+the ring are withdrawn in one walk of that FIFO and answered here
+(:meth:`RingPutter.withdraw`).
 
 Wake-ups: the worker has ONE eventfd. Its sleep flags (:meth:`RingPutter.sleep_flags`) are the
 completion ring's consumer flag, the send ring's producer flag while a put waits for space, and
 a waiter bit on ``flushed_position`` / ``replicated_position`` while acknowledgements wait for
-it; whoever publishes signals the eventfd only when the flag is set (the flusher once per
+it (AckHolds); whoever publishes signals the eventfd only when the flag is set (the flusher once per
 flush, the ha worker once per slave report: waits are released per batch, never per
 message). :meth:`RingPutter.on_wake` runs in the event loop's own turn
 (``pybroker.proc.wake.AsyncWakeReader``).
@@ -38,13 +40,13 @@ import asyncio
 import collections
 from collections.abc import Callable
 
-from pybroker._fast import send_path
+from pybroker._fast.send import take as send_take
 from pybroker.broker.send_fast import FastSendSettings, busy_frame
 from pybroker.proc import ring_format
+from pybroker.proc.ack_holds import AckHolds
 from pybroker.proc.fast_failure import FastFailure, Withdrawn, busy
 from pybroker.proc.send_port import FastSendPort
-from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, PositionWatch, ProducerSide,
-                                SleepFlag)
+from pybroker.proc.wake import AsyncWakeReader, ConsumerSide, ProducerSide, SleepFlag
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout
@@ -53,11 +55,11 @@ from pybroker.store.status import PutStatus
 
 __all__ = ["RingPutter"]
 
-# The fast path writes put requests in C (pybroker/_fast/send_path.pyx) with the appender's
+# The fast path writes put requests in C (pybroker/_fast/send/take.pyx) with the appender's
 # C view of ring_format's layout (pybroker/_fast/put_request.pxd, checked by ring_format);
-# these are the facts send_path exports besides.
-assert ring_format.PUT_HEADER.size == send_path.PUT_HEADER_FIXED_BYTES
-assert ring_format.PUT_FLAG_WAIT_STORE == send_path.PUT_FLAG_WAIT_STORE
+# these are the facts send_take exports besides.
+assert ring_format.PUT_HEADER.size == send_take.PUT_HEADER_FIXED_BYTES
+assert ring_format.PUT_FLAG_WAIT_STORE == send_take.PUT_FLAG_WAIT_STORE
 PUT_STATUSES = ring_format.PUT_STATUSES
 _NO_GAP_RULE_BYTES = 1 << 62      # controller mode: no haMaxGapNotInSync rule
 _PUT_OK = ring_format.status_code(PutStatus.PUT_OK)
@@ -168,7 +170,7 @@ class RingPutter:
         self.fast_settings = settings = fast_sends or _no_fast_sends()
         # Nothing to wait for (both paths, decided in C): SLAVE_NOT_AVAILABLE (classic),
         # SEND_OK (controller mode).
-        self.core = send_path.SendPath(
+        self.core = send_take.SendPath(
             ring, completion_ring, bytes(store_host[0]), store_host[1], settings.cluster_pair,
             settings.max_message_size, settings.frame_max_bytes, settings.ext_fields_max,
             sync_flush, self.sync_flush_timeout_s, settings.templates, settings.put_ok,
@@ -178,17 +180,14 @@ class RingPutter:
         self._pending: dict[int, _Pending] = {}
         self._space_waiters: collections.deque = collections.deque()
         core = self.core
-        self._timeout_handle: asyncio.TimerHandle | None = None
-        self._timeout_at = 0.0
+        self.holds = AckHolds(core, control, slot, sync_flush or sync_master, self.answer)
         # The producer flag counts only while a put waits for space and a completion slot
         # is free (wake.ProducerSide); a waiter bit on a position only while acknowledgements
-        # are held for it (wake.PositionWatch).
+        # are held for it (AckHolds).
         self._space_flag = ProducerSide(ring, lambda: bool(self._space_waiters),
                                         lambda: core.has_room)
-        self._flags: list[SleepFlag] = [
-            ConsumerSide(completion_ring), self._space_flag,
-            PositionWatch(control, "flushed_position", slot, lambda: core.flush_target),
-            PositionWatch(control, "replicated_position", slot, lambda: core.replica_target)]
+        self._flags: list[SleepFlag] = [ConsumerSide(completion_ring), self._space_flag,
+                                        *self.holds.sleep_flags()]
         self._reader: AsyncWakeReader | None = None
         self._signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
@@ -353,18 +352,22 @@ class RingPutter:
                                   control.ha_slaves_connected)
         else:
             outcomes = core.drain(_loop_time())
-        if self.sync_flush or self.sync_master:
-            outcomes += core.release(control.flushed_position, control.replicated_position)
-            # A position that covered one condition of the oldest held put may bring its
-            # timeout (the other condition's deadline) earlier.
-            deadline = core.held_deadline
-            if deadline is not None and (self._timeout_handle is None
-                                         or deadline < self._timeout_at):
-                self._arm_timeout()
-        self._resolve_all(outcomes)
-        self._write_answers()
+        outcomes += self.holds.release()
+        self.answer(outcomes)
         if self._space_waiters:
             self._wake_space_waiters()
+
+    def answer(self, outcomes: list) -> None:
+        """Resolve the Python path's puts answered (``outcomes``, as SendPath gives them)
+        and write the fast sends' answers of every connection."""
+        self._resolve_all(outcomes)
+        self._write_answers()
+
+    @property
+    def python_puts_waiting(self) -> int:
+        """Python path puts not answered yet (in the ring, or held for the flush / a
+        slave)."""
+        return len(self._pending)
 
     def _write_answers(self) -> None:
         writers = self._writers
@@ -392,27 +395,6 @@ class RingPutter:
                 ids.append(offset_message_id(ip, port, position))
             pending.future.set_result(PutResult(status, physical_offset, queue_offset, count,
                                                 records_bytes, ",".join(ids), 0))
-
-    def _arm_timeout(self) -> None:
-        if self._timeout_handle is not None:
-            self._timeout_handle.cancel()
-            self._timeout_handle = None
-        head = self.core.held_deadline
-        if head is not None:
-            self._timeout_at = head
-            self._timeout_handle = asyncio.get_running_loop().call_at(head,
-                                                                      self._on_ack_timeout)
-
-    def _on_ack_timeout(self) -> None:
-        """Answer every held put past its deadline: FLUSH_SLAVE_TIMEOUT while a slave still
-        lacks it (the replica's outcome wins, as in Java), else FLUSH_DISK_TIMEOUT."""
-        self._timeout_handle = None
-        control = self.control
-        now = asyncio.get_running_loop().time()
-        self._resolve_all(self.core.expire(control.flushed_position,
-                                           control.replicated_position, now))
-        self._write_answers()
-        self._arm_timeout()
 
     # --- fast failure's view of the ring (fast_failure.RingRequests) -------------------------
     def aged(self, limit: float, after_id: int) -> int:

@@ -2,7 +2,7 @@
 """The send fast path's port (:class:`FastSendPort`): one per client connection of a remoting
 worker, the connection's frame taker (:mod:`pybroker.remoting.frame_taker`). :meth:`FastSendPort.
 take` puts the leading fast-path frames of the receive buffer into the send ring
-(``pybroker._fast.send_path.SendPath.take``) and says what stopped it; the answers come back
+(``pybroker._fast.send.take.SendPath.take``) and says what stopped it; the answers come back
 through the writer the putter holds for the port's slot.
 
 The port sees its putter (:class:`pybroker.proc.ring_putter.RingPutter`) through
@@ -12,7 +12,7 @@ failure, the counters, the appender wake-up after a commit, the wait for space a
 import asyncio
 from typing import Protocol
 
-from pybroker._fast.send_path import SendPath
+from pybroker._fast.send.take import SendPath
 from pybroker.proc.fast_failure import FastFailure
 
 __all__ = ["FastSendPort", "PortPutter"]

@@ -5,7 +5,7 @@ explicit histogram bounds of its views, the timer's and POP's family names as it
 prints them (one ``Family`` each, used by the collector, tools and docs), the label
 values (request and response codes as their lowercase names, ``is_system``), and how the
 keyed histograms of the instrument region (``StatsKeyKind.KEY_RPC`` ...) spell their keys.
-The recorders (stats/recorder.py, _fast/send_stats.pyx) and the collector
+The recorders (stats/recorder.py, _fast/send/stats.pyx) and the collector
 (stats/prometheus.py) both use these, so a bucket index means the same on both sides.
 """
 import bisect

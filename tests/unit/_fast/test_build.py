@@ -11,7 +11,9 @@ import pytest
 import pybroker._fast
 
 FAST_DIR = pathlib.Path(pybroker._fast.__file__).parent
-PYX_STEMS = sorted(p.stem for p in FAST_DIR.glob("*.pyx"))
+# frame, send.take: each module's name below pybroker._fast (the send fast path is a package)
+PYX_STEMS = sorted(".".join(p.relative_to(FAST_DIR).with_suffix("").parts)
+                   for p in FAST_DIR.rglob("*.pyx"))
 
 
 def test_there_are_fast_modules():
@@ -26,5 +28,6 @@ def test_fast_module_is_compiled(stem):
 
 @pytest.mark.parametrize("stem", PYX_STEMS)
 def test_fast_module_has_interface_files(stem):
-    assert (FAST_DIR / f"{stem}.pxd").exists(), f"{stem}.pxd missing (the C-level contract)"
-    assert (FAST_DIR / f"{stem}.pyi").exists(), f"{stem}.pyi missing (what Python sees)"
+    path = FAST_DIR.joinpath(*stem.split("."))
+    assert path.with_suffix(".pxd").exists(), f"{stem}.pxd missing (the C-level contract)"
+    assert path.with_suffix(".pyi").exists(), f"{stem}.pyi missing (what Python sees)"

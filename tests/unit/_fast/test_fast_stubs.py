@@ -1,7 +1,7 @@
 """Every public name of each compiled pybroker._fast module has a .pyi stub, and no stub names
 something the module lacks: mypy checks the Python callers against these faces.
 
-Method: import each compiled module (one per pybroker/_fast/*.pyx) and list its public
+Method: import each compiled module (one per pybroker/_fast/**/*.pyx) and list its public
 functions, classes (with their public methods, properties and attributes; the members of
 cpdef enums) and constants; parse its .pyi with ast and compare both ways. Names a module
 imports from elsewhere (pybroker.errors classes, modules) are not its own and are skipped.
@@ -15,7 +15,8 @@ import types
 import pytest
 
 FAST_DIR = pathlib.Path(__file__).resolve().parents[3] / "pybroker" / "_fast"
-MODULES = sorted(path.stem for path in FAST_DIR.glob("*.pyx"))
+MODULES = sorted(".".join(path.relative_to(FAST_DIR).with_suffix("").parts)
+                 for path in FAST_DIR.rglob("*.pyx"))
 
 
 def _class_members(node: ast.ClassDef) -> set[str]:
@@ -32,7 +33,8 @@ def _class_members(node: ast.ClassDef) -> set[str]:
 
 def stub_names(name: str) -> dict[str, set[str] | None]:
     """{top-level name: its public members (classes) or None} of pybroker/_fast/<name>.pyi."""
-    tree = ast.parse((FAST_DIR / f"{name}.pyi").read_text(encoding="utf-8"))
+    stub = FAST_DIR.joinpath(*name.split(".")).with_suffix(".pyi")
+    tree = ast.parse(stub.read_text(encoding="utf-8"))
     names: dict[str, set[str] | None] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -92,4 +94,5 @@ def test_no_stub_names_what_the_module_lacks(name):
 
 def test_every_pyx_has_a_stub():
     assert MODULES, "no .pyx found"
-    assert [name for name in MODULES if not (FAST_DIR / f"{name}.pyi").exists()] == []
+    assert [name for name in MODULES
+            if not FAST_DIR.joinpath(*name.split(".")).with_suffix(".pyi").exists()] == []

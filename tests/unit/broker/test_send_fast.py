@@ -432,7 +432,7 @@ async def settle(side: Side, connection: RemotingConnection) -> None:
             await asyncio.sleep(0)
         # With nothing in flight the Python path's puts left are held (SYNC_FLUSH /
         # SYNC_MASTER acks wait for the positions), and so are their handlers.
-        held = len(side.putter._pending)
+        held = side.putter.python_puts_waiting
         if side.putter.core.inflight == 0 and len(connection.handler_tasks) <= held \
                 and not connection._frames_held:
             return
@@ -674,7 +674,7 @@ def test_templates_are_the_handler_encoding():
 
 
 def test_put_latency_buckets_are_the_python_ones():
-    from pybroker._fast.send_stats import distribute_bucket
+    from pybroker._fast.send.stats import distribute_bucket
     from pybroker.stats.service import put_distribute_bucket
     for elapsed_ms in [-1, 0, 1, 9, 10, 49, 50, 99, 100, 4999, 5000, 9999, 10000, 10 ** 9]:
         assert distribute_bucket(elapsed_ms) == put_distribute_bucket(elapsed_ms), elapsed_ms
@@ -683,7 +683,7 @@ def test_put_latency_buckets_are_the_python_ones():
 def test_message_size_buckets_are_the_metric_names_ones():
     """The fast path's C bucket search gives metric_names.bucket_of's index (Java's explicit
     bounds: a value equal to a bound is in that bound's bucket)."""
-    from pybroker._fast.send_stats import size_bucket
+    from pybroker._fast.send.stats import size_bucket
     from pybroker.stats.metric_names import MESSAGE_SIZE_BUCKETS_BYTES, bucket_of
     for bound in MESSAGE_SIZE_BUCKETS_BYTES:
         for size in (bound - 1, bound, bound + 1):

@@ -1,4 +1,4 @@
-# pybroker._fast.send_stats: fast sends counted as broker/send.py and proc/remoting.py count.
+# pybroker._fast.send.stats: fast sends counted as broker/send.py and proc/remoting.py count.
 """Statistics of the send fast path (docs/statistics.md, "Who counts what").
 
 A send the fast path answers must move the same instruments as one the handler answers, in the

@@ -1,4 +1,4 @@
-# Python face of pybroker._fast.send_read (tests and micro benchmarks; the fast path cimports it).
+# Python face of pybroker._fast.send.read (tests and micro benchmarks; the fast path cimports it).
 from typing_extensions import Buffer
 
 def read_send(frame: Buffer, ext_fields_max: int = 1024) -> dict | None:

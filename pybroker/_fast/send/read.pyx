@@ -1,4 +1,4 @@
-# pybroker._fast.send_read: read a send request in place from its frame, without Python objects.
+# pybroker._fast.send.read: read a send request in place from its frame, without Python objects.
 """The send fast path's reader (docs/architecture/send-fast-path.md).
 
 A SEND_MESSAGE (10, long header names), SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE (310/320, names

@@ -1,4 +1,4 @@
-# Python face of pybroker._fast.send_stats (the fast path cimports the rest).
+# Python face of pybroker._fast.send.stats (the fast path cimports the rest).
 from pybroker._fast.stats import StatsWriter
 
 def distribute_bucket(elapsed_ms: int) -> int:

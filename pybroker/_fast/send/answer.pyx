@@ -1,4 +1,4 @@
-# pybroker._fast.send_answer: the response frame of a fast send, from a template, no objects.
+# pybroker._fast.send.answer: the response frame of a fast send, from a template, no objects.
 """A send's response frame, written from a template (docs/architecture/send-fast-path.md).
 
 The template is the Python path's own JSON header for a send response, cut where the values
@@ -14,6 +14,8 @@ from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.string cimport memcpy
 
 from pybroker._fast.digits cimport DECIMAL_BYTES_MAX, write_decimal
+from pybroker._fast.frame cimport (FRAME_LENGTH_FIELD_BYTES, FRAME_PREFIX_BYTES,
+                                   FRAME_SERIALIZE_TYPE_SHIFT, SERIALIZE_TYPE_JSON)
 from pybroker._fast.hton cimport pb_pack_int32
 
 cdef const char *HEX_DIGITS = "0123456789ABCDEF"
@@ -69,7 +71,7 @@ cdef list set_templates(Template *templates, Py_ssize_t capacity, list given):
 
 cdef Py_ssize_t answer_bytes_max(const Template *template,
                                  const AnswerValues *values) noexcept nogil:
-    cdef Py_ssize_t need = 8 + 3 * DECIMAL_BYTES_MAX, index
+    cdef Py_ssize_t need = FRAME_PREFIX_BYTES + 3 * DECIMAL_BYTES_MAX, index
     for index in range(TEMPLATE_PIECES):
         need += template.lengths[index]
     if template.stored and values.real_ids:
@@ -79,7 +81,7 @@ cdef Py_ssize_t answer_bytes_max(const Template *template,
 
 cdef Py_ssize_t write_answer(unsigned char *out, const Template *template,
                              const AnswerValues *values) noexcept nogil:
-    cdef Py_ssize_t at = 8 + _piece(out + 8, template, 0)
+    cdef Py_ssize_t at = FRAME_PREFIX_BYTES + _piece(out + FRAME_PREFIX_BYTES, template, 0)
     if template.stored:
         if values.real_ids:
             at += _message_ids(out + at, values)
@@ -90,6 +92,8 @@ cdef Py_ssize_t write_answer(unsigned char *out, const Template *template,
         at += _piece(out + at, template, 3)
     at += write_decimal(out + at, values.opaque)
     at += _piece(out + at, template, 4)
-    pb_pack_int32(out, <int32_t>(at - 4))
-    pb_pack_int32(out + 4, <int32_t>(at - 8))      # JSON (type 0) | header length
+    pb_pack_int32(out, <int32_t>(at - FRAME_LENGTH_FIELD_BYTES))
+    pb_pack_int32(out + FRAME_LENGTH_FIELD_BYTES,
+                  <int32_t>((SERIALIZE_TYPE_JSON << FRAME_SERIALIZE_TYPE_SHIFT)
+                            | (at - FRAME_PREFIX_BYTES)))
     return at

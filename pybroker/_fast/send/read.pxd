@@ -1,4 +1,4 @@
-# Contract of pybroker._fast.send_read: a send request read in place from its frame (no objects).
+# Contract of pybroker._fast.send.read: a send request read in place from its frame (no objects).
 from libc.stdint cimport int32_t, int64_t
 
 from pybroker._fast.request_read cimport FieldSpan, RequestHead
@@ -32,7 +32,7 @@ cdef enum:
     PROPERTY_HAS_TRANSACTION = 2
     PROPERTY_HAS_CLUSTER = 4
     PROPERTY_HAS_TIMER = 8      # TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS (5.x)
-    # A single send with any of these goes to the handler (send_path.pyx).
+    # A single send with any of these goes to the handler (send/take.pyx).
     PROPERTY_HANDLER_ONLY = (PROPERTY_HAS_DELAY | PROPERTY_HAS_TRANSACTION
                              | PROPERTY_HAS_CLUSTER | PROPERTY_HAS_TIMER)
     # Byte limit of a stored properties string (signed 16-bit length in the record).

@@ -1,4 +1,4 @@
-# Contract of pybroker._fast.send_stats: fast sends counted as the send handler counts its own.
+# Contract of pybroker._fast.send.stats: fast sends counted as the send handler counts its own.
 from libc.stdint cimport int32_t, int64_t
 
 from pybroker._fast.stats cimport StatsWriter

@@ -1,4 +1,4 @@
-# Contract of pybroker._fast.send_answer: a send's response frame from a template, no objects.
+# Contract of pybroker._fast.send.answer: a send's response frame from a template, no objects.
 from libc.stdint cimport int32_t, int64_t
 
 cdef enum:
@@ -25,7 +25,7 @@ cdef struct AnswerValues:
     Py_ssize_t host_hex_length
     int64_t physical_offset
     int32_t count
-    int64_t records_bytes           # all the records (send_fifo.pxd FastSend)
+    int64_t records_bytes           # all the records (send/held.pxd FastSend)
     const int32_t *sizes            # each record's size; NULL: one record of records_bytes
     int32_t queue_id
     int64_t queue_offset

@@ -1,0 +1,49 @@
+# Contract of pybroker._fast.send.take: the send fast path of a remoting worker (frames -> put
+# requests in the send ring it shares with the Python path), on top of send/complete.pxd.
+from libc.stdint cimport int32_t, int64_t, uint64_t
+
+from pybroker._fast.record cimport RecordFields
+from pybroker._fast.ring cimport ByteRing
+from pybroker._fast.send.complete cimport SendCompletions
+from pybroker._fast.send.read cimport PropertyScan, SendRequest
+from pybroker._fast.send.slots cimport ConnectionSlot
+from pybroker._fast.send.topics cimport TopicEntry, TopicTable
+
+
+cdef class SendPath(SendCompletions):
+    cdef ByteRing _ring
+    cdef TopicTable _topics
+    cdef unsigned char _store_ip[16]
+    cdef Py_ssize_t _store_ip_length
+    cdef int32_t _store_port
+    cdef bytes _cluster_pair
+    cdef Py_ssize_t _max_message_size
+    cdef Py_ssize_t _frame_max_bytes
+    cdef Py_ssize_t _ext_fields_max
+    cdef unsigned char *_scratch
+    cdef Py_ssize_t _scratch_bytes
+    cdef unsigned char *_properties
+    cdef int64_t _take_ns
+    cdef int64_t _take_ms
+    cdef public bint python_waiting
+    cdef public bint divert         # every frame goes to the Python path (page cache busy)
+    cdef readonly uint64_t fast_puts_total
+    cdef readonly uint64_t fast_frames_total
+    cdef readonly uint64_t other_frames_total
+
+    cdef int _grow_scratch(self, Py_ssize_t need) except -1
+    cdef bint _room(self) noexcept
+    cdef int64_t _reserve(self, const unsigned char *topic, Py_ssize_t length,
+                          Py_ssize_t records_bytes, int32_t queue_id, int32_t count,
+                          int32_t sys_flag, bint wait_store) noexcept
+    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
+                   int32_t count, int64_t records_bytes, int32_t *sizes,
+                   bint wait_store) except -1
+    cdef Py_ssize_t _stored_properties(self, const SendRequest *request,
+                                       PropertyScan *scan) noexcept
+    cdef void _fields(self, RecordFields *f, const SendRequest *request, int32_t sys_flag,
+                      int32_t flag, const ConnectionSlot *connection) noexcept
+    cdef int _put_single(self, const SendRequest *request, TopicEntry *topic,
+                         Py_ssize_t slot) except -2
+    cdef int _put_batch(self, const SendRequest *request, TopicEntry *topic,
+                        Py_ssize_t slot) except -2

@@ -1,0 +1,34 @@
+# Python face of pybroker._fast.send.take (used by pybroker.proc.ring_putter).
+from typing_extensions import Buffer
+
+from pybroker._fast.ring import ByteRing, CompletionRing
+from pybroker._fast.send.complete import SendCompletions
+
+PUT_HEADER_FIXED_BYTES: int
+PUT_FLAG_WAIT_STORE: int
+
+class SendPath(SendCompletions):
+    python_waiting: bool
+    divert: bool
+    fast_puts_total: int
+    fast_frames_total: int
+    other_frames_total: int
+
+    def __init__(self, ring: ByteRing, completions: CompletionRing, store_ip: bytes,
+                 store_port: int, cluster_pair: bytes, max_message_size: int,
+                 frame_max_bytes: int, ext_fields_max: int, sync_flush: bool,
+                 flush_timeout_s: float, templates: list[tuple[bool, tuple[bytes, ...]]],
+                 put_ok: int, flush_timeout_status: int, sync_master: bool = False,
+                 ha_max_gap_bytes: int = 0, slave_timeout_status: int = -1,
+                 slave_not_available_status: int = -1,
+                 slave_timeout_s: float = 3.0) -> None: ...
+    def set_topics(self, entries: list[tuple[bytes, int, int]]) -> None:
+        """Replace the fast topic table: (topic, queue bound, extra sysFlag)."""
+    def take(self, buffer: Buffer, start: int, end: int,
+             slot: int) -> tuple[int, int, int, int, bool]:
+        """(position, outcome, frame_length, puts, appender_asleep)."""
+    def put_python(self, records: Buffer, topic: bytes, queue_id: int, count: int,
+                   sys_flag: int, wait_store: bool, started: float = -1.0) -> int:
+        """Request id, or -1 when there is no room now."""
+    def set_stats(self, stats: object, python_oldest: object = None) -> None:
+        """Count fast sends in a StatsWriter section (None: not counted)."""

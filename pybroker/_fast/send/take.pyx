@@ -1,0 +1,433 @@
+# pybroker._fast.send.take: a remoting worker's send fast path, frames -> put requests in the ring.
+"""The send fast path of a remoting worker (docs/architecture/send-fast-path.md): the taking
+side. :class:`SendPath` is the class the worker uses; it adds this side to
+:class:`pybroker._fast.send.complete.SendCompletions` (completions, held acknowledgements,
+answers), and uses the package's other concerns: ``read`` a send request, ``topics`` the fast
+table, ``slots`` the connections.
+
+Receive: :meth:`SendPath.take` walks the whole frames of a connection's receive buffer. Each
+frame that :mod:`pybroker._fast.send.read` reads as a send to a topic of the fast table (see
+:meth:`SendPath.set_topics`) becomes one put request in the worker's send ring: the space is
+reserved, the put header and the CommitLog record(s) are written straight into it (the body is
+copied once, from the receive buffer into the ring, and its CRC computed on the way), and one
+commit per call publishes them all. The first frame that is anything else stops the walk and is
+handed back to the Python path with its position, so requests keep their order. A Python path
+put is written by :meth:`SendPath.put_python`; a put of either path is then queued in the one
+FIFO of puts in flight (``SendCompletions._queue``).
+
+Put requests in the ring: the layout of pybroker/_fast/put_request.pxd (its table there and
+in proc/ring_format.py, which checks the two agree; proc/ring_putter.py checks the
+Python-visible facts of this module), written by :meth:`_reserve` for both paths.
+"""
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.stdint cimport int16_t, int32_t, int64_t, uint64_t
+from libc.string cimport memcpy, memset
+
+from pybroker._fast.frame cimport (FRAME_READY, TAKE_END, TAKE_FAULT, TAKE_FULL, TAKE_OTHER,
+                                   taker_buffer, taker_frame)
+from pybroker._fast.hton cimport pb_unpack_int32
+from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE_BIT,
+                                         PUT_FLAGS_POSITION, PUT_QUEUE_ID_POSITION,
+                                         PUT_REQUEST_ALIGN_BYTES, PUT_REQUEST_ID_POSITION,
+                                         PUT_SYS_FLAG_POSITION, PUT_TOPIC_LENGTH_POSITION,
+                                         PUT_TOPIC_MAX_BYTES, PUT_TOPIC_POSITION)
+from pybroker._fast.record cimport (RecordFields, RecordParts, record_encoded_size,
+                                    write_record)
+from pybroker._fast.ring cimport ByteRing, CompletionRing
+from pybroker._fast.request_read cimport REQUEST_FLAG_ONEWAY
+from pybroker._fast.send.held cimport FastSend
+from pybroker._fast.send.read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
+                                       FIELD_TOPIC, PROPERTIES_MAX_BYTES,
+                                       PROPERTY_HANDLER_ONLY, PropertyScan, SendRequest,
+                                       batch_entry, batch_records_bytes, combine_properties,
+                                       combined_properties_length, read_send_request,
+                                       scan_properties)
+from pybroker._fast.send.slots cimport ConnectionSlot
+from pybroker._fast.send.stats cimport SendStats, monotonic_ns, realtime_ms
+from pybroker._fast.send.topics cimport TopicEntry, TopicTable
+from pybroker._fast.stats cimport StatsWriter
+
+cdef enum:
+    # sysFlag bits (protocol/constants.py MessageSysFlag; checked by ring_putter.py).
+    SYS_FLAG_TRANSACTION_MASK = 0x0C
+    SYS_FLAG_BORN_V6 = 0x10
+    SYS_FLAG_STORE_V6 = 0x20
+    SCRATCH_INITIAL_BYTES = 4096
+
+# Python-visible facts for the checks in proc/ring_putter.py.
+PUT_HEADER_FIXED_BYTES = PUT_TOPIC_POSITION
+PUT_FLAG_WAIT_STORE = PUT_FLAG_WAIT_STORE_BIT
+
+
+cdef inline Py_ssize_t _put_header_bytes(Py_ssize_t topic_length) noexcept nogil:
+    cdef Py_ssize_t align = PUT_REQUEST_ALIGN_BYTES
+    return (PUT_TOPIC_POSITION + topic_length + align - 1) & ~(align - 1)
+
+
+cdef inline int32_t _host_sys_flag(int32_t sys_flag, Py_ssize_t born_ip_length,
+                                   Py_ssize_t store_ip_length) noexcept nogil:
+    # send.py host_sys_flag: the IPv6 bits follow the actual address sizes.
+    sys_flag &= ~(SYS_FLAG_BORN_V6 | SYS_FLAG_STORE_V6)
+    if born_ip_length == 16:
+        sys_flag |= SYS_FLAG_BORN_V6
+    if store_ip_length == 16:
+        sys_flag |= SYS_FLAG_STORE_V6
+    return sys_flag
+
+
+cdef class SendPath(SendCompletions):
+    """The fast path of one remoting worker over its send ring and completion ring.
+
+    ``ring``/``completions``: the worker's producer side of its send ring and consumer side of
+    its completion ring (the Python path puts through :meth:`put_python`, so ids, space and
+    completion slots are counted in one place). ``store_ip``/``store_port``: the broker's
+    address (STOREHOSTADDRESS, message ids). ``cluster_pair``: ``b"CLUSTER\\x01<name>\\x02"``.
+    ``flush_timeout_s`` / ``slave_timeout_s``: syncFlushTimeout / slaveTimeout, how long a held
+    acknowledgement waits for the flush / a slave.
+    ``templates[i]``: ``(stored, pieces, response code)`` of the response to a send whose
+    PutStatus has completion code i (broker/send_fast.py builds them).
+    """
+
+    def __cinit__(self):
+        self._topics = TopicTable()
+        self._scratch = NULL
+        self._properties = NULL
+
+    def __init__(self, ByteRing ring not None, CompletionRing completions not None,
+                 bytes store_ip not None, int32_t store_port, bytes cluster_pair not None,
+                 Py_ssize_t max_message_size, Py_ssize_t frame_max_bytes,
+                 Py_ssize_t ext_fields_max, bint sync_flush, double flush_timeout_s,
+                 list templates not None, int32_t put_ok, int32_t flush_timeout_status,
+                 bint sync_master=False, int64_t ha_max_gap_bytes=0,
+                 int32_t slave_timeout_status=-1, int32_t slave_not_available_status=-1,
+                 double slave_timeout_s=3.0):
+        if len(store_ip) not in (4, 16):
+            raise ValueError(f"store_ip has {len(store_ip)} bytes, not 4 or 16")
+        self._init_completions(completions, store_ip, store_port, templates, put_ok,
+                               flush_timeout_status, sync_flush, flush_timeout_s, sync_master,
+                               ha_max_gap_bytes, slave_timeout_status,
+                               slave_not_available_status, slave_timeout_s)
+        self._ring = ring
+        self._store_ip_length = len(store_ip)
+        memcpy(self._store_ip, <const char *>store_ip, self._store_ip_length)
+        self._store_port = store_port
+        self._cluster_pair = cluster_pair
+        self._max_message_size = max_message_size
+        self._frame_max_bytes = frame_max_bytes
+        self._ext_fields_max = ext_fields_max
+        self._scratch = <unsigned char *>PyMem_Malloc(SCRATCH_INITIAL_BYTES)
+        self._properties = <unsigned char *>PyMem_Malloc(2 * PROPERTIES_MAX_BYTES + 8)
+        if self._scratch == NULL or self._properties == NULL:
+            raise MemoryError()
+        self._scratch_bytes = SCRATCH_INITIAL_BYTES
+
+    def __dealloc__(self):
+        PyMem_Free(self._scratch)
+        PyMem_Free(self._properties)
+
+    # --- topics -----------------------------------------------------------------------------
+
+    def set_topics(self, list entries not None):
+        """Replace the fast table: ``[(topic UTF-8 bytes, queue_nums, extra_sys_flag)]`` of the
+        topics a send may go to without the Python path's checks (broker/send_fast.py decides
+        which). Topics longer than 127 bytes are left out (send/topics.pyx)."""
+        self._topics.replace(entries, self._counting)
+
+    def set_stats(self, StatsWriter stats, python_oldest=None):
+        """Count fast sends in this process's instrument section (None: not counted);
+        ``python_oldest()`` gives the handlers' oldest unanswered send (epoch ms, 0: none)."""
+        self._counting = SendStats(stats, python_oldest)
+        self.set_topics(self._topics.entries)
+
+    # --- receive ----------------------------------------------------------------------------
+
+    def take(self, object buffer, Py_ssize_t start, Py_ssize_t end, Py_ssize_t slot):
+        """Put every leading fast-path frame of ``buffer[start:end]`` into the ring.
+
+        Returns ``(position, outcome, frame_length, puts, appender_asleep)``: ``position`` is
+        the first frame not taken; ``outcome`` a frame taker's (frame.pxd: TAKE_END,
+        TAKE_OTHER with ``frame_length`` that frame's, TAKE_FULL when the ring or its completion
+        slots have no room now, TAKE_FAULT); ``puts`` the requests committed;
+        ``appender_asleep`` is True when the commit found the appender asleep (the caller
+        signals its eventfd).
+        """
+        cdef Py_buffer view
+        cdef Py_ssize_t at = start, frame_bytes = 0, header_length
+        cdef const unsigned char *data
+        cdef SendRequest request
+        cdef TopicEntry *topic
+        cdef int outcome = TAKE_END, put
+        cdef uint64_t puts = 0
+        cdef bint asleep = False
+        self._slots.check_open(slot)
+        self._take_ns = monotonic_ns()
+        self._take_ms = realtime_ms()
+        taker_buffer(buffer, &view, start, end)
+        try:
+            data = <const unsigned char *>view.buf
+            while True:
+                outcome = taker_frame(data, at, end, self._frame_max_bytes, &frame_bytes,
+                                      &header_length)
+                if outcome != FRAME_READY:
+                    break
+                if header_length > self._scratch_bytes:
+                    self._grow_scratch(header_length)
+                put = 0
+                if not self.divert and read_send_request(
+                        data + at, frame_bytes, self._ext_fields_max, self._scratch,
+                        self._scratch_bytes, &request):
+                    topic = self._topics.find(request.fields[FIELD_TOPIC].data,
+                                              request.fields[FIELD_TOPIC].length)
+                    if topic != NULL:
+                        if request.batch:
+                            put = self._put_batch(&request, topic, slot)
+                        else:
+                            put = self._put_single(&request, topic, slot)
+                if put == 0:
+                    outcome = TAKE_OTHER
+                    self.other_frames_total += 1
+                    break
+                if put < 0:
+                    outcome = TAKE_FULL
+                    break
+                puts += 1
+                at += frame_bytes
+        finally:
+            PyBuffer_Release(&view)
+        if puts:
+            self.fast_frames_total += puts
+            asleep = self._ring.commit_c()
+            self._counting.started(puts)     # proc/remoting.py: request_started("send")
+            self._update_oldest()
+        return at, outcome, frame_bytes, puts, asleep
+
+    cdef int _grow_scratch(self, Py_ssize_t need) except -1:
+        cdef Py_ssize_t size = self._scratch_bytes
+        cdef unsigned char *grown
+        while size < need:
+            size *= 2
+        grown = <unsigned char *>PyMem_Realloc(self._scratch, size)
+        if grown == NULL:
+            raise MemoryError()
+        self._scratch, self._scratch_bytes = grown, size
+        return 0
+
+    cdef bint _room(self) noexcept:
+        return not self.python_waiting and self._inflight < self._inflight_max
+
+    cdef int64_t _reserve(self, const unsigned char *topic, Py_ssize_t length,
+                          Py_ssize_t records_bytes, int32_t queue_id, int32_t count,
+                          int32_t sys_flag, bint wait_store) noexcept:
+        """Reserve a put request, write its header (``topic``: ``length`` UTF-8 bytes, at
+        most PUT_TOPIC_MAX_BYTES); data-area offset of the records or -1."""
+        cdef Py_ssize_t header = _put_header_bytes(length)
+        cdef int64_t offset = self._ring.reserve_c(<uint64_t>(header + records_bytes))
+        cdef unsigned char *p
+        cdef int32_t word
+        cdef int16_t topic_length = <int16_t>length
+        if offset < 0:
+            return -1
+        p = self._ring._data + offset
+        memcpy(p + PUT_REQUEST_ID_POSITION, &self._next_request_id, 8)
+        memcpy(p + PUT_QUEUE_ID_POSITION, &queue_id, 4)
+        memcpy(p + PUT_COUNT_POSITION, &count, 4)
+        memcpy(p + PUT_SYS_FLAG_POSITION, &sys_flag, 4)
+        word = PUT_FLAG_WAIT_STORE_BIT if wait_store else 0
+        memcpy(p + PUT_FLAGS_POSITION, &word, 4)
+        memcpy(p + PUT_TOPIC_LENGTH_POSITION, &topic_length, 2)
+        memcpy(p + PUT_TOPIC_POSITION, topic, <size_t>length)
+        memset(p + PUT_TOPIC_POSITION + length, 0, <size_t>(header - PUT_TOPIC_POSITION - length))
+        return offset + header
+
+    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
+                   int32_t count, int64_t records_bytes, int32_t *sizes,
+                   bint wait_store) except -1:
+        """Queue a fast send (see _queue)."""
+        cdef FastSend send
+        send.python = False
+        send.slot = <int32_t>slot
+        send.generation = self._slots.at(slot).generation
+        send.opaque = request.head.opaque
+        send.queue_id = request.queue_id
+        send.oneway = (request.head.flag & REQUEST_FLAG_ONEWAY) != 0
+        send.topic_id = topic.topic_id
+        send.request_code = request.head.code
+        send.started_ns = self._take_ns
+        send.started_ms = self._take_ms
+        self._queue(&send, count, records_bytes, sizes, wait_store)
+        self.fast_puts_total += 1
+        return 0
+
+    cdef Py_ssize_t _stored_properties(self, const SendRequest *request,
+                                       PropertyScan *scan) noexcept:
+        """The stored properties (pairs + CLUSTER) in self._properties; -1 for Python."""
+        cdef Py_ssize_t length = 0
+        scan.wait_store = True
+        scan.flags = 0
+        if request.fields[FIELD_PROPERTIES].present:
+            if scan_properties(request.fields[FIELD_PROPERTIES].data,
+                               request.fields[FIELD_PROPERTIES].length, self._properties,
+                               scan) < 0:
+                return -1
+            length = scan.stored_length
+        if scan.flags & PROPERTY_HANDLER_ONLY:
+            return -1
+        memcpy(self._properties + length, <const char *>self._cluster_pair,
+               len(self._cluster_pair))
+        length += len(self._cluster_pair)
+        return length if length <= PROPERTIES_MAX_BYTES else -1
+
+    cdef void _fields(self, RecordFields *f, const SendRequest *request, int32_t sys_flag,
+                             int32_t flag, const ConnectionSlot *connection) noexcept:
+        f.queue_id = request.queue_id
+        f.flag = flag
+        f.queue_offset = f.physical_offset = f.store_timestamp = 0
+        f.sys_flag = sys_flag
+        f.born_timestamp = request.born_timestamp
+        f.born_port = connection.born_port
+        f.store_port = self._store_port
+        f.reconsume_times = request.reconsume_times
+        f.prepared_transaction_offset = 0
+
+    cdef int _put_single(self, const SendRequest *request, TopicEntry *topic,
+                         Py_ssize_t slot) except -2:
+        """1: put; 0: the Python path decides; -1: no room now."""
+        cdef ConnectionSlot *connection = self._slots.at(slot)
+        cdef PropertyScan scan
+        cdef Py_ssize_t properties_length
+        cdef int32_t sys_flag, record_sys_flag
+        cdef int64_t size, offset
+        cdef RecordFields f
+        cdef RecordParts parts
+        if request.queue_id < 0 or request.queue_id >= topic.queue_nums \
+                or request.sys_flag & SYS_FLAG_TRANSACTION_MASK \
+                or request.body_length <= 0 or request.body_length > self._max_message_size:
+            return 0
+        properties_length = self._stored_properties(request, &scan)
+        if properties_length < 0:
+            return 0
+        sys_flag = request.sys_flag | topic.extra_sys_flag
+        record_sys_flag = _host_sys_flag(sys_flag, connection.born_ip_length,
+                                         self._store_ip_length)
+        size = record_encoded_size(request.body_length, topic.length, properties_length,
+                                   record_sys_flag)
+        if size < 0 or \
+                _put_header_bytes(topic.length) + size > <int64_t>self._ring._record_max_bytes:
+            return 0
+        if not self._room():
+            return -1
+        offset = self._reserve(topic.name, topic.length, size, request.queue_id, 1, sys_flag,
+                               scan.wait_store)
+        if offset < 0:
+            return -1
+        self._fields(&f, request, record_sys_flag, request.message_flag, connection)
+        parts.topic, parts.topic_length = <const unsigned char *>topic.name, topic.length
+        parts.body, parts.body_length = request.body, request.body_length
+        parts.properties, parts.properties_length = self._properties, properties_length
+        parts.born_address, parts.store_address = connection.born_ip, self._store_ip
+        write_record(self._ring._data + offset, &f, &parts)
+        self._pend(slot, request, topic, 1, size, NULL, scan.wait_store)
+        return 1
+
+    cdef int _put_batch(self, const SendRequest *request, TopicEntry *topic,
+                        Py_ssize_t slot) except -2:
+        """SEND_BATCH_MESSAGE (send.py _send_batch); 1, 0 or -1 as _put_single."""
+        cdef ConnectionSlot *connection = self._slots.at(slot)
+        cdef PropertyScan scan
+        cdef Py_ssize_t batch_length, at, entry_bytes, body_length, inner_length
+        cdef Py_ssize_t count = 0, index
+        cdef const unsigned char *body = request.body
+        cdef const unsigned char *inner
+        cdef int32_t sys_flag
+        cdef int64_t total, offset, records_at
+        cdef int32_t *sizes
+        cdef RecordFields f
+        cdef RecordParts parts
+        if request.queue_id < 0 or request.queue_id >= topic.queue_nums \
+                or request.sys_flag & SYS_FLAG_TRANSACTION_MASK or request.body_length <= 0:
+            return 0
+        batch_length = self._stored_properties(request, &scan)
+        if batch_length < 0:
+            return 0
+        sys_flag = _host_sys_flag(request.sys_flag | topic.extra_sys_flag,
+                                  connection.born_ip_length, self._store_ip_length)
+        total = batch_records_bytes(body, request.body_length, batch_length, topic.length, sys_flag,
+                             self._max_message_size, &count)
+        if total < 0:
+            return 0
+        if _put_header_bytes(topic.length) + total > <int64_t>self._ring._record_max_bytes:
+            return 0
+        if not self._room():
+            return -1
+        sizes = <int32_t *>PyMem_Malloc(count * sizeof(int32_t))
+        if sizes == NULL:
+            raise MemoryError()
+        offset = self._reserve(topic.name, topic.length, total, request.queue_id,
+                               <int32_t>count, sys_flag, scan.wait_store)
+        if offset < 0:
+            PyMem_Free(sizes)
+            return -1
+        records_at = offset
+        parts.topic, parts.topic_length = <const unsigned char *>topic.name, topic.length
+        parts.born_address, parts.store_address = connection.born_ip, self._store_ip
+        at = 0
+        for index in range(count):
+            batch_entry(body, at, request.body_length, &entry_bytes, &body_length,
+                        &inner_length)
+            inner = body + at + entry_bytes - inner_length
+            self._fields(&f, request, sys_flag, pb_unpack_int32(body + at + BATCH_FLAG_AT),
+                         connection)
+            parts.body, parts.body_length = body + at + BATCH_BODY_LENGTH_AT + 4, body_length
+            parts.properties = combine_properties(inner, inner_length, self._properties,
+                                                  batch_length,
+                                                  self._properties + PROPERTIES_MAX_BYTES + 4)
+            parts.properties_length = combined_properties_length(inner, inner_length,
+                                                                 batch_length)
+            sizes[index] = <int32_t>write_record(self._ring._data + offset, &f, &parts)
+            offset += sizes[index]
+            at += entry_bytes
+        if offset != records_at + total:
+            PyMem_Free(sizes)
+            raise RuntimeError(f"batch records of {offset - records_at} bytes in a reservation "
+                               f"of {total}")
+        self._pend(slot, request, topic, <int32_t>count, total, sizes, scan.wait_store)
+        return 1
+
+    # --- Python path puts -------------------------------------------------------------------
+
+    def put_python(self, object records, bytes topic not None, int32_t queue_id, int32_t count,
+                   int32_t sys_flag, bint wait_store, double started=-1.0):
+        """Reserve and write a put request of the Python path (``records``: the encoded
+        records, any buffer; ``started``: the loop time it began to wait, now if negative);
+        its request id, or -1 when there is no room now (the caller waits and retries), then
+        commits (ByteRing.commit). Its outcome comes back from :meth:`drain`,
+        :meth:`release` or :meth:`expire`, held by the same rule as a fast send's."""
+        cdef Py_buffer view
+        cdef FastSend send
+        cdef int64_t offset, records_bytes
+        cdef Py_ssize_t length = len(topic)
+        if not 0 < length <= PUT_TOPIC_MAX_BYTES:
+            raise ValueError(f"topic of {length} bytes")
+        if self._inflight >= self._inflight_max:
+            return -1
+        PyObject_GetBuffer(records, &view, PyBUF_SIMPLE)
+        try:
+            if _put_header_bytes(length) + view.len > <int64_t>self._ring._record_max_bytes:
+                raise ValueError(f"put request of {view.len} bytes exceeds the ring's record "
+                                 f"size")
+            offset = self._reserve(<const unsigned char *>topic, length, view.len, queue_id,
+                                   count, sys_flag, wait_store)
+            if offset < 0:
+                return -1
+            memcpy(self._ring._data + offset, view.buf, <size_t>view.len)
+            records_bytes = view.len
+        finally:
+            PyBuffer_Release(&view)
+        memset(&send, 0, sizeof(send))
+        send.python = True
+        send.slot = -1
+        send.queue_id = queue_id
+        send.topic_id = -1
+        send.started_ns = monotonic_ns() if started < 0 else <int64_t>(started * 1e9)
+        return self._queue(&send, count, records_bytes, NULL, wait_store)

@@ -1,0 +1,3 @@
+# Python face of pybroker._fast.send.topics: the class only; SendPath.set_topics fills it.
+
+class TopicTable: ...
