@@ -42,7 +42,8 @@ from collections.abc import Callable
 from pybroker import clock
 from pybroker.errors import StoreCorruptError
 from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
-from pybroker.proc.wake import DataPlaneWakes, Sleeper, signal_mask, stop_on_sigterm
+from pybroker.proc.wake import (DataPlaneWakes, DispatchEndWatch, Sleeper, signal_mask,
+                                stop_on_sigterm)
 from pybroker._fast.stats import StatsCounter, StatsHistogram
 from pybroker.stats.region import private_writer
 from pybroker.store import paths
@@ -186,37 +187,6 @@ def _publish_batch(control: ControlBlock, dispatcher: Dispatcher, slots,
     signal_mask(control.publish("dispatched_position", dispatcher.reput_from_offset, True),
                 slots)
     offsets.batch(dispatcher)
-
-
-class DispatchEndWatch:
-    """The end of what may be dispatched - ``written_position``, bounded by
-    ``confirm_position`` when ``gated`` (readUnCommitted=false) - and a sleep flag until it
-    passes :attr:`target`: a waiter bit only on the fields below the target, so a dispatcher
-    held at the confirm offset is not woken by every append."""
-
-    def __init__(self, control: ControlBlock, slot: int, gated: bool):
-        self.control = control
-        self.slot = slot
-        self.gated = gated
-        self.target = 0
-        self._armed: list[str] = []
-
-    def end(self, written: int) -> int:
-        """The dispatch end for ``written`` (the caller's load of written_position)."""
-        return min(written, self.control.confirm_position) if self.gated else written
-
-    def set_sleeping(self) -> bool:
-        fields = ("written_position", "confirm_position") if self.gated \
-            else ("written_position",)
-        self._armed = [name for name in fields if self.control.load(name) < self.target]
-        for name in self._armed:
-            self.control.add_waiter(name, self.slot)
-        return self.end(self.control.written_position) >= self.target
-
-    def clear_sleeping(self) -> None:
-        for name in self._armed:
-            self.control.remove_waiter(name, self.slot)
-        self._armed = []
 
 
 class _Cleanup:

@@ -11,6 +11,11 @@ syscall. No spinning: the sleeper blocks in poll() or in the asyncio loop's epol
 
 Eventfds are created before fork (the supervisor) and inherited; one per sleeping side is
 enough even when it watches several rings or positions (the appender: all send rings).
+
+The sleep flags (:class:`SleepFlag`) live here: :class:`ConsumerSide` and :class:`ProducerSide`
+of a ring, :class:`PositionWatch` of one control-block position (held acknowledgements, parked
+pulls) and :class:`DispatchEndWatch` (the dispatcher's end: written, bounded by confirm). The
+POP table's flag (broker/pop/state.py) is the one kept with its owner.
 """
 import asyncio
 import dataclasses
@@ -180,6 +185,37 @@ class PositionWatch:
         if self.armed:
             self.armed = False
             self.block.remove_waiter(self.field, self.slot)
+
+
+class DispatchEndWatch:
+    """The end of what may be dispatched - ``written_position``, bounded by
+    ``confirm_position`` when ``gated`` (readUnCommitted=false) - and a sleep flag until it
+    passes :attr:`target`: a waiter bit only on the fields below the target, so a dispatcher
+    held at the confirm offset is not woken by every append."""
+
+    def __init__(self, control: ControlBlock, slot: int, gated: bool):
+        self.control = control
+        self.slot = slot
+        self.gated = gated
+        self.target = 0
+        self._armed: list[str] = []
+
+    def end(self, written: int) -> int:
+        """The dispatch end for ``written`` (the caller's load of written_position)."""
+        return min(written, self.control.confirm_position) if self.gated else written
+
+    def set_sleeping(self) -> bool:
+        fields = ("written_position", "confirm_position") if self.gated \
+            else ("written_position",)
+        self._armed = [name for name in fields if self.control.load(name) < self.target]
+        for name in self._armed:
+            self.control.add_waiter(name, self.slot)
+        return self.end(self.control.written_position) >= self.target
+
+    def clear_sleeping(self) -> None:
+        for name in self._armed:
+            self.control.remove_waiter(name, self.slot)
+        self._armed = []
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
