@@ -2,7 +2,7 @@
 """A request's header fields read where the frame lies in the receive buffer (no objects).
 
 Both fast paths read their requests this way (``pull_path.pyx`` a PULL_MESSAGE,
-``send_read.pyx`` the send headers): code, opaque and flag, and the custom-header fields a
+``send/read.pyx`` the send headers): code, opaque and flag, and the custom-header fields a
 :c:type:`FieldNames` table names, from the ROCKETMQ binary header (frame.pyx has its table) or
 from the JSON header text. The reader accepts only what the Python path (protocol/command.py
 decode, protocol/headers.py parse) would accept with the very same values, and only ASCII
@@ -20,6 +20,11 @@ JSON subset read here (anything else: 0)::
 
 Strings: no raw byte below 0x20 (JSON forbids them), no byte above 0x7F, escapes \\" \\\\ \\/
 \\b \\f \\n \\r \\t \\uXXXX (XXXX below 0x80 when the value is used; no surrogates).
+
+The extFields object's names depend on the code (long names under ``long_names_code``): it is
+read where it stands when the code came before it, so the header is walked once (every client
+writes the code first: fastjson's alphabetical keys, the Go client's struct order); otherwise
+it is stepped over and read once the rest is known.
 """
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp
@@ -382,7 +387,7 @@ cdef int _json_header(const unsigned char *p, Py_ssize_t end, Py_ssize_t ext_fie
                       const FieldNames *names, RequestHead *r,
                       FieldSpan *fields) noexcept nogil:
     cdef Py_ssize_t at = _skip_ws(p, 0, end)
-    cdef Py_ssize_t key_start, key_length, ext_at = -1, value_start, value_length
+    cdef Py_ssize_t key_start, key_length, ext_at = -1
     cdef bint escaped
     cdef int64_t number
     cdef int seen = 0, bit
@@ -413,25 +418,17 @@ cdef int _json_header(const unsigned char *p, Py_ssize_t end, Py_ssize_t ext_fie
                 r.opaque = <int32_t>number
             elif bit == 8:
                 r.flag = <int32_t>number
-        elif bit == 2:          # extFields: read after the code is known
+        elif bit == 2:          # extFields: its names depend on the code
             if at >= end or p[at] != c'{':
                 return -1
-            ext_at = at
-            at = _skip_object(p, at, end)
-        elif bit == 32:         # language: a name or an ordinal
-            if at < end and p[at] == c'"':
-                at = _json_string(p, at, end, &value_start, &value_length, &escaped)
-            else:
-                at = _json_integer(p, at, end, &number)
-        elif bit == 64:         # remark: a string or null
-            if at < end and p[at] == c'"':
-                at = _json_string(p, at, end, &value_start, &value_length, &escaped)
-            elif end - at >= 4 and memcmp(p + at, b"null", 4) == 0:
-                at += 4
-            else:
-                return -1
+            if seen & 1:        # the code came first (as clients write it): read it now
+                at = _json_ext_fields(p, at, end, ext_fields_max, scratch, scratch_bytes,
+                                      names, r, fields)
+            else:               # read once the code is known, at the end
+                ext_at = at
+                at = _skip_object(p, at, end)
         else:
-            at = _json_scalar(p, at, end)
+            at = _json_skipped_value(p, at, end, bit)
         if at < 0:
             return -1
         at = _skip_ws(p, at, end)
@@ -441,12 +438,32 @@ cdef int _json_header(const unsigned char *p, Py_ssize_t end, Py_ssize_t ext_fie
         if at < end and p[at] == c'}':
             break
         return -1
-    if _skip_ws(p, at + 1, end) != end or not (seen & 1) or ext_at < 0:
+    if _skip_ws(p, at + 1, end) != end or not (seen & 1) or not (seen & 2):
         return -1
-    if _json_ext_fields(p, ext_at, end, ext_fields_max, scratch, scratch_bytes, names, r,
-                        fields) < 0:
+    if ext_at >= 0 and _json_ext_fields(p, ext_at, end, ext_fields_max, scratch,
+                                        scratch_bytes, names, r, fields) < 0:
         return -1
     return 0
+
+
+cdef Py_ssize_t _json_skipped_value(const unsigned char *p, Py_ssize_t at, Py_ssize_t end,
+                                    int bit) noexcept nogil:
+    """Step over the value of a top-level key whose value is not kept: language (a name or
+    an ordinal), remark (a string or null), any other key's (a scalar); position after or -1."""
+    cdef Py_ssize_t start, length
+    cdef bint escaped
+    cdef int64_t number
+    if bit == 32:
+        if at < end and p[at] == c'"':
+            return _json_string(p, at, end, &start, &length, &escaped)
+        return _json_integer(p, at, end, &number)
+    if bit == 64:
+        if at < end and p[at] == c'"':
+            return _json_string(p, at, end, &start, &length, &escaped)
+        if end - at >= 4 and memcmp(p + at, b"null", 4) == 0:
+            return at + 4
+        return -1
+    return _json_scalar(p, at, end)
 
 
 cdef int _top_level_bit(const unsigned char *key, Py_ssize_t length) noexcept nogil:

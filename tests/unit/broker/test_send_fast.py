@@ -123,6 +123,10 @@ SPACED_HEADER = (b' { "code" : 310 , "extFields" : { "a" : "PG" , "b" : "Topic\\
                  b'"h" : "5" , "i" : "KEYS\\u0001k\\/1\\u0002" , "zz" : "\\"q\\"" } , '
                  b'"flag" : 0 , "language" : 0 , "opaque" : %d , "remark" : null , '
                  b'"version" : 409 , "extra" : true }\n')
+# extFields before the code (no client seen writes it so; the reader then reads it last).
+EXT_FIRST_HEADER = (b'{"extFields":{"a":"PG","b":"TopicTest","c":"TBW102","d":"4","e":"1",'
+                    b'"f":"0","g":"%d","h":"0","i":"TAGS\\u0001T\\u0002"},"code":310,"flag":0,'
+                    b'"language":"JAVA","opaque":%d,"version":409}')
 
 LONG_TEXT = "K\x01" + "v" * 32755 + "\x02"   # 32759 bytes; 32776 with CLUSTER
 # A delivery time a day ahead: parked, in a slot that depends on it alone (not on now).
@@ -134,6 +138,8 @@ ROWS = [
     ("go json 10", frame("go"), True),
     ("go client header", hand_json(GO_HEADER % (next(_OPAQUES), BORN_MS)), True),
     ("spaced json, escapes", hand_json(SPACED_HEADER % (BORN_MS, next(_OPAQUES))), True),
+    ("json, extFields before code",
+     hand_json(EXT_FIRST_HEADER % (BORN_MS, next(_OPAQUES))), True),
     ("WAIT false", frame("binary", properties="WAIT\x01false\x02KEYS\x01a b\x02"), True),
     ("no properties", frame("binary", properties=None), True),
     ("empty properties", frame("json310", properties=""), True),
