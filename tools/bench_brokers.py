@@ -176,8 +176,9 @@ import importlib, json, pathlib, sys
 try:
     import pybroker, pybroker.cli
     package = pathlib.Path(pybroker.__file__).resolve().parent
-    for source in sorted((package / "_fast").glob("*.pyx")):
-        importlib.import_module("pybroker._fast." + source.stem)
+    for source in sorted((package / "_fast").rglob("*.pyx")):
+        parts = source.relative_to(package / "_fast").with_suffix("").parts
+        importlib.import_module(".".join(("pybroker", "_fast") + parts))
 except Exception as error:
     print(json.dumps({"error": type(error).__name__ + ": " + str(error)}))
 else:
