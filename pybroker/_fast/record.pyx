@@ -378,6 +378,17 @@ cdef Py_ssize_t _resolve_range(Py_ssize_t buffer_length, Py_ssize_t start,
     return end
 
 
+cdef int _parse_whole(const Py_buffer *view, Py_ssize_t offset, RecordFields *f) except -1:
+    """Parse the record at ``offset`` of ``view`` into ``f``; ValueError unless a whole valid
+    record (status RECORD_OK, body CRC not checked) starts there."""
+    cdef RecordStatus status
+    _resolve_range(view.len, offset, view.len)
+    status = parse_record(<const unsigned char *>view.buf, offset, view.len, 0, f)
+    if status != RECORD_STATUS_OK:
+        raise ValueError(f"no whole record at offset {offset} (status {status})")
+    return 0
+
+
 cdef inline void _patch_fields(unsigned char *data, const RecordFields *f, int64_t queue_offset,
                                int64_t physical_offset, int64_t store_timestamp) noexcept nogil:
     pb_pack_int64(data + f.record_position + QUEUE_OFFSET_POSITION, queue_offset)
@@ -393,13 +404,9 @@ def patch(buf, Py_ssize_t offset, int64_t queue_offset, int64_t physical_offset,
     """
     cdef Py_buffer view
     cdef RecordFields f
-    cdef RecordStatus status
     PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     try:
-        _resolve_range(view.len, offset, view.len)
-        status = parse_record(<const unsigned char *>view.buf, offset, view.len, 0, &f)
-        if status != RECORD_STATUS_OK:
-            raise ValueError(f"no whole record at offset {offset} (status {status})")
+        _parse_whole(&view, offset, &f)
         _patch_fields(<unsigned char *>view.buf, &f, queue_offset, physical_offset,
                       store_timestamp)
     finally:
@@ -481,13 +488,9 @@ def read_store_timestamp(buf, Py_ssize_t offset):
     """STORETIMESTAMP (ms) of the whole valid record at ``offset``; ValueError otherwise."""
     cdef Py_buffer view
     cdef RecordFields f
-    cdef RecordStatus status
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        _resolve_range(view.len, offset, view.len)
-        status = parse_record(<const unsigned char *>view.buf, offset, view.len, 0, &f)
-        if status != RECORD_STATUS_OK:
-            raise ValueError(f"no whole record at offset {offset} (status {status})")
+        _parse_whole(&view, offset, &f)
         return f.store_timestamp
     finally:
         PyBuffer_Release(&view)
@@ -498,13 +501,9 @@ def read_timestamps(buf, Py_ssize_t offset):
     ValueError otherwise."""
     cdef Py_buffer view
     cdef RecordFields f
-    cdef RecordStatus status
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        _resolve_range(view.len, offset, view.len)
-        status = parse_record(<const unsigned char *>view.buf, offset, view.len, 0, &f)
-        if status != RECORD_STATUS_OK:
-            raise ValueError(f"no whole record at offset {offset} (status {status})")
+        _parse_whole(&view, offset, &f)
         return f.born_timestamp, f.store_timestamp
     finally:
         PyBuffer_Release(&view)
@@ -668,13 +667,9 @@ def decode(buf, Py_ssize_t offset):
     """
     cdef Py_buffer view
     cdef RecordFields f
-    cdef RecordStatus status
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        _resolve_range(view.len, offset, view.len)
-        status = parse_record(<const unsigned char *>view.buf, offset, view.len, 0, &f)
-        if status != RECORD_STATUS_OK:
-            raise ValueError(f"no whole record at offset {offset} (status {status})")
+        _parse_whole(&view, offset, &f)
         return _record_from_fields(buf, <const unsigned char *>view.buf, &f)
     finally:
         PyBuffer_Release(&view)
@@ -685,13 +680,9 @@ def read_properties(buf, Py_ssize_t offset):
     filter's per-message read). ValueError unless a whole valid record starts there."""
     cdef Py_buffer view
     cdef RecordFields f
-    cdef RecordStatus status
     PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
     try:
-        _resolve_range(view.len, offset, view.len)
-        status = parse_record(<const unsigned char *>view.buf, offset, view.len, 0, &f)
-        if status != RECORD_STATUS_OK:
-            raise ValueError(f"no whole record at offset {offset} (status {status})")
+        _parse_whole(&view, offset, &f)
         return _utf8(<const unsigned char *>view.buf, f.properties_position,
                      f.properties_length)
     finally:
