@@ -24,7 +24,7 @@ from pybroker.broker.metadata import MetadataReplica
 from pybroker.broker.pop import ack as pop_ack
 from pybroker.broker.pop import change_invisible, notification, peek, pop_message
 from pybroker.broker.pop.long_poll import PopLongPoll
-from pybroker.broker.pop.state import PopState, PopStateError, PopTableWatch, SlotCache
+from pybroker.broker.pop.state import PopState, PopStateError, SlotCache
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
 from pybroker.config import BrokerRole, with_broker_settings
 from pybroker.proc.children import STOP_SIGNAL
@@ -32,6 +32,7 @@ from pybroker.proc.metadata_link import LinkBusy, MetadataLink
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID
 from pybroker.proc.pull_port import FastPullPort, PullTaker
 from pybroker.proc.ring_putter import RingPutter
+from pybroker.proc.wake import PopTableWatch
 from pybroker.protocol import constants
 from pybroker.protocol.codes import InternalCode, RequestCode, ResponseCode
 from pybroker.protocol.command import (RemotingCommand, create_request, create_response,

@@ -14,18 +14,21 @@ enough even when it watches several rings or positions (the appender: all send r
 
 The sleep flags (:class:`SleepFlag`) live here: :class:`ConsumerSide` and :class:`ProducerSide`
 of a ring, :class:`PositionWatch` of one control-block position (held acknowledgements, parked
-pulls) and :class:`DispatchEndWatch` (the dispatcher's end: written, bounded by confirm). The
-POP table's flag (broker/pop/state.py) is the one kept with its owner.
+pulls), :class:`DispatchEndWatch` (the dispatcher's end: written, bounded by confirm) and
+:class:`PopTableWatch` (a process holding POPs: its waiter bit on the POP table).
 """
 import asyncio
 import dataclasses
 import os
 import select
 import signal
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from pybroker.proc.children import STOP_SIGNAL
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER, HA, ControlBlock
+
+if TYPE_CHECKING:
+    from pybroker.store.pop_table import PopTable
 
 
 class SleepFlag(Protocol):
@@ -216,6 +219,39 @@ class DispatchEndWatch:
         for name in self._armed:
             self.control.remove_waiter(name, self.slot)
         self._armed = []
+
+
+class PopTableWatch:
+    """Sleep flag of a process holding POPs: its waiter bit on the POP table, set only while
+    ``wanted()``; :meth:`PopState.notify_held` elsewhere bumps the table's version and signals
+    the processes whose bit it takes (the set-fence-re-check of pybroker/proc/wake.py)."""
+
+    def __init__(self, table: "PopTable", worker_slot: int, wanted: Callable[[], bool]):
+        self.table = table
+        self.worker_slot = worker_slot
+        self.wanted = wanted
+        self.armed = False
+        self.seen_version = table.version
+
+    def moved(self) -> bool:
+        """Whether the table's version moved since the last call (then held POPs re-check)."""
+        version = self.table.version
+        if version == self.seen_version:
+            return False
+        self.seen_version = version
+        return True
+
+    def set_sleeping(self) -> bool:
+        if not self.wanted():
+            return False
+        self.table.add_waiter(self.worker_slot)
+        self.armed = True
+        return self.table.version != self.seen_version
+
+    def clear_sleeping(self) -> None:
+        if self.armed:
+            self.armed = False
+            self.table.remove_waiter(self.worker_slot)
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> None:

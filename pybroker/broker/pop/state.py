@@ -77,36 +77,3 @@ class PopState:
         for held in (self.long_poll, self.notification_poll):
             if held is not None:
                 held.check_held()
-
-
-class PopTableWatch:
-    """Sleep flag of a process holding POPs: its waiter bit on the POP table, set only while
-    ``wanted()``; :meth:`PopState.notify_held` elsewhere bumps the table's version and signals
-    the processes whose bit it takes (the set-fence-re-check of pybroker/proc/wake.py)."""
-
-    def __init__(self, table: PopTable, worker_slot: int, wanted: Callable[[], bool]):
-        self.table = table
-        self.worker_slot = worker_slot
-        self.wanted = wanted
-        self.armed = False
-        self.seen_version = table.version
-
-    def moved(self) -> bool:
-        """Whether the table's version moved since the last call (then held POPs re-check)."""
-        version = self.table.version
-        if version == self.seen_version:
-            return False
-        self.seen_version = version
-        return True
-
-    def set_sleeping(self) -> bool:
-        if not self.wanted():
-            return False
-        self.table.add_waiter(self.worker_slot)
-        self.armed = True
-        return self.table.version != self.seen_version
-
-    def clear_sleeping(self) -> None:
-        if self.armed:
-            self.armed = False
-            self.table.remove_waiter(self.worker_slot)
