@@ -24,24 +24,35 @@ PING = 201
 
 
 def _server_end(port: int) -> socket.socket:
-    """This process's accepted socket of the one connection to ``port``."""
-    found = []
+    """This process's accepted socket of the one connection to ``port`` (a duplicate of its
+    descriptor: close it)."""
+    found: dict[tuple, socket.socket] = {}
     for name in os.listdir("/proc/self/fd"):
         try:
-            candidate = socket.socket(fileno=os.dup(int(name)))
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            duplicate = os.dup(int(name))
         except OSError:
-            continue                           # not a socket (or closed meanwhile)
+            continue                           # closed meanwhile
+        try:
+            candidate = socket.socket(fileno=duplicate)
+        except OSError:
+            os.close(duplicate)                # a duplicate left open would keep its locks
+            continue
         try:
             if candidate.family == socket.AF_INET and candidate.type == socket.SOCK_STREAM \
                     and candidate.getsockname()[1] == port:
-                candidate.getpeername()        # listening sockets have no peer
-                found.append(candidate)
-                continue
+                # listening sockets have no peer; one of our own duplicates (a descriptor
+                # number the listing also held) names the same connection again
+                key = (candidate.getsockname(), candidate.getpeername())
+                if key not in found:
+                    found[key] = candidate
+                    continue
         except OSError:
             pass
         candidate.close()
     assert len(found) == 1, found
-    return found[0]
+    return next(iter(found.values()))
 
 
 def _listener(kind: str, port: int):
