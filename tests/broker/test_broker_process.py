@@ -9,8 +9,8 @@ message is still there after restart.
 import orjson
 import pytest
 
-from pybroker._fast import record
 from pybroker._testbase.cluster import StandaloneBroker
+from pybroker._testbase.raw_client import pull, records_of
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
@@ -27,23 +27,6 @@ def _send(client, topic, body: bytes, queue_id=-1, tags="TagA", keys="k1"):
            "f": "0", "g": "1700000000000", "h": "0", "i": properties, "j": "0", "k": "false",
            "m": "false"}
     return client.invoke(create_request(RequestCode.SEND_MESSAGE_V2, ext, body), TIMEOUT_MS)
-
-
-def _pull(client, group, topic, queue_id, queue_offset, max_nums=32):
-    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
-           "queueOffset": str(queue_offset), "maxMsgNums": str(max_nums), "sysFlag": "4",
-           "commitOffset": "0", "suspendTimeoutMillis": "1000", "subscription": "*",
-           "subVersion": "0", "expressionType": "TAG"}
-    return client.invoke(create_request(RequestCode.PULL_MESSAGE, ext), TIMEOUT_MS)
-
-
-def _records(body) -> list:
-    found, position, data = [], 0, bytes(body or b"")
-    while position < len(data):
-        message = record.decode(data, position)
-        found.append(message)
-        position += message.total_size
-    return found
 
 
 @pytest.fixture
@@ -73,14 +56,14 @@ def test_route_send_and_pull_round_trip(broker):
         received = {}
         for queue_id in (0, 1):
             broker.wait_max_offset("RoundTrip", queue_id, 10)   # dispatched, then pulled
-            response = _pull(client, "g1", "RoundTrip", queue_id, 0)
+            response = pull(client, "RoundTrip", queue_id, 0, group="g1")
             assert response.code == ResponseCode.SUCCESS, response.remark
             assert int(response.ext_fields["nextBeginOffset"]) == 10
             assert int(response.ext_fields["maxOffset"]) == 10
-            for message in _records(response.body):
+            for message in records_of(response.body):
                 received[(message.queue_id, message.queue_offset)] = bytes(message.body)
         assert received == {(queue, offset): body for queue, offset, body in sent}
-        empty = _pull(client, "g1", "RoundTrip", 0, 10)
+        empty = pull(client, "RoundTrip", 0, 10, group="g1")
         assert empty.code == ResponseCode.PULL_NOT_FOUND
 
 
@@ -134,9 +117,9 @@ def test_kill_minus_9_loses_no_acknowledged_message(tmp_path):
             client.connect(broker.broker_addr)
             seen = []
             while len(seen) < len(acked):
-                response = _pull(client, "g", "CrashTopic", 0, len(seen))
+                response = pull(client, "CrashTopic", 0, len(seen), group="g")
                 assert response.code == ResponseCode.SUCCESS, response.remark
-                seen += [bytes(m.body) for m in _records(response.body)]
+                seen += [bytes(m.body) for m in records_of(response.body)]
     assert seen == [b"m-%d" % index for index in range(200)]
     assert acked == list(range(200))
     assert "recovered (abnormal)" in broker._log_text()
@@ -157,9 +140,9 @@ def test_sigterm_stops_cleanly_and_restart_recovers_normally(tmp_path):
         broker.wait_max_offset("CleanTopic", 0, 50)
         with SyncRemotingClient() as client:
             client.connect(broker.broker_addr)
-            response = _pull(client, "g", "CleanTopic", 0, 0, max_nums=64)
+            response = pull(client, "CleanTopic", 0, 0, group="g", max_nums=64)
             assert response.code == ResponseCode.SUCCESS, response.remark
-            assert [bytes(m.body) for m in _records(response.body)] == \
+            assert [bytes(m.body) for m in records_of(response.body)] == \
                 [b"c-%d" % index for index in range(32)]
             assert int(response.ext_fields["maxOffset"]) == 50
 
