@@ -126,9 +126,20 @@ class TimerWheel:
         steps = (np.arange(_SLOTS_IN_FILE, dtype=np.int64) - start_units) % _SLOTS_IN_FILE
         return self.slots[self.slots["time"] == start_units + steps]
 
+    def _counted(self, time_start_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """The slots of the coming lap from ``time_start_ms`` that hold a count: their
+        distance from it in slots and their counts. Only the counts are scanned (a slot of
+        count 0 adds nothing to a sum), so a scrape's gauges cost no index of every slot."""
+        nums = self.slots["num"]
+        used = np.nonzero(nums)[0]
+        start_units = time_start_ms // self.precision_ms
+        steps = (used - start_units) % _SLOTS_IN_FILE
+        current = self.slots["time"][used] == start_units + steps
+        return steps[current], nums[used][current].astype(np.int64)
+
     def all_num(self, time_start_ms: int) -> int:
         """Messages parked in every slot from ``time_start_ms`` on (Java getAllNum)."""
-        return int(self._current(time_start_ms)["num"].astype(np.int64).sum())
+        return int(self._counted(time_start_ms)[1].sum())
 
     def check_phy_pos(self, time_start_ms: int, max_offset: int) -> int:
         """Smallest first position of the slots (from ``time_start_ms`` on) whose last
@@ -157,10 +168,11 @@ class TimerWheel:
 
     def nums_between(self, time_start_ms: int, slot_count: int) -> np.ndarray:
         """``num`` of the ``slot_count`` slots from ``time_start_ms`` (0 for a stale slot)."""
-        start_units = time_start_ms // self.precision_ms
-        expected = start_units + np.arange(slot_count, dtype=np.int64)
-        ordered = self.slots[expected % _SLOTS_IN_FILE]
-        return np.where(ordered["time"] == expected, ordered["num"].astype(np.int64), 0)
+        steps, nums = self._counted(time_start_ms)
+        within = steps < slot_count
+        out = np.zeros(slot_count, dtype=np.int64)
+        out[steps[within]] = nums[within]
+        return out
 
     # --- life ----------------------------------------------------------------------------------
     def _words(self) -> mmap.mmap:

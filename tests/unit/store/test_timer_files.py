@@ -10,6 +10,7 @@ stops at the first unit that is not whole.
 """
 import json
 import pathlib
+import random
 import shutil
 import struct
 
@@ -111,6 +112,34 @@ def test_java_wheel_slots_read_and_write_identically(tmp_path):
     assert wheel.check_phy_pos(first_time, 300) == 352
     assert wheel.check_phy_pos(first_time, 299) == 300
     assert wheel.check_phy_pos(first_time, 10_000) == (1 << 63) - 1
+    wheel.close()
+
+
+def test_all_num_and_nums_between_are_what_a_walk_over_the_slots_finds(tmp_path):
+    """all_num and nums_between look only at the slots with a count: on slots of this lap, of
+    other laps (stale), with count 0 and at the file's wrap, they give what Java's walk of the
+    slots from the read time finds (the slots whose time lies within the span walked)."""
+    wheel = TimerWheel(str(tmp_path / "timerwheel"), PRECISION_MS)
+    rand = random.Random(29)
+    slots = layout.TIMER_WHEEL_SLOTS * 2
+    start_units = 1_700_000_000_000 // PRECISION_MS
+    written = {}
+    for _ in range(400):
+        units = start_units + rand.randrange(-slots, 2 * slots)
+        num = rand.choice((0, 1, rand.randrange(1, 1 << 20)))
+        wheel.put_slot(units * PRECISION_MS, 1, 2, num, 0)
+        written[wheel.slot_index(units * PRECISION_MS)] = (units, num)
+    for read_units in (start_units, start_units + 7, start_units + slots - 1, start_units - 5):
+        walked = sum(num for units, num in written.values()
+                     if read_units <= units < read_units + slots)
+        assert walked > 0
+        assert wheel.all_num(read_units * PRECISION_MS) == walked
+        span = 3 * slots // 4
+        expected = np.zeros(span, dtype=np.int64)
+        for units, num in written.values():
+            if read_units <= units < read_units + span:
+                expected[units - read_units] = num
+        assert (wheel.nums_between(read_units * PRECISION_MS, span) == expected).all()
     wheel.close()
 
 
