@@ -25,8 +25,8 @@ test: build
 
 # The unit tests (forking ones included) against the debug build, whose PYBROKER_DEBUG checks
 # (_fast/debug.pxd) abort on a broken invariant; then the normal build again, also when a test
-# failed. Not a CI job: two full rebuilds and the -O0, line-traced code cost more minutes than
-# CI's 35-minute budget has to spare.
+# failed. CI runs the `unit` ones on that build in a copy of the tree instead (.ci/debug_unit:
+# one debug build, the normal one left in place).
 test-debug: debug
 	$(PYTHON) -m pytest tests/unit -q --durations=10; status=$$?; \
 	$(PYTHON) setup.py build_ext --inplace -j 2 && exit $$status
