@@ -1,9 +1,5 @@
 # Contract of the remoting frame codec: frame splitting, ROCKETMQ binary header
 # (protocol.md §1.1, §1.4).
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-
-from pybroker._fast.hton cimport pb_unpack_int32
-
 cdef enum:
     # protocol.md §1.1 frame: length(4) | header word(4) = type << 24 | header length | header |
     # body
@@ -67,35 +63,3 @@ cdef Py_ssize_t scan_frames(const unsigned char *data, Py_ssize_t start, Py_ssiz
                             Py_ssize_t frame_max_bytes, Py_ssize_t *positions,
                             Py_ssize_t pairs_capacity, Py_ssize_t *tail_out,
                             FrameFault *fault) noexcept nogil
-
-cdef enum:
-    # taker_frame's answer when a whole frame is there to take.
-    FRAME_READY = -1
-
-# A frame taker's step (the send and pull fast paths' take loops): the whole frame at
-# data[at:end], its length in *frame_bytes and its header's length in *header_length, answering
-# FRAME_READY; or the outcome that ends the walk: TAKE_END (no whole frame left) or TAKE_FAULT
-# (a malformed one, left to the connection, which says how).
-cdef inline int taker_frame(const unsigned char *data, Py_ssize_t at, Py_ssize_t end,
-                            Py_ssize_t frame_max_bytes, Py_ssize_t *frame_bytes,
-                            Py_ssize_t *header_length) noexcept nogil:
-    cdef Py_ssize_t positions[2]
-    cdef Py_ssize_t tail
-    cdef FrameFault fault
-    if scan_frames(data, at, end, frame_max_bytes, positions, 1, &tail, &fault) != 1:
-        return TAKE_FAULT if fault.kind != FRAME_FAULT_NONE else TAKE_END
-    frame_bytes[0] = positions[1]
-    header_length[0] = pb_unpack_int32(data + at + FRAME_LENGTH_FIELD_BYTES) \
-        & FRAME_HEADER_LENGTH_MASK
-    return FRAME_READY
-
-
-# A frame taker's receive buffer: buffer's bytes held in *view (the caller releases it) with
-# [start, end) checked to lie inside; ValueError (nothing held) when it does not.
-cdef inline int taker_buffer(object buffer, Py_buffer *view, Py_ssize_t start,
-                             Py_ssize_t end) except -1:
-    PyObject_GetBuffer(buffer, view, PyBUF_SIMPLE)
-    if start < 0 or end < start or end > view.len:
-        PyBuffer_Release(view)
-        raise ValueError(f"range [{start}, {end}) outside {view.len} bytes")
-    return 0

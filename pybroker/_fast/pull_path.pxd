@@ -5,6 +5,7 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from pybroker._fast.pull_maps cimport FileMaps, MapSlot
 from pybroker._fast.pull_scan cimport PullLimits, TakenUnit
 from pybroker._fast.stats cimport StatsWriter
+from pybroker._fast.taker cimport Scratch
 
 cdef extern from "sys/uio.h" nogil:
     cdef struct iovec:
@@ -40,7 +41,6 @@ cdef enum:
     # and opaque (broker/pull_fast.py).
     TEMPLATE_PIECES = 6
     KEY_UNKNOWN = -2
-    SCRATCH_MIN = 4096
 
 
 cdef struct Answer:
@@ -108,8 +108,7 @@ cdef class PullPath:
     cdef bint _usable
     cdef list _commits
     # one pull's scratch
-    cdef unsigned char *_scratch
-    cdef Py_ssize_t _scratch_bytes
+    cdef Scratch _scratch
     cdef TakenUnit *_taken
     cdef Py_ssize_t _taken_capacity
     cdef MapSlot **_record_files
@@ -122,16 +121,14 @@ cdef class PullPath:
     cdef Py_ssize_t *_head_parts       # (iov index, arena offset) pairs
     cdef Py_ssize_t _head_count
     cdef Py_ssize_t _head_capacity
-    cdef unsigned char *_arena
+    cdef Scratch _arena                # the answers' heads
     cdef Py_ssize_t _arena_used
-    cdef Py_ssize_t _arena_capacity
     cdef Py_ssize_t _pending_bytes
     cdef readonly uint64_t fast_pulls_total
     cdef readonly uint64_t other_frames_total
 
     cdef int _set_template(self, tuple pieces) except -1
     cdef int _begin(self) except -1
-    cdef int _grow_scratch(self, Py_ssize_t need) except -1
     cdef int _grow_taken(self, Py_ssize_t need) except -1
     cdef _PullQueue _queue(self, _PullSubscription subscription, int32_t queue_id)
     cdef MapSlot *_commitlog_file(self, int64_t physical_offset) except? NULL
@@ -144,7 +141,6 @@ cdef class PullPath:
                                 int64_t queue_offset, Py_ssize_t taken_count) except? -2
     cdef int _answer(self, Answer *answer, Py_ssize_t taken_count) except -1
     cdef inline Py_ssize_t _piece(self, unsigned char *out, Py_ssize_t index) noexcept
-    cdef int _grow_arena(self, Py_ssize_t need) except -1
     cdef int _grow_iov(self, Py_ssize_t need) except -1
     cdef int _grow_heads(self) except -1
     cdef object _write(self, int fd)

@@ -34,9 +34,9 @@ from libc.errno cimport EAGAIN, EINTR, errno
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 
-from pybroker._fast.frame cimport (FRAME_LENGTH_FIELD_BYTES, FRAME_PREFIX_BYTES, FRAME_READY,
+from pybroker._fast.frame cimport (FRAME_LENGTH_FIELD_BYTES, FRAME_PREFIX_BYTES,
                                    FRAME_SERIALIZE_TYPE_SHIFT, SERIALIZE_TYPE_JSON, TAKE_END,
-                                   TAKE_FAULT, TAKE_FULL, TAKE_OTHER, taker_buffer, taker_frame)
+                                   TAKE_FAULT, TAKE_FULL, TAKE_OTHER)
 from pybroker._fast.digits cimport DECIMAL_BYTES_MAX, write_decimal
 from pybroker._fast.hton cimport pb_pack_int32, pb_unpack_int64
 from pybroker._fast.pagecache cimport count_cold_pages
@@ -54,6 +54,7 @@ from pybroker._fast.stats cimport (BROKER_GET_NUMS, GET_ENTIRE_TIME_MAX_MS, GET_
                                    PULL_PAGES_COLD, PULL_READ_US, PULL_STARTED, PULLS_COLD,
                                    PULLS_IN_DISK, REQUESTS_TOTAL, RPC_LATENCY_US, StatsWriter,
                                    pb_stats_add, pb_stats_raise, pb_stats_record, pb_stats_set)
+from pybroker._fast.taker cimport SCRATCH_MIN_BYTES, scratch_fit, taker_next, taker_open
 
 from pybroker.protocol import headers as _headers
 from pybroker.protocol.codes import RequestCode as _RequestCode
@@ -108,14 +109,14 @@ cdef class PullPath:
     """The pull fast path of one remoting worker; see the module docstring."""
 
     def __cinit__(self):
-        self._scratch = self._arena = NULL
+        self._scratch.data = self._arena.data = NULL
         self._taken = NULL
         self._record_files = NULL
         self._starts = self._ends = NULL
         self._iov = NULL
         self._head_parts = NULL
-        self._scratch_bytes = self._taken_capacity = self._iov_capacity = 0
-        self._head_capacity = self._arena_capacity = 0
+        self._scratch.bytes = self._taken_capacity = self._iov_capacity = 0
+        self._head_capacity = self._arena.bytes = 0
 
     def __init__(self, positions, queue_source, commitlog_source, pull_offset_entry,
                  StatsWriter stats, Py_ssize_t ext_fields_max, Py_ssize_t frame_max_bytes,
@@ -148,16 +149,16 @@ cdef class PullPath:
         self._generation = -1
         self._usable = False
         self._commits = []
-        self._grow_scratch(SCRATCH_MIN)
+        scratch_fit(&self._scratch, SCRATCH_MIN_BYTES)
 
     def __dealloc__(self):
-        PyMem_Free(self._scratch)
+        PyMem_Free(self._scratch.data)
         PyMem_Free(self._taken)
         PyMem_Free(self._record_files)
         PyMem_Free(self._starts)
         PyMem_Free(self._iov)
         PyMem_Free(self._head_parts)
-        PyMem_Free(self._arena)
+        PyMem_Free(self._arena.data)
 
     cdef int _set_template(self, tuple pieces) except -1:
         cdef Py_ssize_t index
@@ -243,23 +244,17 @@ cdef class PullPath:
         ``unsent`` is what was not written, as one bytes object, or None.
         """
         cdef Py_buffer view
-        cdef Py_ssize_t at = start, frame_bytes = 0, header_length
+        cdef Py_ssize_t at = start, frame_bytes = 0
         cdef const unsigned char *data
         cdef int outcome = TAKE_END
         self._begin()
-        taker_buffer(buffer, &view, start, end)
+        data = taker_open(buffer, &view, start, end)
         try:
-            data = <const unsigned char *>view.buf
-            while True:
-                outcome = taker_frame(data, at, end, self._frame_max_bytes, &frame_bytes,
-                                      &header_length)
-                if outcome != FRAME_READY:
-                    break
+            while taker_next(data, at, end, self._frame_max_bytes, &self._scratch, &frame_bytes,
+                             &outcome):
                 if self._pending_bytes >= pending_max:
                     outcome = TAKE_FULL
                     break
-                if header_length > self._scratch_bytes:
-                    self._grow_scratch(header_length)
                 if not self._usable or not self._pull(data + at, frame_bytes):
                     outcome = TAKE_OTHER
                     self.other_frames_total += 1
@@ -276,17 +271,6 @@ cdef class PullPath:
             self.reset()
             self._generation = generation
         self._dispatched, self._written, self._usable = dispatched, written, usable
-        return 0
-
-    cdef int _grow_scratch(self, Py_ssize_t need) except -1:
-        cdef Py_ssize_t size = max(self._scratch_bytes, SCRATCH_MIN)
-        cdef unsigned char *grown
-        while size < need:
-            size *= 2
-        grown = <unsigned char *>PyMem_Realloc(self._scratch, size)
-        if grown == NULL:
-            raise MemoryError()
-        self._scratch, self._scratch_bytes = grown, size
         return 0
 
     cdef int _grow_taken(self, Py_ssize_t need) except -1:
@@ -360,7 +344,7 @@ cdef class PullPath:
         cdef _PullQueue queue
         cdef int64_t started = monotonic_ns()
         if not read_request(frame, frame_bytes, self._ext_fields_max, &_PULL_NAMES,
-                            self._scratch, self._scratch_bytes, &head, fields, &body,
+                            self._scratch.data, self._scratch.bytes, &head, fields, &body,
                             &body_length):
             return 0
         if head.code != CODE_PULL_MESSAGE or head.flag & REQUEST_FLAG_ONEWAY:
@@ -523,10 +507,10 @@ cdef class PullPath:
         cdef Py_ssize_t at, index, head_offset
         cdef uintptr_t start
         cdef iovec *last
-        if self._arena_used + self._template_bytes > self._arena_capacity:
-            self._grow_arena(self._arena_used + self._template_bytes)
+        if self._arena_used + self._template_bytes > self._arena.bytes:
+            scratch_fit(&self._arena, self._arena_used + self._template_bytes)
         head_offset = self._arena_used
-        head = self._arena + head_offset
+        head = self._arena.data + head_offset
         at = FRAME_PREFIX_BYTES + self._piece(head + FRAME_PREFIX_BYTES, 0)
         at += write_decimal(head + at, answer.suggest)
         at += self._piece(head + at, 1)
@@ -570,17 +554,6 @@ cdef class PullPath:
         memcpy(out, self._pieces[index], <size_t>self._piece_lengths[index])
         return self._piece_lengths[index]
 
-    cdef int _grow_arena(self, Py_ssize_t need) except -1:
-        cdef Py_ssize_t size = max(self._arena_capacity, 4096)
-        cdef unsigned char *grown
-        while size < need:
-            size *= 2
-        grown = <unsigned char *>PyMem_Realloc(self._arena, size)
-        if grown == NULL:
-            raise MemoryError()
-        self._arena, self._arena_capacity = grown, size
-        return 0
-
     cdef int _grow_iov(self, Py_ssize_t need) except -1:
         cdef Py_ssize_t size = max(self._iov_capacity, 256)
         cdef iovec *grown
@@ -615,7 +588,7 @@ cdef class PullPath:
             return None
         for index in range(self._head_count):
             self._iov[self._head_parts[2 * index]].iov_base = \
-                self._arena + self._head_parts[2 * index + 1]
+                self._arena.data + self._head_parts[2 * index + 1]
         while fd >= 0 and first < self._iov_count:
             parts = min(self._iov_count - first, IOV_MAX_PARTS)
             written = writev(fd, self._iov + first, <int>parts)

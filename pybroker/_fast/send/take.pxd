@@ -8,6 +8,7 @@ from pybroker._fast.send.complete cimport SendCompletions
 from pybroker._fast.send.read cimport PropertyScan, SendRequest
 from pybroker._fast.send.slots cimport ConnectionSlot
 from pybroker._fast.send.topics cimport TopicEntry, TopicTable
+from pybroker._fast.taker cimport Scratch
 
 
 cdef class SendPath(SendCompletions):
@@ -20,8 +21,7 @@ cdef class SendPath(SendCompletions):
     cdef Py_ssize_t _max_message_size
     cdef Py_ssize_t _frame_max_bytes
     cdef Py_ssize_t _ext_fields_max
-    cdef unsigned char *_scratch
-    cdef Py_ssize_t _scratch_bytes
+    cdef Scratch _scratch
     cdef unsigned char *_properties
     cdef int64_t _take_ns
     cdef int64_t _take_ms
@@ -31,7 +31,6 @@ cdef class SendPath(SendCompletions):
     cdef readonly uint64_t fast_frames_total
     cdef readonly uint64_t other_frames_total
 
-    cdef int _grow_scratch(self, Py_ssize_t need) except -1
     cdef bint _room(self) noexcept
     cdef int64_t _reserve(self, const unsigned char *topic, Py_ssize_t length,
                           Py_ssize_t records_bytes, int32_t queue_id, int32_t count,

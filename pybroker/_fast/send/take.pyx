@@ -20,12 +20,11 @@ in proc/ring_format.py, which checks the two agree; proc/ring_putter.py checks t
 Python-visible facts of this module), written by :meth:`_reserve` for both paths.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int16_t, int32_t, int64_t, uint64_t
 from libc.string cimport memcpy, memset
 
-from pybroker._fast.frame cimport (FRAME_READY, TAKE_END, TAKE_FAULT, TAKE_FULL, TAKE_OTHER,
-                                   taker_buffer, taker_frame)
+from pybroker._fast.frame cimport TAKE_END, TAKE_FAULT, TAKE_FULL, TAKE_OTHER
 from pybroker._fast.hton cimport pb_unpack_int32
 from pybroker._fast.put_request cimport (PUT_COUNT_POSITION, PUT_FLAG_WAIT_STORE_BIT,
                                          PUT_FLAGS_POSITION, PUT_QUEUE_ID_POSITION,
@@ -47,13 +46,13 @@ from pybroker._fast.send.slots cimport ConnectionSlot
 from pybroker._fast.send.stats cimport SendStats, monotonic_ns, realtime_ms
 from pybroker._fast.send.topics cimport TopicEntry, TopicTable
 from pybroker._fast.stats cimport StatsWriter
+from pybroker._fast.taker cimport SCRATCH_MIN_BYTES, scratch_fit, taker_next, taker_open
 
 cdef enum:
     # sysFlag bits (protocol/constants.py MessageSysFlag; checked by ring_putter.py).
     SYS_FLAG_TRANSACTION_MASK = 0x0C
     SYS_FLAG_BORN_V6 = 0x10
     SYS_FLAG_STORE_V6 = 0x20
-    SCRATCH_INITIAL_BYTES = 4096
 
 # Python-visible facts for the checks in proc/ring_putter.py.
 PUT_HEADER_FIXED_BYTES = PUT_TOPIC_POSITION
@@ -91,7 +90,8 @@ cdef class SendPath(SendCompletions):
 
     def __cinit__(self):
         self._topics = TopicTable()
-        self._scratch = NULL
+        self._scratch.data = NULL
+        self._scratch.bytes = 0
         self._properties = NULL
 
     def __init__(self, ByteRing ring not None, CompletionRing completions not None,
@@ -116,14 +116,13 @@ cdef class SendPath(SendCompletions):
         self._max_message_size = max_message_size
         self._frame_max_bytes = frame_max_bytes
         self._ext_fields_max = ext_fields_max
-        self._scratch = <unsigned char *>PyMem_Malloc(SCRATCH_INITIAL_BYTES)
+        scratch_fit(&self._scratch, SCRATCH_MIN_BYTES)
         self._properties = <unsigned char *>PyMem_Malloc(2 * PROPERTIES_MAX_BYTES + 8)
-        if self._scratch == NULL or self._properties == NULL:
+        if self._properties == NULL:
             raise MemoryError()
-        self._scratch_bytes = SCRATCH_INITIAL_BYTES
 
     def __dealloc__(self):
-        PyMem_Free(self._scratch)
+        PyMem_Free(self._scratch.data)
         PyMem_Free(self._properties)
 
     # --- topics -----------------------------------------------------------------------------
@@ -153,7 +152,7 @@ cdef class SendPath(SendCompletions):
         signals its eventfd).
         """
         cdef Py_buffer view
-        cdef Py_ssize_t at = start, frame_bytes = 0, header_length
+        cdef Py_ssize_t at = start, frame_bytes = 0
         cdef const unsigned char *data
         cdef SendRequest request
         cdef TopicEntry *topic
@@ -163,20 +162,14 @@ cdef class SendPath(SendCompletions):
         self._slots.check_open(slot)
         self._take_ns = monotonic_ns()
         self._take_ms = realtime_ms()
-        taker_buffer(buffer, &view, start, end)
+        data = taker_open(buffer, &view, start, end)
         try:
-            data = <const unsigned char *>view.buf
-            while True:
-                outcome = taker_frame(data, at, end, self._frame_max_bytes, &frame_bytes,
-                                      &header_length)
-                if outcome != FRAME_READY:
-                    break
-                if header_length > self._scratch_bytes:
-                    self._grow_scratch(header_length)
+            while taker_next(data, at, end, self._frame_max_bytes, &self._scratch, &frame_bytes,
+                             &outcome):
                 put = 0
                 if not self.divert and read_send_request(
-                        data + at, frame_bytes, self._ext_fields_max, self._scratch,
-                        self._scratch_bytes, &request):
+                        data + at, frame_bytes, self._ext_fields_max, self._scratch.data,
+                        self._scratch.bytes, &request):
                     topic = self._topics.find(request.fields[FIELD_TOPIC].data,
                                               request.fields[FIELD_TOPIC].length)
                     if topic != NULL:
@@ -201,17 +194,6 @@ cdef class SendPath(SendCompletions):
             self._counting.started(puts)     # proc/remoting.py: request_started("send")
             self._update_oldest()
         return at, outcome, frame_bytes, puts, asleep
-
-    cdef int _grow_scratch(self, Py_ssize_t need) except -1:
-        cdef Py_ssize_t size = self._scratch_bytes
-        cdef unsigned char *grown
-        while size < need:
-            size *= 2
-        grown = <unsigned char *>PyMem_Realloc(self._scratch, size)
-        if grown == NULL:
-            raise MemoryError()
-        self._scratch, self._scratch_bytes = grown, size
-        return 0
 
     cdef bint _room(self) noexcept:
         return not self.python_waiting and self._inflight < self._inflight_max
