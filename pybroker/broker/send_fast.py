@@ -19,8 +19,7 @@ import dataclasses
 
 from pybroker.broker import send
 from pybroker.protocol import headers
-from pybroker.protocol.command import (RemotingCommand, create_response, encode,
-                                       encode_json_header)
+from pybroker.protocol.command import RemotingCommand, create_response, encode_json_header
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX, MessageSysFlag, Perm, Property
 from pybroker.store import layout
 from pybroker.store.status import PutStatus, send_response
@@ -67,15 +66,6 @@ def fast_send_settings(config, statuses: tuple) -> FastSendSettings:
         flush_timeout=statuses.index(PutStatus.FLUSH_DISK_TIMEOUT), response_fields=fields,
         slave_timeout=statuses.index(PutStatus.FLUSH_SLAVE_TIMEOUT),
         slave_not_available=statuses.index(PutStatus.SLAVE_NOT_AVAILABLE))
-
-
-def busy_frame(fields: dict[str, str], opaque: int, waited_ms: int, queue_size: int) -> bytes:
-    """The whole response frame to a fast send withdrawn by fast failure (TIMEOUT_CLEAN_QUEUE,
-    whose remark carries figures a template cannot): the handler's own answer to it."""
-    code, remark = send_response(PutStatus.TIMEOUT_CLEAN_QUEUE, waited_ms=waited_ms,
-                                 queue_size=queue_size)
-    request = RemotingCommand(0, opaque=opaque)
-    return encode(create_response(request, code, remark, dict(fields)))
 
 
 def response_template(status: PutStatus, fields: dict[str, str],

@@ -25,8 +25,12 @@ The send fast path's puts (proc/ring_putter.py) are covered too: while the page 
 its frames go to the handlers (which refuse them). The puts of both paths in the ring are one
 FIFO in C (``SendPath``, the putter's :class:`RingRequests`): found by age, withdrawn with one
 walk in the one handshake (a request id above the withdrawn one was never cancelled, so one
-watermark serves both paths) and answered by the putter, the fast sends with the handler's own
-encoding. Here: when (the policy, the timer) and the handshake.
+watermark serves both paths). This module is the one home of the rule: when (the policy, the
+timer), the handshake, which puts (the FIFO's walk, ``SendCompletions.withdraw``, marks them
+so their completions are dropped) and their answers (:func:`busy` for a Python path put,
+:func:`busy_frame` - the handler's own encoding - for a fast send); the putter only delivers
+them (a connection's writer, a put's future). The appender's half of the handshake is in
+``_fast/append.pyx`` (a cancelled request is completed unstored).
 
 The check runs on a timer armed at the oldest waiting put's deadline, not per put.
 """
@@ -35,10 +39,15 @@ import collections
 from typing import Protocol
 
 from pybroker._fast import ring
+from pybroker.proc import ring_format
+from pybroker.protocol.command import RemotingCommand, create_response, encode
 from pybroker.store.message_store import PutResult
-from pybroker.store.status import PutStatus
+from pybroker.store.status import PutStatus, send_response
 
-__all__ = ["FastFailure", "RingRequests", "Withdrawn", "busy"]
+__all__ = ["FastFailure", "RingRequests", "Withdrawn", "busy", "busy_frame"]
+
+# The completion code a withdrawn put is counted under (the fast sends' statistics).
+_BUSY_STATUS = ring_format.status_code(PutStatus.TIMEOUT_CLEAN_QUEUE)
 
 
 class RingRequests(Protocol):
@@ -54,8 +63,17 @@ class RingRequests(Protocol):
     def count(self) -> int:
         """Puts waiting in the ring."""
 
-    def withdraw(self, taken: int, up_to: int, now: float, queued: int) -> int:
-        """Answer busy the puts with ``taken`` < id <= ``up_to``; how many."""
+    def withdraw(self, taken: int, up_to: int, status: int) -> tuple[int, list, list]:
+        """Mark withdrawn the puts with ``taken`` < id <= ``up_to`` (their completions are
+        dropped; fast sends count as completion code ``status``): ``(how many, the fast sends
+        to answer as (slot, opaque, started), the Python path's as (request_id, started))``
+        (``SendCompletions.withdraw``)."""
+
+    def answer_fast(self, slot: int, frame: bytes) -> None:
+        """Write a whole response frame to the connection of ``slot`` (if it is still open)."""
+
+    def answer_python(self, request_id: int, result: PutResult) -> bool:
+        """Answer the Python path's put ``request_id``; False when it was given up already."""
 
 
 def busy(now: float, started: float, queued: int) -> PutResult:
@@ -63,6 +81,15 @@ def busy(now: float, started: float, queued: int) -> PutResult:
     with ``queued`` puts waiting (TIMEOUT_CLEAN_QUEUE: the figures of Java's remark)."""
     return PutResult(PutStatus.TIMEOUT_CLEAN_QUEUE, waited_ms=int((now - started) * 1000),
                      queue_size=queued)
+
+
+def busy_frame(fields: dict[str, str], opaque: int, result: PutResult) -> bytes:
+    """The whole response frame to a fast send withdrawn with ``result`` (:func:`busy`; its
+    remark carries figures a response template cannot): the handler's own answer to it."""
+    code, remark = send_response(result.status, waited_ms=result.waited_ms,
+                                 queue_size=result.queue_size)
+    request = RemotingCommand(0, opaque=opaque)
+    return encode(create_response(request, code, remark, dict(fields)))
 
 
 class Withdrawn(Exception):
@@ -96,6 +123,7 @@ class FastFailure:
         self._withdrawn_up_to = 0
         self._timer: asyncio.TimerHandle | None = None
         self._requests: RingRequests | None = None
+        self._response_fields: dict[str, str] = {}
         self.withdrawn_total = 0
         self.page_cache_busy_total = 0
 
@@ -108,9 +136,11 @@ class FastFailure:
             self.close()
             self._waiting.clear()
 
-    def attach(self, requests: RingRequests) -> None:
-        """Cover the putter's puts in the ring."""
+    def attach(self, requests: RingRequests, response_fields: dict[str, str]) -> None:
+        """Cover the putter's puts in the ring; a fast send's answer has the handler's
+        ``response_fields`` (broker/send_fast.py FastSendSettings)."""
         self._requests = requests
+        self._response_fields = response_fields
 
     # --- per put ----------------------------------------------------------------------------
     def page_cache_busy(self) -> bool:
@@ -182,7 +212,14 @@ class FastFailure:
         self._withdrawn_up_to = highest
         # Every request up to the watermark the appender did not take is cancelled, so every
         # such put is answered busy now (its completion will say so too, and is dropped).
-        self.withdrawn_total += requests.withdraw(taken, highest, now, queued)
+        withdrawn, fast, python = requests.withdraw(taken, highest, _BUSY_STATUS)
+        for slot, opaque, started in fast:
+            requests.answer_fast(slot, busy_frame(self._response_fields, opaque,
+                                                  busy(now, started, queued)))
+        for request_id, started in python:
+            if not requests.answer_python(request_id, busy(now, started, queued)):
+                withdrawn -= 1       # its put was given up already (cancelled)
+        self.withdrawn_total += withdrawn
 
     def close(self) -> None:
         if self._timer is not None:

@@ -25,8 +25,8 @@ sends and its outcome (the status, as the fast path answers it) comes back here 
 and timer), which hands them to :meth:`RingPutter.answer`. Fast failure
 (:mod:`pybroker.proc.fast_failure`) covers both paths: while the page cache is busy every
 frame goes to the handlers (which refuse it), and puts of either path that waited too long in
-the ring are withdrawn in one walk of that FIFO and answered here
-(:meth:`RingPutter.withdraw`).
+the ring are withdrawn in one walk of that FIFO and answered by fast failure, delivered here
+(:meth:`RingPutter.answer_fast`, :meth:`RingPutter.answer_python`).
 
 Wake-ups: the worker has ONE eventfd. Its sleep flags (:meth:`RingPutter.sleep_flags`) are the
 completion ring's consumer flag, the send ring's producer flag while a put waits for space, and
@@ -41,10 +41,10 @@ import collections
 from collections.abc import Callable
 
 from pybroker._fast.send import take as send_take
-from pybroker.broker.send_fast import FastSendSettings, busy_frame
+from pybroker.broker.send_fast import FastSendSettings
 from pybroker.proc import ring_format
 from pybroker.proc.ack_holds import AckHolds
-from pybroker.proc.fast_failure import FastFailure, Withdrawn, busy
+from pybroker.proc.fast_failure import FastFailure, Withdrawn
 from pybroker.proc.send_port import FastSendPort
 from pybroker.proc.wake import AsyncWakeReader, ConsumerSide, ProducerSide, SleepFlag
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
@@ -63,7 +63,6 @@ assert ring_format.PUT_FLAG_WAIT_STORE == send_take.PUT_FLAG_WAIT_STORE
 PUT_STATUSES = ring_format.PUT_STATUSES
 _NO_GAP_RULE_BYTES = 1 << 62      # controller mode: no haMaxGapNotInSync rule
 _PUT_OK = ring_format.status_code(PutStatus.PUT_OK)
-_BUSY = ring_format.status_code(PutStatus.TIMEOUT_CLEAN_QUEUE)
 # Puts committed while the appender's wake-up is deferred to the end of the loop turn, beyond
 # which it is signalled at once (measured: a whole turn of 64 puts lock-stepped the two sides).
 _SIGNAL_DEFER_PUTS_MAX = 16
@@ -196,7 +195,7 @@ class RingPutter:
         self.space_waits_total = 0
         self.fast_failure = fast_failure
         if fast_failure is not None:
-            fast_failure.attach(self)
+            fast_failure.attach(self, settings.response_fields)
 
     # --- wiring ---------------------------------------------------------------------------------
     def sleep_flags(self) -> list[SleepFlag]:
@@ -410,24 +409,25 @@ class RingPutter:
         """Puts (both paths) waiting in the ring for their completion."""
         return self.core.waiting
 
-    def withdraw(self, taken: int, up_to: int, now: float, queued: int) -> int:
-        """Answer busy every put with ``taken`` < request id <= ``up_to`` (the appender
-        completes them without storing them): a fast send with the handler's own encoding
-        (broker/send_fast.busy_frame), a Python path put's future; returns how many."""
-        withdrawn, fast, python = self.core.withdraw(taken, up_to, _BUSY)
-        fields = self.fast_settings.response_fields
-        writers = self._writers
-        for slot, opaque, started in fast:
-            writer = writers.get(slot)
-            if writer is not None:
-                writer(busy_frame(fields, opaque, int((now - started) * 1000), queued))
-        for request_id, started in python:
-            pending = self._pending.pop(request_id, None)
-            if pending is not None and not pending.future.done():
-                pending.future.set_result(busy(now, started, queued))
-            else:
-                withdrawn -= 1       # its put was given up already (cancelled)
-        return withdrawn
+    def withdraw(self, taken: int, up_to: int, status: int) -> tuple[int, list, list]:
+        """Mark withdrawn the puts (either path) with ``taken`` < request id <= ``up_to``:
+        the FIFO's walk in C (SendCompletions.withdraw); fast failure answers them."""
+        return self.core.withdraw(taken, up_to, status)
+
+    def answer_fast(self, slot: int, frame: bytes) -> None:
+        """Write a whole response frame to the connection of ``slot``, if still attached."""
+        writer = self._writers.get(slot)
+        if writer is not None:
+            writer(frame)
+
+    def answer_python(self, request_id: int, result: PutResult) -> bool:
+        """Answer the Python path's put ``request_id`` with ``result``; False when it was
+        given up already (cancelled)."""
+        pending = self._pending.pop(request_id, None)
+        if pending is None or pending.future.done():
+            return False
+        pending.future.set_result(result)
+        return True
 
 
 def _loop_time() -> float:
