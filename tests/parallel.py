@@ -23,6 +23,9 @@ checks it): README's test command runs the suite on pytest-xdist workers, whole 
   within each), so that the longest files do not start last, and serial files at the end.
 
 Every lock is a ``flock`` on a file: released by the kernel when the process holding it dies.
+A wait for one is bounded (``LOCK_WAIT_S``): a lock nobody will release - a worker that still
+holds its own shared lock through a descriptor a test leaked waits for itself - fails the test
+at setup, naming the lock and the pid(s) holding it, instead of hanging the run.
 """
 import contextlib
 import fcntl
@@ -30,6 +33,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+import time
 
 import pytest
 
@@ -38,6 +42,16 @@ FIXED_PORT_LOCKS = pathlib.Path(tempfile.gettempdir()) / "pybroker-fixed-ports"
 # Cost markers (tests/conftest.py), most expensive first: files are scheduled in this order.
 COST_ORDER = ("crash", "peer", "broker", "dataplane")
 _RUN_DIR = pytest.StashKey[str]()
+# How long a test waits for one lock. Every holder is a test bounded by its own timeout (900 s
+# the longest), so a legitimate wait is shorter (a serial test waits for the running tests to
+# end); past this, the lock is one nobody will release.
+LOCK_WAIT_S = 1200.0
+# Why a test could not take its locks: it fails at setup with this.
+LOCK_FAILURE = pytest.StashKey[str]()
+
+
+class LockWaitExpired(Exception):
+    """A lock was not granted within its wait; the message names it and its holders."""
 
 
 def is_worker(config) -> bool:
@@ -52,32 +66,74 @@ def run_dir(config) -> pathlib.Path | None:
     return pathlib.Path(config.workerinput[RUN_DIR_KEY])
 
 
+def lock_holders(path: pathlib.Path) -> list[int]:
+    """The pids /proc/locks names as holding a lock on ``path`` (the process that took each
+    flock; waiters left out); empty where it cannot tell."""
+    try:
+        status = os.stat(path)
+        with open("/proc/locks", encoding="ascii") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return []
+    # "3: FLOCK  ADVISORY  WRITE 17431 fe:00:9986221 0 EOF"; a waiter's line has "->" second.
+    key = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    return sorted({int(fields[4]) for fields in map(str.split, lines)
+                   if len(fields) > 5 and fields[1] != "->" and fields[5] == key})
+
+
+def _flock(descriptor: int, path: pathlib.Path, exclusive: bool, wait_s: float) -> None:
+    """``flock`` shared or exclusive, polled until granted; LockWaitExpired after wait_s."""
+    operation = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    deadline = time.monotonic() + wait_s
+    pause = 0.01
+    while True:
+        try:
+            fcntl.flock(descriptor, operation)
+            return
+        except BlockingIOError:
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            holders = lock_holders(path)
+            own = " (this process: a descriptor it still holds)" if os.getpid() in holders \
+                else ""
+            raise LockWaitExpired(
+                f"waited {wait_s:g} s for the {'exclusive' if exclusive else 'shared'} lock on "
+                f"{path}; held by pid(s) {', '.join(map(str, holders)) or 'unknown'}{own}")
+        time.sleep(min(pause, left))
+        pause = min(2 * pause, 0.5)
+
+
 @contextlib.contextmanager
-def locked(path: pathlib.Path, exclusive: bool):
+def locked(path: pathlib.Path, exclusive: bool, wait_s: float = LOCK_WAIT_S):
     """Hold ``flock`` on ``path`` (created if missing), shared or exclusive, until the block
-    ends. Blocks until granted: every holder is a test bounded by its own timeout."""
+    ends. Waits until granted, at most ``wait_s`` (then LockWaitExpired)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        _flock(descriptor, path, exclusive, wait_s)
         yield
     finally:
         os.close(descriptor)            # releases the lock
 
 
 @contextlib.contextmanager
-def _alone(directory: pathlib.Path):
+def alone(directory: pathlib.Path, wait_s: float = LOCK_WAIT_S):
+    """A serial test's locks: no other test of the run runs while they are held."""
     # The turnstile first: tests arriving from now on wait at it, those running finish.
-    with locked(directory / "turnstile.lock", True), locked(directory / "tests.lock", True):
+    with locked(directory / "turnstile.lock", True, wait_s), \
+            locked(directory / "tests.lock", True, wait_s):
         yield
 
 
 @contextlib.contextmanager
-def _among_others(directory: pathlib.Path):
-    descriptor = os.open(directory / "tests.lock", os.O_RDWR | os.O_CREAT, 0o666)
+def among_others(directory: pathlib.Path, wait_s: float = LOCK_WAIT_S):
+    """Any other test's locks: it runs while no serial test does."""
+    path = directory / "tests.lock"
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        with locked(directory / "turnstile.lock", False):     # passes unless one waits alone
-            fcntl.flock(descriptor, fcntl.LOCK_SH)
+        with locked(directory / "turnstile.lock", False, wait_s):  # passes unless one waits
+            _flock(descriptor, path, False, wait_s)
         yield
     finally:
         os.close(descriptor)
@@ -131,10 +187,22 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(wrapper=True, tryfirst=True)      # outside pytest-timeout's clock
 def pytest_runtest_protocol(item, nextitem):
     with contextlib.ExitStack() as held:
-        for port in fixed_ports(item):
-            held.enter_context(locked(FIXED_PORT_LOCKS / f"{port}.lock", True))
-        directory = run_dir(item.config)
-        if directory is not None:
-            serial = item.get_closest_marker("serial") is not None
-            held.enter_context(_alone(directory) if serial else _among_others(directory))
+        try:
+            for port in fixed_ports(item):
+                held.enter_context(locked(FIXED_PORT_LOCKS / f"{port}.lock", True))
+            directory = run_dir(item.config)
+            if directory is not None:
+                serial = item.get_closest_marker("serial") is not None
+                held.enter_context(alone(directory) if serial else among_others(directory))
+        except LockWaitExpired as expired:
+            held.close()                # what was granted goes back; the test fails at setup
+            item.stash[LOCK_FAILURE] = str(expired)
         return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test whose locks were not granted fails here, saying which lock and whose."""
+    failure = item.stash.get(LOCK_FAILURE, None)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
