@@ -505,7 +505,8 @@ async def _send_batch(ctx, channel, request, header, config) -> tuple:
 
 # --- statistics ---------------------------------------------------------------------------------
 
-def _message_type_label(topic: str) -> int:
+def message_type_label(topic: str) -> int:
+    """The message-type label a put to ``topic`` is counted under (the fast path's too)."""
     # Java counts a put under the topic it was stored in (delay and half-transaction
     # messages under their system topics); the label says which kind it was.
     if topic == SystemTopic.TRANS_HALF:
@@ -526,7 +527,7 @@ async def timed_put(ctx, records, topic: str, queue_id: int, count: int, sys_fla
     result = await ctx.putter.put(records, topic, queue_id, count, sys_flag, wait_store)
     stats.put_latency(stats.now_ns() - started)
     if result.status.stored:
-        stats.topic_put(topic, result.count, result.wrote_bytes, _message_type_label(topic))
+        stats.topic_put(topic, result.count, result.wrote_bytes, message_type_label(topic))
     return result
 
 

@@ -38,6 +38,7 @@ message). :meth:`RingPutter.on_wake` runs in the event loop's own turn
 """
 import asyncio
 import collections
+import dataclasses
 from collections.abc import Callable
 
 from pybroker._fast.send import take as send_take
@@ -176,6 +177,9 @@ class RingPutter:
             settings.flush_timeout, sync_master, ha_max_gap_bytes, settings.slave_timeout,
             settings.put_ok if controller_mode else settings.slave_not_available,
             slave_timeout_ms / 1000)
+        if settings.timer is not None and settings.recall_templates is not None:
+            self.core.set_timer(settings.recall_templates,
+                                *dataclasses.astuple(settings.timer))
         self._pending: dict[int, _Pending] = {}
         self._space_waiters: collections.deque = collections.deque()
         core = self.core

@@ -2,8 +2,10 @@
 from libc.stdint cimport int32_t, int64_t
 
 cdef enum:
-    # Header pieces around msgId, queueId, queueOffset and opaque (broker/send_fast.py).
-    TEMPLATE_PIECES = 5
+    # Header pieces around msgId, queueId, queueOffset and opaque (broker/send_fast.py), and in
+    # a template with a recall handle the piece after it.
+    TEMPLATE_PIECES = 6
+    PIECE_AFTER_RECALL = 5
     # Hex digits of a physical offset.
     OFFSET_HEX_DIGITS = 16
     # Hex of the store host: IPv6 address + port.
@@ -12,6 +14,7 @@ cdef enum:
 
 cdef struct Template:
     bint stored                     # msgId/queueId/queueOffset present
+    bint recall                     # recallHandle after queueOffset (before piece 5)
     int32_t code                    # the response code (rpc_latency's response_code label)
     const unsigned char *pieces[TEMPLATE_PIECES]
     Py_ssize_t lengths[TEMPLATE_PIECES]
@@ -30,9 +33,12 @@ cdef struct AnswerValues:
     int32_t queue_id
     int64_t queue_offset
     int32_t opaque
+    const unsigned char *recall     # the recall handle of a recall template
+    Py_ssize_t recall_length
 
 
-# Point ``template`` at ``pieces`` (TEMPLATE_PIECES bytes objects the caller keeps alive).
+# Point ``template`` at ``pieces`` (5 bytes objects, or TEMPLATE_PIECES for a recall template,
+# which the caller keeps alive).
 cdef list set_templates(Template *templates, Py_ssize_t capacity, list given)
 
 # Bytes write_answer may need for these values (an upper bound).

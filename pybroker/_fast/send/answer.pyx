@@ -5,6 +5,8 @@ The template is the Python path's own JSON header for a send response, cut where
 go (broker/send_fast.py ``response_template``)::
 
     stored:     piece0 msgId piece1 queueId piece2 queueOffset piece3 opaque piece4
+    recall:     piece0 msgId piece1 queueId piece2 queueOffset piece3 recallHandle piece5
+                opaque piece4 (a parked timer message's, stored)
     not stored: piece0 opaque piece4
 
 Frame: length (4 + header bytes, big-endian) | header word (type 0 JSON << 24 | header
@@ -57,8 +59,14 @@ cdef list set_templates(Template *templates, Py_ssize_t capacity, list given):
         raise ValueError(f"{len(given)} templates, room for {capacity}")
     for index, (stored, pieces, code) in enumerate(given):
         pieces = tuple(bytes(piece) for piece in pieces)
-        if len(pieces) != TEMPLATE_PIECES:
-            raise ValueError(f"{len(pieces)} template pieces, not {TEMPLATE_PIECES}")
+        if len(pieces) not in (TEMPLATE_PIECES - 1, TEMPLATE_PIECES):
+            raise ValueError(f"{len(pieces)} template pieces, not {TEMPLATE_PIECES - 1} or "
+                             f"{TEMPLATE_PIECES}")
+        templates[index].recall = len(pieces) == TEMPLATE_PIECES
+        if templates[index].recall and not stored:
+            raise ValueError("a recall template answers a stored send")
+        if not templates[index].recall:
+            pieces = (*pieces, b"")
         kept.append(pieces)
         templates[index].stored = stored
         templates[index].code = code
@@ -76,6 +84,8 @@ cdef Py_ssize_t answer_bytes_max(const Template *template,
         need += template.lengths[index]
     if template.stored and values.real_ids:
         need += values.count * (values.host_hex_length + OFFSET_HEX_DIGITS + 1)
+    if template.recall:
+        need += values.recall_length
     return need
 
 
@@ -90,6 +100,10 @@ cdef Py_ssize_t write_answer(unsigned char *out, const Template *template,
         at += _piece(out + at, template, 2)
         at += write_decimal(out + at, values.queue_offset if values.real_ids else 0)
         at += _piece(out + at, template, 3)
+        if template.recall:
+            memcpy(out + at, values.recall, <size_t>values.recall_length)
+            at += values.recall_length
+            at += _piece(out + at, template, PIECE_AFTER_RECALL)
     at += write_decimal(out + at, values.opaque)
     at += _piece(out + at, template, 4)
     pb_pack_int32(out, <int32_t>(at - FRAME_LENGTH_FIELD_BYTES))

@@ -20,6 +20,8 @@ cdef class SendCompletions:
     cdef pb_completion_slot *_drained
     cdef Template _templates[STATUSES_MAX]
     cdef list _template_bytes
+    cdef Template _recall_templates[STATUSES_MAX]   # a parked timer message's answers
+    cdef list _recall_template_bytes
     cdef int32_t _statuses_count
     cdef int32_t _put_ok
     cdef int32_t _flush_timeout_status

@@ -34,7 +34,8 @@ from pybroker._fast.send.answer cimport (AnswerValues, Template, answer_bytes_ma
 from pybroker._fast.send.held cimport (fifo_aged, fifo_at, fifo_first_live, fifo_free,
                                        fifo_head, fifo_init, fifo_oldest_ns, fifo_push,
                                        held_advance, held_done, held_expiry, held_first,
-                                       held_next, held_push, held_target, held_unanswered)
+                                       held_next, held_push, held_target, held_unanswered,
+                                       send_free)
 from pybroker._fast.send.slots cimport ConnectionSlots
 from pybroker._fast.send.stats cimport SendStats, monotonic_ns
 
@@ -98,6 +99,17 @@ cdef class SendCompletions:
         self._statuses_count = len(templates)
         # Kept: the templates point into these bytes.
         self._template_bytes = set_templates(self._templates, STATUSES_MAX, templates)
+        self._set_recall_templates(templates)
+
+    def _set_recall_templates(self, list templates):
+        """The answers of parked timer messages (a recallHandle after queueOffset when stored;
+        broker/send_fast.py ``response_templates(recall=True)``), one per status as
+        :meth:`_set_templates`'s."""
+        if len(templates) != self._statuses_count:
+            raise ValueError(f"{len(templates)} recall templates for {self._statuses_count} "
+                             f"statuses")
+        self._recall_template_bytes = set_templates(self._recall_templates, STATUSES_MAX,
+                                                    templates)
 
     # --- connections (send/slots.pyx) -------------------------------------------------------
 
@@ -173,8 +185,7 @@ cdef class SendCompletions:
                 self._pending.head += 1
                 self.completed_up_to = done.request_id
                 if send.withdrawn:          # answered busy already; never stored
-                    if send.sizes != NULL:
-                        PyMem_Free(send.sizes)
+                    send_free(&send)
                     continue
                 self._complete(&send, done, now, now_ns, replicated_position, slaves_connected)
             if taken < <uint64_t>self._inflight_max:
@@ -330,7 +341,8 @@ cdef class SendCompletions:
         try:
             if not 0 <= status < self._statuses_count:
                 status = self._statuses_count - 1     # the caller's UNKNOWN_ERROR, last
-            template = &self._templates[status]
+            template = &self._templates[status] if send.recall == NULL \
+                else &self._recall_templates[status]
             self._count(send, template, real_ids, now_ns)
             if send.oneway or not self._slots.answers_due(send.slot, send.generation):
                 return 0
@@ -341,13 +353,12 @@ cdef class SendCompletions:
                 send.records_bytes, send.sizes
             values.queue_id, values.queue_offset = send.queue_id, send.queue_offset
             values.opaque = send.opaque
+            values.recall, values.recall_length = send.recall, send.recall_length
             out = self._slots.output(send.slot, answer_bytes_max(template, &values))
             self._slots.at(send.slot).output_length += write_answer(out, template, &values)
             return 0
         finally:
-            if send.sizes != NULL:
-                PyMem_Free(send.sizes)
-                send.sizes = NULL
+            send_free(send)
 
     cdef tuple _python_outcome(self, const FastSend *send, int32_t status, bint real_ids):
         """A Python path put's (request_id, status code, stored, count, physical_offset,

@@ -8,6 +8,7 @@
 # when every position it waits for covers it; the sends that wait for the flush alone (a slave
 # was not available at their completion) behind one waiting for a slave are swept in place
 # (marked answered), as the Python path answers them at the flush too.
+from cpython.mem cimport PyMem_Free
 from libc.stdint cimport int32_t, int64_t, uint32_t
 
 
@@ -26,6 +27,8 @@ cdef struct FastSend:
                                     # the acknowledgement waits for) and is what is counted
     int32_t *sizes                  # each record's size (owned, freed at answer); NULL: one
                                     # record of records_bytes
+    unsigned char *recall           # a parked timer message's recall handle (owned, freed
+    int32_t recall_length           # with sizes: send_free); NULL: the answer has none
     bint oneway
     bint wait_flush                 # SYNC_FLUSH: held until flushed_position covers it
     bint wait_replica               # SYNC_MASTER, a slave in sync at completion: held until
@@ -62,6 +65,16 @@ cdef struct Held:
     Py_ssize_t replicated_cursor    # the same for replicated_position
     Py_ssize_t swept_cursor         # counts below it were looked at by the sweep
     Py_ssize_t flush_only           # unanswered sends waiting for the flush alone (SYNC_MASTER)
+
+
+# Free what a put owns (its size table and recall handle), once.
+cdef inline void send_free(FastSend *send) noexcept:
+    if send.sizes != NULL:
+        PyMem_Free(send.sizes)
+        send.sizes = NULL
+    if send.recall != NULL:
+        PyMem_Free(send.recall)
+        send.recall = NULL
 
 
 # --- FIFOs of puts (request order) -------------------------------------------------------------

@@ -93,8 +93,7 @@ cdef void fifo_free(Fifo *fifo) noexcept:
         return
     item = fifo_head(fifo)
     while item != NULL:
-        if item.sizes != NULL:
-            PyMem_Free(item.sizes)
+        send_free(item)
         fifo.head += 1
         item = fifo_head(fifo)
     PyMem_Free(fifo.items)

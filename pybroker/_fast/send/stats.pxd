@@ -17,14 +17,16 @@ cdef class SendStats:
     cdef StatsWriter writer            # None: nothing is counted (also: instruments off)
     cdef dict _topic_ids
     cdef list _topic_names
+    cdef list _topic_types             # by topic id: send.py's message type label
     cdef int32_t *_keys                # by topic id: TOPIC_PUT entry, -2 not looked up yet
     cdef int32_t *_size_keys           # by topic id * SIZE_BUCKETS + bucket: KEY_MESSAGE_SIZE
     cdef Py_ssize_t _keys_capacity
     cdef dict _rpc_keys                # (request, response, oneway, bucket) -> KEY_RPC entry
     cdef object _python_oldest         # () -> the handlers' oldest unanswered send (epoch ms)
 
-    # A stable small id of a topic (UTF-8 name), for answered().
-    cdef int32_t topic_id(self, bytes name) except -1
+    # A stable small id of a topic (UTF-8 name) counted under a message type (send.py
+    # _message_type_label: 0 normal, 1 a parked timer message), for answered().
+    cdef int32_t topic_id(self, bytes name, int message_type=*) except -1
     cdef int32_t _key(self, int32_t topic_id) except -3
     # Requests read: REQUESTS_TOTAL and SEND_STARTED (proc/remoting.py request_started).
     cdef void started(self, int64_t requests) noexcept

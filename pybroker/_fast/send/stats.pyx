@@ -46,6 +46,9 @@ cdef enum:
 from pybroker.stats import metric_names as _names
 
 assert len(_names.MESSAGE_SIZE_BUCKETS_BYTES) + 1 == SIZE_BUCKETS
+# metric_names.message_size_label's stride between message types.
+cdef int SIZE_BUCKETS_PER_TYPE = (_names.message_size_label(1, 0)
+                                  - _names.message_size_label(0, 0))
 cdef int64_t SIZE_BOUNDS[SIZE_BUCKETS - 1]
 cdef int64_t RPC_BOUNDS[9]
 assert len(_names.RPC_BUCKETS_MS) == 9
@@ -118,6 +121,7 @@ cdef class SendStats:
         self._keys_capacity = 0
         self._topic_ids = {}
         self._topic_names = []
+        self._topic_types = []
         self._rpc_keys = {}
 
     def __init__(self, StatsWriter writer=None, python_oldest=None):
@@ -130,8 +134,8 @@ cdef class SendStats:
         PyMem_Free(self._keys)
         PyMem_Free(self._size_keys)
 
-    cdef int32_t topic_id(self, bytes name) except -1:
-        cdef object known = self._topic_ids.get(name)
+    cdef int32_t topic_id(self, bytes name, int message_type=0) except -1:
+        cdef object known = self._topic_ids.get((name, message_type))
         cdef int32_t *grown
         cdef Py_ssize_t topic_id, capacity, index
         if known is not None:
@@ -152,25 +156,28 @@ cdef class SendStats:
         for index in range(SIZE_BUCKETS):
             self._size_keys[topic_id * SIZE_BUCKETS + index] = KEY_UNKNOWN
         self._topic_names.append(name)
-        self._topic_ids[name] = topic_id
+        self._topic_types.append(message_type)
+        self._topic_ids[(name, message_type)] = topic_id
         return <int32_t>topic_id
 
     cdef int32_t _key(self, int32_t topic_id) except -3:
-        # Label 0: fast topics are never delay or half-transaction topics. Looked up at the
-        # topic's first stored put, as the handler's Recorder does.
+        # The label is the topic id's message type (0, or 1 for rmq_sys_wheel_timer). Looked
+        # up at the topic's first stored put, as the handler's Recorder does.
         if self._keys[topic_id] == KEY_UNKNOWN:
             self._keys[topic_id] = self.writer.key(
-                KEY_TOPIC_PUT, 0, (<bytes>self._topic_names[topic_id]).decode("utf-8"))
+                KEY_TOPIC_PUT, <int>self._topic_types[topic_id],
+                (<bytes>self._topic_names[topic_id]).decode("utf-8"))
         return self._keys[topic_id]
 
     cdef int32_t _size_key(self, int32_t topic_id, int64_t size_bytes) except -3:
         # Java's message_size: one value per put, its bytes per message, under the topic and
-        # message type "normal" (fast sends are never delay or transaction sends).
-        cdef int label = explicit_bucket(size_bytes, SIZE_BOUNDS, SIZE_BUCKETS - 1)
-        cdef int32_t *slot = &self._size_keys[topic_id * SIZE_BUCKETS + label]
+        # its message type (metric_names.message_size_label).
+        cdef int bucket = explicit_bucket(size_bytes, SIZE_BOUNDS, SIZE_BUCKETS - 1)
+        cdef int32_t *slot = &self._size_keys[topic_id * SIZE_BUCKETS + bucket]
         if slot[0] == KEY_UNKNOWN:
             slot[0] = self.writer.key(
-                KEY_MESSAGE_SIZE, label,
+                KEY_MESSAGE_SIZE,
+                <int>self._topic_types[topic_id] * SIZE_BUCKETS_PER_TYPE + bucket,
                 (<bytes>self._topic_names[topic_id]).decode("utf-8"))
         return slot[0]
 

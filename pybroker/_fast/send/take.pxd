@@ -7,6 +7,7 @@ from pybroker._fast.ring cimport ByteRing
 from pybroker._fast.send.complete cimport SendCompletions
 from pybroker._fast.send.read cimport PropertyScan, SendRequest
 from pybroker._fast.send.slots cimport ConnectionSlot
+from pybroker._fast.send.timer cimport TimerPark, TimerSettings
 from pybroker._fast.send.topics cimport TopicEntry, TopicTable
 from pybroker._fast.taker cimport Scratch
 
@@ -25,21 +26,33 @@ cdef class SendPath(SendCompletions):
     cdef unsigned char *_properties
     cdef int64_t _take_ns
     cdef int64_t _take_ms
+    cdef TimerSettings _timer       # 5.x timer messages (set_timer)
+    cdef bint _timer_on
+    cdef bytes _timer_topic
+    cdef int _timer_message_type
+    cdef int32_t _timer_topic_id
+    cdef bytes _broker_name
     cdef public bint python_waiting
     cdef public bint divert         # every frame goes to the Python path (page cache busy)
     cdef readonly uint64_t fast_puts_total
     cdef readonly uint64_t fast_frames_total
     cdef readonly uint64_t other_frames_total
+    cdef readonly uint64_t timer_puts_total     # timer messages parked by the fast path
 
     cdef bint _room(self) noexcept
     cdef int64_t _reserve(self, const unsigned char *topic, Py_ssize_t length,
                           Py_ssize_t records_bytes, int32_t queue_id, int32_t count,
                           int32_t sys_flag, bint wait_store) noexcept
-    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
+    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, int32_t topic_id,
                    int32_t count, int64_t records_bytes, int32_t *sizes,
-                   bint wait_store) except -1
+                   bint wait_store, unsigned char *recall=*,
+                   int32_t recall_length=*) except -1
     cdef Py_ssize_t _stored_properties(self, const SendRequest *request,
                                        PropertyScan *scan) noexcept
+    cdef Py_ssize_t _with_cluster(self, Py_ssize_t length) noexcept
+    cdef Py_ssize_t _timer_properties(self, const SendRequest *request,
+                                      const TopicEntry *topic, PropertyScan *scan,
+                                      TimerPark *park) noexcept
     cdef void _fields(self, RecordFields *f, const SendRequest *request, int32_t sys_flag,
                       int32_t flag, const ConnectionSlot *connection) noexcept
     cdef int _put_single(self, const SendRequest *request, TopicEntry *topic,

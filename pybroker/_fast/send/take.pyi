@@ -13,6 +13,7 @@ class SendPath(SendCompletions):
     fast_puts_total: int
     fast_frames_total: int
     other_frames_total: int
+    timer_puts_total: int
 
     def __init__(self, ring: ByteRing, completions: CompletionRing, store_ip: bytes,
                  store_port: int, cluster_pair: bytes, max_message_size: int,
@@ -30,5 +31,9 @@ class SendPath(SendCompletions):
     def put_python(self, records: Buffer, topic: bytes, queue_id: int, count: int,
                    sys_flag: int, wait_store: bool, started: float = -1.0) -> int:
         """Request id, or -1 when there is no room now."""
+    def set_timer(self, recall_templates: list, timer_topic: bytes, message_type: int,
+                  enabled: bool, congestion_possible: bool, max_delay_ms: int,
+                  precision_ms: int, broker_name: bytes) -> None:
+        """Park 5.x timer messages on the fast path (send/timer.pyx)."""
     def set_stats(self, stats: object, python_oldest: object = None) -> None:
         """Count fast sends in a StatsWriter section (None: not counted)."""

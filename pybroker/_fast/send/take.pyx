@@ -38,12 +38,15 @@ from pybroker._fast.request_read cimport REQUEST_FLAG_ONEWAY
 from pybroker._fast.send.held cimport FastSend
 from pybroker._fast.send.read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIELD_PROPERTIES,
                                        FIELD_TOPIC, PROPERTIES_MAX_BYTES,
-                                       PROPERTY_HANDLER_ONLY, PropertyScan, SendRequest,
+                                       PROPERTY_HANDLER_ONLY, PROPERTY_HAS_TIMER, PropertyScan,
+                                       SendRequest,
                                        batch_entry, batch_records_bytes, combine_properties,
                                        combined_properties_length, read_send_request,
                                        scan_properties)
 from pybroker._fast.send.slots cimport ConnectionSlot
 from pybroker._fast.send.stats cimport SendStats, monotonic_ns, realtime_ms
+from pybroker._fast.send.timer cimport (TIMER_HANDLER, TIMER_PARKED, TimerPark,
+                                        recall_handle, recall_handle_bytes, timer_redirect)
 from pybroker._fast.send.topics cimport TopicEntry, TopicTable
 from pybroker._fast.stats cimport StatsWriter
 from pybroker._fast.taker cimport SCRATCH_MIN_BYTES, scratch_fit, taker_next, taker_open
@@ -53,6 +56,8 @@ cdef enum:
     SYS_FLAG_TRANSACTION_MASK = 0x0C
     SYS_FLAG_BORN_V6 = 0x10
     SYS_FLAG_STORE_V6 = 0x20
+    # _stored_properties: a timer message (_timer_properties decides)
+    TIMER_PROPERTIES = -2
 
 # Python-visible facts for the checks in proc/ring_putter.py.
 PUT_HEADER_FIXED_BYTES = PUT_TOPIC_POSITION
@@ -93,6 +98,11 @@ cdef class SendPath(SendCompletions):
         self._scratch.data = NULL
         self._scratch.bytes = 0
         self._properties = NULL
+        self._timer.enabled = False
+        self._timer_on = False
+        self._timer_topic = b""
+        self._broker_name = b""
+        self._timer_topic_id = -1
 
     def __init__(self, ByteRing ring not None, CompletionRing completions not None,
                  bytes store_ip not None, int32_t store_port, bytes cluster_pair not None,
@@ -132,6 +142,32 @@ cdef class SendPath(SendCompletions):
         topics a send may go to without the Python path's checks (broker/send_fast.py decides
         which). Topics longer than 127 bytes are left out (send/topics.pyx)."""
         self._topics.replace(entries, self._counting)
+        if self._timer_on:
+            self._timer_topic_id = self._counting.topic_id(self._timer_topic,
+                                                           self._timer_message_type)
+
+    def set_timer(self, list recall_templates not None, bytes timer_topic not None,
+                  int message_type, bint enabled, bint congestion_possible,
+                  int64_t max_delay_ms, int64_t precision_ms, bytes broker_name not None):
+        """Park 5.x timer messages on the fast path (send/timer.pyx; without this call every
+        send with a timer property goes to the handler). ``recall_templates``: the answers of
+        a parked send, as ``templates``; ``timer_topic``: rmq_sys_wheel_timer, counted under
+        ``message_type`` (send.py's label); the rest are the broker's timer settings
+        (timerWheelEnable, timerCongestNumEachSlot below Integer.MAX_VALUE, timerMaxDelaySec
+        in ms, the effective timerPrecisionMs) and its brokerName (recall handles)."""
+        if not 0 < len(timer_topic) <= PUT_TOPIC_MAX_BYTES or precision_ms <= 0:
+            raise ValueError("a timer topic of 1..PUT_TOPIC_MAX_BYTES bytes and a positive "
+                             "precision")
+        self._set_recall_templates(recall_templates)
+        self._timer.enabled = enabled
+        self._timer.congestion_possible = congestion_possible
+        self._timer.max_delay_ms = max_delay_ms
+        self._timer.precision_ms = precision_ms
+        self._timer_topic = timer_topic
+        self._timer_message_type = message_type
+        self._broker_name = broker_name
+        self._timer_on = True
+        self._timer_topic_id = self._counting.topic_id(timer_topic, message_type)
 
     def set_stats(self, StatsWriter stats, python_oldest=None):
         """Count fast sends in this process's instrument section (None: not counted);
@@ -222,18 +258,20 @@ cdef class SendPath(SendCompletions):
         memset(p + PUT_TOPIC_POSITION + length, 0, <size_t>(header - PUT_TOPIC_POSITION - length))
         return offset + header
 
-    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, TopicEntry *topic,
+    cdef int _pend(self, Py_ssize_t slot, const SendRequest *request, int32_t topic_id,
                    int32_t count, int64_t records_bytes, int32_t *sizes,
-                   bint wait_store) except -1:
-        """Queue a fast send (see _queue)."""
+                   bint wait_store, unsigned char *recall=NULL,
+                   int32_t recall_length=0) except -1:
+        """Queue a fast send (see _queue); it owns ``sizes`` and ``recall`` from here."""
         cdef FastSend send
         send.python = False
+        send.recall, send.recall_length = recall, recall_length
         send.slot = <int32_t>slot
         send.generation = self._slots.at(slot).generation
         send.opaque = request.head.opaque
         send.queue_id = request.queue_id
         send.oneway = (request.head.flag & REQUEST_FLAG_ONEWAY) != 0
-        send.topic_id = topic.topic_id
+        send.topic_id = topic_id
         send.request_code = request.head.code
         send.started_ns = self._take_ns
         send.started_ms = self._take_ms
@@ -254,11 +292,41 @@ cdef class SendPath(SendCompletions):
                 return -1
             length = scan.stored_length
         if scan.flags & PROPERTY_HANDLER_ONLY:
-            return -1
+            return TIMER_PROPERTIES \
+                if (scan.flags & PROPERTY_HANDLER_ONLY) == PROPERTY_HAS_TIMER else -1
+        return self._with_cluster(length)
+
+    cdef Py_ssize_t _with_cluster(self, Py_ssize_t length) noexcept:
+        """Append the CLUSTER pair to the stored properties; their length, or -1 when too long
+        (the handler refuses them)."""
         memcpy(self._properties + length, <const char *>self._cluster_pair,
                len(self._cluster_pair))
         length += len(self._cluster_pair)
         return length if length <= PROPERTIES_MAX_BYTES else -1
+
+    cdef Py_ssize_t _timer_properties(self, const SendRequest *request,
+                                      const TopicEntry *topic, PropertyScan *scan,
+                                      TimerPark *park) noexcept:
+        """A single send's properties with a timer property: the stored properties in
+        self._properties as the handler writes them (send/timer.pyx), with park.uniq_key NULL
+        when it is stored as it is; -1 for the handler (refusals and rarer shapes)."""
+        cdef Py_ssize_t length = 0
+        cdef int outcome
+        park.uniq_key = NULL
+        if not self._timer_on:      # (rmq_sys_wheel_timer itself is never a fast topic)
+            return -1
+        outcome = timer_redirect(request.fields[FIELD_PROPERTIES].data,
+                                 request.fields[FIELD_PROPERTIES].length, topic.name,
+                                 topic.length, request.queue_id, &self._timer, self._take_ms,
+                                 self._properties, &length, park)
+        if outcome == TIMER_HANDLER:
+            return -1
+        if outcome != TIMER_PARKED:     # due now: a plain send (timer_redirect wrote over it)
+            park.uniq_key = NULL
+            scan_properties(request.fields[FIELD_PROPERTIES].data,
+                            request.fields[FIELD_PROPERTIES].length, self._properties, scan)
+            length = scan.stored_length
+        return self._with_cluster(length)
 
     cdef void _fields(self, RecordFields *f, const SendRequest *request, int32_t sys_flag,
                              int32_t flag, const ConnectionSlot *connection) noexcept:
@@ -282,34 +350,62 @@ cdef class SendPath(SendCompletions):
         cdef int64_t size, offset
         cdef RecordFields f
         cdef RecordParts parts
+        cdef TimerPark park
+        cdef const unsigned char *stored_topic = topic.name
+        cdef Py_ssize_t stored_topic_length = topic.length
+        cdef int32_t stored_queue_id = request.queue_id
+        cdef int32_t topic_id = topic.topic_id
+        cdef unsigned char *recall = NULL
+        cdef Py_ssize_t recall_length = 0
         if request.queue_id < 0 or request.queue_id >= topic.queue_nums \
                 or request.sys_flag & SYS_FLAG_TRANSACTION_MASK \
                 or request.body_length <= 0 or request.body_length > self._max_message_size:
             return 0
+        park.uniq_key = NULL
         properties_length = self._stored_properties(request, &scan)
+        if properties_length == TIMER_PROPERTIES:
+            properties_length = self._timer_properties(request, topic, &scan, &park)
+            if park.uniq_key != NULL:       # parked: rmq_sys_wheel_timer queue 0
+                stored_topic = <const unsigned char *>self._timer_topic
+                stored_topic_length = len(self._timer_topic)
+                stored_queue_id = 0
+                topic_id = self._timer_topic_id
         if properties_length < 0:
             return 0
         sys_flag = request.sys_flag | topic.extra_sys_flag
         record_sys_flag = _host_sys_flag(sys_flag, connection.born_ip_length,
                                          self._store_ip_length)
-        size = record_encoded_size(request.body_length, topic.length, properties_length,
+        size = record_encoded_size(request.body_length, stored_topic_length, properties_length,
                                    record_sys_flag)
-        if size < 0 or \
-                _put_header_bytes(topic.length) + size > <int64_t>self._ring._record_max_bytes:
+        if size < 0 or _put_header_bytes(stored_topic_length) + size \
+                > <int64_t>self._ring._record_max_bytes:
             return 0
         if not self._room():
             return -1
-        offset = self._reserve(topic.name, topic.length, size, request.queue_id, 1, sys_flag,
-                               scan.wait_store)
+        if park.uniq_key != NULL:
+            recall_length = recall_handle_bytes(topic.length, len(self._broker_name), &park)
+            recall = <unsigned char *>PyMem_Malloc(recall_length)
+            if recall == NULL:
+                raise MemoryError()
+        offset = self._reserve(stored_topic, stored_topic_length, size, stored_queue_id, 1,
+                               sys_flag, scan.wait_store)
         if offset < 0:
+            PyMem_Free(recall)
             return -1
         self._fields(&f, request, record_sys_flag, request.message_flag, connection)
-        parts.topic, parts.topic_length = <const unsigned char *>topic.name, topic.length
+        f.queue_id = stored_queue_id
+        parts.topic, parts.topic_length = stored_topic, stored_topic_length
         parts.body, parts.body_length = request.body, request.body_length
         parts.properties, parts.properties_length = self._properties, properties_length
         parts.born_address, parts.store_address = connection.born_ip, self._store_ip
         write_record(self._ring._data + offset, &f, &parts)
-        self._pend(slot, request, topic, 1, size, NULL, scan.wait_store)
+        if recall != NULL:
+            recall_handle(recall, topic.name, topic.length,
+                          <const unsigned char *>self._broker_name, len(self._broker_name),
+                          &park)
+            self.timer_puts_total += 1
+        self._pend(slot, request, topic_id, 1, size, NULL, scan.wait_store, recall,
+                   <int32_t>recall_length)
         return 1
 
     cdef int _put_batch(self, const SendRequest *request, TopicEntry *topic,
@@ -330,7 +426,7 @@ cdef class SendPath(SendCompletions):
                 or request.sys_flag & SYS_FLAG_TRANSACTION_MASK or request.body_length <= 0:
             return 0
         batch_length = self._stored_properties(request, &scan)
-        if batch_length < 0:
+        if batch_length < 0:        # TIMER_PROPERTIES too: a batch's stay as they are
             return 0
         sys_flag = _host_sys_flag(request.sys_flag | topic.extra_sys_flag,
                                   connection.born_ip_length, self._store_ip_length)
@@ -373,7 +469,8 @@ cdef class SendPath(SendCompletions):
             PyMem_Free(sizes)
             raise RuntimeError(f"batch records of {offset - records_at} bytes in a reservation "
                                f"of {total}")
-        self._pend(slot, request, topic, <int32_t>count, total, sizes, scan.wait_store)
+        self._pend(slot, request, topic.topic_id, <int32_t>count, total, sizes,
+                   scan.wait_store)
         return 1
 
     # --- Python path puts -------------------------------------------------------------------

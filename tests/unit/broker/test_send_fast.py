@@ -174,9 +174,48 @@ ROWS = [
     ("pipe in tag", frame("binary", properties="TAGS\x01a|b\x02"), False),
     ("blank tag", frame("binary", properties="TAGS\x01  \x02"), False),
     ("cluster property", frame("binary", properties="CLUSTER\x01C\x02"), False),
-    # 5.x timer messages: the handler parks them (broker/timer_message.py), or refuses.
+    # 5.x timer messages: parked by the fast path as the handler parks them (send/timer.pyx,
+    # broker/timer_message.py; the answer carries the recall handle), refusals and the rarer
+    # shapes left to the handler.
     ("timer deliver time", frame("binary", properties=f"TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02"
-                                 "UNIQ_KEY\x01U1\x02"), False),
+                                 "UNIQ_KEY\x01U1\x02"), True),
+    ("timer producer (Apache's TimerProducer)", frame("json310", properties=(
+        f"MY_RECORD_TIMER_DELIVER_MS\x01{TOMORROW_MS + 1234}\x02TIMER_DELIVER_MS\x01"
+        f"{TOMORROW_MS + 1234}\x02UNIQ_KEY\x017F0000010F2A18B4AAC2\x02WAIT\x01true\x02")), True),
+    ("timer, go json 10, WAIT false", frame("go", properties=(
+        f"WAIT\x01false\x02TIMER_DELIVER_MS\x01+0{TOMORROW_MS + 1}\x02UNIQ_KEY\x01G\x02"
+        "TAGS\x01T\x02E\x01\x02")), True),
+    ("timer oneway", frame("binary", oneway=True, properties=(
+        f"TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01O\x02")), True),
+    ("timer to a multi-tag topic", frame("binary", topic="MultiTag", queue_id="0", properties=(
+        f"UNIQ_KEY\x01M\x02TIMER_DELIVER_MS\x01{TOMORROW_MS + 999}\x02")), True),
+    ("timer, appender: flush timeout status", frame("json310", body=b"#FDT#", properties=(
+        f"TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01F\x02")), True),
+    ("timer, appender: service not available", frame("binary", body=b"#SNA#", properties=(
+        f"TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01S\x02")), True),
+    ("timer deliver time past: stored as is", frame("binary", properties=(
+        "TIMER_DELIVER_MS\x011000\x02UNIQ_KEY\x01P\x02WAIT\x01true\x02")), True),
+    ("timer cancel mark due now", frame("binary", properties=(
+        "TIMER_DELIVER_MS\x011000\x02TIMER_DEL_UNIQKEY\x01TopicTest+X\x02UNIQ_KEY\x01C\x02")),
+     False),
+    ("timer with REAL_TOPIC", frame("binary", properties=(
+        f"REAL_TOPIC\x01Other\x02TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01R\x02")),
+     False),
+    ("timer already delivered (TIMER_OUT_MS)", frame("binary", properties=(
+        f"TIMER_OUT_MS\x015\x02TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01D\x02")),
+     False),
+    ("timer and a delay level", frame("binary", properties=(
+        f"DELAY\x012\x02TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01L\x02")), False),
+    ("timer, transaction sysflag", frame("go", sysFlag="4", properties=(
+        f"TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01T\x02")), False),
+    ("timer, transaction property", frame("binary", properties=(
+        f"TRAN_MSG\x01true\x02TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01H\x02")),
+     False),
+    ("timer to the wheel topic itself", frame("binary", topic="rmq_sys_wheel_timer",
+                                              queue_id="0", properties=(
+        f"TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02UNIQ_KEY\x01W\x02")), False),
+    ("plain send to the wheel topic", frame("binary", topic="rmq_sys_wheel_timer",
+                                            queue_id="0"), False),
     ("timer deliver too far", frame("binary", properties="TIMER_DELIVER_MS\x014102444800000\x02"),
      False),
     ("timer delay not a number", frame("go", properties="TIMER_DELAY_MS\x01x\x02"), False),
@@ -348,6 +387,7 @@ class Side:
         self.metadata.topics.update_topic_config(TopicConfig(TOPIC, 4, 4))
         self.metadata.topics.update_topic_config(TopicConfig("MultiTag", 2, 2,
                                                       topic_filter_type="MULTI_TAG"))
+        self.metadata.topics.update_topic_config(TopicConfig("rmq_sys_wheel_timer", 1, 1))
         self.stats_region = StatsRegion.create(str(tmp_path / name / "stats"), 6, 0)
         self.recorder = Recorder(self.stats_region.writer(5))
         self.putter.set_stats(self.recorder)

@@ -1,0 +1,287 @@
+# pybroker._fast.send.timer: the put-time rule of 5.x timer messages for the send fast path.
+"""5.x timer messages on the send fast path (docs/architecture/send-fast-path.md).
+
+The twin of :func:`pybroker.broker.timer_message.redirect_timer` (and of send.py's
+``recall_handle_of``) for the one shape a timer producer sends: a single NOT-type message to a
+topic of the fast table whose properties carry TIMER_DELIVER_MS, TIMER_DELAY_SEC or
+TIMER_DELAY_MS with a UNIQ_KEY, and no DELAY, TRAN_MSG, CLUSTER, TIMER_OUT_MS, REAL_TOPIC or
+REAL_QID. Those the handler would park are rewritten here exactly as it rewrites them; every
+refusal (wheel disabled, a value that is not a long, beyond timerMaxDelaySec, a cancel mark due
+now, a slot that may be congested) and every other shape is left to the handler, which answers
+it with Java's code and remark. tests/unit/broker/test_send_timer.py runs both over the same
+seeded inputs; tests/unit/broker/test_send_fast.py compares stored records and answers.
+"""
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from pybroker._fast.digits cimport write_decimal
+
+from pybroker.broker import timer_message as _timer_message
+from pybroker.protocol.constants import Property as _Property
+
+cdef const char *BASE64_URL = (
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+# The names below restate protocol/constants.py; they must agree.
+assert (_Property.TIMER_DELIVER_MS, _Property.TIMER_DELAY_SEC, _Property.TIMER_DELAY_MS,
+        _Property.TIMER_OUT_MS, _Property.TIMER_DEL_UNIQKEY, _Property.REAL_TOPIC,
+        _Property.REAL_QUEUE_ID, _Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == (
+    "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
+    "TIMER_DEL_UNIQKEY", "REAL_TOPIC", "REAL_QID", "UNIQ_KEY")
+assert _timer_message.RECALL_HANDLE_VERSION == "v1"
+
+cdef enum:
+    # The properties timer_redirect looks at (an index into _Spans)
+    NAME_DELIVER_MS = 0
+    NAME_DELAY_SEC = 1
+    NAME_DELAY_MS = 2
+    NAME_UNIQ_KEY = 3
+    NAME_OUT_MS = 4
+    NAME_DEL_UNIQKEY = 5
+    NAME_REAL_TOPIC = 6
+    NAME_REAL_QID = 7
+    NAMES_COUNT = 8
+
+cdef const char *NAMES[NAMES_COUNT]
+NAMES[:] = [b"TIMER_DELIVER_MS", b"TIMER_DELAY_SEC", b"TIMER_DELAY_MS", b"UNIQ_KEY",
+            b"TIMER_OUT_MS", b"TIMER_DEL_UNIQKEY", b"REAL_TOPIC", b"REAL_QID"]
+
+
+cdef struct _Spans:
+    const unsigned char *values[NAMES_COUNT]     # NULL: absent (or an empty value: dropped)
+    Py_ssize_t lengths[NAMES_COUNT]
+
+
+cdef inline bint _is(const unsigned char *name, Py_ssize_t length,
+                     const char *word) noexcept nogil:
+    cdef Py_ssize_t n = 0
+    while word[n] != 0:
+        n += 1
+    return n == length and memcmp(name, word, <size_t>n) == 0
+
+
+cdef Py_ssize_t _copy_pairs(const unsigned char *text, Py_ssize_t length, unsigned char *out,
+                            _Spans *spans) noexcept nogil:
+    """Every pair with a value, in order, WAIT included (Java rebuilds a redirected message's
+    properties from its whole map); note the values of the names above. The text is one
+    scan_properties accepted: well-formed pairs, unique names."""
+    cdef Py_ssize_t at = 0, end, separator, n = 0, index
+    for index in range(NAMES_COUNT):
+        spans.values[index] = NULL
+        spans.lengths[index] = 0
+    while at < length:
+        end = at
+        while end < length and text[end] != 2:
+            end += 1
+        if end > at:
+            separator = at
+            while text[separator] != 1:
+                separator += 1
+            if end > separator + 1:                 # an empty value is dropped
+                for index in range(NAMES_COUNT):
+                    if _is(text + at, separator - at, NAMES[index]):
+                        spans.values[index] = text + separator + 1
+                        spans.lengths[index] = end - separator - 1
+                        break
+                memcpy(out + n, text + at, <size_t>(end - at))
+                n += end - at
+                out[n] = 2
+                n += 1
+        at = end + 1
+    return n
+
+
+cdef int _java_long(const unsigned char *text, Py_ssize_t length,
+                    int64_t *value) noexcept nogil:
+    """Long.parseLong as timer_message._java_long: an optional sign, ASCII digits, in range;
+    0 or -1."""
+    cdef Py_ssize_t at = 0
+    cdef bint negative = False
+    cdef uint64_t magnitude = 0, limit
+    if length > 0 and (text[0] == c'+' or text[0] == c'-'):
+        negative = text[0] == c'-'
+        at = 1
+    if at == length:
+        return -1
+    limit = <uint64_t>INT64_MAX + (1 if negative else 0)
+    while at < length:
+        if not c'0' <= text[at] <= c'9':
+            return -1
+        if magnitude > (limit - (text[at] - c'0')) // 10:
+            return -1
+        magnitude = magnitude * 10 + (text[at] - c'0')
+        at += 1
+    value[0] = <int64_t>((~magnitude) + 1) if negative else <int64_t>magnitude
+    return 0
+
+
+cdef inline int64_t _plus(int64_t a, int64_t b) noexcept nogil:
+    # A Java long's wrapping sum.
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+cdef int _deliver_ms(const _Spans *spans, int64_t now_ms, int64_t *deliver) noexcept nogil:
+    """The delivery time the properties ask for (TIMER_DELAY_SEC, else TIMER_DELAY_MS, else
+    TIMER_DELIVER_MS, wrapping as Java's longs); -1 when the value is not a long."""
+    cdef int64_t value
+    cdef int index, turn
+    cdef int order[3]
+    order[0], order[1], order[2] = NAME_DELAY_SEC, NAME_DELAY_MS, NAME_DELIVER_MS
+    for turn in range(3):
+        index = order[turn]
+        if spans.values[index] != NULL:
+            if _java_long(spans.values[index], spans.lengths[index], &value) < 0:
+                return -1
+            if index == NAME_DELAY_SEC:
+                deliver[0] = _plus(now_ms, <int64_t>(<uint64_t>value * 1000))
+            elif index == NAME_DELAY_MS:
+                deliver[0] = _plus(now_ms, value)
+            else:
+                deliver[0] = value
+            return 0
+    return -1
+
+
+cdef inline Py_ssize_t _pair(unsigned char *out, const char *name, const unsigned char *value,
+                             Py_ssize_t value_length) noexcept nogil:
+    cdef Py_ssize_t n = 0
+    while name[n] != 0:
+        out[n] = <unsigned char>name[n]
+        n += 1
+    out[n] = 1
+    memcpy(out + n + 1, value, <size_t>value_length)
+    out[n + 1 + value_length] = 2
+    return n + 2 + value_length
+
+
+cdef int timer_redirect(const unsigned char *text, Py_ssize_t length,
+                        const unsigned char *topic, Py_ssize_t topic_length, int32_t queue_id,
+                        const TimerSettings *settings, int64_t now_ms, unsigned char *out,
+                        Py_ssize_t *out_length, TimerPark *park) noexcept nogil:
+    cdef _Spans spans
+    cdef int64_t deliver, slot_ms
+    cdef unsigned char number[24]
+    cdef Py_ssize_t n = _copy_pairs(text, length, out, &spans)
+    if spans.values[NAME_OUT_MS] != NULL:
+        return TIMER_HANDLER        # delivered by the timer once: not a timer message again
+    if not settings.enabled:
+        return TIMER_HANDLER        # WHEEL_TIMER_NOT_ENABLE
+    if _deliver_ms(&spans, now_ms, &deliver) < 0:
+        return TIMER_HANDLER        # WHEEL_TIMER_MSG_ILLEGAL
+    if deliver <= now_ms:
+        if spans.values[NAME_DEL_UNIQKEY] != NULL:
+            return TIMER_HANDLER    # a cancel mark due now: WHEEL_TIMER_MSG_ILLEGAL
+        return TIMER_STORED_AS_IS
+    if deliver - now_ms > settings.max_delay_ms:
+        return TIMER_HANDLER        # WHEEL_TIMER_MSG_ILLEGAL
+    if settings.congestion_possible:
+        return TIMER_HANDLER        # WHEEL_TIMER_FLOW_CONTROL is the handler's to decide
+    if spans.values[NAME_UNIQ_KEY] == NULL \
+            or spans.lengths[NAME_UNIQ_KEY] > TIMER_UNIQ_KEY_MAX_BYTES \
+            or spans.values[NAME_REAL_TOPIC] != NULL or spans.values[NAME_REAL_QID] != NULL:
+        return TIMER_HANDLER        # the handler gives it a UNIQ_KEY / overwrites in place
+    if deliver % settings.precision_ms == 0:
+        slot_ms = deliver - settings.precision_ms
+    else:
+        slot_ms = deliver // settings.precision_ms * settings.precision_ms
+    n += _pair(out + n, "TIMER_OUT_MS", number, write_decimal(number, slot_ms))
+    n += _pair(out + n, "REAL_TOPIC", topic, topic_length)
+    n += _pair(out + n, "REAL_QID", number, write_decimal(number, queue_id))
+    out_length[0] = n
+    park.slot_ms = slot_ms
+    park.uniq_key = spans.values[NAME_UNIQ_KEY]
+    park.uniq_key_length = spans.lengths[NAME_UNIQ_KEY]
+    return TIMER_PARKED
+
+
+# --- recall handles ----------------------------------------------------------------------------
+
+cdef Py_ssize_t _handle_text_bytes(Py_ssize_t topic_length, Py_ssize_t broker_name_length,
+                                   const TimerPark *park) noexcept nogil:
+    # "v1 " topic " " broker " " decimal " " uniq (a decimal is at most 20 bytes)
+    return 3 + topic_length + 1 + broker_name_length + 1 + 20 + 1 + park.uniq_key_length
+
+
+cdef Py_ssize_t recall_handle_bytes(Py_ssize_t topic_length, Py_ssize_t broker_name_length,
+                                    const TimerPark *park) noexcept nogil:
+    cdef unsigned char number[24]
+    cdef Py_ssize_t text = _handle_text_bytes(topic_length, broker_name_length, park) - 20 \
+        + write_decimal(number, _plus(park.slot_ms, 1))
+    return (text + 2) // 3 * 4
+
+
+cdef Py_ssize_t recall_handle(unsigned char *out, const unsigned char *topic,
+                              Py_ssize_t topic_length, const unsigned char *broker_name,
+                              Py_ssize_t broker_name_length,
+                              const TimerPark *park) noexcept nogil:
+    # The text is built at the end of out's room, then encoded from the front: Base64's
+    # output never overtakes its input (4 bytes out for 3 read, from 1/3 of the way in).
+    cdef Py_ssize_t total = recall_handle_bytes(topic_length, broker_name_length, park)
+    cdef Py_ssize_t size = total // 4 * 3, n, at = 0, i
+    cdef unsigned char *text = out + total - size
+    cdef unsigned char *word = text
+    cdef uint64_t chunk
+    memcpy(word, b"v1 ", 3)
+    word += 3
+    memcpy(word, topic, <size_t>topic_length)
+    word += topic_length
+    word[0] = c' '
+    memcpy(word + 1, broker_name, <size_t>broker_name_length)
+    word += 1 + broker_name_length
+    word[0] = c' '
+    word += 1 + write_decimal(word + 1, _plus(park.slot_ms, 1))
+    word[0] = c' '
+    memcpy(word + 1, park.uniq_key, <size_t>park.uniq_key_length)
+    word += 1 + park.uniq_key_length
+    n = word - text                 # the text's bytes (size - n is the padding's share)
+    i = 0
+    while i + 3 <= n:
+        chunk = (<uint64_t>text[i] << 16) | (<uint64_t>text[i + 1] << 8) | text[i + 2]
+        out[at] = BASE64_URL[(chunk >> 18) & 63]
+        out[at + 1] = BASE64_URL[(chunk >> 12) & 63]
+        out[at + 2] = BASE64_URL[(chunk >> 6) & 63]
+        out[at + 3] = BASE64_URL[chunk & 63]
+        at += 4
+        i += 3
+    if i < n:
+        chunk = <uint64_t>text[i] << 16
+        if i + 1 < n:
+            chunk |= <uint64_t>text[i + 1] << 8
+        out[at] = BASE64_URL[(chunk >> 18) & 63]
+        out[at + 1] = BASE64_URL[(chunk >> 12) & 63]
+        out[at + 2] = BASE64_URL[(chunk >> 6) & 63] if i + 1 < n else c'='
+        out[at + 3] = c'='
+        at += 4
+    return at
+
+
+# --- Python face (tests) -------------------------------------------------------------------------
+
+def redirect(bytes text not None, bytes topic not None, int32_t queue_id, bint enabled,
+             int64_t max_delay_ms, int64_t precision_ms, bint congestion_possible,
+             int64_t now_ms, bytes broker_name=b""):
+    """``(outcome, stored properties without CLUSTER, recall handle)`` as the fast path decides
+    for these properties (outcome: 1 parked, 0 stored as is, -1 the handler's; the other two
+    None unless parked)."""
+    cdef TimerSettings settings
+    cdef TimerPark park
+    cdef Py_ssize_t out_length = 0, handle_length
+    cdef bytearray out = bytearray(len(text) + 64 + len(topic) + 1)
+    cdef bytearray handle
+    cdef int outcome
+    settings.enabled = enabled
+    settings.congestion_possible = congestion_possible
+    settings.max_delay_ms = max_delay_ms
+    settings.precision_ms = precision_ms
+    outcome = timer_redirect(<const unsigned char *>text, len(text),
+                             <const unsigned char *>topic, len(topic), queue_id, &settings,
+                             now_ms, <unsigned char *>out, &out_length, &park)
+    if outcome != TIMER_PARKED:
+        return outcome, None, None
+    handle = bytearray(recall_handle_bytes(len(topic), len(broker_name), &park))
+    handle_length = recall_handle(<unsigned char *>handle, <const unsigned char *>topic,
+                                  len(topic), <const unsigned char *>broker_name,
+                                  len(broker_name), &park)
+    if handle_length != len(handle):
+        raise AssertionError(f"recall handle of {handle_length} bytes, {len(handle)} reserved")
+    return outcome, bytes(out[:out_length]), bytes(handle)
