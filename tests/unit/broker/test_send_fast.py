@@ -555,6 +555,65 @@ def test_the_whole_table_in_one_stream(sides, pipelined):
     assert len(expected[0]) == sum(1 for row in ROWS if b"oneway" not in row[0].encode())
 
 
+_TIMER_ROWS = [row for row in ROWS if row[0].startswith("timer")]
+_PARKED = sum(1 for name, _, taken in _TIMER_ROWS if taken and "past" not in name)
+
+
+@pytest.mark.parametrize("overrides, parked", [
+    ({}, _PARKED), ({"timerPrecisionMs": "500"}, _PARKED), ({"timerWheelEnable": "false"}, 0),
+    ({"timerCongestNumEachSlot": "10"}, 0), ({"timerMaxDelaySec": "60"}, 0)],
+    ids=["defaults", "precision 500", "wheel disabled", "congestion limit", "max delay 60 s"])
+def test_timer_sends_under_each_setting(sides, overrides, parked):
+    """The timer rows under the timer settings: the same answers (the handler's refusals with
+    Java's codes and remarks), records and figures either way; the fast path parks exactly the
+    sends the handler would park and cannot be refused."""
+    python_side, fast_side = sides(overrides)
+    frames = [row[1] for row in _TIMER_ROWS]
+    expected = run_side(python_side, frames, True)
+    assert run_side(fast_side, frames, True) == expected
+    assert fast_side.putter.core.timer_puts_total == parked
+    if parked == 0:
+        codes = {command.decode(data, 0, len(data)).code for data in expected[0].values()}
+        assert codes & {ResponseCode.SYSTEM_ERROR, ResponseCode.MESSAGE_ILLEGAL} or \
+            "congest" in str(overrides), codes
+
+
+def test_a_timer_producer_load_never_reaches_the_handler(sides):
+    """Apache's TimerProducer's sends (TIMER_DELIVER_MS and its MY_RECORD_ copy, UNIQ_KEY,
+    WAIT; both header encodings), 600 pipelined: every one parked by the fast path (counted,
+    not timed: no frame handed to the Python path, no handler run), stored and answered as
+    the handler stores and answers them."""
+    frames = []
+    for number in range(600):
+        deliver_ms = TOMORROW_MS + number * 37
+        frames.append(frame("binary" if number % 2 else "json310", body=b"t%d" % number,
+                            queue_id=str(number % 4), properties=(
+            f"MY_RECORD_TIMER_DELIVER_MS\x01{deliver_ms}\x02TIMER_DELIVER_MS\x01{deliver_ms}"
+            f"\x02UNIQ_KEY\x017F00000100002A9F00000000{number:08X}\x02WAIT\x01true\x02")))
+    python_side, fast_side = sides()
+    handled = []
+    original = send.handle_send_message
+
+    async def counting(*args):
+        handled.append(1)
+        return await original(*args)
+    send.handle_send_message = counting
+    try:
+        expected = run_side(python_side, frames, True)
+        assert len(handled) == 600          # the count sees the handler's sends
+        handled.clear()
+        got = run_side(fast_side, frames, True)
+    finally:
+        send.handle_send_message = original
+    assert got == expected
+    assert len(expected[1]) == 600 and {request[0] for request in expected[1]} == {
+        b"rmq_sys_wheel_timer"}
+    core = fast_side.putter.core
+    assert (core.timer_puts_total, core.fast_puts_total, core.other_frames_total) == (600, 600, 0)
+    assert handled == []
+    assert all(b'"recallHandle":"' in data for data in got[0].values())
+
+
 def test_no_room_holds_the_rest_of_the_read(sides):
     """With 4 completion slots, a read of 30 sends waits for room between puts (reading
     pauses), never drops one, and ends with the same answers and records."""

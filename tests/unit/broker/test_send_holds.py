@@ -15,8 +15,8 @@ import pytest
 from pybroker.protocol import command
 from pybroker.protocol.codes import ResponseCode
 from pybroker.stats.region import StatsCounter, StatsHistogram
-from tests.unit.broker.test_send_fast import (Side, batch_body, feed, frame, responses,
-                                              settle, side_pairs)
+from tests.unit.broker.test_send_fast import (TOMORROW_MS, Side, batch_body, feed, frame,
+                                              responses, settle, side_pairs)
 
 
 @pytest.fixture
@@ -60,12 +60,14 @@ def test_sync_flush_answers_wait_for_the_flushed_position(sides):
     assert codes == [0, 0, 10]        # SUCCESS, SUCCESS (no wait), FLUSH_DISK_TIMEOUT
 
 
-@pytest.mark.parametrize("style", ["binary", "go", "batch-binary", "batch-json", "batch3"])
+@pytest.mark.parametrize("style", ["binary", "go", "batch-binary", "batch-json", "batch3",
+                                   "timer"])
 @pytest.mark.parametrize("role", ["SYNC_FLUSH", "SYNC_MASTER"])
 def test_an_acknowledgement_waits_for_the_last_byte(sides, style, role):
     """With the flushed (SYNC_FLUSH) or replicated (SYNC_MASTER) position at the record's
     start, then one byte short of its end, nothing is answered; at its end, SEND_OK. A batch
-    of one message included (it was answered at the start: its end was taken as its start)."""
+    of one message included (it was answered at the start: its end was taken as its start), and a
+    timer message the fast path parks on rmq_sys_wheel_timer."""
     field = "flushed_position" if role == "SYNC_FLUSH" else "replicated_position"
     overrides = ({"flushDiskType": "SYNC_FLUSH"} if role == "SYNC_FLUSH"
                  else {"brokerRole": "SYNC_MASTER"})
@@ -75,6 +77,9 @@ def test_an_acknowledgement_waits_for_the_last_byte(sides, style, role):
         data = frame("batch-binary", batch="true", body=batch_body([(0, b"m", "")] * 3))
     elif style.startswith("batch"):
         data = frame(style, batch="true", body=batch_body([(0, b"one", "")]))
+    elif style == "timer":
+        data = frame("json310", properties=f"TIMER_DELIVER_MS\x01{TOMORROW_MS}\x02"
+                     "UNIQ_KEY\x01AB12\x02WAIT\x01true\x02")
     else:
         data = frame(style)
 
@@ -105,6 +110,7 @@ def test_an_acknowledgement_waits_for_the_last_byte(sides, style, role):
     assert expected[:3] == [b"", b"", b""]
     assert list(_codes(expected[3]).values()) == [ResponseCode.SUCCESS]
     assert fast_side.putter.core.fast_puts_total == 1
+    assert fast_side.putter.core.timer_puts_total == (style == "timer")
 
 
 def _flush_waits(side: Side) -> int:
