@@ -36,11 +36,13 @@ class SendForm:
     batch_size: int          # 0: a single message
     encoding: SerializeType
     path: str                # "fast" or "python"
+    timer: bool = False      # a 5.x timer message due in a day (parked on rmq_sys_wheel_timer)
 
     @property
     def name(self) -> str:
         shape = f"batch{self.batch_size}" if self.batch_size else "single"
-        return f"{int(self.code)}-{shape}-{self.encoding.name}-{self.path}"
+        return f"{int(self.code)}-{shape}-{self.encoding.name}-{self.path}" + (
+            "-timer" if self.timer else "")
 
     @property
     def messages(self) -> int:
@@ -57,6 +59,8 @@ class SendForm:
         values = {"TAGS": "T", "WAIT": "true"}
         if self.path == "python":
             values["PATH"] = "h\u00e4ndler"
+        if self.timer:
+            values["TIMER_DELIVER_MS"] = str(time.time_ns() // 1_000_000 + 86_400_000)
         if self.batch_size:
             body = batch_body([(f"{tag}-{index}".encode() + pad,
                                 f"UNIQ_KEY\x01{tag}-{index}\x02")
@@ -93,6 +97,11 @@ ALL_FORMS = [SendForm(code, batch_size, encoding, path)
                   (RequestCode.SEND_BATCH_MESSAGE, 1),
                   (RequestCode.SEND_BATCH_MESSAGE, BATCH_MANY)],
                  [SerializeType.JSON, SerializeType.ROCKETMQ], ["fast", "python"])]
+
+
+# Single timer sends, parked by the fast path and by the handler (a broker with the timer).
+TIMER_FORMS = [SendForm(RequestCode.SEND_MESSAGE_V2, 0, SerializeType.JSON, "fast", True),
+               SendForm(RequestCode.SEND_MESSAGE, 0, SerializeType.ROCKETMQ, "python", True)]
 
 
 def process_tree(pid: int) -> list[int]:

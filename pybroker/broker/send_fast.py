@@ -24,8 +24,8 @@ import dataclasses
 
 from pybroker.broker import send
 from pybroker.protocol import headers
+from pybroker.broker.timer_message import CONGEST_NEVER, TIMER_TOPIC, TimerRules
 from pybroker.protocol.command import RemotingCommand, create_response, encode_json_header
-from pybroker.broker.timer_message import TIMER_TOPIC, TimerRules
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX, MessageSysFlag, Perm, Property
 from pybroker.store import layout
 from pybroker.store.status import PutStatus, send_response
@@ -34,7 +34,6 @@ _MSG_ID = "@@pb-msgId@@"
 _QUEUE_ID = "@@pb-queueId@@"
 _QUEUE_OFFSET = "@@pb-queueOffset@@"
 _RECALL_HANDLE = "@@pb-recallHandle@@"
-_CONGEST_NEVER = (1 << 31) - 1      # timerCongestNumEachSlot's default: no slot refuses
 _OPAQUE = 2_000_000_001
 _MULTI_TAGS = int(MessageSysFlag.MULTI_TAGS)
 
@@ -77,7 +76,7 @@ def timer_settings(config) -> TimerSettings:
     """The timer settings of ``config``, read through the handler's own TimerRules."""
     rules = TimerRules.of(config.store)
     return TimerSettings(TIMER_TOPIC.encode(), send.message_type_label(TIMER_TOPIC),
-                         rules.wheel_enable, rules.congest_num_each_slot < _CONGEST_NEVER,
+                         rules.wheel_enable, rules.congest_num_each_slot < CONGEST_NEVER,
                          rules.max_delay_sec * 1000, rules.precision_ms,
                          config.broker.broker_name.encode())
 

@@ -33,7 +33,8 @@ from collections.abc import Callable
 
 from pybroker.protocol.constants import Property, SystemTopic
 
-__all__ = ["TIMER_TOPIC", "TimerRules", "TimerRefused", "redirect_timer", "is_timer_message",
+__all__ = ["TIMER_TOPIC", "CONGEST_NEVER", "TimerRules", "TimerRefused", "redirect_timer",
+           "is_timer_message",
            "build_recall_handle", "parse_recall_handle", "RecallHandle", "delete_key",
            "TIMER_PROPERTIES"]
 
@@ -41,6 +42,8 @@ TIMER_TOPIC = SystemTopic.WHEEL_TIMER
 TIMER_PROPERTIES = (Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_SEC,
                     Property.TIMER_DELAY_MS)
 RECALL_HANDLE_VERSION = "v1"
+# timerCongestNumEachSlot's default, Integer.MAX_VALUE: no slot can hold more, nothing refuses.
+CONGEST_NEVER = (1 << 31) - 1
 _JAVA_LONG = re.compile(r"[+-]?[0-9]+\Z")
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _random = random.Random()
@@ -62,7 +65,7 @@ class TimerRules:
     wheel_enable: bool = True
     max_delay_sec: int = 3 * 24 * 3600
     precision_ms: int = 1000
-    congest_num_each_slot: int = (1 << 31) - 1
+    congest_num_each_slot: int = CONGEST_NEVER
     slot_num: Callable[[int], int] | None = None
 
     @classmethod
@@ -116,7 +119,7 @@ def _deliver_ms(properties: dict[str, str], now_ms: int) -> int:
 def _congested(rules: TimerRules, slot_ms: int) -> bool:
     """Java isReject: refuse always past twice the limit, at random between."""
     limit = rules.congest_num_each_slot
-    if rules.slot_num is None or limit >= (1 << 31) - 1:
+    if rules.slot_num is None or limit >= CONGEST_NEVER:
         return False            # a slot cannot hold more than Integer.MAX_VALUE
     congest = rules.slot_num(slot_ms)
     if congest <= limit:

@@ -26,6 +26,7 @@ from pybroker.broker.pop import change_invisible, notification, peek, pop_messag
 from pybroker.broker.pop.long_poll import PopLongPoll
 from pybroker.broker.pop.state import PopState, PopStateError, SlotCache
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
+from pybroker.broker.timer_slots import slot_counts_of
 from pybroker.config import BrokerRole, with_broker_settings
 from pybroker.proc.children import STOP_SIGNAL
 from pybroker.proc.metadata_link import LinkBusy, MetadataLink
@@ -114,7 +115,8 @@ class RemotingWorker:
             if config.broker.acl_enable else None
         self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
                                  data_plane.store_host, long_poll=self.long_poll,
-                                 stats=self.stats, read_check=self.acl, pop=self.pop)
+                                 stats=self.stats, read_check=self.acl, pop=self.pop,
+                                 timer_slot_num=slot_counts_of(config.store))
         self.tls = TlsServer.from_config(config.tls)
         # The send fast path, when this worker's putter has one (not on a slave) and no ACL
         # is enforced: the fast path takes sends from the receive buffer without a

@@ -4,8 +4,9 @@ slave (SYNC_MASTER), and its stored bytes are counted as they are.
 Method: real brokers (a standalone SYNC_FLUSH broker; a SYNC_MASTER master with one slave) and
 a raw remoting client. Every send form (tests/send_forms.py: codes 10, 310 and 320 with one and
 with three messages, JSON and ROCKETMQ headers, through the C fast path and the Python
-handlers) is sent as the first request after the flusher process (SYNC_FLUSH) or the whole
-slave (SYNC_MASTER) was frozen with SIGSTOP, with everything before it flushed and replicated:
+handlers, and single 5.x timer sends parked on rmq_sys_wheel_timer by either path) is sent as
+the first request after the flusher process (SYNC_FLUSH) or the whole slave (SYNC_MASTER) was
+frozen with SIGSTOP, with everything before it flushed and replicated:
 the only answer it may get is FLUSH_DISK_TIMEOUT (10) after syncFlushTimeout /
 FLUSH_SLAVE_TIMEOUT (12) after slaveTimeout, as Java 4.9.8 answers
 (tests/compat/test_ack_forms_java.py runs the SYNC_MASTER table against the Java broker).
@@ -27,11 +28,14 @@ from pybroker.protocol.command import create_request
 from pybroker.stats.region import StatsKeyKind, StatsRegion
 from pybroker.store import layout, paths
 from tests.ha_support import client_for, position, pull, records_of, send, wait_for
-from tests.send_forms import ALL_FORMS, answers_while_stopped, freeze, process_tree, thaw
+from tests.send_forms import (ALL_FORMS, TIMER_FORMS, answers_while_stopped, freeze,
+                              process_tree, thaw)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 TOPIC = "DurableForms"
+WHEEL_TOPIC = "rmq_sys_wheel_timer"
+FORMS = ALL_FORMS + TIMER_FORMS
 TIMEOUT_MS = 600
 # The timer and a loaded 2-core box: an answer may come this late after the timeout.
 LATE_S = 3.0
@@ -93,6 +97,11 @@ def _expected_messages() -> int:
     return 1 + 2 * sum(form.messages for form in ALL_FORMS)
 
 
+def _expected_parked() -> int:
+    # Each timer form twice, parked on the wheel topic (due in a day: still there).
+    return 2 * len(TIMER_FORMS)
+
+
 def test_sync_flush_holds_every_form_until_its_last_byte_is_flushed(tmp_path):
     overrides = {"flushDiskType": "SYNC_FLUSH", "syncFlushTimeout": str(TIMEOUT_MS)}
     with StandaloneBroker(tmp_path, overrides) as broker:
@@ -100,7 +109,7 @@ def test_sync_flush_holds_every_form_until_its_last_byte_is_flushed(tmp_path):
             assert send(client, TOPIC, b"warm-up", 0, "warm-up").code == ResponseCode.SUCCESS
         flusher = [_worker_pid(broker.process.pid, "flusher")]
         answers = answers_while_stopped(
-            broker.broker_addr, TOPIC, ALL_FORMS, lambda: freeze(flusher), lambda: thaw(flusher),
+            broker.broker_addr, TOPIC, FORMS, lambda: freeze(flusher), lambda: thaw(flusher),
             _caught_up(broker.store_dir, "flushed_position"), TIMEOUT_MS)
         _check(answers, ResponseCode.FLUSH_DISK_TIMEOUT)
         _counts_match(broker.store_dir)
@@ -114,6 +123,10 @@ def _counts_match(store_dir: str) -> None:
     units = _consume_queue_units(store_dir, TOPIC)
     assert len(units) == _expected_messages()
     assert _counted_put(store_dir, TOPIC) == (len(units), sum(size for _, size in units))
+    parked = _consume_queue_units(store_dir, WHEEL_TOPIC)
+    assert len(parked) == _expected_parked()
+    assert _counted_put(store_dir, WHEEL_TOPIC) == (len(parked),
+                                                    sum(size for _, size in parked))
 
 
 def test_sync_master_holds_every_form_until_the_slave_has_its_last_byte(tmp_path):
@@ -124,7 +137,7 @@ def test_sync_master_holds_every_form_until_the_slave_has_its_last_byte(tmp_path
             assert send(client, TOPIC, b"warm-up", 0, "warm-up").code == ResponseCode.SUCCESS
         slave_pids = process_tree(slave.process.pid)
         answers = answers_while_stopped(
-            master.address, TOPIC, ALL_FORMS, lambda: freeze(slave_pids),
+            master.address, TOPIC, FORMS, lambda: freeze(slave_pids),
             lambda: thaw(slave_pids),
             _caught_up(master.store_dir, "replicated_position"), TIMEOUT_MS)
         _check(answers, ResponseCode.FLUSH_SLAVE_TIMEOUT)

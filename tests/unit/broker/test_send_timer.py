@@ -1,6 +1,6 @@
 """The send fast path's timer rule (send/timer.pyx) decides every timer send it takes exactly as
 the handler's (broker/timer_message.py redirect_timer, send.py recall_handle_of), and leaves it
-only the refusals and the rarer shapes.
+only the refusals and the rarer shapes; the handler's congestion rule reads the real wheel.
 
 Method: seeded random properties strings built from the timer's properties and values around
 the edges (past, now, exact precision multiples, beyond timerMaxDelaySec, Java long limits and
@@ -17,7 +17,11 @@ import pytest
 from pybroker._fast.send import read, timer
 from pybroker.broker import send, timer_message
 from pybroker.broker.timer_message import TimerRefused, TimerRules
+from pybroker.broker.timer_slots import slot_counts_of
+from pybroker.config import load_broker_config
 from pybroker.protocol.properties import encode_properties
+from pybroker.store import paths
+from pybroker.store.timer_wheel import TimerWheel
 
 NOW_MS = 1_764_900_000_123
 TOPIC, QUEUE_ID, BROKER = "TopicTest", 3, "broker-a"
@@ -71,7 +75,7 @@ def _rarer_shape(text: str, rules: TimerRules) -> bool:
     properties = send.parse_properties(text)
     return "UNIQ_KEY" not in properties or "REAL_TOPIC" in properties \
         or "REAL_QID" in properties or "TIMER_OUT_MS" in properties \
-        or rules.congest_num_each_slot < (1 << 31) - 1
+        or rules.congest_num_each_slot < timer_message.CONGEST_NEVER
 
 
 @pytest.mark.parametrize("rules", _SETTINGS, ids=lambda rules: repr(rules)[10:60])
@@ -85,7 +89,7 @@ def test_the_fast_rule_is_the_handler_rule(rules):
         outcome, stored, handle = timer.redirect(
             text.encode(), TOPIC.encode(), QUEUE_ID, rules.wheel_enable,
             rules.max_delay_sec * 1000, rules.precision_ms,
-            rules.congest_num_each_slot < (1 << 31) - 1, NOW_MS, BROKER.encode())
+            rules.congest_num_each_slot < timer_message.CONGEST_NEVER, NOW_MS, BROKER.encode())
         handler = _handler(text, rules)
         if outcome == 1:
             assert handler == ("parked", stored, handle), text
@@ -97,7 +101,7 @@ def test_the_fast_rule_is_the_handler_rule(rules):
             assert outcome == -1
             assert handler[0] == "refused" or _rarer_shape(text, rules), (text, handler)
             outcomes["refused" if handler[0] == "refused" else "handler"] += 1
-    if rules.wheel_enable and rules.congest_num_each_slot == (1 << 31) - 1:
+    if rules.wheel_enable and rules.congest_num_each_slot == timer_message.CONGEST_NEVER:
         assert min(outcomes.values()) > 20, outcomes      # the seed reaches every branch
     else:
         assert outcomes["parked"] == 0, outcomes
@@ -116,3 +120,33 @@ def test_recall_handles_of_every_length_decode():
         assert (parsed.topic, parsed.broker_name, parsed.message_id) == ("T", "b" * (length % 5),
                                                                         uniq)
         assert int(parsed.timestamp) == (NOW_MS + 10_000) // 1000 * 1000 + 1
+
+
+def test_the_congestion_rule_reads_the_wheel(tmp_path):
+    """A remoting worker's congestion rule (timerCongestNumEachSlot) reads the parked count of
+    the slot from the timer worker's timerwheel, mapped read-only: a slot holding twice the
+    limit refuses WHEEL_TIMER_FLOW_CONTROL, an empty one (or one of another lap) parks; with
+    the default limit nothing is mapped."""
+    settings = {"storePathRootDir": str(tmp_path), "timerCongestNumEachSlot": "10"}
+    store = load_broker_config(None, settings).store
+    counts = slot_counts_of(store)
+    assert counts is not None and counts(NOW_MS) == 0      # no wheel yet: empty
+    assert slot_counts_of(load_broker_config(None, {"storePathRootDir": str(tmp_path)}
+                                             ).store) is None
+    wheel = TimerWheel(paths.timer_wheel_path(str(tmp_path)), store.timer_precision_effective_ms)
+    full_ms = (NOW_MS // 1000 + 30) * 1000
+    wheel.put_slot(full_ms, 0, 0, num=20)
+    wheel.put_slot(full_ms + 1000, 0, 0, num=3)
+    assert (counts(full_ms), counts(full_ms + 1000), counts(full_ms + 2000)) == (20, 3, 0)
+    rules = TimerRules.of(store, counts)
+
+    def park(deliver_ms: int):
+        properties = {"TIMER_DELIVER_MS": str(deliver_ms), "UNIQ_KEY": "U"}
+        return timer_message.redirect_timer(TOPIC, 0, properties, rules, NOW_MS)
+    with pytest.raises(TimerRefused, match="WHEEL_TIMER_FLOW_CONTROL"):
+        park(full_ms + 500)
+    assert park(full_ms + 1500) == (timer_message.TIMER_TOPIC, 0)
+    # A full slot of another lap (same index, other time) does not count.
+    lap_ms = full_ms + 2 * 604_800 * 1000
+    assert counts(lap_ms) == 0
+    wheel.close()
