@@ -16,7 +16,16 @@ once. So the revive log holds records in due order, whichever broker wrote the s
 revive service (broker/pop/revive.py) takes a check-point as due by how far the timer has
 delivered. POP needs the timer (Java refuses POP with timerWheelEnable=false); a refusal of the
 rule (flow control, an invisible time past timerMaxDelaySec) is the put's outcome.
+
+The records of one loop turn go out together (:class:`RevivePuts`): a remoting worker answers
+many acks per read of a busy connection, and each would otherwise be a ring request, a
+completion and often an appender wake-up of its own. Those that share a topic and queue (the
+parked ones all do) are one put of several records, in the order they came; each waiter is
+answered with that put's outcome once it is stored, so nothing is answered earlier than alone.
 """
+import asyncio
+import weakref
+
 from pybroker.broker import send
 from pybroker.broker.timer_message import TimerRefused, TimerRules, redirect_timer
 from pybroker.protocol.constants import PopConstants, Property
@@ -24,8 +33,14 @@ from pybroker.protocol.properties import encode_properties
 from pybroker.store.message_store import PutResult
 from pybroker.store.pop_checkpoint import AckMsg, BatchAckMsg, PopCheckPoint
 from pybroker.store.status import PutStatus
+from pybroker.tasks import start_task
 
-__all__ = ["checkpoint_message", "ack_message", "put_revive_record", "ReviveRecord"]
+__all__ = ["checkpoint_message", "ack_message", "put_revive_record", "ReviveRecord",
+           "RevivePuts"]
+
+# One put of a loop turn's records: at most this many records and bytes (a ring request).
+TURN_PUT_RECORDS_MAX = 256
+TURN_PUT_BYTES_MAX = 256 << 10
 
 
 class ReviveRecord:
@@ -83,9 +98,84 @@ def ack_message(ack: AckMsg, revive_topic: str, revive_qid: int, deliver_ms: int
                    store_host, timer, now_ms)
 
 
+class RevivePuts:
+    """The revive records of one putter waiting for the end of this loop turn, by topic and
+    queue (see the module docstring)."""
+
+    def __init__(self, putter):
+        self.putter = putter
+        self._waiting: dict[tuple[str, int], list[tuple[bytearray, asyncio.Future]]] = {}
+        self._flush_handle: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.puts_total = 0          # ring requests made
+        self.records_total = 0       # records they carried
+
+    def put(self, record: ReviveRecord) -> asyncio.Future:
+        """A future of the PutResult of the put that will carry ``record``."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # Records left by a loop that ended before its turn did (tests run one loop per
+            # call) have no waiter left: start afresh in this one.
+            self._loop, self._waiting, self._flush_handle = loop, {}, None
+        future = loop.create_future()
+        self._waiting.setdefault((record.topic, record.queue_id), []).append(
+            (record.records, future))
+        if self._flush_handle is None:
+            self._flush_handle = loop.call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        waiting, self._waiting = self._waiting, {}
+        for (topic, queue_id), entries in waiting.items():
+            start = 0
+            while start < len(entries):
+                end, size = start, 0
+                while end < len(entries) and end - start < TURN_PUT_RECORDS_MAX and \
+                        (end == start or size + len(entries[end][0]) <= TURN_PUT_BYTES_MAX):
+                    size += len(entries[end][0])
+                    end += 1
+                start_task(self._put_run(topic, queue_id, entries[start:end]),
+                           "revive record put")
+                start = end
+
+    async def _put_run(self, topic: str, queue_id: int,
+                       entries: list[tuple[bytearray, asyncio.Future]]) -> None:
+        records = entries[0][0] if len(entries) == 1 else \
+            b"".join(records for records, _ in entries)
+        self.puts_total += 1
+        self.records_total += len(entries)
+        try:
+            result = await self.putter.put(records, topic, queue_id, len(entries), 0, True)
+        except asyncio.CancelledError:
+            for _, future in entries:
+                future.cancel()
+            raise
+        except Exception as error:      # each waiter meets what its own put would have
+            for _, future in entries:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for _, future in entries:
+            if not future.done():
+                future.set_result(result)
+
+
+_TURN_PUTS: "weakref.WeakKeyDictionary[object, RevivePuts]" = weakref.WeakKeyDictionary()
+
+
+def turn_puts(putter) -> RevivePuts:
+    """The :class:`RevivePuts` of ``putter`` (one per putter of the process)."""
+    puts = _TURN_PUTS.get(putter)
+    if puts is None:
+        puts = _TURN_PUTS[putter] = RevivePuts(putter)
+    return puts
+
+
 async def put_revive_record(putter, record: ReviveRecord) -> PutResult:
-    """Put ``record`` and wait until it is stored (the putter's durability condition); a
-    record the timer rule refused is that refusal."""
+    """Put ``record`` with the other revive records of this loop turn and wait until it is
+    stored (the putter's durability condition); a record the timer rule refused is that
+    refusal."""
     if record.refused is not None:
         return PutResult(record.refused)
-    return await putter.put(record.records, record.topic, record.queue_id, 1, 0, True)
+    return await turn_puts(putter).put(record)

@@ -325,3 +325,42 @@ def test_order_info_survives_in_the_slot_json(broker):
 def harness_key(topic, group, queue_id):
     from pybroker.store.pop_table import SlotKey
     return SlotKey(topic, group, queue_id)
+
+
+def test_acks_of_one_loop_turn_are_one_put_each_answered_once_stored(broker):
+    """A busy connection's acks arrive many per read: their records go to the store as one
+    put (broker/pop/revive_log.py RevivePuts), in the order the acks came, and every ack is
+    answered after that put; a put that fails reaches each of its waiters."""
+    from pybroker.broker.pop import revive_log
+    for i in range(8):
+        broker.send(f"m{i}".encode())
+    messages = harness.popped(run(broker.pop(queue_id=0, invisible_ms=20000)))
+    assert len(messages) == 8
+    puts = revive_log.turn_puts(broker.putter)
+    before = (puts.puts_total, puts.records_total)
+
+    async def ack_all():
+        return await asyncio.gather(*(broker.ack(message) for message in messages))
+
+    responses = run(ack_all())
+    assert [response.code for response in responses] == [ResponseCode.SUCCESS] * 8
+    assert (puts.puts_total - before[0], puts.records_total - before[1]) == (1, 8)
+    acks = [decode_ack(body) for tag, body, _, _ in broker.revive_records() if tag == "ack"]
+    assert [ack.ack_offset for ack in acks] == list(range(8))
+    assert sum(broker.directory.in_flight(GROUP, TOPIC).values()) == 0
+
+    class Broken(OSError):
+        pass
+
+    async def failing_put(*args):
+        raise Broken("the ring is gone")
+
+    failing = revive_log.RevivePuts(type("P", (), {"put": staticmethod(failing_put)})())
+    record = revive_log.ReviveRecord(bytearray(b"x"), "t", 0)
+
+    async def both():
+        return await asyncio.gather(failing.put(record), failing.put(record),
+                                    return_exceptions=True)
+
+    assert [type(result) for result in run(both())] == [Broken, Broken]
+    assert failing.puts_total == 1
