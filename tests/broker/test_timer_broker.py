@@ -300,3 +300,45 @@ def _per_slot(earliest: dict[str, int]) -> dict[int, int]:
     for time_ms in earliest.values():
         counts[time_ms // PRECISION_MS] = counts.get(time_ms // PRECISION_MS, 0) + 1
     return counts
+
+
+def test_a_congested_slot_refuses_with_java_s_flow_control_answer(tmp_path):
+    """timerCongestNumEachSlot in a running broker: a slot holding twice the limit refuses the
+    next timer send for it with Java's SYSTEM_ERROR and flow-control remark (the remoting
+    worker reads the slot's count from the timer worker's wheel), while a send due in another
+    slot is still accepted. Each accepted send is waited for until the wheel counts it (the
+    rule reads what the timer worker has enqueued, not what is in flight)."""
+    limit = 3
+    # Java's default roll window (SETTINGS' 3 slots would roll a send 120 s out into another
+    # slot: the rule counts the slot of the delivery time, as Java's getNum).
+    settings = {key: value for key, value in SETTINGS.items() if key != "timerRollWindowSlot"}
+    settings["timerCongestNumEachSlot"] = str(limit)
+    with StandaloneBroker(tmp_path / "b", settings) as broker, _client(broker) as client:
+        due_ms = (_now_ms() // PRECISION_MS + 120) * PRECISION_MS + PRECISION_MS // 2
+        accepted, refused = 0, []
+        for index in range(4 * limit):
+            answer = _send(client, f"congest-{index}", TIMER_DELIVER_MS=str(due_ms))
+            if answer.code == ResponseCode.SUCCESS:
+                accepted += 1
+                _wait_congest(client, accepted)
+            else:
+                refused.append((accepted, answer.code, answer.remark))
+        # At or below the limit every send goes in; from twice the limit every send is refused.
+        assert limit <= accepted <= 2 * limit
+        assert refused and all(code == ResponseCode.SYSTEM_ERROR for _, code, _ in refused)
+        assert all(count >= limit for count, _, _ in refused)
+        assert "timer message is under flow control" in refused[-1][2]
+        other = _send(client, "congest-other", TIMER_DELIVER_MS=str(due_ms + 5 * PRECISION_MS))
+        assert other.code == ResponseCode.SUCCESS, other.remark
+
+
+def _wait_congest(client, count: int) -> None:
+    """Until brokerStatus's timerCongestNum (the wheel's parked count) reaches ``count``."""
+    deadline = time.monotonic() + 30
+    while True:
+        answer = client.invoke(create_request(RequestCode.GET_BROKER_RUNTIME_INFO, {}),
+                               TIMEOUT_MS)
+        if int(fastjson.loads(answer.body)["table"]["timerCongestNum"]) >= count:
+            return
+        assert time.monotonic() < deadline, f"the wheel never counted {count} parked messages"
+        time.sleep(0.05)
