@@ -175,7 +175,13 @@ class BrokerProcess(_Process):
         import psutil
         if self.process is None or self.process.poll() is not None:
             return {}
-        return {child.name(): child.pid for child in psutil.Process(self.process.pid).children()}
+        names = {}
+        for child in psutil.Process(self.process.pid).children():
+            try:
+                names[child.name()] = child.pid
+            except psutil.NoSuchProcess:
+                continue              # exited while listed (a generation ending)
+        return names
 
 
 class HACluster:

@@ -10,11 +10,11 @@ NOTIFY_BROKER_ROLE_CHANGED at once), asks to be elected when the set has no mast
 master keeps the SyncStateSet (broker/sync_state.py) in step with the slaves' progress.
 
 **A role is a published state, never a guess.** The role, the master epoch and the master's
-address decided here hold for a whole *generation* of the data plane: every process is forked
-with them. A decision that changes them (this broker elected, or a new master to follow)
+address decided here are what the data plane's processes run as. A slave elected master
+switches in-process (the supervisor's ``_promote``); any other decision that changes them
 ends the running generation in order and starts the next one in the new role, exactly as a
-worker death does (one code path); a broker elected master appends the new epoch at the
-recovered end of its CommitLog before its processes start (Java's changeToMaster). Until the
+worker death does (one code path). A broker elected master appends the new epoch at the end
+of its CommitLog before its master processes start (Java's changeToMaster). Until the
 first decision the broker runs *fenced*: slave-shaped, refusing writes, not registered with
 any NameServer (Java's isolated broker). Within a master generation the SyncStateSet members
 that acknowledgements wait for are published in the control block (``publish_sync_state``)
@@ -40,7 +40,7 @@ from pybroker.tasks import Rounds
 
 log = logging.getLogger("pybroker.broker.replicas")
 
-__all__ = ["Role", "ReplicaRole", "ReplicasManager"]
+__all__ = ["Role", "ReplicaRole", "ReplicasManager", "with_role"]
 
 _RETRY_S = 5.0                 # Java RETRY_INTERVAL_SECOND
 _FIRST_SYNC_DELAY_S = 3.0      # Java's first syncBrokerMetadata / checkSyncStateSet
@@ -61,6 +61,15 @@ class ReplicaRole:
     master_epoch: int = 0
     master_broker_id: int | None = None
     master_address: str | None = None
+
+
+def with_role(config, broker_role: BrokerRole, broker_id: int):
+    """``config`` as a broker of ``broker_role`` with ``brokerId`` ``broker_id`` runs it (the
+    master address comes from the controller, never from the file)."""
+    return dataclasses.replace(
+        config, broker=dataclasses.replace(config.broker, broker_id=broker_id),
+        store=dataclasses.replace(config.store, broker_role=broker_role,
+                                  ha_master_address=None))
 
 
 class ReplicasManager:
@@ -101,10 +110,7 @@ class ReplicasManager:
             broker_role, broker_id = BrokerRole.SYNC_MASTER, MASTER_BROKER_ID
         else:
             broker_role, broker_id = BrokerRole.SLAVE, max(role.broker_id, 1)
-        return dataclasses.replace(
-            config, broker=dataclasses.replace(config.broker, broker_id=broker_id),
-            store=dataclasses.replace(config.store, broker_role=broker_role,
-                                      ha_master_address=None))
+        return with_role(config, broker_role, broker_id)
 
     def prepare_generation(self, valid_end: int) -> ReplicaRole:
         """Before a generation forks (the store recovered to ``valid_end``): a new master's
@@ -144,7 +150,8 @@ class ReplicasManager:
 
     async def run(self, control, ha_wake, restart) -> None:
         """Serve one generation until cancelled: ``control`` is its control block, ``ha_wake``
-        its ha worker's eventfd, ``restart()`` ends it for a new role."""
+        its ha worker's eventfd, ``restart()`` acts on a new decided role (the supervisor
+        switches in-process or ends the generation)."""
         self._control, self._ha_wake, self._restart = control, ha_wake, restart
         if self.decided != self.running:
             # Decided between two generations (a notification served late): act now.
@@ -159,7 +166,7 @@ class ReplicasManager:
                  loop.create_task(self._controller_metadata_loop()),  # tidy: allow (awaited)
                  loop.create_task(self._main_loop())]  # tidy: allow (awaited)
         if self.running.role is Role.MASTER:
-            self._publish_sync_state()
+            self.publish_sync_state()
             tasks.append(loop.create_task(self._sync_state_loop()))  # tidy: allow (awaited)
         try:
             await asyncio.gather(*tasks)
@@ -370,7 +377,7 @@ class ReplicasManager:
         self.decided = role
         if role != self.running:
             self.role_changes_total += 1
-            log.warning("role of %s changes to %s (epoch %d): restarting the data plane",
+            log.warning("role of %s changes to %s (epoch %d)",
                         self.config.broker.broker_name, role.role.value, role.master_epoch)
             self._restart()
 
@@ -411,7 +418,9 @@ class ReplicasManager:
                 await self._client.update_leader()
 
     # --- the master's SyncStateSet ---------------------------------------------------------
-    def _publish_sync_state(self) -> None:
+    def publish_sync_state(self) -> None:
+        """The members acknowledgements wait for, into the control block (a master only);
+        the ha worker is woken to apply them."""
         control = self._control
         if control is None or self.running.role is not Role.MASTER:
             return
@@ -428,7 +437,7 @@ class ReplicasManager:
                      sorted(confirmed.confirmed), set_epoch)
             self.sync = confirmed
             self.joining -= confirmed.confirmed
-            self._publish_sync_state()
+            self.publish_sync_state()
 
     async def _sync_state_loop(self) -> None:
         """Java's checkSyncStateSetAndDoReport (every checkSyncStateSetPeriod) and the
@@ -471,7 +480,7 @@ class ReplicasManager:
         joining = (self.joining & connected) | candidates
         if joining != self.joining:
             self.joining = joining
-            self._publish_sync_state()
+            self.publish_sync_state()
         ready = {member for member in self.joining if sync_state.ready_to_join(member, lines)}
         if ready:
             await self._alter(self.sync.confirmed | ready)
@@ -481,7 +490,7 @@ class ReplicasManager:
         client = self._client
         assert client is not None
         self.sync = self.sync.propose(members)
-        self._publish_sync_state()
+        self.publish_sync_state()
         self._altering = True
         try:
             answer = await client.alter_sync_state_set(

@@ -112,35 +112,14 @@ class Attachment:
             positions=lambda: (control.dispatched_position, control.written_position),
             store_changes=lambda: (control.commitlog_min_offset, control.topic_deletion_done),
             queue_offsets=QueueOffsetReader(offsets.buffer) if offsets is not None else None)
-        self.putter: SlavePutter | RingPutter
-        if is_slave(config):
-            self.putter = SlavePutter()
-        else:
-            sync_master = config.store.broker_role == BrokerRole.SYNC_MASTER
-            controller = config.broker.enable_controller_mode
-            min_in_sync = config.store.min_in_sync_replicas
-            # The fast path holds SYNC_FLUSH and SYNC_MASTER acks itself. It does not check
-            # ACL signatures: with aclEnable every send goes through the request table's
-            # guard (proc/remoting.py, docs/security.md); nor the in-sync count of
-            # minInSyncReplicas (controller mode), which the handlers' putter checks.
-            fast = fast_sends and not config.broker.acl_enable \
-                and not (controller and min_in_sync > 1)
-            self.putter = RingPutter(
-                plane.rings[slot].ring, plane.completions[slot].ring, plane.control,
-                plane.wakes.appender, slot, self.store_host, config.store.sync_flush,
-                config.store.sync_flush_timeout, sync_master,
-                config.store.ha_max_gap_not_in_sync,
-                fast_failure=_fast_failure(config, control, slot, plane.workers),
-                fast_sends=fast_send_settings(config, PUT_STATUSES) if fast else None,
-                controller_mode=controller, min_in_sync_replicas=min_in_sync,
-                auto_message_version=config.store.auto_message_version_on_topic_len,
-                slave_timeout_ms=config.store.slave_timeout)
+        self.slot = slot
+        self.fast_sends = fast_sends
+        self.putter: SlavePutter | RingPutter = self._putter(config)
         self.wake_fd = plane.wakes.workers[slot]
         # This process's section of the instrument region (remoting workers only).
         self.stats_writer: StatsWriter | None = None
         if plane.stats_region is not None and slot < plane.workers:
             self.stats_writer = plane.stats_region.writer(remoting_worker(slot).stats_section)
-        self.slot = slot
         self._dispatched = plane.control.dispatched_position
         self._wake_reader: AsyncWakeReader | None = None
         self._on_wake: Callable[[bool], object] = lambda dispatched_moved: None
@@ -148,6 +127,46 @@ class Attachment:
         # The shared POP state (store/pop_table.py), mapped by the supervisor for its life.
         self.pop_table = plane.pop_table
         self._worker_wakes = plane.wakes.workers
+
+    def _putter(self, config) -> "SlavePutter | RingPutter":
+        """The putter of this process in ``config``'s role."""
+        if is_slave(config):
+            return SlavePutter()
+        plane, slot, control = self.plane, self.slot, self.control
+        sync_master = config.store.broker_role == BrokerRole.SYNC_MASTER
+        controller = config.broker.enable_controller_mode
+        min_in_sync = config.store.min_in_sync_replicas
+        # The fast path holds SYNC_FLUSH and SYNC_MASTER acks itself. It does not check
+        # ACL signatures: with aclEnable every send goes through the request table's
+        # guard (proc/remoting.py, docs/security.md); nor the in-sync count of
+        # minInSyncReplicas (controller mode), which the handlers' putter checks.
+        fast = self.fast_sends and not config.broker.acl_enable \
+            and not (controller and min_in_sync > 1)
+        return RingPutter(
+            plane.rings[slot].ring, plane.completions[slot].ring, control,
+            plane.wakes.appender, slot, self.store_host, config.store.sync_flush,
+            config.store.sync_flush_timeout, sync_master,
+            config.store.ha_max_gap_not_in_sync,
+            fast_failure=_fast_failure(config, control, slot, plane.workers),
+            fast_sends=fast_send_settings(config, PUT_STATUSES) if fast else None,
+            controller_mode=controller, min_in_sync_replicas=min_in_sync,
+            auto_message_version=config.store.auto_message_version_on_topic_len,
+            slave_timeout_ms=config.store.slave_timeout)
+
+    def promote(self, config) -> "RingPutter":
+        """A slave's attachment becomes a master's (controller mode's in-process promotion,
+        docs/architecture/controller.md): ``config`` is the master's; the send ring of this
+        slot, unused while a slave, now takes this process's puts. Returns the new putter."""
+        assert isinstance(self.putter, SlavePutter) and not is_slave(config)
+        self.plane.config = config
+        putter = self._putter(config)
+        assert isinstance(putter, RingPutter)
+        self.putter = putter
+        reader = self._wake_reader
+        if reader is not None:
+            reader.sleeper.flags[:0] = putter.sleep_flags()
+            reader.kick()
+        return putter
 
     def wake_workers(self, mask: int) -> None:
         """Signal the eventfds of the worker slots in ``mask`` (held POPs to re-check)."""

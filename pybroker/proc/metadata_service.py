@@ -125,6 +125,14 @@ class MetadataService:
             self.on_topics_changed()
         return topics_changed
 
+    def announce_role(self, broker_role: str, broker_id: int) -> None:
+        """Tell every worker its broker now runs as ``broker_role`` (an in-process promotion
+        in controller mode; proc/remoting.py switches on it)."""
+        for connection in self.workers.values():
+            connection.send(create_request(InternalCode.ROLE_CHANGED,
+                                           {"brokerRole": broker_role,
+                                            "brokerId": str(broker_id)}, oneway=True))
+
     # --- channels ------------------------------------------------------------------------------
     def _sender(self, channel_id: str) -> Callable[[RemotingCommand], None]:
         def send(command: RemotingCommand) -> None:

@@ -25,6 +25,7 @@ from pybroker.broker.pop import ack as pop_ack
 from pybroker.broker.pop import change_invisible, notification, peek, pop_message
 from pybroker.broker.pop.long_poll import PopLongPoll
 from pybroker.broker.pop.state import PopState, PopStateError, SlotCache
+from pybroker.broker.replicas_manager import with_role
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
 from pybroker.broker.timer_slots import slot_counts_of
 from pybroker.config import BrokerRole, with_broker_settings
@@ -96,6 +97,7 @@ class RemotingWorker:
         client_table = RequestTable()
         client_table.register(InternalCode.METADATA_SNAPSHOT, self._apply_snapshot)
         client_table.register(InternalCode.SEND_TO_CHANNEL, self._send_to_channel)
+        client_table.register(InternalCode.ROLE_CHANGED, self._role_changed)
         self.exit_status = 0
         self.metadata_client = MetadataLink(worker_id, metadata_socket, client_table,
                                             self._apply_hello, self._link_lost)
@@ -135,6 +137,7 @@ class RemotingWorker:
         if config.store.broker_role != BrokerRole.SLAVE and not config.broker.acl_enable:
             self.pull_port = FastPullPort(config, data_plane.reader, self.stats,
                                           self._commit_offsets)
+        self.table: RequestTable | None = None          # the request table, once serving
         # Offsets committed by pulls (piggy-backed), forwarded once per loop turn: the last
         # one of each queue (Java keeps only that one too).
         self._pending_commits: dict[tuple[str, str, int], int] = {}
@@ -183,7 +186,7 @@ class RemotingWorker:
         await self.metadata_client.connect()
         self.data_plane.start(loop, self._on_data_plane_wake, self._holds_requests,
                               [self.pop_watch] if self.pop_watch is not None else [])
-        table = self._request_table()
+        table = self.table = self._request_table()
         limits = ConnectionLimits.from_config(self.config.remoting)
         for listen_socket in self.listen_sockets.values():
             self.servers.append(await start_server(
@@ -274,13 +277,48 @@ class RemotingWorker:
     # --- request table --------------------------------------------------------------------------
     def _request_table(self) -> RequestTable:
         table = RequestTable(guard=self.acl.guard if self.acl is not None else None)
+        self._register_data_handlers(table)
+        for code in METADATA_CODES:
+            table.register(code, self._forward)
+        return table
+
+    def _register_data_handlers(self, table: RequestTable) -> None:
         slave = self.config.store.broker_role == BrokerRole.SLAVE
         for code, handler in DATA_HANDLERS.items():
             table.register(code, self._local(slave_role.guard(code, handler) if slave
                                              else handler, code))
-        for code in METADATA_CODES:
-            table.register(code, self._forward)
-        return table
+
+    async def _role_changed(self, connection: RemotingConnection, request: RemotingCommand):
+        """ROLE_CHANGED from the supervisor: this slave's worker becomes a master's
+        (controller mode's in-process promotion, docs/architecture/controller.md). The
+        supervisor sends it once the appender runs: from here sends go to this worker's ring,
+        as in a worker forked as a master; connections accepted before keep the handlers'
+        path (their frame takers were chosen at accept), new ones get the fast paths."""
+        fields = request.ext_fields
+        role = BrokerRole[fields["brokerRole"]]
+        if role == self.config.store.broker_role:
+            return None                 # forked in that role already
+        if self.config.store.broker_role != BrokerRole.SLAVE or role == BrokerRole.SLAVE:
+            log.error("remoting worker %d: role change from %s to %s is not an in-process "
+                      "promotion: stopping (the supervisor restarts the data plane)",
+                      self.worker_id, self.config.store.broker_role.name, role.name)
+            self._fail_stop(None)
+            return None
+        config = with_role(self.config, role, int(fields["brokerId"]))
+        putter = self.data_plane.promote(config)
+        putter.set_stats(self.stats)
+        self.config = self.ctx.config = config
+        self.ctx.putter = putter
+        self.fast_putter = putter if putter.fast_enabled and self.acl is None else None
+        if not config.broker.acl_enable:
+            self.pull_port = FastPullPort(config, self.data_plane.reader, self.stats,
+                                          self._commit_offsets)
+        if self.table is not None:
+            self._register_data_handlers(self.table)
+        self._refresh_fast_topics()
+        log.info("remoting worker %d: now serving as %s (brokerId %d)", self.worker_id,
+                 role.name, config.broker.broker_id)
+        return None
 
     def _local(self, handler: Handler, code: int) -> ConnectionHandler:
         ctx = self.ctx

@@ -15,6 +15,7 @@ and honoured as soon as the event loop runs.
 """
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -68,6 +69,10 @@ CHANNEL_SCAN_INTERVAL_S = 10.0
 WORKERS_READY_TIMEOUT_S = 30.0
 STATS_SAMPLE_INTERVAL_S = 1.0
 WATCHDOG_INTERVAL_S = 1.0
+DISPATCH_CATCH_UP_S = 10.0        # an in-process promotion waits so long for the dispatcher
+# The processes a controller-mode slave runs in its role and a master forks afresh on an
+# in-process promotion (with the gRPC workers); the others keep running.
+_SLAVE_SHAPED = frozenset({"ha", "timer"})
 
 
 class Supervisor:
@@ -270,6 +275,9 @@ class Supervisor:
             for name, main in plane.worker_mains():
                 self.children[fork_child(name, main)] = name
             socket_path = service_socket.address
+            if config.grpc.grpc_workers:
+                # Imported here, once: protobuf's runtime stays out of other brokers.
+                import pybroker.proc.grpc_worker  # noqa: F401
             listeners = self.listeners
             assert listeners is not None       # bound by run() before the first generation
             for index in range(remoting_workers):
@@ -278,16 +286,10 @@ class Supervisor:
                                                socket_path, listeners.for_worker(i))
                 pid = fork_child(f"remoting-{index}", remoting_main)
                 self.children[pid] = f"remoting-{index}"
-            if config.grpc.grpc_workers:
-                # Imported only when served: protobuf's runtime stays out of other brokers.
-                from pybroker.proc.grpc_worker import run_grpc_worker
             for index in range(config.grpc.grpc_workers):
                 worker = grpc_worker(index, remoting_workers)
-
-                def grpc_main(i: int = index, slot: int = worker.slot) -> int:
-                    return run_grpc_worker(i, slot, config, plane.grpc_attachment(slot),
-                                           socket_path)
-                self.children[fork_child(worker.name, grpc_main)] = worker.name
+                self.children[fork_child(worker.name, _grpc_main(
+                    index, worker.slot, config, plane, socket_path))] = worker.name
             # After the forks: a child must not inherit a running thread.
             scrubber = ScrubberThread(self.config.store, plane.control, self.stats_writer)
             self._running()[1].scrubber_status = scrubber.status
@@ -341,11 +343,16 @@ class Supervisor:
         service = MetadataService(ctx, service_socket.getsockname(),
                                   registration.topics_changed, pop.directory,
                                   registration.register_all if registers else None)
+        serving = _Serving(plane, outcome, attachment, ctx, service, registration,
+                           service_socket.getsockname(), slave)
 
         def settings_changed(config) -> None:
             # UPDATE_BROKER_CONFIG: the next generation forks with it, registration (the
-            # permission) and the supervisor's services read it from here.
-            self.config = registration.config = config
+            # permission) and the supervisor's services read it from here (registration
+            # in the role of the generation: controller mode's brokerId and role).
+            self.config = config
+            registration.config = replicas.generation_config(config) \
+                if replicas is not None else config
             if self.metrics_collector is not None:
                 self.metrics_collector.config = config
             self._write_running_settings()
@@ -354,7 +361,8 @@ class Supervisor:
             slave.on_changed = service.push_if_changed    # synced documents reach the workers
         await service.start_on(service_socket)
         metrics = await self._start_metrics(attachment, ctx)
-        tasks = self._start_services(outcome, plane, attachment, service, slave, registration)
+        self._start_services(serving)
+        tasks = serving.tasks
         try:
             await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
                               outcome)
@@ -381,38 +389,162 @@ class Supervisor:
             registration.close()
             if metrics is not None:
                 metrics.close()
-            if slave is not None:
-                slave.close()
+            if serving.slave is not None:
+                serving.slave.close()
             attachment.close()
 
-    def _start_services(self, outcome, plane, attachment, service, slave,
-                        registration) -> list[asyncio.Task]:
+    def _start_services(self, serving: "_Serving") -> None:
         """The generation's services, each a task whose end by an error ends the
         generation."""
-        metadata, _, pop = self._running()
-        config, replicas = self.generation_config, self.replicas
-        tasks = [_start_service(self._periodic(service), "offset persisting and channel expiry",
-                                outcome),
-                 _start_service(self._sample_stats(), "statistics sampling", outcome),
-                 _start_service(self._watch(plane), "the hang watchdog", outcome),
-                 _start_service(pop.harvest_forever(), "POP offset harvest", outcome)]
+        _, _, pop = self._running()
+        outcome, plane, slave = serving.outcome, serving.plane, serving.slave
+        serving.tasks += [
+            _start_service(self._periodic(serving.service),
+                           "offset persisting and channel expiry", outcome),
+            _start_service(self._sample_stats(), "statistics sampling", outcome),
+            _start_service(self._watch(plane), "the hang watchdog", outcome),
+            _start_service(pop.harvest_forever(), "POP offset harvest", outcome)]
         if slave is not None:
-            tasks.append(_start_service(slave.run(registration.topics_changed), "slave sync",
-                                        outcome))
-        elif not is_slave(config):
-            # A slave runs no delay delivery or transaction checks (Java: master only).
-            checks = TransactionCheckService(attachment.reader, attachment.putter, metadata,
-                                             self.config.broker, self.recorder)
-            tasks += [_start_service(self._delay_delivery(attachment), "delay delivery", outcome),
-                      _start_service(checks.run(lambda: self.config.broker),
-                                     "transaction checks", outcome),
-                      _start_service(pop.revive_forever(attachment), "POP revive", outcome)]
-        if replicas is not None:
-            tasks.append(_start_service(
-                replicas.run(plane.control, plane.wakes.ha,
-                             lambda: _resolve(outcome, "role-change")),
-                "controller role", outcome))
-        return tasks
+            serving.slave_task = _start_service(
+                slave.run(serving.registration.topics_changed), "slave sync", outcome)
+            serving.tasks.append(serving.slave_task)
+        elif not is_slave(self.generation_config):
+            self._start_master_services(serving)
+        self._start_controller_role(serving)
+
+    def _start_master_services(self, serving: "_Serving") -> None:
+        """A slave runs no delay delivery, transaction checks or POP revive (Java: master
+        only)."""
+        metadata, _, pop = self._running()
+        attachment, outcome = serving.attachment, serving.outcome
+        checks = TransactionCheckService(attachment.reader, attachment.putter, metadata,
+                                         self.config.broker, self.recorder)
+        serving.tasks += [
+            _start_service(self._delay_delivery(attachment), "delay delivery", outcome),
+            _start_service(checks.run(lambda: self.config.broker), "transaction checks",
+                           outcome),
+            _start_service(pop.revive_forever(attachment), "POP revive", outcome)]
+
+    def _start_controller_role(self, serving: "_Serving") -> None:
+        replicas = self.replicas
+        if replicas is None:
+            return
+        plane = serving.plane
+        serving.replicas_task = _start_service(
+            replicas.run(plane.control, plane.wakes.ha, lambda: self._role_decided(serving)),
+            "controller role", serving.outcome)
+        serving.tasks.append(serving.replicas_task)
+
+    # --- controller mode: a new role ------------------------------------------------------------
+    def _role_decided(self, serving: "_Serving") -> None:
+        """The controller named a new role for this broker. A slave elected master switches
+        in-process (:meth:`_promote`); every other change ends the generation and the next
+        one forks in the new role (docs/architecture/controller.md says why)."""
+        if serving.promotion is not None:
+            return                 # the promotion looks at the decision again when done
+        if self._promotes_in_place():
+            serving.promotion = _start_service(self._promote(serving), "in-process promotion",
+                                               serving.outcome)
+            serving.tasks.append(serving.promotion)
+        else:
+            _resolve(serving.outcome, "role-change")
+
+    def _promotes_in_place(self) -> bool:
+        """A slave elected master whose SyncStateSet is itself alone (the controller's
+        election always names a set of one: nothing a send waits for can be missed while
+        the master's ha worker starts)."""
+        replicas = self.replicas
+        assert replicas is not None
+        return (not self.stop_requested and replicas.running.role is Role.SLAVE
+                and replicas.decided.role is Role.MASTER
+                and replicas.sync.required <= {replicas.broker_id} and not replicas.joining)
+
+    async def _promote(self, serving: "_Serving") -> None:
+        """Java's changeToMaster in-process: the appender, dispatcher, flusher and remoting
+        workers keep running; what only a slave runs stops (the ha worker replicating from
+        the old master, the slave link, the timer worker and gRPC workers forked in the
+        slave's role), the new epoch starts at the end the slave wrote, the master's ha
+        worker, appender and timer are forked, then the remoting workers and this
+        process's own putter take writes, and the master's services start. An error
+        ends the generation (the next one recovers abnormally and forks in the new role)."""
+        replicas, plane, control = self.replicas, serving.plane, serving.plane.control
+        assert replicas is not None
+        begun = time.monotonic()
+        others = await self._stop_slave_side(serving)
+        # It published the end of its last whole record on stopping: the new epoch's start.
+        written = control.written_position
+        replicas.prepare_generation(written)
+        config = replicas.generation_config(self.config)
+        self.generation_config = plane.config = config
+        replicas.publish_sync_state()
+        mains = dict(plane.worker_mains())
+        # The master's ha worker first: it publishes what sends wait for (nothing: a set of
+        # one) and lifts the confirm offset, so the dispatcher reaches the written end;
+        # only then does the appender load the queues' next offsets (Java's changeToMaster
+        # waits for the dispatch likewise).
+        self._fork_in_loop("ha", mains["ha"])
+        await _until(lambda: control.dispatched_position >= written, DISPATCH_CATCH_UP_S,
+                     "the dispatcher did not reach the written end")
+        self._fork_in_loop("appender", mains["appender"])
+        putter = serving.attachment.promote(config)
+        serving.ctx.config, serving.ctx.putter = config, putter
+        serving.service.announce_role(config.store.broker_role.name, config.broker.broker_id)
+        for pid, name in others.items():
+            if not await _await_exit_async(pid, name):
+                raise RuntimeError(f"the slave's {name} worker did not stop cleanly")
+        for index in range(config.grpc.grpc_workers):
+            worker = grpc_worker(index, config.remoting.remoting_workers)
+            self._fork_in_loop(worker.name, _grpc_main(index, worker.slot, config, plane,
+                                                       serving.socket_path))
+        serving.registration.config = config
+        self._start_master_services(serving)
+        if serving.replicas_task is not None:
+            serving.replicas_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving.replicas_task
+            serving.tasks.remove(serving.replicas_task)
+        self._start_controller_role(serving)
+        await serving.registration.register_all()
+        # The timer worker last: its recovery is no part of the way to the first SEND_OK.
+        if "timer" in mains:
+            self._fork_in_loop("timer", mains["timer"])
+        log.info("promoted to master in-process in %.3f s (epoch %d from %d); the data plane "
+                 "kept running", time.monotonic() - begun, replicas.running.master_epoch,
+                 written)
+        serving.promotion = None
+        if replicas.decided != replicas.running:
+            self._role_decided(serving)        # decided again meanwhile
+
+    async def _stop_slave_side(self, serving: "_Serving") -> dict[int, str]:
+        """The slave link goes and the slave-shaped workers are told to stop; returns those
+        still to be waited for (all but the ha worker, the slave's CommitLog writer, whose
+        exit is awaited here)."""
+        if serving.slave_task is not None:
+            serving.slave_task.cancel()
+        if serving.slave is not None:
+            serving.slave.close()
+            serving.slave = None
+        serving.registration.on_registered = None
+        shaped = {pid: name for pid, name in self.children.items()
+                  if name in _SLAVE_SHAPED or name.startswith("grpc-")}
+        for pid in shaped:
+            del self.children[pid]             # their exit is no death for _reap
+            _signal_stop(pid)
+        for pid, name in list(shaped.items()):
+            if name == "ha":
+                del shaped[pid]
+                if not await _await_exit_async(pid, name):
+                    raise RuntimeError("the slave's ha worker did not stop cleanly")
+        return shaped
+
+    def _fork_in_loop(self, name: str, main: Callable[[], int]) -> None:
+        """Fork a worker while this event loop runs: the child drops the loop's signal
+        wake-up and SIGCHLD handler before its main runs."""
+        def child_main() -> int:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            return main()
+        self.children[fork_child(name, child_main)] = name
 
     async def _stop_remoting_workers(self, plane) -> None:
         """On a stop, the remoting workers go first and while the metadata service still
@@ -547,6 +679,58 @@ class Supervisor:
                 finished.append(clean)
         self.children.clear()
         return len(finished) == 3 and all(finished)
+
+
+@dataclasses.dataclass
+class _Serving:
+    """What one generation's event loop serves; an in-process promotion changes it."""
+    plane: dataplane.DataPlane
+    outcome: asyncio.Future
+    attachment: dataplane.Attachment
+    ctx: MetadataContext
+    service: MetadataService
+    registration: NamesrvRegistration
+    socket_path: str
+    slave: SlaveLink | None = None
+    tasks: list[asyncio.Task] = dataclasses.field(default_factory=list)
+    slave_task: asyncio.Task | None = None
+    replicas_task: asyncio.Task | None = None
+    promotion: asyncio.Task | None = None
+
+
+def _grpc_main(index: int, slot: int, config, plane, socket_path: str) -> Callable[[], int]:
+    def main() -> int:
+        from pybroker.proc.grpc_worker import run_grpc_worker
+        return run_grpc_worker(index, slot, config, plane.grpc_attachment(slot), socket_path)
+    return main
+
+
+async def _await_exit_async(pid: int, name: str) -> bool:
+    """_await_exit without blocking the event loop."""
+    deadline = time.monotonic() + WORKER_STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if done:
+            if status != 0:
+                log.warning("worker %s exited: %s", name, _describe_status(status))
+            return status == 0
+        await asyncio.sleep(0.002)
+    log.error("worker %s did not stop within %.0f s: killing it", name, WORKER_STOP_TIMEOUT_S)
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return False
+
+
+async def _until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout_s:.0f} s")
+        await asyncio.sleep(0.002)
 
 
 def _client_workers(config) -> int:

@@ -204,3 +204,6 @@ class InternalCode(enum.IntEnum):
     COMMIT_OFFSET = 30006
     CLIENT_RESPONSE = 30007         # worker -> service (oneway): ext channelId, body = a frame
     POP_SLOTS = 30008               # worker -> service: body = [[topic, group, queueId], ...]
+    # service -> worker (oneway): ext brokerRole, brokerId - a slave promoted in-process
+    # (controller mode, docs/architecture/controller.md)
+    ROLE_CHANGED = 30009

@@ -122,10 +122,15 @@ def _unconfirmed_held_back(controller, brokers) -> None:
 def _kill_master_under_load(controller, brokers, load):
     """kill -9 of the master mid-load. Its ha worker is stopped (SIGSTOP) for a moment first,
     so the master surely holds records no slave received (each sender has one send in flight:
-    the slaves otherwise have nearly everything)."""
+    the slaves otherwise have nearly everything). The slave elected switches in-process: its
+    remoting workers, dispatcher and flusher keep their pids, the ha worker is a new one and
+    an appender runs; a send to it right away is acknowledged (and counted back at the
+    end)."""
     info = cc.wait_for_master(controller.address, GROUP, 10)
     old = _by_address(brokers, info["master_address"])
     load.wait_acked(3000, 120)
+    slaves_before = {broker.address: broker.supervisor_children() for broker in brokers
+                     if broker is not old}
     os.kill(old.supervisor_children()["pb-ha"], signal.SIGSTOP)
     time.sleep(0.3)
     killed_at = time.monotonic()
@@ -138,9 +143,21 @@ def _kill_master_under_load(controller, brokers, load):
           f"{new_info['master_address']} in {failover_s:.2f} s (epoch "
           f"{new_info['master_epoch']})")
     assert failover_s < ELECTION_BOUND_S
+    new = _by_address(brokers, new_info["master_address"])
+    with client_for(new.address) as client:
+        response = send(client, TOPIC, b"after-promotion|", 0, "after-promotion")
+    assert response.code == ResponseCode.SUCCESS, response
+    load.acked["after-promotion"] = (new.address, 0.0, 0.0)
+    new.wait_log("promoted to master in-process", 10)
+    before, after = slaves_before[new.address], new.supervisor_children()
+    kept = ("pb-remoting-0", "pb-remoting-1", "pb-dispatcher", "pb-flusher")
+    assert {name: after.get(name) for name in kept} == {name: before[name] for name in kept}, \
+        (before, after)
+    assert "pb-appender" not in before and "pb-appender" in after, (before, after)
+    assert after["pb-ha"] != before["pb-ha"], (before, after)
     before = load.acked_count()
     load.wait_acked(before + 2000, 120)           # the senders go on
-    return old, _by_address(brokers, new_info["master_address"])
+    return old, new
 
 
 def _rejoin_with_cut(controller, old, master):
