@@ -100,8 +100,10 @@ async def _run_slave(client, control, wakes) -> int:
             await replicate
         except asyncio.CancelledError:
             pass
+        dropped = client.replica.drop_partial()
         client.publish()
-        log.info("ha (slave): stopping at %d", client.replica.record_end)
+        log.info("ha (slave): stopping at %d%s", client.replica.record_end,
+                 f" (a record's first {dropped} bytes dropped)" if dropped else "")
         return 0
     finally:
         stopping.cancel()

@@ -77,6 +77,26 @@ class ReplicaLog:
         """First byte still stored, or -1 when the log has no file."""
         return self.commitlog.min_offset()
 
+    def drop_partial(self) -> int:
+        """Zero the bytes of a record still arriving (past :attr:`record_end`) and end the log
+        at :attr:`record_end`; returns how many went. A slave that stops replicating (a
+        promotion in-process: the appender goes on at ``record_end``) leaves no fragment
+        behind the records a new writer appends (Java's truncateInvalidMsg)."""
+        queue = self.commitlog.mapped_file_queue
+        partial = self.end - self.record_end
+        if partial <= 0 or not queue.mapped_files:
+            return 0
+        last = queue.mapped_files[-1]
+        position = self.record_end - last.file_from_offset
+        if position < 0:
+            raise ReplicaRefused(f"record end {self.record_end} before the last file "
+                                 f"{last.path}: not a fragment of one record")
+        last.zero_range(position, last.wrote_position)
+        last.wrote_position = position
+        if position == 0 and len(queue.mapped_files) > 1:
+            queue.delete_last_mapped_file()       # a fragment alone in a new file
+        return partial
+
     # --- append ---------------------------------------------------------------------------------
     def append(self, physical_offset: int, data) -> None:
         """Append ``data`` at ``physical_offset``; ReplicaRefused (nothing written) otherwise."""

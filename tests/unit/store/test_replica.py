@@ -90,6 +90,22 @@ def test_a_partial_record_counts_in_end_not_in_record_end(tmp_path):
     assert replica.record_end == replica.end == 2 * len(record)
 
 
+def test_a_partial_record_is_dropped_whole_and_appending_goes_on(tmp_path):
+    record = encode(b"y" * 300)
+    commitlog = CommitLog(str(tmp_path), FILE_SIZE)
+    replica = ReplicaLog(commitlog)
+    assert replica.drop_partial() == 0                    # nothing written
+    replica.append(0, record + record[:120])
+    assert replica.drop_partial() == 120
+    assert (replica.record_end, replica.end) == (len(record), len(record))
+    with open(commitlog.mapped_file_queue.mapped_files[0].path, "rb") as on_disk:
+        stored = on_disk.read(2 * len(record))
+    assert stored == record + bytes(len(record))          # the fragment is zeroed
+    assert replica.drop_partial() == 0                    # whole records only: unchanged
+    replica.append(len(record), record)                   # the log goes on at record_end
+    assert replica.record_end == replica.end == 2 * len(record)
+
+
 def test_first_chunk_of_an_empty_slave_must_start_a_file(tmp_path):
     record = encode(b"y" * 10)
     replica = ReplicaLog(CommitLog(str(tmp_path), FILE_SIZE))
