@@ -55,6 +55,7 @@ __all__ = ["run_appender"]
 log = logging.getLogger("pybroker.proc.appender")
 
 _IDLE_WAIT_MS = 1000          # an idle appender re-checks broker_state this often
+DISPATCH_WAIT_S = 10.0        # the longest wait at start for the dispatcher (_await_dispatch)
 _BLOCKED_WAIT_MS = 1          # completion ring full: wait for the worker to drain it
 _FLUSH_GATE_MS = 2            # SYNC_FLUSH: the longest wait for an msync in flight (a slow disk)
 
@@ -75,6 +76,20 @@ def run_appender(settings: StoreConfig, rings, completion_rings, control: Contro
     finally:
         appender.drainer.release_control()
         appender.commitlog.shutdown(0)
+
+
+def _await_dispatch(control: ControlBlock, written: int) -> None:
+    """Wait until the dispatcher has dispatched to ``written``: the consume queues' max offsets
+    read below must not move meanwhile. A generation starts with both at the recovered end;
+    a slave promoted in-process (controller mode) starts its appender while the dispatcher
+    still dispatches what the slave wrote (Java's changeToMaster waits for the dispatch too).
+    A dispatcher that does not get there within DISPATCH_WAIT_S fails the start."""
+    deadline = time.monotonic() + DISPATCH_WAIT_S
+    while control.dispatched_position < written:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the dispatcher did not reach {written} within "
+                               f"{DISPATCH_WAIT_S:.0f} s (at {control.dispatched_position})")
+        time.sleep(0.001)  # tidy: allow (a start, once: no loop of the running appender)
 
 
 def _topic_queue_table(settings: StoreConfig, commitlog: CommitLog,
@@ -126,6 +141,7 @@ class _Appender:
         # before this load - must not become the append target: appends go on at `written`.
         self.commitlog.mapped_file_queue.forget_files_beyond(written)
         self.commitlog.set_wrote_and_flushed(written)
+        _await_dispatch(control, written)
         self.commitlog.set_topic_queue_table(_topic_queue_table(settings, self.commitlog,
                                                                 written))
         # transientStorePoolEnable on an ASYNC_FLUSH master: appends go to a pool buffer and

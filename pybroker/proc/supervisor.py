@@ -69,7 +69,6 @@ CHANNEL_SCAN_INTERVAL_S = 10.0
 WORKERS_READY_TIMEOUT_S = 30.0
 STATS_SAMPLE_INTERVAL_S = 1.0
 WATCHDOG_INTERVAL_S = 1.0
-DISPATCH_CATCH_UP_S = 10.0        # an in-process promotion waits so long for the dispatcher
 # The processes a controller-mode slave runs in its role and a master forks afresh on an
 # in-process promotion (with the gRPC workers); the others keep running.
 _SLAVE_SHAPED = frozenset({"ha", "timer"})
@@ -478,13 +477,12 @@ class Supervisor:
         self.generation_config = plane.config = config
         replicas.publish_sync_state()
         mains = dict(plane.worker_mains())
-        # The master's ha worker first: it publishes what sends wait for (nothing: a set of
-        # one) and lifts the confirm offset, so the dispatcher reaches the written end;
-        # only then does the appender load the queues' next offsets (Java's changeToMaster
-        # waits for the dispatch likewise).
+        # The master's ha worker publishes what sends wait for (nothing: a set of one) and
+        # lifts the confirm offset, so the dispatcher reaches the written end; the appender
+        # loads the queues' next offsets only then (proc/appender.py _await_dispatch; Java's
+        # changeToMaster waits for the dispatch likewise). Sends put meanwhile wait in the
+        # rings.
         self._fork_in_loop("ha", mains["ha"])
-        await _until(lambda: control.dispatched_position >= written, DISPATCH_CATCH_UP_S,
-                     "the dispatcher did not reach the written end")
         self._fork_in_loop("appender", mains["appender"])
         putter = serving.attachment.promote(config)
         serving.ctx.config, serving.ctx.putter = config, putter
@@ -723,14 +721,6 @@ async def _await_exit_async(pid: int, name: str) -> bool:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     return False
-
-
-async def _until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {timeout_s:.0f} s")
-        await asyncio.sleep(0.002)
 
 
 def _client_workers(config) -> int:
