@@ -291,9 +291,10 @@ class RemotingWorker:
     async def _role_changed(self, connection: RemotingConnection, request: RemotingCommand):
         """ROLE_CHANGED from the supervisor: this slave's worker becomes a master's
         (controller mode's in-process promotion, docs/architecture/controller.md). The
-        supervisor sends it once the appender runs: from here sends go to this worker's ring,
-        as in a worker forked as a master; connections accepted before keep the handlers'
-        path (their frame takers were chosen at accept), new ones get the fast paths."""
+        supervisor sends it once the appender is forked: from here sends go to this worker's
+        ring (waiting there until the appender runs), as in a worker forked as a master;
+        connections accepted before keep the handlers' path (their frame takers were chosen
+        at accept), new ones get the fast paths."""
         fields = request.ext_fields
         role = BrokerRole[fields["brokerRole"]]
         if role == self.config.store.broker_role:
