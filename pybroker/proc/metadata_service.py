@@ -79,6 +79,8 @@ class MetadataService:
         self.workers: dict[str, RemotingConnection] = {}
         self.server: RemotingServer | None = None
         self._pushed_versions: tuple = ()
+        # The role announced to the workers (announce_role), None: the one they were forked in.
+        self.announced_role: dict[str, str] | None = None
         table = RequestTable()
         for code, handler in HANDLERS.items():
             table.register(code, self._forwarded(handler))
@@ -127,11 +129,16 @@ class MetadataService:
 
     def announce_role(self, broker_role: str, broker_id: int) -> None:
         """Tell every worker its broker now runs as ``broker_role`` (an in-process promotion
-        in controller mode; proc/remoting.py switches on it)."""
+        in controller mode; proc/remoting.py switches on it). A worker that says hello later
+        (its link re-made) is told too; one forked in that role ignores it."""
+        self.announced_role = {"brokerRole": broker_role, "brokerId": str(broker_id)}
         for connection in self.workers.values():
+            self._send_role(connection)
+
+    def _send_role(self, connection: RemotingConnection) -> None:
+        if self.announced_role is not None:
             connection.send(create_request(InternalCode.ROLE_CHANGED,
-                                           {"brokerRole": broker_role,
-                                            "brokerId": str(broker_id)}, oneway=True))
+                                           dict(self.announced_role), oneway=True))
 
     # --- channels ------------------------------------------------------------------------------
     def _sender(self, channel_id: str) -> Callable[[RemotingCommand], None]:
@@ -173,6 +180,7 @@ class MetadataService:
         connection.attachment = worker_id
         self.workers[worker_id] = connection
         log.info("remoting worker %s connected", worker_id)
+        self._send_role(connection)
         return create_response(request, ResponseCode.SUCCESS,
                                body=self.ctx.metadata.snapshot())
 
