@@ -91,10 +91,10 @@ class ReplicaLog:
         if position < 0:
             raise ReplicaRefused(f"record end {self.record_end} before the last file "
                                  f"{last.path}: not a fragment of one record")
+        # A fragment alone in a new file leaves that file empty, not deleted: the flusher
+        # and the appender see it as a file made ready ahead.
         last.zero_range(position, last.wrote_position)
         last.wrote_position = position
-        if position == 0 and len(queue.mapped_files) > 1:
-            queue.delete_last_mapped_file()       # a fragment alone in a new file
         return partial
 
     # --- append ---------------------------------------------------------------------------------
