@@ -52,7 +52,7 @@ from pybroker.schema import (ADDRESS_LIST_RULE, ADDRESS_RULE, DELAY_LEVEL_RULE, 
 from pybroker.store import layout
 from pybroker.store.control_block import REMOTING_WORKERS_MAX
 from pybroker.store.settings import BrokerRole, FlushDiskType, StoreConfig  # noqa: F401
-from pybroker.grpc_service.config_area import GrpcConfig
+from pybroker.config_grpc import GrpcConfig
 
 LOGGER = logging.getLogger("pybroker.config")
 

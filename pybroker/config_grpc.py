@@ -1,7 +1,7 @@
 # The gRPC endpoint's area of the config schema (grpcWorkers, grpcServerPort, the proxy's limits).
-"""GrpcConfig: declared here beside the endpoint it configures, loaded and re-exported by
-:mod:`pybroker.config` like the store's own area (store/settings.py): one schema, one key per
-setting.
+"""GrpcConfig (grpc_service/ serves it): part of the one schema, declared in its own file beside
+:mod:`pybroker.config`, which loads and re-exports it (as config_pop.py's POP keys), so the
+config imports nothing above it; one key per setting.
 """
 import dataclasses
 
