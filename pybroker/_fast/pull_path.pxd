@@ -4,6 +4,7 @@ from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 
 from pybroker._fast.pull_maps cimport FileMaps, MapSlot
 from pybroker._fast.pull_scan cimport PullLimits, TakenUnit
+from pybroker._fast.request_read cimport FieldSpan
 from pybroker._fast.stats cimport StatsWriter
 from pybroker._fast.taker cimport Scratch
 
@@ -31,6 +32,7 @@ cdef enum:
     F_PROXY_CLIENT = 13
     PULL_FIELDS = 14
     CODE_PULL_MESSAGE = 11
+    CODE_LITE_PULL_MESSAGE = 361
     FLAG_COMMIT_OFFSET = 1
     FLAG_SUBSCRIPTION = 4
     # Java scans at most max(16000 bytes of units, maxMsgNums) units per pull (read_api.py).
@@ -41,6 +43,9 @@ cdef enum:
     # and opaque (broker/pull_fast.py).
     TEMPLATE_PIECES = 6
     KEY_UNKNOWN = -2
+    # Distinct SUBSCRIPTION-flag expressions remembered (PullPath._request_tags) before the
+    # memory is cleared.
+    EXPRESSIONS_MAX = 256
 
 
 cdef struct Answer:
@@ -66,6 +71,21 @@ cdef class _PullQueue:
     cdef readonly FileMaps maps
 
 
+cdef class _Template:
+    # The 6 pieces of a FOUND answer's header (broker/pull_fast.py response_template).
+    cdef tuple pieces
+    cdef const unsigned char *pointers[TEMPLATE_PIECES]
+    cdef Py_ssize_t lengths[TEMPLATE_PIECES]
+    cdef Py_ssize_t frame_bytes_max   # the head's bytes at most, numbers included
+
+
+cdef class _TagFilter:
+    # Which tag codes a pull takes (all_tags: every record).
+    cdef bint all_tags
+    cdef int32_t *codes
+    cdef Py_ssize_t code_count
+
+
 cdef class _PullSubscription:
     cdef bytes topic
     cdef str topic_text
@@ -73,9 +93,8 @@ cdef class _PullSubscription:
     cdef str stats_key
     cdef int32_t read_queue_nums
     cdef int64_t sub_version
-    cdef bint all_tags
-    cdef int32_t *codes
-    cdef Py_ssize_t code_count
+    cdef _TagFilter tags               # the heartbeat's
+    cdef _Template lite_template       # LITE_PULL_MESSAGE's answer; None: the handler's
     cdef int64_t broker_id
     cdef int64_t slowly_broker_id
     cdef int group_get_entry
@@ -94,10 +113,9 @@ cdef class PullPath:
     cdef int64_t _memory_bytes
     cdef PullLimits _caps
     cdef bint _slave_read_enable
-    cdef tuple _template
-    cdef const unsigned char *_pieces[TEMPLATE_PIECES]
-    cdef Py_ssize_t _piece_lengths[TEMPLATE_PIECES]
-    cdef Py_ssize_t _template_bytes
+    cdef _Template _template
+    cdef object _request_tag_codes
+    cdef dict _expressions
     cdef dict _subscriptions
     cdef dict _topics
     cdef FileMaps _commitlog
@@ -127,22 +145,26 @@ cdef class PullPath:
     cdef readonly uint64_t fast_pulls_total
     cdef readonly uint64_t other_frames_total
 
-    cdef int _set_template(self, tuple pieces) except -1
+    cdef _TagFilter _tags(self, _PullSubscription subscription, const FieldSpan *fields,
+                          int64_t sys_flag, int64_t sub_version)
+    cdef _TagFilter _request_tags(self, const FieldSpan *expression,
+                                  const FieldSpan *expression_type)
     cdef int _begin(self) except -1
     cdef int _grow_taken(self, Py_ssize_t need) except -1
     cdef _PullQueue _queue(self, _PullSubscription subscription, int32_t queue_id)
     cdef MapSlot *_commitlog_file(self, int64_t physical_offset) except? NULL
     cdef int _pull(self, const unsigned char *frame, Py_ssize_t frame_bytes) except -1
-    cdef int _read(self, _PullSubscription subscription, _PullQueue queue, int32_t queue_id,
-                   int64_t queue_offset, int64_t max_count, bint has_max_bytes,
-                   int64_t max_bytes, int32_t opaque, int64_t started) except -1
+    cdef int _read(self, _PullSubscription subscription, _TagFilter tags, _Template template,
+                   bint pull_family, _PullQueue queue, int32_t queue_id, int64_t queue_offset,
+                   int64_t max_count, bint has_max_bytes, int64_t max_bytes, int32_t opaque,
+                   int64_t started) except -1
     cdef int _locate(self, Py_ssize_t taken_count) except -1
     cdef int64_t _checked_bytes(self, _PullSubscription subscription, int32_t queue_id,
                                 int64_t queue_offset, Py_ssize_t taken_count) except? -2
-    cdef int _answer(self, Answer *answer, Py_ssize_t taken_count) except -1
-    cdef inline Py_ssize_t _piece(self, unsigned char *out, Py_ssize_t index) noexcept
+    cdef int _answer(self, _Template template, Answer *answer,
+                     Py_ssize_t taken_count) except -1
     cdef int _grow_iov(self, Py_ssize_t need) except -1
     cdef int _grow_heads(self) except -1
     cdef object _write(self, int fd)
-    cdef int _count(self, _PullSubscription subscription, int32_t queue_id,
+    cdef int _count(self, _PullSubscription subscription, bint pull_family, int32_t queue_id,
                     const Answer *answer, int64_t started) except -1

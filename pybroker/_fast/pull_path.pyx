@@ -2,9 +2,11 @@
 """The pull fast path of a remoting worker (docs/architecture/reads.md).
 
 :meth:`PullPath.take` walks the whole frames of a connection's receive buffer. Each frame that
-:mod:`pybroker._fast.request_read` reads as a PULL_MESSAGE of a (group, topic) of the fast
+:mod:`pybroker._fast.request_read` reads as a PULL_MESSAGE or a LITE_PULL_MESSAGE (with its
+own answer template, the topic's and group's sysFlag in it) of a (group, topic) of the fast
 table (:meth:`PullPath.set_subscriptions`, made by broker/pull_fast.py from the worker's
-metadata replica) is answered here when the Python handler would answer it FOUND: the queue's
+metadata replica), filtering by the heartbeat's tags or by its own tag expression (the
+SUBSCRIPTION flag), is answered here when the Python handler would answer it FOUND: the queue's
 units are scanned (``pull_scan.scan_units``), the records located in the mapped CommitLog,
 their pages' residency measured (``pagecache.count_cold_pages``) and each record checked
 (``record.record_sound``) exactly as ``StoreReads._read_at_once`` does; the response header
@@ -69,6 +71,7 @@ _NAMES = [field.wire_name for field in _headers.PULL_MESSAGE_REQUEST.fields]
 assert len(_NAMES) == PULL_FIELDS and _NAMES[F_MAX_MSG_BYTES] == "maxMsgBytes" \
     and _NAMES[F_SUB_VERSION] == "subVersion" and _NAMES[F_GROUP] == "consumerGroup"
 assert CODE_PULL_MESSAGE == _RequestCode.PULL_MESSAGE
+assert CODE_LITE_PULL_MESSAGE == _RequestCode.LITE_PULL_MESSAGE
 assert FLAG_COMMIT_OFFSET == _PullSysFlag.COMMIT_OFFSET
 assert FLAG_SUBSCRIPTION == _PullSysFlag.SUBSCRIPTION
 cdef list _NAME_BYTES = [name.encode("ascii") for name in _NAMES]
@@ -95,14 +98,52 @@ cdef class _PullQueue:
         self.maps = FileMaps(file_size)
 
 
-cdef class _PullSubscription:
-    """What the fast path knows of one (group, topic): see PullPath.set_subscriptions."""
+cdef class _Template:
+    """A FOUND answer's header pieces (see PullPath.__init__'s ``template``)."""
+
+    def __init__(self, tuple pieces):
+        cdef Py_ssize_t index
+        if len(pieces) != TEMPLATE_PIECES:
+            raise ValueError(f"{len(pieces)} template pieces, not {TEMPLATE_PIECES}")
+        self.pieces = tuple(bytes(piece) for piece in pieces)
+        self.frame_bytes_max = FRAME_PREFIX_BYTES + 5 * DECIMAL_BYTES_MAX
+        for index in range(TEMPLATE_PIECES):
+            self.pointers[index] = <const unsigned char *>PyBytes_AS_STRING(
+                self.pieces[index])
+            self.lengths[index] = len(self.pieces[index])
+            self.frame_bytes_max += self.lengths[index]
+
+
+cdef class _TagFilter:
+    """The tag codes a pull takes, from a sorted list (None: all)."""
 
     def __cinit__(self):
         self.codes = NULL
 
+    def __init__(self, codes):
+        cdef Py_ssize_t index
+        self.all_tags = codes is None
+        if codes is not None:
+            codes = [code for code in codes if INT32_LOW <= code <= INT32_HIGH]
+            self.codes = <int32_t *>PyMem_Malloc(max(len(codes), 1) * sizeof(int32_t))
+            if self.codes == NULL:
+                raise MemoryError()
+            for index in range(len(codes)):
+                self.codes[index] = codes[index]
+            self.code_count = len(codes)
+
     def __dealloc__(self):
         PyMem_Free(self.codes)
+
+
+cdef class _PullSubscription:
+    """What the fast path knows of one (group, topic): see PullPath.set_subscriptions."""
+
+
+cdef inline Py_ssize_t _piece(unsigned char *out, _Template template,
+                              Py_ssize_t index) noexcept:
+    memcpy(out, template.pointers[index], <size_t>template.lengths[index])
+    return template.lengths[index]
 
 
 cdef class PullPath:
@@ -121,14 +162,17 @@ cdef class PullPath:
     def __init__(self, positions, queue_source, commitlog_source, pull_offset_entry,
                  StatsWriter stats, Py_ssize_t ext_fields_max, Py_ssize_t frame_max_bytes,
                  bint check_crc, int64_t memory_bytes, tuple transfer_limits,
-                 bint slave_read_enable, tuple template):
+                 bint slave_read_enable, tuple template, request_tag_codes):
         """``positions() -> (dispatched, written, generation, usable)``;
         ``queue_source(topic, queue_id) -> (min_offset, max_offset, file_size,
         [(base, mapped_file, readable_bytes)])`` or None; ``commitlog_source() ->
         (file_size, [(base, mapped_file, readable_bytes)])``; ``pull_offset_entry(topic,
         group, queue_id) -> int`` (the Recorder's KEY_PULL_OFFSET entry); ``stats``: the
         worker's StatsWriter (None or off: nothing counted); ``transfer_limits``: the four
-        caps of StoreConfig.transfer_limits; ``template``: the 6 header pieces."""
+        caps of StoreConfig.transfer_limits; ``template``: the 6 header pieces of a FOUND
+        PULL_MESSAGE answer; ``request_tag_codes(expression, expression_type) -> (fast,
+        codes or None)``: the filter of a pull's own expression (SUBSCRIPTION flag; str or
+        None each), asked once per distinct expression while the table stands."""
         self._positions = positions
         self._queue_source = queue_source
         self._commitlog_source = commitlog_source
@@ -141,7 +185,9 @@ cdef class PullPath:
         (self._caps.memory_bytes, self._caps.memory_count, self._caps.disk_bytes,
          self._caps.disk_count) = transfer_limits
         self._slave_read_enable = slave_read_enable
-        self._set_template(template)
+        self._template = _Template(template)
+        self._request_tag_codes = request_tag_codes
+        self._expressions = {}
         self._subscriptions = {}
         self._topics = {}
         self._commitlog = FileMaps(1)
@@ -160,29 +206,18 @@ cdef class PullPath:
         PyMem_Free(self._head_parts)
         PyMem_Free(self._arena.data)
 
-    cdef int _set_template(self, tuple pieces) except -1:
-        cdef Py_ssize_t index
-        if len(pieces) != TEMPLATE_PIECES:
-            raise ValueError(f"{len(pieces)} template pieces, not {TEMPLATE_PIECES}")
-        self._template = tuple(bytes(piece) for piece in pieces)
-        self._template_bytes = FRAME_PREFIX_BYTES + 5 * DECIMAL_BYTES_MAX
-        for index in range(TEMPLATE_PIECES):
-            self._pieces[index] = <const unsigned char *>PyBytes_AS_STRING(
-                self._template[index])
-            self._piece_lengths[index] = len(self._template[index])
-            self._template_bytes += self._piece_lengths[index]
-        return 0
-
     # --- tables ---------------------------------------------------------------------------
     def set_subscriptions(self, list entries):
         """The (group, topic) pairs the fast path answers: ``[(group, topic, read_queue_nums,
-        sub_version, tag_codes or None, broker_id, slowly_broker_id)]``, each one whose
-        checks (broker, group, topic permissions, a heartbeat subscription by tag) pass
-        without doubt (broker/pull_fast.py). Replaces the table."""
+        sub_version, tag_codes or None, broker_id, slowly_broker_id, lite_template or
+        None)]``, each one whose checks (broker, group, topic permissions, a heartbeat
+        subscription by tag) pass without doubt (broker/pull_fast.py); ``lite_template``:
+        the header pieces of a FOUND LITE_PULL_MESSAGE answer, None: the handler answers 361.
+        Replaces the table and forgets the SUBSCRIPTION-flag expressions' filters."""
         cdef dict table = {}
         cdef _PullSubscription entry
-        cdef Py_ssize_t index
-        for group, topic, read_queue_nums, sub_version, codes, broker_id, slowly in entries:
+        for (group, topic, read_queue_nums, sub_version, codes, broker_id, slowly,
+             lite_template) in entries:
             entry = _PullSubscription()
             entry.topic = topic.encode()
             entry.topic_text = topic
@@ -190,20 +225,14 @@ cdef class PullPath:
             entry.stats_key = f"{topic}@{group}"
             entry.read_queue_nums = read_queue_nums
             entry.sub_version = sub_version
-            entry.all_tags = codes is None
-            if codes is not None:
-                codes = [code for code in codes if INT32_LOW <= code <= INT32_HIGH]
-                entry.codes = <int32_t *>PyMem_Malloc(max(len(codes), 1) * sizeof(int32_t))
-                if entry.codes == NULL:
-                    raise MemoryError()
-                for index in range(len(codes)):
-                    entry.codes[index] = codes[index]
-                entry.code_count = len(codes)
+            entry.tags = _TagFilter(codes)
+            entry.lite_template = None if lite_template is None else _Template(lite_template)
             entry.broker_id, entry.slowly_broker_id = broker_id, slowly
             entry.group_get_entry = KEY_UNKNOWN
             entry.pull_offset_entries = [KEY_UNKNOWN] * max(read_queue_nums, 0)
             table[group.encode() + b"\x00" + entry.topic] = entry
         self._subscriptions = table
+        self._expressions = {}
 
     def reset(self):
         """Give back every file the fast path holds (the reader forgot files, or it closes)."""
@@ -342,12 +371,15 @@ cdef class PullPath:
         cdef bint has_max_bytes = False
         cdef _PullSubscription subscription
         cdef _PullQueue queue
+        cdef _TagFilter tags
+        cdef _Template template
         cdef int64_t started = monotonic_ns()
         if not read_request(frame, frame_bytes, self._ext_fields_max, &_PULL_NAMES,
                             self._scratch.data, self._scratch.bytes, &head, fields, &body,
                             &body_length):
             return 0
-        if head.code != CODE_PULL_MESSAGE or head.flag & REQUEST_FLAG_ONEWAY:
+        if (head.code != CODE_PULL_MESSAGE and head.code != CODE_LITE_PULL_MESSAGE) \
+                or head.flag & REQUEST_FLAG_ONEWAY:
             return 0
         # headers.py's parse: required fields present, numbers well-formed (else HeaderError)
         if not (fields[F_GROUP].present and fields[F_TOPIC].present) \
@@ -369,22 +401,28 @@ cdef class PullPath:
         if fields[F_REQUEST_SOURCE].present and fields[F_REQUEST_SOURCE].length and \
                 read_decimal(&fields[F_REQUEST_SOURCE], INT32_LOW, INT32_HIGH, &number) < 0:
             return 0
-        if sys_flag & FLAG_SUBSCRIPTION:
-            return 0                  # the pull's own expression: parsed by the handler
-        key = PyBytes_FromStringAndSize(<const char *>fields[F_GROUP].data,
-                                        fields[F_GROUP].length) + b"\x00" + \
+        subscription = self._subscriptions.get(
+            PyBytes_FromStringAndSize(<const char *>fields[F_GROUP].data,
+                                      fields[F_GROUP].length) + b"\x00" +
             PyBytes_FromStringAndSize(<const char *>fields[F_TOPIC].data,
-                                      fields[F_TOPIC].length)
-        subscription = self._subscriptions.get(key)
-        if subscription is None or not 0 <= queue_id < subscription.read_queue_nums \
-                or subscription.sub_version < sub_version:
+                                      fields[F_TOPIC].length))
+        if subscription is None or not 0 <= queue_id < subscription.read_queue_nums:
+            return 0
+        # A None template: litePullMessageEnable off, the handler refuses a lite pull.
+        template = subscription.lite_template if head.code == CODE_LITE_PULL_MESSAGE \
+            else self._template
+        tags = None if template is None else self._tags(subscription, fields, sys_flag,
+                                                        sub_version)
+        if tags is None:
             return 0
         queue = self._queue(subscription, <int32_t>queue_id)
         if not queue.exists or queue.max_offset == 0 or queue_offset < queue.min_offset \
                 or queue_offset >= queue.max_offset:
             return 0                  # no message, offset moved: the handler answers
-        if not self._read(subscription, queue, <int32_t>queue_id, queue_offset, max_count,
-                          has_max_bytes, max_bytes, head.opaque, started):
+        # proc/remoting.py counts LITE_PULL_MESSAGE in no request family.
+        if not self._read(subscription, tags, template, head.code == CODE_PULL_MESSAGE, queue,
+                          <int32_t>queue_id, queue_offset, max_count, has_max_bytes,
+                          max_bytes, head.opaque, started):
             return 0
         if sys_flag & FLAG_COMMIT_OFFSET:
             self._commits.append((subscription.group_text, subscription.topic_text,
@@ -392,9 +430,43 @@ cdef class PullPath:
         self.fast_pulls_total += 1
         return 1
 
-    cdef int _read(self, _PullSubscription subscription, _PullQueue queue, int32_t queue_id,
-                   int64_t queue_offset, int64_t max_count, bint has_max_bytes,
-                   int64_t max_bytes, int32_t opaque, int64_t started) except -1:
+    cdef _TagFilter _tags(self, _PullSubscription subscription, const FieldSpan *fields,
+                          int64_t sys_flag, int64_t sub_version):
+        """The pull's filter: its own expression (the SUBSCRIPTION flag; the handler then
+        compares no subVersion) or the heartbeat's; None when the handler must answer."""
+        if sys_flag & FLAG_SUBSCRIPTION:
+            return self._request_tags(&fields[F_SUBSCRIPTION], &fields[F_EXPRESSION_TYPE])
+        if subscription.sub_version < sub_version:
+            return None
+        return subscription.tags
+
+    cdef _TagFilter _request_tags(self, const FieldSpan *expression,
+                                  const FieldSpan *expression_type):
+        """The filter of a SUBSCRIPTION-flag pull's own expression, or None when the handler
+        must answer it (request_tag_codes, once per distinct expression)."""
+        cdef object text = None, kind = None
+        if expression.present:
+            text = PyBytes_FromStringAndSize(<const char *>expression.data, expression.length)
+        if expression_type.present:
+            kind = PyBytes_FromStringAndSize(<const char *>expression_type.data,
+                                             expression_type.length)
+        key = (text, kind)
+        try:
+            return self._expressions[key]
+        except KeyError:
+            pass
+        fast, codes = self._request_tag_codes(None if text is None else text.decode("ascii"),
+                                              None if kind is None else kind.decode("ascii"))
+        if len(self._expressions) >= EXPRESSIONS_MAX:
+            self._expressions.clear()
+        tags = _TagFilter(codes) if fast else None
+        self._expressions[key] = tags
+        return tags
+
+    cdef int _read(self, _PullSubscription subscription, _TagFilter tags, _Template template,
+                   bint pull_family, _PullQueue queue, int32_t queue_id, int64_t queue_offset,
+                   int64_t max_count, bint has_max_bytes, int64_t max_bytes, int32_t opaque,
+                   int64_t started) except -1:
         """StoreReads._read_at_once in C, then the answer and its figures: 1, or 0 (nothing
         changed) when the handler's answer would not be FOUND from these very records."""
         cdef int64_t unit_position = queue_offset * CQ_UNIT_SIZE, file_position, scanned
@@ -412,8 +484,8 @@ cdef class PullPath:
                     (units_file.readable - file_position) // CQ_UNIT_SIZE)
         if count <= 0 or file_position + count * CQ_UNIT_SIZE > units_file.length:
             return 0
-        pull_filter.all_tags = subscription.all_tags
-        pull_filter.codes, pull_filter.code_count = subscription.codes, subscription.code_count
+        pull_filter.all_tags = tags.all_tags
+        pull_filter.codes, pull_filter.code_count = tags.codes, tags.code_count
         pull_filter.damaged, pull_filter.damaged_count = NULL, 0
         limits.max_count = max_count
         limits.has_max_bytes, limits.max_bytes = has_max_bytes, max_bytes
@@ -449,9 +521,9 @@ cdef class PullPath:
         answer.min_offset, answer.max_offset = queue.min_offset, queue.max_offset
         answer.opaque = opaque
         answer.count = <int32_t>taken_count
-        if not self._answer(&answer, taken_count):
+        if not self._answer(template, &answer, taken_count):
             return 0
-        self._count(subscription, queue_id, &answer, started)
+        self._count(subscription, pull_family, queue_id, &answer, started)
         return 1
 
     cdef int _locate(self, Py_ssize_t taken_count) except -1:
@@ -499,7 +571,8 @@ cdef class PullPath:
         return total
 
     # --- the answer -------------------------------------------------------------------------
-    cdef int _answer(self, Answer *answer, Py_ssize_t taken_count) except -1:
+    cdef int _answer(self, _Template template, Answer *answer,
+                     Py_ssize_t taken_count) except -1:
         """Queue the response frame: its head (from the template) and the records' bytes as
         they lie in the mappings (adjacent records as one part). 0 when the frame would
         exceed frameMaxBytes (the handler answers that)."""
@@ -507,21 +580,21 @@ cdef class PullPath:
         cdef Py_ssize_t at, index, head_offset
         cdef uintptr_t start
         cdef iovec *last
-        if self._arena_used + self._template_bytes > self._arena.bytes:
-            scratch_fit(&self._arena, self._arena_used + self._template_bytes)
+        if self._arena_used + template.frame_bytes_max > self._arena.bytes:
+            scratch_fit(&self._arena, self._arena_used + template.frame_bytes_max)
         head_offset = self._arena_used
         head = self._arena.data + head_offset
-        at = FRAME_PREFIX_BYTES + self._piece(head + FRAME_PREFIX_BYTES, 0)
+        at = FRAME_PREFIX_BYTES + _piece(head + FRAME_PREFIX_BYTES, template, 0)
         at += write_decimal(head + at, answer.suggest)
-        at += self._piece(head + at, 1)
+        at += _piece(head + at, template, 1)
         at += write_decimal(head + at, answer.next_offset)
-        at += self._piece(head + at, 2)
+        at += _piece(head + at, template, 2)
         at += write_decimal(head + at, answer.min_offset)
-        at += self._piece(head + at, 3)
+        at += _piece(head + at, template, 3)
         at += write_decimal(head + at, answer.max_offset)
-        at += self._piece(head + at, 4)
+        at += _piece(head + at, template, 4)
         at += write_decimal(head + at, answer.opaque)
-        at += self._piece(head + at, 5)
+        at += _piece(head + at, template, 5)
         if at + answer.body_bytes > self._frame_max_bytes:
             return 0
         pb_pack_int32(head, <int32_t>(at - FRAME_LENGTH_FIELD_BYTES + answer.body_bytes))
@@ -549,10 +622,6 @@ cdef class PullPath:
             self._iov_count += 1
         self._pending_bytes += at + answer.body_bytes
         return 1
-
-    cdef inline Py_ssize_t _piece(self, unsigned char *out, Py_ssize_t index) noexcept:
-        memcpy(out, self._pieces[index], <size_t>self._piece_lengths[index])
-        return self._piece_lengths[index]
 
     cdef int _grow_iov(self, Py_ssize_t need) except -1:
         cdef Py_ssize_t size = max(self._iov_capacity, 256)
@@ -617,7 +686,7 @@ cdef class PullPath:
         return rest
 
     # --- figures (the handler's Recorder calls, stats/recorder.py) --------------------------
-    cdef int _count(self, _PullSubscription subscription, int32_t queue_id,
+    cdef int _count(self, _PullSubscription subscription, bint pull_family, int32_t queue_id,
                     const Answer *answer, int64_t started) except -1:
         cdef StatsWriter stats = self._stats
         cdef uint64_t *counters
@@ -631,7 +700,8 @@ cdef class PullPath:
         # request_started / store_get / group_get / pull_offset / pull_residency /
         # request_finished of one found pull, in that order.
         pb_stats_add(counters + REQUESTS_TOTAL, 1)
-        pb_stats_add(counters + PULL_STARTED, 1)
+        if pull_family:
+            pb_stats_add(counters + PULL_STARTED, 1)
         pb_stats_add(counters + GET_FOUND, 1)
         pb_stats_add(counters + GET_TRANSFERRED_MESSAGES, <uint64_t>answer.count)
         pb_stats_add(counters + GET_TRANSFERRED_BYTES, <uint64_t>answer.body_bytes)
@@ -668,6 +738,7 @@ cdef class PullPath:
             pb_stats_add(counters + PULLS_IN_DISK, 1)
         now = monotonic_ns()
         pb_stats_record(stats.histogram(PULL_READ_US), <uint64_t>((now - started) // 1000))
-        pb_stats_add(counters + PULL_FINISHED, 1)
+        if pull_family:
+            pb_stats_add(counters + PULL_FINISHED, 1)
         pb_stats_record(stats.histogram(RPC_LATENCY_US), <uint64_t>((now - started) // 1000))
         return 0

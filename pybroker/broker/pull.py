@@ -35,7 +35,8 @@ from pybroker.protocol.command import MappedBody, RemotingCommand, create_respon
 from pybroker.protocol.headers import PULL_MESSAGE_RESPONSE, encode_header, parse_request_header
 from pybroker.store.status import GetStatus, pull_response
 
-__all__ = ["handle_pull_message", "process_pull", "HANDLERS"]
+__all__ = ["handle_pull_message", "process_pull", "request_subscription", "answer_fields",
+           "HANDLERS"]
 
 _PullFlag = constants.PullSysFlag
 _MASTER_ID = 0
@@ -158,19 +159,12 @@ def _resolve_subscription(ctx, request: RemotingCommand, header):
     """The subscription to filter with, or the refusal answering the request."""
     topic = header.topic
     if header.sys_flag & _PullFlag.SUBSCRIPTION:
-        expression_type = header.expression_type
-        if not _is_tag_type(expression_type) and header.subscription:
-            # A non-tag expression is kept as is (Java FilterAPI.build); message_filter compiles it.
-            subscription = SubscriptionData(topic=topic, sub_string=header.subscription,
-                                            sub_version=header.sub_version,
-                                            expression_type=expression_type)
-        else:
-            try:
-                subscription = build_subscription(topic, header.subscription, expression_type,
-                                                  header.sub_version)
-            except ValueError:
-                return _refuse(request, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                               "parse the consumer's subscription failed")
+        try:
+            subscription = request_subscription(topic, header.subscription,
+                                                header.expression_type, header.sub_version)
+        except ValueError:
+            return _refuse(request, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                           "parse the consumer's subscription failed")
     else:
         subscription = ctx.metadata.consumer_subscription(header.consumer_group, topic)
         if subscription is None:
@@ -180,6 +174,28 @@ def _resolve_subscription(ctx, request: RemotingCommand, header):
             return _refuse(request, ResponseCode.SUBSCRIPTION_NOT_LATEST,
                            "the consumer's subscription not latest")
     return subscription
+
+
+def request_subscription(topic: str, expression: str | None, expression_type: str | None,
+                         sub_version: int) -> SubscriptionData:
+    """The subscription a pull with the SUBSCRIPTION flag carries; ValueError when its
+    expression does not parse (the handler answers SUBSCRIPTION_PARSE_FAILED)."""
+    if expression_type is not None and not _is_tag_type(expression_type) and expression:
+        # A non-tag expression is kept as is (Java FilterAPI.build); message_filter compiles it.
+        return SubscriptionData(topic=topic, sub_string=expression, sub_version=sub_version,
+                                expression_type=expression_type)
+    return build_subscription(topic, expression, expression_type, sub_version)
+
+
+def answer_fields(request_code: int, suggest: int, next_offset: int, min_offset: int,
+                  max_offset: int, topic_sys_flag: int, group_sys_flag: int) -> dict[str, str]:
+    """The ext fields of a store answer (broker/pull_fast.py cuts the fast path's template
+    from them): the four longs; 5.x answers (LITE_PULL_MESSAGE) name both sysFlags too."""
+    fields = {"suggest_which_broker_id": suggest, "next_begin_offset": next_offset,
+              "min_offset": min_offset, "max_offset": max_offset}
+    if request_code == RequestCode.LITE_PULL_MESSAGE:
+        fields.update(topic_sys_flag=topic_sys_flag, group_sys_flag=group_sys_flag)
+    return encode_header(PULL_MESSAGE_RESPONSE, fields)
 
 
 def _suggest_broker_id(ctx, group_config, suggest_pull_from_slave: bool) -> int:
@@ -221,13 +237,9 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
             code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, group_config.broker_id
         if code == ResponseCode.SUCCESS:
             body = MappedBody(result.buffers, result.release)
-        fields = {"suggest_which_broker_id": suggest,
-                  "next_begin_offset": result.next_begin_offset,
-                  "min_offset": result.min_offset, "max_offset": result.max_offset}
-        if request.code == RequestCode.LITE_PULL_MESSAGE:   # 5.x answers name both flags
-            fields.update(topic_sys_flag=topic_sys_flag,
-                          group_sys_flag=group_config.group_sys_flag)
-        ext_fields = encode_header(PULL_MESSAGE_RESPONSE, fields)
+        ext_fields = answer_fields(request.code, suggest, result.next_begin_offset,
+                                   result.min_offset, result.max_offset, topic_sys_flag,
+                                   group_config.group_sys_flag)
         if residency is not None and stats is not None:
             # The records are not copied here: cold pages fault in when the socket write
             # reads them, after this figure (the mincore above still saw them cold).

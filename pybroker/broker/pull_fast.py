@@ -12,22 +12,27 @@ module states that contract in two pieces, both derived from the Python path its
   (``message_filter`` gives no per-record filter and refuses nothing). The C side checks the
   rest per request (the header parses as headers.py parses it, queue id below readQueueNums,
   subVersion not newer than the heartbeat's, no SUBSCRIPTION flag, not oneway) and answers
-  only FOUND; every other pull goes to the handler.
+  only FOUND; every other pull goes to the handler. A pull with the SUBSCRIPTION flag
+  brings its own expression instead of the heartbeat's: :func:`request_tag_codes` says
+  whether that one filters by tag only (the handler's ``request_subscription`` and
+  ``message_filter``), and the subVersion is then not compared (nor does the handler).
 * :func:`response_template` - the header of a FOUND answer to PULL_MESSAGE, made by the same
-  ``create_response``, ``encode_header`` and JSON encoder as the handler's answer, with
+  ``create_response``, ``answer_fields`` and JSON encoder as the handler's answer, with
   sentinels where suggestWhichBrokerId, nextBeginOffset, minOffset, maxOffset and opaque go,
   then cut at the sentinels. The C side fills them in, so a fast answer's header is byte for
-  byte the handler's.
+  byte the handler's. A LITE_PULL_MESSAGE (361, Java 5.x's DefaultLitePullConsumer) answer
+  also names the topic's and the group's sysFlag: each (group, topic) of the table carries its
+  own template for 361, or None while litePullMessageEnable is off (the handler refuses).
 """
 from pybroker.broker.message_filter import FilterRefused, message_filter
+from pybroker.broker.pull import answer_fields, request_subscription
 from pybroker.config import BrokerRole
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response, encode_json_header
 from pybroker.protocol.constants import Perm
-from pybroker.protocol.headers import PULL_MESSAGE_RESPONSE, encode_header
 from pybroker.store.status import GetStatus, pull_response
 
-__all__ = ["fast_subscriptions", "response_template", "fast_pulls_enabled"]
+__all__ = ["fast_subscriptions", "response_template", "fast_pulls_enabled", "request_tag_codes"]
 
 # Sentinel values: distinct, and each written exactly once by the encoder.
 _SENTINELS = (7_000_000_001, 7_000_000_002, 7_000_000_003, 7_000_000_004)
@@ -43,11 +48,14 @@ def fast_pulls_enabled(config) -> bool:
 
 def fast_subscriptions(config, metadata) -> list[tuple]:
     """``[(group, topic, read_queue_nums, sub_version, tag_codes or None, broker_id,
-    slowly_broker_id)]`` for :meth:`PullPath.set_subscriptions`, from what ``metadata`` (a
-    MetadataReplica) holds now; empty when :func:`fast_pulls_enabled` is false."""
+    slowly_broker_id, lite_template or None)]`` for :meth:`PullPath.set_subscriptions`, from
+    what ``metadata`` (a MetadataReplica) holds now; empty when :func:`fast_pulls_enabled` is
+    false."""
     if not fast_pulls_enabled(config):
         return []
     property_filter = config.broker.enable_property_filter
+    lite = config.broker.lite_pull_message_enable
+    lite_templates: dict[tuple[int, int], tuple[bytes, ...]] = {}
     entries = []
     for group, subscriptions in metadata.consumer_subscriptions().items():
         group_config = metadata.subscription_group(group)
@@ -64,23 +72,45 @@ def fast_subscriptions(config, metadata) -> list[tuple]:
             if pull_filter.record_filter is not None:
                 continue          # SQL92: a per-record filter, the handler's
             codes = None if pull_filter.tag_codes is None else sorted(pull_filter.tag_codes)
+            lite_template = None
+            if lite:
+                flags = (topic_config.topic_sys_flag, group_config.group_sys_flag)
+                lite_template = lite_templates.get(flags)
+                if lite_template is None:
+                    lite_template = lite_templates[flags] = response_template(flags)
             entries.append((group, topic, topic_config.read_queue_nums,
                             subscription.sub_version, codes, group_config.broker_id,
-                            group_config.which_broker_when_consume_slowly))
+                            group_config.which_broker_when_consume_slowly, lite_template))
     return entries
 
 
-def response_template() -> tuple[bytes, ...]:
+def request_tag_codes(config, expression: str | None,
+                      expression_type: str | None) -> tuple[bool, list[int] | None]:
+    """For a pull with the SUBSCRIPTION flag: ``(True, tag codes or None for all)`` when its
+    own expression filters by tag and the handler accepts it, else ``(False, None)`` (a
+    parse failure, a refusal, or SQL92's per-record filter: the handler's)."""
+    try:
+        subscription = request_subscription("", expression, expression_type, 0)
+        pull_filter = message_filter(subscription, True, config.broker.enable_property_filter)
+    except (ValueError, FilterRefused):
+        return False, None
+    if pull_filter.record_filter is not None:
+        return False, None
+    return True, None if pull_filter.tag_codes is None else sorted(pull_filter.tag_codes)
+
+
+def response_template(lite_flags: tuple[int, int] | None = None) -> tuple[bytes, ...]:
     """The 6 pieces of a FOUND PULL_MESSAGE answer's JSON header: ``piece0 suggest piece1
     nextBeginOffset piece2 minOffset piece3 maxOffset piece4 opaque piece5`` (the handler's
-    fields, pull._read_store)."""
+    fields, pull._read_store); with ``lite_flags`` (topicSysFlag, groupSysFlag) those of a
+    LITE_PULL_MESSAGE answer."""
     code, _ = pull_response(GetStatus.FOUND, 0)
     assert code == ResponseCode.SUCCESS
-    suggest, next_offset, min_offset, max_offset = _SENTINELS
-    fields = encode_header(PULL_MESSAGE_RESPONSE, {
-        "suggest_which_broker_id": suggest, "next_begin_offset": next_offset,
-        "min_offset": min_offset, "max_offset": max_offset})
-    request = RemotingCommand(RequestCode.PULL_MESSAGE, opaque=_OPAQUE)
+    request_code = RequestCode.PULL_MESSAGE if lite_flags is None else \
+        RequestCode.LITE_PULL_MESSAGE
+    topic_sys_flag, group_sys_flag = lite_flags or (0, 0)
+    fields = answer_fields(request_code, *_SENTINELS, topic_sys_flag, group_sys_flag)
+    request = RemotingCommand(request_code, opaque=_OPAQUE)
     header = encode_json_header(create_response(request, code, GetStatus.FOUND.name, fields))
     pieces, rest = [], header
     for marker in [*(str(value).encode() for value in _SENTINELS), str(_OPAQUE).encode()]:

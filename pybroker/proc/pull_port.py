@@ -33,12 +33,18 @@ class FastPullPort:
             recorder.pull_offset_entry, recorder.writer, config.remoting.ext_fields_max,
             config.remoting.frame_max_bytes, store.check_crc_on_read, reader.memory_bytes,
             store.transfer_limits(), config.broker.slave_read_enable,
-            pull_fast.response_template())
+            pull_fast.response_template(), self._request_tag_codes)
+        self._config = config
         self._commit_offsets = commit_offsets
 
     def refresh(self, config, replica) -> None:
         """Follow the replica (and the live settings in ``config``)."""
+        self._config = config
         self.path.set_subscriptions(pull_fast.fast_subscriptions(config, replica))
+
+    def _request_tag_codes(self, expression: str | None,
+                           expression_type: str | None) -> tuple[bool, list[int] | None]:
+        return pull_fast.request_tag_codes(self._config, expression, expression_type)
 
     def take(self, buffer, start: int, end: int, fd: int,
              pending_max: int) -> tuple[int, int, int, bytes | None]:

@@ -7,13 +7,15 @@ heartbeat-registered groups and a real RemotingConnection over one end of a sock
 fast path writes its answers with writev there) or over a transport without a socket (its
 answers then go through the transport). One worker has only the Python handler, wrapped as
 proc/remoting.py wraps it; the other has the pull fast path (proc/pull_port.FastPullPort) in
-front of it. A table of PULL_MESSAGE frames (found, tag-filtered, byte-capped, across files,
-JSON and ROCKETMQ headers; and every kind the fast path must leave to the handler: no message,
-bad offsets and queue ids, refused groups and topics, a newer subVersion, the SUBSCRIPTION
-flag, SQL92, oneway, a malformed number, another request code) goes to both, row by row and
-all at once. The answer frames (by opaque, byte for byte), the forwarded commit offsets and
-the statistics (counters, key tables, pull offsets; not the latencies) must be the same, and
-the rows marked fast must have been answered by the fast path and no other row.
+front of it. A table of PULL_MESSAGE and LITE_PULL_MESSAGE frames (found, tag-filtered by
+the heartbeat or by the pull's own expression, byte-capped, across files, JSON and ROCKETMQ
+headers, committing offsets; and every kind the fast path must leave to the handler: no
+message, bad offsets and queue ids, refused groups and topics, a newer subVersion, SQL92 or an
+unparsable expression, oneway, a malformed number, another request code) goes to both, row by
+row and all at once, and with litePullMessageEnable off. The answer frames (by opaque, byte for
+byte), the forwarded commit offsets and the statistics (counters, key tables, pull offsets; not
+the latencies) must be the same, and the rows marked fast must have been answered by the fast
+path and no other row.
 """
 import asyncio
 import socket
@@ -28,6 +30,7 @@ from pybroker.broker.managers.client_channel import make_channel_info
 from pybroker.broker.metadata import MetadataState
 from pybroker.config import load_broker_config
 from pybroker.proc.pull_port import FastPullPort, PullTaker
+from pybroker.proc.remoting import _FAMILIES
 from pybroker.protocol import command, constants
 from pybroker.protocol.bodies import SubscriptionData, build_subscription
 from pybroker.protocol.codes import RequestCode
@@ -60,6 +63,11 @@ GROUPS = {"G_all": {TOPIC: ("*", "TAG"), UNREADABLE: ("*", "TAG")},
           "G_off": {TOPIC: ("*", "TAG")},
           "G_sql": {TOPIC: ("a > 1", "SQL92")},
           "G_unsubscribed": {}}
+# The topic's and a group's sysFlag, named by LITE_PULL_MESSAGE answers.
+TOPIC_SYS_FLAG, TAG_GROUP_SYS_FLAG = 1, 3
+LITE = RequestCode.LITE_PULL_MESSAGE
+# Java 5.3.3's DefaultLitePullConsumer: SUBSCRIPTION | LITE_PULL_MESSAGE, no suspend.
+LITE_FLAGS = constants.PullSysFlag.SUBSCRIPTION | constants.PullSysFlag.LITE_PULL_MESSAGE
 
 
 def frame(opaque: int, group: str = "G_all", topic: str = TOPIC, queue_id="0",
@@ -70,6 +78,7 @@ def frame(opaque: int, group: str = "G_all", topic: str = TOPIC, queue_id="0",
               "queueOffset": queue_offset, "maxMsgNums": max_nums, "sysFlag": sys_flag,
               "commitOffset": commit_offset, "suspendTimeoutMillis": "15000",
               "subVersion": sub_version, "expressionType": "TAG", **more}
+    fields = {key: value for key, value in fields.items() if value is not None}
     return command.encode(RemotingCommand(code, 0, 395, opaque, flag, None, fields),
                           int(serialize))
 
@@ -97,7 +106,7 @@ ROWS = [
     ("group disabled", frame(18, group="G_off"), False),
     ("no subscription", frame(19, group="G_unsubscribed"), False),
     ("newer subVersion", frame(20, sub_version=str(VERSION + 1)), False),
-    ("subscription flag", frame(21, sys_flag="4", subscription="TagB"), False),
+    ("subscription flag", frame(21, sys_flag="4", subscription="TagB"), True),
     ("SQL92", frame(22, group="G_sql"), False),
     ("no tag matched", frame(23, group="G_none_matched"), False),
     # Java's isTheBatchFull takes the first record whatever maxMsgNums and maxMsgBytes say
@@ -107,6 +116,44 @@ ROWS = [
     ("another request", frame(27, code=RequestCode.GET_CONSUMER_LIST_BY_GROUP), False),
     ("found again", frame(28, queue_id="1", queue_offset="100", sys_flag="1",
                           commit_offset="99"), True),
+    # The pull's own expression: its tags, whatever the heartbeat's and its subVersion say.
+    ("subscription flag, two tags", frame(29, group="G_tag", sys_flag="4",
+                                          subscription="TagB || TagA ||", queue_offset="5",
+                                          sub_version=str(VERSION + 9)), True),
+    ("subscription flag, all", frame(30, group="G_none_matched", sys_flag="5",
+                                     subscription="*", commit_offset="12"), True),
+    ("subscription flag, no expression type", frame(31, sys_flag="4", subscription="TagA",
+                                                    expressionType=None), True),
+    ("subscription flag, no tag matched", frame(32, sys_flag="4", subscription="TagC"), False),
+    ("subscription flag, SQL92", frame(33, sys_flag="4", subscription="a > 1",
+                                       expressionType="SQL92"), False),
+    ("subscription flag, unknown type", frame(34, sys_flag="4", subscription="x",
+                                              expressionType="XPATH"), False),
+    # LITE_PULL_MESSAGE (361): 5.x answers, the sysFlags named, as the handler's.
+    ("lite", frame(35, code=LITE, sys_flag=str(LITE_FLAGS), subscription="*"), True),
+    ("lite, later offset", frame(36, code=LITE, queue_id="1", queue_offset="150",
+                                 sys_flag=str(LITE_FLAGS), subscription="*"), True),
+    ("lite, own tags", frame(37, code=LITE, group="G_tag", queue_offset="20",
+                             sys_flag=str(LITE_FLAGS), subscription="TagB"), True),
+    ("lite, heartbeat tags", frame(38, code=LITE, group="G_tag", queue_offset="41",
+                                   sys_flag="16"), True),
+    ("lite, commit offset", frame(39, code=LITE, queue_id="1", queue_offset="60",
+                                  sys_flag=str(LITE_FLAGS | 1), subscription="*",
+                                  commit_offset="58"), True),
+    ("lite, JSON header", frame(40, code=LITE, queue_offset="299", sys_flag=str(LITE_FLAGS),
+                                subscription="*", serialize=SerializeType.JSON), True),
+    ("lite, at the end", frame(41, code=LITE, queue_offset=str(PER_QUEUE),
+                               sys_flag=str(LITE_FLAGS), subscription="*"), False),
+    ("lite, queue id too big", frame(42, code=LITE, queue_id=str(QUEUES),
+                                     sys_flag=str(LITE_FLAGS), subscription="*"), False),
+    ("lite, group disabled", frame(43, code=LITE, group="G_off", sys_flag=str(LITE_FLAGS),
+                                   subscription="*"), False),
+    ("lite, unreadable topic", frame(44, code=LITE, topic=UNREADABLE,
+                                     sys_flag=str(LITE_FLAGS), subscription="*"), False),
+    ("lite, SQL92", frame(45, code=LITE, sys_flag=str(LITE_FLAGS), subscription="a > 1",
+                          expressionType="SQL92"), False),
+    ("lite, oneway", frame(46, code=LITE, sys_flag=str(LITE_FLAGS), subscription="*",
+                           flag=RPC_ONEWAY), False),
 ]
 
 
@@ -170,15 +217,20 @@ class Transport:
 class Worker:
     """One remoting worker's pull side over the store (see the module docstring)."""
 
-    def __init__(self, tmp_path, name: str, store, fast: bool, with_socket: bool):
+    def __init__(self, tmp_path, name: str, store, fast: bool, with_socket: bool,
+                 settings: dict[str, str]):
         root, end = store
-        self.config = load_broker_config(None, dict(SETTINGS, storePathRootDir=root))
+        self.config = load_broker_config(None, dict(SETTINGS, storePathRootDir=root,
+                                                    **settings))
         self.reader = MessageStoreReader(self.config.store, end, positions=lambda: (end, end))
         self.metadata = MetadataState(self.config)
-        self.metadata.topics.update_topic_config(TopicConfig(TOPIC, QUEUES, QUEUES))
+        self.metadata.topics.update_topic_config(TopicConfig(TOPIC, QUEUES, QUEUES,
+                                                             topic_sys_flag=TOPIC_SYS_FLAG))
         self.metadata.topics.update_topic_config(TopicConfig(UNREADABLE, 1, 1, perm=2))
         self.metadata.groups.update_subscription_group(
             SubscriptionGroupConfig("G_off", consume_enable=False))
+        self.metadata.groups.update_subscription_group(
+            SubscriptionGroupConfig("G_tag", group_sys_flag=TAG_GROUP_SYS_FLAG))
         self.region = StatsRegion.create(str(tmp_path / f"{name}-stats"), 6, 0)
         self.stats = Recorder(self.region.writer(5))
         self.committed: list = []
@@ -206,12 +258,13 @@ class Worker:
             # proc/remoting.py RemotingWorker._local, as it wraps every data handler.
             channel = connection.attachment
             channel.language, channel.version = request.language, request.version
+            family = _FAMILIES.get(request.code)
             started = stats.now_ns()
-            token = stats.request_started("pull")
+            token = stats.request_started(family)
             try:
                 return await pull.handle_pull_message(ctx, channel, request)
             finally:
-                stats.request_finished("pull", token, (stats.now_ns() - started) // 1000)
+                stats.request_finished(family, token, (stats.now_ns() - started) // 1000)
         connection = RemotingConnection(RequestTable({code: run for code in pull.HANDLERS}),
                                         ConnectionLimits.from_config(self.config.remoting))
         connection.connection_made(self.transport)
@@ -319,9 +372,9 @@ def run(worker: Worker, reads: list[bytes]) -> tuple:
 def pair(tmp_path, store):
     made = []
 
-    def make(with_socket: bool = True):
-        workers = (Worker(tmp_path, f"python{len(made)}", store, False, with_socket),
-                   Worker(tmp_path, f"fast{len(made)}", store, True, with_socket))
+    def make(with_socket: bool = True, **settings: str):
+        workers = (Worker(tmp_path, f"python{len(made)}", store, False, with_socket, settings),
+                   Worker(tmp_path, f"fast{len(made)}", store, True, with_socket, settings))
         made.extend(workers)
         return workers
     yield make
@@ -337,7 +390,7 @@ def test_each_pull_gets_the_handler_answer(pair, row):
     got = run(fast_worker, [data])
     assert got[:3] == expected[:3]
     assert got[3] == [1 if fast else 0]
-    assert expected[0] or name == "oneway"
+    assert expected[0] or name.endswith("oneway")
 
 
 @pytest.mark.parametrize("with_socket", [True, False], ids=["writev", "transport"])
@@ -348,7 +401,39 @@ def test_the_whole_table_in_one_read(pair, with_socket):
     got = run(fast_worker, [data])
     assert got[:3] == expected[:3]
     assert got[3] == [sum(row[2] for row in ROWS)]
-    assert len(expected[0]) == len(ROWS) - 1          # the oneway pull has no answer
+    assert len(expected[0]) == len(ROWS) - 2          # the oneway pulls have no answer
+
+
+def test_lite_pulls_stay_the_handlers_while_lite_pull_is_disabled(pair):
+    """litePullMessageEnable=false: every LITE_PULL_MESSAGE gets the handler's refusal
+    (NO_PERMISSION naming BROKER_FORBIDDEN), the PULL_MESSAGE rows stay fast."""
+    python_worker, fast_worker = pair(litePullMessageEnable="false")
+    data = b"".join(row[1] for row in ROWS)
+    expected = run(python_worker, [data])
+    got = run(fast_worker, [data])
+    assert got[:3] == expected[:3]
+    lite = {row[0] for row in ROWS if command.decode(row[1], 0, len(row[1])).code == LITE}
+    assert len(lite) == 12
+    assert got[3] == [sum(row[2] for row in ROWS if row[0] not in lite)]
+    refused = {opaque for opaque, answer in got[0].items()
+               if command.decode(answer, 0, len(answer)).ext_fields.get("forbiddenType")
+               == str(int(constants.ForbiddenType.BROKER_FORBIDDEN))}
+    assert len(refused) == len(lite) - 1               # the oneway one has no answer
+
+
+def test_lite_answers_name_the_sys_flags(pair):
+    """A fast LITE_PULL_MESSAGE answer carries the topic's and the group's sysFlag (the
+    answers' equality with the handler's is the table's; this shows the values are there)."""
+    _, fast_worker = pair()
+    rows = [row for row in ROWS if row[0] in ("lite", "lite, own tags")]
+    got = run(fast_worker, [row[1] for row in rows])
+    assert got[3] == [1, 1]
+    flags = {}
+    for opaque, answer in got[0].items():
+        fields = command.decode(answer, 0, len(answer)).ext_fields
+        flags[opaque] = fields["topicSysFlag"], fields["groupSysFlag"]
+    assert flags == {35: (str(TOPIC_SYS_FLAG), "0"),
+                     37: (str(TOPIC_SYS_FLAG), str(TAG_GROUP_SYS_FLAG))}
 
 
 def test_a_subscription_change_is_followed(pair):
