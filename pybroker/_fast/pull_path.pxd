@@ -33,6 +33,7 @@ cdef enum:
     PULL_FIELDS = 14
     CODE_PULL_MESSAGE = 11
     CODE_LITE_PULL_MESSAGE = 361
+    RESPONSE_SUCCESS = 0
     FLAG_COMMIT_OFFSET = 1
     FLAG_SUBSCRIPTION = 4
     # Java scans at most max(16000 bytes of units, maxMsgNums) units per pull (read_api.py).
@@ -116,6 +117,7 @@ cdef class PullPath:
     cdef _Template _template
     cdef object _request_tag_codes
     cdef dict _expressions
+    cdef dict _rpc_keys                # send/stats.pyx count_rpc's cache
     cdef dict _subscriptions
     cdef dict _topics
     cdef FileMaps _commitlog
@@ -155,7 +157,7 @@ cdef class PullPath:
     cdef MapSlot *_commitlog_file(self, int64_t physical_offset) except? NULL
     cdef int _pull(self, const unsigned char *frame, Py_ssize_t frame_bytes) except -1
     cdef int _read(self, _PullSubscription subscription, _TagFilter tags, _Template template,
-                   bint pull_family, _PullQueue queue, int32_t queue_id, int64_t queue_offset,
+                   int32_t request_code, _PullQueue queue, int32_t queue_id, int64_t queue_offset,
                    int64_t max_count, bint has_max_bytes, int64_t max_bytes, int32_t opaque,
                    int64_t started) except -1
     cdef int _locate(self, Py_ssize_t taken_count) except -1
@@ -166,5 +168,5 @@ cdef class PullPath:
     cdef int _grow_iov(self, Py_ssize_t need) except -1
     cdef int _grow_heads(self) except -1
     cdef object _write(self, int fd)
-    cdef int _count(self, _PullSubscription subscription, bint pull_family, int32_t queue_id,
+    cdef int _count(self, _PullSubscription subscription, int32_t request_code, int32_t queue_id,
                     const Answer *answer, int64_t started) except -1

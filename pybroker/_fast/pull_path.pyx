@@ -48,7 +48,7 @@ from pybroker._fast.pull_scan cimport (PullFilter, PullLimits, TakenUnit, scan_u
 from pybroker._fast.record cimport record_sound
 from pybroker._fast.request_read cimport (REQUEST_FLAG_ONEWAY, FieldNames, FieldSpan,
                                           RequestHead, read_decimal, read_request)
-from pybroker._fast.send.stats cimport monotonic_ns
+from pybroker._fast.send.stats cimport count_rpc, monotonic_ns
 from pybroker._fast.stats cimport (BROKER_GET_NUMS, GET_ENTIRE_TIME_MAX_MS, GET_FOUND,
                                    GET_TRANSFERRED_BYTES, GET_TRANSFERRED_MESSAGES,
                                    KEY_BYTES, KEY_COLD_REQUESTS, KEY_GROUP_GET, KEY_MESSAGES,
@@ -60,6 +60,7 @@ from pybroker._fast.taker cimport SCRATCH_MIN_BYTES, scratch_fit, taker_next, ta
 
 from pybroker.protocol import headers as _headers
 from pybroker.protocol.codes import RequestCode as _RequestCode
+from pybroker.protocol.codes import ResponseCode as _ResponseCode
 from pybroker.protocol.constants import PullSysFlag as _PullSysFlag
 
 cdef int64_t INT32_LOW = -2147483648
@@ -72,6 +73,7 @@ assert len(_NAMES) == PULL_FIELDS and _NAMES[F_MAX_MSG_BYTES] == "maxMsgBytes" \
     and _NAMES[F_SUB_VERSION] == "subVersion" and _NAMES[F_GROUP] == "consumerGroup"
 assert CODE_PULL_MESSAGE == _RequestCode.PULL_MESSAGE
 assert CODE_LITE_PULL_MESSAGE == _RequestCode.LITE_PULL_MESSAGE
+assert RESPONSE_SUCCESS == _ResponseCode.SUCCESS
 assert FLAG_COMMIT_OFFSET == _PullSysFlag.COMMIT_OFFSET
 assert FLAG_SUBSCRIPTION == _PullSysFlag.SUBSCRIPTION
 cdef list _NAME_BYTES = [name.encode("ascii") for name in _NAMES]
@@ -188,6 +190,7 @@ cdef class PullPath:
         self._template = _Template(template)
         self._request_tag_codes = request_tag_codes
         self._expressions = {}
+        self._rpc_keys = {}
         self._subscriptions = {}
         self._topics = {}
         self._commitlog = FileMaps(1)
@@ -419,8 +422,7 @@ cdef class PullPath:
         if not queue.exists or queue.max_offset == 0 or queue_offset < queue.min_offset \
                 or queue_offset >= queue.max_offset:
             return 0                  # no message, offset moved: the handler answers
-        # proc/remoting.py counts LITE_PULL_MESSAGE in no request family.
-        if not self._read(subscription, tags, template, head.code == CODE_PULL_MESSAGE, queue,
+        if not self._read(subscription, tags, template, head.code, queue,
                           <int32_t>queue_id, queue_offset, max_count, has_max_bytes,
                           max_bytes, head.opaque, started):
             return 0
@@ -464,7 +466,7 @@ cdef class PullPath:
         return tags
 
     cdef int _read(self, _PullSubscription subscription, _TagFilter tags, _Template template,
-                   bint pull_family, _PullQueue queue, int32_t queue_id, int64_t queue_offset,
+                   int32_t request_code, _PullQueue queue, int32_t queue_id, int64_t queue_offset,
                    int64_t max_count, bint has_max_bytes, int64_t max_bytes, int32_t opaque,
                    int64_t started) except -1:
         """StoreReads._read_at_once in C, then the answer and its figures: 1, or 0 (nothing
@@ -523,7 +525,7 @@ cdef class PullPath:
         answer.count = <int32_t>taken_count
         if not self._answer(template, &answer, taken_count):
             return 0
-        self._count(subscription, pull_family, queue_id, &answer, started)
+        self._count(subscription, request_code, queue_id, &answer, started)
         return 1
 
     cdef int _locate(self, Py_ssize_t taken_count) except -1:
@@ -686,19 +688,21 @@ cdef class PullPath:
         return rest
 
     # --- figures (the handler's Recorder calls, stats/recorder.py) --------------------------
-    cdef int _count(self, _PullSubscription subscription, bint pull_family, int32_t queue_id,
+    cdef int _count(self, _PullSubscription subscription, int32_t request_code, int32_t queue_id,
                     const Answer *answer, int64_t started) except -1:
         cdef StatsWriter stats = self._stats
         cdef uint64_t *counters
         cdef uint64_t *words
         cdef int64_t now
         cdef int entry
+        # proc/remoting.py counts LITE_PULL_MESSAGE in no request family.
+        cdef bint pull_family = request_code == CODE_PULL_MESSAGE
         if stats is None:
             return 0
         counters = stats.counters
         now = monotonic_ns()
         # request_started / store_get / group_get / pull_offset / pull_residency /
-        # request_finished of one found pull, in that order.
+        # request_finished (with its rpc latency) of one found pull, in that order.
         pb_stats_add(counters + REQUESTS_TOTAL, 1)
         if pull_family:
             pb_stats_add(counters + PULL_STARTED, 1)
@@ -741,4 +745,6 @@ cdef class PullPath:
         if pull_family:
             pb_stats_add(counters + PULL_FINISHED, 1)
         pb_stats_record(stats.histogram(RPC_LATENCY_US), <uint64_t>((now - started) // 1000))
+        count_rpc(stats, self._rpc_keys, request_code, RESPONSE_SUCCESS, False,
+                  (now - started) // 1000)
         return 0

@@ -12,6 +12,11 @@ cdef int64_t realtime_ms() noexcept nogil
 # stats/service.py put_distribute_bucket: Java's putMessageDistributeTime bucket of a put.
 cdef int put_distribute_bucket(int64_t elapsed_ms) noexcept nogil
 
+# Recorder.rpc: one rocketmq_rpc_latency value of a request answered after elapsed_us, its
+# KEY_RPC entry looked up once per (request, response, oneway, bucket) through ``cache``.
+cdef int count_rpc(StatsWriter writer, dict cache, int32_t request_code, int32_t response_code,
+                   bint oneway, int64_t elapsed_us) except -1
+
 
 cdef class SendStats:
     cdef StatsWriter writer            # None: nothing is counted (also: instruments off)
@@ -35,8 +40,6 @@ cdef class SendStats:
     # SEND_OLDEST_MS: the older of fast_oldest_ms (0: none) and the handlers' oldest.
     cdef int set_oldest(self, int64_t fast_oldest_ms) except -1
     cdef int32_t _size_key(self, int32_t topic_id, int64_t size_bytes) except -3
-    cdef int32_t _rpc_key(self, int32_t request_code, int32_t response_code, bint oneway,
-                          int64_t elapsed_ms) except -3
     cdef int answered(self, int64_t elapsed_ns, bint stored, int64_t messages,
                       int64_t size_bytes, int32_t topic_id, int32_t request_code,
                       int32_t response_code, bint oneway) except -1

@@ -111,6 +111,20 @@ cdef inline void _count(StatsWriter writer, int32_t entry, uint64_t value) noexc
     pb_stats_add(words + KEY_REQUESTS, 1)
 
 
+cdef int count_rpc(StatsWriter writer, dict cache, int32_t request_code, int32_t response_code,
+                   bint oneway, int64_t elapsed_us) except -1:
+    cdef int bucket = explicit_bucket(elapsed_us // 1000, RPC_BOUNDS, 9)
+    # One small int per (request code, response code, oneway, bucket): a dict probe.
+    cdef int64_t cache_key = (((<int64_t>request_code << 16) | (response_code & 0xFFFF))
+                              << 8) | (oneway << 4) | bucket
+    cached = cache.get(cache_key)
+    if cached is None:
+        cached = cache[cache_key] = writer.key(KEY_RPC, bucket, _names.rpc_key(
+            request_code, response_code, False, "oneway" if oneway else "success"))
+    _count(writer, <int32_t>cached, <uint64_t>elapsed_us)
+    return 0
+
+
 cdef class SendStats:
     """The counting of one worker's fast sends into ``writer`` (a StatsWriter, or None; a
     writer whose region has the instruments off counts as None)."""
@@ -181,20 +195,6 @@ cdef class SendStats:
                 (<bytes>self._topic_names[topic_id]).decode("utf-8"))
         return slot[0]
 
-    cdef int32_t _rpc_key(self, int32_t request_code, int32_t response_code, bint oneway,
-                          int64_t elapsed_ms) except -3:
-        cdef int bucket = explicit_bucket(elapsed_ms, RPC_BOUNDS, 9)
-        # One small int per (request code, response code, oneway, bucket): a dict probe.
-        cdef int64_t cache_key = (((<int64_t>request_code << 16) | (response_code & 0xFFFF))
-                                  << 8) | (oneway << 4) | bucket
-        cached = self._rpc_keys.get(cache_key)
-        if cached is not None:
-            return cached
-        entry = self.writer.key(KEY_RPC, bucket, _names.rpc_key(
-            request_code, response_code, False, "oneway" if oneway else "success"))
-        self._rpc_keys[cache_key] = entry
-        return entry
-
     cdef void started(self, int64_t requests) noexcept:
         if self.writer is not None:
             pb_stats_add(self.writer.counters + REQUESTS_TOTAL, <uint64_t>requests)
@@ -242,8 +242,8 @@ cdef class SendStats:
                 _count(writer, self._size_key(topic_id, size_bytes // messages),
                        <uint64_t>(size_bytes // messages))
         pb_stats_record(writer.histogram(RPC_LATENCY_US), <uint64_t>(elapsed_ns // 1000))
-        _count(writer, self._rpc_key(request_code, response_code, oneway,
-                                     elapsed_ns // 1000000), <uint64_t>(elapsed_ns // 1000))
+        count_rpc(writer, self._rpc_keys, request_code, response_code, oneway,
+                  elapsed_ns // 1000)
         pb_stats_add(writer.counters + SEND_FINISHED, 1)
         return 0
 

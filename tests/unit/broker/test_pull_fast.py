@@ -13,8 +13,9 @@ headers, committing offsets; and every kind the fast path must leave to the hand
 message, bad offsets and queue ids, refused groups and topics, a newer subVersion, SQL92 or an
 unparsable expression, oneway, a malformed number, another request code) goes to both, row by
 row and all at once, and with litePullMessageEnable off. The answer frames (by opaque, byte for
-byte), the forwarded commit offsets and the statistics (counters, key tables, pull offsets; not
-the latencies) must be the same, and the rows marked fast must have been answered by the fast
+byte), the forwarded commit offsets and the statistics (counters, key tables, the
+rocketmq_rpc_latency series per request and response code, pull offsets; not the latencies)
+must be the same, and the rows marked fast must have been answered by the fast
 path and no other row.
 """
 import asyncio
@@ -30,7 +31,7 @@ from pybroker.broker.managers.client_channel import make_channel_info
 from pybroker.broker.metadata import MetadataState
 from pybroker.config import load_broker_config
 from pybroker.proc.pull_port import FastPullPort, PullTaker
-from pybroker.proc.remoting import _FAMILIES
+from pybroker.proc.remoting import _FAMILIES, _rpc_answer
 from pybroker.protocol import command, constants
 from pybroker.protocol.bodies import SubscriptionData, build_subscription
 from pybroker.protocol.codes import RequestCode
@@ -40,7 +41,7 @@ from pybroker.remoting.connection import RemotingConnection
 from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RequestTable
 from pybroker.stats.recorder import Recorder
-from pybroker._fast.stats import StatsCounter
+from pybroker._fast.stats import StatsCounter, StatsKeyKind
 from pybroker.stats.region import StatsRegion
 from pybroker.store.config_docs import SubscriptionGroupConfig, TopicConfig
 from pybroker.store.message_store import MessageStore
@@ -261,10 +262,13 @@ class Worker:
             family = _FAMILIES.get(request.code)
             started = stats.now_ns()
             token = stats.request_started(family)
+            response = None
             try:
-                return await pull.handle_pull_message(ctx, channel, request)
+                response = await pull.handle_pull_message(ctx, channel, request)
+                return response
             finally:
-                stats.request_finished(family, token, (stats.now_ns() - started) // 1000)
+                stats.request_finished(family, token, (stats.now_ns() - started) // 1000,
+                                       _rpc_answer(request, response))
         connection = RemotingConnection(RequestTable({code: run for code in pull.HANDLERS}),
                                         ConnectionLimits.from_config(self.config.remoting))
         connection.connection_made(self.transport)
@@ -309,7 +313,15 @@ class Worker:
             StatsCounter.PULL_PAGES, StatsCounter.PULL_PAGES_COLD, StatsCounter.PULLS_COLD,
             StatsCounter.PULLS_IN_DISK, StatsCounter.KEYS_DROPPED,
             StatsCounter.PULL_OLDEST_MS)]
-        return counters, snapshot.labelled_keys(), snapshot.pull_offsets()
+        # rocketmq_rpc_latency's series: the same keys and counts; the bucket (label) and the
+        # sum are latencies, which differ between two runs.
+        keys, rpc = {}, {}
+        for (kind, label, key), words in snapshot.labelled_keys().items():
+            if kind == StatsKeyKind.KEY_RPC:
+                rpc[key] = rpc.get(key, 0) + words[0]
+            else:
+                keys[(kind, label, key)] = words
+        return counters, keys, rpc, snapshot.pull_offsets()
 
     def close(self) -> None:
         if self.port is not None:
@@ -402,6 +414,11 @@ def test_the_whole_table_in_one_read(pair, with_socket):
     assert got[:3] == expected[:3]
     assert got[3] == [sum(row[2] for row in ROWS)]
     assert len(expected[0]) == len(ROWS) - 2          # the oneway pulls have no answer
+    # rocketmq_rpc_latency counts every SUCCESS answer, the fast path's too
+    rpc = got[2][2]
+    assert rpc["pull_message|success|false|success"] + \
+        rpc["lite_pull_message|success|false|success"] == sum(
+            command.decode(answer, 0, len(answer)).code == 0 for answer in got[0].values())
 
 
 def test_lite_pulls_stay_the_handlers_while_lite_pull_is_disabled(pair):
