@@ -30,10 +30,13 @@ from pybroker.config import BrokerRole
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response, encode_json_header
 from pybroker.protocol.constants import Perm
+from pybroker.protocol.headers import PULL_MESSAGE_REQUEST
 from pybroker.store.status import GetStatus, pull_response
 
 __all__ = ["fast_subscriptions", "response_template", "fast_pulls_enabled", "request_tag_codes"]
 
+_SUBSCRIPTION_FIELD = PULL_MESSAGE_REQUEST.field("subscription")
+_EXPRESSION_TYPE_FIELD = PULL_MESSAGE_REQUEST.field("expression_type")
 # Sentinel values: distinct, and each written exactly once by the encoder.
 _SENTINELS = (7_000_000_001, 7_000_000_002, 7_000_000_003, 7_000_000_004)
 _OPAQUE = 2_000_000_003
@@ -88,7 +91,11 @@ def request_tag_codes(config, expression: str | None,
                       expression_type: str | None) -> tuple[bool, list[int] | None]:
     """For a pull with the SUBSCRIPTION flag: ``(True, tag codes or None for all)`` when its
     own expression filters by tag and the handler accepts it, else ``(False, None)`` (a
-    parse failure, a refusal, or SQL92's per-record filter: the handler's)."""
+    parse failure, a refusal, or SQL92's per-record filter: the handler's). ``expression``
+    and ``expression_type`` as the frame has them (None: absent); an empty one is absent and
+    an absent one its field's default, as the handler's header parse reads them."""
+    expression = expression or _SUBSCRIPTION_FIELD.default
+    expression_type = expression_type or _EXPRESSION_TYPE_FIELD.default
     try:
         subscription = request_subscription("", expression, expression_type, 0)
         pull_filter = message_filter(subscription, True, config.broker.enable_property_filter)

@@ -125,6 +125,12 @@ ROWS = [
                                      subscription="*", commit_offset="12"), True),
     ("subscription flag, no expression type", frame(31, sys_flag="4", subscription="TagA",
                                                     expressionType=None), True),
+    # Empty values (JSON keeps them): absent to the header parse, the field's default.
+    ("subscription flag, empty expression type", frame(
+        47, sys_flag="4", subscription="TagB", queue_offset="3", expressionType="",
+        serialize=SerializeType.JSON), True),
+    ("subscription flag, empty expression", frame(48, sys_flag="4", subscription="",
+                                                  serialize=SerializeType.JSON), True),
     ("subscription flag, no tag matched", frame(32, sys_flag="4", subscription="TagC"), False),
     ("subscription flag, SQL92", frame(33, sys_flag="4", subscription="a > 1",
                                        expressionType="SQL92"), False),
