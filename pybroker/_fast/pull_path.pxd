@@ -47,6 +47,8 @@ cdef enum:
     # Distinct SUBSCRIPTION-flag expressions remembered (PullPath._request_tags) before the
     # memory is cleared.
     EXPRESSIONS_MAX = 256
+    # (group, topic) pairs without a heartbeat subscription remembered (PullPath._find).
+    OWN_ENTRIES_MAX = 4096
 
 
 cdef struct Answer:
@@ -117,6 +119,8 @@ cdef class PullPath:
     cdef _Template _template
     cdef object _request_tag_codes
     cdef dict _expressions
+    cdef object _own_expression_entry
+    cdef dict _own_entries
     cdef dict _rpc_keys                # send/stats.pyx count_rpc's cache
     cdef dict _subscriptions
     cdef dict _topics
@@ -147,6 +151,7 @@ cdef class PullPath:
     cdef readonly uint64_t fast_pulls_total
     cdef readonly uint64_t other_frames_total
 
+    cdef _PullSubscription _find(self, const FieldSpan *fields, int64_t sys_flag)
     cdef _TagFilter _tags(self, _PullSubscription subscription, const FieldSpan *fields,
                           int64_t sys_flag, int64_t sub_version)
     cdef _TagFilter _request_tags(self, const FieldSpan *expression,

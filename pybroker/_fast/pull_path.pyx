@@ -142,6 +142,25 @@ cdef class _PullSubscription:
     """What the fast path knows of one (group, topic): see PullPath.set_subscriptions."""
 
 
+cdef _PullSubscription _subscription_of(tuple fields):
+    """One entry of PullPath.set_subscriptions's list."""
+    cdef _PullSubscription entry = _PullSubscription()
+    (group, topic, read_queue_nums, sub_version, codes, broker_id, slowly,
+     lite_template) = fields
+    entry.topic = topic.encode()
+    entry.topic_text = topic
+    entry.group_text = group
+    entry.stats_key = f"{topic}@{group}"
+    entry.read_queue_nums = read_queue_nums
+    entry.sub_version = sub_version
+    entry.tags = _TagFilter(codes)
+    entry.lite_template = None if lite_template is None else _Template(lite_template)
+    entry.broker_id, entry.slowly_broker_id = broker_id, slowly
+    entry.group_get_entry = KEY_UNKNOWN
+    entry.pull_offset_entries = [KEY_UNKNOWN] * max(read_queue_nums, 0)
+    return entry
+
+
 cdef inline Py_ssize_t _piece(unsigned char *out, _Template template,
                               Py_ssize_t index) noexcept:
     memcpy(out, template.pointers[index], <size_t>template.lengths[index])
@@ -164,7 +183,8 @@ cdef class PullPath:
     def __init__(self, positions, queue_source, commitlog_source, pull_offset_entry,
                  StatsWriter stats, Py_ssize_t ext_fields_max, Py_ssize_t frame_max_bytes,
                  bint check_crc, int64_t memory_bytes, tuple transfer_limits,
-                 bint slave_read_enable, tuple template, request_tag_codes):
+                 bint slave_read_enable, tuple template, request_tag_codes,
+                 own_expression_entry):
         """``positions() -> (dispatched, written, generation, usable)``;
         ``queue_source(topic, queue_id) -> (min_offset, max_offset, file_size,
         [(base, mapped_file, readable_bytes)])`` or None; ``commitlog_source() ->
@@ -174,7 +194,10 @@ cdef class PullPath:
         caps of StoreConfig.transfer_limits; ``template``: the 6 header pieces of a FOUND
         PULL_MESSAGE answer; ``request_tag_codes(expression, expression_type) -> (fast,
         codes or None)``: the filter of a pull's own expression (SUBSCRIPTION flag; str or
-        None each), asked once per distinct expression while the table stands."""
+        None each), asked once per distinct expression while the table stands;
+        ``own_expression_entry(group, topic)``: an entry as set_subscriptions takes them, or
+        None, for a SUBSCRIPTION-flag pull of a pair the table lacks (asked once per pair
+        while the table stands)."""
         self._positions = positions
         self._queue_source = queue_source
         self._commitlog_source = commitlog_source
@@ -190,6 +213,8 @@ cdef class PullPath:
         self._template = _Template(template)
         self._request_tag_codes = request_tag_codes
         self._expressions = {}
+        self._own_expression_entry = own_expression_entry
+        self._own_entries = {}
         self._rpc_keys = {}
         self._subscriptions = {}
         self._topics = {}
@@ -216,26 +241,16 @@ cdef class PullPath:
         None)]``, each one whose checks (broker, group, topic permissions, a heartbeat
         subscription by tag) pass without doubt (broker/pull_fast.py); ``lite_template``:
         the header pieces of a FOUND LITE_PULL_MESSAGE answer, None: the handler answers 361.
-        Replaces the table and forgets the SUBSCRIPTION-flag expressions' filters."""
+        Replaces the table and forgets the SUBSCRIPTION-flag expressions' filters and
+        entries."""
         cdef dict table = {}
         cdef _PullSubscription entry
-        for (group, topic, read_queue_nums, sub_version, codes, broker_id, slowly,
-             lite_template) in entries:
-            entry = _PullSubscription()
-            entry.topic = topic.encode()
-            entry.topic_text = topic
-            entry.group_text = group
-            entry.stats_key = f"{topic}@{group}"
-            entry.read_queue_nums = read_queue_nums
-            entry.sub_version = sub_version
-            entry.tags = _TagFilter(codes)
-            entry.lite_template = None if lite_template is None else _Template(lite_template)
-            entry.broker_id, entry.slowly_broker_id = broker_id, slowly
-            entry.group_get_entry = KEY_UNKNOWN
-            entry.pull_offset_entries = [KEY_UNKNOWN] * max(read_queue_nums, 0)
-            table[group.encode() + b"\x00" + entry.topic] = entry
+        for fields in entries:
+            entry = _subscription_of(fields)
+            table[entry.group_text.encode() + b"\x00" + entry.topic] = entry
         self._subscriptions = table
         self._expressions = {}
+        self._own_entries = {}
 
     def reset(self):
         """Give back every file the fast path holds (the reader forgot files, or it closes)."""
@@ -404,11 +419,7 @@ cdef class PullPath:
         if fields[F_REQUEST_SOURCE].present and fields[F_REQUEST_SOURCE].length and \
                 read_decimal(&fields[F_REQUEST_SOURCE], INT32_LOW, INT32_HIGH, &number) < 0:
             return 0
-        subscription = self._subscriptions.get(
-            PyBytes_FromStringAndSize(<const char *>fields[F_GROUP].data,
-                                      fields[F_GROUP].length) + b"\x00" +
-            PyBytes_FromStringAndSize(<const char *>fields[F_TOPIC].data,
-                                      fields[F_TOPIC].length))
+        subscription = self._find(fields, sys_flag)
         if subscription is None or not 0 <= queue_id < subscription.read_queue_nums:
             return 0
         # A None template: litePullMessageEnable off, the handler refuses a lite pull.
@@ -431,6 +442,29 @@ cdef class PullPath:
                                   queue_id, commit_offset))
         self.fast_pulls_total += 1
         return 1
+
+    cdef _PullSubscription _find(self, const FieldSpan *fields, int64_t sys_flag):
+        """The table's entry of the pull's (group, topic); for a pull with its own expression
+        (the SUBSCRIPTION flag) also of a pair without a heartbeat subscription, from
+        own_expression_entry once per pair while the table stands. None: the handler's."""
+        group = PyBytes_FromStringAndSize(<const char *>fields[F_GROUP].data,
+                                          fields[F_GROUP].length)
+        topic = PyBytes_FromStringAndSize(<const char *>fields[F_TOPIC].data,
+                                          fields[F_TOPIC].length)
+        key = group + b"\x00" + topic
+        subscription = self._subscriptions.get(key)
+        if subscription is not None or not sys_flag & FLAG_SUBSCRIPTION:
+            return subscription
+        try:
+            return self._own_entries[key]
+        except KeyError:
+            pass
+        entry = self._own_expression_entry(group.decode("ascii"), topic.decode("ascii"))
+        if len(self._own_entries) >= OWN_ENTRIES_MAX:
+            self._own_entries.clear()
+        subscription = None if entry is None else _subscription_of(entry)
+        self._own_entries[key] = subscription
+        return subscription
 
     cdef _TagFilter _tags(self, _PullSubscription subscription, const FieldSpan *fields,
                           int64_t sys_flag, int64_t sub_version):

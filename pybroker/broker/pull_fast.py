@@ -15,7 +15,9 @@ module states that contract in two pieces, both derived from the Python path its
   only FOUND; every other pull goes to the handler. A pull with the SUBSCRIPTION flag
   brings its own expression instead of the heartbeat's: :func:`request_tag_codes` says
   whether that one filters by tag only (the handler's ``request_subscription`` and
-  ``message_filter``), and the subVersion is then not compared (nor does the handler).
+  ``message_filter``), and the subVersion is then not compared (nor does the handler); its
+  (group, topic) need no heartbeat subscription: :func:`own_expression_entry` makes the
+  entry of a pair the table lacks from the same group and topic checks.
 * :func:`response_template` - the header of a FOUND answer to PULL_MESSAGE, made by the same
   ``create_response``, ``answer_fields`` and JSON encoder as the handler's answer, with
   sentinels where suggestWhichBrokerId, nextBeginOffset, minOffset, maxOffset and opaque go,
@@ -24,6 +26,8 @@ module states that contract in two pieces, both derived from the Python path its
   also names the topic's and the group's sysFlag: each (group, topic) of the table carries its
   own template for 361, or None while litePullMessageEnable is off (the handler refuses).
 """
+import functools
+
 from pybroker.broker.message_filter import FilterRefused, message_filter
 from pybroker.broker.pull import answer_fields, request_subscription
 from pybroker.config import BrokerRole
@@ -33,7 +37,8 @@ from pybroker.protocol.constants import Perm
 from pybroker.protocol.headers import PULL_MESSAGE_REQUEST
 from pybroker.store.status import GetStatus, pull_response
 
-__all__ = ["fast_subscriptions", "response_template", "fast_pulls_enabled", "request_tag_codes"]
+__all__ = ["fast_subscriptions", "own_expression_entry", "response_template",
+           "fast_pulls_enabled", "request_tag_codes"]
 
 _SUBSCRIPTION_FIELD = PULL_MESSAGE_REQUEST.field("subscription")
 _EXPRESSION_TYPE_FIELD = PULL_MESSAGE_REQUEST.field("expression_type")
@@ -57,16 +62,11 @@ def fast_subscriptions(config, metadata) -> list[tuple]:
     if not fast_pulls_enabled(config):
         return []
     property_filter = config.broker.enable_property_filter
-    lite = config.broker.lite_pull_message_enable
-    lite_templates: dict[tuple[int, int], tuple[bytes, ...]] = {}
     entries = []
     for group, subscriptions in metadata.consumer_subscriptions().items():
-        group_config = metadata.subscription_group(group)
-        if group_config is None or not group_config.consume_enable:
-            continue
         for topic, subscription in subscriptions.items():
-            topic_config = metadata.topic_config(topic)
-            if topic_config is None or not topic_config.perm & Perm.READ:
+            checked = _group_and_topic(config, metadata, group, topic)
+            if checked is None:
                 continue
             try:
                 pull_filter = message_filter(subscription, False, property_filter)
@@ -75,16 +75,44 @@ def fast_subscriptions(config, metadata) -> list[tuple]:
             if pull_filter.record_filter is not None:
                 continue          # SQL92: a per-record filter, the handler's
             codes = None if pull_filter.tag_codes is None else sorted(pull_filter.tag_codes)
-            lite_template = None
-            if lite:
-                flags = (topic_config.topic_sys_flag, group_config.group_sys_flag)
-                lite_template = lite_templates.get(flags)
-                if lite_template is None:
-                    lite_template = lite_templates[flags] = response_template(flags)
-            entries.append((group, topic, topic_config.read_queue_nums,
-                            subscription.sub_version, codes, group_config.broker_id,
-                            group_config.which_broker_when_consume_slowly, lite_template))
+            read_queue_nums, broker_id, slowly, lite_template = checked
+            entries.append((group, topic, read_queue_nums, subscription.sub_version, codes,
+                            broker_id, slowly, lite_template))
     return entries
+
+
+def own_expression_entry(config, metadata, group: str, topic: str) -> tuple | None:
+    """An entry as :func:`fast_subscriptions` makes them, for pulls with the SUBSCRIPTION
+    flag only (their own expression filters; no heartbeat subscription is needed, nor its
+    subVersion compared): the (group, topic) checks of ``process_pull`` pass, or None."""
+    if not fast_pulls_enabled(config):
+        return None
+    checked = _group_and_topic(config, metadata, group, topic)
+    if checked is None:
+        return None
+    read_queue_nums, broker_id, slowly, lite_template = checked
+    return group, topic, read_queue_nums, 0, None, broker_id, slowly, lite_template
+
+
+def _group_and_topic(config, metadata, group: str, topic: str) -> tuple | None:
+    """``(read_queue_nums, broker_id, slowly_broker_id, lite_template or None)`` when the
+    group (as ``subscription_group`` finds it) may consume and the topic is readable."""
+    group_config = metadata.subscription_group(group)
+    if group_config is None or not group_config.consume_enable:
+        return None
+    topic_config = metadata.topic_config(topic)
+    if topic_config is None or not topic_config.perm & Perm.READ:
+        return None
+    lite_template = None
+    if config.broker.lite_pull_message_enable:
+        lite_template = _lite_template(topic_config.topic_sys_flag, group_config.group_sys_flag)
+    return (topic_config.read_queue_nums, group_config.broker_id,
+            group_config.which_broker_when_consume_slowly, lite_template)
+
+
+@functools.lru_cache(maxsize=64)
+def _lite_template(topic_sys_flag: int, group_sys_flag: int) -> tuple[bytes, ...]:
+    return response_template((topic_sys_flag, group_sys_flag))
 
 
 def request_tag_codes(config, expression: str | None,

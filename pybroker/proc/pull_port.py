@@ -33,14 +33,20 @@ class FastPullPort:
             recorder.pull_offset_entry, recorder.writer, config.remoting.ext_fields_max,
             config.remoting.frame_max_bytes, store.check_crc_on_read, reader.memory_bytes,
             store.transfer_limits(), config.broker.slave_read_enable,
-            pull_fast.response_template(), self._request_tag_codes)
+            pull_fast.response_template(), self._request_tag_codes, self._own_expression_entry)
         self._config = config
+        self._replica = None
         self._commit_offsets = commit_offsets
 
     def refresh(self, config, replica) -> None:
         """Follow the replica (and the live settings in ``config``)."""
-        self._config = config
+        self._config, self._replica = config, replica
         self.path.set_subscriptions(pull_fast.fast_subscriptions(config, replica))
+
+    def _own_expression_entry(self, group: str, topic: str) -> tuple | None:
+        if self._replica is None:
+            return None
+        return pull_fast.own_expression_entry(self._config, self._replica, group, topic)
 
     def _request_tag_codes(self, expression: str | None,
                            expression_type: str | None) -> tuple[bool, list[int] | None]:

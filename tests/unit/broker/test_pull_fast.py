@@ -7,15 +7,15 @@ heartbeat-registered groups and a real RemotingConnection over one end of a sock
 fast path writes its answers with writev there) or over a transport without a socket (its
 answers then go through the transport). One worker has only the Python handler, wrapped as
 proc/remoting.py wraps it; the other has the pull fast path (proc/pull_port.FastPullPort) in
-front of it. A table of PULL_MESSAGE and LITE_PULL_MESSAGE frames (found, tag-filtered by
-the heartbeat or by the pull's own expression, byte-capped, across files, JSON and ROCKETMQ
-headers, committing offsets; and every kind the fast path must leave to the handler: no
-message, bad offsets and queue ids, refused groups and topics, a newer subVersion, SQL92 or an
-unparsable expression, oneway, a malformed number, another request code) goes to both, row by
-row and all at once, and with litePullMessageEnable off. The answer frames (by opaque, byte for
-byte), the forwarded commit offsets and the statistics (counters, key tables, the
-rocketmq_rpc_latency series per request and response code, pull offsets; not the latencies)
-must be the same, and the rows marked fast must have been answered by the fast
+front of it. A table of PULL_MESSAGE and LITE_PULL_MESSAGE frames (found, tag-filtered by the
+heartbeat or by the pull's own expression (a group without a heartbeat too), byte-capped,
+across files, JSON and ROCKETMQ headers, committing offsets; and every kind the fast path must
+leave to the handler: no message, bad offsets and queue ids, refused groups and topics, a newer
+subVersion, SQL92 or an unparsable expression, oneway, a malformed number, another request
+code) goes to both, row by row and all at once, and with litePullMessageEnable off. The answer
+frames (by opaque, byte for byte), the forwarded commit offsets and the statistics (counters,
+key tables, the rocketmq_rpc_latency series per request and response code, pull offsets; not
+the latencies) must be the same, and the rows marked fast must have been answered by the fast
 path and no other row.
 """
 import asyncio
@@ -125,6 +125,23 @@ ROWS = [
                                      subscription="*", commit_offset="12"), True),
     ("subscription flag, no expression type", frame(31, sys_flag="4", subscription="TagA",
                                                     expressionType=None), True),
+    # Its own expression needs no heartbeat subscription (Java's assign mode), nor a tag one.
+    ("subscription flag, no heartbeat", frame(49, group="G_unsubscribed", sys_flag="4",
+                                              subscription="TagA", queue_offset="70"), True),
+    ("subscription flag, SQL92 heartbeat", frame(50, group="G_sql", sys_flag="4",
+                                                 subscription="*", queue_id="1"), True),
+    ("subscription flag, new group", frame(51, group="G_new", sys_flag="4", subscription="*",
+                                           queue_offset="200"), True),
+    ("subscription flag, group disabled", frame(52, group="G_off", sys_flag="4",
+                                                subscription="*"), False),
+    ("subscription flag, unknown topic", frame(53, group="G_unsubscribed", topic="NoSuchTopic",
+                                               sys_flag="4", subscription="*"), False),
+    ("subscription flag, unreadable topic", frame(54, topic=UNREADABLE, sys_flag="4",
+                                                  subscription="*"), False),
+    ("lite, no heartbeat", frame(55, code=LITE, group="G_unsubscribed", queue_offset="100",
+                                 sys_flag=str(LITE_FLAGS), subscription="TagA"), True),
+    ("lite, no heartbeat, no expression flag", frame(56, code=LITE, group="G_unsubscribed",
+                                                     sys_flag="16"), False),
     # Empty values (JSON keeps them): absent to the header parse, the field's default.
     ("subscription flag, empty expression type", frame(
         47, sys_flag="4", subscription="TagB", queue_offset="3", expressionType="",
@@ -436,7 +453,7 @@ def test_lite_pulls_stay_the_handlers_while_lite_pull_is_disabled(pair):
     got = run(fast_worker, [data])
     assert got[:3] == expected[:3]
     lite = {row[0] for row in ROWS if command.decode(row[1], 0, len(row[1])).code == LITE}
-    assert len(lite) == 12
+    assert len(lite) == 14
     assert got[3] == [sum(row[2] for row in ROWS if row[0] not in lite)]
     refused = {opaque for opaque, answer in got[0].items()
                if command.decode(answer, 0, len(answer)).ext_fields.get("forbiddenType")
