@@ -43,6 +43,7 @@ import numpy as np
 from pybroker import clock
 from pybroker._fast import jhash
 from pybroker._fast import record as record_codec
+from pybroker._fast.timer_reput import TimerReputs
 from pybroker.broker.interfaces import Putter
 from pybroker.broker.reput import RePut, reput_message
 from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
@@ -86,6 +87,10 @@ _ROLLED_MARK = Property.TIMER_ENQUEUE_MS + NAME_VALUE_SEPARATOR
 _AMBIGUOUS = object()
 _TEXT_PATH_NAMES = (Property.REAL_TOPIC, Property.REAL_QUEUE_ID,
                     Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Property.TIMER_DEL_UNIQKEY)
+# The string path in C, many records per call (_fast/timer_reput.pyx; kept equal to
+# _convert_text by tests/unit/_fast/test_timer_reput.py).
+_REPUTS = TimerReputs(*(name.encode() for name in _TEXT_PATH_NAMES + (
+    Property.TIMER_ENQUEUE_MS, Property.TIMER_DEQUEUE_MS)))
 
 
 def _value(text: str, name: str):
@@ -133,6 +138,16 @@ class TimerReader(Protocol):
     def read_records(self, physical_offsets: list[int], sizes: list[int]) -> RecordsResult: ...
 
     def commitlog_min_offset(self) -> int: ...
+
+
+class Run(NamedTuple):
+    """Re-puts of one (topic, queue, sys flag) put as one request: ``messages`` whole
+    records."""
+    records: bytes | bytearray | memoryview
+    topic: str
+    queue_id: int
+    messages: int
+    sys_flag: int
 
 
 class WheelMessage(NamedTuple):
@@ -490,10 +505,10 @@ class TimerStore:
     async def _deliver_due(self, due: list[WheelMessage]) -> None:
         """Messages whose slot is already past go out at once (Java marks them
         TIMER_ENQUEUE_MS = Long.MAX_VALUE); a cancel mark among them is dropped."""
-        reputs = self._convert_all([(message.offset_py, message.size_py, LONG_MAX, False)
-                                    for message in due], None)
-        self.figures.enqueued_due += len(reputs)
-        await self._put_all(reputs, None)
+        runs = self._convert_all([(message.offset_py, message.size_py, LONG_MAX, False)
+                                  for message in due], None)
+        self.figures.enqueued_due += sum(run.messages for run in runs)
+        await self._put_all(runs, None)
 
     # --- dequeue (Java dequeue, TimerDequeueGetMessageService, PutMessageService) -------------
     async def dequeue(self) -> int:
@@ -533,9 +548,9 @@ class TimerStore:
         # delivered again by the next turn: at least once, as Java's).
         try:
             for start in range(0, len(normals), DEQUEUE_CHUNK):
-                reputs = self._slot_reputs(normals[start:start + DEQUEUE_CHUNK], cancelled, seen)
+                runs = self._slot_reputs(normals[start:start + DEQUEUE_CHUNK], cancelled, seen)
                 in_flight.append(asyncio.ensure_future(  # tidy: allow (awaited)
-                    self._put_all(reputs, slot_end_ms)))
+                    self._put_all(runs, slot_end_ms)))
                 if len(in_flight) >= CHUNKS_IN_FLIGHT:
                     await in_flight.pop(0)
                 else:
@@ -573,7 +588,7 @@ class TimerStore:
         return keys
 
     def _slot_reputs(self, normals: list[TimerUnitAt], cancelled: dict[str, dict[str, str]],
-                     seen: set[int]) -> list[RePut]:
+                     seen: set[int]) -> list[Run]:
         """The re-puts of (a chunk of) a slot's messages, oldest first; cancelled ones and a
         second unit of one message (a repeated enqueue after a crash; ``seen`` holds the
         slot's message offsets so far) are left out."""
@@ -588,23 +603,44 @@ class TimerStore:
         return self._convert_all(wanted, cancelled)
 
     def _convert_all(self, wanted: list[tuple[int, int, int, bool]],
-                     cancelled: dict[str, dict[str, str]] | None) -> list[RePut]:
-        """The re-puts of the records (offset, size, enqueue time, roll), read in runs per
-        CommitLog file (Java convert and convertMessage each); None-s left out: unreadable,
-        cancelled, or a cancel mark due (never put)."""
+                     cancelled: dict[str, dict[str, str]] | None) -> list[Run]:
+        """The runs re-putting the records (offset, size, enqueue time, roll), read in runs
+        per CommitLog file (Java convert and convertMessage each); left out: unreadable,
+        cancelled, or a cancel mark due (never put). A first delivery is converted in C
+        (many records per call, grouped into runs there) unless the slot has cancel marks;
+        what C leaves goes through :meth:`_convert` one by one."""
         records = self.reader.read_records([item[0] for item in wanted],
                                            [item[1] for item in wanted])
+        runs: list[Run] = []
         reputs = []
         try:
-            for (_, _, enqueue_ms, roll), view in zip(wanted, records.views, strict=True):
-                reput = self._convert(view, enqueue_ms, roll, cancelled)
+            rest: range | list[int] = range(len(wanted))
+            if not cancelled and wanted:
+                runs, rest = self._convert_in_c(wanted, records.views)
+            for index in rest:
+                _, _, enqueue_ms, roll = wanted[index]
+                reput = self._convert(records.views[index], enqueue_ms, roll, cancelled)
                 if reput is not None:
                     reputs.append(reput)
                     if roll:
                         self.figures.rolled += 1
         finally:
             records.release()
-        return reputs
+        return runs + _runs_of(reputs)
+
+    def _convert_in_c(self, wanted: list[tuple[int, int, int, bool]],
+                      views: list) -> tuple[list[Run], list[int]]:
+        """(runs, indexes left to :meth:`_convert`) of the first deliveries C takes."""
+        enqueue_ms = np.fromiter((item[2] for item in wanted), np.int64, len(wanted))
+        eligible = np.fromiter((not item[3] for item in wanted), np.uint8, len(wanted))
+        out, groups, cuts, rest = _REPUTS.convert(views, enqueue_ms, eligible, self.now_ms(),
+                                                  RUN_RECORDS_MAX, RUN_BYTES_MAX)
+        for topic, _queue_id, _sys_flag, count in groups:
+            self._add_metric(topic, -count)
+        whole = memoryview(out)
+        runs = [Run(whole[start:end], groups[group][0], groups[group][1], count,
+                    groups[group][2]) for start, end, count, group in cuts]
+        return runs, rest
 
     def _convert(self, view: memoryview | None, enqueue_ms: int, roll: bool,
                  cancelled: dict[str, dict[str, str]] | None) -> RePut | None:
@@ -702,43 +738,26 @@ class TimerStore:
         self.figures.cancelled += 1
         return True
 
-    async def _put_all(self, reputs: list[RePut], slot_end_ms: int | None) -> None:
-        """Put every re-put, grouped per (topic, queue) into runs, all awaited together;
-        each stored message's lateness after ``slot_end_ms`` is recorded (None: due at
-        enqueue, not a slot's delivery)."""
-        runs: dict[tuple[str, int, int], list[list[RePut]]] = {}
-        run_bytes: dict[tuple[str, int, int], int] = {}
-        for reput in reputs:
-            key = (reput.topic, reput.queue_id, reput.sys_flag)
-            chunks = runs.setdefault(key, [[]])
-            last = chunks[-1]
-            if len(last) >= RUN_RECORDS_MAX or run_bytes.get(key, 0) >= RUN_BYTES_MAX:
-                last = []
-                chunks.append(last)
-                run_bytes[key] = 0
-            last.append(reput)
-            run_bytes[key] = run_bytes.get(key, 0) + len(reput.records)
-        jobs = [self._put_run(chunk, slot_end_ms) for chunks in runs.values()
-                for chunk in chunks if chunk]
-        if jobs:
-            await asyncio.gather(*jobs)
+    async def _put_all(self, runs: list[Run], slot_end_ms: int | None) -> None:
+        """Put every run, all awaited together; each stored message's lateness after
+        ``slot_end_ms`` is recorded (None: due at enqueue, not a slot's delivery)."""
+        if runs:
+            await asyncio.gather(*(self._put_run(run, slot_end_ms) for run in runs))
 
-    async def _put_run(self, run: list[RePut], slot_end_ms: int | None) -> None:
+    async def _put_run(self, run: Run, slot_end_ms: int | None) -> None:
         """One run with Java's retry rule (doPut): stored; refused for good; or retried after
         500 x precision / 1000 ms, three tries unless timerEnableRetryUntilSuccess."""
-        first = run[0]
-        records = first.records if len(run) == 1 else b"".join(item.records for item in run)
         assert self.putter is not None
         tries = 0
         while True:
-            result = await self.putter.put(records, first.topic, first.queue_id, len(run),
-                                           first.sys_flag, True)
+            result = await self.putter.put(run.records, run.topic, run.queue_id, run.messages,
+                                           run.sys_flag, True)
             status = result.status
             if status.stored:
-                self._delivered(first.topic, len(run), slot_end_ms)
+                self._delivered(run.topic, run.messages, slot_end_ms)
                 # Java's doPut counts the put under its topic in statsAll (TOPIC_PUT_NUMS),
                 # not in rocketmq_messages_in_total.
-                self.recorder.topic_put(first.topic, len(run), result.wrote_bytes,
+                self.recorder.topic_put(run.topic, run.messages, result.wrote_bytes,
                                         PUT_LABEL_STATS_ONLY)
                 return
             tries += 1
@@ -748,8 +767,8 @@ class TimerStore:
                 give_up = tries >= PUT_TRIES_DEFAULT
             if give_up:
                 log.error("timer: %d message(s) to %s-%d not delivered: %s after %d tries",
-                          len(run), first.topic, first.queue_id, status.name, tries)
-                self.figures.put_dropped += len(run)
+                          run.messages, run.topic, run.queue_id, status.name, tries)
+                self.figures.put_dropped += run.messages
                 return
             pause_s = 500 * self.precision_ms / 1000 / 1000
             await asyncio.sleep(pause_s + (UNKNOWN_ERROR_PAUSE_S if unknown else 0))
@@ -789,3 +808,25 @@ class TimerStore:
                 f"behindMaster:{behind_master} "
                 f"allCongestNum:{self.congest_num()} "
                 f"enqExpiredStoreTime:{text(self.last_enqueue_store_ms)}")
+
+
+def _runs_of(reputs: list[RePut]) -> list[Run]:
+    """The re-puts grouped per (topic, queue, sys flag) into runs, in the order each group
+    first appears: a new run once the last holds RUN_RECORDS_MAX records or RUN_BYTES_MAX
+    bytes (_fast/timer_reput.pyx cuts its runs by the same rule)."""
+    groups: dict[tuple[str, int, int], list[list[RePut]]] = {}
+    run_bytes: dict[tuple[str, int, int], int] = {}
+    for reput in reputs:
+        key = (reput.topic, reput.queue_id, reput.sys_flag)
+        chunks = groups.setdefault(key, [[]])
+        last = chunks[-1]
+        if len(last) >= RUN_RECORDS_MAX or run_bytes.get(key, 0) >= RUN_BYTES_MAX:
+            last = []
+            chunks.append(last)
+            run_bytes[key] = 0
+        last.append(reput)
+        run_bytes[key] = run_bytes.get(key, 0) + len(reput.records)
+    return [Run(chunk[0].records if len(chunk) == 1 else b"".join(item.records
+                                                                     for item in chunk),
+                topic, queue_id, len(chunk), sys_flag)
+            for (topic, queue_id, sys_flag), chunks in groups.items() for chunk in chunks]

@@ -1,0 +1,417 @@
+# pybroker._fast.timer_reput: a due slot's parked records rewritten into re-put runs in C.
+"""The timer's first delivery of parked messages, many records per call (architecture/timer.md).
+
+A message parked on rmq_sys_wheel_timer is delivered to its REAL_TOPIC / REAL_QID with its
+stored properties string plus ``TIMER_ENQUEUE_MS`` and ``TIMER_DEQUEUE_MS``
+(broker/timer.py ``TimerStore._convert_text``, the rule this is kept equal to by
+tests/unit/_fast/test_timer_reput.py). :meth:`TimerReputs.convert` does that for a chunk of
+a slot at once: it parses each record, finds the four values the rule reads, writes the new
+records into one buffer grouped per (real topic, queue, sys flag) in the order each group first
+appears (records in their order within it), and cuts each group into runs as
+``TimerStore._put_all`` does. A record it does not take whole is left to the Python rule
+(its index is returned): a roll (``eligible`` 0), a message due at enqueue (enqueue time
+Long.MAX) or rolled before, a value the rule calls ambiguous,
+a cancel mark, no usable destination, properties that are not valid UTF-8 (Java and the Python
+rule replace those bytes), a result over Java's 32767-byte properties limit, or an unreadable
+record. No Python object is made per record taken; per group and per run one tuple.
+"""
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memcmp, memcpy, memset
+from libc.stdint cimport int32_t, int64_t, uint8_t
+
+from pybroker._fast.digits cimport write_decimal, DECIMAL_BYTES_MAX
+from pybroker._fast.record cimport (RecordFields, RecordParts, RecordStatus, RECORD_STATUS_OK,
+                                    SHORT_LENGTH_MAX, parse_record, record_encoded_size,
+                                    write_record)
+
+cdef enum:
+    NAME_VALUE_SEPARATOR = 1
+    PROPERTY_SEPARATOR = 2
+    # The four values the rule reads, in this order.
+    VALUE_REAL_TOPIC = 0
+    VALUE_REAL_QUEUE_ID = 1
+    VALUE_UNIQ_KEY = 2
+    VALUE_DELETE_KEY = 3
+    VALUES_COUNT = 4
+    INT32_MAX_DIGITS = 10
+
+cdef extern from *:
+    """
+    #define PB_INT32_MAX_VALUE ((int64_t)2147483647)
+    #define PB_INT64_MAX_VALUE ((int64_t)9223372036854775807LL)
+    """
+    const int64_t INT32_MAX_VALUE "PB_INT32_MAX_VALUE"
+    const int64_t INT64_MAX_VALUE "PB_INT64_MAX_VALUE"
+
+
+cdef struct Span:
+    Py_ssize_t start       # -1: absent
+    Py_ssize_t length
+
+
+cdef struct Item:
+    Py_ssize_t group       # -1: left to the Python rule
+    Py_ssize_t size        # bytes of the new record
+    Py_ssize_t position    # where it is written in the output
+    int32_t queue_id
+    Span topic             # REAL_TOPIC's value in the source properties
+    bint separator         # a separator is added before the new pairs
+    bint held              # its buffer is held (released at the end)
+
+
+cdef struct Group:
+    const unsigned char *topic
+    Py_ssize_t topic_length
+    int32_t queue_id
+    int32_t sys_flag
+    Py_ssize_t count
+    Py_ssize_t bytes
+    Py_ssize_t position
+
+
+cdef bint utf8_valid(const unsigned char *p, Py_ssize_t length) noexcept nogil:
+    """Whether the bytes are well-formed UTF-8 (Unicode table 3-7: no overlong forms, no
+    surrogates, nothing above U+10FFFF), exactly what Python's decoder takes unchanged."""
+    cdef Py_ssize_t i = 0
+    cdef unsigned char c, low, high
+    cdef int more, k
+    while i < length:
+        c = p[i]
+        if c < 0x80:
+            i += 1
+            continue
+        low, high = 0x80, 0xBF
+        if 0xC2 <= c <= 0xDF:
+            more = 1
+        elif 0xE0 <= c <= 0xEF:
+            more = 2
+            if c == 0xE0:
+                low = 0xA0
+            elif c == 0xED:
+                high = 0x9F
+        elif 0xF0 <= c <= 0xF4:
+            more = 3
+            if c == 0xF0:
+                low = 0x90
+            elif c == 0xF4:
+                high = 0x8F
+        else:
+            return False
+        if i + more >= length:
+            return False
+        if not (low <= p[i + 1] <= high):
+            return False
+        for k in range(2, more + 1):
+            if not (0x80 <= p[i + k] <= 0xBF):
+                return False
+        i += more + 1
+    return True
+
+
+cdef Py_ssize_t find_last(const unsigned char *text, Py_ssize_t length,
+                          const unsigned char *marker, Py_ssize_t marker_length) noexcept nogil:
+    """Position of the last occurrence of marker in text, -1 when none."""
+    cdef Py_ssize_t at = length - marker_length
+    while at >= 0:
+        if text[at] == marker[0] and memcmp(text + at, marker, <size_t>marker_length) == 0:
+            return at
+        at -= 1
+    return -1
+
+
+cdef bint find_value(const unsigned char *text, Py_ssize_t length, const unsigned char *marker,
+                     Py_ssize_t marker_length, Span *value) noexcept nogil:
+    """The value of the last pair of marker's name (marker = separator, name, separator), as
+    TimerStore's _value finds it: start -1 when absent; False when that value is empty (the
+    rule calls it ambiguous)."""
+    cdef Py_ssize_t at = find_last(text, length, marker, marker_length)
+    cdef Py_ssize_t start, end
+    if at >= 0:
+        start = at + marker_length
+    elif length >= marker_length - 1 and \
+            memcmp(text, marker + 1, <size_t>(marker_length - 1)) == 0:
+        start = marker_length - 1
+    else:
+        value.start, value.length = -1, 0
+        return True
+    end = start
+    while end < length and text[end] != PROPERTY_SEPARATOR:
+        end += 1
+    value.start, value.length = start, end - start
+    return end > start
+
+
+cdef bint contains(const unsigned char *text, Py_ssize_t length, const unsigned char *marker,
+                   Py_ssize_t marker_length) noexcept nogil:
+    return find_last(text, length, marker, marker_length) >= 0
+
+
+cdef int64_t ascii_number(const unsigned char *text, Py_ssize_t length) noexcept nogil:
+    """The value of a run of ASCII digits up to INT32_MAX, -1 otherwise."""
+    cdef int64_t value = 0
+    cdef Py_ssize_t i
+    if length <= 0:
+        return -1
+    for i in range(length):
+        if text[i] < 48 or text[i] > 57:
+            return -1
+        value = value * 10 + (text[i] - 48)
+        if value > INT32_MAX_VALUE:
+            return -1
+    return value
+
+
+cdef class TimerReputs:
+    """The first-delivery rule over runs of records. ``names`` are the property names as
+    UTF-8 bytes, in this order: REAL_TOPIC, REAL_QID, UNIQ_KEY, TIMER_DEL_UNIQKEY,
+    TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS (protocol/constants.py is their one place)."""
+
+    cdef tuple names                     # the bytes the pointers below point into
+    cdef const unsigned char *markers[VALUES_COUNT]   # separator + name + separator
+    cdef Py_ssize_t marker_lengths[VALUES_COUNT]
+    cdef const unsigned char *enqueue_name
+    cdef Py_ssize_t enqueue_name_length
+    cdef const unsigned char *dequeue_name
+    cdef Py_ssize_t dequeue_name_length
+    cdef const unsigned char *rolled_mark          # TIMER_ENQUEUE_MS + separator
+    cdef Py_ssize_t rolled_mark_length
+
+    def __init__(self, bytes real_topic, bytes real_queue_id, bytes uniq_key, bytes delete_key,
+                 bytes enqueue_name, bytes dequeue_name):
+        cdef bytes marker
+        cdef Py_ssize_t index
+        markers = tuple(b"\x02" + name + b"\x01"
+                        for name in (real_topic, real_queue_id, uniq_key, delete_key))
+        rolled_mark = enqueue_name + b"\x01"
+        self.names = (markers, rolled_mark, enqueue_name, dequeue_name)
+        for index in range(VALUES_COUNT):
+            marker = markers[index]
+            self.markers[index] = <const unsigned char *>marker
+            self.marker_lengths[index] = len(marker)
+        self.rolled_mark, self.rolled_mark_length = rolled_mark, len(rolled_mark)
+        self.enqueue_name, self.enqueue_name_length = enqueue_name, len(enqueue_name)
+        self.dequeue_name, self.dequeue_name_length = dequeue_name, len(dequeue_name)
+
+    def convert(self, list views, const int64_t[::1] enqueue_ms, const uint8_t[::1] eligible,
+                int64_t dequeue_ms, Py_ssize_t run_records_max, Py_ssize_t run_bytes_max):
+        """``(out, groups, runs, rest)`` for the records ``views`` (buffers or None) parked
+        at the write times ``enqueue_ms``, delivered at ``dequeue_ms``; a record whose
+        ``eligible`` byte is 0 is left to the Python rule.
+
+        ``out`` holds the new records; ``groups`` is ``[(topic, queue_id, sys_flag, count)]``;
+        ``runs`` is ``[(start, end, count, group index)]`` (bytes of ``out``, at most
+        ``run_records_max`` records, a new run once one holds ``run_bytes_max`` bytes);
+        ``rest`` the indexes left to the Python rule, in order.
+        """
+        cdef Py_ssize_t count = len(views)
+        cdef Py_buffer *buffers = NULL
+        cdef Item *items = NULL
+        cdef Group *groups = NULL
+        cdef Py_ssize_t groups_count = 0, index
+        if enqueue_ms.shape[0] != count or eligible.shape[0] != count:
+            raise ValueError("views, enqueue_ms and eligible differ in length")
+        buffers = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * max(count, 1))
+        items = <Item *>PyMem_Malloc(sizeof(Item) * max(count, 1))
+        groups = <Group *>PyMem_Malloc(sizeof(Group) * max(count, 1))
+        if buffers == NULL or items == NULL or groups == NULL:
+            PyMem_Free(buffers)
+            PyMem_Free(items)
+            PyMem_Free(groups)
+            raise MemoryError()
+        memset(items, 0, sizeof(Item) * max(count, 1))
+        try:
+            for index in range(count):
+                items[index].group = -1
+                view = views[index]
+                if view is None or not eligible[index]:
+                    continue
+                PyObject_GetBuffer(view, &buffers[index], PyBUF_SIMPLE)
+                items[index].held = True
+                self._plan(&buffers[index], enqueue_ms[index], dequeue_ms, &items[index],
+                           groups, &groups_count)
+            return self._write(buffers, items, count, groups, groups_count, enqueue_ms,
+                               dequeue_ms, run_records_max, run_bytes_max)
+        finally:
+            for index in range(count):
+                if items[index].held:
+                    PyBuffer_Release(&buffers[index])
+            PyMem_Free(buffers)
+            PyMem_Free(items)
+            PyMem_Free(groups)
+
+    cdef void _plan(self, const Py_buffer *source, int64_t enqueue_ms, int64_t dequeue_ms,
+                    Item *item, Group *groups, Py_ssize_t *groups_count) noexcept:
+        # Decide whether the record is taken; when it is, its size, group and queue.
+        cdef RecordFields f
+        cdef const unsigned char *data = <const unsigned char *>source.buf
+        cdef const unsigned char *text
+        cdef Span[VALUES_COUNT] values
+        cdef Py_ssize_t length, index, added, properties_length
+        cdef int64_t queue_id, size
+        if enqueue_ms == INT64_MAX_VALUE:            # due at enqueue: the map path
+            return
+        if parse_record(data, 0, source.len, False, &f) != RECORD_STATUS_OK:
+            return
+        text, length = data + f.properties_position, f.properties_length
+        if not utf8_valid(text, length) or contains(text, length, self.rolled_mark,
+                                                     self.rolled_mark_length):
+            return
+        for index in range(VALUES_COUNT):
+            if not find_value(text, length, self.markers[index], self.marker_lengths[index],
+                              &values[index]):
+                return                      # ambiguous: the map decides
+        if values[VALUE_DELETE_KEY].start >= 0 or values[VALUE_REAL_TOPIC].start < 0:
+            return
+        queue_id = ascii_number(text + values[VALUE_REAL_QUEUE_ID].start,
+                                values[VALUE_REAL_QUEUE_ID].length) \
+            if values[VALUE_REAL_QUEUE_ID].start >= 0 else -1
+        if queue_id < 0:
+            return
+        item.separator = length > 0 and text[length - 1] != PROPERTY_SEPARATOR
+        added = (item.separator + self.enqueue_name_length + 2 + _decimal_length(enqueue_ms)
+                 + self.dequeue_name_length + 2 + _decimal_length(dequeue_ms))
+        properties_length = length + added
+        if properties_length > SHORT_LENGTH_MAX:
+            return
+        size = record_encoded_size(f.body_length, values[VALUE_REAL_TOPIC].length,
+                                   properties_length, f.sys_flag)
+        if size < 0:
+            return
+        item.size = size
+        item.queue_id = <int32_t>queue_id
+        item.topic = values[VALUE_REAL_TOPIC]
+        item.topic.start += f.properties_position
+        item.group = _group_of(groups, groups_count, data + item.topic.start,
+                               item.topic.length, item.queue_id, f.sys_flag)
+        groups[item.group].count += 1
+        groups[item.group].bytes += size
+
+    cdef tuple _write(self, Py_buffer *buffers, Item *items, Py_ssize_t count, Group *groups,
+                      Py_ssize_t groups_count, const int64_t[::1] enqueue_ms,
+                      int64_t dequeue_ms, Py_ssize_t run_records_max,
+                      Py_ssize_t run_bytes_max):
+        # Lay the groups out one after the other, write every record taken, cut the runs.
+        cdef Py_ssize_t total = 0, index, group
+        cdef unsigned char *out_data
+        cdef unsigned char *scratch
+        cdef list rest = [], group_list = [], runs = []
+        for group in range(groups_count):
+            groups[group].position = total
+            total += groups[group].bytes
+        out = bytearray(total)
+        out_data = <unsigned char *>PyByteArray_AS_STRING(out)
+        scratch = <unsigned char *>PyMem_Malloc(SHORT_LENGTH_MAX + 1)
+        if scratch == NULL:
+            raise MemoryError()
+        try:
+            for index in range(count):
+                group = items[index].group
+                if group < 0:
+                    rest.append(index)
+                    continue
+                items[index].position = groups[group].position
+                groups[group].position += items[index].size
+                self._write_one(&buffers[index], &items[index], out_data, scratch,
+                                enqueue_ms[index], dequeue_ms)
+        finally:
+            PyMem_Free(scratch)
+        for group in range(groups_count):
+            group_list.append((PyUnicode_DecodeUTF8(<const char *>groups[group].topic,
+                                                    groups[group].topic_length, "strict"),
+                               groups[group].queue_id, groups[group].sys_flag,
+                               groups[group].count))
+            _cut_runs(items, count, group, run_records_max, run_bytes_max, runs)
+        return out, group_list, runs, rest
+
+    cdef void _write_one(self, const Py_buffer *source, Item *item, unsigned char *out,
+                         unsigned char *scratch, int64_t enqueue_ms,
+                         int64_t dequeue_ms) noexcept:
+        # The new record: the source's fields and body, the real topic and queue, the
+        # properties string with the two pairs appended; offsets and store time zero.
+        cdef RecordFields f
+        cdef RecordParts parts
+        cdef const unsigned char *data = <const unsigned char *>source.buf
+        cdef Py_ssize_t at
+        parse_record(data, 0, source.len, False, &f)
+        at = f.properties_length
+        memcpy(scratch, data + f.properties_position, <size_t>at)
+        if item.separator:
+            scratch[at] = PROPERTY_SEPARATOR
+            at += 1
+        at = _write_pair(scratch, at, self.enqueue_name, self.enqueue_name_length, enqueue_ms)
+        at = _write_pair(scratch, at, self.dequeue_name, self.dequeue_name_length, dequeue_ms)
+        parts.topic = data + item.topic.start
+        parts.topic_length = item.topic.length
+        parts.body = data + f.body_position
+        parts.body_length = f.body_length
+        parts.properties = scratch
+        parts.properties_length = at
+        parts.born_address = data + f.born_host_position
+        parts.store_address = data + f.store_host_position
+        f.queue_id = item.queue_id
+        f.queue_offset = 0
+        f.physical_offset = 0
+        f.store_timestamp = 0
+        f.prepared_transaction_offset = 0
+        write_record(out + item.position, &f, &parts)
+
+
+cdef inline Py_ssize_t _decimal_length(int64_t value) noexcept nogil:
+    cdef unsigned char digits[DECIMAL_BYTES_MAX]
+    return write_decimal(digits, value)
+
+
+cdef Py_ssize_t _write_pair(unsigned char *out, Py_ssize_t at, const unsigned char *name,
+                            Py_ssize_t length, int64_t value) noexcept nogil:
+    # name, NAME_VALUE_SEPARATOR, decimal value, PROPERTY_SEPARATOR at out[at:]
+    memcpy(out + at, name, <size_t>length)
+    at += length
+    out[at] = NAME_VALUE_SEPARATOR
+    at += 1
+    at += write_decimal(out + at, value)
+    out[at] = PROPERTY_SEPARATOR
+    return at + 1
+
+
+cdef Py_ssize_t _group_of(Group *groups, Py_ssize_t *groups_count, const unsigned char *topic,
+                          Py_ssize_t topic_length, int32_t queue_id,
+                          int32_t sys_flag) noexcept nogil:
+    # The group of (topic, queue_id, sys_flag), added at the end when new.
+    cdef Py_ssize_t group
+    cdef Group *found
+    for group in range(groups_count[0] - 1, -1, -1):     # the last one is the likeliest
+        found = &groups[group]
+        if found.queue_id == queue_id and found.sys_flag == sys_flag and \
+                found.topic_length == topic_length and \
+                memcmp(found.topic, topic, <size_t>topic_length) == 0:
+            return group
+    group = groups_count[0]
+    groups_count[0] += 1
+    found = &groups[group]
+    found.topic, found.topic_length = topic, topic_length
+    found.queue_id, found.sys_flag = queue_id, sys_flag
+    found.count, found.bytes, found.position = 0, 0, 0
+    return group
+
+
+cdef int _cut_runs(const Item *items, Py_ssize_t count, Py_ssize_t group,
+                   Py_ssize_t run_records_max, Py_ssize_t run_bytes_max, list runs) except -1:
+    # The group's records in runs: a new run once the last holds run_records_max records or
+    # run_bytes_max bytes (TimerStore._put_all's rule).
+    cdef Py_ssize_t index, start = -1, end = 0, records = 0
+    for index in range(count):
+        if items[index].group != group:
+            continue
+        if start >= 0 and (records >= run_records_max or end - start >= run_bytes_max):
+            runs.append((start, end, records, group))
+            start = -1
+        if start < 0:
+            start, end, records = items[index].position, items[index].position, 0
+        end += items[index].size
+        records += 1
+    if start >= 0:
+        runs.append((start, end, records, group))
+    return 0

@@ -1,0 +1,185 @@
+"""pybroker._fast.timer_reput rewrites parked timer records into re-put runs exactly as the
+timer's Python rule does (broker/timer.py TimerStore._convert and _runs_of).
+
+Method: wheel-topic records are encoded with record.encode_into from hand-made and seeded random
+properties strings (raw bytes: empty values, a separator inside a value, Unicode and invalid
+UTF-8, surrogates and overlong forms, non-ASCII digits, queue ids past int32, a rolled mark,
+cancel marks, IPv6 hosts, long topics); each goes through the Python rule and through
+TimerReputs.convert. Whatever C takes must be the Python rule's record byte for byte with its
+destination; what it leaves must be left by index; many records at once must give the runs the
+Python rule groups and cuts (small run limits included). The seed is printed.
+"""
+import random
+
+import numpy as np
+import pytest
+
+from pybroker._fast import record
+from pybroker.broker import timer
+from pybroker.broker.timer import LONG_MAX, TimerFigures, TimerStore
+
+WHEEL = b"rmq_sys_wheel_timer"
+ENQUEUE_MS, DEQUEUE_MS = 1_800_000_000_000, 1_800_000_004_321
+V4_BORN, V4_STORE = bytes([10, 1, 2, 3]), bytes([10, 9, 8, 7])
+V6_BORN, V6_STORE = bytes(range(1, 17)), bytes(range(40, 56))
+
+
+def parked(properties: bytes, *, body=b"payload", sys_flag=0, flag=7) -> bytes:
+    born = V6_BORN if sys_flag & 0x10 else V4_BORN
+    store = V6_STORE if sys_flag & 0x20 else V4_STORE
+    size = record.encoded_size(len(body), len(WHEEL), len(properties), sys_flag)
+    out = bytearray(size)
+    record.encode_into(out, 0, WHEEL, 0, flag, body, properties, sys_flag, 1_700_000_000_001,
+                       born, 4321, store, 10911, 3, 99, 55, 123456, 1_799_999_999_000)
+    return bytes(out)
+
+
+def python_rule():
+    """A TimerStore with only what _convert uses (a slave's: no metrics)."""
+    store = object.__new__(TimerStore)
+    store.figures = TimerFigures()
+    store.now_ms = lambda: DEQUEUE_MS
+    store.dequeue_enabled = False
+    store._metric_deltas = {}
+    return store
+
+
+def c_rule(records: list, enqueue_ms=None, eligible=None, runs_max=timer.RUN_RECORDS_MAX,
+           bytes_max=timer.RUN_BYTES_MAX):
+    count = len(records)
+    enqueue = np.array(enqueue_ms or [ENQUEUE_MS] * count, np.int64)
+    take = np.array(eligible or [1] * count, np.uint8)
+    views = [None if item is None else memoryview(item) for item in records]
+    return timer._REPUTS.convert(views, enqueue, take, DEQUEUE_MS, runs_max, bytes_max)
+
+
+def compare_one(properties: bytes, **record_fields) -> bool:
+    """True when C took the record (and made the Python rule's record), False when it left
+    it (index 0 in rest)."""
+    raw = parked(properties, **record_fields)
+    try:
+        expected = python_rule()._convert(memoryview(raw), ENQUEUE_MS, False, None)
+        raised = None
+    except (ValueError, OverflowError) as error:
+        expected, raised = None, error
+    out, groups, runs, rest = c_rule([raw])
+    if rest == [0]:
+        assert (out, groups, runs) == (bytearray(), [], [])
+        return False
+    assert raised is None and expected is not None, properties
+    assert rest == [] and len(groups) == 1 and len(runs) == 1
+    topic, queue_id, sys_flag, count = groups[0]
+    assert (topic, queue_id, sys_flag, count) == (expected.topic, expected.queue_id,
+                                                  expected.sys_flag, 1)
+    assert runs[0] == (0, len(out), 1, 0)
+    assert bytes(out) == bytes(expected.records), properties
+    return True
+
+
+@pytest.mark.parametrize("properties, taken", [
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02UNIQ_KEY\x01U1\x02", True),
+    (b"KEYS\x01k\x02REAL_TOPIC\x01T\x02REAL_QID\x0112\x02", True),       # no separator at end
+    (b"REAL_TOPIC\x01Tp\x02REAL_QID\x013", True),
+    (b"REAL_QID\x012\x02REAL_TOPIC\x01A\x02REAL_TOPIC\x01B\x02", True),  # the last pair wins
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x01007\x02", True),
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x012147483647\x02", True),
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02X\x01a\x01b\x02", True),      # \x01 inside a value
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02K\x01\xc3\xa9\xf0\x9f\x98\x80\x02", True),
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02K\x01\x00\x7f\x02", True),
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x01\x02REAL_QID\x011\x02", True),     # empty, then a value
+    (b"REAL_TOPIC\x01" + b"t" * 200 + b"\x02REAL_QID\x011\x02", True),   # magic v2 topic
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02REAL_QID\x01\x02", False),    # last value empty
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02UNIQ_KEY\x01\x02", False),
+    (b"REAL_TOPIC\x01\x02REAL_QID\x011\x02", False),
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x01x\x02", False),                    # unusable queue id
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x012147483648\x02", False),           # past int32
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x01\xd9\xa1\x02", False),             # Arabic-Indic digit
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x01\xc2\xb2\x02", False),             # superscript two
+    (b"REAL_QID\x011\x02", False),                                        # no real topic
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02TIMER_DEL_UNIQKEY\x01T+U\x02", False),
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02TIMER_ENQUEUE_MS\x015\x02", False),   # rolled
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02K\x01\xff\x02", False),       # invalid UTF-8
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02K\x01\xed\xa0\x80\x02", False),   # a surrogate
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02K\x01\xc0\xaf\x02", False),   # overlong
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02K\x01\xf4\x90\x80\x80\x02", False),  # > U+10FFFF
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02K\x01\xe2\x82", False),       # cut short at the end
+    (b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02K\x01" + b"v" * 32700, False),  # over 32767 after
+    (b"", False),
+])
+def test_each_record_as_the_python_rule(properties, taken):
+    assert compare_one(properties) is taken
+    assert compare_one(properties, sys_flag=0x30, body=b"") is taken
+
+
+def test_records_it_must_leave_are_left_by_index():
+    """Unreadable, a roll, a delivery due at enqueue (Long.MAX) and a damaged record go to
+    the Python rule; the others are taken."""
+    good = parked(b"REAL_TOPIC\x01T\x02REAL_QID\x011\x02")
+    damaged = bytearray(good)
+    damaged[4] ^= 0xFF                          # magic
+    records = [good, None, good, good, bytes(damaged), good]
+    out, groups, runs, rest = c_rule(records, [ENQUEUE_MS, ENQUEUE_MS, ENQUEUE_MS, LONG_MAX,
+                                               ENQUEUE_MS, ENQUEUE_MS],
+                                     [1, 1, 0, 1, 1, 1])
+    assert rest == [1, 2, 3, 4]
+    assert groups == [("T", 1, 0, 2)] and runs == [(0, len(out), 2, 0)]
+
+
+_NAMES = [b"REAL_TOPIC", b"REAL_QID", b"UNIQ_KEY", b"TIMER_DEL_UNIQKEY", b"KEYS", b"TAGS",
+          b"TIMER_OUT_MS", b"TIMER_ENQUEUE_MS", b"TIMER_ROLL_TIMES", b"REAL", b"QID", b""]
+_VALUES = [b"", b"T", b"TopicA", b"0", b"1", b"7", b"12", b"-1", b"2147483648", b"x",
+           b"\xd9\xa1", b"\xc2\xb2", b"\xc3\xa9", b"\xf0\x9f\x98\x80", b"\xff", b"\xed\xa0\x80",
+           b"\xc0\xaf", b"\xe2\x82", b"a\x01b", b"\x00", b"t" * 130, b"U-1"]
+
+
+def _random_properties(rng: random.Random) -> bytes:
+    pairs = [(b"REAL_TOPIC", rng.choice([b"T", b"TopicA", b"t" * 130])),
+             (b"REAL_QID", rng.choice([b"0", b"1", b"7"]))]
+    for _ in range(rng.randrange(0, 6)):
+        pairs.insert(rng.randrange(len(pairs) + 1), (rng.choice(_NAMES), rng.choice(_VALUES)))
+    text = b"\x02".join(name + b"\x01" + value for name, value in pairs)
+    if rng.random() < 0.7:
+        text += b"\x02"
+    return text
+
+
+def test_seeded_properties_as_the_python_rule():
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    taken = sum(compare_one(_random_properties(rng), sys_flag=rng.choice([0, 0x10, 0x20, 0x30]),
+                            body=rng.randbytes(rng.randrange(0, 300)))
+                for _ in range(3000))
+    assert taken > 300            # the common case is C's: the test compares something
+
+
+@pytest.mark.parametrize("runs_max, bytes_max", [(timer.RUN_RECORDS_MAX, timer.RUN_BYTES_MAX),
+                                                 (3, 1 << 20), (1000, 700)])
+def test_many_records_give_the_python_runs(monkeypatch, runs_max, bytes_max):
+    """Records of three queues and two topics, some left to Python: C's groups, records and
+    runs are what _runs_of makes of the Python rule's re-puts of the records C took."""
+    rng = random.Random(7)
+    records, enqueue = [], []
+    for index in range(200):
+        topic = rng.choice([b"T", b"Other"])
+        queue = rng.choice([b"0", b"1", b"2"])
+        extra = b"K\x01\xff\x02" if index % 17 == 0 else b""       # left to Python
+        records.append(parked(b"UNIQ_KEY\x01U%d\x02" % index + extra + b"REAL_TOPIC\x01"
+                              + topic + b"\x02REAL_QID\x01" + queue + b"\x02",
+                              body=rng.randbytes(rng.randrange(1, 400))))
+        enqueue.append(ENQUEUE_MS + index)
+    out, groups, runs, rest = c_rule(records, enqueue, runs_max=runs_max, bytes_max=bytes_max)
+    assert rest == [index for index in range(200) if index % 17 == 0]
+    rule = python_rule()
+    reputs = [rule._convert(memoryview(item), enqueue_ms, False, None)
+              for index, (item, enqueue_ms) in enumerate(zip(records, enqueue, strict=True))
+              if index % 17]
+    monkeypatch.setattr(timer, "RUN_RECORDS_MAX", runs_max)
+    monkeypatch.setattr(timer, "RUN_BYTES_MAX", bytes_max)
+    expected = timer._runs_of(reputs)
+    got = [(bytes(out[start:end]), groups[group][0], groups[group][1], count, groups[group][2])
+           for start, end, count, group in runs]
+    assert got == [(bytes(run.records), run.topic, run.queue_id, run.messages, run.sys_flag)
+                   for run in expected]
+    assert sum(group[3] for group in groups) == len(reputs)
+    assert len(runs) > len(groups) or runs_max == timer.RUN_RECORDS_MAX
