@@ -58,7 +58,7 @@ from pybroker.store.read_api import RecordsResult, SelectResult
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 from pybroker.store.timer_checkpoint import CheckpointValues, TimerCheckpoint
-from pybroker.store.timer_log import TimerLog, TimerUnitAt, encode_unit
+from pybroker.store.timer_log import SlotUnits, TimerLog, encode_unit
 from pybroker.store.timer_metrics import load_timer_metrics, save_timer_metrics
 from pybroker.store.timer_wheel import TimerWheel
 
@@ -148,6 +148,16 @@ class Run(NamedTuple):
     queue_id: int
     messages: int
     sys_flag: int
+
+
+class Wanted(NamedTuple):
+    """Parked messages to re-put, one array per field: CommitLog offsets and sizes, the
+    write time each was enqueued at (TIMER_ENQUEUE_MS; Long.MAX: due at enqueue), whether
+    it is a roll."""
+    offsets: np.ndarray
+    sizes: np.ndarray
+    enqueue_ms: np.ndarray
+    rolls: np.ndarray
 
 
 class WheelMessage(NamedTuple):
@@ -505,8 +515,10 @@ class TimerStore:
     async def _deliver_due(self, due: list[WheelMessage]) -> None:
         """Messages whose slot is already past go out at once (Java marks them
         TIMER_ENQUEUE_MS = Long.MAX_VALUE); a cancel mark among them is dropped."""
-        runs = self._convert_all([(message.offset_py, message.size_py, LONG_MAX, False)
-                                  for message in due], None)
+        runs = self._convert_all(Wanted(
+            np.array([message.offset_py for message in due], np.int64),
+            np.array([message.size_py for message in due], np.int64),
+            np.full(len(due), LONG_MAX, np.int64), np.zeros(len(due), bool)), None)
         self.figures.enqueued_due += sum(run.messages for run in runs)
         await self._put_all(runs, None)
 
@@ -529,26 +541,23 @@ class TimerStore:
             self.commit_read_time_ms = self.curr_read_time_ms
             return 0
         units = self.timer_log.slot_units(slot.first_pos, slot.last_pos)
-        if not units:
+        if not len(units.positions):
             log.warning("dequeue time:%d but read nothing from timerLog", slot_ms)
-        deletes, normals = [], []
-        for unit in reversed(units):           # oldest first
-            magic = unit.magic
-            if magic & layout.TIMER_MAGIC_DELETE and not magic & layout.TIMER_MAGIC_ROLL:
-                deletes.append(unit)
-            else:
-                normals.append(unit)
-        cancelled = self._cancel_keys(deletes)
+        magic = units.magic
+        is_delete = ((magic & layout.TIMER_MAGIC_DELETE) != 0) & \
+            ((magic & layout.TIMER_MAGIC_ROLL) == 0)
+        cancelled = self._cancel_keys(units.offset_py[is_delete].tolist())
+        wanted = self._slot_wanted(units, np.flatnonzero(~is_delete))
         slot_end_ms = slot_ms + self.precision_ms
-        seen: set[int] = set()
         in_flight: list[asyncio.Future] = []
         # In chunks, puts of one chunk under way while the next is built: a burst slot keeps
         # the event loop turning (the worker's heartbeat, completions).
         # The chunks' tasks are awaited here; a failing one cancels the others (the slot is
         # delivered again by the next turn: at least once, as Java's).
         try:
-            for start in range(0, len(normals), DEQUEUE_CHUNK):
-                runs = self._slot_reputs(normals[start:start + DEQUEUE_CHUNK], cancelled, seen)
+            for start in range(0, len(wanted.offsets), DEQUEUE_CHUNK):
+                runs = self._convert_all(Wanted(*(column[start:start + DEQUEUE_CHUNK]
+                                                  for column in wanted)), cancelled)
                 in_flight.append(asyncio.ensure_future(  # tidy: allow (awaited)
                     self._put_all(runs, slot_end_ms)))
                 if len(in_flight) >= CHUNKS_IN_FLIGHT:
@@ -566,15 +575,16 @@ class TimerStore:
             self._add_metric(properties.get(Property.REAL_TOPIC), 1)
         self._apply_metrics()
         self.figures.slots_delivered += 1
-        self.stats.record(StatsHistogram.TIMER_SLOT_MESSAGES, len(normals))
+        self.stats.record(StatsHistogram.TIMER_SLOT_MESSAGES, int((~is_delete).sum()))
         self._move_read_time()
         return 1
 
-    def _cancel_keys(self, deletes: list[TimerUnitAt]) -> dict[str, dict[str, str]]:
-        """TIMER_DEL_UNIQKEY of each cancel mark of the slot -> the mark's properties."""
+    def _cancel_keys(self, deletes: list[int]) -> dict[str, dict[str, str]]:
+        """TIMER_DEL_UNIQKEY of each cancel mark of the slot (CommitLog offsets) -> the
+        mark's properties."""
         keys: dict[str, dict[str, str]] = {}
-        for unit in deletes:
-            selected = self.reader.look_message_by_offset(unit.offset_py)
+        for offset_py in deletes:
+            selected = self.reader.look_message_by_offset(offset_py)
             if selected is None:
                 self.figures.unreadable += 1
                 continue
@@ -587,38 +597,36 @@ class TimerStore:
                 keys[key] = properties
         return keys
 
-    def _slot_reputs(self, normals: list[TimerUnitAt], cancelled: dict[str, dict[str, str]],
-                     seen: set[int]) -> list[Run]:
-        """The re-puts of (a chunk of) a slot's messages, oldest first; cancelled ones and a
-        second unit of one message (a repeated enqueue after a crash; ``seen`` holds the
-        slot's message offsets so far) are left out."""
-        wanted = []
-        for unit in normals:
-            if unit.offset_py in seen:
-                self.figures.duplicates_dropped += 1
-                continue
-            seen.add(unit.offset_py)
-            wanted.append((unit.offset_py, unit.size_py, unit.write_time_ms,
-                           bool(unit.magic & layout.TIMER_MAGIC_ROLL)))
-        return self._convert_all(wanted, cancelled)
+    def _slot_wanted(self, units: SlotUnits, normals: np.ndarray) -> Wanted:
+        """The messages of a slot to re-put, oldest first (``normals``: indexes of the units
+        that are not cancel marks); a second unit of one message (a repeated enqueue after a
+        crash) is left out and counted."""
+        offsets = units.offset_py[normals]
+        _, first = np.unique(offsets, return_index=True)
+        if len(first) != len(offsets):
+            self.figures.duplicates_dropped += len(offsets) - len(first)
+            normals = normals[np.sort(first)]
+        return Wanted(units.offset_py[normals], units.size_py[normals],
+                      units.write_time_ms[normals],
+                      (units.magic[normals] & layout.TIMER_MAGIC_ROLL) != 0)
 
-    def _convert_all(self, wanted: list[tuple[int, int, int, bool]],
+    def _convert_all(self, wanted: Wanted,
                      cancelled: dict[str, dict[str, str]] | None) -> list[Run]:
-        """The runs re-putting the records (offset, size, enqueue time, roll), read in runs
-        per CommitLog file (Java convert and convertMessage each); left out: unreadable,
-        cancelled, or a cancel mark due (never put). A first delivery is converted in C
-        (many records per call, grouped into runs there) unless the slot has cancel marks;
-        what C leaves goes through :meth:`_convert` one by one."""
-        records = self.reader.read_records([item[0] for item in wanted],
-                                           [item[1] for item in wanted])
+        """The runs re-putting the records ``wanted`` names, read in runs per CommitLog file
+        (Java convert and convertMessage each); left out: unreadable, cancelled, or a cancel
+        mark due (never put). A first delivery is converted in C (many records per call,
+        grouped into runs there) unless the slot has cancel marks; what C leaves goes
+        through :meth:`_convert` one by one."""
+        count = len(wanted.offsets)
+        records = self.reader.read_records(wanted.offsets.tolist(), wanted.sizes.tolist())
         runs: list[Run] = []
         reputs = []
         try:
-            rest: range | list[int] = range(len(wanted))
-            if not cancelled and wanted:
+            rest: range | list[int] = range(count)
+            if not cancelled and count:
                 runs, rest = self._convert_in_c(wanted, records.views)
             for index in rest:
-                _, _, enqueue_ms, roll = wanted[index]
+                enqueue_ms, roll = int(wanted.enqueue_ms[index]), bool(wanted.rolls[index])
                 reput = self._convert(records.views[index], enqueue_ms, roll, cancelled)
                 if reput is not None:
                     reputs.append(reput)
@@ -628,13 +636,12 @@ class TimerStore:
             records.release()
         return runs + _runs_of(reputs)
 
-    def _convert_in_c(self, wanted: list[tuple[int, int, int, bool]],
-                      views: list) -> tuple[list[Run], list[int]]:
+    def _convert_in_c(self, wanted: Wanted, views: list) -> tuple[list[Run], list[int]]:
         """(runs, indexes left to :meth:`_convert`) of the first deliveries C takes."""
-        enqueue_ms = np.fromiter((item[2] for item in wanted), np.int64, len(wanted))
-        eligible = np.fromiter((not item[3] for item in wanted), np.uint8, len(wanted))
-        out, groups, cuts, rest = _REPUTS.convert(views, enqueue_ms, eligible, self.now_ms(),
-                                                  RUN_RECORDS_MAX, RUN_BYTES_MAX)
+        out, groups, cuts, rest = _REPUTS.convert(
+            views, np.ascontiguousarray(wanted.enqueue_ms, np.int64),
+            np.ascontiguousarray(~wanted.rolls, np.uint8), self.now_ms(), RUN_RECORDS_MAX,
+            RUN_BYTES_MAX)
         for topic, _queue_id, _sys_flag, count in groups:
             self._add_metric(topic, -count)
         whole = memoryview(out)

@@ -19,7 +19,7 @@ import numpy as np
 from pybroker.store import layout
 from pybroker.store.mapped_file import MappedFile, MappedFileQueue
 
-__all__ = ["TimerLog", "TimerUnit", "TimerUnitAt", "UNIT_DTYPE", "encode_unit", "magic_ok"]
+__all__ = ["TimerLog", "TimerUnit", "SlotUnits", "UNIT_DTYPE", "encode_unit", "magic_ok"]
 
 UNIT_SIZE = layout.TIMERLOG_UNIT_SIZE
 _UNIT = struct.Struct(">iqiqiqiiq")
@@ -46,14 +46,25 @@ class TimerUnit(NamedTuple):
     topic_hash: int
 
 
-class TimerUnitAt(NamedTuple):
-    """A unit of a slot's chain: its timer-log ``offset`` and what dequeue needs of it."""
-    offset: int
-    magic: int
-    write_time_ms: int
-    delayed_time_ms: int
-    offset_py: int
-    size_py: int
+class SlotUnits(NamedTuple):
+    """The units of a slot's chain, oldest first, one array per field: timer-log
+    ``positions`` and what dequeue needs of each."""
+    positions: np.ndarray
+    magic: np.ndarray
+    write_time_ms: np.ndarray
+    delayed_time_ms: np.ndarray
+    offset_py: np.ndarray
+    size_py: np.ndarray
+
+
+def _no_units() -> SlotUnits:
+    return SlotUnits(*(np.empty(0, np.int64) for _ in SlotUnits._fields))
+
+
+class _Span(NamedTuple):
+    start: int                  # global offset of units[0]
+    units: np.ndarray           # UNIT_DTYPE
+    run_start: np.ndarray       # per unit: the first index of its chained run
 
 
 def encode_unit(prev_pos: int, magic: int, write_time_ms: int, delayed_time_ms: int,
@@ -145,53 +156,64 @@ class TimerLog:
             limit -= 1
             position = unit.prev_pos
 
-    def slot_units(self, first_pos: int, last_pos: int) -> list[TimerUnitAt]:
-        """A slot's units, newest first: the chain from ``last_pos`` back through PREV_POS,
+    def slot_units(self, first_pos: int, last_pos: int) -> SlotUnits:
+        """A slot's units, oldest first: the chain from ``last_pos`` back through PREV_POS,
         never below ``first_pos``. The units of [first_pos, last_pos] are read per file in one
         numpy pass; the walk stops at a position that is not a whole unit or a PREV_POS that
-        does not go back (a damaged chain never loops)."""
+        does not go back (a damaged chain never loops). Units chained to the one just before
+        them (a burst's, enqueued one after the other) are taken a run at a time."""
         if last_pos < 0 or first_pos < 0 or first_pos > last_pos:
-            return []
-        spans: dict[int, tuple[int, list]] = {}
-        chain: list[TimerUnitAt] = []
+            return _no_units()
+        spans: dict[int, _Span] = {}
+        pieces: list[np.ndarray] = []          # newest first, each oldest first
         position = last_pos
         while position >= first_pos:
             base = position - position % self.file_size
             span = spans.get(base)
             if span is None:
                 span = spans[base] = self._span(base, max(first_pos, base), last_pos)
-            start, columns = span
-            index, rest = divmod(position - start, UNIT_SIZE)
-            if rest or not 0 <= index < len(columns[0]) or columns[0][index] != UNIT_SIZE:
+            index, rest = divmod(position - span.start, UNIT_SIZE)
+            if rest or not 0 <= index < len(span.units) or \
+                    span.units["size"][index] != UNIT_SIZE:
                 break
-            prev = columns[1][index]
-            chain.append(TimerUnitAt(position, columns[2][index], columns[3][index],
-                                     columns[3][index] + columns[4][index],
-                                     columns[5][index], columns[6][index]))
-            if prev >= position:
+            low = int(span.run_start[index])
+            pieces.append(np.arange(low, index + 1) * UNIT_SIZE + span.start)
+            pieces.append(span.units[low:index + 1])
+            prev = int(span.units["prev"][low])
+            if prev >= span.start + low * UNIT_SIZE:
                 break
             position = prev
-        return chain
+        if not pieces:
+            return _no_units()
+        positions = np.concatenate(pieces[-2::-2])
+        units = np.concatenate(pieces[::-2])
+        write_time = units["write_time"].astype(np.int64)
+        return SlotUnits(positions, units["magic"].astype(np.int32), write_time,
+                         write_time + units["delay"], units["offset_py"].astype(np.int64),
+                         units["size_py"].astype(np.int64))
 
-    def _span(self, base: int, low: int, high: int) -> tuple[int, list]:
-        """(global offset of the first unit read, column lists) of the units of the file at
-        ``base`` between ``low`` and ``high`` (global offsets), aligned on ``low``."""
+    def _span(self, base: int, low: int, high: int) -> "_Span":
+        """The units of the file at ``base`` between ``low`` and ``high`` (global offsets),
+        aligned on ``low`` (a copy), and where the run of units each chained to the one
+        before it ends going back from each."""
         mapped_file = self.files.find_mapped_file_by_offset(base)
-        if mapped_file is None:
-            return low, [[]] * 7
         start = low - base
-        count = (min(high - base + UNIT_SIZE, mapped_file.wrote_position) - start) // UNIT_SIZE
-        if count <= 0:
-            return low, [[]] * 7
+        count = 0 if mapped_file is None else \
+            (min(high - base + UNIT_SIZE, mapped_file.wrote_position) - start) // UNIT_SIZE
+        if mapped_file is None or count <= 0:
+            return _Span(low, np.empty(0, UNIT_DTYPE), np.empty(0, np.int64))
         view = mapped_file.buffer()
         try:
-            units = np.frombuffer(view, UNIT_DTYPE, count, start)
-            columns = [units[name].tolist() for name in
-                       ("size", "prev", "magic", "write_time", "delay", "offset_py", "size_py")]
-            del units
+            units = np.frombuffer(view, UNIT_DTYPE, count, start).copy()
         finally:
             view.release()
-        return low, columns
+        indexes = np.arange(count, dtype=np.int64)
+        # Unit k continues the run of k - 1 when it points at it and k - 1 is a whole unit.
+        linked = np.zeros(count, bool)
+        linked[1:] = (units["prev"][1:] == low + (indexes[:-1] * UNIT_SIZE)) & \
+            (units["size"][:-1] == UNIT_SIZE)
+        run_start = np.maximum.accumulate(np.where(linked, 0, indexes))
+        return _Span(low, units, run_start)
 
     def scan(self, begin_offset: int, whole_files: bool) -> tuple[int, np.ndarray, np.ndarray]:
         """Recovery's walk from the file holding ``begin_offset`` (the first file when before
