@@ -624,9 +624,12 @@ class StoreReads:
                                       sizes[index:last])
             if views is not None:
                 result._add_views(views, mapped_file)
-                for position, view in enumerate(views, index):
-                    if not damaged or damaged.span_at(physical_offsets[position]) is None:
-                        result.views[position] = view
+                if not damaged:
+                    result.views[index:last] = views
+                else:
+                    for position, view in enumerate(views, index):
+                        if damaged.span_at(physical_offsets[position]) is None:
+                            result.views[position] = view
             index = last
         return result
 
