@@ -3,13 +3,17 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import Buffer
 
+CANCEL_KEYS_MAX: int    # cancel keys one convert call takes (a linear search per record)
+
 class TimerReputs:
     """The timer's first-delivery rule over many records (broker/timer.py _convert_text)."""
     def __init__(self, real_topic: bytes, real_queue_id: bytes, uniq_key: bytes,
                  delete_key: bytes, enqueue_name: bytes, dequeue_name: bytes) -> None: ...
     def convert(self, views: list[Buffer | None], enqueue_ms: npt.NDArray[np.int64],
                 eligible: npt.NDArray[np.uint8], dequeue_ms: int, run_records_max: int,
-                run_bytes_max: int) -> tuple[bytearray, list[tuple[str, int, int, int]],
-                                             list[tuple[int, int, int, int]], list[int]]:
-        """(out, groups, runs, rest): new records, (topic, queue_id, sys_flag, count) per
-        group, (start, end, count, group) per run, indexes left to the Python rule."""
+                run_bytes_max: int, cancel_keys: tuple[bytes, ...] = ()
+                ) -> tuple[bytearray, list[tuple[str, int, int, int]],
+                           list[tuple[int, int, int, int]], list[int], list[tuple[int, int]]]:
+        """(out, groups, runs, rest, cancelled): new records, (topic, queue_id, sys_flag,
+        count) per group, (start, end, count, group) per run, indexes left to the Python
+        rule, (record index, cancel key index) per record a cancel key dropped."""

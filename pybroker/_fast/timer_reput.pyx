@@ -8,12 +8,13 @@ tests/unit/_fast/test_timer_reput.py). :meth:`TimerReputs.convert` does that for
 a slot at once: it parses each record, finds the four values the rule reads, writes the new
 records into one buffer grouped per (real topic, queue, sys flag) in the order each group first
 appears (records in their order within it), and cuts each group into runs as
-``TimerStore._put_all`` does. A record it does not take whole is left to the Python rule
-(its index is returned): a roll (``eligible`` 0), a message due at enqueue (enqueue time
-Long.MAX) or rolled before, a value the rule calls ambiguous,
-a cancel mark, no usable destination, properties that are not valid UTF-8 (Java and the Python
-rule replace those bytes), a result over Java's 32767-byte properties limit, or an unreadable
-record. No Python object is made per record taken; per group and per run one tuple.
+``broker/timer.py _runs_of`` does; a record the slot's cancel marks name (REAL_TOPIC+UNIQ_KEY,
+the first one in order per mark) is dropped. A record it does not take whole is left to the
+Python rule (its index is returned): a roll (``eligible`` 0), a message due at enqueue
+(enqueue time Long.MAX) or rolled before, a value the rule calls ambiguous, a cancel mark, no
+usable destination, properties that are not valid UTF-8 (Java and the Python rule replace those
+bytes), a result over Java's 32767-byte properties limit, or an unreadable record. No Python
+object is made per record taken; per group, per run and per record dropped one tuple.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytearray cimport PyByteArray_AS_STRING
@@ -36,7 +37,9 @@ cdef enum:
     VALUE_UNIQ_KEY = 2
     VALUE_DELETE_KEY = 3
     VALUES_COUNT = 4
-    INT32_MAX_DIGITS = 10
+    # Cancel marks of a slot C matches (a linear search per record); more go to Python.
+    CANCEL_KEYS_MAX_COUNT = 64
+    DELETE_KEY_SEPARATOR = 43      # '+': REAL_TOPIC + '+' + UNIQ_KEY (Java buildDeleteKey)
 
 cdef extern from *:
     """
@@ -45,6 +48,9 @@ cdef extern from *:
     """
     const int64_t INT32_MAX_VALUE "PB_INT32_MAX_VALUE"
     const int64_t INT64_MAX_VALUE "PB_INT64_MAX_VALUE"
+
+
+CANCEL_KEYS_MAX = CANCEL_KEYS_MAX_COUNT
 
 
 cdef struct Span:
@@ -60,6 +66,13 @@ cdef struct Item:
     Span topic             # REAL_TOPIC's value in the source properties
     bint separator         # a separator is added before the new pairs
     bint held              # its buffer is held (released at the end)
+    Py_ssize_t cancel_key  # >= 0: dropped, the cancel mark at this index named it
+
+
+cdef struct CancelKey:
+    const unsigned char *text
+    Py_ssize_t length
+    bint used              # a record of this call matched it already
 
 
 cdef struct Group:
@@ -196,23 +209,36 @@ cdef class TimerReputs:
         self.dequeue_name, self.dequeue_name_length = dequeue_name, len(dequeue_name)
 
     def convert(self, list views, const int64_t[::1] enqueue_ms, const uint8_t[::1] eligible,
-                int64_t dequeue_ms, Py_ssize_t run_records_max, Py_ssize_t run_bytes_max):
-        """``(out, groups, runs, rest)`` for the records ``views`` (buffers or None) parked
-        at the write times ``enqueue_ms``, delivered at ``dequeue_ms``; a record whose
-        ``eligible`` byte is 0 is left to the Python rule.
+                int64_t dequeue_ms, Py_ssize_t run_records_max, Py_ssize_t run_bytes_max,
+                tuple cancel_keys=()):
+        """``(out, groups, runs, rest, cancelled)`` for the records ``views`` (buffers or
+        None) parked at the write times ``enqueue_ms``, delivered at ``dequeue_ms``; a record
+        whose ``eligible`` byte is 0 is left to the Python rule.
 
         ``out`` holds the new records; ``groups`` is ``[(topic, queue_id, sys_flag, count)]``;
         ``runs`` is ``[(start, end, count, group index)]`` (bytes of ``out``, at most
         ``run_records_max`` records, a new run once one holds ``run_bytes_max`` bytes);
-        ``rest`` the indexes left to the Python rule, in order.
+        ``rest`` the indexes left to the Python rule, in order. ``cancel_keys`` are the
+        TIMER_DEL_UNIQKEY values (UTF-8, at most CANCEL_KEYS_MAX) of the slot's cancel marks
+        not used yet: the first record (in order) a key names is dropped, and
+        ``cancelled`` lists ``(record index, key index)`` of those.
         """
         cdef Py_ssize_t count = len(views)
         cdef Py_buffer *buffers = NULL
         cdef Item *items = NULL
         cdef Group *groups = NULL
-        cdef Py_ssize_t groups_count = 0, index
+        cdef Py_ssize_t groups_count = 0, index, keys_count = len(cancel_keys)
+        cdef CancelKey keys[CANCEL_KEYS_MAX_COUNT]
+        cdef bytes key
         if enqueue_ms.shape[0] != count or eligible.shape[0] != count:
             raise ValueError("views, enqueue_ms and eligible differ in length")
+        if keys_count > CANCEL_KEYS_MAX_COUNT:
+            raise ValueError(f"{keys_count} cancel keys > {CANCEL_KEYS_MAX_COUNT}")
+        for index in range(keys_count):
+            key = cancel_keys[index]
+            keys[index].text = <const unsigned char *>key
+            keys[index].length = len(key)
+            keys[index].used = False
         buffers = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * max(count, 1))
         items = <Item *>PyMem_Malloc(sizeof(Item) * max(count, 1))
         groups = <Group *>PyMem_Malloc(sizeof(Group) * max(count, 1))
@@ -225,13 +251,14 @@ cdef class TimerReputs:
         try:
             for index in range(count):
                 items[index].group = -1
+                items[index].cancel_key = -1
                 view = views[index]
                 if view is None or not eligible[index]:
                     continue
                 PyObject_GetBuffer(view, &buffers[index], PyBUF_SIMPLE)
                 items[index].held = True
                 self._plan(&buffers[index], enqueue_ms[index], dequeue_ms, &items[index],
-                           groups, &groups_count)
+                           groups, &groups_count, keys, keys_count)
             return self._write(buffers, items, count, groups, groups_count, enqueue_ms,
                                dequeue_ms, run_records_max, run_bytes_max)
         finally:
@@ -243,7 +270,8 @@ cdef class TimerReputs:
             PyMem_Free(groups)
 
     cdef void _plan(self, const Py_buffer *source, int64_t enqueue_ms, int64_t dequeue_ms,
-                    Item *item, Group *groups, Py_ssize_t *groups_count) noexcept:
+                    Item *item, Group *groups, Py_ssize_t *groups_count, CancelKey *keys,
+                    Py_ssize_t keys_count) noexcept:
         # Decide whether the record is taken; when it is, its size, group and queue.
         cdef RecordFields f
         cdef const unsigned char *data = <const unsigned char *>source.buf
@@ -263,6 +291,13 @@ cdef class TimerReputs:
             if not find_value(text, length, self.markers[index], self.marker_lengths[index],
                               &values[index]):
                 return                      # ambiguous: the map decides
+        if keys_count and values[VALUE_REAL_TOPIC].start >= 0 and \
+                values[VALUE_UNIQ_KEY].start >= 0:
+            item.cancel_key = _cancel_key_of(keys, keys_count, text,
+                                             &values[VALUE_REAL_TOPIC], &values[VALUE_UNIQ_KEY])
+            if item.cancel_key >= 0:        # dropped, before the metric (the rule's order)
+                keys[item.cancel_key].used = True
+                return
         if values[VALUE_DELETE_KEY].start >= 0 or values[VALUE_REAL_TOPIC].start < 0:
             return
         queue_id = ascii_number(text + values[VALUE_REAL_QUEUE_ID].start,
@@ -297,7 +332,7 @@ cdef class TimerReputs:
         cdef Py_ssize_t total = 0, index, group
         cdef unsigned char *out_data
         cdef unsigned char *scratch
-        cdef list rest = [], group_list = [], runs = []
+        cdef list rest = [], group_list = [], runs = [], cancelled = []
         for group in range(groups_count):
             groups[group].position = total
             total += groups[group].bytes
@@ -309,6 +344,9 @@ cdef class TimerReputs:
         try:
             for index in range(count):
                 group = items[index].group
+                if items[index].cancel_key >= 0:
+                    cancelled.append((index, items[index].cancel_key))
+                    continue
                 if group < 0:
                     rest.append(index)
                     continue
@@ -324,7 +362,7 @@ cdef class TimerReputs:
                                groups[group].queue_id, groups[group].sys_flag,
                                groups[group].count))
             _cut_runs(items, count, group, run_records_max, run_bytes_max, runs)
-        return out, group_list, runs, rest
+        return out, group_list, runs, rest, cancelled
 
     cdef void _write_one(self, const Py_buffer *source, Item *item, unsigned char *out,
                          unsigned char *scratch, int64_t enqueue_ms,
@@ -374,6 +412,24 @@ cdef Py_ssize_t _write_pair(unsigned char *out, Py_ssize_t at, const unsigned ch
     at += write_decimal(out + at, value)
     out[at] = PROPERTY_SEPARATOR
     return at + 1
+
+
+cdef Py_ssize_t _cancel_key_of(const CancelKey *keys, Py_ssize_t keys_count,
+                              const unsigned char *text, const Span *topic,
+                              const Span *uniq_key) noexcept nogil:
+    # The first unused key that is topic + '+' + uniq key, -1 when none.
+    cdef Py_ssize_t index
+    cdef const CancelKey *key
+    for index in range(keys_count):
+        key = &keys[index]
+        if key.used or key.length != topic.length + 1 + uniq_key.length:
+            continue
+        if memcmp(key.text, text + topic.start, <size_t>topic.length) == 0 and \
+                key.text[topic.length] == DELETE_KEY_SEPARATOR and \
+                memcmp(key.text + topic.length + 1, text + uniq_key.start,
+                       <size_t>uniq_key.length) == 0:
+            return index
+    return -1
 
 
 cdef Py_ssize_t _group_of(Group *groups, Py_ssize_t *groups_count, const unsigned char *topic,

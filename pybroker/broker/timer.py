@@ -43,7 +43,7 @@ import numpy as np
 from pybroker import clock
 from pybroker._fast import jhash
 from pybroker._fast import record as record_codec
-from pybroker._fast.timer_reput import TimerReputs
+from pybroker._fast import timer_reput
 from pybroker.broker.interfaces import Putter
 from pybroker.broker.reput import RePut, reput_message
 from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
@@ -89,7 +89,7 @@ _TEXT_PATH_NAMES = (Property.REAL_TOPIC, Property.REAL_QUEUE_ID,
                     Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Property.TIMER_DEL_UNIQKEY)
 # The string path in C, many records per call (_fast/timer_reput.pyx; kept equal to
 # _convert_text by tests/unit/_fast/test_timer_reput.py).
-_REPUTS = TimerReputs(*(name.encode() for name in _TEXT_PATH_NAMES + (
+_REPUTS = timer_reput.TimerReputs(*(name.encode() for name in _TEXT_PATH_NAMES + (
     Property.TIMER_ENQUEUE_MS, Property.TIMER_DEQUEUE_MS)))
 
 
@@ -623,8 +623,8 @@ class TimerStore:
         reputs = []
         try:
             rest: range | list[int] = range(count)
-            if not cancelled and count:
-                runs, rest = self._convert_in_c(wanted, records.views)
+            if count and len(cancelled or ()) <= timer_reput.CANCEL_KEYS_MAX:
+                runs, rest = self._convert_in_c(wanted, records.views, cancelled)
             for index in rest:
                 enqueue_ms, roll = int(wanted.enqueue_ms[index]), bool(wanted.rolls[index])
                 reput = self._convert(records.views[index], enqueue_ms, roll, cancelled)
@@ -636,12 +636,26 @@ class TimerStore:
             records.release()
         return runs + _runs_of(reputs)
 
-    def _convert_in_c(self, wanted: Wanted, views: list) -> tuple[list[Run], list[int]]:
-        """(runs, indexes left to :meth:`_convert`) of the first deliveries C takes."""
-        out, groups, cuts, rest = _REPUTS.convert(
+    def _convert_in_c(self, wanted: Wanted, views: list,
+                      cancelled: dict[str, dict[str, str]] | None
+                      ) -> tuple[list[Run], range | list[int]]:
+        """(runs, indexes left to :meth:`_convert`) of the first deliveries C takes; the
+        messages the slot's cancel marks name C drops (and uses the marks up) as
+        :meth:`_is_cancelled` does."""
+        keys = list(cancelled or ())
+        out, groups, cuts, rest, dropped = _REPUTS.convert(
             views, np.ascontiguousarray(wanted.enqueue_ms, np.int64),
             np.ascontiguousarray(~wanted.rolls, np.uint8), self.now_ms(), RUN_RECORDS_MAX,
-            RUN_BYTES_MAX)
+            RUN_BYTES_MAX, tuple(key.encode() for key in keys))
+        if keys and rest:
+            # A record left to Python may be named by a mark before one C dropped: marks are
+            # used up in the slot's order, so this chunk goes through the Python rule whole.
+            return [], range(len(wanted.offsets))
+        if dropped:
+            assert cancelled is not None
+            for _index, key_index in dropped:
+                del cancelled[keys[key_index]]
+            self.figures.cancelled += len(dropped)
         for topic, _queue_id, _sys_flag, count in groups:
             self._add_metric(topic, -count)
         whole = memoryview(out)

@@ -14,7 +14,7 @@ import random
 import numpy as np
 import pytest
 
-from pybroker._fast import record
+from pybroker._fast import record, timer_reput
 from pybroker.broker import timer
 from pybroker.broker.timer import LONG_MAX, TimerFigures, TimerStore
 
@@ -45,12 +45,13 @@ def python_rule():
 
 
 def c_rule(records: list, enqueue_ms=None, eligible=None, runs_max=timer.RUN_RECORDS_MAX,
-           bytes_max=timer.RUN_BYTES_MAX):
+           bytes_max=timer.RUN_BYTES_MAX, cancel_keys=()):
     count = len(records)
     enqueue = np.array(enqueue_ms or [ENQUEUE_MS] * count, np.int64)
     take = np.array(eligible or [1] * count, np.uint8)
     views = [None if item is None else memoryview(item) for item in records]
-    return timer._REPUTS.convert(views, enqueue, take, DEQUEUE_MS, runs_max, bytes_max)
+    return timer._REPUTS.convert(views, enqueue, take, DEQUEUE_MS, runs_max, bytes_max,
+                                 cancel_keys)
 
 
 def compare_one(properties: bytes, **record_fields) -> bool:
@@ -62,7 +63,8 @@ def compare_one(properties: bytes, **record_fields) -> bool:
         raised = None
     except (ValueError, OverflowError) as error:
         expected, raised = None, error
-    out, groups, runs, rest = c_rule([raw])
+    out, groups, runs, rest, dropped = c_rule([raw])
+    assert dropped == []
     if rest == [0]:
         assert (out, groups, runs) == (bytearray(), [], [])
         return False
@@ -118,9 +120,9 @@ def test_records_it_must_leave_are_left_by_index():
     damaged = bytearray(good)
     damaged[4] ^= 0xFF                          # magic
     records = [good, None, good, good, bytes(damaged), good]
-    out, groups, runs, rest = c_rule(records, [ENQUEUE_MS, ENQUEUE_MS, ENQUEUE_MS, LONG_MAX,
-                                               ENQUEUE_MS, ENQUEUE_MS],
-                                     [1, 1, 0, 1, 1, 1])
+    out, groups, runs, rest, _ = c_rule(records, [ENQUEUE_MS, ENQUEUE_MS, ENQUEUE_MS,
+                                                  LONG_MAX, ENQUEUE_MS, ENQUEUE_MS],
+                                        [1, 1, 0, 1, 1, 1])
     assert rest == [1, 2, 3, 4]
     assert groups == [("T", 1, 0, 2)] and runs == [(0, len(out), 2, 0)]
 
@@ -168,7 +170,8 @@ def test_many_records_give_the_python_runs(monkeypatch, runs_max, bytes_max):
                               + topic + b"\x02REAL_QID\x01" + queue + b"\x02",
                               body=rng.randbytes(rng.randrange(1, 400))))
         enqueue.append(ENQUEUE_MS + index)
-    out, groups, runs, rest = c_rule(records, enqueue, runs_max=runs_max, bytes_max=bytes_max)
+    out, groups, runs, rest, _ = c_rule(records, enqueue, runs_max=runs_max,
+                                        bytes_max=bytes_max)
     assert rest == [index for index in range(200) if index % 17 == 0]
     rule = python_rule()
     reputs = [rule._convert(memoryview(item), enqueue_ms, False, None)
@@ -183,3 +186,31 @@ def test_many_records_give_the_python_runs(monkeypatch, runs_max, bytes_max):
                    for run in expected]
     assert sum(group[3] for group in groups) == len(reputs)
     assert len(runs) > len(groups) or runs_max == timer.RUN_RECORDS_MAX
+
+
+def test_cancel_marks_drop_as_the_python_rule():
+    """Messages named by the slot's cancel marks (REAL_TOPIC+UNIQ_KEY, a non-ASCII topic
+    included) are dropped by C as by the Python rule applied in order: the first one a mark
+    names, never a second with the same key, never one of another topic; the others are
+    delivered byte for byte; more than CANCEL_KEYS_MAX keys are refused."""
+    uniq = ["U1", "U2", "U1", "U3", "U4", "U2", "U5"]
+    topics = ["T", "T", "T", "Other", "T\u00e9", "T", "T"]
+    records = [parked(f"UNIQ_KEY\x01{key}\x02REAL_TOPIC\x01{topic}\x02REAL_QID\x011\x02"
+                      .encode()) for key, topic in zip(uniq, topics, strict=True)]
+    marks = {"T+U1": {}, "T+U3": {}, "T\u00e9+U4": {}, "T+U2": {}, "T+U9": {}}
+    keys = list(marks)
+    out, groups, runs, rest, dropped = c_rule(records,
+                                              cancel_keys=tuple(k.encode() for k in keys))
+    assert rest == []
+    assert dropped == [(0, 0), (1, 3), (4, 2)]
+    rule = python_rule()
+    left = dict(marks)
+    expected = [rule._convert(memoryview(item), ENQUEUE_MS, False, left) for item in records]
+    assert rule.figures.cancelled == 3 and set(left) == {"T+U3", "T+U9"}
+    assert [index for index, reput in enumerate(expected) if reput is None] == [0, 1, 4]
+    got = [(bytes(out[start:end]), groups[group][0], count) for start, end, count, group in runs]
+    assert got == [(bytes(run.records), run.topic, run.messages)
+                   for run in timer._runs_of([reput for reput in expected if reput])]
+    with pytest.raises(ValueError):
+        c_rule(records, cancel_keys=tuple(b"k%d" % n for n in range(timer_reput.CANCEL_KEYS_MAX
+                                                                    + 1)))
