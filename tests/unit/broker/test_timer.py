@@ -219,6 +219,27 @@ def test_cancel_mark_drops_the_message_in_its_slot(broker):
     assert late.code == ResponseCode.MESSAGE_ILLEGAL
 
 
+def test_cancel_mark_in_a_slot_with_a_roll(broker):
+    """A slot holding a cancel mark, the message it names, another message and a roll: the
+    roll is a record the C conversion leaves to Python, so the chunk goes through the Python
+    rule whole (marks used up in the slot's order); the named message is dropped once, the
+    other delivered, the roll put back on the wheel topic."""
+    store = timer(broker)
+    send_timer(broker, "long", TIMER_DELAY_SEC="20")
+    step(broker, store, T0 + 100)                     # parked at the window's end, T0+6000
+    broker.clock[0] = T0 + 1000
+    answer = send_timer(broker, "victim", TIMER_DELIVER_MS=str(T0 + 6500))
+    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
+    send_timer(broker, "mark", TIMER_DELIVER_MS=handle.timestamp,
+               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim"))
+    send_timer(broker, "other", TIMER_DELIVER_MS=str(T0 + 6500))
+    step(broker, store, T0 + 1000)
+    step(broker, store, T0 + 7000)
+    assert set(delivered(broker)) == {"other"}
+    assert store.figures.cancelled == 1 and store.figures.rolled == 1
+    assert [p["KEYS"] for _, p in broker.records(WHEEL)].count("long") == 2
+
+
 def test_restart_repeats_nothing_delivered_and_loses_nothing(broker):
     """A flushed checkpoint: nothing twice. Enqueued after the last flush and not flushed (a
     kill -9): the enqueue is repeated from the checkpoint; the second unit of a message in its
