@@ -28,61 +28,7 @@ from pybroker._fast.record cimport (RecordFields, RecordParts, RecordStatus, REC
                                     SHORT_LENGTH_MAX, parse_record, record_encoded_size,
                                     write_record)
 
-cdef enum:
-    NAME_VALUE_SEPARATOR = 1
-    PROPERTY_SEPARATOR = 2
-    # The four values the rule reads, in this order.
-    VALUE_REAL_TOPIC = 0
-    VALUE_REAL_QUEUE_ID = 1
-    VALUE_UNIQ_KEY = 2
-    VALUE_DELETE_KEY = 3
-    VALUES_COUNT = 4
-    # Cancel marks of a slot C matches (a linear search per record); more go to Python.
-    CANCEL_KEYS_MAX_COUNT = 64
-    DELETE_KEY_SEPARATOR = 43      # '+': REAL_TOPIC + '+' + UNIQ_KEY (Java buildDeleteKey)
-
-cdef extern from *:
-    """
-    #define PB_INT32_MAX_VALUE ((int64_t)2147483647)
-    #define PB_INT64_MAX_VALUE ((int64_t)9223372036854775807LL)
-    """
-    const int64_t INT32_MAX_VALUE "PB_INT32_MAX_VALUE"
-    const int64_t INT64_MAX_VALUE "PB_INT64_MAX_VALUE"
-
-
 CANCEL_KEYS_MAX = CANCEL_KEYS_MAX_COUNT
-
-
-cdef struct Span:
-    Py_ssize_t start       # -1: absent
-    Py_ssize_t length
-
-
-cdef struct Item:
-    Py_ssize_t group       # -1: left to the Python rule
-    Py_ssize_t size        # bytes of the new record
-    Py_ssize_t position    # where it is written in the output
-    int32_t queue_id
-    Span topic             # REAL_TOPIC's value in the source properties
-    bint separator         # a separator is added before the new pairs
-    bint held              # its buffer is held (released at the end)
-    Py_ssize_t cancel_key  # >= 0: dropped, the cancel mark at this index named it
-
-
-cdef struct CancelKey:
-    const unsigned char *text
-    Py_ssize_t length
-    bint used              # a record of this call matched it already
-
-
-cdef struct Group:
-    const unsigned char *topic
-    Py_ssize_t topic_length
-    int32_t queue_id
-    int32_t sys_flag
-    Py_ssize_t count
-    Py_ssize_t bytes
-    Py_ssize_t position
 
 
 cdef bint utf8_valid(const unsigned char *p, Py_ssize_t length) noexcept nogil:
@@ -181,16 +127,6 @@ cdef class TimerReputs:
     """The first-delivery rule over runs of records. ``names`` are the property names as
     UTF-8 bytes, in this order: REAL_TOPIC, REAL_QID, UNIQ_KEY, TIMER_DEL_UNIQKEY,
     TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS (protocol/constants.py is their one place)."""
-
-    cdef tuple names                     # the bytes the pointers below point into
-    cdef const unsigned char *markers[VALUES_COUNT]   # separator + name + separator
-    cdef Py_ssize_t marker_lengths[VALUES_COUNT]
-    cdef const unsigned char *enqueue_name
-    cdef Py_ssize_t enqueue_name_length
-    cdef const unsigned char *dequeue_name
-    cdef Py_ssize_t dequeue_name_length
-    cdef const unsigned char *rolled_mark          # TIMER_ENQUEUE_MS + separator
-    cdef Py_ssize_t rolled_mark_length
 
     def __init__(self, bytes real_topic, bytes real_queue_id, bytes uniq_key, bytes delete_key,
                  bytes enqueue_name, bytes dequeue_name):
