@@ -16,7 +16,6 @@ from libc.string cimport memcmp, memcpy
 
 from pybroker._fast.digits cimport write_decimal
 
-from pybroker.broker import timer_message as _timer_message
 from pybroker.protocol.constants import Property as _Property
 
 cdef const char *BASE64_URL = (
@@ -28,7 +27,8 @@ assert (_Property.TIMER_DELIVER_MS, _Property.TIMER_DELAY_SEC, _Property.TIMER_D
         _Property.REAL_QUEUE_ID, _Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) == (
     "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
     "TIMER_DEL_UNIQKEY", "REAL_TOPIC", "REAL_QID", "UNIQ_KEY")
-assert _timer_message.RECALL_HANDLE_VERSION == "v1"
+# The recall handle's version ("v1", broker/timer_message.py RECALL_HANDLE_VERSION): the
+# handles are compared byte for byte with the handler's by tests/unit/broker/test_send_timer.py.
 
 cdef enum:
     # The properties timer_redirect looks at (an index into _Spans)
