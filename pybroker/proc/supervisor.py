@@ -707,20 +707,11 @@ async def _await_exit_async(pid: int, name: str) -> bool:
     """_await_exit without blocking the event loop."""
     deadline = time.monotonic() + WORKER_STOP_TIMEOUT_S
     while time.monotonic() < deadline:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return False
-        if done:
-            if status != 0:
-                log.warning("worker %s exited: %s", name, _describe_status(status))
-            return status == 0
+        exited = _exited(pid, name)
+        if exited is not None:
+            return exited
         await asyncio.sleep(0.002)
-    log.error("worker %s did not stop within %.0f s: killing it", name, WORKER_STOP_TIMEOUT_S)
-    with contextlib.suppress(ProcessLookupError, ChildProcessError):
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    return False
+    return _kill_late(pid, name)
 
 
 def _client_workers(config) -> int:
@@ -770,21 +761,33 @@ def _await_exit(pid: int, name: str) -> bool:
     by itself with status 0."""
     deadline = time.monotonic() + WORKER_STOP_TIMEOUT_S
     while time.monotonic() < deadline:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return False
-        if done:
-            if status != 0:
-                log.warning("worker %s exited: %s", name, _describe_status(status))
-            return status == 0
+        exited = _exited(pid, name)
+        if exited is not None:
+            return exited
         time.sleep(0.002)  # tidy: allow (supervisor shutdown, not a data-plane loop)
-    log.error("worker %s did not stop within %.0f s: killing it", name, WORKER_STOP_TIMEOUT_S)
+    return _kill_late(pid, name)
+
+
+def _exited(pid: int, name: str) -> bool | None:
+    """None while the worker runs; else whether it exited by itself with status 0 (a worker
+    already reaped counts as not clean)."""
     try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    if not done:
+        return None
+    if status != 0:
+        log.warning("worker %s exited: %s", name, _describe_status(status))
+    return status == 0
+
+
+def _kill_late(pid: int, name: str) -> bool:
+    """A worker past WORKER_STOP_TIMEOUT_S: SIGKILL and reap it; False (not a clean exit)."""
+    log.error("worker %s did not stop within %.0f s: killing it", name, WORKER_STOP_TIMEOUT_S)
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
     return False
 
 

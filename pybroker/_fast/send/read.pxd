@@ -1,5 +1,6 @@
 # Contract of pybroker._fast.send.read: a send request read in place from its frame (no objects).
 from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcmp
 
 from pybroker._fast.request_read cimport FieldSpan, RequestHead
 
@@ -110,3 +111,13 @@ cdef const unsigned char *combine_properties(const unsigned char *inner,
                                              const unsigned char *batch,
                                              Py_ssize_t batch_length,
                                              unsigned char *out) noexcept nogil
+
+
+cdef inline bint name_is(const unsigned char *name, Py_ssize_t length,
+                         const char *word) noexcept nogil:
+    """Whether the ``length`` bytes at ``name`` are the NUL-terminated ``word`` (a property
+    name of a send's properties string; read.pyx and timer.pyx)."""
+    cdef Py_ssize_t n = 0
+    while word[n] != 0:
+        n += 1
+    return n == length and memcmp(name, word, <size_t>n) == 0

@@ -150,13 +150,6 @@ cdef int read_send_request(const unsigned char *data, Py_ssize_t frame_bytes,
 
 # --- properties --------------------------------------------------------------------------------
 
-cdef inline bint _name_is(const unsigned char *name, Py_ssize_t length,
-                          const char *word) noexcept nogil:
-    cdef Py_ssize_t n = 0
-    while word[n] != 0:
-        n += 1
-    return n == length and memcmp(name, word, <size_t>n) == 0
-
 
 cdef int _check_tags(const unsigned char *value, Py_ssize_t length) noexcept nogil:
     """send.py refuses a TAGS value that is blank or contains '|' (controls are refused before)."""
@@ -224,21 +217,21 @@ cdef int _pair(const unsigned char *name, Py_ssize_t name_length, const unsigned
     """One name/value pair: note the names the fast path cares about, copy the stored pair."""
     if value_length == 0:
         return 0                # send.py drops pairs without a value
-    if _name_is(name, name_length, "WAIT"):
+    if name_is(name, name_length, "WAIT"):
         scan.wait_store = _lower_word(value, value_length, "true")
         return 0                # never stored
-    if _name_is(name, name_length, "TAGS") and _check_tags(value, value_length) < 0:
+    if name_is(name, name_length, "TAGS") and _check_tags(value, value_length) < 0:
         return -1
-    if _name_is(name, name_length, "DELAY"):
+    if name_is(name, name_length, "DELAY"):
         scan.flags |= PROPERTY_HAS_DELAY
-    elif _name_is(name, name_length, "TRAN_MSG"):
+    elif name_is(name, name_length, "TRAN_MSG"):
         scan.flags |= PROPERTY_HAS_TRANSACTION
-    elif _name_is(name, name_length, "CLUSTER"):
+    elif name_is(name, name_length, "CLUSTER"):
         scan.flags |= PROPERTY_HAS_CLUSTER
     elif name_length >= 14 and name[0] == c'T' and name[5] == c'_' and (
-            _name_is(name, name_length, "TIMER_DELIVER_MS")
-            or _name_is(name, name_length, "TIMER_DELAY_SEC")
-            or _name_is(name, name_length, "TIMER_DELAY_MS")):
+            name_is(name, name_length, "TIMER_DELIVER_MS")
+            or name_is(name, name_length, "TIMER_DELAY_SEC")
+            or name_is(name, name_length, "TIMER_DELAY_MS")):
         # A 5.x timer message: broker/timer_message.py decides (a batch stores them as is).
         scan.flags |= PROPERTY_HAS_TIMER
     if out != NULL:

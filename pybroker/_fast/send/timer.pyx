@@ -15,6 +15,7 @@ from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from pybroker._fast.digits cimport write_decimal
+from pybroker._fast.send.read cimport name_is
 
 from pybroker.protocol.constants import Property as _Property
 
@@ -52,13 +53,6 @@ cdef struct _Spans:
     Py_ssize_t lengths[NAMES_COUNT]
 
 
-cdef inline bint _is(const unsigned char *name, Py_ssize_t length,
-                     const char *word) noexcept nogil:
-    cdef Py_ssize_t n = 0
-    while word[n] != 0:
-        n += 1
-    return n == length and memcmp(name, word, <size_t>n) == 0
-
 
 cdef Py_ssize_t _copy_pairs(const unsigned char *text, Py_ssize_t length, unsigned char *out,
                             _Spans *spans) noexcept nogil:
@@ -79,7 +73,7 @@ cdef Py_ssize_t _copy_pairs(const unsigned char *text, Py_ssize_t length, unsign
                 separator += 1
             if end > separator + 1:                 # an empty value is dropped
                 for index in range(NAMES_COUNT):
-                    if _is(text + at, separator - at, NAMES[index]):
+                    if name_is(text + at, separator - at, NAMES[index]):
                         spans.values[index] = text + separator + 1
                         spans.lengths[index] = end - separator - 1
                         break
