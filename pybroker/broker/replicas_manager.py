@@ -98,6 +98,7 @@ class ReplicasManager:
         self._ha_wake = None
         self._client: ControllerClient | None = None
         self._altering = False
+        self._frozen = False              # a stopping generation: the set is left as it is
         self._seen: set[int] = set()
         self.role_changes_total = 0
 
@@ -153,6 +154,7 @@ class ReplicasManager:
         its ha worker's eventfd, ``restart()`` acts on a new decided role (the supervisor
         switches in-process or ends the generation)."""
         self._control, self._ha_wake, self._restart = control, ha_wake, restart
+        self._frozen = False
         if self.decided != self.running:
             # Decided between two generations (a notification served late): act now.
             restart()
@@ -450,7 +452,7 @@ class ReplicasManager:
         rounds = Rounds("SyncStateSet upkeep", logger=log)
         while True:
             await asyncio.sleep(_SYNC_STATE_POLL_S)
-            if self._altering or self._control is None:
+            if self._altering or self._control is None or self._frozen:
                 continue
             with rounds:
                 now = clock.now_ms()
@@ -469,6 +471,13 @@ class ReplicasManager:
                                                self.broker_id)
                 if wanted != members:
                     await self._alter(wanted | {self.broker_id})
+
+    def freeze(self) -> None:
+        """The generation is stopping: its SyncStateSet is no longer altered. Its ha worker
+        stops before this task does, so the slaves' disconnections that follow are this
+        broker's own doing (Java's removeConnection leaves the set alone once the store is
+        shut down); taking them out would leave a set the controller can elect nobody from."""
+        self._frozen = True
 
     async def _maybe_expand(self, lines, now: int) -> None:
         store = self.config.store

@@ -377,6 +377,8 @@ class Supervisor:
                 self.on_serving()
                 self.on_serving = None
             result = await outcome
+            if replicas is not None:
+                replicas.freeze()          # the workers stop next: their slaves go with them
             if result == "stopped" and (replicas is None or replicas.registers_with_namesrv):
                 await registration.unregister_all()
                 await self._stop_remoting_workers(plane)
