@@ -158,6 +158,9 @@ async def serve(config: NamesrvProcessConfig, listen_address: str = LISTEN_ADDRE
             installed.append(stop_signal)
         except (RuntimeError, ValueError):   # not the main thread
             break
+    # A forked NameServer (standalone mode) starts with its stop signal blocked until now
+    # (pybroker/proc/children.py): a stop sent while it started is delivered here.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, installed)
     try:
         address = await controller.start()
         for key, value in config_module.important_settings(config):

@@ -5,8 +5,11 @@ Signals. Only the supervisor decides when a child stops. SIGTERM and SIGINT sent
 process group (Ctrl-C in a terminal, ``kill -TERM -- -PGID``, systemd's default
 ``KillMode=control-group``) must stop the broker in order, not cut a worker short: every child
 ignores both, and the supervisor stops a child with :data:`STOP_SIGNAL` (SIGUSR1). The signals
-are blocked around ``fork()`` so that one arriving in between is neither lost for the parent nor
-acted on by the child before it ignores it.
+(and STOP_SIGNAL) are blocked around ``fork()`` so that one arriving in between is neither lost for the parent nor
+acted on by the child before it ignores it. A child starts with STOP_SIGNAL blocked and unblocks
+it with :func:`accept_stop` once its handler is installed: a stop sent earlier (a generation
+stopped right after "boot success", while a worker still starts) waits in the kernel instead of
+killing the worker by SIGUSR1's default action.
 
 Life. Every child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``): a
 ``kill -9`` of the supervisor is a ``kill -9`` of the whole broker, including the embedded
@@ -20,7 +23,7 @@ from collections.abc import Callable
 
 from pybroker import logs
 
-__all__ = ["STOP_SIGNAL", "fork_child", "die_with_parent", "set_process_title"]
+__all__ = ["STOP_SIGNAL", "accept_stop", "fork_child", "die_with_parent", "set_process_title"]
 
 log = logging.getLogger("pybroker.proc.children")
 
@@ -37,7 +40,7 @@ def fork_child(name: str, main: Callable[[], int | None]) -> int:
     returns the child's pid in the parent. The child is named ``pb-<name>``, logs as
     ``name``, ignores SIGTERM/SIGINT and dies with its parent."""
     parent_pid = os.getpid()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS | {STOP_SIGNAL})
     try:
         pid = os.fork()
     except BaseException:
@@ -51,7 +54,7 @@ def fork_child(name: str, main: Callable[[], int | None]) -> int:
         for number in _GROUP_SIGNALS:
             signal.signal(number, signal.SIG_IGN)
         signal.signal(STOP_SIGNAL, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set(blocked) | {STOP_SIGNAL})   # accept_stop
         logs.set_process_name(name)
         die_with_parent(parent_pid)
         set_process_title(name)
@@ -62,6 +65,12 @@ def fork_child(name: str, main: Callable[[], int | None]) -> int:
     finally:
         logging.shutdown()
         os._exit(status)
+
+
+def accept_stop() -> None:
+    """Let the supervisor's stop request in: called by a child right after it installed its
+    STOP_SIGNAL handler. A request sent before (blocked since the fork) is delivered now."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {STOP_SIGNAL})
 
 
 def set_process_title(name: str) -> None:

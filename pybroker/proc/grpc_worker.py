@@ -26,7 +26,7 @@ from pybroker.grpc_service.request_context import RequestContext
 from pybroker.grpc_service.settings import ClientSettings
 from pybroker.grpc_service.tls import bind_port
 from pybroker.broker import slave_role
-from pybroker.proc.children import STOP_SIGNAL
+from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker.proc.metadata_link import LinkBusy
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID
 from pybroker.proc.remoting import DATA_HANDLERS, RemotingWorker
@@ -96,6 +96,7 @@ class GrpcWorker(RemotingWorker):
 
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
+        accept_stop()
         await self.metadata_client.connect()
         # Held receives are the worker's held POPs (ReceiveMessage runs POP_MESSAGE here):
         # woken by the dispatcher and by other workers' POP table changes, as in a remoting

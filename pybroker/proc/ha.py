@@ -21,7 +21,7 @@ import logging
 from pybroker.config import BrokerRole
 from pybroker.proc.autoswitch_master import AutoSwitchMasterService
 from pybroker.proc.autoswitch_slave import AutoSwitchSlaveClient
-from pybroker.proc.children import STOP_SIGNAL
+from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker.proc.ha_access import HAAccess
 from pybroker.proc.ha_master import HAMasterService
 from pybroker.proc.ha_slave import HASlaveClient
@@ -71,6 +71,7 @@ async def _run_master(service) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(STOP_SIGNAL, stop.set)
+    accept_stop()
     await service.run(stop)
     log.info("ha (master): stopped")
     return 0
@@ -81,6 +82,7 @@ async def _run_slave(client, control, wakes) -> int:
     stop = asyncio.Event()
     address_changed = asyncio.Event()
     loop.add_signal_handler(STOP_SIGNAL, stop.set)
+    accept_stop()
 
     def readable() -> None:
         wakes.ha.consume()

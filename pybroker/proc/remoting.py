@@ -29,7 +29,7 @@ from pybroker.broker.replicas_manager import with_role
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
 from pybroker.broker.timer_slots import slot_counts_of
 from pybroker.config import BrokerRole, with_broker_settings
-from pybroker.proc.children import STOP_SIGNAL
+from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker.proc.metadata_link import LinkBusy, MetadataLink
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID
 from pybroker.proc.pull_port import FastPullPort, PullTaker
@@ -183,6 +183,7 @@ class RemotingWorker:
         loop = asyncio.get_running_loop()
         # The supervisor's stop request only; Ctrl-C reaches the supervisor, which decides.
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
+        accept_stop()
         await self.metadata_client.connect()
         self.data_plane.start(loop, self._on_data_plane_wake, self._holds_requests,
                               [self.pop_watch] if self.pop_watch is not None else [])

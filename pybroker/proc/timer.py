@@ -31,7 +31,7 @@ import signal
 
 from pybroker import clock
 from pybroker.broker.timer import TimerStore
-from pybroker.proc.children import STOP_SIGNAL
+from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker._fast.stats import StatsCounter as C
 from pybroker._fast.stats import StatsKeyKind as K
 from pybroker.store import config_docs, paths
@@ -71,6 +71,7 @@ class _TimerWorker:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
+        accept_stop()
         attachment = self.attachment = self.plane.timer_attachment()
         attachment.start(loop, lambda moved: None)
         slave = self.config.store.is_slave

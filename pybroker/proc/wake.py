@@ -24,7 +24,7 @@ import select
 import signal
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
-from pybroker.proc.children import STOP_SIGNAL
+from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER, HA, ControlBlock
 
 if TYPE_CHECKING:
@@ -127,6 +127,7 @@ def stop_on_sigterm(wake_fd: WakeFd) -> Callable[[], bool]:
         received.append(signal_number)
         wake_fd.signal()
     signal.signal(STOP_SIGNAL, on_stop)
+    accept_stop()
     return lambda: bool(received)
 
 
