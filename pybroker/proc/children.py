@@ -5,11 +5,11 @@ Signals. Only the supervisor decides when a child stops. SIGTERM and SIGINT sent
 process group (Ctrl-C in a terminal, ``kill -TERM -- -PGID``, systemd's default
 ``KillMode=control-group``) must stop the broker in order, not cut a worker short: every child
 ignores both, and the supervisor stops a child with :data:`STOP_SIGNAL` (SIGUSR1). The signals
-(and STOP_SIGNAL) are blocked around ``fork()`` so that one arriving in between is neither lost for the parent nor
-acted on by the child before it ignores it. A child starts with STOP_SIGNAL blocked and unblocks
-it with :func:`accept_stop` once its handler is installed: a stop sent earlier (a generation
-stopped right after "boot success", while a worker still starts) waits in the kernel instead of
-killing the worker by SIGUSR1's default action.
+(and STOP_SIGNAL) are blocked around ``fork()`` so that one arriving in between is neither lost
+for the parent nor acted on by the child before it ignores it. A child starts with STOP_SIGNAL
+blocked and unblocks it with :func:`accept_stop` once its handler is installed: a stop sent
+earlier (a generation stopped right after "boot success", while a worker still starts) waits in
+the kernel instead of killing the worker by SIGUSR1's default action.
 
 Life. Every child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``): a
 ``kill -9`` of the supervisor is a ``kill -9`` of the whole broker, including the embedded
