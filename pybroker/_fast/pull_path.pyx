@@ -729,8 +729,6 @@ cdef class PullPath:
         cdef uint64_t *words
         cdef int64_t now
         cdef int entry
-        # proc/remoting.py counts LITE_PULL_MESSAGE in no request family.
-        cdef bint pull_family = request_code == CODE_PULL_MESSAGE
         if stats is None:
             return 0
         counters = stats.counters
@@ -738,8 +736,7 @@ cdef class PullPath:
         # request_started / store_get / group_get / pull_offset / pull_residency /
         # request_finished (with its rpc latency) of one found pull, in that order.
         pb_stats_add(counters + REQUESTS_TOTAL, 1)
-        if pull_family:
-            pb_stats_add(counters + PULL_STARTED, 1)
+        pb_stats_add(counters + PULL_STARTED, 1)       # both codes: proc/remoting.py's "pull"
         pb_stats_add(counters + GET_FOUND, 1)
         pb_stats_add(counters + GET_TRANSFERRED_MESSAGES, <uint64_t>answer.count)
         pb_stats_add(counters + GET_TRANSFERRED_BYTES, <uint64_t>answer.body_bytes)
@@ -776,8 +773,7 @@ cdef class PullPath:
             pb_stats_add(counters + PULLS_IN_DISK, 1)
         now = monotonic_ns()
         pb_stats_record(stats.histogram(PULL_READ_US), <uint64_t>((now - started) // 1000))
-        if pull_family:
-            pb_stats_add(counters + PULL_FINISHED, 1)
+        pb_stats_add(counters + PULL_FINISHED, 1)
         pb_stats_record(stats.histogram(RPC_LATENCY_US), <uint64_t>((now - started) // 1000))
         count_rpc(stats, self._rpc_keys, request_code, RESPONSE_SUCCESS, False,
                   (now - started) // 1000)

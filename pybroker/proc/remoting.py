@@ -62,7 +62,8 @@ assert set(DATA_HANDLERS) == set(DATA_CODES), set(DATA_HANDLERS) ^ set(DATA_CODE
 # Request families reported as Java's thread-pool queues (requests waiting in this worker).
 _FAMILIES: dict[int, str] = {RequestCode.SEND_MESSAGE: "send", RequestCode.SEND_MESSAGE_V2: "send",
              RequestCode.SEND_BATCH_MESSAGE: "send", RequestCode.CONSUMER_SEND_MSG_BACK: "send",
-             RequestCode.PULL_MESSAGE: "pull", RequestCode.QUERY_MESSAGE: "query",
+             RequestCode.PULL_MESSAGE: "pull", RequestCode.LITE_PULL_MESSAGE: "pull",
+             RequestCode.QUERY_MESSAGE: "query",
              RequestCode.VIEW_MESSAGE_BY_ID: "query", RequestCode.END_TRANSACTION: "transaction",
              RequestCode.POP_MESSAGE: "pull", RequestCode.PEEK_MESSAGE: "pull",
              RequestCode.NOTIFICATION: "pull", RequestCode.POLLING_INFO: "pull",

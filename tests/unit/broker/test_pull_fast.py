@@ -474,6 +474,9 @@ def test_lite_answers_name_the_sys_flags(pair):
         flags[opaque] = fields["topicSysFlag"], fields["groupSysFlag"]
     assert flags == {35: (str(TOPIC_SYS_FLAG), "0"),
                      37: (str(TOPIC_SYS_FLAG), str(TAG_GROUP_SYS_FLAG))}
+    # Lite pulls are pulls in the figures (pull started / finished), as PULL_MESSAGE's are.
+    requests, started, finished = got[2][0][:3]
+    assert (requests, started, finished) == (2, 2, 2)
 
 
 def test_a_subscription_change_is_followed(pair):
