@@ -67,6 +67,7 @@ class TimerSettings:
     message_type: int
     enabled: bool
     congestion_possible: bool
+    congest_limit: int
     max_delay_ms: int
     precision_ms: int
     broker_name: bytes
@@ -77,6 +78,7 @@ def timer_settings(config) -> TimerSettings:
     rules = TimerRules.of(config.store)
     return TimerSettings(TIMER_TOPIC.encode(), send.message_type_label(TIMER_TOPIC),
                          rules.wheel_enable, rules.congest_num_each_slot < CONGEST_NEVER,
+                         rules.congest_num_each_slot,
                          rules.max_delay_sec * 1000, rules.precision_ms,
                          config.broker.broker_name.encode())
 

@@ -116,10 +116,11 @@ class RemotingWorker:
         # that find records by offset or key check the records' own topics with it.
         self.acl = AccessValidator(config.derived.acl_file_path) \
             if config.broker.acl_enable else None
+        timer_slot_counts = slot_counts_of(config.store)
         self.ctx = BrokerContext(config, data_plane.reader, data_plane.putter, self.replica,
                                  data_plane.store_host, long_poll=self.long_poll,
                                  stats=self.stats, read_check=self.acl, pop=self.pop,
-                                 timer_slot_num=slot_counts_of(config.store))
+                                 timer_slot_num=timer_slot_counts)
         self.tls = TlsServer.from_config(config.tls)
         # The send fast path, when this worker's putter has one (not on a slave) and no ACL
         # is enforced: the fast path takes sends from the receive buffer without a
@@ -132,6 +133,8 @@ class RemotingWorker:
         self.fast_putter: RingPutter | None = \
             putter if isinstance(putter, RingPutter) and putter.fast_enabled \
             and self.acl is None else None
+        if self.fast_putter is not None and timer_slot_counts is not None:
+            timer_slot_counts.follow(self.fast_putter.set_timer_wheel)
         # The pull fast path (a master without ACL; its table follows the replica and the
         # live brokerPermission): FOUND answers written from the mappings in C.
         self.pull_port: FastPullPort | None = None

@@ -230,6 +230,11 @@ class RingPutter:
         """The topics the fast path may take (broker.send_fast.fast_topics)."""
         self.core.set_topics(entries)
 
+    def set_timer_wheel(self, wheel: memoryview | None) -> None:
+        """The timerwheel's read-only bytes for the fast path's congestion rule
+        (broker/timer_slots.py WheelSlotCounts.follow)."""
+        self.core.set_timer_wheel(wheel)
+
     def open_fast_port(self, born_host: tuple[bytes, int],
                        write: Callable[[bytes], object]) -> FastSendPort:
         """A connection's door to the fast path; ``write(frames)`` sends its response frames

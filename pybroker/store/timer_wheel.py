@@ -180,6 +180,11 @@ class TimerWheel:
             raise ValueError(f"timer wheel {self.path} is closed")
         return self._map
 
+    def view(self) -> memoryview:
+        """The mapped bytes (read-only for a read-only wheel); the map cannot be closed while
+        a view is held."""
+        return memoryview(self._words())
+
     def flush(self) -> None:
         """msync the whole wheel (only dirty pages are written); DurabilityError on failure."""
         try:

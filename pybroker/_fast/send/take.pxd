@@ -27,6 +27,7 @@ cdef class SendPath(SendCompletions):
     cdef int64_t _take_ns
     cdef int64_t _take_ms
     cdef TimerSettings _timer       # 5.x timer messages (set_timer)
+    cdef object _timer_wheel        # the buffer _timer.wheel points into (set_timer_wheel)
     cdef bint _timer_on
     cdef bytes _timer_topic
     cdef int _timer_message_type

@@ -32,8 +32,10 @@ class SendPath(SendCompletions):
                    sys_flag: int, wait_store: bool, started: float = -1.0) -> int:
         """Request id, or -1 when there is no room now."""
     def set_timer(self, recall_templates: list, timer_topic: bytes, message_type: int,
-                  enabled: bool, congestion_possible: bool, max_delay_ms: int,
-                  precision_ms: int, broker_name: bytes) -> None:
+                  enabled: bool, congestion_possible: bool, congest_limit: int,
+                  max_delay_ms: int, precision_ms: int, broker_name: bytes) -> None:
         """Park 5.x timer messages on the fast path (send/timer.pyx)."""
+    def set_timer_wheel(self, wheel: Buffer | None) -> None:
+        """The timerwheel mapped read-only, read by the congestion rule (None: forget it)."""
     def set_stats(self, stats: object, python_oldest: object = None) -> None:
         """Count fast sends in a StatsWriter section (None: not counted)."""

@@ -46,7 +46,8 @@ from pybroker._fast.send.read cimport (BATCH_BODY_LENGTH_AT, BATCH_FLAG_AT, FIEL
 from pybroker._fast.send.slots cimport ConnectionSlot
 from pybroker._fast.send.stats cimport SendStats, monotonic_ns, realtime_ms
 from pybroker._fast.send.timer cimport (TIMER_HANDLER, TIMER_PARKED, TimerPark,
-                                        recall_handle, recall_handle_bytes, timer_redirect)
+                                        recall_handle, recall_handle_bytes, set_wheel,
+                                        timer_redirect)
 from pybroker._fast.send.topics cimport TopicEntry, TopicTable
 from pybroker._fast.stats cimport StatsWriter
 from pybroker._fast.taker cimport SCRATCH_MIN_BYTES, scratch_fit, taker_next, taker_open
@@ -99,6 +100,8 @@ cdef class SendPath(SendCompletions):
         self._scratch.bytes = 0
         self._properties = NULL
         self._timer.enabled = False
+        self._timer.wheel = NULL
+        self._timer_wheel = None
         self._timer_on = False
         self._timer_topic = b""
         self._broker_name = b""
@@ -148,19 +151,23 @@ cdef class SendPath(SendCompletions):
 
     def set_timer(self, list recall_templates not None, bytes timer_topic not None,
                   int message_type, bint enabled, bint congestion_possible,
-                  int64_t max_delay_ms, int64_t precision_ms, bytes broker_name not None):
+                  int64_t congest_limit, int64_t max_delay_ms, int64_t precision_ms,
+                  bytes broker_name not None):
         """Park 5.x timer messages on the fast path (send/timer.pyx; without this call every
         send with a timer property goes to the handler). ``recall_templates``: the answers of
         a parked send, as ``templates``; ``timer_topic``: rmq_sys_wheel_timer, counted under
         ``message_type`` (send.py's label); the rest are the broker's timer settings
-        (timerWheelEnable, timerCongestNumEachSlot below Integer.MAX_VALUE, timerMaxDelaySec
-        in ms, the effective timerPrecisionMs) and its brokerName (recall handles)."""
+        (timerWheelEnable, timerCongestNumEachSlot below Integer.MAX_VALUE and its value,
+        timerMaxDelaySec in ms, the effective timerPrecisionMs) and its brokerName (recall
+        handles). While a congestion is possible, timer sends go to the handler until
+        set_timer_wheel gives the wheel to read."""
         if not 0 < len(timer_topic) <= PUT_TOPIC_MAX_BYTES or precision_ms <= 0:
             raise ValueError("a timer topic of 1..PUT_TOPIC_MAX_BYTES bytes and a positive "
                              "precision")
         self._set_recall_templates(recall_templates)
         self._timer.enabled = enabled
         self._timer.congestion_possible = congestion_possible
+        self._timer.congest_limit = congest_limit
         self._timer.max_delay_ms = max_delay_ms
         self._timer.precision_ms = precision_ms
         self._timer_topic = timer_topic
@@ -168,6 +175,12 @@ cdef class SendPath(SendCompletions):
         self._broker_name = broker_name
         self._timer_on = True
         self._timer_topic_id = self._counting.topic_id(timer_topic, message_type)
+
+    def set_timer_wheel(self, wheel):
+        """The timer worker's timerwheel mapped read-only (a buffer; None: forget it), read by
+        the congestion rule (broker/timer_slots.py maps it)."""
+        set_wheel(&self._timer, wheel)
+        self._timer_wheel = wheel
 
     def set_stats(self, StatsWriter stats, python_oldest=None):
         """Count fast sends in this process's instrument section (None: not counted);

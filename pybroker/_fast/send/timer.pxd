@@ -14,9 +14,16 @@ cdef enum:
 
 cdef struct TimerSettings:
     bint enabled                    # timerWheelEnable
-    bint congestion_possible        # timerCongestNumEachSlot < Integer.MAX_VALUE: handler
+    bint congestion_possible        # timerCongestNumEachSlot < Integer.MAX_VALUE
+    int64_t congest_limit           # timerCongestNumEachSlot
     int64_t max_delay_ms            # timerMaxDelaySec x 1000
     int64_t precision_ms            # the effective timerPrecisionMs
+    # The timer worker's timerwheel mapped read-only (broker/timer_slots.py), read when a
+    # congestion is possible: a slot holding more than congest_limit messages, or no map yet,
+    # leaves the send to the handler (its rule refuses at random between the limit and twice
+    # it). NULL: not mapped.
+    const unsigned char *wheel
+    int64_t wheel_slots
 
 
 cdef struct TimerPark:
@@ -36,6 +43,10 @@ cdef int timer_redirect(const unsigned char *text, Py_ssize_t length,
                         const unsigned char *topic, Py_ssize_t topic_length, int32_t queue_id,
                         const TimerSettings *settings, int64_t now_ms, unsigned char *out,
                         Py_ssize_t *out_length, TimerPark *park) noexcept nogil
+
+# Point settings at the timerwheel's bytes (None: no map); ValueError for a size that is not
+# whole slots. The caller keeps the buffer alive while settings may be read.
+cdef int set_wheel(TimerSettings *settings, const unsigned char[:] wheel) except -1
 
 # Bytes of the recall handle of a message parked as *park (recall_handle writes exactly these).
 cdef Py_ssize_t recall_handle_bytes(Py_ssize_t topic_length, Py_ssize_t broker_name_length,

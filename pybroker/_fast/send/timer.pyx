@@ -7,17 +7,20 @@ topic of the fast table whose properties carry TIMER_DELIVER_MS, TIMER_DELAY_SEC
 TIMER_DELAY_MS with a UNIQ_KEY, and no DELAY, TRAN_MSG, CLUSTER, TIMER_OUT_MS, REAL_TOPIC or
 REAL_QID. Those the handler would park are rewritten here exactly as it rewrites them; every
 refusal (wheel disabled, a value that is not a long, beyond timerMaxDelaySec, a cancel mark due
-now, a slot that may be congested) and every other shape is left to the handler, which answers
-it with Java's code and remark. tests/unit/broker/test_send_timer.py runs both over the same
-seeded inputs; tests/unit/broker/test_send_fast.py compares stored records and answers.
+now, a slot holding more than timerCongestNumEachSlot or a wheel not mapped yet) and every other
+shape is left to the handler, which answers it with Java's code and remark.
+tests/unit/broker/test_send_timer.py runs both over the same seeded inputs;
+tests/unit/broker/test_send_fast.py compares stored records and answers.
 """
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 from pybroker._fast.digits cimport write_decimal
+from pybroker._fast.hton cimport pb_unpack_int32, pb_unpack_int64
 from pybroker._fast.send.read cimport name_is
 
 from pybroker.protocol.constants import Property as _Property
+from pybroker.store import layout as _layout
 
 cdef const char *BASE64_URL = (
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -30,6 +33,14 @@ assert (_Property.TIMER_DELIVER_MS, _Property.TIMER_DELAY_SEC, _Property.TIMER_D
     "TIMER_DEL_UNIQKEY", "REAL_TOPIC", "REAL_QID", "UNIQ_KEY")
 # The recall handle's version ("v1", broker/timer_message.py RECALL_HANDLE_VERSION): the
 # handles are compared byte for byte with the handler's by tests/unit/broker/test_send_timer.py.
+
+cdef enum:
+    # A timerwheel slot (store/layout.py): the big-endian time in precision units, the count.
+    SLOT_BYTES = 32
+    SLOT_TIME_AT = 0
+    SLOT_NUM_AT = 24
+assert (SLOT_BYTES, SLOT_TIME_AT, SLOT_NUM_AT) == (
+    _layout.TIMER_SLOT_SIZE, _layout.TIMER_SLOT_TIME_POSITION, _layout.TIMER_SLOT_NUM_POSITION)
 
 cdef enum:
     # The properties timer_redirect looks at (an index into _Spans)
@@ -148,6 +159,17 @@ cdef inline Py_ssize_t _pair(unsigned char *out, const char *name, const unsigne
     return n + 2 + value_length
 
 
+cdef int64_t _slot_num(const TimerSettings *settings, int64_t slot_ms) noexcept nogil:
+    """Messages parked in the wheel slot of slot_ms (0 for a slot of another lap), as
+    store/timer_wheel.py's slot(...).num."""
+    cdef int64_t units = slot_ms // settings.precision_ms
+    cdef const unsigned char *slot = settings.wheel \
+        + (units % settings.wheel_slots) * SLOT_BYTES
+    if pb_unpack_int64(slot + SLOT_TIME_AT) != units:
+        return 0
+    return pb_unpack_int32(slot + SLOT_NUM_AT)
+
+
 cdef int timer_redirect(const unsigned char *text, Py_ssize_t length,
                         const unsigned char *topic, Py_ssize_t topic_length, int32_t queue_id,
                         const TimerSettings *settings, int64_t now_ms, unsigned char *out,
@@ -168,8 +190,6 @@ cdef int timer_redirect(const unsigned char *text, Py_ssize_t length,
         return TIMER_STORED_AS_IS
     if deliver - now_ms > settings.max_delay_ms:
         return TIMER_HANDLER        # WHEEL_TIMER_MSG_ILLEGAL
-    if settings.congestion_possible:
-        return TIMER_HANDLER        # WHEEL_TIMER_FLOW_CONTROL is the handler's to decide
     if spans.values[NAME_UNIQ_KEY] == NULL \
             or spans.lengths[NAME_UNIQ_KEY] > TIMER_UNIQ_KEY_MAX_BYTES \
             or spans.values[NAME_REAL_TOPIC] != NULL or spans.values[NAME_REAL_QID] != NULL:
@@ -178,6 +198,9 @@ cdef int timer_redirect(const unsigned char *text, Py_ssize_t length,
         slot_ms = deliver - settings.precision_ms
     else:
         slot_ms = deliver // settings.precision_ms * settings.precision_ms
+    if settings.congestion_possible and (
+            settings.wheel == NULL or _slot_num(settings, slot_ms) > settings.congest_limit):
+        return TIMER_HANDLER        # WHEEL_TIMER_FLOW_CONTROL is the handler's to decide
     n += _pair(out + n, "TIMER_OUT_MS", number, write_decimal(number, slot_ms))
     n += _pair(out + n, "REAL_TOPIC", topic, topic_length)
     n += _pair(out + n, "REAL_QID", number, write_decimal(number, queue_id))
@@ -251,12 +274,25 @@ cdef Py_ssize_t recall_handle(unsigned char *out, const unsigned char *topic,
 
 # --- Python face (tests) -------------------------------------------------------------------------
 
+cdef int set_wheel(TimerSettings *settings, const unsigned char[:] wheel) except -1:
+    if wheel is None:
+        settings.wheel = NULL
+        settings.wheel_slots = 0
+        return 0
+    if len(wheel) < SLOT_BYTES or len(wheel) % SLOT_BYTES:
+        raise ValueError(f"a timerwheel of {len(wheel)} bytes")
+    settings.wheel = &wheel[0]
+    settings.wheel_slots = len(wheel) // SLOT_BYTES
+    return 0
+
+
 def redirect(bytes text not None, bytes topic not None, int32_t queue_id, bint enabled,
              int64_t max_delay_ms, int64_t precision_ms, bint congestion_possible,
-             int64_t now_ms, bytes broker_name=b""):
+             int64_t now_ms, bytes broker_name=b"", int64_t congest_limit=0, wheel=None):
     """``(outcome, stored properties without CLUSTER, recall handle)`` as the fast path decides
     for these properties (outcome: 1 parked, 0 stored as is, -1 the handler's; the other two
-    None unless parked)."""
+    None unless parked); ``wheel``: the timerwheel's bytes (a buffer) the congestion rule
+    reads."""
     cdef TimerSettings settings
     cdef TimerPark park
     cdef Py_ssize_t out_length = 0, handle_length
@@ -265,6 +301,8 @@ def redirect(bytes text not None, bytes topic not None, int32_t queue_id, bint e
     cdef int outcome
     settings.enabled = enabled
     settings.congestion_possible = congestion_possible
+    settings.congest_limit = congest_limit
+    set_wheel(&settings, wheel)
     settings.max_delay_ms = max_delay_ms
     settings.precision_ms = precision_ms
     outcome = timer_redirect(<const unsigned char *>text, len(text),

@@ -150,3 +150,48 @@ def test_the_congestion_rule_reads_the_wheel(tmp_path):
     lap_ms = full_ms + 2 * 604_800 * 1000
     assert counts(lap_ms) == 0
     wheel.close()
+
+
+def test_a_congestion_limit_parks_in_c_at_or_under_it(tmp_path):
+    """timerCongestNumEachSlot set: the fast rule reads the wheel map the handler's rule reads
+    (WheelSlotCounts.follow hands it over once the timer worker made the file); a slot at or
+    under the limit parks in C exactly as the handler parks it, a slot over it (or no map yet)
+    is the handler's, which refuses WHEEL_TIMER_FLOW_CONTROL from twice the limit; a full slot
+    of another lap counts nothing."""
+    limit = 10
+    settings = {"storePathRootDir": str(tmp_path), "timerCongestNumEachSlot": str(limit)}
+    store = load_broker_config(None, settings).store
+    counts = slot_counts_of(store)
+    assert counts is not None
+    views: list = []
+    counts.follow(views.append)
+    assert views == []                                  # no wheel file yet
+    rules = TimerRules.of(store, counts)
+
+    def text(deliver_ms: int) -> str:
+        return f"TIMER_DELIVER_MS\x01{deliver_ms}\x02UNIQ_KEY\x01U1\x02"
+
+    def fast(deliver_ms: int) -> tuple:
+        return timer.redirect(text(deliver_ms).encode(), TOPIC.encode(), QUEUE_ID, True,
+                              rules.max_delay_sec * 1000, rules.precision_ms, True, NOW_MS,
+                              BROKER.encode(), limit, views[0] if views else None)
+    base = (NOW_MS // 1000 + 30) * 1000
+    assert fast(base + 500)[0] == -1                    # no map yet: the handler's
+    wheel = TimerWheel(paths.timer_wheel_path(str(tmp_path)), store.timer_precision_effective_ms)
+    nums = [0, limit - 1, limit, limit + 1, 2 * limit]
+    for step, num in enumerate(nums):
+        wheel.put_slot(base + step * 1000, 0, 0, num=num)
+    other_lap = base + len(nums) * 1000 + 2 * 604_800 * 1000
+    wheel.put_slot(other_lap, 0, 0, num=5 * limit)
+    assert counts(base + 1000) == limit - 1 and len(views) == 1   # mapped, follower told
+    for step, num in enumerate([*nums, 0]):
+        deliver = base + step * 1000 + 500
+        outcome, stored, handle = fast(deliver)
+        if num <= limit:
+            assert outcome == 1, (step, num)
+            assert _handler(text(deliver), rules) == ("parked", stored, handle)
+        else:
+            assert outcome == -1, (step, num)
+    assert _handler(text(base + 4500), rules) == ("refused", "WHEEL_TIMER_FLOW_CONTROL")
+    views.clear()
+    wheel.close()
