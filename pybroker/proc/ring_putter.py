@@ -192,6 +192,10 @@ class RingPutter:
         self._flags: list[SleepFlag] = [ConsumerSide(completion_ring), self._space_flag,
                                         *self.holds.sleep_flags()]
         self._reader: AsyncWakeReader | None = None
+        # The loop of the first wake-up: asyncio.get_running_loop() costs a getpid system
+        # call per call on Python 3.11, once per completion wake-up here (measured,
+        # docs/architecture/data-plane.md "Where one send's time goes").
+        self._wake_loop: asyncio.AbstractEventLoop | None = None
         self._signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
         self._writers: dict[int, Callable[[bytes], object]] = {}
@@ -355,11 +359,14 @@ class RingPutter:
         write the fast answers, and let puts waiting for space retry."""
         core = self.core
         control = self.control
+        loop = self._wake_loop
+        if loop is None or loop.is_closed():
+            loop = self._wake_loop = asyncio.get_running_loop()
         if self.sync_master:
-            outcomes = core.drain(_loop_time(), control.replicated_position,
+            outcomes = core.drain(loop.time(), control.replicated_position,
                                   control.ha_slaves_connected)
         else:
-            outcomes = core.drain(_loop_time())
+            outcomes = core.drain(loop.time())
         outcomes += self.holds.release()
         self.answer(outcomes)
         if self._space_waiters:
@@ -438,6 +445,3 @@ class RingPutter:
         pending.future.set_result(result)
         return True
 
-
-def _loop_time() -> float:
-    return asyncio.get_running_loop().time()
