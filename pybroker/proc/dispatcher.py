@@ -11,7 +11,8 @@ default), after dispatching everything written and confirmed. Per batch it publi
 ``dispatched_position`` once and signals the processes whose waiter bit it takes (remoting
 workers holding long polls; readers consult the live position and need no wake-up). It sleeps
 as a waiter on whichever of ``written_position`` and ``confirm_position`` holds it back (their
-writers signal it only then).
+writers signal it only then); while batches keep coming it paces itself instead, one pass per
+millisecond as Java's reput, with no waiter bit (:class:`pybroker.proc.wake.Pacer`).
 
 Every ``flushIntervalConsumeQueue`` ms it msyncs the consume queues (at least
 ``flushConsumeQueueLeastPages`` dirty pages, or all of them once
@@ -42,8 +43,8 @@ from collections.abc import Callable
 from pybroker import clock
 from pybroker.errors import StoreCorruptError
 from pybroker.proc.topic_deletion import DispatcherDeletions, requests_path
-from pybroker.proc.wake import (DataPlaneWakes, DispatchEndWatch, Sleeper, signal_mask,
-                                stop_on_sigterm)
+from pybroker.proc.wake import (DataPlaneWakes, DispatchEndWatch, Pacer, Sleeper, WakeFd,
+                                signal_mask, stop_on_sigterm)
 from pybroker._fast.stats import StatsCounter, StatsHistogram
 from pybroker.stats.region import private_writer
 from pybroker.store import paths
@@ -67,6 +68,13 @@ log = logging.getLogger("pybroker.proc.dispatcher")
 # Bytes dispatched per batch before the position is published (bounds reader latency).
 _BATCH_BYTES_MAX = 4 << 20
 _IDLE_WAIT_MS = 1000
+# Under load the dispatcher takes what was written once per interval (Java's
+# ReputMessageService sleeps 1 ms between passes) instead of being woken by every appender
+# drain: at 8 producer threads that was a wake-up and ~40 µs of this process per 5 messages
+# (docs/architecture/data-plane.md, "Where one send's time goes"). Pacing starts when two
+# batches come closer than the gap, and ends at the first paced wait that finds nothing.
+_REPUT_INTERVAL_MS = 1
+_REPUT_BUSY_GAP_NS = 2_000_000
 
 
 def _open_store(settings: StoreConfig):
@@ -107,8 +115,8 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
     deletions = DispatcherDeletions(requests_path(settings.store_path_root_dir), control)
     watch = DispatchEndWatch(control, DISPATCHER.slot, not settings.read_un_committed)
-    sleeper = Sleeper(wakes.dispatcher, [watch])
     counters = control.worker(DISPATCHER.slot)
+    waits = _Waits(wakes.dispatcher, watch, counters)
     slots = wakes.by_slot()
     stats = stats if stats is not None else private_writer(DISPATCHER.stats_section)
     stop_requested = stop_requested or stop_on_sigterm(wakes.dispatcher)
@@ -131,6 +139,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
                 # At the confirm offset a record may straddle it: then nothing moves (held).
                 count = _dispatch_batch(dispatcher, target, at_confirm=target == end < written)
                 held = count < 0
+                waits.worked = waits.worked or count > 0
                 _count_batch(stats, counters, max(count, 0))
                 _publish_batch(control, dispatcher, slots, offsets)
                 drop_behind.advance(dispatcher.reput_from_offset)
@@ -146,15 +155,38 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
                 flusher.flush(dispatcher.last_store_timestamp, thorough=True)
                 return
             # Held: until the confirm offset moves at all (it covers the record, or not yet).
-            watch.target = end + 1 if held else dispatcher.reput_from_offset + 1
-            if sleeper.sleep(min(wait_ms, _IDLE_WAIT_MS)):
-                counters.add(wakeups=1)
+            waits.wait(end + 1 if held else dispatcher.reput_from_offset + 1, held, wait_ms)
     finally:
         dispatcher.release_files()
         commitlog.shutdown(0)
         queues.close()
         if index_service is not None:
             index_service.close()
+
+
+class _Waits:
+    """The dispatcher's waits: under load a paced one, flags down (pybroker/proc/wake.py,
+    Pacer; the stop signal and topic deletions still cut it short), else a sleep on the
+    waiter bits of the dispatch end until it passes a target."""
+
+    def __init__(self, wake_fd: WakeFd, watch: DispatchEndWatch, counters):
+        self.wake_fd = wake_fd
+        self.watch = watch
+        self.sleeper = Sleeper(wake_fd, [watch])
+        self.pacer = Pacer(_REPUT_INTERVAL_MS, _REPUT_BUSY_GAP_NS)
+        self.counters = counters
+        self.worked = False         # a batch moved since the last wait
+
+    def wait(self, target: int, held: bool, wait_ms: int) -> None:
+        paced_ms = None if held else self.pacer.caught_up(self.worked)
+        self.worked = False
+        if paced_ms is not None:
+            signalled = self.wake_fd.wait(min(wait_ms, paced_ms))
+        else:
+            self.watch.target = target
+            signalled = self.sleeper.sleep(min(wait_ms, _IDLE_WAIT_MS))
+        if signalled:
+            self.counters.add(wakeups=1)
 
 
 class _OffsetPublisher:

@@ -12,6 +12,12 @@ syscall. No spinning: the sleeper blocks in poll() or in the asyncio loop's epol
 Eventfds are created before fork (the supervisor) and inherited; one per sleeping side is
 enough even when it watches several rings or positions (the appender: all send rings).
 
+One consumer paces itself under load instead (:class:`Pacer`, the dispatcher: Java's reput
+runs once a millisecond): while work keeps arriving it waits a fixed interval with its flags
+down - nobody signals it, and it re-reads the positions after the wait, so nothing is lost,
+only gathered - and it goes back to the flag protocol as soon as a paced wait found nothing,
+so an idle process sleeps without a timer.
+
 The sleep flags (:class:`SleepFlag`) live here: :class:`ConsumerSide` and :class:`ProducerSide`
 of a ring, :class:`PositionWatch` of one control-block position (held acknowledgements, parked
 pulls), :class:`DispatchEndWatch` (the dispatcher's end: written, bounded by confirm) and
@@ -22,6 +28,7 @@ import dataclasses
 import os
 import select
 import signal
+import time
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from pybroker.proc.children import STOP_SIGNAL, accept_stop
@@ -253,6 +260,39 @@ class PopTableWatch:
         if self.armed:
             self.armed = False
             self.table.remove_waiter(self.worker_slot)
+
+
+class Pacer:
+    """A consumer's cadence while work keeps coming (module docstring): after a pass that
+    found work, when the pass before it also found work less than ``busy_gap_ns`` earlier
+    (or pacing is on), :meth:`caught_up` gives ``interval_ms``, to wait with the sleep flags
+    down and then look again; a pass that found nothing turns pacing off (None: arm the
+    flags and sleep). An idle consumer therefore costs no wake-up, and a lone message is
+    taken at once (its wake-up comes through the flags); under load the wake-ups are at
+    most one per interval, however often the producer publishes."""
+
+    def __init__(self, interval_ms: int, busy_gap_ns: int,
+                 clock_ns: Callable[[], int] = time.monotonic_ns):
+        self.interval_ms = interval_ms
+        self.busy_gap_ns = busy_gap_ns
+        self.clock_ns = clock_ns
+        self.pacing = False
+        self.paced_waits = 0
+        self._last_work_ns: int | None = None
+
+    def caught_up(self, worked: bool) -> int | None:
+        """The consumer has taken everything there is; ``worked``: it took something since
+        its last wait. Milliseconds to wait unarmed, or None to sleep armed."""
+        if not worked:
+            self.pacing = False
+            return None
+        now = self.clock_ns()
+        previous, self._last_work_ns = self._last_work_ns, now
+        if not self.pacing and (previous is None or now - previous >= self.busy_gap_ns):
+            return None
+        self.pacing = True
+        self.paced_waits += 1
+        return self.interval_ms
 
 
 async def wait_event(event: asyncio.Event, timeout_s: float) -> None:

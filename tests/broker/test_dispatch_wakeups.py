@@ -1,6 +1,7 @@
 # The dispatcher wakes only the processes that wait for it: workers holding long polls.
 """A remoting worker asks the dispatcher for wake-ups only while it holds a pull, and a held
-pull is still answered as soon as its message is dispatched.
+pull is still answered as soon as its message is dispatched; under load the dispatcher paces
+itself (a pass per millisecond, as Java's reput) and an idle one sleeps without a timer.
 
 Method: a real `pybroker standalone`; a raw PULL_MESSAGE with the SUSPEND flag on an empty queue
 is held by the broker (a 30 s suspend). While it is held, the control block's waiter mask of
@@ -8,12 +9,16 @@ is held by the broker (a 30 s suspend). While it is held, the control block's wa
 bit; a send to that queue must answer the held pull with the message long before the worker's
 5 s safety sweep could have. Afterwards, with nothing held and sends going on, no remoting
 worker or supervisor bit may be left in the mask (their wake-up per dispatch batch is what this
-change removed).
+change removed). Then several client threads send as fast as they can: the dispatcher must
+dispatch everything written in at most about one batch per millisecond of the load, and once
+the load stops it must go back to sleeping on its flag (a handful of context switches and no
+measurable CPU in two idle seconds, where pacing on would be ~2,000 wake-ups).
 """
 import contextlib
 import threading
 import time
 
+import psutil
 import pytest
 
 from pybroker._fast import record
@@ -23,7 +28,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
 from pybroker.store import paths
-from pybroker.store.control_block import ControlBlock
+from pybroker.store.control_block import APPENDER, DISPATCHER, ControlBlock
 
 pytestmark = [pytest.mark.slow]
 
@@ -104,5 +109,70 @@ def test_only_a_worker_holding_a_pull_waits_for_dispatch(tmp_path):
             # may come after dispatch caught up: wait for it to go (it must not stay).
             _wait_for(lambda: control.waiters("dispatched_position") & CLIENT_SLOTS_MASK == 0,
                       "no remoting worker or supervisor bit left on dispatched_position")
+        finally:
+            control.close()
+
+
+LOAD_THREADS = 6
+LOAD_S = 3.0
+IDLE_S = 2.0
+IDLE_SWITCHES_MAX = 8         # the 1 s idle re-check and the consume-queue flush timer
+IDLE_CPU_S_MAX = 0.05
+
+
+def _dispatcher(broker) -> psutil.Process:
+    for child in psutil.Process(broker.process.pid).children():
+        if child.name() == "pb-dispatcher":
+            return child
+    raise AssertionError("no pb-dispatcher process under the broker")
+
+
+def test_dispatcher_paces_under_load_and_sleeps_when_idle(tmp_path):
+    with StandaloneBroker(tmp_path) as broker, _client(broker) as first:
+        _send(first, b"first")                          # creates the topic
+        control = ControlBlock(paths.control_block_path(broker.store_dir), create=False)
+        try:
+            dispatcher = _dispatcher(broker)
+            drains, batches = control.worker(APPENDER.slot), control.worker(DISPATCHER.slot)
+            drains_before, batches_before = drains.batches, batches.batches
+            errors: list[BaseException] = []
+            stop_at = time.monotonic() + LOAD_S
+
+            def load() -> None:
+                try:
+                    with _client(broker) as client:
+                        while time.monotonic() < stop_at:
+                            _send(client, b"load")
+                except BaseException as error:   # reported by the test below
+                    errors.append(error)
+            started = time.monotonic()
+            threads = [threading.Thread(target=load) for _ in range(LOAD_THREADS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(LOAD_S + WAIT_S)
+            elapsed_ms = (time.monotonic() - started) * 1000
+            assert not errors, errors
+            assert not any(thread.is_alive() for thread in threads), "a load thread hung"
+            _wait_for(lambda: control.dispatched_position >= control.written_position,
+                      "dispatch to catch up with the load")
+            dispatched_batches = batches.batches - batches_before
+            appender_drains = drains.batches - drains_before
+            assert appender_drains > 0
+            # One pass per millisecond while paced, plus one per start of pacing.
+            assert dispatched_batches <= elapsed_ms + 50, \
+                (dispatched_batches, appender_drains, elapsed_ms)
+            time.sleep(0.2)             # the last paced wait finds nothing: pacing ends
+            cpu, switches = dispatcher.cpu_times(), dispatcher.num_ctx_switches()
+            time.sleep(IDLE_S)
+            cpu_after, switches_after = dispatcher.cpu_times(), dispatcher.num_ctx_switches()
+            idle_switches = switches_after.voluntary - switches.voluntary
+            idle_cpu_s = (cpu_after.user + cpu_after.system) - (cpu.user + cpu.system)
+            assert idle_switches <= IDLE_SWITCHES_MAX, idle_switches
+            assert idle_cpu_s <= IDLE_CPU_S_MAX, idle_cpu_s
+            # A lone send after the idle seconds is dispatched too (the flag's wake-up).
+            _send(first, b"lone")
+            _wait_for(lambda: control.dispatched_position >= control.written_position,
+                      "the lone send dispatched")
         finally:
             control.close()

@@ -3,8 +3,10 @@
 Method: real forked processes play ping-pong through a byte ring and a completion ring, so every
 round races a sleeper's flag-fence-recheck against the peer's publish-fence-check; a position
 watcher sleeps on a control-block field a forked publisher advances; an asyncio loop drains
-completions through loop.add_reader. Every blocking wait has a timeout that, if it expires
-with nothing to do, fails the test, and the whole exchange runs under a deadline.
+completions through loop.add_reader; a Pacer on a hand-driven clock paces only while work
+keeps coming and hands back to the flags at the first empty pass, and a paced consumer of a
+forked publisher loses nothing. Every blocking wait has a timeout that, if it expires with
+nothing to do, fails the test, and the whole exchange runs under a deadline.
 """
 import asyncio
 import multiprocessing
@@ -15,8 +17,8 @@ import pytest
 
 from pybroker._fast.ring import ByteRing, CompletionRing
 from pybroker.proc import shared
-from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, PositionWatch, Sleeper, WakeFd,
-                                signal_mask)
+from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, Pacer, PositionWatch, Sleeper,
+                                WakeFd, signal_mask)
 from pybroker.store.control_block import ControlBlock
 
 FORK = multiprocessing.get_context("fork")
@@ -273,3 +275,89 @@ def test_position_watch_rejects_bad_slots(tmp_path, bad):
     with ControlBlock(str(tmp_path / "control"), create=True) as block:
         with pytest.raises(ValueError, match="worker slot"):
             PositionWatch(block, "flushed_position", bad).set_sleeping()
+
+
+def test_pacer_paces_only_while_work_keeps_coming():
+    now = [0]
+    pacer = Pacer(1, 2_000_000, clock_ns=lambda: now[0])
+    # Idle, then a lone message: the flags (None), never a timer.
+    assert pacer.caught_up(False) is None
+    assert pacer.caught_up(True) is None and not pacer.pacing
+    now[0] += 10_000_000                      # the next one 10 ms later: still the flags
+    assert pacer.caught_up(True) is None and not pacer.pacing
+    now[0] += 500_000                         # 0.5 ms later: work keeps coming, pace
+    assert pacer.caught_up(True) == 1 and pacer.pacing
+    for _ in range(5):                        # each paced pass found work: go on pacing
+        now[0] += 1_000_000
+        assert pacer.caught_up(True) == 1
+    now[0] += 1_000_000
+    assert pacer.caught_up(False) is None and not pacer.pacing    # an empty pass: flags
+    assert pacer.paced_waits == 6
+    now[0] += 3_000_000                       # the next batch after the gap: flags again
+    assert pacer.caught_up(True) is None and not pacer.pacing
+    now[0] += 2_000_000                       # exactly the gap is not "closer than" it
+    assert pacer.caught_up(True) is None
+    now[0] += 1_999_999
+    assert pacer.caught_up(True) == 1
+
+
+@pytest.mark.dataplane
+def test_paced_consumer_loses_nothing_and_sleeps_when_idle(tmp_path):
+    """The dispatcher's use of a Pacer against a forked publisher: while positions come
+    faster than the gap it passes at most once per interval with the flag down, it still
+    ends at the last position published, and after the publisher stops it sleeps on the flag
+    (woken by the one last publish, not by a timer)."""
+    path = str(tmp_path / "control")
+    block = ControlBlock(path, create=True)
+    wake = WakeFd()
+    watch = PositionWatch(block, "written_position", 5)
+    sleeper = Sleeper(wake, [watch])
+    last = 20_000
+    ready = FORK.Event()
+
+    def publish() -> None:
+        child = ControlBlock(path, create=False)
+        ready.wait(WAIT_MS / 1000)
+        for position in range(1, last + 1):
+            signal_mask(child.publish("written_position", position), {5: wake})
+            spin_until = time.monotonic_ns() + 20_000         # one every ~20 µs
+            while time.monotonic_ns() < spin_until:
+                pass
+        time.sleep(0.3)
+        signal_mask(child.publish("written_position", last + 1), {5: wake})
+        child.close()
+    publisher = FORK.Process(target=publish)
+    publisher.start()
+    pacer = Pacer(1, 2_000_000)
+    seen = passes = timed_out = 0
+    started = time.monotonic()
+    ready.set()
+    try:
+        while True:
+            assert time.monotonic() - started < DEADLINE_S, "the consumer never caught up"
+            position = block.written_position
+            worked = position > seen
+            seen = max(seen, position)
+            passes += worked
+            if seen == last + 1:
+                break
+            paced_ms = pacer.caught_up(worked)
+            if paced_ms is not None:
+                wake.wait(paced_ms)
+                continue
+            watch.target = seen + 1
+            if not sleeper.sleep(WAIT_MS):
+                timed_out += 1
+                assert block.written_position > seen, "a wake-up was lost"
+        elapsed_ms = (time.monotonic() - started) * 1000
+    finally:
+        publisher.join(DEADLINE_S)
+        wake.close()
+        block.close()
+    assert publisher.exitcode == 0
+    assert timed_out == 0
+    assert pacer.paced_waits > 0
+    # At most one pass per interval while paced, plus the passes that start pacing; without
+    # pacing every publish (20,000 in about 0.4 s and more) could be a pass.
+    assert passes <= elapsed_ms + 50, (passes, elapsed_ms)
+    assert not pacer.pacing, "the last publish came through the flag, not a paced wait"
