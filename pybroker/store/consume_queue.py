@@ -36,8 +36,8 @@ import numpy as np
 from pybroker.store import layout, paths
 from pybroker.store.mapped_file import MappedFile, MappedFileQueue
 
-__all__ = ["UNIT_DTYPE", "DEFAULT_MAPPED_FILE_SIZE", "ConsumeQueue", "ConsumeQueueStore",
-           "UnitsView"]
+__all__ = ["UNIT_DTYPE", "UNIT_STRUCT", "DEFAULT_MAPPED_FILE_SIZE", "ConsumeQueue",
+           "ConsumeQueueStore", "UnitsView"]
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,9 @@ assert UNIT_DTYPE.itemsize == UNIT_SIZE
 assert UNIT_DTYPE.fields is not None
 assert UNIT_DTYPE.fields["size"][1] == layout.CQ_UNIT_SIZE_POSITION
 assert UNIT_DTYPE.fields["tags"][1] == layout.CQ_UNIT_TAGS_CODE_POSITION
-_UNIT = struct.Struct(">qiq")
-assert _UNIT.size == UNIT_SIZE
-_FILLER_UNIT = _UNIT.pack(0, layout.CQ_FILLER_SIZE, 0)
+UNIT_STRUCT = struct.Struct(">qiq")
+assert UNIT_STRUCT.size == UNIT_SIZE
+_FILLER_UNIT = UNIT_STRUCT.pack(0, layout.CQ_FILLER_SIZE, 0)
 DEFAULT_MAPPED_FILE_SIZE = 300_000 * UNIT_SIZE   # mappedFileSizeConsumeQueue
 BOUNDARIES = ("lower", "upper", "nearest")
 
@@ -323,7 +323,7 @@ class ConsumeQueue:
             log.error("%s: queue offset %d leaves a gap after %d; unit refused", self.queue_dir,
                       queue_offset, current_offset // UNIT_SIZE)
             return False
-        if not mapped_file.append(_UNIT.pack(physical_offset, size, tags_code)):
+        if not mapped_file.append(UNIT_STRUCT.pack(physical_offset, size, tags_code)):
             raise AssertionError(f"{mapped_file.path}: no room at {mapped_file.wrote_position}")
         self.last_dispatched_phy_offset = physical_offset + size
         return True
@@ -366,7 +366,7 @@ class ConsumeQueue:
         if view is None:
             return None
         try:
-            return _UNIT.unpack(view)
+            return UNIT_STRUCT.unpack(view)
         finally:
             view.release()
             mapped_file.release()

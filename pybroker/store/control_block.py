@@ -467,6 +467,13 @@ class ControlBlock:
         """Acquire-load a field by name."""
         return ring.load_u64(self._words(), FIELD_OFFSETS[field])
 
+    def load_two(self, first: str, second: str) -> tuple[int, int]:
+        """Acquire-load two fields by name, in that order (a reader consults two of them on
+        every store read: one call instead of two property reads)."""
+        words = self._words()
+        return (ring.load_u64(words, FIELD_OFFSETS[first]),
+                ring.load_u64(words, FIELD_OFFSETS[second]))
+
     def publish(self, field: str, value: int, monotonic: bool = False) -> int:
         """Store value into field (release; with monotonic=True never lower it), fence, and
         take the waiters mask: the returned bits are worker slots the caller must signal."""

@@ -181,11 +181,18 @@ class PopTable:
             raise ValueError(f"POP slot must be in [0, {self.slots}), got {slot}")
         return HEADER_BYTES + SLOT_BYTES * slot
 
+    # _load and _store run a few times per queue a POP visits: the map's check is inline.
     def _load(self, slot: int, word: int) -> int:
-        return ring.load_u64(self._words(), self._base(slot) + word)
+        words = self._map
+        if words is None:
+            words = self._words()           # raises: closed
+        return ring.load_u64(words, self._base(slot) + word)
 
     def _store(self, slot: int, word: int, value: int) -> None:
-        ring.store_u64(self._words(), self._base(slot) + word, value & _U64_MASK)
+        words = self._map
+        if words is None:
+            words = self._words()           # raises: closed
+        ring.store_u64(words, self._base(slot) + word, value & _U64_MASK)
 
     # --- the directory (supervisor) ------------------------------------------------------------
     def assign(self, slot: int, key: SlotKey, pop_offset: int | None, now_ms: int) -> None:

@@ -269,7 +269,11 @@ class _PopRun:
             [SlotKey(topic, self.group, queue_id) for queue_id in queue_ids])
         for queue_id, slot in zip(queue_ids, slots, strict=True):
             self.watched.append((topic, queue_id, slot))
-            await _QueuePop(self, topic, queue_id, slot, is_retry).run()
+            queue = _QueuePop(self, topic, queue_id, slot, is_retry)
+            if self.full and not self.order:
+                queue.count_rest()      # nothing to read: no coroutine per queue
+            else:
+                await queue.run()
 
     def has_work(self) -> bool:
         """Whether a watched queue has messages past the group's pop offset (cheap: the
@@ -333,11 +337,29 @@ class _QueuePop:
         if not await self._lock():
             return
         try:
-            await self._locked()
+            now_ms = self.ctx.now_ms()
+            offset = self._prepare(now_ms)
+            if offset is not None:
+                await self._read_and_take(offset, now_ms)
         finally:
             self.table.unlock(self.slot, self.tag)
 
-    async def _lock(self) -> bool:
+    def count_rest(self) -> None:
+        """A non-order run that is already full: the queue's lock, pending offset, in-flight
+        threshold and initial offset as run() takes them; what it has left counts in
+        rest_num (the same steps, without a coroutine and its awaits: a POP of every queue
+        visits them all)."""
+        if not self._try_lock():
+            return
+        try:
+            offset = self._prepare(self.ctx.now_ms())
+            assert offset is None
+        finally:
+            self.table.unlock(self.slot, self.tag)
+
+    def _try_lock(self) -> bool | None:
+        """Take the lock; a non-order POP skips a queue held elsewhere (False), an order POP
+        is told to wait for it (None)."""
         run = self.run_
         if self.table.try_lock(self.slot, self.tag):
             return True
@@ -345,6 +367,13 @@ class _QueuePop:
             run.rest_num += max(0, self._max_offset() - self._offset_or_init())
             run._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
             return False
+        return None
+
+    async def _lock(self) -> bool:
+        taken = self._try_lock()
+        if taken is not None:
+            return taken
+        run = self.run_
         deadline_ms = self.ctx.now_ms() + ORDER_LOCK_WAIT_MS
         while not self.table.try_lock(self.slot, self.tag):
             if self.ctx.now_ms() >= deadline_ms:
@@ -353,27 +382,31 @@ class _QueuePop:
             await asyncio.sleep(_ORDER_LOCK_POLL_S)
         return True
 
-    async def _locked(self) -> None:
+    def _prepare(self, now_ms: int) -> int | None:
+        """Under the lock: the offset to read from, or None when this queue gives nothing
+        (what it has left counted in rest_num)."""
         run, table, broker = self.run_, self.table, self.ctx.config.broker
-        now_ms = self.ctx.now_ms()
         take_pending_offset(table, self.slot, now_ms)
         if broker.enable_pop_message_threshold and \
                 table.in_flight(self.slot) > broker.pop_inflight_message_threshold:
             log.warning("Too much msgs unacked, then stop popping. topic=%s, group=%s, "
                         "queueId=%d", self.topic, run.group, self.queue_id)
             run.rest_num += max(0, self._max_offset() - self._offset_or_init())
-            return
+            return None
         offset = table.pop_offset(self.slot)
         if offset is None:
             offset = self._offset_or_init()
             table.set_pop_offset(self.slot, offset)      # Java commits the initial offset
         if run.order and self._order_blocked(now_ms):
-            return
+            return None
         if run.order:
             table.clear_in_flight(self.slot, now_ms)
         if run.full:
             run.rest_num += max(0, self._max_offset() - offset)
-            return
+            return None
+        return offset
+
+    async def _read_and_take(self, offset: int, now_ms: int) -> None:
         result, offset = self._read(offset)
         try:
             await self._take(result, offset, now_ms)

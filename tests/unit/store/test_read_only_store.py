@@ -200,3 +200,23 @@ def test_positions_source_is_read_at_every_call_and_bounds_look_ups_by_written(t
         assert reader.get_max_offset_in_queue(TOPIC, 0) == 10
         with reader.look_message_by_offset(starts[9]) as selected:
             assert bytes(record_codec.decode(selected.buffer, 0).body) == body_of(9, 5)
+
+
+def test_one_unit_check_is_the_numpy_rule():
+    """_unit_counts (one unit, struct) answers as _valid_units (numpy) for fillers, zeroed,
+    negative, empty and limit-straddling units, seeded."""
+    import random
+    import struct
+    from pybroker.store import layout
+    from pybroker.store.read_only_store import _unit_counts, _valid_units
+    rng = random.Random(24)
+    units = [(0, layout.CQ_FILLER_SIZE, 0), (0, 0, 0), (-1, 5, 0), (10, 0, 0), (10, -3, 0),
+             (0, 7, 1)] + [(rng.randrange(-5, 5000), rng.randrange(-5, 300), rng.randrange(9))
+                           for _ in range(200)]
+    buffer = bytearray(layout.CQ_STORE_UNIT_SIZE * len(units))
+    for index, unit in enumerate(units):
+        struct.pack_into(">qiq", buffer, index * layout.CQ_STORE_UNIT_SIZE, *unit)
+    view = memoryview(buffer)
+    for limit in (0, 7, 100, 2500, 5300, 1 << 40):
+        expected = [bool(valid) for valid in _valid_units(view, 0, len(units), limit)]
+        assert [_unit_counts(view, index, limit) for index in range(len(units))] == expected
