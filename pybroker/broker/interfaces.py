@@ -38,7 +38,7 @@ from pybroker.store.message_store import PutResult
 from pybroker.store.read_api import GetResult, QueryResult, SelectResult
 
 __all__ = ["ClientChannel", "StoreReader", "MetadataView", "MetadataWriter", "Putter",
-           "TopicDeleter", "TopicReadCheck"]
+           "RingFull", "TopicDeleter", "TopicReadCheck"]
 
 
 class StoreReader(Protocol):
@@ -145,11 +145,20 @@ class MetadataWriter(MetadataView, Protocol):
 
 
 class Putter(Protocol):
-    """How encoded records reach the CommitLog."""
+    """How encoded records reach the CommitLog.
+
+    A putter may also offer ``put_now(records, topic, queue_id, count, sys_flag, wait_store,
+    future)`` (pybroker.proc.ring_putter.RingPutter): put() without a coroutine, resolving
+    the caller's ``future``; it returns a refusal (PutResult) or None, and raises RingFull
+    when it cannot take the records now."""
 
     async def put(self, records: bytes | bytearray | memoryview, topic: str, queue_id: int,
                   count: int, sys_flag: int, wait_store: bool) -> PutResult:
         """Append ``count`` whole encoded records of one topic/queue."""
+
+
+class RingFull(Exception):
+    """A putter's put_now cannot take the records now (put() waits for room)."""
 
 
 class TopicDeleter(Protocol):

@@ -42,6 +42,7 @@ import dataclasses
 from collections.abc import Callable
 
 from pybroker._fast.send import take as send_take
+from pybroker.broker.interfaces import RingFull
 from pybroker.broker.send_fast import FastSendSettings
 from pybroker.proc import ring_format
 from pybroker.proc.ack_holds import AckHolds
@@ -261,6 +262,45 @@ class RingPutter:
         (``store_timestamp`` is 0: the completion does not carry it)."""
         view = memoryview(records).cast("B")
         topic_bytes = topic.encode()
+        refused = self._refusal(view, topic, topic_bytes, count, wait_store)
+        if refused is not None:
+            return refused
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            request_id = await self._reserve(view, topic_bytes, queue_id, count, sys_flag,
+                                             wait_store, started)
+        except Withdrawn as withdrawn:
+            return withdrawn.result
+        return await self._commit_put(loop, request_id, view, count, started,
+                                      loop.create_future())
+
+    def put_now(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
+                wait_store: bool, future: asyncio.Future) -> PutResult | None:
+        """put() without a coroutine, for a caller that has its own future to resolve (the
+        POP revive records: broker/pop/revive_log.py): the refusal as a PutResult, or None
+        once the records are in the ring, ``future`` then resolved with the outcome as
+        put() returns it. Raises RingFull, with nothing done, when the ring has no room
+        now (or puts already wait for room): put() waits for it."""
+        view = memoryview(records).cast("B")
+        topic_bytes = topic.encode()
+        refused = self._refusal(view, topic, topic_bytes, count, wait_store)
+        if refused is not None:
+            return refused
+        if self._space_waiters:
+            raise RingFull
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        request_id = self.core.put_python(view, topic_bytes, queue_id, count, sys_flag,
+                                          wait_store, started)
+        if request_id < 0:
+            raise RingFull
+        self._commit_put(loop, request_id, view, count, started, future)
+        return None
+
+    def _refusal(self, view: memoryview, topic: str, topic_bytes: bytes, count: int,
+                 wait_store: bool) -> PutResult | None:
+        """What put() answers without writing to the ring, or None."""
         if count <= 0 or not layout.topic_storable(
                 len(topic_bytes), topic.startswith(RETRY_GROUP_TOPIC_PREFIX),
                 self.auto_message_version):
@@ -276,22 +316,19 @@ class RingPutter:
         if wait_store and self.min_in_sync_replicas > 1 and self.sync_master and \
                 self.control.sync_state()[2] < self.min_in_sync_replicas:
             return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            request_id = await self._reserve(view, topic_bytes, queue_id, count, sys_flag,
-                                             wait_store, started)
-        except Withdrawn as withdrawn:
-            return withdrawn.result
-        future = loop.create_future()
+        return None
+
+    def _commit_put(self, loop: asyncio.AbstractEventLoop, request_id: int, view: memoryview,
+                    count: int, started: float, future: asyncio.Future) -> asyncio.Future:
+        """A put reserved as ``request_id``: wait for its outcome on ``future``."""
         self._pending[request_id] = _Pending(future, _record_sizes(view, count))
-        if fast_failure is not None:
-            fast_failure.committed(loop, started)
+        if self.fast_failure is not None:
+            self.fast_failure.committed(loop, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
         # lock-stepped one producer with the appender (fewer messages/s, not more).
         self.after_commit(loop, self.ring.commit(), 1)
         self.puts_total += 1
-        return await future
+        return future
 
     def after_commit(self, loop: asyncio.AbstractEventLoop, appender_asleep: bool,
                       puts: int) -> None:

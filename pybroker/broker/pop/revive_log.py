@@ -22,11 +22,15 @@ many acks per read of a busy connection, and each would otherwise be a ring requ
 completion and often an appender wake-up of its own. Those that share a topic and queue (the
 parked ones all do) are one put of several records, in the order they came; each waiter is
 answered with that put's outcome once it is stored, so nothing is answered earlier than alone.
+The put goes into the ring at the end of the turn itself (the putter's put_now), not from a
+task of its own; the outcome resolves the waiter's future directly when the put carries one
+record (a POP-then-ACK client's case), so a record costs no loop turn beyond its waiter's.
 """
 import asyncio
 import weakref
 
 from pybroker.broker import send
+from pybroker.broker.interfaces import RingFull
 from pybroker.broker.timer_message import TimerRefused, TimerRules, redirect_timer
 from pybroker.protocol.constants import PopConstants, Property
 from pybroker.protocol.properties import encode_properties
@@ -135,30 +139,74 @@ class RevivePuts:
                         (end == start or size + len(entries[end][0]) <= TURN_PUT_BYTES_MAX):
                     size += len(entries[end][0])
                     end += 1
-                start_task(self._put_run(topic, queue_id, entries[start:end]),
-                           "revive record put")
+                self._put_run(topic, queue_id, entries[start:end])
                 start = end
 
-    async def _put_run(self, topic: str, queue_id: int,
-                       entries: list[tuple[bytearray, asyncio.Future]]) -> None:
+    def _put_run(self, topic: str, queue_id: int,
+                 entries: list[tuple[bytearray, asyncio.Future]]) -> None:
+        """Put one run's records: straight into the putter's ring when it takes them now
+        (put_now: the outcome resolves the one waiter's own future, or a future whose
+        callback answers every waiter), else in a task that waits for room."""
         records = entries[0][0] if len(entries) == 1 else \
             b"".join(records for records, _ in entries)
         self.puts_total += 1
         self.records_total += len(entries)
+        put_now = getattr(self.putter, "put_now", None)
+        if put_now is not None:
+            if len(entries) == 1:
+                future = entries[0][1]
+            else:
+                future = asyncio.get_running_loop().create_future()
+                future.add_done_callback(lambda done: _answer_all(entries, done))
+            try:
+                refused = put_now(records, topic, queue_id, len(entries), 0, True, future)
+            except RingFull:
+                pass
+            except Exception as error:  # each waiter meets what its own put would have
+                _fail_all(entries, error)
+                return
+            else:
+                if refused is not None and not future.done():
+                    future.set_result(refused)
+                return
+        start_task(self._put_waiting(topic, queue_id, records, entries), "revive record put")
+
+    async def _put_waiting(self, topic: str, queue_id: int, records,
+                           entries: list[tuple[bytearray, asyncio.Future]]) -> None:
         try:
             result = await self.putter.put(records, topic, queue_id, len(entries), 0, True)
         except asyncio.CancelledError:
             for _, future in entries:
                 future.cancel()
             raise
-        except Exception as error:      # each waiter meets what its own put would have
-            for _, future in entries:
-                if not future.done():
-                    future.set_exception(error)
+        except Exception as error:
+            _fail_all(entries, error)
             return
         for _, future in entries:
             if not future.done():
                 future.set_result(result)
+
+
+def _answer_all(entries: list[tuple[bytearray, asyncio.Future]], done: asyncio.Future) -> None:
+    """Answer every waiter of a run with the outcome of its put (``done``)."""
+    if done.cancelled():
+        for _, future in entries:
+            future.cancel()
+        return
+    error = done.exception()
+    if error is not None:
+        _fail_all(entries, error)
+        return
+    result = done.result()
+    for _, future in entries:
+        if not future.done():
+            future.set_result(result)
+
+
+def _fail_all(entries: list[tuple[bytearray, asyncio.Future]], error: BaseException) -> None:
+    for _, future in entries:
+        if not future.done():
+            future.set_exception(error)
 
 
 _TURN_PUTS: "weakref.WeakKeyDictionary[object, RevivePuts]" = weakref.WeakKeyDictionary()

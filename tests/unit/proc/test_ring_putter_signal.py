@@ -1,5 +1,5 @@
 """RingPutter wakes a sleeping appender once per loop turn, never loses that wake-up, and never
-signals an appender that is awake.
+signals an appender that is awake; POP's revive records enter its ring without a task.
 
 Method: one asyncio loop runs RingPutter.put on real shared-memory rings (tmp_path); the test
 plays the appender in the same process (consumer flag, peek, completion push) and counts the
@@ -92,3 +92,64 @@ def test_signal_goes_out_within_the_turn_after_many_puts(plane):
         return seen
     seen = asyncio.run(main())
     assert sum(seen) == 1 and seen.index(1) == _SIGNAL_DEFER_PUTS_MAX - 1
+
+
+def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
+    """POP's revive records (broker/pop/revive_log.py RevivePuts) over the real RingPutter:
+    the records of one turn enter the ring at its end through put_now, one request per topic
+    and queue, with no task of their own; a lone record's waiter is resolved by the completion
+    itself, a run's waiters each once it is stored; a refused record never reaches the ring;
+    a ring without room falls back to put(), which waits for it."""
+    from pybroker.broker.interfaces import RingFull
+    from pybroker.broker.pop.revive_log import ReviveRecord, RevivePuts
+    ring, completions, control, wake = plane
+
+    async def main():
+        putter = RingPutter(ring, completions, control, wake, 0, (b"\x7f\x00\x00\x01", 10911))
+        puts = RevivePuts(putter)
+        tasks_before = len(asyncio.all_tasks())
+        alone = puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_wheel_timer", 0))
+        run = [puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_REVIVE_LOG_c", 1))
+               for _ in range(3)]
+        refused = puts.put(ReviveRecord(bytearray(RECORD), "t" * 300, 0))
+        await asyncio.sleep(0)                  # the turn ends: RevivePuts flushes
+        assert len(asyncio.all_tasks()) == tasks_before
+        assert refused.done() and refused.result().status is PutStatus.MESSAGE_ILLEGAL
+        assert (puts.puts_total, puts.records_total) == (3, 5)
+        requests = []
+        count, start, end = ring.peek_batch(1 << 20)
+        for payload_offset, length in ring.iter_records(start, end):
+            request = read_put_request(ring.data(), payload_offset, length)
+            requests.append((request.topic, request.record_count))
+        assert requests == [("rmq_sys_wheel_timer", 1), ("rmq_sys_REVIVE_LOG_c", 3)]
+        assert not alone.done() and not any(future.done() for future in run)
+        assert complete_all(ring, completions) == 2
+        putter.on_wake()
+        assert alone.done() and alone.result().status is PutStatus.PUT_OK
+        results = await asyncio.wait_for(asyncio.gather(*run), 5)
+        assert [result.status for result in results] == [PutStatus.PUT_OK] * 3
+
+        # No room: the record waits in put() for the appender to free the ring.
+        fillers = []
+        while True:
+            future = asyncio.get_running_loop().create_future()
+            try:
+                assert putter.put_now(RECORD, "filler", 0, 1, 0, False, future) is None
+            except RingFull:
+                break
+            fillers.append(future)
+        filler = len(fillers)
+        waiting = puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_wheel_timer", 0))
+        await asyncio.sleep(0)
+        assert len(asyncio.all_tasks()) == tasks_before + 1 and not waiting.done()
+        assert complete_all(ring, completions) == filler
+        putter.on_wake()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert complete_all(ring, completions) == 1
+        putter.on_wake()
+        assert (await asyncio.wait_for(waiting, 5)).status is PutStatus.PUT_OK
+        assert filler > 0 and all(future.result().status is PutStatus.PUT_OK
+                                  for future in fillers)
+
+    asyncio.run(main())
