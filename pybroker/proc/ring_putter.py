@@ -348,6 +348,13 @@ class RingPutter:
                 self._signal_handle.cancel()
                 self._signal_appender()
 
+    def signal_now(self) -> None:
+        """Wake the appender now when its wake-up waits for the end of this loop turn: for a
+        caller that itself runs at a turn's end and has put everything it had (RevivePuts)."""
+        if self._signal_handle is not None:
+            self._signal_handle.cancel()
+            self._signal_appender()
+
     def _signal_appender(self) -> None:
         self._signal_handle = None
         self.appender_wake.signal()

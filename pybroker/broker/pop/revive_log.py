@@ -24,7 +24,8 @@ parked ones all do) are one put of several records, in the order they came; each
 answered with that put's outcome once it is stored, so nothing is answered earlier than alone.
 The put goes into the ring at the end of the turn itself (the putter's put_now), not from a
 task of its own; the outcome resolves the waiter's future directly when the put carries one
-record (a POP-then-ACK client's case), so a record costs no loop turn beyond its waiter's.
+record (a POP-then-ACK client's case), so a record costs no loop turn beyond its waiter's,
+and the appender is woken when the turn's records are in, not one turn later.
 """
 import asyncio
 import weakref
@@ -141,6 +142,11 @@ class RevivePuts:
                     end += 1
                 self._put_run(topic, queue_id, entries[start:end])
                 start = end
+        # This runs at a turn's end with every record of the turn put: the appender need not
+        # wait one more turn for its wake-up.
+        signal_now = getattr(self.putter, "signal_now", None)
+        if signal_now is not None:
+            signal_now()
 
     def _put_run(self, topic: str, queue_id: int,
                  entries: list[tuple[bytearray, asyncio.Future]]) -> None:

@@ -99,7 +99,8 @@ def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
     the records of one turn enter the ring at its end through put_now, one request per topic
     and queue, with no task of their own; a lone record's waiter is resolved by the completion
     itself, a run's waiters each once it is stored; a refused record never reaches the ring;
-    a ring without room falls back to put(), which waits for it."""
+    a sleeping appender is woken by the flush itself; a ring without room falls back to put(),
+    which waits for it."""
     from pybroker.broker.interfaces import RingFull
     from pybroker.broker.pop.revive_log import ReviveRecord, RevivePuts
     ring, completions, control, wake = plane
@@ -107,6 +108,7 @@ def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
     async def main():
         putter = RingPutter(ring, completions, control, wake, 0, (b"\x7f\x00\x00\x01", 10911))
         puts = RevivePuts(putter)
+        assert ring.set_consumer_sleeping() is False
         tasks_before = len(asyncio.all_tasks())
         alone = puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_wheel_timer", 0))
         run = [puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_REVIVE_LOG_c", 1))
@@ -114,6 +116,7 @@ def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
         refused = puts.put(ReviveRecord(bytearray(RECORD), "t" * 300, 0))
         await asyncio.sleep(0)                  # the turn ends: RevivePuts flushes
         assert len(asyncio.all_tasks()) == tasks_before
+        assert wake.consume() == 1              # the sleeping appender woken by the flush
         assert refused.done() and refused.result().status is PutStatus.MESSAGE_ILLEGAL
         assert (puts.puts_total, puts.records_total) == (3, 5)
         requests = []
