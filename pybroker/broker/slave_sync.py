@@ -81,7 +81,9 @@ class SlaveLink:
         # The slave's timer (config.store.timer_wheel_enable): where a master checkpoint goes.
         self.timer_checkpoint = timer_checkpoint if config.store.timer_wheel_enable else None
         self.timer_syncs_total = 0
-        self._timer_failures: dict[RequestCode, str] = {}
+        # The causes logged per request since its last success (a master restart in between
+        # must not make a 4.x master's refusal news again).
+        self._timer_failures: dict[RequestCode, set[str]] = {}
         if self.configured_ha_address:
             self._set_ha_address(self.configured_ha_address)
 
@@ -175,10 +177,11 @@ class SlaveLink:
             apply(response.body)
         except (OSError, TimeoutError, ConnectionError, ValueError, TypeError) as error:
             cause = f"{type(error).__name__}: {error}"
-            if self._timer_failures.get(code) != cause:
+            logged = self._timer_failures.setdefault(code, set())
+            if cause not in logged:
                 log.error("slave sync %s from master %s failed: %s (logged once)", code.name,
                           address, cause)
-                self._timer_failures[code] = cause
+                logged.add(cause)
             return False
         self._timer_failures.pop(code, None)
         return True

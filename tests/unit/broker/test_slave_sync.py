@@ -111,3 +111,37 @@ def test_message_request_modes_from_the_master_and_a_4x_master(tmp_path, caplog)
     assert not link._not_served(RequestCode.GET_ALL_TOPIC_CONFIG,
                                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "m:1")
     link.close()
+
+
+def test_a_4x_master_s_timer_refusal_is_logged_once_across_its_restart(tmp_path, caplog):
+    """A 4.x master refuses GET_TIMER_CHECK_POINT every round; a restart of it in between (the
+    connection refused for a while) is one more cause, logged once too, and the refusal after
+    it is not news again (CI: a slow Java 4.9.8 restart logged it twice)."""
+    import asyncio
+
+    from pybroker.remoting import RequestTable, start_server
+
+    link, _, _ = _link(tmp_path, timerWheelEnable="true")
+    code = RequestCode.GET_TIMER_CHECK_POINT
+
+    async def scenario() -> list[bool]:
+        server = await start_server("127.0.0.1", 0, RequestTable())   # serves no code
+        address = server.address
+        port = int(address.rsplit(":", 1)[1])
+        taken = [await link._sync_timer(address, code, lambda body: None) for _ in range(3)]
+        server.close()
+        await server.wait_closed()
+        taken += [await link._sync_timer(address, code, lambda body: None) for _ in range(2)]
+        server = await start_server("127.0.0.1", port, RequestTable())
+        taken += [await link._sync_timer(address, code, lambda body: None) for _ in range(3)]
+        server.close()
+        await server.wait_closed()
+        link.pool.close()
+        return taken
+
+    with caplog.at_level("ERROR", logger="pybroker.broker.slave_sync"):
+        assert asyncio.run(scenario()) == [False] * 8
+    messages = [record.getMessage() for record in caplog.records]
+    assert sum("not supported" in message for message in messages) == 1, messages
+    assert len(messages) >= 2, messages             # and the outage's cause(s), once each
+    link.close()
