@@ -35,7 +35,8 @@ class StorePutter:
         self.store = store
 
     async def put(self, records: bytes | bytearray | memoryview, topic: str, queue_id: int,
-                  count: int, sys_flag: int, wait_store: bool) -> PutResult:
+                  count: int, sys_flag: int, wait_store: bool, *,
+                  message_ids: bool = True) -> PutResult:
         return self.store.put_messages(records, topic, queue_id, count, sys_flag,
                                        wait_store_ok=wait_store)
 

@@ -154,8 +154,11 @@ class Putter(Protocol):
     at the end of this loop turn."""
 
     async def put(self, records: bytes | bytearray | memoryview, topic: str, queue_id: int,
-                  count: int, sys_flag: int, wait_store: bool) -> PutResult:
-        """Append ``count`` whole encoded records of one topic/queue."""
+                  count: int, sys_flag: int, wait_store: bool, *,
+                  message_ids: bool = True) -> PutResult:
+        """Append ``count`` whole encoded records of one topic/queue. ``message_ids``
+        False: the caller does not read ``PutResult.message_id`` (it may be left empty: the
+        timer's re-puts, where computing one per record was most of the put's own cost)."""
 
 
 class RingFull(Exception):

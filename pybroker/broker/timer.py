@@ -772,7 +772,7 @@ class TimerStore:
         tries = 0
         while True:
             result = await self.putter.put(run.records, run.topic, run.queue_id, run.messages,
-                                           run.sys_flag, True)
+                                           run.sys_flag, True, message_ids=False)
             status = result.status
             if status.stored:
                 self._delivered(run.topic, run.messages, slot_end_ms)

@@ -65,7 +65,7 @@ class SlavePutter:
     fast_enabled = False
 
     async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
-                  wait_store: bool) -> PutResult:
+                  wait_store: bool, *, message_ids: bool = True) -> PutResult:
         return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
 
     def sleep_flags(self) -> list:

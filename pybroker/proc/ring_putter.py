@@ -85,6 +85,8 @@ def _record_sizes(view: memoryview, count: int) -> list[int]:
 
 
 class _Pending:
+    """A Python path put waiting for its outcome; ``sizes`` (None: no message ids wanted)
+    are the sizes of its records but the last."""
     __slots__ = ("future", "sizes")
 
     def __init__(self, future, sizes):
@@ -257,9 +259,10 @@ class RingPutter:
 
     # --- put ------------------------------------------------------------------------------------
     async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
-                  wait_store: bool) -> PutResult:
+                  wait_store: bool, *, message_ids: bool = True) -> PutResult:
         """Send ``count`` encoded records of one topic/queue to the appender; the PutResult
-        (``store_timestamp`` is 0: the completion does not carry it)."""
+        (``store_timestamp`` is 0: the completion does not carry it; ``message_id`` is
+        empty with ``message_ids`` False: no record's size is read, no id made)."""
         view = memoryview(records).cast("B")
         topic_bytes = topic.encode()
         refused = self._refusal(view, topic, topic_bytes, count, wait_store)
@@ -273,7 +276,7 @@ class RingPutter:
         except Withdrawn as withdrawn:
             return withdrawn.result
         return await self._commit_put(loop, request_id, view, count, started,
-                                      loop.create_future())
+                                      loop.create_future(), message_ids)
 
     def put_now(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
                 wait_store: bool, future: asyncio.Future) -> PutResult | None:
@@ -319,9 +322,12 @@ class RingPutter:
         return None
 
     def _commit_put(self, loop: asyncio.AbstractEventLoop, request_id: int, view: memoryview,
-                    count: int, started: float, future: asyncio.Future) -> asyncio.Future:
-        """A put reserved as ``request_id``: wait for its outcome on ``future``."""
-        self._pending[request_id] = _Pending(future, _record_sizes(view, count))
+                    count: int, started: float, future: asyncio.Future,
+                    message_ids: bool = True) -> asyncio.Future:
+        """A put reserved as ``request_id``: wait for its outcome on ``future`` (with the
+        records' offset message ids when ``message_ids``)."""
+        self._pending[request_id] = _Pending(
+            future, _record_sizes(view, count) if message_ids else None)
         if self.fast_failure is not None:
             self.fast_failure.committed(loop, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
@@ -448,12 +454,15 @@ class RingPutter:
             if not stored:
                 pending.future.set_result(PutResult(status))
                 continue
-            ids, position = [offset_message_id(ip, port, physical_offset)], physical_offset
-            for size in pending.sizes:
-                position += size
-                ids.append(offset_message_id(ip, port, position))
+            message_id = ""
+            if pending.sizes is not None:
+                ids, position = [offset_message_id(ip, port, physical_offset)], physical_offset
+                for size in pending.sizes:
+                    position += size
+                    ids.append(offset_message_id(ip, port, position))
+                message_id = ",".join(ids)
             pending.future.set_result(PutResult(status, physical_offset, queue_offset, count,
-                                                records_bytes, ",".join(ids), 0))
+                                                records_bytes, message_id, 0))
 
     # --- fast failure's view of the ring (fast_failure.RingRequests) -------------------------
     def aged(self, limit: float, after_id: int) -> int:

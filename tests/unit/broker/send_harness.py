@@ -29,7 +29,8 @@ BORN_MS = 1_700_000_000_000
 class Putter(StorePutter):
     """StorePutter calling put_messages positionally (its keyword differs: wait_store_ok)."""
 
-    async def put(self, records, topic, queue_id, count, sys_flag, wait_store):
+    async def put(self, records, topic, queue_id, count, sys_flag, wait_store, *,
+                  message_ids=True):
         return self.store.put_messages(records, topic, queue_id, count, sys_flag, wait_store)
 
 

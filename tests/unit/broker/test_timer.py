@@ -275,11 +275,11 @@ class _FailingOnce:
     def __init__(self, putter, queue_id: int):
         self.putter, self.queue_id, self.failed = putter, queue_id, False
 
-    async def put(self, records, topic, queue_id, *rest):
+    async def put(self, records, topic, queue_id, *rest, **keywords):
         if queue_id == self.queue_id and not self.failed:
             self.failed = True
             raise RuntimeError("ring gone")
-        return await self.putter.put(records, topic, queue_id, *rest)
+        return await self.putter.put(records, topic, queue_id, *rest, **keywords)
 
 
 def test_a_put_that_raises_leaves_the_slot_to_the_next_turn(broker):
