@@ -17,3 +17,7 @@ class TimerReputs:
         """(out, groups, runs, rest, cancelled): new records, (topic, queue_id, sys_flag,
         count) per group, (start, end, count, group) per run, indexes left to the Python
         rule, (record index, cancel key index) per record a cancel key dropped."""
+
+def restamp(out: bytearray, converted_ms: int, dequeue_ms: int) -> bool:
+    """Rewrite TIMER_DEQUEUE_MS (``converted_ms`` when converted) in every record of a
+    convert output to ``dequeue_ms``, in place; False when it cannot (then drop ``out``)."""

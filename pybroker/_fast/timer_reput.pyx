@@ -8,7 +8,7 @@ tests/unit/_fast/test_timer_reput.py). :meth:`TimerReputs.convert` does that for
 a slot at once: it parses each record, finds the four values the rule reads, writes the new
 records into one buffer grouped per (real topic, queue, sys flag) in the order each group first
 appears (records in their order within it), and cuts each group into runs as
-``broker/timer.py _runs_of`` does; a record the slot's cancel marks name (REAL_TOPIC+UNIQ_KEY,
+``broker/timer_runs.py runs_of`` does; a record the slot's cancel marks name (REAL_TOPIC+UNIQ_KEY,
 the first one in order per mark) is dropped. A record it does not take whole is left to the
 Python rule (its index is returned): a roll (``eligible`` 0), a message due at enqueue
 (enqueue time Long.MAX) or rolled before, a value the rule calls ambiguous, a cancel mark, no
@@ -407,3 +407,33 @@ cdef int _cut_runs(const Item *items, Py_ssize_t count, Py_ssize_t group,
     if start >= 0:
         runs.append((start, end, records, group))
     return 0
+
+
+def restamp(bytearray out, int64_t converted_ms, int64_t dequeue_ms):
+    """Rewrite TIMER_DEQUEUE_MS in every record of ``out`` (a :meth:`TimerReputs.convert`
+    output made with ``dequeue_ms=converted_ms``, records back to back) to ``dequeue_ms``, in
+    place: a run converted ahead of its slot's due time carries the time it is put, as one
+    converted at due time does. The value is the last pair of each record's properties, the
+    last field of a record: its digits are overwritten, nothing moves (the body CRC does not
+    cover properties). False, ``out`` then partly rewritten and to be dropped, when the two
+    values differ in length or a record does not end with the pair as convert writes it."""
+    cdef unsigned char *data = <unsigned char *>PyByteArray_AS_STRING(out)
+    cdef Py_ssize_t length = len(out), position = 0, size, end, digits
+    cdef unsigned char text[DECIMAL_BYTES_MAX]
+    digits = write_decimal(text, dequeue_ms)
+    if _decimal_length(converted_ms) != digits:
+        return False
+    while position < length:
+        if length - position < 4:
+            return False
+        size = (<Py_ssize_t>data[position] << 24) | (<Py_ssize_t>data[position + 1] << 16) | \
+            (<Py_ssize_t>data[position + 2] << 8) | <Py_ssize_t>data[position + 3]
+        end = position + size
+        if size <= digits + 2 or end > length:
+            return False
+        if data[end - 1] != PROPERTY_SEPARATOR or \
+                data[end - 2 - digits] != NAME_VALUE_SEPARATOR:
+            return False
+        memcpy(data + end - 1 - digits, text, <size_t>digits)
+        position = end
+    return True

@@ -35,7 +35,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -46,6 +46,9 @@ from pybroker._fast import record as record_codec
 from pybroker._fast import timer_reput
 from pybroker.broker.interfaces import Putter
 from pybroker.broker.reput import RePut, reput_message
+from pybroker.broker.timer_ahead import AheadRuns, Taken
+from pybroker.broker.timer_runs import (CHUNKS_IN_FLIGHT, DEQUEUE_CHUNK, TEXT_PATH_NAMES, CChunk,
+                                        Run, SlotPlan, Wanted, convert_c, rows, runs_of)
 from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
 from pybroker.protocol.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Property
 from pybroker.protocol.properties import decode_properties
@@ -69,10 +72,6 @@ log = logging.getLogger("pybroker.broker.timer")
 LONG_MAX = (1 << 63) - 1
 ENQUEUE_BATCH_MAX = 1024        # consume-queue units read per enqueue turn
 REVISE_QUEUE_OFFSET_TRIES = 20_000
-RUN_RECORDS_MAX = 256           # records of one real queue put as one request
-DEQUEUE_CHUNK = 1024            # units of a slot turned into re-puts at a time
-CHUNKS_IN_FLIGHT = 32
-RUN_BYTES_MAX = 256 << 10
 PUT_TRIES_DEFAULT = 3           # Java without timerEnableRetryUntilSuccess
 UNKNOWN_ERROR_PAUSE_S = 0.05    # Java holdMomentForUnknownError
 _NO_RETRY = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -85,12 +84,6 @@ _RETRY = frozenset({PutStatus.SERVICE_NOT_AVAILABLE, PutStatus.CREATE_MAPPED_FIL
 # A properties string holding this was re-put by the timer before (a roll): the map path.
 _ROLLED_MARK = Property.TIMER_ENQUEUE_MS + NAME_VALUE_SEPARATOR
 _AMBIGUOUS = object()
-_TEXT_PATH_NAMES = (Property.REAL_TOPIC, Property.REAL_QUEUE_ID,
-                    Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Property.TIMER_DEL_UNIQKEY)
-# The string path in C, many records per call (_fast/timer_reput.pyx; kept equal to
-# _convert_text by tests/unit/_fast/test_timer_reput.py).
-_REPUTS = timer_reput.TimerReputs(*(name.encode() for name in _TEXT_PATH_NAMES + (
-    Property.TIMER_ENQUEUE_MS, Property.TIMER_DEQUEUE_MS)))
 
 
 def _value(text: str, name: str):
@@ -140,26 +133,6 @@ class TimerReader(Protocol):
     def commitlog_min_offset(self) -> int: ...
 
 
-class Run(NamedTuple):
-    """Re-puts of one (topic, queue, sys flag) put as one request: ``messages`` whole
-    records."""
-    records: bytes | bytearray | memoryview
-    topic: str
-    queue_id: int
-    messages: int
-    sys_flag: int
-
-
-class Wanted(NamedTuple):
-    """Parked messages to re-put, one array per field: CommitLog offsets and sizes, the
-    write time each was enqueued at (TIMER_ENQUEUE_MS; Long.MAX: due at enqueue), whether
-    it is a roll."""
-    offsets: np.ndarray
-    sizes: np.ndarray
-    enqueue_ms: np.ndarray
-    rolls: np.ndarray
-
-
 class WheelMessage(NamedTuple):
     """What enqueue takes from a wheel-topic record."""
     offset_py: int
@@ -182,6 +155,7 @@ class TimerFigures:
     unreadable: int = 0         # units or records that could not be read (skipped)
     put_dropped: int = 0        # puts given up (Java: PUT_NO_RETRY, tries used up)
     slots_delivered: int = 0
+    converted_ahead: int = 0    # messages put from runs converted before their slot was due
     # real topic -> wheel-topic messages read (cancel marks, rolls and the due included:
     # Java's rocketmq_timer_enqueue_total)
     enqueued_by_topic: dict = dataclasses.field(default_factory=dict)
@@ -235,6 +209,7 @@ class TimerStore:
         self._last_commit = (-1, -1)
         self.last_enqueue_ms = 0           # wall time of the last enqueued message
         self.last_enqueue_store_ms = 0     # its store time (Java's enqueue latency)
+        self.ahead = AheadRuns(settings.timer_preconvert_max_bytes)
 
     # --- recovery (Java recover, recoverAndRevise, reviseQueueOffset) ---------------------------
     def recover(self) -> None:
@@ -511,6 +486,8 @@ class TimerStore:
                             position, slot.num - 1 if is_delete else slot.num + 1, slot.magic)
         self._add_metric(real_topic, -1 if is_delete else 1)
         self.figures.enqueued += 1
+        if is_delete:
+            self.ahead.forget(self._format(delayed))    # its runs would not be used
 
     async def _deliver_due(self, due: list[WheelMessage]) -> None:
         """Messages whose slot is already past go out at once (Java marks them
@@ -540,14 +517,13 @@ class TimerStore:
             self.curr_read_time_ms = self.wheel.next_used(slot_ms, self.curr_write_time_ms)
             self.commit_read_time_ms = self.curr_read_time_ms
             return 0
-        units = self.timer_log.slot_units(slot.first_pos, slot.last_pos)
-        if not len(units.positions):
+        plan = self.plan_slot(slot)
+        if not len(plan.is_delete):
             log.warning("dequeue time:%d but read nothing from timerLog", slot_ms)
-        magic = units.magic
-        is_delete = ((magic & layout.TIMER_MAGIC_DELETE) != 0) & \
-            ((magic & layout.TIMER_MAGIC_ROLL) == 0)
-        cancelled = self._cancel_keys(units.offset_py[is_delete].tolist())
-        wanted = self._slot_wanted(units, np.flatnonzero(~is_delete))
+        self.figures.unreadable += plan.unreadable
+        self.figures.duplicates_dropped += plan.duplicates
+        cancelled = plan.cancelled
+        taken = self.ahead.take(slot_ms, plan)
         slot_end_ms = slot_ms + self.precision_ms
         in_flight: list[asyncio.Future] = []
         # In chunks, puts of one chunk under way while the next is built: a burst slot keeps
@@ -555,9 +531,7 @@ class TimerStore:
         # The chunks' tasks are awaited here; a failing one cancels the others (the slot is
         # delivered again by the next turn: at least once, as Java's).
         try:
-            for start in range(0, len(wanted.offsets), DEQUEUE_CHUNK):
-                runs = self._convert_all(Wanted(*(column[start:start + DEQUEUE_CHUNK]
-                                                  for column in wanted)), cancelled)
+            for runs in self._slot_runs(plan.wanted, cancelled, taken):
                 in_flight.append(asyncio.ensure_future(  # tidy: allow (awaited)
                     self._put_all(runs, slot_end_ms)))
                 if len(in_flight) >= CHUNKS_IN_FLIGHT:
@@ -575,18 +549,67 @@ class TimerStore:
             self._add_metric(properties.get(Property.REAL_TOPIC), 1)
         self._apply_metrics()
         self.figures.slots_delivered += 1
-        self.stats.record(StatsHistogram.TIMER_SLOT_MESSAGES, int((~is_delete).sum()))
+        self.stats.record(StatsHistogram.TIMER_SLOT_MESSAGES, int((~plan.is_delete).sum()))
         self._move_read_time()
         return 1
 
-    def _cancel_keys(self, deletes: list[int]) -> dict[str, dict[str, str]]:
+    def plan_slot(self, slot) -> SlotPlan:
+        """A used slot's units read from the timer log (at due time, and by the conversion
+        ahead: the figures it counts are added by the dequeue)."""
+        units = self.timer_log.slot_units(slot.first_pos, slot.last_pos)
+        magic = units.magic
+        is_delete = ((magic & layout.TIMER_MAGIC_DELETE) != 0) & \
+            ((magic & layout.TIMER_MAGIC_ROLL) == 0)
+        deletes = units.offset_py[is_delete].tolist()
+        cancelled, unreadable = self._cancel_keys(deletes)
+        wanted, duplicates = self._slot_wanted(units, np.flatnonzero(~is_delete))
+        return SlotPlan(is_delete, cancelled, wanted, unreadable, duplicates)
+
+    def _slot_runs(self, wanted: Wanted, cancelled: dict[str, dict[str, str]],
+                   taken: Taken) -> Iterator[list[Run]]:
+        """A due slot's runs chunk by chunk: the chunks converted ahead (TIMER_DEQUEUE_MS
+        rewritten to the clock now), then the rest converted now."""
+        position = 0
+        for chunk in taken.chunks:
+            end = position + chunk.records
+            if timer_reput.restamp(chunk.out, taken.converted_ms, self.now_ms()):
+                self._take_c(chunk, cancelled)
+                self.figures.converted_ahead += sum(run.messages for run in chunk.runs)
+                yield chunk.runs
+            else:
+                yield self._convert_all(rows(wanted, position, end), cancelled)
+            position = end
+        for start in range(position, len(wanted.offsets), DEQUEUE_CHUNK):
+            yield self._convert_all(rows(wanted, start, start + DEQUEUE_CHUNK), cancelled)
+
+    def convert_ahead_step(self) -> bool:
+        """Convert one chunk of a slot falling due soon ahead of time (broker/timer_ahead.py);
+        False when there is none to convert."""
+        return self.ahead.step(self, DEQUEUE_CHUNK)
+
+    def convert_ahead(self, wanted: Wanted, cancelled: dict[str, dict[str, str]],
+                      dequeue_ms: int) -> CChunk | None:
+        """The chunk ``wanted`` of a slot converted in C with TIMER_DEQUEUE_MS ``dequeue_ms``
+        and the cancel marks ``cancelled`` (not used up here), no figure counted; None when
+        C does not take it whole."""
+        if len(cancelled) > timer_reput.CANCEL_KEYS_MAX:
+            return None
+        records = self.reader.read_records(wanted.offsets.tolist(), wanted.sizes.tolist())
+        try:
+            chunk = convert_c(wanted, records.views, list(cancelled), dequeue_ms)
+        finally:
+            records.release()
+        return None if chunk.rest else chunk
+
+    def _cancel_keys(self, deletes: list[int]) -> tuple[dict[str, dict[str, str]], int]:
         """TIMER_DEL_UNIQKEY of each cancel mark of the slot (CommitLog offsets) -> the
-        mark's properties."""
+        mark's properties, and how many marks could not be read (left out)."""
         keys: dict[str, dict[str, str]] = {}
+        unreadable = 0
         for offset_py in deletes:
             selected = self.reader.look_message_by_offset(offset_py)
             if selected is None:
-                self.figures.unreadable += 1
+                unreadable += 1
                 continue
             try:
                 properties = decode_properties(record_codec.read_properties(selected.buffer, 0))
@@ -595,20 +618,21 @@ class TimerStore:
             key = properties.get(Property.TIMER_DEL_UNIQKEY)
             if key is not None:
                 keys[key] = properties
-        return keys
+        return keys, unreadable
 
-    def _slot_wanted(self, units: SlotUnits, normals: np.ndarray) -> Wanted:
+    @staticmethod
+    def _slot_wanted(units: SlotUnits, normals: np.ndarray) -> tuple[Wanted, int]:
         """The messages of a slot to re-put, oldest first (``normals``: indexes of the units
-        that are not cancel marks); a second unit of one message (a repeated enqueue after a
-        crash) is left out and counted."""
+        that are not cancel marks), and how many second units of one message (a repeated
+        enqueue after a crash) were left out."""
         offsets = units.offset_py[normals]
         _, first = np.unique(offsets, return_index=True)
-        if len(first) != len(offsets):
-            self.figures.duplicates_dropped += len(offsets) - len(first)
+        duplicates = len(offsets) - len(first)
+        if duplicates:
             normals = normals[np.sort(first)]
         return Wanted(units.offset_py[normals], units.size_py[normals],
                       units.write_time_ms[normals],
-                      (units.magic[normals] & layout.TIMER_MAGIC_ROLL) != 0)
+                      (units.magic[normals] & layout.TIMER_MAGIC_ROLL) != 0), duplicates
 
     def _convert_all(self, wanted: Wanted,
                      cancelled: dict[str, dict[str, str]] | None) -> list[Run]:
@@ -634,7 +658,7 @@ class TimerStore:
                         self.figures.rolled += 1
         finally:
             records.release()
-        return runs + _runs_of(reputs)
+        return runs + runs_of(reputs)
 
     def _convert_in_c(self, wanted: Wanted, views: list,
                       cancelled: dict[str, dict[str, str]] | None
@@ -643,25 +667,23 @@ class TimerStore:
         messages the slot's cancel marks name C drops (and uses the marks up) as
         :meth:`_is_cancelled` does."""
         keys = list(cancelled or ())
-        out, groups, cuts, rest, dropped = _REPUTS.convert(
-            views, np.ascontiguousarray(wanted.enqueue_ms, np.int64),
-            np.ascontiguousarray(~wanted.rolls, np.uint8), self.now_ms(), RUN_RECORDS_MAX,
-            RUN_BYTES_MAX, tuple(key.encode() for key in keys))
-        if keys and rest:
+        chunk = convert_c(wanted, views, keys, self.now_ms())
+        if keys and chunk.rest:
             # A record left to Python may be named by a mark before one C dropped: marks are
             # used up in the slot's order, so this chunk goes through the Python rule whole.
             return [], range(len(wanted.offsets))
-        if dropped:
+        self._take_c(chunk, cancelled)
+        return chunk.runs, chunk.rest
+
+    def _take_c(self, chunk: CChunk, cancelled: dict[str, dict[str, str]] | None) -> None:
+        """Count what a chunk converted in C did: the marks it used up, the metrics."""
+        if chunk.dropped_keys:
             assert cancelled is not None
-            for _index, key_index in dropped:
-                del cancelled[keys[key_index]]
-            self.figures.cancelled += len(dropped)
-        for topic, _queue_id, _sys_flag, count in groups:
+            for key in chunk.dropped_keys:
+                del cancelled[key]
+            self.figures.cancelled += len(chunk.dropped_keys)
+        for topic, _queue_id, _sys_flag, count in chunk.groups:
             self._add_metric(topic, -count)
-        whole = memoryview(out)
-        runs = [Run(whole[start:end], groups[group][0], groups[group][1], count,
-                    groups[group][2]) for start, end, count, group in cuts]
-        return runs, rest
 
     def _convert(self, view: memoryview | None, enqueue_ms: int, roll: bool,
                  cancelled: dict[str, dict[str, str]] | None) -> RePut | None:
@@ -685,7 +707,7 @@ class TimerStore:
         """The common case, a message delivered for the first time: its properties string
         plus TIMER_ENQUEUE_MS and TIMER_DEQUEUE_MS (the map Java stores, without building
         the map: 3x less work per message in a burst)."""
-        values = [_value(text, name) for name in _TEXT_PATH_NAMES]
+        values = [_value(text, name) for name in TEXT_PATH_NAMES]
         if _AMBIGUOUS in values:
             return self._convert_map(decoded, decode_properties(text), enqueue_ms, False,
                                      cancelled)
@@ -829,25 +851,3 @@ class TimerStore:
                 f"behindMaster:{behind_master} "
                 f"allCongestNum:{self.congest_num()} "
                 f"enqExpiredStoreTime:{text(self.last_enqueue_store_ms)}")
-
-
-def _runs_of(reputs: list[RePut]) -> list[Run]:
-    """The re-puts grouped per (topic, queue, sys flag) into runs, in the order each group
-    first appears: a new run once the last holds RUN_RECORDS_MAX records or RUN_BYTES_MAX
-    bytes (_fast/timer_reput.pyx cuts its runs by the same rule)."""
-    groups: dict[tuple[str, int, int], list[list[RePut]]] = {}
-    run_bytes: dict[tuple[str, int, int], int] = {}
-    for reput in reputs:
-        key = (reput.topic, reput.queue_id, reput.sys_flag)
-        chunks = groups.setdefault(key, [[]])
-        last = chunks[-1]
-        if len(last) >= RUN_RECORDS_MAX or run_bytes.get(key, 0) >= RUN_BYTES_MAX:
-            last = []
-            chunks.append(last)
-            run_bytes[key] = 0
-        last.append(reput)
-        run_bytes[key] = run_bytes.get(key, 0) + len(reput.records)
-    return [Run(chunk[0].records if len(chunk) == 1 else b"".join(item.records
-                                                                     for item in chunk),
-                topic, queue_id, len(chunk), sys_flag)
-            for (topic, queue_id, sys_flag), chunks in groups.items() for chunk in chunks]

@@ -8,7 +8,8 @@ the supervisor's) and a read-only store reader, like the supervisor's delay serv
 * each turn: the write time follows the clock; one enqueue batch (rmq_sys_wheel_timer's consume
   queue into the timer log and wheel); the next due slot delivered through the ring (only on a
   master; a slave follows its master's read time and queue offset, which its supervisor writes
-  into the control block's timer master line);
+  into the control block's timer master line); when no slot is due, one chunk of a slot
+  falling due within 2 s converted ahead into runs held in memory (broker/timer_ahead.py);
 * it sleeps when there is nothing to do until the next slot begins, the next enqueue poll
   (``100 x timerPrecisionMs / 1000`` ms, Java's) or the next flush, whichever is first;
 * flush (timer log, wheel, checkpoint, metrics) every ``timerFlushIntervalMs`` and after every
@@ -152,6 +153,8 @@ class _TimerWorker:
         engine.move_write_time()
         read = await engine.enqueue()
         delivered = await engine.dequeue()
+        # Nothing due: convert a chunk of a slot falling due soon (broker/timer_ahead.py).
+        converted = delivered < 0 and engine.convert_ahead_step()
         now = clock.now_ms()
         if delivered == 1 or now >= due["flush"]:
             engine.flush()
@@ -166,7 +169,7 @@ class _TimerWorker:
             log.info("[%s]%s", store.broker_role, engine.progress_line())
             due["progress"] = now + store.timer_progress_log_interval_ms
         self._publish(engine, now)
-        return bool(read or delivered >= 0)
+        return bool(read or delivered >= 0 or converted)
 
     def _follow_master(self, engine: TimerStore) -> None:
         """A slave takes what its supervisor last read from the master (seqlock line)."""

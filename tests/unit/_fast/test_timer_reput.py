@@ -1,5 +1,5 @@
 """pybroker._fast.timer_reput rewrites parked timer records into re-put runs exactly as the
-timer's Python rule does (broker/timer.py TimerStore._convert and _runs_of).
+timer's Python rule does (broker/timer.py TimerStore._convert and broker/timer_runs.py runs_of).
 
 Method: wheel-topic records are encoded with record.encode_into from hand-made and seeded random
 properties strings (raw bytes: empty values, a separator inside a value, Unicode and invalid
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pybroker._fast import record, timer_reput
-from pybroker.broker import timer
+from pybroker.broker import timer_runs
 from pybroker.broker.timer import LONG_MAX, TimerFigures, TimerStore
 
 WHEEL = b"rmq_sys_wheel_timer"
@@ -44,13 +44,13 @@ def python_rule():
     return store
 
 
-def c_rule(records: list, enqueue_ms=None, eligible=None, runs_max=timer.RUN_RECORDS_MAX,
-           bytes_max=timer.RUN_BYTES_MAX, cancel_keys=()):
+def c_rule(records: list, enqueue_ms=None, eligible=None, runs_max=timer_runs.RUN_RECORDS_MAX,
+           bytes_max=timer_runs.RUN_BYTES_MAX, cancel_keys=()):
     count = len(records)
     enqueue = np.array(enqueue_ms or [ENQUEUE_MS] * count, np.int64)
     take = np.array(eligible or [1] * count, np.uint8)
     views = [None if item is None else memoryview(item) for item in records]
-    return timer._REPUTS.convert(views, enqueue, take, DEQUEUE_MS, runs_max, bytes_max,
+    return timer_runs.REPUTS.convert(views, enqueue, take, DEQUEUE_MS, runs_max, bytes_max,
                                  cancel_keys)
 
 
@@ -155,11 +155,11 @@ def test_seeded_properties_as_the_python_rule():
     assert taken > 300            # the common case is C's: the test compares something
 
 
-@pytest.mark.parametrize("runs_max, bytes_max", [(timer.RUN_RECORDS_MAX, timer.RUN_BYTES_MAX),
-                                                 (3, 1 << 20), (1000, 700)])
+@pytest.mark.parametrize("runs_max, bytes_max", [
+    (timer_runs.RUN_RECORDS_MAX, timer_runs.RUN_BYTES_MAX), (3, 1 << 20), (1000, 700)])
 def test_many_records_give_the_python_runs(monkeypatch, runs_max, bytes_max):
     """Records of three queues and two topics, some left to Python: C's groups, records and
-    runs are what _runs_of makes of the Python rule's re-puts of the records C took."""
+    runs are what runs_of makes of the Python rule's re-puts of the records C took."""
     rng = random.Random(7)
     records, enqueue = [], []
     for index in range(200):
@@ -177,15 +177,15 @@ def test_many_records_give_the_python_runs(monkeypatch, runs_max, bytes_max):
     reputs = [rule._convert(memoryview(item), enqueue_ms, False, None)
               for index, (item, enqueue_ms) in enumerate(zip(records, enqueue, strict=True))
               if index % 17]
-    monkeypatch.setattr(timer, "RUN_RECORDS_MAX", runs_max)
-    monkeypatch.setattr(timer, "RUN_BYTES_MAX", bytes_max)
-    expected = timer._runs_of(reputs)
+    monkeypatch.setattr(timer_runs, "RUN_RECORDS_MAX", runs_max)
+    monkeypatch.setattr(timer_runs, "RUN_BYTES_MAX", bytes_max)
+    expected = timer_runs.runs_of(reputs)
     got = [(bytes(out[start:end]), groups[group][0], groups[group][1], count, groups[group][2])
            for start, end, count, group in runs]
     assert got == [(bytes(run.records), run.topic, run.queue_id, run.messages, run.sys_flag)
                    for run in expected]
     assert sum(group[3] for group in groups) == len(reputs)
-    assert len(runs) > len(groups) or runs_max == timer.RUN_RECORDS_MAX
+    assert len(runs) > len(groups) or runs_max == timer_runs.RUN_RECORDS_MAX
 
 
 def test_cancel_marks_drop_as_the_python_rule():
@@ -210,7 +210,27 @@ def test_cancel_marks_drop_as_the_python_rule():
     assert [index for index, reput in enumerate(expected) if reput is None] == [0, 1, 4]
     got = [(bytes(out[start:end]), groups[group][0], count) for start, end, count, group in runs]
     assert got == [(bytes(run.records), run.topic, run.messages)
-                   for run in timer._runs_of([reput for reput in expected if reput])]
+                   for run in timer_runs.runs_of([reput for reput in expected if reput])]
     with pytest.raises(ValueError):
         c_rule(records, cancel_keys=tuple(b"k%d" % n for n in range(timer_reput.CANCEL_KEYS_MAX
                                                                     + 1)))
+
+
+def test_restamp_rewrites_every_record_s_dequeue_time_in_place():
+    """restamp turns a convert output made at one dequeue time into the one made at another
+    of the same length (the conversion ahead of a due slot); it refuses another length and a
+    buffer whose records do not end with the pair convert writes."""
+    records = [parked(b"REAL_TOPIC\x01T%d\x02REAL_QID\x01%d\x02" % (n % 2, n)) for n in range(5)]
+    out, *_ = c_rule(records)
+    later = DEQUEUE_MS + 777
+    count = len(records)
+    expected, *_ = timer_runs.REPUTS.convert(
+        [memoryview(item) for item in records], np.array([ENQUEUE_MS] * count, np.int64),
+        np.ones(count, np.uint8), later, timer_runs.RUN_RECORDS_MAX, timer_runs.RUN_BYTES_MAX, ())
+    assert out != expected
+    assert timer_reput.restamp(out, DEQUEUE_MS, later) and out == expected
+    assert not timer_reput.restamp(out, later, 10 ** 13)          # 14 digits: refused
+    damaged = bytearray(expected)
+    damaged[-1] = 0x41
+    assert not timer_reput.restamp(damaged, later, DEQUEUE_MS)
+    assert timer_reput.restamp(bytearray(), DEQUEUE_MS, later)     # no record: nothing to do

@@ -238,10 +238,11 @@ def test_a_failed_re_put_writes_the_check_point_again_later(broker):
     (message,) = pop_all(broker, queue_id=0)
     real_put = broker.putter.put
 
-    async def refuse_retry(records, topic, queue_id, count, sys_flag, wait_store):
+    async def refuse_retry(records, topic, queue_id, count, sys_flag, wait_store, **keywords):
         if topic == RETRY:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        return await real_put(records, topic, queue_id, count, sys_flag, wait_store)
+        return await real_put(records, topic, queue_id, count, sys_flag, wait_store,
+                              **keywords)
     broker.putter.put = refuse_retry
     broker.clock.advance(DUE_AFTER_MS)
     assert broker.revive_round() == 0

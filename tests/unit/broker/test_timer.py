@@ -358,3 +358,110 @@ def test_the_string_path_stores_what_the_map_path_stores(broker, text):
         text_map = decode_properties(record_codec.decode(bytes(as_text.records), 0).properties)
         map_map = decode_properties(record_codec.decode(bytes(as_map.records), 0).properties)
         assert text_map == map_map
+
+
+def _convert_ahead(store: TimerStore) -> int:
+    """Run the worker's conversion ahead until it has nothing left; the calls that worked."""
+    calls = 0
+    while store.convert_ahead_step():
+        calls += 1
+    return calls
+
+
+def test_runs_converted_ahead_are_put_when_due_never_before(broker):
+    """A slot falling due within 2 s is converted ahead into runs held in memory: nothing of
+    it is stored before it is due, and when due its runs are put with the clock of the put
+    as TIMER_DEQUEUE_MS, the records a conversion at due time makes (same body, topic, queue
+    and properties)."""
+    store = timer(broker)
+    for key in ("a", "b", "c"):
+        send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 2500), DELAY_NOTE=f"t{key}")
+    step(broker, store, T0 + 100)
+    assert _convert_ahead(store) == 0              # slot T0+2000 falls due at T0+3000: too far
+    step(broker, store, T0 + 1200)
+    assert _convert_ahead(store) == 1 and store.ahead.held_bytes > 0
+    step(broker, store, T0 + 2999)
+    assert delivered(broker) == {} and store.ahead.held_bytes > 0
+    step(broker, store, T0 + 3007)
+    got = delivered(broker)
+    assert set(got) == {"a", "b", "c"} and store.figures.converted_ahead == 3
+    assert store.ahead.held_bytes == 0 and store.metrics.count(harness.TOPIC) == 0
+    for decoded, properties in broker.records(harness.TOPIC, 1):
+        key = properties["KEYS"]
+        assert bytes(decoded.body) == key.encode() and properties["DELAY_NOTE"] == f"t{key}"
+        assert properties["TIMER_ENQUEUE_MS"] == str(T0)
+        assert properties["TIMER_DEQUEUE_MS"] == str(T0 + 3007)      # the put's clock
+        assert properties["TIMER_OUT_MS"] == str(T0 + 2000)
+        assert properties["REAL_TOPIC"] == harness.TOPIC and properties["REAL_QID"] == "1"
+        assert decoded.properties.endswith(f"\x02TIMER_DEQUEUE_MS\x01{T0 + 3007}\x02")
+
+
+def test_a_cancel_mark_after_the_conversion_ahead_still_cancels(broker):
+    """Runs converted ahead are used only with the cancel marks they were converted with: a
+    mark enqueued after them drops them (its slot is converted again, or when due), and the
+    message it names is never delivered; messages enqueued after them into the same slot are
+    delivered too."""
+    store = timer(broker)
+    answer = send_timer(broker, "victim", TIMER_DELIVER_MS=str(T0 + 2500))
+    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
+    send_timer(broker, "keep", TIMER_DELIVER_MS=str(T0 + 2500))
+    step(broker, store, T0 + 1200)
+    assert _convert_ahead(store) == 1
+    send_timer(broker, "mark", TIMER_DELIVER_MS=handle.timestamp,
+               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim"))
+    send_timer(broker, "late", TIMER_DELIVER_MS=str(T0 + 2500))
+    step(broker, store, T0 + 1300)                 # the mark and "late" enqueued
+    assert store.ahead.held_bytes == 0             # the mark dropped what was held
+    step(broker, store, T0 + 3000)
+    assert set(delivered(broker)) == {"keep", "late"}
+    assert store.figures.cancelled == 1 and store.figures.converted_ahead == 0
+
+    # Converted again with the mark: C drops the message it names, when due.
+    answer = send_timer(broker, "victim2", TIMER_DELIVER_MS=str(T0 + 4500))
+    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
+    send_timer(broker, "mark2", TIMER_DELIVER_MS=handle.timestamp,
+               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim2"))
+    send_timer(broker, "keep2", TIMER_DELIVER_MS=str(T0 + 4500))
+    step(broker, store, T0 + 3200)
+    assert _convert_ahead(store) == 1
+    send_timer(broker, "late2", TIMER_DELIVER_MS=str(T0 + 4500))
+    step(broker, store, T0 + 3300)                 # "late2" added after: kept, converted later
+    assert store.ahead.held_bytes > 0
+    step(broker, store, T0 + 5000)
+    assert set(delivered(broker)) == {"keep", "late", "keep2", "late2"}
+    assert store.figures.cancelled == 2 and store.figures.converted_ahead == 1
+    assert store.metrics.count(harness.TOPIC) == 0
+
+
+def test_held_runs_that_no_longer_match_the_slot_are_not_used(broker):
+    """The due-time check itself (the timer log is the truth): held runs are handed over
+    only for the cancel marks and the records they were converted from."""
+    store = timer(broker)
+    for key in ("a", "b"):
+        send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 2500))
+    step(broker, store, T0 + 1200)
+    assert _convert_ahead(store) == 1
+    slot = store.wheel.slot(T0 + 2000)
+    plan = store.plan_slot(slot)
+    other_marks = plan._replace(cancelled={f"{harness.TOPIC}+U-a": {}})
+    assert store.ahead.take(T0 + 2000, other_marks).chunks == []
+    assert store.ahead.held_bytes == 0
+    assert _convert_ahead(store) == 1
+    fewer = plan._replace(wanted=type(plan.wanted)(*(column[:1] for column in plan.wanted)))
+    assert store.ahead.take(T0 + 2000, fewer).chunks == []
+    assert _convert_ahead(store) == 1
+    assert len(store.ahead.take(T0 + 2000, plan).chunks) == 1
+
+
+def test_the_cap_on_held_bytes_leaves_the_rest_to_due_time(broker):
+    """timerPreconvertMaxBytes: nothing converted ahead past it (0: nothing at all); the
+    slot is delivered whole when due either way."""
+    store = timer(broker)
+    store.ahead.bytes_max = 1
+    for key in ("a", "b"):
+        send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 2500))
+    step(broker, store, T0 + 1200)
+    assert _convert_ahead(store) == 1 and store.ahead.held_bytes == 0
+    assert _convert_ahead(store) == 0               # the slot is stopped, not retried
+    step(broker, store, T0 + 3000)
+    assert set(delivered(broker)) == {"a", "b"} and store.figures.converted_ahead == 0

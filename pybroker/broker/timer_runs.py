@@ -1,0 +1,113 @@
+# The records of a due timer slot as re-put runs: their value types and the C rule's call.
+"""What the timer's dequeue turns a slot into (broker/timer.py, broker/timer_ahead.py): the
+slot's plan read from the timer log, runs of re-puts per (real topic, queue, sys flag), and a
+chunk of a slot converted by the C first-delivery rule (_fast/timer_reput.pyx, kept equal to
+TimerStore._convert_text by tests/unit/_fast/test_timer_reput.py).
+"""
+from typing import NamedTuple
+
+import numpy as np
+
+from pybroker._fast import timer_reput
+from pybroker.broker.reput import RePut
+from pybroker.protocol.constants import Property
+
+__all__ = ["Run", "Wanted", "SlotPlan", "CChunk", "REPUTS", "TEXT_PATH_NAMES",
+           "RUN_RECORDS_MAX", "RUN_BYTES_MAX", "DEQUEUE_CHUNK", "CHUNKS_IN_FLIGHT",
+           "convert_c", "rows", "runs_of"]
+
+RUN_RECORDS_MAX = 256           # records of one real queue put as one request
+DEQUEUE_CHUNK = 1024            # units of a slot turned into re-puts at a time
+CHUNKS_IN_FLIGHT = 32
+RUN_BYTES_MAX = 256 << 10
+
+# The four values the first-delivery rule reads, in the order the C rule takes them.
+TEXT_PATH_NAMES = (Property.REAL_TOPIC, Property.REAL_QUEUE_ID,
+                   Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, Property.TIMER_DEL_UNIQKEY)
+# The string path in C, many records per call (_fast/timer_reput.pyx; kept equal to
+# _convert_text by tests/unit/_fast/test_timer_reput.py).
+REPUTS = timer_reput.TimerReputs(*(name.encode() for name in TEXT_PATH_NAMES + (
+    Property.TIMER_ENQUEUE_MS, Property.TIMER_DEQUEUE_MS)))
+
+
+class Run(NamedTuple):
+    """Re-puts of one (topic, queue, sys flag) put as one request: ``messages`` whole
+    records."""
+    records: bytes | bytearray | memoryview
+    topic: str
+    queue_id: int
+    messages: int
+    sys_flag: int
+
+
+class Wanted(NamedTuple):
+    """Parked messages to re-put, one array per field: CommitLog offsets and sizes, the
+    write time each was enqueued at (TIMER_ENQUEUE_MS; Long.MAX: due at enqueue), whether
+    it is a roll."""
+    offsets: np.ndarray
+    sizes: np.ndarray
+    enqueue_ms: np.ndarray
+    rolls: np.ndarray
+
+
+class SlotPlan(NamedTuple):
+    """A due slot read from the timer log: which units are cancel marks, the marks' keys
+    (TIMER_DEL_UNIQKEY -> the mark's properties), the messages to re-put, and the figures
+    the reading found (marks unreadable, second units of one message left out)."""
+    is_delete: np.ndarray
+    cancelled: dict[str, dict[str, str]]
+    wanted: Wanted
+    unreadable: int
+    duplicates: int
+
+
+class CChunk(NamedTuple):
+    """A chunk of a slot converted in C (``records`` of its wanted list): ``out`` holds the
+    new records, ``runs`` cut from it; ``groups`` (topic, queue, sys flag, count) for the
+    metrics; ``rest`` the indexes left to the Python rule; ``dropped_keys`` the cancel marks
+    used up, in the order C used them."""
+    out: bytearray
+    runs: list[Run]
+    groups: list[tuple[str, int, int, int]]
+    rest: list[int]
+    dropped_keys: list[str]
+    records: int
+
+
+def convert_c(wanted: Wanted, views: list, keys: list[str], dequeue_ms: int) -> CChunk:
+    """One call of the C rule over a chunk (no figure counted, no mark used up)."""
+    out, groups, cuts, rest, dropped = REPUTS.convert(
+        views, np.ascontiguousarray(wanted.enqueue_ms, np.int64),
+        np.ascontiguousarray(~wanted.rolls, np.uint8), dequeue_ms, RUN_RECORDS_MAX,
+        RUN_BYTES_MAX, tuple(key.encode() for key in keys))
+    whole = memoryview(out)
+    runs = [Run(whole[start:end], groups[group][0], groups[group][1], count,
+                groups[group][2]) for start, end, count, group in cuts]
+    return CChunk(out, runs, groups, rest, [keys[key_index] for _, key_index in dropped],
+                  len(wanted.offsets))
+
+
+def rows(wanted: Wanted, start: int, end: int) -> Wanted:
+    return Wanted(*(column[start:end] for column in wanted))
+
+
+def runs_of(reputs: list[RePut]) -> list[Run]:
+    """The re-puts grouped per (topic, queue, sys flag) into runs, in the order each group
+    first appears: a new run once the last holds RUN_RECORDS_MAX records or RUN_BYTES_MAX
+    bytes (_fast/timer_reput.pyx cuts its runs by the same rule)."""
+    groups: dict[tuple[str, int, int], list[list[RePut]]] = {}
+    run_bytes: dict[tuple[str, int, int], int] = {}
+    for reput in reputs:
+        key = (reput.topic, reput.queue_id, reput.sys_flag)
+        chunks = groups.setdefault(key, [[]])
+        last = chunks[-1]
+        if len(last) >= RUN_RECORDS_MAX or run_bytes.get(key, 0) >= RUN_BYTES_MAX:
+            last = []
+            chunks.append(last)
+            run_bytes[key] = 0
+        last.append(reput)
+        run_bytes[key] = run_bytes.get(key, 0) + len(reput.records)
+    return [Run(chunk[0].records if len(chunk) == 1 else b"".join(item.records
+                                                                     for item in chunk),
+                topic, queue_id, len(chunk), sys_flag)
+            for (topic, queue_id, sys_flag), chunks in groups.items() for chunk in chunks]
