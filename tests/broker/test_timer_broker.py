@@ -255,7 +255,9 @@ def _check_figures(broker, client, metrics_port: int) -> None:
 
 
 def test_kill_minus_9_loses_no_timer_message_and_delivers_none_early(tmp_path):
-    """Messages due over 6 s, kill -9 of the whole broker after 2.5 s, restart: every
+    """Messages due over 6 s, kill -9 of the whole broker after 2.5 s (the slots due within
+    the next 2 s are then converted and held in the timer worker's memory, not put:
+    broker/timer_ahead.py), restart: every
     acknowledged message is delivered, none before its time; the duplicates (Java's timer is
     at-least-once: what was delivered after the last checkpoint may come again) are counted
     and bounded by the messages of the slots delivered in the last flush interval."""
