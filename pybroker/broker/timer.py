@@ -517,7 +517,8 @@ class TimerStore:
             self.curr_read_time_ms = self.wheel.next_used(slot_ms, self.curr_write_time_ms)
             self.commit_read_time_ms = self.curr_read_time_ms
             return 0
-        plan = self.plan_slot(slot)
+        # The plan read ahead when the slot has not changed since (units are only added).
+        plan = self.ahead.plan_of(slot_ms, slot) or self.plan_slot(slot)
         if not len(plan.is_delete):
             log.warning("dequeue time:%d but read nothing from timerLog", slot_ms)
         self.figures.unreadable += plan.unreadable

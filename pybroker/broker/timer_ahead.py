@@ -118,6 +118,15 @@ class AheadRuns:
         ready.held_bytes += len(chunk.out)
         self.held_bytes += len(chunk.out)
 
+    def plan_of(self, slot_ms: int, slot) -> SlotPlan | None:
+        """The plan read ahead for the slot when the wheel's entry (first, last, count) is
+        still the one it was read at: no unit was added since (units are never taken away
+        but by a restart), so the timer log would give the same; None otherwise."""
+        ready = self._slots.get(slot_ms)
+        if ready is None or ready.entry != (slot.first_pos, slot.last_pos, slot.num):
+            return None
+        return ready.plan
+
     def take(self, slot_ms: int, plan: SlotPlan) -> Taken:
         """The chunks held for the slot due now (``plan``: read at due time), or none when
         they no longer match it; the slot is forgotten either way."""
