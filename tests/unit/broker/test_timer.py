@@ -425,8 +425,11 @@ def test_a_cancel_mark_after_the_conversion_ahead_still_cancels(broker):
     step(broker, store, T0 + 3200)
     assert _convert_ahead(store) == 1
     send_timer(broker, "late2", TIMER_DELIVER_MS=str(T0 + 4500))
+    slot = store.wheel.slot(T0 + 4000)
+    assert store.ahead.plan_of(T0 + 4000, slot) is not None     # unchanged: the plan ahead
     step(broker, store, T0 + 3300)                 # "late2" added after: kept, converted later
     assert store.ahead.held_bytes > 0
+    assert store.ahead.plan_of(T0 + 4000, store.wheel.slot(T0 + 4000)) is None
     step(broker, store, T0 + 5000)
     assert set(delivered(broker)) == {"keep", "late", "keep2", "late2"}
     assert store.figures.cancelled == 2 and store.figures.converted_ahead == 1
