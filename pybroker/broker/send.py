@@ -195,9 +195,21 @@ def recall_handle_of(properties: dict[str, str], broker_name: str) -> str | None
         properties.get(Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, ""))
 
 
+# The TimerRules last made, with the (frozen) StoreConfig and wheel reader they were made of:
+# a handler's next put asks again with the same two (a live settings change replaces the
+# StoreConfig, so a new one makes new rules). One tuple, replaced whole: a reader in another
+# thread sees an old entry or a new one, never a mix.
+_RULES: list[tuple] = [(None, None, None)]
+
+
 def timer_rules(ctx) -> TimerRules:
     """The put-time timer rules of a handler's broker (the context's wheel reader, if any)."""
-    return TimerRules.of(ctx.config.store, ctx.timer_slot_num)
+    store, slot_num = ctx.config.store, ctx.timer_slot_num
+    cached_store, cached_slot_num, rules = _RULES[0]
+    if rules is None or store is not cached_store or slot_num is not cached_slot_num:
+        rules = TimerRules.of(store, slot_num)
+        _RULES[0] = (store, slot_num, rules)
+    return rules
 
 
 def stored_properties(properties: dict[str, str], cluster_name: str,

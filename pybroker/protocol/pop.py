@@ -137,13 +137,18 @@ def build_extra_info(ck_queue_offset: int, pop_time: int, invisible_time: int, r
     return KEY_SEPARATOR.join(fields)
 
 
-def _java_long(text: str) -> int:
-    # Long.valueOf: optional sign and ASCII digits only.
+_LONG_BOUND = 1 << 63
+_INT_BOUND = 1 << 31
+
+
+def _java_long(text: str, bound: int = _LONG_BOUND) -> int:
+    # Long.valueOf (Integer.valueOf with bound _INT_BOUND): optional sign and ASCII digits
+    # only, the value in [-bound, bound).
     body = text[1:] if text[:1] in "+-" else text
     if not body or not body.isascii() or not body.isdigit():
         raise ValueError(f'For input string: "{text}"')
     value = int(text)
-    if not -(1 << 63) <= value < (1 << 63):
+    if not -bound <= value < bound:
         raise ValueError(f'For input string: "{text}"')
     return value
 
@@ -154,10 +159,7 @@ def parse_java_long(text: str) -> int:
 
 
 def _java_int(text: str) -> int:
-    value = _java_long(text)
-    if not -(1 << 31) <= value < (1 << 31):
-        raise ValueError(f'For input string: "{text}"')
-    return value
+    return _java_long(text, _INT_BOUND)
 
 
 def parse_extra_info(extra_info: str | None, fields_needed: int = 7) -> ExtraInfo:
@@ -171,8 +173,8 @@ def parse_extra_info(extra_info: str | None, fields_needed: int = 7) -> ExtraInf
     padded = parts + [""] * (7 - len(parts)) if len(parts) < 7 else parts
     return ExtraInfo(
         _java_long(padded[0]), _java_long(padded[1]), _java_long(padded[2]),
-        _java_int(padded[3]) if padded[3] else 0, padded[4], padded[5],
-        _java_int(padded[6]) if padded[6] else 0,
+        _java_long(padded[3], _INT_BOUND) if padded[3] else 0, padded[4], padded[5],
+        _java_long(padded[6], _INT_BOUND) if padded[6] else 0,
         _java_long(parts[7]) if len(parts) > 7 else None)
 
 

@@ -17,8 +17,8 @@ _PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
 
 def encode_properties(properties: Mapping[str, str | None]) -> str:
     """Encode ``{name: value}`` as a properties string; pairs whose value is None are skipped."""
-    return "".join(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
-                   for name, value in properties.items() if value is not None)
+    return "".join([f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}"
+                    for name, value in properties.items() if value is not None])
 
 
 def decode_properties(text: str) -> dict[str, str]:

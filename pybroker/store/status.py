@@ -42,9 +42,11 @@ class PutStatus(enum.Enum):
     @property
     def stored(self) -> bool:
         """True when the message is in the CommitLog (success or a late flush/replica)."""
-        return self in _PUT_STORED
+        # PUT_OK by identity first: the set's lookup hashes the member in Python (Enum.__hash__).
+        return self is _PUT_OK or self in _PUT_STORED
 
 
+_PUT_OK = PutStatus.PUT_OK
 _PUT_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT,
                          PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE})
 

@@ -152,9 +152,10 @@ async def _write_ack(ctx, ack: AckMsg, revive_qid: int, deliver_ms: int, count: 
                                     revive_qid, deliver_ms, ctx.store_host,
                                     send.timer_rules(ctx), ctx.now_ms())
     put = await revive_log.put_revive_record(ctx.putter, record)
+    stored = put.status.stored
     if ctx.stats is not None:
-        ctx.stats.pop_ack(ack.topic, ack.consumer_group, count, put.status.stored)
-    if not put.status.stored:
+        ctx.stats.pop_ack(ack.topic, ack.consumer_group, count, stored)
+    if not stored:
         log.error("put ack msg error: %s %s", put.status.name, ack)
     elif broker.enable_pop_log:
         log.info("ack written: %s", ack)

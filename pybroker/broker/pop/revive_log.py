@@ -63,7 +63,7 @@ class ReviveRecord:
 
 
 def _unique_id(*parts: object) -> str:
-    return PopConstants.SPLIT.join("null" if part is None else str(part) for part in parts)
+    return PopConstants.SPLIT.join(["null" if part is None else str(part) for part in parts])
 
 
 def _record(revive_topic: str, revive_qid: int, tag: str, body: bytes, deliver_ms: int,

@@ -41,7 +41,11 @@ class SlotCache:
         return [self._slots[key] for key in keys]
 
     async def slot(self, topic: str, group: str, queue_id: int) -> int:
-        return (await self.slots([SlotKey(topic, group, queue_id)]))[0]
+        key = SlotKey(topic, group, queue_id)
+        cached = self._slots.get(key)       # an ACK's case: no list, no inner await
+        if cached is not None:
+            return cached
+        return (await self.slots([key]))[0]
 
 
 class PopState:

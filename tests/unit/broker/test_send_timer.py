@@ -8,9 +8,11 @@ their wrap, signs, not-a-number), under several timer settings and a fixed clock
 both: what the C rule parks must be what the handler parks (the stored properties and the recall
 handle byte for byte), what it stores as it is the handler stores as it is, and what it hands
 over the handler must refuse or be one of the listed shapes. The whole table of sends, stored
-records and answers is in test_send_fast.py.
+records and answers is in test_send_fast.py. The handler's rules follow a live settings
+change (send.timer_rules keeps them per StoreConfig).
 """
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +20,7 @@ from pybroker._fast.send import read, timer
 from pybroker.broker import send, timer_message
 from pybroker.broker.timer_message import TimerRefused, TimerRules
 from pybroker.broker.timer_slots import slot_counts_of
-from pybroker.config import load_broker_config
+from pybroker.config import load_broker_config, with_broker_settings
 from pybroker.protocol.properties import encode_properties
 from pybroker.store import paths
 from pybroker.store.timer_wheel import TimerWheel
@@ -195,3 +197,19 @@ def test_a_congestion_limit_parks_in_c_at_or_under_it(tmp_path):
     assert _handler(text(base + 4500), rules) == ("refused", "WHEEL_TIMER_FLOW_CONTROL")
     views.clear()
     wheel.close()
+
+
+def test_timer_rules_follow_a_live_settings_change():
+    """send.timer_rules keeps the rules it made while the StoreConfig (frozen) and the wheel
+    reader are the same objects; a live change (a new StoreConfig) or another reader makes new
+    ones."""
+    config = load_broker_config(None, {"timerMaxDelaySec": "60"})
+    ctx = SimpleNamespace(config=config, timer_slot_num=None)
+    first = send.timer_rules(ctx)
+    assert first.max_delay_sec == 60 and send.timer_rules(ctx) is first
+    ctx.config = with_broker_settings(config, {"timerMaxDelaySec": "120",
+                                               "timerPrecisionMs": "500"})
+    changed = send.timer_rules(ctx)
+    assert (changed.max_delay_sec, changed.precision_ms) == (120, 500)
+    ctx.timer_slot_num = lambda slot_ms: 0
+    assert send.timer_rules(ctx).slot_num is ctx.timer_slot_num
