@@ -169,7 +169,10 @@ class RemotingWorker:
         return self.long_poll.held_count > 0 or self._holds_pops()
 
     def _holds_pops(self) -> bool:
-        return any(held.held_count > 0 for held in self.pop_polls)
+        for held in self.pop_polls:     # a loop, not any(): asked on every loop turn
+            if held.held_count > 0:
+                return True
+        return False
 
     async def _fetch_pop_slots(self, keys) -> list[int]:
         """The POP table slots of ``keys`` from the metadata service (its directory)."""

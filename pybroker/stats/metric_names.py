@@ -99,20 +99,23 @@ def bucket_of(value: float, bounds: tuple) -> int:
     return bisect.bisect_left(bounds, value)
 
 
+# The lowercase names by value, made once: every request's rpc key names its two codes, and
+# the enum's lookup by value is several Python calls each time (an alias keeps its canonical
+# member's name, as RequestCode(code).name does).
+_REQUEST_CODE_NAMES = {int(member): member.name.lower() for member in RequestCode}
+_RESPONSE_CODE_NAMES = {int(member): member.name.lower() for member in ResponseCode}
+
+
 def request_code_name(code: int) -> str:
     """RemotingHelper.getRequestCodeDesc: the lowercase name, else the number."""
-    try:
-        return RequestCode(code).name.lower()
-    except ValueError:
-        return str(code)
+    name = _REQUEST_CODE_NAMES.get(code)
+    return str(code) if name is None else name
 
 
 def response_code_name(code: int) -> str:
     """RemotingHelper.getResponseCodeDesc: the lowercase name, else the number."""
-    try:
-        return ResponseCode(code).name.lower()
-    except ValueError:
-        return str(code)
+    name = _RESPONSE_CODE_NAMES.get(code)
+    return str(code) if name is None else name
 
 
 def rpc_key(request_code: int, response_code: int, long_polling: bool, result: str) -> str:

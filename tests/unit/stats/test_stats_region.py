@@ -1,7 +1,8 @@
 # Unit tests of the instrument region, Java's windows and the figures built from them.
 """Goal: the shared-memory instruments count exactly what their writers add, readers in other
 processes see it, a re-attached writer continues its keyed entries, and Java's sampled windows
-and number formats come out as Java computes and prints them.
+and number formats come out as Java computes and prints them; rpc keys name the request and
+response codes as RemotingHelper does.
 
 Method: real regions (a file under a temp dir and anonymous maps), a forked child as a second
 writer, and hand-computed expectations for the Java formulas (StatsItem, StoreStatsService,
@@ -14,6 +15,8 @@ import pytest
 
 from pybroker._fast import stats as fast_stats
 from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind
+from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.stats import metric_names
 from pybroker.stats.region import StatsRegion
 from pybroker.store.control_block import remoting_worker, stats_section_count
 from pybroker.broker.runtime_info import disk_used_ratio, format_runtime
@@ -307,3 +310,18 @@ def test_a_region_with_the_instruments_off_records_nothing(tmp_path):
         writer.close()
     finally:
         region.close()
+
+
+def test_rpc_key_code_names_are_the_enums_lowercase_names():
+    """RemotingHelper's descriptions as metric_names keeps them (a table made once): every
+    value's canonical member name in lowercase, aliases included, else the number."""
+    for enum_class, name_of in ((RequestCode, metric_names.request_code_name),
+                                (ResponseCode, metric_names.response_code_name)):
+        for code in {*(int(member) for member in enum_class.__members__.values()),
+                     -1, 0, 1, 99_999, 300_000}:
+            try:
+                expected = enum_class(code).name.lower()
+            except ValueError:
+                expected = str(code)
+            assert name_of(code) == expected, (enum_class, code)
+    assert metric_names.rpc_key(200051, 0, False, "success") == "ack_message|success|false|success"
