@@ -200,20 +200,19 @@ class _Appender:
 
     def check_store_changes(self) -> None:
         """Follow the disk-full flag, the CommitLog min offset and topic deletions."""
-        control = self.control
+        disk_full_flag, min_offset, requested = self.control.load_three(
+            "disk_full", "commitlog_min_offset", "topic_deletion_requested")
         # The dispatcher's cleanup flag, or this process's own look at the disk: once a
         # second and on every new CommitLog file, not only when a cleanup pass runs.
-        disk_full = bool(control.disk_full) or \
+        disk_full = bool(disk_full_flag) or \
             self.space.full(len(self.commitlog.mapped_file_queue.mapped_files))
         if disk_full != self.disk_full:
             self.disk_full = disk_full
             log.warning("appender: disk %s: puts are %s", "full" if disk_full else "free again",
                         "refused" if disk_full else "accepted")
-        min_offset = control.commitlog_min_offset
         if min_offset > self.commitlog_min_offset:
             self.commitlog_min_offset = min_offset
             self.commitlog.mapped_file_queue.forget_files_below(min_offset)
-        requested = control.topic_deletion_requested
         if requested != self.deletion_seq:
             self.delete_topics(requested)
 
@@ -297,8 +296,12 @@ class _Appender:
         """One group commit over every ring; returns the number of requests taken."""
         self.blocked = False
         # The loop drains until the rings are empty before it sleeps: the last, empty turn
-        # costs one load per ring, not the drain's bookkeeping.
-        if not any(ring.used_bytes() for ring in self.rings):
+        # costs one load per ring, not the drain's bookkeeping (a plain loop: a generator
+        # would cost a Python call per ring).
+        for ring in self.rings:
+            if ring.used_bytes():
+                break
+        else:
             return 0
         store_timestamp = self.clock_ms()
         requests = records = 0

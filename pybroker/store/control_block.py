@@ -293,9 +293,9 @@ class WorkerCounters:
     def __init__(self, block: "ControlBlock", slot: int):
         self._block = block
         self._base = WORKERS_OFFSET + CACHE_LINE_BYTES * slot
-
-    def _words(self):
-        return self._block._words()
+        # The block's own accessor (raises once it is closed), bound here: the appender
+        # touches these words several times per drain, one Python call each, not two.
+        self._words = block._words
 
     appends = _Word(WORKER_COUNTER_OFFSETS["appends"], "records appended by this worker (count)")
     batches = _Word(WORKER_COUNTER_OFFSETS["batches"], "drains / group commits done (count)")
@@ -473,6 +473,14 @@ class ControlBlock:
         words = self._words()
         return (ring.load_u64(words, FIELD_OFFSETS[first]),
                 ring.load_u64(words, FIELD_OFFSETS[second]))
+
+    def load_three(self, first: str, second: str, third: str) -> tuple[int, int, int]:
+        """Acquire-load three fields by name, in that order (the appender's check of the
+        store changes once per loop turn: one call instead of three property reads)."""
+        words = self._words()
+        return (ring.load_u64(words, FIELD_OFFSETS[first]),
+                ring.load_u64(words, FIELD_OFFSETS[second]),
+                ring.load_u64(words, FIELD_OFFSETS[third]))
 
     def publish(self, field: str, value: int, monotonic: bool = False) -> int:
         """Store value into field (release; with monotonic=True never lower it), fence, and

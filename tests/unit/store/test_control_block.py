@@ -65,6 +65,8 @@ def test_fields_round_trip_between_two_maps(tmp_path, rand):
         for name, value in values.items():
             assert getattr(reader, name) == value
             assert reader.load(name) == value
+            assert reader.load_three(name, "generation", name) == \
+                (value, values["generation"], value)
             # The word really is at the documented offset.
             offset = control_block.FIELD_OFFSETS[name]
             assert int.from_bytes(reader._map[offset:offset + 8], "little") == value
@@ -138,6 +140,9 @@ def test_worker_counters(tmp_path):
         assert (reader.worker(1).appends, reader.worker(3).appends) == (0, 0)
         with pytest.raises(ValueError, match="worker slot"):
             reader.worker(control_block.WORKER_SLOTS_MAX)
+    # The counters use the block's map: once it is closed they fail, never touch a stale map.
+    with pytest.raises(ValueError, match="closed"):
+        counters.beat()
 
 
 def test_ha_slave_lines(tmp_path):
