@@ -47,8 +47,10 @@ class AckHolds:
             PositionWatch(control, "replicated_position", slot, lambda: core.replica_target)]
 
     def sleep_flags(self) -> list[SleepFlag]:
-        """The waiter bits to arm before the worker blocks on its eventfd."""
-        return list(self._flags)
+        """The waiter bits to arm before the worker blocks on its eventfd: none when nothing
+        is ever held (their targets would stay None: two Python calls each per wake-up for
+        nothing)."""
+        return list(self._flags) if self.enabled else []
 
     def release(self) -> list:
         """Answer the holds the published positions cover; the Python path's outcomes. A

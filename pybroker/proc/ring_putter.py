@@ -417,7 +417,9 @@ class RingPutter:
                                   control.ha_slaves_connected)
         else:
             outcomes = core.drain(loop.time())
-        outcomes += self.holds.release()
+        holds = self.holds
+        if holds.enabled:
+            outcomes += holds.release()
         self.answer(outcomes)
         if self._space_waiters:
             self._wake_space_waiters()
@@ -425,7 +427,8 @@ class RingPutter:
     def answer(self, outcomes: list) -> None:
         """Resolve the Python path's puts answered (``outcomes``, as SendPath gives them)
         and write the fast sends' answers of every connection."""
-        self._resolve_all(outcomes)
+        if outcomes:
+            self._resolve_all(outcomes)
         self._write_answers()
 
     @property

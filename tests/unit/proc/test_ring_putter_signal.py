@@ -1,5 +1,6 @@
 """RingPutter wakes a sleeping appender once per loop turn, never loses that wake-up, and never
-signals an appender that is awake; POP's revive records enter its ring without a task.
+signals an appender that is awake; POP's revive records enter its ring without a task; the
+position waiters are among its sleep flags only where acknowledgements can be held.
 
 Method: one asyncio loop runs RingPutter.put on real shared-memory rings (tmp_path); the test
 plays the appender in the same process (consumer flag, peek, completion push) and counts the
@@ -156,3 +157,20 @@ def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
                                   for future in fillers)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("sync_flush, sync_master", [(False, False), (True, False),
+                                                     (False, True)])
+def test_position_waiters_only_where_acks_are_held(plane, sync_flush, sync_master):
+    """The waiter bits on flushed_position / replicated_position are among the worker's sleep
+    flags only when acknowledgements can be held (SYNC_FLUSH or SYNC_MASTER): an ASYNC_FLUSH
+    master's wake-ups do not arm two flags whose target is never set."""
+    from pybroker.proc.wake import PositionWatch
+    ring, completions, control, wake = plane
+    putter = RingPutter(ring, completions, control, wake, 0, (b"\x7f\x00\x00\x01", 10911),
+                        sync_flush=sync_flush, sync_master=sync_master)
+    watched = sorted(flag.field for flag in putter.sleep_flags()
+                     if isinstance(flag, PositionWatch))
+    held = sync_flush or sync_master
+    assert watched == (["flushed_position", "replicated_position"] if held else [])
+    assert len(putter.sleep_flags()) == 2 + len(watched)
