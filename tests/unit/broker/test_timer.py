@@ -53,6 +53,14 @@ def send_timer(broker, key: str, queue_id: int = 1, born_ms: int | None = None, 
             KEYS=key, TAGS="tg", WAIT="true", UNIQ_KEY=f"U-{key}", **props), **born))
 
 
+def send_cancel(broker, mark: str, answer, key: str):
+    """The cancel mark ``mark`` of the message sent as ``key`` (``answer``: its send's answer,
+    whose recall handle names its slot)."""
+    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
+    return send_timer(broker, mark, TIMER_DELIVER_MS=handle.timestamp,
+                      TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, f"U-{key}"))
+
+
 def step(broker, store: TimerStore, at_ms: int) -> None:
     """One worker turn at ``at_ms``: enqueue what is there, then deliver every due slot."""
     broker.clock[0] = at_ms
@@ -203,9 +211,7 @@ def test_rolls_past_the_window(broker):
 def test_cancel_mark_drops_the_message_in_its_slot(broker):
     store = timer(broker)
     answer = send_timer(broker, "victim", TIMER_DELAY_SEC="5")
-    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
-    send_timer(broker, "mark", TIMER_DELIVER_MS=handle.timestamp,
-               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim"))
+    send_cancel(broker, "mark", answer, "victim")
     send_timer(broker, "other", TIMER_DELAY_SEC="5")
     step(broker, store, T0 + 100)
     assert store.metrics.count(harness.TOPIC) == 1      # +1 +1 -1
@@ -229,9 +235,7 @@ def test_cancel_mark_in_a_slot_with_a_roll(broker):
     step(broker, store, T0 + 100)                     # parked at the window's end, T0+6000
     broker.clock[0] = T0 + 1000
     answer = send_timer(broker, "victim", TIMER_DELIVER_MS=str(T0 + 6500))
-    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
-    send_timer(broker, "mark", TIMER_DELIVER_MS=handle.timestamp,
-               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim"))
+    send_cancel(broker, "mark", answer, "victim")
     send_timer(broker, "other", TIMER_DELIVER_MS=str(T0 + 6500))
     step(broker, store, T0 + 1000)
     step(broker, store, T0 + 7000)
@@ -403,12 +407,10 @@ def test_a_cancel_mark_after_the_conversion_ahead_still_cancels(broker):
     delivered too."""
     store = timer(broker)
     answer = send_timer(broker, "victim", TIMER_DELIVER_MS=str(T0 + 2500))
-    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
     send_timer(broker, "keep", TIMER_DELIVER_MS=str(T0 + 2500))
     step(broker, store, T0 + 1200)
     assert _convert_ahead(store) == 1
-    send_timer(broker, "mark", TIMER_DELIVER_MS=handle.timestamp,
-               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim"))
+    send_cancel(broker, "mark", answer, "victim")
     send_timer(broker, "late", TIMER_DELIVER_MS=str(T0 + 2500))
     step(broker, store, T0 + 1300)                 # the mark and "late" enqueued
     assert store.ahead.held_bytes == 0             # the mark dropped what was held
@@ -418,9 +420,7 @@ def test_a_cancel_mark_after_the_conversion_ahead_still_cancels(broker):
 
     # Converted again with the mark: C drops the message it names, when due.
     answer = send_timer(broker, "victim2", TIMER_DELIVER_MS=str(T0 + 4500))
-    handle = timer_message.parse_recall_handle(answer.ext_fields["recallHandle"])
-    send_timer(broker, "mark2", TIMER_DELIVER_MS=handle.timestamp,
-               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim2"))
+    send_cancel(broker, "mark2", answer, "victim2")
     send_timer(broker, "keep2", TIMER_DELIVER_MS=str(T0 + 4500))
     step(broker, store, T0 + 3200)
     assert _convert_ahead(store) == 1
