@@ -21,18 +21,33 @@ left to the Python rule) ends the slot's conversion ahead: what follows it is co
 time, in the slot's order.
 """
 import dataclasses
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from pybroker.broker.timer_runs import CChunk, SlotPlan
-
-if TYPE_CHECKING:
-    from pybroker.broker.timer import TimerStore
+from pybroker.broker.timer_runs import CChunk, SlotPlan, Wanted
+from pybroker.store.settings import StoreConfig
+from pybroker.store.timer_wheel import TimerWheel
 
 __all__ = ["AheadRuns", "AHEAD_MS"]
 
 AHEAD_MS = 2000                 # slots falling due this far ahead of the write time
+
+
+class AheadSource(Protocol):
+    """What the conversion ahead reads of the timer (broker/timer.py's TimerStore, which
+    imports this module)."""
+    dequeue_enabled: bool
+    settings: StoreConfig
+    curr_read_time_ms: int
+    curr_write_time_ms: int
+    precision_ms: int
+    wheel: TimerWheel
+
+    def plan_slot(self, slot) -> SlotPlan: ...
+
+    def convert_ahead(self, wanted: Wanted, cancelled: dict[str, dict[str, str]],
+                      dequeue_ms: int) -> CChunk | None: ...
 
 
 class Taken(NamedTuple):
@@ -64,7 +79,7 @@ class AheadRuns:
         self.held_bytes = 0
         self._slots: dict[int, _Ready] = {}
 
-    def step(self, store: "TimerStore", chunk_records: int) -> bool:
+    def step(self, store: AheadSource, chunk_records: int) -> bool:
         """Convert the next chunk of the first slot due within AHEAD_MS that has one left;
         False when there was nothing to do."""
         if self.bytes_max <= 0 or not store.dequeue_enabled or \
@@ -86,7 +101,7 @@ class AheadRuns:
             slot_ms += precision
         return False
 
-    def _ready(self, store: "TimerStore", slot_ms: int, entry: tuple[int, int, int]) -> _Ready:
+    def _ready(self, store: AheadSource, slot_ms: int, entry: tuple[int, int, int]) -> _Ready:
         """The slot's state, planned again when the wheel says units were added to it since
         (its chunks kept while still valid)."""
         ready = self._slots.get(slot_ms)
@@ -103,7 +118,7 @@ class AheadRuns:
             slot_ms + store.precision_ms)
         return ready
 
-    def _convert(self, store: "TimerStore", ready: _Ready, chunk_records: int) -> None:
+    def _convert(self, store: AheadSource, ready: _Ready, chunk_records: int) -> None:
         wanted, start = ready.plan.wanted, ready.covered
         chunk = store.convert_ahead(type(wanted)(*(column[start:start + chunk_records]
                                                    for column in wanted)),
