@@ -182,35 +182,31 @@ class RevivePuts:
         try:
             result = await self.putter.put(records, topic, queue_id, len(entries), 0, True)
         except asyncio.CancelledError:
-            _cancel_all(entries)
+            for _, future in entries:
+                future.cancel()
             raise
         except Exception as error:
             _fail_all(entries, error)
             return
-        _settle_all(entries, result)
+        for _, future in entries:
+            if not future.done():
+                future.set_result(result)
 
 
 def _answer_all(entries: list[tuple[bytearray, asyncio.Future]], done: asyncio.Future) -> None:
     """Answer every waiter of a run with the outcome of its put (``done``)."""
     if done.cancelled():
-        _cancel_all(entries)
+        for _, future in entries:
+            future.cancel()
         return
     error = done.exception()
     if error is not None:
         _fail_all(entries, error)
         return
-    _settle_all(entries, done.result())
-
-
-def _settle_all(entries: list[tuple[bytearray, asyncio.Future]], result) -> None:
+    result = done.result()
     for _, future in entries:
         if not future.done():
             future.set_result(result)
-
-
-def _cancel_all(entries: list[tuple[bytearray, asyncio.Future]]) -> None:
-    for _, future in entries:
-        future.cancel()
 
 
 def _fail_all(entries: list[tuple[bytearray, asyncio.Future]], error: BaseException) -> None:
