@@ -290,12 +290,10 @@ class RingPutter:
         refused = self._refusal(view, topic, topic_bytes, count, wait_store)
         if refused is not None:
             return refused
-        if self._space_waiters:
-            raise RingFull
         loop = asyncio.get_running_loop()
         started = loop.time()
-        request_id = self.core.put_python(view, topic_bytes, queue_id, count, sys_flag,
-                                          wait_store, started)
+        request_id = self._try_reserve(view, topic_bytes, queue_id, count, sys_flag,
+                                       wait_store, started)
         if request_id < 0:
             raise RingFull
         self._commit_put(loop, request_id, view, count, started, future)
@@ -375,11 +373,10 @@ class RingPutter:
         """Write the request into the ring (room and a completion slot): waits, never drops
         (fast failure may withdraw the put: Withdrawn); returns its request id."""
         while True:
-            if not self._space_waiters:
-                request_id = self.core.put_python(view, topic_bytes, queue_id, count, sys_flag,
-                                                  wait_store, started)
-                if request_id >= 0:
-                    return request_id
+            request_id = self._try_reserve(view, topic_bytes, queue_id, count, sys_flag,
+                                           wait_store, started)
+            if request_id >= 0:
+                return request_id
             self.space_waits_total += 1
             loop = asyncio.get_running_loop()
             self.after_commit(loop, self.ring.commit(), 0)   # what is reserved must go out
@@ -387,6 +384,15 @@ class RingPutter:
             if self.fast_failure is not None:
                 self.fast_failure.waiting(loop, waiter, started)
             await waiter
+
+    def _try_reserve(self, view, topic_bytes: bytes, queue_id: int, count: int, sys_flag: int,
+                     wait_store: bool, started: float) -> int:
+        """The request written into the ring now: its id, or -1 when there is no room or
+        puts already wait for room (they go first, in order)."""
+        if self._space_waiters:
+            return -1
+        return self.core.put_python(view, topic_bytes, queue_id, count, sys_flag, wait_store,
+                                    started)
 
     def wait_for_space(self) -> asyncio.Future:
         """A future resolved at the next wake-up that may have freed ring space or completion

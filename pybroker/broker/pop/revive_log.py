@@ -182,31 +182,35 @@ class RevivePuts:
         try:
             result = await self.putter.put(records, topic, queue_id, len(entries), 0, True)
         except asyncio.CancelledError:
-            for _, future in entries:
-                future.cancel()
+            _cancel_all(entries)
             raise
         except Exception as error:
             _fail_all(entries, error)
             return
-        for _, future in entries:
-            if not future.done():
-                future.set_result(result)
+        _settle_all(entries, result)
 
 
 def _answer_all(entries: list[tuple[bytearray, asyncio.Future]], done: asyncio.Future) -> None:
     """Answer every waiter of a run with the outcome of its put (``done``)."""
     if done.cancelled():
-        for _, future in entries:
-            future.cancel()
+        _cancel_all(entries)
         return
     error = done.exception()
     if error is not None:
         _fail_all(entries, error)
         return
-    result = done.result()
+    _settle_all(entries, done.result())
+
+
+def _settle_all(entries: list[tuple[bytearray, asyncio.Future]], result) -> None:
     for _, future in entries:
         if not future.done():
             future.set_result(result)
+
+
+def _cancel_all(entries: list[tuple[bytearray, asyncio.Future]]) -> None:
+    for _, future in entries:
+        future.cancel()
 
 
 def _fail_all(entries: list[tuple[bytearray, asyncio.Future]], error: BaseException) -> None:
