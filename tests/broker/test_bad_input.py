@@ -123,6 +123,18 @@ def _pull(client, topic, queue_id, queue_offset, **changes) -> RemotingCommand:
     return client.invoke(request, TIMEOUT_MS)
 
 
+def _wait_dispatched(client, topic, queue_id, count, timeout_s: float = 10) -> None:
+    """Wait (bounded: the test fails) until the queue's max offset reaches ``count``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        offset = int(client.invoke(create_request(RequestCode.GET_MAX_OFFSET, {
+            "topic": topic, "queueId": str(queue_id)}), TIMEOUT_MS).ext_fields.get("offset", 0))
+        if offset >= count:
+            return
+        assert time.monotonic() < deadline, f"{topic}:{queue_id} dispatched {offset} of {count}"
+        time.sleep(0.02)
+
+
 def _records(body) -> list:
     found, position, data = [], 0, bytes(body or b"")
     while position < len(data):
@@ -508,6 +520,7 @@ def test_client_that_stops_reading_does_not_grow_broker_memory(broker):
                 in (None, "0"):
             for index in range(BULK_MESSAGES):
                 _expect_success(_send(client, BULK_TOPIC, bytes([index]) * BULK_BODY_BYTES))
+        _wait_dispatched(client, BULK_TOPIC, 0, BULK_MESSAGES)   # SEND_OK precedes dispatch
         first = _expect_success(_pull(client, BULK_TOPIC, 0, 0, sys_flag=6))
         assert len(first.body) > 200 * 1024     # each stalled pull is answered with this much
     pull_frame = encode(create_request(RequestCode.PULL_MESSAGE,

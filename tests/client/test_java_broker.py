@@ -44,6 +44,27 @@ async def _send_many(peer, topic: str, count: int, **message_options) -> dict[st
     return sent
 
 
+async def _dispatched(admin, topic: str, at_least: int, timeout_s: float = 10) -> int:
+    """The topic's stored count once it reaches ``at_least`` (or what it is at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = await admin.topic_stats(topic)
+        stored = sum(s.max_offset for s in stats.values())
+        if stored >= at_least or time.monotonic() > deadline:
+            return stored
+        await asyncio.sleep(0.05)
+
+
+async def _found_by_key(admin, topic: str, key: str, timeout_s: float = 10) -> list:
+    """The messages the index finds under ``key`` once it finds any (or none at the deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = await admin.query_message_by_key(topic, key)
+        if found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.05)
+
+
 def test_send_modes_and_results(rocketmq_peer):
     async def scenario():
         topic = _name("send")
@@ -67,9 +88,12 @@ def test_send_modes_and_results(rocketmq_peer):
         async with Admin(rocketmq_peer.namesrv_addr) as admin:
             viewed = await admin.view_message(results[0].offset_msg_id)
             assert viewed.body == big and viewed.tags == "A" and viewed.msg_id == results[0].msg_id
-            stats = await admin.topic_stats(topic)
-            assert sum(s.max_offset for s in stats.values()) == 2 + 1 + 5 + 4
-            found = await admin.query_message_by_key(topic, "k-big")
+            # SEND_OK comes before the broker's dispatch (Java's reput runs behind the
+            # CommitLog), so the consume queues and the index are read until they have caught
+            # up, a bounded wait; then the count must be exact.
+            stored = await _dispatched(admin, topic, 2 + 1 + 5 + 4)
+            assert stored == 2 + 1 + 5 + 4
+            found = await _found_by_key(admin, topic, "k-big")
             assert [m.msg_id for m in found] == [results[0].msg_id]
             try:
                 info = await admin.broker_runtime_info(rocketmq_peer.broker_addr)
