@@ -144,6 +144,7 @@ def build_result(args, records: list[dict], scenarios, started: float, revision:
         "broker_versions": context.get("broker_versions") or {},
         "settings": dict(getattr(args, "set", None) or ()),
         "run_seconds": args.duration, "warmup_seconds": args.warmup, "machine": machine(),
+        "planned_minutes": getattr(args, "planned_min", None),   # --full's plan, vs duration_s
         "scenarios": [{"name": s.name, "kind": s.kind, "body_bytes": s.body_bytes,
                        "threads": s.threads, "batch": s.batch, "flush": s.flush}
                       for s in scenarios],

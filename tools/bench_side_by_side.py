@@ -2,7 +2,7 @@
 """Run RocketMQ-benchmark-style loads against pybroker and Java RocketMQ with one broker.conf.
 
     python tools/bench_side_by_side.py --quick            # 2 scenarios, pybroker + Java 4.9.8
-    python tools/bench_side_by_side.py --full             # the matrix, pybroker + Java 4.9.8/5.3.3
+    python tools/bench_side_by_side.py --full             # the matrix (+ Java 4.9.8/5.3.3), 40 min
     python tools/bench_side_by_side.py --profile          # one pybroker scenario under py-spy
     python tools/bench_side_by_side.py --ha               # master+slave pairs, ASYNC/SYNC_MASTER
     python tools/bench_side_by_side.py --pop              # POP consume TPS, POP-ACK round trip
@@ -18,7 +18,9 @@ what was measured until then is written as a partial result.
 
 The load follows RocketMQ's benchmark tool: 64 sender threads (plus 8 and 32), 128 B and 1 KiB
 bodies, a batch producer, a consumer draining a backlog. Every run lasts ``--duration`` seconds
-(60 by default) and its first ``--warmup`` seconds (10) are discarded: the load program opens a
+(60 by default; ``--full`` plans it: the longest load that lets the whole matrix finish within
+``--budget`` minutes, 40, which is 20 s loads with a 6 s warm-up for 8 scenarios x 3 brokers x
+3 runs) and its first ``--warmup`` seconds (10) are discarded: the load program opens a
 measured window after the warm-up and the broker's processes are sampled at the window's edges
 (CPU µs and context switches per message per process, PSS throughout); the consumer's
 window opens after its first CONSUME_WARMUP_MESSAGES instead. Each (run, scenario,
@@ -92,6 +94,16 @@ POP_ACK_BACKLOG_MESSAGES = 200_000
 POP_CONSUME_WARMUP_MESSAGES = 20_000    # not measured (a slow POP broker never reaches 200,000)
 BACKLOG_TIMEOUT_S = 400          # bound on producing it (pybroker at 5k/s would take 200 s)
 START_SLACK_S = 60.0             # JVM start, route lookup: beyond --duration before a kill
+# The --full plan (issue #28 item 7: the matrix in 40 minutes on this 2-core box). A load's wall
+# time is --duration plus its broker's start, topic, load JVM and stop (measured 2026-12-06
+# with the Java brokers killed after the load: pybroker 3.2 s, Java 4.9.8 7.5 s, 5.3.3 9.6 s),
+# plus the backlog a consume load produces first (Java 12.6 / 18.6 s beyond a produce load's;
+# Apache's Consumer drains 5x more). Each record keeps its "elapsed_s" to check these.
+FULL_BUDGET_MIN = 40
+LOAD_OVERHEAD_S = {"pybroker": 4, "java-4.9.8": 8, "java-5.3.3": 10, "java-5.5.1": 10}
+BACKLOG_EXTRA_S = 12             # a consume load's backlog, project's load (1,000,000)
+APACHE_BACKLOG_EXTRA_S = 45      # Apache's Consumer's backlog (5,000,000)
+PLAN_DURATIONS_S = (60, 50, 40, 35, 30, 25, 20)    # longest first; 20 s: a 14 s window
 FIRST_FAILURE = "BENCH_FIRST_FAILURE "   # tools/java_bench: the first failed send, one line
 APACHE_CONSUMER_STARTED = "Consumer Started."   # Apache's Consumer, after consumer.start()
 
@@ -369,6 +381,7 @@ def failure(record: dict) -> str | None:
 def _measure_one(args, tools, installs, scenario, run_index, name, work_dir, timing) -> dict:
     """Start a fresh broker, run one load against it, stop it; the record (with "error")."""
     load_before = [round(value, 2) for value in os.getloadavg()]
+    began = time.monotonic()
     try:
         broker = _start_broker(name, work_dir, scenario, installs, args.set)
     except jr.HarnessError as error:
@@ -384,6 +397,7 @@ def _measure_one(args, tools, installs, scenario, run_index, name, work_dir, tim
         finally:
             broker.stop()
     record["load_before"] = load_before
+    record["elapsed_s"] = round(time.monotonic() - began, 1)   # start to stop: the plan's input
     return record
 
 
@@ -436,7 +450,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="produce 128 B and 1 KiB with 64 threads, 30 s runs, pybroker and "
                            "Java 4.9.8, 2 runs; compared with the previous quick result")
     mode.add_argument("--full", action="store_const", dest="mode", const="full",
-                      help="the whole matrix against both Java versions, 60 s runs")
+                      help="the whole matrix against both Java versions, 3 runs, loads as "
+                           "long as --budget allows (40 minutes: 25 s loads)")
     mode.add_argument("--profile", action="store_const", dest="mode", const="profile",
                       help="one pybroker scenario under py-spy (installs py-spy): produce "
                       "128 B, or the first scenario of the full matrix --only picks")
@@ -459,8 +474,13 @@ def _parser() -> argparse.ArgumentParser:
                              f"java-5.5.1 is broker 5.5.1 with the 5.3.3 NameServer)")
     parser.add_argument("--runs", type=int, default=None, help="runs (default 3; quick 2)")
     parser.add_argument("--duration", type=int, default=None,
-                        help="seconds per load run, warm-up included (default 60; quick 30)")
-    parser.add_argument("--warmup", type=int, default=10, help="discarded seconds (10)")
+                        help="seconds per load run, warm-up included (default 60; quick 30; "
+                             "full: planned from --budget)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="discarded seconds (10; --full's plan: a third of the load)")
+    parser.add_argument("--budget", type=float, default=None, metavar="MIN",
+                        help=f"--full: minutes the whole matrix may take (default "
+                             f"{FULL_BUDGET_MIN}); the loads are as long as it allows")
     parser.add_argument("--backlog", type=int, default=0, metavar="N",
                         help=f"messages the consume scenario drains (default {BACKLOG_MESSAGES:,}"
                              f"; Apache's Consumer {APACHE_BACKLOG_MESSAGES:,})")
@@ -490,6 +510,50 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def estimate_s(scenarios: list[Scenario], brokers: list[str], runs: int, duration_s: int,
+               apache: bool) -> float:
+    """Wall seconds a matrix takes at ``duration_s`` per load (LOAD_OVERHEAD_S's figures)."""
+    backlog = APACHE_BACKLOG_EXTRA_S if apache else BACKLOG_EXTRA_S
+    per_run = sum(duration_s + LOAD_OVERHEAD_S[name] + (backlog if s.kind == "consume" else 0)
+                  for s in scenarios for name in brokers)
+    return runs * per_run
+
+
+def plan_duration(scenarios: list[Scenario], brokers: list[str], runs: int, apache: bool,
+                  budget_min: float) -> int | None:
+    """The longest load (PLAN_DURATIONS_S) whose matrix fits ``budget_min``; None if none."""
+    for duration_s in PLAN_DURATIONS_S:
+        if estimate_s(scenarios, brokers, runs, duration_s, apache) <= budget_min * 60:
+            return duration_s
+    return None
+
+
+def _plan(args) -> None:
+    """--full without --duration: loads as long as the budget allows (warm-up a third, 5-10 s);
+    a matrix that does not fit even at the shortest load is refused with what would fit."""
+    scenarios = [s for s in matrix(args.mode) if selected(s.name, args.only)]
+    apache = bool(args.apache or args.apache_classes)
+    budget = args.budget if args.budget is not None else FULL_BUDGET_MIN
+    if args.duration is None:
+        args.duration = plan_duration(scenarios, args.brokers, args.runs, apache, budget)
+        if args.duration is None:
+            shortest = estimate_s(scenarios, args.brokers, args.runs, PLAN_DURATIONS_S[-1],
+                                  apache) / 60
+            raise SystemExit(
+                f"the matrix ({len(scenarios)} scenarios x {len(args.brokers)} brokers x "
+                f"{args.runs} runs) needs about {shortest:.0f} minutes even with "
+                f"{PLAN_DURATIONS_S[-1]} s loads, over --budget {budget:g}: run fewer brokers "
+                f"(e.g. java-5.5.1 on its own: --brokers pybroker,java-5.5.1), --only, or give "
+                f"--duration")
+        if args.warmup is None:
+            args.warmup = max(5, min(10, args.duration // 3))
+    minutes = estimate_s(scenarios, args.brokers, args.runs, args.duration, apache) / 60
+    args.planned_min = round(minutes, 1)
+    over = f", over --budget {budget:g}" if minutes > budget else ""
+    sys.stderr.write(f"[bench] plan: {args.duration} s loads (warm-up {args.warmup or 10} s), "
+                     f"about {minutes:.0f} minutes{over}\n")
+
+
 def _settle_args(args) -> None:
     args.mode = args.mode or "quick"
     quick = args.mode in ("quick", "transaction", "timer", "pop")
@@ -500,7 +564,12 @@ def _settle_args(args) -> None:
     args.brokers = [name.strip() for name in (args.brokers or default_brokers).split(",")
                     if name.strip()]
     args.runs = args.runs or (2 if quick else 3)
+    if not set(args.brokers) <= set(BROKERS) or not 1 <= args.runs <= 10:
+        raise SystemExit(f"--brokers takes {','.join(BROKERS)}; --runs 1..10")
+    if args.mode == "full":
+        _plan(args)
     args.duration = args.duration or (30 if short else 60)
+    args.warmup = 10 if args.warmup is None else args.warmup
     if not set(args.brokers) <= set(BROKERS) or not 1 <= args.runs <= 10:
         raise SystemExit(f"--brokers takes {','.join(BROKERS)}; --runs 1..10")
     if not 0 <= args.warmup < args.duration:

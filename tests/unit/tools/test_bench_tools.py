@@ -144,6 +144,34 @@ def test_only_picks_whole_name_parts():
     assert driver.selected("anything", None)
 
 
+def _settled(command: str):
+    args = driver._parser().parse_args(command.split())
+    driver._settle_args(args)
+    return args
+
+
+def test_full_plans_loads_that_fit_its_budget_or_says_what_would(capsys):
+    full = driver.matrix("full")
+    three = ["pybroker", "java-4.9.8", "java-5.3.3"]
+    # 72 loads: duration plus each broker's measured overhead, consume loads their backlog.
+    per_run = sum(20 + driver.LOAD_OVERHEAD_S[name] for name in three) * len(full) \
+        + 3 * driver.BACKLOG_EXTRA_S
+    assert driver.estimate_s(full, three, 3, 20, apache=False) == 3 * per_run
+    args = _settled("--full")
+    assert driver.estimate_s(full, three, 3, args.duration, False) <= 40 * 60 \
+        < driver.estimate_s(full, three, 3, args.duration + 5, False)
+    assert (args.runs, args.brokers, 5 <= args.warmup < args.duration) == (3, three, True)
+    assert "plan: " in capsys.readouterr().err
+    assert _settled("--full --budget 120").duration == 60          # room: Apache's 60 s
+    assert _settled("--full --only w8").duration == 60
+    given = _settled("--full --duration 45 --warmup 7")             # given: kept, estimated
+    assert (given.duration, given.warmup) == (45, 7) and given.planned_min > 40
+    assert "over --budget 40" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="java-5.5.1 on its own"):
+        _settled("--full --brokers pybroker,java-4.9.8,java-5.3.3,java-5.5.1")
+    assert (_settled("--quick").duration, _settled("--quick").warmup) == (30, 10)
+
+
 def _result(mode: str, brokers: list, started: str, revision: str) -> dict:
     records = [_record(broker, 0, 100, 10.0) for broker in brokers]
     machine = {"cpu_model": "cpu", "logical_cpus": 2, "memory_gib": 4.0, "kernel": "k",
