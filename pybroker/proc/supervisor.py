@@ -424,7 +424,9 @@ class Supervisor:
             _start_service(self._delay_delivery(attachment), "delay delivery", outcome),
             _start_service(checks.run(lambda: self.config.broker), "transaction checks",
                            outcome),
-            _start_service(pop.revive_forever(attachment), "POP revive", outcome)]
+            # A retry topic the revive creates reaches the workers' POPs at once.
+            _start_service(pop.revive_forever(attachment, serving.service.push_if_changed),
+                           "POP revive", outcome)]
 
     def _start_controller_role(self, serving: "_Serving") -> None:
         replicas = self.replicas

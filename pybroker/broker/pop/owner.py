@@ -100,9 +100,13 @@ class PopOwner:
         self.directory.harvest()
         self.directory.persist_order_infos()
 
-    async def revive_forever(self, attachment) -> None:
+    async def revive_forever(self, attachment, metadata_changed: Callable[[], Any]) -> None:
         """The revive service's rounds (master only), through the supervisor's own ring;
-        none without the timer, which delivers its records (Java skips revive then too)."""
+        none without the timer, which delivers its records (Java skips revive then too).
+        ``metadata_changed()`` after each round: the retry topics a round created go to the
+        workers then (cheap when nothing changed), not at the next periodic push, 10 s
+        later (a POP of the retry topic would not see its first revived messages until
+        then)."""
         if not self.config.store.timer_wheel_enable:
             log.warning("skip revive topic because timerWheelEnable is false")
             return
@@ -123,6 +127,7 @@ class PopOwner:
             while True:
                 with rounds:
                     await revive.run_once()
+                    metadata_changed()
                 await asyncio.sleep(rounds.next_delay_s(_REVIVE_TICK_S))
         finally:
             self.revive = None
