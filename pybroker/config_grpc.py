@@ -64,9 +64,31 @@ class GrpcConfig:
         rule=between(1, 1024))
     default_invisible_time_mills: int = setting(
         "defaultInvisibleTimeMills", 60000,
-        "invisible time of a receive that asks for auto-renew (the SDKs' push consumers); "
-        "pybroker does not renew it (docs/compatibility.md)", unit="ms", long=True,
+        "invisible time of a receive that asks for auto-renew (the SDKs' push consumers), "
+        "renewed while the client works (grpc_service/renewal.py)", unit="ms", long=True,
         rule=at_least(1000))
+    enable_proxy_auto_renew: bool = setting(
+        "enableProxyAutoRenew", True,
+        "keep what a receive with auto-renew delivered invisible until the client acks it; "
+        "false: such a receive gets the invisible duration it asks for")
+    max_renew_retry_times: int = setting(
+        "maxRenewRetryTimes", 3, "failed renewals of one message before it is let go",
+        unit="count", rule=between(0, 1000))
+    renew_ahead_time_millis: int = setting(
+        "renewAheadTimeMillis", 10_000,
+        "a kept message is renewed when it would become visible within this", unit="ms",
+        long=True, rule=at_least(0))
+    renew_max_time_millis: int = setting(
+        "renewMaxTimeMillis", 3 * 3600 * 1000,
+        "after this long from its first retrieval a kept message gets its group's retry delay "
+        "and is let go", unit="ms", long=True, rule=at_least(0))
+    renew_schedule_period_millis: int = setting(
+        "renewSchedulePeriodMillis", 5000, "how often kept messages are looked at",
+        unit="ms", long=True, rule=between(100, 3600 * 1000))
+    invisible_time_millis_when_clear: int = setting(
+        "invisibleTimeMillisWhenClear", 1000,
+        "a client gone from its group (or the worker stopping): its kept messages come back "
+        "this long after", unit="ms", long=True, rule=at_least(0))
     min_invisible_time_mills_for_recv: int = setting(
         "minInvisibleTimeMillsForRecv", 10000,
         "shortest invisible duration a receive may ask for (ILLEGAL_INVISIBLE_TIME)", unit="ms",

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 # that may leave out unchanged subscriptions.
 IS_SUPPORT_HEART_BEAT_V2 = "IS_SUPPORT_HEART_BEAT_V2"
 IS_SUB_CHANGE = "IS_SUB_CHANGE"
+NO_CONSUMER_REMARK = "no consumer for this group"    # GET_CONSUMER_LIST_BY_GROUP: none left
 
 
 def _java_bool(value: bool) -> str:
@@ -116,7 +117,7 @@ async def handle_get_consumer_list_by_group(ctx: MetadataContext, channel: Clien
         log.warning("getConsumerGroupInfo failed, %s %s", header.consumer_group,
                     channel.remote_address)
         return create_response(request, ResponseCode.SYSTEM_ERROR,
-                               f"no consumer for this group, {header.consumer_group}")
+                               f"{NO_CONSUMER_REMARK}, {header.consumer_group}")
     return create_response(request, ResponseCode.SUCCESS,
                            body=bodies.encode_consumer_list(client_ids))
 

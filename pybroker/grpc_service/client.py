@@ -103,6 +103,7 @@ async def notify_client_termination(host, rctx, request: spb.NotifyClientTermina
     elif settings.client_type in _CONSUME_TYPES:
         checks.validate_group(request.group.name)
         await _unregister(host, rctx, {"consumerGroup": request.group.name})
+        host.renewals.client_gone(rctx.client_id, request.group.name)
     else:
         return spb.NotifyClientTerminationResponse(status=status(
             Code.UNRECOGNIZED_CLIENT_TYPE, pb.ClientType.Name(settings.client_type)))

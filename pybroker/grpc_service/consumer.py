@@ -33,6 +33,7 @@ from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 
 __all__ = ["ReceiptHandle", "decode_handle", "ack_message", "change_invisible_duration",
+           "change_invisible",
            "forward_to_dead_letter_queue", "ack_one", "forward_one", "validate_invisible_time",
            "grpc_handle"]
 
@@ -148,7 +149,8 @@ async def _ack_entry(host, rctx, group: str, topic: str,
     result = spb.AckMessageResultEntry(message_id=entry.message_id,
                                        receipt_handle=entry.receipt_handle)
     try:
-        acked = await ack_one(host, rctx, decode_handle(entry.receipt_handle), group, topic)
+        text = await host.renewals.take(rctx, group, entry.message_id, entry.receipt_handle)
+        acked = await ack_one(host, rctx, decode_handle(text), group, topic)
     except (GrpcRefused, _BadHandle) as error:
         result.status.CopyFrom(_entry_status(error))
         return result
@@ -181,29 +183,42 @@ async def change_invisible_duration(host, rctx, request: spb.ChangeInvisibleDura
     checks.validate_group(request.group.name)
     invisible_ms = request.invisible_duration.ToMilliseconds()
     validate_invisible_time(host.ctx.config.grpc, invisible_ms)
+    group = request.group.name
+    text = await host.renewals.take(rctx, group, request.message_id, request.receipt_handle)
+    new_handle = await change_invisible(host, rctx, text, group, request.topic.name,
+                                        invisible_ms)
+    if new_handle is None:
+        return spb.ChangeInvisibleDurationResponse(status=status(
+            Code.INTERNAL_SERVER_ERROR, "changeInvisibleDuration failed: status is abnormal"))
+    return spb.ChangeInvisibleDurationResponse(status=OK_STATUS, receipt_handle=new_handle)
+
+
+async def change_invisible(host, rctx, text: str, group: str, topic: str,
+                           invisible_ms: int) -> str | None:
+    """CHANGE_MESSAGE_INVISIBLETIME of the handle ``text`` (ConsumerProcessor
+    .changeInvisibleTime, for the activity and the renewals): the new handle, None when the
+    broker did not answer SUCCESS; GrpcRefused when the handle does not parse or has
+    expired."""
     try:
-        handle = decode_handle(request.receipt_handle)
+        handle = decode_handle(text)
     except _BadHandle as error:
         raise GrpcRefused(Code.INTERNAL_SERVER_ERROR, str(error)) from None
     if handle.expired:
         raise _expired_refusal()
-    group = request.group.name
-    topic = handle.real_topic(request.topic.name, group)
+    topic = handle.real_topic(topic, group)
     fields = headers.encode_header(headers.CHANGE_INVISIBLE_TIME_REQUEST, {
         "consumer_group": group, "topic": topic, "queue_id": handle.queue_id,
         "extra_info": handle.text, "queue_offset": handle.offset,
         "invisible_time": invisible_ms})
     answer = await _run(host, rctx, RequestCode.CHANGE_MESSAGE_INVISIBLETIME, fields)
     if answer.code != ResponseCode.SUCCESS:
-        return spb.ChangeInvisibleDurationResponse(status=status(
-            Code.INTERNAL_SERVER_ERROR, "changeInvisibleDuration failed: status is abnormal"))
+        return None
     header = headers.CHANGE_INVISIBLE_TIME_RESPONSE.parse(answer.ext_fields)
     # The proxy in cluster mode: a one-message check-point at the message's own offset.
     extra_info = pop.build_extra_info(handle.offset, header.pop_time, header.invisible_time,
                                       header.revive_qid, topic, handle.broker_name,
                                       handle.queue_id, handle.offset)
-    return spb.ChangeInvisibleDurationResponse(
-        status=OK_STATUS, receipt_handle=grpc_handle(extra_info, handle.commit_log_offset))
+    return grpc_handle(extra_info, handle.commit_log_offset)
 
 
 async def forward_one(host, rctx, handle: ReceiptHandle, message_id: str, group: str,
@@ -231,8 +246,10 @@ async def forward_to_dead_letter_queue(host, rctx,
     """ForwardMessageToDLQActivity: the send-back's answer through the proxy's code table."""
     checks.validate_topic(request.topic.name)
     checks.validate_group(request.group.name)
+    text = await host.renewals.take(rctx, request.group.name, request.message_id,
+                                    request.receipt_handle)
     try:
-        handle = decode_handle(request.receipt_handle)
+        handle = decode_handle(text)
     except _BadHandle as error:
         raise GrpcRefused(Code.INTERNAL_SERVER_ERROR, str(error)) from None
     answer = await forward_one(host, rctx, handle, request.message_id, request.group.name,

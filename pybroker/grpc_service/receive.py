@@ -12,8 +12,8 @@ before an answer. What the proxy adds, in its order:
   call's deadline (ILLEGAL_POLLING_TIME when less than the minimum is left; BAD_REQUEST for a
   client older than 5.0.3);
 * the invisible duration (minInvisibleTimeMillsForRecv..maxInvisibleTimeMills), or
-  defaultInvisibleTimeMills for a receive that asks for auto-renew (the proxy renews those;
-  pybroker does not: docs/compatibility.md);
+  defaultInvisibleTimeMills for a receive that asks for auto-renew, whose messages the worker
+  then keeps invisible until they are acked (grpc_service/renewal.py; enableProxyAutoRenew);
 * the filter expression (ILLEGAL_FILTER_EXPRESSION), at most 32 messages, every queue of the
   topic (queue id -1), the retry topic by the broker's rules, initMode MAX;
 * each message's receipt handle gets its CommitLog offset; a message whose tag the
@@ -201,12 +201,14 @@ class _Receive:
         await consumer.forward_one(self.host, self.rctx, consumer.decode_handle(handle),
                                    message_id, self.group, self.topic)
 
-    async def nack(self, handles: list[str]) -> None:
-        """Make messages the client did not get visible again soon (the writer's NACK)."""
-        for handle in handles:
+    async def nack(self, unwritten: list[pb.Message]) -> None:
+        """Make messages the client did not get visible again soon (the writer's NACK; a
+        message kept for renewal is kept no longer)."""
+        for message in unwritten:
             request = spb.ChangeInvisibleDurationRequest(
                 group=pb.Resource(name=self.group), topic=pb.Resource(name=self.topic),
-                receipt_handle=handle)
+                receipt_handle=message.system_properties.receipt_handle,
+                message_id=message.system_properties.message_id)
             request.invisible_duration.FromMilliseconds(NACK_INVISIBLE_MS)
             try:
                 await consumer.change_invisible_duration(self.host, self.rctx, request)
@@ -259,7 +261,7 @@ async def receive_message(host, rctx, request: spb.ReceiveMessageRequest, contex
     topic, group = request.message_queue.topic.name, request.group.name
     checks.validate_topic(topic)
     checks.validate_group(group)
-    if request.auto_renew:
+    if request.auto_renew and grpc_config.enable_proxy_auto_renew:
         invisible_ms = grpc_config.default_invisible_time_mills
     else:
         invisible_ms = request.invisible_duration.ToMilliseconds()
@@ -282,6 +284,9 @@ async def receive_message(host, rctx, request: spb.ReceiveMessageRequest, contex
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND,
                                                            "no match message"))
         else:
+            if request.auto_renew and host.renewals.enabled:
+                for message in found:
+                    host.renewals.add(rctx, group, topic, message)
             yield spb.ReceiveMessageResponse(status=OK_STATUS)
             async for response in _write_messages(receive, found):
                 yield response
@@ -295,7 +300,7 @@ async def _write_messages(receive: _Receive, found: list[pb.Message]):
             yield spb.ReceiveMessageResponse(message=message)
             written += 1
     except BaseException:
-        unwritten = [message.system_properties.receipt_handle for message in found[written:]]
+        unwritten = found[written:]
         if unwritten:
             start_task(receive.nack(unwritten), "NACK of unwritten messages", None, log)
         raise

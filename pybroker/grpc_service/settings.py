@@ -55,6 +55,23 @@ def _backoff_of_group(backoff: pb.RetryPolicy, group) -> None:
         pb.CustomizedBackoff(next=[duration_ms(step) for step in steps]))
 
 
+def retry_delay_ms(group, reconsume_times: int) -> int:
+    """The group's retry policy's nextDelayDuration for ``reconsume_times`` (Java 5.3.3's
+    ExponentialRetryPolicy: initial x multiplier^n up to max, n within 0..32;
+    CustomizedRetryPolicy: its (n + 2)-th step, the last past the end)."""
+    times = max(reconsume_times, 0)
+    policy = _group_retry_policy(group)
+    if policy.get("type") == "EXPONENTIAL":
+        exponential = policy.get("exponentialRetryPolicy") or {}
+        initial, maximum, multiplier = EXPONENTIAL_DEFAULT_MS
+        initial = int(exponential.get("initial", initial))
+        maximum = int(exponential.get("max", maximum))
+        multiplier = int(exponential.get("multiplier", multiplier))
+        return min(maximum, initial * multiplier ** min(times, 32))
+    steps = (policy.get("customizedRetryPolicy") or {}).get("next") or CUSTOMIZED_NEXT_DEFAULT_MS
+    return int(steps[min(times + 2, len(steps) - 1)])
+
+
 def merge_subscription(settings: pb.Settings, group, grpc_config) -> pb.Settings:
     """mergeSubscriptionData: the group's settings over a consumer's (``group`` None: a
     default SubscriptionGroupConfig)."""

@@ -22,8 +22,10 @@ from pybroker.config import BrokerRole
 from pybroker.grpc_service.acl import GrpcAccessCheck
 from pybroker.grpc_service.client import Telemetry
 from pybroker.grpc_service.producer import QueueSelector, TransactionData
+from pybroker.grpc_service import consumer
+from pybroker.grpc_service.renewal import Renewals, registry_has
 from pybroker.grpc_service.request_context import RequestContext
-from pybroker.grpc_service.settings import ClientSettings
+from pybroker.grpc_service.settings import ClientSettings, retry_delay_ms
 from pybroker.grpc_service.tls import bind_port
 from pybroker.broker import slave_role
 from pybroker.proc.children import STOP_SIGNAL, accept_stop
@@ -52,6 +54,12 @@ class GrpcWorker(RemotingWorker):
         self.transactions = TransactionData()
         self.queue_selector = QueueSelector()
         self.access = GrpcAccessCheck(self.acl) if self.acl is not None else None
+        self.renewals = Renewals(
+            lambda: self.ctx.config.grpc,
+            lambda rctx, handle, group, topic, ms: consumer.change_invisible(
+                self, rctx, handle, group, topic, ms),
+            lambda rctx, group: registry_has(self.forward, rctx, group),
+            lambda group, times: retry_delay_ms(self.replica.subscription_group(group), times))
 
     # --- the host of pybroker.grpc_service ------------------------------------------------------
     def channel_id(self, rctx: RequestContext) -> str:
@@ -115,10 +123,14 @@ class GrpcWorker(RemotingWorker):
         beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
         sweeper = start_task(self._sweep_held_pulls(), "the held-POP sweep", self._fail_stop,
                              log)
+        renewer = start_task(self.renewals.run(), "the receipt handle renewal", self._fail_stop,
+                             log)
         log.info("gRPC worker %d serving %s", self.index, address)
         await self.stopping.wait()
         beat.cancel()
         sweeper.cancel()
+        renewer.cancel()
+        await self.renewals.stop()
         if relay is not None:
             relay.close()
         await server.stop(STOP_GRACE_S)
