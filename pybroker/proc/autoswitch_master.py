@@ -33,6 +33,7 @@ import logging
 import socket
 
 from pybroker import clock
+from pybroker.proc.ha_access import HAAccess, HAGate
 from pybroker.proc.ha_master_base import CommitLogFollower, TransferBuffers, release_buffer
 from pybroker.proc.wake import signal_mask
 from pybroker.protocol import autoswitch_ha as wire
@@ -258,11 +259,13 @@ class AutoSwitchMasterService(CommitLogFollower):
     """The controller-mode master's HA port (see the module docstring)."""
 
     def __init__(self, settings, control, wakes, listener: socket.socket,
-                 clock_ms=clock.now_ms):
+                 clock_ms=clock.now_ms, access: HAAccess | None = None):
         self.control = control
         self.wakes = wakes
         self.slots = wakes.by_slot()
-        self.listener = listener
+        # Admission as on the classic port (haAllowedSlaveAddresses, haTlsEnable,
+        # haSharedSecret; proc/ha_access.py), before the AutoSwitchHA handshake.
+        self.gate = HAGate(listener, access or HAAccess(), self._register, HA_SLAVE_SLOTS_MAX)
         self.clock_ms = clock_ms
         self.batch_bytes = settings.ha_transfer_batch_size
         self.heartbeat_ms = settings.ha_send_heartbeat_interval
@@ -296,12 +299,9 @@ class AutoSwitchMasterService(CommitLogFollower):
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         self.stop = stop
-        self.listener.setblocking(False)
-        loop.add_reader(self.listener, self._accept)
+        self.gate.start("AutoSwitchHA service", f"master end {self.written}, epochs "
+                        f"{[(entry.epoch, entry.start_offset) for entry in self.epochs.entries]}")
         loop.add_reader(self.wakes.ha.fd, self._wake_readable)
-        log.info("AutoSwitchHA service listening on %s, master end %d, epochs %s",
-                 self.listener.getsockname(), self.written,
-                 [(entry.epoch, entry.start_offset) for entry in self.epochs.entries])
         self.apply_sync_state()
         self._timer = loop.call_later(_HOUSEKEEPING_TICK_S, self._tick)
         try:
@@ -311,7 +311,7 @@ class AutoSwitchMasterService(CommitLogFollower):
                 self._timer.cancel()
             self._disarm()
             loop.remove_reader(self.wakes.ha.fd)
-            loop.remove_reader(self.listener)
+            self.gate.stop()
             for connection in list(self.connections.values()):
                 connection.close("master stopping")
             self.commitlog.shutdown(0)
@@ -364,22 +364,14 @@ class AutoSwitchMasterService(CommitLogFollower):
             self.control.remove_waiter("written_position", HA.slot)
 
     # --- connections --------------------------------------------------------------------------
-    def _accept(self) -> None:
-        try:
-            sock, address = self.listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as error:
-            log.warning("HA accept failed: %s", error)
-            return
+    def _register(self, sock, address) -> None:
+        """A peer the gate admitted (a plain or TLS socket)."""
         free = [slot for slot in range(HA_SLAVE_SLOTS_MAX) if slot not in self.connections]
         if not free:
             log.warning("HA connection from %s refused: %d slaves connected already", address,
                         HA_SLAVE_SLOTS_MAX)
             sock.close()
             return
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection = _Connection(self, sock, address, free[0])
         self.connections[connection.slot] = connection
         asyncio.get_running_loop().add_reader(sock, connection.readable)

@@ -27,6 +27,7 @@ import logging
 import socket
 
 from pybroker import clock
+from pybroker.proc.ha_access import HAAccess, HAAccessRefused
 from pybroker.proc.wake import signal_mask, wait_event
 from pybroker.protocol import autoswitch_ha as wire
 from pybroker.store import paths
@@ -54,7 +55,9 @@ class _Truncate(Exception):
 class AutoSwitchSlaveClient:
     """The controller-mode slave's replication loop (see the module docstring)."""
 
-    def __init__(self, settings, broker_id: int, control, wakes, clock_ms=clock.now_ms):
+    def __init__(self, settings, broker_id: int, control, wakes, clock_ms=clock.now_ms,
+                 access: HAAccess | None = None):
+        self.access = access or HAAccess()      # TLS and the challenge, as a classic slave
         self.control = control
         self.wakes = wakes
         self.slots = wakes.by_slot()
@@ -121,7 +124,8 @@ class AutoSwitchSlaveClient:
                             truncate.offset)
                 request_truncation(self.store_root, truncate.offset)
                 return EXIT_TRUNCATE
-            except (OSError, TimeoutError, wire.HAProtocolError, ReplicaRefused) as error:
+            except (OSError, TimeoutError, wire.HAProtocolError, ReplicaRefused,
+                    HAAccessRefused) as error:
                 log.warning("AutoSwitchHAClient: connection to master %s ended: %s (slave end "
                             "%d)", address, error or type(error).__name__, self.replica.end)
             finally:
@@ -140,10 +144,11 @@ class AutoSwitchSlaveClient:
         try:
             await asyncio.wait_for(loop.sock_connect(sock, (host.strip("[]"), int(port))), 3.0)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = await self.access.open_to_master(sock, host.strip("[]"))
             log.info("AutoSwitchHAClient connect to master %s (slave end %d, epochs %s)",
                      address, self.replica.end,
                      [(entry.epoch, entry.start_offset) for entry in self.epochs.entries])
-            session = _Session(self, sock)
+            session = _Session(self, peer)
             reader = loop.create_task(session.receive())  # tidy: allow (awaited)
             changed = loop.create_task(address_changed.wait())  # tidy: allow (awaited)
             try:
@@ -162,7 +167,7 @@ class AutoSwitchSlaveClient:
 class _Session:
     """One connection: handshake, then transfer."""
 
-    def __init__(self, client: AutoSwitchSlaveClient, sock: socket.socket):
+    def __init__(self, client: AutoSwitchSlaveClient, sock):
         self.client = client
         self.replica = client.replica
         self.sock = sock

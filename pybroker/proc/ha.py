@@ -40,31 +40,18 @@ def run_ha(config, control, wakes, listener=None) -> int:
     """Main of the forked ha worker; returns its exit status. In controller mode it speaks
     AutoSwitchHA (pybroker/proc/autoswitch_master.py, autoswitch_slave.py)."""
     controller_mode = config.broker.enable_controller_mode
-    if controller_mode:
-        _warn_admission_not_applied(config.store)
+    # The HA port's admission (proc/ha_access.py) in both protocols.
     if is_slave(config):
-        client = AutoSwitchSlaveClient(config.store, config.broker.broker_id, control, wakes) \
-            if controller_mode else HASlaveClient(
-                config.store, control, wakes, access=HAAccess.from_config(config, master=False))
+        access = HAAccess.from_config(config, master=False)
+        client = AutoSwitchSlaveClient(config.store, config.broker.broker_id, control, wakes,
+                                       access=access) \
+            if controller_mode else HASlaveClient(config.store, control, wakes, access=access)
         return asyncio.run(_run_slave(client, control, wakes))
-    service = AutoSwitchMasterService(config.store, control, wakes, listener) \
-        if controller_mode else HAMasterService(
-            config.store, control, wakes, listener,
-            access=HAAccess.from_config(config, master=True))
+    access = HAAccess.from_config(config, master=True)
+    service = AutoSwitchMasterService(config.store, control, wakes, listener, access=access) \
+        if controller_mode else HAMasterService(config.store, control, wakes, listener,
+                                                access=access)
     return asyncio.run(_run_master(service))
-
-
-def _warn_admission_not_applied(store) -> None:
-    """The HA port's admission settings (proc/ha_access.py) apply to classic replication; the
-    AutoSwitchHA port of controller mode does not apply them yet: say so, never ignore them
-    silently."""
-    set_keys = [key for key, value in (
-        ("haAllowedSlaveAddresses", store.ha_allowed_slave_addresses),
-        ("haSharedSecret", store.ha_shared_secret), ("haTlsEnable", store.ha_tls_enable))
-        if value]
-    if set_keys:
-        log.warning("%s: applied to classic replication only; the controller-mode HA port "
-                    "serves any peer (docs/security.md, \"The HA port\")", ", ".join(set_keys))
 
 
 async def _run_master(service) -> int:

@@ -1,6 +1,8 @@
 # Who may replicate from a master's HA port, and how a slave proves it (docs/security.md).
 """Admission to the HA port (haListenPort), the part of the ha worker that runs before the
-classic HA protocol (:mod:`pybroker.proc.ha_master`, :mod:`pybroker.proc.ha_slave`) starts.
+HA protocol starts: classic (:mod:`pybroker.proc.ha_master`, :mod:`pybroker.proc.ha_slave`)
+or controller mode's AutoSwitchHA (:mod:`pybroker.proc.autoswitch_master`,
+:mod:`pybroker.proc.autoswitch_slave`); both masters accept through :class:`HAGate`.
 
 Java's HA port serves any peer that connects. A master here admits a connection when every
 configured requirement holds:
@@ -24,13 +26,15 @@ import logging
 import os
 import socket
 import ssl
+from typing import Callable
 
 from pybroker import schema
 from pybroker.protocol import ha_auth
+from pybroker.tasks import start_task
 
 log = logging.getLogger("pybroker.proc.ha_access")
 
-__all__ = ["HAAccess", "HAAccessRefused", "TlsSocket", "parse_networks"]
+__all__ = ["HAAccess", "HAAccessRefused", "HAGate", "TlsSocket", "parse_networks"]
 
 HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -280,3 +284,75 @@ async def _write_all(loop, sock, data: bytes, deadline: float) -> None:
             view = view[sock.send(view):]
         except BlockingIOError:
             await _ready(loop, sock, False, deadline)
+
+
+class HAGate:
+    """A master's listener with its admission (classic HA and controller mode's AutoSwitchHA
+    alike): accepts, refuses by address at once, runs TLS and the challenge in a task of
+    its own (at most ``handshakes_max`` at a time) and hands every admitted peer, a plain or
+    TLS socket, to ``register(peer, address)``."""
+
+    def __init__(self, listener: socket.socket, access: HAAccess,
+                 register: Callable[[object, object], None], handshakes_max: int):
+        self.listener = listener
+        self.access = access
+        self.register = register
+        self.handshakes_max = handshakes_max
+        self.handshakes: set[asyncio.Task] = set()
+
+    def start(self, what: str, served_from: str) -> None:
+        """Accept from now on; the start-up line, and the warning for a port that serves any
+        peer on an address other than loopback."""
+        self.listener.setblocking(False)
+        asyncio.get_running_loop().add_reader(self.listener, self.accept)
+        address = self.listener.getsockname()
+        log.info("%s listening on %s, %s, serving %s", what, address, served_from,
+                 self.access.describe())
+        if self.access.open and not ipaddress.ip_address(address[0]).is_loopback:
+            log.warning("the HA port %s serves any peer that reaches it the whole CommitLog "
+                        "(set haAllowedSlaveAddresses, haListenAddress, haSharedSecret or "
+                        "haTlsEnable; docs/security.md)", address)
+
+    def stop(self) -> None:
+        asyncio.get_running_loop().remove_reader(self.listener)
+        for handshake in list(self.handshakes):
+            handshake.cancel()
+
+    def accept(self) -> None:
+        try:
+            sock, address = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as error:
+            log.warning("HA accept failed: %s", error)
+            return
+        refusal = self.access.refusal(str(address[0]))
+        if refusal is not None:
+            log.warning("HA connection from %s refused: %s", address, refusal)
+            sock.close()
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if not self.access.handshake_needed:
+            self.register(sock, address)
+        elif len(self.handshakes) >= self.handshakes_max:
+            log.warning("HA connection from %s refused: %d handshakes in progress", address,
+                        len(self.handshakes))
+            sock.close()
+        else:
+            task = start_task(self._admit(sock, address), "an HA handshake", None, log)
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _admit(self, sock: socket.socket, address) -> None:
+        try:
+            peer = await self.access.admit(sock)
+        except (HAAccessRefused, OSError, TimeoutError) as error:
+            log.warning("HA connection from %s refused: %s", address,
+                        error or type(error).__name__)
+            sock.close()
+            return
+        except BaseException:
+            sock.close()
+            raise
+        self.register(peer, address)

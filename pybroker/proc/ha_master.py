@@ -29,15 +29,14 @@ accepted sockets; a port scanner is not a slave). A SYNC_MASTER put needs at lea
 ``replicated_position`` only for bytes this connection was sent (``sent_end``): the request
 itself, a claim no byte backs yet, releases no acknowledgement (Java counts it). Who may
 connect at all (address allow-list, TLS, shared secret) is :mod:`pybroker.proc.ha_access`,
-applied in :meth:`HAMasterService._accept` before a connection exists here.
+applied by its :class:`~pybroker.proc.ha_access.HAGate` before a connection exists here.
 """
 import asyncio
-import ipaddress
 import logging
 import socket
 
 from pybroker import clock
-from pybroker.proc.ha_access import HAAccess, HAAccessRefused
+from pybroker.proc.ha_access import HAAccess, HAGate
 from pybroker.proc.ha_master_base import CommitLogFollower, TransferBuffers, release_buffer
 from pybroker.proc.wake import PositionWatch, signal_mask
 from pybroker.protocol import ha as ha_protocol
@@ -47,7 +46,6 @@ from pybroker.store.drop_behind import DropBehind
 from pybroker.store.settings import BrokerRole
 from pybroker.store.mapped_file import MappedFile
 from pybroker.store.read_only_store import READER_KEEP_BYTES
-from pybroker.tasks import start_task
 
 log = logging.getLogger("pybroker.proc.ha_master")
 
@@ -217,7 +215,6 @@ class HAMasterService(CommitLogFollower):
         self.control = control
         self.wakes = wakes
         self.slots = wakes.by_slot()
-        self.listener = listener
         self.clock_ms = clock_ms
         self.batch_bytes = settings.ha_transfer_batch_size
         self.heartbeat_ms = settings.ha_send_heartbeat_interval
@@ -235,8 +232,8 @@ class HAMasterService(CommitLogFollower):
         self.drop_behind = DropBehind(self.commitlog.mapped_file_queue,
                                       keep_bytes=READER_KEEP_BYTES)
         self.connections: dict[int, _SlaveConnection] = {}
-        self.access = access or HAAccess()     # as Java: any peer, plain TCP
-        self.handshakes: set[asyncio.Task] = set()
+        self.gate = HAGate(listener, access or HAAccess(),      # as Java: any peer, plain TCP
+                           self._register, HA_SLAVE_SLOTS_MAX)
         self.counted = 0
         self.stop: asyncio.Event | None = None
         # The waiter bit on written_position, set only while a slave waits for new data.
@@ -259,16 +256,8 @@ class HAMasterService(CommitLogFollower):
         """Serve until ``stop`` is set or ``broker_state`` turns STOPPING."""
         loop = asyncio.get_running_loop()
         self.stop = stop
-        self.listener.setblocking(False)
-        loop.add_reader(self.listener, self._accept)
+        self.gate.start("HA service", f"master offset {self.written}")
         loop.add_reader(self.wakes.ha.fd, self._wake_readable)
-        log.info("HA service listening on %s, master offset %d, serving %s",
-                 self.listener.getsockname(), self.written, self.access.describe())
-        if self.access.open and not ipaddress.ip_address(
-                self.listener.getsockname()[0]).is_loopback:
-            log.warning("the HA port %s serves any peer that reaches it the whole CommitLog "
-                        "(set haAllowedSlaveAddresses, haListenAddress, haSharedSecret or "
-                        "haTlsEnable; docs/security.md)", self.listener.getsockname())
         self._tick_s = _HOUSEKEEPING_TICK_S if self.sync_master else _ASYNC_TRANSFER_TICK_S
         self._next_housekeeping = loop.time() + _HOUSEKEEPING_TICK_S
         self._timer = loop.call_later(self._tick_s, self._tick)
@@ -279,9 +268,7 @@ class HAMasterService(CommitLogFollower):
                 self._timer.cancel()
             self.flag.clear_sleeping()
             loop.remove_reader(self.wakes.ha.fd)
-            loop.remove_reader(self.listener)
-            for handshake in list(self.handshakes):
-                handshake.cancel()
+            self.gate.stop()
             for connection in list(self.connections.values()):
                 connection.close("master stopping")
             self.commitlog.shutdown(0)
@@ -330,46 +317,6 @@ class HAMasterService(CommitLogFollower):
                                  " ms")
             elif now - connection.last_write_ms > self.heartbeat_ms:
                 connection.heartbeat()
-
-    def _accept(self) -> None:
-        try:
-            sock, address = self.listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as error:
-            log.warning("HA accept failed: %s", error)
-            return
-        refusal = self.access.refusal(str(address[0]))
-        if refusal is not None:
-            log.warning("HA connection from %s refused: %s", address, refusal)
-            sock.close()
-            return
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not self.access.handshake_needed:
-            self._register(sock, address)
-        elif len(self.handshakes) >= HA_SLAVE_SLOTS_MAX:
-            log.warning("HA connection from %s refused: %d handshakes in progress", address,
-                        len(self.handshakes))
-            sock.close()
-        else:
-            task = start_task(self._admit(sock, address), "an HA handshake", None, log)
-            self.handshakes.add(task)
-            task.add_done_callback(self.handshakes.discard)
-
-    async def _admit(self, sock: socket.socket, address) -> None:
-        """TLS and the shared-secret challenge (ha_access) before the peer is a connection."""
-        try:
-            peer = await self.access.admit(sock)
-        except (HAAccessRefused, OSError, TimeoutError) as error:
-            log.warning("HA connection from %s refused: %s", address,
-                        error or type(error).__name__)
-            sock.close()
-            return
-        except BaseException:
-            sock.close()
-            raise
-        self._register(peer, address)
 
     def _register(self, sock, address) -> None:
         """A peer admitted to the classic protocol."""
