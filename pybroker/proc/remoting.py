@@ -29,6 +29,7 @@ from pybroker.broker.replicas_manager import with_role
 from pybroker.broker.routing import DATA_CODES, METADATA_CODES
 from pybroker.broker.timer_slots import slot_counts_of
 from pybroker.config import BrokerRole, with_broker_settings
+from pybroker.proc.ack_port import FastAckPort
 from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker.proc.metadata_link import LinkBusy, MetadataLink
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID
@@ -135,6 +136,15 @@ class RemotingWorker:
             and self.acl is None else None
         if self.fast_putter is not None and timer_slot_counts is not None:
             timer_slot_counts.follow(self.fast_putter.set_timer_wheel)
+        # The ACK_MESSAGE fast path, on the send fast path's putter (so never on a slave or
+        # with ACL) when POP is served here; not where a put may be refused for want of
+        # in-sync replicas (controller mode's minInSyncReplicas > 1: the handler's rule).
+        self.ack_port: FastAckPort | None = None
+        if self.fast_putter is not None and self.pop is not None \
+                and self.fast_putter.min_in_sync_replicas <= 1:
+            self.ack_port = FastAckPort(config, self.ctx, self.fast_putter)
+            if timer_slot_counts is not None:
+                timer_slot_counts.follow(self.ack_port.set_timer_wheel)
         # The pull fast path (a master without ACL; its table follows the replica and the
         # live brokerPermission): FOUND answers written from the mappings in C.
         self.pull_port: FastPullPort | None = None
@@ -386,6 +396,8 @@ class RemotingWorker:
         if self.fast_putter is not None:
             takers.append(self.fast_putter.open_fast_port(
                 send.born_host_of(connection.remote_address), connection.write_frames))
+        if self.ack_port is not None:
+            takers.append(self.ack_port.open(connection.send_frame))
         if self.pull_port is not None:
             takers.append(PullTaker(self.pull_port, connection,
                                     connection.limits.write_buffer_high_bytes))

@@ -40,6 +40,7 @@ import asyncio
 import collections
 import dataclasses
 from collections.abc import Callable
+from typing import Protocol
 
 from pybroker._fast.send import take as send_take
 from pybroker.broker.interfaces import RingFull
@@ -55,7 +56,7 @@ from pybroker.store import layout
 from pybroker.store.message_store import PutResult
 from pybroker.store.status import PutStatus
 
-__all__ = ["RingPutter"]
+__all__ = ["RingPutter", "FastPut"]
 
 # The fast path writes put requests in C (pybroker/_fast/send/take.pyx) with the appender's
 # C view of ring_format's layout (pybroker/_fast/put_request.pxd, checked by ring_format);
@@ -92,6 +93,13 @@ class _Pending:
     def __init__(self, future, sizes):
         self.future = future
         self.sizes = sizes
+
+
+class FastPut(Protocol):
+    """A put of another fast path waiting for its outcome (RingPutter.add_fast_put)."""
+
+    def settled(self, status: PutStatus) -> None:
+        """The put's outcome (a refusal or withdrawal too)."""
 
 
 def _no_fast_sends() -> FastSendSettings:
@@ -183,7 +191,7 @@ class RingPutter:
         if settings.timer is not None and settings.recall_templates is not None:
             self.core.set_timer(settings.recall_templates,
                                 *dataclasses.astuple(settings.timer))
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Pending | FastPut] = {}
         self._space_waiters: collections.deque = collections.deque()
         core = self.core
         self.holds = AckHolds(core, control, slot, sync_flush or sync_master, self.answer)
@@ -256,6 +264,12 @@ class RingPutter:
         """Drop the fast port of ``slot`` (its connection closed) and the answers due to it."""
         if self._writers.pop(slot, None) is not None:
             self.core.close_slot(slot)
+
+    def add_fast_put(self, request_id: int, pending: "FastPut") -> None:
+        """A put another fast path wrote as a Python path put (the ACK_MESSAGE taker,
+        proc/ack_port.py): ``pending.settled(status)`` is called with its outcome, as a put()
+        returns it."""
+        self._pending[request_id] = pending
 
     # --- put ------------------------------------------------------------------------------------
     async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
@@ -462,6 +476,9 @@ class RingPutter:
             pending = pending_table.pop(request_id, None)
             if pending is None:
                 raise RuntimeError(f"outcome for unknown request {request_id}")
+            if not isinstance(pending, _Pending):      # a fast path's put (add_fast_put)
+                pending.settled(ring_format.status_of(status_code))
+                continue
             if pending.future.done():       # answered busy by fast failure already
                 continue
             status = ring_format.status_of(status_code)
@@ -507,7 +524,12 @@ class RingPutter:
         """Answer the Python path's put ``request_id`` with ``result``; False when it was
         given up already (cancelled)."""
         pending = self._pending.pop(request_id, None)
-        if pending is None or pending.future.done():
+        if pending is None:
+            return False
+        if not isinstance(pending, _Pending):      # a fast path's put (add_fast_put)
+            pending.settled(result.status)
+            return True
+        if pending.future.done():
             return False
         pending.future.set_result(result)
         return True

@@ -21,7 +21,7 @@ cdef enum:
     ACK_TOPIC_MAX_BYTES = 127
     ACK_GROUP_MAX_BYTES = 255
     ACK_BROKER_NAME_MAX_BYTES = 255
-    ACK_REVIVE_TOPIC_MAX_BYTES = 255 # AckRecordSettings' revive and timer topics
+    ACK_REVIVE_TOPIC_MAX_BYTES = 127 # AckRecordSettings' revive and timer topics (V1 records)
     ACK_TEXT_MAX_BYTES = 2048        # the body, the properties, the redirected properties
     ACK_RECORD_BYTES_MAX = 8192
 

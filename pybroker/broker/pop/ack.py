@@ -34,8 +34,10 @@ from pybroker.protocol.command import RemotingCommand, create_response
 from pybroker.protocol.constants import PopConstants
 from pybroker.protocol.headers import parse_request_header
 from pybroker.store.pop_checkpoint import AckMsg, BatchAckMsg
+from pybroker.store.status import PutStatus
 
-__all__ = ["handle_ack_message", "HANDLERS", "ack_orderly", "lock_slot"]
+__all__ = ["handle_ack_message", "HANDLERS", "ack_orderly", "lock_slot", "ack_put",
+           "acked_in_flight"]
 
 log = logging.getLogger("pybroker.broker.pop")
 _LOCK_POLL_S = 0.001
@@ -152,16 +154,28 @@ async def _write_ack(ctx, ack: AckMsg, revive_qid: int, deliver_ms: int, count: 
                                     revive_qid, deliver_ms, ctx.store_host,
                                     send.timer_rules(ctx), ctx.now_ms())
     put = await revive_log.put_revive_record(ctx.putter, record)
-    stored = put.status.stored
-    if ctx.stats is not None:
-        ctx.stats.pop_ack(ack.topic, ack.consumer_group, count, stored)
-    if not stored:
-        log.error("put ack msg error: %s %s", put.status.name, ack)
-    elif broker.enable_pop_log:
-        log.info("ack written: %s", ack)
+    ack_put(ctx, ack.topic, ack.consumer_group, count, put.status, ack)
     slot = await ctx.pop.slots.slot(ack.topic, ack.consumer_group, ack.queue_id)
-    table = ctx.pop.table
-    if ack.pop_time >= table.in_flight_since_ms(slot):
+    acked_in_flight(ctx.pop.table, slot, ack.pop_time, count)
+
+
+def ack_put(ctx, topic: str, group: str, count: int, status: PutStatus, ack: object) -> None:
+    """An ack record of ``count`` acks was put with ``status``: counted (GROUP_ACK_NUMS,
+    BROKER_ACK_NUMS) and logged (``ack`` describes it), as Java, whatever the outcome. The
+    handler and the fast path (broker/pop/ack_fast.py) both end here."""
+    stored = status.stored
+    if ctx.stats is not None:
+        ctx.stats.pop_ack(topic, group, count, stored)
+    if not stored:
+        log.error("put ack msg error: %s %s", status.name, ack)
+    elif ctx.config.broker.enable_pop_log:
+        log.info("ack written: %s", ack)
+
+
+def acked_in_flight(table, slot: int, pop_time: int, count: int) -> None:
+    """Take ``count`` acked messages popped at ``pop_time`` out of the slot's in-flight count,
+    unless they were popped before it was last cleared (PopTable.clear_in_flight)."""
+    if pop_time >= table.in_flight_since_ms(slot):
         table.add_in_flight(slot, -count)
 
 
@@ -199,8 +213,7 @@ async def ack_orderly(ctx, channel, response: RemotingCommand, topic: str, group
             return response
     finally:
         table.unlock(slot, ctx.pop.lock_tag)
-    if pop_time >= table.in_flight_since_ms(slot):
-        table.add_in_flight(slot, -1)
+    acked_in_flight(table, slot, pop_time, 1)
     return response
 
 
