@@ -397,7 +397,7 @@ class RemotingWorker:
             takers.append(self.fast_putter.open_fast_port(
                 send.born_host_of(connection.remote_address), connection.write_frames))
         if self.ack_port is not None:
-            takers.append(self.ack_port.open(connection.send_frame))
+            takers.append(self.ack_port.open(connection.write_frames))
         if self.pull_port is not None:
             takers.append(PullTaker(self.pull_port, connection,
                                     connection.limits.write_buffer_high_bytes))

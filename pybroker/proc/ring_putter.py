@@ -210,6 +210,7 @@ class RingPutter:
         self._signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
         self._writers: dict[int, Callable[[bytes], object]] = {}
+        self._answers_flushes: list[Callable[[], None]] = []
         self.puts_total = 0
         self.space_waits_total = 0
         self.fast_failure = fast_failure
@@ -270,6 +271,11 @@ class RingPutter:
         proc/ack_port.py): ``pending.settled(status)`` is called with its outcome, as a put()
         returns it."""
         self._pending[request_id] = pending
+
+    def add_answers_flush(self, flush: Callable[[], None]) -> None:
+        """``flush()`` runs after every batch of outcomes is handed out (a fast path writes
+        the answers its FastPuts made then: one write per connection per batch)."""
+        self._answers_flushes.append(flush)
 
     # --- put ------------------------------------------------------------------------------------
     async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
@@ -455,6 +461,8 @@ class RingPutter:
         if outcomes:
             self._resolve_all(outcomes)
         self._write_answers()
+        for flush in self._answers_flushes:
+            flush()
 
     @property
     def python_puts_waiting(self) -> int:
@@ -528,6 +536,8 @@ class RingPutter:
             return False
         if not isinstance(pending, _Pending):      # a fast path's put (add_fast_put)
             pending.settled(result.status)
+            for flush in self._answers_flushes:
+                flush()
             return True
         if pending.future.done():
             return False

@@ -18,6 +18,7 @@ and answer SUCCESS. This module states the rest of that contract, derived from t
   ``ack.acked_in_flight``), and the request is counted as proc/remoting.py counts a handled one.
 """
 from collections.abc import Callable
+from typing import Protocol
 
 from pybroker.broker.pop import ack as ack_handler
 from pybroker.protocol.codes import RequestCode, ResponseCode
@@ -25,7 +26,7 @@ from pybroker.protocol.command import RemotingCommand, create_response, encode_j
 from pybroker.store.pop_table import SlotKey
 from pybroker.store.status import PutStatus
 
-__all__ = ["queue_lookup", "answer_pieces", "answer_frame", "FastAck"]
+__all__ = ["queue_lookup", "answer_pieces", "answer_frame", "FastAck", "AnswerQueue"]
 
 _OPAQUE = 2_000_000_001
 _ANSWERED = (int(RequestCode.ACK_MESSAGE), int(ResponseCode.SUCCESS), False)
@@ -65,16 +66,24 @@ def answer_frame(pieces: tuple[bytes, bytes], opaque: int) -> bytes:
     return (length + 4).to_bytes(4, "big") + length.to_bytes(4, "big") + header
 
 
+class AnswerQueue(Protocol):
+    """Where a FastAck's answer goes (proc/ack_port.py FastAckPort: written per batch)."""
+
+    def answer(self, connection: object, frame: bytes) -> None:
+        """Queue ``frame`` for ``connection``."""
+
+
 class FastAck:
     """One ack the fast path put (``AckTaker.take``'s entry) until its outcome: the putter's
     pending put (proc/ring_putter.py FastPut: it calls :meth:`settled`)."""
 
-    __slots__ = ("ctx", "send_frame", "pieces", "entry", "token", "started_ns")
+    __slots__ = ("ctx", "answers", "connection", "pieces", "entry", "token", "started_ns")
 
-    def __init__(self, ctx, send_frame: Callable[[bytes], None],
+    def __init__(self, ctx, answers: "AnswerQueue", connection: object,
                  pieces: tuple[bytes, bytes], entry: tuple, token: int, started_ns: int):
         self.ctx = ctx
-        self.send_frame = send_frame
+        self.answers = answers
+        self.connection = connection
         self.pieces = pieces
         self.entry = entry
         self.token = token
@@ -87,7 +96,7 @@ class FastAck:
         _, opaque, topic, group, _, _, slot, pop_time = self.entry
         ack_handler.ack_put(ctx, topic, group, 1, status, self)
         ack_handler.acked_in_flight(ctx.pop.table, slot, pop_time, 1)
-        self.send_frame(answer_frame(self.pieces, opaque))
+        self.answers.answer(self.connection, answer_frame(self.pieces, opaque))
         stats = ctx.stats
         if stats is not None:
             stats.request_finished("ack", self.token,

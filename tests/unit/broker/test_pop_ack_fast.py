@@ -107,7 +107,7 @@ class AckSide(Side):
             connection.use_frame_taker(TakerChain([
                 self.putter.open_fast_port((bytes([10, 1, 2, 3]), 40000),
                                            connection.write_frames),
-                self.port.open(connection.send_frame)]))
+                self.port.open(connection.write_frames)]))
         return connection, transport
 
     def ack_figures(self) -> tuple:
