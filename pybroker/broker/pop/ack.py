@@ -14,6 +14,11 @@ offset lies in the queue (NO_MESSAGE), then by the receipt handle (``extraInfo``
 BATCH_ACK_MESSAGE carries several queues' acks in its body (NO_MESSAGE when it has none); the
 offsets outside a queue's bounds are left out, a queue with none left writes nothing, and
 nothing in it is refused (Java answers SUCCESS whatever it could not use).
+
+Most ACK_MESSAGEs of a remoting worker never reach this handler: the frame taker of the ACK
+fast path (broker/pop/ack_fast.py, proc/ack_port.py, _fast/pop/) puts the non-order ones whose
+queue it knows in C and ends them with :func:`ack_put` and :func:`acked_in_flight`; this
+handler stays the reference for everything else (docs/architecture/pop.md).
 """
 import asyncio
 import logging

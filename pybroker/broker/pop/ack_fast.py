@@ -36,12 +36,15 @@ def queue_lookup(ctx) -> Callable[[str, str, int, int], int]:
     """``lookup(topic, group, queue_id, queue_offset)`` for ``AckTaker``: the POP slot of the
     queue when the handler's checks pass, else -1 (the handler answers)."""
     def lookup(topic: str, group: str, queue_id: int, queue_offset: int) -> int:
-        topic_config = ctx.metadata.topic_config(topic)
-        if topic_config is None or not 0 <= queue_id < topic_config.read_queue_nums:
-            return -1
-        store = ctx.store
-        if not store.get_min_offset_in_queue(topic, queue_id) <= queue_offset \
-                <= store.get_max_offset_in_queue(topic, queue_id):
+        try:
+            topic_config = ctx.metadata.topic_config(topic)
+            if topic_config is None or not 0 <= queue_id < topic_config.read_queue_nums:
+                return -1
+            store = ctx.store
+            if not store.get_min_offset_in_queue(topic, queue_id) <= queue_offset \
+                    <= store.get_max_offset_in_queue(topic, queue_id):
+                return -1
+        except Exception:   # the handler makes the same calls and answers as it does
             return -1
         slot = ctx.pop.slots.cached(SlotKey(topic, group, queue_id))
         return -1 if slot is None else slot
