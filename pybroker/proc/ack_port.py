@@ -67,12 +67,12 @@ class FastAckPort:
             for write_frames, frames in answers.items():
                 write_frames(frames[0] if len(frames) == 1 else b"".join(frames))
 
-    def accepted(self, write_frames, taken: list, appender_asleep: bool) -> None:
+    def accepted(self, loop: asyncio.AbstractEventLoop, write_frames, taken: list,
+                 appender_asleep: bool) -> None:
         """The acks one take put: each a pending put of the putter, counted as the handler's
         requests are when they start (proc/remoting.py _local)."""
         ctx, putter, pieces = self.ctx, self.putter, self.pieces
         stats = ctx.stats
-        loop = asyncio.get_running_loop()
         for entry in taken:
             if stats is not None:
                 token, started_ns = stats.request_started("ack"), stats.now_ns()
@@ -92,11 +92,14 @@ class FastAckPort:
 class AckFrameTaker:
     """One client connection's frame taker for the ACK_MESSAGE fast path."""
 
-    __slots__ = ("_port", "_write_frames")
+    __slots__ = ("_port", "_write_frames", "_loop")
 
     def __init__(self, port: FastAckPort, write_frames):
         self._port = port
         self._write_frames = write_frames
+        # Its connection's loop (asyncio.get_running_loop() is a getpid system call a take
+        # on Python 3.11).
+        self._loop = asyncio.get_running_loop()
 
     def take(self, buffer, start: int, end: int) -> tuple[int, int, int]:
         """``(position, outcome, frame_length)`` after putting the leading fast acks."""
@@ -106,7 +109,7 @@ class AckFrameTaker:
         taker.divert = fast_failure is not None and fast_failure.page_cache_busy()
         position, outcome, frame_length, taken, asleep = taker.take(buffer, start, end)
         if taken:
-            port.accepted(self._write_frames, taken, asleep)
+            port.accepted(self._loop, self._write_frames, taken, asleep)
         return position, outcome, frame_length
 
     def wait_for_space(self) -> asyncio.Future:
