@@ -12,9 +12,10 @@ before ``position`` the taker has taken itself.
 :class:`WholeFrames` takes nothing: every whole frame is the connection's (clients, the
 NameServer, internal links, a broker without the send fast path). A remoting worker's client
 connections use the send fast path's port (``pybroker.proc.send_port.FastSendPort``), which
-takes the leading sends straight into the send ring, and the pull fast path's
-(``pybroker.proc.pull_port.PullTaker``), which answers the leading pulls it can, one after the
-other in a :class:`TakerChain`.
+takes the leading sends straight into the send ring, the ACK_MESSAGE fast path's
+(``pybroker.proc.ack_port.AckFrameTaker``), which puts the leading acks' records into it, and
+the pull fast path's (``pybroker.proc.pull_port.PullTaker``), which answers the leading pulls it
+can, one after the other in a :class:`TakerChain`.
 """
 import asyncio
 from collections.abc import Sequence
@@ -62,7 +63,7 @@ class WholeFrames:
 class TakerChain:
     """Takers tried in turn: each takes what it can from where the one before it stopped,
     and a frame that every one of them declines is the connection's (a remoting worker's
-    client connections: the send fast path's port, then the pull fast path's). A TAKE_FULL
+    client connections: the send fast path's port, the ACK taker, the pull fast path's). A TAKE_FULL
     waits for the taker that said it."""
 
     __slots__ = ("_takers", "_full")
