@@ -51,23 +51,6 @@ cdef class AckTaker:
     as the handler's ctx.now_ms) gives the records' born time and the timer rule's now, read
     once per :meth:`take`."""
 
-    cdef SendPath _core
-    cdef AckRecordSettings _settings
-    cdef bytes _revive_topic
-    cdef bytes _timer_topic
-    cdef bytes _store_ip
-    cdef object _wheel
-    cdef object _lookup
-    cdef object _clock_ms
-    cdef int64_t _take_ms
-    cdef Scratch _scratch
-    cdef unsigned char *_record
-    cdef Py_ssize_t _frame_max_bytes
-    cdef Py_ssize_t _ext_fields_max
-    cdef public bint divert         # every frame goes to the handler (fast failure, settings)
-    cdef readonly uint64_t acks_total
-    cdef readonly uint64_t other_frames_total
-
     def __cinit__(self):
         self._scratch.data = NULL
         self._scratch.bytes = 0
