@@ -67,6 +67,7 @@ class _Ready:
     chunks: list = dataclasses.field(default_factory=list)
     covered: int = 0                        # records of plan.wanted the chunks were made of
     held_bytes: int = 0
+    planned_bytes: int = 0                  # the parked records' bytes of plan.wanted
     stopped: bool = False                   # a chunk C did not take whole, or the cap
 
 
@@ -108,14 +109,15 @@ class AheadRuns:
         if ready is not None and ready.entry == entry:
             return ready
         plan = store.plan_slot(store.wheel.slot(slot_ms))
+        planned = int(plan.wanted.sizes.sum())
         if ready is not None and self._valid(ready, plan):
-            ready.entry, ready.plan = entry, plan
+            ready.entry, ready.plan, ready.planned_bytes = entry, plan, planned
             return ready
         if ready is not None:
             self.forget(slot_ms)
         ready = self._slots[slot_ms] = _Ready(
             entry, plan, frozenset(plan.cancelled), dict(plan.cancelled),
-            slot_ms + store.precision_ms)
+            slot_ms + store.precision_ms, planned_bytes=planned)
         return ready
 
     def _convert(self, store: AheadSource, ready: _Ready, chunk_records: int) -> None:
@@ -132,6 +134,14 @@ class AheadRuns:
         ready.covered += chunk.records
         ready.held_bytes += len(chunk.out)
         self.held_bytes += len(chunk.out)
+
+    def coming_bytes(self) -> int:
+        """About the CommitLog bytes the slots planned ahead will be put as when they fall
+        due (converted or not: what is not held is converted then), at most ``bytes_max``;
+        the flusher faults their pages in ahead of the appender (store/prefault.py)."""
+        coming = sum(max(ready.held_bytes, ready.planned_bytes)
+                     for ready in self._slots.values())
+        return min(coming, self.bytes_max)
 
     def plan_of(self, slot_ms: int, slot) -> SlotPlan | None:
         """The plan read ahead for the slot when the wheel's entry (first, last, count) is

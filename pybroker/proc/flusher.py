@@ -126,6 +126,8 @@ class _Flusher:
         # append path (store/prefault.py). Warmed files are faulted in whole already.
         self.prefault = None if settings.warm_maped_file_enable \
             else PrefaultWindow(commitlog, flushed)
+        # The timer's re-puts of slots due soon: written at once when they fall due.
+        self.timer_ahead = control.timer_ahead()
         # The page cache keeps the pages faulted in ahead (and the allocator's warmed ones)
         # for the appender: this process's mappings of them go (store/drop_behind.py).
         self.drop_behind = DropBehind(commitlog.mapped_file_queue)
@@ -171,12 +173,14 @@ class _Flusher:
 
     def prefault_ahead(self, prefault: PrefaultWindow) -> None:
         """After the flush, keep the window of faulted pages ahead of the appender
-        (store/prefault.py). Under SYNC_FLUSH acks wait for this process: only when nothing
-        is waiting to be flushed, and at most SYNC_PREFAULT_BYTES_MAX per turn."""
+        (store/prefault.py), wide enough for the timer's re-puts of slots due soon.
+        Under SYNC_FLUSH acks wait for this process: only when nothing is waiting to be
+        flushed, and at most SYNC_PREFAULT_BYTES_MAX per turn."""
+        coming = self.timer_ahead.coming_bytes
         if not self.sync:
-            populated = prefault.advance(self.followed)
+            populated = prefault.advance(self.followed, coming_bytes=coming)
         elif self.control.written_position <= self.commitlog.flushed_where:
-            populated = prefault.advance(self.followed, SYNC_PREFAULT_BYTES_MAX)
+            populated = prefault.advance(self.followed, SYNC_PREFAULT_BYTES_MAX, coming)
         else:
             return
         if populated:

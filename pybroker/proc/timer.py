@@ -204,6 +204,9 @@ class _TimerWorker:
             last_enqueue_ms=engine.last_enqueue_ms,
             last_enqueue_store_ms=engine.last_enqueue_store_ms,
             slots_done=figures.slots_delivered)
+        # The bytes the appender will write at once when the slots planned ahead fall due:
+        # the flusher faults their CommitLog pages in ahead (store/prefault.py).
+        self.control.timer_ahead().set(coming_bytes=engine.ahead.coming_bytes())
         self._publish_stats(figures)
 
     def _publish_stats(self, figures) -> None:

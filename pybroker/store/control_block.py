@@ -37,11 +37,12 @@ field moves (bit i = worker slot i; see ``pybroker.proc.wake.PositionWatch``)::
     SYNC_STATE_OFFSET + 24 + 8 * i 8  broker id of member i (i < n <= HA_SLAVE_SLOTS_MAX)
     TIMER_OFFSET + 8 * i           8  TIMER_WORDS[i]                 timer worker
     TIMER_MASTER_OFFSET + 8 * i    8  TIMER_MASTER_WORDS[i]          supervisor (a slave's)
+    TIMER_AHEAD_OFFSET             8  re-put bytes coming soon       timer worker
 
 with ``WORKERS_OFFSET = 64 * (1 + len(FIELDS))`` = 1216, ``WORKER_SLOTS_MAX`` = 32 lines,
 ``HA_SLAVE_SLOTS_MAX`` = 8 lines, ``TAKEN_OFFSET`` = 3776 (4 lines, all written by the
-appender), ``SYNC_STATE_OFFSET`` = 4032 (2 lines) and the two timer lines at 4160 and 4224, in
-a file of two 4096-byte pages. The SyncStateSet lines (controller mode,
+appender), ``SYNC_STATE_OFFSET`` = 4032 (2 lines) and the three timer lines at 4160, 4224 and
+4288, in a file of two 4096-byte pages. The SyncStateSet lines (controller mode,
 docs/architecture/controller.md) are the members a master's acknowledgements wait for,
 published by the supervisor (a sequence lock: readers retry while the sequence is odd or moved)
 and read by the master's ha worker. The timer line (pybroker/proc/timer.py) publishes where the
@@ -49,7 +50,10 @@ and read by the master's ha worker. The timer line (pybroker/proc/timer.py) publ
 enqueue offset in rmq_sys_wheel_timer, enqueue and dequeue TPS (x1000), the wall and store
 times (ms) of its last enqueued message and the slots it delivered. A slave's supervisor writes
 its master's timer checkpoint into the master line (the same sequence lock) for the slave's
-timer worker to follow. The fast-failure
+timer worker to follow. The timer's ahead line holds about the bytes it will re-put when the
+slots it plans ahead (those falling due within 2 s, broker/timer_ahead.py) fall due: CommitLog
+bytes the appender will write at once, which the flusher faults in ahead of it
+(store/prefault.py). The fast-failure
 handshake (pybroker/proc/fast_failure.py): the producer stores ``cancel_request_id``, fences,
 loads ``taken_request_id``; the appender stores ``taken_request_id`` (the last id of the batch
 it took), fences, loads ``cancel_request_id``. One of the two sees the other's store, so a
@@ -142,8 +146,10 @@ TIMER_MASTER_WORDS = ("seq", "read_time_ms", "queue_offset", "state_version",
                       "version_timestamp", "version_counter")
 # The first cache line after the SyncStateSet's.
 TIMER_OFFSET = -(-SYNC_STATE_END_OFFSET // CACHE_LINE_BYTES) * CACHE_LINE_BYTES
+TIMER_AHEAD_WORDS = ("coming_bytes",)
 TIMER_MASTER_OFFSET = TIMER_OFFSET + CACHE_LINE_BYTES
-BLOCK_END_OFFSET = TIMER_MASTER_OFFSET + CACHE_LINE_BYTES
+TIMER_AHEAD_OFFSET = TIMER_MASTER_OFFSET + CACHE_LINE_BYTES
+BLOCK_END_OFFSET = TIMER_AHEAD_OFFSET + CACHE_LINE_BYTES
 FILE_SIZE_BYTES = 8192
 
 assert FIELD_OFFSETS["written_position"] == 64
@@ -156,9 +162,10 @@ assert TAKEN_OFFSET == 3776
 assert SYNC_STATE_OFFSET == 4032
 assert SYNC_STATE_END_OFFSET == 4120 <= TIMER_OFFSET
 assert len(HA_SLAVE_WORDS) * 8 <= CACHE_LINE_BYTES
-assert (TIMER_OFFSET, TIMER_MASTER_OFFSET) == (4160, 4224)
-assert BLOCK_END_OFFSET == 4288 <= FILE_SIZE_BYTES
-assert 8 * max(len(TIMER_WORDS), len(TIMER_MASTER_WORDS)) <= CACHE_LINE_BYTES
+assert (TIMER_OFFSET, TIMER_MASTER_OFFSET, TIMER_AHEAD_OFFSET) == (4160, 4224, 4288)
+assert BLOCK_END_OFFSET == 4352 <= FILE_SIZE_BYTES
+assert 8 * max(len(TIMER_WORDS), len(TIMER_MASTER_WORDS), len(TIMER_AHEAD_WORDS)) \
+    <= CACHE_LINE_BYTES
 assert len(WORKER_COUNTERS) * 8 <= CACHE_LINE_BYTES
 assert WAITERS_FIELD_OFFSET + 8 <= CACHE_LINE_BYTES
 # A waiters mask is one 64-bit word: one bit per worker slot.
@@ -352,6 +359,14 @@ class TimerLine(_Line):
     """The timer worker's published figures (TIMER_WORDS; see the module docstring)."""
     _WORDS = TIMER_WORDS
     _OFFSET = TIMER_OFFSET
+
+
+class TimerAheadLine(_Line):
+    """What the timer worker will re-put soon (TIMER_AHEAD_WORDS): ``coming_bytes``, about
+    the bytes of the slots it plans ahead (falling due within 2 s), read by the flusher's
+    pre-fault window."""
+    _WORDS = TIMER_AHEAD_WORDS
+    _OFFSET = TIMER_AHEAD_OFFSET
 
 
 class TimerMasterLine(_Line):
@@ -594,6 +609,10 @@ class ControlBlock:
     def timer(self) -> TimerLine:
         """The timer worker's line."""
         return TimerLine(self)
+
+    def timer_ahead(self) -> TimerAheadLine:
+        """The timer worker's line of re-put bytes coming soon."""
+        return TimerAheadLine(self)
 
     def timer_master(self) -> TimerMasterLine:
         """A slave's copy of its master's timer checkpoint."""

@@ -23,6 +23,8 @@ from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.remoting.client import SyncRemotingClient
+from pybroker.store import paths
+from pybroker.store.control_block import ControlBlock
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -151,6 +153,14 @@ def test_timer_messages_arrive_on_time_roll_and_recall(tmp_path):
             [(b"b1", {"KEYS": "batch1", "TIMER_DELAY_SEC": "30"}),
              (b"b2", {"KEYS": "batch2", "TIMER_DELIVER_MS": str(_now_ms() + 30_000)})]))
         assert batch.code == ResponseCode.SUCCESS and "recallHandle" not in batch.ext_fields
+        control = ControlBlock(paths.control_block_path(broker.store_dir), create=False)
+        ahead = control.timer_ahead()
+        # The re-puts of slots planned ahead are published for the flusher's pre-fault
+        # window before their slot is due ("deliver" is due 2 s after its send)...
+        deadline = time.monotonic() + 2.5
+        while ahead.coming_bytes == 0:
+            assert time.monotonic() < deadline, "no re-put bytes coming were published"
+            time.sleep(0.005)
         drain = Drain()
         got = drain.until(client, {"deliver", "sec", "ms", "roll", "past", "batch1", "batch2"},
                           15)
@@ -159,6 +169,12 @@ def test_timer_messages_arrive_on_time_roll_and_recall(tmp_path):
         drain.poll(client)
         got = drain.by_key()
         assert "victim" not in got
+        # ... and none once every slot was delivered.
+        deadline = time.monotonic() + 2
+        while ahead.coming_bytes:
+            assert time.monotonic() < deadline, f"{ahead.coming_bytes} bytes still coming"
+            time.sleep(0.01)
+        control.close()
         for key, (earliest, latest) in windows.items():
             if key == "victim":
                 continue

@@ -382,14 +382,20 @@ def test_runs_converted_ahead_are_put_when_due_never_before(broker):
         send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 2500), DELAY_NOTE=f"t{key}")
     step(broker, store, T0 + 100)
     assert _convert_ahead(store) == 0              # slot T0+2000 falls due at T0+3000: too far
+    assert store.ahead.coming_bytes() == 0
     step(broker, store, T0 + 1200)
     assert _convert_ahead(store) == 1 and store.ahead.held_bytes > 0
+    # The bytes coming when the slot falls due (the flusher pre-faults them): here all held.
+    coming = store.ahead.coming_bytes()
+    assert coming == store.ahead.held_bytes
     step(broker, store, T0 + 2999)
     assert delivered(broker) == {} and store.ahead.held_bytes > 0
     step(broker, store, T0 + 3007)
     got = delivered(broker)
     assert set(got) == {"a", "b", "c"} and store.figures.converted_ahead == 3
     assert store.ahead.held_bytes == 0 and store.metrics.count(harness.TOPIC) == 0
+    assert store.ahead.coming_bytes() == 0
+    assert sum(decoded.total_size for decoded, _ in broker.records(harness.TOPIC, 1)) == coming
     for decoded, properties in broker.records(harness.TOPIC, 1):
         key = properties["KEYS"]
         assert bytes(decoded.body) == key.encode() and properties["DELAY_NOTE"] == f"t{key}"
@@ -466,5 +472,12 @@ def test_the_cap_on_held_bytes_leaves_the_rest_to_due_time(broker):
     step(broker, store, T0 + 1200)
     assert _convert_ahead(store) == 1 and store.ahead.held_bytes == 0
     assert _convert_ahead(store) == 0               # the slot is stopped, not retried
+    # What is put when it falls due is still coming (converted then), within the cap.
+    assert store.ahead.coming_bytes() == 1
+    store.ahead.bytes_max = 1 << 20
+    parked = sum(decoded.total_size
+                 for decoded, _ in broker.records(timer_message.TIMER_TOPIC, 0))
+    assert store.ahead.coming_bytes() == parked     # about: the records as parked
     step(broker, store, T0 + 3000)
     assert set(delivered(broker)) == {"a", "b"} and store.figures.converted_ahead == 0
+    assert store.ahead.coming_bytes() == 0

@@ -44,12 +44,14 @@ def test_layout_table():
     assert control_block.SYNC_STATE_END_OFFSET == control_block.SYNC_STATE_OFFSET + \
         8 * (3 + control_block.SYNC_STATE_MEMBERS_MAX)
     # The timer worker's line (the first after the SyncStateSet's), then a slave supervisor's
-    # copy of its master's timer line, on the second page.
+    # copy of its master's timer line, then the timer's line of re-put bytes coming soon, on
+    # the second page.
     assert control_block.TIMER_OFFSET % control_block.CACHE_LINE_BYTES == 0
     assert 0 <= control_block.TIMER_OFFSET - control_block.SYNC_STATE_END_OFFSET < 64
     assert control_block.TIMER_OFFSET >= 4096
     assert control_block.TIMER_MASTER_OFFSET == control_block.TIMER_OFFSET + 64
-    assert control_block.BLOCK_END_OFFSET == control_block.TIMER_MASTER_OFFSET + 64
+    assert control_block.TIMER_AHEAD_OFFSET == control_block.TIMER_MASTER_OFFSET + 64
+    assert control_block.BLOCK_END_OFFSET == control_block.TIMER_AHEAD_OFFSET + 64
     assert control_block.BLOCK_END_OFFSET <= control_block.FILE_SIZE_BYTES
     assert {owner for _, owner in control_block.FIELD_OWNERS} == {
         "appender", "flusher", "dispatcher", "ha", "supervisor"}
@@ -246,6 +248,11 @@ def test_timer_lines_publish_and_the_master_line_reads_whole_writes(tmp_path):
         assert master.read() == (2, 1_800_000_000_000, 12, 0, 1_800_000_000_500, 33)
         master.set(seq=master.seq + 1)                 # a write under way: no torn read
         assert master.read() is None
+        ahead = block.timer_ahead()
+        assert ahead.coming_bytes == 0
+        ahead.set(coming_bytes=300 << 20)
+        assert (ahead.coming_bytes, timer.read_time_ms, master.seq) == \
+            (300 << 20, 1_800_000_001_000, 3)
         with pytest.raises(AttributeError):
             _ = timer.nonsense
     finally:

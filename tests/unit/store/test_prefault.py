@@ -88,6 +88,50 @@ def test_window_follows_the_write_rate_within_its_bounds(tmp_path):
         commitlog.shutdown(0)
 
 
+
+def test_bytes_known_to_come_are_covered_whole_before_they_are_written(tmp_path):
+    """The timer's re-puts held for slots due soon (the control block's timer ahead line):
+    the window covers them before the appender writes a byte of them, beyond the rate rule's
+    maximum, into the file the allocator made ready (not followed yet, and left unmapped),
+    and never creates a file."""
+    file_size = 256 * MIB
+    commitlog = CommitLog(str(tmp_path / "commitlog"), file_size)
+    path = commitlog.mapped_file_queue.last_mapped_file(0).path
+    window = PrefaultWindow(commitlog, 0)
+    coming = 3 * WINDOW_MAX_BYTES
+    try:
+        assert window.advance(0, coming_bytes=0) == 0 and disk_bytes(path) == 0
+        # Nothing written yet: the coming bytes alone open the window.
+        assert window.advance(0, coming_bytes=coming) == coming
+        assert window.prefaulted_position == coming
+        assert coming <= disk_bytes(path) <= coming + MIB
+        assert window.advance(0, coming_bytes=coming) == 0       # covered already
+        # The writer moves: the rate rule applies again beside what is still coming.
+        assert window.advance(coming - MIB, coming_bytes=coming) == coming - MIB
+        assert window.prefaulted_position == 2 * coming - MIB
+        # Under SYNC_FLUSH a turn populates at most bytes_max of it.
+        assert window.advance(coming, MIB, coming_bytes=2 * coming) == MIB
+        assert window.prefaulted_position == 2 * coming
+        # Up to the end of the last existing file: here the one being written.
+        assert window.advance(coming, coming_bytes=file_size) == file_size - 2 * coming
+        assert window.prefaulted_position == file_size
+        # The allocator makes the next file ready: the window goes on into it.
+        ready = MappedFile(str(tmp_path / "commitlog" / offset_file_name(file_size)),
+                           file_size)
+        ready.close()
+        assert window.advance(coming, coming_bytes=file_size) == coming
+        assert window.prefaulted_position == file_size + coming
+        assert coming <= disk_bytes(ready.path) <= coming + MIB
+        assert len(commitlog.mapped_file_queue.mapped_files) == 1
+        # Beyond it nothing: no third file appears.
+        assert window.advance(coming, coming_bytes=4 * file_size) == file_size - coming
+        assert window.prefaulted_position == 2 * file_size
+        assert sorted(os.listdir(tmp_path / "commitlog")) == \
+            [offset_file_name(0), offset_file_name(file_size)]
+    finally:
+        commitlog.shutdown(0)
+
+
 @pytest.mark.dataplane
 def test_writer_and_prefaulting_process_share_the_file_safely(tmp_path):
     file_size = 16 * MIB
