@@ -12,6 +12,11 @@ nowhere else):
 * ``PYBROKER_BUILD_ONLY=frame,send.take`` builds only those extensions (development).
 * ``build_ext --cython-always`` regenerates every .c even when it looks up to date.
 
+The gRPC front (``pybroker/_fast/grpc_front/``: C++ on Debian's libgrpc++, ``grpcNativeFront``)
+is built only when ``pkg-config`` finds grpc++ and protobuf (``apt-get install libgrpc++-dev
+pkg-config``); without them the build warns and leaves it out, and gRPC workers serve with grpcio
+alone.
+
 Without ``--force`` / ``--cython-always`` the build is incremental: Cython regenerates a .c only
 when its .pyx or a .pxd / .h it uses changed, and only those extensions are compiled again. A
 build of another flavour (debug, sanitize) than the last one rebuilds everything: the flavour is
@@ -19,6 +24,8 @@ kept in ``build/pybroker-flavour``.
 """
 import glob
 import os
+import subprocess
+import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext as _build_ext
@@ -29,6 +36,7 @@ SANITIZE = os.environ.get("PYBROKER_SANITIZE", "") not in ("", "0")
 ONLY = [n for n in os.environ.get("PYBROKER_BUILD_ONLY", "").split(",") if n]
 FLAVOUR = f"debug={int(DEBUG)} sanitize={int(SANITIZE)}\n"
 FLAVOUR_FILE = os.path.join("build", "pybroker-flavour")
+GRPC_FRONT = "grpc_front"           # its own extension: C++, libgrpc++ (see _grpc_front)
 
 
 def _extensions():
@@ -48,14 +56,41 @@ def _extensions():
     for pyx in sorted(sources):
         # frame, send.take: the module's name below pybroker._fast
         stem = os.path.splitext(os.path.relpath(pyx, FAST_DIR))[0].replace(os.sep, ".")
-        if ONLY and stem not in ONLY:
+        if stem.startswith(GRPC_FRONT + ".") or (ONLY and stem not in ONLY):
             continue
         extensions.append(Extension(
             "pybroker._fast." + stem, [pyx], include_dirs=[FAST_DIR],
             extra_compile_args=compile_args, extra_link_args=link_args,
             define_macros=macros, libraries=["z"],
         ))
+    front = _grpc_front(compile_args, link_args, macros)
+    if front is not None and (not ONLY or front.name.removeprefix("pybroker._fast.") in ONLY):
+        extensions.append(front)
     return extensions
+
+
+def _grpc_front(compile_args, link_args, macros):
+    """The gRPC front's extension (C++, libgrpc++), or None with a warning when libgrpc++'s
+    development files are missing."""
+    try:
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "grpc++", "protobuf"],
+                               check=True, capture_output=True, text=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        print("warning: libgrpc++ not found by pkg-config (apt-get install libgrpc++-dev "
+              "pkg-config): the gRPC front (grpcNativeFront) is not built; gRPC workers "
+              "serve with grpcio alone", file=sys.stderr)
+        return None
+    directory = os.path.join(FAST_DIR, GRPC_FRONT)
+    return Extension(
+        f"pybroker._fast.{GRPC_FRONT}.front",
+        [os.path.join(directory, "front.pyx"), os.path.join(directory, "relay.cc")],
+        include_dirs=[FAST_DIR, directory], language="c++",
+        extra_compile_args=compile_args + ["-std=c++17"] +
+        [f for f in flags if f.startswith(("-I", "-D", "-pthread"))],
+        extra_link_args=link_args + [f for f in flags if not f.startswith(("-I", "-D"))],
+        define_macros=macros,
+        depends=[os.path.join(directory, "relay.h")],
+    )
 
 
 class build_ext(_build_ext):

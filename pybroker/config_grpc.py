@@ -21,6 +21,10 @@ class GrpcConfig:
     grpc_server_port: int = setting("grpcServerPort", 8081,
         "port of the gRPC endpoint (apache.rocketmq.v2.MessagingService) on bindAddress",
         rule=between(1, 65535), important=True)
+    grpc_native_front: bool = setting("grpcNativeFront", False,
+        "serve grpcServerPort with the C++ front (libgrpc++), which relays every call to the "
+        "worker's grpcio service on a private socket; needs the front built (setup.py with "
+        "libgrpc++-dev), else a warning and grpcio serves the port", pybroker_only=True)
     grpc_max_inbound_message_size: int = setting("grpcMaxInboundMessageSize", 130 << 20,
         "largest gRPC message accepted", unit="bytes", rule=between(4096, 1 << 30))
     enable_message_body_empty_check: bool = setting("enableMessageBodyEmptyCheck", True,

@@ -92,10 +92,15 @@ async def _pump(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> N
                 pass
 
 
+def relay_for(config, index: int) -> PermissiveRelay:
+    """The first-byte relay of gRPC worker ``index`` on grpcServerPort."""
+    return PermissiveRelay(config.remoting.bind_address, config.grpc.grpc_server_port,
+                           config.remoting.server_socket_backlog, index)
+
+
 def serve_permissive(server, tls, config, index: int) -> tuple[str, PermissiveRelay]:
     """Add the two unix listeners to ``server``; the relay is started after the server."""
-    relay = PermissiveRelay(config.remoting.bind_address, config.grpc.grpc_server_port,
-                            config.remoting.server_socket_backlog, index)
+    relay = relay_for(config, index)
     plain, secure = relay.grpc_addresses()
     server.add_insecure_port(plain)
     server.add_secure_port(secure, tls.credentials())

@@ -5,7 +5,8 @@ RocketMQ 5 SDKs send, as gRPC metadata: ``x-mq-client-id``, ``x-mq-language`` (J
 GO, ...), ``x-mq-client-version``, ``x-mq-protocol`` (GRPC_V2), ``x-mq-namespace``,
 ``x-mq-request-id``, ``x-mq-date-time`` and ``authorization`` (the ACL signature, see
 pybroker/grpc_service/acl.py). A call without a client id is refused CLIENT_ID_REQUIRED
-"client id cannot be empty", as the proxy refuses it before any activity runs.
+"client id cannot be empty", as the proxy refuses it before any activity runs. The client's
+address is the call's peer, or behind the C++ front the peer the front passes on.
 """
 import dataclasses
 
@@ -57,12 +58,17 @@ def peer_address(peer: str) -> str:
     return peer
 
 
-def context_of(metadata, peer: str) -> RequestContext:
-    """The context of a call from its invocation metadata (pairs) and peer string."""
+def context_of(metadata, peer: str, peer_key: str | None = None) -> RequestContext:
+    """The context of a call from its invocation metadata (pairs) and peer string. Behind the
+    C++ front (``peer_key`` set: grpc_service/front.py) the caller's peer string is the
+    metadata value under ``peer_key``, which only the front sets (grpcio then listens on the
+    front's private socket alone)."""
     values: dict[str, str] = {}
     for key, value in metadata or ():
         if isinstance(value, str):
             values[key.lower()] = value
+    if peer_key is not None:
+        peer = values.pop(peer_key, peer)
     return RequestContext(values.get(CLIENT_ID, ""), values.get(LANGUAGE, ""),
                           values.get(CLIENT_VERSION, ""), values.get(NAMESPACE, ""),
                           peer_address(peer), values)

@@ -12,7 +12,8 @@ proxy's generated base class does.
 The host provides: ``ctx`` (a BrokerContext), ``settings`` (ClientSettings), ``telemetry``
 (client.Telemetry), ``transactions`` (producer.TransactionData), ``queue_selector``,
 ``access`` (GrpcAccessCheck or None), ``forward(code, ext_fields, body, rctx)`` (a metadata
-request through the metadata service) and ``channel_id(rctx)``.
+request through the metadata service), ``channel_id(rctx)`` and ``peer_key`` (the metadata key of
+the caller's peer behind the C++ front, or None: grpc_service/front.py).
 """
 import asyncio
 import logging
@@ -40,7 +41,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.host = host
 
     def _context(self, context, request, rpc: str) -> RequestContext:
-        rctx = context_of(context.invocation_metadata(), context.peer())
+        rctx = context_of(context.invocation_metadata(), context.peer(), self.host.peer_key)
         rctx.require_client_id()
         access = self.host.access
         if access is not None:
@@ -114,7 +115,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator, context):
         """Client settings both ways, and the broker's commands for the client."""
-        rctx = context_of(context.invocation_metadata(), context.peer())
+        rctx = context_of(context.invocation_metadata(), context.peer(), self.host.peer_key)
         host = self.host
         stream = host.telemetry.open(rctx.client_id)
         # Both awaited below (asyncio.wait, then result() or cancel()).

@@ -11,7 +11,8 @@ grpcio binds its own listening socket: each gRPC worker binds grpcServerPort wit
 (the kernel spreads connections over the workers); the supervisor probed the port at start and
 holds it with a socket that never listens (pybroker/proc/listeners.py, reserve_port). grpc is
 imported only here, after the fork: the supervisor never starts grpc's threads, so no process
-forks with them.
+forks with them. With grpcNativeFront the C++ front (libgrpc++, pybroker/grpc_service/front.py)
+binds grpcServerPort instead and relays every call to the grpcio server on a private socket.
 """
 import asyncio
 import logging
@@ -19,6 +20,7 @@ import logging
 from pybroker.broker.channel import Channel
 from pybroker.broker.context import Handler
 from pybroker.config import BrokerRole
+from pybroker.grpc_service import front as grpc_front
 from pybroker.grpc_service.acl import GrpcAccessCheck
 from pybroker.grpc_service.client import Telemetry
 from pybroker.grpc_service.producer import QueueSelector, TransactionData
@@ -60,6 +62,7 @@ class GrpcWorker(RemotingWorker):
                 self, rctx, handle, group, topic, ms),
             lambda rctx, group: registry_has(self.forward, rctx, group),
             lambda group, times: retry_delay_ms(self.replica.subscription_group(group), times))
+        self.peer_key: str | None = None   # set when the C++ front serves the port
 
     # --- the host of pybroker.grpc_service ------------------------------------------------------
     def channel_id(self, rctx: RequestContext) -> str:
@@ -116,8 +119,18 @@ class GrpcWorker(RemotingWorker):
                                           ("grpc.max_send_message_length", size_max),
                                           ("grpc.so_reuseport", 1)])
         service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
-        address, relay = bind_port(server, self.config, self.index)
+        front_type = grpc_front.front_type() if self.config.grpc.grpc_native_front else None
+        front = None
+        if front_type is None:
+            address, relay = bind_port(server, self.config, self.index)
+        else:
+            backend = grpc_front.backend_address(self.index)
+            server.add_insecure_port(backend)
+            self.peer_key = grpc_front.peer_key()
         await server.start()
+        if front_type is not None:
+            address, front, relay = grpc_front.start_front(front_type, self.config, self.index,
+                                                           backend)
         if relay is not None:
             await relay.start()
         beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
@@ -133,6 +146,9 @@ class GrpcWorker(RemotingWorker):
         await self.renewals.stop()
         if relay is not None:
             relay.close()
+        if front is not None:
+            # The calls in flight end through grpcio, which needs this loop running.
+            await loop.run_in_executor(None, front.stop, STOP_GRACE_S)
         await server.stop(STOP_GRACE_S)
         await self._stop()
 

@@ -5,7 +5,9 @@ and messages, transactions ended by the client and by a server check-back, termi
 
 Method: one real broker process (free ports, short transaction checks) and grpcio's own
 client with the vendored stubs, speaking as an SDK does (its metadata headers, a Telemetry
-stream); what was stored is read back with raw remoting pulls of the broker's queues.
+stream); what was stored is read back with raw remoting pulls of the broker's queues. The module
+runs twice: grpcio serving the port, and the C++ front (grpcNativeFront) relaying every call to
+it, which must not change one answer and must pass on the caller's address.
 """
 import json
 import queue
@@ -16,7 +18,7 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from pybroker._testbase.cluster import StandaloneBroker, free_port
+from pybroker._testbase.cluster import StandaloneBroker, free_port, read_log
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
@@ -24,6 +26,7 @@ from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 from pybroker.protocol.rocketmq_v2 import service_pb2_grpc
 from tests.ha_support import client_for, pull, records_of, wait_for
+from tests.peers import unavailable
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -36,15 +39,34 @@ METADATA = (("x-mq-client-id", CLIENT_ID), ("x-mq-language", "PYTHON"),
             ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2"))
 
 
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory):
+def front_built() -> bool:
+    try:
+        from pybroker._fast.grpc_front import front  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# The line a gRPC worker logs when the C++ front serves its port (grpc_service/front.py).
+FRONT_SERVING = "(plain, C++ front)"
+
+
+@pytest.fixture(scope="module", params=["grpcio", "front"])
+def endpoint(request, tmp_path_factory):
+    front = request.param == "front"
+    if front and not front_built():
+        unavailable("the gRPC front is not built (libgrpc++-dev missing at build time)")
     port = free_port()
     broker = StandaloneBroker(tmp_path_factory.mktemp("grpc"), {
         "grpcWorkers": "1", "grpcServerPort": str(port), "transactionCheckInterval": "1000",
         "transactionTimeOut": "1000", "grpcClientConsumerMinLongPollingTimeoutMillis": "1000",
-        "grpcClientConsumerMaxLongPollingTimeoutMillis": "10000"})
+        "grpcClientConsumerMaxLongPollingTimeoutMillis": "10000",
+        "grpcNativeFront": str(front).lower()})
     broker.start()
     try:
+        wait_for(lambda: "gRPC worker 0 serving" in read_log(broker.log_path), 30,
+                 "the gRPC worker's serving line")
+        assert (FRONT_SERVING in read_log(broker.log_path)) == front
         remoting = client_for(broker.broker_addr)
         for topic, message_type in ((TOPIC, "NORMAL"), (TX_TOPIC, "TRANSACTION")):
             answer = remoting.invoke(create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
@@ -195,6 +217,17 @@ def _sends(stub, remoting):
     assert properties["PGROUP"] == TOPIC and properties["__BORNHOST"] == "10.1.2.3"
     assert properties["BORN_TIMESTAMP"] == "1700000000123"
     assert stored[0].born_timestamp == 1_700_000_000_123
+    # Without a born host the message's is the caller's address, also behind the front.
+    answer = stub.SendMessage(spb.SendMessageRequest(messages=[
+        _message(TOPIC, b"hello peer", "MSGID-0002")]), metadata=METADATA)
+    assert answer.status.code == pb.OK, answer.status
+
+    def peer_stored() -> bool:
+        stored[:] = [r for r in _stored(remoting, TOPIC) if bytes(r.body) == b"hello peer"]
+        return bool(stored)
+    wait_for(peer_stored, 10, "the message without a born host")
+    host, _, port = props.decode_properties(stored[0].properties)["__BORNHOST"].partition(":")
+    assert host == "127.0.0.1" and int(port) > 0
 
 
 def _refusals(stub):

@@ -1,0 +1,253 @@
+// The gRPC front's relay: a libgrpc++ async generic server whose every call (unary, server
+// streaming, bidi: all are streams of messages on the wire) is relayed message by message, as
+// bytes, to the worker's grpcio service on its private socket, on one completion-queue thread.
+#include "relay.h"
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+namespace pybroker_front {
+
+const char* const kPeerKey = "x-pybroker-peer";
+
+namespace {
+
+// Client metadata the relayed call carries: not what grpc sets on each hop itself, nor the
+// peer key (the front's own).
+bool Relayed(const grpc::string_ref& key) {
+    const std::string name(key.data(), key.size());
+    if (name.empty() || name[0] == ':' || name.rfind("grpc-", 0) == 0) return false;
+    return name != "user-agent" && name != "te" && name != "content-type" && name != kPeerKey;
+}
+
+}  // namespace
+
+class Relay;
+
+class Front {
+  public:
+    grpc::AsyncGenericService service;
+    std::unique_ptr<grpc::ServerCompletionQueue> queue;
+    std::unique_ptr<grpc::Server> server;
+    std::shared_ptr<grpc::Channel> backend;
+    std::unique_ptr<grpc::GenericStub> stub;
+    std::thread thread;
+    std::atomic<std::uint64_t> accepted{0};
+
+    void Accept();
+    void Run();
+};
+
+// One public call and its relayed call. Every step runs on the front's queue thread; at most
+// one read and one write is outstanding per stream; the relay frees itself when no operation
+// of either call is outstanding.
+class Relay {
+  public:
+    enum Op {
+        kAccepted, kServerRead, kServerWrite, kServerFinish, kServerDone,
+        kClientStart, kClientRead, kClientWrite, kClientWritesDone, kClientFinish, kOps
+    };
+    struct Tag {
+        Relay* relay;
+        Op op;
+    };
+
+    explicit Relay(Front* front) : front_(front) {
+        for (int op = 0; op < kOps; ++op) tags_[op] = Tag{this, static_cast<Op>(op)};
+        server_context_.AsyncNotifyWhenDone(&tags_[kServerDone]);
+        front->service.RequestCall(&server_context_, &server_stream_, front->queue.get(),
+                                   front->queue.get(), Next(kAccepted));
+    }
+
+    void Proceed(Op op, bool ok) {
+        --pending_;
+        switch (op) {
+        case kAccepted:
+            if (!ok) {          // the server is shutting down: the call never started
+                delete this;
+                return;
+            }
+            ++pending_;         // the done notification, armed when the call started
+            front_->accepted.fetch_add(1, std::memory_order_relaxed);
+            front_->Accept();
+            StartClient();
+            break;
+        case kServerRead:
+            if (client_writes_closed_) break;
+            if (ok) {
+                client_stream_->Write(request_, Next(kClientWrite));
+            } else {            // the caller half-closed
+                client_writes_closed_ = true;
+                client_stream_->WritesDone(Next(kClientWritesDone));
+            }
+            break;
+        case kClientWrite:
+            if (!ok) {          // the backend ended the call; its status comes by the reads
+                client_writes_closed_ = true;
+            } else if (!server_finishing_) {
+                server_stream_.Read(&request_, Next(kServerRead));
+            }
+            break;
+        case kClientRead:
+            if (ok) {
+                server_stream_.Write(response_, Next(kServerWrite));
+            } else {
+                FinishClient();
+            }
+            break;
+        case kServerWrite:
+            if (ok) {
+                client_stream_->Read(&response_, Next(kClientRead));
+            } else {            // the caller is gone
+                client_context_.TryCancel();
+                FinishClient();
+            }
+            break;
+        case kClientFinish:
+            for (const auto& [key, value] : client_context_.GetServerTrailingMetadata()) {
+                if (Relayed(key)) {
+                    server_context_.AddTrailingMetadata(std::string(key.data(), key.size()),
+                                                        std::string(value.data(), value.size()));
+                }
+            }
+            server_finishing_ = true;
+            server_stream_.Finish(status_, Next(kServerFinish));
+            break;
+        case kServerDone:
+            if (server_context_.IsCancelled()) client_context_.TryCancel();
+            break;
+        case kClientStart:
+            // The start's operation set carries the writes too: the first request is read
+            // when it is done. A call that could not start ends by its reads (Finish).
+            if (ok) server_stream_.Read(&request_, Next(kServerRead));
+            break;
+        case kServerFinish:
+        case kClientWritesDone:
+        case kOps:
+            break;
+        }
+        if (pending_ == 0) delete this;
+    }
+
+  private:
+    void* Next(Op op) {
+        ++pending_;
+        return &tags_[op];
+    }
+
+    void StartClient() {
+        for (const auto& [key, value] : server_context_.client_metadata()) {
+            if (Relayed(key)) {
+                client_context_.AddMetadata(std::string(key.data(), key.size()),
+                                            std::string(value.data(), value.size()));
+            }
+        }
+        client_context_.AddMetadata(kPeerKey, server_context_.peer());
+        client_context_.set_deadline(server_context_.raw_deadline());
+        client_stream_ = front_->stub->PrepareCall(&client_context_, server_context_.method(),
+                                                   front_->queue.get());
+        client_stream_->StartCall(Next(kClientStart));
+        client_stream_->Read(&response_, Next(kClientRead));
+    }
+
+    void FinishClient() {
+        if (client_finishing_) return;
+        client_finishing_ = true;
+        client_stream_->Finish(&status_, Next(kClientFinish));
+    }
+
+    Front* front_;
+    Tag tags_[kOps];
+    int pending_ = 0;
+    grpc::GenericServerContext server_context_;
+    grpc::GenericServerAsyncReaderWriter server_stream_{&server_context_};
+    grpc::ClientContext client_context_;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> client_stream_;
+    grpc::ByteBuffer request_;
+    grpc::ByteBuffer response_;
+    grpc::Status status_;
+    bool client_writes_closed_ = false;   // WritesDone sent, or the backend took no more
+    bool client_finishing_ = false;
+    bool server_finishing_ = false;
+};
+
+void Front::Accept() { new Relay(this); }
+
+void Front::Run() {
+    void* tag;
+    bool ok;
+    while (queue->Next(&tag, &ok)) {
+        auto* step = static_cast<Relay::Tag*>(tag);
+        step->relay->Proceed(step->op, ok);
+    }
+}
+
+Front* Start(const Config& config, std::string* error) {
+    auto front = std::make_unique<Front>();
+    grpc::ServerBuilder builder;
+    builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+    builder.SetMaxSendMessageSize(config.max_message_bytes);
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 1);
+    std::vector<int> bound(config.plain_addresses.size() + config.tls_addresses.size(), 0);
+    size_t index = 0;
+    for (const std::string& address : config.plain_addresses) {
+        builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound[index++]);
+    }
+    if (!config.tls_addresses.empty()) {
+        grpc::SslServerCredentialsOptions tls(
+            config.require_client_auth
+                ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+        tls.pem_root_certs = config.trusted;
+        tls.pem_key_cert_pairs.push_back({config.private_key, config.certificate_chain});
+        auto credentials = grpc::SslServerCredentials(tls);
+        for (const std::string& address : config.tls_addresses) {
+            builder.AddListeningPort(address, credentials, &bound[index++]);
+        }
+    }
+    builder.RegisterAsyncGenericService(&front->service);
+    front->queue = builder.AddCompletionQueue();
+    front->server = builder.BuildAndStart();
+    bool all_bound = front->server != nullptr;
+    for (int port : bound) all_bound = all_bound && port != 0;
+    if (!all_bound) {
+        *error = "the gRPC front could not bind its listeners";
+        if (front->server != nullptr) front->server->Shutdown();
+        front->queue->Shutdown();
+        void* tag;
+        bool ok;
+        while (front->queue->Next(&tag, &ok)) {
+        }
+        return nullptr;
+    }
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(config.max_message_bytes);
+    arguments.SetMaxSendMessageSize(config.max_message_bytes);
+    front->backend = grpc::CreateCustomChannel(config.backend, grpc::InsecureChannelCredentials(),
+                                               arguments);
+    front->stub = std::make_unique<grpc::GenericStub>(front->backend);
+    front->Accept();
+    Front* started = front.release();
+    started->thread = std::thread([started] { started->Run(); });
+    return started;
+}
+
+void Stop(Front* front, double grace_s) {
+    front->server->Shutdown(std::chrono::system_clock::now() +
+                            std::chrono::milliseconds(static_cast<long>(grace_s * 1000)));
+    front->queue->Shutdown();
+    front->thread.join();
+    delete front;
+}
+
+std::uint64_t CallsAccepted(const Front* front) {
+    return front->accepted.load(std::memory_order_relaxed);
+}
+
+}  // namespace pybroker_front
