@@ -16,6 +16,7 @@ import pytest
 
 from pybroker._testbase import certs
 from pybroker._testbase.cluster import StandaloneBroker, free_port
+from pybroker.grpc_service import front as grpc_front
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request, decode
@@ -44,8 +45,10 @@ PROXY_SETTINGS = {"transactionHeartbeatPeriodSecond": 1, "grpcShutdownTimeSecond
 NATIVE_SETTINGS = {"grpcWorkers": "1", "tls.server.mode": "permissive",
                    "grpcClientConsumerMinLongPollingTimeoutMillis": "1000",
                    "grpcClientConsumerMaxLongPollingTimeoutMillis": "3000"}
-# java, pybroker: behind the proxy; native: the SDKs at pybroker's own gRPC port, no proxy.
-BACKENDS = ("java", "pybroker", "native")
+# java, pybroker: behind the proxy; native: the SDKs at pybroker's own gRPC port, no proxy;
+# native-front: the same with the C++ front serving the port (grpcNativeFront).
+NATIVE_BACKENDS = {"native": False, "native-front": True}
+BACKENDS = ("java", "pybroker", *NATIVE_BACKENDS)
 
 
 @dataclasses.dataclass
@@ -72,12 +75,12 @@ class Deployment:
 @contextlib.contextmanager
 def deployment(backend: str, work_dir: pathlib.Path, peers_module, broker_settings=None):
     """pybroker standalone or Java 5.3.3 (NameServer + broker), then the proxy (captured);
-    ``native``: pybroker standalone serving the SDKs itself."""
+    ``native`` / ``native-front``: pybroker standalone serving the SDKs itself."""
     global rocketmq_proxy
     rocketmq_proxy = peers_module.load_tool("rocketmq_proxy")
     settings = dict(BROKER_SETTINGS, **(broker_settings or {}))
-    if backend == "native":
-        with _native(work_dir, settings, peers_module) as running:
+    if backend in NATIVE_BACKENDS:
+        with _native(backend, work_dir, settings, peers_module) as running:
             yield running
         return
     install = peers_module.java_install("5.3.3")
@@ -102,17 +105,22 @@ def deployment(backend: str, work_dir: pathlib.Path, peers_module, broker_settin
 
 
 @contextlib.contextmanager
-def _native(work_dir: pathlib.Path, settings: dict[str, str], peers_module):
+def _native(backend: str, work_dir: pathlib.Path, settings: dict[str, str], peers_module):
     missing = certs.openssl_missing()
     if missing:
         peers_module.unavailable(missing)
+    front = NATIVE_BACKENDS[backend]
+    if front and not grpc_front.built():
+        peers_module.unavailable("the gRPC front is not built (libgrpc++-dev missing at build "
+                                 "time)")
     certificates = certs.make_certificates(work_dir / "certs")
     port = free_port()
-    settings = dict(settings, **NATIVE_SETTINGS, grpcServerPort=str(port))
+    settings = dict(settings, **NATIVE_SETTINGS, grpcServerPort=str(port),
+                    grpcNativeFront=str(front).lower())
     settings.update({"tls.server.certPath": str(certificates.server_cert),
                      "tls.server.keyPath": str(certificates.server_key)})
     with StandaloneBroker(work_dir / "pybroker", settings) as broker:
-        yield Deployment("native", f"127.0.0.1:{broker.namesrv_port}",
+        yield Deployment(backend, f"127.0.0.1:{broker.namesrv_port}",
                          f"127.0.0.1:{broker.broker_port}", None, f"127.0.0.1:{port}")
 
 

@@ -14,12 +14,21 @@ without the front.
 The front is built only where libgrpc++ was found (setup.py); :func:`front_type` warns once
 and answers None when it is missing, and grpcio serves the port itself.
 """
+import importlib.util
 import logging
 import os
 
 from pybroker.grpc_service.tls import GrpcTls
 
 log = logging.getLogger("pybroker.grpc.front")
+
+
+FRONT_MODULE = "pybroker._fast.grpc_front.front"
+
+
+def built() -> bool:
+    """Whether this build has the front (setup.py found libgrpc++)."""
+    return importlib.util.find_spec(FRONT_MODULE) is not None
 
 
 def front_type():

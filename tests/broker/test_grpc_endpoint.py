@@ -19,6 +19,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from pybroker._testbase.cluster import StandaloneBroker, free_port, read_log
+from pybroker.grpc_service import front as grpc_front
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
@@ -39,14 +40,6 @@ METADATA = (("x-mq-client-id", CLIENT_ID), ("x-mq-language", "PYTHON"),
             ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2"))
 
 
-def front_built() -> bool:
-    try:
-        from pybroker._fast.grpc_front import front  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 # The line a gRPC worker logs when the C++ front serves its port (grpc_service/front.py).
 FRONT_SERVING = "(plain, C++ front)"
 
@@ -54,7 +47,7 @@ FRONT_SERVING = "(plain, C++ front)"
 @pytest.fixture(scope="module", params=["grpcio", "front"])
 def endpoint(request, tmp_path_factory):
     front = request.param == "front"
-    if front and not front_built():
+    if front and not grpc_front.built():
         unavailable("the gRPC front is not built (libgrpc++-dev missing at build time)")
     port = free_port()
     broker = StandaloneBroker(tmp_path_factory.mktemp("grpc"), {

@@ -6,7 +6,9 @@ message; with enforcing, a plain client cannot talk to it.
 
 Method: real brokers (openssl-made certificates, a plain_acl.yml in the test's directory) and
 grpcio's client over a TLS channel trusting the test CA and over a plain channel; metadata
-signed as rocketmq-python-client signs it.
+signed as rocketmq-python-client signs it. Each runs with grpcio serving the port and with the
+C++ front (grpcNativeFront: its own TLS listener when enforcing, behind the worker's first-byte
+relay when permissive).
 """
 import datetime
 import hashlib
@@ -18,14 +20,17 @@ import pytest
 from pybroker._testbase import certs
 from pybroker._testbase.cluster import StandaloneBroker, free_port
 from pybroker.acl.signature import sign_request
+from pybroker.grpc_service import front as grpc_front
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 from pybroker.protocol.rocketmq_v2 import service_pb2_grpc
 from tests.ha_support import client_for
+from tests.peers import unavailable
 
 pytestmark = [pytest.mark.timeout(180)]
+SERVED_BY = pytest.mark.parametrize("front", [False, True], ids=["grpcio", "front"])
 
 PRODUCER = ("grpc-producer", "grpc-secret-1")
 ADMIN = ("grpc-admin", "grpc-admin-secret")
@@ -51,12 +56,15 @@ def certificates(tmp_path_factory):
     return certs.make_certificates(tmp_path_factory.mktemp("certs"))
 
 
-def _broker(tmp_path_factory, certificates, mode: str, acl: bool):
+def _broker(tmp_path_factory, certificates, mode: str, acl: bool, front: bool):
+    if front and not grpc_front.built():
+        unavailable("the gRPC front is not built (libgrpc++-dev missing at build time)")
     work = tmp_path_factory.mktemp(f"grpc-{mode}")
     port = free_port()
     settings = {"grpcWorkers": "1", "grpcServerPort": str(port), "tls.server.mode": mode,
                 "tls.server.certPath": str(certificates.server_cert),
-                "tls.server.keyPath": str(certificates.server_key)}
+                "tls.server.keyPath": str(certificates.server_key),
+                "grpcNativeFront": str(front).lower()}
     if acl:
         (work / "plain_acl.yml").write_text(ACL_TEXT)
         settings.update({"aclEnable": "true",
@@ -103,8 +111,9 @@ def _create_topic(broker, topic: str) -> None:
         remoting.close()
 
 
-def test_permissive_tls_and_acl(tmp_path_factory, certificates):
-    broker, port = _broker(tmp_path_factory, certificates, "permissive", acl=True)
+@SERVED_BY
+def test_permissive_tls_and_acl(tmp_path_factory, certificates, front):
+    broker, port = _broker(tmp_path_factory, certificates, "permissive", acl=True, front=front)
     tls, plain = _channels(certificates, port)
     try:
         _create_topic(broker, "grpc_orders")
@@ -135,8 +144,9 @@ def test_permissive_tls_and_acl(tmp_path_factory, certificates):
         assert broker.stop() == 0
 
 
-def test_enforcing_serves_tls_only(tmp_path_factory, certificates):
-    broker, port = _broker(tmp_path_factory, certificates, "enforcing", acl=False)
+@SERVED_BY
+def test_enforcing_serves_tls_only(tmp_path_factory, certificates, front):
+    broker, port = _broker(tmp_path_factory, certificates, "enforcing", acl=False, front=front)
     tls, plain = _channels(certificates, port)
     try:
         # (the remoting ports are enforcing too: no plain remoting client creates a topic)
