@@ -8,8 +8,8 @@ key ``PEER_KEY``, which the service reads as the caller's address (request_conte
 front replaces any value a client sent under that key). TLS as the tls.* settings say
 (tls.py): plain, TLS only (the front's own TLS listener), or permissive, where the worker's
 first-byte relay (permissive.py) holds the port and hands each connection to the front's plain
-or TLS unix listener; the front then sees the relay's unix socket as the peer, as grpcio does
-without the front.
+or TLS unix listener; the front then sees the relay's unix socket (``unix:``) as the peer, as
+grpcio does without the front.
 
 The front is built only where libgrpc++ was found (setup.py); :func:`front_type` warns once
 and answers None when it is missing, and grpcio serves the port itself.

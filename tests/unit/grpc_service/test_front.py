@@ -1,0 +1,163 @@
+"""The C++ gRPC front relays every kind of call to its backend unchanged: metadata in (minus
+grpc's own headers, plus the caller's peer under x-pybroker-peer, which a client cannot forge),
+messages both ways (large ones within max_message_bytes), the status code, details and trailing
+metadata out, the caller's deadline and cancel through; the service reads the peer from it only
+when told to; a worker without the built front warns and falls back.
+
+Method: the real front (pybroker._fast.grpc_front) on a free 127.0.0.1 port in front of a real
+grpcio thread-pool server on an abstract unix socket, called by grpcio's client; every wait is
+bounded.
+"""
+import os
+import socket
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+from pybroker._testbase.cluster import free_port
+from pybroker.grpc_service import front as grpc_front
+from pybroker.grpc_service.request_context import context_of
+
+if not grpc_front.built():
+    pytest.skip("the gRPC front is not built (libgrpc++-dev missing at build time)",
+                allow_module_level=True)
+
+from pybroker._fast.grpc_front.front import PEER_KEY, Front  # noqa: E402
+
+BIG = 6 << 20                   # over grpc's 4 MiB default limit
+LIMIT = 8 << 20
+WAIT_S = 10
+DEADLINE_ROUNDING_S = 0.1
+
+
+class Backend:
+    """A grpcio server on an abstract unix socket with the methods the tests call."""
+
+    def __init__(self):
+        self.seen: dict[str, object] = {}
+        self.cancelled = threading.Event()
+        handlers = {
+            "Echo": grpc.unary_unary_rpc_method_handler(self._echo),
+            "Chat": grpc.stream_stream_rpc_method_handler(self._chat),
+            "Endless": grpc.unary_stream_rpc_method_handler(self._endless),
+            "Remaining": grpc.unary_unary_rpc_method_handler(self._remaining),
+        }
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[
+            ("grpc.max_receive_message_length", LIMIT),
+            ("grpc.max_send_message_length", LIMIT)])
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("t.S", handlers),))
+        self.address = f"unix-abstract:pybroker-front-test-{os.getpid()}-{id(self)}"
+        self.server.add_insecure_port(self.address)
+        self.server.start()
+
+    def _echo(self, request, context):
+        self.seen["metadata"] = list(context.invocation_metadata())
+        return request[::-1]
+
+    def _chat(self, requests, context):
+        for request in requests:
+            yield b"re:" + request
+            if request == b"last":
+                context.set_trailing_metadata((("x-why", "because"),))
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no more")
+
+    def _endless(self, request, context):
+        context.add_callback(self.cancelled.set)
+        while context.is_active():
+            yield b"tick"
+            time.sleep(0.05)
+
+    def _remaining(self, request, context):
+        return repr(context.time_remaining()).encode()
+
+
+@pytest.fixture(scope="module")
+def relayed():
+    backend = Backend()
+    port = free_port()
+    front = Front([f"127.0.0.1:{port}"], [], backend.address, max_message_bytes=LIMIT)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[
+        ("grpc.max_receive_message_length", LIMIT), ("grpc.max_send_message_length", LIMIT)])
+    grpc.channel_ready_future(channel).result(timeout=WAIT_S)
+    yield backend, channel, front
+    channel.close()
+    front.stop(1.0)
+    backend.server.stop(1).wait(WAIT_S)
+
+
+def test_unary_metadata_peer_and_a_large_message(relayed):
+    backend, channel, front = relayed
+    body = bytes(range(256)) * (BIG // 256)
+    answer = channel.unary_unary("/t.S/Echo")(
+        body, metadata=(("x-mq-client-id", "c1"), (PEER_KEY, "ipv4:6.6.6.6:6")),
+        timeout=WAIT_S)
+    assert answer == body[::-1]
+    metadata = backend.seen["metadata"]
+    assert ("x-mq-client-id", "c1") in metadata
+    peers = [value for key, value in metadata if key == PEER_KEY]
+    assert len(peers) == 1 and peers[0].startswith("ipv4:127.0.0.1:"), peers
+    assert not any(key.startswith("grpc-") for key, _ in metadata)
+    assert front.calls_accepted >= 1
+
+
+def test_stream_status_details_and_trailing_metadata(relayed):
+    _, channel, _ = relayed
+    call = channel.stream_stream("/t.S/Chat")(iter([b"a", b"b", b"last"]), timeout=WAIT_S)
+    answers = []
+    with pytest.raises(grpc.RpcError) as ended:
+        for answer in call:
+            answers.append(answer)
+    assert answers == [b"re:a", b"re:b", b"re:last"]
+    assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert ended.value.details() == "no more"
+    assert ("x-why", "because") in ended.value.trailing_metadata()
+
+
+def test_deadline_and_cancel_reach_the_backend(relayed):
+    backend, channel, _ = relayed
+    remaining = float(channel.unary_unary("/t.S/Remaining")(b"", timeout=3))
+    # Without the deadline the backend would see None; each hop's grpc-timeout header rounds
+    # the time left up (grpc's encoding), hence the small excess allowed.
+    assert 2 < remaining <= 3 + DEADLINE_ROUNDING_S
+    call = channel.unary_stream("/t.S/Endless")(b"", timeout=WAIT_S)
+    assert next(call) == b"tick"
+    call.cancel()
+    assert backend.cancelled.wait(WAIT_S), "the backend's call was not cancelled"
+
+
+def test_unknown_method_answered_by_the_backend(relayed):
+    _, channel, _ = relayed
+    with pytest.raises(grpc.RpcError) as refused:
+        channel.unary_unary("/t.S/Nope")(b"", timeout=WAIT_S)
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_port_in_use_is_an_error():
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        with pytest.raises(OSError, match="could not bind"):
+            Front([f"127.0.0.1:{holder.getsockname()[1]}"], [], "unix-abstract:nobody")
+    finally:
+        holder.close()
+
+
+def test_the_service_takes_the_peer_from_the_front_only_when_told():
+    metadata = [("x-mq-client-id", "c1"), (PEER_KEY, "ipv4:10.0.0.1:5")]
+    assert context_of(metadata, "unix:", PEER_KEY).remote_address == "10.0.0.1:5"
+    assert PEER_KEY not in context_of(metadata, "unix:", PEER_KEY).metadata
+    assert context_of(metadata, "ipv4:127.0.0.1:9").remote_address == "127.0.0.1:9"
+    assert context_of(metadata[:1], "ipv4:127.0.0.1:9", PEER_KEY).remote_address \
+        == "127.0.0.1:9"
+
+
+def test_without_the_built_front_the_worker_warns_and_falls_back(monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, grpc_front.FRONT_MODULE, None)   # import fails
+    assert grpc_front.front_type() is None
+    assert "the gRPC front is not built" in caplog.text
