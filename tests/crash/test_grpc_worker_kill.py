@@ -7,7 +7,9 @@ lost answer may be there twice: at least once, as with any RocketMQ producer).
 Method: one pybroker standalone (grpcWorkers=1, flushDiskType=SYNC_FLUSH); 16 grpc.aio senders
 send numbered messages, retrying what fails, until the port serves again after the kill of
 pb-grpc-0 at a seeded random moment and each has 20 more acknowledgements; then every queue
-is read back with raw remoting pulls and each acknowledged id must be found.
+is read back with raw remoting pulls and each acknowledged id must be found. Run with grpcio
+serving the port and with the C++ front (grpcNativeFront), which dies with its worker and is
+bound again by the new one.
 """
 import asyncio
 import os
@@ -20,6 +22,7 @@ import psutil
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker, free_port
+from pybroker.grpc_service import front as grpc_front
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
@@ -27,6 +30,7 @@ from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 from pybroker.protocol.rocketmq_v2 import service_pb2_grpc
 from tests.ha_support import client_for, pull, records_of, wait_for
+from tests.peers import unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -81,13 +85,17 @@ async def _load(port: int, broker, seed: int) -> set:
     return acked
 
 
-def test_killed_grpc_worker_loses_no_acknowledged_send(tmp_path):
+@pytest.mark.parametrize("front", [False, True], ids=["grpcio", "front"])
+def test_killed_grpc_worker_loses_no_acknowledged_send(tmp_path, front):
+    if front and not grpc_front.built():
+        unavailable("the gRPC front is not built (libgrpc++-dev missing at build time)")
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
     port = free_port()
     with StandaloneBroker(tmp_path / "broker", {"grpcWorkers": "1",
                                                 "grpcServerPort": str(port),
-                                                "flushDiskType": "SYNC_FLUSH"}) as broker:
+                                                "flushDiskType": "SYNC_FLUSH",
+                                                "grpcNativeFront": str(front).lower()}) as broker:
         remoting = client_for(broker.broker_addr)
         answer = remoting.invoke(create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
             "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "4",
@@ -116,7 +124,8 @@ def test_killed_grpc_worker_loses_no_acknowledged_send(tmp_path):
             return acked <= set(stored)
         wait_for(all_stored, 30, "every acknowledged message in the topic's queues")
         remoting.close()
-        assert "worker grpc-0" in broker._log_text() and "restarting the data plane" in \
-            broker._log_text()
+        log_text = broker._log_text()
+        assert "worker grpc-0" in log_text and "restarting the data plane" in log_text
+        assert log_text.count("C++ front)") == (2 if front else 0)   # before and after
     missing = acked - set(stored)
     assert not missing, (seed, sorted(missing)[:10])
