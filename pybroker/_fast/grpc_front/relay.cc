@@ -79,7 +79,8 @@ class Relay {
             StartClient();
             break;
         case kServerRead:
-            if (client_writes_closed_) break;
+            // The backend took no more, or its status is on the way: nothing more to relay.
+            if (client_writes_closed_ || client_finishing_) break;
             if (ok) {
                 client_stream_->Write(request_, Next(kClientWrite));
             } else {            // the caller half-closed

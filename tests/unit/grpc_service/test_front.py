@@ -32,6 +32,7 @@ BIG = 6 << 20                   # over grpc's 4 MiB default limit
 LIMIT = 8 << 20
 WAIT_S = 10
 DEADLINE_ROUNDING_S = 0.1
+CONCURRENT = 256
 
 
 class Backend:
@@ -103,6 +104,18 @@ def test_unary_metadata_peer_and_a_large_message(relayed):
     assert len(peers) == 1 and peers[0].startswith("ipv4:127.0.0.1:"), peers
     assert not any(key.startswith("grpc-") for key, _ in metadata)
     assert front.calls_accepted >= 1
+
+
+def test_many_calls_at_once(relayed):
+    _, channel, _ = relayed
+    echo = channel.unary_unary("/t.S/Echo")
+    calls = [echo.future(b"call %d" % number, timeout=WAIT_S) for number in range(CONCURRENT)]
+    assert [call.result() for call in calls] == [(b"call %d" % n)[::-1]
+                                                 for n in range(CONCURRENT)]
+    chats = [channel.stream_stream("/t.S/Chat")(iter([b"%d" % n] * 3), timeout=WAIT_S)
+             for n in range(CONCURRENT // 8)]
+    assert [list(chat) for chat in chats] == [[b"re:%d" % n] * 3
+                                              for n in range(CONCURRENT // 8)]
 
 
 def test_stream_status_details_and_trailing_metadata(relayed):
