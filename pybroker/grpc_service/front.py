@@ -11,14 +11,26 @@ first-byte relay (permissive.py) holds the port and hands each connection to the
 or TLS unix listener; the front then sees the relay's unix socket (``unix:``) as the peer, as
 grpcio does without the front.
 
+The unary methods of ``HANDED_OFF`` skip grpcio: the front hands their request bytes, metadata
+and peer to the worker (:class:`HandOff`: an eventfd wakes the worker's loop, which takes
+every waiting call at once), the servicer's own method answers the parsed request, and the
+front writes the answer. The same code answers as behind grpcio; grpcio's per-call Python
+machinery is what is saved.
+
 The front is built only where libgrpc++ was found (setup.py); :func:`front_type` warns once
 and answers None when it is missing, and grpcio serves the port itself.
 """
+import asyncio
 import importlib.util
 import logging
 import os
 
+import grpc
+from google.protobuf.message import DecodeError
+
 from pybroker.grpc_service.tls import GrpcTls
+from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
+from pybroker.tasks import start_task
 
 log = logging.getLogger("pybroker.grpc.front")
 
@@ -52,9 +64,83 @@ def backend_address(index: int) -> str:
     return f"unix-abstract:pybroker-grpc-{os.getpid()}-{index}-backend"
 
 
-def start_front(front, config, index: int, backend: str):
-    """Start the front before ``backend`` on the configured listeners; returns what it
-    serves (for the log), the front, and in permissive mode the first-byte relay to start."""
+SERVICE_PATH = "/apache.rocketmq.v2.MessagingService/"
+# The methods the worker answers from the front's hand-off, with their request types.
+HANDED_OFF = {"SendMessage": spb.SendMessageRequest}
+
+
+def _unexpected(error: BaseException) -> tuple[int, str]:
+    """grpc.aio's status for an exception out of a handler or the request's parsing, given
+    for a handed-off call as well."""
+    return grpc.StatusCode.UNKNOWN.value[0], f"Unexpected {type(error)}: {error}"
+
+
+class _CallContext:
+    """What the servicer's unary methods read of a grpc context, for a handed-off call."""
+
+    def __init__(self, metadata: tuple, peer: str):
+        self._metadata, self._peer = metadata, peer
+
+    def invocation_metadata(self) -> tuple:
+        return self._metadata
+
+    def peer(self) -> str:
+        return self._peer
+
+
+class HandOff:
+    """The worker's side of the hand-off: the eventfd the front signals, each waiting call
+    answered by ``service`` (the MessagingService servicer) in a task of its own."""
+
+    def __init__(self, service):
+        self.service = service
+        self.eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.front = None
+
+    @staticmethod
+    def methods() -> list[str]:
+        return [SERVICE_PATH + name for name in HANDED_OFF]
+
+    def start(self, front) -> None:
+        self.front = front
+        asyncio.get_running_loop().add_reader(self.eventfd, self._ready)
+
+    def close(self) -> None:
+        """After the front stopped (it waited for every handed-off call's answer)."""
+        asyncio.get_running_loop().remove_reader(self.eventfd)
+        os.close(self.eventfd)
+
+    def _ready(self) -> None:
+        try:
+            os.eventfd_read(self.eventfd)       # before the take: a later call signals again
+        except BlockingIOError:
+            pass
+        for handle, method, request, metadata, peer in self.front.take():
+            start_task(self._answer(handle, method, request, metadata, peer),
+                       "a handed-off gRPC call", None, log)
+
+    async def _answer(self, handle: int, method: str, request: bytes, metadata: tuple,
+                      peer: str) -> None:
+        front = self.front
+        assert front is not None            # started before the front hands anything off
+        name = method.removeprefix(SERVICE_PATH)
+        try:
+            parsed = HANDED_OFF[name].FromString(request)
+        except DecodeError as error:
+            front.answer(handle, b"", *_unexpected(error))
+            return
+        try:
+            response = await getattr(self.service, name)(parsed, _CallContext(metadata, peer))
+        except BaseException as error:      # the front waits for an answer to every call
+            front.answer(handle, b"", *_unexpected(error))
+            raise
+        front.answer(handle, response.SerializeToString())
+
+
+def start_front(front, config, index: int, backend: str, handoff: HandOff):
+    """Start the front before ``backend`` on the configured listeners, handing the methods of
+    HANDED_OFF to ``handoff``; returns what it serves (for the log), the front, and in
+    permissive mode the first-byte relay to start."""
     tls = GrpcTls.from_config(config.tls)
     address = f"{config.remoting.bind_address}:{config.grpc.grpc_server_port}"
     size_max = config.grpc.grpc_max_inbound_message_size
@@ -72,4 +158,7 @@ def start_front(front, config, index: int, backend: str):
         inner_plain, inner_tls = relay.grpc_addresses()
         plain, secure = [inner_plain], [inner_tls]
         served = f"{address} (TLS and plain by first byte, C++ front)"
-    return served, front(plain, secure, backend, **options), relay
+    started = front(plain, secure, backend, handoff_methods=handoff.methods(),
+                    handoff_eventfd=handoff.eventfd, **options)
+    handoff.start(started)
+    return served, started, relay

@@ -118,9 +118,10 @@ class GrpcWorker(RemotingWorker):
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", size_max),
                                           ("grpc.max_send_message_length", size_max),
                                           ("grpc.so_reuseport", 1)])
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingService(self), server)
+        service = MessagingService(self)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         front_type = grpc_front.front_type() if self.config.grpc.grpc_native_front else None
-        front = None
+        front = handoff = None
         if front_type is None:
             address, relay = bind_port(server, self.config, self.index)
         else:
@@ -129,8 +130,9 @@ class GrpcWorker(RemotingWorker):
             self.peer_key = grpc_front.peer_key()
         await server.start()
         if front_type is not None:
+            handoff = grpc_front.HandOff(service)
             address, front, relay = grpc_front.start_front(front_type, self.config, self.index,
-                                                           backend)
+                                                           backend, handoff)
         if relay is not None:
             await relay.start()
         beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
@@ -146,9 +148,13 @@ class GrpcWorker(RemotingWorker):
         await self.renewals.stop()
         if relay is not None:
             relay.close()
-        if front is not None:
-            # The calls in flight end through grpcio, which needs this loop running.
+        if front is not None and handoff is not None:
+            accepted, handed_off = front.calls_accepted, front.calls_handed_off
+            # The calls in flight end through grpcio or the hand-off: this loop keeps running.
             await loop.run_in_executor(None, front.stop, STOP_GRACE_S)
+            handoff.close()
+            log.info("gRPC worker %d: the front took %d calls, %d of them handed off",
+                     self.index, accepted, handed_off)
         await server.stop(STOP_GRACE_S)
         await self._stop()
 

@@ -11,12 +11,14 @@ it, which must not change one answer and must pass on the caller's address.
 """
 import json
 import queue
+import re
 import threading
 import time
 
 import grpc
 import pytest
 from google.protobuf import duration_pb2
+from google.protobuf.message import DecodeError
 
 from pybroker._testbase.cluster import StandaloneBroker, free_port, read_log
 from pybroker.grpc_service import front as grpc_front
@@ -75,6 +77,10 @@ def endpoint(request, tmp_path_factory):
         remoting.close()
     finally:
         broker.stop()
+    if front:     # the sends were answered from the front's hand-off, not through grpcio
+        took = re.search(r"the front took (\d+) calls, (\d+) of them handed off",
+                         read_log(broker.log_path))
+        assert took is not None and int(took.group(2)) >= 10, took
 
 
 def _endpoints(port: int) -> pb.Endpoints:
@@ -164,7 +170,7 @@ def _producer_settings(topics) -> spb.TelemetryCommand:
 
 
 def test_producer_sends_and_refusals(endpoint):
-    broker, remoting, stub, _ = endpoint
+    broker, remoting, stub, port = endpoint
     telemetry = Telemetry(stub)
     try:
         telemetry.send(_producer_settings([TOPIC]))
@@ -180,6 +186,7 @@ def test_producer_sends_and_refusals(endpoint):
         assert heartbeat.status.code == pb.OK
         _sends(stub, remoting)
         _refusals(stub)
+        _unparsable(port)
         end = stub.NotifyClientTermination(spb.NotifyClientTerminationRequest(),
                                            metadata=METADATA)
         assert end.status.code == pb.OK
@@ -247,6 +254,18 @@ def _refusals(stub):
     empty = stub.SendMessage(spb.SendMessageRequest(), metadata=METADATA)
     assert (empty.status.code, empty.status.message) == (pb.MESSAGE_CORRUPTED,
                                                          "no message to send")
+
+
+def _unparsable(port: int) -> None:
+    """A request that does not parse: grpc.aio's status, also from the front's hand-off."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        raw = channel.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage")
+        with pytest.raises(grpc.RpcError) as unparsable:
+            raw(b"\xff\xff\xff", metadata=METADATA, timeout=10)
+    with pytest.raises(DecodeError) as parse_error:
+        spb.SendMessageRequest.FromString(b"\xff\xff\xff")
+    assert (unparsable.value.code(), unparsable.value.details()) == (
+        grpc.StatusCode.UNKNOWN, f"Unexpected {DecodeError}: {parse_error.value}")
 
 
 def _half(stub, body: bytes, message_id: str):

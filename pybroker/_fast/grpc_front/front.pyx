@@ -1,11 +1,14 @@
 # distutils: language = c++
 # pybroker._fast.grpc_front.front: start and stop the libgrpc++ relay of the gRPC worker.
 """The Python face of the gRPC front (relay.h): :class:`Front` binds the public listeners and
-relays every call to ``backend`` (the worker's grpcio service) on its own thread; ``stop``
-blocks without the GIL until the calls in flight are ended.
+relays every call to ``backend`` (the worker's grpcio service) on its own thread, but the
+unary ``handoff_methods``, which wait for the worker: ``take`` them when ``handoff_eventfd``
+is readable (after reading it) and ``answer`` each once. ``stop`` blocks without the GIL until
+the calls in flight are ended (so the worker must go on answering meanwhile).
 """
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint64_t, uintptr_t
 from libcpp cimport bool as cbool
+from libcpp.pair cimport pair
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
@@ -20,11 +23,23 @@ cdef extern from "relay.h" namespace "pybroker_front" nogil:
         string trusted
         cbool require_client_auth
         int max_message_bytes
+        vector[string] handoff_methods
+        int handoff_eventfd
+    cppclass Handoff:
+        uintptr_t handle
+        string method
+        string request
+        vector[pair[string, string]] metadata
+        string peer
     cppclass CFront "pybroker_front::Front":
         pass
     CFront* Start(const Config& config, string* error)
     void Stop(CFront* front, double grace_s)
     uint64_t CallsAccepted(const CFront* front)
+    uint64_t CallsHandedOff(const CFront* front)
+    void TakeHandoffs(CFront* front, vector[Handoff]* out)
+    void Answer(CFront* front, uintptr_t handle, const string& response, int code,
+                const string& details)
 
 PEER_KEY = kPeerKey.decode()
 
@@ -35,7 +50,8 @@ cdef class Front:
 
     def __cinit__(self, plain_addresses, tls_addresses, str backend, *,
                   bytes certificate_chain=b"", bytes private_key=b"", bytes trusted=b"",
-                  bint require_client_auth=False, int max_message_bytes=4 << 20):
+                  bint require_client_auth=False, int max_message_bytes=4 << 20,
+                  handoff_methods=(), int handoff_eventfd=-1):
         cdef Config config
         cdef string error
         for address in plain_addresses:
@@ -48,6 +64,9 @@ cdef class Front:
         config.trusted = trusted
         config.require_client_auth = require_client_auth
         config.max_message_bytes = max_message_bytes
+        for method in handoff_methods:
+            config.handoff_methods.push_back(method.encode())
+        config.handoff_eventfd = handoff_eventfd
         with nogil:
             self._front = Start(config, &error)
         if self._front == NULL:
@@ -58,6 +77,36 @@ cdef class Front:
         if self._front == NULL:
             return 0
         return CallsAccepted(self._front)
+
+    @property
+    def calls_handed_off(self) -> int:
+        if self._front == NULL:
+            return 0
+        return CallsHandedOff(self._front)
+
+    def take(self) -> list:
+        """The handed-off calls waiting: (handle, method, request, metadata, peer) each,
+        metadata as (key, value) pairs (bytes values for ``-bin`` keys, as grpcio gives)."""
+        cdef vector[Handoff] calls
+        if self._front == NULL:
+            return []
+        TakeHandoffs(self._front, &calls)
+        taken = []
+        for call in calls:
+            metadata = []
+            for entry in call.metadata:
+                key = entry.first.decode()
+                value = entry.second if key.endswith("-bin") else entry.second.decode()
+                metadata.append((key, value))
+            taken.append((call.handle, call.method.decode(), call.request, tuple(metadata),
+                          call.peer.decode()))
+        return taken
+
+    def answer(self, uintptr_t handle, bytes response, int code=0, str details="") -> None:
+        """Answer a taken call once: ``code`` 0 with ``response``, else that status."""
+        if self._front == NULL:
+            raise RuntimeError("the front is stopped")
+        Answer(self._front, handle, response, code, details.encode())
 
     def stop(self, double grace_s) -> None:
         """Stop accepting; end the calls in flight after ``grace_s`` seconds; join."""

@@ -3,13 +3,19 @@
 // bytes, to the worker's grpcio service on its private socket, on one completion-queue thread.
 #include "relay.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 namespace pybroker_front {
@@ -39,9 +45,15 @@ class Front {
     std::unique_ptr<grpc::GenericStub> stub;
     std::thread thread;
     std::atomic<std::uint64_t> accepted{0};
+    std::atomic<std::uint64_t> handed_off{0};
+    std::set<std::string> handoff_methods;
+    int handoff_eventfd = -1;
+    std::mutex handoff_lock;
+    std::vector<Handoff> handoffs;      // under handoff_lock
 
     void Accept();
     void Run();
+    void HandOff(Handoff call);
 };
 
 // One public call and its relayed call. Every step runs on the front's queue thread; at most
@@ -51,7 +63,8 @@ class Relay {
   public:
     enum Op {
         kAccepted, kServerRead, kServerWrite, kServerFinish, kServerDone,
-        kClientStart, kClientRead, kClientWrite, kClientWritesDone, kClientFinish, kOps
+        kClientStart, kClientRead, kClientWrite, kClientWritesDone, kClientFinish,
+        kAnswered, kOps
     };
     struct Tag {
         Relay* relay;
@@ -76,9 +89,18 @@ class Relay {
             ++pending_;         // the done notification, armed when the call started
             front_->accepted.fetch_add(1, std::memory_order_relaxed);
             front_->Accept();
-            StartClient();
+            if (front_->handoff_methods.count(server_context_.method()) != 0) {
+                handed_off_ = true;
+                server_stream_.Read(&request_, Next(kServerRead));
+            } else {
+                StartClient();
+            }
             break;
         case kServerRead:
+            if (handed_off_) {
+                HandOffRequest(ok);
+                break;
+            }
             // The backend took no more, or its status is on the way: nothing more to relay.
             if (client_writes_closed_ || client_finishing_) break;
             if (ok) {
@@ -121,7 +143,15 @@ class Relay {
             server_stream_.Finish(status_, Next(kServerFinish));
             break;
         case kServerDone:
-            if (server_context_.IsCancelled()) client_context_.TryCancel();
+            if (!handed_off_ && server_context_.IsCancelled()) client_context_.TryCancel();
+            break;
+        case kAnswered:         // the worker's answer (Answer), posted by the alarm
+            if (answer_status_.ok()) {
+                server_stream_.WriteAndFinish(response_, grpc::WriteOptions(), answer_status_,
+                                              Next(kServerFinish));
+            } else {
+                server_stream_.Finish(answer_status_, Next(kServerFinish));
+            }
             break;
         case kClientStart:
             // The start's operation set carries the writes too: the first request is read
@@ -134,6 +164,18 @@ class Relay {
             break;
         }
         if (pending_ == 0) delete this;
+    }
+
+    // From any thread, once per handed-off call (its kAnswered was counted at the hand-off).
+    void SetAnswer(const std::string& response, int code, const std::string& details) {
+        if (code == 0) {
+            grpc::Slice slice(response);
+            response_ = grpc::ByteBuffer(&slice, 1);
+            answer_status_ = grpc::Status::OK;
+        } else {
+            answer_status_ = grpc::Status(static_cast<grpc::StatusCode>(code), details);
+        }
+        alarm_.Set(front_->queue.get(), gpr_now(GPR_CLOCK_MONOTONIC), &tags_[kAnswered]);
     }
 
   private:
@@ -157,6 +199,36 @@ class Relay {
         client_stream_->Read(&response_, Next(kClientRead));
     }
 
+    // A unary call for the worker: its one request (or its absence) goes to the hand-off
+    // list; the call stays until the worker answers it (kAnswered).
+    void HandOffRequest(bool ok) {
+        if (!ok) {              // no request message: answered as grpc++ answers it
+            server_stream_.Finish(grpc::Status(grpc::StatusCode::INTERNAL,
+                                               "the client sent no request message"),
+                                  Next(kServerFinish));
+            return;
+        }
+        Handoff call;
+        call.handle = reinterpret_cast<std::uintptr_t>(this);
+        call.method = server_context_.method();
+        std::vector<grpc::Slice> slices;
+        if (request_.Dump(&slices).ok()) {
+            call.request.reserve(request_.Length());
+            for (const grpc::Slice& slice : slices) {
+                call.request.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+            }
+        }
+        for (const auto& [key, value] : server_context_.client_metadata()) {
+            if (Relayed(key)) {
+                call.metadata.emplace_back(std::string(key.data(), key.size()),
+                                           std::string(value.data(), value.size()));
+            }
+        }
+        call.peer = server_context_.peer();
+        ++pending_;             // kAnswered: the worker answers every handed-off call
+        front_->HandOff(std::move(call));
+    }
+
     void FinishClient() {
         if (client_finishing_) return;
         client_finishing_ = true;
@@ -173,12 +245,30 @@ class Relay {
     grpc::ByteBuffer request_;
     grpc::ByteBuffer response_;
     grpc::Status status_;
+    grpc::Alarm alarm_;
+    grpc::Status answer_status_;
+    bool handed_off_ = false;
     bool client_writes_closed_ = false;   // WritesDone sent, or the backend took no more
     bool client_finishing_ = false;
     bool server_finishing_ = false;
 };
 
 void Front::Accept() { new Relay(this); }
+
+void Front::HandOff(Handoff call) {
+    handed_off.fetch_add(1, std::memory_order_relaxed);
+    bool was_empty;
+    {
+        std::lock_guard<std::mutex> hold(handoff_lock);
+        was_empty = handoffs.empty();
+        handoffs.push_back(std::move(call));
+    }
+    if (was_empty) {            // the worker reads the eventfd before it takes the list
+        const std::uint64_t one = 1;
+        ssize_t written = write(handoff_eventfd, &one, sizeof one);
+        (void)written;          // EAGAIN: the counter is already non-zero
+    }
+}
 
 void Front::Run() {
     void* tag;
@@ -233,6 +323,8 @@ Front* Start(const Config& config, std::string* error) {
     front->backend = grpc::CreateCustomChannel(config.backend, grpc::InsecureChannelCredentials(),
                                                arguments);
     front->stub = std::make_unique<grpc::GenericStub>(front->backend);
+    front->handoff_methods.insert(config.handoff_methods.begin(), config.handoff_methods.end());
+    front->handoff_eventfd = config.handoff_eventfd;
     front->Accept();
     Front* started = front.release();
     started->thread = std::thread([started] { started->Run(); });
@@ -249,6 +341,21 @@ void Stop(Front* front, double grace_s) {
 
 std::uint64_t CallsAccepted(const Front* front) {
     return front->accepted.load(std::memory_order_relaxed);
+}
+
+std::uint64_t CallsHandedOff(const Front* front) {
+    return front->handed_off.load(std::memory_order_relaxed);
+}
+
+void TakeHandoffs(Front* front, std::vector<Handoff>* out) {
+    std::lock_guard<std::mutex> hold(front->handoff_lock);
+    out->swap(front->handoffs);
+}
+
+void Answer(Front* front, std::uintptr_t handle, const std::string& response, int code,
+            const std::string& details) {
+    (void)front;
+    reinterpret_cast<Relay*>(handle)->SetAnswer(response, code, details);
 }
 
 }  // namespace pybroker_front

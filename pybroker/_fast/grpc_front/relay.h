@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pybroker_front {
@@ -22,6 +23,20 @@ struct Config {
     std::string trusted;                        // PEM roots for client certificates, or empty
     bool require_client_auth = false;
     int max_message_bytes = 4 << 20;
+    // Unary methods (full paths) handed to the worker instead of relayed: their requests wait
+    // in the front's hand-off list, signalled on handoff_eventfd (the worker's), until
+    // Answer is called with their handle.
+    std::vector<std::string> handoff_methods;
+    int handoff_eventfd = -1;
+};
+
+// One handed-off call: its request message and what the service needs of its context.
+struct Handoff {
+    std::uintptr_t handle;
+    std::string method;
+    std::string request;
+    std::vector<std::pair<std::string, std::string>> metadata;
+    std::string peer;
 };
 
 class Front;
@@ -32,8 +47,15 @@ Front* Start(const Config& config, std::string* error);
 // Stops accepting, ends the calls in flight after grace_s (cancelled), joins the thread and
 // frees the front. Blocking: call without the GIL.
 void Stop(Front* front, double grace_s);
-// Calls accepted so far.
+// Calls accepted so far, and how many of them were handed off.
 std::uint64_t CallsAccepted(const Front* front);
+std::uint64_t CallsHandedOff(const Front* front);
+// Moves the handed-off calls waiting into *out (the caller has read the eventfd first).
+void TakeHandoffs(Front* front, std::vector<Handoff>* out);
+// Answers a handed-off call, exactly once per handle: status code 0 with the response
+// message, or another code with its details. Thread-safe.
+void Answer(Front* front, std::uintptr_t handle, const std::string& response, int code,
+            const std::string& details);
 
 }  // namespace pybroker_front
 

@@ -174,3 +174,46 @@ def test_without_the_built_front_the_worker_warns_and_falls_back(monkeypatch, ca
     monkeypatch.setitem(sys.modules, grpc_front.FRONT_MODULE, None)   # import fails
     assert grpc_front.front_type() is None
     assert "the gRPC front is not built" in caplog.text
+
+
+def test_handed_off_calls_wait_for_the_worker_answer():
+    """A unary method named as handed off skips the backend: the request, the caller's
+    metadata and peer wait in the front's list (signalled on the eventfd) until answered."""
+    backend = Backend()
+    port = free_port()
+    eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    front = Front([f"127.0.0.1:{port}"], [], backend.address,
+                  handoff_methods=["/t.S/Hand"], handoff_eventfd=eventfd)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            hand = channel.unary_unary("/t.S/Hand")
+            first = hand.future(b"first", metadata=(("x-mq-client-id", "c2"),), timeout=WAIT_S)
+            second = hand.future(b"second", timeout=WAIT_S)
+            taken: list = []
+            deadline = time.monotonic() + WAIT_S
+            while len(taken) < 2 and time.monotonic() < deadline:
+                try:
+                    os.eventfd_read(eventfd)
+                except BlockingIOError:
+                    time.sleep(0.01)
+                    continue
+                taken += front.take()
+            assert len(taken) == 2, taken
+            assert not first.done() and not second.done()       # waiting for the answers
+            by_request = {request: (handle, method, metadata, peer)
+                          for handle, method, request, metadata, peer in taken}
+            handle, method, metadata, peer = by_request[b"first"]
+            assert method == "/t.S/Hand" and ("x-mq-client-id", "c2") in metadata
+            assert peer.startswith("ipv4:127.0.0.1:")
+            front.answer(handle, b"answered")
+            front.answer(by_request[b"second"][0], b"", grpc.StatusCode.NOT_FOUND.value[0],
+                         "no such thing")
+            assert first.result(timeout=WAIT_S) == b"answered"
+            assert second.exception(timeout=WAIT_S).code() == grpc.StatusCode.NOT_FOUND
+            assert second.exception().details() == "no such thing"
+            assert channel.unary_unary("/t.S/Echo")(b"ab", timeout=WAIT_S) == b"ba"  # relayed
+        assert front.calls_handed_off == 2 and front.calls_accepted == 3
+    finally:
+        front.stop(1.0)
+        os.close(eventfd)
+        backend.server.stop(1).wait(WAIT_S)
