@@ -175,7 +175,9 @@ class Relay {
         } else {
             answer_status_ = grpc::Status(static_cast<grpc::StatusCode>(code), details);
         }
-        alarm_.Set(front_->queue.get(), gpr_now(GPR_CLOCK_MONOTONIC), &tags_[kAnswered]);
+        // A deadline already past: grpc rounds a deadline up to its next millisecond, so
+        // "now" would wait for a round of grpc's timers instead of being posted at once.
+        alarm_.Set(front_->queue.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &tags_[kAnswered]);
     }
 
   private:
