@@ -11,11 +11,11 @@ first-byte relay (permissive.py) holds the port and hands each connection to the
 or TLS unix listener; the front then sees the relay's unix socket (``unix:``) as the peer, as
 grpcio does without the front.
 
-The unary methods of ``HANDED_OFF`` skip grpcio: the front hands their request bytes, metadata
-and peer to the worker (:class:`HandOff`: an eventfd wakes the worker's loop, which takes
-every waiting call at once), the servicer's own method answers the parsed request, and the
-front writes the answer. The same code answers as behind grpcio; grpcio's per-call Python
-machinery is what is saved.
+The unary methods of ``HANDED_OFF`` (all the servicer answers) skip grpcio: the front hands
+their request bytes, metadata and peer to the worker (:class:`HandOff`: an eventfd wakes the
+worker's loop, which takes every waiting call at once), the servicer's own method answers the
+parsed request, and the front writes the answer. The same code answers as behind grpcio;
+grpcio's per-call Python machinery is what is saved.
 
 The front is built only where libgrpc++ was found (setup.py); :func:`front_type` warns once
 and answers None when it is missing, and grpcio serves the port itself.
@@ -65,8 +65,14 @@ def backend_address(index: int) -> str:
 
 
 SERVICE_PATH = "/apache.rocketmq.v2.MessagingService/"
-# The methods the worker answers from the front's hand-off, with their request types.
-HANDED_OFF = {"SendMessage": spb.SendMessageRequest}
+# The methods the worker answers from the front's hand-off, with their request types: every
+# unary method the servicer answers (MessagingService._unary, which reads nothing of the call
+# but its metadata and peer); the streams and the methods grpcio answers UNIMPLEMENTED are
+# relayed.
+HANDED_OFF = {name: getattr(spb, f"{name}Request") for name in (
+    "QueryRoute", "QueryAssignment", "Heartbeat", "NotifyClientTermination", "SendMessage",
+    "EndTransaction", "RecallMessage", "AckMessage", "ChangeInvisibleDuration",
+    "ForwardMessageToDeadLetterQueue")}
 
 
 def _unexpected(error: BaseException) -> tuple[int, str]:

@@ -48,6 +48,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             access.check(rctx, rpc, request)
         return rctx
 
+    # Behind the C++ front these run on calls handed off by it (grpc_service/front.py,
+    # HANDED_OFF), whose context offers invocation_metadata() and peer() only.
     async def _unary(self, rpc: str, activity, request, context, response_type):
         try:
             rctx = self._context(context, request, rpc)
