@@ -102,6 +102,7 @@ class HandOff:
         self.service = service
         self.eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.front = None
+        self.calls: set[asyncio.Task] = set()
 
     @staticmethod
     def methods() -> list[str]:
@@ -111,9 +112,17 @@ class HandOff:
         self.front = front
         asyncio.get_running_loop().add_reader(self.eventfd, self._ready)
 
-    def close(self) -> None:
-        """After the front stopped (it waited for every handed-off call's answer)."""
-        asyncio.get_running_loop().remove_reader(self.eventfd)
+    async def stop(self, grace_s: float) -> None:
+        """Stop the front (off this loop, which answers the calls meanwhile): it stops
+        accepting at once and ends the calls still in flight after ``grace_s``, as grpcio's
+        ``stop(grace)`` does; the hand-offs still running then are cancelled (their answers
+        are dropped: the front is gone). Then close the eventfd."""
+        loop = asyncio.get_running_loop()
+        assert self.front is not None          # started
+        await loop.run_in_executor(None, self.front.stop, grace_s)
+        for call in list(self.calls):
+            call.cancel()
+        loop.remove_reader(self.eventfd)
         os.close(self.eventfd)
 
     def _ready(self) -> None:
@@ -122,8 +131,10 @@ class HandOff:
         except BlockingIOError:
             pass
         for handle, method, request, metadata, peer in self.front.take():
-            start_task(self._answer(handle, method, request, metadata, peer),
-                       "a handed-off gRPC call", None, log)
+            call = start_task(self._answer(handle, method, request, metadata, peer),
+                              "a handed-off gRPC call", None, log)
+            self.calls.add(call)
+            call.add_done_callback(self.calls.discard)
 
     async def _answer(self, handle: int, method: str, request: bytes, metadata: tuple,
                       peer: str) -> None:

@@ -151,8 +151,7 @@ class GrpcWorker(RemotingWorker):
         if front is not None and handoff is not None:
             accepted, handed_off = front.calls_accepted, front.calls_handed_off
             # The calls in flight end through grpcio or the hand-off: this loop keeps running.
-            await loop.run_in_executor(None, front.stop, STOP_GRACE_S)
-            handoff.close()
+            await handoff.stop(STOP_GRACE_S)
             log.info("gRPC worker %d: the front took %d calls, %d of them handed off",
                      self.index, accepted, handed_off)
         await server.stop(STOP_GRACE_S)

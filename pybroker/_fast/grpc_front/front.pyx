@@ -3,8 +3,9 @@
 """The Python face of the gRPC front (relay.h): :class:`Front` binds the public listeners and
 relays every call to ``backend`` (the worker's grpcio service) on its own thread, but the
 unary ``handoff_methods``, which wait for the worker: ``take`` them when ``handoff_eventfd``
-is readable (after reading it) and ``answer`` each once. ``stop`` blocks without the GIL until
-the calls in flight are ended (so the worker must go on answering meanwhile).
+is readable (after reading it) and ``answer`` each once. ``stop`` blocks without the GIL: it
+stops accepting, lets the calls in flight end for ``grace_s`` (so the worker must go on
+answering meanwhile), then ends the others.
 """
 from libc.stdint cimport uint64_t, uintptr_t
 from libcpp cimport bool as cbool
@@ -103,10 +104,11 @@ cdef class Front:
         return taken
 
     def answer(self, uintptr_t handle, bytes response, int code=0, str details="") -> None:
-        """Answer a taken call once: ``code`` 0 with ``response``, else that status."""
-        if self._front == NULL:
-            raise RuntimeError("the front is stopped")
-        Answer(self._front, handle, response, code, details.encode())
+        """Answer a taken call once: ``code`` 0 with ``response``, else that status. After
+        ``stop`` an answer is dropped: the stop ended the call (its relay object stays
+        allocated until the process ends)."""
+        if self._front != NULL:
+            Answer(self._front, handle, response, code, details.encode())
 
     def stop(self, double grace_s) -> None:
         """Stop accepting; end the calls in flight after ``grace_s`` seconds; join."""

@@ -8,6 +8,7 @@ Method: the real front (pybroker._fast.grpc_front) on a free 127.0.0.1 port in f
 grpcio thread-pool server on an abstract unix socket, called by grpcio's client; every wait is
 bounded.
 """
+import asyncio
 import os
 import socket
 import sys
@@ -21,6 +22,8 @@ import pytest
 from pybroker._testbase.cluster import free_port
 from pybroker.grpc_service import front as grpc_front
 from pybroker.grpc_service.request_context import context_of
+from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
+from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 
 if not grpc_front.built():
     pytest.skip("the gRPC front is not built (libgrpc++-dev missing at build time)",
@@ -217,3 +220,55 @@ def test_handed_off_calls_wait_for_the_worker_answer():
         front.stop(1.0)
         os.close(eventfd)
         backend.server.stop(1).wait(WAIT_S)
+
+
+def test_the_worker_side_answers_and_stops_with_calls_still_running():
+    """grpc_service.front.HandOff answers a handed-off call with the servicer's method; its
+    stop ends in bounded time with a call still running, whose caller gets an error and whose
+    task is cancelled after the grace, as grpcio's stop cancels its handlers."""
+
+    class Servicer:
+        def __init__(self):
+            self.started = asyncio.Event()
+            self.cancelled = False
+
+        async def SendMessage(self, request, context):
+            if request.messages[0].body == b"hang":
+                self.started.set()
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    self.cancelled = True
+                    raise
+            return spb.SendMessageResponse(entries=[spb.SendResultEntry(
+                message_id=dict(context.invocation_metadata())["x-mq-client-id"] + "|" +
+                context.peer().partition(":")[0])])
+
+    def request(body: bytes) -> bytes:
+        return spb.SendMessageRequest(messages=[pb.Message(body=body)]).SerializeToString()
+
+    async def scenario():
+        backend = Backend()
+        port = free_port()
+        servicer = Servicer()
+        handoff = grpc_front.HandOff(servicer)
+        front = Front([f"127.0.0.1:{port}"], [], backend.address,
+                      handoff_methods=handoff.methods(), handoff_eventfd=handoff.eventfd)
+        handoff.start(front)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            send = channel.unary_unary(grpc_front.SERVICE_PATH + "SendMessage")
+            answer = spb.SendMessageResponse.FromString(await send(
+                request(b"ok"), metadata=(("x-mq-client-id", "c3"),), timeout=WAIT_S))
+            assert answer.entries[0].message_id == "c3|ipv4"
+            hanging = asyncio.ensure_future(send(request(b"hang"), timeout=WAIT_S))
+            await asyncio.wait_for(servicer.started.wait(), WAIT_S)
+            started = time.monotonic()
+            await asyncio.wait_for(handoff.stop(0.5), WAIT_S)
+            assert time.monotonic() - started < WAIT_S / 2
+            with pytest.raises(grpc.aio.AioRpcError):
+                await asyncio.wait_for(hanging, WAIT_S)
+            await asyncio.sleep(0)              # the cancelled task runs its except clause
+            assert servicer.cancelled and not handoff.calls
+        backend.server.stop(1).wait(WAIT_S)
+
+    asyncio.run(scenario())
