@@ -1,8 +1,8 @@
 # grpcNativeFront: the libgrpc++ front on grpcServerPort, grpcio behind it on a private socket.
 """How a gRPC worker serves grpcServerPort through the C++ front (docs/architecture/grpc.md).
 
-The worker's grpcio server then listens only on a private abstract unix socket
-(:func:`backend_address`); the front (``pybroker._fast.grpc_front``) binds the public
+The worker's grpcio server then listens only on a private unix socket in a directory of the
+broker's user alone (:class:`Backend`); the front (``pybroker._fast.grpc_front``) binds the public
 listeners and relays every call there, with the caller's grpc peer string in the metadata
 key ``PEER_KEY``, which the service reads as the caller's address (request_context.py; the
 front replaces any value a client sent under that key). TLS as the tls.* settings say
@@ -24,6 +24,8 @@ import asyncio
 import importlib.util
 import logging
 import os
+import shutil
+import tempfile
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -59,9 +61,20 @@ def peer_key() -> str:
     return PEER_KEY
 
 
-def backend_address(index: int) -> str:
-    """The private address of gRPC worker ``index``'s grpcio server behind the front."""
-    return f"unix-abstract:pybroker-grpc-{os.getpid()}-{index}-backend"
+class Backend:
+    """The private address of gRPC worker ``index``'s grpcio server behind the front: a unix
+    socket in a directory only the broker's user may enter (mkdtemp, mode 0700), so another
+    local user cannot reach the backend, where TLS is not asked for and the caller's address
+    is what the x-pybroker-peer header says (an abstract socket has no permissions). Removed
+    at :meth:`close` (a worker killed with -9 leaves the empty directory behind in the
+    temporary folder)."""
+
+    def __init__(self, index: int):
+        self.directory = tempfile.mkdtemp(prefix=f"pybroker-grpc-{os.getpid()}-")
+        self.address = f"unix:{self.directory}/backend-{index}.sock"
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 SERVICE_PATH = "/apache.rocketmq.v2.MessagingService/"

@@ -121,18 +121,18 @@ class GrpcWorker(RemotingWorker):
         service = MessagingService(self)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         front_type = grpc_front.front_type() if self.config.grpc.grpc_native_front else None
-        front = handoff = None
+        front = handoff = backend = None
         if front_type is None:
             address, relay = bind_port(server, self.config, self.index)
         else:
-            backend = grpc_front.backend_address(self.index)
-            server.add_insecure_port(backend)
+            backend = grpc_front.Backend(self.index)
+            server.add_insecure_port(backend.address)
             self.peer_key = grpc_front.peer_key()
         await server.start()
-        if front_type is not None:
+        if front_type is not None and backend is not None:
             handoff = grpc_front.HandOff(service)
             address, front, relay = grpc_front.start_front(front_type, self.config, self.index,
-                                                           backend, handoff)
+                                                           backend.address, handoff)
         if relay is not None:
             await relay.start()
         beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
@@ -155,6 +155,8 @@ class GrpcWorker(RemotingWorker):
             log.info("gRPC worker %d: the front took %d calls, %d of them handed off",
                      self.index, accepted, handed_off)
         await server.stop(STOP_GRACE_S)
+        if backend is not None:
+            backend.close()
         await self._stop()
 
 
