@@ -141,9 +141,11 @@ class AutoSwitchSlaveClient:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                              socket.SOCK_STREAM)
         sock.setblocking(False)
+        peer = sock
         try:
             await asyncio.wait_for(loop.sock_connect(sock, (host.strip("[]"), int(port))), 3.0)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # TLS and the shared-secret challenge, when configured (proc/ha_access.py).
             peer = await self.access.open_to_master(sock, host.strip("[]"))
             log.info("AutoSwitchHAClient connect to master %s (slave end %d, epochs %s)",
                      address, self.replica.end,
@@ -161,6 +163,7 @@ class AutoSwitchSlaveClient:
             if reader.done() and not reader.cancelled():
                 reader.result()
         finally:
+            peer.close()            # a TLS socket holds the descriptor (wrap_socket detaches)
             sock.close()
 
 
