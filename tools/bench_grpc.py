@@ -2,7 +2,8 @@
 """Measure what a RocketMQ 5 SDK sees (issue #26's table): send TPS, SimpleConsumer
 receive+ack TPS with p99 latencies, and the whole deployment's PSS and CPU per message, for
 
-- ``native``:         pybroker standalone serving gRPC itself (grpcWorkers),
+- ``native``:         pybroker standalone serving gRPC itself (grpcWorkers), grpcio,
+- ``native-front``:   the same behind the C++ front (grpcNativeFront=true),
 - ``pybroker-proxy``: pybroker standalone behind Apache's rocketmq-proxy 5.3.3 (CLUSTER mode),
 - ``java-proxy``:     Java RocketMQ 5.3.3 (NameServer + broker) behind the same proxy.
 
@@ -43,7 +44,8 @@ from pybroker._testbase.cluster import StandaloneBroker, free_port  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tools" / "java_bench_grpc" / "GrpcBench.java"
 SDK_DIR = pathlib.Path.home() / ".cache" / "pybroker" / "rocketmq-client-java-5.0.8" / "lib"
-DEPLOYMENTS = ("native", "pybroker-proxy", "java-proxy")
+DEPLOYMENTS = ("native", "native-front", "pybroker-proxy", "java-proxy")
+NATIVE = ("native", "native-front")      # pybroker serving gRPC itself (grpcio / the C++ front)
 TOPIC, GROUP = "BenchGrpc", "BenchGrpcGroup"
 TOPIC_FIELDS = {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "8",
                 "writeQueueNums": "8", "perm": "6", "topicFilterType": "SINGLE_TAG",
@@ -105,13 +107,15 @@ def deployment(name: str, work: pathlib.Path, grpc_workers: int):
             namesrv, broker_port = broker.namesrv_addr, broker.broker_port
             roots = [process.pid for process in broker.processes.values()]
         else:
-            settings = {"grpcWorkers": str(grpc_workers if name == "native" else 0)}
+            settings = {"grpcWorkers": str(grpc_workers if name in NATIVE else 0)}
+            if name == "native-front":
+                settings["grpcNativeFront"] = "true"
             grpc_port = free_port()
             settings["grpcServerPort"] = str(grpc_port)
             broker = stack.enter_context(StandaloneBroker(work / "pybroker", settings))
             namesrv, broker_port = broker.namesrv_addr, broker.broker_port
             roots = [broker.process.pid]
-        if name == "native":
+        if name in NATIVE:
             yield Deployment(name, f"127.0.0.1:{grpc_port}", roots,
                              lambda: _remoting_topic(broker_port))
             return

@@ -19,7 +19,7 @@ what was measured until then is written as a partial result.
 The load follows RocketMQ's benchmark tool: 64 sender threads (plus 8 and 32), 128 B and 1 KiB
 bodies, a batch producer, a consumer draining a backlog. Every run lasts ``--duration`` seconds
 (60 by default; ``--full`` plans it: the longest load that lets the whole matrix finish within
-``--budget`` minutes, 40, which is 20 s loads with a 6 s warm-up for 8 scenarios x 3 brokers x
+``--budget`` minutes, 40, which is 25 s loads with an 8 s warm-up for 8 scenarios x 3 brokers x
 3 runs) and its first ``--warmup`` seconds (10) are discarded: the load program opens a
 measured window after the warm-up and the broker's processes are sampled at the window's edges
 (CPU µs and context switches per message per process, PSS throughout); the consumer's
@@ -95,14 +95,15 @@ POP_CONSUME_WARMUP_MESSAGES = 20_000    # not measured (a slow POP broker never 
 BACKLOG_TIMEOUT_S = 400          # bound on producing it (pybroker at 5k/s would take 200 s)
 START_SLACK_S = 60.0             # JVM start, route lookup: beyond --duration before a kill
 # The --full plan (issue #28 item 7: the matrix in 40 minutes on this 2-core box). A load's wall
-# time is --duration plus its broker's start, topic, load JVM and stop (measured 2026-12-06
-# with the Java brokers killed after the load: pybroker 3.2 s, Java 4.9.8 7.5 s, 5.3.3 9.6 s),
-# plus the backlog a consume load produces first (Java 12.6 / 18.6 s beyond a produce load's;
-# Apache's Consumer drains 5x more). Each record keeps its "elapsed_s" to check these.
+# time is --duration plus its broker's start, topic, load JVM and stop, plus the backlog a
+# consume load produces first (Apache's Consumer drains 5x more). Measured on the whole matrix
+# with Apache's classes (20261206T055421-full.json, the Java brokers killed after the load):
+# median beyond --duration pybroker 1.7 s, Java 4.9.8 3.8 s, 5.3.3 6.1 s; consume loads up to
+# 15 / 24 / 36 s; 32 minutes for a plan that said 39.5. Each record keeps its "elapsed_s".
 FULL_BUDGET_MIN = 40
-LOAD_OVERHEAD_S = {"pybroker": 4, "java-4.9.8": 8, "java-5.3.3": 10, "java-5.5.1": 10}
+LOAD_OVERHEAD_S = {"pybroker": 2, "java-4.9.8": 4, "java-5.3.3": 7, "java-5.5.1": 7}
 BACKLOG_EXTRA_S = 12             # a consume load's backlog, project's load (1,000,000)
-APACHE_BACKLOG_EXTRA_S = 45      # Apache's Consumer's backlog (5,000,000)
+APACHE_BACKLOG_EXTRA_S = 30      # Apache's Consumer's backlog (5,000,000)
 PLAN_DURATIONS_S = (60, 50, 40, 35, 30, 25, 20)    # longest first; 20 s: a 14 s window
 FIRST_FAILURE = "BENCH_FIRST_FAILURE "   # tools/java_bench: the first failed send, one line
 APACHE_CONSUMER_STARTED = "Consumer Started."   # Apache's Consumer, after consumer.start()
