@@ -1,6 +1,7 @@
-# Decimal text of an integer written in place: the fast paths' answer headers (send/answer.pyx,
-# pull_path.pyx) fill their templates' numbers with it.
-from libc.stdint cimport int64_t, uint64_t
+# Decimal text of an integer written in place (the fast paths' answer headers, send/answer.pyx
+# and pull_path.pyx, fill their templates' numbers with it) and read as Java reads a property
+# or a receipt handle's field (send/timer.pyx, pop/ack.pyx).
+from libc.stdint cimport INT32_MAX, INT64_MAX, int64_t, uint64_t
 
 cdef enum:
     # Decimal digits of an int64 with its sign.
@@ -28,3 +29,28 @@ cdef inline Py_ssize_t write_decimal(unsigned char *out, int64_t value) noexcept
         out[at] = digits[n]
         at += 1
     return at
+
+
+# Long.parseLong (Integer.parseInt when int32) as protocol/pop.py parse_java_long reads it: an
+# optional sign, then one or more ASCII digits, the value in a Java long's (int's) range;
+# 0 with value[0] set, or -1.
+cdef inline int read_java_long(const unsigned char *text, Py_ssize_t length, bint int32,
+                               int64_t *value) noexcept nogil:
+    cdef Py_ssize_t at = 0
+    cdef bint negative = False
+    cdef uint64_t magnitude = 0, limit
+    if length > 0 and (text[0] == 43 or text[0] == 45):      # '+', '-'
+        negative = text[0] == 45
+        at = 1
+    if at == length:
+        return -1
+    limit = (<uint64_t>INT32_MAX if int32 else <uint64_t>INT64_MAX) + (1 if negative else 0)
+    while at < length:
+        if not 48 <= text[at] <= 57:                         # '0'..'9'
+            return -1
+        if magnitude > (limit - (text[at] - 48)) // 10:
+            return -1
+        magnitude = magnitude * 10 + (text[at] - 48)
+        at += 1
+    value[0] = <int64_t>((~magnitude) + 1) if negative else <int64_t>magnitude
+    return 0

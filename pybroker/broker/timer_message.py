@@ -28,10 +28,10 @@ URL-safe Base64 with padding of ``"v1 <topic> <brokerName> <TIMER_OUT_MS + 1> <U
 import base64
 import dataclasses
 import random
-import re
 from collections.abc import Callable
 
 from pybroker.protocol.constants import Property, SystemTopic
+from pybroker.protocol.pop import parse_java_long
 
 __all__ = ["TIMER_TOPIC", "CONGEST_NEVER", "TimerRules", "TimerRefused", "redirect_timer",
            "is_timer_message",
@@ -44,8 +44,6 @@ TIMER_PROPERTIES = (Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_SEC,
 RECALL_HANDLE_VERSION = "v1"
 # timerCongestNumEachSlot's default, Integer.MAX_VALUE: no slot can hold more, nothing refuses.
 CONGEST_NEVER = (1 << 31) - 1
-_JAVA_LONG = re.compile(r"[+-]?[0-9]+\Z")
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _random = random.Random()
 
 
@@ -76,16 +74,6 @@ class TimerRules:
                    slot_num)
 
 
-def _java_long(text: str) -> int:
-    """Long.parseLong: an optional sign and digits in range, else ValueError."""
-    if not _JAVA_LONG.match(text):
-        raise ValueError(text)
-    value = int(text)
-    if not _LONG_MIN <= value <= _LONG_MAX:
-        raise ValueError(text)
-    return value
-
-
 def _wrap(value: int) -> int:
     """A Java long's two's-complement wrap of ``value``."""
     return (value + (1 << 63)) % (1 << 64) - (1 << 63)
@@ -111,10 +99,11 @@ def _deliver_ms(properties: dict[str, str], now_ms: int) -> int:
     """The delivery time (ms) the properties ask for; TimerRefused when one is not a long."""
     try:
         if Property.TIMER_DELAY_SEC in properties:
-            return _wrap(now_ms + _wrap(_java_long(properties[Property.TIMER_DELAY_SEC]) * 1000))
+            delay_s = parse_java_long(properties[Property.TIMER_DELAY_SEC])
+            return _wrap(now_ms + _wrap(delay_s * 1000))
         if Property.TIMER_DELAY_MS in properties:
-            return _wrap(now_ms + _java_long(properties[Property.TIMER_DELAY_MS]))
-        return _java_long(properties[Property.TIMER_DELIVER_MS])
+            return _wrap(now_ms + parse_java_long(properties[Property.TIMER_DELAY_MS]))
+        return parse_java_long(properties[Property.TIMER_DELIVER_MS])
     except ValueError:
         raise TimerRefused("WHEEL_TIMER_MSG_ILLEGAL") from None
 

@@ -21,7 +21,7 @@ both over the same seeded inputs (header fields, handles, records byte for byte)
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint64_t
 from libc.string cimport memcpy
 
-from pybroker._fast.digits cimport write_decimal
+from pybroker._fast.digits cimport read_java_long, write_decimal
 from pybroker._fast.record cimport RecordFields, RecordParts, record_encoded_size, write_record
 from pybroker._fast.request_read cimport FieldNames, FieldSpan, read_decimal, read_request
 from pybroker._fast.send.timer cimport (TIMER_HANDLER, TIMER_PARKED, TimerPark, set_wheel,
@@ -103,30 +103,6 @@ cdef int read_ack_request(const unsigned char *data, Py_ssize_t frame_bytes,
 
 # --- the receipt handle -----------------------------------------------------------------------
 
-cdef int _java_number(const unsigned char *text, Py_ssize_t length, bint int32,
-                      int64_t *value) noexcept nogil:
-    """protocol/pop.py _java_long: an optional sign and ASCII digits (any count), the value in
-    a Java long's (int32: an int's) range; 0 or -1."""
-    cdef Py_ssize_t at = 0
-    cdef bint negative = False
-    cdef uint64_t magnitude = 0, limit
-    if length > 0 and (text[0] == c'+' or text[0] == c'-'):
-        negative = text[0] == c'-'
-        at = 1
-    if at == length:
-        return -1
-    limit = (<uint64_t>INT32_HIGH if int32 else <uint64_t>INT64_MAX) + (1 if negative else 0)
-    while at < length:
-        if not c'0' <= text[at] <= c'9':
-            return -1
-        if magnitude > (limit - (text[at] - c'0')) // 10:
-            return -1
-        magnitude = magnitude * 10 + (text[at] - c'0')
-        at += 1
-    value[0] = <int64_t>((~magnitude) + 1) if negative else <int64_t>magnitude
-    return 0
-
-
 cdef int parse_receipt_handle(const unsigned char *text, Py_ssize_t length,
                               ReceiptHandle *handle) noexcept nogil:
     cdef const unsigned char *starts[HANDLE_FIELDS_READ]
@@ -146,17 +122,17 @@ cdef int parse_receipt_handle(const unsigned char *text, Py_ssize_t length,
         at = end + 1
     if count < HANDLE_FIELDS_NEEDED:
         return 0
-    if _java_number(starts[0], lengths[0], False, &handle.ck_queue_offset) < 0 \
-            or _java_number(starts[1], lengths[1], False, &handle.pop_time) < 0 \
-            or _java_number(starts[2], lengths[2], False, &handle.invisible_time) < 0:
+    if read_java_long(starts[0], lengths[0], False, &handle.ck_queue_offset) < 0 \
+            or read_java_long(starts[1], lengths[1], False, &handle.pop_time) < 0 \
+            or read_java_long(starts[2], lengths[2], False, &handle.invisible_time) < 0:
         return 0
     value = 0       # reviveQid and queueId: an empty field is 0
-    if lengths[3] and _java_number(starts[3], lengths[3], True, &value) < 0:
+    if lengths[3] and read_java_long(starts[3], lengths[3], True, &value) < 0:
         return 0
     handle.revive_qid = <int32_t>value
-    if count > 6 and lengths[6] and _java_number(starts[6], lengths[6], True, &value) < 0:
+    if count > 6 and lengths[6] and read_java_long(starts[6], lengths[6], True, &value) < 0:
         return 0
-    if count > 7 and _java_number(starts[7], lengths[7], False, &value) < 0:
+    if count > 7 and read_java_long(starts[7], lengths[7], False, &value) < 0:
         return 0
     handle.broker_name, handle.broker_name_length = starts[5], lengths[5]
     return 0 if handle.revive_qid == ORDER_REVIVE_QUEUE else 1

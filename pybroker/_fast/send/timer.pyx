@@ -12,10 +12,10 @@ shape is left to the handler, which answers it with Java's code and remark.
 tests/unit/broker/test_send_timer.py runs both over the same seeded inputs;
 tests/unit/broker/test_send_fast.py compares stored records and answers.
 """
-from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
-from pybroker._fast.digits cimport write_decimal
+from pybroker._fast.digits cimport read_java_long, write_decimal
 from pybroker._fast.hton cimport pb_unpack_int32, pb_unpack_int64
 from pybroker._fast.send.read cimport name_is
 
@@ -96,30 +96,6 @@ cdef Py_ssize_t _copy_pairs(const unsigned char *text, Py_ssize_t length, unsign
     return n
 
 
-cdef int _java_long(const unsigned char *text, Py_ssize_t length,
-                    int64_t *value) noexcept nogil:
-    """Long.parseLong as timer_message._java_long: an optional sign, ASCII digits, in range;
-    0 or -1."""
-    cdef Py_ssize_t at = 0
-    cdef bint negative = False
-    cdef uint64_t magnitude = 0, limit
-    if length > 0 and (text[0] == c'+' or text[0] == c'-'):
-        negative = text[0] == c'-'
-        at = 1
-    if at == length:
-        return -1
-    limit = <uint64_t>INT64_MAX + (1 if negative else 0)
-    while at < length:
-        if not c'0' <= text[at] <= c'9':
-            return -1
-        if magnitude > (limit - (text[at] - c'0')) // 10:
-            return -1
-        magnitude = magnitude * 10 + (text[at] - c'0')
-        at += 1
-    value[0] = <int64_t>((~magnitude) + 1) if negative else <int64_t>magnitude
-    return 0
-
-
 cdef inline int64_t _plus(int64_t a, int64_t b) noexcept nogil:
     # A Java long's wrapping sum.
     return <int64_t>(<uint64_t>a + <uint64_t>b)
@@ -135,7 +111,7 @@ cdef int _deliver_ms(const _Spans *spans, int64_t now_ms, int64_t *deliver) noex
     for turn in range(3):
         index = order[turn]
         if spans.values[index] != NULL:
-            if _java_long(spans.values[index], spans.lengths[index], &value) < 0:
+            if read_java_long(spans.values[index], spans.lengths[index], False, &value) < 0:
                 return -1
             if index == NAME_DELAY_SEC:
                 deliver[0] = _plus(now_ms, <int64_t>(<uint64_t>value * 1000))
