@@ -6,6 +6,7 @@ and the admin codes), so the checks do not depend on any client library. Positio
 the broker's control block (``<store>/run/control``), which is what the processes publish.
 """
 import os
+import socket
 import time
 
 from pybroker._testbase.raw_client import (  # noqa: F401 - the suites import them from here
@@ -108,3 +109,30 @@ def assert_commitlogs_identical(master_dir: str, slave_dir: str, end: int,
     if master != slave:
         first = next(i for i, (a, b) in enumerate(zip(master, slave, strict=True)) if a != b)
         raise AssertionError(f"CommitLogs differ first at byte {first} (of {len(master)})")
+
+
+def rogue_peer(ha_address: str, source: str = "127.0.0.1") -> socket.socket:
+    """A raw TCP connection to an HA port (``host:port``) from ``source`` (a loopback address:
+    127.0.0.2 is "another host" for an allow-list of 127.0.0.1), 5 s timeouts."""
+    host, port = ha_address.rsplit(":", 1)
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(5)
+    sock.connect((host, int(port)))
+    return sock
+
+
+def received_until_closed(sock: socket.socket, timeout_s: float = 5) -> bytes:
+    """Everything the master sent until it closed the connection; AssertionError when it
+    keeps it open past ``timeout_s``."""
+    sock.settimeout(timeout_s)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        raise AssertionError(f"the master kept the rogue connection open ({len(data)} bytes "
+                             "received)") from None
+    except ConnectionResetError:
+        pass
+    return data

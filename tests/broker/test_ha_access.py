@@ -15,7 +15,6 @@ are raw TCP sockets speaking the classic HA protocol (8-byte reports) from this 
 """
 import os
 import signal
-import socket
 import threading
 import time
 
@@ -26,38 +25,14 @@ from pybroker._testbase.ha_cluster import HACluster
 from pybroker.protocol import ha as ha_protocol
 from pybroker.protocol import ha_auth
 from pybroker.protocol.codes import ResponseCode
-from tests.ha_support import client_for, position, send, wait_for
+from tests.ha_support import (client_for, position, received_until_closed, rogue_peer,
+                              send, wait_for)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 TOPIC = "HaAccessTopic"
 SLAVE_TIMEOUT_MS = 1500
 SECRET = "the-pair-secret-of-this-test-1234"
-
-
-def _rogue(master, source: str = "127.0.0.1") -> socket.socket:
-    host, port = master.ha_address.rsplit(":", 1)
-    sock = socket.socket()
-    sock.bind((source, 0))
-    sock.settimeout(5)
-    sock.connect((host, int(port)))
-    return sock
-
-
-def _received_until_closed(sock: socket.socket, timeout_s: float = 5) -> bytes:
-    """Everything the master sent until it closed the connection; AssertionError when it
-    keeps it open past ``timeout_s``."""
-    sock.settimeout(timeout_s)
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except TimeoutError:
-        raise AssertionError(f"the master kept the rogue connection open ({len(data)} bytes "
-                             "received)") from None
-    except ConnectionResetError:
-        pass
-    return data
 
 
 def test_allow_list_and_acknowledgements_only_for_bytes_sent(tmp_path):
@@ -67,9 +42,9 @@ def test_allow_list_and_acknowledgements_only_for_bytes_sent(tmp_path):
         master, slave = cluster.masters[0], cluster.slaves[0][0]
         with client_for(master.address) as client:
             assert send(client, TOPIC, b"replicated", 0, "r").code == ResponseCode.SUCCESS
-            outsider = _rogue(master, "127.0.0.2")
+            outsider = rogue_peer(master.ha_address, "127.0.0.2")
             outsider.sendall(ha_protocol.encode_report(0))
-            assert _received_until_closed(outsider) == b""
+            assert received_until_closed(outsider) == b""
             outsider.close()
             wait_for(lambda: "127.0.0.2 is not in haAllowedSlaveAddresses" in master.log_text(),
                      5, "the refusal logged")
@@ -93,7 +68,7 @@ def _impersonator_cannot_acknowledge(master, client) -> None:
     sender.start()
     end = wait_for(lambda: max(position(master.store_dir, "written_position") - written, 0),
                    5, "the held send appended") + written
-    impersonator = _rogue(master)
+    impersonator = rogue_peer(master.ha_address)
     try:
         impersonator.sendall(ha_protocol.encode_report(end))
         sender.join(10)
@@ -121,9 +96,9 @@ def test_tls_and_shared_secret_pair_replicates_and_refuses_rogues(tmp_path):
                  == master.published("written_position"), 10, "replica")
         for greeting in (ha_protocol.encode_report(0),                 # a Java slave
                          ha_auth.encode_hello(bytes(ha_auth.NONCE_BYTES))):  # no secret, no TLS
-            rogue = _rogue(master)
+            rogue = rogue_peer(master.ha_address)
             rogue.sendall(greeting)
-            received = _received_until_closed(rogue, 15)
+            received = received_until_closed(rogue, 15)
             rogue.close()
             # At most a TLS alert record (7 bytes), never a transfer unit.
             assert len(received) < ha_protocol.TRANSFER_HEADER_BYTES, received

@@ -8,8 +8,6 @@ Method: Apache's controller (Java 5.3.3, one node), a pybroker NameServer and tw
 brokers in controller mode with real certificates (pybroker/_testbase/certs.py); rogues are
 raw sockets of this test bound to 127.0.0.2 or 127.0.0.1.
 """
-import socket
-
 import pytest
 
 from pybroker._testbase import certs
@@ -19,7 +17,8 @@ from pybroker.protocol import autoswitch_ha as wire
 from pybroker.protocol import ha as ha_protocol
 from pybroker.protocol.codes import ResponseCode
 from tests import peers
-from tests.ha_support import client_for, position, send, wait_for
+from tests.ha_support import (client_for, position, received_until_closed, rogue_peer,
+                              send, wait_for)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.skipif(certs.openssl_missing() is not None,
@@ -28,29 +27,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
 TOPIC = "CtrlAccessTopic"
 GROUP = "broker-acl"
 SECRET = "the-controller-pair-secret-12345"
-
-
-def _rogue(address: str, source: str) -> socket.socket:
-    host, port = address.rsplit(":", 1)
-    sock = socket.socket()
-    sock.bind((source, 0))
-    sock.settimeout(5)
-    sock.connect((host, int(port)))
-    return sock
-
-
-def _received_until_closed(sock: socket.socket, timeout_s: float = 15) -> bytes:
-    sock.settimeout(timeout_s)
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except TimeoutError:
-        raise AssertionError(f"the master kept the rogue connection open ({len(data)} bytes "
-                             "received)") from None
-    except ConnectionResetError:
-        pass
-    return data
 
 
 def test_controller_mode_ha_port_applies_the_admission_settings(tmp_path):
@@ -81,15 +57,15 @@ def test_controller_mode_ha_port_applies_the_admission_settings(tmp_path):
             assert send(client, TOPIC, b"over-tls", 0, "t").code == ResponseCode.SUCCESS
         end = position(master.store_dir, "written_position")
         wait_for(lambda: position(slave.store_dir, "written_position") >= end, 20, "replica")
-        outsider = _rogue(master.ha_address, "127.0.0.2")
+        outsider = rogue_peer(master.ha_address, "127.0.0.2")
         outsider.sendall(wire.encode_slave_handshake(9, False, False))
-        assert _received_until_closed(outsider, 5) == b""
+        assert received_until_closed(outsider, 5) == b""
         outsider.close()
         wait_for(lambda: "127.0.0.2 is not in haAllowedSlaveAddresses" in master.log_text(),
                  5, "the refusal logged")
-        plain = _rogue(master.ha_address, "127.0.0.1")
+        plain = rogue_peer(master.ha_address, "127.0.0.1")
         plain.sendall(wire.encode_slave_handshake(9, False, False) + ha_protocol.encode_report(0))
-        received = _received_until_closed(plain)
+        received = received_until_closed(plain, 15)
         plain.close()
         assert len(received) < ha_protocol.TRANSFER_HEADER_BYTES, received   # a TLS alert
         assert cc.replica_info(controller.address, GROUP)["members"] == frozenset({1, 2})
