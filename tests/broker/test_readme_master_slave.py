@@ -1,10 +1,11 @@
 """README's two-command master/slave start works: the shipped conf/ha files make a pair that
 replicates.
 
-Method: take the two commands from README.md, run them as written except for free ports and a
-temp store (the conf files are copied with listenPort, storePathRootDir and namesrvAddr
-replaced; the standalone gets --namesrv-port): the slave must connect to the master's HA port
-and end with the master's CommitLog byte for byte after a few sends.
+Method: take the two commands from README.md, run them as written except for free ports (the
+gRPC one included) and a temp store (the conf files are copied with listenPort,
+storePathRootDir and namesrvAddr replaced; the standalone gets --namesrv-port): the slave must
+connect to the master's HA port and end with the master's CommitLog byte for byte after a few
+sends.
 """
 import pathlib
 import re
@@ -45,8 +46,10 @@ def test_readme_master_slave_pair(tmp_path):
     namesrv_port, master_port, slave_port = free_port(), free_port((-2, 0, 1)), \
         free_port((-2, 0, 1))
     master_store, slave_store = tmp_path / "m", tmp_path / "s"
+    # The standalone serves gRPC too (grpcWorkers=1 unless set): its port is a free one, as
+    # the others (the default 8081 collided with another test's broker in CI at 6912545).
     master_conf = _conf(master_cmd[3], tmp_path / "m.conf", listenPort=master_port,
-                        storePathRootDir=master_store)
+                        storePathRootDir=master_store, grpcServerPort=free_port())
     slave_conf = _conf(slave_cmd[3], tmp_path / "s.conf", listenPort=slave_port,
                        storePathRootDir=slave_store, namesrvAddr=f"127.0.0.1:{namesrv_port}")
     master = _Process(tmp_path / "master", ["standalone", "-c", master_conf, "--namesrv-port",
