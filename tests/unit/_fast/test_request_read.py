@@ -15,6 +15,7 @@ from pybroker.protocol import command, headers
 from pybroker.protocol.command import RemotingCommand
 
 from tests.unit.broker.test_send_fast import ROWS, duplicate_key_frame
+from tests.unit._fast.header_mutation import mutated
 
 SEND_FIELDS = headers.SEND_MESSAGE_REQUEST.fields
 SEND_NAMES = [field.wire_name for field in SEND_FIELDS]
@@ -58,18 +59,7 @@ def test_mutated_headers_read_as_decoded(rand):
     frames = [row[1] for row in ROWS]
     taken = 0
     for _ in range(3000):
-        frame = bytearray(rand.choice(frames))
-        header_length = int.from_bytes(frame[4:8], "big") & 0xFFFFFF
-        for _ in range(rand.randrange(1, 4)):
-            at = 8 + rand.randrange(header_length)
-            choice = rand.randrange(3)
-            if choice == 0:
-                frame[at] = rand.randrange(256)
-            elif choice == 1:
-                frame[at] = rand.choice(b'"{}:,\\ 0a\x00\x7f\x80')
-            else:
-                frame[at] = frame[8 + rand.randrange(header_length)]
-        taken += check(bytes(frame))
+        taken += check(mutated(rand.choice(frames), rand, b'"{}:,\\ 0a\x00\x7f\x80'))
     assert taken > 100
 
 
