@@ -84,7 +84,7 @@ def decode_handle(text: str) -> ReceiptHandle:
                          f"IllegalArgumentException. {_DECODE_FRAME}")
     try:
         info = pop.parse_extra_info(KEY_SEPARATOR.join(parts[:_HANDLE_FIELDS_MIN]),
-                                    _HANDLE_FIELDS_MIN)
+                                    pop.CLIENT_READS + ("getQueueOffset",))
         commit_log_offset = pop.parse_java_long(parts[8]) if len(parts) > 8 else -1
     except ValueError as error:
         raise _BadHandle(f"{error}. NumberFormatException. {_NUMBER_FRAME}") from None

@@ -368,3 +368,6 @@ FAQ_SUGGEST_TODO = "\nSee http://rocketmq.apache.org/docs/faq/ for further detai
 # The same tail in Java 5.x (every FAQ constant points at this page there).
 FAQ_SUGGEST_TODO_5X = ("\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for further "
                        "details.")
+# RemotingCommand.createResponseCommand(Class)'s remark, left on an answer whose processor sets a
+# code and no remark (Java 5.3.3's ChangeInvisibleTimeProcessor, for one).
+UNSET_RESPONSE_REMARK = "not set any response code"

@@ -22,6 +22,8 @@ from pybroker.protocol.constants import KEY_SEPARATOR, RETRY_GROUP_TOPIC_PREFIX,
 __all__ = ["retry_topic", "retry_topic_v1", "retry_topic_v2", "is_retry_topic_v2",
            "normal_topic_of", "normal_topic_of_retry", "retry_flag", "real_topic",
            "polling_key", "revive_topic", "ExtraInfo", "build_extra_info", "parse_extra_info",
+           "split_extra_info", "HandleError", "HandleNumberError", "CLIENT_READS", "ACK_READS",
+           "CHANGE_READS",
            "OffsetInfos", "parse_start_offset_info", "parse_msg_offset_info",
            "parse_order_count_info", "queue_offset_key", "RETRY_FLAG_NORMAL",
            "RETRY_FLAG_V1", "RETRY_FLAG_V2"]
@@ -162,20 +164,74 @@ def _java_int(text: str) -> int:
     return _java_long(text, _INT_BOUND)
 
 
-def parse_extra_info(extra_info: str | None, fields_needed: int = 7) -> ExtraInfo:
-    """Parse a receipt handle. ValueError (Java's message) when it is None, has fewer than
-    ``fields_needed`` fields or a number does not parse."""
-    if extra_info is None:
-        raise ValueError("split extraInfo is null")
+class HandleError(ValueError):
+    """A receipt handle Java's ExtraInfoUtil refuses. ``str()`` is the exception's message;
+    ``java_text`` is the exception as the Java broker prints it in a remark."""
+
+    java_class = "java.lang.IllegalArgumentException"
+
+    @property
+    def java_text(self) -> str:
+        return f"{self.java_class}: {self}"
+
+
+class HandleNumberError(HandleError):
+    """A field Long.valueOf / Integer.valueOf refuses."""
+
+    java_class = "java.lang.NumberFormatException"
+
+
+# Java's ExtraInfoUtil getters: the field each reads and how. A Java processor calls them in its
+# own order, and the first that fails names the exception (its remark): the reads below.
+_GETTERS = {"getCkQueueOffset": (0, _java_long), "getPopTime": (1, _java_long),
+            "getInvisibleTime": (2, _java_long), "getReviveQid": (3, _java_int),
+            "getRetry": (4, None), "getBrokerName": (5, None), "getQueueId": (6, _java_int),
+            "getQueueOffset": (7, _java_long)}
+#: A client's reads (processPopResponse's handle, 7 or 8 fields): every field in order.
+CLIENT_READS = ("getCkQueueOffset", "getPopTime", "getInvisibleTime", "getReviveQid",
+                "getRetry", "getBrokerName", "getQueueId")
+#: AckMessageProcessor.appendAck's order (a single ack).
+ACK_READS = ("getBrokerName", "getReviveQid", "getCkQueueOffset", "getPopTime",
+             "getInvisibleTime", "getRetry")
+#: ChangeInvisibleTimeProcessor's order (isOrder first, then the check-point's and the ack's).
+CHANGE_READS = ("getReviveQid", "getBrokerName", "getCkQueueOffset", "getPopTime",
+                "getInvisibleTime", "getRetry")
+
+
+def split_extra_info(extra_info: str) -> list[str]:
+    """ExtraInfoUtil.split: Java's String.split, which drops trailing empty fields."""
     parts = extra_info.split(KEY_SEPARATOR)
-    if len(parts) < fields_needed:
-        raise ValueError(f"extraInfo has {len(parts)} fields, {fields_needed} needed")
-    padded = parts + [""] * (7 - len(parts)) if len(parts) < 7 else parts
-    return ExtraInfo(
-        _java_long(padded[0]), _java_long(padded[1]), _java_long(padded[2]),
-        _java_long(padded[3], _INT_BOUND) if padded[3] else 0, padded[4], padded[5],
-        _java_long(padded[6], _INT_BOUND) if padded[6] else 0,
-        _java_long(parts[7]) if len(parts) > 7 else None)
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts
+
+
+def parse_extra_info(extra_info: str | None, reads: tuple[str, ...] = CLIENT_READS) -> ExtraInfo:
+    """Parse a receipt handle reading its fields as Java does, getter by getter in ``reads``'
+    order: HandleError (HandleNumberError) with Java's message at the first that fails.
+    Fields no getter of ``reads`` names are not looked at (queue id 0, queue offset None)."""
+    if extra_info is None:
+        raise HandleError("split extraInfo is null")
+    parts = split_extra_info(extra_info)
+    values: list = [0, 0, 0, 0, "", "", 0, None]
+    for name in reads:
+        index, parse = _GETTERS[name]
+        if len(parts) <= index:
+            raise HandleError(f"{name} fail, extraInfoStrs length {len(parts)}")
+        if parse is None:
+            values[index] = parts[index]
+            continue
+        try:
+            values[index] = parse(parts[index])
+        except ValueError as error:
+            raise HandleNumberError(str(error)) from None
+    if "getQueueId" in reads and "getQueueOffset" not in reads and len(parts) > 7:
+        # processPopResponse's 8-field handle
+        try:
+            values[7] = _java_long(parts[7])
+        except ValueError as error:
+            raise HandleNumberError(str(error)) from None
+    return ExtraInfo(*values)
 
 
 # --- the answer's offset infos --------------------------------------------------------------------

@@ -5,7 +5,10 @@ The same raw requests go to both and the answers are compared: UPDATE_AND_CREATE
 every attribute case of tests/unit/broker/test_attributes.py (Java's answers recorded there),
 GET_TOPIC_CONFIG (351), GET_SUBSCRIPTIONGROUP_CONFIG (352), group attributes, the message
 request modes (401, 402), LITE_PULL_MESSAGE (361) and sends whose message type differs from
-the topic's (the broker does not check it: the proxy does). Then Java 5.3.3's mqadmin
+the topic's (the broker does not check it: the proxy does), and the POP handles' answers: ACK_MESSAGE,
+BATCH_ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME with good and bad headers and handles
+(pybroker takes a plain ACK_MESSAGE on its C frame-taker path, docs/architecture/pop.md, and
+leaves the rest to its handler: both must answer as Java). Then Java 5.3.3's mqadmin
 (updateTopic -a, topicList, topicStatus, updateSubGroup -o, setConsumeMode) and
 ``pybroker admin`` run against both brokers. Where pybroker answers otherwise on purpose
 (docs/compatibility.md, "5.x protocol basics") the case is left out here and pinned by the unit
@@ -15,10 +18,12 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
 from pybroker._testbase.cluster import StandaloneBroker
+from pybroker.protocol import headers, pop
 from pybroker.protocol import properties as props
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
@@ -223,3 +228,86 @@ def test_mqadmin_5_and_pybroker_admin(pair):
     assert outputs["pybroker"] == outputs["java"]
     assert outputs["java"][0][2]["attributes"] == {"message.type": "FIFO"}
     assert outputs["java"][2][2]["consumeMessageOrderly"] is True
+
+
+def _pop_handles(peer, topic: str, group: str) -> list[tuple[int, int, str]]:
+    """(queue id, queue offset, receipt handle) of every message one POP of every queue
+    returns, the handle built as Java's client builds it from the answer's header."""
+    ext = headers.encode_header(headers.POP_MESSAGE_REQUEST, {
+        "consumer_group": group, "topic": topic, "queue_id": -1, "max_msg_nums": 32,
+        "invisible_time": 60000, "poll_time": 0, "born_time": int(time.time() * 1000),
+        "init_mode": 0,
+        "exp_type": "TAG", "exp": "*"})
+    response = peer.call(C.POP_MESSAGE, ext)
+    if response.code == ResponseCode.POLLING_TIMEOUT:           # not dispatched yet
+        return []
+    assert response.code == ResponseCode.SUCCESS, (peer.kind, response.code, response.remark)
+    header = headers.POP_MESSAGE_RESPONSE.parse(response.ext_fields)
+    starts = pop.parse_start_offset_info(header.start_offset_info)
+    return [(record.queue_id, record.queue_offset, pop.build_extra_info(
+        starts[f"0@{record.queue_id}"], header.pop_time, header.invisible_time,
+        header.revive_qid, topic, "broker-a", record.queue_id, record.queue_offset))
+        for record in records_of(response.body)]
+
+
+def _handle_answer(response) -> tuple:
+    """(code, remark): the consumer's address, which Java prints as its channel's, cut."""
+    remark = None if response.code == ResponseCode.SUCCESS else \
+        _FRAME.sub("", response.remark or "").split(" consumer:[")[0]
+    return response.code, remark
+
+
+def test_pop_handles_answered_as_java(pair):
+    topic, group = "PopHandles", "PopHandlesGroup"
+    both(pair, C.UPDATE_AND_CREATE_TOPIC, create_topic(topic, queues=2))
+    answers = {}
+    for peer in pair:
+        for number in range(3):
+            sent = _send(peer, topic, f"h{number}".encode())
+            assert sent.code == ResponseCode.SUCCESS, (peer.kind, sent.remark)
+        handles = []
+        wait_for(lambda peer=peer: handles.extend(_pop_handles(peer, topic, group)) or
+                 len(handles) == 3, 20, f"{peer.kind}: the three messages popped")
+        handles.sort()
+        (queue_id, offset, handle), (_, second_offset, second), (_, third_offset, third) = \
+            handles
+        assert queue_id == 0 and [offset, second_offset, third_offset] == [0, 1, 2], handles
+
+        def ack(extra_info=handle, queue_offset=offset, **fields):
+            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+                   "extraInfo": extra_info, "offset": str(queue_offset), **fields}
+            return _handle_answer(peer.call(C.ACK_MESSAGE, ext))
+
+        def change(extra_info=second, queue_offset=second_offset, **fields):
+            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+                   "extraInfo": extra_info, "offset": str(queue_offset),
+                   "invisibleTime": "30000", **fields}
+            response = peer.call(C.CHANGE_MESSAGE_INVISIBLETIME, ext)
+            return _handle_answer(response), sorted((response.ext_fields or {}).keys())
+
+        parts = handle.split(" ")
+        answers[peer.kind] = [
+            ack(),                                              # the C path's case
+            ack(),                                              # again: still SUCCESS
+            ack(topic="NoSuchPopTopic"),
+            ack(queueId="7"),
+            ack(queue_offset=100),
+            ack(queue_offset=-1),
+            ack(extra_info="not-a-handle"),
+            ack(extra_info=" ".join(parts[:5])),               # a field short
+            ack(extra_info=" ".join([parts[0], "x", *parts[2:]])),   # pop time not a long
+            ack(consumerGroup=group + "Other"),                # another group's ack
+            change(),
+            change(topic="NoSuchPopTopic"),
+            change(queueId="7"),
+            change(queue_offset=100),
+            change(invisibleTime="-1"),
+            change(extra_info="not-a-handle"),
+            change(extra_info=" ".join(parts[:5])),
+            change(extra_info=" ".join([*parts[:3], "y", *parts[4:]])),   # reviveQid not an int
+            _handle_answer(peer.call(C.BATCH_ACK_MESSAGE, None, b'{"acks":[]}')),
+            _handle_answer(peer.call(C.BATCH_ACK_MESSAGE)),
+        ]
+        assert ack(extra_info=third, queue_offset=third_offset) == \
+            (ResponseCode.SUCCESS, None), peer.kind
+    assert answers["pybroker"] == answers["java"]

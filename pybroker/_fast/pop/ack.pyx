@@ -7,7 +7,8 @@ reference:
   topic, queueId, extraInfo, offset in any order, ROCKETMQ binary or JSON) through
   ``request_read.read_request``, and takes it only as protocol/headers.py parses it;
 * :c:func:`parse_receipt_handle` parses extraInfo as protocol/pop.py ``parse_extra_info(text,
-  6)`` does (Java's Long.valueOf / Integer.valueOf rules) and takes only a non-order handle;
+  ACK_READS)`` does (Java's split, Long.valueOf / Integer.valueOf rules) and takes only a
+  non-order handle;
 * :c:func:`write_ack_record` writes revive_log.ack_message's record: the AckMsg body as orjson
   writes it, TAGS ``ack``, TIMER_DELIVER_MS (pop time + invisible time) and Java's UNIQ_KEY,
   then the 5.x timer's put-time rule by ``send/timer.pyx``'s ``timer_redirect`` (parked on
@@ -41,8 +42,8 @@ cdef int64_t INT64_HIGH = INT64_MAX
 cdef enum:
     SYS_FLAG_BORN_V6 = 0x10         # protocol/constants.py MessageSysFlag (record.pxd's too)
     SYS_FLAG_STORE_V6 = 0x20
-    HANDLE_FIELDS_NEEDED = 6        # ack.py's parse_extra_info(..., 6)
-    HANDLE_FIELDS_READ = 8          # fields past the eighth are never looked at
+    HANDLE_FIELDS_NEEDED = 6        # ack.py's parse_extra_info(..., ACK_READS): getBrokerName
+    HANDLE_FIELDS_READ = 6          # fields past the sixth are never looked at
 
 cdef extern from *:
     """
@@ -107,9 +108,10 @@ cdef int parse_receipt_handle(const unsigned char *text, Py_ssize_t length,
                               ReceiptHandle *handle) noexcept nogil:
     cdef const unsigned char *starts[HANDLE_FIELDS_READ]
     cdef Py_ssize_t lengths[HANDLE_FIELDS_READ]
-    cdef Py_ssize_t at = 0, end, count = 0
+    cdef Py_ssize_t at = 0, end, count = 0, kept = 0
     cdef int64_t value
-    # Split on the separator as str.split(" "): count every field, keep the first eight.
+    # Split on the separator as Java's String.split(" "): count every field up to the last
+    # non-empty one (trailing empty fields are dropped), keep the first six.
     while True:
         end = at
         while end < length and text[end] != c' ':
@@ -117,23 +119,21 @@ cdef int parse_receipt_handle(const unsigned char *text, Py_ssize_t length,
         if count < HANDLE_FIELDS_READ:
             starts[count], lengths[count] = text + at, end - at
         count += 1
+        if end > at:
+            kept = count
         if end == length:
             break
         at = end + 1
-    if count < HANDLE_FIELDS_NEEDED:
+    if kept < HANDLE_FIELDS_NEEDED:
         return 0
-    if read_java_long(starts[0], lengths[0], False, &handle.ck_queue_offset) < 0 \
+    # ack.py's reads (pop.ACK_READS): reviveQid, ckQueueOffset, popTime, invisibleTime as Java
+    # parses them; the queue id and queue offset fields are not read.
+    if read_java_long(starts[3], lengths[3], True, &value) < 0 \
+            or read_java_long(starts[0], lengths[0], False, &handle.ck_queue_offset) < 0 \
             or read_java_long(starts[1], lengths[1], False, &handle.pop_time) < 0 \
             or read_java_long(starts[2], lengths[2], False, &handle.invisible_time) < 0:
         return 0
-    value = 0       # reviveQid and queueId: an empty field is 0
-    if lengths[3] and read_java_long(starts[3], lengths[3], True, &value) < 0:
-        return 0
     handle.revive_qid = <int32_t>value
-    if count > 6 and lengths[6] and read_java_long(starts[6], lengths[6], True, &value) < 0:
-        return 0
-    if count > 7 and read_java_long(starts[7], lengths[7], False, &value) < 0:
-        return 0
     handle.broker_name, handle.broker_name_length = starts[5], lengths[5]
     return 0 if handle.revive_qid == ORDER_REVIVE_QUEUE else 1
 

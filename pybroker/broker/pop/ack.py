@@ -93,9 +93,9 @@ async def _single(ctx, channel, request, response) -> RemotingCommand:
                                f"offset is illegal, key:{header.topic}@{header.queue_id}, "
                                f"commit:{header.queue_offset}, store:{min_offset}~{max_offset}")
     try:
-        info = pop.parse_extra_info(header.extra_info, 6)
-    except ValueError as error:
-        return create_response(request, ResponseCode.SYSTEM_ERROR, str(error))
+        info = pop.parse_extra_info(header.extra_info, pop.ACK_READS)
+    except pop.HandleError as error:      # Java's uncaught exception, as its remark prints it
+        return create_response(request, ResponseCode.SYSTEM_ERROR, error.java_text)
     if info.is_order:
         return await ack_orderly(ctx, channel, response, header.topic, header.consumer_group,
                                  header.queue_id, header.queue_offset, info.pop_time,
@@ -109,8 +109,10 @@ async def _single(ctx, channel, request, response) -> RemotingCommand:
 
 
 async def _batch(ctx, channel, request, response) -> RemotingCommand:
+    if not request.body:            # Java's reqBody == null: no body on the wire
+        return create_response(request, ResponseCode.NO_MESSAGE)
     try:
-        broker_name, acks = pop_bodies.decode_batch_ack_body(request.body or b"")
+        broker_name, acks = pop_bodies.decode_batch_ack_body(request.body)
     except ValueError as error:
         return create_response(request, ResponseCode.SYSTEM_ERROR, str(error))
     if not acks:

@@ -28,6 +28,7 @@ from pybroker.broker.pop.pop_message import take_pending_offset
 from pybroker.broker.pop.state import PopStateError
 from pybroker.protocol import pop
 from pybroker.protocol.codes import RequestCode, ResponseCode
+from pybroker.protocol.constants import UNSET_RESPONSE_REMARK
 from pybroker.protocol.command import RemotingCommand, create_response
 from pybroker.protocol.headers import (CHANGE_INVISIBLE_TIME_RESPONSE, encode_header,
                                        parse_request_header)
@@ -39,8 +40,9 @@ log = logging.getLogger("pybroker.broker.pop")
 
 
 def _answer(request: RemotingCommand, code: int, pop_time: int = 0, invisible_time: int = 0,
-            revive_qid: int = 0, remark: str | None = None) -> RemotingCommand:
-    # Java's answer always carries the header, zeros when nothing was set.
+            revive_qid: int = 0, remark: str = UNSET_RESPONSE_REMARK) -> RemotingCommand:
+    # Java's answer always carries the header, zeros when nothing was set, and the remark of
+    # RemotingCommand.createResponseCommand(Class) unless one was set.
     fields = encode_header(CHANGE_INVISIBLE_TIME_RESPONSE, {
         "pop_time": pop_time, "invisible_time": invisible_time, "revive_qid": revive_qid})
     return create_response(request, code, remark, fields)
@@ -65,9 +67,10 @@ async def handle_change_invisible_time(ctx: BrokerContext, channel,
     if not min_offset <= header.queue_offset < max_offset:
         return _answer(request, ResponseCode.NO_MESSAGE)
     try:
-        info = pop.parse_extra_info(header.extra_info, 6)
-    except ValueError as error:
-        return _answer(request, ResponseCode.SYSTEM_ERROR, remark=str(error))
+        info = pop.parse_extra_info(header.extra_info, pop.CHANGE_READS)
+    except pop.HandleError as error:
+        # Java's uncaught exception: the remoting layer's answer, no header, the exception.
+        return create_response(request, ResponseCode.SYSTEM_ERROR, error.java_text)
     if ctx.pop is None:
         return _answer(request, ResponseCode.SYSTEM_ERROR, remark="POP is not served here")
     try:

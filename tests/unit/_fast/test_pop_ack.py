@@ -8,7 +8,7 @@ around the edges (Java int/long limits, signs, empty, missing, escaped, another 
 plus bytes of the header mutated; whenever C
 takes a frame, protocol/command.py decode and protocol/headers.py parse take it with the same
 values. Receipt handles: handles built by build_extra_info, then fields dropped, added, emptied
-or replaced by edge values; C answers a handle exactly when parse_extra_info(text, 6) parses it
+or replaced by edge values; C answers a handle exactly when parse_extra_info(text, ACK_READS) parses it
 to a non-order handle, with the same values. Records: seeded acks (names, offsets, pop times
 before and after now, invisible times, revive queues, broker names) under several timer
 settings and IPv4/IPv6 store hosts; the record C writes is revive_log.ack_message's byte for
@@ -136,7 +136,7 @@ def _handle(rand: random.Random) -> str:
 
 def _python_handle(text: str):
     try:
-        info = pop.parse_extra_info(text, 6)
+        info = pop.parse_extra_info(text, pop.ACK_READS)
     except ValueError:
         return None
     if info.is_order:
@@ -161,7 +161,9 @@ def test_seeded_handles_parse_as_the_handler(rand):
                                   "1 2 3 999 0 b 1 5", "1 2 3 0 0 b 1 5 x", "1 2 3 0 0 b 1 x",
                                   "1 2 3 0 0 b 1 ", "1 2 3 0 0 b  5", "+1 -2 3 2147483647 0 b",
                                   "1 2 3 2147483648 0 b", "1 2 3 -2147483648 0 b",
-                                  "9223372036854775808 2 3 0 0 b", "1 2 3 0 0 b x 5"])
+                                  "9223372036854775808 2 3 0 0 b", "1 2 3 0 0 b x 5",
+                                  "1 2 3 0 0 b   ", "1 2 3 0 0    ", "1 2 3 0 0 b 1 5 x y",
+                                  "1 2 3  0 b", "x 2 3 0 0 b", "1 2 3 99999999999 0 b"])
 def test_edge_handles_parse_as_the_handler(text):
     assert fast_ack.parse_handle(text.encode()) == _python_handle(text)
 
@@ -202,7 +204,7 @@ def _ack_inputs(rand: random.Random) -> tuple[str, str, int, int, str]:
 
 
 def _handler_record(topic, group, queue_id, offset, handle, rules, host):
-    info = pop.parse_extra_info(handle, 6)
+    info = pop.parse_extra_info(handle, pop.ACK_READS)
     ack = AckMsg(topic=topic, consumer_group=group, queue_id=queue_id,
                  start_offset=info.ck_queue_offset, pop_time=info.pop_time, ack_offset=offset,
                  broker_name=info.broker_name)
@@ -213,7 +215,7 @@ def _handler_record(topic, group, queue_id, offset, handle, rules, host):
 def _handlers_shape(topic, group, queue_id, offset, handle) -> bool:
     """A shape C leaves to the handler though the handler writes it (the timer rule in C parks
     a UNIQ_KEY of at most 128 bytes)."""
-    info = pop.parse_extra_info(handle, 6)
+    info = pop.parse_extra_info(handle, pop.ACK_READS)
     unique_id = f"{topic}@{queue_id}@{offset}@{group}@{info.pop_time}@{info.broker_name}@ack"
     plain = all(32 <= ord(c) < 128 and c not in '"\\' for c in topic + group + info.broker_name)
     return (len(topic.encode()) > 127 or len(group.encode()) > 255

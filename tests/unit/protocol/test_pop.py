@@ -45,7 +45,7 @@ def test_receipt_handle_round_trip():
     assert info == pop.ExtraInfo(5, POP_TIME, 60000, 1, "2", "broker-a", 0, 7)
     assert not info.is_order
     assert pop.parse_extra_info("5 1 2 999 0 b 3").is_order
-    assert pop.parse_extra_info("5 1 2 999 0 b", 6).queue_id == 0
+    assert pop.parse_extra_info("5 1 2 999 0 b", pop.ACK_READS).queue_id == 0
 
 
 @pytest.mark.parametrize("text", [None, "", "5 1 2", "x 1 2 3 0 b 0", "5 1 2 9999999999 0 b 0",
@@ -53,6 +53,34 @@ def test_receipt_handle_round_trip():
 def test_bad_receipt_handles_are_refused(text):
     with pytest.raises(ValueError):
         pop.parse_extra_info(text)
+
+
+# (handle, reads, Java's exception as its broker prints it in the remark): the first getter of
+# the processor's order that fails names it; String.split drops trailing empty fields.
+@pytest.mark.parametrize("text, reads, java", [
+    (None, pop.ACK_READS, "java.lang.IllegalArgumentException: split extraInfo is null"),
+    ("x", pop.ACK_READS,
+     "java.lang.IllegalArgumentException: getBrokerName fail, extraInfoStrs length 1"),
+    ("1 2 3 4 0  ", pop.ACK_READS,
+     "java.lang.IllegalArgumentException: getBrokerName fail, extraInfoStrs length 5"),
+    ("x 2 3 y 0 b", pop.ACK_READS, 'java.lang.NumberFormatException: For input string: "y"'),
+    ("x 2 3 4 0 b", pop.ACK_READS, 'java.lang.NumberFormatException: For input string: "x"'),
+    ("1 2 3  0 b", pop.ACK_READS, 'java.lang.NumberFormatException: For input string: ""'),
+    ("x", pop.CHANGE_READS,
+     "java.lang.IllegalArgumentException: getReviveQid fail, extraInfoStrs length 1"),
+    ("1 2 3 4 0", pop.CHANGE_READS,
+     "java.lang.IllegalArgumentException: getBrokerName fail, extraInfoStrs length 5"),
+    ("1 2 3 y", pop.CHANGE_READS, 'java.lang.NumberFormatException: For input string: "y"'),
+])
+def test_bad_handles_fail_at_javas_getter(text, reads, java):
+    with pytest.raises(pop.HandleError) as refused:
+        pop.parse_extra_info(text, reads)
+    assert refused.value.java_text == java
+
+
+def test_an_ack_reads_no_field_past_the_broker_name():
+    assert pop.parse_extra_info("1 2 3 4 0 b x y", pop.ACK_READS) == \
+        pop.ExtraInfo(1, 2, 3, 4, "0", "b", 0, None)
 
 
 def test_offset_infos_as_java_builds_and_parses_them():
