@@ -1,18 +1,18 @@
 """The RocketMQ 5.x protocol basics answer as the Java 5.3.3 broker answers them.
 
 Method: one Java 5.3.3 NameServer and broker and one ``pybroker standalone`` for the module.
-The same raw requests go to both and the answers are compared: UPDATE_AND_CREATE_TOPIC with
-every attribute case of tests/unit/broker/test_attributes.py (Java's answers recorded there),
-GET_TOPIC_CONFIG (351), GET_SUBSCRIPTIONGROUP_CONFIG (352), group attributes, the message
-request modes (401, 402), LITE_PULL_MESSAGE (361) and sends whose message type differs from
-the topic's (the broker does not check it: the proxy does), and the POP handles' answers: ACK_MESSAGE,
-BATCH_ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME with good and bad headers and handles
-(pybroker takes a plain ACK_MESSAGE on its C frame-taker path, docs/architecture/pop.md, and
-leaves the rest to its handler: both must answer as Java). Then Java 5.3.3's mqadmin
-(updateTopic -a, topicList, topicStatus, updateSubGroup -o, setConsumeMode) and
-``pybroker admin`` run against both brokers. Where pybroker answers otherwise on purpose
-(docs/compatibility.md, "5.x protocol basics") the case is left out here and pinned by the unit
-tests. Remarks of exceptions Java did not catch end with a stack frame; that frame is cut.
+The same raw requests go to both and the answers are compared: UPDATE_AND_CREATE_TOPIC with every
+attribute case of tests/unit/broker/test_attributes.py (Java's answers recorded there),
+GET_TOPIC_CONFIG (351), GET_SUBSCRIPTIONGROUP_CONFIG (352), group attributes, the message request
+modes (401, 402), LITE_PULL_MESSAGE (361) and sends whose message type differs from the topic's
+(the broker does not check it: the proxy does), and the answers about POP handles: ACK_MESSAGE,
+BATCH_ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME with good and bad headers and handles (pybroker
+takes a plain ACK_MESSAGE on its C frame-taker path, docs/architecture/pop.md, and leaves the rest
+to its handler: both must answer as Java). Then Java 5.3.3's mqadmin (updateTopic -a, topicList,
+topicStatus, updateSubGroup -o, setConsumeMode) and ``pybroker admin`` run against both brokers.
+Where pybroker answers otherwise on purpose (docs/compatibility.md, "5.x protocol basics") the case
+is left out here and pinned by the unit tests. Remarks of exceptions Java did not catch end with a
+stack frame; that frame is cut.
 """
 import json
 import re
@@ -257,57 +257,60 @@ def _handle_answer(response) -> tuple:
     return response.code, remark
 
 
+def _handle_answers(peer, topic: str, group: str) -> list:
+    """Three messages sent and popped, then the table of ACK / CHANGE / BATCH_ACK frames."""
+    for number in range(3):
+        sent = _send(peer, topic, f"h{number}".encode())
+        assert sent.code == ResponseCode.SUCCESS, (peer.kind, sent.remark)
+    handles: list = []
+    wait_for(lambda: handles.extend(_pop_handles(peer, topic, group)) or len(handles) == 3,
+             20, f"{peer.kind}: the three messages popped")
+    handles.sort()
+    (queue_id, offset, handle), (_, second_offset, second), (_, third_offset, third) = handles
+    assert queue_id == 0 and [offset, second_offset, third_offset] == [0, 1, 2], handles
+
+    def ack(extra_info=handle, queue_offset=offset, **fields):
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+               "extraInfo": extra_info, "offset": str(queue_offset), **fields}
+        return _handle_answer(peer.call(C.ACK_MESSAGE, ext))
+
+    def change(extra_info=second, queue_offset=second_offset, **fields):
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+               "extraInfo": extra_info, "offset": str(queue_offset), "invisibleTime": "30000",
+               **fields}
+        response = peer.call(C.CHANGE_MESSAGE_INVISIBLETIME, ext)
+        return _handle_answer(response), sorted((response.ext_fields or {}).keys())
+
+    parts = handle.split(" ")
+    answers = [
+        ack(),                                                  # the C path's case
+        ack(),                                                  # again: still SUCCESS
+        ack(topic="NoSuchPopTopic"),
+        ack(queueId="7"),
+        ack(queue_offset=100),
+        ack(queue_offset=-1),
+        ack(extra_info="not-a-handle"),
+        ack(extra_info=" ".join(parts[:5])),                    # a field short
+        ack(extra_info=" ".join([parts[0], "x", *parts[2:]])),  # pop time not a long
+        ack(consumerGroup=group + "Other"),                     # another group's ack
+        change(),
+        change(topic="NoSuchPopTopic"),
+        change(queueId="7"),
+        change(queue_offset=100),
+        change(invisibleTime="-1"),
+        change(extra_info="not-a-handle"),
+        change(extra_info=" ".join(parts[:5])),
+        change(extra_info=" ".join([*parts[:3], "y", *parts[4:]])),  # reviveQid not an int
+        _handle_answer(peer.call(C.BATCH_ACK_MESSAGE, None, b'{"acks":[]}')),
+        _handle_answer(peer.call(C.BATCH_ACK_MESSAGE)),
+    ]
+    assert ack(extra_info=third, queue_offset=third_offset) == (ResponseCode.SUCCESS, None), \
+        peer.kind
+    return answers
+
+
 def test_pop_handles_answered_as_java(pair):
     topic, group = "PopHandles", "PopHandlesGroup"
     both(pair, C.UPDATE_AND_CREATE_TOPIC, create_topic(topic, queues=2))
-    answers = {}
-    for peer in pair:
-        for number in range(3):
-            sent = _send(peer, topic, f"h{number}".encode())
-            assert sent.code == ResponseCode.SUCCESS, (peer.kind, sent.remark)
-        handles = []
-        wait_for(lambda peer=peer: handles.extend(_pop_handles(peer, topic, group)) or
-                 len(handles) == 3, 20, f"{peer.kind}: the three messages popped")
-        handles.sort()
-        (queue_id, offset, handle), (_, second_offset, second), (_, third_offset, third) = \
-            handles
-        assert queue_id == 0 and [offset, second_offset, third_offset] == [0, 1, 2], handles
-
-        def ack(extra_info=handle, queue_offset=offset, **fields):
-            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
-                   "extraInfo": extra_info, "offset": str(queue_offset), **fields}
-            return _handle_answer(peer.call(C.ACK_MESSAGE, ext))
-
-        def change(extra_info=second, queue_offset=second_offset, **fields):
-            ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
-                   "extraInfo": extra_info, "offset": str(queue_offset),
-                   "invisibleTime": "30000", **fields}
-            response = peer.call(C.CHANGE_MESSAGE_INVISIBLETIME, ext)
-            return _handle_answer(response), sorted((response.ext_fields or {}).keys())
-
-        parts = handle.split(" ")
-        answers[peer.kind] = [
-            ack(),                                              # the C path's case
-            ack(),                                              # again: still SUCCESS
-            ack(topic="NoSuchPopTopic"),
-            ack(queueId="7"),
-            ack(queue_offset=100),
-            ack(queue_offset=-1),
-            ack(extra_info="not-a-handle"),
-            ack(extra_info=" ".join(parts[:5])),               # a field short
-            ack(extra_info=" ".join([parts[0], "x", *parts[2:]])),   # pop time not a long
-            ack(consumerGroup=group + "Other"),                # another group's ack
-            change(),
-            change(topic="NoSuchPopTopic"),
-            change(queueId="7"),
-            change(queue_offset=100),
-            change(invisibleTime="-1"),
-            change(extra_info="not-a-handle"),
-            change(extra_info=" ".join(parts[:5])),
-            change(extra_info=" ".join([*parts[:3], "y", *parts[4:]])),   # reviveQid not an int
-            _handle_answer(peer.call(C.BATCH_ACK_MESSAGE, None, b'{"acks":[]}')),
-            _handle_answer(peer.call(C.BATCH_ACK_MESSAGE)),
-        ]
-        assert ack(extra_info=third, queue_offset=third_offset) == \
-            (ResponseCode.SUCCESS, None), peer.kind
-    assert answers["pybroker"] == answers["java"]
+    ours, theirs = (_handle_answers(peer, topic, group) for peer in pair)
+    assert ours == theirs

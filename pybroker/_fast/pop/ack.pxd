@@ -72,8 +72,8 @@ cdef int read_ack_request(const unsigned char *data, Py_ssize_t frame_bytes,
                           Py_ssize_t ext_fields_max, unsigned char *scratch,
                           Py_ssize_t scratch_bytes, AckRequest *request) noexcept nogil
 
-# protocol/pop.py parse_extra_info(text, ACK_READS) of the ASCII text[0:length] for a non-order handle:
-# 1 with *handle filled; 0 when the handler decides (a refusal, or revive queue 999).
+# protocol/pop.py parse_extra_info(text, ACK_READS) of the ASCII text[0:length] for a non-order
+# handle: 1 with *handle filled; 0 when the handler decides (a refusal, or revive queue 999).
 cdef int parse_receipt_handle(const unsigned char *text, Py_ssize_t length,
                               ReceiptHandle *handle) noexcept nogil
 

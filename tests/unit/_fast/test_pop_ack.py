@@ -5,11 +5,11 @@ revive_log.ack_message does.
 Method: seeded inputs through both sides. Headers: ACK_MESSAGE requests (JSON headers: the
 binary header's 16-bit code cannot carry 200051) with their fields in random order and values
 around the edges (Java int/long limits, signs, empty, missing, escaped, another code, oneway),
-plus bytes of the header mutated; whenever C
-takes a frame, protocol/command.py decode and protocol/headers.py parse take it with the same
-values. Receipt handles: handles built by build_extra_info, then fields dropped, added, emptied
-or replaced by edge values; C answers a handle exactly when parse_extra_info(text, ACK_READS) parses it
-to a non-order handle, with the same values. Records: seeded acks (names, offsets, pop times
+plus bytes of the header mutated; whenever C takes a frame, protocol/command.py decode and
+protocol/headers.py parse take it with the same values. Receipt handles: handles built by
+build_extra_info, then fields dropped, added, emptied or replaced by edge values; C answers a
+handle exactly when parse_extra_info(text, ACK_READS) parses it to a non-order handle, with the
+same values. Records: seeded acks (names, offsets, pop times
 before and after now, invisible times, revive queues, broker names) under several timer
 settings and IPv4/IPv6 store hosts; the record C writes is revive_log.ack_message's byte for
 byte, under the same topic and queue, and what C leaves to the handler is a refusal or one of
