@@ -8,11 +8,12 @@ modes (401, 402), LITE_PULL_MESSAGE (361) and sends whose message type differs f
 (the broker does not check it: the proxy does), and the answers about POP handles: ACK_MESSAGE,
 BATCH_ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME with good and bad headers and handles (pybroker
 takes a plain ACK_MESSAGE on its C frame-taker path, docs/architecture/pop.md, and leaves the rest
-to its handler: both must answer as Java). Then Java 5.3.3's mqadmin (updateTopic -a, topicList,
-topicStatus, updateSubGroup -o, setConsumeMode) and ``pybroker admin`` run against both brokers.
-Where pybroker answers otherwise on purpose (docs/compatibility.md, "5.x protocol basics") the case
-is left out here and pinned by the unit tests. Remarks of exceptions Java did not catch end with a
-stack frame; that frame is cut.
+to its handler: both must answer as Java), and POP_MESSAGE's (refusals, tag filters, one queue and
+every queue, limits, rest counts, offset infos). Then Java 5.3.3's mqadmin (updateTopic -a,
+topicList, topicStatus, updateSubGroup -o, setConsumeMode) and ``pybroker admin`` run against both
+brokers. Where pybroker answers otherwise on purpose (docs/compatibility.md, "5.x protocol basics")
+the case is left out here and pinned by the unit tests. Remarks of exceptions Java did not catch
+end with a stack frame; that frame is cut.
 """
 import json
 import re
@@ -314,3 +315,62 @@ def test_pop_handles_answered_as_java(pair):
     both(pair, C.UPDATE_AND_CREATE_TOPIC, create_topic(topic, queues=2))
     ours, theirs = (_handle_answers(peer, topic, group) for peer in pair)
     assert ours == theirs
+
+
+def _pop_answer(peer, **fields) -> tuple:
+    """One POP_MESSAGE as compared: code, remark, the header's fields (popTime and reviveQid,
+    which hold a clock reading and a random pick, as present or not; the offset infos as maps,
+    since Java starts queueId -1 at a random queue) and the (queue, offset, body) of each
+    message."""
+    ext = {"consumerGroup": "PopAnswersGroup", "topic": "PopAnswers", "queueId": "-1",
+           "maxMsgNums": "32", "invisibleTime": "60000", "pollTime": "0",
+           "bornTime": str(int(time.time() * 1000)), "initMode": "0", "expType": "TAG",
+           "exp": "*"}
+    ext.update({key: str(value) for key, value in fields.items() if value is not None})
+    for key in [key for key, value in fields.items() if value is None]:
+        del ext[key]
+    response = peer.call(C.POP_MESSAGE, ext)
+    header = dict(response.ext_fields or {})
+    for key in ("popTime", "reviveQid"):
+        header[key] = key in header
+    for key, parse in (("startOffsetInfo", pop.parse_start_offset_info),
+                       ("msgOffsetInfo", pop.parse_msg_offset_info)):
+        if header.get(key):
+            header[key] = parse(header[key])
+    remark = _FRAME.sub("", response.remark or "").split(" consumer:[")[0]
+    messages = sorted((record.queue_id, record.queue_offset, bytes(record.body))
+                      for record in records_of(response.body))
+    return response.code, remark.replace(peer.broker_addr.split(":")[0], "<ip>"), header, \
+        messages
+
+
+def test_pop_answers_as_java(pair):
+    both(pair, C.UPDATE_AND_CREATE_TOPIC, create_topic("PopAnswers", queues=2))
+    for peer in pair:
+        for number in range(6):
+            text = props.encode_properties({"UNIQ_KEY": f"pa{number}", "WAIT": "true",
+                                            "TAGS": "even" if number % 2 == 0 else "odd"})
+            ext = {"a": "p5x", "b": "PopAnswers", "c": "TBW102", "d": "4",
+                   "e": str(number % 2), "f": "0", "g": "1700000000000", "h": "0", "i": text,
+                   "j": "0", "k": "false", "m": "false"}
+            assert peer.call(C.SEND_MESSAGE_V2, ext, f"pa{number}".encode()).code == \
+                ResponseCode.SUCCESS
+        wait_for(lambda peer=peer: _pop_answer(peer, consumerGroup="PopPeek",
+                                               invisibleTime=1)[3] != [],
+                 20, f"{peer.kind} dispatch")
+    old_born = int(time.time() * 1000) - 60000
+    cases = [
+        dict(maxMsgNums=33), dict(topic="NoSuchPopTopic"), dict(queueId=5),
+        dict(exp="a = ", expType="SQL92"), dict(exp="x", expType="CLASS"),
+        dict(bornTime=old_born, pollTime=1000),
+        dict(consumerGroup="PopAnswersTags", exp="even"),            # a tag filter
+        dict(consumerGroup="PopAnswersQueue", queueId=1, maxMsgNums=2),  # one queue, a limit
+        dict(consumerGroup="PopAnswersQueue", queueId=1),            # the rest of queue 1
+        dict(consumerGroup="PopAnswersQueue", queueId=1),            # nothing left
+        dict(consumerGroup="PopAnswersAll"),                         # every queue
+        dict(consumerGroup="PopAnswersAll"),                         # nothing left
+        dict(consumerGroup="PopAnswersLast", initMode=1),            # from the queues' ends
+    ]
+    for fields in cases:
+        ours, theirs = (_pop_answer(peer, **fields) for peer in pair)
+        assert ours == theirs, (fields, ours, theirs)
