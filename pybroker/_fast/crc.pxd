@@ -1,13 +1,14 @@
 # C-level contract of pybroker._fast.crc: zlib CRC-32 (Java's java.util.zip.CRC32) over raw memory.
 from libc.stdint cimport uint32_t, int32_t
 
-cdef extern from "zlib.h" nogil:
-    unsigned long zlib_crc32 "crc32"(unsigned long crc, const unsigned char *data,
-                                     unsigned int length)
+cdef extern from "crc_fold.h" nogil:
+    # zlib's crc32(crc, data, length) for any length: folded with PCLMULQDQ where the CPU has
+    # it and the span is long enough, zlib's table loop otherwise (crc_fold.h says why and how).
+    uint32_t pb_crc32_update(uint32_t crc, const unsigned char *data, size_t length)
+    uint32_t pb_crc32_zlib(uint32_t crc, const unsigned char *data, size_t length)
+    bint pb_crc_fold_usable()
 
 cdef enum:
-    # zlib takes an unsigned int length: feed longer spans in pieces of at most 1 GiB.
-    CRC_CHUNK_BYTES = 1 << 30
     # Above this many bytes the Python-level functions release the GIL while hashing.
     CRC_NOGIL_MIN_BYTES = 64 * 1024
     CRC_MASK = 0x7FFFFFFF
@@ -15,13 +16,7 @@ cdef enum:
 
 cdef inline uint32_t crc32_of(const unsigned char *data, size_t length) noexcept nogil:
     """Unsigned CRC-32 of length bytes at data (no GIL needed; data must be valid memory)."""
-    cdef unsigned long crc = zlib_crc32(0, NULL, 0)
-    while length > CRC_CHUNK_BYTES:
-        crc = zlib_crc32(crc, data, CRC_CHUNK_BYTES)
-        data += CRC_CHUNK_BYTES
-        length -= CRC_CHUNK_BYTES
-    crc = zlib_crc32(crc, data, <unsigned int>length)
-    return <uint32_t>crc
+    return pb_crc32_update(0, data, length)
 
 
 cdef inline int32_t crc32_masked_of(const unsigned char *data, size_t length) noexcept nogil:

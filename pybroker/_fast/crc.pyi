@@ -6,3 +6,6 @@ def crc32(buf: Buffer, start: int = 0, end: int = -1) -> int:
 
 def crc32_masked(buf: Buffer, start: int = 0, end: int = -1) -> int:
     """crc32(...) & 0x7FFFFFFF (RocketMQ's stored body CRC)."""
+
+def folds() -> bool:
+    """Whether spans of 64 bytes and more are folded here (x86-64 with PCLMULQDQ)."""

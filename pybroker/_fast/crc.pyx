@@ -2,10 +2,11 @@
 """CRC-32 as Java's ``java.util.zip.CRC32`` computes it (zlib's polynomial).
 
 RocketMQ stores ``crc32(body) & 0x7FFFFFFF`` in every CommitLog record (protocol.md §0, §4.2).
+Spans of 64 bytes and more are folded with PCLMULQDQ where the CPU has it (``crc_fold.h``).
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 
-from pybroker._fast.crc cimport crc32_of, CRC_NOGIL_MIN_BYTES, CRC_MASK
+from pybroker._fast.crc cimport crc32_of, pb_crc_fold_usable, CRC_NOGIL_MIN_BYTES, CRC_MASK
 
 
 cdef uint32_t _crc32_buffer(object buf, Py_ssize_t start, Py_ssize_t end) except? 0xFFFFFFFF:
@@ -43,3 +44,8 @@ def crc32(buf, Py_ssize_t start=0, Py_ssize_t end=-1):
 def crc32_masked(buf, Py_ssize_t start=0, Py_ssize_t end=-1):
     """``crc32(buf, start, end) & 0x7FFFFFFF``: the body CRC stored in CommitLog records."""
     return _crc32_buffer(buf, start, end) & CRC_MASK
+
+
+def folds():
+    """Whether spans of 64 bytes and more are folded here (x86-64 with PCLMULQDQ)."""
+    return bool(pb_crc_fold_usable())
