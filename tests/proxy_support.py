@@ -36,15 +36,20 @@ BROKER_SETTINGS = {"transactionCheckInterval": "1000", "transactionTimeOut": "50
                    "recallMessageEnable": "true"}
 # A push consumer long-polls for the proxy's grpcClientConsumerMaxLongPollingTimeoutMillis (20 s
 # by default), and a redelivered message waits for the next poll: 3 s here.
+# A push consumer's messages are invisible for defaultInvisibleTimeMills and renewed while the
+# client works on them (the proxy's receipt-handle manager, pybroker's grpc_service/renewal.py):
+# 12 s, looked at every second, so a listener held 16 s outlasts it (test_sdk_push_renewal).
 PROXY_SETTINGS = {"transactionHeartbeatPeriodSecond": 1, "grpcShutdownTimeSeconds": 1,
                   "grpcClientConsumerMinLongPollingTimeoutMillis": 1000,
-                  "grpcClientConsumerMaxLongPollingTimeoutMillis": 3000}
+                  "grpcClientConsumerMaxLongPollingTimeoutMillis": 3000,
+                  "defaultInvisibleTimeMills": 12000, "renewSchedulePeriodMillis": 1000}
 # The SDKs' own gRPC endpoint of pybroker (issue #26) takes the proxy's long-polling settings
 # (and a certificate: TLS and plain on its port, as the proxy serves them; the Go SDK speaks
 # TLS by default).
 NATIVE_SETTINGS = {"grpcWorkers": "1", "tls.server.mode": "permissive",
                    "grpcClientConsumerMinLongPollingTimeoutMillis": "1000",
-                   "grpcClientConsumerMaxLongPollingTimeoutMillis": "3000"}
+                   "grpcClientConsumerMaxLongPollingTimeoutMillis": "3000",
+                   "defaultInvisibleTimeMills": "12000", "renewSchedulePeriodMillis": "1000"}
 # java, pybroker: behind the proxy; native: the SDKs at pybroker's own gRPC port, no proxy;
 # native-front: the same with the C++ front serving the port (grpcNativeFront).
 NATIVE_BACKENDS = {"native": False, "native-front": True}

@@ -27,7 +27,8 @@ assertions hold on both.
 - The SDKs' consumers: SimpleConsumer (Python, Java, Go) receives, acks, changes an invisible
   duration (the message comes back, attempt 2) and leaves a message of a group that retries
   once unacked until the proxy forwards it to the DLQ; PushConsumer (Python, Java) with a
-  listener that fails once, and one that always fails (to the DLQ). The capture shows the
+  listener that fails once, and one that always fails (to the DLQ); the Python PushConsumer
+  holding a message past its invisible time (auto-renew). The capture shows the
   requests behind them (GET_SUBSCRIPTIONGROUP_CONFIG, POP_MESSAGE, ACK_MESSAGE,
   CHANGE_MESSAGE_INVISIBLETIME, CONSUMER_SEND_MSG_BACK).
 
@@ -321,7 +322,8 @@ def test_proxy_requests_behind_the_sends(deployment, produced):
 
 # --- the SDKs' consumers through the proxy -------------------------------------------------------
 
-CONSUMER_OPS = {"python": ("simple", "push"), "java": ("simple", "push"), "go": ("simple",)}
+CONSUMER_OPS = {"python": ("simple", "push", "pushslow"), "java": ("simple", "push"),
+                "go": ("simple",)}
 # RocketMQ 5.x's POP codes (pybroker's RequestCode gets them with branch pop).
 POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME = 200050, 200051, 200053
 PUSH_SDKS = ("python", "java")
@@ -377,6 +379,25 @@ def test_sdk_simple_consumer(deployment, consumed, sdk):
     assert dlq_attempts == ["1", "2"]
     names = consumer_names(sdk, "simple")
     assert _dlq_bodies(deployment, names["dlq_group"]) == [(f"{sdk}-dlq".encode(), 3)]
+
+
+def test_sdk_push_renewal(deployment, consumed):
+    """The Python SDK's PushConsumer holds a message 16 s, longer than the 12 s it is invisible
+    for (defaultInvisibleTimeMills), and its receive asks for auto-renew. pybroker's own
+    endpoint renews it while the client works (grpc_service/renewal.py, the proxy's rules), so
+    each message is delivered once. rocketmq-proxy 5.3.3 never starts its renewal service
+    (apache/rocketmq #7837, fixed after 5.3.3): behind it the held message becomes visible
+    again and is delivered a second time, whichever broker is behind; the test pins that too,
+    so a proxy that renews shows here. Neither message comes back after its ack."""
+    proxy_support.exited(consumed["python"])
+    events = proxy_support.results_of(consumed["python"], "pushslow-received")
+    deliveries = sorted((e["body"], e["attempt"]) for e in events)
+    once = [("python-pushslow-0", "1"), ("python-pushslow-1", "1")]
+    expected = once if deployment.proxy is None else sorted(
+        once + [("python-pushslow-0", "2")])
+    assert deliveries == expected, (deployment.backend, events)
+    held = [float(e["held_s"]) for e in events if e["body"] == "python-pushslow-0"]
+    assert held and min(held) >= 16, events
 
 
 @pytest.mark.parametrize("sdk", PUSH_SDKS)

@@ -24,6 +24,8 @@ Ops (several may follow each other in one run, separated by ``then``; one SDK st
   change invisible duration and redelivery, then retries to the DLQ (see op_simple).
 - ``push topic=T group=G dlq_topic=T2 dlq_group=G2 run=R``: PushConsumer with a listener that
   fails once, then one that always fails (to the DLQ; see op_push).
+- ``pushslow topic=T group=G hold_s=S run=R``: PushConsumer whose listener holds one message
+  S seconds, longer than the server's invisible time for it (see op_pushslow).
 - ``bench-send topic=T seconds=S threads=N size=B`` and ``bench-receive topic=T group=G
   seconds=S``: the loads of tools/bench_proxy.py.
 """
@@ -290,6 +292,48 @@ def op_push(rocketmq, config, args: dict) -> None:
             consumer.shutdown()
 
 
+def op_pushslow(rocketmq, config, args: dict) -> None:
+    """PushConsumer: two messages, the listener holding the first ``hold_s`` seconds before it
+    succeeds, the second at once. A push consumer's receive asks the server to renew what it
+    delivered (auto_renew) while the client works on it: with the server's invisible time
+    below ``hold_s``, a message not renewed comes back (delivery attempt 2) before the first
+    delivery ends. Every delivery is reported; ``quiet_s`` more seconds after both succeeded
+    show whether a message comes back (shutdown waits for a delivery still held)."""
+    run, topic = args["run"], args["topic"]
+    hold_s = float(args.get("hold_s", 16))
+    deadline = time.monotonic() + float(args.get("wait_s", 90))
+    bodies = [f"{run}-pushslow-{i}" for i in range(2)]
+    _produce_plain(rocketmq, config, topic, bodies)
+    succeeded: set[str] = set()
+    lock = threading.Lock()
+
+    class Listener(rocketmq.MessageListener):
+        def consume(self, message):
+            got = _received(message)
+            started = time.monotonic()
+            if got["body"] == bodies[0]:
+                time.sleep(hold_s)
+            result("pushslow-received", held_s=round(time.monotonic() - started, 1),
+                   ended_s=round(time.monotonic() - begun, 1), **got)
+            with lock:
+                succeeded.add(got["body"])
+            return rocketmq.ConsumeResult.SUCCESS
+
+    consumer = rocketmq.PushConsumer(config, args["group"], Listener(),
+                                     {topic: rocketmq.FilterExpression()})
+    begun = time.monotonic()
+    consumer.startup()
+    try:
+        while time.monotonic() < deadline:
+            with lock:
+                if succeeded >= set(bodies):
+                    break
+            time.sleep(0.2)
+        time.sleep(float(args.get("quiet_s", 12)))
+    finally:
+        consumer.shutdown()
+
+
 def op_bench_send(rocketmq, config, args: dict) -> None:
     """Load for tools/bench_proxy.py: ``threads`` threads send ``size``-byte messages to
     ``topic`` for ``seconds``; one result with the count sent, the errors and the seconds."""
@@ -353,7 +397,8 @@ def _ack_counted(consumer, message, counts: dict) -> None:
 
 
 OPS = {"produce": op_produce, "recall": op_recall, "simple": op_simple, "push": op_push,
-       "bench-send": op_bench_send, "bench-receive": op_bench_receive}
+       "pushslow": op_pushslow, "bench-send": op_bench_send,
+       "bench-receive": op_bench_receive}
 
 
 def main(argv=None) -> int:
