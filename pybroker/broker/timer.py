@@ -13,11 +13,13 @@ then does what Java's services do, in one task of the timer worker:
   message whose slot the dequeue has already passed is delivered at once (``TIMER_ENQUEUE_MS``
   = Long.MAX; Java: whose slot is before the write time, which differs only while the dequeue
   catches up).
-* **dequeue** (Java TimerDequeueGet/GetMessage/PutMessageService): once the write time (now,
-  rounded down to the precision) passed a slot, reads its chain, drops the messages a cancel
-  mark of the slot names (``REAL_TOPIC+UNIQ_KEY``), and re-puts the others to their real topic
-  and queue through the CommitLog writer (the worker's send ring) with ``TIMER_ENQUEUE_MS``,
-  ``TIMER_DEQUEUE_MS`` added and every other property kept; then the read time moves one slot.
+* **dequeue** (Java TimerDequeueGet/GetMessage/PutMessageService): reads the chain of the slot
+  at the read time, drops the messages a cancel mark of the slot names (``REAL_TOPIC+UNIQ_KEY``),
+  and re-puts the others to their real topic and queue through the CommitLog writer (the
+  worker's send ring) with ``TIMER_ENQUEUE_MS``, ``TIMER_DEQUEUE_MS`` added and every other
+  property kept: while the slot runs, each message once its own time has come (Java: all at
+  the slot's end; broker/timer_own.py); once the write time (now, rounded down to the
+  precision) passed the slot, the rest, and the read time moves one slot.
   Only a master dequeues; a slave enqueues up to its master's offset and follows its read time.
 * **flush** (Java TimerFlushService): timer log, wheel, then the checkpoint (so the checkpoint
   never names units not durable), and the metrics document when it changed.
@@ -34,7 +36,6 @@ slot grouped per real queue into runs and awaited together (the ring is the boun
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
@@ -46,10 +47,11 @@ from pybroker._fast import record as record_codec
 from pybroker._fast import timer_reput
 from pybroker.broker.interfaces import Putter
 from pybroker.broker.reput import RePut, reput_message
-from pybroker.broker.timer_ahead import AheadRuns, Taken
-from pybroker.broker.timer_runs import (CHUNKS_IN_FLIGHT, DEQUEUE_CHUNK, TEXT_PATH_NAMES, CChunk,
-                                        Run, SlotPlan, Wanted, convert_c, rows, runs_of)
+from pybroker.broker.timer_ahead import AheadRuns
 from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
+from pybroker.broker.timer_own import OwnTimes, SlotInProgress, own_time
+from pybroker.broker.timer_runs import (CHUNKS_IN_FLIGHT, DEQUEUE_CHUNK, TEXT_PATH_NAMES, CChunk,
+                                        Run, SlotPlan, Wanted, convert_c, runs_of)
 from pybroker.protocol.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Property
 from pybroker.protocol.properties import decode_properties
 from pybroker._fast.stats import StatsHistogram, StatsWriter
@@ -210,6 +212,11 @@ class TimerStore:
         self.last_enqueue_ms = 0           # wall time of the last enqueued message
         self.last_enqueue_store_ms = 0     # its store time (Java's enqueue latency)
         self.ahead = AheadRuns(settings.timer_preconvert_max_bytes)
+        self.own_times = OwnTimes()                # parked messages' own times, per slot
+        self.in_slot: SlotInProgress | None = None  # the slot at the read time, while it runs
+        # The last enqueue read the wheel topic to its end: every cancel mark stored before
+        # that read is in the wheel (the dequeue puts a running slot's messages only then).
+        self._enqueue_caught_up = False
 
     # --- recovery (Java recover, recoverAndRevise, reviseQueueOffset) ---------------------------
     def recover(self) -> None:
@@ -398,6 +405,7 @@ class TimerStore:
                         - self.curr_queue_offset)
         physical, sizes = self.reader.read_queue_units(TIMER_TOPIC, 0, self.curr_queue_offset,
                                                        count)
+        self._enqueue_caught_up = len(physical) < count
         due: list[WheelMessage] = []
         for offset_py, size_py in zip(physical.tolist(), sizes.tolist(), strict=True):
             message = self._read_wheel_message(offset_py, size_py)
@@ -486,6 +494,9 @@ class TimerStore:
                             position, slot.num - 1 if is_delete else slot.num + 1, slot.magic)
         self._add_metric(real_topic, -1 if is_delete else 1)
         self.figures.enqueued += 1
+        if magic == layout.TIMER_MAGIC_DEFAULT:
+            self.own_times.add(delayed, message.offset_py, own_time(
+                properties, message.store_timestamp, delayed, self.precision_ms))
         if is_delete:
             self.ahead.forget(self._format(delayed))    # its runs would not be used
 
@@ -501,38 +512,43 @@ class TimerStore:
 
     # --- dequeue (Java dequeue, TimerDequeueGetMessageService, PutMessageService) -------------
     async def dequeue(self) -> int:
-        """Deliver the slot at the read time once the write time passed it: -1 nothing to do,
-        0 an empty slot skipped, 1 a slot delivered."""
+        """Deliver the slot at the read time: while it runs, each message once its own time
+        has come (broker/timer_own.py); once the write time passed it, the rest, and the read
+        time moves one slot. -1 nothing to do, 0 an empty slot skipped, 1 a slot delivered,
+        2 messages of the running slot put."""
         if not self.dequeue_enabled:
             self._sync_read_time()
             return -1
-        if self.settings.timer_stop_dequeue or \
-                self.curr_read_time_ms >= self.curr_write_time_ms:
-            return -1
         slot_ms = self.curr_read_time_ms
+        if self.settings.timer_stop_dequeue or slot_ms > self.curr_write_time_ms:
+            return -1
+        over = slot_ms < self.curr_write_time_ms
         slot = self.wheel.slot(slot_ms)
         if slot.time_ms == -1:
+            if not over:
+                return -1
             # Java moves one empty slot per turn; the walk to the next used slot (after a
             # restart: up to a whole wheel of them) is one scan here.
             self.curr_read_time_ms = self.wheel.next_used(slot_ms, self.curr_write_time_ms)
             self.commit_read_time_ms = self.curr_read_time_ms
+            self.own_times.forget_before(self.curr_read_time_ms)
             return 0
-        # The plan read ahead when the slot has not changed since (units are only added).
-        plan = self.ahead.plan_of(slot_ms, slot) or self.plan_slot(slot)
-        if not len(plan.is_delete):
-            log.warning("dequeue time:%d but read nothing from timerLog", slot_ms)
-        self.figures.unreadable += plan.unreadable
-        self.figures.duplicates_dropped += plan.duplicates
-        cancelled = plan.cancelled
-        taken = self.ahead.take(slot_ms, plan)
+        if not over and not self._enqueue_caught_up:
+            return -1       # a cancel mark sent before a message's own time may be unread
+        state = self._slot_in_progress(slot_ms, slot)
+        now = self.now_ms()
+        until_ms = LONG_MAX if over else now
+        if not over and not len(state.due_rows(until_ms)):
+            return -1
         slot_end_ms = slot_ms + self.precision_ms
         in_flight: list[asyncio.Future] = []
         # In chunks, puts of one chunk under way while the next is built: a burst slot keeps
         # the event loop turning (the worker's heartbeat, completions).
-        # The chunks' tasks are awaited here; a failing one cancels the others (the slot is
-        # delivered again by the next turn: at least once, as Java's).
+        # The chunks' tasks are awaited here; a failing one cancels the others and drops what
+        # is known of the slot (it is delivered again from the timer log by the next turn: at
+        # least once, as Java's).
         try:
-            for runs in self._slot_runs(plan.wanted, cancelled, taken):
+            for runs in self._due_runs(state, until_ms):
                 in_flight.append(asyncio.ensure_future(  # tidy: allow (awaited)
                     self._put_all(runs, slot_end_ms)))
                 if len(in_flight) >= CHUNKS_IN_FLIGHT:
@@ -543,16 +559,58 @@ class TimerStore:
         except BaseException:
             for task in in_flight:
                 task.cancel()
+            self.in_slot = None
             raise
-        for properties in cancelled.values():
+        if not over:
+            self._apply_metrics()
+            return 2
+        plan = state.plan
+        self.figures.unreadable += plan.unreadable
+        self.figures.duplicates_dropped += plan.duplicates
+        for properties in state.cancelled.values():
             # A cancel mark that matched nothing here: its -1 is given back (Java does it
             # when the next slot's first cancel mark comes).
             self._add_metric(properties.get(Property.REAL_TOPIC), 1)
         self._apply_metrics()
         self.figures.slots_delivered += 1
         self.stats.record(StatsHistogram.TIMER_SLOT_MESSAGES, int((~plan.is_delete).sum()))
+        self.in_slot = None
+        self.own_times.forget(slot_ms)
         self._move_read_time()
         return 1
+
+    def coming_bytes(self) -> int:
+        """About the CommitLog bytes the timer puts soon (store/prefault.py faults them in):
+        the slots planned ahead and what the running slot has not put, at most the cap."""
+        coming = self.ahead.coming_bytes()
+        state = self.in_slot
+        if state is not None:
+            coming += int(state.plan.wanted.sizes[~state.done].sum())
+        return min(coming, self.ahead.bytes_max)
+
+    def next_due_ms(self) -> int | None:
+        """When the running slot's next message falls due (the worker wakes then), or None."""
+        state = self.in_slot
+        if state is None or state.slot_ms != self.curr_read_time_ms:
+            return None
+        return state.next_due_ms()
+
+    def _slot_in_progress(self, slot_ms: int, slot) -> SlotInProgress:
+        """The state of the slot at the read time, read again from the timer log when the
+        wheel's entry (first, last, count) changed (units are only added)."""
+        entry = (slot.first_pos, slot.last_pos, slot.num)
+        state = self.in_slot
+        if state is not None and state.slot_ms == slot_ms and state.entry == entry:
+            return state
+        # The plan read ahead when the slot has not changed since.
+        plan = self.ahead.plan_of(slot_ms, slot) or self.plan_slot(slot)
+        end_ms = slot_ms + self.precision_ms
+        due = self.own_times.of(slot_ms, plan.wanted.offsets, end_ms)
+        due[plan.wanted.rolls] = end_ms          # a roll goes back onto the wheel at the end
+        if (state is None or state.slot_ms != slot_ms) and not len(plan.is_delete):
+            log.warning("dequeue time:%d but read nothing from timerLog", slot_ms)
+        self.in_slot = SlotInProgress.follow(state, slot_ms, entry, plan, due, self.ahead.take)
+        return self.in_slot
 
     def plan_slot(self, slot) -> SlotPlan:
         """A used slot's units read from the timer log (at due time, and by the conversion
@@ -566,22 +624,25 @@ class TimerStore:
         wanted, duplicates = self._slot_wanted(units, np.flatnonzero(~is_delete))
         return SlotPlan(is_delete, cancelled, wanted, unreadable, duplicates)
 
-    def _slot_runs(self, wanted: Wanted, cancelled: dict[str, dict[str, str]],
-                   taken: Taken) -> Iterator[list[Run]]:
-        """A due slot's runs chunk by chunk: the chunks converted ahead (TIMER_DEQUEUE_MS
-        rewritten to the clock now), then the rest converted now."""
-        position = 0
-        for chunk in taken.chunks:
-            end = position + chunk.records
-            if timer_reput.restamp(chunk.out, taken.converted_ms, self.now_ms()):
-                self._take_c(chunk, cancelled)
+    def _due_runs(self, state: SlotInProgress, until_ms: int) -> Iterator[list[Run]]:
+        """The runs of the slot's rows due by ``until_ms`` and not put, chunk by chunk: the
+        chunks converted ahead whose rows are all due (TIMER_DEQUEUE_MS rewritten to the clock
+        now), then the other due rows converted now; each marked put."""
+        for start, chunk in state.held_due(until_ms):
+            if any(key not in state.cancelled for key in chunk.dropped_keys):
+                continue                # a mark it used is used up: converted again below
+            if timer_reput.restamp(chunk.out, state.converted_ms, self.now_ms()):
+                state.done[start:start + chunk.records] = True
+                self._take_c(chunk, state.cancelled)
                 self.figures.converted_ahead += sum(run.messages for run in chunk.runs)
                 yield chunk.runs
-            else:
-                yield self._convert_all(rows(wanted, position, end), cancelled)
-            position = end
-        for start in range(position, len(wanted.offsets), DEQUEUE_CHUNK):
-            yield self._convert_all(rows(wanted, start, start + DEQUEUE_CHUNK), cancelled)
+        due = state.due_rows(until_ms)
+        state.done[due] = True
+        wanted = state.plan.wanted
+        for start in range(0, len(due), DEQUEUE_CHUNK):
+            rows = due[start:start + DEQUEUE_CHUNK]
+            yield self._convert_all(Wanted(*(column[rows] for column in wanted)),
+                                    state.cancelled)
 
     def convert_ahead_step(self) -> bool:
         """Convert one chunk of a slot falling due soon ahead of time (broker/timer_ahead.py);
@@ -836,19 +897,3 @@ class TimerStore:
         if dropped:
             log.info("clean timer metrics, because not in topic config, %s", dropped)
             self.metrics_dirty = True
-
-    def progress_line(self) -> str:
-        """Java's periodic "Timer progress-check" line."""
-        def text(time_ms: int) -> str:
-            return time.strftime("%m-%d %H:%M:%S", time.localtime(time_ms / 1000))
-        behind_master = self.checkpoint.values.master_timer_queue_offset \
-            - self.curr_queue_offset
-        return (f"Timer progress-check commitRead:[{text(self.commit_read_time_ms)}] "
-                f"currRead:[{text(self.curr_read_time_ms)}] "
-                f"currWrite:[{text(self.curr_write_time_ms)}] "
-                f"readBehind:{(self.now_ms() - self.curr_read_time_ms) // 1000} "
-                f"currReadOffset:{self.curr_queue_offset} "
-                f"offsetBehind:{self.enqueue_behind_messages()} "
-                f"behindMaster:{behind_master} "
-                f"allCongestNum:{self.congest_num()} "
-                f"enqExpiredStoreTime:{text(self.last_enqueue_store_ms)}")

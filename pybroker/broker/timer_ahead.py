@@ -3,14 +3,15 @@
 
 A due slot's delivery was: read its parked records, convert them into runs (C), put the runs.
 The reading and converting do not depend on the clock, so :class:`AheadRuns` does them for the
-slots that fall due within ``AHEAD_MS``, one chunk of ``DEQUEUE_CHUNK`` records per call of
-:meth:`AheadRuns.step` (the worker calls it when a turn leaves time), and holds the runs in the
-worker's memory, at most ``timerPreconvertMaxBytes`` bytes of them. When the slot falls due,
-:meth:`TimerStore.dequeue` reads the slot again (the timer log and wheel are the truth) and puts
-the runs held for it, their TIMER_DEQUEUE_MS rewritten to the clock of the put
-(``_fast/timer_reput.restamp``), and converts the rest as before. Nothing is stored before the
-slot is due and nothing of this is on disk: a kill -9 loses only work, and the next worker
-delivers the slot from the timer log.
+slots that begin within ``AHEAD_MS`` (a slot's messages fall due from its start on), one chunk
+of ``DEQUEUE_CHUNK`` records per call of :meth:`AheadRuns.step` (the worker calls it when a turn
+leaves time), and holds the runs in the worker's memory, at most ``timerPreconvertMaxBytes``
+bytes of them. When the slot begins, :meth:`TimerStore.dequeue` reads the slot again (the timer
+log and wheel are the truth), takes the runs held for it and puts each chunk once all its
+messages' own times have come (broker/timer_own.py), their TIMER_DEQUEUE_MS rewritten to the
+clock of the put (``_fast/timer_reput.restamp``), and converts the rest as they fall due.
+Nothing is stored before its own time and nothing of this is on disk: a kill -9 loses only
+work, and the next worker delivers the slot from the timer log.
 
 Held runs are used only while they are still what a conversion at due time would make: the
 slot's cancel marks are the same set as when they were converted (a mark that came later drops
@@ -31,7 +32,10 @@ from pybroker.store.timer_wheel import TimerWheel
 
 __all__ = ["AheadRuns", "AHEAD_MS"]
 
-AHEAD_MS = 2000                 # slots falling due this far ahead of the write time
+# Slots beginning within this of the write time. A slot's messages are put from its start (at
+# their own times, broker/timer_own.py): 3 s keeps the 2-3 s of conversion a slot had when it
+# was put at its end with a 2 s window.
+AHEAD_MS = 3000
 
 
 class AheadSource(Protocol):
@@ -89,7 +93,8 @@ class AheadRuns:
         read_ms, precision = store.curr_read_time_ms, store.precision_ms
         for stale in [slot_ms for slot_ms in self._slots if slot_ms < read_ms]:
             self.forget(stale)          # passed without a dequeue (a skipped walk)
-        slot_ms = read_ms
+        # A slot that has begun is the dequeue's (it takes what is held for it then).
+        slot_ms = max(read_ms, store.curr_write_time_ms + precision)
         while slot_ms < store.curr_write_time_ms + AHEAD_MS:
             if self.held_bytes >= self.bytes_max:
                 return False

@@ -36,6 +36,7 @@ from pybroker.protocol.pop import parse_java_long
 __all__ = ["TIMER_TOPIC", "CONGEST_NEVER", "TimerRules", "TimerRefused", "redirect_timer",
            "is_timer_message",
            "build_recall_handle", "parse_recall_handle", "RecallHandle", "delete_key",
+           "deliver_ms", "slot_of",
            "TIMER_PROPERTIES"]
 
 TIMER_TOPIC = SystemTopic.WHEEL_TIMER
@@ -95,8 +96,10 @@ def is_timer_message(properties: dict[str, str]) -> bool:
     return False
 
 
-def _deliver_ms(properties: dict[str, str], now_ms: int) -> int:
-    """The delivery time (ms) the properties ask for; TimerRefused when one is not a long."""
+def deliver_ms(properties: dict[str, str], now_ms: int) -> int:
+    """The delivery time (ms) the properties ask for at ``now_ms``; TimerRefused when one is
+    not a long. The timer reads a parked message's own time with it at its store time
+    (broker/timer_own.py), which is at or after the clock this rule ran at."""
     try:
         if Property.TIMER_DELAY_SEC in properties:
             delay_s = parse_java_long(properties[Property.TIMER_DELAY_SEC])
@@ -130,22 +133,29 @@ def redirect_timer(topic: str, queue_id: int, properties: dict[str, str], rules:
         return topic, queue_id
     if not rules.wheel_enable:
         raise TimerRefused("WHEEL_TIMER_NOT_ENABLE")
-    deliver_ms = _deliver_ms(properties, now_ms)
-    if deliver_ms <= now_ms:
+    due_ms = deliver_ms(properties, now_ms)
+    if due_ms <= now_ms:
         if Property.TIMER_DEL_UNIQKEY in properties:
             raise TimerRefused("WHEEL_TIMER_MSG_ILLEGAL")
         return topic, queue_id
-    if deliver_ms - now_ms > rules.max_delay_sec * 1000:
+    if due_ms - now_ms > rules.max_delay_sec * 1000:
         raise TimerRefused("WHEEL_TIMER_MSG_ILLEGAL")
-    precision = rules.precision_ms
-    slot_ms = deliver_ms - precision if deliver_ms % precision == 0 \
-        else deliver_ms // precision * precision
+    slot_ms = slot_of(due_ms, rules.precision_ms)
     if _congested(rules, slot_ms):
         raise TimerRefused("WHEEL_TIMER_FLOW_CONTROL")
     properties[Property.TIMER_OUT_MS] = str(slot_ms)
     properties[Property.REAL_TOPIC] = topic
     properties[Property.REAL_QUEUE_ID] = str(queue_id)
     return TIMER_TOPIC, 0
+
+
+def slot_of(due_ms: int, precision_ms: int) -> int:
+    """The slot a message due at ``due_ms`` is parked in (step 5): the due time rounded down
+    to the precision, one precision less when it is a multiple; so ``slot < due <= slot +
+    precision``."""
+    if due_ms % precision_ms == 0:
+        return due_ms - precision_ms
+    return due_ms // precision_ms * precision_ms
 
 
 def delete_key(real_topic: str, uniq_key: str) -> str:

@@ -6,11 +6,13 @@ the supervisor's) and a read-only store reader, like the supervisor's delay serv
 :class:`pybroker.broker.timer.TimerStore` in an asyncio loop:
 
 * each turn: the write time follows the clock; one enqueue batch (rmq_sys_wheel_timer's consume
-  queue into the timer log and wheel); the next due slot delivered through the ring (only on a
-  master; a slave follows its master's read time and queue offset, which its supervisor writes
-  into the control block's timer master line); when no slot is due, one chunk of a slot
-  falling due within 2 s converted ahead into runs held in memory (broker/timer_ahead.py);
-* it sleeps when there is nothing to do until the next slot begins, the next enqueue poll
+  queue into the timer log and wheel); the messages of the running slot whose own time has come
+  or the rest of a slot that ended delivered through the ring (only on a master; a slave
+  follows its master's read time and queue offset, which its supervisor writes into the control
+  block's timer master line); when nothing is due, one chunk of a slot beginning within 3 s
+  converted ahead into runs held in memory (broker/timer_ahead.py);
+* it sleeps when there is nothing to do until the running slot's next message falls due
+  (broker/timer_own.py), the next slot begins, the next enqueue poll
   (``100 x timerPrecisionMs / 1000`` ms, Java's) or the next flush, whichever is first;
 * flush (timer log, wheel, checkpoint, metrics) every ``timerFlushIntervalMs`` and after every
   delivered slot; the timer line of the control block is published every turn;
@@ -29,6 +31,7 @@ finishes the slot in progress (the appender is stopped after this worker), flush
 import asyncio
 import logging
 import signal
+import time
 
 from pybroker import clock
 from pybroker.broker.timer import TimerStore
@@ -136,8 +139,11 @@ class _TimerWorker:
                 await asyncio.sleep(0)        # more to do: let completions in, go on
             else:
                 now = clock.now_ms()
-                next_slot = engine.curr_write_time_ms + precision + _WAKE_AFTER_SLOT_MS
-                await self._pause(min(next_slot - now, poll_ms, due["flush"] - now))
+                wake = engine.curr_write_time_ms + precision + _WAKE_AFTER_SLOT_MS
+                next_due = engine.next_due_ms()     # the running slot's next message
+                if next_due is not None:
+                    wake = min(wake, next_due)
+                await self._pause(min(wake - now, poll_ms, due["flush"] - now))
 
     async def _pause(self, wait_ms: int) -> None:
         try:
@@ -166,7 +172,7 @@ class _TimerWorker:
             self._clean_metrics(engine)
             due["metrics_clean"] = now + METRICS_CLEAN_INTERVAL_MS
         if now >= due["progress"]:
-            log.info("[%s]%s", store.broker_role, engine.progress_line())
+            log.info("[%s]%s", store.broker_role, progress_line(engine))
             due["progress"] = now + store.timer_progress_log_interval_ms
         self._publish(engine, now)
         return bool(read or delivered >= 0 or converted)
@@ -206,7 +212,7 @@ class _TimerWorker:
             slots_done=figures.slots_delivered)
         # The bytes the appender will write at once when the slots planned ahead fall due:
         # the flusher faults their CommitLog pages in ahead (store/prefault.py).
-        self.control.timer_ahead().set(coming_bytes=engine.ahead.coming_bytes())
+        self.control.timer_ahead().set(coming_bytes=engine.coming_bytes())
         self._publish_stats(figures)
 
     def _publish_stats(self, figures) -> None:
@@ -256,3 +262,19 @@ class _Tps:
             return 0.0, 0.0
         return self.last
 
+
+def progress_line(engine: TimerStore) -> str:
+    """Java's periodic "Timer progress-check" line."""
+    def text(time_ms: int) -> str:
+        return time.strftime("%m-%d %H:%M:%S", time.localtime(time_ms / 1000))
+    behind_master = engine.checkpoint.values.master_timer_queue_offset \
+        - engine.curr_queue_offset
+    return (f"Timer progress-check commitRead:[{text(engine.commit_read_time_ms)}] "
+            f"currRead:[{text(engine.curr_read_time_ms)}] "
+            f"currWrite:[{text(engine.curr_write_time_ms)}] "
+            f"readBehind:{(engine.now_ms() - engine.curr_read_time_ms) // 1000} "
+            f"currReadOffset:{engine.curr_queue_offset} "
+            f"offsetBehind:{engine.enqueue_behind_messages()} "
+            f"behindMaster:{behind_master} "
+            f"allCongestNum:{engine.congest_num()} "
+            f"enqExpiredStoreTime:{text(engine.last_enqueue_store_ms)}")

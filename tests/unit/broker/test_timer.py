@@ -129,30 +129,157 @@ def test_wheel_disabled_is_refused_with_java_s_remark(tmp_path):
         broker.close()
 
 
-def test_delivered_at_its_slot_never_early_with_java_s_properties(broker):
+def test_delivered_at_its_own_time_never_early_with_java_s_properties(broker):
+    """Parked in the slot of its time (TIMER_OUT_MS: T0+2000 for T0+2500), put once its own
+    time has come within the slot (broker/timer_own.py), not before, not at the slot's end."""
     store = timer(broker)
     send_timer(broker, "a", TIMER_DELIVER_MS=str(T0 + 2500))
     send_timer(broker, "b", TIMER_DELIVER_MS=str(T0 + 2500))
     send_timer(broker, "c", TIMER_DELAY_MS="3500")
     step(broker, store, T0 + 100)
     assert store.figures.enqueued == 3
-    step(broker, store, T0 + 2999)
-    assert delivered(broker) == {}                 # slot T0+2000 ends at T0+3000
-    step(broker, store, T0 + 3000)
+    step(broker, store, T0 + 2499)
+    assert delivered(broker) == {}                 # due T0+2500
+    step(broker, store, T0 + 2500)
     got = delivered(broker)
     assert set(got) == {"a", "b"}
     for properties in got.values():
         assert properties["TIMER_ENQUEUE_MS"] == str(T0)     # the write time at enqueue
-        assert properties["TIMER_DEQUEUE_MS"] == str(T0 + 3000)
+        assert properties["TIMER_DEQUEUE_MS"] == str(T0 + 2500)
         assert properties["TIMER_OUT_MS"] == str(T0 + 2000)
         assert properties["REAL_TOPIC"] == harness.TOPIC and properties["REAL_QID"] == "1"
         assert properties["WAIT"] == "true" and properties["UNIQ_KEY"].startswith("U-")
         assert "TIMER_ROLL_TIMES" not in properties
-    step(broker, store, T0 + 3999)
-    assert "c" not in delivered(broker)            # due T0+3500: slot T0+3000, out at 4000
-    step(broker, store, T0 + 4000)
+    assert store.curr_read_time_ms == T0 + 2000    # the slot runs until T0+3000
+    step(broker, store, T0 + 3000)
+    assert store.curr_read_time_ms == T0 + 3000 and len(delivered(broker)) == 2
+    step(broker, store, T0 + 3499)
+    assert "c" not in delivered(broker)            # sent at T0 (its store time) + 3500
+    step(broker, store, T0 + 3500)
     assert "c" in delivered(broker)
+    step(broker, store, T0 + 4000)
+    assert len(broker.records(harness.TOPIC, 1)) == 3          # once each
     assert store.metrics.count(harness.TOPIC) == 0
+
+
+def test_messages_of_one_slot_are_each_put_at_their_own_time(broker):
+    """Four messages of slot T0+2000, due at different ms of it by each form of the three
+    properties (a delay counts from the store time, here the send's clock): each is put
+    exactly when its time comes, in the order of their times, not before; the worker is
+    told when the next falls due; the read time moves at the slot's end; one each."""
+    store = timer(broker)
+    broker.clock[0] = T0 + 50
+    send_timer(broker, "late", TIMER_DELIVER_MS=str(T0 + 2999))
+    send_timer(broker, "end", TIMER_DELIVER_MS=str(T0 + 3000))   # a multiple: slot T0+2000
+    send_timer(broker, "ms", TIMER_DELAY_MS="2550")                # T0+2600
+    send_timer(broker, "sec", TIMER_DELAY_SEC="2", TIMER_DELIVER_MS=str(T0 + 2999))  # T0+2050
+    step(broker, store, T0 + 100)
+    assert {p["TIMER_OUT_MS"] for _, p in broker.records(WHEEL)} == {str(T0 + 2000)}
+    expected = [(T0 + 2050, "sec"), (T0 + 2600, "ms"), (T0 + 2999, "late"), (T0 + 3000, "end")]
+    for due_ms, key in expected:
+        step(broker, store, due_ms - 1)
+        assert key not in delivered(broker), key
+        assert store.next_due_ms() == due_ms
+        step(broker, store, due_ms)
+        assert delivered(broker)[key]["TIMER_DEQUEUE_MS"] == str(due_ms)
+    assert [p["KEYS"] for _, p in broker.records(harness.TOPIC, 1)] == [k for _, k in expected]
+    assert store.curr_read_time_ms == T0 + 3000 and store.figures.slots_delivered == 1
+    step(broker, store, T0 + 5000)
+    assert len(broker.records(harness.TOPIC, 1)) == 4 and store.metrics.count(harness.TOPIC) == 0
+
+
+def test_a_message_enqueued_into_its_running_slot_is_put_at_its_time(broker):
+    store = timer(broker)
+    send_timer(broker, "first", TIMER_DELIVER_MS=str(T0 + 2100))
+    step(broker, store, T0 + 2100)
+    assert set(delivered(broker)) == {"first"}
+    broker.clock[0] = T0 + 2200
+    send_timer(broker, "second", TIMER_DELIVER_MS=str(T0 + 2400))   # the running slot
+    step(broker, store, T0 + 2399)
+    assert set(delivered(broker)) == {"first"}
+    step(broker, store, T0 + 2400)
+    assert set(delivered(broker)) == {"first", "second"}
+    step(broker, store, T0 + 3000)
+    assert len(broker.records(harness.TOPIC, 1)) == 2
+
+
+def test_cancel_marks_in_a_running_slot(broker):
+    """A mark enqueued before its message's own time drops it, while the slot's other
+    messages are still put at their times; a mark enqueued after its message was put (Java
+    would still drop it: it delivers the slot at its end, docs/compatibility.md) finds nothing
+    and gives its count back."""
+    store = timer(broker)
+    answer = send_timer(broker, "victim", TIMER_DELIVER_MS=str(T0 + 2800))
+    send_timer(broker, "early", TIMER_DELIVER_MS=str(T0 + 2200))
+    put_first = send_timer(broker, "gone", TIMER_DELIVER_MS=str(T0 + 2300))
+    step(broker, store, T0 + 100)
+    broker.clock[0] = T0 + 2100                     # the slot runs
+    # A mark at the recall handle's time (the slot's start + 1) is past once the slot has
+    # begun: refused, as RECALL_MESSAGE is (Java's rules, both).
+    assert send_cancel(broker, "mark", answer, "victim").code == ResponseCode.MESSAGE_ILLEGAL
+    mark = send_timer(broker, "mark", TIMER_DELIVER_MS=str(T0 + 2800),
+                      TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim"))
+    assert mark.code == ResponseCode.SUCCESS        # in time: before the victim's own time
+    step(broker, store, T0 + 2300)
+    assert set(delivered(broker)) == {"early", "gone"}
+    broker.clock[0] = T0 + 2400                     # "gone" is stored already
+    late = send_timer(broker, "late-mark", TIMER_DELIVER_MS=str(T0 + 2900),
+                      TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-gone"))
+    assert late.code == ResponseCode.SUCCESS and put_first.code == ResponseCode.SUCCESS
+    step(broker, store, T0 + 3000)
+    assert set(delivered(broker)) == {"early", "gone"}
+    assert store.figures.cancelled == 1 and len(broker.records(harness.TOPIC, 1)) == 2
+    assert store.metrics.count(harness.TOPIC) == 0
+
+
+def test_held_runs_wait_for_their_last_message_and_give_way_to_earlier_ones(broker):
+    """A chunk converted ahead is put once every message in it is due; a message due before
+    the others of its chunk is converted at its own time and the chunk is dropped (each
+    message put once, none early)."""
+    store = timer(broker)
+    send_timer(broker, "a", TIMER_DELIVER_MS=str(T0 + 2200))
+    send_timer(broker, "b", TIMER_DELIVER_MS=str(T0 + 2700))
+    step(broker, store, T0 + 100)
+    assert _convert_ahead(store) == 1
+    step(broker, store, T0 + 2199)
+    assert delivered(broker) == {} and store.in_slot.held
+    step(broker, store, T0 + 2200)
+    assert set(delivered(broker)) == {"a"} and store.figures.converted_ahead == 0
+    step(broker, store, T0 + 2700)
+    assert set(delivered(broker)) == {"a", "b"} and not store.in_slot.held
+    step(broker, store, T0 + 3000)
+    assert len(broker.records(harness.TOPIC, 1)) == 2
+
+    for key in ("c", "d"):
+        send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 4500))
+    step(broker, store, T0 + 3100)
+    assert _convert_ahead(store) == 1
+    step(broker, store, T0 + 4499)
+    assert len(broker.records(harness.TOPIC, 1)) == 2
+    step(broker, store, T0 + 4500)
+    assert set(delivered(broker)) == {"a", "b", "c", "d"}
+    assert store.figures.converted_ahead == 2
+
+
+def test_a_restart_in_a_running_slot_delivers_it_again_never_early(broker):
+    """A kill -9 while a slot runs: its messages already put come again (at least once, as
+    Java's) when the restarted timer delivers the slot from the timer log; the own times are
+    memory only, so it does that at the slot's end; nothing is lost, nothing early."""
+    store = timer(broker)
+    send_timer(broker, "a", TIMER_DELIVER_MS=str(T0 + 2200))
+    send_timer(broker, "b", TIMER_DELIVER_MS=str(T0 + 2700))
+    step(broker, store, T0 + 100)
+    store.flush()
+    step(broker, store, T0 + 2300)
+    assert set(delivered(broker)) == {"a"}
+    store.close()                                   # no flush: as a kill -9 leaves it
+    again = timer(broker)
+    step(broker, again, T0 + 2999)
+    assert len(broker.records(harness.TOPIC, 1)) == 1
+    step(broker, again, T0 + 3000)
+    keys = [p["KEYS"] for _, p in broker.records(harness.TOPIC, 1)]
+    assert sorted(keys) == ["a", "a", "b"]
+    again.close()
 
 
 def test_a_slot_already_past_at_enqueue_goes_out_at_once(broker):
@@ -373,24 +500,25 @@ def _convert_ahead(store: TimerStore) -> int:
 
 
 def test_runs_converted_ahead_are_put_when_due_never_before(broker):
-    """A slot falling due within 2 s is converted ahead into runs held in memory: nothing of
+    """A slot beginning within 3 s is converted ahead into runs held in memory: nothing of
     it is stored before it is due, and when due its runs are put with the clock of the put
     as TIMER_DEQUEUE_MS, the records a conversion at due time makes (same body, topic, queue
     and properties)."""
     store = timer(broker)
     for key in ("a", "b", "c"):
-        send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 2500), DELAY_NOTE=f"t{key}")
+        send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 3500), DELAY_NOTE=f"t{key}")
     step(broker, store, T0 + 100)
-    assert _convert_ahead(store) == 0              # slot T0+2000 falls due at T0+3000: too far
+    assert _convert_ahead(store) == 0              # slot T0+3000 begins in 3 s: too far
     assert store.ahead.coming_bytes() == 0
     step(broker, store, T0 + 1200)
     assert _convert_ahead(store) == 1 and store.ahead.held_bytes > 0
     # The bytes coming when the slot falls due (the flusher pre-faults them): here all held.
     coming = store.ahead.coming_bytes()
     assert coming == store.ahead.held_bytes
-    step(broker, store, T0 + 2999)
-    assert delivered(broker) == {} and store.ahead.held_bytes > 0
-    step(broker, store, T0 + 3007)
+    step(broker, store, T0 + 3499)                 # the slot has begun, its messages not due
+    assert delivered(broker) == {} and store.in_slot is not None
+    assert store.in_slot.held and store.ahead.held_bytes == 0      # taken by the dequeue
+    step(broker, store, T0 + 3507)
     got = delivered(broker)
     assert set(got) == {"a", "b", "c"} and store.figures.converted_ahead == 3
     assert store.ahead.held_bytes == 0 and store.metrics.count(harness.TOPIC) == 0
@@ -400,10 +528,10 @@ def test_runs_converted_ahead_are_put_when_due_never_before(broker):
         key = properties["KEYS"]
         assert bytes(decoded.body) == key.encode() and properties["DELAY_NOTE"] == f"t{key}"
         assert properties["TIMER_ENQUEUE_MS"] == str(T0)
-        assert properties["TIMER_DEQUEUE_MS"] == str(T0 + 3007)      # the put's clock
-        assert properties["TIMER_OUT_MS"] == str(T0 + 2000)
+        assert properties["TIMER_DEQUEUE_MS"] == str(T0 + 3507)      # the put's clock
+        assert properties["TIMER_OUT_MS"] == str(T0 + 3000)
         assert properties["REAL_TOPIC"] == harness.TOPIC and properties["REAL_QID"] == "1"
-        assert decoded.properties.endswith(f"\x02TIMER_DEQUEUE_MS\x01{T0 + 3007}\x02")
+        assert decoded.properties.endswith(f"\x02TIMER_DEQUEUE_MS\x01{T0 + 3507}\x02")
 
 
 def test_a_cancel_mark_after_the_conversion_ahead_still_cancels(broker):

@@ -1,0 +1,164 @@
+# Parked messages' own delivery times, and the slot being delivered at them.
+"""A slot delivered at its messages' own times, not at its end (architecture/timer.md).
+
+Java's timer log and wheel hold a parked message's slot (TIMER_OUT_MS), not its time. Its
+record holds it: TIMER_DELIVER_MS as sent, or TIMER_DELAY_SEC / TIMER_DELAY_MS counted from the
+put (broker/timer_message.py ``deliver_ms``, Java's precedence). The put rule ran at or before
+the record's store timestamp, so the same rule at the store timestamp gives a time at or after
+the one the put asked for: never early. The enqueue reads every parked record's properties and
+store timestamp anyway, so :class:`OwnTimes` keeps that time per slot and CommitLog offset
+(memory only, at most ``OWN_TIMES_MAX`` messages; a time it does not hold is the slot's end,
+as before: after a restart, for a roll, past the cap, or a time outside its slot).
+
+:class:`SlotInProgress` is the slot at the read time while it runs (and when it ends): which of
+its messages (the rows of its plan's wanted list, which units only ever extend) are put, the
+runs converted ahead for it not used yet, the cancel marks not used yet. The dequeue puts every
+row whose own time has come (broker/timer.py); the read time moves past the slot when it ends,
+after the rest. A kill -9 loses this state: the slot is delivered again from the timer log.
+"""
+import dataclasses
+from array import array
+from collections.abc import Callable
+
+import numpy as np
+
+from pybroker.broker.timer_ahead import Taken
+from pybroker.broker.timer_message import TimerRefused, deliver_ms
+from pybroker.broker.timer_runs import CChunk, SlotPlan
+
+__all__ = ["OwnTimes", "SlotInProgress", "own_time", "OWN_TIMES_MAX"]
+
+OWN_TIMES_MAX = 4_000_000       # messages whose own time is held (16 bytes each)
+
+
+def own_time(properties: dict[str, str], store_timestamp: int, slot_ms: int,
+             precision_ms: int) -> int:
+    """When the parked message of slot ``slot_ms`` is due: the put rule's time at its store
+    timestamp, or the slot's end when that is not within the slot (a message rolled before, a
+    value that is not a long, a record not parked by the rule). A message rolled before was
+    stored again by its roll, later than its put: a delay counted from then is later still."""
+    end_ms = slot_ms + precision_ms
+    try:
+        due_ms = deliver_ms(properties, store_timestamp)
+    except (TimerRefused, KeyError):    # KeyError: none of the three (not the rule's)
+        return end_ms
+    return due_ms if slot_ms < due_ms <= end_ms else end_ms
+
+
+class OwnTimes:
+    """Own times of parked messages per slot time, added in CommitLog order by the enqueue."""
+
+    def __init__(self, entries_max: int = OWN_TIMES_MAX):
+        self.entries_max = entries_max
+        self.entries = 0
+        self._slots: dict[int, tuple[array, array]] = {}
+
+    def add(self, slot_ms: int, offset_py: int, due_ms: int) -> None:
+        if self.entries >= self.entries_max:
+            return
+        offsets, times = self._slots.setdefault(slot_ms, (array("q"), array("q")))
+        offsets.append(offset_py)
+        times.append(due_ms)
+        self.entries += 1
+
+    def of(self, slot_ms: int, offsets: np.ndarray, end_ms: int) -> np.ndarray:
+        """The own time of each message at CommitLog ``offsets`` of the slot; ``end_ms`` (the
+        slot's end) where none is held."""
+        due = np.full(len(offsets), end_ms, np.int64)
+        held = self._slots.get(slot_ms)
+        if held is None or not len(offsets):
+            return due
+        known = np.frombuffer(held[0], np.int64)
+        times = np.frombuffer(held[1], np.int64)
+        if len(known) > 1 and (np.diff(known) < 0).any():      # enqueued again after a roll
+            order = np.argsort(known, kind="stable")
+            known, times = known[order], times[order]
+        at = np.minimum(np.searchsorted(known, offsets), len(known) - 1)
+        found = known[at] == offsets
+        due[found] = times[at[found]]
+        return due
+
+    def forget(self, slot_ms: int) -> None:
+        held = self._slots.pop(slot_ms, None)
+        if held is not None:
+            self.entries -= len(held[0])
+
+    def forget_before(self, slot_ms: int) -> None:
+        """Drop the slots before ``slot_ms`` (the read time walked past them)."""
+        for stale in [time_ms for time_ms in self._slots if time_ms < slot_ms]:
+            self.forget(stale)
+
+
+@dataclasses.dataclass
+class SlotInProgress:
+    """The slot at the read time being delivered (see the module docstring)."""
+    slot_ms: int
+    entry: tuple[int, int, int]     # the wheel's (first, last, count) the plan was read at
+    plan: SlotPlan
+    due: np.ndarray                 # own time of each wanted row
+    done: np.ndarray                # rows put (or dropped by a cancel mark)
+    held: list[tuple[int, CChunk]]  # (first row, chunk) converted ahead, not put yet
+    converted_ms: int               # TIMER_DEQUEUE_MS the held chunks were written with
+    cancelled: dict[str, dict[str, str]]    # cancel marks not used yet
+    marks: set[str]                 # every cancel mark seen in the slot
+
+    @classmethod
+    def start(cls, slot_ms: int, entry, plan: SlotPlan, due: np.ndarray,
+              held: list[tuple[int, CChunk]], converted_ms: int) -> "SlotInProgress":
+        return cls(slot_ms, entry, plan, due, np.zeros(len(due), bool), held, converted_ms,
+                   dict(plan.cancelled), set(plan.cancelled))
+
+    @classmethod
+    def follow(cls, state: "SlotInProgress | None", slot_ms: int, entry, plan: SlotPlan,
+               due: np.ndarray, take: Callable[[int, SlotPlan], Taken]) -> "SlotInProgress":
+        """``state`` refreshed with the slot read again, or the slot started: the runs
+        converted ahead for it taken (``take``: AheadRuns.take)."""
+        if state is not None and state.slot_ms == slot_ms:
+            state.refresh(entry, plan, due)
+            return state
+        taken = take(slot_ms, plan)
+        held, start = [], 0
+        for chunk in taken.chunks:
+            held.append((start, chunk))
+            start += chunk.records
+        return cls.start(slot_ms, entry, plan, due, held, taken.converted_ms)
+
+    def refresh(self, entry, plan: SlotPlan, due: np.ndarray) -> None:
+        """The slot read again (units were added: its wanted list only grows): new rows not
+        put, new cancel marks added; runs held ahead dropped once a new mark came (they were
+        converted without it)."""
+        added = len(due) - len(self.done)
+        if added < 0:
+            raise ValueError("a slot's wanted list shrank while it was delivered")
+        self.entry, self.plan, self.due = entry, plan, due
+        self.done = np.concatenate((self.done, np.zeros(added, bool)))
+        new_marks = plan.cancelled.keys() - self.marks
+        if new_marks:
+            self.held = []
+            for key in new_marks:
+                self.cancelled[key] = plan.cancelled[key]
+            self.marks |= new_marks
+
+    def next_due_ms(self) -> int | None:
+        """The earliest own time of a row not put yet; None when every row is put."""
+        waiting = self.due[~self.done]
+        return int(waiting.min()) if len(waiting) else None
+
+    def due_rows(self, now_ms: int) -> np.ndarray:
+        """Indexes of the rows not put whose own time has come, in the slot's order."""
+        return np.flatnonzero(~self.done & (self.due <= now_ms))
+
+    def held_due(self, now_ms: int) -> list[tuple[int, CChunk]]:
+        """The held chunks whose every row is due and none put (taken out of ``held``); a
+        chunk with a row put another way is dropped."""
+        ready, waiting = [], []
+        for start, chunk in self.held:
+            end = start + chunk.records
+            if self.done[start:end].any():
+                continue
+            if (self.due[start:end] <= now_ms).all():
+                ready.append((start, chunk))
+            else:
+                waiting.append((start, chunk))
+        self.held = waiting
+        return ready

@@ -1,0 +1,63 @@
+"""Parked messages' own times (broker/timer_own.py): the put rule at the store time, only
+within the message's slot, never earlier than the put asked for; kept per slot and offset."""
+import numpy as np
+import pytest
+
+from pybroker.broker.timer_message import TimerRules, redirect_timer
+from pybroker.broker.timer_own import OwnTimes, own_time
+
+
+S = 1_800_000_000_000
+P = 1000
+
+
+@pytest.mark.parametrize("properties, store_ms, expected", [
+    ({"TIMER_DELIVER_MS": str(S + 10)}, S - 5000, S + 10),
+    ({"TIMER_DELIVER_MS": str(S + 1000)}, S - 5000, S + 1000),     # the slot's last ms
+    ({"TIMER_DELAY_MS": "1500"}, S - 1000, S + 500),
+    ({"TIMER_DELAY_SEC": "2", "TIMER_DELAY_MS": "1", "TIMER_DELIVER_MS": "1"},
+     S - 1700, S + 300),                                            # Java's precedence
+    ({"TIMER_DELAY_MS": "1500"}, S - 400, S + P),     # past the slot (stored late): its end
+    ({"TIMER_DELIVER_MS": str(S)}, 0, S + P),         # before the slot: not the rule's
+    ({"TIMER_DELAY_SEC": "x"}, S, S + P),             # not a long
+    ({}, S, S + P),                                   # none of the three
+])
+def test_own_time(properties, store_ms, expected):
+    assert own_time(properties, store_ms, S, P) == expected
+
+
+def test_never_earlier_than_the_put_rule_asked():
+    """Whatever the delay and however late after the rule the record was stored, the time read
+    back is at or after the time the put asked for, and within the slot it was parked in."""
+    rng = np.random.default_rng(7)
+    rules = TimerRules(precision_ms=P)
+    for _ in range(2000):
+        now = S + int(rng.integers(0, 5000))
+        name, value = [("TIMER_DELAY_MS", int(rng.integers(1, 9000))),
+                       ("TIMER_DELAY_SEC", int(rng.integers(1, 9))),
+                       ("TIMER_DELIVER_MS", now + int(rng.integers(1, 9000)))][rng.integers(3)]
+        properties = {name: str(value)}
+        asked = now + value * (1000 if name == "TIMER_DELAY_SEC" else 1) \
+            if name != "TIMER_DELIVER_MS" else value
+        redirect_timer("T", 0, properties, rules, now)
+        slot_ms = int(properties["TIMER_OUT_MS"])
+        stored = now + int(rng.integers(0, 300))
+        due = own_time(properties, stored, slot_ms, P)
+        assert asked <= due <= slot_ms + P and due > slot_ms
+
+
+def test_own_times_by_offset_per_slot():
+    times = OwnTimes(entries_max=5)
+    for offset, due in ((100, S + 5), (200, S + 7), (300, S + 1)):
+        times.add(S, offset, due)
+    times.add(S + P, 400, S + P + 3)
+    times.add(S, 50, S + 9)                    # enqueued again, out of CommitLog order
+    times.add(S, 60, S + 9)                    # past the cap: not kept
+    assert times.entries == 5
+    got = times.of(S, np.array([300, 999, 100, 50, 200, 60], np.int64), S + P)
+    assert got.tolist() == [S + 1, S + P, S + 5, S + 9, S + 7, S + P]
+    assert times.of(S + 2 * P, np.array([1], np.int64), 7).tolist() == [7]
+    times.forget_before(S + P)
+    assert times.entries == 1 and times.of(S, np.array([100]), 0).tolist() == [0]
+    times.forget(S + P)
+    assert times.entries == 0
