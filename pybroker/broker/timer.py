@@ -391,6 +391,7 @@ class TimerStore:
         """One batch of wheel-topic messages into the wheel; returns how many were read."""
         if not self._may_enqueue():
             self.commit_queue_offset = self.curr_queue_offset
+            self._enqueue_caught_up = True     # nothing more comes into the wheel
             return 0
         low = self.reader.get_min_offset_in_queue(TIMER_TOPIC, 0)
         if low < 0:
@@ -494,7 +495,7 @@ class TimerStore:
                             position, slot.num - 1 if is_delete else slot.num + 1, slot.magic)
         self._add_metric(real_topic, -1 if is_delete else 1)
         self.figures.enqueued += 1
-        if magic == layout.TIMER_MAGIC_DEFAULT:
+        if magic == layout.TIMER_MAGIC_DEFAULT and self.dequeue_enabled:
             self.own_times.add(delayed, message.offset_py, own_time(
                 properties, message.store_timestamp, delayed, self.precision_ms))
         if is_delete:
@@ -591,19 +592,18 @@ class TimerStore:
     def next_due_ms(self) -> int | None:
         """When the running slot's next message falls due (the worker wakes then), or None."""
         state = self.in_slot
-        if state is None or state.slot_ms != self.curr_read_time_ms:
+        if state is None or state.slot_ms != self.curr_read_time_ms or \
+                self.settings.timer_stop_dequeue:
             return None
         return state.next_due_ms()
 
     def _slot_in_progress(self, slot_ms: int, slot) -> SlotInProgress:
-        """The state of the slot at the read time, read again from the timer log when the
-        wheel's entry (first, last, count) changed (units are only added)."""
+        """The running slot's state, read again when its wheel entry changed (units added)."""
         entry = (slot.first_pos, slot.last_pos, slot.num)
         state = self.in_slot
         if state is not None and state.slot_ms == slot_ms and state.entry == entry:
             return state
-        # The plan read ahead when the slot has not changed since.
-        plan = self.ahead.plan_of(slot_ms, slot) or self.plan_slot(slot)
+        plan = self.ahead.plan_of(slot_ms, slot) or self.plan_slot(slot)   # unchanged: ahead's
         end_ms = slot_ms + self.precision_ms
         due = self.own_times.of(slot_ms, plan.wanted.offsets, end_ms)
         due[plan.wanted.rolls] = end_ms          # a roll goes back onto the wheel at the end

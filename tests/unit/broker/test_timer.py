@@ -461,6 +461,7 @@ def test_a_slave_enqueues_up_to_its_master_and_never_delivers(broker):
     step(broker, store, T0 + 9000)
     assert store.figures.enqueued == 1 and delivered(broker) == {}
     assert store.curr_read_time_ms == T0 + 1000
+    assert store.own_times.entries == 0         # it never puts: no own time held
 
 
 @pytest.mark.parametrize("text", [
