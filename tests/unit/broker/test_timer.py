@@ -14,6 +14,7 @@ import pathlib
 import pytest
 
 from pybroker.broker import send, timer_message
+from pybroker.broker import timer as timer_module
 from pybroker.broker.timer import LONG_MAX, TimerStore
 from pybroker.protocol.codes import ResponseCode
 from pybroker.store import paths
@@ -230,6 +231,37 @@ def test_cancel_marks_in_a_running_slot(broker):
     assert set(delivered(broker)) == {"early", "gone"}
     assert store.figures.cancelled == 1 and len(broker.records(harness.TOPIC, 1)) == 2
     assert store.metrics.count(harness.TOPIC) == 0
+
+
+def test_a_running_slot_waits_for_the_enqueue_to_read_the_wheel_topic_to_its_end(
+        broker, monkeypatch):
+    """A mark stored before its message's own time but not yet enqueued: the message is not
+    put while the last enqueue stopped short of the wheel topic's end (one unit a turn here),
+    so the mark is in the wheel when it is, and cancels it."""
+    monkeypatch.setattr(timer_module, "ENQUEUE_BATCH_MAX", 1)
+    store = timer(broker)
+    send_timer(broker, "victim", TIMER_DELIVER_MS=str(T0 + 2300))
+    step(broker, store, T0 + 100)
+    broker.clock[0] = T0 + 2200
+    send_timer(broker, "filler", TIMER_DELIVER_MS=str(T0 + 2250))
+    send_timer(broker, "mark", TIMER_DELIVER_MS=str(T0 + 2900),
+               TIMER_DEL_UNIQKEY=timer_message.delete_key(harness.TOPIC, "U-victim"))
+    broker.clock[0] = T0 + 2300
+    store.move_write_time()
+
+    def dequeue() -> int:           # past the empty slots before the running one
+        while (done := harness.run(store.dequeue())) == 0:
+            pass
+        return done
+    assert harness.run(store.enqueue()) == 1            # the filler: a full batch
+    assert dequeue() == -1 and delivered(broker) == {}
+    assert harness.run(store.enqueue()) == 1            # the mark
+    assert dequeue() == -1 and delivered(broker) == {}
+    assert harness.run(store.enqueue()) == 0            # the end: every mark is read
+    assert dequeue() == 2                               # the victim's time: dropped
+    assert set(delivered(broker)) == {"filler"} and store.figures.cancelled == 1
+    step(broker, store, T0 + 3000)
+    assert set(delivered(broker)) == {"filler"} and store.metrics.count(harness.TOPIC) == 0
 
 
 def test_held_runs_wait_for_their_last_message_and_give_way_to_earlier_ones(broker):
