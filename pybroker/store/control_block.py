@@ -51,9 +51,9 @@ enqueue offset in rmq_sys_wheel_timer, enqueue and dequeue TPS (x1000), the wall
 times (ms) of its last enqueued message and the slots it delivered. A slave's supervisor writes
 its master's timer checkpoint into the master line (the same sequence lock) for the slave's
 timer worker to follow. The timer's ahead line holds about the bytes it will re-put when the
-slots it plans ahead (those falling due within 2 s, broker/timer_ahead.py) fall due: CommitLog
-bytes the appender will write at once, which the flusher faults in ahead of it
-(store/prefault.py). The fast-failure
+messages of the slots it plans ahead (beginning within 3 s, broker/timer_ahead.py) and of its
+running slot fall due: CommitLog bytes the appender will write at once, which the flusher
+faults in ahead of it (store/prefault.py). The fast-failure
 handshake (pybroker/proc/fast_failure.py): the producer stores ``cancel_request_id``, fences,
 loads ``taken_request_id``; the appender stores ``taken_request_id`` (the last id of the batch
 it took), fences, loads ``cancel_request_id``. One of the two sees the other's store, so a
@@ -363,7 +363,8 @@ class TimerLine(_Line):
 
 class TimerAheadLine(_Line):
     """What the timer worker will re-put soon (TIMER_AHEAD_WORDS): ``coming_bytes``, about
-    the bytes of the slots it plans ahead (falling due within 2 s), read by the flusher's
+    the bytes of the slots it plans ahead (beginning within 3 s) and of the running slot not
+    put yet, read by the flusher's
     pre-fault window."""
     _WORDS = TIMER_AHEAD_WORDS
     _OFFSET = TIMER_AHEAD_OFFSET

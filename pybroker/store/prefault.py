@@ -12,10 +12,11 @@ The window follows the write rate: twice what was written since the previous cal
 ``WINDOW_MIN_BYTES`` and at most ``WINDOW_MAX_BYTES``, refilled only when less than half of it
 is left, so an idle store reserves nothing more and a busy one gets one ``madvise`` per refill.
 A write known to be coming widens it ahead of time: the 5.x timer's re-puts of the slots it
-plans ahead, falling due within 2 s (``coming_bytes``, the control block's timer ahead line),
-are appended at once when their slot is due, faster than the rate rule can follow (a
-200,000-message burst had the appender spend about half of its CPU in faults of fresh pages:
-zeroing and block reservation), so the window then covers them whole before they fall due.
+plans ahead, beginning within 3 s, and what its running slot has not put (``coming_bytes``,
+the control block's timer ahead line), are appended at once when they fall due, faster than
+the rate rule can follow (a 200,000-message burst had the appender spend about half of its CPU
+in faults of fresh pages: zeroing and block reservation), so the window then covers them whole
+before they fall due.
 Only files that exist are populated: beyond the files this process follows, the ones the
 allocator made ready (store/allocate.py) are mapped for the populate and unmapped after it
 (never created here); past them the window catches up on a later call.
