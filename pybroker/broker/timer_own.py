@@ -112,8 +112,10 @@ class SlotInProgress:
     def follow(cls, state: "SlotInProgress | None", slot_ms: int, entry, plan: SlotPlan,
                due: np.ndarray, take: Callable[[int, SlotPlan], Taken]) -> "SlotInProgress":
         """``state`` refreshed with the slot read again, or the slot started: the runs
-        converted ahead for it taken (``take``: AheadRuns.take)."""
-        if state is not None and state.slot_ms == slot_ms:
+        converted ahead for it taken (``take``: AheadRuns.take). A list that is not the old
+        one extended (not seen: units are only added) starts the slot over: what was put
+        comes again (at least once), nothing is lost."""
+        if state is not None and state.slot_ms == slot_ms and state.extended_by(plan):
             state.refresh(entry, plan, due)
             return state
         taken = take(slot_ms, plan)
@@ -123,13 +125,18 @@ class SlotInProgress:
             start += chunk.records
         return cls.start(slot_ms, entry, plan, due, held, taken.converted_ms)
 
+    def extended_by(self, plan: SlotPlan) -> bool:
+        """Whether ``plan``'s wanted list begins with the one this state was made of."""
+        known = len(self.done)
+        offsets = plan.wanted.offsets
+        return len(offsets) >= known and np.array_equal(offsets[:known],
+                                                        self.plan.wanted.offsets)
+
     def refresh(self, entry, plan: SlotPlan, due: np.ndarray) -> None:
         """The slot read again (units were added: its wanted list only grows): new rows not
         put, new cancel marks added; runs held ahead dropped once a new mark came (they were
         converted without it)."""
         added = len(due) - len(self.done)
-        if added < 0:
-            raise ValueError("a slot's wanted list shrank while it was delivered")
         self.entry, self.plan, self.due = entry, plan, due
         self.done = np.concatenate((self.done, np.zeros(added, bool)))
         new_marks = plan.cancelled.keys() - self.marks

@@ -14,7 +14,7 @@ from pybroker.protocol.constants import Property
 
 __all__ = ["Run", "Wanted", "SlotPlan", "CChunk", "REPUTS", "TEXT_PATH_NAMES",
            "RUN_RECORDS_MAX", "RUN_BYTES_MAX", "DEQUEUE_CHUNK", "CHUNKS_IN_FLIGHT",
-           "convert_c", "rows", "runs_of"]
+           "convert_c", "runs_of"]
 
 RUN_RECORDS_MAX = 256           # records of one real queue put as one request
 DEQUEUE_CHUNK = 1024            # units of a slot turned into re-puts at a time
@@ -85,10 +85,6 @@ def convert_c(wanted: Wanted, views: list, keys: list[str], dequeue_ms: int) -> 
                 groups[group][2]) for start, end, count, group in cuts]
     return CChunk(out, runs, groups, rest, [keys[key_index] for _, key_index in dropped],
                   len(wanted.offsets))
-
-
-def rows(wanted: Wanted, start: int, end: int) -> Wanted:
-    return Wanted(*(column[start:end] for column in wanted))
 
 
 def runs_of(reputs: list[RePut]) -> list[Run]:

@@ -3,8 +3,10 @@ within the message's slot, never earlier than the put asked for; kept per slot a
 import numpy as np
 import pytest
 
+from pybroker.broker.timer_ahead import Taken
 from pybroker.broker.timer_message import TimerRules, redirect_timer
-from pybroker.broker.timer_own import OwnTimes, own_time
+from pybroker.broker.timer_own import OwnTimes, SlotInProgress, own_time
+from pybroker.broker.timer_runs import SlotPlan, Wanted
 
 
 S = 1_800_000_000_000
@@ -61,3 +63,26 @@ def test_own_times_by_offset_per_slot():
     assert times.entries == 1 and times.of(S, np.array([100]), 0).tolist() == [0]
     times.forget(S + P)
     assert times.entries == 0
+
+
+def test_a_slot_read_again_not_extending_its_list_starts_over():
+    """Units are only ever added to a slot, so its list read again extends the old one; if
+    it ever did not, the running slot's state starts over (what was put comes again: at least
+    once) rather than marking the wrong rows put."""
+    def plan(offsets):
+        column = np.array(offsets, np.int64)
+        return SlotPlan(np.zeros(len(column), bool), {}, Wanted(
+            column, column, column, np.zeros(len(column), bool)), 0, 0)
+
+    def no_runs(slot_ms, read):
+        return Taken([], 0)
+    first = SlotInProgress.follow(None, S, (1, 1, 2), plan([10, 20]), np.array([S + 1, S + 2]),
+                                  no_runs)
+    first.done[0] = True
+    grown = SlotInProgress.follow(first, S, (1, 2, 3), plan([10, 20, 30]),
+                                  np.array([S + 1, S + 2, S + 3]), no_runs)
+    assert grown is first and grown.done.tolist() == [True, False, False]
+    other = SlotInProgress.follow(grown, S, (5, 6, 3), plan([10, 30, 20]),
+                                  np.array([S + 1, S + 3, S + 2]), no_runs)
+    assert other is not grown and not other.done.any()
+    assert other.due_rows(S + 2).tolist() == [0, 2] and other.next_due_ms() == S + 1
