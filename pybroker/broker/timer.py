@@ -539,7 +539,7 @@ class TimerStore:
         state = self._slot_in_progress(slot_ms, slot)
         now = self.now_ms()
         until_ms = LONG_MAX if over else now
-        if not over and not len(state.due_rows(until_ms)):
+        if not over and (state.next_ms is None or state.next_ms > now):
             return -1
         slot_end_ms = slot_ms + self.precision_ms
         in_flight: list[asyncio.Future] = []
@@ -562,6 +562,7 @@ class TimerStore:
                 task.cancel()
             self.in_slot = None
             raise
+        state.recount()
         if not over:
             self._apply_metrics()
             return 2
@@ -595,7 +596,7 @@ class TimerStore:
         if state is None or state.slot_ms != self.curr_read_time_ms or \
                 self.settings.timer_stop_dequeue:
             return None
-        return state.next_due_ms()
+        return state.next_ms
 
     def _slot_in_progress(self, slot_ms: int, slot) -> SlotInProgress:
         """The running slot's state, read again when its wheel entry changed (units added)."""

@@ -101,12 +101,15 @@ class SlotInProgress:
     converted_ms: int               # TIMER_DEQUEUE_MS the held chunks were written with
     cancelled: dict[str, dict[str, str]]    # cancel marks not used yet
     marks: set[str]                 # every cancel mark seen in the slot
+    next_ms: int | None = None      # the earliest own time of a row not put (recount())
 
     @classmethod
     def start(cls, slot_ms: int, entry, plan: SlotPlan, due: np.ndarray,
               held: list[tuple[int, CChunk]], converted_ms: int) -> "SlotInProgress":
-        return cls(slot_ms, entry, plan, due, np.zeros(len(due), bool), held, converted_ms,
-                   dict(plan.cancelled), set(plan.cancelled))
+        state = cls(slot_ms, entry, plan, due, np.zeros(len(due), bool), held, converted_ms,
+                    dict(plan.cancelled), set(plan.cancelled))
+        state.recount()
+        return state
 
     @classmethod
     def follow(cls, state: "SlotInProgress | None", slot_ms: int, entry, plan: SlotPlan,
@@ -145,11 +148,12 @@ class SlotInProgress:
             for key in new_marks:
                 self.cancelled[key] = plan.cancelled[key]
             self.marks |= new_marks
+        self.recount()
 
-    def next_due_ms(self) -> int | None:
-        """The earliest own time of a row not put yet; None when every row is put."""
+    def recount(self) -> None:
+        """``next_ms`` after rows were added or put (a turn with nothing due reads only it)."""
         waiting = self.due[~self.done]
-        return int(waiting.min()) if len(waiting) else None
+        self.next_ms = int(waiting.min()) if len(waiting) else None
 
     def due_rows(self, now_ms: int) -> np.ndarray:
         """Indexes of the rows not put whose own time has come, in the slot's order."""

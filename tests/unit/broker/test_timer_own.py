@@ -85,4 +85,4 @@ def test_a_slot_read_again_not_extending_its_list_starts_over():
     other = SlotInProgress.follow(grown, S, (5, 6, 3), plan([10, 30, 20]),
                                   np.array([S + 1, S + 3, S + 2]), no_runs)
     assert other is not grown and not other.done.any()
-    assert other.due_rows(S + 2).tolist() == [0, 2] and other.next_due_ms() == S + 1
+    assert other.due_rows(S + 2).tolist() == [0, 2] and other.next_ms == S + 1
