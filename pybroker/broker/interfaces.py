@@ -65,6 +65,9 @@ class StoreReader(Protocol):
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Queue offset of the oldest entry still stored."""
 
+    def get_offset_bounds_in_queue(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """``(get_min_offset_in_queue, get_max_offset_in_queue)`` in one call."""
+
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int,
                                     boundary: str = "lower") -> int:
         """The queue offset whose store time is nearest ``timestamp_ms``."""

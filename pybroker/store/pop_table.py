@@ -331,6 +331,17 @@ class PopTable:
     def in_flight_since_ms(self, slot: int) -> int:
         return self._load(slot, _IN_FLIGHT_SINCE_MS)
 
+    def take_acked(self, slot: int, pop_time: int, count: int) -> None:
+        """Take ``count`` acked messages popped at ``pop_time`` out of the in-flight count,
+        unless they were popped before it was last cleared (:meth:`clear_in_flight`): every
+        ack ends here, so the slot is looked up once."""
+        words = self._map
+        if words is None:
+            words = self._words()           # raises: closed
+        base = self._base(slot)
+        if pop_time >= ring.load_u64(words, base + _IN_FLIGHT_SINCE_MS):
+            ring.fetch_add_u64(words, base + _IN_FLIGHT, -count)
+
     def clear_in_flight(self, slot: int, now_ms: int) -> None:
         """Start counting afresh (an order queue's new run; a reset): acks of earlier POPs no
         longer count."""

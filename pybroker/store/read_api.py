@@ -644,6 +644,14 @@ class StoreReads:
         queue = self._find_queue(topic, queue_id)
         return queue.min_offset_in_queue() if queue is not None else -1
 
+    def get_offset_bounds_in_queue(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """``(get_min_offset_in_queue, get_max_offset_in_queue)`` with one look-up of the queue
+        (an ack checks both)."""
+        queue = self._find_queue(topic, queue_id)
+        if queue is None:
+            return -1, 0
+        return queue.min_offset_in_queue(), queue.max_offset_in_queue()
+
     def _store_timestamp_at(self, physical_offset: int, size: int) -> int:
         """Store time (ms) of the record at ``physical_offset``; -1 when it is gone."""
         mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(

@@ -291,6 +291,15 @@ class MessageStoreReader(StoreReads):
                 return published
         return super().get_max_offset_in_queue(topic, queue_id)
 
+    def get_offset_bounds_in_queue(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """The min and max offsets as the two calls give them, the queue looked up once."""
+        min_offset, max_offset = super().get_offset_bounds_in_queue(topic, queue_id)
+        if self._queue_offsets is not None:
+            published = self._queue_offsets.max_offset(topic, queue_id)
+            if published is not None:
+                return min_offset, published
+        return min_offset, max_offset
+
     def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time (ms) of the message at ``queue_offset``; -1 when there is none. A unit
         this reader has already checked is read as it is: the queue is not brought up to the

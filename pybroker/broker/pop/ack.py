@@ -17,7 +17,7 @@ nothing in it is refused (Java answers SUCCESS whatever it could not use).
 
 Most ACK_MESSAGEs of a remoting worker never reach this handler: the frame taker of the ACK
 fast path (broker/pop/ack_fast.py, proc/ack_port.py, _fast/pop/) puts the non-order ones whose
-queue it knows in C and ends them with :func:`ack_put` and :func:`acked_in_flight`; this
+queue it knows in C and ends them with :func:`ack_put` and ``PopTable.take_acked``; this
 handler stays the reference for everything else (docs/architecture/pop.md).
 """
 import asyncio
@@ -41,8 +41,7 @@ from pybroker.protocol.headers import parse_request_header
 from pybroker.store.pop_checkpoint import AckMsg, BatchAckMsg
 from pybroker.store.status import PutStatus
 
-__all__ = ["handle_ack_message", "HANDLERS", "ack_orderly", "lock_slot", "ack_put",
-           "acked_in_flight"]
+__all__ = ["handle_ack_message", "HANDLERS", "ack_orderly", "lock_slot", "ack_put"]
 
 log = logging.getLogger("pybroker.broker.pop")
 _LOCK_POLL_S = 0.001
@@ -86,8 +85,7 @@ async def _single(ctx, channel, request, response) -> RemotingCommand:
                                f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}] "
                                f"consumer:[/{channel.remote_address}]")
     store = ctx.store
-    min_offset = store.get_min_offset_in_queue(header.topic, header.queue_id)
-    max_offset = store.get_max_offset_in_queue(header.topic, header.queue_id)
+    min_offset, max_offset = store.get_offset_bounds_in_queue(header.topic, header.queue_id)
     if not min_offset <= header.queue_offset <= max_offset:
         return create_response(request, ResponseCode.NO_MESSAGE,
                                f"offset is illegal, key:{header.topic}@{header.queue_id}, "
@@ -130,8 +128,7 @@ async def _batch_one(ctx, channel, response, batch_ack: pop_bodies.BatchAck,
         log.error("batch ack with a bad retry flag %r: %s", batch_ack.retry, error)
         return
     store = ctx.store
-    min_offset = store.get_min_offset_in_queue(topic, batch_ack.queue_id)
-    max_offset = store.get_max_offset_in_queue(topic, batch_ack.queue_id)
+    min_offset, max_offset = store.get_offset_bounds_in_queue(topic, batch_ack.queue_id)
     if min_offset == -1:
         log.error("Illegal topic or queue found when batch ack %s", batch_ack)
         return
@@ -163,7 +160,7 @@ async def _write_ack(ctx, ack: AckMsg, revive_qid: int, deliver_ms: int, count: 
     put = await revive_log.put_revive_record(ctx.putter, record)
     ack_put(ctx, ack.topic, ack.consumer_group, count, put.status, ack)
     slot = await ctx.pop.slots.slot(ack.topic, ack.consumer_group, ack.queue_id)
-    acked_in_flight(ctx.pop.table, slot, ack.pop_time, count)
+    ctx.pop.table.take_acked(slot, ack.pop_time, count)
 
 
 def ack_put(ctx, topic: str, group: str, count: int, status: PutStatus, ack: object) -> None:
@@ -177,13 +174,6 @@ def ack_put(ctx, topic: str, group: str, count: int, status: PutStatus, ack: obj
         log.error("put ack msg error: %s %s", status.name, ack)
     elif ctx.config.broker.enable_pop_log:
         log.info("ack written: %s", ack)
-
-
-def acked_in_flight(table, slot: int, pop_time: int, count: int) -> None:
-    """Take ``count`` acked messages popped at ``pop_time`` out of the slot's in-flight count,
-    unless they were popped before it was last cleared (PopTable.clear_in_flight)."""
-    if pop_time >= table.in_flight_since_ms(slot):
-        table.add_in_flight(slot, -count)
 
 
 async def ack_orderly(ctx, channel, response: RemotingCommand, topic: str, group: str,
@@ -220,7 +210,7 @@ async def ack_orderly(ctx, channel, response: RemotingCommand, topic: str, group
             return response
     finally:
         table.unlock(slot, ctx.pop.lock_tag)
-    acked_in_flight(table, slot, pop_time, 1)
+    table.take_acked(slot, pop_time, 1)
     return response
 
 

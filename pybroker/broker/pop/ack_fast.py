@@ -15,7 +15,7 @@ and answer SUCCESS. This module states the rest of that contract, derived from t
   handler's answer;
 * :class:`FastAck` - one ack taken, from its put to its answer: the put's outcome is counted,
   logged and taken out of the in-flight count by the handler's own functions (``ack.ack_put``,
-  ``ack.acked_in_flight``), and the request is counted as proc/remoting.py counts a handled one.
+  ``PopTable.take_acked``), and the request is counted as proc/remoting.py counts a handled one.
 """
 from collections.abc import Callable
 from typing import Protocol
@@ -40,9 +40,8 @@ def queue_lookup(ctx) -> Callable[[str, str, int, int], int]:
             topic_config = ctx.metadata.topic_config(topic)
             if topic_config is None or not 0 <= queue_id < topic_config.read_queue_nums:
                 return -1
-            store = ctx.store
-            if not store.get_min_offset_in_queue(topic, queue_id) <= queue_offset \
-                    <= store.get_max_offset_in_queue(topic, queue_id):
+            min_offset, max_offset = ctx.store.get_offset_bounds_in_queue(topic, queue_id)
+            if not min_offset <= queue_offset <= max_offset:
                 return -1
         except Exception:   # the handler makes the same calls and answers as it does
             return -1
@@ -98,7 +97,7 @@ class FastAck:
         ctx = self.ctx
         _, opaque, topic, group, _, _, slot, pop_time = self.entry
         ack_handler.ack_put(ctx, topic, group, 1, status, self)
-        ack_handler.acked_in_flight(ctx.pop.table, slot, pop_time, 1)
+        ctx.pop.table.take_acked(slot, pop_time, 1)
         self.answers.answer(self.connection, answer_frame(self.pieces, opaque))
         stats = ctx.stats
         if stats is not None:

@@ -52,13 +52,10 @@ def _slot_of(key: SlotKey) -> int:
 
 
 class _Bounds:
-    """The store's two queries the handler asks (the same answers on both sides)."""
+    """The store's query the handler asks (the same answers on both sides)."""
 
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        return BOUNDS[0] if topic == TOPIC else -1
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        return BOUNDS[1] if topic == TOPIC else 0
+    def get_offset_bounds_in_queue(self, topic: str, queue_id: int) -> tuple[int, int]:
+        return BOUNDS if topic == TOPIC else (-1, 0)
 
 
 class AckSide(Side):

@@ -25,6 +25,21 @@ def table(tmp_path):
     created.close()
 
 
+def test_acks_are_taken_off_unless_popped_before_the_count_was_cleared(table):
+    table.assign(1, KEY, None, 1000)
+    table.add_in_flight(1, 10)
+    table.take_acked(1, 1000, 3)                      # popped at the count's start: taken off
+    assert table.in_flight(1) == 7
+    table.clear_in_flight(1, 5000)
+    table.add_in_flight(1, 4)
+    table.take_acked(1, 4999, 2)                      # popped before the clear: not counted
+    assert table.in_flight(1) == 4
+    table.take_acked(1, 5000, 2)
+    assert table.in_flight(1) == 2
+    with pytest.raises(ValueError):
+        table.take_acked(8, 5000, 1)                  # no such slot
+
+
 def test_slot_fields_round_trip(table, tmp_path):
     table.assign(2, SlotKey("%RETRY%g+t" * 20, "g" * 255, -1), None, 1000)
     assert table.key(2) == SlotKey("%RETRY%g+t" * 20, "g" * 255, -1)

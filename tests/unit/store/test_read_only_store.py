@@ -122,6 +122,11 @@ def test_reader_answers_like_the_writer(tmp_path, writer, rand):
             for name in ("get_min_offset_in_queue", "get_max_offset_in_queue"):
                 assert getattr(reader, name)(TOPIC, queue_id) == \
                     getattr(writer, name)(TOPIC, queue_id)
+        for topic, queue_id in ((TOPIC, 0), (TOPIC, 3), (TOPIC, 9), ("Unknown", 0)):
+            expected = (writer.get_min_offset_in_queue(topic, queue_id),
+                        writer.get_max_offset_in_queue(topic, queue_id))
+            assert reader.get_offset_bounds_in_queue(topic, queue_id) == expected
+            assert writer.get_offset_bounds_in_queue(topic, queue_id) == expected
             stamp = writer.get_message_store_timestamp(TOPIC, queue_id, 1)
             assert reader.get_message_store_timestamp(TOPIC, queue_id, 1) == stamp
             assert reader.get_offset_in_queue_by_time(TOPIC, queue_id, stamp) == \
@@ -200,6 +205,25 @@ def test_positions_source_is_read_at_every_call_and_bounds_look_ups_by_written(t
         assert reader.get_max_offset_in_queue(TOPIC, 0) == 10
         with reader.look_message_by_offset(starts[9]) as selected:
             assert bytes(record_codec.decode(selected.buffer, 0).body) == body_of(9, 5)
+
+
+class _Published:
+    """The dispatcher's table of max offsets (store/queue_offsets.py QueueOffsetReader's
+    max_offset): an answer for queue 1 only, None (cannot say) for the others."""
+
+    def max_offset(self, topic: str, queue_id: int) -> int | None:
+        return 77 if (topic, queue_id) == (TOPIC, 1) else None
+
+
+def test_bounds_in_one_call_are_the_two_calls_with_a_published_table(tmp_path, writer, rand):
+    put_many(writer, rand, 60)
+    with MessageStoreReader(settings_for(tmp_path), writer.max_physical_offset,
+                            queue_offsets=_Published()) as reader:
+        for topic, queue_id in ((TOPIC, 0), (TOPIC, 1), (TOPIC, 7), ("Unknown", 1)):
+            assert reader.get_offset_bounds_in_queue(topic, queue_id) == (
+                reader.get_min_offset_in_queue(topic, queue_id),
+                reader.get_max_offset_in_queue(topic, queue_id))
+        assert reader.get_offset_bounds_in_queue(TOPIC, 1)[1] == 77
 
 
 def test_one_unit_check_is_the_numpy_rule():
