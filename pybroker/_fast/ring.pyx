@@ -634,6 +634,12 @@ def load_u64(buffer, Py_ssize_t offset):
     return _word_op(buffer, offset, WORD_LOAD, 0)
 
 
+def load_two_u64(buffer, Py_ssize_t first, Py_ssize_t second):
+    """Acquire-load the words at byte offsets ``first`` then ``second``: ``(first's value,
+    second's value)`` (a reader's two positions in one call)."""
+    return _word_op(buffer, first, WORD_LOAD, 0), _word_op(buffer, second, WORD_LOAD, 0)
+
+
 def store_u64(buffer, Py_ssize_t offset, uint64_t value):
     """Release-store value into the native unsigned 64-bit word at byte offset."""
     _word_op(buffer, offset, WORD_STORE, value)

@@ -9,7 +9,6 @@ the appender consumes every send ring and produces completions; a remoting worke
 supervisor) gets a :class:`Attachment` with a read-only store reader and a RingPutter.
 """
 import asyncio
-import functools
 import logging
 import os
 import socket
@@ -110,10 +109,8 @@ class Attachment:
         offsets = plane.queue_offsets if slot == plane.workers else None
         self.reader = MessageStoreReader(
             config.store, control.dispatched_position,
-            positions=functools.partial(control.load_two, "dispatched_position",
-                                        "written_position"),
-            store_changes=functools.partial(control.load_two, "commitlog_min_offset",
-                                            "topic_deletion_done"),
+            positions=control.two_loader("dispatched_position", "written_position"),
+            store_changes=control.two_loader("commitlog_min_offset", "topic_deletion_done"),
             queue_offsets=QueueOffsetReader(offsets.buffer) if offsets is not None else None)
         self.slot = slot
         self.fast_sends = fast_sends

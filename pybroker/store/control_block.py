@@ -83,9 +83,11 @@ Which process owns which worker slot (and which section of the statistics region
 table of :class:`Worker` below.
 """
 import enum
+import functools
 import ipaddress
 import mmap
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 from pybroker._fast import ring
@@ -484,11 +486,14 @@ class ControlBlock:
         return ring.load_u64(self._words(), FIELD_OFFSETS[field])
 
     def load_two(self, first: str, second: str) -> tuple[int, int]:
-        """Acquire-load two fields by name, in that order (a reader consults two of them on
-        every store read: one call instead of two property reads)."""
-        words = self._words()
-        return (ring.load_u64(words, FIELD_OFFSETS[first]),
-                ring.load_u64(words, FIELD_OFFSETS[second]))
+        """Acquire-load two fields by name, in that order."""
+        return ring.load_two_u64(self._words(), FIELD_OFFSETS[first], FIELD_OFFSETS[second])
+
+    def two_loader(self, first: str, second: str) -> Callable[[], tuple[int, int]]:
+        """``load_two(first, second)`` as a call without Python frames (a reader consults
+        two fields on every store read); it raises ValueError once the block is closed."""
+        return functools.partial(ring.load_two_u64, self._words(), FIELD_OFFSETS[first],
+                                 FIELD_OFFSETS[second])
 
     def load_three(self, first: str, second: str, third: str) -> tuple[int, int, int]:
         """Acquire-load three fields by name, in that order (the appender's check of the

@@ -69,6 +69,8 @@ def test_fields_round_trip_between_two_maps(tmp_path, rand):
             assert reader.load(name) == value
             assert reader.load_three(name, "generation", name) == \
                 (value, values["generation"], value)
+            assert reader.load_two(name, "generation") == (value, values["generation"])
+            assert reader.two_loader("generation", name)() == (values["generation"], value)
             # The word really is at the documented offset.
             offset = control_block.FIELD_OFFSETS[name]
             assert int.from_bytes(reader._map[offset:offset + 8], "little") == value
@@ -76,6 +78,9 @@ def test_fields_round_trip_between_two_maps(tmp_path, rand):
         assert reader.state is BrokerState.RUNNING
         with pytest.raises(OverflowError):
             writer.written_position = -1
+        loader = reader.two_loader("written_position", "generation")
+    with pytest.raises(ValueError):
+        loader()                    # the block is closed: no read of an unmapped word
 
 
 def test_create_replaces_a_stale_block(tmp_path):
