@@ -13,6 +13,7 @@ integers. Encoded JSON follows protocol.md §8 item 4: compact, every ext value 
 ``language`` as its enum name.
 """
 import itertools
+import operator
 from typing import Callable, Optional, Union
 
 import orjson
@@ -27,6 +28,7 @@ from pybroker.protocol.constants import (
     SerializeType,
 )
 
+_NBYTES = operator.attrgetter("nbytes")
 
 
 class MappedBody:
@@ -41,7 +43,7 @@ class MappedBody:
 
     def __init__(self, views: list, release: Callable[[], None]):
         self.views = views
-        self.nbytes = sum(view.nbytes for view in views)
+        self.nbytes = sum(map(_NBYTES, views))
         self._release: Optional[Callable[[], None]] = release
 
     def __len__(self) -> int:

@@ -252,7 +252,7 @@ class OffsetInfos:
         flag = retry_flag(topic)
         self.start.append(f"{flag}{KEY_SEPARATOR}{queue_id}{KEY_SEPARATOR}{start_offset}")
         self.messages.append(f"{flag}{KEY_SEPARATOR}{queue_id}{KEY_SEPARATOR}"
-                             + ",".join(str(offset) for offset in queue_offsets))
+                             + ",".join(map(str, queue_offsets)))
 
     def add_order_count(self, topic: str, queue_id: int, queue_offset: int | None,
                         count: int) -> None:

@@ -10,6 +10,7 @@ The recorders (stats/recorder.py, _fast/send/stats.pyx) and the collector
 """
 import bisect
 import enum
+import functools
 from typing import NamedTuple
 
 from pybroker.protocol.codes import RequestCode, ResponseCode
@@ -118,6 +119,9 @@ def response_code_name(code: int) -> str:
     return str(code) if name is None else name
 
 
+# Every answered request names its series: a handful of distinct keys, made once each (the
+# bound keeps a client sending odd request codes from growing it).
+@functools.lru_cache(maxsize=1024)
 def rpc_key(request_code: int, response_code: int, long_polling: bool, result: str) -> str:
     """The KEY_RPC key of one rpc_latency series."""
     return (f"{request_code_name(request_code)}|{response_code_name(response_code)}|"

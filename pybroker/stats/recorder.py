@@ -270,6 +270,5 @@ class Recorder:
         writer.key_add(entry, acks, 1 if stored else 0)
         writer.add(C.BROKER_ACK_NUMS, acks)
 
-    @staticmethod
-    def now_ns() -> int:
-        return time.monotonic_ns()
+    # The clock of request latencies (time.monotonic_ns itself: no Python frame per call).
+    now_ns = staticmethod(time.monotonic_ns)

@@ -25,6 +25,7 @@ or answered POLLING_FULL / POLLING_TIMEOUT.
 """
 import asyncio
 import logging
+import operator
 import random
 from collections.abc import Callable
 
@@ -62,6 +63,7 @@ ORDER_LOCK_WAIT_MS = 1000
 _ORDER_LOCK_POLL_S = 0.001
 _QUEUE_OFFSET_POSITION = record_codec.FIELD_POSITIONS["queue_offset"]
 _TIMEOUT_TOO_MUCH_MS = 500
+_NBYTES = operator.attrgetter("nbytes")
 _OFFSET_WRONG = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
                            GetStatus.OFFSET_FOUND_NULL})
 _NOTHING_TAKEN = frozenset({GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL,
@@ -509,7 +511,7 @@ class _QueuePop:
 def _count_get(ctx, topic: str, group: str, result) -> None:
     stats = ctx.stats
     if stats is not None:
-        size_bytes = sum(view.nbytes for view in result.buffers)
+        size_bytes = sum(map(_NBYTES, result.buffers))
         stats.group_get(topic, group, result.message_count, size_bytes, False)
 
 
