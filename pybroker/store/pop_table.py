@@ -176,23 +176,26 @@ class PopTable:
             raise ValueError(f"POP table {self.path} is closed")
         return self._map
 
-    def _base(self, slot: int) -> int:
+    # A POP visits every queue of its topic, each a few words of its slot: the slot's words
+    # are found in one call (the map's check inline), not one for the map and one for the slot.
+    def _at(self, slot: int, word: int) -> tuple[mmap.mmap, int]:
+        """The map and the byte offset of ``word`` of ``slot`` (ValueError: the table is
+        closed, or no such slot)."""
+        words = self._map
+        if words is None:
+            words = self._words()           # raises: closed
         if not 0 <= slot < self.slots:
             raise ValueError(f"POP slot must be in [0, {self.slots}), got {slot}")
-        return HEADER_BYTES + SLOT_BYTES * slot
+        return words, HEADER_BYTES + SLOT_BYTES * slot + word
 
-    # _load and _store run a few times per queue a POP visits: the map's check is inline.
+    def _base(self, slot: int) -> int:
+        return self._at(slot, 0)[1]
+
     def _load(self, slot: int, word: int) -> int:
-        words = self._map
-        if words is None:
-            words = self._words()           # raises: closed
-        return ring.load_u64(words, self._base(slot) + word)
+        return ring.load_u64(*self._at(slot, word))
 
     def _store(self, slot: int, word: int, value: int) -> None:
-        words = self._map
-        if words is None:
-            words = self._words()           # raises: closed
-        ring.store_u64(words, self._base(slot) + word, value & _U64_MASK)
+        ring.store_u64(*self._at(slot, word), value & _U64_MASK)
 
     # --- the directory (supervisor) ------------------------------------------------------------
     def assign(self, slot: int, key: SlotKey, pop_offset: int | None, now_ms: int) -> None:
@@ -206,7 +209,7 @@ class PopTable:
             raise ValueError(f"POP key parts are at most {KEY_PART_MAX_BYTES} bytes")
         if self._fd is not None:
             os.posix_fallocate(self._fd, self._base(slot), SLOT_BYTES)
-        words, base = self._words(), self._base(slot)
+        words, base = self._at(slot, 0)
         packed = (struct.pack("<H", len(topic)) + topic + struct.pack("<H", len(group)) + group
                   + struct.pack("<i", key.queue_id))
         words[base + _KEY_OFFSET:base + _KEY_OFFSET + len(packed)] = packed
@@ -227,7 +230,7 @@ class PopTable:
 
     def key(self, slot: int) -> SlotKey:
         """The key of an assigned slot."""
-        words, base = self._words(), self._base(slot) + _KEY_OFFSET
+        words, base = self._at(slot, _KEY_OFFSET)
         (topic_length,) = struct.unpack_from("<H", words, base)
         topic = bytes(words[base + 2:base + 2 + topic_length]).decode()
         base += 2 + topic_length
@@ -263,39 +266,41 @@ class PopTable:
     def try_lock(self, slot: int, tag: int) -> bool:
         """Take the slot's lock for ``tag`` (> 0) unless it is held; True when taken."""
         assert tag > 0, "a lock tag is never 0"
-        words, offset = self._words(), self._base(slot) + _LOCK
+        words, offset = self._at(slot, _LOCK)
         if ring.load_u64(words, offset):
             return False
         return ring.compare_exchange_u64(words, offset, 0, tag) == 0
 
     def unlock(self, slot: int, tag: int) -> None:
         """Release a lock this ``tag`` holds."""
-        words, offset = self._words(), self._base(slot) + _LOCK
+        words, offset = self._at(slot, _LOCK)
         held = ring.compare_exchange_u64(words, offset, tag, 0)
         assert held == tag, f"POP slot {slot} unlocked by {tag}, held by {held}"
 
     def pop_offset(self, slot: int) -> int | None:
         """The next offset to pop, None before the first POP."""
-        value = self._load(slot, _POP_OFFSET)
+        value = ring.load_u64(*self._at(slot, _POP_OFFSET))
         return None if value == UNSET_OFFSET else value
 
     def set_pop_offset(self, slot: int, offset: int) -> None:
         assert offset >= 0, offset
-        self._store(slot, _POP_OFFSET, offset)
+        ring.store_u64(*self._at(slot, _POP_OFFSET), offset & _U64_MASK)
 
     def pending_offset(self, slot: int) -> PendingOffset | None:
         """The service's offset not yet taken, or None."""
-        seq = self._load(slot, _OFFSET_SEQ)
-        if seq == self._load(slot, _APPLIED_SEQ):
+        words, base = self._at(slot, 0)
+        seq, applied = ring.load_two_u64(words, base + _OFFSET_SEQ, base + _APPLIED_SEQ)
+        if seq == applied:
             return None
-        return PendingOffset(seq, self._load(slot, _OFFSET_VALUE),
-                             bool(self._load(slot, _OFFSET_FLAGS) & _OFFSET_FLAG_RESET))
+        return PendingOffset(seq, ring.load_u64(words, base + _OFFSET_VALUE),
+                             bool(ring.load_u64(words, base + _OFFSET_FLAGS)
+                                  & _OFFSET_FLAG_RESET))
 
     def mark_applied(self, slot: int, seq: int) -> None:
         self._store(slot, _APPLIED_SEQ, seq)
 
     def touch(self, slot: int, now_ms: int) -> None:
-        self._store(slot, _LAST_POP_MS, now_ms)
+        ring.store_u64(*self._at(slot, _LAST_POP_MS), now_ms & _U64_MASK)
 
     def last_pop_ms(self, slot: int) -> int:
         return self._load(slot, _LAST_POP_MS)
@@ -305,8 +310,8 @@ class PopTable:
         length = self._load(slot, _ORDER_LENGTH)
         if not length:
             return None
-        base = self._base(slot) + _ORDER_OFFSET
-        return bytes(self._words()[base:base + length])
+        words, base = self._at(slot, _ORDER_OFFSET)
+        return bytes(words[base:base + length])
 
     def set_order_record(self, slot: int, data: bytes | None) -> None:
         """Replace the order record (None clears it); ValueError when it does not fit."""
@@ -316,17 +321,17 @@ class PopTable:
         if len(data) > ORDER_RECORD_MAX_BYTES:
             raise ValueError(f"an order record of {len(data)} bytes exceeds "
                              f"{ORDER_RECORD_MAX_BYTES}")
-        base = self._base(slot) + _ORDER_OFFSET
-        self._words()[base:base + len(data)] = data
+        words, base = self._at(slot, _ORDER_OFFSET)
+        words[base:base + len(data)] = data
         self._store(slot, _ORDER_LENGTH, len(data))
 
     # --- in-flight counts (any process) ---------------------------------------------------------
     def add_in_flight(self, slot: int, delta: int) -> None:
-        ring.fetch_add_u64(self._words(), self._base(slot) + _IN_FLIGHT, delta)
+        ring.fetch_add_u64(*self._at(slot, _IN_FLIGHT), delta)
 
     def in_flight(self, slot: int) -> int:
         """Popped messages neither acked nor revived (never below 0)."""
-        return max(0, _signed(self._load(slot, _IN_FLIGHT)))
+        return max(0, _signed(ring.load_u64(*self._at(slot, _IN_FLIGHT))))
 
     def in_flight_since_ms(self, slot: int) -> int:
         return self._load(slot, _IN_FLIGHT_SINCE_MS)
@@ -335,10 +340,7 @@ class PopTable:
         """Take ``count`` acked messages popped at ``pop_time`` out of the in-flight count,
         unless they were popped before it was last cleared (:meth:`clear_in_flight`): every
         ack ends here, so the slot is looked up once."""
-        words = self._map
-        if words is None:
-            words = self._words()           # raises: closed
-        base = self._base(slot)
+        words, base = self._at(slot, 0)
         if pop_time >= ring.load_u64(words, base + _IN_FLIGHT_SINCE_MS):
             ring.fetch_add_u64(words, base + _IN_FLIGHT, -count)
 
@@ -350,7 +352,7 @@ class PopTable:
 
     def add_held(self, slot: int, delta: int) -> None:
         """A process holds one more (``delta`` 1) or one fewer (-1) POP for the slot's key."""
-        ring.fetch_add_u64(self._words(), self._base(slot) + _HELD, delta)
+        ring.fetch_add_u64(*self._at(slot, _HELD), delta)
 
     def held(self, slot: int) -> int:
         return max(0, _signed(self._load(slot, _HELD)))
