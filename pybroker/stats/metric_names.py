@@ -25,7 +25,7 @@ __all__ = ["RPC_BUCKETS_MS", "MESSAGE_SIZE_BUCKETS_BYTES", "FINISH_LATENCY_BUCKE
            "TIMER_MESSAGE_SNAPSHOT", "DELAY_MESSAGE_LATENCY", "POP_REVIVE_IN",
            "POP_REVIVE_OUT", "POP_REVIVE_RETRY", "POP_REVIVE_LAG", "POP_REVIVE_LATENCY",
            "POP_CHECKPOINT_BUFFER_SIZE", "POP_OFFSET_BUFFER_SIZE", "POP_BUFFER_SCAN_TIME",
-           "bucket_of", "request_code_name", "response_code_name", "rpc_key",
+           "bucket_of", "rpc_bucket", "request_code_name", "response_code_name", "rpc_key",
            "parse_rpc_key", "message_size_label", "TransactionEvent", "is_retry_or_dlq",
            "traffic_is_system", "consumer_is_system", "MESSAGE_TYPE_LABELS"]
 
@@ -98,6 +98,10 @@ def bucket_of(value: float, bounds: tuple) -> int:
     """Index of the explicit bucket holding ``value``: bucket i counts values <= bounds[i]
     (and > bounds[i - 1]); len(bounds) is the +Inf bucket (OpenTelemetry's rule)."""
     return bisect.bisect_left(bounds, value)
+
+
+# bucket_of(ms, RPC_BUCKETS_MS) without a Python frame: every answered request has one.
+rpc_bucket = functools.partial(bisect.bisect_left, RPC_BUCKETS_MS)
 
 
 # The lowercase names by value, made once: every request's rpc key names its two codes, and

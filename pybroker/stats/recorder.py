@@ -116,7 +116,7 @@ class Recorder:
         if not self.enabled:
             return
         writer = self.writer
-        bucket = names.bucket_of(elapsed_us // 1000, names.RPC_BUCKETS_MS)
+        bucket = names.rpc_bucket(elapsed_us // 1000)
         writer.key_add(writer.key(K.KEY_RPC, bucket, names.rpc_key(
             request_code, response_code, long_polling, result)), 1, elapsed_us)
 

@@ -23,7 +23,6 @@ from typing import Protocol
 from pybroker.broker.pop import ack as ack_handler
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response, encode_json_header
-from pybroker.store.pop_table import SlotKey
 from pybroker.store.status import PutStatus
 
 __all__ = ["queue_lookup", "answer_pieces", "answer_frame", "FastAck", "AnswerQueue"]
@@ -45,7 +44,7 @@ def queue_lookup(ctx) -> Callable[[str, str, int, int], int]:
                 return -1
         except Exception:   # the handler makes the same calls and answers as it does
             return -1
-        slot = ctx.pop.slots.cached(SlotKey(topic, group, queue_id))
+        slot = ctx.pop.slots.cached((topic, group, queue_id))       # SlotKey's hash and equality
         return -1 if slot is None else slot
     return lookup
 

@@ -27,9 +27,9 @@ class SlotCache:
     def __init__(self, fetch: Callable[[Sequence[SlotKey]], Awaitable[list[int]]]):
         self._fetch = fetch
         self._slots: dict[SlotKey, int] = {}
-
-    def cached(self, key: SlotKey) -> int | None:
-        return self._slots.get(key)
+        # The slot of a key already known, or None, without a Python frame (every fast ack
+        # asks; a plain (topic, group, queue id) tuple finds the SlotKey's entry).
+        self.cached: Callable[[SlotKey], int | None] = self._slots.get
 
     async def slots(self, keys: Sequence[SlotKey]) -> list[int]:
         missing = [key for key in keys if key not in self._slots]

@@ -325,3 +325,12 @@ def test_rpc_key_code_names_are_the_enums_lowercase_names():
                 expected = str(code)
             assert name_of(code) == expected, (enum_class, code)
     assert metric_names.rpc_key(200051, 0, False, "success") == "ack_message|success|false|success"
+    assert metric_names.rpc_key(200051, 0, False, "success") is \
+        metric_names.rpc_key(200051, 0, False, "success")          # made once
+    assert metric_names.rpc_key(99_999, 1, True, "oneway") == "99999|system_error|true|oneway"
+
+
+def test_rpc_bucket_is_bucket_of_the_rpc_bounds():
+    for elapsed_ms in (*range(-1, 12), 99, 100, 101, 999, 1000, 1001, 2999, 3000, 3001, 10**9):
+        assert metric_names.rpc_bucket(elapsed_ms) == \
+            metric_names.bucket_of(elapsed_ms, metric_names.RPC_BUCKETS_MS), elapsed_ms
