@@ -19,8 +19,11 @@ the standard library's included; ``strace -c -f`` of the worker counts its syste
 same rounds when strace is on the PATH. Printed per POP request, per ACK request and per
 consumed message, with ``--top N`` the N Python functions called most.
 
+``--cpu-rounds N`` then runs N more rounds without hook and strace and prints the worker's CPU
+time per message (psutil): an indication only on a shared box.
+
 Usage: ``python tools/count_pop_calls.py [--load consume|roundtrip] [--rounds 40]
-[--top 25]`` (about a minute).
+[--top 25] [--cpu-rounds 200]`` (about a minute).
 """
 import argparse
 import asyncio
@@ -153,7 +156,7 @@ def _syscalls(out: pathlib.Path) -> tuple[int, dict]:
 
 
 async def _measure(broker: bb.PyBroker, worker: psutil.Process, kind: str, rounds: int,
-                   out_dir: pathlib.Path) -> dict:
+                   cpu_rounds: int, out_dir: pathlib.Path) -> dict:
     load = _Load(broker.namesrv_addr, broker.broker_addr, kind)
     await load.instance.start()
     try:
@@ -168,6 +171,7 @@ async def _measure(broker: bb.PyBroker, worker: psutil.Process, kind: str, round
             await load.round()
         await asyncio.sleep(0.2)                # the last answers' completions ran
         os.kill(worker.pid, TOGGLE)
+        hooked = (load.pops, load.acks, load.messages)
         counts_path = out_dir / f"counts-{worker.pid}.json"
         deadline = time.monotonic() + 10
         while not counts_path.exists() and time.monotonic() < deadline:
@@ -175,12 +179,21 @@ async def _measure(broker: bb.PyBroker, worker: psutil.Process, kind: str, round
         if tracer is not None:
             tracer.send_signal(signal.SIGINT)
             tracer.wait(timeout=10)
+        cpu_s = 0.0
+        if cpu_rounds:                          # without the hook and strace: CPU seconds
+            before = sum(worker.cpu_times()[:2])
+            for _ in range(cpu_rounds):
+                await load.round()
+            cpu_s = sum(worker.cpu_times()[:2]) - before
+        cpu_messages = load.messages - hooked[2]
     finally:
         await load.instance.shutdown()
     counts = json.loads(counts_path.read_text())
     calls, per_call = _syscalls(strace_out) if tracer is not None else (0, {})
-    return {"load": kind, "pops": load.pops, "acks": load.acks, "messages": load.messages,
-            "counts": counts, "syscalls": calls, "syscalls_by_name": per_call}
+    pops, acks, messages = hooked
+    return {"load": kind, "pops": pops, "acks": acks, "messages": messages, "counts": counts,
+            "syscalls": calls, "syscalls_by_name": per_call, "cpu_messages": cpu_messages,
+            "cpu_us_per_message": cpu_s * 1e6 / cpu_messages if cpu_messages else None}
 
 
 def _report(result: dict, top: int) -> None:
@@ -193,6 +206,9 @@ def _report(result: dict, top: int) -> None:
                          ("system calls", result["syscalls"])):
         print(f"  {label:14s} {total:9d}  per request {total / requests:8.1f}  per message "
               f"{total / max(1, messages):8.1f}")
+    if result["cpu_us_per_message"] is not None:
+        print(f"  worker CPU (psutil, no hook, {result['cpu_messages']} more messages; an "
+              f"indication on a shared box): {result['cpu_us_per_message']:.1f} us per message")
     busiest = sorted(result["syscalls_by_name"].items(), key=lambda item: -item[1])[:6]
     if busiest:
         print("  system calls by name: " + ", ".join(f"{name} {count}" for name, count
@@ -211,6 +227,8 @@ def main() -> int:
     parser.add_argument("--load", choices=("consume", "roundtrip"), default="consume")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--cpu-rounds", type=int, default=0,
+                        help="then this many rounds without the hook for the worker's CPU")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="write the result here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="count-pop-") as work:
@@ -227,10 +245,11 @@ def main() -> int:
         try:
             broker.start()
             bb.create_topic(broker, TOPIC, QUEUES)
-            backlog = (args.rounds + 10) * (32 if args.load == "consume" else 1) + 1024
+            backlog = (args.rounds + args.cpu_rounds + 10) * \
+                (32 if args.load == "consume" else 1) + 1024
             asyncio.run(_fill(broker.namesrv_addr, backlog))
             result = asyncio.run(_measure(broker, _remoting_worker(broker), args.load,
-                                          args.rounds, work_dir))
+                                          args.rounds, args.cpu_rounds, work_dir))
         finally:
             broker.stop()
     _report(result, args.top)
