@@ -240,7 +240,8 @@ def main() -> int:
         os.environ[ENV_DIR] = str(work_dir)                          # tidy: allow
         bb.use_pybroker(bb.PyBrokerInstall((sys.executable, "-m", "pybroker"), "checkout",
                                            str(ROOT / "pybroker"), ()))
-        conf = dict(bb.shared_broker_conf("ASYNC_FLUSH"), remotingWorkers="1")
+        conf = dict(bb.shared_broker_conf("ASYNC_FLUSH"), remotingWorkers="1",
+                    grpcServerPort=str(bb.jr.free_port()))     # not the default 8081
         broker = bb.PyBroker(work_dir / "broker", conf)
         try:
             broker.start()
@@ -252,9 +253,9 @@ def main() -> int:
                                           args.rounds, args.cpu_rounds, work_dir))
         finally:
             broker.stop()
-    _report(result, args.top)
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1))
+    _report(result, args.top)
     return 0
 
 
