@@ -27,7 +27,6 @@ Usage: ``python tools/count_pop_calls.py [--load consume|roundtrip] [--rounds 40
 """
 import argparse
 import asyncio
-import collections
 import json
 import os
 import pathlib
