@@ -224,6 +224,9 @@ class _PopRun:
         self.random_q = random.randrange(100)
         self.infos = pop.OffsetInfos(self.order)
         self.messages: list[memoryview] = []
+        # The answer holds max_msg_nums messages (kept where messages are added: a POP of
+        # every queue asks at each queue it visits).
+        self.full = header.max_msg_nums <= 0
         self.rest_num = 0
         self._holds: list = []
         self.retry_at_ms: int | None = None
@@ -233,10 +236,6 @@ class _PopRun:
         holds, self._holds = self._holds, []
         for result in holds:
             result.release()
-
-    @property
-    def full(self) -> bool:
-        return len(self.messages) >= self.header.max_msg_nums
 
     def _retry_at(self, when_ms: int) -> None:
         self.retry_at_ms = when_ms if self.retry_at_ms is None else min(self.retry_at_ms,
@@ -292,15 +291,18 @@ class _PopRun:
         """Take the read's records into the answer (retry ones re-encoded, see the module
         docstring); the read stays held until the answer is written."""
         self.infos.add_queue(topic, queue_id, start_offset, queue_offsets)
-        if not is_retry or self.ctx.config.broker.pop_response_return_actual_retry_topic:
-            self.messages.extend(result.buffers)
-            self._holds.append(result)
-            return
         try:
-            for view in result.buffers:
-                self.messages.append(memoryview(self._as_popped_topic(view, start_offset)))
+            if not is_retry or self.ctx.config.broker.pop_response_return_actual_retry_topic:
+                self.messages.extend(result.buffers)
+                self._holds.append(result)
+                return
+            try:
+                for view in result.buffers:
+                    self.messages.append(memoryview(self._as_popped_topic(view, start_offset)))
+            finally:
+                result.release()
         finally:
-            result.release()
+            self.full = len(self.messages) >= self.header.max_msg_nums
 
     def _as_popped_topic(self, view, start_offset: int) -> bytes:
         decoded = record_codec.decode(view, 0)
