@@ -675,10 +675,13 @@ def test_sends_left_in_the_ring_are_withdrawn_busy(sides):
     async def main(side: Side):
         connection, transport = side.connect()
         side.refresh()
+        loop = asyncio.get_running_loop()
+        fed_at = loop.time()
         feed(connection, b"".join(_FAILURE_FRAMES))
         for _ in range(5):
             await asyncio.sleep(0)
-        assert bytes(transport.written) == b""
+        if loop.time() - fed_at < 0.04:        # (a loaded box may pass the 50 ms already)
+            assert bytes(transport.written) == b"", "answered before waitTimeMillsInSendQueue"
         await asyncio.sleep(0.3)              # the fast-failure timer withdraws them
         answered = bytes(transport.written)
         oldest = side.stats_region.snapshot().counter(StatsCounter.SEND_OLDEST_MS)
