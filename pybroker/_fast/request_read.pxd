@@ -48,6 +48,14 @@ cdef int read_request(const unsigned char *data, Py_ssize_t frame_bytes,
                       FieldSpan *fields, const unsigned char **body,
                       Py_ssize_t *body_length) noexcept nogil
 
+# read_request's reading of a response frame (flag bit 0 set; the remark is not read): 1 with
+# *head and fields[0:names.count] set, else 0. The gRPC front reads the send fast path's
+# answers with it (grpc_front/front.pyx).
+cdef int read_response(const unsigned char *data, Py_ssize_t ext_fields_max,
+                       const FieldNames *names, unsigned char *scratch,
+                       Py_ssize_t scratch_bytes, RequestHead *head,
+                       FieldSpan *fields) noexcept nogil
+
 # headers.py's int/long conversion of a present, non-empty value: [+-]?[0-9]+, at most 24
 # characters, within [low, high]. 0 with *value set, or -1.
 cdef int read_decimal(const FieldSpan *span, int64_t low, int64_t high,

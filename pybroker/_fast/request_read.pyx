@@ -510,11 +510,11 @@ cdef Py_ssize_t _skip_object(const unsigned char *p, Py_ssize_t at,
 
 # --- the whole request ------------------------------------------------------------------------
 
-cdef int read_request(const unsigned char *data, Py_ssize_t frame_bytes,
-                      Py_ssize_t ext_fields_max, const FieldNames *names,
-                      unsigned char *scratch, Py_ssize_t scratch_bytes, RequestHead *head,
-                      FieldSpan *fields, const unsigned char **body,
-                      Py_ssize_t *body_length) noexcept nogil:
+cdef Py_ssize_t _read_header(const unsigned char *data, Py_ssize_t ext_fields_max,
+                             const FieldNames *names, unsigned char *scratch,
+                             Py_ssize_t scratch_bytes, RequestHead *head,
+                             FieldSpan *fields) noexcept nogil:
+    """The header's length when it was read (a request's or a response's), else -1."""
     cdef uint32_t header_word = <uint32_t>pb_unpack_int32(data + FRAME_LENGTH_FIELD_BYTES)
     cdef Py_ssize_t header_length = header_word & FRAME_HEADER_LENGTH_MASK
     cdef uint32_t serialize_type = header_word >> FRAME_SERIALIZE_TYPE_SHIFT
@@ -525,30 +525,50 @@ cdef int read_request(const unsigned char *data, Py_ssize_t frame_bytes,
         fields[index].length = 0
     head.code = head.opaque = head.flag = 0
     if header_length == 0:
-        return 0
+        return -1
     if serialize_type == SERIALIZE_TYPE_ROCKETMQ:
         status = _binary_header(header, header_length, ext_fields_max, names, head, fields)
     elif serialize_type == SERIALIZE_TYPE_JSON:
         if header_length > scratch_bytes:
-            return 0
+            return -1
         status = _json_header(header, header_length, ext_fields_max, scratch, scratch_bytes,
                               names, head, fields)
     else:
+        return -1
+    return -1 if status < 0 else header_length
+
+
+cdef int read_request(const unsigned char *data, Py_ssize_t frame_bytes,
+                      Py_ssize_t ext_fields_max, const FieldNames *names,
+                      unsigned char *scratch, Py_ssize_t scratch_bytes, RequestHead *head,
+                      FieldSpan *fields, const unsigned char **body,
+                      Py_ssize_t *body_length) noexcept nogil:
+    cdef Py_ssize_t header_length = _read_header(data, ext_fields_max, names, scratch,
+                                                 scratch_bytes, head, fields)
+    if header_length < 0 or head.flag & REQUEST_FLAG_RESPONSE:
         return 0
-    if status < 0 or head.flag & REQUEST_FLAG_RESPONSE:
-        return 0
-    body[0] = header + header_length
+    body[0] = data + FRAME_PREFIX_BYTES + header_length
     body_length[0] = frame_bytes - FRAME_PREFIX_BYTES - header_length
     return 1
+
+
+cdef int read_response(const unsigned char *data, Py_ssize_t ext_fields_max,
+                       const FieldNames *names, unsigned char *scratch,
+                       Py_ssize_t scratch_bytes, RequestHead *head,
+                       FieldSpan *fields) noexcept nogil:
+    if _read_header(data, ext_fields_max, names, scratch, scratch_bytes, head, fields) < 0:
+        return 0
+    return 1 if head.flag & REQUEST_FLAG_RESPONSE else 0
 
 
 # --- Python face (tests) ---------------------------------------------------------------------
 
 def read_fields(object frame, list names, bint short_names=False, int32_t long_names_code=-1,
-                Py_ssize_t ext_fields_max=1024):
+                Py_ssize_t ext_fields_max=1024, bint response=False):
     """What :c:func:`read_request` reads from ``frame`` (one whole frame, any buffer) with the
     field table ``names`` (wire names), as ``{"code", "opaque", "flag", "fields": {name: str},
-    "body"}``, or None when the frame is left to the Python path."""
+    "body"}``, or None when the frame is left to the Python path. ``response``: what
+    :c:func:`read_response` reads (``body`` is then empty)."""
     cdef const unsigned char[:] view = frame
     cdef bytearray scratch = bytearray(max(len(view), 1))
     cdef unsigned char *scratch_data = scratch
@@ -570,8 +590,13 @@ def read_fields(object frame, list names, bint short_names=False, int32_t long_n
         name_lengths[index] = len(encoded[index])
     table.names, table.lengths, table.count = name_pointers, name_lengths, len(encoded)
     table.short_names, table.long_names_code = short_names, long_names_code
-    if not read_request(&view[0], len(view), ext_fields_max, &table, scratch_data,
-                        len(scratch), &head, spans, &body, &body_length):
+    if response:
+        body, body_length = NULL, 0
+        if not read_response(&view[0], ext_fields_max, &table, scratch_data, len(scratch),
+                             &head, spans):
+            return None
+    elif not read_request(&view[0], len(view), ext_fields_max, &table, scratch_data,
+                          len(scratch), &head, spans, &body, &body_length):
         return None
     fields = {}
     for index in range(table.count):
@@ -579,4 +604,4 @@ def read_fields(object frame, list names, bint short_names=False, int32_t long_n
             fields[names[index]] = (<const char *>spans[index].data)[
                 :spans[index].length].decode("ascii")
     return {"code": head.code, "opaque": head.opaque, "flag": head.flag, "fields": fields,
-            "body": bytes((<const char *>body)[:body_length])}
+            "body": bytes((<const char *>body)[:body_length]) if body_length else b""}

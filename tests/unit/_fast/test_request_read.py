@@ -9,6 +9,7 @@ header's fields are read in both encodings, and a duplicate key is refused.
 """
 import pytest
 
+from pybroker._fast import frame as frame_codec
 from pybroker._fast import request_read
 from pybroker.errors import ProtocolError
 from pybroker.protocol import command, headers
@@ -74,3 +75,46 @@ def test_a_pull_header_reads_its_fields():
         read = request_read.read_fields(frame, names)
         assert read is not None and read["code"] == 11 and read["opaque"] == 7
         assert read["fields"] == {k: v for k, v in values.items() if k != "bname"}
+
+
+ANSWER_NAMES = ["queueOffset", "recallHandle"]
+
+
+def _filled(pieces: tuple, stored: bool, recall: bool, opaque: int) -> bytes:
+    """A send fast path answer header from its template (send_fast.response_template)."""
+    if not stored:
+        return pieces[0] + str(opaque).encode() + pieces[4]
+    values = [b"C0A8000100002A9F0000000000000001", b"2", b"777"]
+    header = pieces[0] + values[0] + pieces[1] + values[1] + pieces[2] + values[2] + pieces[3]
+    if recall:
+        return header + b"rmq_sys_wheel_timer 5 0" + pieces[5] + str(opaque).encode() + pieces[4]
+    return header + str(opaque).encode() + pieces[4]
+
+
+def test_the_send_answers_read_as_responses():
+    """The gRPC front reads the send fast path's answers (every status, recall or not) with
+    read_response: code, opaque, queueOffset and recallHandle as the decoder reads them; a
+    request is not a response, and an answer is not a request."""
+    from pybroker.broker.send_fast import response_template
+    from pybroker.store.status import PutStatus
+
+    fields = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    for status in PutStatus:
+        for recall in (False, True):
+            stored, pieces, code = response_template(status, fields, 4 << 20, recall)
+            header = _filled(pieces, stored, recall and stored, -5)
+            frame = frame_codec.encode_frame(0, header, None)
+            read = request_read.read_fields(frame, ANSWER_NAMES, response=True)
+            decoded = command.decode(frame, 0, len(frame))
+            assert read is not None, (status, recall)
+            assert (read["code"], read["opaque"]) == (decoded.code, decoded.opaque) == (code, -5)
+            expected = {name: decoded.ext_fields[name] for name in ANSWER_NAMES
+                        if name in (decoded.ext_fields or {})}
+            assert read["fields"] == expected
+            assert request_read.read_fields(frame, ANSWER_NAMES) is None
+    refusal = command.encode(command.create_response(RemotingCommand(10, opaque=9), 1,
+                                                     'busy "now"', {"x": "y"}))
+    read = request_read.read_fields(refusal, ANSWER_NAMES, response=True)
+    assert read is not None and (read["code"], read["opaque"], read["fields"]) == (1, 9, {})
+    for _, frame, *_ in ROWS:
+        assert request_read.read_fields(frame, ANSWER_NAMES, response=True) is None
