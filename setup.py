@@ -13,9 +13,10 @@ nowhere else):
 * ``build_ext --cython-always`` regenerates every .c even when it looks up to date.
 
 The gRPC front (``pybroker/_fast/grpc_front/``: C++ on Debian's libgrpc++, ``grpcNativeFront``)
-is built only when ``pkg-config`` finds grpc++ and protobuf (``apt-get install libgrpc++-dev
-pkg-config``); without them the build warns and leaves it out, and gRPC workers serve with grpcio
-alone.
+is built only when ``pkg-config`` finds grpc++ and protobuf and ``protoc`` is there (``apt-get
+install libgrpc++-dev libprotobuf-dev protobuf-compiler pkg-config``): protoc writes the C++
+classes of the vendored protos into ``build/rocketmq_v2_cpp`` at build time. Without them the
+build warns and leaves the front out, and gRPC workers serve with grpcio alone.
 
 Without ``--force`` / ``--cython-always`` the build is incremental: Cython regenerates a .c only
 when its .pyx or a .pxd / .h it uses changed, and only those extensions are compiled again. A
@@ -37,6 +38,11 @@ ONLY = [n for n in os.environ.get("PYBROKER_BUILD_ONLY", "").split(",") if n]
 FLAVOUR = f"debug={int(DEBUG)} sanitize={int(SANITIZE)}\n"
 FLAVOUR_FILE = os.path.join("build", "pybroker-flavour")
 GRPC_FRONT = "grpc_front"           # its own extension: C++, libgrpc++ (see _grpc_front)
+# The vendored protos (tools/regen_grpc.py) and where protoc writes their C++ classes (build/,
+# never committed; .ci/run removes build/ first).
+PROTO_ROOT = os.path.join("pybroker", "protocol", "rocketmq_v2", "protos")
+PROTO_FILES = ("apache/rocketmq/v2/definition.proto", "apache/rocketmq/v2/service.proto")
+PROTO_CPP_DIR = os.path.join("build", "rocketmq_v2_cpp")
 
 
 def _extensions():
@@ -80,17 +86,43 @@ def _grpc_front(compile_args, link_args, macros):
               "pkg-config): the gRPC front (grpcNativeFront) is not built; gRPC workers "
               "serve with grpcio alone", file=sys.stderr)
         return None
+    generated = _protobuf_cpp()
+    if generated is None:
+        return None
     directory = os.path.join(FAST_DIR, GRPC_FRONT)
     return Extension(
         f"pybroker._fast.{GRPC_FRONT}.front",
-        [os.path.join(directory, "front.pyx"), os.path.join(directory, "relay.cc")],
-        include_dirs=[FAST_DIR, directory], language="c++",
+        [os.path.join(directory, "front.pyx"), os.path.join(directory, "relay.cc"),
+         os.path.join(directory, "send.cc"), *generated],
+        include_dirs=[FAST_DIR, directory, PROTO_CPP_DIR], language="c++",
         extra_compile_args=compile_args + ["-std=c++17"] +
         [f for f in flags if f.startswith(("-I", "-D", "-pthread"))],
         extra_link_args=link_args + [f for f in flags if not f.startswith(("-I", "-D"))],
         define_macros=macros,
-        depends=[os.path.join(directory, "relay.h")],
+        depends=[os.path.join(directory, "relay.h"), os.path.join(directory, "send.h")],
     )
+
+
+def _protobuf_cpp():
+    """protoc's C++ classes of the vendored RocketMQ 5 protos (the front decodes SendMessage with
+    them), generated into build/ at each build where a proto is newer than its output: their
+    paths, or None with a warning when protoc is missing."""
+    outputs = [os.path.join(PROTO_CPP_DIR, proto[:-len(".proto")] + ".pb.cc")
+               for proto in PROTO_FILES]
+    sources = [os.path.join(PROTO_ROOT, proto) for proto in PROTO_FILES]
+    fresh = all(os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(src)
+                for out, src in zip(outputs, sources))
+    if fresh:
+        return outputs
+    os.makedirs(PROTO_CPP_DIR, exist_ok=True)
+    try:
+        subprocess.run(["protoc", f"-I{PROTO_ROOT}", f"--cpp_out={PROTO_CPP_DIR}", *PROTO_FILES],
+                       check=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"warning: protoc failed ({error}; apt-get install protobuf-compiler): the gRPC "
+              "front (grpcNativeFront) is not built", file=sys.stderr)
+        return None
+    return outputs
 
 
 class build_ext(_build_ext):
