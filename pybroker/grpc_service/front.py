@@ -15,7 +15,8 @@ The unary methods of ``HANDED_OFF`` (all the servicer answers) skip grpcio: the 
 their request bytes, metadata and peer to the worker (:class:`HandOff`: an eventfd wakes the
 worker's loop, which takes every waiting call at once), the servicer's own method answers the
 parsed request, and the front writes the answer. The same code answers as behind grpcio;
-grpcio's per-call Python machinery is what is saved.
+grpcio's per-call Python machinery is what is saved. The SendMessage calls the front can put
+itself skip the servicer too (front_send.py: their remoting frames onto the send ring).
 
 The front is built only where libgrpc++ was found (setup.py); :func:`front_type` warns once
 and answers None when it is missing, and grpcio serves the port itself.
@@ -116,6 +117,8 @@ class HandOff:
         self.eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.front = None
         self.calls: set[asyncio.Task] = set()
+        # The front's fast sends (front_send.FastSends), signalled on the same eventfd.
+        self.sends = None
 
     @staticmethod
     def methods() -> list[str]:
@@ -144,10 +147,17 @@ class HandOff:
         except BlockingIOError:
             pass
         for handle, method, request, metadata, peer in self.front.take():
-            call = start_task(self._answer(handle, method, request, metadata, peer),
-                              "a handed-off gRPC call", None, log)
-            self.calls.add(call)
-            call.add_done_callback(self.calls.discard)
+            self.answer_call(handle, method, request, metadata, peer)
+        if self.sends is not None:
+            self.sends.put()
+
+    def answer_call(self, handle: int, method: str, request: bytes, metadata: tuple,
+                    peer: str) -> None:
+        """Answer a handed-off call in a task of its own."""
+        call = start_task(self._answer(handle, method, request, metadata, peer),
+                          "a handed-off gRPC call", None, log)
+        self.calls.add(call)
+        call.add_done_callback(self.calls.discard)
 
     async def _answer(self, handle: int, method: str, request: bytes, metadata: tuple,
                       peer: str) -> None:
@@ -167,9 +177,11 @@ class HandOff:
         front.answer(handle, response.SerializeToString())
 
 
-def start_front(front, config, index: int, backend: str, handoff: HandOff):
+def start_front(front, config, index: int, backend: str, handoff: HandOff,
+                fast_sends: bool = False):
     """Start the front before ``backend`` on the configured listeners, handing the methods of
-    HANDED_OFF to ``handoff``; returns what it serves (for the log), the front, and in
+    HANDED_OFF to ``handoff`` (and, with ``fast_sends``, putting the SendMessage calls it can
+    itself: front_send.py); returns what it serves (for the log), the front, and in
     permissive mode the first-byte relay to start."""
     tls = GrpcTls.from_config(config.tls)
     address = f"{config.remoting.bind_address}:{config.grpc.grpc_server_port}"
@@ -189,6 +201,6 @@ def start_front(front, config, index: int, backend: str, handoff: HandOff):
         plain, secure = [inner_plain], [inner_tls]
         served = f"{address} (TLS and plain by first byte, C++ front)"
     started = front(plain, secure, backend, handoff_methods=handoff.methods(),
-                    handoff_eventfd=handoff.eventfd, **options)
+                    handoff_eventfd=handoff.eventfd, fast_sends=fast_sends, **options)
     handoff.start(started)
     return served, started, relay

@@ -86,7 +86,9 @@ def _validate_body(body: bytes, grpc_config, max_message_size: int) -> None:
 
 
 def _user_properties(message: pb.Message, grpc_config) -> tuple[dict[str, str], int]:
-    user = dict(message.user_properties)
+    # In name order: a protobuf map has none of its own, and the C++ front stores a message's
+    # properties in this order too (_fast/grpc_front/send.cc).
+    user = dict(sorted(message.user_properties.items()))
     if len(user) > grpc_config.user_property_max_num:
         raise GrpcRefused(Code.MESSAGE_PROPERTIES_TOO_LARGE,
                           f"too many user properties, max is {grpc_config.user_property_max_num}")

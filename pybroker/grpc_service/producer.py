@@ -98,14 +98,20 @@ class TransactionData:
         return found
 
 
+def writable_queues(topic_config, perm: int) -> int:
+    """How many write queues a send may pick from (none without write permission)."""
+    return topic_config.write_queue_nums if perm & Perm.WRITE else 0
+
+
 class QueueSelector:
-    """SendMessageQueueSelector over this broker's write queues of a topic."""
+    """SendMessageQueueSelector over this broker's write queues of a topic (the C++ front's
+    fast sends go round with turns of their own, _fast/grpc_front/send.h QueueTurns)."""
 
     def __init__(self):
         self._turns: dict[str, itertools.count] = {}
 
     def select(self, topic: str, topic_config, perm: int, message_group: str | None) -> int:
-        writes = topic_config.write_queue_nums if perm & Perm.WRITE else 0
+        writes = writable_queues(topic_config, perm)
         if writes <= 0:
             raise proxy_exception(Code.FORBIDDEN, "no writable queue")
         if message_group:
@@ -117,14 +123,14 @@ class QueueSelector:
         return next(self._turns[topic]) % writes
 
 
-def _check_message_type(host, topic: str, topic_config, properties: dict[str, str]) -> None:
-    """TopicMessageTypeValidator (retry and DLQ topics are not checked)."""
+def check_message_type(host, topic: str, topic_config, actual: str) -> None:
+    """TopicMessageTypeValidator of a message of type ``actual`` (retry and DLQ topics are not
+    checked)."""
     if not host.ctx.config.grpc.enable_topic_message_type_check:
         return
     if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
         return
     expected = route.topic_message_type(topic_config)
-    actual = messages.message_type_of_properties(properties)
     if actual != expected and expected != TopicMessageType.MIXED:
         raise proxy_exception(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                               f"TopicMessageType validate failed, the expected type is "
@@ -173,8 +179,26 @@ def _entry(answer, outgoing: list, prepared: bool) -> spb.SendResultEntry:
             transaction_id=message_id if prepared else "",
             offset=int(fields.get("queueOffset", "0")),
             recall_handle=fields.get("recallHandle", ""))
-    entry_code, name = _ENTRY_CODES[code]
-    return spb.SendResultEntry(status=status(entry_code, f"send message failed, sendStatus={name}"))
+    return spb.SendResultEntry(status=entry_status(code))
+
+
+def entry_status(remoting_code: int) -> pb.Status:
+    """The result entry's status of a send answered with one of the entry codes."""
+    entry_code, name = _ENTRY_CODES[remoting_code]
+    return status(entry_code, f"send message failed, sendStatus={name}")
+
+
+def entry_codes() -> dict[int, tuple[int, str]]:
+    """remoting code -> (gRPC code, message) of the send answers that are a result entry
+    (the C++ front answers them as :func:`_entry` does)."""
+    return {int(code): (answer.code, answer.message)
+            for code, answer in ((code, entry_status(code)) for code in _ENTRY_CODES)}
+
+
+def refused_answer(remoting_code: int, remark: str | None) -> spb.SendMessageResponse:
+    """The answer to a send the handler answered with any other code than SUCCESS and the entry
+    codes: the proxy's status of the refusal."""
+    return spb.SendMessageResponse(status=status_of_remoting(remoting_code, remark))
 
 
 async def send_message(host, rctx, request: spb.SendMessageRequest) -> spb.SendMessageResponse:
@@ -190,7 +214,8 @@ async def send_message(host, rctx, request: spb.SendMessageRequest) -> spb.SendM
         outgoing.append(messages.outgoing(message, topic, rctx.remote_address, config.grpc,
                                           config.store.max_message_size))
     topic_config = host.ctx.metadata.topic_config(topic)
-    _check_message_type(host, topic, topic_config, outgoing[0].properties)
+    check_message_type(host, topic, topic_config,
+                       messages.message_type_of_properties(outgoing[0].properties))
     if topic_config is None:
         raise route.not_found(topic)
     group = outgoing[0].message_group if len(outgoing) == 1 else None
@@ -202,8 +227,7 @@ async def send_message(host, rctx, request: spb.SendMessageRequest) -> spb.SendM
     answer = await send.handle_send_message(host.ctx, channel, remoting)
     assert answer is not None           # not oneway
     if answer.code != ResponseCode.SUCCESS and answer.code not in _ENTRY_CODES:
-        refused = status_of_remoting(answer.code, answer.remark)
-        raise GrpcRefused(refused.code, refused.message)
+        return refused_answer(answer.code, answer.remark)
     prepared = bool(sys_flag & messages.PREPARED_SYS_FLAG)
     entry = _entry(answer, outgoing, prepared)
     if prepared and answer.code == ResponseCode.SUCCESS:

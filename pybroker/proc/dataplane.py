@@ -314,10 +314,11 @@ class DataPlane:
         the send fast path."""
         return Attachment(self, slot, fast_sends=True)
 
-    def grpc_attachment(self, slot: int) -> Attachment:
-        """A gRPC worker's attachment (its slot follows the remoting workers'); sends go
-        through the putter's handler path."""
-        return Attachment(self, slot)
+    def grpc_attachment(self, slot: int, fast_sends: bool = False) -> Attachment:
+        """A gRPC worker's attachment (its slot follows the remoting workers'); its putter
+        has the send fast path when ``fast_sends`` (the C++ front's sends,
+        grpc_service/front_send.py), else sends go through the handler path."""
+        return Attachment(self, slot, fast_sends=fast_sends)
 
     def timer_attachment(self) -> Attachment:
         """The timer worker's attachment (its own ring; call in the timer worker)."""

@@ -21,6 +21,7 @@ from pybroker.broker.channel import Channel
 from pybroker.broker.context import Handler
 from pybroker.config import BrokerRole
 from pybroker.grpc_service import front as grpc_front
+from pybroker.grpc_service.front_send import FastSends
 from pybroker.grpc_service.acl import GrpcAccessCheck
 from pybroker.grpc_service.client import Telemetry
 from pybroker.grpc_service.producer import QueueSelector, TransactionData
@@ -50,7 +51,11 @@ class GrpcWorker(RemotingWorker):
     def __init__(self, index: int, slot: int, config, data_plane, metadata_socket: str):
         super().__init__(slot, config, data_plane, metadata_socket, {})
         self.index = index
-        self.fast_putter = None            # sends take the handler path (no receive buffer)
+        # The putter's send fast path serves the C++ front's fast sends (grpcNativeFront:
+        # grpc_service/front_send.py); without the front it is None (no receive buffer). No
+        # ACK_MESSAGE fast path: no remoting connection.
+        self.ack_port = None
+        self.fast_sends: FastSends | None = None
         self.settings = ClientSettings(lambda: self.ctx.config, self.replica.subscription_group)
         self.telemetry = Telemetry(self._relay_client_answer)
         self.transactions = TransactionData()
@@ -86,6 +91,13 @@ class GrpcWorker(RemotingWorker):
             return await self.metadata_client.forward(request)
         except LinkBusy as busy:
             return create_response(request, ResponseCode.SYSTEM_BUSY, busy.remark)
+
+    def _refresh_fast_topics(self) -> None:
+        """The send fast path's table, and the front's rules, follow the replica (and the
+        settings: the message type check, the limits)."""
+        super()._refresh_fast_topics()
+        if self.fast_sends is not None:
+            self.fast_sends.refresh()
 
     def _relay_client_answer(self, channel_id: str, frame: bytes) -> None:
         if self.metadata_client.is_connected:
@@ -131,8 +143,13 @@ class GrpcWorker(RemotingWorker):
         await server.start()
         if front_type is not None and backend is not None:
             handoff = grpc_front.HandOff(service)
+            putter = self.fast_putter
             address, front, relay = grpc_front.start_front(front_type, self.config, self.index,
-                                                           backend.address, handoff)
+                                                           backend.address, handoff,
+                                                           fast_sends=putter is not None)
+            if putter is not None:
+                self.fast_sends = handoff.sends = FastSends(self, putter, front, handoff)
+                self.fast_sends.refresh()
         if relay is not None:
             await relay.start()
         beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
@@ -150,10 +167,13 @@ class GrpcWorker(RemotingWorker):
             relay.close()
         if front is not None and handoff is not None:
             accepted, handed_off = front.calls_accepted, front.calls_handed_off
+            sent_fast = front.calls_sent_fast
             # The calls in flight end through grpcio or the hand-off: this loop keeps running.
             await handoff.stop(STOP_GRACE_S)
-            log.info("gRPC worker %d: the front took %d calls, %d of them handed off",
-                     self.index, accepted, handed_off)
+            if self.fast_sends is not None:
+                self.fast_sends.close()
+            log.info("gRPC worker %d: the front took %d calls, %d of them handed off, %d "
+                     "sends put by the front", self.index, accepted, handed_off, sent_fast)
         await server.stop(STOP_GRACE_S)
         if backend is not None:
             backend.close()

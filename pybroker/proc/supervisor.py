@@ -703,7 +703,9 @@ class _Serving:
 def _grpc_main(index: int, slot: int, config, plane, socket_path: str) -> Callable[[], int]:
     def main() -> int:
         from pybroker.proc.grpc_worker import run_grpc_worker
-        return run_grpc_worker(index, slot, config, plane.grpc_attachment(slot), socket_path)
+        return run_grpc_worker(index, slot, config,
+                               plane.grpc_attachment(slot, config.grpc.grpc_native_front),
+                               socket_path)
     return main
 
 

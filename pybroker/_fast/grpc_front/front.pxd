@@ -1,10 +1,28 @@
 # Contract of pybroker._fast.grpc_front.front: the libgrpc++ relay's C++ interface (relay.h)
 # and the Front that holds one (what Python sees is front.pyi).
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from libcpp cimport bool as cbool
+from libcpp.memory cimport shared_ptr
 from libcpp.pair cimport pair
 from libcpp.string cimport string
+from libcpp.unordered_map cimport unordered_map
+from libcpp.unordered_set cimport unordered_set
 from libcpp.vector cimport vector
+
+cdef extern from "send.h" namespace "pybroker_front" nogil:
+    cppclass SendRules:
+        unordered_map[string, int] topics
+        unordered_set[string] system_property_names
+        vector[string] property_names
+        string client_id_key
+        int64_t max_message_size
+        cbool body_empty_check
+        int user_property_max_num
+        int max_user_property_size
+        int compressed_flag
+        int32_t send_message_code
+        unordered_map[int, pair[int, string]] entry_codes
+        int32_t success_code
 
 cdef extern from "relay.h" namespace "pybroker_front" nogil:
     const char* kPeerKey
@@ -19,12 +37,17 @@ cdef extern from "relay.h" namespace "pybroker_front" nogil:
         int max_message_bytes
         vector[string] handoff_methods
         int handoff_eventfd
+        cbool fast_sends
     cppclass Handoff:
         uintptr_t handle
         string method
         string request
         vector[pair[string, string]] metadata
         string peer
+    cppclass PeerSends:
+        string peer
+        string frames
+        int count
     cppclass CFront "pybroker_front::Front":
         pass
     CFront* Start(const Config& config, string* error)
@@ -34,6 +57,12 @@ cdef extern from "relay.h" namespace "pybroker_front" nogil:
     void TakeHandoffs(CFront* front, vector[Handoff]* out)
     void Answer(CFront* front, uintptr_t handle, const string& response, int code,
                 const string& details)
+    void SetSendRules(CFront* front, shared_ptr[SendRules] rules)
+    uint64_t CallsSentFast(const CFront* front)
+    void TakeSends(CFront* front, vector[PeerSends]* out)
+    cbool TakeFallback(CFront* front, int32_t opaque, Handoff* out)
+    uintptr_t AnswerSend(CFront* front, int32_t opaque, int code, int64_t queue_offset,
+                         const string& recall_handle)
 
 
 cdef class Front:

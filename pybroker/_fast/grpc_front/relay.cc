@@ -17,10 +17,12 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 namespace pybroker_front {
 
 const char* const kPeerKey = "x-pybroker-peer";
+const char* const kSendMessagePath = "/apache.rocketmq.v2.MessagingService/SendMessage";
 
 namespace {
 
@@ -51,9 +53,27 @@ class Front {
     std::mutex handoff_lock;
     std::vector<Handoff> handoffs;      // under handoff_lock
 
+    // Fast sends (send.h).
+    struct PendingSend {
+        Handoff call;                   // what the worker gets back if the ring refuses it
+        std::string message_id;
+        std::shared_ptr<const SendRules> rules;
+    };
+    bool fast_sends = false;
+    std::atomic<std::uint64_t> sent_fast{0};
+    std::mutex rules_lock;
+    std::shared_ptr<const SendRules> rules;             // under rules_lock
+    QueueTurns turns;                   // the queue thread's
+    std::uint32_t next_opaque = 0;      // the queue thread's
+    std::mutex send_lock;
+    std::vector<PeerSends> sends;       // under send_lock
+    std::unordered_map<std::int32_t, PendingSend> pending_sends;   // under send_lock
+
     void Accept();
     void Run();
     void HandOff(Handoff call);
+    bool PutSend(Handoff* call);
+    void Signal();
 };
 
 // One public call and its relayed call. Every step runs on the front's queue thread; at most
@@ -228,7 +248,7 @@ class Relay {
         }
         call.peer = server_context_.peer();
         ++pending_;             // kAnswered: the worker answers every handed-off call
-        front_->HandOff(std::move(call));
+        if (!front_->PutSend(&call)) front_->HandOff(std::move(call));
     }
 
     void FinishClient() {
@@ -265,11 +285,54 @@ void Front::HandOff(Handoff call) {
         was_empty = handoffs.empty();
         handoffs.push_back(std::move(call));
     }
-    if (was_empty) {            // the worker reads the eventfd before it takes the list
-        const std::uint64_t one = 1;
-        ssize_t written = write(handoff_eventfd, &one, sizeof one);
-        (void)written;          // EAGAIN: the counter is already non-zero
+    if (was_empty) Signal();    // the worker reads the eventfd before it takes the lists
+}
+
+void Front::Signal() {
+    const std::uint64_t one = 1;
+    ssize_t written = write(handoff_eventfd, &one, sizeof one);
+    (void)written;              // EAGAIN: the counter is already non-zero
+}
+
+// A SendMessage call the front may put itself joins the send list as its remoting frame;
+// false leaves *call to the hand-off.
+bool Front::PutSend(Handoff* call) {
+    if (!fast_sends || call->method != kSendMessagePath) return false;
+    std::shared_ptr<const SendRules> current;
+    {
+        std::lock_guard<std::mutex> hold(rules_lock);
+        current = rules;
     }
+    if (current == nullptr) return false;
+    std::string client_id;      // the last value under the key, as the service reads it
+    for (const auto& [key, value] : call->metadata) {
+        if (key == current->client_id_key) client_id = value;
+    }
+    const auto opaque = static_cast<std::int32_t>(next_opaque++);
+    SendFrame frame;
+    if (!BuildSendFrame(call->request, client_id, *current, &turns, opaque, &frame)) {
+        return false;
+    }
+    bool was_empty;
+    {
+        std::lock_guard<std::mutex> hold(send_lock);
+        was_empty = sends.empty();
+        PeerSends* batch = nullptr;
+        for (PeerSends& waiting : sends) {
+            if (waiting.peer == call->peer) batch = &waiting;
+        }
+        if (batch == nullptr) {
+            sends.push_back(PeerSends{call->peer, {}, 0});
+            batch = &sends.back();
+        }
+        batch->frames.append(frame.frame);
+        ++batch->count;
+        pending_sends[opaque] = PendingSend{std::move(*call), std::move(frame.message_id),
+                                            std::move(current)};
+    }
+    sent_fast.fetch_add(1, std::memory_order_relaxed);
+    if (was_empty) Signal();
+    return true;
 }
 
 void Front::Run() {
@@ -327,6 +390,7 @@ Front* Start(const Config& config, std::string* error) {
     front->stub = std::make_unique<grpc::GenericStub>(front->backend);
     front->handoff_methods.insert(config.handoff_methods.begin(), config.handoff_methods.end());
     front->handoff_eventfd = config.handoff_eventfd;
+    front->fast_sends = config.fast_sends;
     front->Accept();
     Front* started = front.release();
     started->thread = std::thread([started] { started->Run(); });
@@ -347,6 +411,49 @@ std::uint64_t CallsAccepted(const Front* front) {
 
 std::uint64_t CallsHandedOff(const Front* front) {
     return front->handed_off.load(std::memory_order_relaxed);
+}
+
+void SetSendRules(Front* front, std::shared_ptr<const SendRules> rules) {
+    std::lock_guard<std::mutex> hold(front->rules_lock);
+    front->rules = std::move(rules);
+}
+
+std::uint64_t CallsSentFast(const Front* front) {
+    return front->sent_fast.load(std::memory_order_relaxed);
+}
+
+void TakeSends(Front* front, std::vector<PeerSends>* out) {
+    std::lock_guard<std::mutex> hold(front->send_lock);
+    out->swap(front->sends);
+}
+
+bool TakeFallback(Front* front, std::int32_t opaque, Handoff* out) {
+    std::lock_guard<std::mutex> hold(front->send_lock);
+    auto found = front->pending_sends.find(opaque);
+    if (found == front->pending_sends.end()) return false;
+    *out = std::move(found->second.call);
+    front->pending_sends.erase(found);
+    front->handed_off.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+std::uintptr_t AnswerSend(Front* front, std::int32_t opaque, int code,
+                          std::int64_t queue_offset, const std::string& recall_handle) {
+    Front::PendingSend send;
+    {
+        std::lock_guard<std::mutex> hold(front->send_lock);
+        auto found = front->pending_sends.find(opaque);
+        if (found == front->pending_sends.end()) return 0;
+        send = std::move(found->second);
+        front->pending_sends.erase(found);
+    }
+    std::string response;
+    if (!SendAnswer(*send.rules, code, send.message_id, queue_offset, recall_handle,
+                    &response)) {
+        return send.call.handle;
+    }
+    reinterpret_cast<Relay*>(send.call.handle)->SetAnswer(response, 0, "");
+    return 0;
 }
 
 void TakeHandoffs(Front* front, std::vector<Handoff>* out) {

@@ -4,9 +4,12 @@
 #define PYBROKER_GRPC_FRONT_RELAY_H
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "send.h"
 
 namespace pybroker_front {
 
@@ -28,6 +31,11 @@ struct Config {
     // Answer is called with their handle.
     std::vector<std::string> handoff_methods;
     int handoff_eventfd = -1;
+    // SendMessage calls the front puts itself (send.h, once SetSendRules gave it rules): their
+    // remoting frames wait in the send list, signalled on handoff_eventfd too, until the
+    // worker has put them on its send ring (TakeSends) and AnswerSend answers each; a frame
+    // the ring's fast path does not take goes back to the hand-off (TakeFallback).
+    bool fast_sends = false;
 };
 
 // One handed-off call: its request message and what the service needs of its context.
@@ -37,6 +45,13 @@ struct Handoff {
     std::string request;
     std::vector<std::pair<std::string, std::string>> metadata;
     std::string peer;
+};
+
+// The fast sends of one caller (its grpc peer string) waiting: their frames one after the other.
+struct PeerSends {
+    std::string peer;
+    std::string frames;
+    int count = 0;
 };
 
 class Front;
@@ -52,6 +67,20 @@ std::uint64_t CallsAccepted(const Front* front);
 std::uint64_t CallsHandedOff(const Front* front);
 // Moves the handed-off calls waiting into *out (the caller has read the eventfd first).
 void TakeHandoffs(Front* front, std::vector<Handoff>* out);
+// Replaces the rules of the sends the front puts itself. Thread-safe.
+void SetSendRules(Front* front, std::shared_ptr<const SendRules> rules);
+// Calls accepted as fast sends so far.
+std::uint64_t CallsSentFast(const Front* front);
+// Moves the fast sends waiting into *out, one entry per caller (after reading the eventfd).
+void TakeSends(Front* front, std::vector<PeerSends>* out);
+// The hand-off of fast send `opaque`, whose frame the send ring's fast path did not take: true
+// with *out set (the worker answers it as a handed-off call), false when no such send waits.
+bool TakeFallback(Front* front, std::int32_t opaque, Handoff* out);
+// The fast path's answer to fast send `opaque`: the front answers SUCCESS and the entry codes
+// itself (returns 0, as for an opaque no send waits under); for any other code it returns the
+// call's handle, which the worker answers with Answer.
+std::uintptr_t AnswerSend(Front* front, std::int32_t opaque, int code,
+                          std::int64_t queue_offset, const std::string& recall_handle);
 // Answers a handed-off call, exactly once per handle: status code 0 with the response
 // message, or another code with its details. Thread-safe.
 void Answer(Front* front, std::uintptr_t handle, const std::string& response, int code,
