@@ -10,7 +10,8 @@ host and time, encodings, message types, batches, other topics, a missing client
 answers must be byte for byte the same, and so must the records stored (read back with
 remoting pulls), field for field; the front's log must show it put the valid sends itself and
 handed the others off, some of them after the send ring's fast path refused them (properties
-the servicer accepts but beyond the fast path's limit). Topics have one queue each, so both brokers pick the same queue.
+the servicer accepts but beyond the fast path's limit). Topics have one queue each, so both
+brokers pick the same queue.
 """
 import random
 import re
@@ -200,7 +201,7 @@ def test_front_sends_answer_and_store_as_the_servicer(tmp_path_factory):
             fast, servicer = ([_fields(r) for r in _stored(remoting, topic)]
                               for _, remoting, _ in brokers)
             assert len(fast) == len(servicer)
-            for stored, expected in zip(fast, servicer):
+            for stored, expected in zip(fast, servicer, strict=True):
                 assert stored == expected
         stored_ok = sum(1 for _, _, valid in requests if valid)
         assert len(_stored(brokers[0][1], TOPIC)) >= stored_ok > 0
