@@ -111,7 +111,7 @@ def _protobuf_cpp():
                for proto in PROTO_FILES]
     sources = [os.path.join(PROTO_ROOT, proto) for proto in PROTO_FILES]
     fresh = all(os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(src)
-                for out, src in zip(outputs, sources))
+                for out, src in zip(outputs, sources, strict=True))
     if fresh:
         return outputs
     os.makedirs(PROTO_CPP_DIR, exist_ok=True)
