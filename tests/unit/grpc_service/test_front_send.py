@@ -11,6 +11,7 @@ all be taken. Each taken send is then answered with a remoting answer
 of every kind (SUCCESS, the result-entry codes, refusals): the call's answer must be the
 servicer's (producer._entry, refused_answer) byte for byte, refusals left to the worker.
 """
+import contextlib
 import os
 import random
 import time
@@ -99,18 +100,29 @@ def _taken(front, eventfd: int) -> tuple[list, list]:
     raise AssertionError("the front took nothing")
 
 
-def test_taken_sends_are_the_servicer_request_and_answer():
-    config = load_broker_config()
+@contextlib.contextmanager
+def _started(config):
+    """A front with fast sends and the rules of ``config``: (front, its eventfd, its port)."""
     backend = Backend()
     port = free_port()
     eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
     front = Front([f"127.0.0.1:{port}"], [], backend.address, handoff_methods=[SEND_PATH],
                   handoff_eventfd=eventfd, fast_sends=True)
     front.set_send_rules(**front_send.send_rules(_host(config)))
+    try:
+        yield front, eventfd, port
+    finally:
+        front.stop(1.0)
+        os.close(eventfd)
+        backend.server.stop(1).wait(WAIT_S)
+
+
+def test_taken_sends_are_the_servicer_request_and_answer():
+    config = load_broker_config()
     rng = random.Random(20261207)
     selector = producer.QueueSelector()     # the servicer's turns, for the sends taken only
     taken = valid_sends = 0
-    try:
+    with _started(config) as (front, eventfd, port):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             call = channel.unary_unary(SEND_PATH)
             for index in range(SENDS):
@@ -163,21 +175,10 @@ def test_taken_sends_are_the_servicer_request_and_answer():
         assert taken >= valid_sends > 0
         assert front.calls_sent_fast == taken
         assert front.take_fallback(12345) is None
-    finally:
-        front.stop(1.0)
-        os.close(eventfd)
-        backend.server.stop(1).wait(WAIT_S)
 
 
 def test_a_send_the_ring_refuses_goes_back_to_the_hand_off():
-    config = load_broker_config()
-    backend = Backend()
-    port = free_port()
-    eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-    front = Front([f"127.0.0.1:{port}"], [], backend.address, handoff_methods=[SEND_PATH],
-                  handoff_eventfd=eventfd, fast_sends=True)
-    front.set_send_rules(**front_send.send_rules(_host(config)))
-    try:
+    with _started(load_broker_config()) as (front, eventfd, port):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             request = spb.SendMessageRequest(messages=[_valid(random.Random(1), 1)])
             future = channel.unary_unary(SEND_PATH).future(request.SerializeToString(),
@@ -192,7 +193,3 @@ def test_a_send_the_ring_refuses_goes_back_to_the_hand_off():
             front.answer(handle, b"from the servicer")
             assert future.result(timeout=WAIT_S) == b"from the servicer"
         assert front.calls_handed_off == 1 and front.calls_sent_fast == 1
-    finally:
-        front.stop(1.0)
-        os.close(eventfd)
-        backend.server.stop(1).wait(WAIT_S)
