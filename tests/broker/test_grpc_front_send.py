@@ -23,11 +23,11 @@ from pybroker._testbase.cluster import StandaloneBroker, free_port, read_log
 from pybroker._testbase.raw_client import client_for, pull, records_of
 from pybroker.grpc_service import front as grpc_front
 from pybroker.protocol import properties as props
-from pybroker.protocol.codes import RequestCode, ResponseCode
-from pybroker.protocol.command import create_request
+from pybroker.protocol.codes import ResponseCode
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 from pybroker.protocol.rocketmq_v2 import service_pb2_grpc
+from tests import proxy_support
 from tests.ha_support import wait_for
 from tests.peers import unavailable
 
@@ -58,14 +58,9 @@ def _broker(tmp_path_factory, front: bool):
     wait_for(lambda: "gRPC worker 0 serving" in read_log(broker.log_path), 30,
              "the gRPC worker's serving line")
     assert ("C++ front" in read_log(broker.log_path)) == front
-    remoting = client_for(broker.broker_addr)
     for topic, message_type in TOPICS.items():
-        answer = remoting.invoke(create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1",
-            "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0", "order": "false",
-            "attributes": f"+message.type={message_type}"}), 5000)
-        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        proxy_support.create_topic(broker.broker_addr, topic, message_type, queues=1)
+    remoting = client_for(broker.broker_addr)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     grpc.channel_ready_future(channel).result(timeout=30)
     return broker, remoting, channel
