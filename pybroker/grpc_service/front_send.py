@@ -14,9 +14,9 @@ answer with any other code comes back here and is answered as the servicer answe
 (``producer.refused_answer``).
 
 :func:`send_rules` is what the front needs to decide (the table the worker publishes): the
-topics a NORMAL message may be sent to without a refusal (a valid name, not a retry or DLQ
-topic, the message type check passing, writable queues), with their write queue counts, and
-the servicer's limits and constants.
+topics a NORMAL or FIFO message may be sent to without a refusal (a valid name, not a retry or
+DLQ topic, the message type check passing, writable queues), with their write queue counts and
+the types they take, and the servicer's limits and constants.
 """
 import logging
 
@@ -39,25 +39,35 @@ _OPAQUE_AT = 4 + 4 + 2 + 1 + 2
 _LENGTH_BYTES = 4
 # send.h PropertyName order.
 PROPERTY_NAMES = (Property.TAGS, Property.KEYS, Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                  Property.RECONSUME_TIME, Property.PRODUCER_GROUP, Property.TRACE_CONTEXT,
-                  Property.BORN_HOST, Property.BORN_TIMESTAMP)
+                  Property.RECONSUME_TIME, Property.PRODUCER_GROUP, Property.SHARDING_KEY,
+                  Property.TRACE_CONTEXT, Property.BORN_HOST, Property.BORN_TIMESTAMP)
 
 
-def fast_topics(host) -> dict[str, int]:
-    """topic -> writable queues of the topics a NORMAL message goes to as the servicer would
-    take it (the front hands off sends to any other)."""
+def _takes(host, topic: str, topic_config, message_type: str) -> bool:
+    try:
+        producer.check_message_type(host, topic, topic_config, message_type)
+    except GrpcRefused:
+        return False
+    return True
+
+
+def fast_topics(host) -> dict[str, tuple[int, bool, bool]]:
+    """topic -> (writable queues, takes NORMAL messages, takes FIFO messages) of the topics a
+    message of one of those types goes to as the servicer would take it (the front hands off
+    sends to any other)."""
     topics = {}
     for topic, topic_config in host.replica.topic_configs().items():
         if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
             continue
         try:
             checks.validate_topic(topic)
-            producer.check_message_type(host, topic, topic_config, TopicMessageType.NORMAL)
         except GrpcRefused:
             continue
+        normal = _takes(host, topic, topic_config, TopicMessageType.NORMAL)
+        fifo = _takes(host, topic, topic_config, TopicMessageType.FIFO)
         writes = producer.writable_queues(topic_config, route.topic_perm(host, topic_config))
-        if writes > 0:
-            topics[topic] = writes
+        if writes > 0 and (normal or fifo):
+            topics[topic] = (writes, normal, fifo)
     return topics
 
 
@@ -71,6 +81,7 @@ def send_rules(host) -> dict:
             "body_empty_check": grpc.enable_message_body_empty_check,
             "user_property_max_num": grpc.user_property_max_num,
             "max_user_property_size": grpc.max_user_property_size,
+            "max_message_group_size": grpc.max_message_group_size,
             "compressed_flag": int(MessageSysFlag.COMPRESSED),
             "send_message_code": int(RequestCode.SEND_MESSAGE),
             "entry_codes": producer.entry_codes(), "success_code": int(ResponseCode.SUCCESS)}

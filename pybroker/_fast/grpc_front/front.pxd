@@ -10,8 +10,12 @@ from libcpp.unordered_set cimport unordered_set
 from libcpp.vector cimport vector
 
 cdef extern from "send.h" namespace "pybroker_front" nogil:
+    cppclass SendTopic:
+        int queues
+        cbool normal
+        cbool fifo
     cppclass SendRules:
-        unordered_map[string, int] topics
+        unordered_map[string, SendTopic] topics
         unordered_set[string] system_property_names
         vector[string] property_names
         string client_id_key
@@ -19,6 +23,7 @@ cdef extern from "send.h" namespace "pybroker_front" nogil:
         cbool body_empty_check
         int user_property_max_num
         int max_user_property_size
+        int max_message_group_size
         int compressed_flag
         int32_t send_message_code
         unordered_map[int, pair[int, string]] entry_codes

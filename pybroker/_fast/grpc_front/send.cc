@@ -1,7 +1,7 @@
 // The gRPC front's SendMessage (send.h): the request decoded with protoc's classes of the vendored
 // protos, the servicer's checks (grpc_service/messages.py outgoing, producer.py send_message) as
-// "passes without doubt or hand it off", the remoting SEND_MESSAGE frame (ROCKETMQ binary header)
-// the servicer would build, and the answer it would give.
+// "passes without doubt or hand it off", the queue the servicer would pick, the remoting
+// SEND_MESSAGE frame (ROCKETMQ binary header) it would build, and the answer it would give.
 #include "send.h"
 
 #include <algorithm>
@@ -113,9 +113,14 @@ bool Properties(const v2::Message& message, const std::string& topic, const Send
     }
     if (static_cast<std::int64_t>(size) > rules.max_user_property_size) return false;
     if (!PrintableWord(system.message_id())) return false;
-    if (system.message_type() == v2::TRANSACTION || system.has_delivery_timestamp() ||
-        !system.message_group().empty()) {
-        return false;                               // transaction, timer, FIFO: the servicer's
+    if (system.message_type() == v2::TRANSACTION || system.has_delivery_timestamp()) {
+        return false;                               // transaction, timer: the servicer's
+    }
+    const std::string& group = system.message_group();
+    if (!group.empty() && (!PrintableWord(group) ||
+                           (rules.max_message_group_size > 0 &&
+                            static_cast<int>(group.size()) >= rules.max_message_group_size))) {
+        return false;
     }
     if (!Printable(system.trace_context())) return false;
     // The servicer takes the caller's address for a blank born host: the fast path's slot has
@@ -130,6 +135,7 @@ bool Properties(const v2::Message& message, const std::string& topic, const Send
     Property(out, names[kUniqKey], system.message_id());
     Property(out, names[kReconsumeTime], std::to_string(system.delivery_attempt()));
     Property(out, names[kProducerGroup], topic);
+    if (!group.empty()) Property(out, names[kShardingKey], group);
     if (!system.trace_context().empty()) {
         Property(out, names[kTraceContext], system.trace_context());
     }
@@ -151,13 +157,21 @@ bool BuildSendFrame(const std::string& request, const std::string& client_id,
     const std::string& topic = message.topic().name();
     if (!message.topic().resource_namespace().empty()) return false;
     const auto found = rules.topics.find(topic);
-    if (found == rules.topics.end() || found->second <= 0) return false;
+    if (found == rules.topics.end() || found->second.queues <= 0) return false;
+    const std::string& group = message.system_properties().message_group();
+    if (!(group.empty() ? found->second.normal : found->second.fifo)) return false;
     std::string properties;
     if (!Properties(message, topic, rules, &properties)) return false;
     const auto& born = message.system_properties().born_timestamp();
     const std::int64_t born_ms = born.seconds() * kMillisPerSecond + born.nanos() / kNanosPerMilli;
-    const std::uint64_t turn = (*turns)[topic]++;
-    const int queue_id = static_cast<int>(turn % static_cast<std::uint64_t>(found->second));
+    const int queues = found->second.queues;
+    int queue_id;
+    if (group.empty()) {
+        const std::uint64_t turn = (*turns)[topic]++;
+        queue_id = static_cast<int>(turn % static_cast<std::uint64_t>(queues));
+    } else {
+        queue_id = GroupQueue(group, queues);
+    }
     const int sys_flag = message.system_properties().body_encoding() == v2::GZIP
                              ? rules.compressed_flag : 0;
 
@@ -193,6 +207,26 @@ bool BuildSendFrame(const std::string& request, const std::string& client_id,
     PutInt32At(&frame, 0, static_cast<std::int32_t>(frame.size() - 4));
     out->message_id = message.system_properties().message_id();
     return true;
+}
+
+int GroupQueue(const std::string& group, int buckets) {
+    std::int32_t hash = 0;                          // String.hashCode of ASCII text
+    for (unsigned char c : group) {
+        hash = static_cast<std::int32_t>(31u * static_cast<std::uint32_t>(hash) + c);
+    }
+    // Guava's Hashing.consistentHash(long, int): its linear congruential walk.
+    std::uint64_t state = static_cast<std::uint64_t>(static_cast<std::int64_t>(hash));
+    int candidate = 0;
+    while (true) {
+        state = 2862933555777941757ULL * state + 1;
+        const double shifted = static_cast<double>((state >> 33) & 0x7FFFFFFF);
+        const double next = (candidate + 1) / ((shifted + 1) / 2147483648.0);
+        if (next >= 0 && next < buckets) {
+            candidate = static_cast<int>(next);
+        } else {
+            return candidate;
+        }
+    }
 }
 
 bool SendAnswer(const SendRules& rules, int remoting_code, const std::string& message_id,

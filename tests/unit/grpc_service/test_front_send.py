@@ -6,8 +6,8 @@ front_send.send_rules over a table of topics (types, a retry topic, a read-only 
 grpcio's client with the seeded valid and mutated messages of tests/broker/test_grpc_front_send.py.
 A send the front takes must be one the servicer's checks pass, and its frame must decode to the
 servicer's own request (producer._send_request over messages.outgoing: code, header fields,
-body; the queue as the servicer's selector picks it for the same sends); the valid ones must
-all be taken. Each taken send is then answered with a remoting answer
+body; the queue as the servicer's selector picks it for the same sends, a message group's by its
+hash); the valid ones, FIFO sends of seeded groups among them, must all be taken. Each taken send is then answered with a remoting answer
 of every kind (SUCCESS, the result-entry codes, refusals): the call's answer must be the
 servicer's (producer._entry, refused_answer) byte for byte, refusals left to the worker.
 """
@@ -49,6 +49,7 @@ TOPICS = {
     "ReadOnly": TopicConfig("ReadOnly", perm=4),
     "%RETRY%g": TopicConfig("%RETRY%g"),
 }
+GROUP_CHARACTERS = "abcXYZ019-_ .:~"
 # What every send answer of the handler carries (send.send_response_fields_of).
 ANSWER_FIELDS = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 # (remoting code, remark) of the answers a taken send is given, in turn.
@@ -65,7 +66,8 @@ def _host(config):
 
 def test_the_published_topics_are_those_a_normal_message_may_go_to():
     host = _host(load_broker_config())
-    assert front_send.fast_topics(host) == {TOPIC: 1, "Mixed": 3}
+    assert front_send.fast_topics(host) == {TOPIC: (1, True, False), "Mixed": (3, True, True),
+                                            "FrontSendFifo": (16, False, True)}
 
 
 def _servicer_request(config, selector, message, peer: str):
@@ -79,7 +81,7 @@ def _servicer_request(config, selector, message, peer: str):
         producer.check_message_type(host, topic, TOPICS.get(topic),
                                     messages.message_type_of_properties(outgoing.properties))
         queue_id = selector.select(topic, TOPICS[topic], route.topic_perm(host, TOPICS[topic]),
-                                   None)
+                                   outgoing.message_group)
     except GrpcRefused:
         return None, None
     return producer._send_request(topic, queue_id, [outgoing],
@@ -127,8 +129,13 @@ def test_taken_sends_are_the_servicer_request_and_answer():
             call = channel.unary_unary(SEND_PATH)
             for index in range(SENDS):
                 message = _valid(rng, index)
-                valid = rng.random() < 0.4
-                if not valid:
+                kind = rng.random()
+                valid = kind < 0.5
+                if kind < 0.25:         # FIFO: the group's queue, as the servicer hashes it
+                    message.topic.name = rng.choice(["FrontSendFifo", "Mixed"])
+                    message.system_properties.message_group = rng.choice("gG7") + "".join(
+                        rng.choice(GROUP_CHARACTERS) for _ in range(rng.randrange(0, 40)))
+                elif not valid:
                     _mutate(rng, message)
                     if rng.random() < 0.5:
                         message.topic.name = rng.choice(list(TOPICS))
