@@ -14,9 +14,9 @@ answer with any other code comes back here and is answered as the servicer answe
 (``producer.refused_answer``).
 
 :func:`send_rules` is what the front needs to decide (the table the worker publishes): the
-topics a NORMAL or FIFO message may be sent to without a refusal (a valid name, not a retry or
-DLQ topic, the message type check passing, writable queues), with their write queue counts and
-the types they take, and the servicer's limits and constants.
+topics a NORMAL, FIFO or DELAY message may be sent to without a refusal (a valid name, not a
+retry or DLQ topic, the message type check passing, writable queues), with their write queue
+counts and the types they take, and the servicer's limits and constants.
 """
 import logging
 
@@ -39,8 +39,9 @@ _OPAQUE_AT = 4 + 4 + 2 + 1 + 2
 _LENGTH_BYTES = 4
 # send.h PropertyName order.
 PROPERTY_NAMES = (Property.TAGS, Property.KEYS, Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-                  Property.RECONSUME_TIME, Property.PRODUCER_GROUP, Property.SHARDING_KEY,
-                  Property.TRACE_CONTEXT, Property.BORN_HOST, Property.BORN_TIMESTAMP)
+                  Property.TIMER_DELIVER_MS, Property.RECONSUME_TIME, Property.PRODUCER_GROUP,
+                  Property.SHARDING_KEY, Property.TRACE_CONTEXT, Property.BORN_HOST,
+                  Property.BORN_TIMESTAMP)
 
 
 def _takes(host, topic: str, topic_config, message_type: str) -> bool:
@@ -51,10 +52,10 @@ def _takes(host, topic: str, topic_config, message_type: str) -> bool:
     return True
 
 
-def fast_topics(host) -> dict[str, tuple[int, bool, bool]]:
-    """topic -> (writable queues, takes NORMAL messages, takes FIFO messages) of the topics a
-    message of one of those types goes to as the servicer would take it (the front hands off
-    sends to any other)."""
+def fast_topics(host) -> dict[str, tuple[int, bool, bool, bool]]:
+    """topic -> (writable queues, takes NORMAL, FIFO, DELAY messages) of the topics a message
+    of one of those types goes to as the servicer would take it (the front hands off sends to
+    any other)."""
     topics = {}
     for topic, topic_config in host.replica.topic_configs().items():
         if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
@@ -63,11 +64,11 @@ def fast_topics(host) -> dict[str, tuple[int, bool, bool]]:
             checks.validate_topic(topic)
         except GrpcRefused:
             continue
-        normal = _takes(host, topic, topic_config, TopicMessageType.NORMAL)
-        fifo = _takes(host, topic, topic_config, TopicMessageType.FIFO)
+        takes = tuple(_takes(host, topic, topic_config, message_type) for message_type in (
+            TopicMessageType.NORMAL, TopicMessageType.FIFO, TopicMessageType.DELAY))
         writes = producer.writable_queues(topic_config, route.topic_perm(host, topic_config))
-        if writes > 0 and (normal or fifo):
-            topics[topic] = (writes, normal, fifo)
+        if writes > 0 and any(takes):
+            topics[topic] = (writes, *takes)
     return topics
 
 
@@ -82,6 +83,7 @@ def send_rules(host) -> dict:
             "user_property_max_num": grpc.user_property_max_num,
             "max_user_property_size": grpc.max_user_property_size,
             "max_message_group_size": grpc.max_message_group_size,
+            "max_delay_ms": grpc.max_delay_time_mills,
             "compressed_flag": int(MessageSysFlag.COMPRESSED),
             "send_message_code": int(RequestCode.SEND_MESSAGE),
             "entry_codes": producer.entry_codes(), "success_code": int(ResponseCode.SUCCESS)}

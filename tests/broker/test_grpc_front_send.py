@@ -6,15 +6,17 @@ servicer's.
 Method: two real brokers, one with the front (its fast sends on) and one serving grpcio alone
 (the servicer's path), get the same seeded requests one after the other: valid sends and sends
 mutated in every field the front reads (bodies, tags, keys, user properties, message ids, born
-host and time, encodings, message types, batches, other topics, a missing client id). The
+host and time, encodings, message types, batches, other topics, a missing client id; delay
+messages parked in the timer wheel or due already). The
 answers must be byte for byte the same, and so must the records stored (read back with
-remoting pulls), field for field; the front's log must show it put the valid sends itself and
+remoting pulls, the timer wheel's topic too), field for field; the front's log must show it put the valid sends itself and
 handed the others off, some of them after the send ring's fast path refused them (properties
 the servicer accepts but beyond the fast path's limit). Topics have one queue each, so both
 brokers pick the same queue.
 """
 import random
 import re
+import time
 
 import grpc
 import pytest
@@ -37,7 +39,10 @@ SEED = 20261206
 SENDS = 160
 TOPIC = "FrontSendTopic"
 FIFO_TOPIC = "FrontSendFifo"
-TOPICS = {TOPIC: "NORMAL", FIFO_TOPIC: "FIFO"}
+DELAY_TOPIC = "FrontSendDelay"
+TOPICS = {TOPIC: "NORMAL", FIFO_TOPIC: "FIFO", DELAY_TOPIC: "DELAY"}
+# Where a 5.x timer message is parked until due (broker/timer_message.py).
+WHEEL_TOPIC = "rmq_sys_wheel_timer"
 METADATA = (("x-mq-client-id", "front-send@1"), ("x-mq-language", "PYTHON"),
             ("x-mq-protocol", "GRPC_V2"), ("x-mq-client-version", "5.1.2"))
 # Properties up to 64 KiB pass the servicer's checks (and the front's), but not the send fast
@@ -123,17 +128,31 @@ def _mutate(rng: random.Random, message: pb.Message) -> None:
     elif choice == 18:
         message.user_properties.update({"é": "1", "z": "ü"})
     else:
-        message.user_properties.update({f"p{i:04d}": "v" * 40 for i in range(900)})
+        message.user_properties.update(_beyond_fast_path())
+
+
+def _beyond_fast_path() -> dict[str, str]:
+    """User properties the servicer takes (LIMITS) but the send fast path does not."""
+    return {f"p{i:04d}": "v" * 40 for i in range(900)}
 
 
 def _requests(rng: random.Random) -> list[tuple[spb.SendMessageRequest, tuple, bool]]:
     """(request, metadata, valid) of each send: valid ones are what the front puts itself."""
     requests = []
+    now_ms = int(time.time() * 1000)
     for index in range(SENDS):
         message = _valid(rng, index)
         shape = rng.randrange(10)
         metadata = METADATA
         valid = shape < 5
+        if index % 40 == 39:    # beyond the send fast path: back from the ring's port
+            message.user_properties.update(_beyond_fast_path())
+            requests.append((spb.SendMessageRequest(messages=[message]), metadata, False))
+            continue
+        if shape == 4:          # a delay message: parked (due in an hour) or due already
+            message.topic.name = DELAY_TOPIC
+            message.system_properties.delivery_timestamp.FromMilliseconds(
+                now_ms + rng.choice([3_600_000 + index, -60_000]))
         if shape in (5, 6):
             _mutate(rng, message)
             if rng.random() < 0.3:
@@ -175,6 +194,8 @@ def _fields(record) -> dict:
         properties["__BORNHOST"] = "127.0.0.1"
     else:
         fields["total_size"] = record.total_size
+    if "BORN_TIMESTAMP" not in properties:
+        fields["born_timestamp"] = None     # none given: the servicer's clock when it took it
     fields["properties"] = properties
     return fields
 
@@ -192,7 +213,7 @@ def test_front_sends_answer_and_store_as_the_servicer(tmp_path_factory):
                               for stub in stubs)
             assert fast.SerializeToString() == servicer.SerializeToString(), \
                 (number, request, fast, servicer)
-        for topic in TOPICS:
+        for topic in (*TOPICS, WHEEL_TOPIC):
             fast, servicer = ([_fields(r) for r in _stored(remoting, topic)]
                               for _, remoting, _ in brokers)
             assert len(fast) == len(servicer)

@@ -14,6 +14,7 @@ cdef extern from "send.h" namespace "pybroker_front" nogil:
         int queues
         cbool normal
         cbool fifo
+        cbool delay
     cppclass SendRules:
         unordered_map[string, SendTopic] topics
         unordered_set[string] system_property_names
@@ -24,6 +25,7 @@ cdef extern from "send.h" namespace "pybroker_front" nogil:
         int user_property_max_num
         int max_user_property_size
         int max_message_group_size
+        int64_t max_delay_ms
         int compressed_flag
         int32_t send_message_code
         unordered_map[int, pair[int, string]] entry_codes

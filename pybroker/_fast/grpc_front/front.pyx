@@ -113,15 +113,16 @@ cdef class Front:
     def set_send_rules(self, dict topics, system_property_names, property_names,
                        str client_id_key, int64_t max_message_size, bint body_empty_check,
                        int user_property_max_num, int max_user_property_size,
-                       int max_message_group_size, int compressed_flag, int send_message_code, dict entry_codes,
+                       int max_message_group_size, int64_t max_delay_ms,
+                       int compressed_flag, int send_message_code, dict entry_codes,
                        int success_code) -> None:
         """The rules of the sends the front puts itself (send.h SendRules); ``topics`` maps a
-        topic to (writable queues, takes NORMAL messages, takes FIFO messages)."""
+        topic to (writable queues, takes NORMAL, FIFO, DELAY messages)."""
         cdef shared_ptr[SendRules] rules = make_shared[SendRules]()
         cdef SendRules* r = rules.get()
         cdef SendTopic entry
-        for topic, (queues, normal, fifo) in topics.items():
-            entry.queues, entry.normal, entry.fifo = queues, normal, fifo
+        for topic, (queues, normal, fifo, delay) in topics.items():
+            entry.queues, entry.normal, entry.fifo, entry.delay = queues, normal, fifo, delay
             r.topics[topic.encode()] = entry
         for name in system_property_names:
             r.system_property_names.insert(name.encode())
@@ -133,6 +134,7 @@ cdef class Front:
         r.user_property_max_num = user_property_max_num
         r.max_user_property_size = max_user_property_size
         r.max_message_group_size = max_message_group_size
+        r.max_delay_ms = max_delay_ms
         r.compressed_flag = compressed_flag
         r.send_message_code = send_message_code
         for remoting_code, (grpc_code, message) in entry_codes.items():

@@ -5,6 +5,7 @@
 #include "send.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "apache/rocketmq/v2/definition.pb.h"
@@ -25,6 +26,20 @@ constexpr std::int32_t kNanosPerSecond = 1000000000;
 constexpr char kDefaultTopic[] = "TBW102";
 constexpr char kDefaultTopicQueueNums[] = "4";
 constexpr std::uint8_t kSerializeRocketmq = 1;   // frame.pxd SERIALIZE_TYPE_ROCKETMQ
+// A delivery time this close to maxDelayTimeMills is the servicer's to judge (its clock, later).
+constexpr std::int64_t kDelayLimitMarginMs = 1000;
+
+std::int64_t NowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Timestamp.ToMilliseconds of a valid timestamp; false for nanos out of range.
+bool Milliseconds(const google::protobuf::Timestamp& at, std::int64_t* out) {
+    if (at.nanos() < 0 || at.nanos() >= kNanosPerSecond) return false;
+    *out = at.seconds() * kMillisPerSecond + at.nanos() / kNanosPerMilli;
+    return true;
+}
 
 // Text the servicer takes as it is and the fast path stores as it is: printable ASCII only (a
 // control character is a refusal, non-ASCII text the Python path's to judge).
@@ -113,8 +128,16 @@ bool Properties(const v2::Message& message, const std::string& topic, const Send
     }
     if (static_cast<std::int64_t>(size) > rules.max_user_property_size) return false;
     if (!PrintableWord(system.message_id())) return false;
-    if (system.message_type() == v2::TRANSACTION || system.has_delivery_timestamp()) {
-        return false;                               // transaction, timer: the servicer's
+    if (system.message_type() == v2::TRANSACTION) return false;     // the servicer's
+    std::string deliver;
+    if (system.has_delivery_timestamp()) {
+        std::int64_t deliver_ms;
+        if (!Milliseconds(system.delivery_timestamp(), &deliver_ms)) return false;
+        if (rules.max_delay_ms > 0 &&
+            deliver_ms - NowMs() > rules.max_delay_ms - kDelayLimitMarginMs) {
+            return false;
+        }
+        deliver = std::to_string(deliver_ms);
     }
     const std::string& group = system.message_group();
     if (!group.empty() && (!PrintableWord(group) ||
@@ -125,14 +148,17 @@ bool Properties(const v2::Message& message, const std::string& topic, const Send
     if (!Printable(system.trace_context())) return false;
     // The servicer takes the caller's address for a blank born host: the fast path's slot has
     // it as the record's BORNHOST, not as this property.
-    if (!PrintableWord(system.born_host()) || !system.has_born_timestamp()) return false;
-    const auto& born = system.born_timestamp();
-    if (born.nanos() < 0 || born.nanos() >= kNanosPerSecond) return false;
+    std::int64_t born_ms;
+    if (!PrintableWord(system.born_host()) || !system.has_born_timestamp() ||
+        !Milliseconds(system.born_timestamp(), &born_ms)) {
+        return false;
+    }
     const std::vector<std::string>& names = rules.property_names;
     for (const auto& [key, value] : user) Property(out, key, value);
     if (!tag.empty()) Property(out, names[kTags], tag);
     if (system.keys_size() > 0) Property(out, names[kKeys], keys);
     Property(out, names[kUniqKey], system.message_id());
+    if (!deliver.empty()) Property(out, names[kTimerDeliverMs], deliver);
     Property(out, names[kReconsumeTime], std::to_string(system.delivery_attempt()));
     Property(out, names[kProducerGroup], topic);
     if (!group.empty()) Property(out, names[kShardingKey], group);
@@ -140,8 +166,7 @@ bool Properties(const v2::Message& message, const std::string& topic, const Send
         Property(out, names[kTraceContext], system.trace_context());
     }
     Property(out, names[kBornHost], system.born_host());
-    Property(out, names[kBornTimestamp],
-             std::to_string(born.seconds() * kMillisPerSecond + born.nanos() / kNanosPerMilli));
+    Property(out, names[kBornTimestamp], std::to_string(born_ms));
     return true;
 }
 
@@ -158,8 +183,13 @@ bool BuildSendFrame(const std::string& request, const std::string& client_id,
     if (!message.topic().resource_namespace().empty()) return false;
     const auto found = rules.topics.find(topic);
     if (found == rules.topics.end() || found->second.queues <= 0) return false;
+    // TopicMessageType.parseFromMessageProperty: a delivery time first, then a group.
     const std::string& group = message.system_properties().message_group();
-    if (!(group.empty() ? found->second.normal : found->second.fifo)) return false;
+    const SendTopic& takes = found->second;
+    if (!(message.system_properties().has_delivery_timestamp() ? takes.delay
+          : group.empty() ? takes.normal : takes.fifo)) {
+        return false;
+    }
     std::string properties;
     if (!Properties(message, topic, rules, &properties)) return false;
     const auto& born = message.system_properties().born_timestamp();

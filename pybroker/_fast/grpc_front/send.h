@@ -15,8 +15,8 @@ namespace pybroker_front {
 
 // Property names of a stored message, in the order SendRules.property_names lists them.
 enum PropertyName {
-    kTags, kKeys, kUniqKey, kReconsumeTime, kProducerGroup, kShardingKey, kTraceContext,
-    kBornHost, kBornTimestamp, kPropertyNames
+    kTags, kKeys, kUniqKey, kTimerDeliverMs, kReconsumeTime, kProducerGroup, kShardingKey,
+    kTraceContext, kBornHost, kBornTimestamp, kPropertyNames
 };
 
 // A topic the front may send to: its writable queues and the message types it takes.
@@ -24,6 +24,7 @@ struct SendTopic {
     int queues = 0;
     bool normal = false;        // a message without a group
     bool fifo = false;          // a message with a message group
+    bool delay = false;         // a message with a delivery time
 };
 
 // What the worker publishes for the sends the front may take (grpc_service/front_send.py
@@ -39,6 +40,7 @@ struct SendRules {
     int user_property_max_num = 0;
     int max_user_property_size = 0;
     int max_message_group_size = 0;
+    std::int64_t max_delay_ms = 0;                          // maxDelayTimeMills
     int compressed_flag = 0;                                // sysFlag of a GZIP body
     std::int32_t send_message_code = 10;                    // RequestCode.SEND_MESSAGE
     // Remoting answer code -> (gRPC code, message) of the answers that are a result entry
@@ -60,7 +62,8 @@ struct SendFrame {
 // The frame of SendMessageRequest `request` (serialized) from a client whose metadata carries
 // `client_id`, with `opaque`: true with *out filled when the front may put it (one message of a
 // topic in rules taking its type, every check of the servicer passing without doubt: printable
-// ASCII text, no transaction or delivery time); false hands the call to the servicer.
+// ASCII text, no transaction, a delivery time a second or more within the limit); false hands
+// the call to the servicer.
 bool BuildSendFrame(const std::string& request, const std::string& client_id,
                     const SendRules& rules, QueueTurns* turns, std::int32_t opaque,
                     SendFrame* out);

@@ -7,7 +7,8 @@ grpcio's client with the seeded valid and mutated messages of tests/broker/test_
 A send the front takes must be one the servicer's checks pass, and its frame must decode to the
 servicer's own request (producer._send_request over messages.outgoing: code, header fields,
 body; the queue as the servicer's selector picks it for the same sends, a message group's by its
-hash); the valid ones, FIFO sends of seeded groups among them, must all be taken. Each taken send is then answered with a remoting answer
+hash); the valid ones, FIFO sends of seeded groups and DELAY sends (answered with their recall
+handle) among them, must all be taken. Each taken send is then answered with a remoting answer
 of every kind (SUCCESS, the result-entry codes, refusals): the call's answer must be the
 servicer's (producer._entry, refused_answer) byte for byte, refusals left to the worker.
 """
@@ -46,6 +47,7 @@ TOPICS = {
                        attributes={"message.type": "NORMAL"}),
     "Mixed": TopicConfig("Mixed", write_queue_nums=3, attributes={"message.type": "MIXED"}),
     "FrontSendFifo": TopicConfig("FrontSendFifo", attributes={"message.type": "FIFO"}),
+    "Delayed": TopicConfig("Delayed", write_queue_nums=2, attributes={"message.type": "DELAY"}),
     "ReadOnly": TopicConfig("ReadOnly", perm=4),
     "%RETRY%g": TopicConfig("%RETRY%g"),
 }
@@ -66,8 +68,9 @@ def _host(config):
 
 def test_the_published_topics_are_those_a_normal_message_may_go_to():
     host = _host(load_broker_config())
-    assert front_send.fast_topics(host) == {TOPIC: (1, True, False), "Mixed": (3, True, True),
-                                            "FrontSendFifo": (16, False, True)}
+    assert front_send.fast_topics(host) == {
+        TOPIC: (1, True, False, False), "Mixed": (3, True, True, True),
+        "FrontSendFifo": (16, False, True, False), "Delayed": (2, False, False, True)}
 
 
 def _servicer_request(config, selector, message, peer: str):
@@ -130,11 +133,17 @@ def test_taken_sends_are_the_servicer_request_and_answer():
             for index in range(SENDS):
                 message = _valid(rng, index)
                 kind = rng.random()
-                valid = kind < 0.5
+                valid = kind < 0.55
                 if kind < 0.25:         # FIFO: the group's queue, as the servicer hashes it
                     message.topic.name = rng.choice(["FrontSendFifo", "Mixed"])
                     message.system_properties.message_group = rng.choice("gG7") + "".join(
                         rng.choice(GROUP_CHARACTERS) for _ in range(rng.randrange(0, 40)))
+                elif kind < 0.4:        # DELAY: within maxDelayTimeMills (a day) by a second
+                    message.topic.name = rng.choice(["Delayed", "Mixed"])
+                    message.system_properties.delivery_timestamp.FromMilliseconds(
+                        int(time.time() * 1000) + rng.randrange(-5000, 86_000_000))
+                    if rng.random() < 0.3:
+                        message.system_properties.message_group = "g-delayed"
                 elif not valid:
                     _mutate(rng, message)
                     if rng.random() < 0.5:
@@ -163,6 +172,8 @@ def test_taken_sends_are_the_servicer_request_and_answer():
                 if code == ResponseCode.SUCCESS:
                     fields.update(msgId="C0A8000100002A9F0000000000000001", queueId="0",
                                   queueOffset=str(index))
+                    if message.system_properties.HasField("delivery_timestamp"):
+                        fields["recallHandle"] = f"recall-{index}"
                 answer = create_response(RemotingCommand(10, opaque=frame.opaque), code, remark,
                                          fields)
                 answered, left = front.answer_sends(encode(answer))
