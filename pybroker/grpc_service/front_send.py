@@ -64,11 +64,13 @@ def fast_topics(host) -> dict[str, tuple[int, bool, bool, bool]]:
             checks.validate_topic(topic)
         except GrpcRefused:
             continue
-        takes = tuple(_takes(host, topic, topic_config, message_type) for message_type in (
-            TopicMessageType.NORMAL, TopicMessageType.FIFO, TopicMessageType.DELAY))
+        normal, fifo, delay = (_takes(host, topic, topic_config, message_type)
+                               for message_type in (TopicMessageType.NORMAL,
+                                                    TopicMessageType.FIFO,
+                                                    TopicMessageType.DELAY))
         writes = producer.writable_queues(topic_config, route.topic_perm(host, topic_config))
-        if writes > 0 and any(takes):
-            topics[topic] = (writes, *takes)
+        if writes > 0 and (normal or fifo or delay):
+            topics[topic] = (writes, normal, fifo, delay)
     return topics
 
 

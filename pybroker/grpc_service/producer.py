@@ -182,7 +182,7 @@ def _entry(answer, outgoing: list, prepared: bool) -> spb.SendResultEntry:
     return spb.SendResultEntry(status=entry_status(code))
 
 
-def entry_status(remoting_code: int) -> pb.Status:
+def entry_status(remoting_code: ResponseCode) -> pb.Status:
     """The result entry's status of a send answered with one of the entry codes."""
     entry_code, name = _ENTRY_CODES[remoting_code]
     return status(entry_code, f"send message failed, sendStatus={name}")

@@ -7,11 +7,11 @@ Method: two real brokers, one with the front (its fast sends on) and one serving
 (the servicer's path), get the same seeded requests one after the other: valid sends and sends
 mutated in every field the front reads (bodies, tags, keys, user properties, message ids, born
 host and time, encodings, message types, batches, other topics, a missing client id; delay
-messages parked in the timer wheel or due already). The
-answers must be byte for byte the same, and so must the records stored (read back with
-remoting pulls, the timer wheel's topic too), field for field; the front's log must show it put the valid sends itself and
-handed the others off, some of them after the send ring's fast path refused them (properties
-the servicer accepts but beyond the fast path's limit). Topics have one queue each, so both
+messages parked in the timer wheel or due already). The answers must be byte for byte the
+same, and so must the records stored (read back with remoting pulls, the timer wheel's topic
+too), field for field; the front's log must show it put the valid sends itself and handed the
+others off, some of them after the send ring's fast path refused them (properties the
+servicer accepts but beyond the fast path's limit). Topics have one queue each, so both
 brokers pick the same queue.
 """
 import random

@@ -25,7 +25,8 @@ class Front:
                        property_names: Iterable[str], client_id_key: str,
                        max_message_size: int, body_empty_check: bool,
                        user_property_max_num: int, max_user_property_size: int,
-                       max_message_group_size: int, max_delay_ms: int, compressed_flag: int, send_message_code: int,
+                       max_message_group_size: int, max_delay_ms: int, compressed_flag: int,
+                       send_message_code: int,
                        entry_codes: dict[int, tuple[int, str]], success_code: int) -> None: ...
     def take_sends(self) -> list[tuple[str, bytearray, int]]: ...
     def take_fallback(self, opaque: int

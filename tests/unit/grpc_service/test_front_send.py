@@ -122,6 +122,52 @@ def _started(config):
         backend.server.stop(1).wait(WAIT_S)
 
 
+def _seeded(rng: random.Random, index: int):
+    """(message, valid): a valid send (NORMAL, FIFO of a seeded group, DELAY) or a mutated one."""
+    message = _valid(rng, index)
+    kind = rng.random()
+    if kind < 0.25:             # FIFO: the group's queue, as the servicer hashes it
+        message.topic.name = rng.choice(["FrontSendFifo", "Mixed"])
+        message.system_properties.message_group = rng.choice("gG7") + "".join(
+            rng.choice(GROUP_CHARACTERS) for _ in range(rng.randrange(0, 40)))
+    elif kind < 0.4:            # DELAY: within maxDelayTimeMills (a day) by a second
+        message.topic.name = rng.choice(["Delayed", "Mixed"])
+        message.system_properties.delivery_timestamp.FromMilliseconds(
+            int(time.time() * 1000) + rng.randrange(-5000, 86_000_000))
+        if rng.random() < 0.3:
+            message.system_properties.message_group = "g-delayed"
+    elif kind >= 0.55:
+        _mutate(rng, message)
+        if rng.random() < 0.5:
+            message.topic.name = rng.choice(list(TOPICS))
+    return message, kind < 0.55
+
+
+def _answered_as_the_servicer(front, frame, message, outgoing, answer_number: int) -> bytes:
+    """Answer the taken send of ``frame`` with the answer_number-th kind of ANSWERS (the
+    worker's part of a refusal done as FastSends does); the servicer's answer to expect."""
+    code, remark = ANSWERS[answer_number % len(ANSWERS)]
+    fields = dict(ANSWER_FIELDS)
+    if code == ResponseCode.SUCCESS:
+        fields.update(msgId="C0A8000100002A9F0000000000000001", queueId="0",
+                      queueOffset=str(answer_number))
+        if message.system_properties.HasField("delivery_timestamp"):
+            fields["recallHandle"] = f"recall-{answer_number}"
+    answer = create_response(RemotingCommand(10, opaque=frame.opaque), code, remark, fields)
+    answered, left = front.answer_sends(encode(answer))
+    assert answered == 1
+    if code in (ResponseCode.SUCCESS, *producer._ENTRY_CODES):
+        assert left == []
+        entry = producer._entry(answer, [outgoing], False)
+        return spb.SendMessageResponse(status=status(entry.status.code),
+                                       entries=[entry]).SerializeToString()
+    ((handle, _),) = left
+    assert handle != 0
+    servicer = producer.refused_answer(code, remark).SerializeToString()
+    front.answer(handle, servicer)
+    return servicer
+
+
 def test_taken_sends_are_the_servicer_request_and_answer():
     config = load_broker_config()
     rng = random.Random(20261207)
@@ -131,23 +177,7 @@ def test_taken_sends_are_the_servicer_request_and_answer():
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             call = channel.unary_unary(SEND_PATH)
             for index in range(SENDS):
-                message = _valid(rng, index)
-                kind = rng.random()
-                valid = kind < 0.55
-                if kind < 0.25:         # FIFO: the group's queue, as the servicer hashes it
-                    message.topic.name = rng.choice(["FrontSendFifo", "Mixed"])
-                    message.system_properties.message_group = rng.choice("gG7") + "".join(
-                        rng.choice(GROUP_CHARACTERS) for _ in range(rng.randrange(0, 40)))
-                elif kind < 0.4:        # DELAY: within maxDelayTimeMills (a day) by a second
-                    message.topic.name = rng.choice(["Delayed", "Mixed"])
-                    message.system_properties.delivery_timestamp.FromMilliseconds(
-                        int(time.time() * 1000) + rng.randrange(-5000, 86_000_000))
-                    if rng.random() < 0.3:
-                        message.system_properties.message_group = "g-delayed"
-                elif not valid:
-                    _mutate(rng, message)
-                    if rng.random() < 0.5:
-                        message.topic.name = rng.choice(list(TOPICS))
+                message, valid = _seeded(rng, index)
                 valid_sends += valid
                 request = spb.SendMessageRequest(messages=[message])
                 future = call.future(request.SerializeToString(), metadata=METADATA,
@@ -167,28 +197,8 @@ def test_taken_sends_are_the_servicer_request_and_answer():
                 assert (frame.code, frame.flag, frame.ext_fields) == (
                     expected.code, expected.flag, expected.ext_fields), message
                 assert bytes(frame.body or b"") == bytes(expected.body or b"")
-                code, remark = ANSWERS[taken % len(ANSWERS)]
-                fields = dict(ANSWER_FIELDS)
-                if code == ResponseCode.SUCCESS:
-                    fields.update(msgId="C0A8000100002A9F0000000000000001", queueId="0",
-                                  queueOffset=str(index))
-                    if message.system_properties.HasField("delivery_timestamp"):
-                        fields["recallHandle"] = f"recall-{index}"
-                answer = create_response(RemotingCommand(10, opaque=frame.opaque), code, remark,
-                                         fields)
-                answered, left = front.answer_sends(encode(answer))
-                assert answered == 1
-                if code in (ResponseCode.SUCCESS, *producer._ENTRY_CODES):
-                    assert left == []
-                    entry = producer._entry(answer, [outgoing], False)
-                    servicer = spb.SendMessageResponse(status=status(entry.status.code),
-                                                       entries=[entry])
-                else:
-                    ((handle, _),) = left
-                    assert handle != 0
-                    servicer = producer.refused_answer(code, remark)
-                    front.answer(handle, servicer.SerializeToString())
-                assert future.result(timeout=WAIT_S) == servicer.SerializeToString()
+                servicer = _answered_as_the_servicer(front, frame, message, outgoing, taken)
+                assert future.result(timeout=WAIT_S) == servicer
                 taken += 1
         assert taken >= valid_sends > 0
         assert front.calls_sent_fast == taken
