@@ -130,9 +130,10 @@ class HandOff:
 
     async def stop(self, grace_s: float) -> None:
         """Stop the front (off this loop, which answers the calls meanwhile): it stops
-        accepting at once and ends the calls still in flight after ``grace_s``, as grpcio's
-        ``stop(grace)`` does; the hand-offs still running then are cancelled (their answers
-        are dropped: the front is gone). Then close the eventfd."""
+        accepting at once, the calls in flight get their answers for up to ``grace_s`` and
+        those left are ended then, as grpcio's ``stop(grace)`` does; the hand-offs still
+        running then are cancelled (their answers are dropped: their calls have ended). Then
+        close the eventfd."""
         loop = asyncio.get_running_loop()
         assert self.front is not None          # started
         await loop.run_in_executor(None, self.front.stop, grace_s)

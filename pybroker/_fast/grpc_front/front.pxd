@@ -59,6 +59,7 @@ cdef extern from "relay.h" namespace "pybroker_front" nogil:
         pass
     CFront* Start(const Config& config, string* error)
     void Stop(CFront* front, double grace_s)
+    void Destroy(CFront* front)
     uint64_t CallsAccepted(const CFront* front)
     uint64_t CallsHandedOff(const CFront* front)
     void TakeHandoffs(CFront* front, vector[Handoff]* out)

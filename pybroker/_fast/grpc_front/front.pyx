@@ -211,21 +211,30 @@ cdef class Front:
         return count, left
 
     def answer(self, uintptr_t handle, bytes response, int code=0, str details="") -> None:
-        """Answer a taken call once: ``code`` 0 with ``response``, else that status. After
-        ``stop`` an answer is dropped: the stop ended the call (its relay object stays
-        allocated until the process ends)."""
+        """Answer a taken call once: ``code`` 0 with ``response``, else that status. While
+        ``stop`` runs the answer still reaches its caller until the grace is over; after that
+        it is dropped: the stop ended the call (its relay object stays allocated until the
+        process ends)."""
         if self._front != NULL:
             Answer(self._front, handle, response, code, details.encode())
 
     def stop(self, double grace_s) -> None:
-        """Stop accepting; end the calls in flight after ``grace_s`` seconds; join."""
+        """Stop accepting; the calls in flight get their answers for up to ``grace_s``
+        seconds (answer, answer_sends: call them from another thread meanwhile), then those
+        left are ended; join. The front is freed only back under the GIL, so no answer runs
+        on it while it is."""
         cdef CFront* front = self._front
+        if front == NULL:
+            return
+        with nogil:
+            Stop(front, grace_s)
         self._front = NULL
-        if front != NULL:
-            with nogil:
-                Stop(front, grace_s)
+        Destroy(front)
 
     def __dealloc__(self):
-        if self._front != NULL:
+        cdef CFront* front = self._front
+        if front != NULL:
+            self._front = NULL
             with nogil:
-                Stop(self._front, 0.0)
+                Stop(front, 0.0)
+            Destroy(front)

@@ -52,6 +52,10 @@ class Front {
     int handoff_eventfd = -1;
     std::mutex handoff_lock;
     std::vector<Handoff> handoffs;      // under handoff_lock
+    // Set by Stop once the grace is over and before the completion queue shuts down: an
+    // answer after that is dropped (its call has ended) rather than posted to a dead queue.
+    std::mutex answer_lock;
+    bool answers_closed = false;        // under answer_lock
 
     // Fast sends (send.h).
     struct PendingSend {
@@ -398,10 +402,19 @@ Front* Start(const Config& config, std::string* error) {
 }
 
 void Stop(Front* front, double grace_s) {
+    // Shutdown waits for the calls in flight (the queue thread still relays their answers)
+    // until the deadline, then cancels those left.
     front->server->Shutdown(std::chrono::system_clock::now() +
                             std::chrono::milliseconds(static_cast<long>(grace_s * 1000)));
+    {
+        std::lock_guard<std::mutex> hold(front->answer_lock);
+        front->answers_closed = true;
+    }
     front->queue->Shutdown();
     front->thread.join();
+}
+
+void Destroy(Front* front) {
     delete front;
 }
 
@@ -452,7 +465,10 @@ std::uintptr_t AnswerSend(Front* front, std::int32_t opaque, int code,
                     &response)) {
         return send.call.handle;
     }
-    reinterpret_cast<Relay*>(send.call.handle)->SetAnswer(response, 0, "");
+    std::lock_guard<std::mutex> hold(front->answer_lock);
+    if (!front->answers_closed) {
+        reinterpret_cast<Relay*>(send.call.handle)->SetAnswer(response, 0, "");
+    }
     return 0;
 }
 
@@ -463,8 +479,10 @@ void TakeHandoffs(Front* front, std::vector<Handoff>* out) {
 
 void Answer(Front* front, std::uintptr_t handle, const std::string& response, int code,
             const std::string& details) {
-    (void)front;
-    reinterpret_cast<Relay*>(handle)->SetAnswer(response, code, details);
+    std::lock_guard<std::mutex> hold(front->answer_lock);
+    if (!front->answers_closed) {
+        reinterpret_cast<Relay*>(handle)->SetAnswer(response, code, details);
+    }
 }
 
 }  // namespace pybroker_front

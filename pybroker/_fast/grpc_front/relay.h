@@ -59,9 +59,12 @@ class Front;
 // Starts the front (listeners bound, one completion-queue thread relaying); nullptr and
 // *error set when a listener cannot be bound.
 Front* Start(const Config& config, std::string* error);
-// Stops accepting, ends the calls in flight after grace_s (cancelled), joins the thread and
-// frees the front. Blocking: call without the GIL.
+// Stops accepting; the calls in flight still get their answers (Answer, AnswerSend) for up
+// to grace_s, then those left are ended (cancelled); later answers are dropped; joins the
+// thread. Blocking: call without the GIL. The front stays allocated until Destroy.
 void Stop(Front* front, double grace_s);
+// Frees a stopped front (no Answer or AnswerSend may run on it any more).
+void Destroy(Front* front);
 // Calls accepted so far, and how many of them were handed off.
 std::uint64_t CallsAccepted(const Front* front);
 std::uint64_t CallsHandedOff(const Front* front);

@@ -272,3 +272,47 @@ def test_the_worker_side_answers_and_stops_with_calls_still_running():
         backend.server.stop(1).wait(WAIT_S)
 
     asyncio.run(scenario())
+
+
+def test_a_call_answered_within_the_stop_s_grace_gets_its_answer():
+    """A handed-off call still running when the stop begins is answered to its caller when
+    the worker answers it within the grace (grpcio's stop(grace) lets a handler finish), not
+    ended: a send stored meanwhile is not reported failed to a client that would send it
+    again. The stop then ends as soon as no call is left, well before the grace."""
+
+    class Servicer:
+        def __init__(self):
+            self.started = asyncio.Event()
+            self.release = asyncio.Event()
+
+        async def SendMessage(self, request, context):
+            self.started.set()
+            await self.release.wait()
+            return spb.SendMessageResponse(entries=[spb.SendResultEntry(message_id="late")])
+
+    async def scenario():
+        backend = Backend()
+        port = free_port()
+        servicer = Servicer()
+        handoff = grpc_front.HandOff(servicer)
+        front = Front([f"127.0.0.1:{port}"], [], backend.address,
+                      handoff_methods=handoff.methods(), handoff_eventfd=handoff.eventfd)
+        handoff.start(front)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            send = channel.unary_unary(grpc_front.SERVICE_PATH + "SendMessage")
+            request = spb.SendMessageRequest(messages=[pb.Message(body=b"slow")])
+            running = asyncio.ensure_future(send(request.SerializeToString(), timeout=WAIT_S))
+            await asyncio.wait_for(servicer.started.wait(), WAIT_S)
+            started = time.monotonic()
+            stopping = asyncio.ensure_future(handoff.stop(WAIT_S))
+            await asyncio.sleep(0.3)                # the stop is waiting for the call
+            assert not stopping.done()
+            servicer.release.set()
+            answer = spb.SendMessageResponse.FromString(await asyncio.wait_for(running,
+                                                                               WAIT_S))
+            assert answer.entries[0].message_id == "late"
+            await asyncio.wait_for(stopping, WAIT_S)
+            assert time.monotonic() - started < WAIT_S / 2
+        backend.server.stop(1).wait(WAIT_S)
+
+    asyncio.run(scenario())
