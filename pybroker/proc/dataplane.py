@@ -106,12 +106,17 @@ class Attachment:
         # dispatcher's wake-up must still see what its client was already acknowledged. The
         # supervisor's max offsets (metrics scrapes, brokerStatus, consume stats) come from the
         # dispatcher's queue offset table, not from the queues' files.
-        offsets = plane.queue_offsets if slot == plane.workers else None
+        # A remoting worker's POPs count what their queues have left from the same table
+        # (MessageStoreReader.get_max_offsets_in_queues); its other reads stay with the
+        # queues' files, which never trail its dispatched position.
+        table = QueueOffsetReader(plane.queue_offsets.buffer) \
+            if plane.queue_offsets is not None else None
         self.reader = MessageStoreReader(
             config.store, control.dispatched_position,
             positions=control.two_loader("dispatched_position", "written_position"),
             store_changes=control.two_loader("commitlog_min_offset", "topic_deletion_done"),
-            queue_offsets=QueueOffsetReader(offsets.buffer) if offsets is not None else None)
+            queue_offsets=table if slot == plane.workers else None,
+            rest_offsets=table if slot < plane.workers else None)
         self.slot = slot
         self.fast_sends = fast_sends
         self.putter: SlavePutter | RingPutter = self._putter(config)

@@ -163,3 +163,16 @@ class QueueOffsetReader:
             if at is None:
                 return None if ring.load_u64(self.buffer, _OVERFLOW_OFFSET) else 0
         return ring.load_u64(self.buffer, at)
+
+    def max_offsets(self, topic: str, queue_ids) -> list[int | None]:
+        """:meth:`max_offset` of each queue of ``topic`` (a POP of every queue counts what
+        each has left: one call, not one per queue)."""
+        if not self._ready:
+            return [self.max_offset(topic, queue_id) for queue_id in queue_ids]
+        buffer, entries, load = self.buffer, self.entries, ring.load_u64
+        offsets: list[int | None] = []
+        for queue_id in queue_ids:
+            at = entries.get((topic, queue_id))
+            offsets.append(self.max_offset(topic, queue_id) if at is None
+                           else load(buffer, at))
+        return offsets

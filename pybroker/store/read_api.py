@@ -639,6 +639,11 @@ class StoreReads:
         queue = self._find_queue(topic, queue_id)
         return queue.max_offset_in_queue() if queue is not None else 0
 
+    def get_max_offsets_in_queues(self, topic: str, queue_ids) -> list[int]:
+        """:meth:`get_max_offset_in_queue` of each queue of ``topic``, for an estimate of what
+        they have left (a POP's restNum; a reader may answer from the dispatcher's table)."""
+        return [self.get_max_offset_in_queue(topic, queue_id) for queue_id in queue_ids]
+
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """First valid queue offset; -1 for an unknown queue (Java)."""
         queue = self._find_queue(topic, queue_id)

@@ -162,6 +162,10 @@ class MessageStoreReader(StoreReads):
         The dispatcher's published max offsets (pybroker/store/queue_offsets.py):
         ``get_max_offset_in_queue`` answers from them without opening, listing or scanning
         the queue's files (the consume queue's files answer while the table cannot).
+    rest_offsets : QueueOffsetReader, optional
+        The same table, for ``get_max_offsets_in_queues`` only (a remoting worker: a POP's
+        count of what its queues have left, see that method); ``queue_offsets`` serves it
+        too.
 
     Reads: ``get_messages``, ``query_messages``, ``look_message_by_offset``,
     ``view_message_by_id``, ``get_commit_log_data``, ``get_max_offset_in_queue``,
@@ -173,9 +177,11 @@ class MessageStoreReader(StoreReads):
     def __init__(self, settings: StoreConfig | None = None, dispatched_position: int = 0,
                  positions: Callable[[], tuple[int, int]] | None = None,
                  store_changes: Callable[[], tuple[int, int]] | None = None,
-                 queue_offsets: QueueOffsetReader | None = None):
+                 queue_offsets: QueueOffsetReader | None = None,
+                 rest_offsets: QueueOffsetReader | None = None):
         settings = settings if settings is not None else StoreConfig()
         self._queue_offsets = queue_offsets
+        self._rest_offsets = queue_offsets if queue_offsets is not None else rest_offsets
         self.settings = settings
         self.store_root = settings.store_path_root_dir
         self.commitlog_dir = settings.commitlog_dir
@@ -290,6 +296,24 @@ class MessageStoreReader(StoreReads):
             if published is not None:
                 return published
         return super().get_max_offset_in_queue(topic, queue_id)
+
+    def get_max_offsets_in_queues(self, topic: str, queue_ids) -> list[int]:
+        """Each queue's max offset for an estimate of what it has left, from the dispatcher's
+        table in one call when there is one: no queue is looked up, caught up or re-checked
+        (a POP of every queue counts every queue it does not read). The table trails this
+        reader's own queues by at most the batch the dispatcher is publishing (it publishes
+        a batch's queues after its position), so it is not what reads, bounds checks or
+        get_max_offset_in_queue answer from in a worker; a queue it cannot say is asked
+        here."""
+        table = self._rest_offsets
+        if table is None:
+            return super().get_max_offsets_in_queues(topic, queue_ids)
+        offsets = table.max_offsets(topic, queue_ids)
+        if None in offsets:
+            return [super(MessageStoreReader, self).get_max_offset_in_queue(topic, queue_id)
+                    if offset is None else offset
+                    for queue_id, offset in zip(queue_ids, offsets, strict=True)]
+        return offsets
 
     def get_offset_bounds_in_queue(self, topic: str, queue_id: int) -> tuple[int, int]:
         """The min and max offsets as the two calls give them, the queue looked up once."""

@@ -268,13 +268,21 @@ class _PopRun:
     async def _pop_queues(self, topic: str, queue_ids: list[int], is_retry: bool) -> None:
         slots = await self.pop_state.slots.slots(
             [SlotKey(topic, self.group, queue_id) for queue_id in queue_ids])
-        for queue_id, slot in zip(queue_ids, slots, strict=True):
-            self.watched.append((topic, queue_id, slot))
-            queue = _QueuePop(self, topic, queue_id, slot, is_retry)
+        self.watched.extend((topic, queue_id, slot)
+                            for queue_id, slot in zip(queue_ids, slots, strict=True))
+        for index, queue_id in enumerate(queue_ids):
             if self.full and not self.order:
-                queue.count_rest()      # nothing to read: no coroutine per queue
-            else:
-                await queue.run()
+                self._count_rest(topic, queue_ids[index:], slots[index:], is_retry)
+                return
+            await _QueuePop(self, topic, queue_id, slots[index], is_retry).run()
+
+    def _count_rest(self, topic: str, queue_ids: list[int], slots: list[int],
+                    is_retry: bool) -> None:
+        """The queues a full non-order run visits: what each has left counts in rest_num
+        (no coroutine per queue; their max offsets asked in one call)."""
+        max_offsets = self.ctx.store.get_max_offsets_in_queues(topic, queue_ids)
+        for queue_id, slot, max_offset in zip(queue_ids, slots, max_offsets, strict=True):
+            _QueuePop(self, topic, queue_id, slot, is_retry).count_rest(max_offset)
 
     def has_work(self) -> bool:
         """Whether a watched queue has messages past the group's pop offset (cheap: the
@@ -327,7 +335,9 @@ class _QueuePop:
         self.ctx, self.table = run.ctx, run.pop_state.table
         self.tag = run.pop_state.lock_tag
 
-    def _max_offset(self) -> int:
+    def _max_offset(self, known: int | None = None) -> int:
+        if known is not None:
+            return known
         return self.ctx.store.get_max_offset_in_queue(self.topic, self.queue_id)
 
     def _offset_or_init(self) -> int:
@@ -348,27 +358,27 @@ class _QueuePop:
         finally:
             self.table.unlock(self.slot, self.tag)
 
-    def count_rest(self) -> None:
+    def count_rest(self, max_offset: int) -> None:
         """A non-order run that is already full: the queue's lock, pending offset, in-flight
-        threshold and initial offset as run() takes them; what it has left counts in
-        rest_num (the same steps, without a coroutine and its awaits: a POP of every queue
-        visits them all)."""
-        if not self._try_lock():
+        threshold and initial offset as run() takes them; what it has left up to
+        ``max_offset`` counts in rest_num (the same steps, without a coroutine and its
+        awaits: a POP of every queue visits them all)."""
+        if not self._try_lock(max_offset):
             return
         try:
-            offset = self._prepare(self.ctx.now_ms())
+            offset = self._prepare(self.ctx.now_ms(), max_offset)
             assert offset is None
         finally:
             self.table.unlock(self.slot, self.tag)
 
-    def _try_lock(self) -> bool | None:
+    def _try_lock(self, max_offset: int | None = None) -> bool | None:
         """Take the lock; a non-order POP skips a queue held elsewhere (False), an order POP
         is told to wait for it (None)."""
         run = self.run_
         if self.table.try_lock(self.slot, self.tag):
             return True
         if not run.order:
-            run.rest_num += max(0, self._max_offset() - self._offset_or_init())
+            run.rest_num += max(0, self._max_offset(max_offset) - self._offset_or_init())
             run._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
             return False
         return None
@@ -386,16 +396,17 @@ class _QueuePop:
             await asyncio.sleep(_ORDER_LOCK_POLL_S)
         return True
 
-    def _prepare(self, now_ms: int) -> int | None:
+    def _prepare(self, now_ms: int, max_offset: int | None = None) -> int | None:
         """Under the lock: the offset to read from, or None when this queue gives nothing
-        (what it has left counted in rest_num)."""
+        (what it has left counted in rest_num, up to ``max_offset`` when the caller knows
+        it)."""
         run, table, broker = self.run_, self.table, self.ctx.config.broker
         take_pending_offset(table, self.slot, now_ms)
         if broker.enable_pop_message_threshold and \
                 table.in_flight(self.slot) > broker.pop_inflight_message_threshold:
             log.warning("Too much msgs unacked, then stop popping. topic=%s, group=%s, "
                         "queueId=%d", self.topic, run.group, self.queue_id)
-            run.rest_num += max(0, self._max_offset() - self._offset_or_init())
+            run.rest_num += max(0, self._max_offset(max_offset) - self._offset_or_init())
             return None
         offset = table.pop_offset(self.slot)
         if offset is None:
@@ -406,7 +417,7 @@ class _QueuePop:
         if run.order:
             table.clear_in_flight(self.slot, now_ms)
         if run.full:
-            run.rest_num += max(0, self._max_offset() - offset)
+            run.rest_num += max(0, self._max_offset(max_offset) - offset)
             return None
         return offset
 
