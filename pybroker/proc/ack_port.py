@@ -8,13 +8,13 @@ handlers' context (metadata replica, store reader, POP slots, statistics). Each 
 walks its receive buffer with an :class:`AckFrameTaker` (a frame taker,
 pybroker/remoting/frame_taker.py, chained after the send fast path's port): the leading ACKs the
 taker may take go into the ring as the handler's revive puts do, each becomes a pending put of
-the putter (:class:`pybroker.broker.pop.ack_fast.FastAck`), answered when its outcome comes
-back. While fast failure finds the page cache busy every ACK goes to the handler (which is
+the putter (:class:`pybroker._fast.pop.ack_take.FastAck`), ended and answered by the worker's
+``AckEnd`` (broker/pop/ack_fast.py ack_end) when its outcome comes back. While fast failure finds the page cache busy every ACK goes to the handler (which is
 refused its put, and answers SUCCESS, as Java).
 """
 import asyncio
 
-from pybroker._fast.pop.ack_take import AckTaker
+from pybroker._fast.pop.ack_take import AckTaker, FastAck
 from pybroker.broker import send_fast
 from pybroker.broker.pop import ack_fast
 from pybroker.protocol import pop
@@ -38,7 +38,7 @@ class FastAckPort:
             timer.congestion_possible, timer.congest_limit, timer.max_delay_ms,
             timer.precision_ms, lookup or ack_fast.queue_lookup(ctx),
             config.remoting.frame_max_bytes, config.remoting.ext_fields_max, clock_ms)
-        self.pieces = ack_fast.answer_pieces()
+        self.end = ack_fast.ack_end(ctx, self)
         # Answers made since the putter last handed out outcomes, per connection (its
         # write_frames): written once per batch (RingPutter.add_answers_flush).
         self._answers: dict = {}
@@ -71,15 +71,14 @@ class FastAckPort:
                  appender_asleep: bool) -> None:
         """The acks one take put: each a pending put of the putter, counted as the handler's
         requests are when they start (proc/remoting.py _local)."""
-        ctx, putter, pieces = self.ctx, self.putter, self.pieces
-        stats = ctx.stats
+        putter, end = self.putter, self.end
+        stats = self.ctx.stats
         for entry in taken:
             if stats is not None:
                 token, started_ns = stats.request_started("ack"), stats.now_ns()
             else:
                 token, started_ns = 0, 0
-            putter.add_fast_put(entry[0], ack_fast.FastAck(ctx, self, write_frames, pieces,
-                                                           entry, token, started_ns))
+            putter.add_fast_put(entry[0], FastAck(end, write_frames, entry, token, started_ns))
         putter.puts_total += len(taken)
         putter.after_commit(loop, appender_asleep, len(taken))
         # This read's acks are all in: the appender need not wait for the end of the turn

@@ -19,3 +19,19 @@ class AckTaker:
              ) -> tuple[int, int, int, list[tuple[int, int, str, str, int, int, int, int]],
                         bool]:
         """``(position, outcome, frame_length, taken, appender_asleep)``."""
+
+class AckEnd:
+    """The end of a worker's fast acks (see ack_take.pyx)."""
+    def __init__(self, ctx: object, answers: object, pieces: tuple[bytes, bytes],
+                 ack_put: Callable[..., None], stored: tuple, request_code: int,
+                 response_code: int) -> None: ...
+
+class FastAck:
+    """One ack put until its outcome (proc/ring_putter.py FastPut)."""
+    connection: object
+    entry: tuple[int, int, str, str, int, int, int, int]
+
+    def __init__(self, end: AckEnd, connection: object,
+                 entry: tuple[int, int, str, str, int, int, int, int], token: int,
+                 started_ns: int) -> None: ...
+    def settled(self, status: object) -> None: ...

@@ -15,10 +15,13 @@ the walk and goes to the connection (the handler), so requests keep their order.
 
 ``take`` answers ``(position, outcome, frame_length, taken, appender_asleep)``, ``taken`` the
 acks put: ``(request_id, opaque, topic, group, queue_id, queue_offset, pop_slot, pop_time)``
-each, for the Python side's completion (broker/pop/ack_fast.py).
+each, for the completion: a :class:`FastAck` each, ended by the worker's :class:`AckEnd` (the
+handler's end of an ack, what of it runs in C: see that class).
 """
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdio cimport snprintf
 from libc.string cimport memcpy, memset
 
 from pybroker._fast.frame cimport TAKE_END, TAKE_FULL, TAKE_OTHER
@@ -30,7 +33,9 @@ from pybroker._fast.pop.ack cimport (ACK_FIELD_CONSUMER_GROUP, ACK_FIELD_EXTRA_I
 from pybroker._fast.put_request cimport PUT_REQUEST_ALIGN_BYTES, PUT_TOPIC_POSITION
 from pybroker._fast.request_read cimport REQUEST_FLAG_ONEWAY
 from pybroker._fast.send.held cimport FastSend
-from pybroker._fast.send.stats cimport monotonic_ns, realtime_ms
+from pybroker._fast.send.stats cimport count_rpc, monotonic_ns, realtime_ms
+from pybroker._fast.stats cimport (BROKER_ACK_NUMS, KEY_BYTES, KEY_GROUP_ACK, KEY_MESSAGES,
+                                    KEY_REQUESTS, KEYS_DROPPED, StatsWriter, pb_stats_add)
 from pybroker._fast.send.take cimport SendPath
 from pybroker._fast.send.timer cimport set_wheel
 from pybroker._fast.taker cimport SCRATCH_MIN_BYTES, Scratch, scratch_fit, taker_next, taker_open
@@ -190,3 +195,125 @@ cdef class AckTaker:
         send.topic_id = -1
         send.started_ns = monotonic_ns()
         return core._queue(&send, 1, record.record_bytes, NULL, True)
+
+
+# The answer frame's header: 4-byte frame length, 4-byte header length (JSON: serialize type 0).
+cdef enum:
+    _FRAME_HEAD_BYTES = 8
+    _OPAQUE_DIGITS_MAX = 12
+
+
+cdef class AckEnd:
+    """The end of a worker's fast acks (docs/architecture/pop.md): what the handler does
+    after an ack record's put, in its order, for a :class:`FastAck`'s outcome.
+
+    ``ctx``: the handlers' BrokerContext (``stats``, ``pop.table``, ``config``); ``answers``:
+    where answers go (``answer(connection, frame)``); ``pieces``: the handler's SUCCESS answer
+    header around its opaque (broker/pop/ack_fast.py answer_pieces); ``ack_put``: the
+    handler's ``ack.ack_put``; ``stored``: the PutStatus values whose ``stored`` is true;
+    ``request_code`` / ``response_code``: the rpc series' codes (ACK_MESSAGE, SUCCESS).
+
+    A stored put without enablePopLog is counted here as ``Recorder.pop_ack`` counts it
+    (GROUP_ACK_NUMS, BROKER_ACK_NUMS); any other outcome goes to ``ack_put`` (counted and
+    logged there). Then ``PopTable.take_acked``, the answer made here, and the request
+    finished as proc/remoting.py finishes a handled one: ``Recorder.request_finished`` for
+    the family's figures, its rpc series counted here as ``Recorder.rpc`` counts it.
+    tests/unit/broker/test_pop_ack_fast.py compares both paths' answers, records, counters,
+    keys and in-flight counts."""
+
+    def __init__(self, object ctx not None, object answers not None, tuple pieces not None,
+                 object ack_put not None, tuple stored not None, int32_t request_code,
+                 int32_t response_code):
+        self._ctx = ctx
+        self._answers = answers
+        self._before, self._after = pieces
+        self._ack_put = ack_put
+        self._stored = stored
+        self._request_code = request_code
+        self._response_code = response_code
+        self._ack_keys = {}
+        self._rpc_keys = {}
+
+    cdef bytes _frame(self, int32_t opaque):
+        """The answer frame (JSON header, no body) to the request of ``opaque``."""
+        cdef char digits[_OPAQUE_DIGITS_MAX]
+        cdef int digit_count = snprintf(digits, _OPAQUE_DIGITS_MAX, "%d", <int>opaque)
+        cdef Py_ssize_t before = len(self._before), after = len(self._after)
+        cdef Py_ssize_t header = before + digit_count + after
+        cdef bytes frame = PyBytes_FromStringAndSize(NULL, _FRAME_HEAD_BYTES + header)
+        cdef unsigned char *out = <unsigned char *>PyBytes_AS_STRING(frame)
+        cdef uint64_t length = <uint64_t>(header + 4)
+        cdef int index
+        for index in range(4):
+            out[index] = <unsigned char>((length >> (24 - 8 * index)) & 0xFF)
+            out[4 + index] = <unsigned char>((<uint64_t>header >> (24 - 8 * index)) & 0xFF)
+        memcpy(out + _FRAME_HEAD_BYTES, PyBytes_AS_STRING(self._before), <size_t>before)
+        memcpy(out + _FRAME_HEAD_BYTES + before, digits, <size_t>digit_count)
+        memcpy(out + _FRAME_HEAD_BYTES + before + digit_count, PyBytes_AS_STRING(self._after),
+               <size_t>after)
+        return frame
+
+    cdef int _count_ack(self, StatsWriter writer, str topic, str group) except -1:
+        """Recorder.pop_ack of one stored ack."""
+        cdef uint64_t *words
+        cdef object entry = self._ack_keys.get((topic, group))
+        if entry is None:
+            entry = self._ack_keys[(topic, group)] = writer.key(KEY_GROUP_ACK, 0,
+                                                                f"{topic}@{group}")
+        if <int>entry < 0:
+            pb_stats_add(writer.counters + KEYS_DROPPED, 1)
+        else:
+            words = writer.key_words(<int>entry)
+            pb_stats_add(words + KEY_MESSAGES, 1)
+            pb_stats_add(words + KEY_BYTES, 1)
+            pb_stats_add(words + KEY_REQUESTS, 1)
+        pb_stats_add(writer.counters + BROKER_ACK_NUMS, 1)
+        return 0
+
+    cdef int settle(self, FastAck ack, object status) except -1:
+        cdef object ctx = self._ctx
+        cdef tuple entry = ack.entry
+        cdef object stats = ctx.stats
+        cdef StatsWriter writer = None
+        cdef int64_t elapsed_us
+        if stats is not None and stats.enabled:
+            writer = stats.writer
+        topic, group = entry[2], entry[3]
+        if writer is not None and status in self._stored \
+                and not ctx.config.broker.enable_pop_log:
+            self._count_ack(writer, topic, group)
+        else:
+            self._ack_put(ctx, topic, group, 1, status, ack)
+        ctx.pop.table.take_acked(entry[6], entry[7], 1)
+        self._answers.answer(ack.connection, self._frame(<int32_t>entry[1]))
+        if stats is not None:
+            elapsed_us = (stats.now_ns() - ack.started_ns) // 1000
+            stats.request_finished("ack", ack.token, elapsed_us, None)
+            if writer is not None:
+                count_rpc(writer, self._rpc_keys, self._request_code, self._response_code,
+                          False, elapsed_us)
+        return 0
+
+
+cdef class FastAck:
+    """One ack the taker put (its ``take`` entry) until its outcome: the putter's pending put
+    (proc/ring_putter.py FastPut calls :meth:`settled`); ``token`` and ``started_ns`` as
+    the Recorder's request_started and now_ns gave them."""
+
+    def __init__(self, AckEnd end not None, object connection, tuple entry not None,
+                 object token, int64_t started_ns):
+        self.end = end
+        self.connection = connection
+        self.entry = entry
+        self.token = token
+        self.started_ns = started_ns
+
+    def settled(self, status):
+        """The put's outcome (a PutStatus): the end of the ack (:class:`AckEnd`)."""
+        self.end.settle(self, status)
+
+    def __str__(self):
+        """What the handler's log lines say of the ack."""
+        _, _, topic, group, queue_id, queue_offset, _, pop_time = self.entry
+        return (f"AckMsg(topic={topic!r}, consumer_group={group!r}, queue_id={queue_id}, "
+                f"pop_time={pop_time}, ack_offset={queue_offset})")

@@ -10,25 +10,29 @@ and answer SUCCESS. This module states the rest of that contract, derived from t
   (else TOPIC_NOT_EXIST), the queue id in its readQueueNums (else MESSAGE_ILLEGAL), the offset in
   the queue's bounds (else NO_MESSAGE), with the queue's POP slot known to this worker (a miss
   is the handler's, which asks the metadata service); the same calls as the handler's;
-* :func:`answer_pieces` / :func:`answer_frame` - the answer, SUCCESS with no fields whatever
-  the put's outcome (as Java), cut from the same ``create_response`` and encoder as the
-  handler's answer;
-* :class:`FastAck` - one ack taken, from its put to its answer: the put's outcome is counted,
-  logged and taken out of the in-flight count by the handler's own functions (``ack.ack_put``,
-  ``PopTable.take_acked``), and the request is counted as proc/remoting.py counts a handled one.
+* :func:`answer_pieces` - the answer, SUCCESS with no fields whatever the put's outcome (as
+  Java), cut from the same ``create_response`` and encoder as the handler's answer;
+* :func:`ack_end` - the end of each ack taken, from its put's outcome to its answer
+  (``ack_take.AckEnd``, C): counted as ``Recorder.pop_ack`` counts it when stored, else by
+  the handler's ``ack.ack_put`` (counted and logged); taken out of the in-flight count by
+  ``PopTable.take_acked``; answered; the request counted as proc/remoting.py counts a
+  handled one.
 """
 from collections.abc import Callable
 from typing import Protocol
 
+from pybroker._fast.pop.ack_take import AckEnd
 from pybroker.broker.pop import ack as ack_handler
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response, encode_json_header
 from pybroker.store.status import PutStatus
 
-__all__ = ["queue_lookup", "answer_pieces", "answer_frame", "FastAck", "AnswerQueue"]
+__all__ = ["queue_lookup", "answer_pieces", "ack_end", "AnswerQueue", "STORED"]
 
 _OPAQUE = 2_000_000_001
-_ANSWERED = (int(RequestCode.ACK_MESSAGE), int(ResponseCode.SUCCESS), False)
+# The outcomes whose record is stored (PutStatus.stored), for the C end of an ack: a tuple,
+# found by identity (a set would call the enum's Python __hash__ per ack).
+STORED = tuple(status for status in PutStatus if status.stored)
 
 
 def queue_lookup(ctx) -> Callable[[str, str, int, int], int]:
@@ -60,13 +64,6 @@ def answer_pieces() -> tuple[bytes, bytes]:
     return before, after
 
 
-def answer_frame(pieces: tuple[bytes, bytes], opaque: int) -> bytes:
-    """The whole answer frame (JSON header, no body) to the request of ``opaque``."""
-    header = b"%s%d%s" % (pieces[0], opaque, pieces[1])
-    length = len(header)
-    return (length + 4).to_bytes(4, "big") + length.to_bytes(4, "big") + header
-
-
 class AnswerQueue(Protocol):
     """Where a FastAck's answer goes (proc/ack_port.py FastAckPort: written per batch)."""
 
@@ -74,37 +71,9 @@ class AnswerQueue(Protocol):
         """Queue ``frame`` for ``connection``."""
 
 
-class FastAck:
-    """One ack the fast path put (``AckTaker.take``'s entry) until its outcome: the putter's
-    pending put (proc/ring_putter.py FastPut: it calls :meth:`settled`)."""
-
-    __slots__ = ("ctx", "answers", "connection", "pieces", "entry", "token", "started_ns")
-
-    def __init__(self, ctx, answers: "AnswerQueue", connection: object,
-                 pieces: tuple[bytes, bytes], entry: tuple, token: int, started_ns: int):
-        self.ctx = ctx
-        self.answers = answers
-        self.connection = connection
-        self.pieces = pieces
-        self.entry = entry
-        self.token = token
-        self.started_ns = started_ns
-
-    def settled(self, status: PutStatus) -> None:
-        """The put's outcome: the handler's end of an ack (counted, logged, in-flight), then
-        its answer and the request's figures."""
-        ctx = self.ctx
-        _, opaque, topic, group, _, _, slot, pop_time = self.entry
-        ack_handler.ack_put(ctx, topic, group, 1, status, self)
-        ctx.pop.table.take_acked(slot, pop_time, 1)
-        self.answers.answer(self.connection, answer_frame(self.pieces, opaque))
-        stats = ctx.stats
-        if stats is not None:
-            stats.request_finished("ack", self.token,
-                                   (stats.now_ns() - self.started_ns) // 1000, _ANSWERED)
-
-    def __str__(self) -> str:
-        """What the handler's log lines say of the ack."""
-        _, _, topic, group, queue_id, queue_offset, _, pop_time = self.entry
-        return (f"AckMsg(topic={topic!r}, consumer_group={group!r}, queue_id={queue_id}, "
-                f"pop_time={pop_time}, ack_offset={queue_offset})")
+def ack_end(ctx, answers: AnswerQueue):
+    """The worker's :class:`~pybroker._fast.pop.ack_take.AckEnd`: the end of its fast acks,
+    with the handler's own ``ack.ack_put`` for what C does not count (a put not stored, the
+    POP log on) and its answer cut from the handler's encoder."""
+    return AckEnd(ctx, answers, answer_pieces(), ack_handler.ack_put, STORED,
+                  int(RequestCode.ACK_MESSAGE), int(ResponseCode.SUCCESS))

@@ -268,8 +268,8 @@ class _PopRun:
     async def _pop_queues(self, topic: str, queue_ids: list[int], is_retry: bool) -> None:
         slots = await self.pop_state.slots.slots(
             [SlotKey(topic, self.group, queue_id) for queue_id in queue_ids])
-        self.watched.extend((topic, queue_id, slot)
-                            for queue_id, slot in zip(queue_ids, slots, strict=True))
+        self.watched += [(topic, queue_id, slot)
+                         for queue_id, slot in zip(queue_ids, slots, strict=True)]
         for index, queue_id in enumerate(queue_ids):
             if self.full and not self.order:
                 self._count_rest(topic, queue_ids[index:], slots[index:], is_retry)

@@ -213,8 +213,11 @@ def ack_sides(tmp_path):
 @pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
 @pytest.mark.parametrize("overrides", [None, {"timerPrecisionMs": "100"},
                                        {"flushDiskType": "SYNC_FLUSH"},
-                                       {"timerWheelEnable": "false"}],
-                         ids=["default", "precision-100", "sync-flush", "no-timer"])
+                                       {"timerWheelEnable": "false"},
+                                       {"enablePopLog": "true"},
+                                       {"statsInstrumentsEnable": "false"}],
+                         ids=["default", "precision-100", "sync-flush", "no-timer", "pop-log",
+                              "instruments-off"])
 def test_acks_answer_store_and_count_as_the_handler(ack_sides, rand, pipelined, overrides):
     python, fast = ack_sides(overrides)
     frames = _frames(rand, 300, not pipelined)
