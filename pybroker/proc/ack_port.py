@@ -9,8 +9,9 @@ walks its receive buffer with an :class:`AckFrameTaker` (a frame taker,
 pybroker/remoting/frame_taker.py, chained after the send fast path's port): the leading ACKs the
 taker may take go into the ring as the handler's revive puts do, each becomes a pending put of
 the putter (:class:`pybroker._fast.pop.ack_take.FastAck`), ended and answered by the worker's
-``AckEnd`` (broker/pop/ack_fast.py ack_end) when its outcome comes back. While fast failure finds the page cache busy every ACK goes to the handler (which is
-refused its put, and answers SUCCESS, as Java).
+``AckEnd`` (broker/pop/ack_fast.py ack_end) when its outcome comes back. While fast failure
+finds the page cache busy every ACK goes to the handler (which is refused its put, and answers
+SUCCESS, as Java).
 """
 import asyncio
 

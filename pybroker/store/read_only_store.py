@@ -308,12 +308,10 @@ class MessageStoreReader(StoreReads):
         table = self._rest_offsets
         if table is None:
             return super().get_max_offsets_in_queues(topic, queue_ids)
-        offsets = table.max_offsets(topic, queue_ids)
-        if None in offsets:
-            return [super(MessageStoreReader, self).get_max_offset_in_queue(topic, queue_id)
-                    if offset is None else offset
-                    for queue_id, offset in zip(queue_ids, offsets, strict=True)]
-        return offsets
+        return [super(MessageStoreReader, self).get_max_offset_in_queue(topic, queue_id)
+                if offset is None else offset
+                for queue_id, offset in zip(queue_ids, table.max_offsets(topic, queue_ids),
+                                            strict=True)]
 
     def get_offset_bounds_in_queue(self, topic: str, queue_id: int) -> tuple[int, int]:
         """The min and max offsets as the two calls give them, the queue looked up once."""
