@@ -222,6 +222,18 @@ def test_handed_off_calls_wait_for_the_worker_answer():
         backend.server.stop(1).wait(WAIT_S)
 
 
+def _handing_off(servicer) -> tuple[Backend, "grpc_front.HandOff", int]:
+    """A front on a free port handing SendMessage and the other unary methods to
+    ``servicer`` through grpc_service.front.HandOff (started on the running loop)."""
+    backend = Backend()
+    port = free_port()
+    handoff = grpc_front.HandOff(servicer)
+    front = Front([f"127.0.0.1:{port}"], [], backend.address,
+                  handoff_methods=handoff.methods(), handoff_eventfd=handoff.eventfd)
+    handoff.start(front)
+    return backend, handoff, port
+
+
 def test_the_worker_side_answers_and_stops_with_calls_still_running():
     """grpc_service.front.HandOff answers a handed-off call with the servicer's method; its
     stop ends in bounded time with a call still running, whose caller gets an error and whose
@@ -248,13 +260,8 @@ def test_the_worker_side_answers_and_stops_with_calls_still_running():
         return spb.SendMessageRequest(messages=[pb.Message(body=body)]).SerializeToString()
 
     async def scenario():
-        backend = Backend()
-        port = free_port()
         servicer = Servicer()
-        handoff = grpc_front.HandOff(servicer)
-        front = Front([f"127.0.0.1:{port}"], [], backend.address,
-                      handoff_methods=handoff.methods(), handoff_eventfd=handoff.eventfd)
-        handoff.start(front)
+        backend, handoff, port = _handing_off(servicer)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             send = channel.unary_unary(grpc_front.SERVICE_PATH + "SendMessage")
             answer = spb.SendMessageResponse.FromString(await send(
@@ -291,13 +298,8 @@ def test_a_call_answered_within_the_stop_s_grace_gets_its_answer():
             return spb.SendMessageResponse(entries=[spb.SendResultEntry(message_id="late")])
 
     async def scenario():
-        backend = Backend()
-        port = free_port()
         servicer = Servicer()
-        handoff = grpc_front.HandOff(servicer)
-        front = Front([f"127.0.0.1:{port}"], [], backend.address,
-                      handoff_methods=handoff.methods(), handoff_eventfd=handoff.eventfd)
-        handoff.start(front)
+        backend, handoff, port = _handing_off(servicer)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             send = channel.unary_unary(grpc_front.SERVICE_PATH + "SendMessage")
             request = spb.SendMessageRequest(messages=[pb.Message(body=b"slow")])
