@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 from pybroker.errors import StartupError
 
-__all__ = ["PortInUseError", "PortUse", "check_ports_free", "Listeners", "reserve_port"]
+__all__ = ["PortInUseError", "PortUse", "check_ports_free", "Listeners", "reserve_port",
+           "accepting"]
 
 PRIVILEGED_PORTS_END = 1024     # ports below need root or CAP_NET_BIND_SERVICE
 
@@ -125,3 +126,14 @@ def reserve_port(host: str, use: PortUse) -> socket.socket:
         holder.close()
         raise
     return holder
+
+
+def accepting(host: str, port: int) -> bool:
+    """Whether a connection to ``port`` on ``host`` is accepted now (a wildcard host is probed
+    on its loopback address): a port the workers bind themselves (gRPC) listens once one of
+    them does. The probe connection is closed at once."""
+    target = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    family = socket.AF_INET6 if ":" in target else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex((target, port)) == 0

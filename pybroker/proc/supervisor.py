@@ -41,7 +41,7 @@ from pybroker.errors import ConfigError, StartupError, StoreCorruptError
 from pybroker.proc import dataplane, preflight
 from pybroker.proc.children import STOP_SIGNAL, fork_child
 from pybroker.proc.dataplane import bind_ha_listener, is_slave
-from pybroker.proc.listeners import Listeners, reserve_port
+from pybroker.proc.listeners import Listeners, accepting, reserve_port
 from pybroker.proc.metadata_service import MetadataService
 from pybroker.proc.remoting import run_remoting_worker
 from pybroker.proc.scrubber import ScrubberThread
@@ -363,8 +363,7 @@ class Supervisor:
         self._start_services(serving)
         tasks = serving.tasks
         try:
-            await _wait_until(lambda: len(service.workers) >= workers, WORKERS_READY_TIMEOUT_S,
-                              outcome)
+            await _workers_ready(config, lambda: len(service.workers) >= workers, outcome)
             if replicas is None or replicas.registers_with_namesrv:
                 await registration.register_all()
                 tasks.append(_start_service(registration.run(), "NameServer registration",
@@ -818,13 +817,27 @@ def _resolve(future: asyncio.Future, value: str) -> None:
         future.set_result(value)
 
 
-async def _wait_until(predicate, timeout_s: float, outcome: asyncio.Future) -> None:
+async def _workers_ready(config, connected, outcome: asyncio.Future) -> None:
+    """Every worker connected to the metadata service (``connected()``), and, with gRPC
+    workers, a connection to grpcServerPort accepted: a gRPC worker binds the port after its
+    metadata link is up, and "boot success" must not come before the port serves."""
+    await _wait_until(connected, WORKERS_READY_TIMEOUT_S, outcome,
+                      "remoting workers did not connect to the metadata service")
+    if config.grpc.grpc_workers:
+        await _wait_until(lambda: accepting(config.remoting.bind_address,
+                                            config.grpc.grpc_server_port),
+                          WORKERS_READY_TIMEOUT_S, outcome,
+                          "no gRPC worker listens on grpcServerPort")
+
+
+async def _wait_until(predicate, timeout_s: float, outcome: asyncio.Future,
+                      what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if outcome.done():
             return
         if time.monotonic() > deadline:
-            raise TimeoutError("remoting workers did not connect to the metadata service")
+            raise TimeoutError(what)
         await asyncio.sleep(0.02)
 
 
