@@ -238,5 +238,7 @@ def test_acks_answer_store_and_count_as_the_handler(ack_sides, rand, pipelined, 
     if overrides and overrides.get("timerWheelEnable") == "false":
         assert taken == 0 and not fast_records     # every ack is the handler's (refused)
         return
-    assert taken > 100, taken
+    # About 40 % of the seeded acks are the fast path's (~120 of 300, sd ~8.5 over seeds): 100
+    # failed once in a seeded run; 60 is seven sd below and still most of them.
+    assert taken > 60, taken
     assert any(topic == TIMER_TOPIC.encode() for topic, _, _ in fast_records)
