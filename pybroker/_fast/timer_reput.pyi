@@ -11,13 +11,23 @@ class TimerReputs:
                  delete_key: bytes, enqueue_name: bytes, dequeue_name: bytes) -> None: ...
     def convert(self, views: list[Buffer | None], enqueue_ms: npt.NDArray[np.int64],
                 eligible: npt.NDArray[np.uint8], dequeue_ms: int, run_records_max: int,
-                run_bytes_max: int, cancel_keys: tuple[bytes, ...] = ()
-                ) -> tuple[bytearray, list[tuple[str, int, int, int]],
+                run_bytes_max: int, cancel_keys: tuple[bytes, ...] = (),
+                positions: npt.NDArray[np.int64] | None = None) -> tuple[bytearray, list[tuple[str, int, int, int]],
                            list[tuple[int, int, int, int]], list[int], list[tuple[int, int]]]:
         """(out, groups, runs, rest, cancelled): new records, (topic, queue_id, sys_flag,
         count) per group, (start, end, count, group) per run, indexes left to the Python
-        rule, (record index, cancel key index) per record a cancel key dropped."""
+        rule, (record index, cancel key index) per record a cancel key dropped; ``positions``
+        (one per record) filled with each new record's start in out, -1 when not written."""
 
 def restamp(out: bytearray, converted_ms: int, dequeue_ms: int) -> bool:
     """Rewrite TIMER_DEQUEUE_MS (``converted_ms`` when converted) in every record of a
     convert output to ``dequeue_ms``, in place; False when it cannot (then drop ``out``)."""
+
+def strip(out: Buffer, positions: npt.NDArray[np.int64]) -> bytearray | None:
+    """The recipes of a convert output: each new record without its body, in the records'
+    order; None when ``out`` is not what convert wrote at ``positions``."""
+
+def assemble(recipes: Buffer, positions: npt.NDArray[np.int64], views: list[Buffer | None],
+             out_length: int) -> bytearray | None:
+    """The convert output ``recipes`` were stripped from, each body copied from its parked
+    record (``views``); None when a record cannot be read or its body does not match."""

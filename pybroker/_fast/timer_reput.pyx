@@ -25,8 +25,10 @@ from libc.stdint cimport int32_t, int64_t, uint8_t
 
 from pybroker._fast.digits cimport write_decimal, DECIMAL_BYTES_MAX
 from pybroker._fast.record cimport (RecordFields, RecordParts, RecordStatus, RECORD_STATUS_OK,
-                                    SHORT_LENGTH_MAX, parse_record, record_encoded_size,
-                                    write_record)
+                                    SHORT_LENGTH_MAX, SYS_FLAG_POSITION, BORN_HOST_POSITION,
+                                    IPV4_ADDRESS_BYTES, IPV6_ADDRESS_BYTES, PORT_BYTES,
+                                    BORN_HOST_V6_FLAG, STORE_HOST_V6_FLAG, parse_record,
+                                    record_encoded_size, write_record)
 
 CANCEL_KEYS_MAX = CANCEL_KEYS_MAX_COUNT
 
@@ -146,7 +148,7 @@ cdef class TimerReputs:
 
     def convert(self, list views, const int64_t[::1] enqueue_ms, const uint8_t[::1] eligible,
                 int64_t dequeue_ms, Py_ssize_t run_records_max, Py_ssize_t run_bytes_max,
-                tuple cancel_keys=()):
+                tuple cancel_keys=(), int64_t[::1] positions=None):
         """``(out, groups, runs, rest, cancelled)`` for the records ``views`` (buffers or
         None) parked at the write times ``enqueue_ms``, delivered at ``dequeue_ms``; a record
         whose ``eligible`` byte is 0 is left to the Python rule.
@@ -157,7 +159,9 @@ cdef class TimerReputs:
         ``rest`` the indexes left to the Python rule, in order. ``cancel_keys`` are the
         TIMER_DEL_UNIQKEY values (UTF-8, at most CANCEL_KEYS_MAX) of the slot's cancel marks
         not used yet: the first record (in order) a key names is dropped, and
-        ``cancelled`` lists ``(record index, key index)`` of those.
+        ``cancelled`` lists ``(record index, key index)`` of those. ``positions`` (optional,
+        one per record) is filled with where each record's new record begins in ``out``, -1
+        for a record not written there (what :func:`strip` and :func:`assemble` take).
         """
         cdef Py_ssize_t count = len(views)
         cdef Py_buffer *buffers = NULL
@@ -166,8 +170,9 @@ cdef class TimerReputs:
         cdef Py_ssize_t groups_count = 0, index, keys_count = len(cancel_keys)
         cdef CancelKey keys[CANCEL_KEYS_MAX_COUNT]
         cdef bytes key
-        if enqueue_ms.shape[0] != count or eligible.shape[0] != count:
-            raise ValueError("views, enqueue_ms and eligible differ in length")
+        if enqueue_ms.shape[0] != count or eligible.shape[0] != count or \
+                (positions is not None and positions.shape[0] != count):
+            raise ValueError("views, enqueue_ms, eligible and positions differ in length")
         if keys_count > CANCEL_KEYS_MAX_COUNT:
             raise ValueError(f"{keys_count} cancel keys > {CANCEL_KEYS_MAX_COUNT}")
         for index in range(keys_count):
@@ -195,8 +200,13 @@ cdef class TimerReputs:
                 items[index].held = True
                 self._plan(&buffers[index], enqueue_ms[index], dequeue_ms, &items[index],
                            groups, &groups_count, keys, keys_count)
-            return self._write(buffers, items, count, groups, groups_count, enqueue_ms,
-                               dequeue_ms, run_records_max, run_bytes_max)
+            result = self._write(buffers, items, count, groups, groups_count, enqueue_ms,
+                                 dequeue_ms, run_records_max, run_bytes_max)
+            if positions is not None:
+                for index in range(count):
+                    positions[index] = items[index].position \
+                        if items[index].group >= 0 and items[index].cancel_key < 0 else -1
+            return result
         finally:
             for index in range(count):
                 if items[index].held:
@@ -437,3 +447,116 @@ def restamp(bytearray out, int64_t converted_ms, int64_t dequeue_ms):
         memcpy(data + end - 1 - digits, text, <size_t>digits)
         position = end
     return True
+
+
+cdef inline Py_ssize_t _be32(const unsigned char *p) noexcept nogil:
+    return (<Py_ssize_t>p[0] << 24) | (<Py_ssize_t>p[1] << 16) | (<Py_ssize_t>p[2] << 8) | \
+        <Py_ssize_t>p[3]
+
+
+cdef inline Py_ssize_t _body_length_position(const unsigned char *record) noexcept nogil:
+    # Where BODYLENGTH lies in a record (the hosts' sizes follow its sys flag); the body
+    # follows it.
+    cdef Py_ssize_t sys_flag = _be32(record + SYS_FLAG_POSITION)
+    cdef Py_ssize_t born = IPV6_ADDRESS_BYTES if sys_flag & BORN_HOST_V6_FLAG \
+        else IPV4_ADDRESS_BYTES
+    cdef Py_ssize_t store = IPV6_ADDRESS_BYTES if sys_flag & STORE_HOST_V6_FLAG \
+        else IPV4_ADDRESS_BYTES
+    # born host + port, store timestamp, store host + port, reconsume times, prepared offset
+    return BORN_HOST_POSITION + born + PORT_BYTES + 8 + store + PORT_BYTES + 4 + 8
+
+
+cdef bint _body_of(const unsigned char *record, Py_ssize_t available, Py_ssize_t *start,
+                   Py_ssize_t *length) noexcept nogil:
+    # The body span of a convert output record within its first ``available`` bytes.
+    cdef Py_ssize_t at, size
+    if available < BORN_HOST_POSITION:
+        return False
+    size = _be32(record)
+    at = _body_length_position(record)
+    if size > available or at + 4 > size:
+        return False
+    start[0], length[0] = at + 4, _be32(record + at)
+    return start[0] + length[0] <= size
+
+
+def strip(const unsigned char[::1] out, const int64_t[::1] positions):
+    """The recipes of a :meth:`TimerReputs.convert` output: each new record without its body
+    (the parked record's body, which stays in the CommitLog), one after the other in the
+    records' order (``positions``: convert's, -1 for a record not written). None when ``out``
+    is not what convert wrote at those positions."""
+    cdef Py_ssize_t count = positions.shape[0], length = out.shape[0], total = 0, index
+    cdef Py_ssize_t position, size, body_start, body_length, at = 0
+    cdef const unsigned char *data = &out[0] if length else NULL
+    cdef unsigned char *target
+    for index in range(count):
+        position = positions[index]
+        if position < 0:
+            continue
+        if position >= length or not _body_of(data + position, length - position,
+                                              &body_start, &body_length):
+            return None
+        total += _be32(data + position) - body_length
+    recipes = bytearray(total)
+    target = <unsigned char *>PyByteArray_AS_STRING(recipes)
+    for index in range(count):
+        position = positions[index]
+        if position < 0:
+            continue
+        _body_of(data + position, length - position, &body_start, &body_length)
+        size = _be32(data + position)
+        memcpy(target + at, data + position, <size_t>body_start)
+        memcpy(target + at + body_start, data + position + body_start + body_length,
+               <size_t>(size - body_start - body_length))
+        at += size - body_length
+    return recipes
+
+
+def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, list views,
+             Py_ssize_t out_length):
+    """The convert output :func:`strip` made ``recipes`` of, rebuilt with each body copied
+    from its parked record (``views``, one per record as convert was given them); byte for
+    byte what convert wrote. None when a parked record cannot be read or its body is not
+    where and as long as the recipe says (convert the records again then)."""
+    cdef Py_ssize_t count = positions.shape[0], length = recipes.shape[0], index, at = 0
+    cdef Py_ssize_t position, size, body_start, body_length, rest
+    cdef const unsigned char *source = &recipes[0] if length else NULL
+    cdef unsigned char *target
+    cdef Py_buffer buffer
+    cdef RecordFields f
+    cdef RecordStatus status
+    if len(views) != count:
+        raise ValueError("views and positions differ in length")
+    out = bytearray(out_length)
+    target = <unsigned char *>PyByteArray_AS_STRING(out)
+    for index in range(count):
+        position = positions[index]
+        if position < 0:
+            continue
+        view = views[index]
+        if view is None or length - at < BORN_HOST_POSITION:
+            return None
+        size = _be32(source + at)
+        body_start = _body_length_position(source + at) + 4
+        if body_start > size or body_start > length - at:
+            return None
+        body_length = _be32(source + at + body_start - 4)
+        rest = size - body_start - body_length
+        if rest < 0 or body_start + rest > length - at or position < 0 or \
+                position + size > out_length:
+            return None
+        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
+        try:
+            status = parse_record(<const unsigned char *>buffer.buf, 0, buffer.len, False, &f)
+            if status != RECORD_STATUS_OK or f.body_position != body_start or \
+                    f.body_length != body_length:
+                return None
+            memcpy(target + position, source + at, <size_t>body_start)
+            memcpy(target + position + body_start,
+                   <const unsigned char *>buffer.buf + body_start, <size_t>body_length)
+        finally:
+            PyBuffer_Release(&buffer)
+        memcpy(target + position + body_start + body_length, source + at + body_start,
+               <size_t>rest)
+        at += body_start + rest
+    return out if at == length else None

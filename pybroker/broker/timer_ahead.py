@@ -5,11 +5,14 @@ A due slot's delivery was: read its parked records, convert them into runs (C), 
 The reading and converting do not depend on the clock, so :class:`AheadRuns` does them for the
 slots that begin within ``AHEAD_MS`` (a slot's messages fall due from its start on), one chunk
 of ``DEQUEUE_CHUNK`` records per call of :meth:`AheadRuns.step` (the worker calls it when a turn
-leaves time), and holds the runs in the worker's memory, at most ``timerPreconvertMaxBytes``
-bytes of them. When the slot begins, :meth:`TimerStore.dequeue` reads the slot again (the timer
-log and wheel are the truth), takes the runs held for it and puts each chunk once all its
-messages' own times have come (broker/timer_own.py), their TIMER_DEQUEUE_MS rewritten to the
-clock of the put (``_fast/timer_reput.restamp``), and converts the rest as they fall due.
+leaves time), and holds each converted chunk in the worker's memory as recipes
+(``timer_runs.hold``: the new records without their bodies, which stay in the parked records),
+at most ``timerPreconvertMaxBytes`` bytes of recipes. When the slot begins,
+:meth:`TimerStore.dequeue` reads the slot again (the timer log and wheel are the truth), takes
+the chunks held for it and puts each once all its messages' own times have come
+(broker/timer_own.py): its records assembled from the recipes and the parked bodies
+(``timer_runs.assembled``), TIMER_DEQUEUE_MS rewritten to the clock of the put
+(``_fast/timer_reput.restamp``); the rest is converted as it falls due.
 Nothing is stored before its own time and nothing of this is on disk: a kill -9 loses only
 work, and the next worker delivers the slot from the timer log.
 
@@ -26,7 +29,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from pybroker.broker.timer_runs import CChunk, SlotPlan, Wanted
+from pybroker.broker.timer_runs import CChunk, HeldChunk, SlotPlan, Wanted, hold
 from pybroker.store.settings import StoreConfig
 from pybroker.store.timer_wheel import TimerWheel
 
@@ -57,7 +60,7 @@ class AheadSource(Protocol):
 class Taken(NamedTuple):
     """What :meth:`AheadRuns.take` hands to the dequeue: the chunks converted ahead, in the
     slot's order, and the TIMER_DEQUEUE_MS they were converted with."""
-    chunks: list[CChunk]
+    chunks: list[HeldChunk]
     converted_ms: int
 
 
@@ -70,7 +73,8 @@ class _Ready:
     converted_ms: int                       # TIMER_DEQUEUE_MS written (the slot's due time)
     chunks: list = dataclasses.field(default_factory=list)
     covered: int = 0                        # records of plan.wanted the chunks were made of
-    held_bytes: int = 0
+    held_bytes: int = 0                     # the recipes' bytes (what the cap counts)
+    out_bytes: int = 0                      # the re-put records' bytes they stand for
     planned_bytes: int = 0                  # the parked records' bytes of plan.wanted
     stopped: bool = False                   # a chunk C did not take whole, or the cap
 
@@ -130,21 +134,23 @@ class AheadRuns:
         chunk = store.convert_ahead(type(wanted)(*(column[start:start + chunk_records]
                                                    for column in wanted)),
                                     ready.cancelled, ready.converted_ms)
-        if chunk is None or self.held_bytes + len(chunk.out) > self.bytes_max:
+        held = hold(chunk) if chunk is not None else None
+        if held is None or self.held_bytes + held.held_bytes > self.bytes_max:
             ready.stopped = True          # the rest of the slot is converted at due time
             return
         for key in chunk.dropped_keys:
             del ready.cancelled[key]
-        ready.chunks.append(chunk)
-        ready.covered += chunk.records
-        ready.held_bytes += len(chunk.out)
-        self.held_bytes += len(chunk.out)
+        ready.chunks.append(held)
+        ready.covered += held.records
+        ready.held_bytes += held.held_bytes
+        ready.out_bytes += held.out_length
+        self.held_bytes += held.held_bytes
 
     def coming_bytes(self) -> int:
         """About the CommitLog bytes the slots planned ahead will be put as when they fall
         due (converted or not: what is not held is converted then), at most ``bytes_max``;
         the flusher faults their pages in ahead of the appender (store/prefault.py)."""
-        coming = sum(max(ready.held_bytes, ready.planned_bytes)
+        coming = sum(max(ready.out_bytes, ready.planned_bytes)
                      for ready in self._slots.values())
         return min(coming, self.bytes_max)
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from pybroker.broker.timer_ahead import Taken
 from pybroker.broker.timer_message import TimerRefused, deliver_ms
-from pybroker.broker.timer_runs import CChunk, SlotPlan
+from pybroker.broker.timer_runs import HeldChunk, SlotPlan
 
 __all__ = ["OwnTimes", "SlotInProgress", "own_time", "OWN_TIMES_MAX"]
 
@@ -97,7 +97,7 @@ class SlotInProgress:
     plan: SlotPlan
     due: np.ndarray                 # own time of each wanted row
     done: np.ndarray                # rows put (or dropped by a cancel mark)
-    held: list[tuple[int, CChunk]]  # (first row, chunk) converted ahead, not put yet
+    held: list[tuple[int, HeldChunk]]  # (first row, chunk) converted ahead, not put
     converted_ms: int               # TIMER_DEQUEUE_MS the held chunks were written with
     cancelled: dict[str, dict[str, str]]    # cancel marks not used yet
     marks: set[str]                 # every cancel mark seen in the slot
@@ -105,7 +105,7 @@ class SlotInProgress:
 
     @classmethod
     def start(cls, slot_ms: int, entry, plan: SlotPlan, due: np.ndarray,
-              held: list[tuple[int, CChunk]], converted_ms: int) -> "SlotInProgress":
+              held: list[tuple[int, HeldChunk]], converted_ms: int) -> "SlotInProgress":
         state = cls(slot_ms, entry, plan, due, np.zeros(len(due), bool), held, converted_ms,
                     dict(plan.cancelled), set(plan.cancelled))
         state.recount()
@@ -159,7 +159,7 @@ class SlotInProgress:
         """Indexes of the rows not put whose own time has come, in the slot's order."""
         return np.flatnonzero(~self.done & (self.due <= now_ms))
 
-    def held_due(self, now_ms: int) -> list[tuple[int, CChunk]]:
+    def held_due(self, now_ms: int) -> list[tuple[int, HeldChunk]]:
         """The held chunks whose every row is due and none put (taken out of ``held``); a
         chunk with a row put another way is dropped."""
         ready, waiting = [], []

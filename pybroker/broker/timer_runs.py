@@ -12,9 +12,9 @@ from pybroker._fast import timer_reput
 from pybroker.broker.reput import RePut
 from pybroker.protocol.constants import Property
 
-__all__ = ["Run", "Wanted", "SlotPlan", "CChunk", "REPUTS", "TEXT_PATH_NAMES",
+__all__ = ["Run", "Wanted", "SlotPlan", "CChunk", "HeldChunk", "REPUTS", "TEXT_PATH_NAMES",
            "RUN_RECORDS_MAX", "RUN_BYTES_MAX", "DEQUEUE_CHUNK", "CHUNKS_IN_FLIGHT",
-           "convert_c", "runs_of"]
+           "convert_c", "hold", "assembled", "runs_of"]
 
 RUN_RECORDS_MAX = 256           # records of one real queue put as one request
 DEQUEUE_CHUNK = 1024            # units of a slot turned into re-puts at a time
@@ -65,26 +65,74 @@ class CChunk(NamedTuple):
     """A chunk of a slot converted in C (``records`` of its wanted list): ``out`` holds the
     new records, ``runs`` cut from it; ``groups`` (topic, queue, sys flag, count) for the
     metrics; ``rest`` the indexes left to the Python rule; ``dropped_keys`` the cancel marks
-    used up, in the order C used them."""
+    used up, in the order C used them; ``cuts`` the runs as (start, end, count, group
+    index) of ``out``; ``positions`` where each record's new record begins in ``out`` (-1:
+    not written there)."""
     out: bytearray
     runs: list[Run]
     groups: list[tuple[str, int, int, int]]
     rest: list[int]
     dropped_keys: list[str]
     records: int
+    cuts: list[tuple[int, int, int, int]]
+    positions: np.ndarray
+
+
+class HeldChunk(NamedTuple):
+    """A chunk converted ahead, held as recipes (:func:`hold`): its new records without
+    their bodies, which stay in the parked records in the CommitLog; what
+    :func:`assembled` turns back into the chunk, byte for byte, when it is due."""
+    recipes: bytearray
+    positions: np.ndarray
+    out_length: int
+    cuts: list[tuple[int, int, int, int]]
+    groups: list[tuple[str, int, int, int]]
+    dropped_keys: list[str]
+    records: int
+
+    @property
+    def held_bytes(self) -> int:
+        return len(self.recipes) + self.positions.nbytes
 
 
 def convert_c(wanted: Wanted, views: list, keys: list[str], dequeue_ms: int) -> CChunk:
     """One call of the C rule over a chunk (no figure counted, no mark used up)."""
+    positions = np.empty(len(views), np.int64)
     out, groups, cuts, rest, dropped = REPUTS.convert(
         views, np.ascontiguousarray(wanted.enqueue_ms, np.int64),
         np.ascontiguousarray(~wanted.rolls, np.uint8), dequeue_ms, RUN_RECORDS_MAX,
-        RUN_BYTES_MAX, tuple(key.encode() for key in keys))
+        RUN_BYTES_MAX, tuple(key.encode() for key in keys), positions)
+    return CChunk(out, _runs(out, groups, cuts), groups, rest,
+                  [keys[key_index] for _, key_index in dropped], len(wanted.offsets), cuts,
+                  positions)
+
+
+def _runs(out: bytearray, groups: list[tuple[str, int, int, int]],
+          cuts: list[tuple[int, int, int, int]]) -> list[Run]:
     whole = memoryview(out)
-    runs = [Run(whole[start:end], groups[group][0], groups[group][1], count,
+    return [Run(whole[start:end], groups[group][0], groups[group][1], count,
                 groups[group][2]) for start, end, count, group in cuts]
-    return CChunk(out, runs, groups, rest, [keys[key_index] for _, key_index in dropped],
-                  len(wanted.offsets))
+
+
+def hold(chunk: CChunk) -> HeldChunk | None:
+    """The chunk (C took it whole) as recipes: what is held of it until it is due; None
+    when its output cannot be stripped (hold it whole then)."""
+    recipes = timer_reput.strip(chunk.out, chunk.positions)
+    if recipes is None:
+        return None
+    return HeldChunk(recipes, chunk.positions, len(chunk.out), chunk.cuts, chunk.groups,
+                     chunk.dropped_keys, chunk.records)
+
+
+def assembled(held: HeldChunk, views: list) -> CChunk | None:
+    """The chunk ``held`` was made of, its bodies copied from the parked records (``views``:
+    the chunk's records read again); None when one of them does not read as it did (convert
+    the chunk again)."""
+    out = timer_reput.assemble(held.recipes, held.positions, views, held.out_length)
+    if out is None:
+        return None
+    return CChunk(out, _runs(out, held.groups, held.cuts), held.groups, [], held.dropped_keys,
+                  held.records, held.cuts, held.positions)
 
 
 def runs_of(reputs: list[RePut]) -> list[Run]:

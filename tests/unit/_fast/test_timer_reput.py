@@ -234,3 +234,74 @@ def test_restamp_rewrites_every_record_s_dequeue_time_in_place():
     damaged[-1] = 0x41
     assert not timer_reput.restamp(damaged, later, DEQUEUE_MS)
     assert timer_reput.restamp(bytearray(), DEQUEUE_MS, later)     # no record: nothing to do
+
+
+def _converted_with_positions(records, enqueue, cancel_keys=()):
+    positions = np.empty(len(records), np.int64)
+    views = [None if item is None else memoryview(item) for item in records]
+    out, groups, runs, rest, dropped = timer_runs.REPUTS.convert(
+        views, np.array(enqueue, np.int64), np.ones(len(records), np.uint8), DEQUEUE_MS,
+        timer_runs.RUN_RECORDS_MAX, timer_runs.RUN_BYTES_MAX, cancel_keys, positions)
+    return out, runs, rest, dropped, positions, views
+
+
+def test_recipes_assemble_to_the_conversion_byte_for_byte():
+    """strip keeps each new record without its body; assemble with the parked records gives
+    convert's output byte for byte (seeded random records: both host kinds, empty and long
+    bodies, groups interleaved, records left to Python and dropped by a cancel mark, so
+    positions hold -1). The recipes are smaller than the output by the bodies."""
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    records, enqueue = [], []
+    for index in range(300):
+        properties = _random_properties(rng) if rng.random() < 0.3 else \
+            b"UNIQ_KEY\x01U%d\x02REAL_TOPIC\x01%s\x02REAL_QID\x01%d\x02" % (
+                index, rng.choice([b"T", b"Other"]), rng.randrange(3))
+        records.append(None if rng.random() < 0.02 else
+                       parked(properties, sys_flag=rng.choice([0, 0x10, 0x20, 0x30]),
+                              body=rng.randbytes(rng.choice([0, 1, 1024, rng.randrange(2000)]))))
+        enqueue.append(ENQUEUE_MS + rng.randrange(10 ** 6))
+    out, runs, rest, dropped, positions, views = _converted_with_positions(
+        records, enqueue, (b"T+U5", b"Other+U6"))
+    taken = [index for index in range(300) if positions[index] >= 0]
+    assert len(taken) > 150 and set(taken).isdisjoint(rest)
+    assert set(taken) | set(rest) | {index for index, _ in dropped} == set(range(300))
+    recipes = timer_reput.strip(out, positions)
+    bodies = sum(len(record.decode(bytes(out), int(positions[index])).body)
+                 for index in taken)
+    assert len(recipes) == len(out) - bodies
+    assert timer_reput.assemble(recipes, positions, views, len(out)) == out
+    # Held recipes, re-read records: the same views of other copies assemble the same.
+    copies = [None if item is None else memoryview(bytearray(item)) for item in records]
+    assert timer_reput.assemble(bytes(recipes), positions, copies, len(out)) == out
+    assert timer_reput.assemble(bytearray(), np.full(3, -1, np.int64), [None] * 3, 0) == \
+        bytearray()
+
+
+def test_assemble_refuses_records_that_do_not_match_their_recipes():
+    """A parked record that cannot be read, one whose body is not as long as the recipe says
+    or lies elsewhere (the other host kind), and recipes cut short or too long give None;
+    strip refuses positions that do not name convert's records."""
+    records = [parked(b"REAL_TOPIC\x01T\x02REAL_QID\x01%d\x02" % n, body=b"b" * (10 + n))
+               for n in range(4)]
+    out, _runs, rest, _dropped, positions, views = _converted_with_positions(
+        records, [ENQUEUE_MS] * 4)
+    assert rest == []
+    recipes = timer_reput.strip(out, positions)
+    assert timer_reput.assemble(recipes, positions, views, len(out)) == out
+    for swap in (None, parked(b"REAL_TOPIC\x01T\x02REAL_QID\x012\x02", body=b"b" * 99),
+                 parked(b"REAL_TOPIC\x01T\x02REAL_QID\x012\x02", body=b"b" * 12,
+                        sys_flag=0x10)):
+        changed = list(views)
+        changed[2] = None if swap is None else memoryview(swap)
+        assert timer_reput.assemble(recipes, positions, changed, len(out)) is None
+    assert timer_reput.assemble(recipes[:-1], positions, views, len(out)) is None
+    assert timer_reput.assemble(recipes + b"x", positions, views, len(out)) is None
+    assert timer_reput.assemble(recipes, positions, views, len(out) - 1) is None
+    with pytest.raises(ValueError):
+        timer_reput.assemble(recipes, positions, views[:3], len(out))
+    assert timer_reput.strip(out[:-1], positions) is None
+    shifted = positions.copy()
+    shifted[1] += 1
+    assert timer_reput.strip(out, shifted) is None
