@@ -12,7 +12,8 @@ class TimerReputs:
     def convert(self, views: list[Buffer | None], enqueue_ms: npt.NDArray[np.int64],
                 eligible: npt.NDArray[np.uint8], dequeue_ms: int, run_records_max: int,
                 run_bytes_max: int, cancel_keys: tuple[bytes, ...] = (),
-                positions: npt.NDArray[np.int64] | None = None) -> tuple[bytearray, list[tuple[str, int, int, int]],
+                positions: npt.NDArray[np.int64] | None = None
+                ) -> tuple[bytearray, list[tuple[str, int, int, int]],
                            list[tuple[int, int, int, int]], list[int], list[tuple[int, int]]]:
         """(out, groups, runs, rest, cancelled): new records, (topic, queue_id, sys_flag,
         count) per group, (start, end, count, group) per run, indexes left to the Python

@@ -51,8 +51,7 @@ from pybroker.broker.timer_ahead import AheadRuns
 from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
 from pybroker.broker.timer_own import OwnTimes, SlotInProgress, own_time
 from pybroker.broker.timer_runs import (CHUNKS_IN_FLIGHT, DEQUEUE_CHUNK, TEXT_PATH_NAMES, CChunk,
-                                        HeldChunk, Run, SlotPlan, Wanted, assembled, convert_c,
-                                        runs_of)
+                                        Run, SlotPlan, Wanted, assembled, convert_c, runs_of)
 from pybroker.protocol.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Property
 from pybroker.protocol.properties import decode_properties
 from pybroker._fast.stats import StatsHistogram, StatsWriter
@@ -627,17 +626,14 @@ class TimerStore:
         return SlotPlan(is_delete, cancelled, wanted, unreadable, duplicates)
 
     def _due_runs(self, state: SlotInProgress, until_ms: int) -> Iterator[list[Run]]:
-        """The runs of the slot's rows due by ``until_ms`` and not put, chunk by chunk: the
-        chunks converted ahead whose rows are all due (TIMER_DEQUEUE_MS rewritten to the clock
-        now), then the other due rows converted now; each marked put."""
-        wanted = state.plan.wanted
+        """The runs of the slot's rows due by ``until_ms`` and not put, chunk by chunk, each
+        marked put: held chunks whose rows are all due (assembled), then the rest converted."""
         for start, held in state.held_due(until_ms):
             if any(key not in state.cancelled for key in held.dropped_keys):
                 continue                # a mark it used is used up: converted again below
-            chunk = self._assembled(held, wanted.offsets[start:start + held.records],
-                                    wanted.sizes[start:start + held.records])
-            if chunk is not None and \
-                    timer_reput.restamp(chunk.out, state.converted_ms, self.now_ms()):
+            chunk = assembled(held, self.reader.read_records, state.plan.wanted, start,
+                              state.converted_ms, self.now_ms())
+            if chunk is not None:
                 state.done[start:start + chunk.records] = True
                 self._take_c(chunk, state.cancelled)
                 self.figures.converted_ahead += sum(run.messages for run in chunk.runs)
@@ -646,18 +642,8 @@ class TimerStore:
         state.done[due] = True
         for start in range(0, len(due), DEQUEUE_CHUNK):
             rows = due[start:start + DEQUEUE_CHUNK]
-            yield self._convert_all(Wanted(*(column[rows] for column in wanted)),
+            yield self._convert_all(Wanted(*(column[rows] for column in state.plan.wanted)),
                                     state.cancelled)
-
-    def _assembled(self, held: HeldChunk, offsets: np.ndarray,
-                   sizes: np.ndarray) -> CChunk | None:
-        """A chunk held as recipes made whole again from its parked records (read again);
-        None when they do not read as they did (the chunk is converted again)."""
-        records = self.reader.read_records(offsets.tolist(), sizes.tolist())
-        try:
-            return assembled(held, records.views)
-        finally:
-            records.release()
 
     def convert_ahead_step(self) -> bool:
         """Convert one chunk of a slot falling due soon ahead of time (broker/timer_ahead.py);

@@ -4,6 +4,7 @@ slot's plan read from the timer log, runs of re-puts per (real topic, queue, sys
 chunk of a slot converted by the C first-delivery rule (_fast/timer_reput.pyx, kept equal to
 TimerStore._convert_text by tests/unit/_fast/test_timer_reput.py).
 """
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from pybroker._fast import timer_reput
 from pybroker.broker.reput import RePut
 from pybroker.protocol.constants import Property
+from pybroker.store.read_api import RecordsResult
 
 __all__ = ["Run", "Wanted", "SlotPlan", "CChunk", "HeldChunk", "REPUTS", "TEXT_PATH_NAMES",
            "RUN_RECORDS_MAX", "RUN_BYTES_MAX", "DEQUEUE_CHUNK", "CHUNKS_IN_FLIGHT",
@@ -124,12 +126,20 @@ def hold(chunk: CChunk) -> HeldChunk | None:
                      chunk.dropped_keys, chunk.records)
 
 
-def assembled(held: HeldChunk, views: list) -> CChunk | None:
-    """The chunk ``held`` was made of, its bodies copied from the parked records (``views``:
-    the chunk's records read again); None when one of them does not read as it did (convert
-    the chunk again)."""
-    out = timer_reput.assemble(held.recipes, held.positions, views, held.out_length)
-    if out is None:
+def assembled(held: HeldChunk, read_records: Callable[[list[int], list[int]], RecordsResult],
+              wanted: Wanted, start: int, converted_ms: int, dequeue_ms: int) -> CChunk | None:
+    """The chunk ``held`` was made of (rows ``start`` on of ``wanted``), its bodies copied
+    from the parked records read again and TIMER_DEQUEUE_MS rewritten from ``converted_ms``
+    to ``dequeue_ms``; None when a record does not read as it did or the time cannot be
+    rewritten in place (convert the chunk again)."""
+    rows = slice(start, start + held.records)
+    records = read_records(wanted.offsets[rows].tolist(), wanted.sizes[rows].tolist())
+    try:
+        out = timer_reput.assemble(held.recipes, held.positions, records.views,
+                                   held.out_length)
+    finally:
+        records.release()
+    if out is None or not timer_reput.restamp(out, converted_ms, dequeue_ms):
         return None
     return CChunk(out, _runs(out, held.groups, held.cuts), held.groups, [], held.dropped_keys,
                   held.records, held.cuts, held.positions)

@@ -252,7 +252,8 @@ class StoreConfig:
     timer_preconvert_max_bytes: int = setting("timerPreconvertMaxBytes", 256 << 20,
         "pybroker's own: re-puts of the slots beginning within 3 s are converted ahead "
         "and held in the timer worker's memory as recipes (each record without its body) "
-        "up to this many bytes (past it they are converted when due, as with 0)", unit="bytes", rule=at_least(0), pybroker_only=True)
+        "up to this many bytes (past it they are converted when due, as with 0)",
+        unit="bytes", rule=at_least(0), pybroker_only=True)
     # Java's BrokerConfig keys, with the timer because they act on it (broker/timer_requests.py).
     recall_message_enable: bool = setting("recallMessageEnable", False,
         "RECALL_MESSAGE (370) cancels a parked timer message by its recall handle; false: "

@@ -51,8 +51,9 @@ def send_timer(broker, key: str, queue_id: int = 1, born_ms: int | None = None,
                body: bytes | None = None, **props):
     born = {} if born_ms is None else {"bornTimestamp": str(born_ms)}
     return broker.call(send.handle_send_message, harness.send_request(
-        "java", key.encode() if body is None else body, queue_id=queue_id, properties=harness.properties_text(
-            KEYS=key, TAGS="tg", WAIT="true", UNIQ_KEY=f"U-{key}", **props), **born))
+        "java", key.encode() if body is None else body, queue_id=queue_id,
+        properties=harness.properties_text(KEYS=key, TAGS="tg", WAIT="true",
+                                           UNIQ_KEY=f"U-{key}", **props), **born))
 
 
 def send_cancel(broker, mark: str, answer, key: str):
