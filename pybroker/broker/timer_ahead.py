@@ -138,7 +138,7 @@ class AheadRuns:
         if held is None or self.held_bytes + held.held_bytes > self.bytes_max:
             ready.stopped = True          # the rest of the slot is converted at due time
             return
-        for key in chunk.dropped_keys:
+        for key in held.dropped_keys:
             del ready.cancelled[key]
         ready.chunks.append(held)
         ready.covered += held.records

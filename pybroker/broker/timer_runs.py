@@ -134,9 +134,9 @@ def assembled(held: HeldChunk, read_records: Callable[[list[int], list[int]], Re
     rewritten in place (convert the chunk again)."""
     rows = slice(start, start + held.records)
     records = read_records(wanted.offsets[rows].tolist(), wanted.sizes[rows].tolist())
+    views: list = records.views
     try:
-        out = timer_reput.assemble(held.recipes, held.positions, records.views,
-                                   held.out_length)
+        out = timer_reput.assemble(held.recipes, held.positions, views, held.out_length)
     finally:
         records.release()
     if out is None or not timer_reput.restamp(out, converted_ms, dequeue_ms):
