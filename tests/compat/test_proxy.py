@@ -322,8 +322,9 @@ def test_proxy_requests_behind_the_sends(deployment, produced):
 
 # --- the SDKs' consumers through the proxy -------------------------------------------------------
 
-CONSUMER_OPS = {"python": ("simple", "push", "pushslow"), "java": ("simple", "push"),
-                "go": ("simple",)}
+CONSUMER_OPS = {"python": ("simple", "push"), "java": ("simple", "push"), "go": ("simple",)}
+# Ops with no DLQ part, run after an SDK's CONSUMER_OPS: the auto-renew scenario.
+RENEW_OPS = {"python": ("pushslow",)}
 # RocketMQ 5.x's POP codes (pybroker's RequestCode gets them with branch pop).
 POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME = 200050, 200051, 200053
 PUSH_SDKS = ("python", "java")
@@ -352,6 +353,12 @@ def consumed(deployment, produced):
             proxy_support.create_group(deployment.broker_addr, names["dlq_group"],
                                        retry_max_times=1, retry_every_ms=fast)
             words += [*(["then"] if words else []), op, *(f"{k}={v}" for k, v in names.items()),
+                      f"run={sdk}"]
+        for op in RENEW_OPS.get(sdk, ()):
+            names = consumer_names(sdk, op)
+            proxy_support.create_topic(deployment.broker_addr, names["topic"], "NORMAL")
+            proxy_support.create_group(deployment.broker_addr, names["group"])
+            words += ["then", op, f"topic={names['topic']}", f"group={names['group']}",
                       f"run={sdk}"]
         runs[sdk] = words
     return proxy_support.run_sdks(runs, deployment.endpoint, peers, timeout_s=240)
