@@ -345,8 +345,11 @@ cdef Py_ssize_t _json_ext_fields(const unsigned char *p, Py_ssize_t at, Py_ssize
     """The extFields object at p[at] == '{' (string values only); position after, or -1."""
     cdef Py_ssize_t key_start, key_length, value_start, value_length, entries = 0, used = 0
     cdef bint key_escaped, value_escaped
-    cdef int field
+    cdef int field, i, others = 0
     cdef bint short_names = names.short_names and r.code != names.long_names_code
+    # Keys the table does not name, compared pairwise: a duplicate of any key is refused.
+    cdef Py_ssize_t other_starts[EXT_KEYS_SCANNED_MAX]
+    cdef Py_ssize_t other_lengths[EXT_KEYS_SCANNED_MAX]
     at = _skip_ws(p, at + 1, end)
     if at < end and p[at] == c'}':
         return at + 1
@@ -369,10 +372,20 @@ cdef Py_ssize_t _json_ext_fields(const unsigned char *p, Py_ssize_t at, Py_ssize
         field = _field_of(names, p + key_start, key_length, short_names)
         if field >= 0:
             if fields[field].present:
-                return -1           # orjson keeps the last duplicate; let Python do that
+                return -1           # the Python decoder refuses a duplicate key
             if _json_value_span(p, value_start, value_length, value_escaped, scratch, &used,
                                 scratch_bytes, &fields[field]) < 0:
                 return -1
+        else:
+            if others >= EXT_KEYS_SCANNED_MAX:
+                return -1
+            for i in range(others):
+                if other_lengths[i] == key_length and memcmp(
+                        p + other_starts[i], p + key_start, <size_t>key_length) == 0:
+                    return -1
+            other_starts[others] = key_start
+            other_lengths[others] = key_length
+            others += 1
         at = _skip_ws(p, at, end)
         if at < end and p[at] == c',':
             at = _skip_ws(p, at + 1, end)

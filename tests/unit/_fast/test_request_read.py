@@ -56,6 +56,22 @@ def test_a_duplicate_key_is_refused():
     assert read_send_fields(duplicate_key_frame()) is None
 
 
+def test_a_duplicate_key_outside_the_table_is_refused():
+    """CI at 8497893: a mutation named "," twice; the decoder refuses any repeated key."""
+    frame = command.encode(RemotingCommand(310, 0, 409, 5, 0, None, {
+        "a": "PG", "b": "TopicTest", "zz": "1"}), 0)
+    assert read_send_fields(frame) is not None
+    header_length = int.from_bytes(frame[4:8], "big") & 0xFFFFFF
+    header = frame[8:8 + header_length].replace(b'"zz":"1"', b'"zz":"1","zz":"2"')
+    body = frame[8 + header_length:]
+    doubled = (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(
+        4, "big") + header + body
+    assert b'"zz":"1","zz":"2"' in doubled
+    with pytest.raises(ProtocolError):
+        command.decode(doubled, 0, len(doubled))
+    assert read_send_fields(doubled) is None
+
+
 def test_mutated_headers_read_as_decoded(rand):
     frames = [row[1] for row in ROWS]
     taken = 0
