@@ -121,8 +121,8 @@ def _unconfirmed_held_back(controller, brokers) -> None:
 
 def _kill_master_under_load(controller, brokers, load):
     """kill -9 of the master mid-load. Its ha worker is stopped (SIGSTOP) for a moment first,
-    so the master surely holds records no slave received (each sender has one send in flight:
-    the slaves otherwise have nearly everything). The slave elected switches in-process: its
+    until the master has written more (so it surely holds records no slave received: each
+    sender has one send in flight, and the slaves otherwise have nearly everything). The slave elected switches in-process: its
     remoting workers, dispatcher and flusher keep their pids, the ha worker is a new one and
     an appender runs; a send to it right away is acknowledged (and counted back at the
     end)."""
@@ -132,7 +132,12 @@ def _kill_master_under_load(controller, brokers, load):
     slaves_before = {broker.address: broker.supervisor_children() for broker in brokers
                      if broker is not old}
     os.kill(old.supervisor_children()["pb-ha"], signal.SIGSTOP)
+    # Whatever is written from here on was not read by the stopped ha worker. A loaded box can
+    # starve the senders for the whole pause, so it lasts until the master's end has moved.
+    stopped_at = position(old.store_dir, "written_position")
     time.sleep(0.3)
+    wait_for(lambda: position(old.store_dir, "written_position") > stopped_at, 30,
+             "a record written after the master's ha worker stopped")
     killed_at = time.monotonic()
     old.kill()
     new_info = cc.wait_for_master(controller.address, GROUP, ELECTION_BOUND_S,
@@ -169,7 +174,12 @@ def _rejoin_with_cut(controller, old, master):
     print(f"old master killed -9 while cutting: {old.log_text()[offset:].count('truncat')} "
           "truncation lines logged")
     old.start(wait=False)
-    cc.wait_for_master(controller.address, GROUP, 60, members={1, 2, 3})
+    try:
+        cc.wait_for_master(controller.address, GROUP, 60, members={1, 2, 3})
+    except AssertionError as error:
+        tail = "".join(old.log_text()[offset:].splitlines(True)[-60:])
+        raise AssertionError(f"{error}\nthe old master's log since its restart:\n{tail}") \
+            from None
     assert "truncated to physical offset" in old.log_text()
     target = position(master.store_dir, "written_position")
     wait_for(lambda: position(old.store_dir, "written_position") >= target > 0, 60,
