@@ -1,0 +1,269 @@
+# Python calls, C calls, loop turns and system calls per sent message: remoting worker and appender.
+"""Count what the remoting worker and the appender do per SEND_MESSAGE_V2 (issue #28 items 2, 4).
+
+Wall-clock figures on the shared 2-core box are noise; counts are not. This starts
+``pybroker standalone`` from this checkout with one remoting worker (ASYNC_FLUSH) and a topic
+of 8 queues, then keeps ``--inflight`` async SEND_MESSAGE_V2 requests in flight from this
+process, spread over ``--connections`` connections, as Apache's Producer threads send them:
+raw frames with the one-letter header names and a JSON header (``--encoding rocketmq`` for the
+binary one), each answer followed at once by the next send (a sliding window), one write per
+request as each producer thread writes its own (``--batched``: the next sends of one read in
+one write).
+
+Around the measured sends the worker's and the appender's main threads run the profile hook of
+``tools/count_pop_calls.py`` (``sys.setprofile``, switched on and off by SIGUSR2) counting
+every Python call, every C call, the event loop's callbacks and turns; ``strace -c -f`` of each
+process counts its system calls over the same window when strace is on the PATH. Printed per
+message and per cycle: the worker's cycle is a completion wake-up (``RingPutter.on_wake``),
+the appender's a ring drained (``_Appender._drain_ring``); with ``--top N`` the
+N Python and C functions called most, per message.
+
+``--cpu-messages N`` then sends N more without hook and strace and prints each process's CPU
+time per message (psutil): an indication only on a shared box.
+
+Usage: ``python tools/count_send_calls.py [--size 128] [--inflight 64] [--connections 1]
+[--messages 20000] [--top 25] [--cpu-messages 100000]`` (about a minute).
+"""
+import argparse
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import sys
+import tempfile
+import time
+
+import psutil
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench_brokers as bb  # noqa: E402  (tools/ is not a package)
+import count_pop_calls as cp  # noqa: E402  (the hook and the strace reading are its)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOPIC = "CountSendTopic"
+QUEUES = 8
+_FRAMES_PER_CONNECTION = 256      # distinct opaques cycled through (answers are counted)
+
+
+def _frames(size: int, encoding: int, connection: int) -> list[bytes]:
+    """SEND_MESSAGE_V2 frames as Apache's Producer sends them (one-letter header names)."""
+    from pybroker.protocol import properties as props
+    from pybroker.protocol.codes import RequestCode
+    from pybroker.protocol.command import RemotingCommand, create_request, encode
+    body = b"x" * size
+    frames = []
+    for index in range(_FRAMES_PER_CONNECTION):
+        ext = {"a": "CountSendProducer", "b": TOPIC, "c": "TBW102", "d": "4",
+               "e": str(index % QUEUES), "f": "0", "g": str(int(time.time() * 1000)),
+               "h": "0", "i": props.encode_properties(
+                   {"UNIQ_KEY": f"7F0000010000{connection:04X}{index:016X}", "WAIT": "true"}),
+               "j": "0", "k": "false", "m": "false"}
+        request: RemotingCommand = create_request(RequestCode.SEND_MESSAGE_V2, ext, body)
+        request.opaque = connection * _FRAMES_PER_CONNECTION + index + 1
+        frames.append(encode(request, encoding))
+    return frames
+
+
+class _Connection:
+    """One connection's sliding window of sends."""
+
+    def __init__(self, frames: list[bytes]):
+        self.frames = frames
+        self.next = 0
+        self.sent = self.answered = self.failed = 0
+
+    def send(self, writer, count: int, batched: bool) -> None:
+        """The next ``count`` frames: one write each (as each producer thread writes its
+        own request), or one write for all of them."""
+        frames = []
+        for _ in range(count):
+            frames.append(self.frames[self.next])
+            self.next = (self.next + 1) % len(self.frames)
+        self.sent += count
+        if batched:
+            writer.write(b"".join(frames))
+            return
+        for frame in frames:
+            writer.write(frame)
+
+    async def run(self, address: str, window: int, total: int, batched: bool) -> None:
+        from pybroker.protocol.codes import ResponseCode
+        host, port = address.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            self.send(writer, min(window, total), batched)
+            buffer = bytearray()
+            while self.answered < total:
+                data = await reader.read(1 << 16)
+                if not data:
+                    raise RuntimeError("the broker closed the connection")
+                buffer += data
+                position = answers = 0
+                while len(buffer) - position >= 8:
+                    length = int.from_bytes(buffer[position:position + 4], "big")
+                    if len(buffer) - position < 4 + length:
+                        break
+                    header_length = int.from_bytes(buffer[position + 4:position + 8],
+                                                   "big") & 0xFFFFFF
+                    header = bytes(buffer[position + 8:position + 8 + header_length])
+                    if b'"code":%d,' % ResponseCode.SUCCESS not in header and \
+                            not header.startswith(b"\x00\x00"):   # JSON: code 0 / binary
+                        self.failed += 1
+                    position += 4 + length
+                    answers += 1
+                del buffer[:position]
+                self.answered += answers
+                more = min(answers, total - self.sent)
+                if more > 0:
+                    self.send(writer, more, batched)
+        finally:
+            writer.close()
+
+
+async def _send(address: str, size: int, encoding: int, connections: int, inflight: int,
+                messages: int, batched: bool) -> int:
+    per_connection = messages // connections
+    window = max(1, inflight // connections)
+    loads = [_Connection(_frames(size, encoding, index)) for index in range(connections)]
+    await asyncio.gather(*(load.run(address, window, per_connection, batched) for load in loads))
+    failed = sum(load.failed for load in loads)
+    if failed:
+        raise RuntimeError(f"{failed} sends were not answered SUCCESS")
+    return per_connection * connections
+
+
+def _process(broker: bb.PyBroker, prefix: str) -> psutil.Process:
+    assert broker.process is not None, "the broker is started"
+    root = psutil.Process(broker.process.pid)
+    found = [child for child in root.children(recursive=True)
+             if child.name().startswith(prefix)]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one {prefix} process, found {len(found)}")
+    return found[0]
+
+
+def _cycles(counts: dict, python_name: str, c_name: str) -> int:
+    if c_name:
+        return sum(count for name, count in counts["top_c"] if name == c_name)
+    return sum(count for name, count in counts["top"] if name.startswith(python_name))
+
+
+def _measure(broker: bb.PyBroker, args, out_dir: pathlib.Path) -> dict:
+    processes = {"worker": _process(broker, "pb-remoting"),
+                 "appender": _process(broker, "pb-appender")}
+    run = lambda messages: asyncio.run(_send(broker.broker_addr, args.size,  # noqa: E731
+                                             args.encoding, args.connections, args.inflight,
+                                             messages, args.batched))
+    run(min(args.messages, 5000))                               # warm
+    tracers = {name: cp._strace(process.pid, out_dir / f"strace-{name}.txt")
+               for name, process in processes.items()}
+    for process in processes.values():
+        os.kill(process.pid, cp.TOGGLE)
+    time.sleep(0.2)                               # the hooks are on before the first send
+    messages = run(args.messages)
+    time.sleep(0.2)                               # the last completions ran
+    for process in processes.values():
+        os.kill(process.pid, cp.TOGGLE)
+    result = {"size": args.size, "inflight": args.inflight, "connections": args.connections,
+              "batched": args.batched,
+              "messages": messages, "processes": {}}
+    for name, process in processes.items():
+        counts_path = out_dir / f"counts-{process.pid}.json"
+        deadline = time.monotonic() + 10
+        while not counts_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tracer = tracers[name]
+        if tracer is not None:
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(timeout=10)
+        calls, per_call = cp._syscalls(out_dir / f"strace-{name}.txt") \
+            if tracer is not None else (0, {})
+        result["processes"][name] = {"counts": json.loads(counts_path.read_text()),
+                                     "syscalls": calls, "syscalls_by_name": per_call}
+    if args.cpu_messages:                         # without hooks and strace: CPU seconds
+        before = {name: sum(process.cpu_times()[:2]) for name, process in processes.items()}
+        sent = run(args.cpu_messages)
+        for name, process in processes.items():
+            used = sum(process.cpu_times()[:2]) - before[name]
+            result["processes"][name]["cpu_us_per_message"] = used * 1e6 / sent
+        result["cpu_messages"] = sent
+    return result
+
+
+def _report(result: dict, top: int) -> None:
+    messages = result["messages"]
+    writes = "one write per read" if result["batched"] else "one write per send"
+    print(f"{messages} sends of {result['size']} B, {result['inflight']} in flight on "
+          f"{result['connections']} connection(s), {writes} (main threads, loop included; "
+          f"0.2 s idle either side)")
+    cycle_of = {"worker": ("on_wake (ring_putter.py", ""),
+                "appender": ("_drain_ring (appender.py", "")}
+    for name, figures in result["processes"].items():
+        counts = figures["counts"]
+        cycles = _cycles(counts, *cycle_of[name])
+        print(f" {name}: {cycles} cycles ({messages / max(1, cycles):.1f} messages per cycle)")
+        for label, total in (("Python calls", counts["python"]), ("C calls", counts["c"]),
+                             ("loop turns", counts["turns"]),
+                             ("callbacks run", counts["handles"]),
+                             ("system calls", figures["syscalls"])):
+            print(f"  {label:14s} {total:9d}  per message {total / messages:8.2f}  per cycle "
+                  f"{total / max(1, cycles):8.1f}")
+        if "cpu_us_per_message" in figures:
+            print(f"  CPU (psutil, no hook, {result['cpu_messages']} more messages; an "
+                  f"indication on a shared box): {figures['cpu_us_per_message']:.2f} us per "
+                  f"message")
+        busiest = sorted(figures["syscalls_by_name"].items(), key=lambda item: -item[1])[:6]
+        if busiest:
+            print("  system calls by name: " + ", ".join(
+                f"{call} {count / messages:.3f}" for call, count in busiest) + " per message")
+        if top:
+            print(f"  top {top} Python functions (calls per message):")
+            for function, count in counts["top"][:top]:
+                print(f"    {count / messages:8.3f}  {function}")
+            print(f"  top {top} C functions (calls per message):")
+            for function, count in counts["top_c"][:top]:
+                print(f"    {count / messages:8.3f}  {function}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=128, help="body bytes")
+    parser.add_argument("--inflight", type=int, default=64)
+    parser.add_argument("--connections", type=int, default=1)
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--encoding", choices=("json", "rocketmq"), default="json")
+    parser.add_argument("--batched", action="store_true",
+                        help="the sends after one read in one write (default: one write each)")
+    parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--cpu-messages", type=int, default=0,
+                        help="then this many sends without the hooks for each process's CPU")
+    parser.add_argument("--json", type=pathlib.Path, default=None, help="write the result here")
+    args = parser.parse_args()
+    args.encoding = 0 if args.encoding == "json" else 1
+    with tempfile.TemporaryDirectory(prefix="count-send-") as work:
+        work_dir = pathlib.Path(work)
+        hook_dir = work_dir / "hook"
+        hook_dir.mkdir()
+        (hook_dir / "sitecustomize.py").write_text(cp._HOOK)
+        os.environ["PYTHONPATH"] = f"{hook_dir}{os.pathsep}{ROOT}"   # tidy: allow
+        os.environ[cp.ENV_DIR] = str(work_dir)                       # tidy: allow
+        bb.use_pybroker(bb.PyBrokerInstall((sys.executable, "-m", "pybroker"), "checkout",
+                                           str(ROOT / "pybroker"), ()))
+        conf = dict(bb.shared_broker_conf("ASYNC_FLUSH"), remotingWorkers="1",
+                    grpcServerPort=str(bb.jr.free_port()))     # not the default 8081
+        broker = bb.PyBroker(work_dir / "broker", conf)
+        try:
+            broker.start()
+            bb.create_topic(broker, TOPIC, QUEUES)
+            result = _measure(broker, args, work_dir)
+        finally:
+            broker.stop()
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=1))
+    _report(result, args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
