@@ -29,6 +29,7 @@ cleanup publishes ``disk_full`` every put completes SERVICE_NOT_AVAILABLE (Java'
 running flag); when ``commitlog_min_offset`` moves the maps of the deleted files are dropped; a
 topic deletion request (:mod:`pybroker.proc.topic_deletion`) drops the topics' queue offsets.
 """
+import functools
 import logging
 import time
 
@@ -129,6 +130,7 @@ class _Appender:
         self.slots = wakes.by_slot()
         self.clock_ms = clock_ms
         self.counters = control.worker(APPENDER.slot)
+        self._bind_words(control)
         self.stats = stats          # this process's section of the instrument region
         store_root = settings.store_path_root_dir
         self.commitlog = CommitLog(settings.commitlog_dir, settings.mapped_file_size_commit_log,
@@ -187,6 +189,21 @@ class _Appender:
         log.info("appender: %d rings, CommitLog written to %d%s", len(self.rings), written,
                  ", transient store pool on" if self.commit_step else "")
 
+    def _bind_words(self, control: ControlBlock) -> None:
+        """The control-block words touched on every loop turn or drain, as calls without
+        Python frames (docs/architecture/data-plane.md, "Python per send")."""
+        counters = self.counters
+        self.beat = functools.partial(counters.adder("heartbeats"), 1)
+        self.add_appends = counters.adder("appends")
+        self.add_batches = counters.adder("batches")
+        self.add_wakeups = counters.adder("wakeups")
+        self.set_busy_since = counters.storer("busy_since_ms")
+        self.set_written_store_timestamp = control.storer("written_store_timestamp")
+        self.load_disk_full = control.loader("disk_full")
+        self.load_commitlog_min_offset = control.loader("commitlog_min_offset")
+        self.load_topic_deletion_requested = control.loader("topic_deletion_requested")
+        self.load_broker_state = control.loader("broker_state")
+
     def _file_created(self, mapped_file, created: bool, elapsed_ns: int, faults: int) -> None:
         """A CommitLog file created (or mapped, when the allocator made it ready) on the
         append path: its cost is in the profile."""
@@ -200,8 +217,9 @@ class _Appender:
 
     def check_store_changes(self) -> None:
         """Follow the disk-full flag, the CommitLog min offset and topic deletions."""
-        disk_full_flag, min_offset, requested = self.control.load_three(
-            "disk_full", "commitlog_min_offset", "topic_deletion_requested")
+        disk_full_flag = self.load_disk_full()
+        min_offset = self.load_commitlog_min_offset()
+        requested = self.load_topic_deletion_requested()
         # The dispatcher's cleanup flag, or this process's own look at the disk: once a
         # second and on every new CommitLog file, not only when a cleanup pass runs.
         disk_full = bool(disk_full_flag) or \
@@ -235,7 +253,7 @@ class _Appender:
         sleeper = Sleeper(self.wakes.appender, [ConsumerSide(ring) for ring in self.rings])
         terminated = stop_on_sigterm(self.wakes.appender)
         while True:
-            self.counters.beat()
+            self.beat()
             self.check_store_changes()
             if self.flush_gate is not None:
                 self.wait_for_flush()
@@ -244,7 +262,7 @@ class _Appender:
             step = self.commit_step
             if step is not None and self.commit():
                 continue
-            if self.control.broker_state >= BrokerState.STOPPING or terminated():
+            if self.load_broker_state() >= BrokerState.STOPPING or terminated():
                 if step is not None:
                     self.commit(force=True)
                 log.info("appender: stopping at %d", self.commitlog.max_offset())
@@ -252,7 +270,7 @@ class _Appender:
             timeout = _BLOCKED_WAIT_MS if self.blocked else _IDLE_WAIT_MS
             commit_wait = None if step is None else step.wait_ms(self.clock_ms())
             if sleeper.sleep(timeout if commit_wait is None else min(timeout, commit_wait)):
-                self.counters.add(wakeups=1)
+                self.add_wakeups(1)
 
     def wait_for_flush(self) -> None:
         """SYNC_FLUSH: while the flusher has not caught up with the published end, wait for
@@ -274,18 +292,18 @@ class _Appender:
         self.publish()
         return True
 
-    def publish(self, signal: bool = True) -> int:
-        """Publish the readable end: the CommitLog end, or with the pool the committed end.
-        ``written_store_timestamp`` only when it covers every byte up to that end. Signals
-        the waiters (dispatcher, flusher, ha), or with ``signal=False`` returns their mask for
-        the caller to signal."""
+    def publish(self, signal: bool = True, end: int | None = None) -> int:
+        """Publish the readable end: the CommitLog end (``end`` when the caller has it), or
+        with the pool the committed end. ``written_store_timestamp`` only when it covers every
+        byte up to that end. Signals the waiters (dispatcher, flusher, ha), or with
+        ``signal=False`` returns their mask for the caller to signal."""
         control, step = self.control, self.commit_step
         if step is None:
-            position = self.commitlog.max_offset()
+            position = self.commitlog.max_offset() if end is None else end
         else:
             position = step.committed_where
         if step is None or step.pending() == 0:
-            control.written_store_timestamp = self.appended_timestamp
+            self.set_written_store_timestamp(self.appended_timestamp)
         waiters = control.publish("written_position", position)
         self.drop_behind.advance(position)
         if signal:
@@ -310,7 +328,7 @@ class _Appender:
         stats.set(StatsCounter.PAGE_CACHE_LOCK_BEGIN_MS, store_timestamp)
         # The same for remoting workers: a put arriving while this drain is older than
         # osPageCacheBusyTimeOutMills is refused [PC_SYNCHRONIZED] (pybroker/proc/fast_failure.py).
-        self.counters.busy_since_ms = store_timestamp
+        self.set_busy_since(store_timestamp)
         start_offset = self.commitlog.max_offset()
         started_ns = time.monotonic_ns()       # vDSO clock: no system call
         for index, ring in enumerate(self.rings):
@@ -318,12 +336,13 @@ class _Appender:
                 taken, appended = self._drain_ring(index, store_timestamp)
                 requests += taken
                 records += appended
-        self.counters.busy_since_ms = 0
+        self.set_busy_since(0)
         stats.set(StatsCounter.PAGE_CACHE_LOCK_BEGIN_MS, 0)
         if not requests:
             return 0
         stats.record(StatsHistogram.APPEND_DRAIN_US, (time.monotonic_ns() - started_ns) // 1000)
-        appended_bytes = self.commitlog.max_offset() - start_offset
+        end = self.commitlog.max_offset()
+        appended_bytes = end - start_offset
         stats.add(StatsCounter.PUT_REQUESTS, requests)
         if records:
             stats.add(StatsCounter.PUT_MESSAGES, records)
@@ -336,12 +355,15 @@ class _Appender:
             self.commit_step.run()     # each drain wakes the commit step, as Java's puts do
         # Published before the completions (an acknowledged message is readable), but the
         # workers waiting for their acknowledgements are woken before the dispatcher.
-        waiters = self.publish(signal=False)
+        waiters = self.publish(signal=False, end=end)
         for index, completions in enumerate(self.completion_rings):
             if completions.commit():
                 self.wakes.workers[index].signal()
-        signal_mask(waiters, self.slots)
-        self.counters.add(appends=records, batches=1)
+        if waiters:
+            signal_mask(waiters, self.slots)
+        if records:
+            self.add_appends(records)
+        self.add_batches(1)
         return requests
 
     def _drain_ring(self, index: int, store_timestamp: int) -> tuple[int, int]:

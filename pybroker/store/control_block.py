@@ -322,6 +322,24 @@ class WorkerCounters:
         offset = self._base + WORKER_COUNTER_OFFSETS["heartbeats"]
         ring.store_u64(words, offset, ring.load_u64(words, offset) + 1)
 
+    def loader(self, name: str) -> Callable[[], int]:
+        """The acquire load of counter ``name`` as a call without Python frames (a reader
+        that consults it on every receive); it raises ValueError once the block is closed."""
+        return functools.partial(ring.load_u64, self._words(),
+                                 self._base + WORKER_COUNTER_OFFSETS[name])
+
+    def storer(self, name: str) -> Callable[[int], None]:
+        """The release store of counter ``name`` (its one writer) as a call without Python
+        frames (the appender sets busy_since_ms twice per drain)."""
+        return functools.partial(ring.store_u64, self._words(),
+                                 self._base + WORKER_COUNTER_OFFSETS[name])
+
+    def adder(self, name: str) -> Callable[[int], int]:
+        """``adder(delta)`` adds to counter ``name`` (an atomic add) as a call without Python
+        frames (the appender counts its loop turns, drains and wake-ups with these)."""
+        return functools.partial(ring.fetch_add_u64, self._words(),
+                                 self._base + WORKER_COUNTER_OFFSETS[name])
+
     def add(self, appends: int = 0, batches: int = 0, wakeups: int = 0) -> None:
         """Increase the counters (plain load + release store: there is one writer)."""
         words = self._words()
@@ -495,13 +513,14 @@ class ControlBlock:
         return functools.partial(ring.load_two_u64, self._words(), FIELD_OFFSETS[first],
                                  FIELD_OFFSETS[second])
 
-    def load_three(self, first: str, second: str, third: str) -> tuple[int, int, int]:
-        """Acquire-load three fields by name, in that order (the appender's check of the
-        store changes once per loop turn: one call instead of three property reads)."""
-        words = self._words()
-        return (ring.load_u64(words, FIELD_OFFSETS[first]),
-                ring.load_u64(words, FIELD_OFFSETS[second]),
-                ring.load_u64(words, FIELD_OFFSETS[third]))
+    def loader(self, field: str) -> Callable[[], int]:
+        """``load(field)`` as a call without Python frames (a loop that consults the field on
+        every wake-up); it raises ValueError once the block is closed."""
+        return functools.partial(ring.load_u64, self._words(), FIELD_OFFSETS[field])
+
+    def storer(self, field: str) -> Callable[[int], None]:
+        """The release store of ``field`` (its owner's) as a call without Python frames."""
+        return functools.partial(ring.store_u64, self._words(), FIELD_OFFSETS[field])
 
     def publish(self, field: str, value: int, monotonic: bool = False) -> int:
         """Store value into field (release; with monotonic=True never lower it), fence, and

@@ -67,8 +67,10 @@ def test_fields_round_trip_between_two_maps(tmp_path, rand):
         for name, value in values.items():
             assert getattr(reader, name) == value
             assert reader.load(name) == value
-            assert reader.load_three(name, "generation", name) == \
-                (value, values["generation"], value)
+            assert reader.loader(name)() == value
+            writer.storer(name)(value ^ 1)          # the frameless store: the same word
+            assert getattr(reader, name) == value ^ 1
+            setattr(writer, name, value)
             assert reader.load_two(name, "generation") == (value, values["generation"])
             assert reader.two_loader("generation", name)() == (values["generation"], value)
             # The word really is at the documented offset.
@@ -144,12 +146,26 @@ def test_worker_counters(tmp_path):
         counters.wakeups += 4
         seen = reader.worker(2)
         assert (seen.appends, seen.batches, seen.wakeups) == (192, 3, 5)
+        # The frameless calls (the appender's) touch the same words.
+        counters.adder("appends")(8)
+        add_heartbeat = counters.adder("heartbeats")
+        add_heartbeat(1)
+        counters.beat()
+        counters.storer("busy_since_ms")(1_700_000_000_123)
+        assert (seen.appends, seen.heartbeats, seen.busy_since_ms) == (200, 2, 1_700_000_000_123)
+        assert seen.loader("busy_since_ms")() == 1_700_000_000_123
+        assert reader.worker(1).loader("appends")() == 0
+        field_loader = reader.loader("written_position")
         assert (reader.worker(1).appends, reader.worker(3).appends) == (0, 0)
         with pytest.raises(ValueError, match="worker slot"):
             reader.worker(control_block.WORKER_SLOTS_MAX)
     # The counters use the block's map: once it is closed they fail, never touch a stale map.
     with pytest.raises(ValueError, match="closed"):
         counters.beat()
+    with pytest.raises(ValueError, match="closed"):      # the frameless calls too
+        add_heartbeat(1)
+    with pytest.raises(ValueError, match="closed"):
+        field_loader()
 
 
 def test_ha_slave_lines(tmp_path):
