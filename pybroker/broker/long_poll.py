@@ -90,14 +90,11 @@ class LongPollService:
         self._on_park = on_park
         self._by_queue: dict[tuple[str, int], dict[HeldPull, None]] = {}
         self._by_channel: dict[str, dict[HeldPull, None]] = {}
-        self._held_count = 0
+        # Pulls currently held (read-only outside this class: a plain attribute, the worker
+        # asks it on every loop turn that arms its wake-up flags).
+        self.held_count = 0
         self._tasks: set[asyncio.Task] = set()
         self.closed = False
-
-    @property
-    def held_count(self) -> int:
-        """Pulls currently held."""
-        return self._held_count
 
     def _now(self, loop: asyncio.AbstractEventLoop) -> int:
         return self._now_ms() if self._now_ms is not None else int(loop.time() * 1000)
@@ -106,7 +103,7 @@ class LongPollService:
     def hold(self, held: HeldPull) -> bool:
         """Park ``held`` until a matching arrival or its timeout; False (not held) when the
         service is closed or already holds ``held_pulls_max`` pulls. Needs a running loop."""
-        if self.closed or self._held_count >= self.held_pulls_max:
+        if self.closed or self.held_count >= self.held_pulls_max:
             return False
         loop = asyncio.get_running_loop()
         timeout_ms = max(held.timeout_ms, 0)
@@ -118,7 +115,7 @@ class LongPollService:
         """Park a woken pull again until its first deadline, waiting for messages beyond
         ``queue_offset`` (its re-run scanned up to there and nothing matched its filter).
         False when the deadline has passed or the service cannot hold it: answer it then."""
-        if self.closed or self._held_count >= self.held_pulls_max:
+        if self.closed or self.held_count >= self.held_pulls_max:
             return False
         loop = asyncio.get_running_loop()
         remaining_ms = held.deadline_ms - self._now(loop)
@@ -132,7 +129,7 @@ class LongPollService:
         held.timer = loop.call_later(timeout_ms / 1000.0, self._expire, held)
         self._by_queue.setdefault((held.topic, held.queue_id), {})[held] = None
         self._by_channel.setdefault(held.channel.channel_id, {})[held] = None
-        self._held_count += 1
+        self.held_count += 1
         if self._on_park is not None:
             self._on_park()
 
@@ -153,7 +150,7 @@ class LongPollService:
         if held.timer is not None:
             held.timer.cancel()
             held.timer = None
-        self._held_count -= 1
+        self.held_count -= 1
         return True
 
     def _expire(self, held: HeldPull) -> None:

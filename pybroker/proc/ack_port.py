@@ -86,7 +86,7 @@ class FastAckPort:
         # (as RevivePuts' records at a turn's end; one loop turn less per ack).
         putter.signal_now()
         if putter.fast_failure is not None:
-            putter.fast_failure.committed(loop, loop.time())
+            putter.fast_failure.committed(loop)
 
 
 class AckFrameTaker:

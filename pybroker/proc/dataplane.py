@@ -126,6 +126,8 @@ class Attachment:
         if plane.stats_region is not None and slot < plane.workers:
             self.stats_writer = plane.stats_region.writer(remoting_worker(slot).stats_section)
         self._dispatched = plane.control.dispatched_position
+        # Read on every wake-up: a load without Python frames.
+        self._load_dispatched = plane.control.loader("dispatched_position")
         self._wake_reader: AsyncWakeReader | None = None
         self._on_wake: Callable[[bool], object] = lambda dispatched_moved: None
         self._dispatched_watch: PositionWatch | None = None
@@ -209,7 +211,7 @@ class Attachment:
 
     def _wake(self) -> None:
         self.putter.on_wake()
-        dispatched = self.control.dispatched_position
+        dispatched = self._load_dispatched()
         moved = dispatched != self._dispatched
         if moved:
             self._dispatched = dispatched

@@ -112,7 +112,8 @@ class FastFailure:
     def __init__(self, control, slot: int, appender_slot: int, wait_ms: int | None,
                  page_cache_busy_ms: int, clock_ms):
         self._words = control.words()
-        self._busy_since = control.worker(appender_slot)
+        # The appender's busy_since_ms, read before every read's sends: a load without frames.
+        self._busy_since = control.worker(appender_slot).loader("busy_since_ms")
         self._cancel = control.worker(slot)
         self._taken_offset = control.taken_offset(slot)
         self.wait_s = None if wait_ms is None else wait_ms / 1000
@@ -145,7 +146,7 @@ class FastFailure:
     # --- per put ----------------------------------------------------------------------------
     def page_cache_busy(self) -> bool:
         """True while the appender's running drain is older than osPageCacheBusyTimeOutMills."""
-        began = self._busy_since.busy_since_ms
+        began = self._busy_since()
         return bool(began) and self.clock_ms() - began > self.page_cache_busy_ms
 
     def refuse_now(self) -> PutResult | None:
@@ -155,11 +156,11 @@ class FastFailure:
             return PutResult(PutStatus.OS_PAGE_CACHE_BUSY)
         return None
 
-    def committed(self, loop, started: float) -> None:
-        """Puts entered the ring, the oldest waiting since loop time ``started`` (the fast
-        path: once per read, not per send)."""
+    def committed(self, loop, started: float | None = None) -> None:
+        """Puts entered the ring, the oldest waiting since loop time ``started`` (None: now,
+        read only when the timer is armed: the fast path, once per read, not per send)."""
         if self._timer is None and self.wait_s is not None:
-            self._arm(loop, started)
+            self._arm(loop, loop.time() if started is None else started)
 
     def waiting(self, loop, waiter: asyncio.Future, started: float) -> None:
         """A put waits for ring space on ``waiter`` since loop time ``started``."""

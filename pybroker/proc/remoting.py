@@ -285,12 +285,15 @@ class RemotingWorker:
         self.stopping.set()
 
     def _on_data_plane_wake(self, dispatched_moved: bool) -> None:
-        if dispatched_moved:
+        # Each completion wake-up of a send load comes here: nothing to check while nothing
+        # is held (the common case costs attribute reads, not calls).
+        if dispatched_moved and self.long_poll.held_count:
             self.long_poll.check_held()
         watch = self.pop_watch
         if watch is not None and (dispatched_moved or watch.moved()):
             for held in self.pop_polls:
-                held.check_held()
+                if held.held_count:
+                    held.check_held()
 
     # --- request table --------------------------------------------------------------------------
     def _request_table(self) -> RequestTable:

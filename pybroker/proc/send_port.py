@@ -63,7 +63,7 @@ class FastSendPort:
             putter.puts_total += puts
             putter.after_commit(self._loop, asleep, puts)
             if fast_failure is not None:
-                fast_failure.committed(self._loop, self._loop.time())
+                fast_failure.committed(self._loop)
         return position, outcome, frame_length
 
     def wait_for_space(self) -> asyncio.Future:

@@ -29,7 +29,8 @@ class ReceiveBuffer:
         Room is made here, not after the read: asyncio still holds the view it read into
         while the protocol's ``buffer_updated`` runs, and a bytearray with a live view cannot
         move."""
-        self._make_room()
+        if self.end or len(self.data) != RECEIVE_BUFFER_INITIAL_BYTES:
+            self._make_room()       # else all of it is free: the common read needs no call
         return memoryview(self.data)[self.end:]
 
     def consumed_to(self, position: int) -> None:

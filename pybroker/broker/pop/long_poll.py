@@ -77,13 +77,11 @@ class PopLongPoll:
         self._count_held = count_held
         self._by_key: dict[str, dict[HeldPop, None]] = {}
         self._by_channel: dict[str, dict[HeldPop, None]] = {}
-        self._count = 0
+        # Requests currently held (read-only outside this class: a plain attribute, the
+        # worker asks it on every loop turn that arms its wake-up flags).
+        self.held_count = 0
         self._tasks: set[asyncio.Task] = set()
         self.closed = False
-
-    @property
-    def held_count(self) -> int:
-        return self._count
 
     def polling_num(self, key: str) -> int:
         """Requests held for ``key`` (POLLING_INFO)."""
@@ -94,7 +92,7 @@ class PopLongPoll:
         if self.closed:
             return PollingResult.NOT_POLLING
         total_max, per_key_max, keys_max = self._limits()
-        if self._count >= total_max:
+        if self.held_count >= total_max:
             return PollingResult.POLLING_FULL
         now_ms = self._now_ms()
         if now_ms > held.deadline_ms - TIMEOUT_SLACK_MS:
@@ -106,7 +104,7 @@ class PopLongPoll:
             return PollingResult.POLLING_FULL
         self._by_key.setdefault(held.key, {})[held] = None
         self._by_channel.setdefault(held.channel.channel_id, {})[held] = None  # type: ignore
-        self._count += 1
+        self.held_count += 1
         if held.held_slot is not None:
             self._count_held(held.held_slot, 1)
         wake_ms = held.deadline_ms - TIMEOUT_SLACK_MS
@@ -133,7 +131,7 @@ class PopLongPoll:
         if held.timer is not None:
             held.timer.cancel()
             held.timer = None
-        self._count -= 1
+        self.held_count -= 1
         if held.held_slot is not None:
             self._count_held(held.held_slot, -1)
         return True
