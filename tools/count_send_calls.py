@@ -202,7 +202,9 @@ def _report(result: dict, top: int) -> None:
     for name, figures in result["processes"].items():
         counts = figures["counts"]
         cycles = _cycles(counts, *cycle_of[name])
-        print(f" {name}: {cycles} cycles ({messages / max(1, cycles):.1f} messages per cycle)")
+        reads = _cycles(counts, "buffer_updated (connection.py", "")
+        print(f" {name}: {cycles} cycles ({messages / max(1, cycles):.1f} messages per cycle"
+              + (f", {reads / max(1, cycles):.2f} socket reads per cycle)" if reads else ")"))
         for label, total in (("Python calls", counts["python"]), ("C calls", counts["c"]),
                              ("loop turns", counts["turns"]),
                              ("callbacks run", counts["handles"]),

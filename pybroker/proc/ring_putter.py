@@ -198,7 +198,9 @@ class RingPutter:
         # The producer flag counts only while a put waits for space and a completion slot
         # is free (wake.ProducerSide); a waiter bit on a position only while acknowledgements
         # are held for it (AckHolds).
-        self._space_flag = ProducerSide(ring, lambda: bool(self._space_waiters),
+        # The deque's own __len__, not a lambda: asked each time the flags are armed, once
+        # per wake-up (the deque is emptied in place, never replaced).
+        self._space_flag = ProducerSide(ring, self._space_waiters.__len__,
                                         lambda: core.has_room)
         self._flags: list[SleepFlag] = [ConsumerSide(completion_ring), self._space_flag,
                                         *self.holds.sleep_flags()]
@@ -239,7 +241,11 @@ class RingPutter:
         """Count fast sends in ``recorder``'s section (a pybroker.stats.recorder.Recorder) as
         the handlers count theirs, and both paths' SYNC_FLUSH holds (SYNC_FLUSH_WAIT_US); the
         oldest-unanswered-send gauge covers both paths."""
-        self.core.set_stats(recorder.writer, lambda: recorder.oldest_ms("send"))
+        self.core.set_stats(recorder.writer)
+        # The handlers' oldest is pushed to C when it changes, not asked for on every take
+        # and drain (one Python call each).
+        self.core.set_python_oldest(recorder.oldest_ms("send"))
+        recorder.send_oldest_changed = self.core.set_python_oldest
         recorder.send_oldest_elsewhere = self.core.fast_oldest_ms
 
     def set_fast_topics(self, entries: list) -> None:
@@ -427,7 +433,8 @@ class RingPutter:
         return waiter
 
     def _wake_space_waiters(self) -> None:
-        waiters, self._space_waiters = self._space_waiters, collections.deque()
+        waiters = list(self._space_waiters)
+        self._space_waiters.clear()
         self.core.python_waiting = False
         for waiter in waiters:
             if not waiter.done():

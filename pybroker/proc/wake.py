@@ -148,12 +148,13 @@ class ConsumerSide:
 
 class ProducerSide:
     """A ByteRing's producer sleep flag (waiting for space: back-pressure), raised only while
-    ``wanted()`` (something waits for space; None: always); freed space counts as work only
+    ``wanted()`` is true (something waits for space, e.g. a waiter queue's ``__len__``; None:
+    always); freed space counts as work only
     while ``ready()`` too (None: always; the putter's: a completion slot is free - when they
     are all taken the wake-up comes with the completions, and the ring's answer, against a
     consumer cursor last read when a reserve failed, would only spin the loop)."""
 
-    def __init__(self, ring, wanted: Callable[[], bool] | None = None,
+    def __init__(self, ring, wanted: Callable[[], object] | None = None,
                  ready: Callable[[], bool] | None = None):
         self._ring = ring
         self._wanted = wanted

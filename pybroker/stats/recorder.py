@@ -56,6 +56,9 @@ class Recorder:
         # The send fast path's oldest unanswered send (epoch ms, 0: none), when a fast path
         # shares this worker: the SEND_OLDEST_MS gauge covers both paths.
         self.send_oldest_elsewhere: Callable[[], int] | None = None
+        # Told the handlers' oldest unanswered send (epoch ms, 0: none) each time it changes
+        # (the fast path's SendPath.set_python_oldest: it writes the gauge on every take).
+        self.send_oldest_changed: Callable[[int], object] | None = None
 
     def request_started(self, family: str | None) -> int:
         """Count a request; returns the token to pass to :meth:`request_finished`."""
@@ -99,6 +102,8 @@ class Recorder:
             self._set_oldest(family, oldest, next(iter(waiting.values()), 0))
 
     def _set_oldest(self, family: str, gauge: int, start_ms: int) -> None:
+        if family == "send" and self.send_oldest_changed is not None:
+            self.send_oldest_changed(start_ms)
         if family == "send" and self.send_oldest_elsewhere is not None:
             elsewhere = self.send_oldest_elsewhere()
             if elsewhere and (not start_ms or elsewhere < start_ms):

@@ -27,7 +27,9 @@ cdef class SendStats:
     cdef int32_t *_size_keys           # by topic id * SIZE_BUCKETS + bucket: KEY_MESSAGE_SIZE
     cdef Py_ssize_t _keys_capacity
     cdef dict _rpc_keys                # (request, response, oneway, bucket) -> KEY_RPC entry
-    cdef object _python_oldest         # () -> the handlers' oldest unanswered send (epoch ms)
+    # The handlers' oldest unanswered send (epoch ms, 0: none), pushed by their Recorder when
+    # it changes (SendPath.set_python_oldest): no Python call per take or drain.
+    cdef public int64_t python_oldest_ms
 
     # A stable small id of a topic (UTF-8 name) counted under a message type (send.py
     # _message_type_label: 0 normal, 1 a parked timer message), for answered().

@@ -5,8 +5,9 @@ def distribute_bucket(elapsed_ms: int) -> int:
     """The put-latency bucket the fast path counts (Java's putMessageDistributeTime)."""
 
 class SendStats:
+    python_oldest_ms: int
     def __init__(self, writer: StatsWriter | None = None,
-                 python_oldest: object = None) -> None: ...
+                 python_oldest_ms: int = 0) -> None: ...
 
 
 def size_bucket(size_bytes: int) -> int: ...

@@ -138,11 +138,11 @@ cdef class SendStats:
         self._topic_types = []
         self._rpc_keys = {}
 
-    def __init__(self, StatsWriter writer=None, python_oldest=None):
+    def __init__(self, StatsWriter writer=None, int64_t python_oldest_ms=0):
         # Instruments off (statsInstrumentsEnable=false): the one check, here; every record
         # below is skipped by its `writer is None` test.
         self.writer = writer if writer is not None and writer.enabled else None
-        self._python_oldest = python_oldest
+        self.python_oldest_ms = python_oldest_ms
 
     def __dealloc__(self):
         PyMem_Free(self._keys)
@@ -201,13 +201,11 @@ cdef class SendStats:
             pb_stats_add(self.writer.counters + SEND_STARTED, <uint64_t>requests)
 
     cdef int set_oldest(self, int64_t fast_oldest_ms) except -1:
-        cdef int64_t oldest = fast_oldest_ms, python_oldest
+        cdef int64_t oldest = fast_oldest_ms, python_oldest = self.python_oldest_ms
         if self.writer is None:
             return 0
-        if self._python_oldest is not None:
-            python_oldest = self._python_oldest()
-            if python_oldest and (not oldest or python_oldest < oldest):
-                oldest = python_oldest
+        if python_oldest and (not oldest or python_oldest < oldest):
+            oldest = python_oldest
         pb_stats_set(self.writer.counters + SEND_OLDEST_MS, <uint64_t>oldest)
         return 0
 

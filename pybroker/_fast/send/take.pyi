@@ -37,5 +37,7 @@ class SendPath(SendCompletions):
         """Park 5.x timer messages on the fast path (send/timer.pyx)."""
     def set_timer_wheel(self, wheel: Buffer | None) -> None:
         """The timerwheel mapped read-only, read by the congestion rule (None: forget it)."""
-    def set_stats(self, stats: object, python_oldest: object = None) -> None:
+    def set_stats(self, stats: object) -> None:
         """Count fast sends in a StatsWriter section (None: not counted)."""
+    def set_python_oldest(self, started_ms: int) -> None:
+        """The handlers' oldest unanswered send (epoch ms, 0: none), for the oldest gauge."""

@@ -182,11 +182,15 @@ cdef class SendPath(SendCompletions):
         set_wheel(&self._timer, wheel)
         self._timer_wheel = wheel
 
-    def set_stats(self, StatsWriter stats, python_oldest=None):
-        """Count fast sends in this process's instrument section (None: not counted);
-        ``python_oldest()`` gives the handlers' oldest unanswered send (epoch ms, 0: none)."""
-        self._counting = SendStats(stats, python_oldest)
+    def set_stats(self, StatsWriter stats):
+        """Count fast sends in this process's instrument section (None: not counted)."""
+        self._counting = SendStats(stats, self._counting.python_oldest_ms)
         self.set_topics(self._topics.entries)
+
+    def set_python_oldest(self, int64_t started_ms):
+        """The handlers' oldest unanswered send is now ``started_ms`` (epoch ms, 0: none):
+        the SEND_OLDEST_MS gauge this path writes is the older of it and its own oldest."""
+        self._counting.python_oldest_ms = started_ms
 
     # --- receive ----------------------------------------------------------------------------
 

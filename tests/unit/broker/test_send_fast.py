@@ -698,6 +698,32 @@ def test_sends_left_in_the_ring_are_withdrawn_busy(sides):
     assert fast_side.putter.fast_failure.withdrawn_total == 5
 
 
+def test_the_oldest_gauge_covers_a_handler_send_still_waiting(sides):
+    """SEND_OLDEST_MS, written by the fast path on each take, is the older of its own oldest
+    send and the handlers' oldest, which their Recorder pushes to it when it changes."""
+    _, side = sides()
+
+    def gauge() -> int:
+        return side.stats_region.snapshot().counter(StatsCounter.SEND_OLDEST_MS)
+
+    async def main():
+        connection, _ = side.connect()
+        side.refresh()
+        token = side.recorder.request_started("send")     # a handler's send, unanswered
+        handler_started = gauge()
+        await asyncio.sleep(0.02)                         # the fast send starts later
+        feed(connection, frame("binary"))
+        assert side.putter.core.fast_puts_total == 1
+        during = gauge()
+        side.recorder.request_finished("send", token, 10)
+        fast_only = gauge()
+        await settle(side, connection)
+        return handler_started, during, fast_only, gauge()
+    handler_started, during, fast_only, after = asyncio.run(main())
+    assert handler_started > 0 and during == handler_started
+    assert fast_only >= handler_started + 20 and after == 0
+
+
 def test_fast_failure_sees_both_paths_puts_in_one_walk(tmp_path):
     """The puts of both paths wait in one C FIFO, and fast failure's age of a Python path put
     counts from when it began to wait (for ring space too), so an old put behind a younger
