@@ -27,6 +27,7 @@ Usage: ``python tools/count_pop_calls.py [--load consume|roundtrip] [--rounds 40
 """
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -90,13 +91,15 @@ if _out:
 _STRACE_LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", re.M)
 
 
-def _remoting_worker(broker: bb.PyBroker) -> psutil.Process:
+def child_process(broker: bb.PyBroker, prefix: str) -> psutil.Process:
+    """The one process of the running ``broker`` whose name starts with ``prefix``."""
+    assert broker.process is not None, "the broker is started"
     root = psutil.Process(broker.process.pid)
-    workers = [child for child in root.children(recursive=True)
-               if child.name().startswith("pb-remoting")]
-    if len(workers) != 1:
-        raise RuntimeError(f"expected one remoting worker, found {len(workers)}")
-    return workers[0]
+    found = [child for child in root.children(recursive=True)
+             if child.name().startswith(prefix)]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one {prefix} process, found {len(found)}")
+    return found[0]
 
 
 async def _fill(namesrv: str, messages: int) -> None:
@@ -212,25 +215,27 @@ def _report(result: dict, top: int) -> None:
     if busiest:
         print("  system calls by name: " + ", ".join(f"{name} {count}" for name, count
                                                       in busiest))
-    if top:
-        print(f"  top {top} Python functions (calls per message):")
-        for name, count in counts["top"][:top]:
-            print(f"    {count / max(1, messages):8.2f}  {name}")
-        print(f"  top {top} C functions (calls per message):")
-        for name, count in counts["top_c"][:top]:
-            print(f"    {count / max(1, messages):8.2f}  {name}")
+    print_top(counts, top, messages)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--load", choices=("consume", "roundtrip"), default="consume")
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--top", type=int, default=0)
-    parser.add_argument("--cpu-rounds", type=int, default=0,
-                        help="then this many rounds without the hook for the worker's CPU")
-    parser.add_argument("--json", type=pathlib.Path, default=None, help="write the result here")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="count-pop-") as work:
+def print_top(counts: dict, top: int, messages: int) -> None:
+    """The ``top`` Python and C functions of a hook's ``counts``, calls per message."""
+    if not top:
+        return
+    print(f"  top {top} Python functions (calls per message):")
+    for name, count in counts["top"][:top]:
+        print(f"    {count / max(1, messages):8.3f}  {name}")
+    print(f"  top {top} C functions (calls per message):")
+    for name, count in counts["top_c"][:top]:
+        print(f"    {count / max(1, messages):8.3f}  {name}")
+
+
+@contextlib.contextmanager
+def hooked_broker(prefix: str, topic: str, queues: int):
+    """``(broker, work_dir)``: a one-worker ASYNC_FLUSH broker of this checkout, started,
+    with ``topic`` of ``queues`` queues, whose processes load the profile hook (SIGUSR2
+    toggles it; counts-<pid>.json land in ``work_dir``); stopped and removed after."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as work:
         work_dir = pathlib.Path(work)
         hook_dir = work_dir / "hook"
         hook_dir.mkdir()
@@ -244,14 +249,27 @@ def main() -> int:
         broker = bb.PyBroker(work_dir / "broker", conf)
         try:
             broker.start()
-            bb.create_topic(broker, TOPIC, QUEUES)
-            backlog = (args.rounds + args.cpu_rounds + 10) * \
-                (32 if args.load == "consume" else 1) + 1024
-            asyncio.run(_fill(broker.namesrv_addr, backlog))
-            result = asyncio.run(_measure(broker, _remoting_worker(broker), args.load,
-                                          args.rounds, args.cpu_rounds, work_dir))
+            bb.create_topic(broker, topic, queues)
+            yield broker, work_dir
         finally:
             broker.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--load", choices=("consume", "roundtrip"), default="consume")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--cpu-rounds", type=int, default=0,
+                        help="then this many rounds without the hook for the worker's CPU")
+    parser.add_argument("--json", type=pathlib.Path, default=None, help="write the result here")
+    args = parser.parse_args()
+    with hooked_broker("count-pop-", TOPIC, QUEUES) as (broker, work_dir):
+        backlog = (args.rounds + args.cpu_rounds + 10) * \
+            (32 if args.load == "consume" else 1) + 1024
+        asyncio.run(_fill(broker.namesrv_addr, backlog))
+        result = asyncio.run(_measure(broker, child_process(broker, "pb-remoting"), args.load,
+                                      args.rounds, args.cpu_rounds, work_dir))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1))
     _report(result, args.top)

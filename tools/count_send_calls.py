@@ -31,10 +31,8 @@ import os
 import pathlib
 import signal
 import sys
-import tempfile
 import time
 
-import psutil
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import bench_brokers as bb  # noqa: E402  (tools/ is not a package)
@@ -133,16 +131,6 @@ async def _send(address: str, size: int, encoding: int, connections: int, inflig
     return per_connection * connections
 
 
-def _process(broker: bb.PyBroker, prefix: str) -> psutil.Process:
-    assert broker.process is not None, "the broker is started"
-    root = psutil.Process(broker.process.pid)
-    found = [child for child in root.children(recursive=True)
-             if child.name().startswith(prefix)]
-    if len(found) != 1:
-        raise RuntimeError(f"expected one {prefix} process, found {len(found)}")
-    return found[0]
-
-
 def _cycles(counts: dict, python_name: str, c_name: str) -> int:
     if c_name:
         return sum(count for name, count in counts["top_c"] if name == c_name)
@@ -150,8 +138,8 @@ def _cycles(counts: dict, python_name: str, c_name: str) -> int:
 
 
 def _measure(broker: bb.PyBroker, args, out_dir: pathlib.Path) -> dict:
-    processes = {"worker": _process(broker, "pb-remoting"),
-                 "appender": _process(broker, "pb-appender")}
+    processes = {"worker": cp.child_process(broker, "pb-remoting"),
+                 "appender": cp.child_process(broker, "pb-appender")}
     run = lambda messages: asyncio.run(_send(broker.broker_addr, args.size,  # noqa: E731
                                              args.encoding, args.connections, args.inflight,
                                              messages, args.batched))
@@ -219,13 +207,7 @@ def _report(result: dict, top: int) -> None:
         if busiest:
             print("  system calls by name: " + ", ".join(
                 f"{call} {count / messages:.3f}" for call, count in busiest) + " per message")
-        if top:
-            print(f"  top {top} Python functions (calls per message):")
-            for function, count in counts["top"][:top]:
-                print(f"    {count / messages:8.3f}  {function}")
-            print(f"  top {top} C functions (calls per message):")
-            for function, count in counts["top_c"][:top]:
-                print(f"    {count / messages:8.3f}  {function}")
+        cp.print_top(counts, top, messages)
 
 
 def main() -> int:
@@ -243,24 +225,8 @@ def main() -> int:
     parser.add_argument("--json", type=pathlib.Path, default=None, help="write the result here")
     args = parser.parse_args()
     args.encoding = 0 if args.encoding == "json" else 1
-    with tempfile.TemporaryDirectory(prefix="count-send-") as work:
-        work_dir = pathlib.Path(work)
-        hook_dir = work_dir / "hook"
-        hook_dir.mkdir()
-        (hook_dir / "sitecustomize.py").write_text(cp._HOOK)
-        os.environ["PYTHONPATH"] = f"{hook_dir}{os.pathsep}{ROOT}"   # tidy: allow
-        os.environ[cp.ENV_DIR] = str(work_dir)                       # tidy: allow
-        bb.use_pybroker(bb.PyBrokerInstall((sys.executable, "-m", "pybroker"), "checkout",
-                                           str(ROOT / "pybroker"), ()))
-        conf = dict(bb.shared_broker_conf("ASYNC_FLUSH"), remotingWorkers="1",
-                    grpcServerPort=str(bb.jr.free_port()))     # not the default 8081
-        broker = bb.PyBroker(work_dir / "broker", conf)
-        try:
-            broker.start()
-            bb.create_topic(broker, TOPIC, QUEUES)
-            result = _measure(broker, args, work_dir)
-        finally:
-            broker.stop()
+    with cp.hooked_broker("count-send-", TOPIC, QUEUES) as (broker, work_dir):
+        result = _measure(broker, args, work_dir)
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1))
     _report(result, args.top)
