@@ -495,11 +495,10 @@ class TimerStore:
                             position, slot.num - 1 if is_delete else slot.num + 1, slot.magic)
         self._add_metric(real_topic, -1 if is_delete else 1)
         self.figures.enqueued += 1
+        self.ahead.note(self._format(delayed), is_delete)   # a mark: held runs not used
         if magic == layout.TIMER_MAGIC_DEFAULT and self.dequeue_enabled:
             self.own_times.add(delayed, message.offset_py, own_time(
                 properties, message.store_timestamp, delayed, self.precision_ms))
-        if is_delete:
-            self.ahead.forget(self._format(delayed))    # its runs would not be used
 
     async def _deliver_due(self, due: list[WheelMessage]) -> None:
         """Messages whose slot is already past go out at once (Java marks them
@@ -584,7 +583,7 @@ class TimerStore:
     def coming_bytes(self) -> int:
         """About the CommitLog bytes the timer puts soon (store/prefault.py faults them in):
         the slots planned ahead and what the running slot has not put, at most the cap."""
-        coming = self.ahead.coming_bytes()
+        coming = self.ahead.coming_bytes(self.curr_write_time_ms)
         state = self.in_slot
         if state is not None:
             coming += int(state.plan.wanted.sizes[~state.done].sum())
@@ -646,7 +645,7 @@ class TimerStore:
                                     state.cancelled)
 
     def convert_ahead_step(self) -> bool:
-        """Convert one chunk of a slot falling due soon ahead of time (broker/timer_ahead.py);
+        """Convert one chunk of the nearest slot not begun ahead of time (timer_ahead.py);
         False when there is none to convert."""
         return self.ahead.step(self, DEQUEUE_CHUNK)
 

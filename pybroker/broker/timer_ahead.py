@@ -3,11 +3,15 @@
 
 A due slot's delivery was: read its parked records, convert them into runs (C), put the runs.
 The reading and converting do not depend on the clock, so :class:`AheadRuns` does them for the
-slots that begin within ``AHEAD_MS`` (a slot's messages fall due from its start on), one chunk
-of ``DEQUEUE_CHUNK`` records per call of :meth:`AheadRuns.step` (the worker calls it when a turn
-leaves time), and holds each converted chunk in the worker's memory as recipes
-(``timer_runs.hold``: the new records without their bodies, which stay in the parked records),
-at most ``timerPreconvertMaxBytes`` bytes of recipes. When the slot begins,
+used slots that have not begun, the nearest first, as far as the roll window reaches (no unit
+is parked further), one chunk of ``DEQUEUE_CHUNK`` records per call of :meth:`AheadRuns.step`
+(the worker calls it when a turn leaves time), and holds each converted chunk in the worker's
+memory as recipes (``timer_runs.hold``: the new records without their bodies, which stay in the
+parked records), at most ``timerPreconvertMaxBytes`` bytes of recipes; a nearer slot takes the
+room of the farthest one held. A slot beginning beyond ``AHEAD_MS`` is read from the timer log
+again only when it has doubled (by at least a chunk) since it was read: a burst still being
+parked there costs reads in proportion to its size, not one read a chunk; within ``AHEAD_MS``
+every change is read. When the slot begins,
 :meth:`TimerStore.dequeue` reads the slot again (the timer log and wheel are the truth), takes
 the chunks held for it and puts each once all its messages' own times have come
 (broker/timer_own.py): its records assembled from the recipes and the parked bodies
@@ -24,6 +28,7 @@ added after them and converted at due time). A chunk C does not take whole (a ro
 left to the Python rule) ends the slot's conversion ahead: what follows it is converted at due
 time, in the slot's order.
 """
+import bisect
 import dataclasses
 from typing import NamedTuple, Protocol
 
@@ -35,9 +40,9 @@ from pybroker.store.timer_wheel import TimerWheel
 
 __all__ = ["AheadRuns", "AHEAD_MS"]
 
-# Slots beginning within this of the write time. A slot's messages are put from its start (at
-# their own times, broker/timer_own.py): 3 s keeps the 2-3 s of conversion a slot had when it
-# was put at its end with a 2 s window.
+# Slots beginning within this of the write time are planned again at every change of their
+# wheel entry, and their parked bytes count as coming (the flusher's pre-fault); further ones
+# when they have doubled (see the module docstring).
 AHEAD_MS = 3000
 
 
@@ -49,6 +54,7 @@ class AheadSource(Protocol):
     curr_read_time_ms: int
     curr_write_time_ms: int
     precision_ms: int
+    roll_window_slots: int
     wheel: TimerWheel
 
     def plan_slot(self, slot) -> SlotPlan: ...
@@ -76,7 +82,8 @@ class _Ready:
     held_bytes: int = 0                     # the recipes' bytes (what the cap counts)
     out_bytes: int = 0                      # the re-put records' bytes they stand for
     planned_bytes: int = 0                  # the parked records' bytes of plan.wanted
-    stopped: bool = False                   # a chunk C did not take whole, or the cap
+    stopped: bool = False                   # a chunk C did not take whole
+    full: bool = False                      # its next chunk did not fit under the cap
 
 
 class AheadRuns:
@@ -87,36 +94,94 @@ class AheadRuns:
         self.bytes_max = bytes_max
         self.held_bytes = 0
         self._slots: dict[int, _Ready] = {}
+        self._passed: dict[int, tuple[int, int, int]] = {}   # C did not take the first chunk
+        self._used: list[int] | None = None     # used slot times not begun, in order
+        self._cursor = 0                        # _used before it: nothing to do for now
+        self._cursor_write_ms = -1
+
+    def note(self, slot_ms: int, mark: bool) -> None:
+        """A unit was added to the slot at ``slot_ms`` (the enqueue): it is looked at again;
+        a cancel mark (``mark``) drops what is held for it (held runs must have the slot's
+        marks)."""
+        if mark:
+            self.forget(slot_ms)
+        used = self._used
+        if used is None:
+            return
+        at = bisect.bisect_left(used, slot_ms)
+        if at == len(used) or used[at] != slot_ms:
+            used.insert(at, slot_ms)
+        self._cursor = min(self._cursor, at)
 
     def step(self, store: AheadSource, chunk_records: int) -> bool:
-        """Convert the next chunk of the first slot due within AHEAD_MS that has one left;
-        False when there was nothing to do."""
+        """Convert the next chunk of the nearest used slot not begun that has one left; False
+        when there was nothing to do (or the cap is taken by nearer slots)."""
         if self.bytes_max <= 0 or not store.dequeue_enabled or \
                 store.settings.timer_stop_dequeue:
             return False
-        read_ms, precision = store.curr_read_time_ms, store.precision_ms
-        for stale in [slot_ms for slot_ms in self._slots if slot_ms < read_ms]:
-            self.forget(stale)          # passed without a dequeue (a skipped walk)
+        write_ms, precision = store.curr_write_time_ms, store.precision_ms
         # A slot that has begun is the dequeue's (it takes what is held for it then).
-        slot_ms = max(read_ms, store.curr_write_time_ms + precision)
-        while slot_ms < store.curr_write_time_ms + AHEAD_MS:
-            if self.held_bytes >= self.bytes_max:
-                return False
+        first = max(store.curr_read_time_ms, write_ms + precision)
+        used = self._used_from(store, first)
+        if write_ms != self._cursor_write_ms:       # slots came within AHEAD_MS
+            self._cursor, self._cursor_write_ms = 0, write_ms
+        near_until = write_ms + AHEAD_MS
+        index = self._cursor
+        while index < len(used):
+            slot_ms = used[index]
             slot = store.wheel.slot(slot_ms)
             if slot.time_ms == slot_ms:
-                ready = self._ready(store, slot_ms, (slot.first_pos, slot.last_pos, slot.num))
-                if not ready.stopped and ready.covered < len(ready.plan.wanted.offsets):
-                    self._convert(store, ready, chunk_records)
+                ready = self._ready(store, slot_ms, (slot.first_pos, slot.last_pos, slot.num),
+                                    slot_ms < near_until, chunk_records)
+                if ready is not None and not ready.stopped and not ready.full and \
+                        ready.covered < len(ready.plan.wanted.offsets):
+                    self._cursor = index
+                    if not self._room(slot_ms, 1):
+                        return False
+                    self._convert(store, slot_ms, ready, chunk_records)
                     return True
-            slot_ms += precision
+            index += 1
+        self._cursor = index
         return False
 
-    def _ready(self, store: AheadSource, slot_ms: int, entry: tuple[int, int, int]) -> _Ready:
+    def _used_from(self, store: AheadSource, first: int) -> list[int]:
+        """The used slot times from ``first`` on (the wheel scanned once, the enqueue's
+        :meth:`note` after), those before it dropped with what was held for them."""
+        used = self._used
+        if used is None:
+            used = self._used = store.wheel.used_between(
+                first, store.curr_write_time_ms + store.roll_window_slots * store.precision_ms)
+        passed = bisect.bisect_left(used, first)
+        if passed:
+            for slot_ms in used[:passed]:     # passed without a take (a skipped walk)
+                self.forget(slot_ms)
+                self._passed.pop(slot_ms, None)
+            del used[:passed]
+            self._cursor = max(self._cursor - passed, 0)
+        return used
+
+    def _room(self, slot_ms: int, need: int) -> bool:
+        """Whether the cap leaves ``need`` bytes for the slot at ``slot_ms``, after dropping
+        what is held for the farthest slots beyond it."""
+        while self.held_bytes + need > self.bytes_max:
+            farther = [held_ms for held_ms, ready in self._slots.items()
+                       if held_ms > slot_ms and ready.held_bytes]
+            if not farther:
+                return False
+            self.forget(max(farther))
+        return True
+
+    def _ready(self, store: AheadSource, slot_ms: int, entry: tuple[int, int, int],
+               near: bool, chunk_records: int) -> _Ready | None:
         """The slot's state, planned again when the wheel says units were added to it since
-        (its chunks kept while still valid)."""
+        (its chunks kept while still valid): within AHEAD_MS at every change, beyond it once
+        it doubled; None when C did not take its first chunk (not planned again but so)."""
         ready = self._slots.get(slot_ms)
-        if ready is not None and ready.entry == entry:
+        known = ready.entry if ready is not None else self._passed.get(slot_ms)
+        if known is not None and (known == entry or not near and
+                                  entry[2] - known[2] < max(known[2], chunk_records)):
             return ready
+        self._passed.pop(slot_ms, None)
         plan = store.plan_slot(store.wheel.slot(slot_ms))
         planned = int(plan.wanted.sizes.sum())
         if ready is not None and self._valid(ready, plan):
@@ -129,14 +194,21 @@ class AheadRuns:
             slot_ms + store.precision_ms, planned_bytes=planned)
         return ready
 
-    def _convert(self, store: AheadSource, ready: _Ready, chunk_records: int) -> None:
+    def _convert(self, store: AheadSource, slot_ms: int, ready: _Ready,
+                 chunk_records: int) -> None:
         wanted, start = ready.plan.wanted, ready.covered
         chunk = store.convert_ahead(type(wanted)(*(column[start:start + chunk_records]
                                                    for column in wanted)),
                                     ready.cancelled, ready.converted_ms)
         held = hold(chunk) if chunk is not None else None
-        if held is None or self.held_bytes + held.held_bytes > self.bytes_max:
+        if held is None:
             ready.stopped = True          # the rest of the slot is converted at due time
+            if not ready.chunks:          # nothing held: only the entry is kept
+                del self._slots[slot_ms]
+                self._passed[slot_ms] = ready.entry
+            return
+        if not self._room(slot_ms, held.held_bytes):
+            ready.full = True             # until bytes are given back
             return
         for key in held.dropped_keys:
             del ready.cancelled[key]
@@ -146,12 +218,14 @@ class AheadRuns:
         ready.out_bytes += held.out_length
         self.held_bytes += held.held_bytes
 
-    def coming_bytes(self) -> int:
-        """About the CommitLog bytes the slots planned ahead will be put as when they fall
-        due (converted or not: what is not held is converted then), at most ``bytes_max``;
-        the flusher faults their pages in ahead of the appender (store/prefault.py)."""
+    def coming_bytes(self, write_ms: int) -> int:
+        """About the CommitLog bytes the slots planned ahead that begin within AHEAD_MS of
+        ``write_ms`` will be put as when they fall due (converted or not: what is not held is
+        converted then), at most ``bytes_max``; the flusher faults their pages in ahead of the
+        appender (store/prefault.py)."""
         coming = sum(max(ready.out_bytes, ready.planned_bytes)
-                     for ready in self._slots.values())
+                     for slot_ms, ready in self._slots.items()
+                     if slot_ms < write_ms + AHEAD_MS)
         return min(coming, self.bytes_max)
 
     def plan_of(self, slot_ms: int, slot) -> SlotPlan | None:
@@ -177,12 +251,17 @@ class AheadRuns:
     def forget(self, slot_ms: int) -> None:
         """Drop what is held for the slot (a cancel mark came for it, or it is due)."""
         ready = self._slots.pop(slot_ms, None)
-        if ready is not None:
+        if ready is not None and ready.held_bytes:
             self.held_bytes -= ready.held_bytes
+            for other in self._slots.values():
+                other.full = False                # room again: tried again
+            self._cursor = 0
 
     def forget_all(self) -> None:
         for slot_ms in list(self._slots):
             self.forget(slot_ms)
+        self._passed.clear()
+        self._used, self._cursor = None, 0
 
     @staticmethod
     def _valid(ready: _Ready, plan: SlotPlan) -> bool:

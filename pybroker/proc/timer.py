@@ -9,8 +9,8 @@ the supervisor's) and a read-only store reader, like the supervisor's delay serv
   queue into the timer log and wheel); the messages of the running slot whose own time has come
   or the rest of a slot that ended delivered through the ring (only on a master; a slave
   follows its master's read time and queue offset, which its supervisor writes into the control
-  block's timer master line); when nothing is due, one chunk of a slot beginning within 3 s
-  converted ahead into runs held in memory (broker/timer_ahead.py);
+  block's timer master line); when nothing is due, one chunk of the nearest used slot not
+  begun converted ahead into runs held in memory (broker/timer_ahead.py);
 * it sleeps when there is nothing to do until the running slot's next message falls due
   (broker/timer_own.py), the next slot begins, the next enqueue poll
   (``100 x timerPrecisionMs / 1000`` ms, Java's) or the next flush, whichever is first;
@@ -159,7 +159,7 @@ class _TimerWorker:
         engine.move_write_time()
         read = await engine.enqueue()
         delivered = await engine.dequeue()
-        # Nothing due: convert a chunk of a slot falling due soon (broker/timer_ahead.py).
+        # Nothing due: convert a chunk of the nearest slot not begun (broker/timer_ahead.py).
         converted = delivered < 0 and engine.convert_ahead_step()
         now = clock.now_ms()
         if delivered == 1 or now >= due["flush"]:

@@ -250,9 +250,10 @@ class StoreConfig:
     timer_progress_log_interval_ms: int = setting("timerProgressLogIntervalMs", 10000,
         "period of the timer's progress log line", unit="ms", rule=at_least(1))
     timer_preconvert_max_bytes: int = setting("timerPreconvertMaxBytes", 256 << 20,
-        "pybroker's own: re-puts of the slots beginning within 3 s are converted ahead "
-        "and held in the timer worker's memory as recipes (each record without its body) "
-        "up to this many bytes (past it they are converted when due, as with 0)",
+        "pybroker's own: re-puts of the used slots not begun are converted ahead, the "
+        "nearest first, and held in the timer worker's memory as recipes (each record "
+        "without its body) up to this many bytes (past it they are converted when due, "
+        "as with 0)",
         unit="bytes", rule=at_least(0), pybroker_only=True)
     # Java's BrokerConfig keys, with the timer because they act on it (broker/timer_requests.py).
     recall_message_enable: bool = setting("recallMessageEnable", False,

@@ -166,6 +166,20 @@ class TimerWheel:
                 return int(expected[used[0]]) * precision
         return (start_units + count) * precision
 
+    def used_between(self, time_ms: int, until_ms: int) -> list[int]:
+        """The slot times from ``time_ms`` (a slot time) below ``until_ms`` whose slot holds
+        that time, in order (one vectorised pass over that part of the wheel)."""
+        precision = self.precision_ms
+        count = max((until_ms - time_ms + precision - 1) // precision, 0)
+        start_units = time_ms // precision
+        used: list[int] = []
+        for chunk_start in range(0, count, _SLOTS_IN_FILE):
+            expected = start_units + chunk_start + np.arange(
+                min(count - chunk_start, _SLOTS_IN_FILE), dtype=np.int64)
+            times = self.slots["time"][expected % _SLOTS_IN_FILE]
+            used.extend((expected[times == expected] * precision).tolist())
+        return used
+
     def nums_between(self, time_start_ms: int, slot_count: int) -> np.ndarray:
         """``num`` of the ``slot_count`` slots from ``time_start_ms`` (0 for a stale slot)."""
         steps, nums = self._counted(time_start_ms)

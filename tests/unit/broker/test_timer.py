@@ -535,21 +535,22 @@ def _convert_ahead(store: TimerStore) -> int:
 
 
 def test_runs_converted_ahead_are_put_when_due_never_before(broker):
-    """A slot beginning within 3 s is converted ahead into runs held in memory: nothing of
-    it is stored before it is due, and when due its runs are put with the clock of the put
-    as TIMER_DEQUEUE_MS, the records a conversion at due time makes (same body, topic, queue
+    """A used slot not begun is converted ahead into runs held in memory: nothing of it is
+    stored before it is due, and when due its runs are put with the clock of the put as
+    TIMER_DEQUEUE_MS, the records a conversion at due time makes (same body, topic, queue
     and properties)."""
     store = timer(broker)
     for key in ("a", "b", "c"):
         send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 3500), DELAY_NOTE=f"t{key}")
     step(broker, store, T0 + 100)
-    assert _convert_ahead(store) == 0              # slot T0+3000 begins in 3 s: too far
-    assert store.ahead.coming_bytes() == 0
-    step(broker, store, T0 + 1200)
     assert _convert_ahead(store) == 1 and store.ahead.held_bytes > 0
+    # Not coming yet: the slot begins 3 s after the write time (not within AHEAD_MS).
+    assert store.ahead.coming_bytes(store.curr_write_time_ms) == 0
+    step(broker, store, T0 + 1200)
+    assert _convert_ahead(store) == 0              # nothing new: held as converted
     # The bytes coming when the slot falls due (the flusher pre-faults them): the re-put
     # records the held recipes stand for (checked against what is stored below).
-    coming = store.ahead.coming_bytes()
+    coming = store.ahead.coming_bytes(store.curr_write_time_ms)
     assert coming > 0
     step(broker, store, T0 + 3499)                 # the slot has begun, its messages not due
     assert delivered(broker) == {} and store.in_slot is not None
@@ -558,7 +559,7 @@ def test_runs_converted_ahead_are_put_when_due_never_before(broker):
     got = delivered(broker)
     assert set(got) == {"a", "b", "c"} and store.figures.converted_ahead == 3
     assert store.ahead.held_bytes == 0 and store.metrics.count(harness.TOPIC) == 0
-    assert store.ahead.coming_bytes() == 0
+    assert store.ahead.coming_bytes(store.curr_write_time_ms) == 0
     assert sum(decoded.total_size for decoded, _ in broker.records(harness.TOPIC, 1)) == coming
     for decoded, properties in broker.records(harness.TOPIC, 1):
         key = properties["KEYS"]
@@ -626,6 +627,104 @@ def test_held_runs_that_no_longer_match_the_slot_are_not_used(broker):
     assert len(store.ahead.take(T0 + 2000, plan).chunks) == 1
 
 
+@pytest.fixture
+def wide(tmp_path):
+    """A broker whose roll window (60 slots) reaches past AHEAD_MS."""
+    clock = [T0]
+    created = harness.Broker(tmp_path, dict(TIMER_SETTINGS, timerRollWindowSlot="60"),
+                             clock_ms=lambda: clock[0])
+    created.clock = clock
+    created.ctx.now_ms = lambda: clock[0]
+    yield created
+    created.close()
+
+
+def test_slots_well_ahead_are_converted_nearest_first_and_put_when_due(wide):
+    """The conversion ahead reaches as far as the roll window, not 3 s: slots 20 s and 10 s
+    ahead are both held, the nearest converted first (enqueued after the other), and each is
+    put from what is held when due, never before."""
+    store = timer(wide)
+    send_timer(wide, "far", TIMER_DELIVER_MS=str(T0 + 20500))
+    step(wide, store, T0 + 100)
+    send_timer(wide, "near", TIMER_DELIVER_MS=str(T0 + 10500))
+    step(wide, store, T0 + 200)
+    assert store.convert_ahead_step()
+    assert list(store.ahead._slots) == [T0 + 10000]
+    assert _convert_ahead(store) == 1 and sorted(store.ahead._slots) == [T0 + 10000, T0 + 20000]
+    assert store.ahead.coming_bytes(store.curr_write_time_ms) == 0     # beyond AHEAD_MS
+    step(wide, store, T0 + 10499)
+    assert delivered(wide) == {}
+    step(wide, store, T0 + 10500)
+    assert set(delivered(wide)) == {"near"} and store.figures.converted_ahead == 1
+    step(wide, store, T0 + 20499)
+    assert set(delivered(wide)) == {"near"}
+    step(wide, store, T0 + 21000)
+    assert set(delivered(wide)) == {"near", "far"} and store.figures.converted_ahead == 2
+    assert store.ahead.held_bytes == 0
+
+
+def test_a_nearer_slot_takes_the_cap_from_the_farthest(wide):
+    """Under timerPreconvertMaxBytes the nearest slots are held: a slot enqueued nearer than
+    what fills the cap drops the farthest held, which is converted again once room is given
+    back (its own slot put); every message delivered once, at its time."""
+    store = timer(wide)
+    send_timer(wide, "far", TIMER_DELIVER_MS=str(T0 + 20500))
+    step(wide, store, T0 + 100)
+    assert _convert_ahead(store) == 1
+    store.ahead.bytes_max = store.ahead.held_bytes + 64     # room for one slot's chunk
+    send_timer(wide, "near", TIMER_DELIVER_MS=str(T0 + 10500))
+    step(wide, store, T0 + 200)
+    # The near slot converted (the far one's chunk dropped for it), the far one converted
+    # again and refused: no room left, nothing farther to drop.
+    assert _convert_ahead(store) == 2
+    assert store.ahead._slots[T0 + 10000].held_bytes > 0
+    assert store.ahead._slots[T0 + 20000].held_bytes == 0
+    assert not store.convert_ahead_step()                  # not tried again while full
+    step(wide, store, T0 + 10500)                          # taken: room again
+    assert set(delivered(wide)) == {"near"} and store.figures.converted_ahead == 1
+    assert _convert_ahead(store) == 1 and store.ahead._slots[T0 + 20000].held_bytes > 0
+    step(wide, store, T0 + 21000)
+    assert set(delivered(wide)) == {"near", "far"} and store.figures.converted_ahead == 2
+    assert len(wide.records(harness.TOPIC, 1)) == 2
+
+
+def test_a_slot_beyond_ahead_ms_is_read_again_only_once_it_doubled(wide, monkeypatch):
+    """A far slot still being parked is not read from the timer log again at every unit:
+    only once its count doubled (by at least a chunk); within AHEAD_MS at every change.
+    What was added in between is converted then or when due: all delivered."""
+    store = timer(wide)
+    plans: list[int] = []
+    plan_slot = store.plan_slot
+    monkeypatch.setattr(store, "plan_slot",
+                        lambda slot: plans.append(slot.num) or plan_slot(slot))
+
+    def park(*keys):
+        for key in keys:
+            send_timer(wide, key, TIMER_DELIVER_MS=str(T0 + 20500))
+
+    park("a", "b")
+    step(wide, store, T0 + 100)
+    while store.ahead.step(store, 1):
+        pass
+    assert plans == [2] and store.ahead._slots[T0 + 20000].covered == 2
+    park("c")                                      # 3 < 2 x 2: not read again
+    step(wide, store, T0 + 200)
+    assert not store.ahead.step(store, 1) and plans == [2]
+    park("d")                                      # doubled
+    step(wide, store, T0 + 300)
+    while store.ahead.step(store, 1):
+        pass
+    assert plans == [2, 4] and store.ahead._slots[T0 + 20000].covered == 4
+    park("e")
+    step(wide, store, T0 + 18000)                  # within AHEAD_MS: every change is read
+    while store.ahead.step(store, 1):
+        pass
+    assert plans == [2, 4, 5] and store.ahead._slots[T0 + 20000].covered == 5
+    step(wide, store, T0 + 21000)
+    assert set(delivered(wide)) == {"a", "b", "c", "d", "e"}
+    assert store.figures.converted_ahead == 5
+
+
 def test_the_cap_on_held_bytes_leaves_the_rest_to_due_time(broker):
     """timerPreconvertMaxBytes: nothing converted ahead past it (0: nothing at all); the
     slot is delivered whole when due either way."""
@@ -637,14 +736,15 @@ def test_the_cap_on_held_bytes_leaves_the_rest_to_due_time(broker):
     assert _convert_ahead(store) == 1 and store.ahead.held_bytes == 0
     assert _convert_ahead(store) == 0               # the slot is stopped, not retried
     # What is put when it falls due is still coming (converted then), within the cap.
-    assert store.ahead.coming_bytes() == 1
+    assert store.ahead.coming_bytes(store.curr_write_time_ms) == 1
     store.ahead.bytes_max = 1 << 20
     parked = sum(decoded.total_size
                  for decoded, _ in broker.records(timer_message.TIMER_TOPIC, 0))
-    assert store.ahead.coming_bytes() == parked     # about: the records as parked
+    # About: the records as parked.
+    assert store.ahead.coming_bytes(store.curr_write_time_ms) == parked
     step(broker, store, T0 + 3000)
     assert set(delivered(broker)) == {"a", "b"} and store.figures.converted_ahead == 0
-    assert store.ahead.coming_bytes() == 0
+    assert store.ahead.coming_bytes(store.curr_write_time_ms) == 0
 
 
 def test_chunks_are_held_as_recipes_and_assembled_from_the_parked_bodies(broker):
@@ -657,7 +757,7 @@ def test_chunks_are_held_as_recipes_and_assembled_from_the_parked_bodies(broker)
         send_timer(broker, key, body=body, TIMER_DELIVER_MS=str(T0 + 2500))
     step(broker, store, T0 + 1200)
     assert _convert_ahead(store) == 1
-    coming = store.ahead.coming_bytes()
+    coming = store.ahead.coming_bytes(store.curr_write_time_ms)
     assert 0 < store.ahead.held_bytes < coming // 3
     step(broker, store, T0 + 2600)
     assert store.figures.converted_ahead == 3
