@@ -28,7 +28,9 @@ def strip(out: Buffer, positions: npt.NDArray[np.int64]) -> bytearray | None:
     """The recipes of a convert output: each new record without its body, in the records'
     order; None when ``out`` is not what convert wrote at ``positions``."""
 
-def assemble(recipes: Buffer, positions: npt.NDArray[np.int64], views: list[Buffer | None],
-             out_length: int) -> bytearray | None:
+def assemble(recipes: Buffer, positions: npt.NDArray[np.int64], buffers: list[memoryview],
+             which: npt.NDArray[np.int32], starts: npt.NDArray[np.int64],
+             sizes: npt.NDArray[np.int64], out_length: int) -> bytearray | None:
     """The convert output ``recipes`` were stripped from, each body copied from its parked
-    record (``views``); None when a record cannot be read or its body does not match."""
+    record (record i: ``sizes[i]`` bytes at ``starts[i]`` of ``buffers[which[i]]``, -1 not
+    readable); None when a record cannot be read or its body does not match."""

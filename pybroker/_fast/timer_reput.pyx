@@ -512,51 +512,63 @@ def strip(const unsigned char[::1] out, const int64_t[::1] positions):
     return recipes
 
 
-def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, list views,
+def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, list buffers,
+             const int32_t[::1] which, const int64_t[::1] starts, const int64_t[::1] sizes,
              Py_ssize_t out_length):
     """The convert output :func:`strip` made ``recipes`` of, rebuilt with each body copied
-    from its parked record (``views``, one per record as convert was given them); byte for
-    byte what convert wrote. None when a parked record cannot be read or its body is not
-    where and as long as the recipe says (convert the records again then)."""
+    from its parked record: record ``i`` is ``sizes[i]`` bytes at ``starts[i]`` of
+    ``buffers[which[i]]`` (-1: not readable), so a whole mapped file is one buffer and no
+    object is made per record. Byte for byte what convert wrote. None when a parked record
+    cannot be read or its body is not where and as long as the recipe says (convert the
+    records again then)."""
     cdef Py_ssize_t count = positions.shape[0], length = recipes.shape[0], index, at = 0
-    cdef Py_ssize_t position, size, body_start, body_length, rest
+    cdef Py_ssize_t position, size, body_start, body_length, rest, buffers_count = len(buffers)
+    cdef Py_ssize_t opened = 0, source_index
     cdef const unsigned char *source = &recipes[0] if length else NULL
+    cdef const unsigned char *parked
     cdef unsigned char *target
-    cdef Py_buffer buffer
+    cdef Py_buffer *views
     cdef RecordFields f
-    cdef RecordStatus status
-    if len(views) != count:
-        raise ValueError("views and positions differ in length")
+    if which.shape[0] != count or starts.shape[0] != count or sizes.shape[0] != count:
+        raise ValueError("which, starts, sizes and positions differ in length")
     out = bytearray(out_length)
     target = <unsigned char *>PyByteArray_AS_STRING(out)
-    for index in range(count):
-        position = positions[index]
-        if position < 0:
-            continue
-        view = views[index]
-        if view is None or length - at < BORN_HOST_POSITION:
-            return None
-        size = _be32(source + at)
-        body_start = _body_length_position(source + at) + 4
-        if body_start > size or body_start > length - at:
-            return None
-        body_length = _be32(source + at + body_start - 4)
-        rest = size - body_start - body_length
-        if rest < 0 or body_start + rest > length - at or position < 0 or \
-                position + size > out_length:
-            return None
-        PyObject_GetBuffer(view, &buffer, PyBUF_SIMPLE)
-        try:
-            status = parse_record(<const unsigned char *>buffer.buf, 0, buffer.len, False, &f)
-            if status != RECORD_STATUS_OK or f.body_position != body_start or \
-                    f.body_length != body_length:
+    views = <Py_buffer *>PyMem_Malloc(max(buffers_count, 1) * sizeof(Py_buffer))
+    if views == NULL:
+        raise MemoryError()
+    try:
+        while opened < buffers_count:
+            PyObject_GetBuffer(buffers[opened], &views[opened], PyBUF_SIMPLE)
+            opened += 1
+        for index in range(count):
+            position = positions[index]
+            if position < 0:
+                continue
+            source_index = which[index]
+            if source_index < 0 or source_index >= buffers_count or starts[index] < 0 or \
+                    sizes[index] < 0 or starts[index] + sizes[index] > views[source_index].len \
+                    or length - at < BORN_HOST_POSITION:
+                return None
+            size = _be32(source + at)
+            body_start = _body_length_position(source + at) + 4
+            if body_start > size or body_start > length - at:
+                return None
+            body_length = _be32(source + at + body_start - 4)
+            rest = size - body_start - body_length
+            if rest < 0 or body_start + rest > length - at or position + size > out_length:
+                return None
+            parked = <const unsigned char *>views[source_index].buf + starts[index]
+            if parse_record(parked, 0, sizes[index], False, &f) != RECORD_STATUS_OK or \
+                    f.body_position != body_start or f.body_length != body_length:
                 return None
             memcpy(target + position, source + at, <size_t>body_start)
-            memcpy(target + position + body_start,
-                   <const unsigned char *>buffer.buf + body_start, <size_t>body_length)
-        finally:
-            PyBuffer_Release(&buffer)
-        memcpy(target + position + body_start + body_length, source + at + body_start,
-               <size_t>rest)
-        at += body_start + rest
+            memcpy(target + position + body_start, parked + body_start, <size_t>body_length)
+            memcpy(target + position + body_start + body_length, source + at + body_start,
+                   <size_t>rest)
+            at += body_start + rest
+    finally:
+        while opened > 0:
+            opened -= 1
+            PyBuffer_Release(&views[opened])
+        PyMem_Free(views)
     return out if at == length else None

@@ -59,7 +59,7 @@ from pybroker.stats.metric_names import DELAY_LATENCY_BUCKETS_S, bucket_of
 from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY, Recorder
 from pybroker.stats.region import private_writer
 from pybroker.store import layout, paths
-from pybroker.store.read_api import RecordsResult, SelectResult
+from pybroker.store.read_api import RecordsResult, SelectResult, SpansResult
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 from pybroker.store.timer_checkpoint import CheckpointValues, TimerCheckpoint
@@ -131,6 +131,8 @@ class TimerReader(Protocol):
     def look_message_by_offset(self, physical_offset: int) -> SelectResult | None: ...
 
     def read_records(self, physical_offsets: list[int], sizes: list[int]) -> RecordsResult: ...
+
+    def read_spans(self, physical_offsets: np.ndarray, sizes: np.ndarray) -> SpansResult: ...
 
     def commitlog_min_offset(self) -> int: ...
 
@@ -630,7 +632,7 @@ class TimerStore:
         for start, held in state.held_due(until_ms):
             if any(key not in state.cancelled for key in held.dropped_keys):
                 continue                # a mark it used is used up: converted again below
-            chunk = assembled(held, self.reader.read_records, state.plan.wanted, start,
+            chunk = assembled(held, self.reader.read_spans, state.plan.wanted, start,
                               state.converted_ms, self.now_ms())
             if chunk is not None:
                 state.done[start:start + chunk.records] = True
@@ -645,8 +647,7 @@ class TimerStore:
                                     state.cancelled)
 
     def convert_ahead_step(self) -> bool:
-        """Convert one chunk of the nearest slot not begun ahead of time (timer_ahead.py);
-        False when there is none to convert."""
+        """Convert a chunk of the nearest slot not begun (timer_ahead.py); False: none."""
         return self.ahead.step(self, DEQUEUE_CHUNK)
 
     def convert_ahead(self, wanted: Wanted, cancelled: dict[str, dict[str, str]],

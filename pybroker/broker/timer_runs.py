@@ -12,7 +12,7 @@ import numpy as np
 from pybroker._fast import timer_reput
 from pybroker.broker.reput import RePut
 from pybroker.protocol.constants import Property
-from pybroker.store.read_api import RecordsResult
+from pybroker.store.read_api import SpansResult
 
 __all__ = ["Run", "Wanted", "SlotPlan", "CChunk", "HeldChunk", "REPUTS", "TEXT_PATH_NAMES",
            "RUN_RECORDS_MAX", "RUN_BYTES_MAX", "DEQUEUE_CHUNK", "CHUNKS_IN_FLIGHT",
@@ -126,19 +126,21 @@ def hold(chunk: CChunk) -> HeldChunk | None:
                      chunk.dropped_keys, chunk.records)
 
 
-def assembled(held: HeldChunk, read_records: Callable[[list[int], list[int]], RecordsResult],
+def assembled(held: HeldChunk, read_spans: Callable[[np.ndarray, np.ndarray], SpansResult],
               wanted: Wanted, start: int, converted_ms: int, dequeue_ms: int) -> CChunk | None:
     """The chunk ``held`` was made of (rows ``start`` on of ``wanted``), its bodies copied
-    from the parked records read again and TIMER_DEQUEUE_MS rewritten from ``converted_ms``
-    to ``dequeue_ms``; None when a record does not read as it did or the time cannot be
-    rewritten in place (convert the chunk again)."""
+    from the parked records read again (where they lie in the mapped files: no object a
+    record) and TIMER_DEQUEUE_MS rewritten from ``converted_ms`` to ``dequeue_ms``; None
+    when a record does not read as it did or the time cannot be rewritten in place (convert
+    the chunk again)."""
     rows = slice(start, start + held.records)
-    records = read_records(wanted.offsets[rows].tolist(), wanted.sizes[rows].tolist())
-    views: list = records.views
+    sizes = np.ascontiguousarray(wanted.sizes[rows], np.int64)
+    spans = read_spans(wanted.offsets[rows], sizes)
     try:
-        out = timer_reput.assemble(held.recipes, held.positions, views, held.out_length)
+        out = timer_reput.assemble(held.recipes, held.positions, spans.buffers, spans.which,
+                                   spans.starts, sizes, held.out_length)
     finally:
-        records.release()
+        spans.release()
     if out is None or not timer_reput.restamp(out, converted_ms, dequeue_ms):
         return None
     return CChunk(out, _runs(out, held.groups, held.cuts), held.groups, [], held.dropped_keys,

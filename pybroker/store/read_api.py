@@ -31,7 +31,7 @@ from pybroker.store.settings import StoreConfig
 from pybroker.store.status import GetStatus
 from pybroker.store.unit_search import find_unit_record
 
-__all__ = ["StoreReads", "GetResult", "SelectResult", "QueryResult"]
+__all__ = ["StoreReads", "GetResult", "SelectResult", "QueryResult", "SpansResult"]
 
 log = logging.getLogger("pybroker.store.read_api")
 
@@ -153,6 +153,18 @@ class RecordsResult(_Holds):
     def __init__(self, count: int):
         super().__init__()
         self.views: list[memoryview | None] = [None] * count
+
+
+class SpansResult(_Holds):
+    """Outcome of :meth:`StoreReads.read_spans`: record ``i`` lies at ``starts[i]`` of
+    ``buffers[which[i]]`` (a view of a whole mapped CommitLog file, one per file), ``which[i]``
+    -1 when its bytes are not there. Release when done."""
+    __slots__ = ("which", "starts")
+
+    def __init__(self, count: int):
+        super().__init__()
+        self.which = np.full(count, -1, np.int32)
+        self.starts = np.zeros(count, np.int64)
 
 
 class QueryResult(_Holds):
@@ -631,6 +643,40 @@ class StoreReads:
                         if damaged.span_at(physical_offsets[position]) is None:
                             result.views[position] = view
             index = last
+        return result
+
+    def read_spans(self, physical_offsets: np.ndarray, sizes: np.ndarray) -> SpansResult:
+        """Where the records at ``physical_offsets`` of ``sizes`` bytes lie: one view and hold
+        per CommitLog file they are in and each record's file and start in it, found with
+        numpy (no object per record, :meth:`read_records` makes a view a record); a record
+        not wholly written (or in a damaged range) is not there."""
+        offsets = np.asarray(physical_offsets, np.int64)
+        ends = offsets + np.asarray(sizes, np.int64)
+        result = SpansResult(len(offsets))
+        files = self._commitlog().mapped_file_queue
+        file_size = files.mapped_file_size
+        numbers = offsets // file_size
+        for number in np.unique(numbers).tolist():
+            mapped_file = files.find_mapped_file_by_offset(number * file_size)
+            if mapped_file is None:
+                continue
+            base = mapped_file.file_from_offset
+            written = mapped_file.wrote_position
+            inside = np.flatnonzero((numbers == number) & (offsets >= base)
+                                    & (ends <= base + written))
+            if not len(inside):
+                continue
+            views = mapped_file.views([0], [written])
+            if views is None:
+                continue
+            result._add_views(views, mapped_file)
+            result.which[inside] = len(result.buffers) - 1
+            result.starts[inside] = offsets[inside] - base
+        damaged = self.damaged_records
+        if damaged:
+            for index in np.flatnonzero(result.which >= 0).tolist():
+                if damaged.span_at(int(offsets[index])) is not None:
+                    result.which[index] = -1
         return result
 
     # --- queue offsets and times ---------------------------------------------------------------

@@ -245,6 +245,34 @@ def _converted_with_positions(records, enqueue, cancel_keys=()):
     return out, runs, rest, dropped, positions, views
 
 
+def _each(views: list) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """assemble's (buffers, which, starts, sizes) with one buffer a record (None: -1)."""
+    buffers = [view for view in views if view is not None]
+    which, at = [], 0
+    for view in views:
+        which.append(-1 if view is None else at)
+        at += view is not None
+    return (buffers, np.array(which, np.int32), np.zeros(len(views), np.int64),
+            np.array([0 if view is None else len(view) for view in views], np.int64))
+
+
+def _one_file(views: list, rng: random.Random) -> tuple[list, np.ndarray, np.ndarray,
+                                                        np.ndarray]:
+    """The records laid one after the other in one buffer (a mapped file), with gaps."""
+    blob, starts = bytearray(), []
+    for view in views:
+        blob += rng.randbytes(rng.randrange(40))
+        starts.append(len(blob))
+        blob += b"" if view is None else bytes(view)
+    which = np.array([-1 if view is None else 0 for view in views], np.int32)
+    return ([memoryview(blob)], which, np.array(starts, np.int64),
+            np.array([0 if view is None else len(view) for view in views], np.int64))
+
+
+def assemble(recipes, positions, views, out_length):
+    return timer_reput.assemble(recipes, positions, *_each(views), out_length)
+
+
 def test_recipes_assemble_to_the_conversion_byte_for_byte():
     """strip keeps each new record without its body; assemble with the parked records gives
     convert's output byte for byte (seeded random records: both host kinds, empty and long
@@ -271,12 +299,13 @@ def test_recipes_assemble_to_the_conversion_byte_for_byte():
     bodies = sum(len(record.decode(bytes(out), int(positions[index])).body)
                  for index in taken)
     assert len(recipes) == len(out) - bodies
-    assert timer_reput.assemble(recipes, positions, views, len(out)) == out
+    assert assemble(recipes, positions, views, len(out)) == out
     # Held recipes, re-read records: the same views of other copies assemble the same.
     copies = [None if item is None else memoryview(bytearray(item)) for item in records]
-    assert timer_reput.assemble(bytes(recipes), positions, copies, len(out)) == out
-    assert timer_reput.assemble(bytearray(), np.full(3, -1, np.int64), [None] * 3, 0) == \
-        bytearray()
+    assert assemble(bytes(recipes), positions, copies, len(out)) == out
+    # The records where they lie in one mapped file (the timer's read_spans), in any order.
+    assert timer_reput.assemble(recipes, positions, *_one_file(views, rng), len(out)) == out
+    assert assemble(bytearray(), np.full(3, -1, np.int64), [None] * 3, 0) == bytearray()
 
 
 def test_assemble_refuses_records_that_do_not_match_their_recipes():
@@ -289,18 +318,25 @@ def test_assemble_refuses_records_that_do_not_match_their_recipes():
         records, [ENQUEUE_MS] * 4)
     assert rest == []
     recipes = timer_reput.strip(out, positions)
-    assert timer_reput.assemble(recipes, positions, views, len(out)) == out
+    assert assemble(recipes, positions, views, len(out)) == out
     for swap in (None, parked(b"REAL_TOPIC\x01T\x02REAL_QID\x012\x02", body=b"b" * 99),
                  parked(b"REAL_TOPIC\x01T\x02REAL_QID\x012\x02", body=b"b" * 12,
                         sys_flag=0x10)):
         changed = list(views)
         changed[2] = None if swap is None else memoryview(swap)
-        assert timer_reput.assemble(recipes, positions, changed, len(out)) is None
-    assert timer_reput.assemble(recipes[:-1], positions, views, len(out)) is None
-    assert timer_reput.assemble(recipes + b"x", positions, views, len(out)) is None
-    assert timer_reput.assemble(recipes, positions, views, len(out) - 1) is None
+        assert assemble(recipes, positions, changed, len(out)) is None
+    assert assemble(recipes[:-1], positions, views, len(out)) is None
+    assert assemble(recipes + b"x", positions, views, len(out)) is None
+    assert assemble(recipes, positions, views, len(out) - 1) is None
+    # A span past its buffer, a buffer index out of range, a size short of the record.
+    buffers, which, starts, sizes = _each(views)
+    for field, value in ((starts, 1), (which, 9), (sizes, -1), (sizes, 30)):
+        bad = field.copy()
+        bad[1] = value if field is not sizes or value < 0 else sizes[1] - value
+        parts = [bad if part is field else part for part in (which, starts, sizes)]
+        assert timer_reput.assemble(recipes, positions, buffers, *parts, len(out)) is None
     with pytest.raises(ValueError):
-        timer_reput.assemble(recipes, positions, views[:3], len(out))
+        timer_reput.assemble(recipes, positions, buffers, which[:3], starts, sizes, len(out))
     assert timer_reput.strip(out[:-1], positions) is None
     shifted = positions.copy()
     shifted[1] += 1

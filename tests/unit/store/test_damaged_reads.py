@@ -12,11 +12,14 @@ goes unseen (the layout still checks), which is what the setting trades.
 """
 import dataclasses
 import os
+import random
 
+import numpy as np
 import pytest
 
 from pybroker._fast import record as record_codec
 from pybroker.store import layout
+from pybroker.store.damaged_records import DamagedRecords
 from pybroker.store.message_store import MessageStore
 from pybroker.store.read_only_store import MessageStoreReader
 from pybroker.store.settings import StoreConfig
@@ -164,3 +167,35 @@ def test_a_unit_pointing_past_every_file_is_damage_not_expiry(store):
         reader.advance(end, end)
         served, damaged = read_all(reader, per_unit=False)
     assert damaged == [] and served == list(range(COUNT))
+
+
+def test_read_spans_finds_what_read_records_reads_without_a_view_a_record(store):
+    """read_spans (the timer's assembly) names for each record the file view and start
+    that hold the bytes read_records gives, records of several files in any order; a
+    record past the written end or in a damaged range is not there (-1), as read_records'
+    None."""
+    settings, offsets, end = store
+    order = list(range(COUNT))
+    random.Random(7).shuffle(order)
+    physical = [offsets[index][0] for index in order] + [end]
+    sizes = [offsets[index][1] for index in order] + [offsets[0][1]]
+    damaged_offset = offsets[order[5]][0]
+    with MessageStoreReader(settings, dispatched_position=end) as reader:
+        reader.advance(end, end)
+        reader.damaged_records = DamagedRecords(settings.store_path_root_dir,
+                                                [(damaged_offset, damaged_offset + 1)])
+        records = reader.read_records(physical, sizes)
+        spans = reader.read_spans(np.array(physical), np.array(sizes))
+        try:
+            assert len(spans.buffers) == len({offset // FILE_SIZE for offset in physical[:-1]})
+            for index, view in enumerate(records.views):
+                which, start = int(spans.which[index]), int(spans.starts[index])
+                if view is None:
+                    assert which == -1
+                    continue
+                assert bytes(spans.buffers[which][start:start + sizes[index]]) == bytes(view)
+            assert records.views[5] is None and records.views[-1] is None
+            assert sum(view is None for view in records.views) == 2
+        finally:
+            records.release()
+            spans.release()
