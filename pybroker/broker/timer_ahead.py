@@ -95,7 +95,7 @@ class AheadRuns:
         self.held_bytes = 0
         self._slots: dict[int, _Ready] = {}
         self._passed: dict[int, tuple[int, int, int]] = {}   # C did not take the first chunk
-        self._used: list[int] | None = None     # used slot times not begun, in order
+        self._used: list[int] | None = None     # used slot times from the read time, in order
         self._cursor = 0                        # _used before it: nothing to do for now
         self._cursor_write_ms = -1
 
@@ -120,13 +120,12 @@ class AheadRuns:
                 store.settings.timer_stop_dequeue:
             return False
         write_ms, precision = store.curr_write_time_ms, store.precision_ms
-        # A slot that has begun is the dequeue's (it takes what is held for it then).
-        first = max(store.curr_read_time_ms, write_ms + precision)
-        used = self._used_from(store, first)
+        used = self._used_from(store)
         if write_ms != self._cursor_write_ms:       # slots came within AHEAD_MS
             self._cursor, self._cursor_write_ms = 0, write_ms
         near_until = write_ms + AHEAD_MS
-        index = self._cursor
+        # A slot that has begun is the dequeue's (it takes what is held for it then).
+        index = max(self._cursor, bisect.bisect_left(used, write_ms + precision))
         while index < len(used):
             slot_ms = used[index]
             slot = store.wheel.slot(slot_ms)
@@ -144,10 +143,11 @@ class AheadRuns:
         self._cursor = index
         return False
 
-    def _used_from(self, store: AheadSource, first: int) -> list[int]:
-        """The used slot times from ``first`` on (the wheel scanned once, the enqueue's
+    def _used_from(self, store: AheadSource) -> list[int]:
+        """The used slot times from the read time on (the wheel scanned once, the enqueue's
         :meth:`note` after), those before it dropped with what was held for them."""
         used = self._used
+        first = store.curr_read_time_ms
         if used is None:
             used = self._used = store.wheel.used_between(
                 first, store.curr_write_time_ms + store.roll_window_slots * store.precision_ms)
