@@ -9,9 +9,10 @@ is parked further), one chunk of ``DEQUEUE_CHUNK`` records per call of :meth:`Ah
 memory as recipes (``timer_runs.hold``: the new records without their bodies, which stay in the
 parked records), at most ``timerPreconvertMaxBytes`` bytes of recipes; a nearer slot takes the
 room of the farthest one held. A slot beginning beyond ``AHEAD_MS`` is read from the timer log
-again only when it has doubled (by at least a chunk) since it was read: a burst still being
-parked there costs reads in proportion to its size, not one read a chunk; within ``AHEAD_MS``
-every change is read. When the slot begins,
+again only when it has doubled (by at least a chunk) since it was read, or has come to rest
+(no unit added between two looks, at the latest the next second): a burst still being parked
+there costs reads in proportion to its size, not one read a chunk; within ``AHEAD_MS`` every
+change is read. When the slot begins,
 :meth:`TimerStore.dequeue` reads the slot again (the timer log and wheel are the truth), takes
 the chunks held for it and puts each once all its messages' own times have come
 (broker/timer_own.py): its records assembled from the recipes and the parked bodies
@@ -84,6 +85,7 @@ class _Ready:
     planned_bytes: int = 0                  # the parked records' bytes of plan.wanted
     stopped: bool = False                   # a chunk C did not take whole
     full: bool = False                      # its next chunk did not fit under the cap
+    seen: tuple[int, int, int] = (-1, -1, -1)   # the wheel slot at the last look
 
 
 class AheadRuns:
@@ -175,12 +177,16 @@ class AheadRuns:
                near: bool, chunk_records: int) -> _Ready | None:
         """The slot's state, planned again when the wheel says units were added to it since
         (its chunks kept while still valid): within AHEAD_MS at every change, beyond it once
-        it doubled; None when C did not take its first chunk (not planned again but so)."""
+        it doubled or came to rest (no unit since the last look); None when C did not take
+        its first chunk (planned again only when near or doubled)."""
         ready = self._slots.get(slot_ms)
         known = ready.entry if ready is not None else self._passed.get(slot_ms)
         if known is not None and (known == entry or not near and
                                   entry[2] - known[2] < max(known[2], chunk_records)):
-            return ready
+            if ready is None or known == entry or ready.seen != entry:
+                if ready is not None:
+                    ready.seen = entry
+                return ready
         self._passed.pop(slot_ms, None)
         plan = store.plan_slot(store.wheel.slot(slot_ms))
         planned = int(plan.wanted.sizes.sum())

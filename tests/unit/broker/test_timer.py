@@ -690,7 +690,8 @@ def test_a_nearer_slot_takes_the_cap_from_the_farthest(wide):
 
 def test_a_slot_beyond_ahead_ms_is_read_again_only_once_it_doubled(wide, monkeypatch):
     """A far slot still being parked is not read from the timer log again at every unit:
-    only once its count doubled (by at least a chunk); within AHEAD_MS at every change.
+    only once its count doubled (by at least a chunk) or it came to rest (no unit between
+    two looks); within AHEAD_MS at every change.
     What was added in between is converted then or when due: all delivered."""
     store = timer(wide)
     plans: list[int] = []
@@ -716,13 +717,20 @@ def test_a_slot_beyond_ahead_ms_is_read_again_only_once_it_doubled(wide, monkeyp
         pass
     assert plans == [2, 4] and store.ahead._slots[T0 + 20000].covered == 4
     park("e")
-    step(wide, store, T0 + 18000)                  # within AHEAD_MS: every change is read
+    step(wide, store, T0 + 400)
+    assert not store.ahead.step(store, 1) and plans == [2, 4]
+    step(wide, store, T0 + 1000)                   # at rest since the last look: read
     while store.ahead.step(store, 1):
         pass
     assert plans == [2, 4, 5] and store.ahead._slots[T0 + 20000].covered == 5
+    park("f")
+    step(wide, store, T0 + 18000)                  # within AHEAD_MS: every change is read
+    while store.ahead.step(store, 1):
+        pass
+    assert plans == [2, 4, 5, 6] and store.ahead._slots[T0 + 20000].covered == 6
     step(wide, store, T0 + 21000)
-    assert set(delivered(wide)) == {"a", "b", "c", "d", "e"}
-    assert store.figures.converted_ahead == 5
+    assert set(delivered(wide)) == {"a", "b", "c", "d", "e", "f"}
+    assert store.figures.converted_ahead == 6
 
 
 def test_the_cap_on_held_bytes_leaves_the_rest_to_due_time(broker):
