@@ -37,7 +37,6 @@ cdef struct Item:
     int32_t queue_id
     Span topic             # REAL_TOPIC's value in the source properties
     bint separator         # a separator is added before the new pairs
-    bint held              # its buffer is held (released at the end)
     Py_ssize_t cancel_key  # >= 0: dropped, the cancel mark at this index named it
 
 

@@ -9,16 +9,20 @@ class TimerReputs:
     """The timer's first-delivery rule over many records (broker/timer.py _convert_text)."""
     def __init__(self, real_topic: bytes, real_queue_id: bytes, uniq_key: bytes,
                  delete_key: bytes, enqueue_name: bytes, dequeue_name: bytes) -> None: ...
-    def convert(self, views: list[Buffer | None], enqueue_ms: npt.NDArray[np.int64],
-                eligible: npt.NDArray[np.uint8], dequeue_ms: int, run_records_max: int,
-                run_bytes_max: int, cancel_keys: tuple[bytes, ...] = (),
+    def convert(self, files: list[memoryview], which: npt.NDArray[np.int32],
+                starts: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
+                enqueue_ms: npt.NDArray[np.int64], eligible: npt.NDArray[np.uint8],
+                dequeue_ms: int, run_records_max: int, run_bytes_max: int,
+                cancel_keys: tuple[bytes, ...] = (),
                 positions: npt.NDArray[np.int64] | None = None
                 ) -> tuple[bytearray, list[tuple[str, int, int, int]],
                            list[tuple[int, int, int, int]], list[int], list[tuple[int, int]]]:
-        """(out, groups, runs, rest, cancelled): new records, (topic, queue_id, sys_flag,
-        count) per group, (start, end, count, group) per run, indexes left to the Python
-        rule, (record index, cancel key index) per record a cancel key dropped; ``positions``
-        (one per record) filled with each new record's start in out, -1 when not written."""
+        """(out, groups, runs, rest, cancelled) for the parked records (record i: ``sizes[i]``
+        bytes at ``starts[i]`` of ``files[which[i]]``, -1 not readable): new records, (topic,
+        queue_id, sys_flag, count) per group, (start, end, count, group) per run, indexes left
+        to the Python rule, (record index, cancel key index) per record a cancel key dropped;
+        ``positions`` (one per record) filled with each new record's start in out, -1 when
+        not written."""
 
 def restamp(out: bytearray, converted_ms: int, dequeue_ms: int) -> bool:
     """Rewrite TIMER_DEQUEUE_MS (``converted_ms`` when converted) in every record of a

@@ -125,6 +125,32 @@ cdef int64_t ascii_number(const unsigned char *text, Py_ssize_t length) noexcept
     return value
 
 
+cdef Py_ssize_t _set_keys(tuple cancel_keys, CancelKey *keys) except -1:
+    # The cancel keys as C spans (the tuple keeps the bytes alive for the call).
+    cdef Py_ssize_t count = len(cancel_keys), index
+    cdef bytes key
+    if count > CANCEL_KEYS_MAX_COUNT:
+        raise ValueError(f"{count} cancel keys > {CANCEL_KEYS_MAX_COUNT}")
+    for index in range(count):
+        key = cancel_keys[index]
+        keys[index].text = <const unsigned char *>key
+        keys[index].length = len(key)
+        keys[index].used = False
+    return count
+
+
+cdef bint _record_at(const Py_buffer *files, Py_ssize_t files_count, Py_ssize_t which,
+                     int64_t start, int64_t size, Py_buffer *record) noexcept nogil:
+    # Record ``which``/``start``/``size`` (convert's and assemble's spans) as buf and len of
+    # ``record``; False when it does not lie within its file (-1: not readable).
+    if which < 0 or which >= files_count or start < 0 or size < 0 or \
+            start + size > files[which].len:
+        return False
+    record.buf = <char *>files[which].buf + start
+    record.len = size
+    return True
+
+
 cdef class TimerReputs:
     """The first-delivery rule over runs of records. ``names`` are the property names as
     UTF-8 bytes, in this order: REAL_TOPIC, REAL_QID, UNIQ_KEY, TIMER_DEL_UNIQKEY,
@@ -146,12 +172,13 @@ cdef class TimerReputs:
         self.enqueue_name, self.enqueue_name_length = enqueue_name, len(enqueue_name)
         self.dequeue_name, self.dequeue_name_length = dequeue_name, len(dequeue_name)
 
-    def convert(self, list views, const int64_t[::1] enqueue_ms, const uint8_t[::1] eligible,
-                int64_t dequeue_ms, Py_ssize_t run_records_max, Py_ssize_t run_bytes_max,
-                tuple cancel_keys=(), int64_t[::1] positions=None):
-        """``(out, groups, runs, rest, cancelled)`` for the records ``views`` (buffers or
-        None) parked at the write times ``enqueue_ms``, delivered at ``dequeue_ms``; a record
-        whose ``eligible`` byte is 0 is left to the Python rule.
+    def convert(self, list files, const int32_t[::1] which, const int64_t[::1] starts,
+                const int64_t[::1] sizes, const int64_t[::1] enqueue_ms,
+                const uint8_t[::1] eligible, int64_t dequeue_ms, Py_ssize_t run_records_max,
+                Py_ssize_t run_bytes_max, tuple cancel_keys=(), int64_t[::1] positions=None):
+        """``(out, groups, runs, rest, cancelled)`` for the records (``i``: ``sizes[i]`` bytes
+        at ``starts[i]`` of ``files[which[i]]``, -1 not readable) parked at ``enqueue_ms``,
+        delivered at ``dequeue_ms``; one not readable or not ``eligible`` is left to Python.
 
         ``out`` holds the new records; ``groups`` is ``[(topic, queue_id, sys_flag, count)]``;
         ``runs`` is ``[(start, end, count, group index)]`` (bytes of ``out``, at most
@@ -161,43 +188,43 @@ cdef class TimerReputs:
         not used yet: the first record (in order) a key names is dropped, and
         ``cancelled`` lists ``(record index, key index)`` of those. ``positions`` (optional,
         one per record) is filled with where each record's new record begins in ``out``, -1
-        for a record not written there (what :func:`strip` and :func:`assemble` take).
-        """
-        cdef Py_ssize_t count = len(views)
+        for a record not written there (what :func:`strip` and :func:`assemble` take)."""
+        cdef Py_ssize_t count = which.shape[0], files_count = len(files), opened = 0
         cdef Py_buffer *buffers = NULL
+        cdef Py_buffer *views = NULL
         cdef Item *items = NULL
         cdef Group *groups = NULL
-        cdef Py_ssize_t groups_count = 0, index, keys_count = len(cancel_keys)
+        cdef Py_ssize_t groups_count = 0, index, keys_count
         cdef CancelKey keys[CANCEL_KEYS_MAX_COUNT]
-        cdef bytes key
-        if enqueue_ms.shape[0] != count or eligible.shape[0] != count or \
+        if starts.shape[0] != count or sizes.shape[0] != count or \
+                enqueue_ms.shape[0] != count or eligible.shape[0] != count or \
                 (positions is not None and positions.shape[0] != count):
-            raise ValueError("views, enqueue_ms, eligible and positions differ in length")
-        if keys_count > CANCEL_KEYS_MAX_COUNT:
-            raise ValueError(f"{keys_count} cancel keys > {CANCEL_KEYS_MAX_COUNT}")
-        for index in range(keys_count):
-            key = cancel_keys[index]
-            keys[index].text = <const unsigned char *>key
-            keys[index].length = len(key)
-            keys[index].used = False
+            raise ValueError("which, starts, sizes, enqueue_ms, eligible and positions "
+                             "differ in length")
+        keys_count = _set_keys(cancel_keys, keys)
         buffers = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * max(count, 1))
+        views = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * max(files_count, 1))
         items = <Item *>PyMem_Malloc(sizeof(Item) * max(count, 1))
         groups = <Group *>PyMem_Malloc(sizeof(Group) * max(count, 1))
-        if buffers == NULL or items == NULL or groups == NULL:
+        if buffers == NULL or views == NULL or items == NULL or groups == NULL:
             PyMem_Free(buffers)
+            PyMem_Free(views)
             PyMem_Free(items)
             PyMem_Free(groups)
             raise MemoryError()
         memset(items, 0, sizeof(Item) * max(count, 1))
         try:
+            while opened < files_count:
+                PyObject_GetBuffer(files[opened], &views[opened], PyBUF_SIMPLE)
+                opened += 1
             for index in range(count):
                 items[index].group = -1
                 items[index].cancel_key = -1
-                view = views[index]
-                if view is None or not eligible[index]:
+                # Only buf and len are read of a record's buffer (_plan, _write_one).
+                if not eligible[index] or not _record_at(views, files_count, which[index],
+                                                         starts[index], sizes[index],
+                                                         &buffers[index]):
                     continue
-                PyObject_GetBuffer(view, &buffers[index], PyBUF_SIMPLE)
-                items[index].held = True
                 self._plan(&buffers[index], enqueue_ms[index], dequeue_ms, &items[index],
                            groups, &groups_count, keys, keys_count)
             result = self._write(buffers, items, count, groups, groups_count, enqueue_ms,
@@ -208,10 +235,11 @@ cdef class TimerReputs:
                         if items[index].group >= 0 and items[index].cancel_key < 0 else -1
             return result
         finally:
-            for index in range(count):
-                if items[index].held:
-                    PyBuffer_Release(&buffers[index])
+            while opened > 0:
+                opened -= 1
+                PyBuffer_Release(&views[opened])
             PyMem_Free(buffers)
+            PyMem_Free(views)
             PyMem_Free(items)
             PyMem_Free(groups)
 
@@ -523,7 +551,8 @@ def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, lis
     records again then)."""
     cdef Py_ssize_t count = positions.shape[0], length = recipes.shape[0], index, at = 0
     cdef Py_ssize_t position, size, body_start, body_length, rest, buffers_count = len(buffers)
-    cdef Py_ssize_t opened = 0, source_index
+    cdef Py_ssize_t opened = 0
+    cdef Py_buffer record
     cdef const unsigned char *source = &recipes[0] if length else NULL
     cdef const unsigned char *parked
     cdef unsigned char *target
@@ -544,10 +573,8 @@ def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, lis
             position = positions[index]
             if position < 0:
                 continue
-            source_index = which[index]
-            if source_index < 0 or source_index >= buffers_count or starts[index] < 0 or \
-                    sizes[index] < 0 or starts[index] + sizes[index] > views[source_index].len \
-                    or length - at < BORN_HOST_POSITION:
+            if not _record_at(views, buffers_count, which[index], starts[index], sizes[index],
+                              &record) or length - at < BORN_HOST_POSITION:
                 return None
             size = _be32(source + at)
             body_start = _body_length_position(source + at) + 4
@@ -557,8 +584,8 @@ def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, lis
             rest = size - body_start - body_length
             if rest < 0 or body_start + rest > length - at or position + size > out_length:
                 return None
-            parked = <const unsigned char *>views[source_index].buf + starts[index]
-            if parse_record(parked, 0, sizes[index], False, &f) != RECORD_STATUS_OK or \
+            parked = <const unsigned char *>record.buf
+            if parse_record(parked, 0, record.len, False, &f) != RECORD_STATUS_OK or \
                     f.body_position != body_start or f.body_length != body_length:
                 return None
             memcpy(target + position, source + at, <size_t>body_start)

@@ -59,7 +59,7 @@ from pybroker.stats.metric_names import DELAY_LATENCY_BUCKETS_S, bucket_of
 from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY, Recorder
 from pybroker.stats.region import private_writer
 from pybroker.store import layout, paths
-from pybroker.store.read_api import RecordsResult, SelectResult, SpansResult
+from pybroker.store.read_api import SelectResult, SpansResult
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 from pybroker.store.timer_checkpoint import CheckpointValues, TimerCheckpoint
@@ -129,8 +129,6 @@ class TimerReader(Protocol):
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
 
     def look_message_by_offset(self, physical_offset: int) -> SelectResult | None: ...
-
-    def read_records(self, physical_offsets: list[int], sizes: list[int]) -> RecordsResult: ...
 
     def read_spans(self, physical_offsets: np.ndarray, sizes: np.ndarray) -> SpansResult: ...
 
@@ -657,11 +655,11 @@ class TimerStore:
         C does not take it whole."""
         if len(cancelled) > timer_reput.CANCEL_KEYS_MAX:
             return None
-        records = self.reader.read_records(wanted.offsets.tolist(), wanted.sizes.tolist())
+        spans = self.reader.read_spans(wanted.offsets, wanted.sizes)
         try:
-            chunk = convert_c(wanted, records.views, list(cancelled), dequeue_ms)
+            chunk = convert_c(wanted, spans, list(cancelled), dequeue_ms)
         finally:
-            records.release()
+            spans.release()
         return None if chunk.rest else chunk
 
     def _cancel_keys(self, deletes: list[int]) -> tuple[dict[str, dict[str, str]], int]:
@@ -705,32 +703,33 @@ class TimerStore:
         grouped into runs there) unless the slot has cancel marks; what C leaves goes
         through :meth:`_convert` one by one."""
         count = len(wanted.offsets)
-        records = self.reader.read_records(wanted.offsets.tolist(), wanted.sizes.tolist())
+        spans = self.reader.read_spans(wanted.offsets, wanted.sizes)
         runs: list[Run] = []
         reputs = []
         try:
             rest: range | list[int] = range(count)
             if count and len(cancelled or ()) <= timer_reput.CANCEL_KEYS_MAX:
-                runs, rest = self._convert_in_c(wanted, records.views, cancelled)
+                runs, rest = self._convert_in_c(wanted, spans, cancelled)
             for index in rest:
                 enqueue_ms, roll = int(wanted.enqueue_ms[index]), bool(wanted.rolls[index])
-                reput = self._convert(records.views[index], enqueue_ms, roll, cancelled)
+                reput = self._convert(spans.view(index, int(wanted.sizes[index])), enqueue_ms,
+                                      roll, cancelled)
                 if reput is not None:
                     reputs.append(reput)
                     if roll:
                         self.figures.rolled += 1
         finally:
-            records.release()
+            spans.release()
         return runs + runs_of(reputs)
 
-    def _convert_in_c(self, wanted: Wanted, views: list,
+    def _convert_in_c(self, wanted: Wanted, spans: SpansResult,
                       cancelled: dict[str, dict[str, str]] | None
                       ) -> tuple[list[Run], range | list[int]]:
         """(runs, indexes left to :meth:`_convert`) of the first deliveries C takes; the
         messages the slot's cancel marks name C drops (and uses the marks up) as
         :meth:`_is_cancelled` does."""
         keys = list(cancelled or ())
-        chunk = convert_c(wanted, views, keys, self.now_ms())
+        chunk = convert_c(wanted, spans, keys, self.now_ms())
         if keys and chunk.rest:
             # A record left to Python may be named by a mark before one C dropped: marks are
             # used up in the slot's order, so this chunk goes through the Python rule whole.

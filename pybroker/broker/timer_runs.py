@@ -97,11 +97,13 @@ class HeldChunk(NamedTuple):
         return len(self.recipes) + self.positions.nbytes
 
 
-def convert_c(wanted: Wanted, views: list, keys: list[str], dequeue_ms: int) -> CChunk:
-    """One call of the C rule over a chunk (no figure counted, no mark used up)."""
-    positions = np.empty(len(views), np.int64)
+def convert_c(wanted: Wanted, spans: SpansResult, keys: list[str], dequeue_ms: int) -> CChunk:
+    """One call of the C rule over a chunk, its parked records where ``spans`` found them
+    (no figure counted, no mark used up)."""
+    positions = np.empty(len(wanted.offsets), np.int64)
     out, groups, cuts, rest, dropped = REPUTS.convert(
-        views, np.ascontiguousarray(wanted.enqueue_ms, np.int64),
+        spans.buffers, spans.which, spans.starts, np.ascontiguousarray(wanted.sizes, np.int64),
+        np.ascontiguousarray(wanted.enqueue_ms, np.int64),
         np.ascontiguousarray(~wanted.rolls, np.uint8), dequeue_ms, RUN_RECORDS_MAX,
         RUN_BYTES_MAX, tuple(key.encode() for key in keys), positions)
     return CChunk(out, _runs(out, groups, cuts), groups, rest,

@@ -166,6 +166,14 @@ class SpansResult(_Holds):
         self.which = np.full(count, -1, np.int32)
         self.starts = np.zeros(count, np.int64)
 
+    def view(self, index: int, size: int) -> memoryview | None:
+        """Record ``index`` (``size`` bytes) as a view, or None when it is not there."""
+        which = int(self.which[index])
+        if which < 0:
+            return None
+        start = int(self.starts[index])
+        return self.buffers[which][start:start + size]
+
 
 class QueryResult(_Holds):
     """Outcome of :meth:`MessageStore.query_messages`: raw records (views) plus the newest index

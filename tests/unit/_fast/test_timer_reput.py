@@ -44,14 +44,42 @@ def python_rule():
     return store
 
 
+def _each(views: list) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """assemble's (buffers, which, starts, sizes) with one buffer a record (None: -1)."""
+    buffers = [view for view in views if view is not None]
+    which, at = [], 0
+    for view in views:
+        which.append(-1 if view is None else at)
+        at += view is not None
+    return (buffers, np.array(which, np.int32), np.zeros(len(views), np.int64),
+            np.array([0 if view is None else len(view) for view in views], np.int64))
+
+
+def _one_file(views: list, rng: random.Random) -> tuple[list, np.ndarray, np.ndarray,
+                                                        np.ndarray]:
+    """The records laid one after the other in one buffer (a mapped file), with gaps."""
+    blob, starts = bytearray(), []
+    for view in views:
+        blob += rng.randbytes(rng.randrange(40))
+        starts.append(len(blob))
+        blob += b"" if view is None else bytes(view)
+    which = np.array([-1 if view is None else 0 for view in views], np.int32)
+    return ([memoryview(blob)], which, np.array(starts, np.int64),
+            np.array([0 if view is None else len(view) for view in views], np.int64))
+
+
 def c_rule(records: list, enqueue_ms=None, eligible=None, runs_max=timer_runs.RUN_RECORDS_MAX,
            bytes_max=timer_runs.RUN_BYTES_MAX, cancel_keys=()):
     count = len(records)
     enqueue = np.array(enqueue_ms or [ENQUEUE_MS] * count, np.int64)
     take = np.array(eligible or [1] * count, np.uint8)
     views = [None if item is None else memoryview(item) for item in records]
-    return timer_runs.REPUTS.convert(views, enqueue, take, DEQUEUE_MS, runs_max, bytes_max,
-                                 cancel_keys)
+    answer = timer_runs.REPUTS.convert(*_each(views), enqueue, take, DEQUEUE_MS, runs_max,
+                                       bytes_max, cancel_keys)
+    # The same records where they lie in one mapped file (the timer's read_spans).
+    assert timer_runs.REPUTS.convert(*_one_file(views, random.Random(count)), enqueue, take,
+                                     DEQUEUE_MS, runs_max, bytes_max, cancel_keys) == answer
+    return answer
 
 
 def compare_one(properties: bytes, **record_fields) -> bool:
@@ -225,7 +253,7 @@ def test_restamp_rewrites_every_record_s_dequeue_time_in_place():
     later = DEQUEUE_MS + 777
     count = len(records)
     expected, *_ = timer_runs.REPUTS.convert(
-        [memoryview(item) for item in records], np.array([ENQUEUE_MS] * count, np.int64),
+        *_each([memoryview(item) for item in records]), np.array([ENQUEUE_MS] * count, np.int64),
         np.ones(count, np.uint8), later, timer_runs.RUN_RECORDS_MAX, timer_runs.RUN_BYTES_MAX, ())
     assert out != expected
     assert timer_reput.restamp(out, DEQUEUE_MS, later) and out == expected
@@ -240,33 +268,9 @@ def _converted_with_positions(records, enqueue, cancel_keys=()):
     positions = np.empty(len(records), np.int64)
     views = [None if item is None else memoryview(item) for item in records]
     out, groups, runs, rest, dropped = timer_runs.REPUTS.convert(
-        views, np.array(enqueue, np.int64), np.ones(len(records), np.uint8), DEQUEUE_MS,
+        *_each(views), np.array(enqueue, np.int64), np.ones(len(records), np.uint8), DEQUEUE_MS,
         timer_runs.RUN_RECORDS_MAX, timer_runs.RUN_BYTES_MAX, cancel_keys, positions)
     return out, runs, rest, dropped, positions, views
-
-
-def _each(views: list) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-    """assemble's (buffers, which, starts, sizes) with one buffer a record (None: -1)."""
-    buffers = [view for view in views if view is not None]
-    which, at = [], 0
-    for view in views:
-        which.append(-1 if view is None else at)
-        at += view is not None
-    return (buffers, np.array(which, np.int32), np.zeros(len(views), np.int64),
-            np.array([0 if view is None else len(view) for view in views], np.int64))
-
-
-def _one_file(views: list, rng: random.Random) -> tuple[list, np.ndarray, np.ndarray,
-                                                        np.ndarray]:
-    """The records laid one after the other in one buffer (a mapped file), with gaps."""
-    blob, starts = bytearray(), []
-    for view in views:
-        blob += rng.randbytes(rng.randrange(40))
-        starts.append(len(blob))
-        blob += b"" if view is None else bytes(view)
-    which = np.array([-1 if view is None else 0 for view in views], np.int32)
-    return ([memoryview(blob)], which, np.array(starts, np.int64),
-            np.array([0 if view is None else len(view) for view in views], np.int64))
 
 
 def assemble(recipes, positions, views, out_length):
