@@ -145,16 +145,6 @@ class GetResult(_Holds):
                 f"min={self.min_offset}, max={self.max_offset}, count={self.message_count})")
 
 
-class RecordsResult(_Holds):
-    """Outcome of :meth:`StoreReads.read_records`: ``views[i]`` is the i-th asked record (a
-    view of the mapped CommitLog), None when its bytes are not there. Release when done."""
-    __slots__ = ("views",)
-
-    def __init__(self, count: int):
-        super().__init__()
-        self.views: list[memoryview | None] = [None] * count
-
-
 class SpansResult(_Holds):
     """Outcome of :meth:`StoreReads.read_spans`: record ``i`` lies at ``starts[i]`` of
     ``buffers[which[i]]`` (a view of a whole mapped CommitLog file, one per file), ``which[i]``
@@ -618,46 +608,11 @@ class StoreReads:
         """CommitLog offset (bytes) of the oldest record still stored (0 when empty)."""
         return max(self._commitlog().min_offset(), 0)
 
-    def read_records(self, physical_offsets: list[int], sizes: list[int]) -> RecordsResult:
-        """Views of the records at ``physical_offsets`` of ``sizes`` bytes (as a consume
-        queue names them), one hold per CommitLog file for each run of records in it; a
-        record not wholly written (or in a damaged range) reads None."""
-        result = RecordsResult(len(physical_offsets))
-        files = self._commitlog().mapped_file_queue
-        damaged = self.damaged_records
-        index, count = 0, len(physical_offsets)
-        while index < count:
-            mapped_file = files.find_mapped_file_by_offset(physical_offsets[index])
-            if mapped_file is None:
-                index += 1
-                continue
-            base = mapped_file.file_from_offset
-            end = base + mapped_file.wrote_position
-            last = index
-            while last < count and base <= physical_offsets[last] and \
-                    physical_offsets[last] + sizes[last] <= end:
-                last += 1
-            if last == index:
-                index += 1
-                continue
-            views = mapped_file.views([offset - base for offset in physical_offsets[index:last]],
-                                      sizes[index:last])
-            if views is not None:
-                result._add_views(views, mapped_file)
-                if not damaged:
-                    result.views[index:last] = views
-                else:
-                    for position, view in enumerate(views, index):
-                        if damaged.span_at(physical_offsets[position]) is None:
-                            result.views[position] = view
-            index = last
-        return result
-
     def read_spans(self, physical_offsets: np.ndarray, sizes: np.ndarray) -> SpansResult:
         """Where the records at ``physical_offsets`` of ``sizes`` bytes lie: one view and hold
         per CommitLog file they are in and each record's file and start in it, found with
-        numpy (no object per record, :meth:`read_records` makes a view a record); a record
-        not wholly written (or in a damaged range) is not there."""
+        numpy (no object per record); a record not wholly written (or in a damaged range) is
+        not there."""
         offsets = np.asarray(physical_offsets, np.int64)
         ends = offsets + np.asarray(sizes, np.int64)
         result = SpansResult(len(offsets))

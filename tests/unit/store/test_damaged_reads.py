@@ -169,33 +169,36 @@ def test_a_unit_pointing_past_every_file_is_damage_not_expiry(store):
     assert damaged == [] and served == list(range(COUNT))
 
 
-def test_read_spans_finds_what_read_records_reads_without_a_view_a_record(store):
-    """read_spans (the timer's assembly) names for each record the file view and start
-    that hold the bytes read_records gives, records of several files in any order; a
-    record past the written end or in a damaged range is not there (-1), as read_records'
-    None."""
+def test_read_spans_finds_each_record_without_a_view_a_record(store):
+    """read_spans (the timer's conversion and assembly) names for each record the file view
+    and start that hold its bytes (those look_message_by_offset reads), records of several
+    files in any order; a record past the written end or in a damaged range is not there
+    (-1)."""
     settings, offsets, end = store
     order = list(range(COUNT))
     random.Random(7).shuffle(order)
     physical = [offsets[index][0] for index in order] + [end]
     sizes = [offsets[index][1] for index in order] + [offsets[0][1]]
-    damaged_offset = offsets[order[5]][0]
     with MessageStoreReader(settings, dispatched_position=end) as reader:
         reader.advance(end, end)
+        expected = []
+        for offset in physical[:-1]:
+            selected = reader.look_message_by_offset(offset)
+            expected.append(bytes(selected.buffer))
+            selected.release()
+        damaged_offset = physical[5]
         reader.damaged_records = DamagedRecords(settings.store_path_root_dir,
                                                 [(damaged_offset, damaged_offset + 1)])
-        records = reader.read_records(physical, sizes)
         spans = reader.read_spans(np.array(physical), np.array(sizes))
         try:
             assert len(spans.buffers) == len({offset // FILE_SIZE for offset in physical[:-1]})
-            for index, view in enumerate(records.views):
-                which, start = int(spans.which[index]), int(spans.starts[index])
-                if view is None:
-                    assert which == -1
-                    continue
-                assert bytes(spans.buffers[which][start:start + sizes[index]]) == bytes(view)
-            assert records.views[5] is None and records.views[-1] is None
-            assert sum(view is None for view in records.views) == 2
+            assert [index for index in range(len(physical)) if spans.which[index] < 0] == \
+                [5, len(physical) - 1]
+            assert spans.view(5, sizes[5]) is None
+            for index, record in enumerate(expected):
+                if index != 5:
+                    which, start = int(spans.which[index]), int(spans.starts[index])
+                    assert bytes(spans.buffers[which][start:start + sizes[index]]) == record
+                    assert bytes(spans.view(index, sizes[index])) == record
         finally:
-            records.release()
             spans.release()
