@@ -45,6 +45,7 @@ __all__ = ["AheadRuns", "AHEAD_MS"]
 # wheel entry, and their parked bytes count as coming (the flusher's pre-fault); further ones
 # when they have doubled (see the module docstring).
 AHEAD_MS = 3000
+_NEVER = 1 << 62
 
 
 class AheadSource(Protocol):
@@ -100,6 +101,9 @@ class AheadRuns:
         self._used: list[int] | None = None     # used slot times from the read time, in order
         self._cursor = 0                        # _used before it: nothing to do for now
         self._cursor_write_ms = -1
+        # A slot whose chunk found no room (nothing farther held to drop): no slot from it
+        # on can find any until bytes are given back.
+        self._blocked_ms = _NEVER
 
     def note(self, slot_ms: int, mark: bool) -> None:
         """A unit was added to the slot at ``slot_ms`` (the enqueue): it is looked at again;
@@ -128,7 +132,7 @@ class AheadRuns:
         near_until = write_ms + AHEAD_MS
         # A slot that has begun is the dequeue's (it takes what is held for it then).
         index = max(self._cursor, bisect.bisect_left(used, write_ms + precision))
-        while index < len(used):
+        while index < len(used) and used[index] < self._blocked_ms:
             slot_ms = used[index]
             slot = store.wheel.slot(slot_ms)
             if slot.time_ms == slot_ms:
@@ -138,6 +142,7 @@ class AheadRuns:
                         ready.covered < len(ready.plan.wanted.offsets):
                     self._cursor = index
                     if not self._room(slot_ms, 1):
+                        self._blocked_ms = slot_ms
                         return False
                     self._convert(store, slot_ms, ready, chunk_records)
                     return True
@@ -150,9 +155,10 @@ class AheadRuns:
         :meth:`note` after), those before it dropped with what was held for them."""
         used = self._used
         first = store.curr_read_time_ms
-        if used is None:
+        if used is None:            # nothing held yet: only slots not begun matter
+            write_ms, precision = store.curr_write_time_ms, store.precision_ms
             used = self._used = store.wheel.used_between(
-                first, store.curr_write_time_ms + store.roll_window_slots * store.precision_ms)
+                max(first, write_ms + precision), write_ms + store.roll_window_slots * precision)
         passed = bisect.bisect_left(used, first)
         if passed:
             for slot_ms in used[:passed]:     # passed without a take (a skipped walk)
@@ -215,6 +221,7 @@ class AheadRuns:
             return
         if not self._room(slot_ms, held.held_bytes):
             ready.full = True             # until bytes are given back
+            self._blocked_ms = slot_ms
             return
         for key in held.dropped_keys:
             del ready.cancelled[key]
@@ -261,13 +268,13 @@ class AheadRuns:
             self.held_bytes -= ready.held_bytes
             for other in self._slots.values():
                 other.full = False                # room again: tried again
-            self._cursor = 0
+            self._cursor, self._blocked_ms = 0, _NEVER
 
     def forget_all(self) -> None:
         for slot_ms in list(self._slots):
             self.forget(slot_ms)
         self._passed.clear()
-        self._used, self._cursor = None, 0
+        self._used, self._cursor, self._blocked_ms = None, 0, _NEVER
 
     @staticmethod
     def _valid(ready: _Ready, plan: SlotPlan) -> bool:

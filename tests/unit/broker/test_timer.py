@@ -680,12 +680,16 @@ def test_a_nearer_slot_takes_the_cap_from_the_farthest(wide):
     assert store.ahead._slots[T0 + 10000].held_bytes > 0
     assert store.ahead._slots[T0 + 20000].held_bytes == 0
     assert not store.convert_ahead_step()                  # not tried again while full
+    # Nor a slot beyond the refused one (it could drop nothing either): not even read.
+    send_timer(wide, "last", TIMER_DELIVER_MS=str(T0 + 30500))
+    step(wide, store, T0 + 300)
+    assert not store.convert_ahead_step() and T0 + 30000 not in store.ahead._slots
     step(wide, store, T0 + 10500)                          # taken: room again
     assert set(delivered(wide)) == {"near"} and store.figures.converted_ahead == 1
-    assert _convert_ahead(store) == 1 and store.ahead._slots[T0 + 20000].held_bytes > 0
-    step(wide, store, T0 + 21000)
-    assert set(delivered(wide)) == {"near", "far"} and store.figures.converted_ahead == 2
-    assert len(wide.records(harness.TOPIC, 1)) == 2
+    assert _convert_ahead(store) == 2 and store.ahead._slots[T0 + 20000].held_bytes > 0
+    step(wide, store, T0 + 31000)
+    assert set(delivered(wide)) == {"near", "far", "last"}
+    assert store.figures.converted_ahead == 2 and len(wide.records(harness.TOPIC, 1)) == 3
 
 
 def test_a_slot_beyond_ahead_ms_is_read_again_only_once_it_doubled(wide, monkeypatch):
