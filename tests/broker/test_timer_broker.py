@@ -261,7 +261,15 @@ def _check_figures(broker, client, metrics_port: int) -> None:
     assert "rocketmq_timing_messages{" in text
     sampler = Sampler(attach_store(broker.store_dir))
     try:
-        sample = sampler.sample()
+        # The timer worker records a put's lateness once the put is answered, which can come
+        # after a consumer has read the message (seen once on a loaded box: 5 of 6).
+        deadline = time.monotonic() + 5
+        while True:
+            sample = sampler.sample()
+            if sample["histograms"]["timer_lateness_ms"]["count"] >= 6 or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     finally:
         sampler.close()
     assert sample["timer"]["parked"] == 0 and sample["timer"]["slots_done"] >= 4
