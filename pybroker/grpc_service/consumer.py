@@ -119,22 +119,32 @@ def _channel(host, rctx) -> Channel:
 
 
 async def _run(host, rctx, code: int, fields: dict):
-    handler = host.local_handler(code)
-    assert handler is not None, f"no handler of {code} in a gRPC worker"
-    answer = await handler(host.ctx, _channel(host, rctx), create_request(code, fields))
-    assert answer is not None, f"{code} is never held"
+    return await _handle(host, rctx, create_request(code, fields))
+
+
+async def _handle(host, rctx, request):
+    handler = host.local_handler(request.code)
+    assert handler is not None, f"no handler of {request.code} in a gRPC worker"
+    answer = await handler(host.ctx, _channel(host, rctx), request)
+    assert answer is not None, f"{request.code} is never held"
     return answer
 
 
 async def ack_one(host, rctx, handle: ReceiptHandle, group: str, topic: str) -> bool:
-    """ACK_MESSAGE of one handle (ConsumerProcessor.ackMessage); True when the broker said
-    SUCCESS. GrpcRefused when the handle has expired."""
+    """ACK_MESSAGE of one handle (ConsumerProcessor.ackMessage): through the worker's ACK
+    fast path when it takes it (``host.fast_acks``), else the handler; True when the broker
+    said SUCCESS. GrpcRefused when the handle has expired."""
     if handle.expired:
         raise _expired_refusal()
     fields = headers.encode_header(headers.ACK_MESSAGE_REQUEST, {
         "consumer_group": group, "topic": handle.real_topic(topic, group),
         "queue_id": handle.queue_id, "extra_info": handle.text, "queue_offset": handle.offset})
-    answer = await _run(host, rctx, RequestCode.ACK_MESSAGE, fields)
+    request = create_request(RequestCode.ACK_MESSAGE, fields)
+    fast_acks = host.fast_acks
+    answered = fast_acks.put(request) if fast_acks is not None else None
+    if answered is not None:                # the ACK fast path took it (fast_acks.py)
+        return await answered == ResponseCode.SUCCESS
+    answer = await _handle(host, rctx, request)
     return answer.code == ResponseCode.SUCCESS
 
 

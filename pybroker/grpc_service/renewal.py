@@ -120,8 +120,10 @@ class Renewals:
         newest, or ``handle`` itself when it is not kept; the message is kept no longer.
         GrpcRefused (INTERNAL_SERVER_ERROR) when a renewal holds it past the lock bound."""
         entry = self.groups.get((rctx.client_id, group))
+        if entry is None:                   # nothing kept for the client's group: no parse
+            return handle
         key = _handle_key(handle)
-        if entry is None or key is None:
+        if key is None:
             return handle
         kept_map = entry[1]
         kept = kept_map.get((message_id, key))

@@ -24,6 +24,7 @@ from pybroker.grpc_service import front as grpc_front
 from pybroker.grpc_service.front_send import FastSends
 from pybroker.grpc_service.acl import GrpcAccessCheck
 from pybroker.grpc_service.client import Telemetry
+from pybroker.grpc_service.fast_acks import FastAcks
 from pybroker.grpc_service.producer import QueueSelector, TransactionData
 from pybroker.grpc_service import consumer
 from pybroker.grpc_service.renewal import Renewals, registry_has
@@ -52,9 +53,9 @@ class GrpcWorker(RemotingWorker):
         super().__init__(slot, config, data_plane, metadata_socket, {})
         self.index = index
         # The putter's send fast path serves the C++ front's fast sends (grpcNativeFront:
-        # grpc_service/front_send.py); without the front it is None (no receive buffer). No
-        # ACK_MESSAGE fast path: no remoting connection.
-        self.ack_port = None
+        # grpc_service/front_send.py). The ACK_MESSAGE fast path (RemotingWorker's ack_port,
+        # under the same conditions) takes the consumer activities' acks (fast_acks.py).
+        self.fast_acks = FastAcks(self.ack_port) if self.ack_port is not None else None
         self.fast_sends: FastSends | None = None
         self.settings = ClientSettings(lambda: self.ctx.config, self.replica.subscription_group)
         self.telemetry = Telemetry(self._relay_client_answer)
@@ -175,6 +176,9 @@ class GrpcWorker(RemotingWorker):
             log.info("gRPC worker %d: the front took %d calls, %d of them handed off, %d "
                      "sends put by the front", self.index, accepted, handed_off, sent_fast)
         await server.stop(STOP_GRACE_S)
+        if self.fast_acks is not None:
+            log.info("gRPC worker %d: %d acks taken by the ACK fast path", self.index,
+                     self.fast_acks.taken_total)
         if backend is not None:
             backend.close()
         await self._stop()

@@ -1,0 +1,155 @@
+"""The gRPC consumer activities' acks through the worker's ACK_MESSAGE fast path
+(grpc_service/fast_acks.py) answer and store exactly what the handler alone does.
+
+Method: seeded AckMessage requests (one to three entries; groups whose queues' POP slots the
+worker knows and ones it does not, a group name the servicer refuses; known and unknown topics;
+receipt handles with queue ids in and out of readQueueNums, queue offsets in and out of the
+queue's bounds, revive queues in and out of reviveQueueNum, order handles, handles due already
+and later, expired ones, malformed ones, with and without the CommitLog offset) go through
+``consumer.ack_message`` on two sides, each over its own real shared-memory send and completion
+rings, stand-in appender and real POP table (tests/unit/broker/test_pop_ack_fast.py's AckSide):
+once with the handler only (no ``fast_acks``), once with the FastAcks door in front of it. Both
+see the same queue bounds and the same clock (the handle expiry's too). The AckMessageResponse
+(or refusal) of every call must be byte for byte the same, so must the records that reached the
+ring and every slot's in-flight count; and the fast path must have taken a good part of the
+acks.
+"""
+import asyncio
+import types
+
+import pytest
+
+from pybroker.broker.pop import ack
+from pybroker.grpc_service import consumer
+from pybroker.grpc_service.fast_acks import FastAcks
+from pybroker.grpc_service.request_context import RequestContext
+from pybroker.grpc_service.status import GrpcRefused
+from pybroker.protocol import pop
+from pybroker.protocol.codes import RequestCode
+from pybroker.protocol.constants import PopConstants
+from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
+from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
+
+from tests.unit.broker.test_pop_ack_fast import (BOUNDS, GROUPS, NOW_MS, QUEUES,
+                                                 REVIVE_QUEUE_NUM, TOPIC, AckSide, _records)
+
+RCTX = RequestContext("client@1", "JAVA", "5.0.8", "", "127.0.0.1:5000", {})
+
+
+class _NothingKept:
+    """Renewals with nothing kept: every handle is used as sent."""
+
+    async def take(self, rctx, group: str, message_id: str, handle: str) -> str:
+        return handle
+
+
+class _Host:
+    """What consumer.ack_message reads of a gRPC worker, over one AckSide."""
+
+    def __init__(self, side: AckSide, fast: bool):
+        self.ctx = side.ctx
+        self.renewals = _NothingKept()
+        self.fast_acks = FastAcks(side.port) if fast else None
+
+    def local_handler(self, code: int):
+        assert code == RequestCode.ACK_MESSAGE
+        return ack.handle_ack_message
+
+    def channel_id(self, rctx) -> str:
+        return f"0:grpc:{rctx.client_id}"
+
+
+def _handle(rand) -> str:
+    queue_id = rand.choice(list(range(QUEUES)) * 5 + [QUEUES, -1])
+    revive_qid = rand.choice([0, 3, REVIVE_QUEUE_NUM - 1] * 6
+                             + [PopConstants.ORDER_REVIVE_QUEUE, REVIVE_QUEUE_NUM])
+    pop_time = NOW_MS + rand.choice([-90_000, -59_999, -30_000, -5_000, -1000, 0])
+    invisible = rand.choice([60_000] * 4 + [30_000, 100, 4 * 86_400_000])
+    offset = rand.choice([rand.randrange(*BOUNDS)] * 10 + [BOUNDS[0] - 1, BOUNDS[1],
+                                                           BOUNDS[1] + 1])
+    extra_info = pop.build_extra_info(rand.randrange(BOUNDS[1]), pop_time, invisible,
+                                      revive_qid, TOPIC, "broker-a", queue_id, offset)
+    handle = rand.choice([consumer.grpc_handle(extra_info, rand.randrange(1 << 40))] * 3
+                         + [extra_info])
+    return rand.choice([handle] * 14 + ["1 2 x 3 0 b 1 5 7", "1 2 3", ""])
+
+
+def _requests(rand, count: int) -> list[spb.AckMessageRequest]:
+    groups = GROUPS[:2] * 5 + GROUPS[2:]
+    requests = []
+    for _ in range(count):
+        entries = [spb.AckMessageEntry(message_id=f"ID{rand.randrange(1000)}",
+                                       receipt_handle=_handle(rand))
+                   for _ in range(rand.choice([1, 1, 1, 2, 3]))]
+        requests.append(spb.AckMessageRequest(
+            group=pb.Resource(name=rand.choice(groups)),
+            topic=pb.Resource(name=rand.choice([TOPIC] * 12 + ["NoSuchTopic"])),
+            entries=entries))
+    return requests
+
+
+def _run(side: AckSide, host: _Host, requests: list) -> tuple:
+    async def settle(task: asyncio.Task) -> None:
+        for _ in range(300):
+            for _ in range(4):
+                await asyncio.sleep(0)
+            side.appender.run()
+            if side.sync_flush:
+                side.control.publish("flushed_position", side.appender.physical_offset)
+            side.putter.on_wake()
+            for _ in range(4):
+                await asyncio.sleep(0)
+            if task.done() and side.putter.core.inflight == 0 \
+                    and not side.putter.python_puts_waiting:
+                return
+        raise AssertionError("an AckMessage still in flight after 300 rounds")
+
+    async def main():
+        side.refresh()
+        answers = []
+        for request in requests:        # one after another: the puts' order is the same
+            task = asyncio.ensure_future(consumer.ack_message(host, RCTX, request))
+            await settle(task)
+            try:
+                answers.append(task.result().SerializeToString())
+            except GrpcRefused as refused:      # the servicer's status (a bad group, ...)
+                answers.append((refused.code, refused.message))
+        return answers, _records(side.appender.requests), side.ack_figures()[1]
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Handle expiry judged by the sides' clock."""
+    monkeypatch.setattr(consumer, "time", types.SimpleNamespace(time=lambda: NOW_MS / 1000))
+
+
+@pytest.mark.parametrize("overrides", [None, {"flushDiskType": "SYNC_FLUSH"},
+                                       {"timerWheelEnable": "false"}],
+                         ids=["default", "sync-flush", "no-timer"])
+def test_acks_answer_and_store_as_the_handler(tmp_path, rand, clock, overrides):
+    python = AckSide(tmp_path, "python", False, overrides)
+    fast = AckSide(tmp_path, "fast", True, overrides)
+    try:
+        requests = _requests(rand, 200)
+        python_host, fast_host = _Host(python, False), _Host(fast, True)
+        python_answers, python_records, python_in_flight = _run(python, python_host, requests)
+        fast_answers, fast_records, fast_in_flight = _run(fast, fast_host, requests)
+        assert fast_answers == python_answers
+        assert fast_records == python_records
+        assert fast_in_flight == python_in_flight
+        assert any(isinstance(answer, bytes)
+                   and spb.AckMessageResponse.FromString(answer).status.code == pb.OK
+                   for answer in fast_answers)
+        taken = fast_host.fast_acks.taken_total
+        assert taken == fast.port.taker.acks_total
+        if overrides and overrides.get("timerWheelEnable") == "false":
+            assert taken == 0 and not fast_records      # every ack is the handler's (refused)
+            return
+        # About 80 of the 200 requests' acks are the fast path's (the rest: refused groups,
+        # malformed or expired handles, unknown slots, out of bounds; 60 with 150 requests, sd
+        # about 8, over seeds): 40 is four sd below.
+        assert taken > 40, taken
+    finally:
+        python.close()
+        fast.close()
