@@ -214,8 +214,8 @@ def _host_text(host: bytes, port: int) -> str:
 def _message_type(properties: dict[str, str]) -> pb.MessageType:
     if properties.get(Property.TRANSACTION_PREPARED) == "true":
         return pb.TRANSACTION
-    if any(name in properties for name in (Property.DELAY_TIME_LEVEL, Property.TIMER_DELIVER_MS,
-                                           Property.TIMER_DELAY_SEC)):
+    if Property.DELAY_TIME_LEVEL in properties or Property.TIMER_DELIVER_MS in properties \
+            or Property.TIMER_DELAY_SEC in properties:
         return pb.DELAY
     if Property.SHARDING_KEY in properties:
         return pb.FIFO

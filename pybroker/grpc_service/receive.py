@@ -157,7 +157,7 @@ class _Receive:
 
     def messages_of(self, answer, subscription) -> list[pb.Message]:
         """The answer's messages as the SDK gets them (handles, result filter applied)."""
-        header = headers.POP_MESSAGE_RESPONSE.parse(answer.ext_fields)
+        header = _AnswerHeader(headers.POP_MESSAGE_RESPONSE.parse(answer.ext_fields))
         body = answer.body
         try:
             records = _records(body)
@@ -167,16 +167,18 @@ class _Receive:
             if isinstance(body, MappedBody):
                 body.release()
 
-    def _message(self, record, header, subscription) -> pb.Message | None:
+    def _message(self, record, answer_header: "_AnswerHeader",
+                 subscription) -> pb.Message | None:
+        header = answer_header.header
         properties = decode_properties(record.properties)
         extra_info = properties.get(Property.POP_CK) or _extra_info(
-            header, record, self.host.ctx.config.broker.broker_name)
+            answer_header, record, self.host.ctx.config.broker.broker_name)
         handle = consumer.grpc_handle(extra_info, record.physical_offset)
         properties[Property.POP_CK] = handle
         properties.setdefault(Property.FIRST_POP_TIME, str(header.pop_time))
         reconsume_times = record.reconsume_times
         if self.fifo:
-            reconsume_times = _order_count(header, record) or reconsume_times
+            reconsume_times = _order_count(answer_header, record) or reconsume_times
         tags = properties.get(Property.TAGS)
         if subscription.tags_set and tags not in subscription.tags_set:
             self._later(self._ack(handle), "acking a message of another tag")
@@ -229,17 +231,39 @@ def _records(body) -> list:
     return found
 
 
-def _extra_info(header, record, broker_name: str) -> str:
+class _AnswerHeader:
+    """A POP answer's header, with its offset and count infos parsed once per answer (at
+    their first use), not once per message."""
+
+    __slots__ = ("header", "_starts", "_counts")
+
+    def __init__(self, header):
+        self.header = header
+        self._starts: dict[str, int] | None = None
+        self._counts: dict[str, int] | None = None
+
+    def starts(self) -> dict[str, int]:
+        if self._starts is None:
+            self._starts = pop.parse_start_offset_info(self.header.start_offset_info)
+        return self._starts
+
+    def order_counts(self) -> dict[str, int]:
+        if self._counts is None:
+            self._counts = pop.parse_order_count_info(self.header.order_count_info)
+        return self._counts
+
+
+def _extra_info(answer_header: _AnswerHeader, record, broker_name: str) -> str:
     """The POP_CK of a message the broker answered without one (MQClientAPIImpl's
     processPopResponse)."""
-    starts = pop.parse_start_offset_info(header.start_offset_info)
-    start = starts[f"{pop.retry_flag(record.topic)}@{record.queue_id}"]
+    header = answer_header.header
+    start = answer_header.starts()[f"{pop.retry_flag(record.topic)}@{record.queue_id}"]
     return pop.build_extra_info(start, header.pop_time, header.invisible_time, header.revive_qid,
                                 record.topic, broker_name, record.queue_id, record.queue_offset)
 
 
-def _order_count(header, record) -> int | None:
-    counts = pop.parse_order_count_info(header.order_count_info)
+def _order_count(answer_header: _AnswerHeader, record) -> int | None:
+    counts = answer_header.order_counts()
     flag = pop.retry_flag(record.topic)
     return counts.get(pop.queue_offset_key(flag, record.queue_id, record.queue_offset),
                       counts.get(f"{flag}@{record.queue_id}"))
