@@ -198,7 +198,16 @@ def message_type_of_properties(properties: dict[str, str]) -> str:
 
 # --- stored record -> gRPC message ------------------------------------------------------------
 
+# protobuf's Timestamp range (well_known_types' _CheckTimestampValid), in seconds.
+_TIMESTAMP_SECONDS_MIN, _TIMESTAMP_SECONDS_MAX = -62_135_596_800, 253_402_300_799
+
+
 def _timestamp(milliseconds: int) -> timestamp_pb2.Timestamp:
+    """Timestamp.FromMilliseconds, built in one call where it is in range (two per received
+    message); out of range, protobuf's own method raises its ValueError."""
+    seconds, rest = divmod(int(milliseconds), 1000)
+    if _TIMESTAMP_SECONDS_MIN <= seconds <= _TIMESTAMP_SECONDS_MAX:
+        return timestamp_pb2.Timestamp(seconds=seconds, nanos=rest * 1_000_000)
     value = timestamp_pb2.Timestamp()
     value.FromMilliseconds(int(milliseconds))
     return value

@@ -104,3 +104,17 @@ def test_stored_record_as_a_grpc_message():
     assert (system.queue_id, system.queue_offset, system.delivery_attempt) == (3, 7, 2)
     assert system.body_digest.checksum == "841A2D689AD86BD1611447453C22C6FC"   # MD5("body")
     assert system.store_host == "127.0.0.1:10911" and system.born_host == "127.0.0.1:9"
+
+
+def test_timestamps_as_protobuf_makes_them_from_milliseconds(rand):
+    """messages._timestamp builds a Timestamp in one call: the same as FromMilliseconds for
+    seeded times and the range's edges, and the same ValueError past them."""
+    from google.protobuf import timestamp_pb2
+    edges = [0, -1, 999, -1000, -62_135_596_800_000, 253_402_300_799_999]
+    for milliseconds in edges + [rand.randrange(-1 << 45, 1 << 45) for _ in range(500)]:
+        expected = timestamp_pb2.Timestamp()
+        expected.FromMilliseconds(milliseconds)
+        assert messages._timestamp(milliseconds) == expected, milliseconds
+    for milliseconds in (-62_135_596_800_001, 253_402_300_800_000, 1 << 62):
+        with pytest.raises(ValueError, match="Timestamp is not valid"):
+            messages._timestamp(milliseconds)
