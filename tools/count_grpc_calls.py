@@ -30,17 +30,12 @@ Usage: ``python tools/count_grpc_calls.py [--backend front|grpcio] [--rounds 20]
 import argparse
 import asyncio
 import json
-import os
 import pathlib
-import signal
 import sys
-import tempfile
-import time
 
 import psutil
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import bench_brokers as bb  # noqa: E402  (tools/ is not a package)
 import count_pop_calls as cpc  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -51,15 +46,6 @@ BATCH = 32
 CLIENT_ID = "count-grpc-client@1"
 METADATA = (("x-mq-client-id", CLIENT_ID), ("x-mq-language", "JAVA"),
             ("x-mq-protocol", "v2"), ("x-mq-client-version", "5.0.8"))
-
-
-def _grpc_worker(broker: bb.PyBroker) -> psutil.Process:
-    root = psutil.Process(broker.process.pid)
-    workers = [child for child in root.children(recursive=True)
-               if child.name().startswith("pb-grpc")]
-    if len(workers) != 1:
-        raise RuntimeError(f"expected one gRPC worker, found {len(workers)}")
-    return workers[0]
 
 
 class _Consumer:
@@ -131,28 +117,6 @@ class _Consumer:
         await self.channel.close()
 
 
-async def _hooked(worker: psutil.Process, out_dir: pathlib.Path, name: str, phase) -> dict:
-    """Run ``phase`` with the hook on in the worker (and strace on it): the counts."""
-    strace_out = out_dir / f"strace-{name}.txt"
-    tracer = cpc._strace(worker.pid, strace_out)
-    os.kill(worker.pid, cpc.TOGGLE)
-    await asyncio.sleep(0.2)                    # the hook is on before the first request
-    await phase()
-    await asyncio.sleep(0.2)                    # the last answers' completions ran
-    os.kill(worker.pid, cpc.TOGGLE)
-    counts_path = out_dir / f"counts-{worker.pid}.json"
-    deadline = time.monotonic() + 10
-    while not counts_path.exists() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    if tracer is not None:
-        tracer.send_signal(signal.SIGINT)
-        tracer.wait(timeout=10)
-    counts = json.loads(counts_path.read_text())
-    counts_path.unlink()
-    calls, per_call = cpc._syscalls(strace_out) if tracer is not None else (0, {})
-    return {"counts": counts, "syscalls": calls, "syscalls_by_name": per_call}
-
-
 async def _measure(port: int, worker: psutil.Process, rounds: int, ack_entries: int,
                    out_dir: pathlib.Path) -> dict:
     consumer = _Consumer(port)
@@ -166,8 +130,8 @@ async def _measure(port: int, worker: psutil.Process, rounds: int, ack_entries: 
             for _ in range(rounds):
                 received.extend(await consumer.receive())
 
-        receive = await _hooked(worker, out_dir, "receive", receive_phase)
-        ack = await _hooked(worker, out_dir, "ack",
+        receive = await cpc.hooked(worker, out_dir, "receive", receive_phase)
+        ack = await cpc.hooked(worker, out_dir, "ack",
                             lambda: consumer.ack(received, ack_entries))
     finally:
         await consumer.close()
@@ -191,17 +155,8 @@ def _report(result: dict, backend: str, top: int) -> None:
                             ("callbacks run", counts["handles"]),
                             ("system calls", part["syscalls"])):
             print(f"  {name:14s} {total:9d}  {label} {total / messages:8.1f}")
-        busiest = sorted(part["syscalls_by_name"].items(), key=lambda item: -item[1])[:6]
-        if busiest:
-            print("  system calls by name: " + ", ".join(f"{name} {count}"
-                                                          for name, count in busiest))
-        if top:
-            print(f"  top {top} Python functions ({label}):")
-            for name, count in counts["top"][:top]:
-                print(f"    {count / messages:8.2f}  {name}")
-            print(f"  top {top} C functions ({label}):")
-            for name, count in counts["top_c"][:top]:
-                print(f"    {count / messages:8.2f}  {name}")
+        cpc.print_busiest(part["syscalls_by_name"])
+        cpc.print_top(counts, top, messages)
 
 
 def main() -> int:
@@ -212,29 +167,13 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument("--json", type=pathlib.Path, default=None, help="write the result here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="count-grpc-") as work:
-        work_dir = pathlib.Path(work)
-        hook_dir = work_dir / "hook"
-        hook_dir.mkdir()
-        (hook_dir / "sitecustomize.py").write_text(cpc._HOOK)
-        os.environ["PYTHONPATH"] = f"{hook_dir}{os.pathsep}{ROOT}"   # tidy: allow
-        os.environ[cpc.ENV_DIR] = str(work_dir)                      # tidy: allow
-        bb.use_pybroker(bb.PyBrokerInstall((sys.executable, "-m", "pybroker"), "checkout",
-                                           str(ROOT / "pybroker"), ()))
-        port = bb.jr.free_port()                                     # not the default 8081
-        conf = dict(bb.shared_broker_conf("ASYNC_FLUSH"), remotingWorkers="1",
-                    grpcWorkers="1", grpcServerPort=str(port),
-                    grpcNativeFront=str(args.backend == "front").lower())
-        broker = bb.PyBroker(work_dir / "broker", conf)
-        try:
-            broker.start()
-            bb.create_topic(broker, TOPIC, QUEUES)
-            cpc.TOPIC = TOPIC                   # the backlog's topic (count_pop_calls' filler)
-            asyncio.run(cpc._fill(broker.namesrv_addr, (args.rounds + 10) * BATCH + 1024))
-            result = asyncio.run(_measure(port, _grpc_worker(broker), args.rounds,
-                                          args.ack_entries, work_dir))
-        finally:
-            broker.stop()
+    with cpc.hooked_broker("count-grpc-", TOPIC, QUEUES, grpcWorkers="1",
+                           grpcNativeFront=str(args.backend == "front").lower()) \
+            as (broker, work_dir):
+        port = int(broker.conf["grpcServerPort"])
+        asyncio.run(cpc._fill(broker.namesrv_addr, (args.rounds + 10) * BATCH + 1024, TOPIC))
+        result = asyncio.run(_measure(port, cpc.child_process(broker, "pb-grpc"), args.rounds,
+                                      args.ack_entries, work_dir))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1))
     _report(result, args.backend, args.top)

@@ -102,13 +102,13 @@ def child_process(broker: bb.PyBroker, prefix: str) -> psutil.Process:
     return found[0]
 
 
-async def _fill(namesrv: str, messages: int) -> None:
+async def _fill(namesrv: str, messages: int, topic: str = TOPIC) -> None:
     from pybroker.client import Message, Producer
     producer = Producer("CountPopProducer", namesrv)
     await producer.start()
     try:
         for _ in range(messages // 32):
-            await producer.send_batch([Message(TOPIC, BODY) for _ in range(32)])
+            await producer.send_batch([Message(topic, BODY) for _ in range(32)])
     finally:
         await producer.shutdown()
 
@@ -157,6 +157,29 @@ def _syscalls(out: pathlib.Path) -> tuple[int, dict]:
     return sum(per_call.values()), per_call
 
 
+async def hooked(worker: psutil.Process, out_dir: pathlib.Path, name: str, phase) -> dict:
+    """Await ``phase()`` with the hook on in ``worker`` (and strace on it when there is one):
+    ``{"counts", "syscalls", "syscalls_by_name"}``."""
+    strace_out = out_dir / f"strace-{name}.txt"
+    tracer = _strace(worker.pid, strace_out)
+    os.kill(worker.pid, TOGGLE)
+    await asyncio.sleep(0.2)                    # the hook is on before the first request
+    await phase()
+    await asyncio.sleep(0.2)                    # the last answers' completions ran
+    os.kill(worker.pid, TOGGLE)
+    counts_path = out_dir / f"counts-{worker.pid}.json"
+    deadline = time.monotonic() + 10
+    while not counts_path.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    if tracer is not None:
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(timeout=10)
+    counts = json.loads(counts_path.read_text())
+    counts_path.unlink()
+    calls, per_call = _syscalls(strace_out) if tracer is not None else (0, {})
+    return {"counts": counts, "syscalls": calls, "syscalls_by_name": per_call}
+
+
 async def _measure(broker: bb.PyBroker, worker: psutil.Process, kind: str, rounds: int,
                    cpu_rounds: int, out_dir: pathlib.Path) -> dict:
     load = _Load(broker.namesrv_addr, broker.broker_addr, kind)
@@ -165,36 +188,24 @@ async def _measure(broker: bb.PyBroker, worker: psutil.Process, kind: str, round
         for _ in range(5):                      # warm: slots cached, connection open
             await load.round()
         load.pops = load.acks = load.messages = 0
-        strace_out = out_dir / "strace.txt"
-        tracer = _strace(worker.pid, strace_out)
-        os.kill(worker.pid, TOGGLE)
-        await asyncio.sleep(0.2)                # the hook is on before the first request
-        for _ in range(rounds):
-            await load.round()
-        await asyncio.sleep(0.2)                # the last answers' completions ran
-        os.kill(worker.pid, TOGGLE)
-        hooked = (load.pops, load.acks, load.messages)
-        counts_path = out_dir / f"counts-{worker.pid}.json"
-        deadline = time.monotonic() + 10
-        while not counts_path.exists() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        if tracer is not None:
-            tracer.send_signal(signal.SIGINT)
-            tracer.wait(timeout=10)
+
+        async def phase():
+            for _ in range(rounds):
+                await load.round()
+        result = await hooked(worker, out_dir, "pop", phase)
+        hooked_counts = (load.pops, load.acks, load.messages)
         cpu_s = 0.0
         if cpu_rounds:                          # without the hook and strace: CPU seconds
             before = sum(worker.cpu_times()[:2])
             for _ in range(cpu_rounds):
                 await load.round()
             cpu_s = sum(worker.cpu_times()[:2]) - before
-        cpu_messages = load.messages - hooked[2]
+        cpu_messages = load.messages - hooked_counts[2]
     finally:
         await load.instance.shutdown()
-    counts = json.loads(counts_path.read_text())
-    calls, per_call = _syscalls(strace_out) if tracer is not None else (0, {})
-    pops, acks, messages = hooked
-    return {"load": kind, "pops": pops, "acks": acks, "messages": messages, "counts": counts,
-            "syscalls": calls, "syscalls_by_name": per_call, "cpu_messages": cpu_messages,
+    pops, acks, messages = hooked_counts
+    return {"load": kind, "pops": pops, "acks": acks, "messages": messages, **result,
+            "cpu_messages": cpu_messages,
             "cpu_us_per_message": cpu_s * 1e6 / cpu_messages if cpu_messages else None}
 
 
@@ -211,11 +222,16 @@ def _report(result: dict, top: int) -> None:
     if result["cpu_us_per_message"] is not None:
         print(f"  worker CPU (psutil, no hook, {result['cpu_messages']} more messages; an "
               f"indication on a shared box): {result['cpu_us_per_message']:.1f} us per message")
-    busiest = sorted(result["syscalls_by_name"].items(), key=lambda item: -item[1])[:6]
+    print_busiest(result["syscalls_by_name"])
+    print_top(counts, top, messages)
+
+
+def print_busiest(syscalls_by_name: dict) -> None:
+    """The six system calls made most."""
+    busiest = sorted(syscalls_by_name.items(), key=lambda item: -item[1])[:6]
     if busiest:
         print("  system calls by name: " + ", ".join(f"{name} {count}" for name, count
                                                       in busiest))
-    print_top(counts, top, messages)
 
 
 def print_top(counts: dict, top: int, messages: int) -> None:
@@ -231,10 +247,11 @@ def print_top(counts: dict, top: int, messages: int) -> None:
 
 
 @contextlib.contextmanager
-def hooked_broker(prefix: str, topic: str, queues: int):
-    """``(broker, work_dir)``: a one-worker ASYNC_FLUSH broker of this checkout, started,
-    with ``topic`` of ``queues`` queues, whose processes load the profile hook (SIGUSR2
-    toggles it; counts-<pid>.json land in ``work_dir``); stopped and removed after."""
+def hooked_broker(prefix: str, topic: str, queues: int, **conf: str):
+    """``(broker, work_dir)``: a one-worker ASYNC_FLUSH broker of this checkout (``conf``: more
+    broker.conf settings), started, with ``topic`` of ``queues`` queues, whose processes load
+    the profile hook (SIGUSR2 toggles it; counts-<pid>.json land in ``work_dir``); stopped and
+    removed after."""
     with tempfile.TemporaryDirectory(prefix=prefix) as work:
         work_dir = pathlib.Path(work)
         hook_dir = work_dir / "hook"
@@ -245,7 +262,7 @@ def hooked_broker(prefix: str, topic: str, queues: int):
         bb.use_pybroker(bb.PyBrokerInstall((sys.executable, "-m", "pybroker"), "checkout",
                                            str(ROOT / "pybroker"), ()))
         conf = dict(bb.shared_broker_conf("ASYNC_FLUSH"), remotingWorkers="1",
-                    grpcServerPort=str(bb.jr.free_port()))     # not the default 8081
+                    grpcServerPort=str(bb.jr.free_port()), **conf)   # not the default 8081
         broker = bb.PyBroker(work_dir / "broker", conf)
         try:
             broker.start()
