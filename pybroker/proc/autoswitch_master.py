@@ -129,6 +129,10 @@ class _Connection(TransferBuffers):
         self.handshaken = True
         service = self.service
         service.follow()
+        if broker_id in service.required:
+            # Required already (joining, or a member back on a new connection): the sends
+            # answered so far ended at or before this end, as when it became required.
+            self.required_from = service.control.written_position + 1
         entries = [(entry.epoch, entry.start_offset) for entry in service.epochs.entries]
         log.info("slave[%s] broker id %d handshake (syncFromLastFile %s, asyncLearner %s); "
                  "master end %d, epochs %s", self.address, broker_id, from_last_file, learner,
