@@ -288,6 +288,10 @@ def main(argv=None) -> int:
     # `kill <pid>` of this command stops the proxy too (the JVM runs in its own session),
     # also while it is starting.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Ctrl-C stops this foreground command whatever its parent left: a SIGINT ignored or
+    # blocked when it was started (a test runner's worker, a service manager) is taken back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     proxy.start(detach=args.command == "start")
     sys.stdout.write(f"rocketmq-proxy {PROXY_VERSION} (CLUSTER mode, NameServer "
                      f"{args.namesrv_addr}) serving gRPC on {proxy.grpc_endpoint} and remoting "

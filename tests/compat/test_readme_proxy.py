@@ -105,8 +105,13 @@ def test_readme_proxy_commands(tmp_path):
                      == ResponseCode.SUCCESS, 30, "the proxy's system topic on pybroker")
             printed = _run_sdk_snippet(tmp_path, namesrv, f"127.0.0.1:{grpc_port}")
             assert re.fullmatch(r"[0-9A-F]{34}\n", printed), printed
+            masks = _signal_masks(process.pid)
             process.send_signal(signal.SIGINT)          # Ctrl-C
-            assert process.wait(timeout=60) == 0
+            try:
+                assert process.wait(timeout=60) == 0
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"the command did not end within 60 s of SIGINT ({masks}):"
+                                     f"\n{(tmp_path / 'proxy.out').read_text()}") from None
             deadline = time.monotonic() + 10
             while _alive(jvm_pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -116,6 +121,13 @@ def test_readme_proxy_commands(tmp_path):
                 process.kill()
                 process.wait(timeout=30)
             peers.load_tool("java_rocketmq").cleanup_stale(tmp_path / "proxy")
+
+
+def _signal_masks(pid: int) -> str:
+    """The signal mask lines of /proc/<pid>/status (blocked, ignored, caught), for a report."""
+    lines = pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
+    return ", ".join(line.replace("\t", " ") for line in lines
+                     if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
 def _alive(pid: int) -> bool:
