@@ -129,8 +129,10 @@ class TimerWheel:
     def _counted(self, time_start_ms: int) -> tuple[np.ndarray, np.ndarray]:
         """The slots of the coming lap from ``time_start_ms`` that hold a count: their
         distance from it in slots and their counts. Only the counts are scanned (a slot of
-        count 0 adds nothing to a sum), so a scrape's gauges cost no index of every slot."""
-        nums = self.slots["num"]
+        count 0 adds nothing to a sum), so a scrape's gauges cost no index of every slot. The
+        counts are copied first: the timer worker writes them while another process reads
+        (numpy's nonzero counts, then fills, and raises when the count changed between)."""
+        nums = np.array(self.slots["num"])
         used = np.nonzero(nums)[0]
         start_units = time_start_ms // self.precision_ms
         steps = (used - start_units) % _SLOTS_IN_FILE
