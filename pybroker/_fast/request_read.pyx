@@ -56,6 +56,23 @@ cdef extern from *:
     const char **TOP_NAMES "pb_request_top_names"
 
 
+cdef int _remember_key(const unsigned char **keys, Py_ssize_t *key_lengths, Py_ssize_t *count,
+                       const unsigned char *key, Py_ssize_t length) noexcept nogil:
+    """Add ``key`` to the keys seen (at most EXT_KEYS_SCANNED_MAX, compared pairwise); -1 when
+    it was seen before or there is no room: any duplicate key is a ProtocolError on the Python
+    path, and more keys than that go there too."""
+    cdef Py_ssize_t i
+    if count[0] >= EXT_KEYS_SCANNED_MAX:
+        return -1
+    for i in range(count[0]):
+        if key_lengths[i] == length and memcmp(keys[i], key, <size_t>length) == 0:
+            return -1
+    keys[count[0]] = key
+    key_lengths[count[0]] = length
+    count[0] += 1
+    return 0
+
+
 cdef int _field_of(const FieldNames *names, const unsigned char *key, Py_ssize_t length,
                    bint short_names) noexcept nogil:
     """Index of a wire key in names, or -1 for a key the header does not have."""
@@ -118,7 +135,7 @@ cdef int _binary_header(const unsigned char *h, Py_ssize_t header_length,
                         Py_ssize_t ext_fields_max, const FieldNames *names,
                         RequestHead *r, FieldSpan *fields) noexcept nogil:
     cdef int32_t remark_length, ext_length, value_length
-    cdef Py_ssize_t at, key_length, entries = 0, i
+    cdef Py_ssize_t at, key_length, entries = 0
     cdef const unsigned char *keys[EXT_KEYS_SCANNED_MAX]
     cdef Py_ssize_t key_lengths[EXT_KEYS_SCANNED_MAX]
     cdef int field
@@ -151,12 +168,8 @@ cdef int _binary_header(const unsigned char *h, Py_ssize_t header_length,
             return -1
         if not _ascii(h + at, key_length):
             return -1
-        for i in range(entries):   # any duplicate key is a ProtocolError on the Python path
-            if key_lengths[i] == key_length and memcmp(keys[i], h + at, <size_t>key_length) == 0:
-                return -1
-        keys[entries] = h + at
-        key_lengths[entries] = key_length
-        entries += 1
+        if _remember_key(keys, key_lengths, &entries, h + at, key_length) < 0:
+            return -1
         field = _field_of(names, h + at, key_length, short_names)
         at += key_length
         value_length = pb_unpack_int32(h + at)
@@ -345,10 +358,11 @@ cdef Py_ssize_t _json_ext_fields(const unsigned char *p, Py_ssize_t at, Py_ssize
     """The extFields object at p[at] == '{' (string values only); position after, or -1."""
     cdef Py_ssize_t key_start, key_length, value_start, value_length, entries = 0, used = 0
     cdef bint key_escaped, value_escaped
-    cdef int field, i, others = 0
+    cdef int field
     cdef bint short_names = names.short_names and r.code != names.long_names_code
-    # Keys the table does not name, compared pairwise: a duplicate of any key is refused.
-    cdef Py_ssize_t other_starts[EXT_KEYS_SCANNED_MAX]
+    # Keys the table does not name (its own are refused twice by ``present``).
+    cdef Py_ssize_t others = 0
+    cdef const unsigned char *other_keys[EXT_KEYS_SCANNED_MAX]
     cdef Py_ssize_t other_lengths[EXT_KEYS_SCANNED_MAX]
     at = _skip_ws(p, at + 1, end)
     if at < end and p[at] == c'}':
@@ -376,16 +390,8 @@ cdef Py_ssize_t _json_ext_fields(const unsigned char *p, Py_ssize_t at, Py_ssize
             if _json_value_span(p, value_start, value_length, value_escaped, scratch, &used,
                                 scratch_bytes, &fields[field]) < 0:
                 return -1
-        else:
-            if others >= EXT_KEYS_SCANNED_MAX:
-                return -1
-            for i in range(others):
-                if other_lengths[i] == key_length and memcmp(
-                        p + other_starts[i], p + key_start, <size_t>key_length) == 0:
-                    return -1
-            other_starts[others] = key_start
-            other_lengths[others] = key_length
-            others += 1
+        elif _remember_key(other_keys, other_lengths, &others, p + key_start, key_length) < 0:
+            return -1
         at = _skip_ws(p, at, end)
         if at < end and p[at] == c',':
             at = _skip_ws(p, at + 1, end)
