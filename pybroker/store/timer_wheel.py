@@ -153,33 +153,35 @@ class TimerWheel:
             return (1 << 63) - 1
         return int(beyond["first"].min())
 
+    def _used_chunks(self, time_ms: int, until_ms: int):
+        """Over the slot times from ``time_ms`` (a slot time) below ``until_ms``, a wheel's
+        length at a time: (the times, which of them their slot holds)."""
+        precision = self.precision_ms
+        count = max((until_ms - time_ms + precision - 1) // precision, 0)
+        start_units = time_ms // precision
+        for chunk_start in range(0, count, _SLOTS_IN_FILE):
+            expected = start_units + chunk_start + np.arange(
+                min(count - chunk_start, _SLOTS_IN_FILE), dtype=np.int64)
+            yield expected * precision, self.slots["time"][expected % _SLOTS_IN_FILE] == expected
+
     def next_used(self, time_ms: int, until_ms: int) -> int:
         """The first slot time from ``time_ms`` (a slot time) below ``until_ms`` whose slot
         holds that time, else the first slot time at or past ``until_ms``: where a walk over
         empty slots stops."""
+        for times, held in self._used_chunks(time_ms, until_ms):
+            used = np.flatnonzero(held)
+            if len(used):
+                return int(times[used[0]])
         precision = self.precision_ms
         count = max((until_ms - time_ms + precision - 1) // precision, 0)
-        start_units = time_ms // precision
-        for chunk_start in range(0, count, _SLOTS_IN_FILE):
-            chunk = min(count - chunk_start, _SLOTS_IN_FILE)
-            expected = start_units + chunk_start + np.arange(chunk, dtype=np.int64)
-            used = np.flatnonzero(self.slots["time"][expected % _SLOTS_IN_FILE] == expected)
-            if len(used):
-                return int(expected[used[0]]) * precision
-        return (start_units + count) * precision
+        return (time_ms // precision + count) * precision
 
     def used_between(self, time_ms: int, until_ms: int) -> list[int]:
         """The slot times from ``time_ms`` (a slot time) below ``until_ms`` whose slot holds
         that time, in order (one vectorised pass over that part of the wheel)."""
-        precision = self.precision_ms
-        count = max((until_ms - time_ms + precision - 1) // precision, 0)
-        start_units = time_ms // precision
         used: list[int] = []
-        for chunk_start in range(0, count, _SLOTS_IN_FILE):
-            expected = start_units + chunk_start + np.arange(
-                min(count - chunk_start, _SLOTS_IN_FILE), dtype=np.int64)
-            times = self.slots["time"][expected % _SLOTS_IN_FILE]
-            used.extend((expected[times == expected] * precision).tolist())
+        for times, held in self._used_chunks(time_ms, until_ms):
+            used.extend(times[held].tolist())
         return used
 
     def nums_between(self, time_start_ms: int, slot_count: int) -> np.ndarray:
