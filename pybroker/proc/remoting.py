@@ -397,8 +397,10 @@ class RemotingWorker:
                                         send=connection.send)
         takers: list[FrameTaker] = []
         if self.fast_putter is not None:
-            takers.append(self.fast_putter.open_fast_port(
-                send.born_host_of(connection.remote_address), connection.write_frames))
+            port = self.fast_putter.open_fast_port(
+                send.born_host_of(connection.remote_address), connection.write_frames)
+            connection.lend_socket(port.lend_socket)
+            takers.append(port)
         if self.ack_port is not None:
             takers.append(self.ack_port.open(connection.write_frames))
         if self.pull_port is not None:

@@ -267,6 +267,13 @@ class RingPutter:
         self._writers[slot] = write
         return FastSendPort(self, slot)
 
+    def lend_socket(self, slot: int, fd: int) -> None:
+        """The socket the answers of ``slot`` may be written to straight from C (its
+        connection has nothing queued or buffered before them), or -1 (no longer so; see
+        RemotingConnection.lend_socket)."""
+        if slot in self._writers:
+            self.core.set_slot_fd(slot, fd)
+
     def close_fast_port(self, slot: int) -> None:
         """Drop the fast port of ``slot`` (its connection closed) and the answers due to it."""
         if self._writers.pop(slot, None) is not None:
@@ -478,9 +485,13 @@ class RingPutter:
         return len(self._pending)
 
     def _write_answers(self) -> None:
-        writers = self._writers
-        for slot, frames in self.core.take_outputs():
-            writers[slot](frames)
+        """Each connection's answers of this drain: sent in C to the sockets lent
+        (lend_socket), the rest (or all of them) through the connections' writers."""
+        outputs = self.core.send_outputs()
+        if outputs:
+            writers = self._writers
+            for slot, frames in outputs:
+                writers[slot](frames)
 
     def _resolve_all(self, outcomes: list) -> None:
         """Resolve the Python path's puts from their outcomes (SendPath._python_outcome)."""

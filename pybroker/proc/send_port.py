@@ -35,6 +35,9 @@ class PortPutter(Protocol):
     def close_fast_port(self, slot: int) -> None:
         """Drop the port of ``slot`` and the answers still due to it."""
 
+    def lend_socket(self, slot: int, fd: int) -> None:
+        """The socket the answers of ``slot`` may be written to straight from C, or -1."""
+
 
 class FastSendPort:
     """One client connection's door to the send fast path: its frame taker
@@ -70,6 +73,11 @@ class FastSendPort:
         """Resolved when a TAKE_FULL may be retried."""
         self.putter.space_waits_total += 1
         return self.putter.wait_for_space()
+
+    def lend_socket(self, fd: int) -> None:
+        """The connection's socket, while nothing waits before the answers, or -1
+        (RemotingConnection.lend_socket): the answers then go to it straight from C."""
+        self.putter.lend_socket(self.slot, fd)
 
     def close(self) -> None:
         """The connection closed: answers still due to it are dropped."""

@@ -113,6 +113,9 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._taker: FrameTaker = WholeFrames(limits.frame_max_bytes)
         self._received = ReceiveBuffer()
         self._writes = WriteQueue()
+        # lend_socket's borrower and whether it holds the socket now.
+        self._borrower: Optional[Callable[[int], object]] = None
+        self._socket_lent = False
         self._calls = Invocations()
         self._timer = ConnectionTimer(limits, self._time_limit_passed)
         self._transport_unsent = 0    # transport buffer at the last flush or resume (bytes)
@@ -390,6 +393,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
                          len(frame))
             return
         self._writes.append(frame)
+        if self._socket_lent:
+            self._lend(False)       # it must not write before this frame
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -420,6 +425,30 @@ class RemotingConnection(asyncio.BufferedProtocol):
         """A frame taker wrote answers to :meth:`direct_write_fd` itself."""
         self._after_write()
 
+    def lend_socket(self, borrower: Callable[[int], object]) -> None:
+        """Let ``borrower`` write whole answers to the socket itself between loop callbacks
+        (the send fast path's answers of a completion drain, SendCompletions.send_outputs):
+        ``borrower(fd)`` whenever nothing is queued or buffered before what it would write,
+        ``borrower(-1)`` as soon as something is (a frame queued, bytes left in the
+        transport's buffer, the connection closing); what its socket does not take it
+        writes with :meth:`write_frames`, after which the connection decides again. Only on
+        a plain socket (not TLS); the borrower's writes do not count as activity for
+        the idle timer (the requests they answer did)."""
+        if self._writes.socket_fd < 0:
+            return
+        self._borrower = borrower
+        self._lend(self._socket_free())
+
+    def _socket_free(self) -> bool:
+        """Nothing queued or buffered before what a borrower would write, and open."""
+        transport = self._transport
+        return not (self._closed or self._writes or transport.get_write_buffer_size()
+                    or transport.is_closing())
+
+    def _lend(self, lent: bool) -> None:
+        self._socket_lent = lent
+        self._borrower(self._writes.socket_fd if lent else -1)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         if self._closed or not self._writes:
@@ -430,6 +459,10 @@ class RemotingConnection(asyncio.BufferedProtocol):
     def _after_write(self) -> None:
         self._timer.touch()
         unsent_bytes = self._transport_unsent = self._transport.get_write_buffer_size()
+        if self._borrower is not None:
+            free = self._socket_free()
+            if free != self._socket_lent:
+                self._lend(free)
         if unsent_bytes > self.limits.write_buffer_max_bytes:
             LOGGER.warning("closing remoting connection from %s: %d unsent bytes, over "
                            "write_buffer_max_bytes %d", self.remote_address, unsent_bytes,
@@ -485,6 +518,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
     def _mark_closed(self) -> None:
         self._closed = True
         self._timer.stop()
+        if self._socket_lent:
+            self._lend(False)
 
     def _time_limit_passed(self, reason: str) -> None:
         LOGGER.info("closing remoting connection from %s: %s", self.remote_address, reason)

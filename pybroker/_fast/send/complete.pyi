@@ -42,5 +42,8 @@ class SendCompletions:
     def held_count(self) -> int: ...
     def fast_oldest_ms(self) -> int:
         """Epoch ms of the oldest unanswered fast send, 0 when none."""
-    def take_outputs(self) -> list[tuple[int, bytes]]:
-        """(slot, response frames) per connection written to since the last call."""
+    def set_slot_fd(self, slot: int, fd: int) -> None:
+        """The socket send_outputs may write the slot's answers to itself, or -1."""
+    def send_outputs(self) -> list[tuple[int, bytes]]:
+        """Each connection's answers since the last call sent to its socket (set_slot_fd);
+        (slot, response frames) of the rest, per connection."""

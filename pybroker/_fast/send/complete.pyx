@@ -22,7 +22,8 @@ a cursor per position (``send/held.pyx``): :meth:`release` answers what the posi
 :meth:`expire` what is past syncFlushTimeout (FLUSH_SLAVE_TIMEOUT while the slave lacks it,
 else FLUSH_DISK_TIMEOUT), both through :meth:`_settle` (proc/ack_holds.py decides when).
 Fast failure (proc/fast_failure.py) walks the same FIFO: :meth:`aged`, :meth:`withdraw`.
-:meth:`take_outputs` hands each connection's frames over as one bytes object per drain.
+:meth:`send_outputs` writes each connection's frames of a drain with one ``send`` to its socket
+(or hands them over as one bytes object where it cannot).
 """
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint64_t
@@ -121,10 +122,17 @@ cdef class SendCompletions:
         """The connection of ``slot`` closed: answers still due to it are dropped."""
         self._slots.close(slot)
 
-    def take_outputs(self):
-        """``[(slot, frames)]``: each connection's response frames since the last call, as one
-        bytes object per connection (write it with one system call)."""
-        return self._slots.take_outputs()
+    def set_slot_fd(self, Py_ssize_t slot, int fd):
+        """The socket :meth:`send_outputs` may write the answers of ``slot`` to itself: the
+        connection has nothing queued or buffered before them (-1: no longer so)."""
+        self._slots.set_fd(slot, fd)
+
+    def send_outputs(self):
+        """Each connection's response frames since the last call, one ``send`` each to the
+        socket of :meth:`set_slot_fd`; ``[(slot, frames)]``: the frames of the connections
+        without one, and the rest of a socket that did not take them all, one bytes object
+        per connection (for its transport: one write)."""
+        return self._slots.send_outputs()
 
     # --- queued puts (both paths) -------------------------------------------------------------
 

@@ -8,10 +8,11 @@ cdef struct ConnectionSlot:
     Py_ssize_t born_ip_length       # 4 or 16; 0 while the slot is free
     int32_t born_port
     uint32_t generation             # bumped at close: late completions for it are dropped
-    unsigned char *output           # response frames written since the last take_outputs
+    unsigned char *output           # response frames written since the last send_outputs
     Py_ssize_t output_length
     Py_ssize_t output_capacity
     bint dirty
+    int fd                          # the socket send_outputs may write to itself now, or -1
 
 
 cdef class ConnectionSlots:
@@ -19,7 +20,7 @@ cdef class ConnectionSlots:
     cdef Py_ssize_t _count
     cdef Py_ssize_t *_free
     cdef Py_ssize_t _free_count
-    cdef Py_ssize_t *_dirty         # slots written to since the last take_outputs
+    cdef Py_ssize_t *_dirty         # slots written to since the last send_outputs
     cdef Py_ssize_t _dirty_count
 
     # A slot for a new connection whose peer is born_ip (4 or 16 bytes):born_port.
@@ -35,5 +36,10 @@ cdef class ConnectionSlots:
     cdef bint answers_due(self, Py_ssize_t slot, uint32_t generation) noexcept nogil
     # Room for ``need`` more bytes at the end of the slot's output; marks it written to.
     cdef unsigned char *output(self, Py_ssize_t slot, Py_ssize_t need) except NULL
-    # [(slot, frames)]: each open connection's frames since the last call, one bytes object each.
-    cdef list take_outputs(self)
+    # The socket the slot's frames may be written to directly (nothing queued or buffered
+    # before them on its connection), or -1: they are handed over instead.
+    cdef int set_fd(self, Py_ssize_t slot, int fd) except -1
+    # Each open connection's frames since the last call: written to its socket where it has
+    # one (set_fd), else (or what the socket did not take) in the list, [(slot, frames)], one
+    # bytes object each.
+    cdef list send_outputs(self)

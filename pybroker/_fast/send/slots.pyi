@@ -1,4 +1,4 @@
 # Python face of pybroker._fast.send.slots: the class only; SendPath.open_slot / close_slot /
-# take_outputs use it.
+# set_slot_fd / send_outputs use it.
 
 class ConnectionSlots: ...

@@ -1,10 +1,20 @@
 # pybroker._fast.send.slots: the send fast path's connections and their response bytes.
 """The client connections of one SendPath (slots.pxd): a slot per open connection, its peer
-address (BORNHOST of its records) and its response frames, handed over once per drain
-(docs/architecture/send-fast-path.md: one ``transport.write`` per connection and drain)."""
+address (BORNHOST of its records) and its response frames, sent once per drain
+(docs/architecture/send-fast-path.md: one ``send`` per connection and drain, straight to the
+socket while the connection has nothing queued or buffered before them, else one
+``transport.write`` of the frames handed over)."""
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.errno cimport EINTR, errno
 from libc.string cimport memcpy, memset
+
+
+cdef extern from "<sys/socket.h>" nogil:
+    ssize_t send(int fd, const void *buffer, size_t length, int flags)
+    enum:
+        MSG_DONTWAIT
+        MSG_NOSIGNAL
 
 cdef enum:
     SLOTS_INITIAL = 16
@@ -31,6 +41,7 @@ cdef class ConnectionSlots:
         self._count = SLOTS_INITIAL
         memset(self._slots, 0, SLOTS_INITIAL * sizeof(ConnectionSlot))
         for index in range(SLOTS_INITIAL):
+            self._slots[index].fd = -1
             self._free[index] = SLOTS_INITIAL - 1 - index
         self._free_count = SLOTS_INITIAL
         self._dirty_count = 0
@@ -57,6 +68,7 @@ cdef class ConnectionSlots:
         self._slots[slot].born_port = born_port
         self._slots[slot].output_length = 0
         self._slots[slot].dirty = False
+        self._slots[slot].fd = -1
         return slot
 
     cdef int _grow(self) except -1:
@@ -69,6 +81,8 @@ cdef class ConnectionSlots:
         self._slots = grown
         memset(&self._slots[self._count], 0,
                (grown_count - self._count) * sizeof(ConnectionSlot))
+        for index in range(self._count, grown_count):
+            self._slots[index].fd = -1
         self._free = _grown_index_array(self._free, grown_count)
         self._dirty = _grown_index_array(self._dirty, grown_count)
         for index in range(grown_count - 1, self._count - 1, -1):
@@ -84,6 +98,7 @@ cdef class ConnectionSlots:
         entry.born_ip_length = 0
         entry.generation += 1
         entry.output_length = 0
+        entry.fd = -1
         self._free[self._free_count] = slot
         self._free_count += 1
         return 0
@@ -117,17 +132,45 @@ cdef class ConnectionSlots:
             self._dirty_count += 1
         return connection.output + connection.output_length
 
-    cdef list take_outputs(self):
+    cdef int set_fd(self, Py_ssize_t slot, int fd) except -1:
+        self.check_open(slot)
+        self._slots[slot].fd = fd
+        return 0
+
+    cdef list send_outputs(self):
         cdef list outputs = []
-        cdef Py_ssize_t index, slot
+        cdef Py_ssize_t index, slot, written
         cdef ConnectionSlot *connection
         for index in range(self._dirty_count):
             slot = self._dirty[index]
             connection = &self._slots[slot]
             connection.dirty = False
             if connection.output_length and connection.born_ip_length:
-                outputs.append((slot, PyBytes_FromStringAndSize(
-                    <const char *>connection.output, connection.output_length)))
+                written = _send_some(connection.fd, connection.output,
+                                     connection.output_length)
+                if written < connection.output_length:
+                    # No socket, or it is full (or failing): the rest goes through the
+                    # connection's transport, which buffers it (or reports the error); the
+                    # connection then takes its socket back (set_fd -1) until it is empty.
+                    outputs.append((slot, PyBytes_FromStringAndSize(
+                        <const char *>connection.output + written,
+                        connection.output_length - written)))
             connection.output_length = 0
         self._dirty_count = 0
         return outputs
+
+
+cdef Py_ssize_t _send_some(int fd, const unsigned char *data, Py_ssize_t length) noexcept:
+    """Bytes of ``data`` the socket ``fd`` took without blocking (0 without a socket, when it
+    is full or failing: the transport then writes them and deals with the error)."""
+    cdef Py_ssize_t written = 0
+    cdef ssize_t sent
+    while fd >= 0 and written < length:
+        sent = send(fd, data + written, length - written, MSG_DONTWAIT | MSG_NOSIGNAL)
+        if sent > 0:
+            written += sent
+        elif sent < 0 and errno == EINTR:
+            continue
+        else:
+            break
+    return written

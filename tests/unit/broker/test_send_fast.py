@@ -396,6 +396,14 @@ class Side:
         self.fast = fast
 
     def connect(self) -> tuple[RemotingConnection, FakeTransport]:
+        connection = self.new_connection()
+        transport = FakeTransport()
+        connection.connection_made(transport)
+        self.attach(connection)
+        return connection, transport
+
+    def new_connection(self) -> RemotingConnection:
+        """A connection serving the send handlers (not connected yet)."""
         ctx, stats = self.ctx, self.recorder
 
         async def handle(connection, request):
@@ -410,14 +418,18 @@ class Side:
                 stats.request_finished("send", token, (stats.now_ns() - started) // 1000,
                                        _rpc_answer(request, response))
         table = RequestTable({code: handle for code in send.HANDLERS})
-        connection = RemotingConnection(table, ConnectionLimits.from_config(self.config.remoting))
-        transport = FakeTransport()
-        connection.connection_made(transport)
+        return RemotingConnection(table, ConnectionLimits.from_config(self.config.remoting))
+
+    def attach(self, connection: RemotingConnection, write=None) -> None:
+        """What proc/remoting.py does with a connection made: its channel and, on the fast
+        side, its fast port (answers through ``write``, by default its write_frames, or
+        straight to its socket where it lends it)."""
         connection.attachment = Channel("0:1", connection.remote_address, send=connection.send)
         if self.fast:
-            connection.use_frame_taker(self.putter.open_fast_port(
-                send.born_host_of(connection.remote_address), connection.write_frames))
-        return connection, transport
+            port = self.putter.open_fast_port(send.born_host_of(connection.remote_address),
+                                              write or connection.write_frames)
+            connection.lend_socket(port.lend_socket)
+            connection.use_frame_taker(port)
 
     def refresh(self) -> None:
         self.putter.set_fast_topics(send_fast.fast_topics(self.config, self.metadata))
