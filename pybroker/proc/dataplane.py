@@ -30,7 +30,8 @@ from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import (RunDirectory, SharedRegion, create_byte_ring,
                                   create_completion_ring)
 from pybroker._fast.stats import StatsWriter
-from pybroker.proc.wake import AsyncWakeReader, DataPlaneWakes, PositionWatch, SleepFlag, WakeFd
+from pybroker.proc.wake import (AsyncWakeReader, DataPlaneWakes, PositionWatch, SleepFlag, WakeFd,
+                                WhileWanted)
 from pybroker.stats.region import StatsRegion
 from pybroker.store import paths
 from pybroker.store.control_block import (APPENDER, DISPATCHER, FLUSHER, BrokerState, ControlBlock,
@@ -130,7 +131,8 @@ class Attachment:
         self._load_dispatched = plane.control.loader("dispatched_position")
         self._wake_reader: AsyncWakeReader | None = None
         self._on_wake: Callable[[bool], object] = lambda dispatched_moved: None
-        self._dispatched_watch: PositionWatch | None = None
+        # The held requests' watches (dispatched_position, extra_flags), armed while wanted.
+        self._held_watches: WhileWanted | None = None
         # The shared POP state (store/pop_table.py), mapped by the supervisor for its life.
         self.pop_table = plane.pop_table
         self._worker_wakes = plane.wakes.workers
@@ -188,25 +190,29 @@ class Attachment:
         ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up. The
         dispatcher wakes this process only while ``wants_dispatched()`` (held long polls):
         reads consult the live positions, so nothing else needs its wake-up. ``extra_flags``:
-        further sleep flags of this process (the POP table's held-POP wake-up)."""
+        further sleep flags of this process (the POP table's held-POP wake-up), armed only
+        while ``wants_dispatched()`` when that is given (they ask their own narrower
+        question then)."""
         self._on_wake = on_wake
-        flags = [*self.putter.sleep_flags(), *extra_flags]
+        flags = [*self.putter.sleep_flags()]
         if wants_dispatched is not None:
             # The waiter bit on dispatched_position, set only while wanted (held long polls):
             # the dispatcher signals only the slots whose bit it takes.
-            self._dispatched_watch = PositionWatch(
-                self.control, "dispatched_position", self.slot,
-                lambda: self._dispatched + 1 if wants_dispatched() else None)
-            flags = [*flags, self._dispatched_watch]
+            dispatched = PositionWatch(self.control, "dispatched_position", self.slot,
+                                       lambda: self._dispatched + 1)
+            self._held_watches = WhileWanted([dispatched, *extra_flags], wants_dispatched)
+            flags.append(self._held_watches)
+        else:
+            flags.extend(extra_flags)
         reader = self._wake_reader = AsyncWakeReader(loop, self.wake_fd, flags, self._wake)
         reader.start()
 
     def watch_dispatched(self) -> None:
         """Something now waits for dispatched_position (a pull was parked): set the waiter
         bit and re-check at once (the set-fence-re-check of pybroker/proc/wake.py)."""
-        watch, reader = self._dispatched_watch, self._wake_reader
-        if watch is not None and reader is not None and not watch.armed \
-                and watch.set_sleeping():
+        watches, reader = self._held_watches, self._wake_reader
+        if watches is not None and reader is not None and not watches.armed \
+                and watches.set_sleeping():
             reader.kick()
 
     def _wake(self) -> None:

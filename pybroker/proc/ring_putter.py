@@ -474,7 +474,13 @@ class RingPutter:
         and write the fast sends' answers of every connection."""
         if outcomes:
             self._resolve_all(outcomes)
-        self._write_answers()
+        # Each connection's answers of this drain: sent in C to the sockets lent
+        # (lend_socket), the rest (or all of them) through the connections' writers.
+        outputs = self.core.send_outputs()
+        if outputs:
+            writers = self._writers
+            for slot, frames in outputs:
+                writers[slot](frames)
         for flush in self._answers_flushes:
             flush()
 
@@ -483,15 +489,6 @@ class RingPutter:
         """Python path puts not answered yet (in the ring, or held for the flush / a
         slave)."""
         return len(self._pending)
-
-    def _write_answers(self) -> None:
-        """Each connection's answers of this drain: sent in C to the sockets lent
-        (lend_socket), the rest (or all of them) through the connections' writers."""
-        outputs = self.core.send_outputs()
-        if outputs:
-            writers = self._writers
-            for slot, frames in outputs:
-                writers[slot](frames)
 
     def _resolve_all(self, outcomes: list) -> None:
         """Resolve the Python path's puts from their outcomes (SendPath._python_outcome)."""

@@ -230,6 +230,33 @@ class DispatchEndWatch:
         self._armed = []
 
 
+class WhileWanted:
+    """Sleep flags armed only while ``wanted()``: one question per arm instead of one per flag
+    while nothing wants them (a remoting worker's held-request watches, armed on every
+    completion wake-up of a send load and wanted only while a pull or POP is held). Each
+    flag may still ask its own narrower question. :attr:`armed` says whether they are set."""
+
+    def __init__(self, flags: Sequence[SleepFlag], wanted: Callable[[], object]):
+        self.flags = list(flags)
+        self.wanted = wanted
+        self.armed = False
+
+    def set_sleeping(self) -> bool:
+        if not self.wanted():
+            return False
+        self.armed = True
+        for flag in self.flags:
+            if flag.set_sleeping():
+                return True
+        return False
+
+    def clear_sleeping(self) -> None:
+        if self.armed:
+            self.armed = False
+            for flag in self.flags:
+                flag.clear_sleeping()
+
+
 class PopTableWatch:
     """Sleep flag of a process holding POPs: its waiter bit on the POP table, set only while
     ``wanted()``; :meth:`PopState.notify_held` elsewhere bumps the table's version and signals
