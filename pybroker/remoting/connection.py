@@ -20,8 +20,10 @@ message body costs two copies in all: kernel -> receive buffer, receive buffer -
 copy buys a simple buffer: handlers may keep a command (long polling parks pulls; sends wait for
 the appender) while the buffer is compacted and reused, and no view of the buffer outlives a read.
 When the taker has no room (the send ring is full) the rest of the buffer waits (reading pauses)
-until it has. The fast path's answers arrive as one bytes object per connection per completion
-drain (:meth:`RemotingConnection.write_frames`).
+until it has. The fast path's answers of a completion drain go to the socket straight from C
+while the connection lends it (:meth:`RemotingConnection.lend_socket`: nothing queued or
+buffered before them), else, and for what the socket did not take, they arrive as one bytes
+object per connection (:meth:`RemotingConnection.write_frames`).
 
 Write path. :meth:`RemotingConnection.send` encodes at once (so an unencodable command raises at
 the caller) and queues the frame; the queue is written once per event-loop turn
