@@ -123,28 +123,35 @@ def _over_fake_transport(side: Side, chunks: list[bytes]) -> tuple[bytes, list, 
     return asyncio.run(main())
 
 
+def _over_socket(side: Side, chunks: list[bytes]) -> tuple[bytes, list, tuple, _Counted]:
+    """``chunks`` through ``side`` on a real TCP connection: what the client end read, the
+    ring's put requests, the counted figures and the writer that counted the transport
+    path."""
+    server, client = _tcp_pair()
+
+    async def main():
+        send._random.seed(7)
+        connection, _, writer = await _serve_on_socket(side, server)
+        received = bytearray()
+        for data in chunks:
+            feed(connection, data)
+            await settle(side, connection)
+            received += _read_all(client)
+        connection.close()
+        return bytes(received), side.appender.requests, side.counted(), writer
+    try:
+        return asyncio.run(main())
+    finally:
+        client.close()
+
+
 def test_answers_sent_in_c_are_the_transport_answers(sides):
     """Seeded requests: the bytes the client end reads equal the fake transport's."""
     chunks = _seeded_chunks(random.Random(_SEED), 400)
     _, reference_side = sides()
     _, socket_side = sides()
     expected = _over_fake_transport(reference_side, chunks)
-    server, client = _tcp_pair()
-
-    async def main():
-        send._random.seed(7)
-        connection, _, writer = await _serve_on_socket(socket_side, server)
-        received = bytearray()
-        for data in chunks:
-            feed(connection, data)
-            await settle(socket_side, connection)
-            received += _read_all(client)
-        connection.close()
-        return bytes(received), socket_side.appender.requests, socket_side.counted(), writer
-    try:
-        received, requests, counted, writer = asyncio.run(main())
-    finally:
-        client.close()
+    received, requests, counted, writer = _over_socket(socket_side, chunks)
     assert received == expected[0]
     assert requests == expected[1]
     assert counted == expected[2]
@@ -162,21 +169,7 @@ def test_fast_only_answers_never_reach_the_transport(sides):
     _, reference_side = sides()
     _, socket_side = sides()
     expected = _over_fake_transport(reference_side, chunks)
-    server, client = _tcp_pair()
-
-    async def main():
-        connection, _, writer = await _serve_on_socket(socket_side, server)
-        received = bytearray()
-        for data in chunks:
-            feed(connection, data)
-            await settle(socket_side, connection)
-            received += _read_all(client)
-        connection.close()
-        return bytes(received), writer
-    try:
-        received, writer = asyncio.run(main())
-    finally:
-        client.close()
+    received, _, _, writer = _over_socket(socket_side, chunks)
     assert received == expected[0]
     assert writer.bytes == 0
 
