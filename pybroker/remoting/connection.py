@@ -448,8 +448,10 @@ class RemotingConnection(asyncio.BufferedProtocol):
                     or transport.is_closing())
 
     def _lend(self, lent: bool) -> None:
-        self._socket_lent = lent
-        self._borrower(self._writes.socket_fd if lent else -1)
+        borrower = self._borrower
+        if borrower is not None:
+            self._socket_lent = lent
+            borrower(self._writes.socket_fd if lent else -1)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
