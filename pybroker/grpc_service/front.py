@@ -15,7 +15,11 @@ The unary methods of ``HANDED_OFF`` (all the servicer answers) skip grpcio: the 
 their request bytes, metadata and peer to the worker (:class:`HandOff`: an eventfd wakes the
 worker's loop, which takes every waiting call at once), the servicer's own method answers the
 parsed request, and the front writes the answer. The same code answers as behind grpcio;
-grpcio's per-call Python machinery is what is saved. The SendMessage calls the front can put
+grpcio's per-call Python machinery is what is saved. ReceiveMessage (``STREAMED``, a server
+stream) is handed off the same way with its deadline: the servicer's own generator runs to its
+end, the front writes all its responses, and reports how many it wrote; the worker NACKs the
+messages it did not (receive.nack), and cancels the call's task when the front says its client
+cancelled it (a held POP is dropped), as grpcio would. The SendMessage calls the front can put
 itself skip the servicer too (front_send.py: their remoting frames onto the send ring).
 
 The front is built only where libgrpc++ was found (setup.py); :func:`front_type` warns once
@@ -27,10 +31,13 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 
 import grpc
 from google.protobuf.message import DecodeError
 
+from pybroker.grpc_service import receive
+from pybroker.grpc_service.request_context import context_of
 from pybroker.grpc_service.tls import GrpcTls
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 from pybroker.tasks import start_task
@@ -81,18 +88,25 @@ class Backend:
 SERVICE_PATH = "/apache.rocketmq.v2.MessagingService/"
 # The methods the worker answers from the front's hand-off, with their request types: every
 # unary method the servicer answers (MessagingService._unary, which reads nothing of the call
-# but its metadata and peer); the streams and the methods grpcio answers UNIMPLEMENTED are
-# relayed.
+# but its metadata and peer); Telemetry (bidirectional) and the methods grpcio answers
+# UNIMPLEMENTED are relayed.
 HANDED_OFF = {name: getattr(spb, f"{name}Request") for name in (
     "QueryRoute", "QueryAssignment", "Heartbeat", "NotifyClientTermination", "SendMessage",
     "EndTransaction", "RecallMessage", "AckMessage", "ChangeInvisibleDuration",
     "ForwardMessageToDeadLetterQueue")}
+# The server streams the worker answers from the hand-off (all its responses at once).
+STREAMED = {"ReceiveMessage": spb.ReceiveMessageRequest}
 
 
 def _unexpected(error: BaseException) -> tuple[int, str]:
     """grpc.aio's status for an exception out of a handler or the request's parsing, given
     for a handed-off call as well."""
     return grpc.StatusCode.UNKNOWN.value[0], f"Unexpected {type(error)}: {error}"
+
+
+def _cancelled() -> tuple[int, str]:
+    """The status of a handed-off stream cancelled before its answer (its client is gone)."""
+    return grpc.StatusCode.CANCELLED.value[0], "Cancelled"
 
 
 class _CallContext:
@@ -108,6 +122,20 @@ class _CallContext:
         return self._peer
 
 
+class _StreamContext(_CallContext):
+    """A handed-off stream's context: the unary one and the call's time left."""
+
+    def __init__(self, metadata: tuple, peer: str, deadline: float | None):
+        super().__init__(metadata, peer)
+        self._deadline = deadline
+
+    def time_remaining(self) -> float | None:
+        """As grpc.aio's: seconds left (not below 0), None without a deadline."""
+        if self._deadline is None:
+            return None
+        return max(self._deadline - time.time(), 0.0)
+
+
 class HandOff:
     """The worker's side of the hand-off: the eventfd the front signals, each waiting call
     answered by ``service`` (the MessagingService servicer) in a task of its own."""
@@ -119,10 +147,19 @@ class HandOff:
         self.calls: set[asyncio.Task] = set()
         # The front's fast sends (front_send.FastSends), signalled on the same eventfd.
         self.sends = None
+        # Streamed calls by the front's id: those running (their tasks), and those answered
+        # with messages whose count of responses written the front has yet to report.
+        self.streaming: dict[int, asyncio.Task] = {}
+        self.unreported: dict[int, tuple] = {}
+        self.streams_served = self.streams_cancelled = 0     # for the stop's log
 
     @staticmethod
     def methods() -> list[str]:
         return [SERVICE_PATH + name for name in HANDED_OFF]
+
+    @staticmethod
+    def stream_methods() -> list[str]:
+        return [SERVICE_PATH + name for name in STREAMED]
 
     def start(self, front) -> None:
         self.front = front
@@ -147,7 +184,18 @@ class HandOff:
             os.eventfd_read(self.eventfd)       # before the take: a later call signals again
         except BlockingIOError:
             pass
-        for handle, method, request, metadata, peer in self.front.take():
+        front = self.front
+        # A cancel always follows its call's hand-off: taken after the streams, it finds its task.
+        for handle, call_id, method, request, metadata, peer, deadline in front.take_streams():
+            self._answer_stream(handle, call_id, method, request, metadata, peer, deadline)
+        for call_id in front.take_cancelled():
+            running = self.streaming.get(call_id)
+            if running is not None:
+                self.streams_cancelled += 1
+                running.cancel()
+        for call_id, written in front.take_reports():
+            self._written(call_id, written)
+        for handle, method, request, metadata, peer in front.take():
             self.answer_call(handle, method, request, metadata, peer)
         if self.sends is not None:
             self.sends.put()
@@ -178,6 +226,67 @@ class HandOff:
         front.answer(handle, response.SerializeToString())
 
 
+    def _answer_stream(self, handle: int, call_id: int, method: str, request: bytes,
+                       metadata: tuple, peer: str, deadline: float | None) -> None:
+        call = start_task(self._stream(handle, call_id, method, request, metadata, peer,
+                                       deadline), "a handed-off gRPC stream", None, log)
+        self.calls.add(call)
+        self.streaming[call_id] = call
+
+        def ended(task: asyncio.Task) -> None:
+            self.calls.discard(task)
+            self.streaming.pop(call_id, None)
+        call.add_done_callback(ended)
+
+    async def _stream(self, handle: int, call_id: int, method: str, request: bytes,
+                      metadata: tuple, peer: str, deadline: float | None) -> None:
+        """Run the servicer's stream to its end and give the front all its responses; the
+        messages among them wait for the front's count of those written."""
+        front = self.front
+        assert front is not None
+        name = method.removeprefix(SERVICE_PATH)
+        try:
+            parsed = STREAMED[name].FromString(request)
+        except DecodeError as error:
+            front.answer(handle, b"", *_unexpected(error))
+            return
+        responses = []
+        try:
+            async for response in getattr(self.service, name)(
+                    parsed, _StreamContext(metadata, peer, deadline)):
+                responses.append(response)
+        except BaseException as error:      # cancelled (its client or the stop) or a failure
+            self._nack(metadata, peer, parsed, [r.message for r in responses
+                                                if r.HasField("message")])
+            front.answer(handle, b"", *(_cancelled() if isinstance(error, asyncio.CancelledError)
+                                        else _unexpected(error)))
+            raise
+        sent = [(index, response.message) for index, response in enumerate(responses)
+                if response.HasField("message")]
+        if sent:
+            self.unreported[call_id] = (metadata, peer, parsed, sent)
+        self.streams_served += 1
+        front.answer_stream(handle, [response.SerializeToString() for response in responses],
+                            bool(sent))
+
+    def _written(self, call_id: int, written: int) -> None:
+        """The front wrote the first ``written`` responses of stream ``call_id``."""
+        waiting = self.unreported.pop(call_id, None)
+        if waiting is not None:
+            metadata, peer, request, sent = waiting
+            self._nack(metadata, peer, request,
+                       [message for index, message in sent if index >= written])
+
+    def _nack(self, metadata: tuple, peer: str, request, unwritten: list) -> None:
+        if not unwritten:
+            return
+        host = self.service.host
+        rctx = context_of(metadata, peer, host.peer_key)
+        start_task(receive.nack(host, rctx, request.group.name,
+                                request.message_queue.topic.name, unwritten),
+                   "NACK of unwritten messages", None, log)
+
+
 def start_front(front, config, index: int, backend: str, handoff: HandOff,
                 fast_sends: bool = False):
     """Start the front before ``backend`` on the configured listeners, handing the methods of
@@ -202,6 +311,7 @@ def start_front(front, config, index: int, backend: str, handoff: HandOff,
         plain, secure = [inner_plain], [inner_tls]
         served = f"{address} (TLS and plain by first byte, C++ front)"
     started = front(plain, secure, backend, handoff_methods=handoff.methods(),
-                    handoff_eventfd=handoff.eventfd, fast_sends=fast_sends, **options)
+                    handoff_eventfd=handoff.eventfd, fast_sends=fast_sends,
+                    stream_methods=handoff.stream_methods(), **options)
     handoff.start(started)
     return served, started, relay

@@ -47,7 +47,7 @@ from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 from pybroker.tasks import start_task
 from pybroker._fast import record as record_codec
 
-__all__ = ["receive_message", "delivery_timestamp_response", "polling_time_ms"]
+__all__ = ["receive_message", "delivery_timestamp_response", "polling_time_ms", "nack"]
 
 log = logging.getLogger("pybroker.grpc.receive")
 
@@ -203,19 +203,21 @@ class _Receive:
         await consumer.forward_one(self.host, self.rctx, consumer.decode_handle(handle),
                                    message_id, self.group, self.topic)
 
-    async def nack(self, unwritten: list[pb.Message]) -> None:
-        """Make messages the client did not get visible again soon (the writer's NACK; a
-        message kept for renewal is kept no longer)."""
-        for message in unwritten:
-            request = spb.ChangeInvisibleDurationRequest(
-                group=pb.Resource(name=self.group), topic=pb.Resource(name=self.topic),
-                receipt_handle=message.system_properties.receipt_handle,
-                message_id=message.system_properties.message_id)
-            request.invisible_duration.FromMilliseconds(NACK_INVISIBLE_MS)
-            try:
-                await consumer.change_invisible_duration(self.host, self.rctx, request)
-            except GrpcRefused as refused:
-                log.debug("NACK of an unwritten message refused: %s", refused.message)
+
+async def nack(host, rctx, group: str, topic: str, unwritten: list[pb.Message]) -> None:
+    """Make messages the client did not get visible again soon (the writer's NACK; a message
+    kept for renewal is kept no longer): the grpcio stream's messages left unwritten, and those
+    the C++ front reports it could not write (grpc_service/front.py)."""
+    for message in unwritten:
+        request = spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+            receipt_handle=message.system_properties.receipt_handle,
+            message_id=message.system_properties.message_id)
+        request.invisible_duration.FromMilliseconds(NACK_INVISIBLE_MS)
+        try:
+            await consumer.change_invisible_duration(host, rctx, request)
+        except GrpcRefused as refused:
+            log.debug("NACK of an unwritten message refused: %s", refused.message)
 
 
 def _records(body) -> list:
@@ -326,5 +328,6 @@ async def _write_messages(receive: _Receive, found: list[pb.Message]):
     except BaseException:
         unwritten = found[written:]
         if unwritten:
-            start_task(receive.nack(unwritten), "NACK of unwritten messages", None, log)
+            start_task(nack(receive.host, receive.rctx, receive.group, receive.topic,
+                            unwritten), "NACK of unwritten messages", None, log)
         raise

@@ -45,12 +45,18 @@ cdef extern from "relay.h" namespace "pybroker_front" nogil:
         vector[string] handoff_methods
         int handoff_eventfd
         cbool fast_sends
+        vector[string] stream_methods
     cppclass Handoff:
         uintptr_t handle
         string method
         string request
         vector[pair[string, string]] metadata
         string peer
+        uint64_t id
+        double deadline
+    cppclass StreamReport:
+        uint64_t id
+        int written
     cppclass PeerSends:
         string peer
         string frames
@@ -65,6 +71,10 @@ cdef extern from "relay.h" namespace "pybroker_front" nogil:
     void TakeHandoffs(CFront* front, vector[Handoff]* out)
     void Answer(CFront* front, uintptr_t handle, const string& response, int code,
                 const string& details)
+    void TakeStreams(CFront* front, vector[Handoff]* out)
+    void TakeCancelled(CFront* front, vector[uint64_t]* out)
+    void TakeReports(CFront* front, vector[StreamReport]* out)
+    void AnswerStream(CFront* front, uintptr_t handle, vector[string] responses, cbool report)
     void SetSendRules(CFront* front, shared_ptr[SendRules] rules)
     uint64_t CallsSentFast(const CFront* front)
     void TakeSends(CFront* front, vector[PeerSends]* out)

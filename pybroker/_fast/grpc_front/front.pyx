@@ -6,7 +6,11 @@ unary ``handoff_methods``, which wait for the worker: ``take`` them when ``hando
 is readable (after reading it) and ``answer`` each once. With ``fast_sends`` and
 ``set_send_rules``, the SendMessage calls the front can put itself wait as remoting frames
 (``take_sends``, on the same eventfd) for the worker's send fast path, whose answers
-``answer_sends`` turns into the calls' answers (send.h). ``stop`` blocks without the GIL: it
+``answer_sends`` turns into the calls' answers (send.h). The server-streaming
+``stream_methods`` wait for the worker too (``take_streams``, with the call's id and deadline):
+``answer_stream`` gives all of a stream's responses, which the front writes one by one, then
+``take_reports`` says how many it wrote; ``take_cancelled`` names the streamed calls their
+clients cancelled before their answer. ``stop`` blocks without the GIL: it
 stops accepting, lets the calls in flight end for ``grace_s`` (so the worker must go on
 answering meanwhile), then ends the others.
 """
@@ -61,7 +65,8 @@ cdef class Front:
     def __cinit__(self, plain_addresses, tls_addresses, str backend, *,
                   bytes certificate_chain=b"", bytes private_key=b"", bytes trusted=b"",
                   bint require_client_auth=False, int max_message_bytes=4 << 20,
-                  handoff_methods=(), int handoff_eventfd=-1, bint fast_sends=False):
+                  handoff_methods=(), int handoff_eventfd=-1, bint fast_sends=False,
+                  stream_methods=()):
         cdef Config config
         cdef string error
         for address in plain_addresses:
@@ -78,6 +83,8 @@ cdef class Front:
             config.handoff_methods.push_back(method.encode())
         config.handoff_eventfd = handoff_eventfd
         config.fast_sends = fast_sends
+        for method in stream_methods:
+            config.stream_methods.push_back(method.encode())
         with nogil:
             self._front = Start(config, &error)
         if self._front == NULL:
@@ -103,6 +110,44 @@ cdef class Front:
             return []
         TakeHandoffs(self._front, &calls)
         return [_handoff_tuple(call) for call in calls]
+
+    def take_streams(self) -> list:
+        """The streamed calls waiting: (handle, id, method, request, metadata, peer, deadline)
+        each, ``deadline`` in seconds of the wall clock or None."""
+        cdef vector[Handoff] calls
+        if self._front == NULL:
+            return []
+        TakeStreams(self._front, &calls)
+        return [(call.handle, call.id, *_handoff_tuple(call)[1:],
+                 call.deadline if call.deadline >= 0 else None) for call in calls]
+
+    def take_cancelled(self) -> list:
+        """The ids of the streamed calls cancelled before their answer."""
+        cdef vector[uint64_t] ids
+        if self._front == NULL:
+            return []
+        TakeCancelled(self._front, &ids)
+        return list(ids)
+
+    def take_reports(self) -> list:
+        """(id, responses written) of the streams answered with ``report``."""
+        cdef vector[StreamReport] reports
+        if self._front == NULL:
+            return []
+        TakeReports(self._front, &reports)
+        return [(report.id, report.written) for report in reports]
+
+    def answer_stream(self, uintptr_t handle, list responses, bint report=False) -> None:
+        """Answer a taken streamed call once: its ``responses`` (at least one) are written in
+        order, the last with status OK; with ``report``, ``take_reports`` gives how many were
+        written. Dropped after ``stop``'s grace, as ``answer``."""
+        cdef vector[string] encoded
+        if not responses:
+            raise ValueError("a stream's answer needs a response")
+        for response in responses:
+            encoded.push_back(<bytes>response)
+        if self._front != NULL:
+            AnswerStream(self._front, handle, encoded, report)
 
     @property
     def calls_sent_fast(self) -> int:

@@ -8,6 +8,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpc/support/time.h>
 
 #include <unistd.h>
 
@@ -52,6 +53,12 @@ class Front {
     int handoff_eventfd = -1;
     std::mutex handoff_lock;
     std::vector<Handoff> handoffs;      // under handoff_lock
+    // Streamed calls (Config::stream_methods).
+    std::set<std::string> stream_methods;
+    std::uint64_t next_stream_id = 1;   // the queue thread's
+    std::vector<Handoff> streams;       // under handoff_lock
+    std::vector<std::uint64_t> cancelled;       // under handoff_lock
+    std::vector<StreamReport> reports;  // under handoff_lock
     // Set by Stop once the grace is over and before the completion queue shuts down: an
     // answer after that is dropped (its call has ended) rather than posted to a dead queue.
     std::mutex answer_lock;
@@ -76,6 +83,8 @@ class Front {
     void Accept();
     void Run();
     void HandOff(Handoff call);
+    void HandOffStream(Handoff call);
+    void Notify(std::uint64_t id, bool cancelled, int written);
     bool PutSend(Handoff* call);
     void Signal();
 };
@@ -113,7 +122,10 @@ class Relay {
             ++pending_;         // the done notification, armed when the call started
             front_->accepted.fetch_add(1, std::memory_order_relaxed);
             front_->Accept();
-            if (front_->handoff_methods.count(server_context_.method()) != 0) {
+            if (front_->stream_methods.count(server_context_.method()) != 0) {
+                handed_off_ = streamed_ = true;
+                server_stream_.Read(&request_, Next(kServerRead));
+            } else if (front_->handoff_methods.count(server_context_.method()) != 0) {
                 handed_off_ = true;
                 server_stream_.Read(&request_, Next(kServerRead));
             } else {
@@ -149,6 +161,16 @@ class Relay {
             }
             break;
         case kServerWrite:
+            if (streamed_) {
+                if (!ok) {      // the caller is gone: the rest is not written
+                    Reported();
+                    server_stream_.Finish(grpc::Status::CANCELLED, Next(kServerFinish));
+                    break;
+                }
+                ++written_;
+                WriteStream();
+                break;
+            }
             if (ok) {
                 client_stream_->Read(&response_, Next(kClientRead));
             } else {            // the caller is gone
@@ -168,9 +190,16 @@ class Relay {
             break;
         case kServerDone:
             if (!handed_off_ && server_context_.IsCancelled()) client_context_.TryCancel();
+            if (id_ != 0 && server_context_.IsCancelled()) {
+                // A streamed call the worker has not answered: it drops the held request.
+                std::lock_guard<std::mutex> hold(front_->answer_lock);
+                if (!answered_) front_->Notify(id_, true, 0);
+            }
             break;
         case kAnswered:         // the worker's answer (Answer), posted by the alarm
-            if (answer_status_.ok()) {
+            if (!stream_.empty()) {
+                WriteStream();
+            } else if (answer_status_.ok()) {
                 server_stream_.WriteAndFinish(response_, grpc::WriteOptions(), answer_status_,
                                               Next(kServerFinish));
             } else {
@@ -183,6 +212,11 @@ class Relay {
             if (ok) server_stream_.Read(&request_, Next(kServerRead));
             break;
         case kServerFinish:
+            if (!stream_.empty() && !reported_) {   // the last response and the status
+                if (ok) ++written_;
+                Reported();
+            }
+            break;
         case kClientWritesDone:
         case kOps:
             break;
@@ -190,8 +224,10 @@ class Relay {
         if (pending_ == 0) delete this;
     }
 
-    // From any thread, once per handed-off call (its kAnswered was counted at the hand-off).
+    // From any thread under the front's answer lock, once per handed-off call (its kAnswered
+    // was counted at the hand-off).
     void SetAnswer(const std::string& response, int code, const std::string& details) {
+        answered_ = true;
         if (code == 0) {
             grpc::Slice slice(response);
             response_ = grpc::ByteBuffer(&slice, 1);
@@ -201,6 +237,18 @@ class Relay {
         }
         // A deadline already past: grpc rounds a deadline up to its next millisecond, so
         // "now" would wait for a round of grpc's timers instead of being posted at once.
+        alarm_.Set(front_->queue.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &tags_[kAnswered]);
+    }
+
+    // As SetAnswer, for a streamed call: its responses, written in order.
+    void SetStream(std::vector<std::string> responses, bool report) {
+        answered_ = true;
+        report_ = report;
+        stream_.reserve(responses.size());
+        for (const std::string& response : responses) {
+            grpc::Slice slice(response);
+            stream_.emplace_back(&slice, 1);
+        }
         alarm_.Set(front_->queue.get(), gpr_inf_past(GPR_CLOCK_MONOTONIC), &tags_[kAnswered]);
     }
 
@@ -252,7 +300,35 @@ class Relay {
         }
         call.peer = server_context_.peer();
         ++pending_;             // kAnswered: the worker answers every handed-off call
-        if (!front_->PutSend(&call)) front_->HandOff(std::move(call));
+        if (streamed_) {
+            id_ = call.id = front_->next_stream_id++;
+            const gpr_timespec deadline = server_context_.raw_deadline();
+            if (gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) != 0) {
+                const gpr_timespec wall = gpr_convert_clock_type(deadline, GPR_CLOCK_REALTIME);
+                call.deadline = static_cast<double>(wall.tv_sec) + wall.tv_nsec / 1e9;
+            }
+            front_->HandOffStream(std::move(call));
+        } else if (!front_->PutSend(&call)) {
+            front_->HandOff(std::move(call));
+        }
+    }
+
+    // The streamed call's next response; the last one goes with the status. Messages are
+    // written as they are asked for (no buffering hint): each write's completion says the
+    // caller's transport took it, which is what the worker's count of written ones means.
+    void WriteStream() {
+        const size_t next = static_cast<size_t>(written_);
+        if (next + 1 < stream_.size()) {
+            server_stream_.Write(stream_[next], Next(kServerWrite));
+        } else {
+            server_stream_.WriteAndFinish(stream_[next], grpc::WriteOptions(),
+                                          grpc::Status::OK, Next(kServerFinish));
+        }
+    }
+
+    void Reported() {
+        reported_ = true;
+        if (report_) front_->Notify(id_, false, written_);
     }
 
     void FinishClient() {
@@ -274,6 +350,16 @@ class Relay {
     grpc::Alarm alarm_;
     grpc::Status answer_status_;
     bool handed_off_ = false;
+    // Streamed calls: the call's id once handed off, whether the worker answered (under the
+    // front's answer lock), the responses to write, how many were, whether the worker wants
+    // that count and whether it went.
+    bool streamed_ = false;
+    std::uint64_t id_ = 0;
+    bool answered_ = false;
+    std::vector<grpc::ByteBuffer> stream_;
+    int written_ = 0;
+    bool report_ = false;
+    bool reported_ = false;
     bool client_writes_closed_ = false;   // WritesDone sent, or the backend took no more
     bool client_finishing_ = false;
     bool server_finishing_ = false;
@@ -290,6 +376,32 @@ void Front::HandOff(Handoff call) {
         handoffs.push_back(std::move(call));
     }
     if (was_empty) Signal();    // the worker reads the eventfd before it takes the lists
+}
+
+void Front::HandOffStream(Handoff call) {
+    handed_off.fetch_add(1, std::memory_order_relaxed);
+    bool was_empty;
+    {
+        std::lock_guard<std::mutex> hold(handoff_lock);
+        was_empty = streams.empty();
+        streams.push_back(std::move(call));
+    }
+    if (was_empty) Signal();
+}
+
+// A streamed call's cancel, or the count of its responses written.
+void Front::Notify(std::uint64_t id, bool cancel, int written) {
+    bool was_empty;
+    {
+        std::lock_guard<std::mutex> hold(handoff_lock);
+        was_empty = cancelled.empty() && reports.empty();
+        if (cancel) {
+            cancelled.push_back(id);
+        } else {
+            reports.push_back(StreamReport{id, written});
+        }
+    }
+    if (was_empty) Signal();
 }
 
 void Front::Signal() {
@@ -393,6 +505,7 @@ Front* Start(const Config& config, std::string* error) {
                                                arguments);
     front->stub = std::make_unique<grpc::GenericStub>(front->backend);
     front->handoff_methods.insert(config.handoff_methods.begin(), config.handoff_methods.end());
+    front->stream_methods.insert(config.stream_methods.begin(), config.stream_methods.end());
     front->handoff_eventfd = config.handoff_eventfd;
     front->fast_sends = config.fast_sends;
     front->Accept();
@@ -475,6 +588,29 @@ std::uintptr_t AnswerSend(Front* front, std::int32_t opaque, int code,
 void TakeHandoffs(Front* front, std::vector<Handoff>* out) {
     std::lock_guard<std::mutex> hold(front->handoff_lock);
     out->swap(front->handoffs);
+}
+
+void TakeStreams(Front* front, std::vector<Handoff>* out) {
+    std::lock_guard<std::mutex> hold(front->handoff_lock);
+    out->swap(front->streams);
+}
+
+void TakeCancelled(Front* front, std::vector<std::uint64_t>* out) {
+    std::lock_guard<std::mutex> hold(front->handoff_lock);
+    out->swap(front->cancelled);
+}
+
+void TakeReports(Front* front, std::vector<StreamReport>* out) {
+    std::lock_guard<std::mutex> hold(front->handoff_lock);
+    out->swap(front->reports);
+}
+
+void AnswerStream(Front* front, std::uintptr_t handle, std::vector<std::string> responses,
+                  bool report) {
+    std::lock_guard<std::mutex> hold(front->answer_lock);
+    if (!front->answers_closed) {
+        reinterpret_cast<Relay*>(handle)->SetStream(std::move(responses), report);
+    }
 }
 
 void Answer(Front* front, std::uintptr_t handle, const std::string& response, int code,

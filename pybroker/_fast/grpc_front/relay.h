@@ -36,6 +36,12 @@ struct Config {
     // worker has put them on its send ring (TakeSends) and AnswerSend answers each; a frame
     // the ring's fast path does not take goes back to the hand-off (TakeFallback).
     bool fast_sends = false;
+    // Server-streaming methods (full paths) handed to the worker too: the request waits in the
+    // stream list (TakeStreams) with the call's deadline; the worker answers with every
+    // response of the stream at once (AnswerStream), which the front writes one by one and
+    // reports how many it wrote (TakeReports); a call the client cancels before its answer is
+    // reported at once (TakeCancelled). Signalled on handoff_eventfd.
+    std::vector<std::string> stream_methods;
 };
 
 // One handed-off call: its request message and what the service needs of its context.
@@ -45,6 +51,17 @@ struct Handoff {
     std::string request;
     std::vector<std::pair<std::string, std::string>> metadata;
     std::string peer;
+    // Streamed calls (stream_methods) only: the call's number, unique in the front (the
+    // cancel and the report name it), and its deadline in seconds of the wall clock
+    // (negative: none).
+    std::uint64_t id = 0;
+    double deadline = -1;
+};
+
+// How many of a streamed call's responses the front wrote (a prefix of them).
+struct StreamReport {
+    std::uint64_t id;
+    int written;
 };
 
 // The fast sends of one caller (its grpc peer string) waiting: their frames one after the other.
@@ -84,6 +101,19 @@ bool TakeFallback(Front* front, std::int32_t opaque, Handoff* out);
 // call's handle, which the worker answers with Answer.
 std::uintptr_t AnswerSend(Front* front, std::int32_t opaque, int code,
                           std::int64_t queue_offset, const std::string& recall_handle);
+// Moves the streamed calls waiting into *out (after reading the eventfd).
+void TakeStreams(Front* front, std::vector<Handoff>* out);
+// Moves the ids of the streamed calls their clients cancelled (or whose deadline passed)
+// before the worker answered them into *out.
+void TakeCancelled(Front* front, std::vector<std::uint64_t>* out);
+// Moves the reports of the streams answered with `report` into *out.
+void TakeReports(Front* front, std::vector<StreamReport>* out);
+// Answers a streamed call, exactly once per handle (or Answer with a status other than 0):
+// its responses are written one by one and the stream ends with status OK; with `report`,
+// how many were written comes back (TakeReports) once the stream has ended or a write failed.
+// Thread-safe.
+void AnswerStream(Front* front, std::uintptr_t handle, std::vector<std::string> responses,
+                  bool report);
 // Answers a handed-off call, exactly once per handle: status code 0 with the response
 // message, or another code with its details. Thread-safe.
 void Answer(Front* front, std::uintptr_t handle, const std::string& response, int code,

@@ -222,6 +222,59 @@ def test_handed_off_calls_wait_for_the_worker_answer():
         backend.server.stop(1).wait(WAIT_S)
 
 
+def _wait_for(eventfd: int, take, count: int) -> list:
+    """``count`` entries of ``take`` (after the eventfd), within WAIT_S."""
+    taken: list = []
+    deadline = time.monotonic() + WAIT_S
+    while len(taken) < count and time.monotonic() < deadline:
+        try:
+            os.eventfd_read(eventfd)
+        except BlockingIOError:
+            time.sleep(0.01)
+        taken += take()
+    assert len(taken) == count, taken
+    return taken
+
+
+def test_streamed_calls_carry_their_deadline_cancel_and_written_count():
+    """A server-streaming method named as streamed waits for the worker with the call's id and
+    deadline (wall clock; None without one); the worker's responses are written in order and
+    end with OK, and the count written comes back; a client's cancel before the answer is
+    reported by id, and a stream answered after it reports nothing written."""
+    backend = Backend()
+    port = free_port()
+    eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    front = Front([f"127.0.0.1:{port}"], [], backend.address, handoff_eventfd=eventfd,
+                  stream_methods=["/t.S/Stream"])
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stream = channel.unary_stream("/t.S/Stream")
+            started = time.time()
+            timed = stream(b"timed", metadata=(("x-mq-client-id", "c3"),), timeout=WAIT_S)
+            endless = stream(b"endless")
+            taken = {call[3]: call for call in _wait_for(eventfd, front.take_streams, 2)}
+            handle, call_id, method, _, metadata, peer, deadline = taken[b"timed"]
+            assert method == "/t.S/Stream" and ("x-mq-client-id", "c3") in metadata
+            assert peer.startswith("ipv4:127.0.0.1:")
+            assert started + WAIT_S - 1 < deadline < time.time() + WAIT_S + DEADLINE_ROUNDING_S
+            assert taken[b"endless"][6] is None and taken[b"endless"][1] != call_id
+            front.answer_stream(handle, [b"one", b"two", b"three"], True)
+            assert list(timed) == [b"one", b"two", b"three"]
+            assert timed.code() == grpc.StatusCode.OK
+            assert _wait_for(eventfd, front.take_reports, 1) == [(call_id, 3)]
+            endless.cancel()
+            assert _wait_for(eventfd, front.take_cancelled, 1) == [taken[b"endless"][1]]
+            front.answer_stream(taken[b"endless"][0], [b"late"], True)
+            assert _wait_for(eventfd, front.take_reports, 1) == [(taken[b"endless"][1], 0)]
+            with pytest.raises(ValueError):
+                front.answer_stream(handle, [], False)
+        assert front.calls_handed_off == 2
+    finally:
+        front.stop(1.0)
+        os.close(eventfd)
+        backend.server.stop(1).wait(WAIT_S)
+
+
 def _handing_off(servicer) -> tuple[Backend, "grpc_front.HandOff", int]:
     """A front on a free port handing SendMessage and the other unary methods to
     ``servicer`` through grpc_service.front.HandOff (started on the running loop)."""
