@@ -208,15 +208,23 @@ class HandOff:
         self.calls.add(call)
         call.add_done_callback(self.calls.discard)
 
+    def _parsed(self, handle: int, method: str, request: bytes, types: dict) -> tuple:
+        """(method name, parsed request) of a handed-off call; the request None when it does
+        not parse (then answered as grpc.aio answers it)."""
+        name = method.removeprefix(SERVICE_PATH)
+        try:
+            return name, types[name].FromString(request)
+        except DecodeError as error:
+            assert self.front is not None
+            self.front.answer(handle, b"", *_unexpected(error))
+            return name, None
+
     async def _answer(self, handle: int, method: str, request: bytes, metadata: tuple,
                       peer: str) -> None:
         front = self.front
         assert front is not None            # started before the front hands anything off
-        name = method.removeprefix(SERVICE_PATH)
-        try:
-            parsed = HANDED_OFF[name].FromString(request)
-        except DecodeError as error:
-            front.answer(handle, b"", *_unexpected(error))
+        name, parsed = self._parsed(handle, method, request, HANDED_OFF)
+        if parsed is None:
             return
         try:
             response = await getattr(self.service, name)(parsed, _CallContext(metadata, peer))
@@ -244,11 +252,8 @@ class HandOff:
         messages among them wait for the front's count of those written."""
         front = self.front
         assert front is not None
-        name = method.removeprefix(SERVICE_PATH)
-        try:
-            parsed = STREAMED[name].FromString(request)
-        except DecodeError as error:
-            front.answer(handle, b"", *_unexpected(error))
+        name, parsed = self._parsed(handle, method, request, STREAMED)
+        if parsed is None:
             return
         responses = []
         try:

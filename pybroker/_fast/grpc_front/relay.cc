@@ -83,7 +83,6 @@ class Front {
     void Accept();
     void Run();
     void HandOff(Handoff call);
-    void HandOffStream(Handoff call);
     void Notify(std::uint64_t id, bool cancelled, int written);
     bool PutSend(Handoff* call);
     void Signal();
@@ -307,7 +306,7 @@ class Relay {
                 const gpr_timespec wall = gpr_convert_clock_type(deadline, GPR_CLOCK_REALTIME);
                 call.deadline = static_cast<double>(wall.tv_sec) + wall.tv_nsec / 1e9;
             }
-            front_->HandOffStream(std::move(call));
+            front_->HandOff(std::move(call));
         } else if (!front_->PutSend(&call)) {
             front_->HandOff(std::move(call));
         }
@@ -367,26 +366,17 @@ class Relay {
 
 void Front::Accept() { new Relay(this); }
 
+// A unary call joins the hand-off list, a streamed one (with its id) the stream list.
 void Front::HandOff(Handoff call) {
     handed_off.fetch_add(1, std::memory_order_relaxed);
     bool was_empty;
     {
         std::lock_guard<std::mutex> hold(handoff_lock);
-        was_empty = handoffs.empty();
-        handoffs.push_back(std::move(call));
+        std::vector<Handoff>& waiting = call.id != 0 ? streams : handoffs;
+        was_empty = waiting.empty();
+        waiting.push_back(std::move(call));
     }
     if (was_empty) Signal();    // the worker reads the eventfd before it takes the lists
-}
-
-void Front::HandOffStream(Handoff call) {
-    handed_off.fetch_add(1, std::memory_order_relaxed);
-    bool was_empty;
-    {
-        std::lock_guard<std::mutex> hold(handoff_lock);
-        was_empty = streams.empty();
-        streams.push_back(std::move(call));
-    }
-    if (was_empty) Signal();
 }
 
 // A streamed call's cancel, or the count of its responses written.
