@@ -272,8 +272,9 @@ class Relay {
         client_stream_->Read(&response_, Next(kClientRead));
     }
 
-    // A unary call for the worker: its one request (or its absence) goes to the hand-off
-    // list; the call stays until the worker answers it (kAnswered).
+    // A call for the worker (unary, or streamed: one request too): its one request (or its
+    // absence) goes to the hand-off or stream list, or the send list; the call stays until
+    // the worker answers it (kAnswered).
     void HandOffRequest(bool ok) {
         if (!ok) {              // no request message: answered as grpc++ answers it
             server_stream_.Finish(grpc::Status(grpc::StatusCode::INTERNAL,
