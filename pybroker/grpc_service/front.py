@@ -161,6 +161,11 @@ class HandOff:
     def stream_methods() -> list[str]:
         return [SERVICE_PATH + name for name in STREAMED]
 
+    @property
+    def stream_counts(self) -> tuple[int, int]:
+        """(streams answered, streams cancelled by their clients while running)."""
+        return self.streams_served, self.streams_cancelled
+
     def start(self, front) -> None:
         self.front = front
         asyncio.get_running_loop().add_reader(self.eventfd, self._ready)

@@ -173,10 +173,9 @@ class GrpcWorker(RemotingWorker):
             await handoff.stop(STOP_GRACE_S)
             if self.fast_sends is not None:
                 self.fast_sends.close()
-            log.info("gRPC worker %d: the front took %d calls, %d of them handed off, %d "
-                     "sends put by the front, %d streams served by the front (%d cancelled by "
-                     "their clients while held)", self.index, accepted, handed_off, sent_fast,
-                     handoff.streams_served, handoff.streams_cancelled)
+            log.info("gRPC worker %d: the front took %d calls, %d of them handed off, %d sends "
+                     "put by the front, %d streams served (%d cancelled while held)",
+                     self.index, accepted, handed_off, sent_fast, *handoff.stream_counts)
         await server.stop(STOP_GRACE_S)
         if self.fast_acks is not None:
             log.info("gRPC worker %d: %d acks taken by the ACK fast path", self.index,

@@ -180,7 +180,7 @@ def _normal(responses: list) -> list[bytes]:
 
 
 def _first_difference(front: list[bytes], servicer: list[bytes]) -> tuple:
-    for index, (one, other) in enumerate(zip(front, servicer)):
+    for index, (one, other) in enumerate(zip(front, servicer, strict=False)):
         if one != other:
             return index, *(spb.ReceiveMessageResponse.FromString(response)
                             for response in (one, other))
@@ -217,7 +217,7 @@ def test_streams_answer_as_the_servicer(brokers):
             front, servicer = (_normal(answer) for answer in answers)
             history.append((number, text_format.MessageToString(request, as_one_line=True),
                             metadata[0][1], [len(answer) for answer in answers]))
-            assert front == servicer, (history, _first_difference(front, servicer))
+            assert front == servicer, (history[-10:], _first_difference(front, servicer))
             first = answers[0][0].status
             kind = f"{pb.Code.Name(first.code)}: {first.message[:60]}"
             kinds[kind] = kinds.get(kind, 0) + 1
@@ -233,7 +233,7 @@ def test_streams_answer_as_the_servicer(brokers):
     broker = brokers[0][0]
     broker.stop()
     wait_for(lambda: "handed off" in read_log(broker.log_path), 30, "the front's counts")
-    assert "streams served by the front" in read_log(broker.log_path)
+    assert " streams served (" in read_log(broker.log_path)
 
 
 @pytest.fixture(params=["front", "grpcio"])
