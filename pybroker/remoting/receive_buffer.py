@@ -6,9 +6,18 @@ BufferedProtocol); the connection's receive loop consumes whole frames from the 
 the buffer (64 KiB) is allocated at the first read, grows at most by doubling per read up to the
 frame being received (so a peer must really send the bytes it announces), and shrinks back to
 64 KiB once it is empty. A closed connection drops it.
+
+A read that ends inside a frame (the common case once more than 64 KiB of sends is queued, e.g.
+64 sends of 1 KiB in flight) leaves that frame's head held: the next read goes into the free
+space after it while at least ``RECEIVE_READ_MIN_BYTES`` are free, else the held bytes are moved
+to the start. Only a frame that does not fit grows the buffer: a partial frame never costs a
+new 64 KiB buffer (zeroed) and then another one when it empties
+(docs/architecture/send-fast-path.md, "1 KiB sends").
 """
-# Free space offered to each read; a frame larger than this grows the buffer to fit it.
+# The buffer's size at the first read and after a large frame; a larger frame grows it to fit.
 RECEIVE_BUFFER_INITIAL_BYTES = 64 * 1024
+# The least free space offered to a read: below it the held bytes move to the start.
+RECEIVE_READ_MIN_BYTES = RECEIVE_BUFFER_INITIAL_BYTES // 2
 _FRAME_LENGTH_FIELD_BYTES = 4
 
 
@@ -53,7 +62,7 @@ class ReceiveBuffer:
             self.data = bytearray(RECEIVE_BUFFER_INITIAL_BYTES)
             self.start = self.end = 0
             return
-        wanted_bytes = RECEIVE_BUFFER_INITIAL_BYTES
+        wanted_bytes = RECEIVE_READ_MIN_BYTES
         if held_bytes >= _FRAME_LENGTH_FIELD_BYTES:
             # The receive loop's taker has already checked this length field against
             # frame_max_bytes.
@@ -66,7 +75,7 @@ class ReceiveBuffer:
         if len(buffer) - held_bytes >= wanted_bytes:
             buffer[:held_bytes] = buffer[self.start:self.end]
         else:
-            grown = bytearray(held_bytes + wanted_bytes)
+            grown = bytearray(max(held_bytes + wanted_bytes, RECEIVE_BUFFER_INITIAL_BYTES))
             grown[:held_bytes] = buffer[self.start:self.end]
             self.data = grown
         self.start, self.end = 0, held_bytes
