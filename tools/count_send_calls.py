@@ -19,10 +19,13 @@ the appender's a ring drained (``_Appender._drain_ring``); with ``--top N`` the
 N Python and C functions called most, per message.
 
 ``--cpu-messages N`` then sends N more without hook and strace and prints each process's CPU
-time per message (psutil): an indication only on a shared box.
+time per message (psutil): an indication only on a shared box. ``--perf DIR`` samples both
+processes over those N sends (``perf record -e cpu-clock -F 2000 -g``, kernel included; the
+software clock, as a VM has no cycle counter) into ``DIR/worker-<size>.data`` and
+``DIR/appender-<size>.data``: ``perf report -i FILE --no-children --sort dso,sym``.
 
 Usage: ``python tools/count_send_calls.py [--size 128] [--inflight 64] [--connections 1]
-[--messages 20000] [--top 25] [--cpu-messages 100000]`` (about a minute).
+[--messages 20000] [--top 25] [--cpu-messages 100000] [--perf DIR]`` (about a minute).
 """
 import argparse
 import asyncio
@@ -30,6 +33,7 @@ import json
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 import time
 
@@ -131,6 +135,16 @@ async def _send(address: str, size: int, encoding: int, connections: int, inflig
     return per_connection * connections
 
 
+def _perf_record(pid: int, out: pathlib.Path) -> subprocess.Popen:
+    """``perf record`` of ``pid`` (software clock, call graphs) into ``out``, started."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sampler = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "2000", "-g",
+                                "-o", str(out), "-p", str(pid)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)                               # attached before the first send
+    return sampler
+
+
 def _cycles(counts: dict, python_name: str, c_name: str) -> int:
     if c_name:
         return sum(count for name, count in counts["top_c"] if name == c_name)
@@ -170,8 +184,13 @@ def _measure(broker: bb.PyBroker, args, out_dir: pathlib.Path) -> dict:
         result["processes"][name] = {"counts": json.loads(counts_path.read_text()),
                                      "syscalls": calls, "syscalls_by_name": per_call}
     if args.cpu_messages:                         # without hooks and strace: CPU seconds
+        samplers = {name: _perf_record(process.pid, args.perf / f"{name}-{args.size}.data")
+                    for name, process in processes.items()} if args.perf else {}
         before = {name: sum(process.cpu_times()[:2]) for name, process in processes.items()}
         sent = run(args.cpu_messages)
+        for sampler in samplers.values():
+            sampler.send_signal(signal.SIGINT)
+            sampler.wait(timeout=30)
         for name, process in processes.items():
             used = sum(process.cpu_times()[:2]) - before[name]
             result["processes"][name]["cpu_us_per_message"] = used * 1e6 / sent
@@ -222,8 +241,12 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=0)
     parser.add_argument("--cpu-messages", type=int, default=0,
                         help="then this many sends without the hooks for each process's CPU")
+    parser.add_argument("--perf", type=pathlib.Path, default=None,
+                        help="perf record both processes over the --cpu-messages sends here")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="write the result here")
     args = parser.parse_args()
+    if args.perf and not args.cpu_messages:
+        parser.error("--perf samples the --cpu-messages sends: give both")
     args.encoding = 0 if args.encoding == "json" else 1
     with cp.hooked_broker("count-send-", TOPIC, QUEUES) as (broker, work_dir):
         result = _measure(broker, args, work_dir)
