@@ -2,6 +2,8 @@
 # cancel marks, and the TimerReputs class (its body and the rule: timer_reput.pyx).
 from libc.stdint cimport int32_t, int64_t
 
+from pybroker._fast.digits cimport DECIMAL_BYTES_MAX
+
 cdef enum:
     NAME_VALUE_SEPARATOR = 1
     PROPERTY_SEPARATOR = 2
@@ -54,6 +56,39 @@ cdef struct Group:
     Py_ssize_t count
     Py_ssize_t bytes
     Py_ssize_t position
+
+
+cdef struct Piece:
+    # A record of an Assembly: its recipe, the parked record its body comes from.
+    const unsigned char *recipe
+    const unsigned char *parked
+    Py_ssize_t body_start
+    Py_ssize_t body_length
+    Py_ssize_t rest           # recipe bytes after the body
+
+
+cdef class Assembly:
+    cdef object _recipes                # the bytes the pieces' recipes point into
+    cdef object _owner                  # the read the views come from (released with them)
+    cdef Py_buffer *_views
+    cdef Py_ssize_t _views_count
+    cdef Piece *_pieces                 # the records in the output's order
+    cdef Py_ssize_t *_run_first         # runs + 1: each run's first piece
+    cdef Py_ssize_t *_run_bytes
+    cdef unsigned char _digits[DECIMAL_BYTES_MAX]   # TIMER_DEQUEUE_MS's new digits
+    cdef Py_ssize_t _digits_length
+    cdef readonly Py_ssize_t runs
+
+    cdef void _free(self) noexcept
+    # Write run ``run``'s records at ``target`` (run_bytes(run) bytes); cannot fail.
+    cdef void fill(self, Py_ssize_t run, unsigned char *target) noexcept nogil
+    cdef int _check(self, Py_ssize_t run) except -1
+    cdef bint _set_pieces(self, const unsigned char[::1] recipes,
+                          const int64_t[::1] positions, const int64_t[::1] order,
+                          const int32_t[::1] which, const int64_t[::1] starts,
+                          const int64_t[::1] sizes, const unsigned char **recipe_of,
+                          Py_ssize_t out_length) noexcept
+    cdef bint _set_runs(self, list cuts, Py_ssize_t pieces) except -1
 
 
 cdef class TimerReputs:

@@ -38,3 +38,21 @@ def assemble(recipes: Buffer, positions: npt.NDArray[np.int64], buffers: list[me
     """The convert output ``recipes`` were stripped from, each body copied from its parked
     record (record i: ``sizes[i]`` bytes at ``starts[i]`` of ``buffers[which[i]]``, -1 not
     readable); None when a record cannot be read or its body does not match."""
+
+class Assembly:
+    """A held chunk's runs ready to be written where they are put (prepare)."""
+    runs: int
+    def run_bytes(self, run: int) -> int: ...
+    def run_records(self, run: int) -> int: ...
+    def fill_into(self, run: int, target: Buffer) -> None:
+        """Write run ``run``'s records at the start of ``target``."""
+    def release(self) -> None:
+        """Drop the views and the read they came from."""
+
+def prepare(recipes: Buffer, positions: npt.NDArray[np.int64], order: npt.NDArray[np.int64],
+            spans: object, sizes: npt.NDArray[np.int64], out_length: int,
+            cuts: list[tuple[int, int, int, int]], converted_ms: int,
+            dequeue_ms: int) -> Assembly | None:
+    """The Assembly of ``recipes`` (assemble then restamp, run by run as ``cuts``), the
+    parked records where ``spans`` (a SpansResult, released with the Assembly) found them;
+    None when a record does not match or the time cannot be rewritten in place."""

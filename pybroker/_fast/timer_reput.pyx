@@ -540,6 +540,53 @@ def strip(const unsigned char[::1] out, const int64_t[::1] positions):
     return recipes
 
 
+cdef bint _recipe_parts(const unsigned char *recipe, Py_ssize_t available,
+                       Py_ssize_t *body_start, Py_ssize_t *body_length,
+                       Py_ssize_t *rest) noexcept nogil:
+    # A recipe (a new record without its body) within its first ``available`` bytes: where
+    # the body would begin, its length, and the bytes after it; False when cut short.
+    cdef Py_ssize_t size
+    if available < BORN_HOST_POSITION:
+        return False
+    size = _be32(recipe)
+    body_start[0] = _body_length_position(recipe) + 4
+    if body_start[0] > size or body_start[0] > available:
+        return False
+    body_length[0] = _be32(recipe + body_start[0] - 4)
+    rest[0] = size - body_start[0] - body_length[0]
+    return rest[0] >= 0 and body_start[0] + rest[0] <= available
+
+
+cdef bint _parked_fits(const Py_buffer *record, Py_ssize_t body_start,
+                       Py_ssize_t body_length) noexcept nogil:
+    # The parked record reads whole, with its body where and as long as the recipe says.
+    cdef RecordFields f
+    return parse_record(<const unsigned char *>record.buf, 0, record.len, False, &f) == \
+        RECORD_STATUS_OK and f.body_position == body_start and f.body_length == body_length
+
+
+cdef inline void _write_assembled(unsigned char *target, const unsigned char *recipe,
+                                  const unsigned char *parked, Py_ssize_t body_start,
+                                  Py_ssize_t body_length, Py_ssize_t rest) noexcept nogil:
+    # The new record: the recipe's head, the parked record's body, the recipe's tail.
+    memcpy(target, recipe, <size_t>body_start)
+    memcpy(target + body_start, parked + body_start, <size_t>body_length)
+    memcpy(target + body_start + body_length, recipe + body_start, <size_t>rest)
+
+
+cdef int _open_views(list buffers, Py_buffer *views, Py_ssize_t *opened) except -1:
+    while opened[0] < len(buffers):
+        PyObject_GetBuffer(buffers[opened[0]], &views[opened[0]], PyBUF_SIMPLE)
+        opened[0] += 1
+    return 0
+
+
+cdef void _close_views(Py_buffer *views, Py_ssize_t *opened) noexcept:
+    while opened[0] > 0:
+        opened[0] -= 1
+        PyBuffer_Release(&views[opened[0]])
+
+
 def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, list buffers,
              const int32_t[::1] which, const int64_t[::1] starts, const int64_t[::1] sizes,
              Py_ssize_t out_length):
@@ -548,16 +595,14 @@ def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, lis
     ``buffers[which[i]]`` (-1: not readable), so a whole mapped file is one buffer and no
     object is made per record. Byte for byte what convert wrote. None when a parked record
     cannot be read or its body is not where and as long as the recipe says (convert the
-    records again then)."""
+    records again then). :func:`prepare` is the same rule written straight into the ring."""
     cdef Py_ssize_t count = positions.shape[0], length = recipes.shape[0], index, at = 0
-    cdef Py_ssize_t position, size, body_start, body_length, rest, buffers_count = len(buffers)
+    cdef Py_ssize_t position, body_start, body_length, rest, buffers_count = len(buffers)
     cdef Py_ssize_t opened = 0
     cdef Py_buffer record
     cdef const unsigned char *source = &recipes[0] if length else NULL
-    cdef const unsigned char *parked
     cdef unsigned char *target
     cdef Py_buffer *views
-    cdef RecordFields f
     if which.shape[0] != count or starts.shape[0] != count or sizes.shape[0] != count:
         raise ValueError("which, starts, sizes and positions differ in length")
     out = bytearray(out_length)
@@ -566,36 +611,217 @@ def assemble(const unsigned char[::1] recipes, const int64_t[::1] positions, lis
     if views == NULL:
         raise MemoryError()
     try:
-        while opened < buffers_count:
-            PyObject_GetBuffer(buffers[opened], &views[opened], PyBUF_SIMPLE)
-            opened += 1
+        _open_views(buffers, views, &opened)
         for index in range(count):
             position = positions[index]
             if position < 0:
                 continue
             if not _record_at(views, buffers_count, which[index], starts[index], sizes[index],
-                              &record) or length - at < BORN_HOST_POSITION:
+                              &record) or \
+                    not _recipe_parts(source + at, length - at, &body_start, &body_length,
+                                      &rest) or \
+                    position + body_start + body_length + rest > out_length or \
+                    not _parked_fits(&record, body_start, body_length):
                 return None
-            size = _be32(source + at)
-            body_start = _body_length_position(source + at) + 4
-            if body_start > size or body_start > length - at:
-                return None
-            body_length = _be32(source + at + body_start - 4)
-            rest = size - body_start - body_length
-            if rest < 0 or body_start + rest > length - at or position + size > out_length:
-                return None
-            parked = <const unsigned char *>record.buf
-            if parse_record(parked, 0, record.len, False, &f) != RECORD_STATUS_OK or \
-                    f.body_position != body_start or f.body_length != body_length:
-                return None
-            memcpy(target + position, source + at, <size_t>body_start)
-            memcpy(target + position + body_start, parked + body_start, <size_t>body_length)
-            memcpy(target + position + body_start + body_length, source + at + body_start,
-                   <size_t>rest)
+            _write_assembled(target + position, source + at,
+                             <const unsigned char *>record.buf, body_start, body_length, rest)
             at += body_start + rest
     finally:
-        while opened > 0:
-            opened -= 1
-            PyBuffer_Release(&views[opened])
+        _close_views(views, &opened)
         PyMem_Free(views)
     return out if at == length else None
+
+
+cdef class Assembly:
+    """A held chunk's runs ready to be written where they are put (the send ring's reserved
+    space: ``_fast/send/take.pyx`` ``SendPath.put_assembled``), made by :func:`prepare`: every
+    parked record checked against its recipe and TIMER_DEQUEUE_MS's new digits known, so
+    :meth:`fill` cannot fail. Holds views of the parked records' files (and ``owner``, the
+    read that found them) until :meth:`release`."""
+
+    def __cinit__(self):
+        self._views = NULL
+        self._views_count = 0
+        self._pieces = NULL
+        self._run_first = NULL
+        self._run_bytes = NULL
+        self.runs = 0
+
+    def __dealloc__(self):
+        self._free()
+
+    cdef void _free(self) noexcept:
+        _close_views(self._views, &self._views_count)
+        PyMem_Free(self._views)
+        PyMem_Free(self._pieces)
+        PyMem_Free(self._run_first)
+        PyMem_Free(self._run_bytes)
+        self._views = NULL
+        self._pieces = NULL
+        self._run_first = NULL
+        self._run_bytes = NULL
+        self.runs = 0
+
+    def release(self):
+        """Drop the views and the read they came from (the runs cannot be written after)."""
+        self._free()
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            owner.release()
+
+    cdef void fill(self, Py_ssize_t run, unsigned char *target) noexcept nogil:
+        cdef Py_ssize_t index, at = 0, end
+        cdef const Piece *piece
+        for index in range(self._run_first[run], self._run_first[run + 1]):
+            piece = &self._pieces[index]
+            _write_assembled(target + at, piece.recipe, piece.parked, piece.body_start,
+                             piece.body_length, piece.rest)
+            end = at + piece.body_start + piece.body_length + piece.rest
+            memcpy(target + end - 1 - self._digits_length, self._digits,
+                   <size_t>self._digits_length)
+            at = end
+
+    def run_bytes(self, Py_ssize_t run):
+        """Bytes of run ``run``'s records."""
+        self._check(run)
+        return self._run_bytes[run]
+
+    def run_records(self, Py_ssize_t run):
+        """Records of run ``run``."""
+        self._check(run)
+        return self._run_first[run + 1] - self._run_first[run]
+
+    def fill_into(self, Py_ssize_t run, unsigned char[::1] target not None):
+        """Write run ``run``'s records at the start of ``target`` (what the ring's reserve
+        does in place)."""
+        self._check(run)
+        if target.shape[0] < self._run_bytes[run]:
+            raise ValueError(f"{target.shape[0]} bytes for a run of {self._run_bytes[run]}")
+        self.fill(run, &target[0])
+
+    cdef int _check(self, Py_ssize_t run) except -1:
+        if not 0 <= run < self.runs:
+            raise IndexError(f"run {run} of {self.runs}")
+        return 0
+
+    cdef bint _set_pieces(self, const unsigned char[::1] recipes,
+                          const int64_t[::1] positions, const int64_t[::1] order,
+                          const int32_t[::1] which, const int64_t[::1] starts,
+                          const int64_t[::1] sizes, const unsigned char **recipe_of,
+                          Py_ssize_t out_length) noexcept:
+        # The pieces in the output's order, back to back from 0, each parked record checked
+        # against its recipe, each recipe ending with TIMER_DEQUEUE_MS's pair (restamp's
+        # rule: digits as long as the new ones).
+        cdef Py_ssize_t index, record_index, position = 0, digits = self._digits_length
+        cdef const unsigned char *end = &recipes[0] + recipes.shape[0] if recipes.shape[0] \
+            else NULL
+        cdef Py_buffer record
+        cdef Piece *piece
+        for index in range(order.shape[0]):
+            record_index = order[index]
+            if not 0 <= record_index < positions.shape[0] or \
+                    recipe_of[record_index] == NULL or positions[record_index] != position:
+                return False
+            piece = &self._pieces[index]
+            piece.recipe = recipe_of[record_index]
+            _recipe_parts(piece.recipe, end - piece.recipe, &piece.body_start,
+                          &piece.body_length, &piece.rest)
+            if not _record_at(self._views, self._views_count, which[record_index],
+                              starts[record_index], sizes[record_index], &record) or \
+                    not _parked_fits(&record, piece.body_start, piece.body_length):
+                return False
+            if piece.rest < digits + 2 or \
+                    piece.recipe[piece.body_start + piece.rest - 1] != PROPERTY_SEPARATOR or \
+                    piece.recipe[piece.body_start + piece.rest - 2 - digits] != \
+                    NAME_VALUE_SEPARATOR:
+                return False
+            piece.parked = <const unsigned char *>record.buf
+            position += piece.body_start + piece.body_length + piece.rest
+        return position == out_length
+
+    cdef bint _set_runs(self, list cuts, Py_ssize_t pieces) except -1:
+        # The runs: consecutive pieces of the output, as convert cut them.
+        cdef Py_ssize_t run, index, first = 0, position = 0, start, end, records, size
+        cdef const Piece *piece
+        for run in range(len(cuts)):
+            start, end, records = cuts[run][0], cuts[run][1], cuts[run][2]
+            if start != position or records <= 0 or first + records > pieces:
+                return False
+            size = 0
+            for index in range(first, first + records):
+                piece = &self._pieces[index]
+                size += piece.body_start + piece.body_length + piece.rest
+            if start + size != end:
+                return False
+            self._run_first[run] = first
+            self._run_bytes[run] = size
+            first += records
+            position = end
+        if first != pieces:
+            return False
+        self._run_first[len(cuts)] = first
+        self.runs = len(cuts)
+        return True
+
+
+def prepare(object recipes not None, const int64_t[::1] positions, const int64_t[::1] order,
+            object spans not None, const int64_t[::1] sizes, Py_ssize_t out_length,
+            list cuts, int64_t converted_ms, int64_t dequeue_ms):
+    """The :class:`Assembly` of the convert output :func:`strip` made ``recipes`` of (the
+    same records :func:`assemble` then :func:`restamp` give, run by run as ``cuts``: (start,
+    end, count, group) of that output), the parked records where ``spans`` found them
+    (``spans.buffers``, ``spans.which``, ``spans.starts``; record ``i`` ``sizes[i]`` bytes;
+    released with the Assembly); ``order`` the records written, by position. None (nothing
+    held: release ``spans``) when a parked record cannot be read or does not match its
+    recipe, the output would not be convert's, or TIMER_DEQUEUE_MS cannot be rewritten in
+    place (convert the records again then)."""
+    cdef Assembly assembly = Assembly()
+    cdef const unsigned char[::1] recipe_bytes = recipes
+    cdef list buffers = spans.buffers
+    cdef Py_ssize_t count = positions.shape[0], run_count = len(cuts)
+    cdef const unsigned char **recipe_of
+    if spans.which.shape[0] != count or spans.starts.shape[0] != count or \
+            sizes.shape[0] != count:
+        raise ValueError("which, starts, sizes and positions differ in length")
+    if _decimal_length(converted_ms) != write_decimal(assembly._digits, dequeue_ms):
+        return None
+    assembly._digits_length = _decimal_length(dequeue_ms)
+    assembly._recipes = recipes
+    assembly._views = <Py_buffer *>PyMem_Malloc(max(len(buffers), 1) * sizeof(Py_buffer))
+    assembly._pieces = <Piece *>PyMem_Malloc(max(order.shape[0], 1) * sizeof(Piece))
+    assembly._run_first = <Py_ssize_t *>PyMem_Malloc((run_count + 1) * sizeof(Py_ssize_t))
+    assembly._run_bytes = <Py_ssize_t *>PyMem_Malloc(max(run_count, 1) * sizeof(Py_ssize_t))
+    recipe_of = <const unsigned char **>PyMem_Malloc(max(count, 1) * sizeof(void *))
+    try:
+        if assembly._views == NULL or assembly._pieces == NULL or \
+                assembly._run_first == NULL or assembly._run_bytes == NULL or recipe_of == NULL:
+            raise MemoryError()
+        _open_views(buffers, assembly._views, &assembly._views_count)
+        if not _recipes_of(recipe_bytes, positions, order.shape[0], recipe_of) or \
+                not assembly._set_pieces(recipe_bytes, positions, order, spans.which,
+                                         spans.starts, sizes, recipe_of, out_length) or \
+                not assembly._set_runs(cuts, order.shape[0]):
+            return None         # the Assembly goes, its views with it
+    finally:
+        PyMem_Free(recipe_of)
+    assembly._owner = spans
+    return assembly
+
+
+cdef bint _recipes_of(const unsigned char[::1] recipes, const int64_t[::1] positions,
+                      Py_ssize_t written, const unsigned char **recipe_of) noexcept:
+    # Each written record's recipe (held one after the other in the records' order), NULL
+    # for the others; False when the recipes are not ``written`` whole ones.
+    cdef Py_ssize_t index, at = 0, body_start, body_length, rest, found = 0
+    cdef Py_ssize_t length = recipes.shape[0]
+    cdef const unsigned char *source = &recipes[0] if length else NULL
+    for index in range(positions.shape[0]):
+        recipe_of[index] = NULL
+        if positions[index] < 0:
+            continue
+        if not _recipe_parts(source + at, length - at, &body_start, &body_length, &rest):
+            return False
+        recipe_of[index] = source + at
+        at += body_start + rest
+        found += 1
+    return at == length and found == written

@@ -38,7 +38,7 @@ from pybroker.store.message_store import PutResult
 from pybroker.store.read_api import GetResult, QueryResult, SelectResult
 
 __all__ = ["ClientChannel", "StoreReader", "MetadataView", "MetadataWriter", "Putter",
-           "RingFull", "TopicDeleter", "TopicReadCheck"]
+           "AssemblingPutter", "RingFull", "TopicDeleter", "TopicReadCheck"]
 
 
 class StoreReader(Protocol):
@@ -162,6 +162,17 @@ class Putter(Protocol):
         """Append ``count`` whole encoded records of one topic/queue. ``message_ids``
         False: the caller does not read ``PutResult.message_id`` (it may be left empty: the
         timer's re-puts, where computing one per record was most of the put's own cost)."""
+
+
+class AssemblingPutter(Protocol):
+    """A putter that also writes a timer run where it puts it (RingPutter: into the send
+    ring's reserved space), from a held chunk's recipes and the parked records
+    (broker/timer_runs.py ``prepared``), instead of taking the run's bytes."""
+
+    async def put_assembled(self, assembly, run: int, topic: str, queue_id: int,
+                            sys_flag: int, wait_store: bool) -> PutResult:
+        """put() of run ``run`` of ``assembly`` (a _fast.timer_reput.Assembly); no message
+        ids."""
 
 
 class RingFull(Exception):

@@ -33,11 +33,10 @@ then does what Java's services do, in one task of the timer worker:
 Java's worker threads become batches here: one enqueue batch or one slot per turn, puts of a
 slot grouped per real queue into runs and awaited together (the ring is the bound).
 """
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
 import numpy as np
 
@@ -45,23 +44,24 @@ from pybroker import clock
 from pybroker._fast import jhash
 from pybroker._fast import record as record_codec
 from pybroker._fast import timer_reput
-from pybroker.broker.interfaces import Putter
+from pybroker.broker.interfaces import AssemblingPutter, Putter
 from pybroker.broker.reput import RePut, reput_message
 from pybroker.broker.timer_ahead import AheadRuns
 from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
 from pybroker.broker.timer_own import OwnTimes, SlotInProgress, own_time
-from pybroker.broker.timer_runs import (CHUNKS_IN_FLIGHT, DEQUEUE_CHUNK, TEXT_PATH_NAMES, CChunk,
-                                        Run, SlotPlan, Wanted, assembled, convert_c, runs_of)
+from pybroker.broker.timer_puts import TimerPuts
+from pybroker.broker.timer_runs import (DEQUEUE_CHUNK, TEXT_PATH_NAMES,
+                                        AssembledRun, CChunk, Prepared, Run, SlotPlan, Wanted,
+                                        assembled, convert_c, prepared, runs_of)
 from pybroker.protocol.constants import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, Property
 from pybroker.protocol.properties import decode_properties
 from pybroker._fast.stats import StatsHistogram, StatsWriter
 from pybroker.stats.metric_names import DELAY_LATENCY_BUCKETS_S, bucket_of
-from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY, Recorder
+from pybroker.stats.recorder import Recorder
 from pybroker.stats.region import private_writer
 from pybroker.store import layout, paths
 from pybroker.store.read_api import SelectResult, SpansResult
 from pybroker.store.settings import StoreConfig
-from pybroker.store.status import PutStatus
 from pybroker.store.timer_checkpoint import CheckpointValues, TimerCheckpoint
 from pybroker.store.timer_log import SlotUnits, TimerLog, encode_unit
 from pybroker.store.timer_metrics import load_timer_metrics, save_timer_metrics
@@ -74,13 +74,6 @@ log = logging.getLogger("pybroker.broker.timer")
 LONG_MAX = (1 << 63) - 1
 ENQUEUE_BATCH_MAX = 1024        # consume-queue units read per enqueue turn
 REVISE_QUEUE_OFFSET_TRIES = 20_000
-PUT_TRIES_DEFAULT = 3           # Java without timerEnableRetryUntilSuccess
-UNKNOWN_ERROR_PAUSE_S = 0.05    # Java holdMomentForUnknownError
-_NO_RETRY = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                       PutStatus.MESSAGE_SIZE_EXCEEDED, PutStatus.WHEEL_TIMER_NOT_ENABLE,
-                       PutStatus.WHEEL_TIMER_MSG_ILLEGAL, PutStatus.WHEEL_TIMER_FLOW_CONTROL})
-_RETRY = frozenset({PutStatus.SERVICE_NOT_AVAILABLE, PutStatus.CREATE_MAPPED_FILE_FAILED,
-                    PutStatus.OS_PAGE_CACHE_BUSY, PutStatus.TIMEOUT_CLEAN_QUEUE})
 
 
 # A properties string holding this was re-put by the timer before (a roll): the map path.
@@ -167,7 +160,7 @@ class TimerFigures:
     delivered_by_topic: dict = dataclasses.field(default_factory=dict)   # real topic -> count
 
 
-class TimerStore:
+class TimerStore(TimerPuts):
     """The timer of one broker (see the module docstring).
 
     ``reader`` reads the store, ``putter`` re-puts (a master's); ``dequeue_enabled`` is False
@@ -183,6 +176,10 @@ class TimerStore:
         self.settings = settings
         self.reader = reader
         self.putter = putter
+        # A putter that writes a held chunk's runs where it puts them (RingPutter: straight
+        # into the send ring) takes them unassembled; another gets their bytes.
+        self.assembling: AssemblingPutter | None = cast(AssemblingPutter, putter) \
+            if callable(getattr(putter, "put_assembled", None)) else None
         self.dequeue_enabled = dequeue_enabled and putter is not None
         self.now_ms = now_ms
         self.precision_ms = settings.timer_precision_effective_ms
@@ -541,25 +538,10 @@ class TimerStore:
         if not over and (state.next_ms is None or state.next_ms > now):
             return -1
         slot_end_ms = slot_ms + self.precision_ms
-        in_flight: list[asyncio.Future] = []
-        # In chunks, puts of one chunk under way while the next is built: a burst slot keeps
-        # the event loop turning (the worker's heartbeat, completions).
-        # The chunks' tasks are awaited here; a failing one cancels the others and drops what
-        # is known of the slot (it is delivered again from the timer log by the next turn: at
-        # least once, as Java's).
         try:
-            for runs in self._due_runs(state, until_ms):
-                in_flight.append(asyncio.ensure_future(  # tidy: allow (awaited)
-                    self._put_all(runs, slot_end_ms)))
-                if len(in_flight) >= CHUNKS_IN_FLIGHT:
-                    await in_flight.pop(0)
-                else:
-                    await asyncio.sleep(0)
-            await asyncio.gather(*in_flight)
+            await self._put_chunks(self._due_runs(state, until_ms), slot_end_ms)
         except BaseException:
-            for task in in_flight:
-                task.cancel()
-            self.in_slot = None
+            self.in_slot = None     # delivered again from the timer log by the next turn
             raise
         state.recount()
         if not over:
@@ -624,25 +606,29 @@ class TimerStore:
         wanted, duplicates = self._slot_wanted(units, np.flatnonzero(~is_delete))
         return SlotPlan(is_delete, cancelled, wanted, unreadable, duplicates)
 
-    def _due_runs(self, state: SlotInProgress, until_ms: int) -> Iterator[list[Run]]:
+    def _due_runs(self, state: SlotInProgress, until_ms: int
+                  ) -> Iterator[tuple[list[Run] | list[AssembledRun],
+                                      timer_reput.Assembly | None]]:
         """The runs of the slot's rows due by ``until_ms`` and not put, chunk by chunk, each
-        marked put: held chunks whose rows are all due (assembled), then the rest converted."""
+        marked put: held chunks whose rows are all due (assembled, or left to the putter to
+        assemble: their Assembly, to release once put), then the rest converted."""
+        make = assembled if self.assembling is None else prepared
         for start, held in state.held_due(until_ms):
             if any(key not in state.cancelled for key in held.dropped_keys):
                 continue                # a mark it used is used up: converted again below
-            chunk = assembled(held, self.reader.read_spans, state.plan.wanted, start,
-                              state.converted_ms, self.now_ms())
+            chunk = make(held, self.reader.read_spans, state.plan.wanted, start,
+                         state.converted_ms, self.now_ms())
             if chunk is not None:
-                state.done[start:start + chunk.records] = True
+                state.done[start:start + held.records] = True
                 self._take_c(chunk, state.cancelled)
                 self.figures.converted_ahead += sum(run.messages for run in chunk.runs)
-                yield chunk.runs
+                yield chunk.runs, getattr(chunk, "assembly", None)
         due = state.due_rows(until_ms)
         state.done[due] = True
         for start in range(0, len(due), DEQUEUE_CHUNK):
             rows = due[start:start + DEQUEUE_CHUNK]
             yield self._convert_all(Wanted(*(column[rows] for column in state.plan.wanted)),
-                                    state.cancelled)
+                                    state.cancelled), None
 
     def convert_ahead_step(self) -> bool:
         """Convert a chunk of the nearest slot not begun (timer_ahead.py); False: none."""
@@ -737,7 +723,8 @@ class TimerStore:
         self._take_c(chunk, cancelled)
         return chunk.runs, chunk.rest
 
-    def _take_c(self, chunk: CChunk, cancelled: dict[str, dict[str, str]] | None) -> None:
+    def _take_c(self, chunk: CChunk | Prepared,
+                cancelled: dict[str, dict[str, str]] | None) -> None:
         """Count what a chunk converted in C did: the marks it used up, the metrics."""
         if chunk.dropped_keys:
             assert cancelled is not None
@@ -842,49 +829,6 @@ class TimerStore:
         del cancelled[key]
         self.figures.cancelled += 1
         return True
-
-    async def _put_all(self, runs: list[Run], slot_end_ms: int | None) -> None:
-        """Put every run, all awaited together; each stored message's lateness after
-        ``slot_end_ms`` is recorded (None: due at enqueue, not a slot's delivery)."""
-        if runs:
-            await asyncio.gather(*(self._put_run(run, slot_end_ms) for run in runs))
-
-    async def _put_run(self, run: Run, slot_end_ms: int | None) -> None:
-        """One run with Java's retry rule (doPut): stored; refused for good; or retried after
-        500 x precision / 1000 ms, three tries unless timerEnableRetryUntilSuccess."""
-        assert self.putter is not None
-        tries = 0
-        while True:
-            result = await self.putter.put(run.records, run.topic, run.queue_id, run.messages,
-                                           run.sys_flag, True, message_ids=False)
-            status = result.status
-            if status.stored:
-                self._delivered(run.topic, run.messages, slot_end_ms)
-                # Java's doPut counts the put under its topic in statsAll (TOPIC_PUT_NUMS),
-                # not in rocketmq_messages_in_total.
-                self.recorder.topic_put(run.topic, run.messages, result.wrote_bytes,
-                                        PUT_LABEL_STATS_ONLY)
-                return
-            tries += 1
-            unknown = status not in _NO_RETRY and status not in _RETRY
-            give_up = status in _NO_RETRY or (unknown and self.settings.timer_skip_unknown_error)
-            if not give_up and not self.settings.timer_enable_retry_until_success:
-                give_up = tries >= PUT_TRIES_DEFAULT
-            if give_up:
-                log.error("timer: %d message(s) to %s-%d not delivered: %s after %d tries",
-                          run.messages, run.topic, run.queue_id, status.name, tries)
-                self.figures.put_dropped += run.messages
-                return
-            pause_s = 500 * self.precision_ms / 1000 / 1000
-            await asyncio.sleep(pause_s + (UNKNOWN_ERROR_PAUSE_S if unknown else 0))
-
-    def _delivered(self, topic: str, count: int, slot_end_ms: int | None) -> None:
-        figures = self.figures
-        figures.dequeued += count
-        figures.delivered_by_topic[topic] = figures.delivered_by_topic.get(topic, 0) + count
-        if slot_end_ms is not None:
-            self.stats.record(StatsHistogram.TIMER_LATENESS_MS,
-                              max(self.now_ms() - slot_end_ms, 0), count)
 
     # --- housekeeping --------------------------------------------------------------------------
     def delete_expired_timer_log(self) -> int:

@@ -14,9 +14,9 @@ from pybroker.broker.reput import RePut
 from pybroker.protocol.constants import Property
 from pybroker.store.read_api import SpansResult
 
-__all__ = ["Run", "Wanted", "SlotPlan", "CChunk", "HeldChunk", "REPUTS", "TEXT_PATH_NAMES",
-           "RUN_RECORDS_MAX", "RUN_BYTES_MAX", "DEQUEUE_CHUNK", "CHUNKS_IN_FLIGHT",
-           "convert_c", "hold", "assembled", "runs_of"]
+__all__ = ["Run", "AssembledRun", "Wanted", "SlotPlan", "CChunk", "HeldChunk", "Prepared",
+           "REPUTS", "TEXT_PATH_NAMES", "RUN_RECORDS_MAX", "RUN_BYTES_MAX", "DEQUEUE_CHUNK",
+           "CHUNKS_IN_FLIGHT", "convert_c", "hold", "assembled", "prepared", "runs_of"]
 
 RUN_RECORDS_MAX = 256           # records of one real queue put as one request
 DEQUEUE_CHUNK = 1024            # units of a slot turned into re-puts at a time
@@ -36,6 +36,17 @@ class Run(NamedTuple):
     """Re-puts of one (topic, queue, sys flag) put as one request: ``messages`` whole
     records."""
     records: bytes | bytearray | memoryview
+    topic: str
+    queue_id: int
+    messages: int
+    sys_flag: int
+
+
+class AssembledRun(NamedTuple):
+    """A run of a held chunk not assembled yet: run ``run`` of ``assembly``, written where
+    it is put (a putter's ``put_assembled``: the send ring's reserved space)."""
+    assembly: timer_reput.Assembly
+    run: int
     topic: str
     queue_id: int
     messages: int
@@ -147,6 +158,42 @@ def assembled(held: HeldChunk, read_spans: Callable[[np.ndarray, np.ndarray], Sp
         return None
     return CChunk(out, _runs(out, held.groups, held.cuts), held.groups, [], held.dropped_keys,
                   held.records, held.cuts, held.positions)
+
+
+class Prepared(NamedTuple):
+    """A held chunk whose runs are assembled where they are put (:func:`prepared`); release
+    ``assembly`` once they are."""
+    assembly: timer_reput.Assembly
+    runs: list[AssembledRun]
+    groups: list[tuple[str, int, int, int]]
+    dropped_keys: list[str]
+
+
+def prepared(held: HeldChunk, read_spans: Callable[[np.ndarray, np.ndarray], SpansResult],
+             wanted: Wanted, start: int, converted_ms: int, dequeue_ms: int) -> Prepared | None:
+    """:func:`assembled` without the chunk's bytes: the parked records read again and checked
+    against the recipes, the runs left to be written into the ring by the putter
+    (SendPath.put_assembled), TIMER_DEQUEUE_MS ``dequeue_ms``; byte for byte the records
+    :func:`assembled` makes (tests/unit/broker/test_timer_ring.py). None: convert again."""
+    rows = slice(start, start + held.records)
+    sizes = np.ascontiguousarray(wanted.sizes[rows], np.int64)
+    spans = read_spans(wanted.offsets[rows], sizes)
+    written = np.flatnonzero(held.positions >= 0)
+    order = written[np.argsort(held.positions[written], kind="stable")].astype(np.int64)
+    try:
+        assembly = timer_reput.prepare(held.recipes, held.positions, order, spans, sizes,
+                                       held.out_length, held.cuts, converted_ms, dequeue_ms)
+    except BaseException:
+        spans.release()
+        raise
+    if assembly is None:
+        spans.release()
+        return None
+    groups = held.groups
+    return Prepared(assembly, [AssembledRun(assembly, index, groups[group][0], groups[group][1],
+                                            count, groups[group][2])
+                               for index, (_, _, count, group) in enumerate(held.cuts)],
+                    groups, held.dropped_keys)
 
 
 def runs_of(reputs: list[RePut]) -> list[Run]:

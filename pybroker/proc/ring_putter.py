@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pybroker._fast.send import take as send_take
+from pybroker._fast.timer_reput import Assembly
 from pybroker.broker.interfaces import RingFull
 from pybroker.broker.send_fast import FastSendSettings
 from pybroker.proc import ring_format
@@ -298,18 +299,38 @@ class RingPutter:
         empty with ``message_ids`` False: no record's size is read, no id made)."""
         view = memoryview(records).cast("B")
         topic_bytes = topic.encode()
-        refused = self._refusal(view, topic, topic_bytes, count, wait_store)
+        refused = self._refusal(len(view), topic, topic_bytes, count, wait_store)
         if refused is not None:
             return refused
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            request_id = await self._reserve(view, topic_bytes, queue_id, count, sys_flag,
-                                             wait_store, started)
+            request_id = await self._reserve(lambda: self.core.put_python(
+                view, topic_bytes, queue_id, count, sys_flag, wait_store, started), started)
         except Withdrawn as withdrawn:
             return withdrawn.result
         return await self._commit_put(loop, request_id, view, count, started,
                                       loop.create_future(), message_ids)
+
+    async def put_assembled(self, assembly: Assembly, run: int, topic: str, queue_id: int,
+                            sys_flag: int, wait_store: bool) -> PutResult:
+        """put() of the timer's run ``run`` of ``assembly`` (broker/timer_runs.py
+        ``prepared``), its records assembled straight into the ring's reserved space from
+        their recipes and the parked records (SendPath.put_assembled); no message ids."""
+        topic_bytes = topic.encode()
+        count = assembly.run_records(run)
+        refused = self._refusal(assembly.run_bytes(run), topic, topic_bytes, count, wait_store)
+        if refused is not None:
+            return refused
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            request_id = await self._reserve(lambda: self.core.put_assembled(
+                assembly, run, topic_bytes, queue_id, sys_flag, wait_store, started), started)
+        except Withdrawn as withdrawn:
+            return withdrawn.result
+        return await self._commit_put(loop, request_id, None, count, started,
+                                      loop.create_future(), False)
 
     def put_now(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
                 wait_store: bool, future: asyncio.Future) -> PutResult | None:
@@ -320,26 +341,26 @@ class RingPutter:
         now (or puts already wait for room): put() waits for it."""
         view = memoryview(records).cast("B")
         topic_bytes = topic.encode()
-        refused = self._refusal(view, topic, topic_bytes, count, wait_store)
+        refused = self._refusal(len(view), topic, topic_bytes, count, wait_store)
         if refused is not None:
             return refused
         loop = asyncio.get_running_loop()
         started = loop.time()
-        request_id = self._try_reserve(view, topic_bytes, queue_id, count, sys_flag,
-                                       wait_store, started)
+        request_id = self._try_reserve(lambda: self.core.put_python(
+            view, topic_bytes, queue_id, count, sys_flag, wait_store, started))
         if request_id < 0:
             raise RingFull
         self._commit_put(loop, request_id, view, count, started, future)
         return None
 
-    def _refusal(self, view: memoryview, topic: str, topic_bytes: bytes, count: int,
+    def _refusal(self, records_bytes: int, topic: str, topic_bytes: bytes, count: int,
                  wait_store: bool) -> PutResult | None:
         """What put() answers without writing to the ring, or None."""
         if count <= 0 or not layout.topic_storable(
                 len(topic_bytes), topic.startswith(RETRY_GROUP_TOPIC_PREFIX),
                 self.auto_message_version):
             return PutResult(PutStatus.MESSAGE_ILLEGAL)
-        size = ring_format.put_request_size(len(topic_bytes), len(view))
+        size = ring_format.put_request_size(len(topic_bytes), records_bytes)
         if size > self.ring.record_max_bytes:
             return PutResult(PutStatus.MESSAGE_SIZE_EXCEEDED)
         fast_failure = self.fast_failure
@@ -352,13 +373,13 @@ class RingPutter:
             return PutResult(PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
         return None
 
-    def _commit_put(self, loop: asyncio.AbstractEventLoop, request_id: int, view: memoryview,
-                    count: int, started: float, future: asyncio.Future,
-                    message_ids: bool = True) -> asyncio.Future:
+    def _commit_put(self, loop: asyncio.AbstractEventLoop, request_id: int,
+                    view: memoryview | None, count: int, started: float,
+                    future: asyncio.Future, message_ids: bool = True) -> asyncio.Future:
         """A put reserved as ``request_id``: wait for its outcome on ``future`` (with the
-        records' offset message ids when ``message_ids``)."""
+        records' offset message ids when ``message_ids``: ``view`` its records)."""
         self._pending[request_id] = _Pending(
-            future, _record_sizes(view, count) if message_ids else None)
+            future, _record_sizes(view, count) if message_ids and view is not None else None)
         if self.fast_failure is not None:
             self.fast_failure.committed(loop, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
@@ -401,13 +422,12 @@ class RingPutter:
         self._signal_handle = None
         self.appender_wake.signal()
 
-    async def _reserve(self, view, topic_bytes: bytes, queue_id: int, count: int,
-                       sys_flag: int, wait_store: bool, started: float) -> int:
-        """Write the request into the ring (room and a completion slot): waits, never drops
+    async def _reserve(self, write: Callable[[], int], started: float) -> int:
+        """Write the request into the ring (room and a completion slot; ``write``: the
+        SendPath call that reserves and writes it, -1 without room): waits, never drops
         (fast failure may withdraw the put: Withdrawn); returns its request id."""
         while True:
-            request_id = self._try_reserve(view, topic_bytes, queue_id, count, sys_flag,
-                                           wait_store, started)
+            request_id = self._try_reserve(write)
             if request_id >= 0:
                 return request_id
             self.space_waits_total += 1
@@ -418,14 +438,12 @@ class RingPutter:
                 self.fast_failure.waiting(loop, waiter, started)
             await waiter
 
-    def _try_reserve(self, view, topic_bytes: bytes, queue_id: int, count: int, sys_flag: int,
-                     wait_store: bool, started: float) -> int:
-        """The request written into the ring now: its id, or -1 when there is no room or
-        puts already wait for room (they go first, in order)."""
+    def _try_reserve(self, write: Callable[[], int]) -> int:
+        """The request written into the ring now by ``write``: its id, or -1 when there is
+        no room or puts already wait for room (they go first, in order)."""
         if self._space_waiters:
             return -1
-        return self.core.put_python(view, topic_bytes, queue_id, count, sys_flag, wait_store,
-                                    started)
+        return write()
 
     def wait_for_space(self) -> asyncio.Future:
         """A future resolved at the next wake-up that may have freed ring space or completion

@@ -41,6 +41,10 @@ cdef class SendPath(SendCompletions):
     cdef readonly uint64_t timer_puts_total     # timer messages parked by the fast path
 
     cdef bint _room(self) noexcept
+    cdef Py_ssize_t _python_topic(self, bytes topic) except -1
+    cdef int _python_fits(self, Py_ssize_t topic_length, int64_t records_bytes) except -1
+    cdef int64_t _queue_python(self, int32_t queue_id, int32_t count, int64_t records_bytes,
+                               bint wait_store, double started) except -1
     cdef int64_t _reserve(self, const unsigned char *topic, Py_ssize_t length,
                           Py_ssize_t records_bytes, int32_t queue_id, int32_t count,
                           int32_t sys_flag, bint wait_store) noexcept

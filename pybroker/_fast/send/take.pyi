@@ -3,6 +3,7 @@ from typing_extensions import Buffer
 
 from pybroker._fast.ring import ByteRing, CompletionRing
 from pybroker._fast.send.complete import SendCompletions
+from pybroker._fast.timer_reput import Assembly
 
 PUT_HEADER_FIXED_BYTES: int
 PUT_FLAG_WAIT_STORE: int
@@ -31,6 +32,10 @@ class SendPath(SendCompletions):
     def put_python(self, records: Buffer, topic: bytes, queue_id: int, count: int,
                    sys_flag: int, wait_store: bool, started: float = -1.0) -> int:
         """Request id, or -1 when there is no room now."""
+    def put_assembled(self, assembly: Assembly, run: int, topic: bytes, queue_id: int,
+                      sys_flag: int, wait_store: bool, started: float = -1.0) -> int:
+        """put_python of the timer's run ``run`` of ``assembly``, its records written
+        straight into the reserved space; request id, or -1 when there is no room now."""
     def set_timer(self, recall_templates: list, timer_topic: bytes, message_type: int,
                   enabled: bool, congestion_possible: bool, congest_limit: int,
                   max_delay_ms: int, precision_ms: int, broker_name: bytes) -> None:

@@ -51,6 +51,7 @@ from pybroker._fast.send.timer cimport (TIMER_HANDLER, TIMER_PARKED, TimerPark,
 from pybroker._fast.send.topics cimport TopicEntry, TopicTable
 from pybroker._fast.stats cimport StatsWriter
 from pybroker._fast.taker cimport SCRATCH_MIN_BYTES, scratch_fit, taker_next, taker_open
+from pybroker._fast.timer_reput cimport Assembly
 
 cdef enum:
     # sysFlag bits (protocol/constants.py MessageSysFlag; checked by ring_putter.py).
@@ -500,18 +501,13 @@ cdef class SendPath(SendCompletions):
         commits (ByteRing.commit). Its outcome comes back from :meth:`drain`,
         :meth:`release` or :meth:`expire`, held by the same rule as a fast send's."""
         cdef Py_buffer view
-        cdef FastSend send
         cdef int64_t offset, records_bytes
-        cdef Py_ssize_t length = len(topic)
-        if not 0 < length <= PUT_TOPIC_MAX_BYTES:
-            raise ValueError(f"topic of {length} bytes")
+        cdef Py_ssize_t length = self._python_topic(topic)
         if self._inflight >= self._inflight_max:
             return -1
         PyObject_GetBuffer(records, &view, PyBUF_SIMPLE)
         try:
-            if _put_header_bytes(length) + view.len > <int64_t>self._ring._record_max_bytes:
-                raise ValueError(f"put request of {view.len} bytes exceeds the ring's record "
-                                 f"size")
+            self._python_fits(length, view.len)
             offset = self._reserve(<const unsigned char *>topic, length, view.len, queue_id,
                                    count, sys_flag, wait_store)
             if offset < 0:
@@ -520,6 +516,45 @@ cdef class SendPath(SendCompletions):
             records_bytes = view.len
         finally:
             PyBuffer_Release(&view)
+        return self._queue_python(queue_id, count, records_bytes, wait_store, started)
+
+    def put_assembled(self, Assembly assembly not None, Py_ssize_t run, bytes topic not None,
+                      int32_t queue_id, int32_t sys_flag, bint wait_store,
+                      double started=-1.0):
+        """:meth:`put_python` of the timer's run ``run`` of ``assembly``
+        (``_fast/timer_reput.pyx``): its records are written straight into the reserved
+        space from their recipes and the parked records, with no buffer of the run made
+        first. Its request id, or -1 when there is no room now."""
+        cdef int64_t offset, records_bytes = assembly.run_bytes(run)
+        cdef int32_t count = assembly.run_records(run)
+        cdef Py_ssize_t length = self._python_topic(topic)
+        if self._inflight >= self._inflight_max:
+            return -1
+        self._python_fits(length, records_bytes)
+        offset = self._reserve(<const unsigned char *>topic, length, records_bytes, queue_id,
+                               count, sys_flag, wait_store)
+        if offset < 0:
+            return -1
+        assembly.fill(run, self._ring._data + offset)
+        return self._queue_python(queue_id, count, records_bytes, wait_store, started)
+
+    cdef Py_ssize_t _python_topic(self, bytes topic) except -1:
+        cdef Py_ssize_t length = len(topic)
+        if not 0 < length <= PUT_TOPIC_MAX_BYTES:
+            raise ValueError(f"topic of {length} bytes")
+        return length
+
+    cdef int _python_fits(self, Py_ssize_t topic_length, int64_t records_bytes) except -1:
+        if _put_header_bytes(topic_length) + records_bytes > \
+                <int64_t>self._ring._record_max_bytes:
+            raise ValueError(f"put request of {records_bytes} bytes exceeds the ring's record "
+                             f"size")
+        return 0
+
+    cdef int64_t _queue_python(self, int32_t queue_id, int32_t count, int64_t records_bytes,
+                               bint wait_store, double started) except -1:
+        # A Python path put just reserved and written: queued, its request id.
+        cdef FastSend send
         memset(&send, 0, sizeof(send))
         send.python = True
         send.slot = -1

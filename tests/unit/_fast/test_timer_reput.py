@@ -345,3 +345,104 @@ def test_assemble_refuses_records_that_do_not_match_their_recipes():
     shifted = positions.copy()
     shifted[1] += 1
     assert timer_reput.strip(out, shifted) is None
+
+
+class _Spans:
+    """What prepare reads of a SpansResult (read_spans), and whether it was released."""
+
+    def __init__(self, buffers, which, starts):
+        self.buffers, self.which, self.starts = buffers, which, starts
+        self.released = 0
+
+    def release(self):
+        self.released += 1
+
+
+def _prepared(recipes, positions, views, out_length, cuts, converted_ms=DEQUEUE_MS,
+              dequeue_ms=DEQUEUE_MS):
+    buffers, which, starts, sizes = _each(views)
+    spans = _Spans(buffers, which, starts)
+    written = np.flatnonzero(positions >= 0)
+    order = written[np.argsort(positions[written], kind="stable")].astype(np.int64)
+    return timer_reput.prepare(recipes, positions, order, spans, sizes, out_length, cuts,
+                               converted_ms, dequeue_ms), spans
+
+
+def _filled(assembly) -> bytearray:
+    out = bytearray()
+    for run in range(assembly.runs):
+        target = bytearray(assembly.run_bytes(run) + 7)
+        assembly.fill_into(run, target)
+        out += target[:assembly.run_bytes(run)]
+    return out
+
+
+def test_prepared_runs_fill_the_conversion_run_by_run_byte_for_byte():
+    """prepare + fill (what SendPath.put_assembled writes into the ring) give, run by run,
+    the runs of assemble then restamp: convert's output with TIMER_DEQUEUE_MS rewritten
+    (seeded random records as the assemble test, small run limits: many runs per group)."""
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    records, enqueue = [], []
+    for index in range(300):
+        properties = _random_properties(rng) if rng.random() < 0.3 else \
+            b"UNIQ_KEY\x01U%d\x02REAL_TOPIC\x01%s\x02REAL_QID\x01%d\x02" % (
+                index, rng.choice([b"T", b"Other"]), rng.randrange(3))
+        records.append(None if rng.random() < 0.02 else
+                       parked(properties, sys_flag=rng.choice([0, 0x10, 0x20, 0x30]),
+                              body=rng.randbytes(rng.choice([0, 1, 1024, rng.randrange(2000)]))))
+        enqueue.append(ENQUEUE_MS + rng.randrange(10 ** 6))
+    positions = np.empty(len(records), np.int64)
+    views = [None if item is None else memoryview(item) for item in records]
+    out, _groups, cuts, rest, _dropped = timer_runs.REPUTS.convert(
+        *_each(views), np.array(enqueue, np.int64), np.ones(len(records), np.uint8), DEQUEUE_MS,
+        rng.randrange(1, 20), rng.randrange(1, 5000), (b"T+U5",), positions)
+    taken = [index for index in range(300) if positions[index] >= 0]
+    assert len(taken) > 150 and len(cuts) > 10
+    recipes = timer_reput.strip(out, positions)
+    later = DEQUEUE_MS + rng.randrange(10 ** 6)
+    assembly, spans = _prepared(recipes, positions, [None if positions[index] < 0 else view
+                                                     for index, view in enumerate(views)],
+                                len(out), cuts, DEQUEUE_MS, later)
+    expected = bytearray(out)
+    assert timer_reput.restamp(expected, DEQUEUE_MS, later)
+    assert assembly.runs == len(cuts)
+    assert [assembly.run_records(run) for run in range(len(cuts))] == [cut[2] for cut in cuts]
+    assert [assembly.run_bytes(run) for run in range(len(cuts))] == \
+        [cut[1] - cut[0] for cut in cuts]
+    assert _filled(assembly) == expected
+    assert spans.released == 0
+    assembly.release()
+    assert spans.released == 1 and assembly.runs == 0
+    with pytest.raises(IndexError):
+        assembly.run_bytes(0)
+
+
+def test_prepare_refuses_what_assemble_or_restamp_refuse():
+    """A parked record that cannot be read or does not match its recipe, recipes cut short
+    or too long, runs that are not convert's, and a time of another length give None."""
+    records = [parked(b"REAL_TOPIC\x01T\x02REAL_QID\x01%d\x02" % (n % 2), body=b"b" * (10 + n))
+               for n in range(4)]
+    out, cuts, rest, _dropped, positions, views = _converted_with_positions(
+        records, [ENQUEUE_MS] * 4)
+    assert rest == [] and len(cuts) == 2
+    recipes = timer_reput.strip(out, positions)
+    assembly, _ = _prepared(recipes, positions, views, len(out), cuts)
+    assert _filled(assembly) == out
+    for swap in (None, parked(b"REAL_TOPIC\x01T\x02REAL_QID\x010\x02", body=b"b" * 99),
+                 parked(b"REAL_TOPIC\x01T\x02REAL_QID\x010\x02", body=b"b" * 12,
+                        sys_flag=0x10)):
+        changed = list(views)
+        changed[2] = None if swap is None else memoryview(swap)
+        assert _prepared(recipes, positions, changed, len(out), cuts)[0] is None
+    assert _prepared(recipes[:-1], positions, views, len(out), cuts)[0] is None
+    assert _prepared(recipes + b"x", positions, views, len(out), cuts)[0] is None
+    assert _prepared(recipes, positions, views, len(out) - 1, cuts)[0] is None
+    moved = [(start, end + 1, count, group) for start, end, count, group in cuts]
+    assert _prepared(recipes, positions, views, len(out), moved)[0] is None
+    assert _prepared(recipes, positions, views, len(out), cuts[:1])[0] is None
+    assert _prepared(recipes, positions, views, len(out), cuts, DEQUEUE_MS, 10 ** 13)[0] is None
+    ends = bytearray(recipes)
+    ends[-1] = 0x41                 # the last record does not end with TIMER_DEQUEUE_MS's pair
+    assert _prepared(ends, positions, views, len(out), cuts)[0] is None
