@@ -639,15 +639,7 @@ cdef class Assembly:
     :meth:`fill` cannot fail. Holds views of the parked records' files (and ``owner``, the
     read that found them) until :meth:`release`."""
 
-    def __cinit__(self):
-        self._views = NULL
-        self._views_count = 0
-        self._pieces = NULL
-        self._run_first = NULL
-        self._run_bytes = NULL
-        self.runs = 0
-
-    def __dealloc__(self):
+    def __dealloc__(self):     # (C fields start zeroed: nothing held before prepare)
         self._free()
 
     cdef void _free(self) noexcept:

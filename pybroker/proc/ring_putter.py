@@ -299,18 +299,10 @@ class RingPutter:
         empty with ``message_ids`` False: no record's size is read, no id made)."""
         view = memoryview(records).cast("B")
         topic_bytes = topic.encode()
-        refused = self._refusal(len(view), topic, topic_bytes, count, wait_store)
-        if refused is not None:
-            return refused
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            request_id = await self._reserve(lambda: self.core.put_python(
-                view, topic_bytes, queue_id, count, sys_flag, wait_store, started), started)
-        except Withdrawn as withdrawn:
-            return withdrawn.result
-        return await self._commit_put(loop, request_id, view, count, started,
-                                      loop.create_future(), message_ids)
+        return await self._put_written(len(view), topic, topic_bytes, count, wait_store,
+                                       lambda started: self.core.put_python(
+                                           view, topic_bytes, queue_id, count, sys_flag,
+                                           wait_store, started), view, message_ids)
 
     async def put_assembled(self, assembly: Assembly, run: int, topic: str, queue_id: int,
                             sys_flag: int, wait_store: bool) -> PutResult:
@@ -318,19 +310,28 @@ class RingPutter:
         ``prepared``), its records assembled straight into the ring's reserved space from
         their recipes and the parked records (SendPath.put_assembled); no message ids."""
         topic_bytes = topic.encode()
-        count = assembly.run_records(run)
-        refused = self._refusal(assembly.run_bytes(run), topic, topic_bytes, count, wait_store)
+        return await self._put_written(assembly.run_bytes(run), topic, topic_bytes,
+                                       assembly.run_records(run), wait_store,
+                                       lambda started: self.core.put_assembled(
+                                           assembly, run, topic_bytes, queue_id, sys_flag,
+                                           wait_store, started), None, False)
+
+    async def _put_written(self, records_bytes: int, topic: str, topic_bytes: bytes,
+                           count: int, wait_store: bool, write: Callable[[float], int],
+                           view: memoryview | None, message_ids: bool) -> PutResult:
+        """A put whose request ``write(started)`` reserves and writes (its id, -1 without
+        room): refused, or waited for room and then for its outcome."""
+        refused = self._refusal(records_bytes, topic, topic_bytes, count, wait_store)
         if refused is not None:
             return refused
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
-            request_id = await self._reserve(lambda: self.core.put_assembled(
-                assembly, run, topic_bytes, queue_id, sys_flag, wait_store, started), started)
+            request_id = await self._reserve(lambda: write(started), started)
         except Withdrawn as withdrawn:
             return withdrawn.result
-        return await self._commit_put(loop, request_id, None, count, started,
-                                      loop.create_future(), False)
+        return await self._commit_put(loop, request_id, view, count, started,
+                                      loop.create_future(), message_ids)
 
     def put_now(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
                 wait_store: bool, future: asyncio.Future) -> PutResult | None:

@@ -277,14 +277,9 @@ def assemble(recipes, positions, views, out_length):
     return timer_reput.assemble(recipes, positions, *_each(views), out_length)
 
 
-def test_recipes_assemble_to_the_conversion_byte_for_byte():
-    """strip keeps each new record without its body; assemble with the parked records gives
-    convert's output byte for byte (seeded random records: both host kinds, empty and long
-    bodies, groups interleaved, records left to Python and dropped by a cancel mark, so
-    positions hold -1). The recipes are smaller than the output by the bodies."""
-    seed = random.randrange(1 << 30)
-    print(f"seed {seed}")
-    rng = random.Random(seed)
+def _seeded_records(rng: random.Random) -> tuple[list, list[int]]:
+    """300 parked records (random properties, host kinds, empty and long bodies, two real
+    topics and three queues interleaved, a few not readable: None) and their enqueue times."""
     records, enqueue = [], []
     for index in range(300):
         properties = _random_properties(rng) if rng.random() < 0.3 else \
@@ -294,6 +289,18 @@ def test_recipes_assemble_to_the_conversion_byte_for_byte():
                        parked(properties, sys_flag=rng.choice([0, 0x10, 0x20, 0x30]),
                               body=rng.randbytes(rng.choice([0, 1, 1024, rng.randrange(2000)]))))
         enqueue.append(ENQUEUE_MS + rng.randrange(10 ** 6))
+    return records, enqueue
+
+
+def test_recipes_assemble_to_the_conversion_byte_for_byte():
+    """strip keeps each new record without its body; assemble with the parked records gives
+    convert's output byte for byte (seeded random records: both host kinds, empty and long
+    bodies, groups interleaved, records left to Python and dropped by a cancel mark, so
+    positions hold -1). The recipes are smaller than the output by the bodies."""
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    records, enqueue = _seeded_records(rng)
     out, runs, rest, dropped, positions, views = _converted_with_positions(
         records, enqueue, (b"T+U5", b"Other+U6"))
     taken = [index for index in range(300) if positions[index] >= 0]
@@ -384,15 +391,7 @@ def test_prepared_runs_fill_the_conversion_run_by_run_byte_for_byte():
     seed = random.randrange(1 << 30)
     print(f"seed {seed}")
     rng = random.Random(seed)
-    records, enqueue = [], []
-    for index in range(300):
-        properties = _random_properties(rng) if rng.random() < 0.3 else \
-            b"UNIQ_KEY\x01U%d\x02REAL_TOPIC\x01%s\x02REAL_QID\x01%d\x02" % (
-                index, rng.choice([b"T", b"Other"]), rng.randrange(3))
-        records.append(None if rng.random() < 0.02 else
-                       parked(properties, sys_flag=rng.choice([0, 0x10, 0x20, 0x30]),
-                              body=rng.randbytes(rng.choice([0, 1, 1024, rng.randrange(2000)]))))
-        enqueue.append(ENQUEUE_MS + rng.randrange(10 ** 6))
+    records, enqueue = _seeded_records(rng)
     positions = np.empty(len(records), np.int64)
     views = [None if item is None else memoryview(item) for item in records]
     out, _groups, cuts, rest, _dropped = timer_runs.REPUTS.convert(

@@ -44,6 +44,7 @@ def park_all(broker, seed: int) -> int:
     delivery will not find is named by its index among the parked."""
     rng = random.Random(seed)
     answers = {}
+    plain = []                  # neither rolled nor cancelled: what the others are drawn from
     for index in range(2600):
         key = f"m{index}"
         props = {"TIMER_DELIVER_MS": str(T0 + rng.choice([2000, 2300, 2999, 3000, 3700]))}
@@ -55,13 +56,16 @@ def park_all(broker, seed: int) -> int:
         if rng.random() < 0.01:
             # Past the roll window (6 slots), parked again 3 slots on: a roll in slot 3000.
             props["TIMER_DELIVER_MS"] = str(T0 + 7000 + rng.randrange(900))
+        else:
+            plain.append(index)
         body = rng.randbytes(rng.choice([1, 2, 1024, rng.randrange(1, 3000)]))
         answers[key] = timer_tests.send_timer(broker, key, queue_id=rng.randrange(4),
                                               body=body, **props)
         assert answers[key].code == 0, answers[key].remark
-    for index in rng.sample(range(2600), 6):       # cancelled before the conversion ahead
+    cancelled = rng.sample(plain, 6)                # before the conversion ahead
+    for index in cancelled:
         timer_tests.send_cancel(broker, f"c{index}", answers[f"m{index}"], f"m{index}")
-    return rng.randrange(2600)
+    return rng.choice(sorted(set(plain) - set(cancelled)))
 
 
 @pytest.fixture
