@@ -21,9 +21,12 @@ cdef extern from *:
     """
     #define PB_INT32_MAX_VALUE ((int64_t)2147483647)
     #define PB_INT64_MAX_VALUE ((int64_t)9223372036854775807LL)
+    #define PB_OWN_MS_NONE ((int64_t)(-9223372036854775807LL - 1))
     """
     const int64_t INT32_MAX_VALUE "PB_INT32_MAX_VALUE"
     const int64_t INT64_MAX_VALUE "PB_INT64_MAX_VALUE"
+    # convert's own_ms of a record whose own time is not read (Long.MIN)
+    const int64_t OWN_MS_NONE "PB_OWN_MS_NONE"
 
 
 
@@ -40,6 +43,7 @@ cdef struct Item:
     Span topic             # REAL_TOPIC's value in the source properties
     bint separator         # a separator is added before the new pairs
     Py_ssize_t cancel_key  # >= 0: dropped, the cancel mark at this index named it
+    int64_t own_ms         # the put rule's time at the store timestamp; OWN_MS_NONE: not read
 
 
 cdef struct CancelKey:
@@ -104,7 +108,7 @@ cdef class TimerReputs:
 
     cdef void _plan(self, const Py_buffer *source, int64_t enqueue_ms, int64_t dequeue_ms,
                     Item *item, Group *groups, Py_ssize_t *groups_count, CancelKey *keys,
-                    Py_ssize_t keys_count) noexcept
+                    Py_ssize_t keys_count, bint read_own) noexcept
     cdef tuple _write(self, Py_buffer *buffers, Item *items, Py_ssize_t count, Group *groups,
                       Py_ssize_t groups_count, const int64_t[::1] enqueue_ms,
                       int64_t dequeue_ms, Py_ssize_t run_records_max,

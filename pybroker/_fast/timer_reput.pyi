@@ -4,6 +4,7 @@ import numpy.typing as npt
 from typing_extensions import Buffer
 
 CANCEL_KEYS_MAX: int    # cancel keys one convert call takes (a linear search per record)
+OWN_MS_NONE_VALUE: int  # convert's own_ms of a record whose own time is not read (Long.MIN)
 
 class TimerReputs:
     """The timer's first-delivery rule over many records (broker/timer.py _convert_text)."""
@@ -14,7 +15,8 @@ class TimerReputs:
                 enqueue_ms: npt.NDArray[np.int64], eligible: npt.NDArray[np.uint8],
                 dequeue_ms: int, run_records_max: int, run_bytes_max: int,
                 cancel_keys: tuple[bytes, ...] = (),
-                positions: npt.NDArray[np.int64] | None = None
+                positions: npt.NDArray[np.int64] | None = None,
+                own_ms: npt.NDArray[np.int64] | None = None
                 ) -> tuple[bytearray, list[tuple[str, int, int, int]],
                            list[tuple[int, int, int, int]], list[int], list[tuple[int, int]]]:
         """(out, groups, runs, rest, cancelled) for the parked records (record i: ``sizes[i]``
@@ -22,7 +24,8 @@ class TimerReputs:
         queue_id, sys_flag, count) per group, (start, end, count, group) per run, indexes left
         to the Python rule, (record index, cancel key index) per record a cancel key dropped;
         ``positions`` (one per record) filled with each new record's start in out, -1 when
-        not written."""
+        not written; ``own_ms`` (one per record) filled with each record's own delivery
+        time, the put rule's at its store timestamp (OWN_MS_NONE_VALUE: not read)."""
 
 def restamp(out: bytearray, converted_ms: int, dequeue_ms: int) -> bool:
     """Rewrite TIMER_DEQUEUE_MS (``converted_ms`` when converted) in every record of a

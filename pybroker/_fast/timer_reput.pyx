@@ -15,6 +15,12 @@ Python rule (its index is returned): a roll (``eligible`` 0), a message due at e
 usable destination, properties that are not valid UTF-8 (Java and the Python rule replace those
 bytes), a result over Java's 32767-byte properties limit, or an unreadable record. No Python
 object is made per record taken; per group, per run and per record dropped one tuple.
+
+For each record it plans (not a roll, not due at enqueue, not rolled before, valid UTF-8) it
+also reads the record's own delivery time: the put rule's C twin (_fast/send/timer.pyx
+``timer_deliver_ms``, Java's precedence TIMER_DELAY_SEC > TIMER_DELAY_MS > TIMER_DELIVER_MS)
+at the record's store timestamp; the timer's running slot takes it for the rows its enqueue
+did not see (broker/timer_own.py; a time outside the slot is the slot's end there).
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytearray cimport PyByteArray_AS_STRING
@@ -29,8 +35,10 @@ from pybroker._fast.record cimport (RecordFields, RecordParts, RecordStatus, REC
                                     IPV4_ADDRESS_BYTES, IPV6_ADDRESS_BYTES, PORT_BYTES,
                                     BORN_HOST_V6_FLAG, STORE_HOST_V6_FLAG, parse_record,
                                     record_encoded_size, write_record)
+from pybroker._fast.send.timer cimport timer_deliver_ms
 
 CANCEL_KEYS_MAX = CANCEL_KEYS_MAX_COUNT
+OWN_MS_NONE_VALUE = OWN_MS_NONE
 
 
 cdef bint utf8_valid(const unsigned char *p, Py_ssize_t length) noexcept nogil:
@@ -175,7 +183,8 @@ cdef class TimerReputs:
     def convert(self, list files, const int32_t[::1] which, const int64_t[::1] starts,
                 const int64_t[::1] sizes, const int64_t[::1] enqueue_ms,
                 const uint8_t[::1] eligible, int64_t dequeue_ms, Py_ssize_t run_records_max,
-                Py_ssize_t run_bytes_max, tuple cancel_keys=(), int64_t[::1] positions=None):
+                Py_ssize_t run_bytes_max, tuple cancel_keys=(), int64_t[::1] positions=None,
+                int64_t[::1] own_ms=None):
         """``(out, groups, runs, rest, cancelled)`` for the records (``i``: ``sizes[i]`` bytes
         at ``starts[i]`` of ``files[which[i]]``, -1 not readable) parked at ``enqueue_ms``,
         delivered at ``dequeue_ms``; one not readable or not ``eligible`` is left to Python.
@@ -188,7 +197,10 @@ cdef class TimerReputs:
         not used yet: the first record (in order) a key names is dropped, and
         ``cancelled`` lists ``(record index, key index)`` of those. ``positions`` (optional,
         one per record) is filled with where each record's new record begins in ``out``, -1
-        for a record not written there (what :func:`strip` and :func:`assemble` take)."""
+        for a record not written there (what :func:`strip` and :func:`assemble` take).
+        ``own_ms`` (optional, one per record) is filled with each record's own delivery time
+        (the put rule at its store timestamp), OWN_MS_NONE where it is not read: a record not
+        planned, none of the three properties, or a value that is not a long."""
         cdef Py_ssize_t count = which.shape[0], files_count = len(files), opened = 0
         cdef Py_buffer *buffers = NULL
         cdef Py_buffer *views = NULL
@@ -198,9 +210,10 @@ cdef class TimerReputs:
         cdef CancelKey keys[CANCEL_KEYS_MAX_COUNT]
         if starts.shape[0] != count or sizes.shape[0] != count or \
                 enqueue_ms.shape[0] != count or eligible.shape[0] != count or \
-                (positions is not None and positions.shape[0] != count):
-            raise ValueError("which, starts, sizes, enqueue_ms, eligible and positions "
-                             "differ in length")
+                (positions is not None and positions.shape[0] != count) or \
+                (own_ms is not None and own_ms.shape[0] != count):
+            raise ValueError("which, starts, sizes, enqueue_ms, eligible, positions and "
+                             "own_ms differ in length")
         keys_count = _set_keys(cancel_keys, keys)
         buffers = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * max(count, 1))
         views = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * max(files_count, 1))
@@ -220,19 +233,23 @@ cdef class TimerReputs:
             for index in range(count):
                 items[index].group = -1
                 items[index].cancel_key = -1
+                items[index].own_ms = OWN_MS_NONE
                 # Only buf and len are read of a record's buffer (_plan, _write_one).
                 if not eligible[index] or not _record_at(views, files_count, which[index],
                                                          starts[index], sizes[index],
                                                          &buffers[index]):
                     continue
                 self._plan(&buffers[index], enqueue_ms[index], dequeue_ms, &items[index],
-                           groups, &groups_count, keys, keys_count)
+                           groups, &groups_count, keys, keys_count, own_ms is not None)
             result = self._write(buffers, items, count, groups, groups_count, enqueue_ms,
                                  dequeue_ms, run_records_max, run_bytes_max)
             if positions is not None:
                 for index in range(count):
                     positions[index] = items[index].position \
                         if items[index].group >= 0 and items[index].cancel_key < 0 else -1
+            if own_ms is not None:
+                for index in range(count):
+                    own_ms[index] = items[index].own_ms
             return result
         finally:
             while opened > 0:
@@ -245,8 +262,9 @@ cdef class TimerReputs:
 
     cdef void _plan(self, const Py_buffer *source, int64_t enqueue_ms, int64_t dequeue_ms,
                     Item *item, Group *groups, Py_ssize_t *groups_count, CancelKey *keys,
-                    Py_ssize_t keys_count) noexcept:
-        # Decide whether the record is taken; when it is, its size, group and queue.
+                    Py_ssize_t keys_count, bint read_own) noexcept:
+        # Decide whether the record is taken; when it is, its size, group and queue (and,
+        # with read_own, its own delivery time).
         cdef RecordFields f
         cdef const unsigned char *data = <const unsigned char *>source.buf
         cdef const unsigned char *text
@@ -261,6 +279,8 @@ cdef class TimerReputs:
         if not utf8_valid(text, length) or contains(text, length, self.rolled_mark,
                                                      self.rolled_mark_length):
             return
+        if read_own and timer_deliver_ms(text, length, f.store_timestamp, &item.own_ms) < 0:
+            item.own_ms = OWN_MS_NONE
         for index in range(VALUES_COUNT):
             if not find_value(text, length, self.markers[index], self.marker_lengths[index],
                               &values[index]):

@@ -591,7 +591,8 @@ class TimerStore(TimerPuts):
         due[plan.wanted.rolls] = end_ms          # a roll goes back onto the wheel at the end
         if (state is None or state.slot_ms != slot_ms) and not len(plan.is_delete):
             log.warning("dequeue time:%d but read nothing from timerLog", slot_ms)
-        self.in_slot = SlotInProgress.follow(state, slot_ms, entry, plan, due, self.ahead.take)
+        self.in_slot = SlotInProgress.follow(state, slot_ms, entry, plan, due, self.ahead.take,
+                                             self.precision_ms)
         return self.in_slot
 
     def plan_slot(self, slot) -> SlotPlan:
@@ -643,7 +644,7 @@ class TimerStore(TimerPuts):
             return None
         spans = self.reader.read_spans(wanted.offsets, wanted.sizes)
         try:
-            chunk = convert_c(wanted, spans, list(cancelled), dequeue_ms)
+            chunk = convert_c(wanted, spans, list(cancelled), dequeue_ms, own_times=True)
         finally:
             spans.release()
         return None if chunk.rest else chunk

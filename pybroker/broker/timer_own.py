@@ -8,7 +8,13 @@ the record's store timestamp, so the same rule at the store timestamp gives a ti
 the one the put asked for: never early. The enqueue reads every parked record's properties and
 store timestamp anyway, so :class:`OwnTimes` keeps that time per slot and CommitLog offset
 (memory only, at most ``OWN_TIMES_MAX`` messages; a time it does not hold is the slot's end,
-as before: after a restart, for a roll, past the cap, or a time outside its slot).
+as before: for a roll, past the cap, or a time outside its slot).
+
+The slots parked before the worker's last start (after a restart, or a store moved from a Java
+broker) were not seen by its enqueue: for them the conversion ahead reads the same rule's time
+in C from each record it converts (_fast/timer_reput.pyx, the rule's C twin at the record's
+store timestamp), held with the chunk (``HeldChunk.own_ms``); the running slot takes it for
+the rows of the chunks held for it, checked by the same rule (:func:`in_slot_or_end`).
 
 :class:`SlotInProgress` is the slot at the read time while it runs (and when it ends): which of
 its messages (the rows of its plan's wanted list, which units only ever extend) are put, the
@@ -26,7 +32,7 @@ from pybroker.broker.timer_ahead import Taken
 from pybroker.broker.timer_message import TimerRefused, deliver_ms
 from pybroker.broker.timer_runs import HeldChunk, SlotPlan
 
-__all__ = ["OwnTimes", "SlotInProgress", "own_time", "OWN_TIMES_MAX"]
+__all__ = ["OwnTimes", "SlotInProgress", "own_time", "in_slot_or_end", "OWN_TIMES_MAX"]
 
 OWN_TIMES_MAX = 4_000_000       # messages whose own time is held (16 bytes each)
 
@@ -42,7 +48,21 @@ def own_time(properties: dict[str, str], store_timestamp: int, slot_ms: int,
         due_ms = deliver_ms(properties, store_timestamp)
     except (TimerRefused, KeyError):    # KeyError: none of the three (not the rule's)
         return end_ms
-    return due_ms if slot_ms < due_ms <= end_ms else end_ms
+    return due_ms if _in_slot(due_ms, slot_ms, end_ms) else end_ms
+
+
+def _in_slot(due_ms, slot_ms: int, end_ms: int):
+    """Whether ``due_ms`` (an int, or an array: elementwise) is a time of the slot: after its
+    start, at or before its end (the put rule parks nothing else there)."""
+    return (slot_ms < due_ms) & (due_ms <= end_ms)
+
+
+def in_slot_or_end(times: np.ndarray, slot_ms: int, precision_ms: int) -> np.ndarray:
+    """:func:`own_time`'s check over times the conversion ahead read in C (the put rule at
+    each record's store timestamp; OWN_MS_NONE where not read): each time within the slot,
+    else the slot's end."""
+    end_ms = slot_ms + precision_ms
+    return np.where(_in_slot(times, slot_ms, end_ms), times, end_ms).astype(np.int64)
 
 
 class OwnTimes:
@@ -96,6 +116,8 @@ class SlotInProgress:
     entry: tuple[int, int, int]     # the wheel's (first, last, count) the plan was read at
     plan: SlotPlan
     due: np.ndarray                 # own time of each wanted row
+    ahead: np.ndarray               # each row's time read ahead: the slot's end where none
+                                    # (the enqueue's for a row added while the slot runs)
     done: np.ndarray                # rows put (or dropped by a cancel mark)
     held: list[tuple[int, HeldChunk]]  # (first row, chunk) converted ahead, not put
     converted_ms: int               # TIMER_DEQUEUE_MS the held chunks were written with
@@ -105,15 +127,25 @@ class SlotInProgress:
 
     @classmethod
     def start(cls, slot_ms: int, entry, plan: SlotPlan, due: np.ndarray,
-              held: list[tuple[int, HeldChunk]], converted_ms: int) -> "SlotInProgress":
-        state = cls(slot_ms, entry, plan, due, np.zeros(len(due), bool), held, converted_ms,
-                    dict(plan.cancelled), set(plan.cancelled))
+              held: list[tuple[int, HeldChunk]], converted_ms: int,
+              precision_ms: int) -> "SlotInProgress":
+        """The slot begun: ``due`` (the enqueue's times, the slot's end where it has none)
+        takes the times read ahead for the rows of the ``held`` chunks (not rolls)."""
+        ahead = np.full(len(due), slot_ms + precision_ms, np.int64)
+        for start, chunk in held:
+            ahead[start:start + chunk.records] = in_slot_or_end(chunk.own_ms, slot_ms,
+                                                                precision_ms)
+        ahead[plan.wanted.rolls] = slot_ms + precision_ms   # a roll goes back at the end
+        state = cls(slot_ms, entry, plan, np.minimum(due, ahead), ahead,
+                    np.zeros(len(due), bool), held, converted_ms, dict(plan.cancelled),
+                    set(plan.cancelled))
         state.recount()
         return state
 
     @classmethod
     def follow(cls, state: "SlotInProgress | None", slot_ms: int, entry, plan: SlotPlan,
-               due: np.ndarray, take: Callable[[int, SlotPlan], Taken]) -> "SlotInProgress":
+               due: np.ndarray, take: Callable[[int, SlotPlan], Taken],
+               precision_ms: int) -> "SlotInProgress":
         """``state`` refreshed with the slot read again, or the slot started: the runs
         converted ahead for it taken (``take``: AheadRuns.take). A list that is not the old
         one extended (not seen: units are only added) starts the slot over: what was put
@@ -126,7 +158,7 @@ class SlotInProgress:
         for chunk in taken.chunks:
             held.append((start, chunk))
             start += chunk.records
-        return cls.start(slot_ms, entry, plan, due, held, taken.converted_ms)
+        return cls.start(slot_ms, entry, plan, due, held, taken.converted_ms, precision_ms)
 
     def extended_by(self, plan: SlotPlan) -> bool:
         """Whether ``plan``'s wanted list begins with the one this state was made of."""
@@ -140,7 +172,8 @@ class SlotInProgress:
         put, new cancel marks added; runs held ahead dropped once a new mark came (they were
         converted without it)."""
         added = len(due) - len(self.done)
-        self.entry, self.plan, self.due = entry, plan, due
+        self.ahead = np.concatenate((self.ahead, due[len(self.done):]))   # not read ahead
+        self.entry, self.plan, self.due = entry, plan, np.minimum(due, self.ahead)
         self.done = np.concatenate((self.done, np.zeros(added, bool)))
         new_marks = plan.cancelled.keys() - self.marks
         if new_marks:

@@ -509,3 +509,53 @@ def test_kill_minus_9_while_a_slot_is_put_at_its_messages_times(tmp_path):
         assert duplicates <= first_slot
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("how", ["kill -9", "stop"])
+def test_a_slot_parked_before_a_restart_is_stored_at_its_messages_own_times(tmp_path, how):
+    """Messages due at different ms of one slot (TIMER_DELIVER_MS, and a TIMER_DELAY_MS counted
+    from before the send), the broker killed (kill -9, after the timer's checkpoint covered
+    them: the restarted worker does not enqueue them again) or stopped before the slot
+    begins, and started again: the restarted worker's enqueue never saw them, the conversion
+    ahead reads each record's own time (_fast/timer_reput.pyx, the put rule at its store
+    timestamp; broker/timer_own.py). Each is stored at or after its own time (exactly: never
+    early) and before the slot's end (where it was stored before this was built), the first
+    ones well before it (a generous margin)."""
+    settings = dict(SETTINGS, timerRollWindowSlot="60")     # no roll: the slot is far
+    broker = StandaloneBroker(tmp_path / "b", settings).start()
+    try:
+        start = _slot_ahead(6000)
+        due: dict[str, int] = {}
+        with _client(broker) as client:
+            for index, offset_ms in enumerate((40, 150, 310, 480, 650)):
+                key = f"restart-{offset_ms}"
+                due[key] = start + offset_ms
+                answer = _send(client, key, index % QUEUES, TIMER_DELIVER_MS=str(due[key]))
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+            before = _now_ms()
+            answer = _send(client, "restart-delay", 1, TIMER_DELAY_MS=str(start + 220 - before))
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            due["restart-delay"] = start + 220
+        time.sleep(1.5)         # the timer's checkpoint (timerFlushIntervalMs 500) covers them
+        if how == "kill -9":
+            broker.kill()
+        else:
+            broker.stop()
+        broker.start()
+        restarted = _now_ms()
+        with _client(broker) as client:
+            got = Drain().until(client, set(due), max(start + 2 * PRECISION_MS - _now_ms(),
+                                                      0) / 1000 + 15)
+        stored = {key: deliveries[0][0] for key, deliveries in got.items()}
+        print(how, f"restarted {start - restarted} ms before the slot",
+              {key: stored[key] - due[key] for key in due})
+        assert restarted < start, "the restart took longer than the slot's lead"
+        for key, deliveries in got.items():
+            assert len(deliveries) == 1, key
+            store_ms, properties = deliveries[0]
+            assert store_ms >= due[key], (key, store_ms - due[key])
+            assert int(properties["TIMER_OUT_MS"]) == start
+            assert store_ms < start + PRECISION_MS, (key, store_ms - start)
+        assert min(stored.values()) < start + PRECISION_MS - 500
+    finally:
+        broker.stop()

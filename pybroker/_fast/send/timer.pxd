@@ -44,6 +44,15 @@ cdef int timer_redirect(const unsigned char *text, Py_ssize_t length,
                         const TimerSettings *settings, int64_t now_ms, unsigned char *out,
                         Py_ssize_t *out_length, TimerPark *park) noexcept nogil
 
+# The put rule's delivery time (TIMER_DELAY_SEC, else TIMER_DELAY_MS, else TIMER_DELIVER_MS;
+# broker/timer_message.py deliver_ms) for a stored record's properties text[0:length] at
+# now_ms: 0 with *deliver set, -1 when none of the three is there or its value is not a long.
+# Any bytes: each pair is read as protocol/properties.py decode_properties reads it (the last
+# of a repeated name, a pair without a name or a value skipped). The timer's conversion ahead
+# reads a parked record's own time with it (_fast/timer_reput.pyx).
+cdef int timer_deliver_ms(const unsigned char *text, Py_ssize_t length, int64_t now_ms,
+                          int64_t *deliver) noexcept nogil
+
 # Point settings at the timerwheel's bytes (None: no map); ValueError for a size that is not
 # whole slots. The caller keeps the buffer alive while settings may be read.
 cdef int set_wheel(TimerSettings *settings, const unsigned char[:] wheel) except -1

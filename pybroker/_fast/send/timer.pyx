@@ -13,7 +13,7 @@ tests/unit/broker/test_send_timer.py runs both over the same seeded inputs;
 tests/unit/broker/test_send_fast.py compares stored records and answers.
 """
 from libc.stdint cimport int32_t, int64_t, uint64_t
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 from pybroker._fast.digits cimport read_java_long, write_decimal
 from pybroker._fast.hton cimport pb_unpack_int32, pb_unpack_int64
@@ -57,6 +57,17 @@ cdef enum:
 cdef const char *NAMES[NAMES_COUNT]
 NAMES[:] = [b"TIMER_DELIVER_MS", b"TIMER_DELAY_SEC", b"TIMER_DELAY_MS", b"UNIQ_KEY",
             b"TIMER_OUT_MS", b"TIMER_DEL_UNIQKEY", b"REAL_TOPIC", b"REAL_QID"]
+
+
+cdef enum:
+    # The three timer names' lengths (TIMER_DELAY_MS .. TIMER_DELIVER_MS), and where the
+    # 'L' of their common "TIMER_DEL" is (a quick test before the names are compared).
+    TIMER_NAME_MIN = 14
+    TIMER_NAME_MAX = 16
+    TIMER_NAME_L_AT = 8
+assert all(TIMER_NAME_MIN <= len(name) <= TIMER_NAME_MAX and name[:TIMER_NAME_L_AT + 1] ==
+           "TIMER_DEL" for name in (_Property.TIMER_DELIVER_MS, _Property.TIMER_DELAY_SEC,
+                                    _Property.TIMER_DELAY_MS))
 
 
 cdef struct _Spans:
@@ -121,6 +132,32 @@ cdef int _deliver_ms(const _Spans *spans, int64_t now_ms, int64_t *deliver) noex
                 deliver[0] = value
             return 0
     return -1
+
+
+cdef int timer_deliver_ms(const unsigned char *text, Py_ssize_t length, int64_t now_ms,
+                          int64_t *deliver) noexcept nogil:
+    cdef _Spans spans
+    cdef Py_ssize_t at = 0, end, separator, index
+    cdef const unsigned char *found
+    for index in range(NAMES_COUNT):
+        spans.values[index] = NULL
+        spans.lengths[index] = 0
+    while at < length:
+        found = <const unsigned char *>memchr(text + at, 2, <size_t>(length - at))
+        end = length if found == NULL else found - text
+        found = <const unsigned char *>memchr(text + at, 1, <size_t>(end - at))
+        separator = end if found == NULL else found - text
+        # A name and a value (decode_properties' rule), the name one of the three (14-16
+        # bytes, "TIMER_DEL..."; most pairs are not) that _deliver_ms reads.
+        if at < separator < end - 1 and TIMER_NAME_MIN <= separator - at <= TIMER_NAME_MAX \
+                and text[at + TIMER_NAME_L_AT] == c'L':
+            for index in range(NAME_DELAY_MS + 1):
+                if name_is(text + at, separator - at, NAMES[index]):
+                    spans.values[index] = text + separator + 1
+                    spans.lengths[index] = end - separator - 1
+                    break
+        at = end + 1
+    return _deliver_ms(&spans, now_ms, deliver)
 
 
 cdef inline Py_ssize_t _pair(unsigned char *out, const char *name, const unsigned char *value,

@@ -17,6 +17,9 @@ import pytest
 from pybroker._fast import record, timer_reput
 from pybroker.broker import timer_runs
 from pybroker.broker.timer import LONG_MAX, TimerFigures, TimerStore
+from pybroker.broker.timer_message import TimerRefused, deliver_ms, slot_of
+from pybroker.broker.timer_own import in_slot_or_end, own_time
+from pybroker.protocol.properties import decode_properties
 
 WHEEL = b"rmq_sys_wheel_timer"
 ENQUEUE_MS, DEQUEUE_MS = 1_800_000_000_000, 1_800_000_004_321
@@ -24,13 +27,14 @@ V4_BORN, V4_STORE = bytes([10, 1, 2, 3]), bytes([10, 9, 8, 7])
 V6_BORN, V6_STORE = bytes(range(1, 17)), bytes(range(40, 56))
 
 
-def parked(properties: bytes, *, body=b"payload", sys_flag=0, flag=7) -> bytes:
+def parked(properties: bytes, *, body=b"payload", sys_flag=0, flag=7,
+           store_ms=1_799_999_999_000) -> bytes:
     born = V6_BORN if sys_flag & 0x10 else V4_BORN
     store = V6_STORE if sys_flag & 0x20 else V4_STORE
     size = record.encoded_size(len(body), len(WHEEL), len(properties), sys_flag)
     out = bytearray(size)
     record.encode_into(out, 0, WHEEL, 0, flag, body, properties, sys_flag, 1_700_000_000_001,
-                       born, 4321, store, 10911, 3, 99, 55, 123456, 1_799_999_999_000)
+                       born, 4321, store, 10911, 3, 99, 55, 123456, store_ms)
     return bytes(out)
 
 
@@ -445,3 +449,102 @@ def test_prepare_refuses_what_assemble_or_restamp_refuse():
     ends = bytearray(recipes)
     ends[-1] = 0x41                 # the last record does not end with TIMER_DEQUEUE_MS's pair
     assert _prepared(ends, positions, views, len(out), cuts)[0] is None
+
+
+_TIMER_NAMES = [b"TIMER_DELIVER_MS", b"TIMER_DELAY_SEC", b"TIMER_DELAY_MS"]
+_TIMER_VALUES = [b"", b"0", b"-1", b"1", b"999", b"1500", b"86400", b"+25", b"-25", b"007",
+                 b"x", b"1.5", b" 5", b"\xd9\xa1", b"\xc2\xb2", b"\xef\xbc\x95",
+                 b"9223372036854775807", b"-9223372036854775808", b"9223372036854775808",
+                 b"9223372036854775", b"1\x012", b"\xff"]
+
+
+def _timer_properties(rng: random.Random, store_ms: int) -> bytes:
+    """A parked record's properties: its destination, zero to four of the three timer
+    properties (repeated names, empty and malformed values, values that wrap a Java long,
+    a deliver time near the store time), and pairs without a name or a value."""
+    pairs = [b"REAL_TOPIC\x01T", b"REAL_QID\x011", b"UNIQ_KEY\x01U"]
+    for _ in range(rng.randrange(0, 5)):
+        name = rng.choice(_TIMER_NAMES)
+        if name == b"TIMER_DELIVER_MS" and rng.random() < 0.5:
+            value = b"%d" % (store_ms + rng.randrange(-2000, 4000))
+        else:
+            value = rng.choice(_TIMER_VALUES)
+        pairs.insert(rng.randrange(len(pairs) + 1), name + b"\x01" + value)
+    if rng.random() < 0.2:
+        pairs.insert(rng.randrange(len(pairs) + 1),
+                     rng.choice([b"\x01TIMER_DELAY_MS", b"TIMER_DELAY_MS", b"TIMER_DELAY_MS\x01",
+                                 b"", b"X"]))
+    return b"\x02".join(pairs) + (b"\x02" if rng.random() < 0.7 else b"")
+
+
+def _python_own_ms(raw: bytes) -> int:
+    """The put rule (broker/timer_message.py deliver_ms) at the record's store timestamp, as
+    the enqueue reads it; OWN_MS_NONE_VALUE where it has none (none of the three, not a
+    long)."""
+    decoded = record.decode(memoryview(raw), 0)
+    try:
+        return deliver_ms(decode_properties(decoded.properties), decoded.store_timestamp)
+    except (TimerRefused, KeyError):
+        return timer_reput.OWN_MS_NONE_VALUE
+
+
+def _utf8(text: bytes) -> bool:
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_own_times_are_the_put_rule_s_at_the_store_timestamp():
+    """convert's own_ms of each record is the Python put rule's time at the record's store
+    timestamp (Java's precedence TIMER_DELAY_SEC > TIMER_DELAY_MS > TIMER_DELIVER_MS; seeded
+    properties, store timestamps, malformed values), and what the running slot takes of it
+    (in_slot_or_end) is own_time's for the slot: never earlier than the rule, the slot's end
+    outside it. Records C does not plan (a roll, rolled before, due at enqueue, not UTF-8,
+    not readable) have none. The seed is printed."""
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    records, stores, eligible, enqueue, texts = [], [], [], [], []
+    for index in range(2000):
+        store_ms = ENQUEUE_MS + rng.randrange(-10 ** 6, 10 ** 6)
+        properties = _timer_properties(rng, store_ms)
+        if index % 97 == 0:
+            properties += b"TIMER_ENQUEUE_MS\x015\x02"           # rolled before
+        if index % 89 == 0:
+            properties += b"K\x01\xff\x02"                      # not UTF-8
+        records.append(None if index % 101 == 0 else parked(properties, store_ms=store_ms))
+        texts.append(properties)
+        stores.append(store_ms)
+        eligible.append(0 if index % 83 == 0 else 1)
+        enqueue.append(LONG_MAX if index % 79 == 0 else ENQUEUE_MS)
+    views = [None if item is None else memoryview(item) for item in records]
+    own = np.empty(len(records), np.int64)
+    timer_runs.REPUTS.convert(*_each(views), np.array(enqueue, np.int64),
+                              np.array(eligible, np.uint8), DEQUEUE_MS,
+                              timer_runs.RUN_RECORDS_MAX, timer_runs.RUN_BYTES_MAX, (), None, own)
+    none = timer_reput.OWN_MS_NONE_VALUE
+    read = inside = 0
+    for index, raw in enumerate(records):
+        planned = raw is not None and eligible[index] and enqueue[index] != LONG_MAX and \
+            index % 97 and _utf8(texts[index])
+        expected = _python_own_ms(raw) if planned else none
+        assert own[index] == expected, (index, raw)
+        read += expected != none
+        # The slot the rule parked it in (or any other): what the running slot takes.
+        slot_ms = slot_of(expected, 1000) if expected != none and rng.random() < 0.8 else \
+            stores[index] // 1000 * 1000 + rng.randrange(-3, 4) * 1000
+        taken = int(in_slot_or_end(own[index:index + 1], slot_ms, 1000)[0])
+        inside += taken != slot_ms + 1000
+        if planned:
+            decoded = record.decode(memoryview(raw), 0)
+            assert taken == own_time(decode_properties(decoded.properties),
+                                     decoded.store_timestamp, slot_ms, 1000)
+        else:
+            assert taken == slot_ms + 1000
+    assert read > 300 and inside > 300       # the test compares something
+    with pytest.raises(ValueError):
+        timer_runs.REPUTS.convert(*_each(views), np.array(enqueue, np.int64),
+                                  np.array(eligible, np.uint8), DEQUEUE_MS, 256, 1 << 20, (),
+                                  None, np.empty(3, np.int64))

@@ -6,7 +6,7 @@ import pytest
 from pybroker.broker.timer_ahead import Taken
 from pybroker.broker.timer_message import TimerRules, redirect_timer
 from pybroker.broker.timer_own import OwnTimes, SlotInProgress, own_time
-from pybroker.broker.timer_runs import SlotPlan, Wanted
+from pybroker.broker.timer_runs import HeldChunk, SlotPlan, Wanted
 
 
 S = 1_800_000_000_000
@@ -77,12 +77,48 @@ def test_a_slot_read_again_not_extending_its_list_starts_over():
     def no_runs(slot_ms, read):
         return Taken([], 0)
     first = SlotInProgress.follow(None, S, (1, 1, 2), plan([10, 20]), np.array([S + 1, S + 2]),
-                                  no_runs)
+                                  no_runs, P)
     first.done[0] = True
     grown = SlotInProgress.follow(first, S, (1, 2, 3), plan([10, 20, 30]),
-                                  np.array([S + 1, S + 2, S + 3]), no_runs)
+                                  np.array([S + 1, S + 2, S + 3]), no_runs, P)
     assert grown is first and grown.done.tolist() == [True, False, False]
     other = SlotInProgress.follow(grown, S, (5, 6, 3), plan([10, 30, 20]),
-                                  np.array([S + 1, S + 3, S + 2]), no_runs)
+                                  np.array([S + 1, S + 3, S + 2]), no_runs, P)
     assert other is not grown and not other.done.any()
     assert other.due_rows(S + 2).tolist() == [0, 2] and other.next_ms == S + 1
+
+
+def _plan(offsets, rolls=None):
+    column = np.array(offsets, np.int64)
+    return SlotPlan(np.zeros(len(column), bool), {}, Wanted(
+        column, column, column, np.array(rolls or [False] * len(column))), 0, 0)
+
+
+def _held(own_ms):
+    own = np.array(own_ms, np.int64)
+    return HeldChunk(bytearray(), np.zeros(len(own), np.int64), 0, [], [], [], len(own), own)
+
+
+def test_rows_the_enqueue_did_not_see_take_the_times_read_ahead():
+    """After a restart the enqueue has no time for a slot's rows (the slot's end); the chunks
+    converted ahead for it carry each record's time read in C: the running slot takes those
+    within the slot (own_time's check), the slot's end for a time outside it, not a long
+    (OWN_MS_NONE) or a roll; a time the enqueue has is kept; rows added while the slot runs
+    keep the enqueue's and the rows read ahead keep theirs."""
+    end = S + P
+    none = -(1 << 63)
+    held = [_held([S + 10, S + 2000, none]), _held([S, S + 400])]
+
+    def take(slot_ms, plan):
+        return Taken(held, end)
+    due = np.array([end, end, end, end, S + 300, end, end])
+    state = SlotInProgress.follow(None, S, (1, 2, 7), _plan(range(7), [False] * 6 + [True]),
+                                  due.copy(), take, P)
+    assert state.due.tolist() == [S + 10, end, end, end, S + 300, end, end]
+    assert state.next_ms == S + 10 and state.due_rows(S + 10).tolist() == [0]
+    state.done[0] = True
+    state = SlotInProgress.follow(state, S, (1, 3, 8),
+                                  _plan(range(8), [False] * 6 + [True, False]),
+                                  np.append(due, S + 50), take, P)
+    assert state.due.tolist() == [S + 10, end, end, end, S + 300, end, end, S + 50]
+    assert state.due_rows(S + 100).tolist() == [7] and state.next_ms == S + 50
