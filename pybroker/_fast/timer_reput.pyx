@@ -159,6 +159,34 @@ cdef bint _record_at(const Py_buffer *files, Py_ssize_t files_count, Py_ssize_t 
     return True
 
 
+cdef int _check_lengths(Py_ssize_t count, const int64_t[::1] starts,
+                        const int64_t[::1] sizes, const int64_t[::1] enqueue_ms,
+                        const uint8_t[::1] eligible, int64_t[::1] positions,
+                        int64_t[::1] own_ms) except -1:
+    # convert's per-record arrays (positions and own_ms optional) all hold count items.
+    if starts.shape[0] != count or sizes.shape[0] != count or \
+            enqueue_ms.shape[0] != count or eligible.shape[0] != count or \
+            (positions is not None and positions.shape[0] != count) or \
+            (own_ms is not None and own_ms.shape[0] != count):
+        raise ValueError("which, starts, sizes, enqueue_ms, eligible, positions and "
+                         "own_ms differ in length")
+    return 0
+
+
+cdef void _per_record(const Item *items, Py_ssize_t count, int64_t[::1] positions,
+                      int64_t[::1] own_ms) noexcept:
+    # convert's optional answers per record: where its new record begins (-1: not written),
+    # its own time.
+    cdef Py_ssize_t index
+    if positions is not None:
+        for index in range(count):
+            positions[index] = items[index].position \
+                if items[index].group >= 0 and items[index].cancel_key < 0 else -1
+    if own_ms is not None:
+        for index in range(count):
+            own_ms[index] = items[index].own_ms
+
+
 cdef class TimerReputs:
     """The first-delivery rule over runs of records. ``names`` are the property names as
     UTF-8 bytes, in this order: REAL_TOPIC, REAL_QID, UNIQ_KEY, TIMER_DEL_UNIQKEY,
@@ -198,9 +226,8 @@ cdef class TimerReputs:
         ``cancelled`` lists ``(record index, key index)`` of those. ``positions`` (optional,
         one per record) is filled with where each record's new record begins in ``out``, -1
         for a record not written there (what :func:`strip` and :func:`assemble` take).
-        ``own_ms`` (optional, one per record) is filled with each record's own delivery time
-        (the put rule at its store timestamp), OWN_MS_NONE where it is not read: a record not
-        planned, none of the three properties, or a value that is not a long."""
+        ``own_ms`` (optional) gets each record's own delivery time, the put rule's at its store
+        timestamp (OWN_MS_NONE: not read; see the module docstring)."""
         cdef Py_ssize_t count = which.shape[0], files_count = len(files), opened = 0
         cdef Py_buffer *buffers = NULL
         cdef Py_buffer *views = NULL
@@ -208,12 +235,7 @@ cdef class TimerReputs:
         cdef Group *groups = NULL
         cdef Py_ssize_t groups_count = 0, index, keys_count
         cdef CancelKey keys[CANCEL_KEYS_MAX_COUNT]
-        if starts.shape[0] != count or sizes.shape[0] != count or \
-                enqueue_ms.shape[0] != count or eligible.shape[0] != count or \
-                (positions is not None and positions.shape[0] != count) or \
-                (own_ms is not None and own_ms.shape[0] != count):
-            raise ValueError("which, starts, sizes, enqueue_ms, eligible, positions and "
-                             "own_ms differ in length")
+        _check_lengths(count, starts, sizes, enqueue_ms, eligible, positions, own_ms)
         keys_count = _set_keys(cancel_keys, keys)
         buffers = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * max(count, 1))
         views = <Py_buffer *>PyMem_Malloc(sizeof(Py_buffer) * max(files_count, 1))
@@ -243,13 +265,7 @@ cdef class TimerReputs:
                            groups, &groups_count, keys, keys_count, own_ms is not None)
             result = self._write(buffers, items, count, groups, groups_count, enqueue_ms,
                                  dequeue_ms, run_records_max, run_bytes_max)
-            if positions is not None:
-                for index in range(count):
-                    positions[index] = items[index].position \
-                        if items[index].group >= 0 and items[index].cancel_key < 0 else -1
-            if own_ms is not None:
-                for index in range(count):
-                    own_ms[index] = items[index].own_ms
+            _per_record(items, count, positions, own_ms)
             return result
         finally:
             while opened > 0:
