@@ -33,7 +33,6 @@ then does what Java's services do, in one task of the timer worker:
 Java's worker threads become batches here: one enqueue batch or one slot per turn, puts of a
 slot grouped per real queue into runs and awaited together (the ring is the bound).
 """
-import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol, cast
@@ -49,7 +48,7 @@ from pybroker.broker.reput import RePut, reput_message
 from pybroker.broker.timer_ahead import AheadRuns
 from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
 from pybroker.broker.timer_own import OwnTimes, SlotInProgress, own_time
-from pybroker.broker.timer_puts import TimerPuts
+from pybroker.broker.timer_puts import TimerFigures, TimerPuts
 from pybroker.broker.timer_runs import (DEQUEUE_CHUNK, TEXT_PATH_NAMES,
                                         AssembledRun, CChunk, Prepared, Run, SlotPlan, Wanted,
                                         assembled, convert_c, prepared, runs_of)
@@ -136,28 +135,6 @@ class WheelMessage(NamedTuple):
     store_timestamp: int
     born_timestamp: int
     properties: dict[str, str]
-
-
-@dataclasses.dataclass
-class TimerFigures:
-    """Counters of the timer (the worker publishes them; tests read them)."""
-    enqueued: int = 0           # units appended (cancel marks and rolls included)
-    enqueued_due: int = 0       # delivered at enqueue: their slot was past
-    dequeued: int = 0           # re-puts stored (rolls included)
-    rolled: int = 0
-    cancelled: int = 0          # messages a cancel mark dropped
-    duplicates_dropped: int = 0  # a second unit of one message in one slot
-    unreadable: int = 0         # units or records that could not be read (skipped)
-    put_dropped: int = 0        # puts given up (Java: PUT_NO_RETRY, tries used up)
-    slots_delivered: int = 0
-    converted_ahead: int = 0    # messages put from runs converted before their slot was due
-    # real topic -> wheel-topic messages read (cancel marks, rolls and the due included:
-    # Java's rocketmq_timer_enqueue_total)
-    enqueued_by_topic: dict = dataclasses.field(default_factory=dict)
-    # (real topic, bucket) -> [messages, seconds]: delivery time - birth of each message read
-    # (Java's rocketmq_delay_message_latency, metric_names.DELAY_LATENCY_BUCKETS_S)
-    delay_latency: dict = dataclasses.field(default_factory=dict)
-    delivered_by_topic: dict = dataclasses.field(default_factory=dict)   # real topic -> count
 
 
 class TimerStore(TimerPuts):

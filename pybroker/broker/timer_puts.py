@@ -1,4 +1,4 @@
-# The timer's re-puts: a due slot's runs put chunk by chunk, Java's retry rule, the figures.
+# The timer's re-puts: a due slot's runs chunk by chunk, Java's retry rule, the counters.
 """How :class:`pybroker.broker.timer.TimerStore` puts what it delivers (Java
 TimerDequeuePutMessageService and doPut): a slot's runs chunk by chunk, a few chunks in flight
 so a burst keeps the event loop turning, each run with Java's retry rule, each stored run
@@ -7,9 +7,9 @@ where it puts them (``AssemblingPutter.put_assembled``: the send ring's reserved
 :class:`pybroker.broker.timer_runs.AssembledRun`; every other run as its bytes.
 """
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from pybroker._fast import timer_reput
 from pybroker._fast.stats import StatsHistogram, StatsWriter
@@ -19,10 +19,7 @@ from pybroker.stats.recorder import PUT_LABEL_STATS_ONLY, Recorder
 from pybroker.store.settings import StoreConfig
 from pybroker.store.status import PutStatus
 
-if TYPE_CHECKING:
-    from pybroker.broker.timer import TimerFigures
-
-__all__ = ["TimerPuts", "PUT_TRIES_DEFAULT", "UNKNOWN_ERROR_PAUSE_S"]
+__all__ = ["TimerPuts", "TimerFigures", "PUT_TRIES_DEFAULT", "UNKNOWN_ERROR_PAUSE_S"]
 
 log = logging.getLogger("pybroker.broker.timer")
 
@@ -35,13 +32,35 @@ _RETRY = frozenset({PutStatus.SERVICE_NOT_AVAILABLE, PutStatus.CREATE_MAPPED_FIL
                     PutStatus.OS_PAGE_CACHE_BUSY, PutStatus.TIMEOUT_CLEAN_QUEUE})
 
 
+@dataclasses.dataclass
+class TimerFigures:
+    """Counters of the timer (the worker publishes them; tests read them)."""
+    enqueued: int = 0           # units appended (cancel marks and rolls included)
+    enqueued_due: int = 0       # delivered at enqueue: their slot was past
+    dequeued: int = 0           # re-puts stored (rolls included)
+    rolled: int = 0
+    cancelled: int = 0          # messages a cancel mark dropped
+    duplicates_dropped: int = 0  # a second unit of one message in one slot
+    unreadable: int = 0         # units or records that could not be read (skipped)
+    put_dropped: int = 0        # puts given up (Java: PUT_NO_RETRY, tries used up)
+    slots_delivered: int = 0
+    converted_ahead: int = 0    # messages put from runs converted before their slot was due
+    # real topic -> wheel-topic messages read (cancel marks, rolls and the due included:
+    # Java's rocketmq_timer_enqueue_total)
+    enqueued_by_topic: dict = dataclasses.field(default_factory=dict)
+    # (real topic, bucket) -> [messages, seconds]: delivery time - birth of each message read
+    # (Java's rocketmq_delay_message_latency, metric_names.DELAY_LATENCY_BUCKETS_S)
+    delay_latency: dict = dataclasses.field(default_factory=dict)
+    delivered_by_topic: dict = dataclasses.field(default_factory=dict)   # real topic -> count
+
+
 class TimerPuts:
     """The re-puts of the timer (a mixin of TimerStore, whose attributes below it uses)."""
 
     putter: Putter | None
     assembling: AssemblingPutter | None
     settings: StoreConfig
-    figures: "TimerFigures"
+    figures: TimerFigures
     recorder: Recorder
     stats: StatsWriter
     precision_ms: int
