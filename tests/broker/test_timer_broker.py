@@ -259,21 +259,38 @@ def _check_figures(broker, client, metrics_port: int) -> None:
                 if line.startswith("rocketmq_messages_in_total{") and f'"{TOPIC}"' in line]
     assert [float(line.rsplit(" ", 1)[1]) for line in incoming] == [3.0], incoming
     assert "rocketmq_timing_messages{" in text
+    _check_sample(broker)
+
+
+def _check_sample(broker) -> None:
+    """pybroker prof's sample of the timer: parked, slots done, the puts' counting rule."""
     sampler = Sampler(attach_store(broker.store_dir))
     try:
-        # The timer worker records a put's lateness once the put is answered, which can come
-        # after a consumer has read the message (seen once on a loaded box: 5 of 6).
+        # Every stored re-put (rolls included) is counted once in timer_dequeued and once
+        # more: in the lateness histogram (lateness after its slot's end) or, read by the
+        # enqueue after its slot began, as due at enqueue. Which slots the six units fall in
+        # and whether a roll is read late move with the second boundaries and the box's load
+        # (4c57135 on a quiet box: 2 of 10 runs had 5 in the histogram, or 3 slots done): the
+        # rule checked is the sum, once the puts' answers were counted (the worker records a
+        # put once it is answered, which can come after a consumer read the message).
         deadline = time.monotonic() + 5
         while True:
             sample = sampler.sample()
-            if sample["histograms"]["timer_lateness_ms"]["count"] >= 6 or \
+            counters = sample["counters"]
+            lateness = sample["histograms"]["timer_lateness_ms"]["count"]
+            due_at_enqueue, dequeued = (counters["timer_due_at_enqueue"],
+                                        counters["timer_dequeued"])
+            if (dequeued >= 5 and lateness + due_at_enqueue == dequeued) or \
                     time.monotonic() > deadline:
                 break
             time.sleep(0.05)
     finally:
         sampler.close()
-    assert sample["timer"]["parked"] == 0 and sample["timer"]["slots_done"] >= 4
-    assert sample["histograms"]["timer_lateness_ms"]["count"] >= 6
+    # deliver, sec, ms and roll were read above, the roll re-put at least once: 5 puts at
+    # least, in at least 3 slots (deliver, sec and ms may share one).
+    assert sample["timer"]["parked"] == 0 and sample["timer"]["slots_done"] >= 3
+    assert dequeued >= 5 and lateness + due_at_enqueue == dequeued and lateness >= 1, \
+        (lateness, due_at_enqueue, dequeued)
     assert sample["counters"]["timer_enqueued"] >= 6
     assert sample["topics"][TOPIC][0] == 7          # TOPIC_PUT_NUMS: those and 4 deliveries
 
