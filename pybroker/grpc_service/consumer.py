@@ -32,10 +32,10 @@ from pybroker.protocol.constants import KEY_SEPARATOR
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 
-__all__ = ["ReceiptHandle", "decode_handle", "ack_message", "change_invisible_duration",
-           "change_invisible",
-           "forward_to_dead_letter_queue", "ack_one", "forward_one", "validate_invisible_time",
-           "grpc_handle"]
+__all__ = ["ReceiptHandle", "BadHandle", "decode_handle", "ack_message",
+           "change_invisible_duration", "change_invisible", "forward_to_dead_letter_queue",
+           "ack_one", "ack_request", "acked_entry", "ack_response", "forward_one",
+           "validate_invisible_time", "grpc_handle", "handle_request"]
 
 log = logging.getLogger("pybroker.grpc.consumer")
 
@@ -70,24 +70,24 @@ class ReceiptHandle:
         return pop.real_topic(topic, group, self.retry)
 
 
-class _BadHandle(Exception):
+class BadHandle(Exception):
     """A handle that does not parse, with the proxy's detail message."""
 
 
 def decode_handle(text: str) -> ReceiptHandle:
-    """ReceiptHandle.decode; _BadHandle with the proxy's detail message when it fails."""
+    """ReceiptHandle.decode; BadHandle with the proxy's detail message when it fails."""
     parts = text.split(KEY_SEPARATOR)
     while parts and not parts[-1]:
         parts.pop()                      # Java's split drops trailing empty strings
     if len(parts) < _HANDLE_FIELDS_MIN:
-        raise _BadHandle(f"Parse failed, dataList size {len(parts)}. "
+        raise BadHandle(f"Parse failed, dataList size {len(parts)}. "
                          f"IllegalArgumentException. {_DECODE_FRAME}")
     try:
         info = pop.parse_extra_info(KEY_SEPARATOR.join(parts[:_HANDLE_FIELDS_MIN]),
                                     pop.CLIENT_READS + ("getQueueOffset",))
         commit_log_offset = pop.parse_java_long(parts[8]) if len(parts) > 8 else -1
     except ValueError as error:
-        raise _BadHandle(f"{error}. NumberFormatException. {_NUMBER_FRAME}") from None
+        raise BadHandle(f"{error}. NumberFormatException. {_NUMBER_FRAME}") from None
     assert info.queue_offset is not None
     return ReceiptHandle(info.ck_queue_offset, info.pop_time, info.invisible_time,
                          info.revive_qid, info.retry, info.broker_name, info.queue_id,
@@ -119,15 +119,24 @@ def _channel(host, rctx) -> Channel:
 
 
 async def _run(host, rctx, code: int, fields: dict):
-    return await _handle(host, rctx, create_request(code, fields))
+    return await handle_request(host, rctx, create_request(code, fields))
 
 
-async def _handle(host, rctx, request):
+async def handle_request(host, rctx, request):
+    """The worker's handler's answer to ``request`` (never held) for the call of ``rctx``."""
     handler = host.local_handler(request.code)
     assert handler is not None, f"no handler of {request.code} in a gRPC worker"
     answer = await handler(host.ctx, _channel(host, rctx), request)
     assert answer is not None, f"{request.code} is never held"
     return answer
+
+
+def ack_request(handle: ReceiptHandle, group: str, topic: str):
+    """The ACK_MESSAGE request of an unexpired ``handle`` (ConsumerProcessor.ackMessage)."""
+    fields = headers.encode_header(headers.ACK_MESSAGE_REQUEST, {
+        "consumer_group": group, "topic": handle.real_topic(topic, group),
+        "queue_id": handle.queue_id, "extra_info": handle.text, "queue_offset": handle.offset})
+    return create_request(RequestCode.ACK_MESSAGE, fields)
 
 
 async def ack_one(host, rctx, handle: ReceiptHandle, group: str, topic: str) -> bool:
@@ -136,15 +145,12 @@ async def ack_one(host, rctx, handle: ReceiptHandle, group: str, topic: str) -> 
     said SUCCESS. GrpcRefused when the handle has expired."""
     if handle.expired:
         raise _expired_refusal()
-    fields = headers.encode_header(headers.ACK_MESSAGE_REQUEST, {
-        "consumer_group": group, "topic": handle.real_topic(topic, group),
-        "queue_id": handle.queue_id, "extra_info": handle.text, "queue_offset": handle.offset})
-    request = create_request(RequestCode.ACK_MESSAGE, fields)
+    request = ack_request(handle, group, topic)
     fast_acks = host.fast_acks
     answered = fast_acks.put(request) if fast_acks is not None else None
     if answered is not None:                # the ACK fast path took it (fast_acks.py)
         return await answered == ResponseCode.SUCCESS
-    answer = await _handle(host, rctx, request)
+    answer = await handle_request(host, rctx, request)
     return answer.code == ResponseCode.SUCCESS
 
 
@@ -161,9 +167,14 @@ async def _ack_entry(host, rctx, group: str, topic: str,
     try:
         text = await host.renewals.take(rctx, group, entry.message_id, entry.receipt_handle)
         acked = await ack_one(host, rctx, decode_handle(text), group, topic)
-    except (GrpcRefused, _BadHandle) as error:
+    except (GrpcRefused, BadHandle) as error:
         result.status.CopyFrom(_entry_status(error))
         return result
+    return acked_entry(result, acked)
+
+
+def acked_entry(result: spb.AckMessageResultEntry, acked: bool) -> spb.AckMessageResultEntry:
+    """``result`` with the status of an ack the broker answered (``acked``: SUCCESS)."""
     result.status.CopyFrom(OK_STATUS if acked else status(
         Code.INTERNAL_SERVER_ERROR, "ack failed: status is abnormal"))
     return result
@@ -175,7 +186,12 @@ async def ack_message(host, rctx, request: spb.AckMessageRequest) -> spb.AckMess
     checks.validate_topic(request.topic.name)
     checks.validate_group(request.group.name)
     group, topic = request.group.name, request.topic.name
-    entries = [await _ack_entry(host, rctx, group, topic, entry) for entry in request.entries]
+    return ack_response([await _ack_entry(host, rctx, group, topic, entry)
+                         for entry in request.entries])
+
+
+def ack_response(entries: list) -> spb.AckMessageResponse:
+    """AckMessage's answer for its result entries."""
     codes = {entry.status.code for entry in entries}
     if len(codes) > 1:
         overall = status(Code.MULTIPLE_RESULTS)
@@ -211,7 +227,7 @@ async def change_invisible(host, rctx, text: str, group: str, topic: str,
     expired."""
     try:
         handle = decode_handle(text)
-    except _BadHandle as error:
+    except BadHandle as error:
         raise GrpcRefused(Code.INTERNAL_SERVER_ERROR, str(error)) from None
     if handle.expired:
         raise _expired_refusal()
@@ -260,7 +276,7 @@ async def forward_to_dead_letter_queue(host, rctx,
                                     request.receipt_handle)
     try:
         handle = decode_handle(text)
-    except _BadHandle as error:
+    except BadHandle as error:
         raise GrpcRefused(Code.INTERNAL_SERVER_ERROR, str(error)) from None
     answer = await forward_one(host, rctx, handle, request.message_id, request.group.name,
                                request.topic.name)

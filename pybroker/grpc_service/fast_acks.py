@@ -14,8 +14,9 @@ as before; either way the answer's code is the handler's (tests/unit/grpc_servic
 test_fast_acks.py drives both with the same seeded acks and compares answers and records).
 """
 import asyncio
+import functools
 
-from pybroker._fast.frame import TAKE_END
+from pybroker._fast.frame import TAKE_END, TAKE_FULL
 from pybroker.protocol import command
 from pybroker.protocol.command import RemotingCommand
 
@@ -25,6 +26,11 @@ _LENGTH_BYTES = 4
 _OPAQUE_MAX = 0x7FFF_FFFF          # an int32 opaque; turns round past it
 
 
+def _resolve(answered: asyncio.Future, code: int) -> None:
+    if not answered.done():                 # (its awaiting task may have been cancelled)
+        answered.set_result(code)
+
+
 class FastAcks:
     """The gRPC worker's door to its ACK fast path (``port``: proc/ack_port.FastAckPort)."""
 
@@ -32,29 +38,71 @@ class FastAcks:
         self._port = port
         self._taker = None                  # opened on the worker's loop (its first ack)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: dict[int, asyncio.Future] = {}
+        self._waiting: dict = {}          # opaque -> its answer code's callback
         self._opaque = 0
         self.taken_total = 0
 
-    def put(self, request: RemotingCommand) -> asyncio.Future | None:
-        """The future of ``request``'s answer code when the fast path took it, else None (the
-        handler's). ``request``'s opaque is replaced."""
+    def _open(self):
         taker = self._taker
         if taker is None:
             taker = self._taker = self._port.open(self._answered)
             # (asyncio.get_running_loop() is a getpid system call on Python 3.11)
             self._loop = asyncio.get_running_loop()
+        return taker
+
+    def _next_opaque(self) -> int:
         self._opaque = self._opaque % _OPAQUE_MAX + 1
-        request.opaque = self._opaque
+        return self._opaque
+
+    def put(self, request: RemotingCommand) -> asyncio.Future | None:
+        """The future of ``request``'s answer code when the fast path took it, else None (the
+        handler's). ``request``'s opaque is replaced."""
+        taker = self._open()
+        request.opaque = self._next_opaque()
         frame = bytearray(command.encode(request))
         _, outcome, _ = taker.take(frame, 0, len(frame))
         if outcome != TAKE_END:
             return None
         assert self._loop is not None
         answered = self._loop.create_future()
-        self._waiting[request.opaque] = answered
+        self._waiting[request.opaque] = functools.partial(_resolve, answered)
         self.taken_total += 1
         return answered
+
+    def put_many(self, requests: list[RemotingCommand], answered: list) -> list[int]:
+        """Offer ``requests`` in one take (their frames in one buffer): ``answered[i](code)``
+        is called with the answer code of each one the fast path took; returns the indexes of
+        those it did not take (the handler's), in order. Opaques are replaced."""
+        taker = self._open()
+        frames = bytearray()
+        starts = []
+        opaques = []
+        waiting = self._waiting
+        for index, request in enumerate(requests):
+            request.opaque = opaque = self._next_opaque()
+            opaques.append(opaque)
+            # Registered before the take; the answers come on a later turn of the loop.
+            waiting[opaque] = answered[index]
+            starts.append(len(frames))
+            frames += command.encode(request)
+        left: list[int] = []
+        at, end, index, count = 0, len(frames), 0, len(requests)
+        while at < end:
+            position, outcome, frame_length = taker.take(frames, at, end)
+            while index < count and starts[index] < position:
+                index += 1                  # taken
+            if outcome == TAKE_END:
+                break
+            if outcome == TAKE_FULL:        # no room now: the handler's (it waits for room)
+                left.extend(range(index, count))
+                break
+            left.append(index)              # TAKE_OTHER or TAKE_FAULT: the handler judges it
+            index += 1
+            at = position + frame_length
+        for index in left:
+            del waiting[opaques[index]]
+        self.taken_total += count - len(left)
+        return left
 
     def _answered(self, frames: bytes) -> None:
         """The fast path's answer frames (one write per batch of outcomes)."""
@@ -64,5 +112,5 @@ class FastAcks:
             answer = command.decode(frames, at, length)
             at += length
             answered = self._waiting.pop(answer.opaque, None)
-            if answered is not None and not answered.done():
-                answered.set_result(answer.code)
+            if answered is not None:
+                answered(answer.code)

@@ -147,6 +147,8 @@ class HandOff:
         self.calls: set[asyncio.Task] = set()
         # The front's fast sends (front_send.FastSends), signalled on the same eventfd.
         self.sends = None
+        # The AckMessage calls put on the ACK fast path in one take (front_acks.FrontAcks).
+        self.acks = None
         # Streamed calls by the front's id: those running (their tasks), and those answered
         # with messages whose count of responses written the front has yet to report.
         self.streaming: dict[int, asyncio.Task] = {}
@@ -200,7 +202,10 @@ class HandOff:
                 running.cancel()
         for call_id, written in front.take_reports():
             self._written(call_id, written)
-        for handle, method, request, metadata, peer in front.take():
+        calls = front.take()
+        if self.acks is not None:           # the AckMessage calls it can answer (front_acks.py)
+            calls = self.acks.answer(calls)
+        for handle, method, request, metadata, peer in calls:
             self.answer_call(handle, method, request, metadata, peer)
         if self.sends is not None:
             self.sends.put()

@@ -101,6 +101,11 @@ class Renewals:
     def kept_count(self) -> int:
         return sum(len(kept) for _, kept in self.groups.values())
 
+    def keeps(self, client_id: str, group: str) -> bool:
+        """Whether messages of ``client_id`` in ``group`` are kept (their handles may be
+        replaced at :meth:`take`; without any, take answers the handle given)."""
+        return (client_id, group) in self.groups
+
     # --- what the activities call ---------------------------------------------------------
     def add(self, rctx: RequestContext, group: str, topic: str, message: pb.Message) -> None:
         """Keep a message a receive with auto-renew delivered."""

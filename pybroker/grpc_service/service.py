@@ -29,7 +29,7 @@ from pybroker.protocol.rocketmq_v2 import service_pb2_grpc
 log = logging.getLogger("pybroker.grpc.service")
 
 
-def _unexpected(error: BaseException):
+def unexpected_status(error: BaseException):
     log.exception("gRPC request failed")
     return status(Code.INTERNAL_SERVER_ERROR, f"{type(error).__name__}: {error}".strip())
 
@@ -57,7 +57,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except GrpcRefused as refused:
             return response_type(status=status(refused.code, refused.message))
         except Exception as error:  # noqa: BLE001 (answered as the proxy answers it)
-            return response_type(status=_unexpected(error))
+            return response_type(status=unexpected_status(error))
 
     async def QueryRoute(self, request, context):
         return await self._unary("QueryRoute", route.query_route, request, context,
@@ -111,7 +111,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except GrpcRefused as refused:
             failed = status(refused.code, refused.message)
         except Exception as error:  # noqa: BLE001
-            failed = _unexpected(error)
+            failed = unexpected_status(error)
         yield spb.ReceiveMessageResponse(status=failed)
         yield receive.delivery_timestamp_response()
 

@@ -25,6 +25,7 @@ from pybroker.grpc_service.front_send import FastSends
 from pybroker.grpc_service.acl import GrpcAccessCheck
 from pybroker.grpc_service.client import Telemetry
 from pybroker.grpc_service.fast_acks import FastAcks
+from pybroker.grpc_service.front_acks import FrontAcks
 from pybroker.grpc_service.producer import QueueSelector, TransactionData
 from pybroker.grpc_service import consumer
 from pybroker.grpc_service.renewal import Renewals, registry_has
@@ -113,6 +114,20 @@ class GrpcWorker(RemotingWorker):
         return None
 
     # --- start and stop -------------------------------------------------------------------------
+    def _start_front(self, front_type, backend, handoff):
+        """Start the C++ front before ``backend`` with the fast sends and the AckMessage
+        calls in one take when their fast paths are on; (address, front, relay)."""
+        putter = self.fast_putter
+        address, front, relay = grpc_front.start_front(front_type, self.config, self.index,
+                                                       backend.address, handoff,
+                                                       fast_sends=putter is not None)
+        if putter is not None:
+            self.fast_sends = handoff.sends = FastSends(self, putter, front, handoff)
+            self.fast_sends.refresh()
+        if self.fast_acks is not None:
+            handoff.acks = FrontAcks(self, front)
+        return address, front, relay
+
     async def run(self) -> None:
         import grpc
         from pybroker.grpc_service.service import MessagingService
@@ -144,13 +159,7 @@ class GrpcWorker(RemotingWorker):
         await server.start()
         if front_type is not None and backend is not None:
             handoff = grpc_front.HandOff(service)
-            putter = self.fast_putter
-            address, front, relay = grpc_front.start_front(front_type, self.config, self.index,
-                                                           backend.address, handoff,
-                                                           fast_sends=putter is not None)
-            if putter is not None:
-                self.fast_sends = handoff.sends = FastSends(self, putter, front, handoff)
-                self.fast_sends.refresh()
+            address, front, relay = self._start_front(front_type, backend, handoff)
         if relay is not None:
             await relay.start()
         beat = start_task(self._beat(), "the heartbeat", self._fail_stop, log)
@@ -178,8 +187,9 @@ class GrpcWorker(RemotingWorker):
                      self.index, accepted, handed_off, sent_fast, *handoff.stream_counts)
         await server.stop(STOP_GRACE_S)
         if self.fast_acks is not None:
-            log.info("gRPC worker %d: %d acks taken by the ACK fast path", self.index,
-                     self.fast_acks.taken_total)
+            log.info("gRPC worker %d: %d acks taken by the ACK fast path (%d AckMessage calls "
+                     "put by the hand-off in one take)", self.index, self.fast_acks.taken_total,
+                     handoff.acks.calls_total if handoff is not None else 0)
         if backend is not None:
             backend.close()
         await self._stop()

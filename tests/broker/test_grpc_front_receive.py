@@ -93,18 +93,23 @@ def _broker(tmp_path_factory, front: bool, settings: dict | None = None):
     return broker, channel
 
 
-@pytest.fixture(scope="module")
-def brokers(tmp_path_factory):
+def both_brokers(tmp_path_factory, settings: dict | None = None):
+    """A broker with the front and one with grpcio alone, each with its stub; stopped after."""
     made = []
     try:
         for front in (True, False):
-            made.append(_broker(tmp_path_factory, front))
+            made.append(_broker(tmp_path_factory, front, settings))
         yield [(broker, service_pb2_grpc.MessagingServiceStub(channel))
                for broker, channel in made]
     finally:
         for broker, channel in made:
             channel.close()
             broker.stop()
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory):
+    yield from both_brokers(tmp_path_factory)
 
 
 def _message(rng: random.Random, index: int, topic: str = TOPIC,
@@ -194,20 +199,26 @@ def _receive(stub, request, metadata, deadline: float) -> list:
         return [("rpc error", error.code(), error.details())]
 
 
+def _join_and_send(brokers: list, groups, rng: random.Random, sends: int) -> None:
+    """The client in ``groups`` on every broker (what auto-renew keeps stays kept), then the
+    same ``sends`` seeded messages to each."""
+    for _, stub in brokers:
+        for group in groups:
+            answer = stub.Heartbeat(spb.HeartbeatRequest(
+                group=pb.Resource(name=group), client_type=pb.SIMPLE_CONSUMER),
+                metadata=METADATA)
+            assert answer.status.code == pb.OK, answer.status
+    for index in range(sends):
+        message = _message(rng, index)
+        for _, stub in brokers:
+            _send(stub, message)
+
+
 def test_streams_answer_as_the_servicer(brokers):
     rng = random.Random(SEED)
     telemetries = [_Telemetry(stub, GROUPS[0]) for _, stub in brokers]
     try:
-        for _, stub in brokers:         # in its groups: what auto-renew keeps stays kept
-            for group in GROUPS:
-                answer = stub.Heartbeat(spb.HeartbeatRequest(
-                    group=pb.Resource(name=group), client_type=pb.SIMPLE_CONSUMER),
-                    metadata=METADATA)
-                assert answer.status.code == pb.OK, answer.status
-        for index in range(SENDS):
-            message = _message(rng, index)
-            for _, stub in brokers:
-                _send(stub, message)
+        _join_and_send(brokers, GROUPS, rng, SENDS)
         kinds: dict[str, int] = {}
         history = []
         for number in range(RECEIVES):

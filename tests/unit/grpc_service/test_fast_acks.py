@@ -88,28 +88,30 @@ def _requests(rand, count: int) -> list[spb.AckMessageRequest]:
     return requests
 
 
+async def _settle(side: AckSide, done) -> None:
+    """Run the side's appender and putter until ``done()`` and nothing is in flight."""
+    for _ in range(300):
+        for _ in range(4):
+            await asyncio.sleep(0)
+        side.appender.run()
+        if side.sync_flush:
+            side.control.publish("flushed_position", side.appender.physical_offset)
+        side.putter.on_wake()
+        for _ in range(4):
+            await asyncio.sleep(0)
+        if done() and side.putter.core.inflight == 0 and not side.putter.python_puts_waiting:
+            return
+    raise AssertionError("an AckMessage still in flight after 300 rounds")
+
+
 def _run(side: AckSide, host: _Host, requests: list) -> tuple:
-    async def settle(task: asyncio.Task) -> None:
-        for _ in range(300):
-            for _ in range(4):
-                await asyncio.sleep(0)
-            side.appender.run()
-            if side.sync_flush:
-                side.control.publish("flushed_position", side.appender.physical_offset)
-            side.putter.on_wake()
-            for _ in range(4):
-                await asyncio.sleep(0)
-            if task.done() and side.putter.core.inflight == 0 \
-                    and not side.putter.python_puts_waiting:
-                return
-        raise AssertionError("an AckMessage still in flight after 300 rounds")
 
     async def main():
         side.refresh()
         answers = []
         for request in requests:        # one after another: the puts' order is the same
             task = asyncio.ensure_future(consumer.ack_message(host, RCTX, request))
-            await settle(task)
+            await _settle(side, task.done)
             try:
                 answers.append(task.result().SerializeToString())
             except GrpcRefused as refused:      # the servicer's status (a bad group, ...)
@@ -153,3 +155,126 @@ def test_acks_answer_and_store_as_the_handler(tmp_path, rand, clock, overrides):
     finally:
         python.close()
         fast.close()
+
+
+# --- the front's AckMessage calls in one take (grpc_service/front_acks.py) ---------------------
+
+METADATA = (("x-mq-client-id", RCTX.client_id), ("x-mq-language", RCTX.language_name),
+            ("x-mq-client-version", RCTX.client_version))
+PEER = "ipv4:" + RCTX.remote_address
+KEPT_GROUP = GROUPS[1]
+
+
+class _SomeKept(_NothingKept):
+    """Renewals keeping messages of KEPT_GROUP for RCTX's client (their calls are the
+    servicer's)."""
+
+    def keeps(self, client_id: str, group: str) -> bool:
+        return client_id == RCTX.client_id and group == KEPT_GROUP
+
+    async def take(self, rctx, group: str, message_id: str, handle: str) -> str:
+        """A kept message's newest handle: renewed now for 60 s (so an expired handle sent is
+        not refused)."""
+        if not self.keeps(rctx.client_id, group):
+            return handle
+        try:
+            sent = consumer.decode_handle(handle)
+        except consumer.BadHandle:
+            return handle
+        extra_info = pop.build_extra_info(sent.start_offset, NOW_MS, 60_000,
+                                          sent.revive_queue_id, TOPIC, sent.broker_name,
+                                          sent.queue_id, sent.offset)
+        return consumer.grpc_handle(extra_info, sent.commit_log_offset) \
+            if sent.commit_log_offset >= 0 else extra_info
+
+
+class _ServiceHost(_Host):
+    """What MessagingService and FrontAcks read of a gRPC worker."""
+
+    def __init__(self, side: AckSide, fast: bool):
+        super().__init__(side, fast)
+        self.renewals = _SomeKept()
+        self.access = None
+        self.peer_key = None
+
+
+class _Front:
+    """The front's answer, as FrontAcks and the hand-off give it."""
+
+    def __init__(self):
+        self.answers: dict[int, bytes] = {}
+
+    def answer(self, handle: int, response: bytes) -> None:
+        assert handle not in self.answers, "a call answered twice"
+        self.answers[handle] = response
+
+
+def _run_calls(side: AckSide, host: _ServiceHost, requests: list, takes: list[int] | None):
+    """Each request as a handed-off AckMessage call: with ``takes``, that many calls per
+    hand-off wake-up through FrontAcks first (the calls it leaves to the servicer's method);
+    without, every call by the servicer's method, one after another."""
+    from pybroker.grpc_service.front import _CallContext
+    from pybroker.grpc_service.front_acks import ACK_METHOD, FrontAcks
+    from pybroker.grpc_service.service import MessagingService
+
+    service = MessagingService(host)
+    front = _Front()
+    acks = FrontAcks(host, front)
+
+    async def by_service(handle: int, request: bytes) -> None:
+        response = await service.AckMessage(spb.AckMessageRequest.FromString(request),
+                                            _CallContext(METADATA, PEER))
+        front.answer(handle, response.SerializeToString())
+
+    async def main():
+        side.refresh()
+        calls = [(handle, ACK_METHOD, request.SerializeToString(), METADATA, PEER)
+                 for handle, request in enumerate(requests)]
+        at = 0
+        for size in takes or [1] * len(calls):
+            batch = calls[at:at + size]
+            at = min(at + size, len(calls))
+            rest = acks.answer(batch) if takes else batch
+            for handle, _, request, _, _ in rest:
+                asyncio.ensure_future(by_service(handle, request))  # tidy: allow (settled)
+            await _settle(side, lambda count=at: len(front.answers) == count)
+        answers = [front.answers[handle] for handle in range(len(calls))]
+        return answers, sorted(_records(side.appender.requests)), side.ack_figures()[1]
+    return asyncio.run(main()), acks.calls_total
+
+
+@pytest.mark.parametrize("overrides", [None, {"flushDiskType": "SYNC_FLUSH"}],
+                         ids=["default", "sync-flush"])
+def test_front_ack_calls_answer_and_store_as_the_servicer(tmp_path, rand, clock, overrides):
+    """Seeded AckMessage calls (those of the test above: refused groups and topics, bad,
+    expired and out-of-bounds handles, one to three entries, a group with kept messages)
+    handed off in seeded batches of 1 to 12 per wake-up: each call's answer is the servicer's
+    byte for byte, the ring gets the same records (their order within a take may differ) and
+    every slot the same in-flight count; FrontAcks answered a good part of the calls."""
+    python = AckSide(tmp_path, "python", False, overrides)
+    front = AckSide(tmp_path, "front", True, overrides)
+    try:
+        requests = _requests(rand, 200)
+        takes = []
+        while sum(takes) < len(requests):
+            takes.append(rand.randint(1, 12))
+        (python_answers, python_records, python_in_flight), _ = _run_calls(
+            python, _ServiceHost(python, False), requests, None)
+        front_host = _ServiceHost(front, True)
+        (front_answers, front_records, front_in_flight), taken_calls = _run_calls(
+            front, front_host, requests, takes)
+        for index, (mine, theirs) in enumerate(zip(front_answers, python_answers, strict=True)):
+            assert mine == theirs, (index, requests[index],
+                                    spb.AckMessageResponse.FromString(mine),
+                                    spb.AckMessageResponse.FromString(theirs))
+        assert front_records == python_records
+        assert front_in_flight == python_in_flight
+        kept = sum(request.group.name == KEPT_GROUP for request in requests)
+        assert kept > 10
+        # About 60 of the 200 calls pass every check before the broker's answer (see the
+        # test above): 25 is well below; the kept group's calls are never among them.
+        assert 25 < taken_calls <= len(requests) - kept, taken_calls
+        assert front_host.fast_acks.taken_total == front.port.taker.acks_total > 0
+    finally:
+        python.close()
+        front.close()
