@@ -298,7 +298,7 @@ def test_front_ack_calls_answer_and_store_as_the_servicer(tmp_path, rand, clock,
         assert front_records == python_records
         order_acks = _order_acks_per_slot(requests)
         assert order_acks, "no order ack among the calls: the seed tests less than it should"
-        for slot, (mine, theirs) in enumerate(zip(front_in_flight, python_in_flight)):
+        for slot, (mine, theirs) in enumerate(zip(front_in_flight, python_in_flight, strict=True)):
             allowed = order_acks.get(slot, 0)
             assert abs(mine - theirs) <= allowed, (slot, mine, theirs, allowed)
         kept = sum(request.group.name == KEPT_GROUP for request in requests)
