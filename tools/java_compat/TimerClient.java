@@ -8,7 +8,8 @@
 //   deliver (delivery time = now + VALUE ms), past (now - VALUE ms), sec, ms (delay), level,
 //   none, raw (VALUE = NAME=TEXT put as a property as is).
 // Prints "RESULT op=... k=v ..." lines (values URL-encoded, properties sorted):
-//   op=sent key status msgId queueId queueOffset recallHandle sentMs wantedMs
+//   op=sent key status msgId queueId queueOffset recallHandle sentMs answeredMs deliverMs
+//     (deliverMs: the TIMER_DELIVER_MS sent, null without one)
 //   op=sendError key code remark        op=recalled key msgId     op=recallError key code remark
 //   op=got key topic queueId storeMs receivedMs reconsume props
 // Exits 0 when every send was answered and, with consume=N, N messages (with until=, every
@@ -35,6 +36,7 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageAccessor;
+import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 
 public final class TimerClient {
@@ -191,7 +193,8 @@ public final class TimerClient {
                 result("sent", "key", message.getKeys(), "status", sent.getSendStatus(),
                     "msgId", sent.getMsgId(), "queueId", sent.getMessageQueue().getQueueId(),
                     "queueOffset", sent.getQueueOffset(), "recallHandle", sent.getRecallHandle(),
-                    "sentMs", sentMs, "answeredMs", System.currentTimeMillis());
+                    "sentMs", sentMs, "answeredMs", System.currentTimeMillis(),
+                    "deliverMs", message.getProperty(MessageConst.PROPERTY_TIMER_DELIVER_MS));
             } catch (MQBrokerException error) {
                 result("sendError", "key", message.getKeys(), "code", error.getResponseCode(),
                     "remark", error.getErrorMessage());
