@@ -4,9 +4,20 @@
 config imports nothing above it; one key per setting.
 """
 import dataclasses
+import importlib.util
 
 from pybroker.schema import at_least, between, setting
 from pybroker.store.control_block import REMOTING_WORKERS_MAX
+
+# The C++ gRPC front's extension (grpc_service/front.py); setup.py builds it only where
+# pkg-config finds libgrpc++.
+FRONT_MODULE = "pybroker._fast.grpc_front.front"
+
+
+def front_built() -> bool:
+    """Whether this build has the C++ gRPC front: grpcNativeFront's default (looked up
+    without importing it, so neither the front nor grpc is loaded here)."""
+    return importlib.util.find_spec(FRONT_MODULE) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,10 +32,11 @@ class GrpcConfig:
     grpc_server_port: int = setting("grpcServerPort", 8081,
         "port of the gRPC endpoint (apache.rocketmq.v2.MessagingService) on bindAddress",
         rule=between(1, 65535), important=True)
-    grpc_native_front: bool = setting("grpcNativeFront", False,
+    grpc_native_front: bool = setting("grpcNativeFront", front_built,
         "serve grpcServerPort with the C++ front (libgrpc++), which relays every call to the "
-        "worker's grpcio service on a private socket; needs the front built (setup.py with "
-        "libgrpc++-dev), else a warning and grpcio serves the port", pybroker_only=True)
+        "worker's grpcio service on a private socket; default: true where the front is built "
+        "(setup.py with libgrpc++-dev), else false; true without it: a warning and grpcio "
+        "serves the port", pybroker_only=True)
     grpc_max_inbound_message_size: int = setting("grpcMaxInboundMessageSize", 130 << 20,
         "largest gRPC message accepted", unit="bytes", rule=between(4096, 1 << 30))
     enable_message_body_empty_check: bool = setting("enableMessageBodyEmptyCheck", True,

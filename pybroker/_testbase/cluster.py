@@ -81,6 +81,9 @@ class StandaloneBroker:
         # A cgroup's ``cgroup.procs`` file the broker joins before it starts (tools that run
         # it memory-limited, e.g. tools/prof_example.py); None: the caller's cgroup.
         self.cgroup_procs: str | None = None
+        # The command that runs ``pybroker`` (its arguments follow): a test may run the broker
+        # under a wrapper that changes its interpreter before pybroker starts.
+        self.command: list[str] = [sys.executable, "-m", "pybroker"]
 
     @property
     def namesrv_addr(self) -> str:
@@ -92,7 +95,7 @@ class StandaloneBroker:
 
     def start(self) -> "StandaloneBroker":
         log = open(self.log_path, "ab")
-        argv = [sys.executable, "-m", "pybroker", "standalone", "-c", self.conf_path]
+        argv = [*self.command, "standalone", "-c", self.conf_path]
         if self.pass_namesrv_port:
             argv += ["--namesrv-port", str(self.namesrv_port)]
         self.process = subprocess.Popen(

@@ -22,11 +22,11 @@ messages it did not (receive.nack), and cancels the call's task when the front s
 cancelled it (a held POP is dropped), as grpcio would. The SendMessage calls the front can put
 itself skip the servicer too (front_send.py: their remoting frames onto the send ring).
 
-The front is built only where libgrpc++ was found (setup.py); :func:`front_type` warns once
-and answers None when it is missing, and grpcio serves the port itself.
+The front is built only where libgrpc++ was found (setup.py), and grpcNativeFront is true by
+default exactly where it is (config_grpc.front_built); asked for where it is missing,
+:func:`front_type` warns and answers None, and grpcio serves the port itself.
 """
 import asyncio
-import importlib.util
 import logging
 import os
 import shutil
@@ -36,6 +36,7 @@ import time
 import grpc
 from google.protobuf.message import DecodeError
 
+from pybroker.config_grpc import front_built as built  # noqa: F401 (the front's own question)
 from pybroker.grpc_service import receive
 from pybroker.grpc_service.request_context import context_of
 from pybroker.grpc_service.tls import GrpcTls
@@ -45,16 +46,9 @@ from pybroker.tasks import start_task
 log = logging.getLogger("pybroker.grpc.front")
 
 
-FRONT_MODULE = "pybroker._fast.grpc_front.front"
-
-
-def built() -> bool:
-    """Whether this build has the front (setup.py found libgrpc++)."""
-    return importlib.util.find_spec(FRONT_MODULE) is not None
-
-
 def front_type():
-    """The front's class, or None (logged) when this build has no front."""
+    """The front's class (grpcNativeFront true: by default where built, else set so), or None
+    (a warning) when it cannot be loaded."""
     try:
         from pybroker._fast.grpc_front.front import Front
     except ImportError as error:

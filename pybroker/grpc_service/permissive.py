@@ -105,4 +105,4 @@ def serve_permissive(server, tls, config, index: int) -> tuple[str, PermissiveRe
     server.add_insecure_port(plain)
     server.add_secure_port(secure, tls.credentials())
     address = f"{config.remoting.bind_address}:{config.grpc.grpc_server_port}"
-    return f"{address} (TLS and plain by first byte)", relay
+    return f"{address} (TLS and plain by first byte, grpcio)", relay

@@ -74,9 +74,9 @@ def bind_port(server, config, index: int):
     address = f"{config.remoting.bind_address}:{config.grpc.grpc_server_port}"
     if tls.mode == "plain":
         server.add_insecure_port(address)
-        return f"{address} (plain)", None
+        return f"{address} (plain, grpcio)", None
     if tls.mode == "tls":
         server.add_secure_port(address, tls.credentials())
-        return f"{address} (TLS only)", None
+        return f"{address} (TLS only, grpcio)", None
     from pybroker.grpc_service.permissive import serve_permissive
     return serve_permissive(server, tls, config, index)

@@ -11,8 +11,9 @@ grpcio binds its own listening socket: each gRPC worker binds grpcServerPort wit
 (the kernel spreads connections over the workers); the supervisor probed the port at start and
 holds it with a socket that never listens (pybroker/proc/listeners.py, reserve_port). grpc is
 imported only here, after the fork: the supervisor never starts grpc's threads, so no process
-forks with them. With grpcNativeFront the C++ front (libgrpc++, pybroker/grpc_service/front.py)
-binds grpcServerPort instead and relays every call to the grpcio server on a private socket.
+forks with them. With grpcNativeFront (the default where the front is built) the C++ front
+(libgrpc++, pybroker/grpc_service/front.py) binds grpcServerPort instead and relays every call to
+the grpcio server on a private socket.
 """
 import asyncio
 import logging
@@ -149,6 +150,9 @@ class GrpcWorker(RemotingWorker):
         service = MessagingService(self)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
         front_type = grpc_front.front_type() if self.config.grpc.grpc_native_front else None
+        if not self.config.grpc.grpc_native_front and not grpc_front.built():
+            log.info("gRPC worker %d: this build has no C++ gRPC front (libgrpc++ was not "
+                     "found at build time): grpcio serves grpcServerPort", self.index)
         front = handoff = backend = None
         if front_type is None:
             address, relay = bind_port(server, self.config, self.index)

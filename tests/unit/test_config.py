@@ -6,14 +6,17 @@ against values drawn to break it, the derived values and their cross-checks, and
 for unknown keys (caplog on logger "pybroker.config").
 """
 import dataclasses
+import importlib.util
 import logging
 import pathlib
+import sys
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pybroker import config, schema
+from pybroker.config_grpc import FRONT_MODULE
 from pybroker.errors import ConfigError
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden" / "broker.conf"
@@ -223,6 +226,25 @@ def test_remoting_workers_fit_below_the_data_plane_slots():
     assert config.parse_value(setting_spec, str(REMOTING_WORKERS_MAX)) == REMOTING_WORKERS_MAX
     with pytest.raises(ConfigError):
         config.parse_value(setting_spec, str(REMOTING_WORKERS_MAX + 1))
+
+
+@pytest.mark.parametrize("hidden", [False, True], ids=["this-build", "no-front"])
+def test_grpc_native_front_defaults_to_whether_the_front_is_built(tmp_path, monkeypatch,
+                                                                  hidden):
+    """grpcNativeFront unset is true exactly where the C++ gRPC front's extension can be found
+    (a build without it: the module hidden in sys.modules), and the listing shows that value;
+    a file's true or false stands either way."""
+    if hidden:
+        monkeypatch.setitem(sys.modules, FRONT_MODULE, None)
+    built = not hidden and importlib.util.find_spec(FRONT_MODULE) is not None
+    if not hidden and not built:
+        pytest.skip("this build has no gRPC front (libgrpc++-dev missing at build time)")
+    unset = load_text(tmp_path, "brokerName=b\n")
+    assert unset.grpc.grpc_native_front is built
+    assert ("grpcNativeFront", str(built).lower()) in config.all_settings(unset)
+    for text in ("true", "false"):
+        loaded = load_text(tmp_path, f"grpcNativeFront={text}\n")
+        assert loaded.grpc.grpc_native_front is (text == "true")
 
 
 # Values tried against every rule: each validator must reject at least one of them.

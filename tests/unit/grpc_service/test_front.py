@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from pybroker._testbase.cluster import free_port
+from pybroker.config_grpc import FRONT_MODULE
 from pybroker.grpc_service import front as grpc_front
 from pybroker.grpc_service.request_context import context_of
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
@@ -174,7 +175,7 @@ def test_the_service_takes_the_peer_from_the_front_only_when_told():
 
 
 def test_without_the_built_front_the_worker_warns_and_falls_back(monkeypatch, caplog):
-    monkeypatch.setitem(sys.modules, grpc_front.FRONT_MODULE, None)   # import fails
+    monkeypatch.setitem(sys.modules, FRONT_MODULE, None)   # import fails
     assert grpc_front.front_type() is None
     assert "the gRPC front is not built" in caplog.text
 
