@@ -2,8 +2,10 @@
 """Measure what a RocketMQ 5 SDK sees (issue #26's table): send TPS, SimpleConsumer
 receive+ack TPS with p99 latencies, and the whole deployment's PSS and CPU per message, for
 
-- ``native``:         pybroker standalone serving gRPC itself (grpcWorkers), grpcio,
-- ``native-front``:   the same behind the C++ front (grpcNativeFront=true),
+- ``native``:         pybroker standalone serving gRPC itself (grpcWorkers), grpcio
+                      (grpcNativeFront=false),
+- ``native-front``:   the same behind the C++ front (grpcNativeFront=true, the default where
+                      the front is built),
 - ``pybroker-proxy``: pybroker standalone behind Apache's rocketmq-proxy 5.3.3 (CLUSTER mode),
 - ``java-proxy``:     Java RocketMQ 5.3.3 (NameServer + broker) behind the same proxy.
 
@@ -108,8 +110,8 @@ def deployment(name: str, work: pathlib.Path, grpc_workers: int):
             roots = [process.pid for process in broker.processes.values()]
         else:
             settings = {"grpcWorkers": str(grpc_workers if name in NATIVE else 0)}
-            if name == "native-front":
-                settings["grpcNativeFront"] = "true"
+            if name in NATIVE:       # each named, whatever the default of this build
+                settings["grpcNativeFront"] = str(name == "native-front").lower()
             grpc_port = free_port()
             settings["grpcServerPort"] = str(grpc_port)
             broker = stack.enter_context(StandaloneBroker(work / "pybroker", settings))

@@ -8,7 +8,8 @@ Method: one real broker (grpcWorkers=1) with the proxy's renewal keys shortened
 (defaultInvisibleTimeMills 3 s, renewAheadTimeMillis 2 s, a scan every 300 ms) and grpcio's
 client with the vendored stubs as two SDK clients of one group; times are bounded waits.
 Without the renewal the second client would get both messages after 3 s and the late ack
-would be refused "receipt handle is expired".
+would be refused "receipt handle is expired". Runs twice: grpcio serving the port
+(grpcNativeFront=false) and the C++ front (the default where it is built).
 """
 import queue
 import threading
@@ -18,13 +19,15 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from pybroker._testbase.cluster import StandaloneBroker, free_port
+from pybroker._testbase.cluster import StandaloneBroker, free_port, read_log
+from pybroker.grpc_service import front as grpc_front
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import create_request
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 from pybroker.protocol.rocketmq_v2 import service_pb2_grpc
-from tests.ha_support import client_for
+from tests.ha_support import client_for, wait_for
+from tests.peers import unavailable
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -90,17 +93,23 @@ class _Client:
         self.outgoing.put(None)
 
 
-@pytest.fixture
-def endpoint(tmp_path):
+@pytest.fixture(params=["grpcio", "front"])
+def endpoint(request, tmp_path):
+    front = request.param == "front"
+    if front and not grpc_front.built():
+        unavailable("the gRPC front is not built (libgrpc++-dev missing at build time)")
     port = free_port()
     broker = StandaloneBroker(tmp_path / "b", {
-        "grpcWorkers": "1", "grpcServerPort": str(port),
+        "grpcWorkers": "1", "grpcServerPort": str(port), "grpcNativeFront": str(front).lower(),
         "grpcClientConsumerMinLongPollingTimeoutMillis": "500",
         "defaultInvisibleTimeMills": str(DEFAULT_INVISIBLE_MS),
         "renewAheadTimeMillis": "2000", "renewSchedulePeriodMillis": "300",
         "invisibleTimeMillisWhenClear": "1000"})
     broker.start()
     try:
+        wait_for(lambda: "gRPC worker 0 serving" in read_log(broker.log_path), 30,
+                 "the gRPC worker's serving line")
+        assert ("C++ front)" in read_log(broker.log_path)) == front
         remoting = client_for(broker.broker_addr)
         answer = remoting.invoke(create_request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
             "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "2",
