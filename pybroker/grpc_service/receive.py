@@ -320,13 +320,16 @@ async def receive_message(host, rctx, request: spb.ReceiveMessageRequest, contex
 
 
 async def _write_messages(receive: _Receive, found: list[pb.Message]):
-    written = 0
+    handed = 0
     try:
         for message in found:
+            # Once yielded, grpcio has it: a cancel while it writes it leaves open whether the
+            # client got it, so it is the client's (back after its invisible time if unacked),
+            # as what the C++ front wrote; only the ones never handed over are NACKed.
+            handed += 1
             yield spb.ReceiveMessageResponse(message=message)
-            written += 1
     except BaseException:
-        unwritten = found[written:]
+        unwritten = found[handed:]
         if unwritten:
             start_task(nack(receive.host, receive.rctx, receive.group, receive.topic,
                             unwritten), "NACK of unwritten messages", None, log)
