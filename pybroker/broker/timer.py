@@ -47,7 +47,7 @@ from pybroker.broker.interfaces import AssemblingPutter, Putter
 from pybroker.broker.reput import RePut, reput_message
 from pybroker.broker.timer_ahead import AheadRuns
 from pybroker.broker.timer_message import TIMER_TOPIC, delete_key
-from pybroker.broker.timer_own import OwnTimes, SlotInProgress, own_time
+from pybroker.broker.timer_own import OWN_MS_NONE, OwnTimes, SlotInProgress, own_time
 from pybroker.broker.timer_puts import TimerFigures, TimerPuts
 from pybroker.broker.timer_runs import (DEQUEUE_CHUNK, TEXT_PATH_NAMES,
                                         AssembledRun, CChunk, Prepared, Run, SlotPlan, Wanted,
@@ -94,6 +94,11 @@ def _value(text: str, name: str):
     end = text.find(PROPERTY_SEPARATOR, start)
     value = text[start:] if end < 0 else text[start:end]
     return value if value else _AMBIGUOUS
+
+
+def _no_times(wanted: Wanted) -> np.ndarray:
+    """No own time read (a slot that has ended puts every row at once)."""
+    return np.full(len(wanted.offsets), OWN_MS_NONE, np.int64)
 
 
 def delivered_until_ms(read_time_ms: int, enqueue_offset: int, last_enqueue_store_ms: int,
@@ -509,7 +514,7 @@ class TimerStore(TimerPuts):
             return 0
         if not over and not self._enqueue_caught_up:
             return -1       # a cancel mark sent before a message's own time may be unread
-        state = self._slot_in_progress(slot_ms, slot)
+        state = self._slot_in_progress(slot_ms, slot, over)
         now = self.now_ms()
         until_ms = LONG_MAX if over else now
         if not over and (state.next_ms is None or state.next_ms > now):
@@ -556,21 +561,41 @@ class TimerStore(TimerPuts):
             return None
         return state.next_ms
 
-    def _slot_in_progress(self, slot_ms: int, slot) -> SlotInProgress:
-        """The running slot's state, read again when its wheel entry changed (units added)."""
+    def _slot_in_progress(self, slot_ms: int, slot, over: bool) -> SlotInProgress:
+        """The running slot's state, read again when its wheel entry changed (units added);
+        ``over``: the slot has ended (every row is put now: no own time is read)."""
         entry = (slot.first_pos, slot.last_pos, slot.num)
         state = self.in_slot
         if state is not None and state.slot_ms == slot_ms and state.entry == entry:
             return state
         plan = self.ahead.plan_of(slot_ms, slot) or self.plan_slot(slot)   # unchanged: ahead's
-        end_ms = slot_ms + self.precision_ms
-        due = self.own_times.of(slot_ms, plan.wanted.offsets, end_ms)
-        due[plan.wanted.rolls] = end_ms          # a roll goes back onto the wheel at the end
+        due = self.own_times.of(slot_ms, plan.wanted.offsets, OWN_MS_NONE)
+        due[plan.wanted.rolls] = slot_ms + self.precision_ms  # back onto the wheel at the end
         if (state is None or state.slot_ms != slot_ms) and not len(plan.is_delete):
             log.warning("dequeue time:%d but read nothing from timerLog", slot_ms)
-        self.in_slot = SlotInProgress.follow(state, slot_ms, entry, plan, due, self.ahead.take,
-                                             self.precision_ms)
+        self.in_slot = SlotInProgress.follow(
+            state, slot_ms, entry, plan, due, self.ahead.take,
+            _no_times if over else self._read_own_times, self.precision_ms)
         return self.in_slot
+
+    def _read_own_times(self, wanted: Wanted) -> np.ndarray:
+        """The own time of each parked record ``wanted`` names, read as the conversion ahead
+        reads it (its C path, chunk by chunk, the converted records dropped; OWN_MS_NONE where
+        not read): for the running slot's rows this worker's enqueue did not see and no chunk
+        converted ahead covers (a slot that had begun before the worker's start)."""
+        times = np.empty(len(wanted.offsets), np.int64)
+        for start in range(0, len(times), DEQUEUE_CHUNK):
+            rows = slice(start, start + DEQUEUE_CHUNK)
+            chunk = Wanted(*(column[rows] for column in wanted))
+            spans = self.reader.read_spans(chunk.offsets, chunk.sizes)
+            try:
+                read = convert_c(chunk, spans, [], self.now_ms(), own_times=True).own_ms
+            finally:
+                spans.release()
+            assert read is not None             # asked for
+            times[rows] = read
+        self.figures.own_times_read += len(times)
+        return times
 
     def plan_slot(self, slot) -> SlotPlan:
         """A used slot's units read from the timer log (at due time, and by the conversion

@@ -45,6 +45,8 @@ class TimerFigures:
     put_dropped: int = 0        # puts given up (Java: PUT_NO_RETRY, tries used up)
     slots_delivered: int = 0
     converted_ahead: int = 0    # messages put from runs converted before their slot was due
+    own_times_read: int = 0     # running slots' messages whose own time was read when the
+                                # slot began (not enqueued by this worker, not ahead)
     # real topic -> wheel-topic messages read (cancel marks, rolls and the due included:
     # Java's rocketmq_timer_enqueue_total)
     enqueued_by_topic: dict = dataclasses.field(default_factory=dict)

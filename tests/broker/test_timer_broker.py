@@ -576,3 +576,107 @@ def test_a_slot_parked_before_a_restart_is_stored_at_its_messages_own_times(tmp_
         assert min(stored.values()) < start + PRECISION_MS - 500
     finally:
         broker.stop()
+
+
+def test_kill_minus_9_in_a_slot_then_its_rest_is_stored_at_the_messages_own_times(tmp_path):
+    """kill -9 of the whole broker in the middle of a slot, after its first messages were
+    stored, and started again: the restarted timer worker's enqueue never saw the parked
+    messages (the timer's checkpoint covered them) and the slot running when it comes up had
+    begun before (it was due: never converted ahead). Their own times are read from the parked
+    records when that slot begins (broker/timer_own.py), so its later messages are stored at
+    their times, before its end (where all were stored before this was built). Every message
+    is stored at or after its own time (exactly: never early); what was stored before a kill
+    may come again (the slot is delivered again from the timer log: at-least-once), counted.
+
+    timerPrecisionMs is at most 1000 (Java's setter), shorter than a restart: the messages
+    are due every 50 ms over many slots, and the broker is started again so that its timer
+    comes up early in a slot (the delay measured from the start call to the restarted timer's
+    first put: the first start's length, then each restart's), at most six kills."""
+    settings = dict(SETTINGS, timerRollWindowSlot="60")     # no roll: the slots are near
+    called = _now_ms()
+    broker = StandaloneBroker(tmp_path / "b", settings).start()
+    up_ms = _now_ms() - called              # start call -> timer up, refined by each restart
+    try:
+        start = _slot_ahead(8000)
+        slots = 40
+        due = {f"m{offset}": start + offset for offset in range(50, slots * PRECISION_MS, 50)}
+        with _client(broker) as client:
+            for number, (key, due_ms) in enumerate(due.items()):
+                answer = _send(client, key, number % QUEUES, TIMER_DELIVER_MS=str(due_ms))
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+        # The timer's checkpoint (timerFlushIntervalMs 500) covers them before the first kill:
+        # the restarted worker does not enqueue them again.
+        assert _now_ms() < start - 1500, "the sends took longer than the slots' lead"
+        drain = Drain()
+        kills: list[int] = []
+        slot_ms, landed = start, []
+        while True:
+            up_ms, running, first_ms = _kill_and_restart_early_in_a_slot(
+                broker, drain, slot_ms, up_ms, kills)
+            landed.append(first_ms - running)
+            # Due after the timer came up, and at least BROKER_LATENCY_MS before the end.
+            candidates = [key for key, due_ms in due.items() if first_ms + 100 <= due_ms
+                          <= running + PRECISION_MS - BROKER_LATENCY_MS]
+            if candidates:
+                break
+            assert len(kills) < 6, f"the timer never came up early in a slot: {landed} ms"
+            slot_ms = running + PRECISION_MS
+            assert slot_ms < start + (slots - 4) * PRECISION_MS, "out of slots"
+        with _client(broker) as client:
+            drain.until(client, set(due), max(start + slots * PRECISION_MS - _now_ms(), 0)
+                        / 1000 + 15)
+            _sleep_until(start + slots * PRECISION_MS + 1000)     # late duplicates, if any
+            drain.poll(client)
+            got = drain.by_key()
+        print(f"timer up {landed} ms into its slot; slot {running - start}: "
+              f"{ {key: got[key][0][0] - due[key] for key in candidates} } ms after due")
+        for key in candidates:          # due after the restart: stored once, at its time
+            assert len(got[key]) == 1, key
+            assert got[key][0][0] < running + PRECISION_MS, (key, got[key][0][0] - running)
+        _check_never_early_and_duplicates(got, due, kills[-1])
+    finally:
+        broker.stop()
+
+
+def _kill_and_restart_early_in_a_slot(broker, drain: Drain, slot_ms: int, up_ms: int,
+                                      kills: list[int]) -> tuple[int, int, int]:
+    """kill -9 of ``broker`` 500 ms into the slot at ``slot_ms`` (its first messages stored),
+    started again so that its timer comes up about 100 ms into a slot (``up_ms``: from the
+    start call to the timer's first put, as measured before), and ``drain`` polled until the
+    end of the slot it came up in. Returns the delay measured now, that slot and the
+    restarted timer's first put (the killed slot, due, put again at once)."""
+    _sleep_until(slot_ms + PRECISION_MS // 2)
+    kills.append(_now_ms())
+    broker.kill()
+    boundary = (_now_ms() + up_ms + 300) // PRECISION_MS * PRECISION_MS + PRECISION_MS
+    _sleep_until(boundary + 100 - up_ms)
+    called = _now_ms()
+    broker.start()
+    with _client(broker) as client:
+        deadline = time.monotonic() + 20
+        while not any(store_ms >= called for _, store_ms, _ in drain.records):
+            assert time.monotonic() < deadline, "nothing stored after the restart"
+            drain.poll(client)
+            time.sleep(0.02)
+        first_ms = min(store_ms for _, store_ms, _ in drain.records if store_ms >= called)
+        running = first_ms // PRECISION_MS * PRECISION_MS
+        _sleep_until(running + PRECISION_MS + 300)
+        drain.poll(client)
+    return first_ms - called, running, first_ms
+
+
+def _check_never_early_and_duplicates(got: dict[str, list], due: dict[str, int],
+                                      killed_ms: int) -> None:
+    """Every delivery at or after its message's time; a message delivered twice was stored
+    before the (last) kill, and the duplicates are at most what was."""
+    for key, deliveries in got.items():
+        for store_ms, _ in deliveries:
+            assert store_ms >= due[key], (key, store_ms - due[key])
+    before_kill = sum(1 for deliveries in got.values() for store_ms, _ in deliveries
+                      if store_ms < killed_ms)
+    duplicates = sum(len(deliveries) - 1 for deliveries in got.values())
+    print(f"{before_kill} stored before the last kill, {duplicates} duplicate(s)")
+    assert duplicates <= before_kill
+    for key, deliveries in got.items():
+        if len(deliveries) > 1:     # only what was stored before a kill comes again
+            assert min(store_ms for store_ms, _ in deliveries) < killed_ms, key

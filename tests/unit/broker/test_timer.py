@@ -295,24 +295,63 @@ def test_held_runs_wait_for_their_last_message_and_give_way_to_earlier_ones(brok
     assert store.figures.converted_ahead == 2
 
 
-def test_a_restart_in_a_running_slot_delivers_it_again_never_early(broker):
+def test_a_restart_in_a_running_slot_delivers_it_again_at_its_own_times(broker):
     """A kill -9 while a slot runs: its messages already put come again (at least once, as
-    Java's) when the restarted timer delivers the slot from the timer log; the own times are
-    memory only, so it does that at the slot's end; nothing is lost, nothing early."""
+    Java's) when the restarted timer delivers the slot from the timer log. The own times held
+    in memory are lost and the slot had begun (never converted ahead): they are read from the
+    parked records when it begins again (broker/timer_own.py), so the rest are each put at
+    their own time, not at the slot's end; nothing lost, nothing early. The next slot,
+    converted ahead by the restarted worker, is not read again; one it did not reach is."""
     store = timer(broker)
-    send_timer(broker, "a", TIMER_DELIVER_MS=str(T0 + 2200))
-    send_timer(broker, "b", TIMER_DELIVER_MS=str(T0 + 2700))
+    due = {"a": T0 + 2200, "b": T0 + 2700, "c": T0 + 2450, "next": T0 + 3300,
+           "later": T0 + 4600}
+    for key, due_ms in due.items():
+        send_timer(broker, key, TIMER_DELIVER_MS=str(due_ms))
     step(broker, store, T0 + 100)
     store.flush()
     step(broker, store, T0 + 2300)
     assert set(delivered(broker)) == {"a"}
     store.close()                                   # no flush: as a kill -9 leaves it
     again = timer(broker)
+    step(broker, again, T0 + 2300)
+    assert [p["KEYS"] for _, p in broker.records(harness.TOPIC, 1)] == ["a", "a"]
+    assert again.figures.own_times_read == 3        # the running slot's, its own not held
+    for key in ("c", "b"):
+        step(broker, again, due[key] - 1)
+        assert key not in delivered(broker) and again.next_due_ms() == due[key]
+        step(broker, again, due[key])
+        assert delivered(broker)[key]["TIMER_DEQUEUE_MS"] == str(due[key])
     step(broker, again, T0 + 2999)
-    assert len(broker.records(harness.TOPIC, 1)) == 1
+    assert again.convert_ahead_step()               # slot T0+3000 only (the nearest)
     step(broker, again, T0 + 3000)
+    assert again.figures.own_times_read == 3        # converted ahead: not read again
+    step(broker, again, due["next"] - 1)
+    assert "next" not in delivered(broker)
+    step(broker, again, due["next"])
+    assert delivered(broker)["next"]["TIMER_DEQUEUE_MS"] == str(due["next"])
+    step(broker, again, T0 + 4000)                  # not converted ahead: read when it begins
+    assert again.figures.own_times_read == 4 and again.next_due_ms() == due["later"]
+    step(broker, again, due["later"])
     keys = [p["KEYS"] for _, p in broker.records(harness.TOPIC, 1)]
-    assert sorted(keys) == ["a", "a", "b"]
+    assert sorted(keys) == ["a", "a", "b", "c", "later", "next"]
+    assert again.figures.converted_ahead == 1
+    again.close()
+
+
+def test_a_slot_that_ended_before_the_restarted_timer_reached_it_reads_no_time(broker):
+    """The slot running at a kill -9 has ended when the restarted timer reaches it: every
+    message of it is put at once (those put before the kill again), no own time read."""
+    store = timer(broker)
+    send_timer(broker, "a", TIMER_DELIVER_MS=str(T0 + 2200))
+    send_timer(broker, "b", TIMER_DELIVER_MS=str(T0 + 2700))
+    step(broker, store, T0 + 100)
+    store.flush()
+    step(broker, store, T0 + 2300)
+    store.close()                                   # no flush: as a kill -9 leaves it
+    again = timer(broker)
+    step(broker, again, T0 + 3100)
+    assert sorted(p["KEYS"] for _, p in broker.records(harness.TOPIC, 1)) == ["a", "a", "b"]
+    assert again.figures.own_times_read == 0 and again.curr_read_time_ms == T0 + 3000
     again.close()
 
 
