@@ -10,8 +10,17 @@ copies differing bytes into its map at each flush; the file format is the same, 
 revises slots from the timer log either way (store/timer_log.py).
 
 Scans over the whole wheel (Java's ``getAllNum`` and ``checkPhyPos``) run vectorised with
-numpy over the map, in the order Java walks the slots.
+numpy over the map, a chunk of slots at a time, in the order Java walks the slots. A scan
+reads every page of the 38.7 MB file (its holes too, as zero pages of the page cache), and
+the process kept a page-table entry for each until it unmapped: the timer worker, which scans
+at start-up and for its progress line every 10 s, held the whole wheel as file-backed memory
+(37 MiB of its PSS) although it only ever uses the slots near its read time. So a wide scan
+(``all_num``, ``nums_between``, ``check_phy_pos``, ``used_between``) ends with
+``madvise(MADV_DONTNEED)`` over the map: the file is mapped shared, so nothing is lost (a
+dirty slot stays dirty in the page cache, msync writes it, the next access maps it again);
+docs/architecture/grpc.md, "Memory of the consume phase".
 """
+import logging
 import mmap
 import os
 import struct
@@ -24,6 +33,8 @@ from pybroker.store import layout
 
 __all__ = ["Slot", "TimerWheel", "SLOT_DTYPE", "BLANK", "IGNORE"]
 
+log = logging.getLogger("pybroker.store.timer_wheel")
+
 BLANK = -1            # a position that names no unit
 IGNORE = -2           # revise_slot: leave this position as it is
 _SLOT = struct.Struct(">qqqii")
@@ -34,6 +45,10 @@ assert SLOT_DTYPE.itemsize == layout.TIMER_SLOT_SIZE
 assert SLOT_DTYPE.fields is not None
 assert SLOT_DTYPE.fields["num"][1] == layout.TIMER_SLOT_NUM_POSITION
 _SLOTS_IN_FILE = layout.TIMER_WHEEL_SLOTS * 2
+# Whole-wheel scans go a chunk at a time: a scan over all 1.2 M slots at once made 5-10 MB
+# temporaries, which glibc kept in the heap of the thread that ran it after their release (the
+# timer worker's recovery: 9.2 MiB of its PSS for its life).
+_SCAN_CHUNK_SLOTS = 1 << 16
 
 
 class Slot(NamedTuple):
@@ -76,6 +91,7 @@ class TimerWheel:
         finally:
             os.close(fd)
         self.slots = np.frombuffer(self._map, SLOT_DTYPE)
+        self._drop_after_scans = True      # off after the kernel refused once (locked pages)
 
     # --- slots -------------------------------------------------------------------------------
     def slot_index(self, time_ms: int) -> int:
@@ -118,13 +134,23 @@ class TimerWheel:
             struct.pack_into(">q", words, at + layout.TIMER_SLOT_LAST_POS_POSITION, last_pos)
 
     # --- scans ---------------------------------------------------------------------------------
+    def _chunks(self):
+        """(first index, slots) over the wheel, ``_SCAN_CHUNK_SLOTS`` at a time."""
+        for low in range(0, _SLOTS_IN_FILE, _SCAN_CHUNK_SLOTS):
+            yield low, self.slots[low:low + _SCAN_CHUNK_SLOTS]
+
     def _current(self, time_start_ms: int) -> np.ndarray:
         """Slots whose time is the one a walk over every slot from ``time_start_ms`` expects
         there (Java's loops from the start slot): the slots of the coming lap. Sums and
         minimums over them do not depend on the walking order, so none is built."""
         start_units = time_start_ms // self.precision_ms
-        steps = (np.arange(_SLOTS_IN_FILE, dtype=np.int64) - start_units) % _SLOTS_IN_FILE
-        return self.slots[self.slots["time"] == start_units + steps]
+        parts = []
+        for low, slots in self._chunks():
+            steps = (np.arange(low, low + len(slots), dtype=np.int64) - start_units) \
+                % _SLOTS_IN_FILE
+            parts.append(slots[slots["time"] == start_units + steps])     # a copy
+        self._drop_pages()
+        return np.concatenate(parts)
 
     def _counted(self, time_start_ms: int) -> tuple[np.ndarray, np.ndarray]:
         """The slots of the coming lap from ``time_start_ms`` that hold a count: their
@@ -132,12 +158,17 @@ class TimerWheel:
         count 0 adds nothing to a sum), so a scrape's gauges cost no index of every slot. The
         counts are copied first: the timer worker writes them while another process reads
         (numpy's nonzero counts, then fills, and raises when the count changed between)."""
-        nums = np.array(self.slots["num"])
-        used = np.nonzero(nums)[0]
         start_units = time_start_ms // self.precision_ms
-        steps = (used - start_units) % _SLOTS_IN_FILE
-        current = self.slots["time"][used] == start_units + steps
-        return steps[current], nums[used][current].astype(np.int64)
+        steps_parts, nums_parts = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        for low, slots in self._chunks():
+            nums = np.array(slots["num"])
+            used = np.nonzero(nums)[0]
+            steps = (used + low - start_units) % _SLOTS_IN_FILE
+            current = slots["time"][used] == start_units + steps
+            steps_parts.append(steps[current])
+            nums_parts.append(nums[used][current].astype(np.int64))
+        self._drop_pages()
+        return np.concatenate(steps_parts), np.concatenate(nums_parts)
 
     def all_num(self, time_start_ms: int) -> int:
         """Messages parked in every slot from ``time_start_ms`` on (Java getAllNum)."""
@@ -182,6 +213,7 @@ class TimerWheel:
         used: list[int] = []
         for times, held in self._used_chunks(time_ms, until_ms):
             used.extend(times[held].tolist())
+        self._drop_pages()
         return used
 
     def nums_between(self, time_start_ms: int, slot_count: int) -> np.ndarray:
@@ -191,6 +223,18 @@ class TimerWheel:
         out = np.zeros(slot_count, dtype=np.int64)
         out[steps[within]] = nums[within]
         return out
+
+    def _drop_pages(self) -> None:
+        """After a wide scan: every page of the wheel out of THIS process's page tables (see
+        the module docstring); the slots in use are mapped again at their next access."""
+        if not self._drop_after_scans or self._map is None:
+            return
+        try:
+            self._map.madvise(mmap.MADV_DONTNEED)
+        except OSError as error:
+            self._drop_after_scans = False
+            log.warning("%s: the wheel's pages stay mapped after scans (%s)", self.path,
+                        error.strerror)
 
     # --- life ----------------------------------------------------------------------------------
     def _words(self) -> mmap.mmap:
