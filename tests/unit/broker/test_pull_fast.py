@@ -16,13 +16,18 @@ code) goes to both, row by row and all at once, and with litePullMessageEnable o
 frames (by opaque, byte for byte), the forwarded commit offsets and the statistics (counters,
 key tables, the rocketmq_rpc_latency series per request and response code, pull offsets; not
 the latencies) must be the same, and the rows marked fast must have been answered by the fast
-path and no other row.
+path and no other row. Every store page is read into the page cache before each run, so the
+cold-page figures (pages not resident when a pull began) are the same for both runs; one test
+evicts the store's pages before each run instead, so both count the same cold pages.
 """
 import asyncio
+import mmap
+import os
 import socket
 
 import pytest
 
+from pybroker._fast import pagecache
 from pybroker._fast import record as record_codec
 from pybroker.broker import pull
 from pybroker.broker.channel import Channel
@@ -244,6 +249,7 @@ class Worker:
     def __init__(self, tmp_path, name: str, store, fast: bool, with_socket: bool,
                  settings: dict[str, str]):
         root, end = store
+        self.root = root
         self.config = load_broker_config(None, dict(SETTINGS, storePathRootDir=root,
                                                     **settings))
         self.reader = MessageStoreReader(self.config.store, end, positions=lambda: (end, end))
@@ -270,6 +276,7 @@ class Worker:
         self.sock = sock
         self.transport = Transport(sock)
         self.port: FastPullPort | None = None
+        self.closed = False
 
     async def commit_offset(self, group, topic, queue_id, offset):
         self.committed.append((group, topic, queue_id, offset))
@@ -347,6 +354,9 @@ class Worker:
         return counters, keys, rpc, snapshot.pull_offsets()
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         if self.port is not None:
             self.port.close()
         self.reader.close()
@@ -380,9 +390,45 @@ def responses(data: bytes) -> dict[int, bytes]:
     return out
 
 
-def run(worker: Worker, reads: list[bytes]) -> tuple:
+def store_files(root: str) -> list[str]:
+    return [os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names]
+
+
+def warm(root: str) -> None:
+    """Every page of the store read into the page cache (memory pressure from other tests may
+    have evicted some since the store was written)."""
+    for path in store_files(root):
+        with open(path, "rb") as file:
+            while file.read(1 << 20):
+                pass
+
+
+def evict(root: str) -> bool:
+    """The store's pages dropped from the page cache (durable first; no worker may have them
+    mapped); False when some stay resident (a tmpfs keeps them)."""
+    resident = 0
+    for path in store_files(root):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            size = os.fstat(fd).st_size
+            if size:
+                with mmap.mmap(fd, size, prot=mmap.PROT_READ) as view:
+                    vector = bytearray((size + pagecache.page_size() - 1)
+                                       // pagecache.page_size())
+                    resident += pagecache.residency(view, 0, size, vector)
+        finally:
+            os.close(fd)
+    return resident == 0
+
+
+def run(worker: Worker, reads: list[bytes], warmed: bool = True) -> tuple:
     """Each read fed in turn and run to its answers: (answers, commits, figures, reads the
-    fast path answered wholly, fast pulls)."""
+    fast path answered wholly, fast pulls). ``warmed``: the store's pages read in first."""
+    if warmed:
+        warm(worker.root)
+
     async def main():
         connection = worker.connect()
         taken = []
@@ -426,6 +472,25 @@ def test_each_pull_gets_the_handler_answer(pair, row):
     assert got[:3] == expected[:3]
     assert got[3] == [1 if fast else 0]
     assert expected[0] or name.endswith("oneway")
+
+
+@pytest.mark.parametrize("name", ["tag filter", "lite, later offset", "across files"])
+def test_cold_pages_are_counted_as_the_handler_counts_them(pair, name):
+    """Each run starts with none of the store's pages in the page cache (the Python worker
+    closed before the second eviction, so none stays mapped): both count the same cold pages
+    and cold pulls, and some."""
+    row = next(row for row in ROWS if row[0] == name)
+    python_worker, fast_worker = pair()
+    if not evict(python_worker.root):
+        pytest.skip("the store's pages stay resident here (tmpfs?)")
+    expected = run(python_worker, [row[1]], warmed=False)
+    python_worker.close()
+    assert evict(fast_worker.root)
+    got = run(fast_worker, [row[1]], warmed=False)
+    assert got[:3] == expected[:3]
+    assert got[3] == [1]
+    pages, cold_pages, cold_pulls = got[2][0][8:11]
+    assert 0 < cold_pages <= pages and cold_pulls == 1
 
 
 @pytest.mark.parametrize("with_socket", [True, False], ids=["writev", "transport"])
