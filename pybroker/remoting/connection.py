@@ -9,8 +9,13 @@ What stays here is the one receive loop and back-pressure.
 
 Receive path. The connection is an :class:`asyncio.BufferedProtocol`: the kernel reads into
 free space at the end of the receive buffer (``recv_into``), then ONE receive loop walks the
-buffer with the connection's frame taker. The taker takes what it can (the send fast path's port
-takes every leading send straight into the send ring: docs/architecture/send-fast-path.md;
+buffer with the connection's frame taker. A plain socket is read in C
+(:class:`pybroker._fast.socket_reader.SocketReader`, the loop's reader of the socket in place of
+the transport's, added and removed by the back-pressure here; the transport keeps its writes,
+its close and its EOF and error paths; it makes the loop's first take itself when nothing is
+pending), a TLS one by asyncio's transport (``get_buffer``, ``buffer_updated``); both go on in
+the same receive loop. The taker takes what it can (the send fast path's port takes every
+leading send straight into the send ring: docs/architecture/send-fast-path.md;
 :class:`~pybroker.remoting.frame_taker.WholeFrames`, the default, takes nothing) and hands back
 the first frame it does not take, which is decoded with :func:`pybroker.protocol.command.decode`
 and dispatched; then the taker goes on after it, so the requests of a connection keep their
@@ -52,9 +57,10 @@ import asyncio
 import itertools
 import logging
 import socket as _socket
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from pybroker._fast.frame import TAKE_END, TAKE_FAULT, TAKE_FULL, split_frames
+from pybroker._fast.socket_reader import SocketReader
 from pybroker.errors import ProtocolError
 from pybroker.protocol import command as _command
 from pybroker.protocol.command import MappedBody, RemotingCommand
@@ -62,7 +68,7 @@ from pybroker.protocol.constants import RPC_ONEWAY, SerializeType
 from pybroker.remoting.frame_taker import FrameTaker, WholeFrames
 from pybroker.remoting.invocations import Invocations
 from pybroker.remoting.limits import ConnectionLimits
-from pybroker.remoting.receive_buffer import ReceiveBuffer
+from pybroker.remoting.receive_buffer import RECEIVE_BUFFER_INITIAL_BYTES, ReceiveBuffer
 from pybroker.remoting.timers import ConnectionTimer
 from pybroker.remoting.write_queue import WriteQueue
 
@@ -78,6 +84,9 @@ Dispatch = Callable[["RemotingConnection", RemotingCommand], None]
 
 # The transport of a connection not made yet (asyncio calls connection_made first).
 _UNCONNECTED = asyncio.Transport()
+# asyncio's plain socket transport (not public): the one whose socket a SocketReader may read.
+_SOCKET_TRANSPORT: type = \
+    asyncio.selector_events._SelectorSocketTransport  # type: ignore[attr-defined]
 
 
 class RemotingConnection(asyncio.BufferedProtocol):
@@ -88,6 +97,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
     ``serialize_type``: header encoding of the commands this side sends (JSON by default; replies
     stay JSON so C++ clients can read them). ``on_close(connection, exc)`` runs once when the
     connection is lost. ``attachment`` is free for the owner (the broker keeps its Channel there).
+    ``read_in_c``: a plain socket is read by :class:`~pybroker._fast.socket_reader.SocketReader`
+    (False: by asyncio's transport, as a TLS one always is; the tests compare the two).
     """
 
     def __init__(self, dispatch: Dispatch, limits: ConnectionLimits = _DEFAULT_LIMITS, *,
@@ -96,7 +107,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
                  on_close: Optional[Callable[["RemotingConnection", Optional[BaseException]],
                                              None]] = None,
                  unmatched_response: Optional[Callable[["RemotingConnection", RemotingCommand],
-                                                       None]] = None):
+                                                       None]] = None,
+                 read_in_c: bool = True):
         self.connection_id = next(_connection_ids)
         self.remote_address = ""
         self.attachment: object = None
@@ -114,6 +126,13 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self._close_reason: Optional[str] = None
         self._taker: FrameTaker = WholeFrames(limits.frame_max_bytes)
         self._received = ReceiveBuffer()
+        self._read_in_c = read_in_c
+        # The loop's reader of a plain socket in place of the transport's (connection_made),
+        # and its selector loop (_add_reader and _remove_reader are not public).
+        self._reader: Optional[SocketReader] = None
+        self._selector_loop: Any = None
+        # The reader in C reads _closed, _frames_held, _writes.queued_bytes, _transport_unsent
+        # and handler_tasks to know that nothing is pending before its first take.
         self._writes = WriteQueue()
         # lend_socket's borrower and whether it holds the socket now.
         self._borrower: Optional[Callable[[int], object]] = None
@@ -192,12 +211,26 @@ class RemotingConnection(asyncio.BufferedProtocol):
             socket.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
         if socket is not None and transport.get_extra_info("sslcontext") is None:
             self._writes.socket_fd = socket.fileno()
+            if self._read_in_c and isinstance(transport, _SOCKET_TRANSPORT):
+                self._read_socket_in_c(transport, socket.fileno())
         high = self.limits.write_buffer_high_bytes
         transport.set_write_buffer_limits(high=high, low=high // 4)
         self._calls.start(self._loop)
         self._timer.start(self._loop)
         if self._on_open is not None:
             self._on_open(self)
+
+    def _read_socket_in_c(self, transport: Any, fd: int) -> None:
+        """Be the loop's reader of ``fd`` (SocketReader) instead of ``transport``: the
+        transport stays paused for good (asyncio calls connection_made before it adds its
+        reader, which a paused transport does not; its close and abort remove whichever
+        reader the fd has), and _update_reading adds and removes this one."""
+        self._reader = SocketReader(self, transport, fd, RECEIVE_BUFFER_INITIAL_BYTES)
+        transport.pause_reading()
+        # loop.add_reader refuses an fd a transport owns; _add_reader is what the transport
+        # itself calls.
+        self._selector_loop = self._loop
+        self._selector_loop._add_reader(fd, self._reader)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._received.free_view()
@@ -232,6 +265,7 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
         self._mark_closed()
+        self._reader = None
         self._writes.drop()
         reason = self._close_reason or (f"connection lost: {exc}" if exc else "connection closed")
         self._calls.fail_all(f"{self.remote_address}: {reason}")
@@ -244,9 +278,11 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     # --- receive: the one loop over the frame taker ------------------------------------------
 
-    def _process_frames(self) -> None:
+    def _process_frames(self, taken: Optional[tuple[int, int, int]] = None) -> None:
         """Walk the received bytes with the frame taker: what it takes is done; the frame it
-        hands back is decoded and dispatched here; back-pressure is checked before each step."""
+        hands back is decoded and dispatched here; back-pressure is checked before each step.
+        ``taken``: the first step's take, already made from ``received.start`` (the reader in
+        C makes it when nothing can hold the first frame back)."""
         taker = self._taker
         limits = self.limits
         received = self._received
@@ -257,10 +293,12 @@ class RemotingConnection(asyncio.BufferedProtocol):
             while position < end:
                 if self._closed:
                     return
-                if self._must_wait():
-                    received.start = position
-                    return
-                position, outcome, frame_length = taker.take(buffer, position, end)
+                if taken is None:
+                    if self._must_wait():
+                        received.start = position
+                        return
+                    taken = taker.take(buffer, position, end)
+                (position, outcome, frame_length), taken = taken, None
                 received.start = position
                 if outcome == TAKE_END:
                     break
@@ -356,10 +394,16 @@ class RemotingConnection(asyncio.BufferedProtocol):
         if paused == self._reading_paused or self._closed:
             return
         self._reading_paused = paused
-        if paused:
-            self._transport.pause_reading()
+        transport = self._transport
+        if self._reader is not None:
+            if paused:
+                self._selector_loop._remove_reader(self._writes.socket_fd)
+            elif not transport.is_closing():    # a closing transport removed the reader
+                self._selector_loop._add_reader(self._writes.socket_fd, self._reader)
+        elif paused:
+            transport.pause_reading()
         else:
-            self._transport.resume_reading()
+            transport.resume_reading()
 
     # --- send ------------------------------------------------------------------------------
 

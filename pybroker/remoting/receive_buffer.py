@@ -39,7 +39,7 @@ class ReceiveBuffer:
         while the protocol's ``buffer_updated`` runs, and a bytearray with a live view cannot
         move."""
         if self.end or len(self.data) != RECEIVE_BUFFER_INITIAL_BYTES:
-            self._make_room()       # else all of it is free: the common read needs no call
+            self.make_room()        # else all of it is free: the common read needs no call
         return memoryview(self.data)[self.end:]
 
     def consumed_to(self, position: int) -> None:
@@ -54,7 +54,10 @@ class ReceiveBuffer:
         self.data = bytearray()
         self.start = self.end = 0
 
-    def _make_room(self) -> None:
+    def make_room(self) -> None:
+        """Room for the next read at the end (see the module docstring): nothing to do when
+        there is room already. The reader in C (pybroker._fast.socket_reader) calls it as
+        :meth:`free_view` does, then reads into ``data[end:]`` itself."""
         buffer = self.data
         held_bytes = self.end - self.start
         if held_bytes == 0 and len(buffer) > RECEIVE_BUFFER_INITIAL_BYTES:

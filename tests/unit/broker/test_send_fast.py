@@ -402,8 +402,9 @@ class Side:
         self.attach(connection)
         return connection, transport
 
-    def new_connection(self) -> RemotingConnection:
-        """A connection serving the send handlers (not connected yet)."""
+    def new_connection(self, read_in_c: bool = True) -> RemotingConnection:
+        """A connection serving the send handlers (not connected yet); ``read_in_c``: see
+        RemotingConnection."""
         ctx, stats = self.ctx, self.recorder
 
         async def handle(connection, request):
@@ -418,7 +419,8 @@ class Side:
                 stats.request_finished("send", token, (stats.now_ns() - started) // 1000,
                                        _rpc_answer(request, response))
         table = RequestTable({code: handle for code in send.HANDLERS})
-        return RemotingConnection(table, ConnectionLimits.from_config(self.config.remoting))
+        return RemotingConnection(table, ConnectionLimits.from_config(self.config.remoting),
+                                  read_in_c=read_in_c)
 
     def attach(self, connection: RemotingConnection, write=None) -> None:
         """What proc/remoting.py does with a connection made: its channel and, on the fast

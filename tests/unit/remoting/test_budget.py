@@ -8,8 +8,12 @@ raising an error naming a store path and a unix socket gets a SYSTEM_ERROR remar
 """
 import asyncio
 
-from pybroker.protocol.command import create_request, create_response
+import pytest
+
+from pybroker.protocol.command import create_request, create_response, encode
 from pybroker.remoting import RemotingClient, RequestTable, start_server
+from pybroker.remoting.connection import RemotingConnection
+from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import client_remark
 
 WAIT, QUICK, FAIL = 201, 202, 203
@@ -52,6 +56,54 @@ def test_a_connection_runs_at_most_its_in_progress_budget():
         assert running[1] == IN_PROGRESS_MAX
         for client in (greedy, polite):
             client.close()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+@pytest.mark.parametrize("read_in_c", [False, True])
+def test_a_read_after_the_budget_is_spent_waits(read_in_c):
+    """The last frame of one read spends the budget (reading is not paused: no frame was held
+    yet); a frame of the next read waits until a handler ends, whether asyncio's transport or
+    the reader in C (pybroker._fast.socket_reader) reads the socket."""
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        release = asyncio.Event()
+        started = []
+
+        async def wait(connection, request):
+            started.append(request.opaque)
+            await release.wait()
+            return create_response(request, 0, "done")
+
+        limits = ConnectionLimits(requests_in_progress_max=2)
+        made = []
+
+        def connection():
+            made.append(RemotingConnection(RequestTable({WAIT: wait}), limits,
+                                           read_in_c=read_in_c))
+            return made[-1]
+        server = await loop.create_server(connection, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        requests = [create_request(WAIT) for _ in range(3)]
+        for opaque, request in enumerate(requests, 1):
+            request.opaque = opaque
+        writer.write(encode(requests[0]) + encode(requests[1]))
+        while len(started) < 2:
+            await asyncio.sleep(0.01)
+        writer.write(encode(requests[2]))
+        await asyncio.sleep(0.2)              # time for the third to (not) start
+        assert started == [1, 2]
+        assert (made[0]._reader is not None) == read_in_c
+        release.set()
+        answered = 0
+        while answered < 3:
+            length = int.from_bytes(await reader.readexactly(4), "big")
+            await reader.readexactly(length)
+            answered += 1
+        assert started == [1, 2, 3]
+        writer.close()
         server.close()
         await server.wait_closed()
 
