@@ -291,9 +291,9 @@ class RemotingConnection(asyncio.BufferedProtocol):
         end = received.end
         try:
             while position < end:
-                if self._closed:
-                    return
                 if taken is None:
+                    if self._closed:
+                        return
                     if self._must_wait():
                         received.start = position
                         return
