@@ -14,8 +14,18 @@ the kernel instead of killing the worker by SIGUSR1's default action.
 Life. Every child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``): a
 ``kill -9`` of the supervisor is a ``kill -9`` of the whole broker, including the embedded
 NameServer, and nothing is left holding a port.
+
+Memory. A child shares the parent's pages copy-on-write, the Python objects of every module
+imported before the fork among them; a full collection of Python's cyclic garbage collector
+writes into the header of every object it tracks, so it would copy each of those pages into
+every process that runs one. :func:`fork_child` freezes the objects the parent tracks before
+it forks (``gc.freeze()``: the collector of either side never visits them again), so the
+pages stay shared; the supervisor gives its own back to the collector with :func:`thaw` once
+the children that shared them are gone (a generation's end), so garbage cycles made of them
+are still collected (docs/architecture/processes.md).
 """
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -23,7 +33,8 @@ from collections.abc import Callable
 
 from pybroker import logs
 
-__all__ = ["STOP_SIGNAL", "accept_stop", "fork_child", "die_with_parent", "set_process_title"]
+__all__ = ["STOP_SIGNAL", "accept_stop", "fork_child", "die_with_parent", "set_process_title",
+           "thaw"]
 
 log = logging.getLogger("pybroker.proc.children")
 
@@ -40,6 +51,7 @@ def fork_child(name: str, main: Callable[[], int | None]) -> int:
     returns the child's pid in the parent. The child is named ``pb-<name>``, logs as
     ``name``, ignores SIGTERM/SIGINT and dies with its parent."""
     parent_pid = os.getpid()
+    gc.freeze()          # the pages of the parent's objects stay shared (module docstring)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS | {STOP_SIGNAL})
     try:
         pid = os.fork()
@@ -65,6 +77,12 @@ def fork_child(name: str, main: Callable[[], int | None]) -> int:
     finally:
         logging.shutdown()
         os._exit(status)
+
+
+def thaw() -> None:
+    """Give the objects frozen at earlier forks back to the garbage collector (in the parent,
+    once the children that share their pages have exited)."""
+    gc.unfreeze()
 
 
 def accept_stop() -> None:

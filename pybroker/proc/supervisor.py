@@ -39,7 +39,7 @@ from pybroker.broker.slave_sync import SlaveLink
 from pybroker.broker.transaction_check import TransactionCheckService
 from pybroker.errors import ConfigError, StartupError, StoreCorruptError
 from pybroker.proc import dataplane, preflight
-from pybroker.proc.children import STOP_SIGNAL, fork_child
+from pybroker.proc.children import STOP_SIGNAL, fork_child, thaw
 from pybroker.proc.dataplane import bind_ha_listener, is_slave
 from pybroker.proc.listeners import Listeners, accepting, reserve_port
 from pybroker.proc.metadata_service import MetadataService
@@ -302,6 +302,7 @@ class Supervisor:
                 scrubber.stop()
                 self._running()[1].scrubber_status = None
             self.data_plane_stopped_cleanly = self._stop_children(plane)
+            thaw()                       # the children that shared the frozen pages are gone
             service_socket.close()       # the next generation binds it afresh
             plane.close()
         return outcome
