@@ -441,6 +441,7 @@ class DerivedConfig:
     record_size_max_bytes: int                # largest CommitLog record maxMessageSize allows
     index_file_size_bytes: int
     acl_file_path: str | None = None          # plain_acl.yml resolved, when aclEnable
+    grpc_send_ring_bytes: int = 0             # a gRPC worker's send ring (grpcSendRingSizeBytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -574,6 +575,8 @@ def load_broker_config(path: str | os.PathLike | None = None,
     _require(remoting.remoting_workers + grpc.grpc_workers <= REMOTING_WORKERS_MAX,
              "grpcWorkers", grpc.grpc_workers, f"remotingWorkers + grpcWorkers must be at most "
              f"{REMOTING_WORKERS_MAX} (worker slots of the control block)")
+    derived = dataclasses.replace(derived, grpc_send_ring_bytes=_grpc_send_ring_bytes(
+        grpc, remoting, derived.record_size_max_bytes))
     config = Config(broker, store, remoting, derived,
                     os.fspath(path) if path is not None else None, unknown, tls, grpc)
     _check_unknown_keys(unknown, _BROKER_KEYS, source,
@@ -750,6 +753,20 @@ def _derive_broker(broker: BrokerConfig, store: StoreConfig,
         consume_queue_entries_per_file=(store.mapped_file_size_consume_queue
                                         // layout.CQ_STORE_UNIT_SIZE),
         record_size_max_bytes=record_max, index_file_size_bytes=index_size)
+
+
+def _grpc_send_ring_bytes(grpc: GrpcConfig, remoting: RemotingConfig, record_max: int) -> int:
+    """A gRPC worker's send ring: grpcSendRingSizeBytes, or (0) the smallest power of two that
+    holds two of the largest records, at most sendRingSizeBytes. A gRPC worker's sends come
+    at the rate of one process's gRPC calls (some 10,000 a second, 2-3 MB/s at 128 B), a
+    remoting worker's at up to a hundred times that; the ring is resident once it wrapped
+    (docs/architecture/grpc.md, "Memory of the consume phase")."""
+    if grpc.grpc_send_ring_size_bytes:
+        _require(grpc.grpc_send_ring_size_bytes >= 2 * record_max, "grpcSendRingSizeBytes",
+                 grpc.grpc_send_ring_size_bytes, f"must hold two largest records ({record_max} "
+                 "bytes each)")
+        return grpc.grpc_send_ring_size_bytes
+    return min(1 << (2 * record_max - 1).bit_length(), remoting.send_ring_size_bytes)
 
 
 def _require(condition: bool, key: str, value: Any, rule: str) -> None:

@@ -6,12 +6,14 @@ config imports nothing above it; one key per setting.
 import dataclasses
 import importlib.util
 
-from pybroker.schema import at_least, between, setting
+from pybroker.schema import Rule, at_least, between, setting
 from pybroker.store.control_block import REMOTING_WORKERS_MAX
 
 # The C++ gRPC front's extension (grpc_service/front.py); setup.py builds it only where
 # pkg-config finds libgrpc++.
 FRONT_MODULE = "pybroker._fast.grpc_front.front"
+# A gRPC worker's send ring when grpcSendRingSizeBytes is set (0: sized from maxMessageSize).
+GRPC_RING_BYTES_MIN, GRPC_RING_BYTES_MAX = 1 << 16, 1 << 30
 
 
 def front_built() -> bool:
@@ -37,6 +39,15 @@ class GrpcConfig:
         "worker's grpcio service on a private socket; default: true where the front is built "
         "(setup.py with libgrpc++-dev), else false; true without it: a warning and grpcio "
         "serves the port", pybroker_only=True)
+    grpc_send_ring_size_bytes: int = setting("grpcSendRingSizeBytes", 0,
+        "gRPC worker -> appender ring per gRPC worker (sendRingSizeBytes is the remoting "
+        "workers'); 0 = the smallest power of two holding two of the largest records (16 MiB "
+        "at the default maxMessageSize), at most sendRingSizeBytes", unit="bytes",
+        rule=Rule(f"must be 0 or a power of two between {GRPC_RING_BYTES_MIN} and "
+                  f"{GRPC_RING_BYTES_MAX}", lambda value: value == 0 or (
+                      GRPC_RING_BYTES_MIN <= value <= GRPC_RING_BYTES_MAX
+                      and value & (value - 1) == 0)),
+        pybroker_only=True)
     grpc_max_inbound_message_size: int = setting("grpcMaxInboundMessageSize", 130 << 20,
         "largest gRPC message accepted", unit="bytes", rule=between(4096, 1 << 30))
     enable_message_body_empty_check: bool = setting("enableMessageBodyEmptyCheck", True,

@@ -274,9 +274,11 @@ class DataPlane:
             control.publish("confirm_position", valid_end)
         timer_slot = timer_worker(workers).slot if store.timer_wheel_enable else None
         slots = workers + 1 + (timer_slot is not None)
-        ring_bytes = config.remoting.send_ring_size_bytes
+        grpc_slots = range(config.remoting.remoting_workers, workers)
         slot_count = config.remoting.completion_ring_slots
-        rings = [create_byte_ring(run_directory.region_path(f"send-{slot}"), ring_bytes)
+        rings = [create_byte_ring(run_directory.region_path(f"send-{slot}"),
+                                  config.derived.grpc_send_ring_bytes if slot in grpc_slots
+                                  else config.remoting.send_ring_size_bytes)
                  for slot in range(slots)]
         completions = [create_completion_ring(run_directory.region_path(f"done-{slot}"),
                                               slot_count) for slot in range(slots)]

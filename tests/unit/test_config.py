@@ -424,6 +424,18 @@ def test_frame_and_ring_must_carry_the_largest_record(tmp_path):
     assert loaded.derived.record_size_max_bytes > 262144
 
 
+def test_grpc_ring_is_sized_from_the_largest_record_unless_set(tmp_path):
+    assert load_text(tmp_path, "").derived.grpc_send_ring_bytes == 16 << 20
+    assert load_text(tmp_path, "maxMessageSize=8388608\n").derived.grpc_send_ring_bytes \
+        == 32 << 20
+    assert load_text(tmp_path, "maxMessageSize=8388608\nsendRingSizeBytes=67108864\n"
+                     "grpcSendRingSizeBytes=67108864\n").derived.grpc_send_ring_bytes == 64 << 20
+    with pytest.raises(ConfigError, match="^grpcSendRingSizeBytes=8388608: must hold two"):
+        load_text(tmp_path, "grpcSendRingSizeBytes=8388608\n")
+    with pytest.raises(ConfigError, match="^grpcSendRingSizeBytes=3145728: must be 0 or a power"):
+        load_text(tmp_path, "grpcSendRingSizeBytes=3145728\n")
+
+
 def test_index_file_must_stay_below_2_gib(tmp_path):
     with pytest.raises(ConfigError, match="^maxIndexNum=200000000: IndexFile would be"):
         load_text(tmp_path, "maxIndexNum=200000000\n")
