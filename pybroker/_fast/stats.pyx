@@ -6,8 +6,8 @@ and keyed entries with plain release stores (single writer per word: no locked i
 system call, no allocation). Keyed entries are appended by their writer and published by a
 release store of the section's key count; the writer keeps a process-local index of its keys,
 rebuilt from the section on attach, so a restarted worker continues its predecessor's entries.
-Readers copy the region with :func:`snapshot` (acquire fence, then one memcpy) and decode it
-with numpy.
+Readers copy the region with :func:`snapshot` (acquire loads, then a memcpy of what is in use)
+and decode it with numpy.
 
 A region created with the instruments off (``statsInstrumentsEnable=false``: the header's
 instruments-off word) makes every writer's recording a no-op: each method below returns after
@@ -16,7 +16,7 @@ treats a disabled writer as none). Readers see the flag (:func:`instruments_enab
 not present the untouched zeros as measured figures.
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
-from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
 
@@ -93,16 +93,46 @@ def instruments_enabled(buffer) -> bool:
         PyBuffer_Release(&view)
 
 
-def snapshot(buffer) -> bytes:
-    """A consistent-enough copy of the whole region: every word as some writer stored it
-    (acquire fence first, so key entries counted by a loaded key count are complete)."""
-    cdef Py_buffer view
+def snapshot(buffer, out) -> None:
+    """Copy the region into ``out``, a writable buffer of the same size holding zeros (a fresh
+    anonymous map): the header, the window area, every section's counters, histograms and key
+    count, and of its key entries only those the count publishes (loaded with acquire first,
+    so each copied entry is complete; the count copied is the one loaded). The entries a
+    section has room for and does not use are left alone: most of the region (1,024 entries
+    a writer), whose pages a fresh map then never backs."""
+    cdef Py_buffer view, target
+    cdef const unsigned char *base
+    cdef unsigned char *copy
+    cdef Py_ssize_t offset, section
+    cdef uint64_t writers, writer, count
     PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE)
     try:
-        copy = PyBytes_FromStringAndSize(NULL, view.len)
-        __atomic_thread_fence_acquire()
-        memcpy(PyBytes_AS_STRING(copy), view.buf, view.len)
-        return copy
+        PyObject_GetBuffer(out, &target, PyBUF_WRITABLE)
+        try:
+            if target.len != view.len:
+                raise ValueError(f"snapshot target of {target.len} bytes for a region of "
+                                 f"{view.len}")
+            base = <const unsigned char *>view.buf
+            copy = <unsigned char *>target.buf
+            writers = pb_stats_load(<const uint64_t *>(base + STATS_WRITERS_OFFSET))
+            offset = sections_offset()
+            if <uint64_t>offset + writers * SECTION_BYTES > <uint64_t>view.len:
+                raise ValueError(f"stats region of {view.len} bytes cannot hold {writers} "
+                                 f"writers")
+            __atomic_thread_fence_acquire()
+            memcpy(copy, base, offset)
+            for writer in range(writers):
+                section = offset + <Py_ssize_t>writer * SECTION_BYTES
+                count = pb_stats_load(
+                    <const uint64_t *>(base + section + SECTION_KEY_COUNT_OFFSET))
+                memcpy(copy + section, base + section, SECTION_KEYS_OFFSET)
+                (<uint64_t *>(copy + section + SECTION_KEY_COUNT_OFFSET))[0] = count
+                if count > KEYS_PER_WRITER:
+                    count = KEYS_PER_WRITER
+                memcpy(copy + section + SECTION_KEYS_OFFSET, base + section + SECTION_KEYS_OFFSET,
+                       <size_t>count * KEY_ENTRY_BYTES)
+        finally:
+            PyBuffer_Release(&target)
     finally:
         PyBuffer_Release(&view)
 

@@ -8,6 +8,7 @@ Method: real regions (a file under a temp dir and anonymous maps), a forked chil
 writer, and hand-computed expectations for the Java formulas (StatsItem, StoreStatsService,
 Double.toString, UtilAll.getDiskPartitionSpaceUsedPercent).
 """
+import ctypes
 import os
 
 import numpy as np
@@ -17,7 +18,7 @@ from pybroker._fast import stats as fast_stats
 from pybroker._fast.stats import StatsCounter, StatsHistogram, StatsKeyKind
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.stats import metric_names
-from pybroker.stats.region import StatsRegion
+from pybroker.stats.region import Snapshot, StatsRegion
 from pybroker.store.control_block import remoting_worker, stats_section_count
 from pybroker.broker.runtime_info import disk_used_ratio, format_runtime
 from pybroker.stats.service import (StatsService, histogram_percentile,
@@ -32,6 +33,44 @@ def region(tmp_path):
     created = StatsRegion.create(str(tmp_path / "stats"), stats_section_count(2), 1234)
     yield created
     created.close()
+
+
+def _resident_kib(buffer) -> int:
+    """Rss of the mapping holding ``buffer`` (from /proc/self/smaps)."""
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if not fields[0].endswith(":"):
+                start, end = (int(part, 16) for part in fields[0].split("-"))
+                inside = start <= address < end
+            elif inside and fields[0] == "Rss:":
+                return int(fields[1])
+    raise AssertionError("the snapshot's map is not in /proc/self/smaps")
+
+
+def test_a_snapshot_decodes_as_the_whole_region_and_backs_only_what_is_in_use(region):
+    """The snapshot copies the header, window, counters, histograms and the published key
+    entries of each section, nothing else: decoded, it equals a plain copy of the whole
+    region; its map has the pages of what it copied, not the region's size."""
+    for index, section in enumerate((remoting_worker(0).stats_section,
+                                     remoting_worker(1).stats_section)):
+        writer = region.writer(section)
+        writer.add(C.GET_FOUND, 3 + index)
+        writer.record(H.RPC_LATENCY_US, 1000 * index)
+        for key in range(40 + index):
+            writer.key_add(writer.key(K.KEY_TOPIC_PUT, key % 8, f"topic-{key}"), key, 10 * key)
+    region.window_append([1, 2, 3])
+    snapshot = region.snapshot()
+    whole = Snapshot(bytes(region.buffer), region.writers)
+    assert np.array_equal(snapshot.counters, whole.counters)
+    assert np.array_equal(snapshot.histograms, whole.histograms)
+    assert np.array_equal(snapshot.window_rows(), whole.window_rows())
+    assert [(w, k, label, key, list(words)) for w, k, label, key, words in snapshot.entries()] \
+        == [(w, k, label, key, list(words)) for w, k, label, key, words in whole.entries()]
+    assert len(list(snapshot.entries())) == 81
+    assert _resident_kib(snapshot.data) * 1024 < len(region.buffer) // 4
 
 
 def test_counters_histograms_and_keys_sum_over_writers(region):
