@@ -190,7 +190,7 @@ class TimerStore(TimerPuts):
         self._last_commit = (-1, -1)
         self.last_enqueue_ms = 0           # wall time of the last enqueued message
         self.last_enqueue_store_ms = 0     # its store time (Java's enqueue latency)
-        self.ahead = AheadRuns(settings.timer_preconvert_max_bytes)
+        self.ahead = AheadRuns(settings.timer_preconvert_max_bytes, self.precision_ms)
         self.own_times = OwnTimes()                # parked messages' own times, per slot
         self.in_slot: SlotInProgress | None = None  # the slot at the read time, while it runs
         # The last enqueue read the wheel topic to its end: every cancel mark stored before

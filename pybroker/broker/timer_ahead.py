@@ -3,8 +3,12 @@
 
 A due slot's delivery was: read its parked records, convert them into runs (C), put the runs.
 The reading and converting do not depend on the clock, so :class:`AheadRuns` does them for the
-used slots that have not begun, the nearest first, as far as the roll window reaches (no unit
-is parked further), one chunk of ``DEQUEUE_CHUNK`` records per call of :meth:`AheadRuns.step`
+used slots that have not begun, the nearest first: every one beginning within ``AHEAD_MS`` of
+the write time, and beyond it, as far as the roll window reaches (no unit is parked further),
+only a slot too large to be converted in time when due (:func:`far_min_units`: a small one
+would be held for nothing until it falls due, as the POP check-points parked for their whole
+invisible time were; it is converted once within ``AHEAD_MS``), one chunk of
+``DEQUEUE_CHUNK`` records per call of :meth:`AheadRuns.step`
 (the worker calls it when a turn leaves time), and holds each converted chunk in the worker's
 memory as recipes (``timer_runs.hold``: the new records without their bodies, which stay in the
 parked records), at most ``timerPreconvertMaxBytes`` bytes of recipes; a nearer slot takes the
@@ -39,13 +43,26 @@ from pybroker.broker.timer_runs import CChunk, HeldChunk, SlotPlan, Wanted, hold
 from pybroker.store.settings import StoreConfig
 from pybroker.store.timer_wheel import TimerWheel
 
-__all__ = ["AheadRuns", "AHEAD_MS"]
+__all__ = ["AheadRuns", "AHEAD_MS", "far_min_units"]
 
-# Slots beginning within this of the write time are planned again at every change of their
-# wheel entry, and their parked bytes count as coming (the flusher's pre-fault); further ones
-# when they have doubled (see the module docstring).
+# Slots beginning within this of the write time are all converted ahead, planned again at
+# every change of their wheel entry, and their parked bytes count as coming (the flusher's
+# pre-fault); further ones only when large (far_min_units), and planned again when they have
+# doubled (see the module docstring).
 AHEAD_MS = 3000
+# A slot beginning beyond AHEAD_MS is converted ahead when converting it at due time would
+# take 1 / FAR_SHARE of a precision or more at DUE_CONVERT_NS a unit (the due-time
+# conversion's CPU a parked record, 1.0-1.6 µs measured on a busy box, rounded up for a
+# worker sharing the cores: architecture/timer.md, "Beyond 3 s, only what would be late").
+DUE_CONVERT_NS = 2000
+FAR_SHARE = 10
 _NEVER = 1 << 62
+
+
+def far_min_units(precision_ms: int) -> int:
+    """The units a slot beginning beyond ``AHEAD_MS`` needs to be converted ahead: as many
+    as the due-time conversion gets through in a tenth of a precision (50,000 at 1 s)."""
+    return precision_ms * 1_000_000 // (DUE_CONVERT_NS * FAR_SHARE)
 
 
 class AheadSource(Protocol):
@@ -91,10 +108,11 @@ class _Ready:
 
 class AheadRuns:
     """The runs converted ahead, per slot time (see the module docstring); ``bytes_max`` 0
-    converts nothing ahead."""
+    converts nothing ahead; ``precision_ms``: the timer's, for :func:`far_min_units`."""
 
-    def __init__(self, bytes_max: int):
+    def __init__(self, bytes_max: int, precision_ms: int):
         self.bytes_max = bytes_max
+        self.far_min_units = far_min_units(precision_ms)
         self.held_bytes = 0
         self._slots: dict[int, _Ready] = {}
         self._passed: dict[int, tuple[int, int, int]] = {}   # C did not take the first chunk
@@ -135,9 +153,12 @@ class AheadRuns:
         while index < len(used) and used[index] < self._blocked_ms:
             slot_ms = used[index]
             slot = store.wheel.slot(slot_ms)
-            if slot.time_ms == slot_ms:
+            near = slot_ms < near_until
+            # Beyond AHEAD_MS only a slot too large to convert in time when due; a smaller
+            # one is looked at again when the write time moves (the cursor goes back).
+            if slot.time_ms == slot_ms and (near or slot.num >= self.far_min_units):
                 ready = self._ready(store, slot_ms, (slot.first_pos, slot.last_pos, slot.num),
-                                    slot_ms < near_until, chunk_records)
+                                    near, chunk_records)
                 if ready is not None and not ready.stopped and not ready.full and \
                         ready.covered < len(ready.plan.wanted.offsets):
                     self._cursor = index

@@ -251,7 +251,8 @@ class StoreConfig:
         "period of the timer's progress log line", unit="ms", rule=at_least(1))
     timer_preconvert_max_bytes: int = setting("timerPreconvertMaxBytes", 256 << 20,
         "pybroker's own: re-puts of the used slots not begun are converted ahead, the "
-        "nearest first, and held in the timer worker's memory as recipes (each record "
+        "nearest first (beyond 3 s only slots too large to convert in time when due), "
+        "and held in the timer worker's memory as recipes (each record "
         "without its body) up to this many bytes (past it they are converted when due, "
         "as with 0)",
         unit="bytes", rule=at_least(0), pybroker_only=True)

@@ -16,6 +16,7 @@ import pytest
 from pybroker.broker import send, timer_message
 from pybroker.broker import timer as timer_module
 from pybroker.broker.timer import LONG_MAX, TimerStore
+from pybroker.broker.timer_ahead import far_min_units
 from pybroker.protocol.codes import ResponseCode
 from pybroker.store import paths
 from pybroker.store.timer_checkpoint import read_checkpoint
@@ -579,6 +580,7 @@ def test_runs_converted_ahead_are_put_when_due_never_before(broker):
     TIMER_DEQUEUE_MS, the records a conversion at due time makes (same body, topic, queue
     and properties)."""
     store = timer(broker)
+    store.ahead.far_min_units = 1      # every slot large (the rule's own tests: below)
     for key in ("a", "b", "c"):
         send_timer(broker, key, TIMER_DELIVER_MS=str(T0 + 3500), DELAY_NOTE=f"t{key}")
     step(broker, store, T0 + 100)
@@ -683,6 +685,7 @@ def test_slots_well_ahead_are_converted_nearest_first_and_put_when_due(wide):
     ahead are both held, the nearest converted first (enqueued after the other), and each is
     put from what is held when due, never before."""
     store = timer(wide)
+    store.ahead.far_min_units = 1      # every slot large (the rule's own tests: below)
     send_timer(wide, "far", TIMER_DELIVER_MS=str(T0 + 20500))
     step(wide, store, T0 + 100)
     send_timer(wide, "near", TIMER_DELIVER_MS=str(T0 + 10500))
@@ -707,6 +710,7 @@ def test_a_nearer_slot_takes_the_cap_from_the_farthest(wide):
     what fills the cap drops the farthest held, which is converted again once room is given
     back (its own slot put); every message delivered once, at its time."""
     store = timer(wide)
+    store.ahead.far_min_units = 1      # every slot large (the rule's own tests: below)
     send_timer(wide, "far", TIMER_DELIVER_MS=str(T0 + 20500))
     step(wide, store, T0 + 100)
     assert _convert_ahead(store) == 1
@@ -737,6 +741,7 @@ def test_a_slot_beyond_ahead_ms_is_read_again_only_once_it_doubled(wide, monkeyp
     two looks); within AHEAD_MS at every change.
     What was added in between is converted then or when due: all delivered."""
     store = timer(wide)
+    store.ahead.far_min_units = 1      # every slot large (the rule's own tests: below)
     plans: list[int] = []
     plan_slot = store.plan_slot
     monkeypatch.setattr(store, "plan_slot",
@@ -774,6 +779,62 @@ def test_a_slot_beyond_ahead_ms_is_read_again_only_once_it_doubled(wide, monkeyp
     step(wide, store, T0 + 21000)
     assert set(delivered(wide)) == {"a", "b", "c", "d", "e", "f"}
     assert store.figures.converted_ahead == 6
+
+
+def test_beyond_ahead_ms_only_a_slot_too_large_to_convert_when_due_is_converted(wide):
+    """Beyond AHEAD_MS a slot is converted ahead only when it has at least far_min_units
+    units (converting it when due would make its messages late: a tenth of a precision at
+    the measured cost a unit, 50,000 at 1 s); a smaller one is not read nor held until it
+    comes within AHEAD_MS, then converted; both put from what is held when due."""
+    assert far_min_units(1000) == 50_000 and far_min_units(100) == 5_000
+    store = timer(wide)
+    assert store.ahead.far_min_units == far_min_units(store.precision_ms)
+    store.ahead.far_min_units = 3                   # here a slot of 3 units is large
+    for key in ("s1", "s2"):
+        send_timer(wide, key, TIMER_DELIVER_MS=str(T0 + 10500))     # small, 10 s ahead
+    for key in ("l1", "l2", "l3"):
+        send_timer(wide, key, TIMER_DELIVER_MS=str(T0 + 20500))     # large, 20 s ahead
+    step(wide, store, T0 + 100)
+    assert _convert_ahead(store) == 1 and list(store.ahead._slots) == [T0 + 20000]
+    step(wide, store, T0 + 7000)                    # 3 s from the small slot: not within
+    assert _convert_ahead(store) == 0 and T0 + 10000 not in store.ahead._slots
+    step(wide, store, T0 + 8000)                    # within AHEAD_MS: converted
+    assert _convert_ahead(store) == 1 and sorted(store.ahead._slots) == [T0 + 10000,
+                                                                         T0 + 20000]
+    step(wide, store, T0 + 10499)
+    assert delivered(wide) == {}
+    step(wide, store, T0 + 10500)
+    assert set(delivered(wide)) == {"s1", "s2"} and store.figures.converted_ahead == 2
+    step(wide, store, T0 + 21000)
+    assert set(delivered(wide)) == {"s1", "s2", "l1", "l2", "l3"}
+    assert store.figures.converted_ahead == 5 and store.ahead.held_bytes == 0
+
+
+def test_a_large_far_slot_gives_the_cap_to_a_small_one_come_near(wide):
+    """The cap with the rule: a large slot 20 s ahead holds the bytes; a small slot 10 s
+    ahead is not converted while far, and once within AHEAD_MS it takes the cap from the
+    farther large one (converted again when room is given back); all delivered once."""
+    store = timer(wide)
+    store.ahead.far_min_units = 2
+    for key in ("l1", "l2"):
+        send_timer(wide, key, TIMER_DELIVER_MS=str(T0 + 20500))
+    send_timer(wide, "small", TIMER_DELIVER_MS=str(T0 + 10500))
+    step(wide, store, T0 + 100)
+    assert _convert_ahead(store) == 1 and list(store.ahead._slots) == [T0 + 20000]
+    large = store.ahead.held_bytes
+    store.ahead.bytes_max = large + 64              # no room for both
+    step(wide, store, T0 + 8000)
+    # The small slot converted (the large one's chunk dropped for it), the large one
+    # converted again and refused: no room, nothing farther to drop.
+    assert _convert_ahead(store) == 2 and store.ahead.held_bytes <= store.ahead.bytes_max
+    assert store.ahead._slots[T0 + 10000].held_bytes > 0
+    assert store.ahead._slots[T0 + 20000].held_bytes == 0
+    step(wide, store, T0 + 10500)                   # taken: room again
+    assert set(delivered(wide)) == {"small"}
+    assert _convert_ahead(store) == 1 and store.ahead.held_bytes == large
+    step(wide, store, T0 + 21000)
+    assert set(delivered(wide)) == {"small", "l1", "l2"}
+    assert store.figures.converted_ahead == 3
 
 
 def test_the_cap_on_held_bytes_leaves_the_rest_to_due_time(broker):
