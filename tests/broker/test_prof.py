@@ -32,6 +32,7 @@ import pytest
 from rich.console import Console
 
 from pybroker._testbase.cluster import StandaloneBroker
+from pybroker._testbase.page_cache import evict_file
 from pybroker.client.message import Message
 from pybroker.client.producer import Producer
 from pybroker.prof.charts import CHART_IDS
@@ -124,12 +125,7 @@ def _evict_commitlog(store_dir: str) -> list[str]:
     directory = os.path.join(store_dir, "commitlog")
     names = sorted(name for name in os.listdir(directory) if name.isdigit())
     for name in names:
-        fd = os.open(os.path.join(directory, name), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        evict_file(os.path.join(directory, name))
     return names
 
 

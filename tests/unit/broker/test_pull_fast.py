@@ -28,6 +28,7 @@ import socket
 import pytest
 
 from pybroker._fast import pagecache
+from pybroker._testbase.page_cache import evict_file
 from pybroker._fast import record as record_codec
 from pybroker.broker import pull
 from pybroker.broker.channel import Channel
@@ -408,10 +409,9 @@ def evict(root: str) -> bool:
     mapped); False when some stay resident (a tmpfs keeps them)."""
     resident = 0
     for path in store_files(root):
+        evict_file(path)
         fd = os.open(path, os.O_RDONLY)
         try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             size = os.fstat(fd).st_size
             if size:
                 with mmap.mmap(fd, size, prot=mmap.PROT_READ) as view:

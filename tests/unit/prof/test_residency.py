@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from pybroker._fast import pagecache
+from pybroker._testbase.page_cache import evict_file
 from pybroker.prof.residency import PAGE_SIZE_BYTES, FileResidency
 
 PAGE = PAGE_SIZE_BYTES
@@ -58,15 +59,6 @@ def _fincore(path: str) -> int | None:
     return int(out.split()[0]) // PAGE
 
 
-def _evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)                     # dirty pages cannot be dropped
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def _read_pages(path: str, ranges) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -83,7 +75,7 @@ def data_file(tmp_path):
     path = str(tmp_path / "00000000000000000000")
     with open(path, "wb") as out:
         out.write(os.urandom(FILE_PAGES * PAGE))
-    _evict(path)
+    evict_file(path)
     return path
 
 
@@ -106,7 +98,7 @@ def test_residency_matches_fincore_and_an_independent_mincore(data_file):
         assert vector is not None
         for first, end in READ_RANGES:
             assert vector[first:end].all()
-        _evict(data_file)
+        evict_file(data_file)
         assert residency.resident_pages(data_file) == (0, FILE_PAGES)
         assert _libc_mincore(data_file) == 0
     finally:
