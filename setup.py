@@ -141,9 +141,13 @@ class build_ext(_build_ext):
         if _last_flavour() != FLAVOUR:
             self.force = True           # objects of another flavour must not be kept
         directives = {"language_level": "3", "embedsignature": True, "linetrace": DEBUG}
+        # Every core, for Cython and for the compiler, unless -j says otherwise: pip's build
+        # (README's install) passes no -j, and the extensions are independent of each other.
+        jobs = int(self.parallel) if self.parallel not in (None, True) else os.cpu_count() or 1
+        self.parallel = jobs
         self.distribution.ext_modules[:] = cythonize(
             self.distribution.ext_modules, compiler_directives=directives,
-            annotate=DEBUG, force=bool(self.cython_always or self.force))
+            annotate=DEBUG, force=bool(self.cython_always or self.force), nthreads=jobs)
         super().finalize_options()
 
     def run(self):
