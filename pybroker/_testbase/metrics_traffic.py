@@ -63,6 +63,7 @@ async def traffic(namesrv_addr: str, settle_s: float = 0.0, while_online=None):
     push.subscribe(DLQ_TOPIC)
     push.register_message_listener(refuse)
     async with push:
-        await asyncio.wait_for(failed.wait(), 60)
+        async with asyncio.timeout(60):
+            await failed.wait()
         await asyncio.sleep(settle_s)
         return await while_online() if while_online is not None else None

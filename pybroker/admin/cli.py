@@ -63,7 +63,8 @@ def run_admin(args: argparse.Namespace) -> int:
     async def run() -> int:
         async with Admin(args.namesrv_addr, **_security_options(args)) as admin:
             timeout = None if args.admin_command in REPEATING else ADMIN_TIMEOUT_S
-            return await asyncio.wait_for(function(admin, args, out), timeout)
+            async with asyncio.timeout(timeout):
+                return await function(admin, args, out)
     try:
         return asyncio.run(run())
     except BrokenPipeError:

@@ -178,8 +178,8 @@ class _Channel:
         sock.setblocking(False)
         self.connecting = True
         try:
-            await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (host, port)),
-                                   self.connect_timeout_s)
+            async with asyncio.timeout(self.connect_timeout_s):
+                await asyncio.get_running_loop().sock_connect(sock, (host, port))
         except (OSError, TimeoutError) as error:
             sock.close()
             log.warning("heartbeat connection to controller %s failed: %s", self.address,

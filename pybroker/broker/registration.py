@@ -118,7 +118,8 @@ class NamesrvRegistration:
         rounds = Rounds("NameServer registration", logger=log)
         while True:
             try:
-                await asyncio.wait_for(self._kick.wait(), period_s)
+                async with asyncio.timeout(period_s):
+                    await self._kick.wait()
             except TimeoutError:
                 pass
             self._kick.clear()

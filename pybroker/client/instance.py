@@ -186,7 +186,8 @@ class ClientInstance:
             pool.close()
         for client in self._clients:
             try:
-                await asyncio.wait_for(client.wait_closed(), CLOSE_WAIT_MS / 1000)
+                async with asyncio.timeout(CLOSE_WAIT_MS / 1000):
+                    await client.wait_closed()
             except asyncio.TimeoutError:
                 LOGGER.warning("connection to %s did not close in %d ms", client.address,
                                CLOSE_WAIT_MS)

@@ -146,7 +146,8 @@ class OrderlyService:
         """Take ``queue``'s consume lock, waiting at most UNLOCK_WAIT_MS for a running batch;
         True when taken (the caller releases it)."""
         try:
-            await asyncio.wait_for(process_queue.consume_lock.acquire(), UNLOCK_WAIT_MS / 1000)
+            async with asyncio.timeout(UNLOCK_WAIT_MS / 1000):
+                await process_queue.consume_lock.acquire()
         except asyncio.TimeoutError:
             process_queue.try_unlock_times += 1
             LOGGER.info("%s: %s still consuming; letting it go anyway", self.consumer.group,

@@ -257,8 +257,8 @@ class LitePullConsumer(ConsumerMember):
         while True:
             remaining_s = deadline - time.monotonic()
             try:
-                queue, epoch, messages, next_offset = await asyncio.wait_for(
-                    buffer.get(), max(remaining_s, 0))
+                async with asyncio.timeout(max(remaining_s, 0)):
+                    queue, epoch, messages, next_offset = await buffer.get()
             except asyncio.TimeoutError:
                 return []
             self._buffered_count -= len(messages)

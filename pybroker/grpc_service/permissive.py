@@ -64,7 +64,8 @@ class PermissiveRelay:
             writer.close()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        first = await asyncio.wait_for(reader.read(RELAY_CHUNK_BYTES), FIRST_BYTES_TIMEOUT_S)
+        async with asyncio.timeout(FIRST_BYTES_TIMEOUT_S):
+            first = await reader.read(RELAY_CHUNK_BYTES)
         if not first:
             return
         name = self.tls_name if first[0] == TLS_HANDSHAKE_RECORD else self.plain_name

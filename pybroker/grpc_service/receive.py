@@ -144,8 +144,8 @@ class _Receive:
         if answer is not None:
             return answer
         try:
-            return await asyncio.wait_for(asyncio.shield(self.answered),
-                                          (polling_ms + HOLD_SLACK_MS) / 1000)
+            async with asyncio.timeout((polling_ms + HOLD_SLACK_MS) / 1000):
+                return await asyncio.shield(self.answered)
         except asyncio.TimeoutError:
             log.warning("a held POP of %s@%s did not answer in its poll time", self.topic,
                         self.group)

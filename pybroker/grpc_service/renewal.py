@@ -135,7 +135,8 @@ class Renewals:
         if kept is None:
             return handle
         try:
-            await asyncio.wait_for(kept.lock.acquire(), LOCK_TIMEOUT_S)
+            async with asyncio.timeout(LOCK_TIMEOUT_S):
+                await kept.lock.acquire()
         except asyncio.TimeoutError:
             raise GrpcRefused(Code.INTERNAL_SERVER_ERROR,
                               "try to remove and get handle failed") from None
@@ -242,8 +243,8 @@ class Renewals:
                   for (_, group), (rctx, kept) in groups.items()]
         if clears:
             try:
-                await asyncio.wait_for(asyncio.gather(*clears, return_exceptions=True),
-                                       STOP_CLEAR_BOUND_S)
+                async with asyncio.timeout(STOP_CLEAR_BOUND_S):
+                    await asyncio.gather(*clears, return_exceptions=True)
             except asyncio.TimeoutError:
                 log.warning("stop: kept messages not all cleared within %.0f s",
                             STOP_CLEAR_BOUND_S)

@@ -143,7 +143,8 @@ class AutoSwitchSlaveClient:
         sock.setblocking(False)
         peer = sock
         try:
-            await asyncio.wait_for(loop.sock_connect(sock, (host.strip("[]"), int(port))), 3.0)
+            async with asyncio.timeout(3.0):
+                await loop.sock_connect(sock, (host.strip("[]"), int(port)))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # TLS and the shared-secret challenge, when configured (proc/ha_access.py).
             peer = await self.access.open_to_master(sock, host.strip("[]"))
@@ -211,7 +212,8 @@ class _Session:
         try:
             while True:
                 try:
-                    await asyncio.wait_for(asyncio.shield(self.ended), tick_s)
+                    async with asyncio.timeout(tick_s):
+                        await asyncio.shield(self.ended)
                 except TimeoutError:
                     pass
                 if self.ended.done():

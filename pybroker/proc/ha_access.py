@@ -244,7 +244,8 @@ async def _ready(loop, sock, readable: bool, deadline: float) -> None:
             future.set_result(None)
     (loop.add_reader if readable else loop.add_writer)(sock.fileno(), ready)
     try:
-        await asyncio.wait_for(future, max(deadline - loop.time(), 0))
+        async with asyncio.timeout(max(deadline - loop.time(), 0)):
+            await future
     except TimeoutError:
         raise TimeoutError(f"HA handshake not finished within {HANDSHAKE_TIMEOUT_S} s") \
             from None

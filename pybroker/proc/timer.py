@@ -147,7 +147,8 @@ class _TimerWorker:
 
     async def _pause(self, wait_ms: int) -> None:
         try:
-            await asyncio.wait_for(self.stopping.wait(), max(wait_ms, 1) / 1000)
+            async with asyncio.timeout(max(wait_ms, 1) / 1000):
+                await self.stopping.wait()
         except TimeoutError:
             pass
 

@@ -327,7 +327,8 @@ async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
     """Wait until ``event`` is set or ``timeout_s`` passed, whichever comes first (the ha
     slaves' reconnect back-off, cut short by a new master address)."""
     try:
-        await asyncio.wait_for(event.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
     except TimeoutError:
         pass
 
@@ -386,7 +387,8 @@ class Sleeper:
         loop.add_reader(self.wake_fd.fd, _set_once, readable)
         try:
             timeout_s = None if timeout_ms is None else timeout_ms / 1000
-            await asyncio.wait_for(readable, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await readable
         except TimeoutError:
             pass
         finally:

@@ -91,8 +91,8 @@ def attach_admin(address: str, timeout_s: float = 5.0) -> Target:
 
     async def fetch() -> dict[str, str]:
         async with Admin(address) as admin:
-            response = await asyncio.wait_for(
-                invoke(admin, address, RequestCode.GET_BROKER_CONFIG), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                response = await invoke(admin, address, RequestCode.GET_BROKER_CONFIG)
         text = bytes(response.body or b"").decode("utf-8", "replace")
         return dict(line.split("=", 1) for line in text.splitlines()
                     if "=" in line and not line.startswith("#"))

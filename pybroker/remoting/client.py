@@ -97,7 +97,8 @@ class RemotingClient:
                 make_connection, host, port, ssl=self.ssl_context,
                 server_hostname=host if self.ssl_context is not None else None)
         try:
-            transport, connection = await asyncio.wait_for(opening, timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                transport, connection = await opening
         except asyncio.TimeoutError:
             raise TimeoutError(f"connect to {address} timed out after {timeout_ms} ms") from None
         # asyncio sets TCP_NODELAY on TCP transports itself: requests are not held by Nagle.
@@ -257,7 +258,8 @@ class SyncRemotingClient:
         async def shut() -> None:
             self._client.close()
             try:
-                await asyncio.wait_for(self._client.wait_closed(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._client.wait_closed()
             except asyncio.TimeoutError:
                 LOGGER.warning("remoting connection to %s did not close within 1 s",
                                self._client.address)

@@ -202,7 +202,8 @@ class SniffingListener:
                 readable.set_result(None)
         loop.add_reader(conn.fileno(), on_readable)
         try:
-            await asyncio.wait_for(readable, self._first_byte_timeout_s)
+            async with asyncio.timeout(self._first_byte_timeout_s):
+                await readable
         finally:
             loop.remove_reader(conn.fileno())
         return conn.recv(1, socket.MSG_PEEK)

@@ -403,7 +403,8 @@ class MetricsServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT_S)
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
             if len(head) > _REQUEST_BYTES_MAX:
                 raise ValueError("request head too large")
             method, path = (head.split(b"\r\n", 1)[0].split(b" ") + [b"", b""])[:2]
