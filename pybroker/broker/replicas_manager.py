@@ -508,7 +508,14 @@ class ReplicasManager:
         except ControllerError as error:
             log.warning("alter SyncStateSet of %s to %s: %s", self.config.broker.broker_name,
                         sorted(members), error)
-            return
+            answer = None
         finally:
             self._altering = False
-        self._confirm_sync_state(answer.members, answer.epoch)
+        if answer is not None:
+            self._confirm_sync_state(answer.members, answer.epoch)
+        if self.sync.proposed is not None:
+            # Refused, or answered with no newer set: withdrawn, so that a slave proposed here
+            # is a candidate again (sync_state.py); while it stays connected and joining,
+            # acknowledgements still wait for it.
+            self.sync = self.sync.withdraw()
+            self.publish_sync_state()

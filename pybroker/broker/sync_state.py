@@ -14,7 +14,11 @@ learner, caught up recently, at or past the start of the master's epoch, is firs
 *required* (published, so sends wait for it too); the proposal goes to the controller once its
 acknowledgement reaches the master's written end at the moment it became required
 (``required_from``): every message SEND_OK'd without it is then on it. This closes the window
-Java leaves between reading the master's end and waiting for the new member.
+Java leaves between reading the master's end and waiting for the new member. A proposal the
+controller refuses is withdrawn, and candidates are looked for against the confirmed set again,
+as Java's ``maybeExpandInSyncStateSet`` looks at its local set: a slave refused once (Java's
+controller says "don't alive" before its first heartbeat) is proposed again once caught up,
+also after a reconnection.
 
 Pure functions and a small value class; :mod:`pybroker.broker.replicas_manager` applies them
 with the control block's slave lines (``ControlBlock.ha_slave_lines``).
@@ -48,6 +52,10 @@ class SyncStateSet:
 
     def propose(self, members) -> "SyncStateSet":
         return dataclasses.replace(self, proposed=frozenset(members))
+
+    def withdraw(self) -> "SyncStateSet":
+        """The proposal the controller did not take: the confirmed set stands."""
+        return dataclasses.replace(self, proposed=None)
 
     def confirm(self, members, epoch: int) -> "SyncStateSet":
         """The controller's set at ``epoch``; an older or equal epoch changes nothing."""
