@@ -20,6 +20,7 @@ but errors. After the partition heals, every message ever acknowledged must be c
 the final master, and all three CommitLogs must agree. Failover times are printed.
 """
 import os
+import re
 import signal
 import time
 
@@ -173,9 +174,17 @@ def _kill_master_under_load(controller, brokers, load):
     return old, new
 
 
+def _join_lines(text: str, count: int) -> str:
+    """The last ``count`` lines of a broker log that tell how a slave (re)joins: its config
+    echo left out, the HA and SyncStateSet lines kept."""
+    lines = [line for line in text.splitlines(True) if "pybroker.config:" not in line]
+    return "".join(lines[-count:])
+
+
 def _rejoin_with_cut(controller, old, master):
     """Start the old master; kill -9 it the moment its ha worker asks for the cut, again."""
     offset = len(old.log_text())
+    master_offset = len(master.log_text())
     old.start(wait=False)
     old.wait_log("truncating to", 60, offset)
     old.kill()
@@ -185,9 +194,12 @@ def _rejoin_with_cut(controller, old, master):
     try:
         cc.wait_for_master(controller.address, GROUP, 60, members={1, 2, 3})
     except AssertionError as error:
-        tail = "".join(old.log_text()[offset:].splitlines(True)[-60:])
-        raise AssertionError(f"{error}\nthe old master's log since its restart:\n{tail}") \
-            from None
+        joins = [line for line in master.log_text()[master_offset:].splitlines(True)
+                 if re.search(r"SyncStateSet|slave\[|AutoSwitchHA|alter|controller", line)]
+        raise AssertionError(
+            f"{error}\nthe old master's log since its restart (last lines):\n"
+            f"{_join_lines(old.log_text()[offset:], 40)}\nthe master's HA and SyncStateSet "
+            f"lines since then:\n{''.join(joins[-40:])}") from None
     assert "truncated to physical offset" in old.log_text()
     target = position(master.store_dir, "written_position")
     wait_for(lambda: position(old.store_dir, "written_position") >= target > 0, 60,
