@@ -41,7 +41,8 @@ from pybroker.store.pop_table import PopTable
 from pybroker.store.queue_offsets import TABLE_BYTES as QUEUE_OFFSETS_BYTES
 from pybroker.store.queue_offsets import QueueOffsetReader
 from pybroker.store.queue_offsets import initialise as initialise_queue_offsets
-from pybroker.store.read_only_store import MessageStoreReader
+from pybroker.store.read_only_store import (GRPC_READER_KEEP_BYTES, READER_KEEP_BYTES,
+                                            TAIL_READER_KEEP_BYTES, MessageStoreReader)
 from pybroker.store.status import PutStatus
 
 log = logging.getLogger("pybroker.proc.dataplane")
@@ -95,9 +96,12 @@ def _fast_failure(config, control, slot: int, workers: int) -> FastFailure | Non
 
 
 class Attachment:
-    """A process's view of the data plane: ``reader``, ``putter``, ``store_host``."""
+    """A process's view of the data plane: ``reader``, ``putter``, ``store_host``.
+    ``keep_bytes``: the newest CommitLog bytes its reader keeps mapped, by how the process
+    reads (store/read_only_store.py)."""
 
-    def __init__(self, plane: "DataPlane", slot: int, fast_sends: bool = False):
+    def __init__(self, plane: "DataPlane", slot: int, fast_sends: bool = False,
+                 keep_bytes: int = READER_KEEP_BYTES):
         config = plane.config
         self.plane = plane
         self.control = plane.control
@@ -117,7 +121,7 @@ class Attachment:
             positions=control.two_loader("dispatched_position", "written_position"),
             store_changes=control.two_loader("commitlog_min_offset", "topic_deletion_done"),
             queue_offsets=table if slot == plane.workers else None,
-            rest_offsets=table if slot < plane.workers else None)
+            rest_offsets=table if slot < plane.workers else None, keep_bytes=keep_bytes)
         self.slot = slot
         self.fast_sends = fast_sends
         self.putter: SlavePutter | RingPutter = self._putter(config)
@@ -332,17 +336,20 @@ class DataPlane:
     def grpc_attachment(self, slot: int, fast_sends: bool = False) -> Attachment:
         """A gRPC worker's attachment (its slot follows the remoting workers'); its putter
         has the send fast path when ``fast_sends`` (the C++ front's sends,
-        grpc_service/front_send.py), else sends go through the handler path."""
-        return Attachment(self, slot, fast_sends=fast_sends)
+        grpc_service/front_send.py), else sends go through the handler path. Its reader
+        keeps a few seconds of a gRPC worker's reads mapped."""
+        return Attachment(self, slot, fast_sends=fast_sends, keep_bytes=GRPC_READER_KEEP_BYTES)
 
     def timer_attachment(self) -> Attachment:
-        """The timer worker's attachment (its own ring; call in the timer worker)."""
+        """The timer worker's attachment (its own ring; call in the timer worker): its reader
+        keeps only the page in use mapped (parked records are read once more, when due)."""
         assert self.timer_slot is not None, "no timer worker without timerWheelEnable"
-        return Attachment(self, self.timer_slot)
+        return Attachment(self, self.timer_slot, keep_bytes=TAIL_READER_KEEP_BYTES)
 
     def supervisor_attachment(self) -> Attachment:
-        """The supervisor's attachment (the last slot)."""
-        return Attachment(self, self.workers)
+        """The supervisor's attachment (the last slot): its reader keeps only the page in use
+        mapped (the revive reads new records at the end and un-acked messages once)."""
+        return Attachment(self, self.workers, keep_bytes=TAIL_READER_KEEP_BYTES)
 
     def topic_deleter(self) -> topic_deletion.TopicDeletionRequests:
         """The supervisor's way to delete topics' consume queues in the data plane

@@ -28,7 +28,7 @@ import numpy as np
 import psutil
 
 from pybroker.store.damaged_records import DamagedRecords
-from pybroker.store.drop_behind import DropBehind
+from pybroker.store.drop_behind import KEEP_BYTES, DropBehind
 from pybroker.store import layout, paths
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.consume_queue import UNIT_DTYPE, UNIT_STRUCT, ConsumeQueue, ConsumeQueueStore
@@ -42,9 +42,19 @@ __all__ = ["MessageStoreReader", "follow_commitlog"]
 
 log = logging.getLogger(__name__)
 
-# The newest CommitLog bytes stay mapped in a worker (consumers that keep up read there);
-# older pages its pulls touched are dropped from its page tables once a second.
+# How much of the newest CommitLog (bytes below the dispatched position) a reader keeps mapped;
+# older pages its reads touched leave its page tables once a second (store/drop_behind.py).
+# One figure per way of reading; proc/dataplane.py gives each process's Attachment its own.
+# Remoting workers (and ha serving slaves): consumers that keep up read the newest records, each
+# group again; 64 MiB is a second or two of a batch load's writes.
 READER_KEEP_BYTES = 64 << 20
+# gRPC workers: the same reads at one process's gRPC rate (~3 MB/s of records at 10,000 sends a
+# second), so a few seconds of them; a SimpleConsumer's backlog pages are read once each.
+GRPC_READER_KEEP_BYTES = 8 << 20
+# The timer worker and the supervisor read at the dispatched end (the wheel and revive topics'
+# new records) and, when due, records written long before (the timer's parked records, the
+# revive's un-acked messages), each once: what is behind the page in use is not read again soon.
+TAIL_READER_KEEP_BYTES = KEEP_BYTES      # the page in use, as a writer keeps it
 READER_SWEEP_INTERVAL_S = 1.0
 
 _UNIT_SIZE = layout.CQ_STORE_UNIT_SIZE
@@ -166,6 +176,10 @@ class MessageStoreReader(StoreReads):
         The same table, for ``get_max_offsets_in_queues`` only (a remoting worker: a POP's
         count of what its queues have left, see that method); ``queue_offsets`` serves it
         too.
+    keep_bytes : int
+        Bytes of the newest CommitLog (below the dispatched position) that stay mapped in
+        this process; older pages its reads touched are dropped from its page tables once a
+        second: ``READER_KEEP_BYTES``, ``GRPC_READER_KEEP_BYTES`` or ``TAIL_READER_KEEP_BYTES``.
 
     Reads: ``get_messages``, ``query_messages``, ``look_message_by_offset``,
     ``view_message_by_id``, ``get_commit_log_data``, ``get_max_offset_in_queue``,
@@ -178,7 +192,8 @@ class MessageStoreReader(StoreReads):
                  positions: Callable[[], tuple[int, int]] | None = None,
                  store_changes: Callable[[], tuple[int, int]] | None = None,
                  queue_offsets: QueueOffsetReader | None = None,
-                 rest_offsets: QueueOffsetReader | None = None):
+                 rest_offsets: QueueOffsetReader | None = None,
+                 keep_bytes: int = READER_KEEP_BYTES):
         settings = settings if settings is not None else StoreConfig()
         self._queue_offsets = queue_offsets
         self._rest_offsets = queue_offsets if queue_offsets is not None else rest_offsets
@@ -219,10 +234,9 @@ class MessageStoreReader(StoreReads):
         # Moves whenever files were forgotten (deleted by the dispatcher, or closed): the pull
         # fast path then gives back every file it holds (pybroker/_fast/pull_path.pyx).
         self.generation = 0
-        # Pages pulls touched, out of this process's page tables once a second, all but the
-        # newest (store/drop_behind.py): consumers read at any offset, so a sweep, not a cursor.
-        self._drop_behind = DropBehind(self.commitlog.mapped_file_queue,
-                                       keep_bytes=READER_KEEP_BYTES)
+        # Pages reads touched, out of this process's page tables once a second, all but the
+        # newest ``keep_bytes`` (store/drop_behind.py): reads go back, so a sweep, not a cursor.
+        self._drop_behind = DropBehind(self.commitlog.mapped_file_queue, keep_bytes=keep_bytes)
         self._next_sweep_s = time.monotonic() + READER_SWEEP_INTERVAL_S
 
     # --- position -------------------------------------------------------------------------------

@@ -5,18 +5,33 @@ kernel's own count (``Rss`` of the file's mapping in ``/proc/self/smaps``), read
 Bytes are checked three ways after a drop: through the mapping (mapped again from the page
 cache), by reading the file, and after an msync through a fresh mapping in a child
 process that is then killed with SIGKILL (the page cache, not this process, holds them).
+Each role's reader (proc/dataplane.py Attachment over the supervisor's own DataPlane.create) reads
+every record of a store as the timer reads its parked records when due, then sweeps.
 """
 import os
 import signal
+import time
 
 import pytest
 
+from pybroker import config
+from pybroker._fast import record as record_codec
+from pybroker.proc.dataplane import DataPlane
+from pybroker.store import paths as store_paths
 from pybroker.store.consume_queue import ConsumeQueueStore
+from pybroker.store.control_block import grpc_worker
 from pybroker.store.drop_behind import LOGICS_KEEP_BYTES, DropBehind, LogicsDropBehind
 from pybroker.store.index_file import IndexService
-from pybroker.store.mapped_file import MappedFile, MappedFileQueue, offset_file_name
+from pybroker.store.mapped_file import (PAGE_SIZE_BYTES, MappedFile, MappedFileQueue,
+                                        offset_file_name)
+from pybroker.store.message_store import MessageStore
+from pybroker.store.read_only_store import (GRPC_READER_KEEP_BYTES, READER_KEEP_BYTES,
+                                            READER_SWEEP_INTERVAL_S, TAIL_READER_KEEP_BYTES)
+from pybroker.store.status import PutStatus
 
 MIB = 1 << 20
+# A read fault of a file page maps its neighbours in the page cache too (fault_around_bytes).
+FAULT_AROUND_BYTES = 64 << 10
 
 
 def mapped_rss_bytes(path: str) -> int:
@@ -158,3 +173,58 @@ def test_logics_drop_behind_the_flushed_units_and_the_index_entries(tmp_path):
     finally:
         queues.close()
         index.close()
+
+
+def _stored_offsets(store_config, count: int) -> tuple[list[int], int]:
+    """Physical offsets of ``count`` records of ~4 KiB written by a MessageStore, and the
+    CommitLog's end."""
+    topic, host, offsets = b"KeepTopic", bytes([127, 0, 0, 1]), []
+    with MessageStore(store_config) as store:
+        for index in range(count):
+            body = b"%07d|" % index * 500
+            record = bytearray(record_codec.encoded_size(len(body), len(topic), 0, 0))
+            record_codec.encode_into(record, 0, topic, 0, 0, body, b"", 0, 1_700_000_000_000,
+                                     host, 4242, host, 10911)
+            result = store.put_messages(record, topic.decode(), 0, 1, 0)
+            assert result.status is PutStatus.PUT_OK
+            offsets.append(result.physical_offset)
+        return offsets, store.max_physical_offset
+
+
+def test_each_roles_reader_keeps_its_newest_bytes_after_reading_far_behind(tmp_path):
+    loaded = config.load_broker_config(overrides={
+        "storePathRootDir": str(tmp_path / "store"), "remotingWorkers": "1",
+        "grpcWorkers": "1", "mappedFileSizeCommitLog": str(4 * MIB),
+        "sendRingSizeBytes": str(MIB), "maxMessageSize": str(64 << 10)})
+    offsets, end = _stored_offsets(loaded.store, 3000)      # 12 MB: three files and a part
+    assert TAIL_READER_KEEP_BYTES < GRPC_READER_KEEP_BYTES < end - 2 * MIB < READER_KEEP_BYTES
+    plane = DataPlane.create(loaded, store_paths.run_dir(loaded.store.store_path_root_dir), 2,
+                             end)
+    roles = {"remoting": (lambda: plane.remoting_attachment(0), READER_KEEP_BYTES),
+             "grpc": (lambda: plane.grpc_attachment(grpc_worker(0, 1).slot),
+                      GRPC_READER_KEEP_BYTES),
+             "timer": (plane.timer_attachment, TAIL_READER_KEEP_BYTES),
+             "supervisor": (plane.supervisor_attachment, TAIL_READER_KEEP_BYTES)}
+    try:
+        for role, (attach, keep_bytes) in roles.items():
+            attachment = attach()
+            reader = attachment.reader
+            try:
+                for offset in offsets:                       # every page, as due-time reads
+                    with reader.look_message_by_offset(offset):
+                        pass
+                files = [mapped.path for mapped in reader.commitlog.mapped_file_queue.mapped_files]
+                touched = sum(map(mapped_rss_bytes, files))
+                assert touched >= offsets[-1] - PAGE_SIZE_BYTES, role   # nothing swept yet
+                time.sleep(READER_SWEEP_INTERVAL_S + 0.05)
+                with reader.look_message_by_offset(offsets[-1]):   # the next read sweeps
+                    kept = sum(map(mapped_rss_bytes, files))
+                assert kept <= min(keep_bytes, touched) + FAULT_AROUND_BYTES, (role, kept)
+                assert kept >= min(keep_bytes, touched) - 2 * PAGE_SIZE_BYTES, (role, kept)
+                with reader.look_message_by_offset(offsets[0]) as selected:   # mapped again
+                    assert bytes(record_codec.decode(selected.buffer, 0).body) == \
+                        b"%07d|" % 0 * 500
+            finally:
+                attachment.close()
+    finally:
+        plane.close()
