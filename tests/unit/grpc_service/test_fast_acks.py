@@ -61,7 +61,23 @@ class _Host:
         return f"0:grpc:{rctx.client_id}"
 
 
-def _handle(rand) -> str:
+def _mutated(rand, handle: str) -> str:
+    """A parsing handle with a retry flag of a retry topic or of none, a broker name JSON
+    escapes or a trailing separator (FrontAcks' C leaves the last two kinds to the servicer)."""
+    parts = handle.split(" ")
+    if len(parts) < 8:
+        return handle
+    choice = rand.randrange(3)
+    if choice == 0:
+        parts[4] = rand.choice(["1", "2", "7", ""])
+    elif choice == 1:
+        parts[5] = rand.choice(['b"q', "brøker", "b\\c"])
+    else:
+        parts.append("")
+    return " ".join(parts)
+
+
+def _handle(rand, mutate: bool = False) -> str:
     queue_id = rand.choice(list(range(QUEUES)) * 5 + [QUEUES, -1])
     revive_qid = rand.choice([0, 3, REVIVE_QUEUE_NUM - 1] * 6
                              + [PopConstants.ORDER_REVIVE_QUEUE, REVIVE_QUEUE_NUM])
@@ -73,15 +89,17 @@ def _handle(rand) -> str:
                                       revive_qid, TOPIC, "broker-a", queue_id, offset)
     handle = rand.choice([consumer.grpc_handle(extra_info, rand.randrange(1 << 40))] * 3
                          + [extra_info])
+    if mutate and rand.random() < 0.2:
+        handle = _mutated(rand, handle)
     return rand.choice([handle] * 14 + ["1 2 x 3 0 b 1 5 7", "1 2 3", ""])
 
 
-def _requests(rand, count: int) -> list[spb.AckMessageRequest]:
+def _requests(rand, count: int, mutate: bool = False) -> list[spb.AckMessageRequest]:
     groups = GROUPS[:2] * 5 + GROUPS[2:]
     requests = []
     for _ in range(count):
         entries = [spb.AckMessageEntry(message_id=f"ID{rand.randrange(1000)}",
-                                       receipt_handle=_handle(rand))
+                                       receipt_handle=_handle(rand, mutate))
                    for _ in range(rand.choice([1, 1, 1, 2, 3]))]
         requests.append(spb.AckMessageRequest(
             group=pb.Resource(name=rand.choice(groups)),
@@ -282,7 +300,7 @@ def test_front_ack_calls_answer_and_store_as_the_servicer(tmp_path, rand, clock,
     python = AckSide(tmp_path, "python", False, overrides)
     front = AckSide(tmp_path, "front", True, overrides)
     try:
-        requests = _requests(rand, 200)
+        requests = _requests(rand, 200, mutate=True)
         takes = []
         while sum(takes) < len(requests):
             takes.append(rand.randint(1, 12))
