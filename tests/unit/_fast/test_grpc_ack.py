@@ -19,6 +19,7 @@ from pybroker._fast.pop import grpc_ack
 from pybroker.grpc_service import consumer
 from pybroker.grpc_service.front_acks import _real_topics, ack_frame_template
 from pybroker.protocol import command, pop
+from tests.unit._fast.test_pop_ack import mutate_fields
 
 NOW_MS = 1_764_900_000_123
 _INT_MAX, _LONG_MAX = (1 << 31) - 1, (1 << 63) - 1
@@ -53,18 +54,9 @@ def _handle(rand: random.Random) -> str:
         topic, rand.choice(_BROKERS), rand.randrange(0, 16), rand.randrange(0, 1 << 40))
     parts = rand.choice([consumer.grpc_handle(extra_info, rand.randrange(-1, 1 << 40)),
                          extra_info]).split(" ")
-    for _ in range(rand.choice([0, 0, 1, 1, 2, 3])):
-        choice = rand.randrange(6)
-        if choice == 0 and parts:
-            del parts[rand.randrange(len(parts))]
-        elif choice == 1:
-            parts.insert(rand.randrange(len(parts) + 1), rand.choice(_NUMBERS))
-        elif choice == 2 and parts:
-            parts[rand.randrange(len(parts))] = ""
-        elif choice == 3 and len(parts) > 4:
-            parts[4] = rand.choice(["", "3", "9", "00", "x", "+1", "1"])      # the retry flag
-        elif parts:
-            parts[rand.randrange(len(parts))] = rand.choice(_NUMBERS)
+    mutate_fields(rand, parts, _NUMBERS, rand.choice([0, 0, 1, 1, 2, 3]))
+    if len(parts) > 4 and rand.random() < 0.2:
+        parts[4] = rand.choice(["", "3", "9", "00", "x", "+1", "1"])          # the retry flag
     text = " ".join(parts)
     return text + rand.choice(["", "", "", " ", "  ", " x", " 5 6"])
 

@@ -121,17 +121,23 @@ def _handle(rand: random.Random) -> str:
         rand.randrange(0, 10**6), rand.choice([0, 1, 7, 999, 8, -1]),
         rand.choice(["TopicTest", "%RETRY%G_T"]), rand.choice(["broker-a", "", "b@c"]),
         rand.randrange(0, 16), rand.choice([None, rand.randrange(0, 1 << 40)])).split(" ")
-    for _ in range(rand.randrange(0, 3)):
+    mutate_fields(rand, parts, _NUMBERS, rand.randrange(0, 3))
+    return " ".join(parts)
+
+
+def mutate_fields(rand: random.Random, parts: list[str], numbers: list[str], count: int) -> None:
+    """``count`` seeded edits of a handle's fields: one dropped, a number inserted, one emptied
+    or replaced by a number (tests/unit/_fast/test_grpc_ack.py's handles too)."""
+    for _ in range(count):
         choice = rand.randrange(4)
         if choice == 0 and parts:
             del parts[rand.randrange(len(parts))]
         elif choice == 1:
-            parts.insert(rand.randrange(len(parts) + 1), rand.choice(_NUMBERS))
+            parts.insert(rand.randrange(len(parts) + 1), rand.choice(numbers))
         elif choice == 2 and parts:
             parts[rand.randrange(len(parts))] = ""
         elif parts:
-            parts[rand.randrange(len(parts))] = rand.choice(_NUMBERS)
-    return " ".join(parts)
+            parts[rand.randrange(len(parts))] = rand.choice(numbers)
 
 
 def _python_handle(text: str):
