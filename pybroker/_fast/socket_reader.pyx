@@ -16,7 +16,10 @@ stamps the connection timer's ``last_activity`` with the loop's clock (``CLOCK_M
 Then the receive loop's first step: when nothing is queued, unsent, held or in a handler (so the
 back-pressure check cannot hold the first frame) it asks the connection's frame taker itself;
 when the taker took every whole frame to the end of the bytes the read is done (the buffer
-emptied, no partial frame). Any other outcome - a frame handed back, no room, a fault, a partial
+emptied, no partial frame). A taker whose first step is a :class:`CTaker` (its ``c_first``: the
+send fast path's port, alone or first of a chain, send/port.pyx) is asked in C, without a Python
+frame; only an answer other than "all taken" goes on in the taker's ``after_first`` (a chain's
+other takers, in Python). Any other outcome - a frame handed back, no room, a fault, a partial
 frame left - goes on in the connection's one receive loop from that take
 (``RemotingConnection._process_frames(taken)``: back-pressure, decoding and faults are written
 there only; a ProtocolError the taker raises, as WholeFrames does, goes to the connection's
@@ -37,11 +40,21 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.set cimport PySet_GET_SIZE
 
 from pybroker._fast.frame cimport TAKE_END
+from pybroker._fast.taker cimport TakeAnswer
 from pybroker.errors import ProtocolError
 
 _READ_MESSAGE = "Fatal read error on socket transport"
 _BUFFER_MESSAGE = "Fatal error: protocol.get_buffer() call failed."
 _RECEIVE_MESSAGE = "Fatal error: protocol.buffer_updated() call failed."
+
+
+cdef class CTaker:
+    """A frame taker's step the reader calls in C (see the module docstring); a subclass
+    implements take_c."""
+
+    cdef int take_c(self, object buffer, Py_ssize_t start, Py_ssize_t end,
+                    TakeAnswer *answer) except -1:
+        raise NotImplementedError("a CTaker subclass takes")
 
 
 cdef class SocketReader:
@@ -56,6 +69,15 @@ cdef class SocketReader:
         self._timer = connection._timer
         self._fd = fd
         self._initial_bytes = initial_bytes
+        self.use_taker(connection._taker)
+
+    def use_taker(self, taker):
+        """The connection walks its buffer with ``taker`` from now on (use_frame_taker): its
+        ``c_first`` (a CTaker), when it has one, is asked in C, and its ``after_first(buffer,
+        end, taken)``, if any, goes on from that step's answer."""
+        first = getattr(taker, "c_first", None)
+        self._first = first
+        self._after_first = None if first is None else getattr(taker, "after_first", None)
 
     def __call__(self):
         cdef object received = self._received
@@ -109,11 +131,11 @@ cdef class SocketReader:
             connection._process_frames()
             return 0
         try:
-            taken = connection._taker.take(data, received.start, end)
+            taken = self._take(data, received.start, end)
         except ProtocolError as error:      # a malformed frame (WholeFrames): as the loop does
             connection._protocol_error(error)
             return 0
-        if <Py_ssize_t>taken[0] == end and <int>taken[1] == TAKE_END:
+        if taken is None:
             # What _process_frames does when a walk ends at the end of the bytes.
             received.start = 0
             received.end = 0
@@ -121,6 +143,23 @@ cdef class SocketReader:
             return 0
         connection._process_frames(taken)
         return 0
+
+    cdef object _take(self, bytearray data, Py_ssize_t start, Py_ssize_t end):
+        """The taker's answer from ``start``; None when it took every whole frame to ``end``."""
+        cdef TakeAnswer answer
+        cdef object taken
+        if self._first is None:
+            taken = self._connection._taker.take(data, start, end)
+        else:
+            self._first.take_c(data, start, end, &answer)
+            if answer.position == end and answer.outcome == TAKE_END:
+                return None
+            taken = (answer.position, answer.outcome, answer.frame_bytes)
+            if self._after_first is not None:
+                taken = self._after_first(data, end, taken)
+        if <Py_ssize_t>taken[0] == end and <int>taken[1] == TAKE_END:
+            return None
+        return taken
 
 
 cdef inline bint _nothing_pending(object connection) except -1:

@@ -18,6 +18,14 @@ from pybroker._fast.frame cimport (FRAME_FAULT_NONE, FRAME_HEADER_LENGTH_MASK,
                                    scan_frames)
 from pybroker._fast.hton cimport pb_unpack_int32
 
+# A frame taker's answer (frame_taker.py's (position, outcome, frame_length)) from a taker
+# called in C (socket_reader.pxd CTaker).
+cdef struct TakeAnswer:
+    Py_ssize_t position
+    int outcome
+    Py_ssize_t frame_bytes
+
+
 cdef enum:
     # A scratch's first size; it doubles from there to the longest header seen.
     SCRATCH_MIN_BYTES = 4096

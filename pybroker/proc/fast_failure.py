@@ -112,8 +112,9 @@ class FastFailure:
     def __init__(self, control, slot: int, appender_slot: int, wait_ms: int | None,
                  page_cache_busy_ms: int, clock_ms):
         self._words = control.words()
-        # The appender's busy_since_ms, read before every read's sends: a load without frames.
-        self._busy_since = control.worker(appender_slot).loader("busy_since_ms")
+        # The appender's busy_since_ms, read before every read's sends: a load without frames
+        # (the send port's take in C calls it too: _fast/send/port.pyx).
+        self.busy_since = control.worker(appender_slot).loader("busy_since_ms")
         self._cancel = control.worker(slot)
         self._taken_offset = control.taken_offset(slot)
         self.wait_s = None if wait_ms is None else wait_ms / 1000
@@ -122,7 +123,9 @@ class FastFailure:
         # (loop time the put started, waiter future) of puts waiting for ring space.
         self._waiting: collections.deque = collections.deque()
         self._withdrawn_up_to = 0
-        self._timer: asyncio.TimerHandle | None = None
+        # The queue-timeout check armed; read in C by the send port's take (_fast/send/port.pyx,
+        # the twin of committed's test).
+        self.timer: asyncio.TimerHandle | None = None
         self._requests: RingRequests | None = None
         self._response_fields: dict[str, str] = {}
         self.withdrawn_total = 0
@@ -146,7 +149,12 @@ class FastFailure:
     # --- per put ----------------------------------------------------------------------------
     def page_cache_busy(self) -> bool:
         """True while the appender's running drain is older than osPageCacheBusyTimeOutMills."""
-        began = self._busy_since()
+        return self.drain_too_old(self.busy_since())
+
+    def drain_too_old(self, began: int) -> bool:
+        """True when a drain that began at epoch ms ``began`` (busy_since_ms; 0: no drain
+        running) is older than osPageCacheBusyTimeOutMills (the send port's take in C asks
+        this only while a drain runs)."""
         return bool(began) and self.clock_ms() - began > self.page_cache_busy_ms
 
     def refuse_now(self) -> PutResult | None:
@@ -158,8 +166,10 @@ class FastFailure:
 
     def committed(self, loop, started: float | None = None) -> None:
         """Puts entered the ring, the oldest waiting since loop time ``started`` (None: now,
-        read only when the timer is armed: the fast path, once per read, not per send)."""
-        if self._timer is None and self.wait_s is not None:
+        read only when the timer is armed: the fast path, once per read, not per send).
+        Nothing to do while the timer is armed or the queue timeout is off: the send port's
+        take in C tests that itself (_fast/send/port.pyx, a twin: test_send_port_take.py)."""
+        if self.timer is None and self.wait_s is not None:
             self._arm(loop, loop.time() if started is None else started)
 
     def waiting(self, loop, waiter: asyncio.Future, started: float) -> None:
@@ -171,11 +181,11 @@ class FastFailure:
 
     # --- the timer ---------------------------------------------------------------------------
     def _arm(self, loop, started: float) -> None:
-        if self._timer is None and self.wait_s is not None:
-            self._timer = loop.call_at(started + self.wait_s, self._check, loop)
+        if self.timer is None and self.wait_s is not None:
+            self.timer = loop.call_at(started + self.wait_s, self._check, loop)
 
     def _check(self, loop) -> None:
-        self._timer = None
+        self.timer = None
         assert self.wait_s is not None          # armed only with fast failure on
         requests = self._requests
         now = loop.time()
@@ -223,6 +233,6 @@ class FastFailure:
         self.withdrawn_total += withdrawn
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None

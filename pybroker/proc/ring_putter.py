@@ -210,7 +210,9 @@ class RingPutter:
         # call per call on Python 3.11, once per completion wake-up here (measured,
         # docs/architecture/data-plane.md "Where one send's time goes").
         self._wake_loop: asyncio.AbstractEventLoop | None = None
-        self._signal_handle: asyncio.Handle | None = None
+        # The appender's deferred wake-up (after_commit); read in C by the send port's take
+        # (_fast/send/port.pyx, the twin of after_commit's nothing-to-do test).
+        self.signal_handle: asyncio.Handle | None = None
         self._deferred_puts = 0
         self._writers: dict[int, Callable[[bytes], object]] = {}
         self._answers_flushes: list[Callable[[], None]] = []
@@ -394,33 +396,35 @@ class RingPutter:
         """After a commit of ``puts`` requests: when the appender sleeps, wake it after the
         callbacks of this loop turn (the other puts decoded from the same reads) have
         committed too, or as soon as _SIGNAL_DEFER_PUTS_MAX puts wait, so that a long turn
-        still overlaps with the appender's drain instead of lock-stepping with it."""
+        still overlaps with the appender's drain instead of lock-stepping with it.
+        Nothing to do when the appender is awake and no wake-up is pending: the send port's
+        take in C tests that itself (_fast/send/port.pyx, a twin: test_send_port_take.py)."""
         if appender_asleep:
             # The flag is taken: nobody else signals this appender until we do, and we do
             # in this loop's next turn at the latest, so the wake-up is late, never lost.
             self._deferred_puts = 0
-            if self._signal_handle is None:
+            if self.signal_handle is None:
                 # One loop turn late even when nothing else is ready this turn: signalling
                 # at once saved that turn's zero-timeout epoll_wait (0.08-0.13 per message
                 # at 8 threads), but in interleaved pairs the drains came smaller (two of
                 # three) and the sends slower (all three) (data-plane.md, "Where one
                 # send's time goes", the follow-up).
-                self._signal_handle = loop.call_soon(self._signal_appender)
-        if self._signal_handle is not None:
+                self.signal_handle = loop.call_soon(self._signal_appender)
+        if self.signal_handle is not None:
             self._deferred_puts += puts
             if self._deferred_puts >= _SIGNAL_DEFER_PUTS_MAX:
-                self._signal_handle.cancel()
+                self.signal_handle.cancel()
                 self._signal_appender()
 
     def signal_now(self) -> None:
         """Wake the appender now when its wake-up waits for the end of this loop turn: for a
         caller that itself runs at a turn's end and has put everything it had (RevivePuts)."""
-        if self._signal_handle is not None:
-            self._signal_handle.cancel()
+        if self.signal_handle is not None:
+            self.signal_handle.cancel()
             self._signal_appender()
 
     def _signal_appender(self) -> None:
-        self._signal_handle = None
+        self.signal_handle = None
         self.appender_wake.signal()
 
     async def _reserve(self, write: Callable[[], int], started: float) -> int:

@@ -3,7 +3,10 @@
 worker, the connection's frame taker (:mod:`pybroker.remoting.frame_taker`). :meth:`FastSendPort.
 take` puts the leading fast-path frames of the receive buffer into the send ring
 (``pybroker._fast.send.take.SendPath.take``) and says what stopped it; the answers come back
-through the writer the putter holds for the port's slot.
+through the writer the putter holds for the port's slot. The take, with fast failure's
+page-cache check before it and the appender's wake-up and fast failure's timer after it, is
+``pybroker._fast.send.port.PortTake``, the port's ``c_first``: the reader in C of a plain socket
+calls it without a Python frame (docs/architecture/data-plane.md, "The read chain in C").
 
 The port sees its putter (:class:`pybroker.proc.ring_putter.RingPutter`) through
 :class:`PortPutter`, the putter's public members a port uses: the shared ``SendPath``, fast
@@ -12,6 +15,7 @@ failure, the counters, the appender wake-up after a commit, the wait for space a
 import asyncio
 from typing import Protocol
 
+from pybroker._fast.send.port import PortTake
 from pybroker._fast.send.take import SendPath
 from pybroker.proc.fast_failure import FastFailure
 
@@ -24,6 +28,7 @@ class PortPutter(Protocol):
     fast_failure: FastFailure | None
     puts_total: int
     space_waits_total: int
+    signal_handle: asyncio.Handle | None      # the appender's wake-up pending (after_commit)
 
     def after_commit(self, loop: asyncio.AbstractEventLoop, appender_asleep: bool,
                      puts: int) -> None:
@@ -43,31 +48,18 @@ class FastSendPort:
     """One client connection's door to the send fast path: its frame taker
     (pybroker.remoting.frame_taker.FrameTaker, RemotingConnection.use_frame_taker)."""
 
-    __slots__ = ("putter", "slot", "_core", "_loop", "_fast_failure")
+    __slots__ = ("putter", "slot", "c_first")
 
     def __init__(self, putter: PortPutter, slot: int):
         self.putter = putter
         self.slot = slot
-        self._core = putter.core
-        self._loop = asyncio.get_running_loop()
-        self._fast_failure = putter.fast_failure
+        # The take (socket_reader.SocketReader calls it in C: the taker's first step).
+        self.c_first = PortTake(putter.core, slot, putter, putter.fast_failure,
+                                asyncio.get_running_loop())
 
     def take(self, buffer, start: int, end: int) -> tuple[int, int, int]:
         """``(position, outcome, frame_length)`` after taking the fast frames from start."""
-        core = self._core
-        fast_failure = self._fast_failure
-        if fast_failure is not None:
-            # The page cache is busy: the handlers answer every send (they refuse it).
-            core.divert = fast_failure.page_cache_busy()
-        position, outcome, frame_length, puts, asleep = core.take(buffer, start, end,
-                                                                  self.slot)
-        if puts:
-            putter = self.putter
-            putter.puts_total += puts
-            putter.after_commit(self._loop, asleep, puts)
-            if fast_failure is not None:
-                fast_failure.committed(self._loop)
-        return position, outcome, frame_length
+        return self.c_first.take(buffer, start, end)
 
     def wait_for_space(self) -> asyncio.Future:
         """Resolved when a TAKE_FULL may be retried."""

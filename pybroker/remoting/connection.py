@@ -192,6 +192,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
         """Walk the receive buffer with ``taker`` from the next read on (the send fast path's
         port); None: :class:`WholeFrames` again."""
         self._taker = taker if taker is not None else WholeFrames(self.limits.frame_max_bytes)
+        if self._reader is not None:
+            self._reader.use_taker(self._taker)
 
     def __repr__(self) -> str:
         return f"RemotingConnection(id={self.connection_id}, remote={self.remote_address!r})"

@@ -16,6 +16,11 @@ takes the leading sends straight into the send ring, the ACK_MESSAGE fast path's
 (``pybroker.proc.ack_port.AckFrameTaker``), which puts the leading acks' records into it, and
 the pull fast path's (``pybroker.proc.pull_port.PullTaker``), which answers the leading pulls it
 can, one after the other in a :class:`TakerChain`.
+
+A taker may also have a ``c_first``: a ``pybroker._fast.socket_reader.CTaker`` making its first
+step (the send port's take, ``pybroker._fast.send.port.PortTake``), which the reader in C of a
+plain socket calls without a Python frame; a taker with more steps (a chain) goes on from that
+step's answer with ``after_first(buffer, end, taken)``.
 """
 import asyncio
 from collections.abc import Sequence
@@ -76,20 +81,43 @@ class TakerChain:
     def take(self, buffer: bytearray, start: int, end: int) -> tuple[int, int, int]:
         """``(position, outcome, frame_length)``: TAKE_OTHER once every taker declined the
         frame at ``position``; any other outcome as the taker that gave it."""
+        return self._walk(buffer, start, end, 0, 0)
+
+    @property
+    def c_first(self) -> object:
+        """The first taker's step in C (its ``c_first``), or None (see the module
+        docstring)."""
+        return getattr(self._takers[0], "c_first", None)
+
+    def after_first(self, buffer: bytearray, end: int,
+                    taken: tuple[int, int, int]) -> tuple[int, int, int]:
+        """:meth:`take`'s answer when the first taker's take, ``taken``, was made already (by
+        the reader in C, with its ``c_first``)."""
+        position, outcome, _ = taken
+        if outcome != TAKE_OTHER:
+            if outcome == TAKE_FULL:
+                self._full = self._takers[0]
+            return taken
+        return self._walk(buffer, position, end, 1, 1)
+
+    def _walk(self, buffer: bytearray, position: int, end: int, index: int,
+              declined: int) -> tuple[int, int, int]:
+        """The walk from taker ``index`` at ``position``, ``declined`` takers in a row having
+        declined the frame there."""
         takers = self._takers
-        position, declined = start, 0
         while True:
-            for taker in takers:
-                before = position
-                position, outcome, frame_length = taker.take(buffer, position, end)
-                if outcome != TAKE_OTHER:
-                    if outcome == TAKE_FULL:
-                        self._full = taker
-                    return position, outcome, frame_length
-                # Declined the frame at position (after taking the ones before it, if any).
-                declined = declined + 1 if position == before else 1
-                if declined == len(takers):
-                    return position, TAKE_OTHER, frame_length
+            taker = takers[index]
+            before = position
+            position, outcome, frame_length = taker.take(buffer, position, end)
+            if outcome != TAKE_OTHER:
+                if outcome == TAKE_FULL:
+                    self._full = taker
+                return position, outcome, frame_length
+            # Declined the frame at position (after taking the ones before it, if any).
+            declined = declined + 1 if position == before else 1
+            if declined == len(takers):
+                return position, TAKE_OTHER, frame_length
+            index = index + 1 if index + 1 < len(takers) else 0
 
     def wait_for_space(self) -> "asyncio.Future[None]":
         """The wait of the taker that answered TAKE_FULL."""

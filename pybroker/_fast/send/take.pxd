@@ -9,7 +9,15 @@ from pybroker._fast.send.read cimport PropertyScan, SendRequest
 from pybroker._fast.send.slots cimport ConnectionSlot
 from pybroker._fast.send.timer cimport TimerPark, TimerSettings
 from pybroker._fast.send.topics cimport TopicEntry, TopicTable
-from pybroker._fast.taker cimport Scratch
+from pybroker._fast.taker cimport Scratch, TakeAnswer
+
+
+# What one SendPath.take_c did: the frame taker's answer, the requests it committed and whether
+# the commit found the appender asleep.
+cdef struct SendTaken:
+    TakeAnswer answer
+    uint64_t puts
+    bint asleep
 
 
 cdef class SendPath(SendCompletions):
@@ -40,6 +48,8 @@ cdef class SendPath(SendCompletions):
     cdef readonly uint64_t other_frames_total
     cdef readonly uint64_t timer_puts_total     # timer messages parked by the fast path
 
+    cdef int take_c(self, object buffer, Py_ssize_t start, Py_ssize_t end, Py_ssize_t slot,
+                    SendTaken *taken) except -1
     cdef bint _room(self) noexcept
     cdef Py_ssize_t _python_topic(self, bytes topic) except -1
     cdef int _python_fits(self, Py_ssize_t topic_length, int64_t records_bytes) except -1

@@ -205,6 +205,14 @@ cdef class SendPath(SendCompletions):
         ``appender_asleep`` is True when the commit found the appender asleep (the caller
         signals its eventfd).
         """
+        cdef SendTaken taken
+        self.take_c(buffer, start, end, slot, &taken)
+        return (taken.answer.position, taken.answer.outcome, taken.answer.frame_bytes,
+                taken.puts, taken.asleep)
+
+    cdef int take_c(self, object buffer, Py_ssize_t start, Py_ssize_t end, Py_ssize_t slot,
+                    SendTaken *taken) except -1:
+        """:meth:`take` for a caller in C (send/port.pyx): its answer in ``*taken``."""
         cdef Py_buffer view
         cdef Py_ssize_t at = start, frame_bytes = 0
         cdef const unsigned char *data
@@ -247,7 +255,12 @@ cdef class SendPath(SendCompletions):
             asleep = self._ring.commit_c()
             self._counting.started(puts)     # proc/remoting.py: request_started("send")
             self._update_oldest()
-        return at, outcome, frame_bytes, puts, asleep
+        taken.answer.position = at
+        taken.answer.outcome = outcome
+        taken.answer.frame_bytes = frame_bytes
+        taken.puts = puts
+        taken.asleep = asleep
+        return 0
 
     cdef bint _room(self) noexcept:
         return not self.python_waiting and self._inflight < self._inflight_max

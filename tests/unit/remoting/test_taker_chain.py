@@ -135,3 +135,30 @@ def test_a_full_taker_holds_the_rest_until_it_has_room(rand):
     log, dispatched, takers = run(data, len(opaques), False, full_once_at=3)
     assert log == opaques and dispatched == others
     assert takers[1].waits == 1 and takers[0].waits == 0
+
+
+def test_after_first_answers_as_take(rand):
+    """A chain told its first taker's take (the reader in C makes it) answers, takes and
+    waits as one that made the take itself: from every frame boundary of seeded frames of
+    three codes, and with the first taker full at once."""
+    data, opaques, _ = frames(rand, 40)
+    buffer = bytearray(data)
+    boundaries, at = [], 0
+    while at < len(data):
+        boundaries.append(at)
+        at += int.from_bytes(data[at:at + 4], "big") + 4
+    for start in boundaries:
+        for full_once_at in (-1, 0):
+            answers = []
+            for told in (False, True):
+                log: list[int] = []
+                takers = [CodeTaker(FIRST, log, full_once_at), CodeTaker(SECOND, log)]
+                chain = TakerChain(takers)
+                if told:
+                    answer = chain.after_first(buffer, len(data),
+                                               takers[0].take(buffer, start, len(data)))
+                else:
+                    answer = chain.take(buffer, start, len(data))
+                full = chain._full is takers[0] if answer[1] == TAKE_FULL else None
+                answers.append((answer, log, full))
+            assert answers[0] == answers[1], start
