@@ -78,10 +78,27 @@ class TakerChain:
         self._takers = tuple(takers)
         self._full: FrameTaker | None = None
 
-    def take(self, buffer: bytearray, start: int, end: int) -> tuple[int, int, int]:
+    def take(self, buffer: bytearray, start: int, end: int, index: int = 0,
+             declined: int = 0) -> tuple[int, int, int]:
         """``(position, outcome, frame_length)``: TAKE_OTHER once every taker declined the
-        frame at ``position``; any other outcome as the taker that gave it."""
-        return self._walk(buffer, start, end, 0, 0)
+        frame at ``position``; any other outcome as the taker that gave it. ``index``: the
+        taker to ask first, ``declined`` takers in a row having declined the frame at
+        ``start`` already (:meth:`after_first`)."""
+        takers = self._takers
+        position = start
+        while True:
+            taker = takers[index]
+            before = position
+            position, outcome, frame_length = taker.take(buffer, position, end)
+            if outcome != TAKE_OTHER:
+                if outcome == TAKE_FULL:
+                    self._full = taker
+                return position, outcome, frame_length
+            # Declined the frame at position (after taking the ones before it, if any).
+            declined = declined + 1 if position == before else 1
+            if declined == len(takers):
+                return position, TAKE_OTHER, frame_length
+            index = index + 1 if index + 1 < len(takers) else 0
 
     @property
     def c_first(self) -> object:
@@ -98,26 +115,7 @@ class TakerChain:
             if outcome == TAKE_FULL:
                 self._full = self._takers[0]
             return taken
-        return self._walk(buffer, position, end, 1, 1)
-
-    def _walk(self, buffer: bytearray, position: int, end: int, index: int,
-              declined: int) -> tuple[int, int, int]:
-        """The walk from taker ``index`` at ``position``, ``declined`` takers in a row having
-        declined the frame there."""
-        takers = self._takers
-        while True:
-            taker = takers[index]
-            before = position
-            position, outcome, frame_length = taker.take(buffer, position, end)
-            if outcome != TAKE_OTHER:
-                if outcome == TAKE_FULL:
-                    self._full = taker
-                return position, outcome, frame_length
-            # Declined the frame at position (after taking the ones before it, if any).
-            declined = declined + 1 if position == before else 1
-            if declined == len(takers):
-                return position, TAKE_OTHER, frame_length
-            index = index + 1 if index + 1 < len(takers) else 0
+        return self.take(buffer, position, end, 1, 1)
 
     def wait_for_space(self) -> "asyncio.Future[None]":
         """The wait of the taker that answered TAKE_FULL."""
