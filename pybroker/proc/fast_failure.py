@@ -147,14 +147,12 @@ class FastFailure:
         self._response_fields = response_fields
 
     # --- per put ----------------------------------------------------------------------------
-    def page_cache_busy(self) -> bool:
-        """True while the appender's running drain is older than osPageCacheBusyTimeOutMills."""
-        return self.drain_too_old(self.busy_since())
-
-    def drain_too_old(self, began: int) -> bool:
-        """True when a drain that began at epoch ms ``began`` (busy_since_ms; 0: no drain
-        running) is older than osPageCacheBusyTimeOutMills (the send port's take in C asks
-        this only while a drain runs)."""
+    def page_cache_busy(self, began: int | None = None) -> bool:
+        """True while the appender's running drain is older than osPageCacheBusyTimeOutMills.
+        ``began``: its busy_since_ms loaded already (0: no drain running; the send port's
+        take in C loads it and asks only while a drain runs), else loaded here."""
+        if began is None:
+            began = self.busy_since()
         return bool(began) and self.clock_ms() - began > self.page_cache_busy_ms
 
     def refuse_now(self) -> PutResult | None:

@@ -8,7 +8,7 @@ Around :meth:`SendPath.take_c <pybroker._fast.send.take.SendPath>`, what the por
 
 * before: fast failure's page-cache check sets the path's ``divert``. The appender's
   ``busy_since_ms`` is loaded here (FastFailure.busy_since); 0, no drain running, is not busy;
-  only a running drain asks FastFailure.drain_too_old (the rule, in Python).
+  only a running drain asks FastFailure.page_cache_busy(began) (the rule, in Python).
 * after a take that committed puts: the putter's ``puts_total``; the appender's wake-up
   (RingPutter.after_commit) unless it has nothing to do - the appender awake and no wake-up
   pending (:func:`wakes_appender`); fast failure's ``committed`` unless its queue-timeout
@@ -54,7 +54,7 @@ cdef class PortTake(CTaker):
             if began == 0:
                 self.core.divert = False
             else:
-                self.core.divert = fast_failure.drain_too_old(began)
+                self.core.divert = fast_failure.page_cache_busy(began)
         self.core.take_c(buffer, start, end, self._slot, &taken)
         if taken.puts:
             putter.puts_total += taken.puts

@@ -1,6 +1,6 @@
 """The send port's take in C (pybroker._fast.send.port) leaves out RingPutter.after_commit,
-FastFailure.committed and FastFailure.drain_too_old only when they would do nothing: the twins
-of docs/architecture.md's list.
+FastFailure.committed and FastFailure.page_cache_busy only when they would do nothing: the
+twins of docs/architecture.md's list.
 
 Method: each Python method runs on real instances (made without their rings and control block:
 the methods read only the attributes set here) in every state its first test reads; what it
@@ -65,5 +65,5 @@ def test_no_drain_running_is_never_too_old():
         failure = object.__new__(FastFailure)
         failure.clock_ms = lambda now=now_ms: now
         failure.page_cache_busy_ms = limit_ms
-        assert failure.drain_too_old(0) is False
-        assert failure.drain_too_old(now_ms - limit_ms - 1) is True
+        assert failure.page_cache_busy(0) is False
+        assert failure.page_cache_busy(now_ms - limit_ms - 1) is True
