@@ -166,7 +166,8 @@ class FastFailure:
         """Puts entered the ring, the oldest waiting since loop time ``started`` (None: now,
         read only when the timer is armed: the fast path, once per read, not per send).
         Nothing to do while the timer is armed or the queue timeout is off: the send port's
-        take in C tests that itself (_fast/send/port.pyx, a twin: test_send_port_take.py)."""
+        take in C tests that itself (_fast/send/port.pyx, a twin kept equal by
+        tests/unit/_fast/test_send_port.py)."""
         if self.timer is None and self.wait_s is not None:
             self._arm(loop, loop.time() if started is None else started)
 

@@ -398,7 +398,8 @@ class RingPutter:
         committed too, or as soon as _SIGNAL_DEFER_PUTS_MAX puts wait, so that a long turn
         still overlaps with the appender's drain instead of lock-stepping with it.
         Nothing to do when the appender is awake and no wake-up is pending: the send port's
-        take in C tests that itself (_fast/send/port.pyx, a twin: test_send_port_take.py)."""
+        take in C tests that itself (_fast/send/port.pyx, a twin kept equal by
+        tests/unit/_fast/test_send_port.py)."""
         if appender_asleep:
             # The flag is taken: nobody else signals this appender until we do, and we do
             # in this loop's next turn at the latest, so the wake-up is late, never lost.
