@@ -13,6 +13,11 @@ Two rules, one implementation each:
 * :func:`start_thread` is the same for the few threads (the flusher's file allocator, the
   supervisor's scrubber): an end by an exception is logged with its traceback and handed to
   the owner's ``on_failure(error)`` instead of the interpreter's stderr hook.
+* :func:`within` bounds one await in time (every timed wait of pybroker/, tools/tidy.py bans
+  ``asyncio.wait_for`` and ``asyncio.timeout`` there): on Python 3.11 ``wait_for`` loses a
+  cancellation that meets its awaitable's end (a supervisor's generation outlived a role
+  change), and ``asyncio.timeout`` refuses to run outside a task - a remoting handler's first
+  step runs before any task (remoting/server.py, eager handlers).
 * :class:`Rounds` guards each round of a periodic service loop. A failing round is logged
   with its cause and the loop goes on after the service's retry delay; the
   ``failures_max``-th failing round in a row ends the loop with :class:`ServiceFailedError`,
@@ -30,7 +35,7 @@ from typing import Any
 
 from pybroker.errors import FAIL_STOP_ERRORS, ServiceFailedError
 
-__all__ = ["start_task", "start_thread", "Rounds", "ROUND_FAILURES_MAX"]
+__all__ = ["start_task", "start_thread", "within", "Rounds", "ROUND_FAILURES_MAX"]
 
 log = logging.getLogger("pybroker.tasks")
 
@@ -61,6 +66,34 @@ def start_task(coroutine: Coroutine[Any, Any, Any], name: str,
             on_failure(error)
     task.add_done_callback(done)
     return task
+
+
+async def within(awaitable, timeout_s: float | None):
+    """``await awaitable``, ended by TimeoutError after ``timeout_s`` seconds (None: no
+    bound; 0 or less: one turn of the loop). The awaitable runs as its own task, cancelled
+    when the time is up; a cancellation of the caller always ends it by CancelledError, also
+    when the awaitable ended in the same turn (see the module docstring)."""
+    if timeout_s is None:
+        return await awaitable
+    inner = asyncio.ensure_future(awaitable)  # tidy: allow (awaited)
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        inner.cancel()
+    timer = asyncio.get_running_loop().call_later(max(timeout_s, 0.0), expire)
+    try:
+        return await inner
+    except asyncio.CancelledError:
+        caller = asyncio.current_task()
+        if expired and inner.cancelled() and (caller is None or not caller.cancelling()):
+            raise TimeoutError(f"not done within {timeout_s} s") from None
+        raise
+    finally:
+        timer.cancel()
+        if not inner.done():
+            inner.cancel()        # the caller was cancelled: its awaitable goes with it
 
 
 def start_thread(target: Callable[[], None], name: str,

@@ -29,9 +29,10 @@ BANS = [
     (re.compile(r"\bcreate_task\(|\bensure_future\("), "library",
      "an asyncio task nobody awaits -> pybroker.tasks.start_task (an end by an error is logged "
      "and handled); where the creator awaits it, say so: `# tidy: allow (awaited)`"),
-    (re.compile(r"\basyncio\.wait_for\("), "library",
-     "asyncio.wait_for -> `async with asyncio.timeout(...)`: on Python 3.11 wait_for loses a "
-     "cancellation that meets its awaitable's end (a supervisor hung in a role change)"),
+    (re.compile(r"\basyncio\.(wait_for|timeout)\("), "library",
+     "asyncio.wait_for / asyncio.timeout -> pybroker.tasks.within: on Python 3.11 wait_for "
+     "loses a cancellation that meets its awaitable's end, asyncio.timeout refuses to run "
+     "outside a task (an eager handler's first step)"),
     (re.compile(r"^\s*DEF\s+\w+"), "pyx",
      "DEF in Cython -> cdef enum or cdef extern from * constants"),
     (re.compile(r"\bFIXME\b"), "everywhere",  # tidy: allow

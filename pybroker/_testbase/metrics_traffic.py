@@ -11,6 +11,7 @@ import asyncio
 from pybroker.client import (ConsumeFromWhere, ConsumeStatus, LitePullConsumer,
                              LocalTransactionState, Message, Producer, PushConsumer,
                              TransactionProducer)
+from pybroker.tasks import within
 
 __all__ = ["traffic", "TOPIC", "DLQ_TOPIC", "TX_TOPIC", "PULL_GROUP", "DLQ_GROUP", "SENT",
            "PULLED"]
@@ -63,7 +64,6 @@ async def traffic(namesrv_addr: str, settle_s: float = 0.0, while_online=None):
     push.subscribe(DLQ_TOPIC)
     push.register_message_listener(refuse)
     async with push:
-        async with asyncio.timeout(60):
-            await failed.wait()
+        await within(failed.wait(), 60)
         await asyncio.sleep(settle_s)
         return await while_online() if while_online is not None else None

@@ -19,6 +19,7 @@ from pybroker.client.admin import Admin
 from pybroker.client.errors import ClientError
 from pybroker.config import TlsConfig, default_namesrv_addr
 from pybroker.remoting.tls import client_context
+from pybroker.tasks import within
 
 __all__ = ["add_admin_arguments", "run_admin", "COMMANDS"]
 
@@ -63,8 +64,7 @@ def run_admin(args: argparse.Namespace) -> int:
     async def run() -> int:
         async with Admin(args.namesrv_addr, **_security_options(args)) as admin:
             timeout = None if args.admin_command in REPEATING else ADMIN_TIMEOUT_S
-            async with asyncio.timeout(timeout):
-                return await function(admin, args, out)
+            return await within(function(admin, args, out), timeout)
     try:
         return asyncio.run(run())
     except BrokenPipeError:

@@ -24,6 +24,7 @@ from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_request, encode
 from pybroker.remoting.client import RemotingClientPool, split_address
 from pybroker.remoting.tls import outgoing_tls
+from pybroker.tasks import within
 
 log = logging.getLogger("pybroker.broker.controller_client")
 
@@ -178,8 +179,8 @@ class _Channel:
         sock.setblocking(False)
         self.connecting = True
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                await asyncio.get_running_loop().sock_connect(sock, (host, port))
+            await within(asyncio.get_running_loop().sock_connect(sock, (host, port)),
+                         self.connect_timeout_s)
         except (OSError, TimeoutError) as error:
             sock.close()
             log.warning("heartbeat connection to controller %s failed: %s", self.address,

@@ -17,7 +17,7 @@ from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.remoting.client import RemotingClientPool
 from pybroker.remoting.tls import outgoing_tls
 from pybroker.acl.signature import inner_signer
-from pybroker.tasks import Rounds
+from pybroker.tasks import Rounds, within
 
 log = logging.getLogger("pybroker.broker.registration")
 
@@ -118,8 +118,7 @@ class NamesrvRegistration:
         rounds = Rounds("NameServer registration", logger=log)
         while True:
             try:
-                async with asyncio.timeout(period_s):
-                    await self._kick.wait()
+                await within(self._kick.wait(), period_s)
             except TimeoutError:
                 pass
             self._kick.clear()

@@ -33,7 +33,7 @@ from pybroker.protocol.command import RemotingCommand, create_request
 from pybroker.protocol.constants import LanguageCode, SystemTopic
 from pybroker.remoting.client import RemotingClient, RemotingClientPool
 from pybroker.remoting.server import RequestTable
-from pybroker.tasks import Rounds, start_task
+from pybroker.tasks import Rounds, start_task, within
 
 LOGGER = logging.getLogger("pybroker.client")
 
@@ -186,8 +186,7 @@ class ClientInstance:
             pool.close()
         for client in self._clients:
             try:
-                async with asyncio.timeout(CLOSE_WAIT_MS / 1000):
-                    await client.wait_closed()
+                await within(client.wait_closed(), CLOSE_WAIT_MS / 1000)
             except asyncio.TimeoutError:
                 LOGGER.warning("connection to %s did not close in %d ms", client.address,
                                CLOSE_WAIT_MS)

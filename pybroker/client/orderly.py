@@ -29,7 +29,7 @@ from pybroker.protocol import bodies
 from pybroker.protocol.bodies import LockBatchRequest, MessageQueue
 from pybroker.protocol.constants import Property
 from pybroker.protocol.codes import RequestCode
-from pybroker.tasks import Rounds, start_task
+from pybroker.tasks import Rounds, start_task, within
 
 __all__ = ["OrderlyService"]
 
@@ -146,8 +146,7 @@ class OrderlyService:
         """Take ``queue``'s consume lock, waiting at most UNLOCK_WAIT_MS for a running batch;
         True when taken (the caller releases it)."""
         try:
-            async with asyncio.timeout(UNLOCK_WAIT_MS / 1000):
-                await process_queue.consume_lock.acquire()
+            await within(process_queue.consume_lock.acquire(), UNLOCK_WAIT_MS / 1000)
         except asyncio.TimeoutError:
             process_queue.try_unlock_times += 1
             LOGGER.info("%s: %s still consuming; letting it go anyway", self.consumer.group,

@@ -26,7 +26,7 @@ from pybroker.protocol import bodies, headers
 from pybroker.protocol.bodies import MessageQueue, SubscriptionData
 from pybroker.protocol.codes import RequestCode
 from pybroker.protocol.constants import (ConsumeFromWhere, ConsumeType, SUBSCRIBE_ALL)
-from pybroker.tasks import Rounds, start_task
+from pybroker.tasks import Rounds, start_task, within
 
 LOGGER = logging.getLogger("pybroker.client")
 _RETRIABLE_ERRORS = (ConnectionError, TimeoutError, OSError, BrokerResponseError, ClientError)
@@ -257,8 +257,8 @@ class LitePullConsumer(ConsumerMember):
         while True:
             remaining_s = deadline - time.monotonic()
             try:
-                async with asyncio.timeout(max(remaining_s, 0)):
-                    queue, epoch, messages, next_offset = await buffer.get()
+                queue, epoch, messages, next_offset = await within(buffer.get(),
+                                                                   max(remaining_s, 0))
             except asyncio.TimeoutError:
                 return []
             self._buffered_count -= len(messages)

@@ -14,6 +14,8 @@ import logging
 import os
 import socket
 
+from pybroker.tasks import within
+
 log = logging.getLogger("pybroker.grpc.permissive")
 
 TLS_HANDSHAKE_RECORD = 0x16
@@ -64,8 +66,7 @@ class PermissiveRelay:
             writer.close()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        async with asyncio.timeout(FIRST_BYTES_TIMEOUT_S):
-            first = await reader.read(RELAY_CHUNK_BYTES)
+        first = await within(reader.read(RELAY_CHUNK_BYTES), FIRST_BYTES_TIMEOUT_S)
         if not first:
             return
         name = self.tls_name if first[0] == TLS_HANDSHAKE_RECORD else self.plain_name

@@ -44,7 +44,7 @@ from pybroker.protocol.constants import (EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_
 from pybroker.protocol.properties import decode_properties
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
-from pybroker.tasks import start_task
+from pybroker.tasks import start_task, within
 from pybroker._fast import record as record_codec
 
 __all__ = ["receive_message", "delivery_timestamp_response", "polling_time_ms", "nack"]
@@ -144,8 +144,7 @@ class _Receive:
         if answer is not None:
             return answer
         try:
-            async with asyncio.timeout((polling_ms + HOLD_SLACK_MS) / 1000):
-                return await asyncio.shield(self.answered)
+            return await within(asyncio.shield(self.answered), (polling_ms + HOLD_SLACK_MS) / 1000)
         except asyncio.TimeoutError:
             log.warning("a held POP of %s@%s did not answer in its poll time", self.topic,
                         self.group)

@@ -39,7 +39,7 @@ from pybroker.grpc_service.request_context import RequestContext
 from pybroker.grpc_service.status import Code, GrpcRefused
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
-from pybroker.tasks import start_task
+from pybroker.tasks import start_task, within
 
 __all__ = ["Renewals", "RENEW_STEPS_MS", "registry_has"]
 
@@ -135,8 +135,7 @@ class Renewals:
         if kept is None:
             return handle
         try:
-            async with asyncio.timeout(LOCK_TIMEOUT_S):
-                await kept.lock.acquire()
+            await within(kept.lock.acquire(), LOCK_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise GrpcRefused(Code.INTERNAL_SERVER_ERROR,
                               "try to remove and get handle failed") from None
@@ -243,8 +242,7 @@ class Renewals:
                   for (_, group), (rctx, kept) in groups.items()]
         if clears:
             try:
-                async with asyncio.timeout(STOP_CLEAR_BOUND_S):
-                    await asyncio.gather(*clears, return_exceptions=True)
+                await within(asyncio.gather(*clears, return_exceptions=True), STOP_CLEAR_BOUND_S)
             except asyncio.TimeoutError:
                 log.warning("stop: kept messages not all cleared within %.0f s",
                             STOP_CLEAR_BOUND_S)

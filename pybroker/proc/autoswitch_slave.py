@@ -35,6 +35,7 @@ from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import HA
 from pybroker.store.epoch_file import EpochEntry, EpochFile, consistent_point
 from pybroker.store.replica import ReplicaLog, ReplicaRefused, request_truncation
+from pybroker.tasks import within
 
 log = logging.getLogger("pybroker.proc.autoswitch_slave")
 
@@ -143,8 +144,7 @@ class AutoSwitchSlaveClient:
         sock.setblocking(False)
         peer = sock
         try:
-            async with asyncio.timeout(3.0):
-                await loop.sock_connect(sock, (host.strip("[]"), int(port)))
+            await within(loop.sock_connect(sock, (host.strip("[]"), int(port))), 3.0)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # TLS and the shared-secret challenge, when configured (proc/ha_access.py).
             peer = await self.access.open_to_master(sock, host.strip("[]"))
@@ -212,8 +212,7 @@ class _Session:
         try:
             while True:
                 try:
-                    async with asyncio.timeout(tick_s):
-                        await asyncio.shield(self.ended)
+                    await within(asyncio.shield(self.ended), tick_s)
                 except TimeoutError:
                     pass
                 if self.ended.done():

@@ -30,7 +30,7 @@ from typing import Callable
 
 from pybroker import schema
 from pybroker.protocol import ha_auth
-from pybroker.tasks import start_task
+from pybroker.tasks import start_task, within
 
 log = logging.getLogger("pybroker.proc.ha_access")
 
@@ -244,8 +244,7 @@ async def _ready(loop, sock, readable: bool, deadline: float) -> None:
             future.set_result(None)
     (loop.add_reader if readable else loop.add_writer)(sock.fileno(), ready)
     try:
-        async with asyncio.timeout(max(deadline - loop.time(), 0)):
-            await future
+        await within(future, max(deadline - loop.time(), 0))
     except TimeoutError:
         raise TimeoutError(f"HA handshake not finished within {HANDSHAKE_TIMEOUT_S} s") \
             from None

@@ -39,6 +39,7 @@ from pybroker.store import paths
 from pybroker.store.control_block import HA
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.replica import ReplicaLog, ReplicaRefused, request_truncation
+from pybroker.tasks import within
 
 log = logging.getLogger("pybroker.proc.ha_slave")
 
@@ -169,8 +170,8 @@ class HASlaveClient:
         sock.setblocking(False)
         peer = sock
         try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                await loop.sock_connect(sock, (host.strip("[]"), int(port)))
+            await within(loop.sock_connect(sock, (host.strip("[]"), int(port))),
+                         self.connect_timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # TLS and the shared-secret challenge, when configured (proc/ha_access.py).
             peer = await self.access.open_to_master(sock, host.strip("[]"))
@@ -256,8 +257,7 @@ class _Session:
         try:
             while True:
                 try:
-                    async with asyncio.timeout(tick_s):
-                        await asyncio.shield(self.ended)
+                    await within(asyncio.shield(self.ended), tick_s)
                 except TimeoutError:
                     pass
                 if self.ended.done():

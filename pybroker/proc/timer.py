@@ -40,7 +40,7 @@ from pybroker._fast.stats import StatsCounter as C
 from pybroker._fast.stats import StatsKeyKind as K
 from pybroker.store import config_docs, paths
 from pybroker.store.timer_checkpoint import CheckpointValues
-from pybroker.tasks import Rounds, start_task
+from pybroker.tasks import Rounds, start_task, within
 
 __all__ = ["run_timer"]
 
@@ -147,8 +147,7 @@ class _TimerWorker:
 
     async def _pause(self, wait_ms: int) -> None:
         try:
-            async with asyncio.timeout(max(wait_ms, 1) / 1000):
-                await self.stopping.wait()
+            await within(self.stopping.wait(), max(wait_ms, 1) / 1000)
         except TimeoutError:
             pass
 

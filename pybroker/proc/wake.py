@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER, HA, ControlBlock
+from pybroker.tasks import within
 
 if TYPE_CHECKING:
     from pybroker.store.pop_table import PopTable
@@ -327,8 +328,7 @@ async def wait_event(event: asyncio.Event, timeout_s: float) -> None:
     """Wait until ``event`` is set or ``timeout_s`` passed, whichever comes first (the ha
     slaves' reconnect back-off, cut short by a new master address)."""
     try:
-        async with asyncio.timeout(timeout_s):
-            await event.wait()
+        await within(event.wait(), timeout_s)
     except TimeoutError:
         pass
 
@@ -387,8 +387,7 @@ class Sleeper:
         loop.add_reader(self.wake_fd.fd, _set_once, readable)
         try:
             timeout_s = None if timeout_ms is None else timeout_ms / 1000
-            async with asyncio.timeout(timeout_s):
-                await readable
+            await within(readable, timeout_s)
         except TimeoutError:
             pass
         finally:

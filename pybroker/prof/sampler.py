@@ -25,6 +25,7 @@ from pybroker.stats.timer_gauges import TIMER_DIST_SECONDS
 from pybroker.store.mapped_file import is_offset_file_name
 from pybroker.store.settings import timer_precision_of
 from pybroker.store.timer_wheel import TimerWheel
+from pybroker.tasks import within
 
 __all__ = ["Target", "Sampler", "attach_store", "attach_admin", "COUNTERS", "HISTOGRAMS",
            "SETTINGS_RECORDED"]
@@ -91,8 +92,8 @@ def attach_admin(address: str, timeout_s: float = 5.0) -> Target:
 
     async def fetch() -> dict[str, str]:
         async with Admin(address) as admin:
-            async with asyncio.timeout(timeout_s):
-                response = await invoke(admin, address, RequestCode.GET_BROKER_CONFIG)
+            response = await within(invoke(admin, address, RequestCode.GET_BROKER_CONFIG),
+                                    timeout_s)
         text = bytes(response.body or b"").decode("utf-8", "replace")
         return dict(line.split("=", 1) for line in text.splitlines()
                     if "=" in line and not line.startswith("#"))

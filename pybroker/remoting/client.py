@@ -20,6 +20,7 @@ from pybroker.config import RemotingConfig
 from pybroker.remoting.connection import RemotingConnection
 from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RequestTable
+from pybroker.tasks import within
 
 LOGGER = logging.getLogger("pybroker.remoting")
 
@@ -97,8 +98,7 @@ class RemotingClient:
                 make_connection, host, port, ssl=self.ssl_context,
                 server_hostname=host if self.ssl_context is not None else None)
         try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                transport, connection = await opening
+            transport, connection = await within(opening, timeout_ms / 1000)
         except asyncio.TimeoutError:
             raise TimeoutError(f"connect to {address} timed out after {timeout_ms} ms") from None
         # asyncio sets TCP_NODELAY on TCP transports itself: requests are not held by Nagle.
@@ -258,8 +258,7 @@ class SyncRemotingClient:
         async def shut() -> None:
             self._client.close()
             try:
-                async with asyncio.timeout(1.0):
-                    await self._client.wait_closed()
+                await within(self._client.wait_closed(), 1.0)
             except asyncio.TimeoutError:
                 LOGGER.warning("remoting connection to %s did not close within 1 s",
                                self._client.address)

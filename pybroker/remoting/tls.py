@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from pybroker.config import ClientAuth, TlsConfig, TlsMode
 from pybroker.errors import ConfigError
-from pybroker.tasks import Rounds, start_task
+from pybroker.tasks import Rounds, start_task, within
 
 log = logging.getLogger("pybroker.remoting.tls")
 
@@ -202,8 +202,7 @@ class SniffingListener:
                 readable.set_result(None)
         loop.add_reader(conn.fileno(), on_readable)
         try:
-            async with asyncio.timeout(self._first_byte_timeout_s):
-                await readable
+            await within(readable, self._first_byte_timeout_s)
         finally:
             loop.remove_reader(conn.fileno())
         return conn.recv(1, socket.MSG_PEEK)

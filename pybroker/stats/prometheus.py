@@ -44,6 +44,7 @@ from pybroker.stats import metric_names as names
 from pybroker.stats import metrics_exporter, metrics_java
 from pybroker.stats.timer_gauges import TimerGauges
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER
+from pybroker.tasks import within
 
 __all__ = ["BrokerCollector", "MetricsServer", "used_disk_bytes"]
 
@@ -403,8 +404,7 @@ class MetricsServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         try:
-            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
-                head = await reader.readuntil(b"\r\n\r\n")
+            head = await within(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT_S)
             if len(head) > _REQUEST_BYTES_MAX:
                 raise ValueError("request head too large")
             method, path = (head.split(b"\r\n", 1)[0].split(b" ") + [b"", b""])[:2]

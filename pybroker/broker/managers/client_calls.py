@@ -63,8 +63,8 @@ class ClientCalls:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._calls[key] = future
-        # A timer, not asyncio.timeout(): eager request tables run handlers outside a task,
-        # where asyncio.timeout() raises RuntimeError.
+        # A timer on the future itself (pybroker.tasks.within would make a task of it: the
+        # future is the answer's, resolved by the response's arrival).
         timer = loop.call_later(timeout_ms / 1000, _expire_client_call, future, timeout_ms)
         try:
             channel.send(request)
