@@ -19,8 +19,8 @@ gives them (enableBatchAck=false, its default: entries acked one by one):
 """
 import dataclasses
 import logging
-import time
 
+from pybroker import clock
 from pybroker.broker.channel import Channel
 from pybroker.grpc_service import checks
 from pybroker.grpc_service.status import (OK_STATUS, Code, GrpcRefused, proxy_exception, status,
@@ -32,7 +32,7 @@ from pybroker.protocol.constants import KEY_SEPARATOR
 from pybroker.protocol.rocketmq_v2 import definition_pb2 as pb
 from pybroker.protocol.rocketmq_v2 import service_pb2 as spb
 
-__all__ = ["ReceiptHandle", "BadHandle", "decode_handle", "now_ms", "handle_expired", "ack_message",
+__all__ = ["ReceiptHandle", "BadHandle", "decode_handle", "handle_expired", "ack_message",
            "change_invisible_duration", "change_invisible", "forward_to_dead_letter_queue",
            "ack_one", "ack_request", "acked_entry", "ack_response", "forward_one",
            "validate_invisible_time", "grpc_handle", "handle_request"]
@@ -62,17 +62,12 @@ class ReceiptHandle:
 
     @property
     def expired(self) -> bool:
-        return handle_expired(self.retrieve_time, self.invisible_time, now_ms())
+        return handle_expired(self.retrieve_time, self.invisible_time, clock.now_ms())
 
     def real_topic(self, topic: str, group: str) -> str:
         """The topic the handle's message was popped from (the group's retry topic or
         ``topic``)."""
         return pop.real_topic(topic, group, self.retry)
-
-
-def now_ms() -> int:
-    """The wall clock in ms, as a handle's expiry is judged by it."""
-    return int(time.time() * 1000)
 
 
 def handle_expired(retrieve_time: int, invisible_time: int, now: int) -> bool:

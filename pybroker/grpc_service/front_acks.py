@@ -26,6 +26,7 @@ import logging
 
 from google.protobuf.message import DecodeError
 
+from pybroker import clock
 from pybroker._fast.pop import grpc_ack
 from pybroker.grpc_service import checks, consumer
 from pybroker.grpc_service.request_context import context_of
@@ -131,7 +132,7 @@ class FrontAcks:
         opaques: list[int] = []
         answered: list = []
         owners: list = []
-        now_ms = consumer.now_ms()
+        now_ms = clock.now_ms()
         for call in calls:
             prepared = self._prepare(call, frames, starts, opaques, now_ms) \
                 if call[1] == ACK_METHOD else None

@@ -20,7 +20,7 @@ import types
 import pytest
 
 from pybroker.broker.pop import ack
-from pybroker.grpc_service import consumer
+from pybroker.grpc_service import consumer, front_acks
 from pybroker.grpc_service.fast_acks import FastAcks
 from pybroker.grpc_service.request_context import RequestContext
 from pybroker.grpc_service.status import GrpcRefused
@@ -143,7 +143,9 @@ def _run(side: AckSide, host: _Host, requests: list) -> tuple:
 @pytest.fixture
 def clock(monkeypatch):
     """Handle expiry judged by the sides' clock."""
-    monkeypatch.setattr(consumer, "time", types.SimpleNamespace(time=lambda: NOW_MS / 1000))
+    judged = types.SimpleNamespace(now_ms=lambda: NOW_MS)
+    monkeypatch.setattr(consumer, "clock", judged)
+    monkeypatch.setattr(front_acks, "clock", judged)
 
 
 @pytest.mark.parametrize("overrides", [None, {"flushDiskType": "SYNC_FLUSH"},
