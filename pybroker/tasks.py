@@ -18,6 +18,9 @@ Two rules, one implementation each:
   cancellation that meets its awaitable's end (a supervisor's generation outlived a role
   change), and ``asyncio.timeout`` refuses to run outside a task - a remoting handler's first
   step runs before any task (remoting/server.py, eager handlers).
+* :func:`unless_set` awaits one step of a start unless a stop comes first (a worker that is
+  told to stop while it waits for the metadata service's hello stops at once, not at the
+  hello's timeout).
 * :class:`Rounds` guards each round of a periodic service loop. A failing round is logged
   with its cause and the loop goes on after the service's retry delay; the
   ``failures_max``-th failing round in a row ends the loop with :class:`ServiceFailedError`,
@@ -35,7 +38,8 @@ from typing import Any
 
 from pybroker.errors import FAIL_STOP_ERRORS, ServiceFailedError
 
-__all__ = ["start_task", "start_thread", "within", "Rounds", "ROUND_FAILURES_MAX"]
+__all__ = ["start_task", "start_thread", "within", "unless_set", "Rounds",
+           "ROUND_FAILURES_MAX"]
 
 log = logging.getLogger("pybroker.tasks")
 
@@ -77,6 +81,8 @@ async def within(awaitable, timeout_s: float | None):
         return await awaitable
     inner = asyncio.ensure_future(awaitable)  # tidy: allow (awaited)
     expired = False
+    caller = asyncio.current_task()
+    cancelling_before = caller.cancelling() if caller is not None else 0
 
     def expire() -> None:
         nonlocal expired
@@ -86,14 +92,47 @@ async def within(awaitable, timeout_s: float | None):
     try:
         return await inner
     except asyncio.CancelledError:
-        caller = asyncio.current_task()
-        if expired and inner.cancelled() and (caller is None or not caller.cancelling()):
+        # A cancellation of the caller since the entry (its count grew; one from before, that
+        # an outer bound like this one caught and goes on with, does not count): not ours.
+        if expired and inner.cancelled() and (caller is None or
+                                              caller.cancelling() <= cancelling_before):
             raise TimeoutError(f"not done within {timeout_s} s") from None
         raise
     finally:
         timer.cancel()
         if not inner.done():
             inner.cancel()        # the caller was cancelled: its awaitable goes with it
+
+
+async def unless_set(awaitable, event: asyncio.Event) -> bool:
+    """``await awaitable`` unless ``event`` is set first: True when the awaitable ended (its
+    exception, if any, is raised), False when the event was set first (the awaitable is then
+    cancelled and its end awaited, whatever it is). A cancellation of the caller cancels
+    both and ends by CancelledError."""
+    inner = asyncio.ensure_future(awaitable)  # tidy: allow (awaited)
+    if event.is_set():
+        inner.cancel()
+    else:
+        waiter = asyncio.ensure_future(event.wait())  # tidy: allow (awaited)
+        try:
+            await asyncio.wait((inner, waiter), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not inner.done():
+                inner.cancel()    # the stop came first, or the caller was cancelled
+        if inner.done():
+            inner.result()
+            return True
+    caller = asyncio.current_task()
+    cancelling_before = caller.cancelling() if caller is not None else 0
+    try:
+        await inner
+    except asyncio.CancelledError:
+        if caller is not None and caller.cancelling() > cancelling_before:
+            raise                 # the caller's own cancellation, while its awaitable ended
+    except Exception:             # the awaitable's end after the stop: nobody wants it
+        log.debug("ended after a stop", exc_info=True)
+    return False
 
 
 def start_thread(target: Callable[[], None], name: str,

@@ -137,7 +137,8 @@ class GrpcWorker(RemotingWorker):
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
         accept_stop()
-        await self.metadata_client.connect()
+        if not await self._connect_metadata():
+            return
         # Held receives are the worker's held POPs (ReceiveMessage runs POP_MESSAGE here):
         # woken by the dispatcher and by other workers' POP table changes, as in a remoting
         # worker.

@@ -48,7 +48,7 @@ from pybroker.remoting.server import RemotingServer, RequestTable, start_server
 from pybroker.remoting.tls import TlsServer
 from pybroker.stats.recorder import Recorder
 from pybroker.store.config_docs import TopicConfig
-from pybroker.tasks import Rounds, start_task
+from pybroker.tasks import Rounds, start_task, unless_set
 
 log = logging.getLogger("pybroker.proc.remoting")
 
@@ -201,7 +201,8 @@ class RemotingWorker:
         # The supervisor's stop request only; Ctrl-C reaches the supervisor, which decides.
         loop.add_signal_handler(STOP_SIGNAL, self.stopping.set)
         accept_stop()
-        await self.metadata_client.connect()
+        if not await self._connect_metadata():
+            return
         self.data_plane.start(loop, self._on_data_plane_wake, self._holds_requests,
                               [self.pop_watch] if self.pop_watch is not None else [])
         table = self.table = self._request_table()
@@ -222,6 +223,17 @@ class RemotingWorker:
         sweeper.cancel()
         beat.cancel()
         await self._stop()
+
+    async def _connect_metadata(self) -> bool:
+        """Connect to the metadata service and apply its hello; False when told to stop
+        before the hello came (a role change in the generation's first second): nothing is
+        served yet, and the link is closed."""
+        if await unless_set(self.metadata_client.connect(), self.stopping):
+            return True
+        log.info("%s %d: told to stop while waiting for the metadata service's hello",
+                 type(self).__name__, self.worker_id)
+        self.metadata_client.close()
+        return False
 
     async def _stop(self) -> None:
         for server in self.servers:

@@ -97,3 +97,91 @@ def test_a_client_loop_never_gives_up(caplog):
             _round(rounds, RuntimeError("again"))
     assert rounds.failures == tasks.ROUND_FAILURES_MAX * 3
     assert len(_errors(caplog)) == tasks.ROUND_FAILURES_MAX * 3
+
+
+# --- unless_set: a start step a stop cuts short; within under an outer bound ---------------------
+
+async def _hello(answer: asyncio.Future, ended: list) -> str:
+    """A start step that waits for an answer (the metadata service's hello)."""
+    try:
+        return await answer
+    except asyncio.CancelledError:
+        ended.append("cancelled")
+        raise
+
+
+def test_unless_set_ends_the_step_when_the_stop_comes_first():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        stop, answer, ended = asyncio.Event(), loop.create_future(), []
+        loop.call_later(0.05, stop.set)
+        started = loop.time()
+        outcome = await tasks.unless_set(_hello(answer, ended), stop)
+        return outcome, loop.time() - started, ended
+    outcome, waited_s, ended = asyncio.run(scenario())
+    # Fails when the step is awaited to its end: the answer never comes (the test's timeout).
+    assert (outcome, ended) == (False, ["cancelled"]) and waited_s < 5
+
+
+def test_unless_set_gives_the_step_its_outcome_when_it_ends_first():
+    async def scenario(error):
+        loop = asyncio.get_running_loop()
+        stop, answer = asyncio.Event(), loop.create_future()
+        if error is None:
+            loop.call_soon(answer.set_result, "hello")
+        else:
+            loop.call_soon(answer.set_exception, error)
+        outcome = await tasks.unless_set(_hello(answer, []), stop)
+        return outcome, stop.is_set()
+    assert asyncio.run(scenario(None)) == (True, False)
+    with pytest.raises(ConnectionRefusedError):
+        asyncio.run(scenario(ConnectionRefusedError("refused")))
+
+
+def test_unless_set_with_the_stop_already_set_never_runs_the_step():
+    async def scenario():
+        stop, ran = asyncio.Event(), []
+        stop.set()
+
+        async def step():
+            ran.append(True)
+        return await tasks.unless_set(step(), stop), ran
+    assert asyncio.run(scenario()) == (False, [])
+
+
+def test_unless_set_passes_a_cancellation_of_its_caller_on_to_the_step():
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        stop, answer, ended = asyncio.Event(), loop.create_future(), []
+        waiting = loop.create_task(tasks.unless_set(_hello(answer, ended), stop))  # tidy: allow
+        for _ in range(3):
+            await asyncio.sleep(0)
+        waiting.cancel()
+        try:
+            await waiting
+        except asyncio.CancelledError:
+            return "cancelled", ended
+        return "returned", ended
+    assert asyncio.run(scenario()) == ("cancelled", ["cancelled"])
+
+
+def test_within_under_a_caught_cancellation_still_times_out():
+    """A task whose earlier cancellation an outer handler caught (without uncancel) and went
+    on: a later bound's expiry is a TimeoutError, not the caller's cancellation (within
+    compares the caller's cancelling() with its count at entry, as asyncio.timeout does;
+    fails when it asks cancelling() > 0)."""
+    async def scenario():
+        task = asyncio.current_task()
+        task.cancel()
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            pass                                  # caught; task.cancelling() stays 1
+        try:
+            await tasks.within(asyncio.sleep(5), 0.01)
+        except TimeoutError:
+            return "timed out"
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "returned"
+    assert asyncio.run(scenario()) == "timed out"
