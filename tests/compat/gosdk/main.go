@@ -2,7 +2,7 @@
 // through a gRPC proxy, the same ones as tools/proxy_sdk/python_sdk.py and JavaSdk.java.
 //
 // Usage: rmqgo5 ENDPOINT OP KEY=VALUE... [then OP KEY=VALUE...]
-// Ops: produce normal=T fifo=T delay=T run=R [delay_s=3]
+// Ops: produce normal=T fifo=T delay=T tx=T run=R [delay_s=3] [tx_wait_s=60]
 //
 //	simple topic=T group=G dlq_topic=T2 dlq_group=G2 run=R   (as python_sdk.py's op_simple)
 //
@@ -17,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	rmq "github.com/apache/rocketmq-clients/golang/v5"
@@ -47,10 +48,61 @@ func message(topic, body, tag string) *rmq.Message {
 	return msg
 }
 
+// checker answers the server's check-back of a half message by its "decision" property (as
+// python_sdk.py's Checker): the one left to the check is committed, and closes asked.
+func checker(asked chan struct{}) *rmq.TransactionChecker {
+	var once sync.Once
+	return &rmq.TransactionChecker{Check: func(view *rmq.MessageView) rmq.TransactionResolution {
+		decision := view.GetProperties()["decision"]
+		result("tx-check", "decision", decision, "msg_id", view.GetMessageId())
+		if decision == "check" {
+			once.Do(func() { close(asked) })
+		}
+		// A check-back of a transaction the client already ended gets the same answer.
+		if decision == "rollback" {
+			return rmq.ROLLBACK
+		}
+		return rmq.COMMIT
+	}}
+}
+
+// transactions sends three half messages: the client commits one, rolls one back and leaves
+// the third to the server's check-back.
+func transactions(producer rmq.Producer, topic, run string) error {
+	for _, decision := range []string{"commit", "rollback", "check"} {
+		transaction := producer.BeginTransaction()
+		msg := message(topic, fmt.Sprintf("%s-tx-%s", run, decision), "TagTx")
+		msg.SetKeys(fmt.Sprintf("%s-tx-%s", run, decision))
+		msg.AddProperty("decision", decision)
+		receipts, err := producer.SendWithTransaction(context.TODO(), msg, transaction)
+		if err != nil {
+			return err
+		}
+		result("tx-send", "status", "ok", "decision", decision, "msg_id", receipts[0].MessageID)
+		switch decision {
+		case "commit":
+			err = transaction.Commit()
+		case "rollback":
+			err = transaction.RollBack()
+		}
+		if err != nil {
+			return err
+		}
+		result("tx-end", "decision", decision)
+	}
+	return nil
+}
+
 func produce(config *rmq.Config, args map[string]string) error {
 	run := args["run"]
-	producer, err := rmq.NewProducer(config, rmq.WithTopics(args["normal"], args["fifo"],
-		args["delay"]))
+	topics := []string{args["normal"], args["fifo"], args["delay"]}
+	options := []rmq.ProducerOption{}
+	asked := make(chan struct{})
+	if args["tx"] != "" {
+		topics = append(topics, args["tx"])
+		options = append(options, rmq.WithTransactionChecker(checker(asked)))
+	}
+	producer, err := rmq.NewProducer(config, append(options, rmq.WithTopics(topics...))...)
 	if err != nil {
 		return err
 	}
@@ -76,7 +128,24 @@ func produce(config *rmq.Config, args map[string]string) error {
 	msg := message(args["delay"], run+"-delay", "TagD")
 	msg.SetDelayTimestamp(deliver)
 	send(producer, "delay", msg, "deliver_s", strconv.FormatInt(deliver.Unix(), 10))
+	if args["tx"] != "" {
+		if err = transactions(producer, args["tx"], run); err != nil {
+			return err
+		}
+	}
 	send(producer, "mismatch", message(args["fifo"], run+"-mismatch", "TagM"))
+	if args["tx"] != "" {
+		wait, _ := strconv.Atoi(valueOr(args, "tx_wait_s", "60"))
+		select {
+		case <-asked:
+			// The SDK ends a checked transaction in a goroutine after Check returns, and its
+			// GracefulStop does not wait for it: give that EndTransaction time to be sent.
+			time.Sleep(3 * time.Second)
+			result("tx-checked", "asked", "true")
+		case <-time.After(time.Duration(wait) * time.Second):
+			result("tx-checked", "asked", "false")
+		}
+	}
 	return nil
 }
 
