@@ -262,7 +262,11 @@ def wait_stored(broker_addr: str, topic: str, count: int, timeout_s: float) -> l
     def enough():
         seen[:] = stored(broker_addr, topic)
         return len(seen) >= count
-    wait_for(enough, timeout_s, f"{count} records in {topic} (have {len(seen)})", 0.25)
+    try:
+        wait_for(enough, timeout_s, f"{count} records in {topic}", 0.25)
+    except AssertionError as error:
+        bodies = [bytes(record.body)[:64] for record in seen]
+        raise AssertionError(f"{error} (have {len(seen)}: {bodies})") from None
     return seen
 
 
