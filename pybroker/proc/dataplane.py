@@ -177,7 +177,7 @@ class Attachment:
         self.putter = putter
         reader = self._wake_reader
         if reader is not None:
-            reader.sleeper.flags[:0] = putter.sleep_flags()
+            reader.flags[:0] = putter.sleep_flags()
             reader.kick()
         return putter
 

@@ -20,8 +20,13 @@ so an idle process sleeps without a timer.
 
 The sleep flags (:class:`SleepFlag`) live here: :class:`ConsumerSide` and :class:`ProducerSide`
 of a ring, :class:`PositionWatch` of one control-block position (held acknowledgements, parked
-pulls), :class:`DispatchEndWatch` (the dispatcher's end: written, bounded by confirm) and
-:class:`PopTableWatch` (a process holding POPs: its waiter bit on the POP table).
+pulls), :class:`DispatchEndWatch` (the dispatcher's end: written, bounded by confirm),
+:class:`PopTableWatch` (a process holding POPs: its waiter bit on the POP table) and
+:class:`WhileWanted` (flags armed only while something wants them). ``ProducerSide``,
+``WhileWanted``, arming and clearing a process's flags (:class:`Sleeper`) and the asyncio
+workers' round (:class:`AsyncWakeReader`: the loop's reader of the eventfd) are C, from
+:mod:`pybroker._fast.wake`, re-exported here: a remoting worker's completion round runs
+without Python frames but its ``on_wake``.
 """
 import asyncio
 import dataclasses
@@ -31,6 +36,8 @@ import signal
 import time
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
+from pybroker._fast.wake import (AsyncWakeReader, ProducerSide, WhileWanted,  # noqa: F401
+                                 arm_flags, disarm_flags)
 from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER, HA, ControlBlock
 from pybroker.tasks import within
@@ -147,27 +154,6 @@ class ConsumerSide:
         self.clear_sleeping = ring.clear_consumer_sleeping
 
 
-class ProducerSide:
-    """A ByteRing's producer sleep flag (waiting for space: back-pressure), raised only while
-    ``wanted()`` is true (something waits for space, e.g. a waiter queue's ``__len__``; None:
-    always); freed space counts as work only
-    while ``ready()`` too (None: always; the putter's: a completion slot is free - when they
-    are all taken the wake-up comes with the completions, and the ring's answer, against a
-    consumer cursor last read when a reserve failed, would only spin the loop)."""
-
-    def __init__(self, ring, wanted: Callable[[], object] | None = None,
-                 ready: Callable[[], bool] | None = None):
-        self._ring = ring
-        self._wanted = wanted
-        self._ready = ready
-        self.clear_sleeping = ring.clear_producer_sleeping
-
-    def set_sleeping(self) -> bool:
-        if self._wanted is not None and not self._wanted():
-            return False
-        return self._ring.set_producer_sleeping() and (self._ready is None or self._ready())
-
-
 class PositionWatch:
     """Sleep until a control-block position reaches a target (the dispatcher waiting for
     written_position, a held acknowledgement for flushed_position, a parked pull for
@@ -229,33 +215,6 @@ class DispatchEndWatch:
         for name in self._armed:
             self.control.remove_waiter(name, self.slot)
         self._armed = []
-
-
-class WhileWanted:
-    """Sleep flags armed only while ``wanted()``: one question per arm instead of one per flag
-    while nothing wants them (a remoting worker's held-request watches, armed on every
-    completion wake-up of a send load and wanted only while a pull or POP is held). Each
-    flag may still ask its own narrower question. :attr:`armed` says whether they are set."""
-
-    def __init__(self, flags: Sequence[SleepFlag], wanted: Callable[[], object]):
-        self.flags = list(flags)
-        self.wanted = wanted
-        self.armed = False
-
-    def set_sleeping(self) -> bool:
-        if not self.wanted():
-            return False
-        self.armed = True
-        for flag in self.flags:
-            if flag.set_sleeping():
-                return True
-        return False
-
-    def clear_sleeping(self) -> None:
-        if self.armed:
-            self.armed = False
-            for flag in self.flags:
-                flag.clear_sleeping()
 
 
 class PopTableWatch:
@@ -357,15 +316,10 @@ class Sleeper:
 
     def arm(self) -> bool:
         """Set every flag; True (and all cleared) as soon as one reports work."""
-        for flag in self.flags:
-            if flag.set_sleeping():
-                self.disarm()
-                return True
-        return False
+        return arm_flags(self.flags)
 
     def disarm(self) -> None:
-        for flag in self.flags:
-            flag.clear_sleeping()
+        disarm_flags(self.flags)
 
     def sleep(self, timeout_ms: int | None) -> bool:
         """Wait for work: True when work was found or a signal came, False on timeout."""
@@ -399,54 +353,3 @@ class Sleeper:
 def _set_once(future: asyncio.Future) -> None:
     if not future.done():
         future.set_result(None)
-
-
-class AsyncWakeReader:
-    """Persistent asyncio integration for remoting workers: the eventfd stays registered with
-    ``loop.add_reader``; each wake-up (and each time the re-check finds work) calls
-    ``on_wake()`` in the loop's own turn, e.g. to drain the completion ring. After
-    ``rounds_max`` rounds back to back it yields to other callbacks and continues with
-    ``call_soon``, so a producer that never pauses cannot starve the sockets."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, wake_fd: WakeFd,
-                 flags: Sequence[SleepFlag], on_wake: Callable[[], object],
-                 rounds_max: int = 16):
-        self.loop = loop
-        self.sleeper = Sleeper(wake_fd, flags)
-        self.on_wake = on_wake
-        self.rounds_max = rounds_max
-        self.rounds = 0
-        self._started = False
-
-    def start(self) -> None:
-        """Register the eventfd, run on_wake once and arm the flags."""
-        self.loop.add_reader(self.sleeper.wake_fd.fd, self._readable)
-        self._started = True
-        self._run()
-
-    def kick(self) -> None:
-        """Run a round soon (in the loop's next turn), as if the eventfd had been signalled."""
-        if self._started:
-            self.loop.call_soon(self._run)
-
-    def stop(self) -> None:
-        """Unregister the eventfd and clear the flags (idempotent)."""
-        if self._started:
-            self._started = False
-            self.loop.remove_reader(self.sleeper.wake_fd.fd)
-            self.sleeper.disarm()
-
-    def _readable(self) -> None:
-        self.sleeper.wake_fd.consume()
-        self._run()
-
-    def _run(self) -> None:
-        if not self._started:
-            return
-        for _ in range(self.rounds_max):
-            self.sleeper.disarm()
-            self.rounds += 1
-            self.on_wake()
-            if not self.sleeper.arm():
-                return
-        self.loop.call_soon(self._run)
