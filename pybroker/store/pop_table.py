@@ -56,14 +56,14 @@ not yet in consumerOffset.json are not handed out again.
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from pybroker._fast import ring
 from pybroker.store import disk_space
 
 __all__ = ["PopTable", "SlotKey", "UNSET_OFFSET", "SLOT_BYTES", "ORDER_RECORD_MAX_BYTES",
-           "KEY_PART_MAX_BYTES"]
+           "KEY_PART_MAX_BYTES", "LOCKED_ELSEWHERE", "NOT_PLAIN"]
 
 MAGIC = int.from_bytes(b"PBPOPTB1", "little")
 LAYOUT_VERSION = 2
@@ -84,6 +84,9 @@ ORDER_RECORD_MAX_BYTES = SLOT_BYTES - _ORDER_OFFSET
 KEY_PART_MAX_BYTES = 255
 _OFFSET_FLAG_RESET = 1
 _ASSIGNED = 1
+# What PopTable.take_plain finds for a slot when it cannot give its pop offset (both < 0).
+LOCKED_ELSEWHERE = -1
+NOT_PLAIN = -2
 
 assert _KEY_OFFSET + 2 + KEY_PART_MAX_BYTES + 2 + KEY_PART_MAX_BYTES + 4 <= _ORDER_OFFSET
 assert _HELD + 8 <= _KEY_OFFSET
@@ -276,6 +279,42 @@ class PopTable:
         words, offset = self._at(slot, _LOCK)
         held = ring.compare_exchange_u64(words, offset, tag, 0)
         assert held == tag, f"POP slot {slot} unlocked by {tag}, held by {held}"
+
+    def take_plain(self, slots: Sequence[int], tag: int, in_flight_max: int | None,
+                   release: bool) -> list[int]:
+        """A POP's first steps on each of ``slots`` in one call (a POP of every queue visits
+        them all): the slot's lock taken for ``tag`` (> 0), then its pop offset when none of
+        the POP's own rules applies to it: no offset set by the metadata service waits, the
+        pop offset is set, the in-flight count is at most ``in_flight_max`` (None: not
+        checked). Per slot: that offset, the lock released when ``release``; NOT_PLAIN with the
+        lock held (the caller applies its rules, then unlocks); LOCKED_ELSEWHERE when another
+        holder has the lock. The words read are those :meth:`try_lock`,
+        :meth:`pending_offset`, :meth:`in_flight` and :meth:`pop_offset` read."""
+        assert tag > 0, "a lock tag is never 0"
+        words = self._map
+        if words is None:
+            words = self._words()           # raises: closed
+        load, exchange = ring.load_u64, ring.compare_exchange_u64
+        found = []
+        for slot in slots:
+            if not 0 <= slot < self.slots:
+                raise ValueError(f"POP slot must be in [0, {self.slots}), got {slot}")
+            base = HEADER_BYTES + SLOT_BYTES * slot
+            if load(words, base + _LOCK) or exchange(words, base + _LOCK, 0, tag) != 0:
+                found.append(LOCKED_ELSEWHERE)
+                continue
+            seq, applied = ring.load_two_u64(words, base + _OFFSET_SEQ, base + _APPLIED_SEQ)
+            offset = load(words, base + _POP_OFFSET)
+            if seq != applied or offset == UNSET_OFFSET or (
+                    in_flight_max is not None and
+                    max(0, _signed(load(words, base + _IN_FLIGHT))) > in_flight_max):
+                found.append(NOT_PLAIN)
+                continue
+            if release:
+                held = exchange(words, base + _LOCK, tag, 0)
+                assert held == tag, f"POP slot {slot} unlocked by {tag}, held by {held}"
+            found.append(offset)
+        return found
 
     def pop_offset(self, slot: int) -> int | None:
         """The next offset to pop, None before the first POP."""

@@ -48,7 +48,7 @@ from pybroker.protocol.headers import POP_MESSAGE_RESPONSE, encode_header, parse
 from pybroker.protocol.properties import decode_properties
 from pybroker._fast import record as record_codec
 from pybroker.store.pop_checkpoint import PopCheckPoint
-from pybroker.store.pop_table import SlotKey
+from pybroker.store.pop_table import LOCKED_ELSEWHERE
 from pybroker.store.status import GetStatus
 
 __all__ = ["handle_pop_message", "run_pop", "init_pop_offset", "take_pending_offset",
@@ -228,6 +228,10 @@ class _PopRun:
         # every queue asks at each queue it visits).
         self.full = header.max_msg_nums <= 0
         self.rest_num = 0
+        self.table, self.tag = pop_state.table, pop_state.lock_tag
+        # The in-flight count above which a queue gives nothing (None: no threshold).
+        self.in_flight_max = broker.pop_inflight_message_threshold \
+            if broker.enable_pop_message_threshold else None
         self._holds: list = []
         self.retry_at_ms: int | None = None
         self.watched: list[tuple[str, int, int]] = []      # (topic, queue id, slot)
@@ -266,8 +270,7 @@ class _PopRun:
                                is_retry)
 
     async def _pop_queues(self, topic: str, queue_ids: list[int], is_retry: bool) -> None:
-        slots = await self.pop_state.slots.slots(
-            [SlotKey(topic, self.group, queue_id) for queue_id in queue_ids])
+        slots = await self.pop_state.slots.slots_of(topic, self.group, queue_ids)
         self.watched += [(topic, queue_id, slot)
                          for queue_id, slot in zip(queue_ids, slots, strict=True)]
         for index, queue_id in enumerate(queue_ids):
@@ -278,11 +281,19 @@ class _PopRun:
 
     def _count_rest(self, topic: str, queue_ids: list[int], slots: list[int],
                     is_retry: bool) -> None:
-        """The queues a full non-order run visits: what each has left counts in rest_num
-        (no coroutine per queue; their max offsets asked in one call)."""
+        """The queues a full non-order run visits: what each has left counts in rest_num.
+        Their max offsets are asked in one call, their locks and pop offsets taken in one
+        (``PopTable.take_plain``); only a queue locked elsewhere or one the POP's rules apply
+        to (an offset set by another, no pop offset yet, the in-flight threshold) goes through
+        ``_QueuePop``'s steps (no coroutine)."""
         max_offsets = self.ctx.store.get_max_offsets_in_queues(topic, queue_ids)
-        for queue_id, slot, max_offset in zip(queue_ids, slots, max_offsets, strict=True):
-            _QueuePop(self, topic, queue_id, slot, is_retry).count_rest(max_offset)
+        found = self.table.take_plain(slots, self.tag, self.in_flight_max, True)
+        for queue_id, slot, max_offset, offset in zip(queue_ids, slots, max_offsets, found,
+                                                      strict=True):
+            if offset >= 0:         # _prepare's full run from that offset, lock released
+                self.rest_num += max(0, max_offset - offset)
+            else:
+                _QueuePop(self, topic, queue_id, slot, is_retry).count_rest(max_offset, offset)
 
     def has_work(self) -> bool:
         """Whether a watched queue has messages past the group's pop offset (cheap: the
@@ -332,8 +343,7 @@ class _QueuePop:
     def __init__(self, run: _PopRun, topic: str, queue_id: int, slot: int, is_retry: bool):
         self.run_, self.topic, self.queue_id, self.slot = run, topic, queue_id, slot
         self.is_retry = is_retry
-        self.ctx, self.table = run.ctx, run.pop_state.table
-        self.tag = run.pop_state.lock_tag
+        self.ctx, self.table, self.tag = run.ctx, run.table, run.tag
 
     def _max_offset(self, known: int | None = None) -> int:
         if known is not None:
@@ -348,22 +358,31 @@ class _QueuePop:
         return offset
 
     async def run(self) -> None:
-        if not await self._lock():
-            return
+        run, offset = self.run_, None
+        if run.order:
+            if not await self._lock():
+                return
+        else:
+            (found,) = self.table.take_plain((self.slot,), self.tag, run.in_flight_max, False)
+            if found == LOCKED_ELSEWHERE:
+                self._locked_elsewhere()
+                return
+            if found >= 0:
+                offset = found
         try:
             now_ms = self.ctx.now_ms()
-            offset = self._prepare(now_ms)
+            offset = self._prepare(now_ms, None, offset)
             if offset is not None:
                 await self._read_and_take(offset, now_ms)
         finally:
             self.table.unlock(self.slot, self.tag)
 
-    def count_rest(self, max_offset: int) -> None:
-        """A non-order run that is already full: the queue's lock, pending offset, in-flight
-        threshold and initial offset as run() takes them; what it has left up to
-        ``max_offset`` counts in rest_num (the same steps, without a coroutine and its
-        awaits: a POP of every queue visits them all)."""
-        if not self._try_lock(max_offset):
+    def count_rest(self, max_offset: int, found: int) -> None:
+        """A non-order run that is already full, for a queue ``PopTable.take_plain`` found
+        locked elsewhere or left locked for the POP's rules (``found``): what it has left up
+        to ``max_offset`` counts in rest_num, by run()'s steps without a coroutine."""
+        if found == LOCKED_ELSEWHERE:
+            self._locked_elsewhere(max_offset)
             return
         try:
             offset = self._prepare(self.ctx.now_ms(), max_offset)
@@ -371,47 +390,45 @@ class _QueuePop:
         finally:
             self.table.unlock(self.slot, self.tag)
 
-    def _try_lock(self, max_offset: int | None = None) -> bool | None:
-        """Take the lock; a non-order POP skips a queue held elsewhere (False), an order POP
-        is told to wait for it (None)."""
+    def _locked_elsewhere(self, max_offset: int | None = None) -> None:
+        """A non-order POP skips a queue another holder has locked (Java's tryLock): what it
+        has left counts in rest_num and the POP is retried soon."""
         run = self.run_
-        if self.table.try_lock(self.slot, self.tag):
-            return True
-        if not run.order:
-            run.rest_num += max(0, self._max_offset(max_offset) - self._offset_or_init())
-            run._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
-            return False
-        return None
+        run.rest_num += max(0, self._max_offset(max_offset) - self._offset_or_init())
+        run._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
 
     async def _lock(self) -> bool:
-        taken = self._try_lock()
-        if taken is not None:
-            return taken
-        run = self.run_
+        """An order POP's lock: it waits for one held elsewhere (at most
+        ORDER_LOCK_WAIT_MS; see the module docstring)."""
+        if self.table.try_lock(self.slot, self.tag):
+            return True
         deadline_ms = self.ctx.now_ms() + ORDER_LOCK_WAIT_MS
         while not self.table.try_lock(self.slot, self.tag):
             if self.ctx.now_ms() >= deadline_ms:
-                run._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
+                self.run_._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
                 return False
             await asyncio.sleep(_ORDER_LOCK_POLL_S)
         return True
 
-    def _prepare(self, now_ms: int, max_offset: int | None = None) -> int | None:
+    def _prepare(self, now_ms: int, max_offset: int | None = None,
+                 offset: int | None = None) -> int | None:
         """Under the lock: the offset to read from, or None when this queue gives nothing
         (what it has left counted in rest_num, up to ``max_offset`` when the caller knows
-        it)."""
+        it). ``offset``: the pop offset ``PopTable.take_plain`` gave, when none of the
+        rules before the order and full-run steps applies to the queue."""
         run, table, broker = self.run_, self.table, self.ctx.config.broker
-        take_pending_offset(table, self.slot, now_ms)
-        if broker.enable_pop_message_threshold and \
-                table.in_flight(self.slot) > broker.pop_inflight_message_threshold:
-            log.warning("Too much msgs unacked, then stop popping. topic=%s, group=%s, "
-                        "queueId=%d", self.topic, run.group, self.queue_id)
-            run.rest_num += max(0, self._max_offset(max_offset) - self._offset_or_init())
-            return None
-        offset = table.pop_offset(self.slot)
         if offset is None:
-            offset = self._offset_or_init()
-            table.set_pop_offset(self.slot, offset)      # Java commits the initial offset
+            take_pending_offset(table, self.slot, now_ms)
+            if broker.enable_pop_message_threshold and \
+                    table.in_flight(self.slot) > broker.pop_inflight_message_threshold:
+                log.warning("Too much msgs unacked, then stop popping. topic=%s, group=%s, "
+                            "queueId=%d", self.topic, run.group, self.queue_id)
+                run.rest_num += max(0, self._max_offset(max_offset) - self._offset_or_init())
+                return None
+            offset = table.pop_offset(self.slot)
+            if offset is None:
+                offset = self._offset_or_init()
+                table.set_pop_offset(self.slot, offset)  # Java commits the initial offset
         if run.order and self._order_blocked(now_ms):
             return None
         if run.order:

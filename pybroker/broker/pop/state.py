@@ -26,7 +26,7 @@ class SlotCache:
 
     def __init__(self, fetch: Callable[[Sequence[SlotKey]], Awaitable[list[int]]]):
         self._fetch = fetch
-        self._slots: dict[SlotKey, int] = {}
+        self._slots: dict[tuple[str, str, int], int] = {}     # SlotKey keys
         # The slot of a key already known, or None, without a Python frame (every fast ack
         # asks; a plain (topic, group, queue id) tuple finds the SlotKey's entry).
         self.cached: Callable[[SlotKey], int | None] = self._slots.get
@@ -39,6 +39,15 @@ class SlotCache:
                 raise PopStateError(f"asked {len(missing)} POP slots, got {len(fetched)}")
             self._slots.update(zip(missing, fetched, strict=True))
         return [self._slots[key] for key in keys]
+
+    async def slots_of(self, topic: str, group: str, queue_ids: Sequence[int]) -> list[int]:
+        """The slots of ``queue_ids`` of topic@group (a POP's queues): when all are known,
+        found by plain (topic, group, queue id) tuples, no SlotKey made."""
+        known = self._slots
+        try:
+            return [known[(topic, group, queue_id)] for queue_id in queue_ids]
+        except KeyError:
+            return await self.slots([SlotKey(topic, group, queue_id) for queue_id in queue_ids])
 
     async def slot(self, topic: str, group: str, queue_id: int) -> int:
         key = SlotKey(topic, group, queue_id)

@@ -1,19 +1,22 @@
 """Goal: the shared POP table keeps its promises: a slot's key and fields read back as written,
 its lock admits one holder at a time across processes, offsets set by the metadata service wait
-for the POP side, in-flight and held counts add up under concurrent writers, the waiters of a
-notify are taken once; the directory assigns slots, harvests pop offsets into the consumer
+for the POP side, take_plain finds in one call what the one-word methods find slot by slot,
+in-flight and held counts add up under concurrent writers, the waiters of a notify are taken
+once; the directory assigns slots, harvests pop offsets into the consumer
 offsets only when they move, and recovers offsets and order records from a table a killed
 broker left. Method: real mapped files in tmp_path, forked processes hammering one slot.
 """
 import multiprocessing
 import os
+import random
 
 import orjson
 import pytest
 
 from pybroker.broker.managers.consumer_offset import ConsumerOffsetManager
 from pybroker.broker.pop.directory import PopDirectory, PopTableFull, recover_table
-from pybroker.store.pop_table import ORDER_RECORD_MAX_BYTES, PopTable, SlotKey
+from pybroker.store.pop_table import (LOCKED_ELSEWHERE, NOT_PLAIN, ORDER_RECORD_MAX_BYTES,
+                                     PopTable, SlotKey)
 
 KEY = SlotKey("Topic", "Group", 3)
 
@@ -77,6 +80,50 @@ def test_lock_and_pending_offsets(table):
     assert (pending.value, pending.reset) == (2, True)
     table.mark_applied(0, pending.seq)
     assert table.pending_offset(0) is None
+
+
+def _plain_by_steps(table, slot, tag, in_flight_max, release):
+    """What take_plain finds for one slot, by the one-word methods a POP used before it."""
+    if not table.try_lock(slot, tag):
+        return LOCKED_ELSEWHERE
+    offset = table.pop_offset(slot)
+    if table.pending_offset(slot) is not None or offset is None or \
+            (in_flight_max is not None and table.in_flight(slot) > in_flight_max):
+        return NOT_PLAIN
+    if release:
+        table.unlock(slot, tag)
+    return offset
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_take_plain_finds_what_the_one_word_steps_find(table, seed):
+    """Seeded slot states (locked by another tag or not, an offset set by the service or
+    not, a reset or a commit, the pop offset unset or not, in-flight counts around the
+    threshold, negative ones): take_plain gives what the one-word methods give and leaves
+    every lock as they leave it."""
+    rng = random.Random(seed)
+    for slot in range(8):
+        table.assign(slot, SlotKey("T", "G", slot), rng.choice([None, rng.randrange(1 << 40)]),
+                     1000)
+        if rng.random() < 0.3:
+            table.set_offset(slot, rng.randrange(100), rng.random() < 0.5)
+            if rng.random() < 0.3:
+                table.mark_applied(slot, table.pending_offset(slot).seq)
+        table.add_in_flight(slot, rng.randrange(-5, 20))
+        if rng.random() < 0.25:
+            assert table.try_lock(slot, 9)
+    in_flight_max = rng.choice([None, 0, 5, 10, -1])
+    release = rng.random() < 0.5
+    slots = rng.sample(range(8), rng.randrange(1, 9))
+    words = bytes(table._words())
+    found = table.take_plain(slots, 3, in_flight_max, release)
+    after = bytes(table._words())
+    table._words()[:] = words                       # the same states, by the one-word steps
+    assert found == [_plain_by_steps(table, slot, 3, in_flight_max, release)
+                     for slot in slots]
+    assert bytes(table._words()) == after           # every lock, and nothing else, the same
+    with pytest.raises(ValueError):
+        table.take_plain([8], 3, None, True)
 
 
 def test_notify_takes_the_waiters_once(table):
