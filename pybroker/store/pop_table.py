@@ -325,6 +325,16 @@ class PopTable:
         assert offset >= 0, offset
         ring.store_u64(*self._at(slot, _POP_OFFSET), offset & _U64_MASK)
 
+    def popped(self, slot: int, offset: int, count: int, now_ms: int) -> None:
+        """A POP handed out ``count`` messages of the slot's queue at ``now_ms``: the pop
+        offset set to ``offset`` (as :meth:`set_pop_offset`), the in-flight count grown (as
+        :meth:`add_in_flight`), the last pop time stored; the slot looked up once."""
+        assert offset >= 0, offset
+        words, base = self._at(slot, 0)
+        ring.store_u64(words, base + _POP_OFFSET, offset & _U64_MASK)
+        ring.fetch_add_u64(words, base + _IN_FLIGHT, count)
+        ring.store_u64(words, base + _LAST_POP_MS, now_ms & _U64_MASK)
+
     def pending_offset(self, slot: int) -> PendingOffset | None:
         """The service's offset not yet taken, or None."""
         words, base = self._at(slot, 0)
@@ -337,9 +347,6 @@ class PopTable:
 
     def mark_applied(self, slot: int, seq: int) -> None:
         self._store(slot, _APPLIED_SEQ, seq)
-
-    def touch(self, slot: int, now_ms: int) -> None:
-        ring.store_u64(*self._at(slot, _LAST_POP_MS), now_ms & _U64_MASK)
 
     def last_pop_ms(self, slot: int) -> int:
         return self._load(slot, _LAST_POP_MS)

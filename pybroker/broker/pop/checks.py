@@ -16,6 +16,9 @@ from pybroker.protocol.constants import FAQ_SUGGEST_TODO_5X, Perm
 from pybroker.protocol.headers import parse_request_header
 from pybroker.store.config_docs import SubscriptionGroupConfig, TopicConfig
 
+# The read bit as an int: an int & an IntFlag member runs the enum's Python operators.
+_READ = int(Perm.READ)
+
 __all__ = ["Checked", "Peeking", "check_broker", "check_peeking", "check_request", "refuse",
            "topic_not_exist_remark", "RETRY_FIRST_ONE_IN", "ZERO_FIELDS"]
 
@@ -57,7 +60,7 @@ def check_broker(ctx, request: RemotingCommand, verb: str) -> RemotingCommand | 
     """The refusal when the broker is not readable; ``verb`` names the request (``pop`` or
     ``peeking``)."""
     broker = ctx.config.broker
-    if not broker.broker_permission & Perm.READ:
+    if not broker.broker_permission & _READ:
         return refuse(request, ResponseCode.NO_PERMISSION,
                       f"the broker[{broker.broker_ip1}] {verb} message is forbidden")
     return None
@@ -75,7 +78,7 @@ def check_request(ctx, channel, request: RemotingCommand, header,
     if topic_config is None:
         return refuse(request, ResponseCode.TOPIC_NOT_EXIST,
                       topic_not_exist_remark(header.topic))
-    if not topic_config.perm & Perm.READ:
+    if not topic_config.perm & _READ:
         return refuse(request, ResponseCode.NO_PERMISSION,
                       f"the topic[{header.topic}] peeking message is forbidden")
     if header.queue_id >= topic_config.read_queue_nums:

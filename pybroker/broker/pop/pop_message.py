@@ -27,7 +27,7 @@ import asyncio
 import logging
 import operator
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import orjson
 
@@ -68,6 +68,9 @@ _OFFSET_WRONG = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW
                            GetStatus.OFFSET_FOUND_NULL})
 _NOTHING_TAKEN = frozenset({GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL,
                             GetStatus.MESSAGE_WAS_REMOVING, GetStatus.NO_MATCHED_LOGIC_QUEUE})
+# The answers' remarks (an enum member's name is a Python property).
+_FOUND_REMARK = GetStatus.FOUND.name
+_NO_MESSAGE_REMARK = GetStatus.NO_MESSAGE_IN_QUEUE.name
 
 
 def fill_born_time(request: RemotingCommand, now_ms: int) -> None:
@@ -76,15 +79,17 @@ def fill_born_time(request: RemotingCommand, now_ms: int) -> None:
         request.ext_fields[BORN_TIME] = str(now_ms)
 
 
-async def handle_pop_message(ctx: BrokerContext, channel,
-                             request: RemotingCommand) -> RemotingCommand | None:
-    """Answer a POP_MESSAGE request, or hold it (returns None)."""
-    return await run_pop(ctx, channel, request)
+def handle_pop_message(ctx: BrokerContext, channel,
+                       request: RemotingCommand) -> Awaitable[RemotingCommand | None]:
+    """Answer a POP_MESSAGE request, or hold it (the awaitable gives None): run_pop's first
+    run (no coroutine of its own to resume)."""
+    return run_pop(ctx, channel, request)
 
 
-def _refusal(ctx, channel, request: RemotingCommand, header) -> RemotingCommand | None:
+def _refusal(ctx, channel, request: RemotingCommand, header,
+             now_ms: int) -> RemotingCommand | None:
     broker = ctx.config.broker
-    if ctx.now_ms() - header.born_time - header.poll_time > _TIMEOUT_TOO_MUCH_MS:
+    if now_ms - header.born_time - header.poll_time > _TIMEOUT_TOO_MUCH_MS:
         return refuse(request, ResponseCode.POLLING_TIMEOUT,
                       f"the broker[{broker.broker_ip1}] pop message is timeout too much")
     refused = check_broker(ctx, request, "pop")
@@ -104,9 +109,10 @@ def _refusal(ctx, channel, request: RemotingCommand, header) -> RemotingCommand 
 async def run_pop(ctx: BrokerContext, channel, request: RemotingCommand,
                   rerun: bool = False) -> RemotingCommand | None:
     """One run of a POP request (the first, or again when woken: ``rerun``)."""
-    fill_born_time(request, ctx.now_ms())
+    now_ms = ctx.now_ms()
+    fill_born_time(request, now_ms)
     header = parse_request_header(request.code, request.ext_fields)
-    refused = _refusal(ctx, channel, request, header)
+    refused = _refusal(ctx, channel, request, header, now_ms)
     if refused is not None:
         return refused
     checked = check_request(ctx, channel, request, header, None)
@@ -140,7 +146,7 @@ def _answer(ctx, channel, request: RemotingCommand, header, run: "_PopRun",
     pop_state = ctx.pop
     key = pop.polling_key(header.topic, header.consumer_group, header.queue_id)
     if run.messages:
-        code, remark = ResponseCode.SUCCESS, GetStatus.FOUND.name
+        code, remark = ResponseCode.SUCCESS, _FOUND_REMARK
         if run.rest_num > 0 and pop_state.long_poll is not None:
             pop_state.long_poll.notify(key)
     else:
@@ -149,7 +155,7 @@ def _answer(ctx, channel, request: RemotingCommand, header, run: "_PopRun",
             return None
         code = ResponseCode.POLLING_FULL if result is PollingResult.POLLING_FULL \
             else ResponseCode.POLLING_TIMEOUT
-        remark = GetStatus.NO_MESSAGE_IN_QUEUE.name
+        remark = _NO_MESSAGE_REMARK
     start, messages, counts = run.infos.texts()
     fields = encode_header(POP_MESSAGE_RESPONSE, {
         "pop_time": run.pop_time, "invisible_time": header.invisible_time,
@@ -262,7 +268,9 @@ class _PopRun:
             await self._pop_topic(retry_topic, True)
 
     async def _pop_topic(self, topic: str, is_retry: bool) -> None:
-        topic_config = self.ctx.metadata.topic_config(topic)
+        # The requested topic's config is the one the checks found (looked up once).
+        topic_config = self.topic_config if topic == self.header.topic else \
+            self.ctx.metadata.topic_config(topic)
         if topic_config is None:
             return
         count = topic_config.read_queue_nums
@@ -373,7 +381,12 @@ class _QueuePop:
             now_ms = self.ctx.now_ms()
             offset = self._prepare(now_ms, None, offset)
             if offset is not None:
-                await self._read_and_take(offset, now_ms)
+                result, offset = self._read(offset)
+                try:
+                    await self._take(result, offset, now_ms)
+                except BaseException:
+                    result.release()
+                    raise
         finally:
             self.table.unlock(self.slot, self.tag)
 
@@ -438,14 +451,6 @@ class _QueuePop:
             return None
         return offset
 
-    async def _read_and_take(self, offset: int, now_ms: int) -> None:
-        result, offset = self._read(offset)
-        try:
-            await self._take(result, offset, now_ms)
-        except BaseException:
-            result.release()
-            raise
-
     def _order_blocked(self, now_ms: int) -> bool:
         record = self.table.order_record(self.slot)
         if record is None:
@@ -466,7 +471,7 @@ class _QueuePop:
         wanted = run.header.max_msg_nums - len(run.messages)
         result = store.get_messages(run.group, self.topic, self.queue_id, offset, wanted, None,
                                     message_filter.tag_codes, message_filter.record_filter)
-        if result.status in _OFFSET_WRONG:
+        if result.status is not GetStatus.FOUND and result.status in _OFFSET_WRONG:
             log.warning("Pop initial offset, because store is no correct, %s, %d->%d",
                         pop.polling_key(self.topic, run.group, self.queue_id), offset,
                         result.next_begin_offset)
@@ -484,16 +489,15 @@ class _QueuePop:
             queue_offsets = _queue_offsets(result.buffers)
             if run.order:
                 self._record_order_run(queue_offsets, now_ms)
-                table.set_pop_offset(self.slot, offset)
+                next_offset = offset            # the run's head until it is acknowledged
             elif not await self._write_check_point(offset, queue_offsets, result):
                 run.rest_num += max(0, result.max_offset - result.next_begin_offset) + \
                     len(queue_offsets)
                 result.release()
                 return
             else:
-                table.set_pop_offset(self.slot, result.next_begin_offset)
-            table.add_in_flight(self.slot, len(queue_offsets))
-            table.touch(self.slot, now_ms)
+                next_offset = result.next_begin_offset
+            table.popped(self.slot, next_offset, len(queue_offsets), now_ms)
             run.rest_num += max(0, result.max_offset - result.next_begin_offset)
             _count_get(self.ctx, self.topic, run.group, result)
             run.add_messages(result, self.topic, self.queue_id, offset, queue_offsets,

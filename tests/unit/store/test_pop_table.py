@@ -68,6 +68,19 @@ def test_slot_fields_round_trip(table, tmp_path):
         PopTable.attach(str(tmp_path / "bad"))
 
 
+def test_popped_moves_the_offset_grows_in_flight_and_stamps_the_time(table):
+    table.assign(4, KEY, None, 1000)
+    table.assign(5, SlotKey("Topic", "Group", 4), None, 1000)
+    table.add_in_flight(4, 2)
+    table.popped(4, 17, 3, 123456)
+    assert (table.pop_offset(4), table.in_flight(4), table.last_pop_ms(4)) == (17, 5, 123456)
+    table.popped(4, 17, 0, 123999)                    # an order run stays at its head
+    assert (table.pop_offset(4), table.in_flight(4), table.last_pop_ms(4)) == (17, 5, 123999)
+    assert table.pop_offset(5) is None and table.in_flight(5) == 0   # no other slot touched
+    with pytest.raises(ValueError):
+        table.popped(8, 0, 1, 0)                      # no such slot
+
+
 def test_lock_and_pending_offsets(table):
     table.assign(0, KEY, 5, 0)
     assert table.try_lock(0, 1) and not table.try_lock(0, 2)
