@@ -48,7 +48,7 @@ from pybroker.protocol.headers import POP_MESSAGE_RESPONSE, encode_header, parse
 from pybroker.protocol.properties import decode_properties
 from pybroker._fast import record as record_codec
 from pybroker.store.pop_checkpoint import PopCheckPoint
-from pybroker.store.pop_table import LOCKED_ELSEWHERE
+from pybroker.store.pop_table import LOCKED_ELSEWHERE, NOT_PLAIN
 from pybroker.store.status import GetStatus
 
 __all__ = ["handle_pop_message", "run_pop", "init_pop_offset", "take_pending_offset",
@@ -296,12 +296,20 @@ class _PopRun:
         ``_QueuePop``'s steps (no coroutine)."""
         max_offsets = self.ctx.store.get_max_offsets_in_queues(topic, queue_ids)
         found = self.table.take_plain(slots, self.tag, self.in_flight_max, True)
-        for queue_id, slot, max_offset, offset in zip(queue_ids, slots, max_offsets, found,
-                                                      strict=True):
-            if offset >= 0:         # _prepare's full run from that offset, lock released
-                self.rest_num += max(0, max_offset - offset)
-            else:
-                _QueuePop(self, topic, queue_id, slot, is_retry).count_rest(max_offset, offset)
+        visits = zip(queue_ids, slots, max_offsets, found, strict=True)
+        try:
+            for queue_id, slot, max_offset, offset in visits:
+                if offset >= 0:     # _prepare's full run from that offset, lock released
+                    self.rest_num += max(0, max_offset - offset)
+                else:
+                    _QueuePop(self, topic, queue_id, slot, is_retry).count_rest(max_offset,
+                                                                                offset)
+        finally:
+            # An error ended the visits early: the queues not visited yet give back the
+            # locks take_plain left them for the rules.
+            for _, slot, _, offset in visits:
+                if offset == NOT_PLAIN:
+                    self.table.unlock(slot, self.tag)
 
     def has_work(self) -> bool:
         """Whether a watched queue has messages past the group's pop offset (cheap: the

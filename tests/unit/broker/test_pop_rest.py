@@ -7,7 +7,8 @@ same seeded history (sends to random queues, POPs of every queue and of one queu
 batches, offsets reset or committed by the metadata service, in-flight counts around the
 threshold, queues locked by another process, acks); in one, take_plain is made to find no queue
 plain, so every queue goes through the rules; answers (code, header, body), the run's restNum and
-retry time, and every slot's words compared after each POP.
+retry time, and every slot's words compared after each POP. And a full run whose visit of a
+queue raises leaves no queue locked.
 """
 import asyncio
 import importlib.util
@@ -110,3 +111,28 @@ def test_plain_queues_count_and_answer_as_the_rules_do(tmp_path, monkeypatch, se
     assert any(rest for rest, _ in plain_runs) and any(at for _, at in plain_runs)
     assert plain_runs == ruled_runs
     assert plain_answers == ruled_answers
+
+
+def test_an_error_in_a_full_run_leaves_no_queue_locked(tmp_path, monkeypatch):
+    """A full run's visit that raises (here the rules of the first queue take_plain left
+    locked) ends the POP with that error, and no queue stays locked: those not visited yet
+    give back the locks take_plain took for them."""
+    broker = _broker(tmp_path, False)
+    try:
+        for queue_id in range(QUEUES):
+            broker.send(b"m", queue_id)
+
+        def failing(self, now_ms, max_offset=None, offset=None):
+            if max_offset is not None:          # a queue the full run does not read
+                raise OSError("store read failed")
+            return prepare(self, now_ms, max_offset, offset)
+        prepare = pop_message._QueuePop._prepare
+        monkeypatch.setattr(pop_message._QueuePop, "_prepare", failing)
+        with pytest.raises(OSError):
+            asyncio.run(broker.pop(queue_id=-1, max_nums=1))   # every pop offset unset
+        table = broker.table
+        slots = [slot for slot in range(16) if table.assigned(slot)]
+        assert len(slots) == QUEUES
+        assert [table._load(slot, 8) for slot in slots] == [0] * QUEUES     # the lock word
+    finally:
+        broker.close()
