@@ -294,11 +294,12 @@ class PopTable:
         words = self._map
         if words is None:
             words = self._words()           # raises: closed
+        for slot in slots:              # all checked before any lock is taken
+            if not 0 <= slot < self.slots:
+                raise ValueError(f"POP slot must be in [0, {self.slots}), got {slot}")
         load, exchange = ring.load_u64, ring.compare_exchange_u64
         found = []
         for slot in slots:
-            if not 0 <= slot < self.slots:
-                raise ValueError(f"POP slot must be in [0, {self.slots}), got {slot}")
             base = HEADER_BYTES + SLOT_BYTES * slot
             if load(words, base + _LOCK) or exchange(words, base + _LOCK, 0, tag) != 0:
                 found.append(LOCKED_ELSEWHERE)

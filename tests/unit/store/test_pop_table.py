@@ -129,14 +129,15 @@ def test_take_plain_finds_what_the_one_word_steps_find(table, seed):
     release = rng.random() < 0.5
     slots = rng.sample(range(8), rng.randrange(1, 9))
     words = bytes(table._words())
+    with pytest.raises(ValueError):
+        table.take_plain(slots + [8], 3, None, False)
+    assert bytes(table._words()) == words           # no lock taken before the refusal
     found = table.take_plain(slots, 3, in_flight_max, release)
     after = bytes(table._words())
     table._words()[:] = words                       # the same states, by the one-word steps
     assert found == [_plain_by_steps(table, slot, 3, in_flight_max, release)
                      for slot in slots]
     assert bytes(table._words()) == after           # every lock, and nothing else, the same
-    with pytest.raises(ValueError):
-        table.take_plain([8], 3, None, True)
 
 
 def test_notify_takes_the_waiters_once(table):
