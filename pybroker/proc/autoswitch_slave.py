@@ -35,7 +35,7 @@ from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import HA
 from pybroker.store.epoch_file import EpochEntry, EpochFile, consistent_point
 from pybroker.store.replica import ReplicaLog, ReplicaRefused, request_truncation
-from pybroker.tasks import within
+from pybroker.tasks import unless_set, within
 
 log = logging.getLogger("pybroker.proc.autoswitch_slave")
 
@@ -152,17 +152,8 @@ class AutoSwitchSlaveClient:
                      address, self.replica.end,
                      [(entry.epoch, entry.start_offset) for entry in self.epochs.entries])
             session = _Session(self, peer)
-            reader = loop.create_task(session.receive())  # tidy: allow (awaited)
-            changed = loop.create_task(address_changed.wait())  # tidy: allow (awaited)
-            try:
-                await asyncio.wait((reader, changed), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                changed.cancel()
-                if not reader.done():
-                    reader.cancel()
-                    log.info("AutoSwitchHAClient: master address changed; reconnecting")
-            if reader.done() and not reader.cancelled():
-                reader.result()
+            if not await unless_set(session.receive(), address_changed):
+                log.info("AutoSwitchHAClient: master address changed; reconnecting")
         finally:
             peer.close()            # a TLS socket holds the descriptor (wrap_socket detaches)
             sock.close()

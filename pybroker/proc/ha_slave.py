@@ -39,7 +39,7 @@ from pybroker.store import paths
 from pybroker.store.control_block import HA
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.replica import ReplicaLog, ReplicaRefused, request_truncation
-from pybroker.tasks import within
+from pybroker.tasks import unless_set, within
 
 log = logging.getLogger("pybroker.proc.ha_slave")
 
@@ -177,17 +177,8 @@ class HASlaveClient:
             peer = await self.access.open_to_master(sock, host.strip("[]"))
             log.info("HAClient connect to master %s (slave end %d)", address, self.replica.end)
             session = _Session(self, peer)
-            reader = loop.create_task(session.receive())  # tidy: allow (awaited)
-            changed = loop.create_task(address_changed.wait())  # tidy: allow (awaited)
-            try:
-                await asyncio.wait((reader, changed), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                changed.cancel()
-                if not reader.done():
-                    reader.cancel()
-                    log.info("HAClient: master address changed; reconnecting")
-            if reader.done() and not reader.cancelled():
-                reader.result()
+            if not await unless_set(session.receive(), address_changed):
+                log.info("HAClient: master address changed; reconnecting")
         finally:
             peer.close()
             sock.close()
