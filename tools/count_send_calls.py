@@ -14,9 +14,10 @@ Around the measured sends the worker's and the appender's main threads run the p
 ``tools/count_pop_calls.py`` (``sys.setprofile``, switched on and off by SIGUSR2) counting
 every Python call, every C call, the event loop's callbacks and turns; ``strace -c -f`` of each
 process counts its system calls over the same window when strace is on the PATH. Printed per
-message and per cycle: the worker's cycle is a completion wake-up (``RingPutter.on_wake``),
-the appender's a ring drained (``_Appender._drain_ring``); with ``--top N`` the
-N Python and C functions called most, per message.
+message and per cycle: the worker's cycle is a completion wake-up (its eventfd ``read`` under
+strace, else ``RingPutter.on_wake``), the appender's a ring drained
+(``_Appender._drain_ring``); with ``--top N`` the N Python and C functions called most, per
+message.
 
 ``--cpu-messages N`` then sends N more without hook and strace and prints each process's CPU
 time per message (psutil): an indication only on a shared box. ``--perf DIR`` samples both
@@ -209,6 +210,11 @@ def _report(result: dict, top: int) -> None:
     for name, figures in result["processes"].items():
         counts = figures["counts"]
         cycles = _cycles(counts, *cycle_of[name])
+        if name == "worker" and figures["syscalls_by_name"].get("read"):
+            # The eventfd reads, one per wake-up (sockets are read with recvfrom): most
+            # wake-ups of a send load no longer call RingPutter.on_wake (the completion
+            # round in C, pybroker/_fast/send/round.pyx).
+            cycles = figures["syscalls_by_name"]["read"]
         reads = 0
         if name == "worker":
             # recvfrom in strace (a plain socket is read in C, out of the hook's sight), else

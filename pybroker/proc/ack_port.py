@@ -43,7 +43,7 @@ class FastAckPort:
         # Answers made since the putter last handed out outcomes, per connection (its
         # write_frames): written once per batch (RingPutter.add_answers_flush).
         self._answers: dict = {}
-        putter.add_answers_flush(self._flush_answers)
+        putter.add_answers_flush(self._flush_answers, self._answers)
 
     def set_timer_wheel(self, wheel) -> None:
         """The timerwheel's read-only bytes for the congestion rule (timer_slots.follow)."""
@@ -64,8 +64,10 @@ class FastAckPort:
 
     def _flush_answers(self) -> None:
         if self._answers:
-            answers, self._answers = self._answers, {}
-            for write_frames, frames in answers.items():
+            # Emptied in place: the putter's completion round watches this dict.
+            answers = list(self._answers.items())
+            self._answers.clear()
+            for write_frames, frames in answers:
                 write_frames(frames[0] if len(frames) == 1 else b"".join(frames))
 
     def accepted(self, loop: asyncio.AbstractEventLoop, write_frames, taken: list,

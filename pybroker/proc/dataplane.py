@@ -29,6 +29,7 @@ from pybroker.proc.ring_format import PUT_STATUSES
 from pybroker.proc.ring_putter import RingPutter
 from pybroker.proc.shared import (RunDirectory, SharedRegion, create_byte_ring,
                                   create_completion_ring)
+from pybroker._fast.send.round import CompletionRound, HeldRequests
 from pybroker._fast.stats import StatsWriter
 from pybroker.proc.wake import (AsyncWakeReader, DataPlaneWakes, PositionWatch, SleepFlag, WakeFd,
                                 WhileWanted)
@@ -74,6 +75,13 @@ class SlavePutter:
 
     def on_wake(self) -> None:
         pass
+
+    # Nothing for the completion round to drain or to watch (_fast/send/round.pyx).
+    round_core = None
+
+    @property
+    def answers_pending(self) -> list:
+        return []
 
 
 def store_host_of(config) -> tuple[bytes, int]:
@@ -130,9 +138,10 @@ class Attachment:
         self.stats_writer: StatsWriter | None = None
         if plane.stats_region is not None and slot < plane.workers:
             self.stats_writer = plane.stats_region.writer(remoting_worker(slot).stats_section)
-        self._dispatched = plane.control.dispatched_position
-        # Read on every wake-up: a load without Python frames.
+        # Read on every wake-up, in C by the completion round (the one copy of the position
+        # last seen: CompletionRound.dispatched_seen).
         self._load_dispatched = plane.control.loader("dispatched_position")
+        self._round: CompletionRound | None = None
         self._wake_reader: AsyncWakeReader | None = None
         self._on_wake: Callable[[bool], object] = lambda dispatched_moved: None
         # The held requests' watches (dispatched_position, extra_flags), armed while wanted.
@@ -175,6 +184,9 @@ class Attachment:
         putter = self._putter(config)
         assert isinstance(putter, RingPutter)
         self.putter = putter
+        if self._round is not None:
+            self._round.core = putter.round_core
+            self._round.answers = putter.answers_pending
         reader = self._wake_reader
         if reader is not None:
             reader.flags[:0] = putter.sleep_flags()
@@ -188,27 +200,33 @@ class Attachment:
                 wake_fd.signal()
 
     def start(self, loop: asyncio.AbstractEventLoop, on_wake: Callable[[bool], object],
-              wants_dispatched: Callable[[], bool] | None = None,
+              wants_dispatched: HeldRequests | None = None,
               extra_flags: Sequence[SleepFlag] = ()) -> None:
         """Serve wake-ups in ``loop``: completions, flushed and dispatched positions.
-        ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up. The
-        dispatcher wakes this process only while ``wants_dispatched()`` (held long polls):
-        reads consult the live positions, so nothing else needs its wake-up. ``extra_flags``:
-        further sleep flags of this process (the POP table's held-POP wake-up), armed only
-        while ``wants_dispatched()`` when that is given (they ask their own narrower
-        question then)."""
+        ``on_wake(dispatched_moved)`` runs after the putter's work on every wake-up that has
+        Python work (the completion round, pybroker/_fast/send/round.pyx: while
+        ``wants_dispatched()``, every one). The dispatcher wakes this process only while
+        ``wants_dispatched()`` (held long polls): reads consult the live positions, so
+        nothing else needs its wake-up. ``extra_flags``: further sleep flags of this process
+        (the POP table's held-POP wake-up), armed only while ``wants_dispatched()`` when that
+        is given (they ask their own narrower question then)."""
         self._on_wake = on_wake
+        putter = self.putter
+        self._round = CompletionRound(putter.round_core, self._load_dispatched,
+                                      self._load_dispatched(), wants_dispatched,
+                                      putter.answers_pending, self._wake)
+        wake_round = self._round
         flags = [*self.putter.sleep_flags()]
         if wants_dispatched is not None:
             # The waiter bit on dispatched_position, set only while wanted (held long polls):
             # the dispatcher signals only the slots whose bit it takes.
             dispatched = PositionWatch(self.control, "dispatched_position", self.slot,
-                                       lambda: self._dispatched + 1)
+                                       lambda: wake_round.dispatched_seen + 1)
             self._held_watches = WhileWanted([dispatched, *extra_flags], wants_dispatched)
             flags.append(self._held_watches)
         else:
             flags.extend(extra_flags)
-        reader = self._wake_reader = AsyncWakeReader(loop, self.wake_fd, flags, self._wake)
+        reader = self._wake_reader = AsyncWakeReader(loop, self.wake_fd, flags, wake_round)
         reader.start()
 
     def watch_dispatched(self) -> None:
@@ -219,13 +237,17 @@ class Attachment:
                 and watches.set_sleeping():
             reader.kick()
 
-    def _wake(self) -> None:
-        self.putter.on_wake()
-        dispatched = self._load_dispatched()
-        moved = dispatched != self._dispatched
-        if moved:
-            self._dispatched = dispatched
-            self.reader.advance(dispatched)
+    def _wake(self, outcomes: list | None, outputs: list | None, moved: bool) -> None:
+        """A wake-up's Python work (the completion round found some): the putter's whole
+        wake-up (``outcomes`` None), or the answers of what the round drained, then
+        ``on_wake(moved)``. The reader is not advanced here: its reads catch up from the
+        live positions (MessageStoreReader._catch_up)."""
+        putter = self.putter
+        if outcomes is None:
+            putter.on_wake()
+        else:
+            assert isinstance(putter, RingPutter)     # it has a round_core: a master's
+            putter.answer(outcomes, outputs)
         self._on_wake(moved)
 
     def close(self) -> None:

@@ -142,7 +142,7 @@ class GrpcWorker(RemotingWorker):
         # Held receives are the worker's held POPs (ReceiveMessage runs POP_MESSAGE here):
         # woken by the dispatcher and by other workers' POP table changes, as in a remoting
         # worker.
-        self.data_plane.start(loop, self._on_data_plane_wake, self._holds_requests,
+        self.data_plane.start(loop, self._on_data_plane_wake, self.holds_requests,
                               [self.pop_watch] if self.pop_watch is not None else [])
         size_max = self.config.grpc.grpc_max_inbound_message_size
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", size_max),

@@ -13,6 +13,7 @@ import logging
 
 import orjson
 
+from pybroker._fast.send.round import HeldRequests
 from pybroker.acl.validator import AccessValidator
 from pybroker.broker import (end_transaction, filter_check, pull, query, runtime_settings,
                              timer_requests,
@@ -110,7 +111,8 @@ class RemotingWorker:
         self.stats = Recorder(data_plane.stats_writer)
         self.pop_polls: list[PopLongPoll] = []      # held POPs and NOTIFICATIONs
         self.pop = self._pop_state(config, data_plane)
-        self.pop_watch = PopTableWatch(self.pop.table, worker_id, self._holds_pops) \
+        self.holds_requests = HeldRequests([self.long_poll, *self.pop_polls])  # asked in C
+        self.pop_watch = PopTableWatch(self.pop.table, worker_id, HeldRequests(self.pop_polls)) \
             if self.pop is not None else None
         # ACL 1.0: every request of every client connection is checked here, before it runs
         # locally or is forwarded to the metadata service (docs/security.md); the handlers
@@ -175,15 +177,6 @@ class RemotingWorker:
     def ctx_now_ms(self) -> int:
         return self.ctx.now_ms()
 
-    def _holds_requests(self) -> bool:
-        return self.long_poll.held_count > 0 or self._holds_pops()
-
-    def _holds_pops(self) -> bool:
-        for held in self.pop_polls:     # a loop, not any(): asked on every loop turn
-            if held.held_count > 0:
-                return True
-        return False
-
     async def _fetch_pop_slots(self, keys) -> list[int]:
         """The POP table slots of ``keys`` from the metadata service (its directory)."""
         answer = await self.metadata_client.invoke(create_request(
@@ -203,7 +196,7 @@ class RemotingWorker:
         accept_stop()
         if not await self._connect_metadata():
             return
-        self.data_plane.start(loop, self._on_data_plane_wake, self._holds_requests,
+        self.data_plane.start(loop, self._on_data_plane_wake, self.holds_requests,
                               [self.pop_watch] if self.pop_watch is not None else [])
         table = self.table = self._request_table()
         limits = ConnectionLimits.from_config(self.config.remoting)
@@ -297,8 +290,8 @@ class RemotingWorker:
         self.stopping.set()
 
     def _on_data_plane_wake(self, dispatched_moved: bool) -> None:
-        # Each completion wake-up of a send load comes here: nothing to check while nothing
-        # is held (the common case costs attribute reads, not calls).
+        # Only the wake-ups with Python work come here (the completion round, _fast/send/
+        # round.pyx): while a pull or POP is held, every one (holds_requests is its question).
         if dispatched_moved and self.long_poll.held_count:
             self.long_poll.check_held()
         watch = self.pop_watch

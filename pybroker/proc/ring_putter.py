@@ -39,7 +39,7 @@ message). :meth:`RingPutter.on_wake` runs in the event loop's own turn
 import asyncio
 import collections
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Protocol
 
 from pybroker._fast.send import take as send_take
@@ -216,6 +216,9 @@ class RingPutter:
         self._deferred_puts = 0
         self._writers: dict[int, Callable[[bytes], object]] = {}
         self._answers_flushes: list[Callable[[], None]] = []
+        # What each flush would write (add_answers_flush): one non-empty means a wake-up has
+        # Python work (the completion round asks in C, pybroker/_fast/send/round.pyx).
+        self.answers_pending: list[Sized] = []
         self.puts_total = 0
         self.space_waits_total = 0
         self.fast_failure = fast_failure
@@ -288,10 +291,20 @@ class RingPutter:
         returns it."""
         self._pending[request_id] = pending
 
-    def add_answers_flush(self, flush: Callable[[], None]) -> None:
+    def add_answers_flush(self, flush: Callable[[], None], pending: Sized) -> None:
         """``flush()`` runs after every batch of outcomes is handed out (a fast path writes
-        the answers its FastPuts made then: one write per connection per batch)."""
+        the answers its FastPuts made then: one write per connection per batch); ``pending``
+        holds what it would write (never replaced: emptied in place), non-empty exactly when
+        ``flush()`` has something to write."""
         self._answers_flushes.append(flush)
+        self.answers_pending.append(pending)
+
+    @property
+    def round_core(self) -> "send_take.SendPath | None":
+        """The send path the worker's completion round may drain in C (_fast/send/round.pyx):
+        None under SYNC_FLUSH or SYNC_MASTER, whose held acknowledgements on_wake releases
+        (with the loop's time and the replicated position)."""
+        return None if self.holds.enabled else self.core
 
     # --- put ------------------------------------------------------------------------------------
     async def put(self, records, topic: str, queue_id: int, count: int, sys_flag: int,
@@ -475,7 +488,8 @@ class RingPutter:
     def on_wake(self) -> None:
         """Drain the completion ring (fast puts are answered there), release the acks that
         the flushed / replicated positions cover, resolve the Python path's puts answered,
-        write the fast answers, and let puts waiting for space retry."""
+        write the fast answers, and let puts waiting for space retry. (A worker's completion
+        round calls it only on the wake-ups that have Python work: _fast/send/round.pyx.)"""
         core = self.core
         control = self.control
         loop = self._wake_loop
@@ -493,14 +507,16 @@ class RingPutter:
         if self._space_waiters:
             self._wake_space_waiters()
 
-    def answer(self, outcomes: list) -> None:
+    def answer(self, outcomes: list, outputs: list | None = None) -> None:
         """Resolve the Python path's puts answered (``outcomes``, as SendPath gives them)
-        and write the fast sends' answers of every connection."""
+        and write the fast sends' answers of every connection (``outputs``: what
+        ``send_outputs()`` left for the writers, when the caller called it)."""
         if outcomes:
             self._resolve_all(outcomes)
         # Each connection's answers of this drain: sent in C to the sockets lent
         # (lend_socket), the rest (or all of them) through the connections' writers.
-        outputs = self.core.send_outputs()
+        if outputs is None:
+            outputs = self.core.send_outputs()
         if outputs:
             writers = self._writers
             for slot, frames in outputs:
