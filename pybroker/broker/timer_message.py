@@ -36,7 +36,7 @@ from pybroker.protocol.pop import parse_java_long
 __all__ = ["TIMER_TOPIC", "CONGEST_NEVER", "TimerRules", "TimerRefused", "redirect_timer",
            "is_timer_message",
            "build_recall_handle", "parse_recall_handle", "RecallHandle", "delete_key",
-           "deliver_ms", "slot_of",
+           "deliver_ms", "parked_slot", "slot_of",
            "TIMER_PROPERTIES"]
 
 TIMER_TOPIC = SystemTopic.WHEEL_TIMER
@@ -45,6 +45,7 @@ TIMER_PROPERTIES = (Property.TIMER_DELIVER_MS, Property.TIMER_DELAY_SEC,
 RECALL_HANDLE_VERSION = "v1"
 # timerCongestNumEachSlot's default, Integer.MAX_VALUE: no slot can hold more, nothing refuses.
 CONGEST_NEVER = (1 << 31) - 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 _random = random.Random()
 
 
@@ -131,22 +132,37 @@ def redirect_timer(topic: str, queue_id: int, properties: dict[str, str], rules:
     name when refused."""
     if topic == TIMER_TOPIC or not is_timer_message(properties):
         return topic, queue_id
-    if not rules.wheel_enable:
-        raise TimerRefused("WHEEL_TIMER_NOT_ENABLE")
-    due_ms = deliver_ms(properties, now_ms)
-    if due_ms <= now_ms:
-        if Property.TIMER_DEL_UNIQKEY in properties:
-            raise TimerRefused("WHEEL_TIMER_MSG_ILLEGAL")
+    # The switch is checked before the value is read (Java's order): no value is read off.
+    due_ms = deliver_ms(properties, now_ms) if rules.wheel_enable else 0
+    slot_ms = parked_slot(due_ms, rules, now_ms, Property.TIMER_DEL_UNIQKEY in properties)
+    if slot_ms is None:
         return topic, queue_id
-    if due_ms - now_ms > rules.max_delay_sec * 1000:
-        raise TimerRefused("WHEEL_TIMER_MSG_ILLEGAL")
-    slot_ms = slot_of(due_ms, rules.precision_ms)
-    if _congested(rules, slot_ms):
-        raise TimerRefused("WHEEL_TIMER_FLOW_CONTROL")
     properties[Property.TIMER_OUT_MS] = str(slot_ms)
     properties[Property.REAL_TOPIC] = topic
     properties[Property.REAL_QUEUE_ID] = str(queue_id)
     return TIMER_TOPIC, 0
+
+
+def parked_slot(due_ms: int, rules: TimerRules, now_ms: int,
+                cancel_mark: bool = False) -> int | None:
+    """Steps 3-5 for a timer message due at ``due_ms``: the slot it is parked in, or None when
+    it is due already (stored as it is). TimerRefused with the status name when refused
+    (``cancel_mark``: it carries TIMER_DEL_UNIQKEY). A caller that made the delivery time
+    itself (a revive record, broker/pop/revive_log.py) gives it here without writing and
+    reading it back as a property: a time outside a Java long is WHEEL_TIMER_MSG_ILLEGAL, as
+    :func:`deliver_ms` finds it."""
+    if not rules.wheel_enable:
+        raise TimerRefused("WHEEL_TIMER_NOT_ENABLE")
+    if due_ms <= now_ms:
+        if cancel_mark or due_ms < _LONG_MIN:
+            raise TimerRefused("WHEEL_TIMER_MSG_ILLEGAL")
+        return None
+    if due_ms - now_ms > rules.max_delay_sec * 1000 or due_ms > _LONG_MAX:
+        raise TimerRefused("WHEEL_TIMER_MSG_ILLEGAL")
+    slot_ms = slot_of(due_ms, rules.precision_ms)
+    if rules.slot_num is not None and _congested(rules, slot_ms):
+        raise TimerRefused("WHEEL_TIMER_FLOW_CONTROL")
+    return slot_ms
 
 
 def slot_of(due_ms: int, precision_ms: int) -> int:

@@ -531,23 +531,31 @@ class _QueuePop:
     async def _write_check_point(self, offset: int, queue_offsets: list[int], result) -> bool:
         run, ctx = self.run_, self.ctx
         broker = ctx.config.broker
-        ck = PopCheckPoint(topic=self.topic, cid=run.group, queue_id=self.queue_id,
-                           start_offset=offset, pop_time=run.pop_time,
-                           invisible_time=run.header.invisible_time, num=len(queue_offsets),
-                           queue_offset_diff=[qo - offset for qo in queue_offsets],
-                           broker_name=broker.broker_name)
-        record = revive_log.checkpoint_message(
-            ck, pop.revive_topic(broker.broker_cluster_name), run.revive_qid, ctx.store_host,
+        diff = list(map(offset.__rsub__, queue_offsets))      # each offset - start offset
+        record = revive_log.pop_checkpoint_message(
+            self.topic, run.group, self.queue_id, offset, run.pop_time,
+            run.header.invisible_time, diff, broker.broker_name,
+            pop.revive_topic(broker.broker_cluster_name), run.revive_qid, ctx.store_host,
             send.timer_rules(ctx), ctx.now_ms())
         put = await revive_log.put_revive_record(ctx.putter, record)
         if not put.status.stored:
-            log.error("[PopBuffer]put ck to store fail: %s, %s", ck, put.status.name)
+            log.error("[PopBuffer]put ck to store fail: %s, %s", self._check_point(offset, diff),
+                      put.status.name)
             return False
         if ctx.stats is not None:
             ctx.stats.pop_checkpoint(run.header.topic, run.group)
         if broker.enable_pop_log:
-            log.info("[PopBuffer]add ck just offset, %s", ck)
+            log.info("[PopBuffer]add ck just offset, %s", self._check_point(offset, diff))
         return True
+
+    def _check_point(self, offset: int, diff: list[int]) -> PopCheckPoint:
+        """The check-point _write_check_point wrote (for its log lines)."""
+        run = self.run_
+        return PopCheckPoint(topic=self.topic, cid=run.group, queue_id=self.queue_id,
+                             start_offset=offset, pop_time=run.pop_time,
+                             invisible_time=run.header.invisible_time, num=len(diff),
+                             queue_offset_diff=diff,
+                             broker_name=self.ctx.config.broker.broker_name)
 
 
 def _count_get(ctx, topic: str, group: str, result) -> None:

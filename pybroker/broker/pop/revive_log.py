@@ -32,20 +32,29 @@ import weakref
 
 from pybroker.broker import send
 from pybroker.broker.interfaces import RingFull
-from pybroker.broker.timer_message import TimerRefused, TimerRules, redirect_timer
-from pybroker.protocol.constants import PopConstants, Property
-from pybroker.protocol.properties import encode_properties
+from pybroker.broker.timer_message import TIMER_TOPIC, TimerRefused, TimerRules, parked_slot
+from pybroker.protocol.constants import (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR,
+                                         PopConstants, Property)
 from pybroker.store.message_store import PutResult
-from pybroker.store.pop_checkpoint import AckMsg, BatchAckMsg, PopCheckPoint
+from pybroker.store.pop_checkpoint import AckMsg, BatchAckMsg, PopCheckPoint, checkpoint_body
 from pybroker.store.status import PutStatus
 from pybroker.tasks import start_task
 
-__all__ = ["checkpoint_message", "ack_message", "put_revive_record", "ReviveRecord",
+__all__ = ["checkpoint_message", "pop_checkpoint_message", "ack_message", "put_revive_record", "ReviveRecord",
            "RevivePuts"]
 
 # One put of a loop turn's records: at most this many records and bytes (a ring request).
 TURN_PUT_RECORDS_MAX = 256
 TURN_PUT_BYTES_MAX = 256 << 10
+_SPLIT = PopConstants.SPLIT
+# The properties of a revive record, written as encode_properties writes them.
+_SEP = PROPERTY_SEPARATOR
+_TAGS = Property.TAGS + NAME_VALUE_SEPARATOR
+_DELIVER_MS = Property.TIMER_DELIVER_MS + NAME_VALUE_SEPARATOR
+_UNIQ_KEY = Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR
+_OUT_MS = Property.TIMER_OUT_MS + NAME_VALUE_SEPARATOR
+_REAL_TOPIC = Property.REAL_TOPIC + NAME_VALUE_SEPARATOR
+_REAL_QID = Property.REAL_QUEUE_ID + NAME_VALUE_SEPARATOR
 
 
 class ReviveRecord:
@@ -62,21 +71,34 @@ class ReviveRecord:
         self.refused = refused
 
 
-def _unique_id(*parts: object) -> str:
-    return PopConstants.SPLIT.join(["null" if part is None else str(part) for part in parts])
+def _unique_id(topic: str, queue_id: int, offset: int, group: str, pop_time: int,
+               broker_name: str | None, tag: str) -> str:
+    """Java's UNIQ_KEY of a revive record (``null`` for a missing name)."""
+    return f"{'null' if topic is None else topic}{_SPLIT}{queue_id}{_SPLIT}{offset}{_SPLIT}" \
+           f"{'null' if group is None else group}{_SPLIT}{pop_time}{_SPLIT}" \
+           f"{'null' if broker_name is None else broker_name}{_SPLIT}{tag}"
 
 
 def _record(revive_topic: str, revive_qid: int, tag: str, body: bytes, deliver_ms: int,
             unique_id: str, store_host: tuple[bytes, int], timer: TimerRules,
             now_ms: int) -> ReviveRecord:
-    properties = {Property.TAGS: tag, Property.TIMER_DELIVER_MS: str(deliver_ms),
-                  Property.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: unique_id}
+    """The record with TAGS, TIMER_DELIVER_MS and UNIQ_KEY, under the timer's put-time rule
+    for ``deliver_ms`` (given as the number it is: the rule does not read it back from the
+    property). The properties string is written once, in the order encode_properties writes
+    the dict the rule would have filled (the rule's three properties last when parked)."""
     try:
-        topic, queue_id = redirect_timer(revive_topic, revive_qid, properties, timer, now_ms)
+        slot_ms = parked_slot(deliver_ms, timer, now_ms)
     except TimerRefused as refused:
         return ReviveRecord(bytearray(), revive_topic, revive_qid, PutStatus[refused.status])
-    records = send.encode_message(topic, queue_id, 0, body, encode_properties(properties), 0,
-                                  now_ms, store_host, store_host)
+    properties = f"{_TAGS}{tag}{_SEP}{_DELIVER_MS}{deliver_ms}{_SEP}{_UNIQ_KEY}{unique_id}{_SEP}"
+    if slot_ms is None:                 # due already: stored on its revive queue
+        topic, queue_id = revive_topic, revive_qid
+    else:
+        properties = f"{properties}{_OUT_MS}{slot_ms}{_SEP}{_REAL_TOPIC}{revive_topic}{_SEP}" \
+                     f"{_REAL_QID}{revive_qid}{_SEP}"
+        topic, queue_id = TIMER_TOPIC, 0
+    records = send.encode_message(topic, queue_id, 0, body, properties, 0, now_ms, store_host,
+                                  store_host)
     return ReviveRecord(records, topic, queue_id)
 
 
@@ -85,11 +107,29 @@ def checkpoint_message(ck: PopCheckPoint, revive_topic: str, revive_qid: int,
                        now_ms: int) -> ReviveRecord:
     """The record of check-point ``ck`` for revive queue ``revive_qid``, under ``timer``'s
     put-time rule."""
-    unique_id = _unique_id(ck.topic, ck.queue_id, ck.start_offset, ck.cid, ck.pop_time,
-                           ck.broker_name, PopConstants.CK_TAG)
     return _record(revive_topic, revive_qid, PopConstants.CK_TAG, ck.encode(),
-                   ck.revive_time - PopConstants.ACK_TIME_INTERVAL_MS, unique_id, store_host,
-                   timer, now_ms)
+                   ck.revive_time - PopConstants.ACK_TIME_INTERVAL_MS,
+                   _unique_id(ck.topic, ck.queue_id, ck.start_offset, ck.cid, ck.pop_time,
+                              ck.broker_name, PopConstants.CK_TAG),
+                   store_host, timer, now_ms)
+
+
+def pop_checkpoint_message(topic: str, group: str, queue_id: int, start_offset: int,
+                           pop_time: int, invisible_time: int, queue_offset_diff: list[int],
+                           broker_name: str, revive_topic: str, revive_qid: int,
+                           store_host: tuple[bytes, int], timer: TimerRules,
+                           now_ms: int) -> ReviveRecord:
+    """:func:`checkpoint_message` of the check-point a POP writes (the PopCheckPoint of these
+    fields, nothing acked, read from nowhere, never re-put), from its fields: the POP makes
+    no object for it."""
+    return _record(revive_topic, revive_qid, PopConstants.CK_TAG,
+                   checkpoint_body(topic, group, queue_id, start_offset, pop_time,
+                                   invisible_time, len(queue_offset_diff), queue_offset_diff,
+                                   broker_name),
+                   pop_time + invisible_time - PopConstants.ACK_TIME_INTERVAL_MS,
+                   _unique_id(topic, queue_id, start_offset, group, pop_time, broker_name,
+                              PopConstants.CK_TAG),
+                   store_host, timer, now_ms)
 
 
 def ack_message(ack: AckMsg, revive_topic: str, revive_qid: int, deliver_ms: int,
@@ -97,9 +137,9 @@ def ack_message(ack: AckMsg, revive_topic: str, revive_qid: int, deliver_ms: int
     """The record of ``ack`` (or a batch ack) due at ``deliver_ms`` (its check-point's revive
     time). Java names both kinds by the single-ack id (appendAck overwrites the batch id)."""
     tag = PopConstants.BATCH_ACK_TAG if isinstance(ack, BatchAckMsg) else PopConstants.ACK_TAG
-    unique_id = _unique_id(ack.topic, ack.queue_id, ack.ack_offset, ack.consumer_group,
-                           ack.pop_time, ack.broker_name, PopConstants.ACK_TAG)
-    return _record(revive_topic, revive_qid, tag, ack.encode(), deliver_ms, unique_id,
+    return _record(revive_topic, revive_qid, tag, ack.encode(), deliver_ms,
+                   _unique_id(ack.topic, ack.queue_id, ack.ack_offset, ack.consumer_group,
+                              ack.pop_time, ack.broker_name, PopConstants.ACK_TAG),
                    store_host, timer, now_ms)
 
 
@@ -230,10 +270,12 @@ def turn_puts(putter) -> RevivePuts:
     return puts
 
 
-async def put_revive_record(putter, record: ReviveRecord) -> PutResult:
-    """Put ``record`` with the other revive records of this loop turn and wait until it is
-    stored (the putter's durability condition); a record the timer rule refused is that
-    refusal."""
+def put_revive_record(putter, record: ReviveRecord) -> "asyncio.Future[PutResult]":
+    """Put ``record`` with the other revive records of this loop turn: a future done once it
+    is stored (the putter's durability condition); a record the timer rule refused is that
+    refusal, done at once. (A future, not a coroutine: the waiter's await is the put's own.)"""
     if record.refused is not None:
-        return PutResult(record.refused)
-    return await turn_puts(putter).put(record)
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(PutResult(record.refused))
+        return future
+    return turn_puts(putter).put(record)
