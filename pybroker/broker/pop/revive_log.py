@@ -47,6 +47,7 @@ __all__ = ["checkpoint_message", "pop_checkpoint_message", "ack_message", "put_r
 TURN_PUT_RECORDS_MAX = 256
 TURN_PUT_BYTES_MAX = 256 << 10
 _SPLIT = PopConstants.SPLIT
+_ACK_TAG, _BATCH_ACK_TAG = PopConstants.ACK_TAG, PopConstants.BATCH_ACK_TAG
 # The properties of a revive record, written as encode_properties writes them.
 _SEP = PROPERTY_SEPARATOR
 _TAGS = Property.TAGS + NAME_VALUE_SEPARATOR
@@ -71,26 +72,25 @@ class ReviveRecord:
         self.refused = refused
 
 
-def _unique_id(topic: str, queue_id: int, offset: int, group: str, pop_time: int,
-               broker_name: str | None, tag: str) -> str:
-    """Java's UNIQ_KEY of a revive record (``null`` for a missing name)."""
-    return f"{'null' if topic is None else topic}{_SPLIT}{queue_id}{_SPLIT}{offset}{_SPLIT}" \
-           f"{'null' if group is None else group}{_SPLIT}{pop_time}{_SPLIT}" \
-           f"{'null' if broker_name is None else broker_name}{_SPLIT}{tag}"
-
-
 def _record(revive_topic: str, revive_qid: int, tag: str, body: bytes, deliver_ms: int,
-            unique_id: str, store_host: tuple[bytes, int], timer: TimerRules,
-            now_ms: int) -> ReviveRecord:
-    """The record with TAGS, TIMER_DELIVER_MS and UNIQ_KEY, under the timer's put-time rule
-    for ``deliver_ms`` (given as the number it is: the rule does not read it back from the
-    property). The properties string is written once, in the order encode_properties writes
-    the dict the rule would have filled (the rule's three properties last when parked)."""
+            key: tuple[str, int, int, str, int, str | None], store_host: tuple[bytes, int],
+            timer: TimerRules, now_ms: int) -> ReviveRecord:
+    """The record with TAGS, TIMER_DELIVER_MS and Java's UNIQ_KEY (``key``: topic, queue id,
+    offset, group, pop time, broker name; ``null`` for a missing name; then the check-point's
+    tag, which acks share), under the timer's put-time rule for ``deliver_ms`` (given as the
+    number it is: the rule does not read it back from the property). The properties string is
+    written once, in the order encode_properties writes the dict the rule would have filled
+    (the rule's three properties last when parked)."""
     try:
         slot_ms = parked_slot(deliver_ms, timer, now_ms)
     except TimerRefused as refused:
         return ReviveRecord(bytearray(), revive_topic, revive_qid, PutStatus[refused.status])
-    properties = f"{_TAGS}{tag}{_SEP}{_DELIVER_MS}{deliver_ms}{_SEP}{_UNIQ_KEY}{unique_id}{_SEP}"
+    topic, queue_id, offset, group, pop_time, broker_name = key
+    properties = f"{_TAGS}{tag}{_SEP}{_DELIVER_MS}{deliver_ms}{_SEP}{_UNIQ_KEY}" \
+        f"{'null' if topic is None else topic}{_SPLIT}{queue_id}{_SPLIT}{offset}{_SPLIT}" \
+        f"{'null' if group is None else group}{_SPLIT}{pop_time}{_SPLIT}" \
+        f"{'null' if broker_name is None else broker_name}{_SPLIT}" \
+        f"{_ACK_TAG if tag == _BATCH_ACK_TAG else tag}{_SEP}"
     if slot_ms is None:                 # due already: stored on its revive queue
         topic, queue_id = revive_topic, revive_qid
     else:
@@ -109,9 +109,8 @@ def checkpoint_message(ck: PopCheckPoint, revive_topic: str, revive_qid: int,
     put-time rule."""
     return _record(revive_topic, revive_qid, PopConstants.CK_TAG, ck.encode(),
                    ck.revive_time - PopConstants.ACK_TIME_INTERVAL_MS,
-                   _unique_id(ck.topic, ck.queue_id, ck.start_offset, ck.cid, ck.pop_time,
-                              ck.broker_name, PopConstants.CK_TAG),
-                   store_host, timer, now_ms)
+                   (ck.topic, ck.queue_id, ck.start_offset, ck.cid, ck.pop_time,
+                    ck.broker_name), store_host, timer, now_ms)
 
 
 def pop_checkpoint_message(topic: str, group: str, queue_id: int, start_offset: int,
@@ -127,9 +126,8 @@ def pop_checkpoint_message(topic: str, group: str, queue_id: int, start_offset: 
                                    invisible_time, len(queue_offset_diff), queue_offset_diff,
                                    broker_name),
                    pop_time + invisible_time - PopConstants.ACK_TIME_INTERVAL_MS,
-                   _unique_id(topic, queue_id, start_offset, group, pop_time, broker_name,
-                              PopConstants.CK_TAG),
-                   store_host, timer, now_ms)
+                   (topic, queue_id, start_offset, group, pop_time, broker_name), store_host,
+                   timer, now_ms)
 
 
 def ack_message(ack: AckMsg, revive_topic: str, revive_qid: int, deliver_ms: int,
@@ -138,9 +136,8 @@ def ack_message(ack: AckMsg, revive_topic: str, revive_qid: int, deliver_ms: int
     time). Java names both kinds by the single-ack id (appendAck overwrites the batch id)."""
     tag = PopConstants.BATCH_ACK_TAG if isinstance(ack, BatchAckMsg) else PopConstants.ACK_TAG
     return _record(revive_topic, revive_qid, tag, ack.encode(), deliver_ms,
-                   _unique_id(ack.topic, ack.queue_id, ack.ack_offset, ack.consumer_group,
-                              ack.pop_time, ack.broker_name, PopConstants.ACK_TAG),
-                   store_host, timer, now_ms)
+                   (ack.topic, ack.queue_id, ack.ack_offset, ack.consumer_group, ack.pop_time,
+                    ack.broker_name), store_host, timer, now_ms)
 
 
 class RevivePuts:
@@ -262,11 +259,19 @@ def _fail_all(entries: list[tuple[bytearray, asyncio.Future]], error: BaseExcept
 _TURN_PUTS: "weakref.WeakKeyDictionary[object, RevivePuts]" = weakref.WeakKeyDictionary()
 
 
+_LAST_TURN_PUTS: list[RevivePuts | None] = [None]   # the last one asked for
+
+
 def turn_puts(putter) -> RevivePuts:
-    """The :class:`RevivePuts` of ``putter`` (one per putter of the process)."""
+    """The :class:`RevivePuts` of ``putter`` (one per putter of the process; a process has
+    one putter: the last one asked for is found without the weak dictionary's frame)."""
+    puts = _LAST_TURN_PUTS[0]
+    if puts is not None and puts.putter is putter:
+        return puts
     puts = _TURN_PUTS.get(putter)
     if puts is None:
         puts = _TURN_PUTS[putter] = RevivePuts(putter)
+    _LAST_TURN_PUTS[0] = puts
     return puts
 
 
