@@ -371,15 +371,18 @@ class ConsumeQueue:
             view.release()
             mapped_file.release()
 
-    def read_units(self, queue_offset: int, count_max: int) -> UnitsView:
+    def read_units(self, queue_offset: int, count_max: int,
+                   bounds: tuple[int, int] | None = None) -> UnitsView:
         """Up to ``count_max`` units from ``queue_offset``, within one file, as a no-copy view.
 
-        Empty when ``queue_offset`` is outside [min, max). Release the result when done.
+        Empty when ``queue_offset`` is outside [min, max). ``bounds``: (min, max) as the caller
+        has just read them (a pull reads them once). Release the result when done.
         """
         if count_max < 0:
             raise ValueError(f"count_max must be >= 0, got {count_max}")
-        max_offset = self.max_offset_in_queue()
-        if not self.min_offset_in_queue() <= queue_offset < max_offset or count_max == 0:
+        min_offset, max_offset = (self.min_offset_in_queue(), self.max_offset_in_queue()) \
+            if bounds is None else bounds
+        if not min_offset <= queue_offset < max_offset or count_max == 0:
             return UnitsView(queue_offset, None, None)
         offset = queue_offset * UNIT_SIZE
         mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(offset)

@@ -218,6 +218,11 @@ class StoreReads:
         """The consume queue of (topic, queue_id), current up to what may be served, or None."""
         return self.consume_queue_store.find(topic, queue_id)
 
+    def _commitlog_of_read(self) -> CommitLog:
+        """The CommitLog to read a queue just found by :meth:`_find_queue`, current up to what
+        that look-up saw (a read of a queue catches up with the writers once)."""
+        return self._commitlog()
+
     def _index_service(self) -> IndexService | None:
         """The index to query, or None without one."""
         return self.index_service
@@ -256,8 +261,9 @@ class StoreReads:
             result = GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset,
                                max_offset)
         else:
-            result = self._read_queue(queue, queue_offset, max_count, max_bytes, tag_codes,
-                                      min_offset, max_offset, record_filter)
+            result = self._read_queue(queue, self._commitlog_of_read(), queue_offset, max_count,
+                                      max_bytes, tag_codes, min_offset, max_offset,
+                                      record_filter)
         stats = self._stats
         if result.status is GetStatus.FOUND:
             stats["get_times_found"] += 1
@@ -266,19 +272,22 @@ class StoreReads:
             stats["get_times_miss"] += 1
         return result
 
-    def _read_queue(self, queue, queue_offset: int, max_count: int, max_bytes: int | None,
-                    tag_codes, min_offset: int, max_offset: int,
+    def _read_queue(self, queue, commitlog: CommitLog, queue_offset: int, max_count: int,
+                    max_bytes: int | None, tag_codes, min_offset: int, max_offset: int,
                     record_filter=None) -> GetResult:
+        """Read from ``queue_offset`` (within [min_offset, max_offset), the bounds the caller
+        just read) through ``commitlog`` (current as the queue's look-up left it)."""
         scan_units = max(_PULL_SCAN_UNITS_MIN, max_count)
         owner = (queue.topic.encode(), queue.queue_id, queue_offset)
+        bounds = (min_offset, max_offset)
         if record_filter is None:
-            result = self._read_at_once(queue, queue_offset, scan_units, max_count, max_bytes,
-                                        tag_codes, min_offset, max_offset, owner)
+            result = self._read_at_once(queue, commitlog, queue_offset, scan_units, max_count,
+                                        max_bytes, tag_codes, bounds, owner)
             if result is not None:
                 return result
             # A record to take is not readable here (its file is gone or beyond this
             # process's view), or fails its check: the per-unit loop answers as Java does.
-        with queue.read_units(queue_offset, scan_units) as units_view:
+        with queue.read_units(queue_offset, scan_units, bounds) as units_view:
             units = units_view.units
             # Small native copies; the map is released when the with-block ends.
             physical_offsets = units["phy"].astype(np.int64)
@@ -302,7 +311,7 @@ class StoreReads:
 
         def locate(unit_index: int) -> tuple[int, int] | None:
             # A unit that does not point at its record: the record, from the CommitLog.
-            found = find_unit_record(self._commitlog(), queue, queue_offset + unit_index,
+            found = find_unit_record(commitlog, queue, queue_offset + unit_index,
                                      self.settings.check_crc_on_read)
             (log.warning if found else log.error)(
                 "consume queue %s-%d: the unit of queue offset %d (physical offset %d, size "
@@ -312,8 +321,8 @@ class StoreReads:
                 f"; served its record found in the CommitLog at {found[0]}" if found else
                 " and its record was not found between the units around it")
             return found
-        scanned = self._collect(result, physical_offsets, sizes, matched, max_count, max_bytes,
-                                record_filter, locate, owner)
+        scanned = self._collect(result, commitlog, physical_offsets, sizes, matched, max_count,
+                                max_bytes, record_filter, locate, owner)
         result.next_begin_offset = queue_offset + scanned
         if result.damaged_queue_offset is not None:
             result.damaged_queue_offset += queue_offset
@@ -325,32 +334,34 @@ class StoreReads:
                       else "the records before it are served")
         last_visited = int(physical_offsets[min(scanned, len(physical_offsets) - 1)])
         result.suggest_pull_from_slave = \
-            self._commitlog().max_offset() - last_visited > self._memory_bytes
+            commitlog.max_offset() - last_visited > self._memory_bytes
         return result
 
-    def _read_at_once(self, queue, queue_offset: int, scan_units: int, max_count: int,
-                      max_bytes: int | None, tag_codes, min_offset: int, max_offset: int,
+    def _read_at_once(self, queue, commitlog: CommitLog, queue_offset: int, scan_units: int,
+                      max_count: int, max_bytes: int | None, tag_codes,
+                      bounds: tuple[int, int],
                       owner: tuple[bytes, int, int]) -> GetResult | None:
         """A pull without a record filter: every matched unit is taken until the batch is
         full, so the units it takes are decided in one C pass (pybroker/_fast/pull_scan.pyx)
-        before a record is read. None when :meth:`_take_at_once` cannot take them."""
-        with queue.read_units(queue_offset, scan_units) as units_view:
+        before a record is read. None when :meth:`_take_at_once` cannot take them. The
+        CommitLog's end is read once (the in-disk limit and the slave suggestion)."""
+        min_offset, max_offset = bounds
+        with queue.read_units(queue_offset, scan_units, bounds) as units_view:
             units = units_view.raw
             if units is None:
                 return self._offset_found_null(queue, queue_offset, min_offset, max_offset)
-            commitlog = self._commitlog()
             memory_bytes, memory_count, disk_bytes, disk_count = self._transfer_limits
             damaged = self.damaged_records
+            commitlog_end = commitlog.max_offset()
             scanned, last_visited, groups = pull_scan.collect(
                 units, tag_codes, damaged.spans if damaged else None, max_count, max_bytes,
-                commitlog.max_offset() - self._memory_bytes, memory_bytes, memory_count,
+                commitlog_end - self._memory_bytes, memory_bytes, memory_count,
                 disk_bytes, disk_count, commitlog.file_size)
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
-        if groups is None or not self._take_at_once(result, groups, owner):
+        if groups is None or not self._take_at_once(result, commitlog, groups, owner):
             return None
         result.next_begin_offset = queue_offset + scanned
-        result.suggest_pull_from_slave = \
-            self._commitlog().max_offset() - last_visited > self._memory_bytes
+        result.suggest_pull_from_slave = commitlog_end - last_visited > self._memory_bytes
         return result
 
     @staticmethod
@@ -361,17 +372,17 @@ class StoreReads:
         next_file = queue_offset + units_per_file - queue_offset % units_per_file
         return GetResult(GetStatus.OFFSET_FOUND_NULL, next_file, min_offset, max_offset)
 
-    def _batch_limits(self, physical_offsets):
+    def _batch_limits(self, commitlog: CommitLog, physical_offsets):
         """Per unit (bytes limit, count limit): in-memory or in-disk transfer caps."""
         memory_bytes, memory_count, disk_bytes, disk_count = self._transfer_limits
-        in_disk = self._commitlog().max_offset() - physical_offsets > self._memory_bytes
+        in_disk = commitlog.max_offset() - physical_offsets > self._memory_bytes
         limit_bytes = np.where(in_disk, disk_bytes, memory_bytes)
         limit_count = np.where(in_disk, disk_count, memory_count)
         return limit_bytes, limit_count
 
-    def _collect(self, result: GetResult, physical_offsets, sizes, matched, max_count: int,
-                 max_bytes: int | None, record_filter=None, locate=None,
-                 owner: tuple[bytes, int, int] | None = None) -> int:
+    def _collect(self, result: GetResult, commitlog: CommitLog, physical_offsets, sizes,
+                 matched, max_count: int, max_bytes: int | None, record_filter=None,
+                 locate=None, owner: tuple[bytes, int, int] | None = None) -> int:
         """Java's pull loop over units; returns how many units were scanned (i / 20 in Java).
 
         Runs of units the tag filter rejects are handled with numpy: the loop in Python is per
@@ -382,7 +393,7 @@ class StoreReads:
         queue offset.
         """
         unit_count = len(physical_offsets)
-        limit_bytes, limit_count = self._batch_limits(physical_offsets)
+        limit_bytes, limit_count = self._batch_limits(commitlog, physical_offsets)
         position = taken = taken_bytes = 0
         next_match = 0
         while True:
@@ -404,15 +415,15 @@ class StoreReads:
             if match >= unit_count:
                 return unit_count
             physical_offset, size = int(physical_offsets[match]), int(sizes[match])
-            added = self._add_record(result, physical_offset, size, record_filter,
+            added = self._add_record(result, commitlog, physical_offset, size, record_filter,
                                      owner, match)
             if added is _DAMAGED:
                 found = locate(match) if locate is not None else None
                 if found is None:
                     return _damaged_at(result, match, physical_offset)
                 physical_offset, size = found
-                added = self._add_record(result, physical_offset, size, record_filter,
-                                         owner, match)
+                added = self._add_record(result, commitlog, physical_offset, size,
+                                         record_filter, owner, match)
             if added is None:                     # refused by the record filter
                 position = match + 1
                 continue
@@ -420,7 +431,7 @@ class StoreReads:
                 if not taken:
                     result.status = GetStatus.MESSAGE_WAS_REMOVING
                 # Skip every unit of the CommitLog file that is gone.
-                file_size = self._commitlog().file_size
+                file_size = commitlog.file_size
                 next_file = physical_offset + file_size - physical_offset % file_size
                 position = max(match + 1, int(np.searchsorted(physical_offsets, next_file)))
                 continue
@@ -429,14 +440,13 @@ class StoreReads:
             result.status = GetStatus.FOUND
             position = match + 1
 
-    def _take_at_once(self, result: GetResult, groups: list,
+    def _take_at_once(self, result: GetResult, commitlog: CommitLog, groups: list,
                       owner: tuple[bytes, int, int]) -> bool:
         """Take the records :func:`pull_scan.collect` chose (grouped by CommitLog file), each
         file's under one hold, and check them (one C call per file); False (nothing taken)
         when one is not readable here or fails its check: the per-unit loop then answers."""
         if not groups:
             return True                        # nothing matched: NO_MATCHED_MESSAGE
-        commitlog = self._commitlog()
         files = []
         for base, _, _, _, end in groups:
             mapped_file = commitlog.mapped_file_queue.find_mapped_file_by_offset(base)
@@ -465,10 +475,8 @@ class StoreReads:
                        unit_indexes: list[int] | None = None) -> int:
         """Index of the first record at ``positions`` of ``mapped_file`` that fails its check
         (layout, own offset, body CRC with checkCRCOnRead, the ``owner`` queue's at its unit's
-        offset), -1 when none; -1 also when the file is shutting down (the views then fail and
-        the caller goes per unit)."""
-        if not mapped_file.hold():
-            return -1
+        offset), -1 when none. The caller holds the file (the views of these records it has
+        taken): no hold of its own."""
         buffer = mapped_file.buffer()
         topic, queue_id, first = owner if owner is not None else (None, 0, 0)
         try:
@@ -478,14 +486,13 @@ class StoreReads:
                                               first, unit_indexes)
         finally:
             buffer.release()
-            mapped_file.release()
 
-    def _add_record(self, holds: _Holds, physical_offset: int, size: int, record_filter=None,
-                    owner: tuple[bytes, int, int] | None = None,
+    def _add_record(self, holds: _Holds, commitlog: CommitLog, physical_offset: int, size: int,
+                    record_filter=None, owner: tuple[bytes, int, int] | None = None,
                     unit_index: int = 0) -> bool | str | None:
-        """Append a view of ``size`` bytes at ``physical_offset`` to ``holds``; False if gone,
-        _DAMAGED if the record fails its check, None if ``record_filter`` refused it."""
-        commitlog = self._commitlog()
+        """Append a view of ``size`` bytes at ``physical_offset`` of ``commitlog`` to
+        ``holds``; False if gone, _DAMAGED if the record fails its check, None if
+        ``record_filter`` refused it."""
         mapped_file = commitlog.mapped_file_queue.find_mapped_file_by_offset(physical_offset)
         if mapped_file is None:
             # Below the oldest file: expired (Java's "message was removing"). Anywhere else

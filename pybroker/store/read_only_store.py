@@ -355,8 +355,12 @@ class MessageStoreReader(StoreReads):
     # --- hooks of StoreReads ----------------------------------------------------------------------
     def _commitlog(self) -> CommitLog:
         self._catch_up()
-        # Every record below written_position is whole; consume-queue units and index
-        # entries still bound what is served to dispatched_position.
+        return self._commitlog_of_read()
+
+    def _commitlog_of_read(self) -> CommitLog:
+        # Up to the positions of the last catch-up (a queue read's look-up made it). Every
+        # record below written_position is whole; consume-queue units and index entries still
+        # bound what is served to dispatched_position.
         target = self.written_position
         if self._commitlog_position != target:
             self._sync_commitlog(self._commitlog_position, target)
@@ -420,10 +424,12 @@ class MessageStoreReader(StoreReads):
         return queue
 
     def _grow_queue(self, queue: ConsumeQueue, target: int) -> None:
-        """Advance the queue's files over units that point below ``target``."""
+        """Advance the queue's files over units that point below ``target``. Whether the
+        queue had no unit is read before its files first change (a queue that did not grow,
+        the usual case of a read after another queue's dispatch, reads no bounds)."""
         file_queue = queue.mapped_file_queue
         units_per_file = queue.mapped_file_size // _UNIT_SIZE
-        was_empty = queue.min_offset_in_queue() >= queue.max_offset_in_queue()
+        was_empty = None
         checked_for_files = False
         index = 0
         while True:
@@ -433,6 +439,8 @@ class MessageStoreReader(StoreReads):
             if index == len(files):
                 if checked_for_files:
                     break
+                if was_empty is None:
+                    was_empty = queue.min_offset_in_queue() >= queue.max_offset_in_queue()
                 known = len(files)
                 file_queue.refresh()   # the last file is full (or none): look for the next
                 checked_for_files = True
@@ -443,6 +451,8 @@ class MessageStoreReader(StoreReads):
             mapped_file = files[index]
             count = _grown_units(mapped_file, mapped_file.wrote_position // _UNIT_SIZE,
                                  units_per_file, target)
+            if was_empty is None and count * _UNIT_SIZE != mapped_file.wrote_position:
+                was_empty = queue.min_offset_in_queue() >= queue.max_offset_in_queue()
             mapped_file.wrote_position = mapped_file.flushed_position = count * _UNIT_SIZE
             if count < units_per_file:
                 break

@@ -12,6 +12,7 @@ import pytest
 from pybroker._fast import record as record_codec
 from pybroker._fast.jhash import tags_code
 from pybroker.protocol.properties import encode_properties
+from pybroker.store import paths
 from pybroker.store.message_store import MessageStore
 from pybroker.store.settings import StoreConfig
 from pybroker.store.read_only_store import MessageStoreReader
@@ -205,6 +206,88 @@ def test_positions_source_is_read_at_every_call_and_bounds_look_ups_by_written(t
         assert reader.get_max_offset_in_queue(TOPIC, 0) == 10
         with reader.look_message_by_offset(starts[9]) as selected:
             assert bytes(record_codec.decode(selected.buffer, 0).body) == body_of(9, 5)
+
+
+@pytest.mark.parametrize("record_filter", [None, lambda view: True],
+                         ids=["at-once", "per-unit"])
+def test_a_queue_read_catches_up_once_and_serves_what_it_saw(tmp_path, writer, record_filter):
+    """get_messages reads the writers' positions once (the queue's look-up) and its CommitLog
+    reads stay within them, though the writers move on while it reads."""
+    ends = []
+    for index in range(12):
+        result = writer.put_messages(encode(body_of(index, 5)), TOPIC, 0, 1, 0)
+        assert result.status is PutStatus.PUT_OK
+        ends.append(result.physical_offset + result.wrote_bytes)
+    calls = []
+
+    def positions() -> tuple[int, int]:
+        # Each call sees one more message dispatched than the one before.
+        position = ends[min(len(calls) + 2, len(ends) - 1)]
+        calls.append(position)
+        return position, position
+    with MessageStoreReader(settings_for(tmp_path), positions=positions) as reader:
+        for offset, seen in ((0, 3), (2, 4), (4, 5)):
+            before = len(calls)
+            with reader.get_messages("g", TOPIC, 0, offset, 32, None, None,
+                                     record_filter) as result:
+                assert len(calls) == before + 1
+                assert result.status is GetStatus.FOUND
+                assert bodies(result) == [body_of(i, 5) for i in range(offset, seen)]
+                assert (result.next_begin_offset, result.max_offset) == (seen, seen)
+
+
+@pytest.mark.parametrize("file_first", [False, True], ids=["no-file", "file-not-dispatched"])
+def test_a_queue_that_had_no_unit_corrects_its_min_offset_when_it_grows(tmp_path, writer,
+                                                                          file_first):
+    """A queue the reader found without units (no file yet, or a file whose units it may not
+    serve yet) whose first units point below the CommitLog's published min offset (their
+    files deleted meanwhile) starts at the first unit above it, as a queue opened then does."""
+    first = writer.put_messages(encode(body_of(0, 5), queue_id=1), TOPIC, 1, 1, 0)
+    size = first.wrote_bytes
+    published_min = first.physical_offset + 2 * size     # the second record of queue 0
+    live = {"dispatched": writer.max_physical_offset}
+
+    def put_queue_0() -> None:
+        for index in range(1, 4):
+            result = writer.put_messages(encode(body_of(index, 5)), TOPIC, 0, 1, 0)
+            assert result.status is PutStatus.PUT_OK and result.wrote_bytes == size
+    if file_first:
+        put_queue_0()
+    else:
+        os.makedirs(paths.consume_queue_dir(str(tmp_path / "store"), TOPIC, 0))
+    with MessageStoreReader(settings_for(tmp_path),
+                            positions=lambda: (live["dispatched"], live["dispatched"]),
+                            store_changes=lambda: (published_min, 0)) as reader:
+        assert reader.get_messages("g", TOPIC, 0, 0, 32).status is \
+            GetStatus.NO_MESSAGE_IN_QUEUE
+        if not file_first:
+            put_queue_0()
+        live["dispatched"] = writer.max_physical_offset
+        with reader.get_messages("g", TOPIC, 0, 0, 32) as result:
+            assert (result.status, result.next_begin_offset) == (GetStatus.OFFSET_TOO_SMALL, 1)
+        assert reader.get_offset_bounds_in_queue(TOPIC, 0) == (1, 3)
+        with reader.get_messages("g", TOPIC, 0, 1, 32) as result:
+            assert bodies(result) == [body_of(2, 5), body_of(3, 5)]
+
+
+def test_a_queue_without_files_whose_first_file_is_gone_starts_at_its_files(tmp_path, writer):
+    """A queue the reader found without files whose first consume-queue file is deleted
+    before the reader sees it (cleanup) starts at the first unit of the files left."""
+    os.makedirs(paths.consume_queue_dir(str(tmp_path / "store"), TOPIC, 0))
+    live = {"dispatched": 0}
+    with MessageStoreReader(settings_for(tmp_path),
+                            positions=lambda: (live["dispatched"], live["dispatched"])) as reader:
+        assert reader.get_messages("g", TOPIC, 0, 0, 32).status is \
+            GetStatus.NO_MESSAGE_IN_QUEUE
+        for index in range(40):                 # 32 units a file: two files
+            result = writer.put_messages(encode(body_of(index, 5)), TOPIC, 0, 1, 0)
+            assert result.status is PutStatus.PUT_OK
+        files = writer.consume_queue_store.find(TOPIC, 0).mapped_file_queue.mapped_files
+        os.remove(files[0].path)
+        live["dispatched"] = writer.max_physical_offset
+        assert reader.get_offset_bounds_in_queue(TOPIC, 0) == (32, 40)
+        with reader.get_messages("g", TOPIC, 0, 32, 32) as result:
+            assert bodies(result) == [body_of(i, 5) for i in range(32, 40)]
 
 
 class _Published:
