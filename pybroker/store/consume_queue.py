@@ -378,23 +378,33 @@ class ConsumeQueue:
         Empty when ``queue_offset`` is outside [min, max). ``bounds``: (min, max) as the caller
         has just read them (a pull reads them once). Release the result when done.
         """
+        span = self.units_span(queue_offset, count_max, bounds)
+        if span is None:
+            return UnitsView(queue_offset, None, None)
+        return UnitsView(queue_offset, *span)
+
+    def units_span(self, queue_offset: int, count_max: int,
+                   bounds: tuple[int, int] | None = None) -> tuple[memoryview, MappedFile] | None:
+        """:meth:`read_units`' units as ``(bytes, file)``, the file held for them (release the
+        bytes, then the file), or None when there are none: for a reader that takes the bytes
+        as they are (a pull's scan in C)."""
         if count_max < 0:
             raise ValueError(f"count_max must be >= 0, got {count_max}")
         min_offset, max_offset = (self.min_offset_in_queue(), self.max_offset_in_queue()) \
             if bounds is None else bounds
         if not min_offset <= queue_offset < max_offset or count_max == 0:
-            return UnitsView(queue_offset, None, None)
+            return None
         offset = queue_offset * UNIT_SIZE
         mapped_file = self.mapped_file_queue.find_mapped_file_by_offset(offset)
         if mapped_file is None:
-            return UnitsView(queue_offset, None, None)
+            return None
         file_position = offset - mapped_file.file_from_offset
         count = min(count_max, max_offset - queue_offset,
                     (mapped_file.wrote_position - file_position) // UNIT_SIZE)
         view = mapped_file.view(file_position, count * UNIT_SIZE)
         if view is None:
-            return UnitsView(queue_offset, None, None)
-        return UnitsView(queue_offset, view, mapped_file)
+            return None
+        return view, mapped_file
 
     def offset_by_time(self, timestamp_ms: int, store_timestamp_of: Callable[[int, int], int],
                        boundary: str = "lower") -> int:

@@ -3,9 +3,9 @@
 
 :class:`StoreReads` holds every read of Java's DefaultMessageStore that a remoting worker serves
 itself (pull, view by id, query by key, queue offsets and times). It is a mixin: the owner sets
-``_memory_bytes`` (bytes of RAM counted as hot), ``_transfer_limits`` (in-memory bytes, in-memory
-count, in-disk bytes, in-disk count caps of one pull) and ``_stats`` (a dict of counters), and
-provides the hooks :meth:`StoreReads._commitlog`, :meth:`StoreReads._find_queue` and
+``settings`` (a pull's caps are its ``transfer_limits()``, read per pull: a test may replace the
+settings of a running store), ``_memory_bytes`` (bytes of RAM counted as hot) and ``_stats`` (a
+dict of counters), and provides the hooks :meth:`StoreReads._commitlog`, :meth:`StoreReads._find_queue` and
 :meth:`StoreReads._index_service`. :class:`~pybroker.store.message_store.MessageStore` returns
 its own (writable, always current) objects;
 :class:`~pybroker.store.read_only_store.MessageStoreReader` returns read-only ones, refreshed
@@ -204,11 +204,6 @@ class StoreReads:
     # Damaged CommitLog ranges recovery skipped (pybroker.store.damaged_records): never served.
     damaged_records: "DamagedRecords | None" = None
 
-    @property
-    def _transfer_limits(self) -> tuple[int, int, int, int]:
-        # Read per pull: a test may replace the settings of a running store.
-        return self.settings.transfer_limits()
-
     # --- hooks ---------------------------------------------------------------------------------
     def _commitlog(self) -> CommitLog:
         """The CommitLog to read, current up to what may be served."""
@@ -346,17 +341,22 @@ class StoreReads:
         before a record is read. None when :meth:`_take_at_once` cannot take them. The
         CommitLog's end is read once (the in-disk limit and the slave suggestion)."""
         min_offset, max_offset = bounds
-        with queue.read_units(queue_offset, scan_units, bounds) as units_view:
-            units = units_view.raw
-            if units is None:
-                return self._offset_found_null(queue, queue_offset, min_offset, max_offset)
-            memory_bytes, memory_count, disk_bytes, disk_count = self._transfer_limits
+        span = queue.units_span(queue_offset, scan_units, bounds)
+        if span is None:
+            return self._offset_found_null(queue, queue_offset, min_offset, max_offset)
+        units, units_file = span
+        try:
+            memory_bytes, memory_count, disk_bytes, disk_count = \
+                self.settings.transfer_limits()
             damaged = self.damaged_records
             commitlog_end = commitlog.max_offset()
             scanned, last_visited, groups = pull_scan.collect(
                 units, tag_codes, damaged.spans if damaged else None, max_count, max_bytes,
                 commitlog_end - self._memory_bytes, memory_bytes, memory_count,
                 disk_bytes, disk_count, commitlog.file_size)
+        finally:
+            units.release()
+            units_file.release()
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
         if groups is None or not self._take_at_once(result, commitlog, groups, owner):
             return None
@@ -374,7 +374,7 @@ class StoreReads:
 
     def _batch_limits(self, commitlog: CommitLog, physical_offsets):
         """Per unit (bytes limit, count limit): in-memory or in-disk transfer caps."""
-        memory_bytes, memory_count, disk_bytes, disk_count = self._transfer_limits
+        memory_bytes, memory_count, disk_bytes, disk_count = self.settings.transfer_limits()
         in_disk = commitlog.max_offset() - physical_offsets > self._memory_bytes
         limit_bytes = np.where(in_disk, disk_bytes, memory_bytes)
         limit_count = np.where(in_disk, disk_count, memory_count)

@@ -250,7 +250,9 @@ class MessageStoreReader(StoreReads):
 
     def _catch_up(self) -> None:
         if self._positions is not None:
-            self.advance(*self._positions())
+            dispatched, written = self._positions()
+            if dispatched != self.dispatched_position or written != self.written_position:
+                self.advance(dispatched, written)       # (equal: advance would keep both)
         if self._store_changes is not None:
             changes = self._store_changes()
             if changes != self._seen_store_changes:

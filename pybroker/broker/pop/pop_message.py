@@ -27,7 +27,9 @@ import asyncio
 import logging
 import operator
 import random
+import struct
 from collections.abc import Awaitable, Callable
+from itertools import repeat
 
 import orjson
 
@@ -62,6 +64,8 @@ BORN_TIME = "bornTime"
 ORDER_LOCK_WAIT_MS = 1000
 _ORDER_LOCK_POLL_S = 0.001
 _QUEUE_OFFSET_POSITION = record_codec.FIELD_POSITIONS["queue_offset"]
+_QUEUE_OFFSET = struct.Struct(">q")
+_FIRST = operator.itemgetter(0)
 _TIMEOUT_TOO_MUCH_MS = 500
 _NBYTES = operator.attrgetter("nbytes")
 _OFFSET_WRONG = frozenset({GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY,
@@ -209,8 +213,9 @@ def take_pending_offset(table, slot: int, now_ms: int) -> None:
 
 
 def _queue_offsets(views) -> list[int]:
-    return [int.from_bytes(view[_QUEUE_OFFSET_POSITION:_QUEUE_OFFSET_POSITION + 8], "big",
-                           signed=True) for view in views]
+    """The queue offset of each record (C calls only: no frame per record)."""
+    return list(map(_FIRST, map(_QUEUE_OFFSET.unpack_from, views,
+                                repeat(_QUEUE_OFFSET_POSITION))))
 
 
 class _PopRun:
@@ -498,7 +503,7 @@ class _QueuePop:
             if run.order:
                 self._record_order_run(queue_offsets, now_ms)
                 next_offset = offset            # the run's head until it is acknowledged
-            elif not await self._write_check_point(offset, queue_offsets, result):
+            elif not await self._write_check_point(offset, queue_offsets, now_ms):
                 run.rest_num += max(0, result.max_offset - result.next_begin_offset) + \
                     len(queue_offsets)
                 result.release()
@@ -528,7 +533,10 @@ class _QueuePop:
         self.table.set_order_record(self.slot, orjson.dumps(info.to_json(),
                                                             option=orjson.OPT_NON_STR_KEYS))
 
-    async def _write_check_point(self, offset: int, queue_offsets: list[int], result) -> bool:
+    async def _write_check_point(self, offset: int, queue_offsets: list[int],
+                                 now_ms: int) -> bool:
+        """Write the check-point of the messages read (born at the POP's clock reading
+        ``now_ms``) and wait until it is stored; False when its put failed."""
         run, ctx = self.run_, self.ctx
         broker = ctx.config.broker
         diff = list(map(offset.__rsub__, queue_offsets))      # each offset - start offset
@@ -536,7 +544,7 @@ class _QueuePop:
             self.topic, run.group, self.queue_id, offset, run.pop_time,
             run.header.invisible_time, diff, broker.broker_name,
             pop.revive_topic(broker.broker_cluster_name), run.revive_qid, ctx.store_host,
-            send.timer_rules(ctx), ctx.now_ms())
+            send.timer_rules(ctx), now_ms)
         put = await revive_log.put_revive_record(ctx.putter, record)
         if not put.status.stored:
             log.error("[PopBuffer]put ck to store fail: %s, %s", self._check_point(offset, diff),
