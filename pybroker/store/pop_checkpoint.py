@@ -20,8 +20,8 @@ import orjson
 
 from pybroker.protocol import fastjson
 
-__all__ = ["PopCheckPoint", "checkpoint_body", "AckMsg", "BatchAckMsg", "decode_checkpoint", "decode_ack",
-           "decode_batch_ack", "merge_key"]
+__all__ = ["PopCheckPoint", "checkpoint_body", "AckMsg", "BatchAckMsg", "decode_checkpoint",
+           "decode_ack", "decode_batch_ack", "merge_key"]
 
 _BODY_SIZE_MAX_BYTES = 64 * 1024
 # Java stores ``n`` as a byte and ``bm`` as an int: a check-point names at most 32 messages.

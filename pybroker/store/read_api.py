@@ -5,11 +5,13 @@
 itself (pull, view by id, query by key, queue offsets and times). It is a mixin: the owner sets
 ``settings`` (a pull's caps are its ``transfer_limits()``, read per pull: a test may replace the
 settings of a running store), ``_memory_bytes`` (bytes of RAM counted as hot) and ``_stats`` (a
-dict of counters), and provides the hooks :meth:`StoreReads._commitlog`, :meth:`StoreReads._find_queue` and
+dict of counters), and provides the hooks :meth:`StoreReads._commitlog`,
+:meth:`StoreReads._find_queue`, :meth:`StoreReads._commitlog_of_read` and
 :meth:`StoreReads._index_service`. :class:`~pybroker.store.message_store.MessageStore` returns
 its own (writable, always current) objects;
 :class:`~pybroker.store.read_only_store.MessageStoreReader` returns read-only ones, refreshed
-lazily up to the dispatched position.
+lazily up to the dispatched position (a queue read catches up with the writers once, at its
+queue's look-up).
 
 Reads hand out memoryview slices of the mapped CommitLog that hold their file: call
 ``release()`` on every result.

@@ -40,8 +40,8 @@ from pybroker.store.pop_checkpoint import AckMsg, BatchAckMsg, PopCheckPoint, ch
 from pybroker.store.status import PutStatus
 from pybroker.tasks import start_task
 
-__all__ = ["checkpoint_message", "pop_checkpoint_message", "ack_message", "put_revive_record", "ReviveRecord",
-           "RevivePuts"]
+__all__ = ["checkpoint_message", "pop_checkpoint_message", "ack_message", "put_revive_record",
+           "ReviveRecord", "RevivePuts"]
 
 # One put of a loop turn's records: at most this many records and bytes (a ring request).
 TURN_PUT_RECORDS_MAX = 256
