@@ -160,7 +160,7 @@ def parked_slot(due_ms: int, rules: TimerRules, now_ms: int,
     if due_ms - now_ms > rules.max_delay_sec * 1000 or due_ms > _LONG_MAX:
         raise TimerRefused("WHEEL_TIMER_MSG_ILLEGAL")
     slot_ms = slot_of(due_ms, rules.precision_ms)
-    if rules.slot_num is not None and _congested(rules, slot_ms):
+    if _congested(rules, slot_ms):
         raise TimerRefused("WHEEL_TIMER_FLOW_CONTROL")
     return slot_ms
 
