@@ -306,7 +306,36 @@ def use_pybroker(install: PyBrokerInstall) -> None:
     _FOUND[:] = [install]
 
 
-class PyBroker:
+def registered(namesrv_port: int, broker_addr: str) -> bool:
+    """Whether the NameServer on namesrv_port lists broker_addr in its cluster info."""
+    body = jr.remoting_call(namesrv_port, jr.GET_BROKER_CLUSTER_INFO)
+    return bool(body) and broker_addr.encode() in body
+
+
+def read_log(path: pathlib.Path) -> str:
+    """A log file's text so far ("" when it is not there yet)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+class LoopbackAddresses:
+    """namesrv_addr and broker_addr of a broker on 127.0.0.1 from its namesrv_port and
+    broker_port (what the driver's measure() reads of a broker)."""
+    namesrv_port: int
+    broker_port: int
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"{jr.LOOPBACK}:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{jr.LOOPBACK}:{self.broker_port}"
+
+
+class PyBroker(LoopbackAddresses):
     """``pybroker standalone`` (NameServer + broker) on free ports under work_dir, run as the
     installed pybroker (:func:`installed_pybroker`) from work_dir, outside the source tree.
 
@@ -328,14 +357,6 @@ class PyBroker:
         self.log_path = self.work_dir / "pybroker.log"
         self.wrapper = list(wrapper)
         self.process: subprocess.Popen | None = None
-
-    @property
-    def namesrv_addr(self) -> str:
-        return f"{jr.LOOPBACK}:{self.namesrv_port}"
-
-    @property
-    def broker_addr(self) -> str:
-        return f"{jr.LOOPBACK}:{self.broker_port}"
 
     def start(self) -> "PyBroker":
         jr.write_properties(self.conf_path, self.conf)
@@ -361,14 +382,10 @@ class PyBroker:
                         + self.log_tail())
 
     def _registered(self) -> bool:
-        body = jr.remoting_call(self.namesrv_port, jr.GET_BROKER_CLUSTER_INFO)
-        return bool(body) and self.broker_addr.encode() in body
+        return registered(self.namesrv_port, self.broker_addr)
 
     def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
+        return read_log(self.log_path)
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log_text()[-chars:]

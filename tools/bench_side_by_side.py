@@ -8,6 +8,7 @@
     python tools/bench_side_by_side.py --pop              # POP consume TPS, POP-ACK round trip
     python tools/bench_side_by_side.py --full --only w64 --brokers pybroker --runs 1
     python tools/bench_side_by_side.py --quick --apache rocketmq-all-4.9.8   # Apache's classes
+    python tools/bench_side_by_side.py --full --only w8 --brokers pybroker,floor --runs 1
 
 The pybroker that runs is the one installed (README: ``python3 -m pip install .``):
 ``sys.executable -m pybroker``, else the ``pybroker`` on PATH, started from outside the source
@@ -35,6 +36,11 @@ the load, the brokers' versions, the box (cores, load average before each run) a
 docs/benchmarks.md is regenerated from the newest complete result of each mode. ``--quick``
 also prints the change against the previous quick result (the commit before). Everything
 started is stopped on exit, on exceptions and on signals.
+
+``--brokers ...,floor`` adds tools/remoting_floor.py's floor as a broker column: a C server that
+answers every send at once and stores nothing, with pybroker's NameServer; what the load program
+reaches against it is the ceiling of any broker on this box. It runs the produce and batch
+scenarios only (the others say once that they skip it); pybroker / floor ratios carry no goal.
 """
 import argparse
 import atexit
@@ -75,7 +81,10 @@ PRODUCER_CLASS = bench_load.PRODUCER_CLASS
 CONSUMER_CLASS = bench_load.CONSUMER_CLASS
 TRANSACTION_CLASS = "BenchTransactionProducer"
 parse_result_line = bench_load.parse_result_line
-BROKERS = ("pybroker", "java-4.9.8", "java-5.3.3", "java-5.5.1")
+BROKERS = ("pybroker", "java-4.9.8", "java-5.3.3", "java-5.5.1", "floor")
+# "floor" (tools/remoting_floor.py): the cheapest server a send load can hit, the load program's
+# ceiling on this box; it answers sends only, so it runs these kinds of one broker and no other.
+FLOOR_KINDS = ("produce", "batch")
 CONSUMER_THREADS = 20            # Apache's Consumer default
 BACKLOG_PRODUCER_THREADS = 64
 BACKLOG_MESSAGES = 1_000_000     # consume scenario: the backlog the consumer drains
@@ -101,7 +110,8 @@ START_SLACK_S = 60.0             # JVM start, route lookup: beyond --duration be
 # median beyond --duration pybroker 1.7 s, Java 4.9.8 3.8 s, 5.3.3 6.1 s; consume loads up to
 # 15 / 24 / 36 s; 32 minutes for a plan that said 39.5. Each record keeps its "elapsed_s".
 FULL_BUDGET_MIN = 40
-LOAD_OVERHEAD_S = {"pybroker": 2, "java-4.9.8": 4, "java-5.3.3": 7, "java-5.5.1": 7}
+LOAD_OVERHEAD_S = {"pybroker": 2, "java-4.9.8": 4, "java-5.3.3": 7, "java-5.5.1": 7,
+                   "floor": 2}
 BACKLOG_EXTRA_S = 12             # a consume load's backlog, project's load (1,000,000)
 APACHE_BACKLOG_EXTRA_S = 30      # Apache's Consumer's backlog (5,000,000)
 PLAN_DURATIONS_S = (60, 50, 40, 35, 30, 25, 20)    # longest first; 20 s: a 14 s window
@@ -340,9 +350,17 @@ def measure(tools, broker, scenario: Scenario, timing: Timing, run_index: int) -
     return record
 
 
+def runs_on(name: str, scenario: Scenario) -> bool:
+    """Whether broker ``name`` takes part in ``scenario`` (the floor: one broker's sends)."""
+    return name != "floor" or (scenario.kind in FLOOR_KINDS and not scenario.ha)
+
+
 def _start_broker(name: str, work_dir: pathlib.Path, scenario: Scenario, installs: dict,
                   settings=()):
     conf = dict(bb.shared_broker_conf(scenario.flush), **dict(settings))
+    if name == "floor":
+        import remoting_floor
+        return remoting_floor.FloorBroker(work_dir, conf, installs["floor"]).start()
     if scenario.kind in POP_KINDS:
         conf["defaultMessageRequestMode"] = "POP"
     if scenario.kind == "timer":
@@ -407,9 +425,15 @@ def run_matrix(args, tools, installs: dict, scenarios: list[Scenario], work_root
     """For each run and scenario, every broker in turn, each fresh; appends to records. The
     first failure raises Stop (its broker's folder is kept) unless --keep-going."""
     timing = Timing(args.duration, args.warmup, args.backlog)
+    skipped = [s.name for s in scenarios if not all(runs_on(name, s) for name in args.brokers)]
+    if skipped:
+        sys.stderr.write(f"[bench] floor: skipped for {', '.join(skipped)} (it answers one "
+                         f"broker's sends only)\n")
     for run_index in range(args.runs):
         for scenario in scenarios:
             for name in args.brokers:
+                if not runs_on(name, scenario):
+                    continue
                 work_dir = work_root / f"{name}-{scenario.name}-{run_index}"
                 record = _measure_one(args, tools, installs, scenario, run_index, name,
                                       work_dir, timing)
@@ -472,7 +496,8 @@ def _parser() -> argparse.ArgumentParser:
                            "(1 thread); pybroker and Java 5.3.3, 30 s runs, 2 runs")
     parser.add_argument("--brokers", default=None,
                         help=f"comma list of {','.join(BROKERS)} (default: per mode; "
-                             f"java-5.5.1 is broker 5.5.1 with the 5.3.3 NameServer)")
+                             f"java-5.5.1 is broker 5.5.1 with the 5.3.3 NameServer; floor: "
+                             f"tools/remoting_floor.py, sends only)")
     parser.add_argument("--runs", type=int, default=None, help="runs (default 3; quick 2)")
     parser.add_argument("--duration", type=int, default=None,
                         help="seconds per load run, warm-up included (default 60; quick 30; "
@@ -516,7 +541,7 @@ def estimate_s(scenarios: list[Scenario], brokers: list[str], runs: int, duratio
     """Wall seconds a matrix takes at ``duration_s`` per load (LOAD_OVERHEAD_S's figures)."""
     backlog = APACHE_BACKLOG_EXTRA_S if apache else BACKLOG_EXTRA_S
     per_run = sum(duration_s + LOAD_OVERHEAD_S[name] + (backlog if s.kind == "consume" else 0)
-                  for s in scenarios for name in brokers)
+                  for s in scenarios for name in brokers if runs_on(name, s))
     return runs * per_run
 
 
@@ -666,17 +691,26 @@ def prepare(args, work_root: pathlib.Path) -> dict:
     client_version = "5.3.3" if args.mode == "pop" else \
         build_info["version"] if build_info else jr.DEFAULT_VERSION
     versions = {}
-    if "pybroker" in args.brokers or args.mode == "profile":
+    if {"pybroker", "floor"} & set(args.brokers) or args.mode == "profile":
         try:
             found = bb.find_pybroker(args.pybroker)
         except jr.HarnessError as error:
             raise Stop(str(error)) from None
         bb.use_pybroker(found)
-        versions["pybroker"] = found.describe()
+        if "pybroker" in args.brokers or args.mode == "profile":
+            versions["pybroker"] = found.describe()
     installs = {name: _install(name.split("-", 1)[1]) for name in args.brokers
-                if name != "pybroker"}
+                if name.startswith("java-")}
     client = installs.get(f"java-{client_version}") or _install(client_version)
     versions.update({name: install.server_versions() for name, install in installs.items()})
+    if "floor" in args.brokers:       # what it starts from: the binary built here
+        import remoting_floor
+        try:
+            installs["floor"] = remoting_floor.build(work_root / "floor-bin")
+        except jr.HarnessError as error:
+            raise Stop(str(error)) from None
+        versions["floor"] = {"floor_server": remoting_floor.SOURCE.name,
+                             "namesrv": f"pybroker {found.version}"}
     try:
         tools = LoadTools(work_root, client, apache_classes=classes,
                           client5=args.mode == "pop")

@@ -476,3 +476,16 @@ def test_timer_burst_scenarios_results_and_parking(monkeypatch):
     summary = parking.summary()
     assert summary["all_parked_s"] is not None and summary["timer_enqueue_tps_max"] == 12.5
     assert len(summary["samples"]) == 2
+
+
+def test_goals_are_issue_28s_sync_flush_like_async_and_batch_twice():
+    def tps_goal(scenario, ratio):
+        records = [dict(_record("pybroker", 0, 100 * ratio, 10.0), scenario=scenario),
+                   dict(_record("java-4.9.8", 0, 100, 40.0), scenario=scenario)]
+        (row,) = bench_report.aggregate(records)
+        return row["ratios"]["java-4.9.8"]["tps"]["goal_met"]
+
+    assert tps_goal("produce-128B-w64-async", 1.5) and not tps_goal("produce-128B-w64-async", 1.45)
+    assert tps_goal("produce-128B-w64-sync", 1.5) and not tps_goal("produce-128B-w64-sync", 1.45)
+    assert tps_goal("batch-128B-w64x16-async", 2.0)
+    assert not tps_goal("batch-128B-w64x16-async", 1.9)
