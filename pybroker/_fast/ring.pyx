@@ -645,6 +645,18 @@ def store_u64(buffer, Py_ssize_t offset, uint64_t value):
     _word_op(buffer, offset, WORD_STORE, value)
 
 
+def publish_u64(buffer, Py_ssize_t offset, uint64_t value, Py_ssize_t waiters_offset,
+                bint monotonic=False):
+    """Release-store value at ``offset`` (with ``monotonic`` only when larger), fence, and
+    take the waiters word at ``waiters_offset`` (swapped to 0 when not 0): the bits the caller
+    must signal (ControlBlock.publish's protocol, one call)."""
+    _word_op(buffer, offset, WORD_MAX if monotonic else WORD_STORE, value)
+    pb_fence()
+    if _word_op(buffer, waiters_offset, WORD_LOAD, 0) == 0:
+        return 0
+    return _word_op(buffer, waiters_offset, WORD_EXCHANGE, 0)
+
+
 def max_u64(buffer, Py_ssize_t offset, uint64_t value):
     """Raise the word at byte offset to value if larger (monotonic publish; never lowers)."""
     _word_op(buffer, offset, WORD_MAX, value)

@@ -24,10 +24,15 @@ full completion ring stops that ring until its worker drains it (the RingPutter 
 in-flight puts by the slot count, so this is a safety net; the appender then re-checks every
 ``_BLOCKED_WAIT_MS``).
 
-Store changes, checked once per loop turn (acquire loads, no system call): while the dispatcher's
-cleanup publishes ``disk_full`` every put completes SERVICE_NOT_AVAILABLE (Java's disk-full
-running flag); when ``commitlog_min_offset`` moves the maps of the deleted files are dropped; a
-topic deletion request (:mod:`pybroker.proc.topic_deletion`) drops the topics' queue offsets.
+Store changes, tested once per loop turn inline (acquire loads, no system call, no Python call)
+and followed by ``check_store_changes`` only when one of them moved or the disk's own look is
+due: while the dispatcher's cleanup publishes ``disk_full`` every put completes
+SERVICE_NOT_AVAILABLE (Java's disk-full running flag); when ``commitlog_min_offset`` moves the
+maps of the deleted files are dropped; a topic deletion request
+(:mod:`pybroker.proc.topic_deletion`) drops the topics' queue offsets.
+
+The file appended to and its buffer are kept from drain to drain until the file rolls (without
+the transient store pool), so a drain finds its file, and the CommitLog end, without a call.
 """
 import functools
 import logging
@@ -46,6 +51,7 @@ from pybroker.store.commitlog import NO_QUEUE_OFFSET_TYPES, CommitLog, topic_que
 from pybroker.store.consume_queue import ConsumeQueueStore
 from pybroker.store.disk_space import SpaceGuard
 from pybroker.store.drop_behind import DropBehind
+from pybroker.store.mapped_file import MappedFile
 from pybroker.store.control_block import APPENDER, HA, BrokerState, ControlBlock
 from pybroker.store.settings import StoreConfig
 from pybroker.store.transient_pool import CommitStep, TransientStorePool
@@ -75,8 +81,7 @@ def run_appender(settings: StoreConfig, rings, completion_rings, control: Contro
     try:
         appender.run()
     finally:
-        appender.drainer.release_control()
-        appender.commitlog.shutdown(0)
+        appender.close()
 
 
 def _await_dispatch(control: ControlBlock, written: int) -> None:
@@ -175,6 +180,7 @@ class _Appender:
         self.refuse_no_file = ring_format.status_code(PutStatus.CREATE_MAPPED_FILE_FAILED)
         self.blocked = False
         self.disk_full = False
+        self._keep_lookups(settings)
         self.space = SpaceGuard(settings.commitlog_dir, settings.disk_space_warning_level_ratio,
                                 settings.mapped_file_size_commit_log)
         self.deletion_seq = control.topic_deletion_appended
@@ -199,10 +205,21 @@ class _Appender:
         self.add_wakeups = counters.adder("wakeups")
         self.set_busy_since = counters.storer("busy_since_ms")
         self.set_written_store_timestamp = control.storer("written_store_timestamp")
+        self.publish_written = control.publisher("written_position")
         self.load_disk_full = control.loader("disk_full")
         self.load_commitlog_min_offset = control.loader("commitlog_min_offset")
         self.load_topic_deletion_requested = control.loader("topic_deletion_requested")
         self.load_broker_state = control.loader("broker_state")
+
+    def _keep_lookups(self, settings: StoreConfig) -> None:
+        """What the loop and the drain keep instead of looking it up on every turn
+        (docs/architecture/data-plane.md, "The appender's per-drain Python, cut")."""
+        # The file appends go to and the buffer the drainer copies into, kept from drain to
+        # drain until the file rolls (not with the pool: its buffer changes on each commit).
+        self.target = self.target_view = None
+        self.file_size = settings.mapped_file_size_commit_log
+        self.ring_used = [ring.used_bytes for ring in self.rings]
+        self.disk_full_flag = 0         # the dispatcher's flag as check_store_changes saw it
 
     def _file_created(self, mapped_file, created: bool, elapsed_ns: int, faults: int) -> None:
         """A CommitLog file created (or mapped, when the allocator made it ready) on the
@@ -215,9 +232,15 @@ class _Appender:
         log.info("appender: %s %s in %.1f ms (%d page faults)", mapped_file.path,
                  "created" if created else "mapped", elapsed_ns / 1e6, faults)
 
+    def close(self) -> None:
+        """Give back the control block's claim words and the CommitLog (at exit)."""
+        self.drainer.release_control()
+        self._release_target()
+        self.commitlog.shutdown(0)
+
     def check_store_changes(self) -> None:
         """Follow the disk-full flag, the CommitLog min offset and topic deletions."""
-        disk_full_flag = self.load_disk_full()
+        disk_full_flag = self.disk_full_flag = self.load_disk_full()
         min_offset = self.load_commitlog_min_offset()
         requested = self.load_topic_deletion_requested()
         # The dispatcher's cleanup flag, or this process's own look at the disk: once a
@@ -230,7 +253,8 @@ class _Appender:
                         "refused" if disk_full else "accepted")
         if min_offset > self.commitlog_min_offset:
             self.commitlog_min_offset = min_offset
-            self.commitlog.mapped_file_queue.forget_files_below(min_offset)
+            if self.commitlog.mapped_file_queue.forget_files_below(min_offset):
+                self._release_target()      # looked up again: never a forgotten file
         if requested != self.deletion_seq:
             self.delete_topics(requested)
 
@@ -252,12 +276,33 @@ class _Appender:
     def run(self) -> None:
         sleeper = Sleeper(self.wakes.appender, [ConsumerSide(ring) for ring in self.rings])
         terminated = stop_on_sigterm(self.wakes.appender)
+        load_disk_full, load_min_offset = self.load_disk_full, self.load_commitlog_min_offset
+        load_deletions, space = self.load_topic_deletion_requested, self.space
+        queue = self.commitlog.mapped_file_queue
         while True:
             self.beat()
-            self.check_store_changes()
+            # What check_store_changes follows, tested inline (C loads, the vDSO clock,
+            # attribute reads): the call only when something could have changed - the
+            # flag, the min offset, a deletion request, or the disk's own look is due.
+            disk_full_flag = load_disk_full()
+            if disk_full_flag != self.disk_full_flag or \
+                    load_min_offset() > self.commitlog_min_offset or \
+                    load_deletions() != self.deletion_seq or \
+                    (not disk_full_flag and (space.clock() >= space.next_check or
+                                             len(queue.mapped_files) != space.files_count)):
+                self.check_store_changes()
             if self.flush_gate is not None:
                 self.wait_for_flush()
-            if self.drain():
+            # The loop drains until the rings are empty before it sleeps: the last, empty
+            # turn costs one load per ring, not a call of drain() (a plain loop: a generator
+            # would cost a Python call per turn).
+            for used_bytes in self.ring_used:
+                if used_bytes():
+                    taken = self.drain()
+                    break
+            else:
+                taken = 0
+            if taken:
                 continue
             step = self.commit_step
             if step is not None and self.commit():
@@ -297,30 +342,24 @@ class _Appender:
         with the pool the committed end. ``written_store_timestamp`` only when it covers every
         byte up to that end. Signals the waiters (dispatcher, flusher, ha), or with
         ``signal=False`` returns their mask for the caller to signal."""
-        control, step = self.control, self.commit_step
+        step = self.commit_step
         if step is None:
             position = self.commitlog.max_offset() if end is None else end
         else:
             position = step.committed_where
         if step is None or step.pending() == 0:
             self.set_written_store_timestamp(self.appended_timestamp)
-        waiters = control.publish("written_position", position)
-        self.drop_behind.advance(position)
+        waiters = self.publish_written(position)
+        if position >= self.drop_behind.due_position:
+            self.drop_behind.advance(position)
         if signal:
             signal_mask(waiters, self.slots)
         return waiters
 
     def drain(self) -> int:
-        """One group commit over every ring; returns the number of requests taken."""
+        """One group commit over every ring (the loop calls it when one holds requests);
+        returns the number of requests taken."""
         self.blocked = False
-        # The loop drains until the rings are empty before it sleeps: the last, empty turn
-        # costs one load per ring, not the drain's bookkeeping (a plain loop: a generator
-        # would cost a Python call per ring).
-        for ring in self.rings:
-            if ring.used_bytes():
-                break
-        else:
-            return 0
         store_timestamp = self.clock_ms()
         requests = records = 0
         stats = self.stats
@@ -329,7 +368,10 @@ class _Appender:
         # The same for remoting workers: a put arriving while this drain is older than
         # osPageCacheBusyTimeOutMills is refused [PC_SYNCHRONIZED] (pybroker/proc/fast_failure.py).
         self.set_busy_since(store_timestamp)
-        start_offset = self.commitlog.max_offset()
+        # The CommitLog end: the kept target's (the last file), else looked up.
+        target = self.target
+        start_offset = self.commitlog.max_offset() if target is None else \
+            target.file_from_offset + target.wrote_position
         started_ns = time.monotonic_ns()       # vDSO clock: no system call
         for index, ring in enumerate(self.rings):
             if ring.used_bytes():       # an idle worker's ring costs one load, not a drain
@@ -341,7 +383,9 @@ class _Appender:
         if not requests:
             return 0
         stats.record(StatsHistogram.APPEND_DRAIN_US, (time.monotonic_ns() - started_ns) // 1000)
-        end = self.commitlog.max_offset()
+        target = self.target
+        end = self.commitlog.max_offset() if target is None else \
+            target.file_from_offset + target.wrote_position
         appended_bytes = end - start_offset
         stats.add(StatsCounter.PUT_REQUESTS, requests)
         if records:
@@ -373,14 +417,18 @@ class _Appender:
         refuse = self.refuse_disk_full if self.disk_full else -1
         taken = appended = 0
         while True:
-            mapped_file = None if refuse >= 0 else self.commitlog.writable_file()
-            if mapped_file is not None and self.commit_step is not None and \
-                    not self.commit_step.attach(mapped_file):
-                mapped_file = None
-            if mapped_file is None and refuse < 0:
-                refuse = self.refuse_no_file
+            if refuse >= 0:
+                mapped_file = target_view = None
+            else:
+                mapped_file = self.target
+                if mapped_file is not None and mapped_file.wrote_position < self.file_size:
+                    target_view = self.target_view
+                else:
+                    mapped_file, target_view = self._writable()
+                if mapped_file is None:
+                    refuse = self.refuse_no_file
             stop, requests, records, failed, position, wake_producer = self.drainer.drain(
-                ring, completions, mapped_file.write_target() if mapped_file else None,
+                ring, completions, target_view,
                 mapped_file.wrote_position if mapped_file else 0,
                 mapped_file.file_from_offset if mapped_file else 0, store_timestamp, refuse,
                 self.taken_offsets[index], self.cancel_offsets[index])
@@ -393,6 +441,7 @@ class _Appender:
             if wake_producer:
                 self.wakes.workers[index].signal()
             if stop == append.DRAIN_ROLL:
+                self._release_target()
                 self.commitlog.roll(mapped_file)
                 if self.commit_step is not None:
                     # The rolled file is committed whole and its buffer goes back to the pool
@@ -403,3 +452,27 @@ class _Appender:
                 raise MemoryError("the appender's topic-queue offset map cannot grow")
             self.blocked = self.blocked or stop == append.DRAIN_BLOCKED
             return taken, appended
+
+    def _writable(self) -> tuple[MappedFile | None, memoryview | None]:
+        """The file to append to and the buffer the drainer copies into, kept as the target
+        of the next drains (without the pool); (None, None) when no file can be created, or
+        the pool gives it no buffer."""
+        self._release_target()
+        mapped_file = self.commitlog.writable_file()
+        if mapped_file is None:
+            return None, None
+        step = self.commit_step
+        if step is not None:
+            # Not kept: the pool's buffer is attached per file and given back at its roll.
+            if not step.attach(mapped_file):
+                return None, None
+            return mapped_file, mapped_file.write_target()
+        self.target, self.target_view = mapped_file, mapped_file.write_target()
+        return self.target, self.target_view
+
+    def _release_target(self) -> None:
+        """Forget the kept target (a roll, a file forgotten, the exit): its view is released
+        so that the file's map can close."""
+        if self.target_view is not None:
+            self.target_view.release()
+        self.target = self.target_view = None

@@ -30,6 +30,7 @@ without Python frames but its ``on_wake``.
 """
 import asyncio
 import dataclasses
+import functools
 import os
 import select
 import signal
@@ -143,7 +144,7 @@ def stop_on_sigterm(wake_fd: WakeFd) -> Callable[[], bool]:
         wake_fd.signal()
     signal.signal(STOP_SIGNAL, on_stop)
     accept_stop()
-    return lambda: bool(received)
+    return functools.partial(bool, received)       # asked before every sleep: no frame
 
 
 class ConsumerSide:
@@ -308,33 +309,27 @@ class Sleeper:
     """Blocking wait for the appender / dispatcher / flusher loops.
 
     ``sleep(timeout_ms)`` arms every flag; if any reports work it returns True at once,
-    otherwise it blocks on the eventfd. Flags are cleared on return either way."""
+    otherwise it blocks on the eventfd. Flags are cleared on return either way (arm_flags and
+    disarm_flags are C: no Python call besides sleep's own and the wait's)."""
 
     def __init__(self, wake_fd: WakeFd, flags: Sequence[SleepFlag]):
         self.wake_fd = wake_fd
         self.flags = list(flags)
 
-    def arm(self) -> bool:
-        """Set every flag; True (and all cleared) as soon as one reports work."""
-        return arm_flags(self.flags)
-
-    def disarm(self) -> None:
-        disarm_flags(self.flags)
-
     def sleep(self, timeout_ms: int | None) -> bool:
         """Wait for work: True when work was found or a signal came, False on timeout."""
-        if self.arm():
+        if arm_flags(self.flags):
             return True
         signalled = self.wake_fd.wait(timeout_ms)
-        self.disarm()
+        disarm_flags(self.flags)
         return signalled
 
     async def sleep_async(self, timeout_ms: int | None) -> bool:
         """sleep() for a coroutine: waits in the running loop (add_reader), never blocks it."""
-        if self.arm():
+        if arm_flags(self.flags):
             return True
         if self.wake_fd.consume():
-            self.disarm()
+            disarm_flags(self.flags)
             return True
         loop = asyncio.get_running_loop()
         readable = loop.create_future()
@@ -346,7 +341,7 @@ class Sleeper:
             pass
         finally:
             loop.remove_reader(self.wake_fd.fd)
-            self.disarm()
+            disarm_flags(self.flags)
         return self.wake_fd.consume() > 0
 
 

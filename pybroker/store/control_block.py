@@ -525,17 +525,16 @@ class ControlBlock:
     def publish(self, field: str, value: int, monotonic: bool = False) -> int:
         """Store value into field (release; with monotonic=True never lower it), fence, and
         take the waiters mask: the returned bits are worker slots the caller must signal."""
-        words = self._words()
         offset = FIELD_OFFSETS[field]
-        if monotonic:
-            ring.max_u64(words, offset, value)
-        else:
-            ring.store_u64(words, offset, value)
-        ring.fence()
-        waiters_offset = offset + WAITERS_FIELD_OFFSET
-        if ring.load_u64(words, waiters_offset) == 0:
-            return 0
-        return ring.exchange_u64(words, waiters_offset, 0)
+        return ring.publish_u64(self._words(), offset, value, offset + WAITERS_FIELD_OFFSET,
+                                monotonic)
+
+    def publisher(self, field: str) -> Callable[[int], int]:
+        """``publish(field, value)`` as a call without Python frames (the appender publishes
+        written_position once per drain); it raises ValueError once the block is closed."""
+        offset = FIELD_OFFSETS[field]
+        return functools.partial(ring.publish_u64, self._words(), offset,
+                                 waiters_offset=offset + WAITERS_FIELD_OFFSET)
 
     def add_waiter(self, field: str, slot: int) -> None:
         """Set worker slot's bit in field's waiters mask (sequentially consistent)."""

@@ -101,17 +101,19 @@ class SpaceGuard:
         self.interval_s = interval_s
         self.clock = clock
         self.is_full = False
-        self._next_check = 0.0
-        self._files_count = -1
+        # full() returns is_full without looking while clock() < next_check and the files
+        # count is files_count: a caller on a hot path may test that itself and skip the call.
+        self.next_check = 0.0
+        self.files_count = -1
         self.checks_total = 0
 
     def full(self, files_count: int) -> bool:
         """The current verdict (re-checking when due)."""
         now = self.clock()
-        if now < self._next_check and files_count == self._files_count:
+        if now < self.next_check and files_count == self.files_count:
             return self.is_full
-        self._next_check = now + self.interval_s
-        self._files_count = files_count
+        self.next_check = now + self.interval_s
+        self.files_count = files_count
         self.checks_total += 1
         ratio, free = used_ratio(self.path), free_bytes(self.path)
         full = ratio > self.warning_ratio or 0 <= free < self.file_size_bytes

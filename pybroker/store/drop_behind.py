@@ -36,6 +36,7 @@ STEP_BYTES = 8 << 20    # one madvise per 8 MiB passed: ~4 per second at 30 MB/s
 LOGICS_KEEP_BYTES = 16 * PAGE_SIZE_BYTES
 LOGICS_STEP_BYTES = 1 << 20
 assert KEEP_BYTES % PAGE_SIZE_BYTES == 0 and STEP_BYTES > 0
+_NEVER = 1 << 63        # due_position once dropping is off
 
 
 class DropBehind:
@@ -51,6 +52,9 @@ class DropBehind:
         # (recovery, a table rebuilt): the first call drops from the first file on.
         self.dropped_position = max(queue.min_offset(), 0)
         self.enabled = True
+        # Below this position advance() has nothing to do: a caller on a hot path may skip
+        # the call (the appender, once per drain).
+        self.due_position = self.dropped_position + keep_bytes + step_bytes
 
     def advance(self, position: int) -> int:
         """Drop the pages up to ``keep_bytes`` below ``position`` once that is ``step_bytes``
@@ -81,11 +85,13 @@ class DropBehind:
                 mapped_file.drop_pages(low - base, high - base)
             except OSError as error:
                 self.enabled = False
+                self.due_position = _NEVER
                 log.warning("%s: pages behind the position stay mapped (%s)", mapped_file.path,
                             error.strerror)
                 return dropped
             dropped += high - low
         self.dropped_position = max(self.dropped_position, end)
+        self.due_position = self.dropped_position + self.keep_bytes + self.step_bytes
         return dropped
 
 

@@ -128,8 +128,7 @@ class Harness:
         return self.completions[index].ring.drain()
 
     def close(self) -> None:
-        self.appender.drainer.release_control()
-        self.appender.commitlog.shutdown(0)
+        self.appender.close()
         self.python_log.shutdown(0)
         for region in self.rings + self.completions:
             region.close()

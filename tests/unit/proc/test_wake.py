@@ -18,7 +18,7 @@ import pytest
 from pybroker._fast.ring import ByteRing, CompletionRing
 from pybroker.proc import shared
 from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, Pacer, PositionWatch, Sleeper,
-                                WakeFd, WhileWanted, signal_mask)
+                                WakeFd, WhileWanted, arm_flags, disarm_flags, signal_mask)
 from pybroker.store.control_block import ControlBlock
 
 FORK = multiprocessing.get_context("fork")
@@ -189,27 +189,27 @@ def test_position_watchers_are_woken_by_the_publisher(tmp_path):
 
 def test_flags_while_wanted_are_asked_only_then(tmp_path):
     """WhileWanted: unwanted, its flags are neither set nor cleared (no waiter bit); wanted,
-    they are set and cleared with the sleeper's other flags, and a publish they wait for
-    wakes the sleeper."""
+    they are set and cleared with the sleeper's other flags (arm_flags / disarm_flags, as
+    Sleeper.sleep arms them), and a publish they wait for wakes the sleeper."""
     wake = WakeFd()
     wanted = []
     with ControlBlock(str(tmp_path / "control"), create=True) as block:
         watch = PositionWatch(block, "dispatched_position", 1, lambda: 100)
         held = WhileWanted([watch], lambda: bool(wanted))
         sleeper = Sleeper(wake, [held])
-        assert not sleeper.arm()
+        assert not arm_flags(sleeper.flags)
         assert not held.armed and not watch.armed
         assert block.waiters("dispatched_position") == 0
-        sleeper.disarm()
+        disarm_flags(sleeper.flags)
         wanted.append(1)
-        assert not sleeper.arm()
+        assert not arm_flags(sleeper.flags)
         assert held.armed and watch.armed
         assert block.waiters("dispatched_position") == 0b10
         # The publisher takes the waiter bit: it would signal this slot's eventfd.
         assert block.publish("dispatched_position", 100) == 0b10
-        sleeper.disarm()
+        disarm_flags(sleeper.flags)
         assert not held.armed and block.waiters("dispatched_position") == 0
-        assert sleeper.arm(), "the position reached its target: work at once"
+        assert arm_flags(sleeper.flags), "the position reached its target: work at once"
         assert not held.armed and block.waiters("dispatched_position") == 0
     wake.close()
 

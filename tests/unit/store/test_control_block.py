@@ -135,6 +135,11 @@ def test_monotonic_publish_and_waiters(tmp_path):
                 block.add_waiter("written_position", bad)
         with pytest.raises(KeyError):
             block.publish("no_such_field", 1)
+        # The same store, fence and take of the mask as a call without Python frames.
+        publish_written = block.publisher("written_position")
+        block.add_waiter("written_position", 7)
+        assert publish_written(40) == 1 << 7 and block.written_position == 40
+        assert publish_written(30) == 0 and block.written_position == 30
 
 
 def test_worker_counters(tmp_path):

@@ -123,6 +123,24 @@ def test_sweep_drops_from_the_first_file_again(tmp_path):
         queue.shutdown(0)
 
 
+def test_due_position_is_never_above_a_position_that_drops(tmp_path, rand):
+    # The appender calls advance() only from due_position on: below it nothing may drop.
+    queue = filled_queue(tmp_path, 16 * MIB, 2)
+    try:
+        drop, position, drops = DropBehind(queue, keep_bytes=1 * MIB, step_bytes=3 * MIB), 0, 0
+        while position < 32 * MIB:
+            position += rand.randrange(1, 2 * MIB)
+            due = drop.due_position
+            if drop.advance(position):
+                assert position >= due
+                drops += 1
+            else:
+                assert drop.due_position == due
+        assert drops >= 5
+    finally:
+        queue.shutdown(0)
+
+
 def test_a_refusal_turns_dropping_off_with_one_log_line(tmp_path, caplog):
     queue = filled_queue(tmp_path, 16 * MIB, 1)
     mapped_file = queue.mapped_files[0]
@@ -131,7 +149,7 @@ def test_a_refusal_turns_dropping_off_with_one_log_line(tmp_path, caplog):
             pytest.skip("mlock refused here (RLIMIT_MEMLOCK without CAP_IPC_LOCK)")
         drop = DropBehind(queue, keep_bytes=1 * MIB, step_bytes=1 * MIB)
         assert drop.advance(16 * MIB) == 0          # the kernel refuses locked pages
-        assert not drop.enabled
+        assert not drop.enabled and drop.due_position > 1 << 62
         assert caplog.text.count("stay mapped") == 1
         assert drop.advance(16 * MIB) == 0 and drop.sweep(16 * MIB) == 0
         assert caplog.text.count("stay mapped") == 1
