@@ -68,6 +68,11 @@ class StoreReader(Protocol):
     def get_offset_bounds_in_queue(self, topic: str, queue_id: int) -> tuple[int, int]:
         """``(get_min_offset_in_queue, get_max_offset_in_queue)`` in one call."""
 
+    def offset_outside_queue(self, topic: str, queue_id: int,
+                             queue_offset: int) -> tuple[int, int] | None:
+        """None when ``queue_offset`` lies within the queue's bounds (min <= offset <= max),
+        else those bounds (an ack's check)."""
+
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int,
                                     boundary: str = "lower") -> int:
         """The queue offset whose store time is nearest ``timestamp_ms``."""

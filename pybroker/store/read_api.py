@@ -675,6 +675,13 @@ class StoreReads:
             return -1, 0
         return queue.min_offset_in_queue(), queue.max_offset_in_queue()
 
+    def offset_outside_queue(self, topic: str, queue_id: int,
+                             queue_offset: int) -> tuple[int, int] | None:
+        """An ack's bounds check: None when ``get_min_offset_in_queue <= queue_offset <=
+        get_max_offset_in_queue``, else those bounds (the refusal's remark prints them)."""
+        bounds = self.get_offset_bounds_in_queue(topic, queue_id)
+        return None if bounds[0] <= queue_offset <= bounds[1] else bounds
+
     def _store_timestamp_at(self, physical_offset: int, size: int) -> int:
         """Store time (ms) of the record at ``physical_offset``; -1 when it is gone."""
         mapped_file = self._commitlog().mapped_file_queue.find_mapped_file_by_offset(

@@ -58,6 +58,7 @@ TAIL_READER_KEEP_BYTES = KEEP_BYTES      # the page in use, as a writer keeps it
 READER_SWEEP_INTERVAL_S = 1.0
 
 _UNIT_SIZE = layout.CQ_STORE_UNIT_SIZE
+_NO_QUEUES: dict = {}      # the queues of a topic this reader does not know
 # First chunk of units checked when a queue file grows; later chunks grow 4x (numpy per chunk).
 _UNIT_SCAN_CHUNK_MIN = 256
 # Units looked at past one that does not count before it is taken as the end of the written
@@ -337,6 +338,30 @@ class MessageStoreReader(StoreReads):
             if published is not None:
                 return min_offset, published
         return min_offset, max_offset
+
+    def offset_outside_queue(self, topic: str, queue_id: int,
+                             queue_offset: int) -> tuple[int, int] | None:
+        """The bounds check of StoreReads (an ack's), without a catch-up when the queue as
+        this reader last brought it up holds ``queue_offset`` (min <= offset < max) and the
+        store's changes have not moved since (a C load; the usual case: the POP that handed
+        the offset out read the queue in this process).
+
+        Exact: between two store changes the reader never moves a known queue's min offset
+        (only a queue that had no unit corrects it when it grows, and one that holds an
+        offset has units) and a queue's max offset only grows as the writers move, so a
+        check caught up with them finds the offset within its bounds too; files deleted or
+        a topic deleted move the store's changes (the caught-up check then forgets the
+        queues). Anything else, a refusal included, is the caught-up check's. With the
+        dispatcher's table as max offsets (``queue_offsets``), which may trail this
+        reader's queues, every check is the caught-up one."""
+        if self._queue_offsets is None:
+            queue = self.consume_queue_store.queue_table.get(topic, _NO_QUEUES).get(queue_id)
+            if queue is not None and \
+                    (self._store_changes is None or
+                     self._store_changes() == self._seen_store_changes) and \
+                    queue.min_offset_in_queue() <= queue_offset < queue.max_offset_in_queue():
+                return None
+        return super().offset_outside_queue(topic, queue_id, queue_offset)
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time (ms) of the message at ``queue_offset``; -1 when there is none. A unit

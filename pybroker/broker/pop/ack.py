@@ -84,9 +84,9 @@ async def _single(ctx, channel, request, response) -> RemotingCommand:
                                f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
                                f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}] "
                                f"consumer:[/{channel.remote_address}]")
-    store = ctx.store
-    min_offset, max_offset = store.get_offset_bounds_in_queue(header.topic, header.queue_id)
-    if not min_offset <= header.queue_offset <= max_offset:
+    outside = ctx.store.offset_outside_queue(header.topic, header.queue_id, header.queue_offset)
+    if outside is not None:
+        min_offset, max_offset = outside
         return create_response(request, ResponseCode.NO_MESSAGE,
                                f"offset is illegal, key:{header.topic}@{header.queue_id}, "
                                f"commit:{header.queue_offset}, store:{min_offset}~{max_offset}")

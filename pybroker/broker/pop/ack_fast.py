@@ -43,8 +43,7 @@ def queue_lookup(ctx) -> Callable[[str, str, int, int], int]:
             topic_config = ctx.metadata.topic_config(topic)
             if topic_config is None or not 0 <= queue_id < topic_config.read_queue_nums:
                 return -1
-            min_offset, max_offset = ctx.store.get_offset_bounds_in_queue(topic, queue_id)
-            if not min_offset <= queue_offset <= max_offset:
+            if ctx.store.offset_outside_queue(topic, queue_id, queue_offset) is not None:
                 return -1
         except Exception:   # the handler makes the same calls and answers as it does
             return -1

@@ -112,7 +112,9 @@ def _refusal(ctx, channel, request: RemotingCommand, header,
 
 async def run_pop(ctx: BrokerContext, channel, request: RemotingCommand,
                   rerun: bool = False) -> RemotingCommand | None:
-    """One run of a POP request (the first, or again when woken: ``rerun``)."""
+    """One run of a POP request (the first, or again when woken: ``rerun``). The run over the
+    queues is this one coroutine: each check-point put is awaited here, so its completion
+    resumes this frame alone (the steps before and after a put are plain calls)."""
     now_ms = ctx.now_ms()
     fill_born_time(request, now_ms)
     header = parse_request_header(request.code, request.ext_fields)
@@ -129,9 +131,33 @@ async def run_pop(ctx: BrokerContext, channel, request: RemotingCommand,
     if ctx.pop is None:
         return refuse(request, ResponseCode.SYSTEM_ERROR, "POP is not served here")
     run = _PopRun(ctx, ctx.pop, channel, header, message_filter, checked.topic_config)
+    slots_of = ctx.pop.slots.slots_of
     held_slot = None
     try:
-        await run.run()
+        for topic, requested, is_retry, while_not_full in run.topics():
+            if while_not_full and run.full:
+                break
+            queue_ids = run.queue_ids(topic, requested)
+            if queue_ids is None:
+                continue
+            slots = await slots_of(topic, run.group, queue_ids)
+            # The queues a held request watches (has_work): (topic, queue id, slot) each.
+            run.watched += zip(repeat(topic, len(queue_ids)), queue_ids, slots, strict=True)
+            for index, queue_id in enumerate(queue_ids):
+                if run.full and not run.order:
+                    run.count_rest(topic, queue_ids[index:], slots[index:], is_retry)
+                    break
+                visit = _QueuePop(run, topic, queue_id, slots[index], is_retry)
+                if run.order and not await visit.lock():
+                    continue
+                put = visit.start()
+                if put is not None:         # its check-point's put, the queue still locked
+                    try:
+                        stored = await put
+                    except BaseException:
+                        visit.abandon()
+                        raise
+                    visit.finish(stored)
         if not run.messages and header.poll_time > 0:
             # The broker-wide count of POPs held for this key (POLLING_INFO).
             held_slot = await ctx.pop.slots.slot(header.topic, header.consumer_group,
@@ -256,44 +282,42 @@ class _PopRun:
         self.retry_at_ms = when_ms if self.retry_at_ms is None else min(self.retry_at_ms,
                                                                         when_ms)
 
-    async def run(self) -> None:
+    def topics(self) -> list[tuple[str, int, bool, bool]]:
+        """The run's topics in Java's order, each ``(topic, queue id or -1 for every queue,
+        is_retry, only while the batch is not full)``: the group's retry topic first on
+        popFromRetryProbability percent of the POPs, the requested topic, the retry topic
+        again while the batch is not full (never for order POP)."""
+        header = self.header
         broker = self.ctx.config.broker
         need_retry = self.random_q < broker.pop_from_retry_probability
         v2 = broker.enable_retry_topic_v2
-        retry_topic = pop.retry_topic(self.header.topic, self.group, v2)
+        retry_topic = pop.retry_topic(header.topic, self.group, v2)
         if v2 and broker.retrieve_message_from_pop_retry_topic_v1 and self.random_q % 2 == 0:
-            retry_topic = pop.retry_topic_v1(self.header.topic, self.group)
-        if need_retry and not self.order:
-            await self._pop_topic(retry_topic, True)
-        if self.header.queue_id < 0:
-            await self._pop_topic(self.header.topic, False)
-        else:
-            await self._pop_queues(self.header.topic, [self.header.queue_id], False)
-        if not need_retry and not self.full and not self.order:
-            await self._pop_topic(retry_topic, True)
+            retry_topic = pop.retry_topic_v1(header.topic, self.group)
+        topics = [(header.topic, header.queue_id, False, False)]
+        if not self.order:
+            if need_retry:
+                topics.insert(0, (retry_topic, -1, True, False))
+            else:
+                topics.append((retry_topic, -1, True, True))
+        return topics
 
-    async def _pop_topic(self, topic: str, is_retry: bool) -> None:
+    def queue_ids(self, topic: str, queue_id: int) -> list[int] | None:
+        """The queues of ``topic`` to visit: ``queue_id``, or for -1 every readable queue from
+        the run's random one (None when the topic does not exist)."""
+        if queue_id >= 0:
+            return [queue_id]
         # The requested topic's config is the one the checks found (looked up once).
         topic_config = self.topic_config if topic == self.header.topic else \
             self.ctx.metadata.topic_config(topic)
         if topic_config is None:
-            return
+            return None
         count = topic_config.read_queue_nums
-        await self._pop_queues(topic, [(self.random_q + i) % count for i in range(count)],
-                               is_retry)
+        first = self.random_q % count if count > 0 else 0
+        return [*range(first, count), *range(first)]   # (random_q + i) % count for each i
 
-    async def _pop_queues(self, topic: str, queue_ids: list[int], is_retry: bool) -> None:
-        slots = await self.pop_state.slots.slots_of(topic, self.group, queue_ids)
-        self.watched += [(topic, queue_id, slot)
-                         for queue_id, slot in zip(queue_ids, slots, strict=True)]
-        for index, queue_id in enumerate(queue_ids):
-            if self.full and not self.order:
-                self._count_rest(topic, queue_ids[index:], slots[index:], is_retry)
-                return
-            await _QueuePop(self, topic, queue_id, slots[index], is_retry).run()
-
-    def _count_rest(self, topic: str, queue_ids: list[int], slots: list[int],
-                    is_retry: bool) -> None:
+    def count_rest(self, topic: str, queue_ids: list[int], slots: list[int],
+                   is_retry: bool) -> None:
         """The queues a full non-order run visits: what each has left counts in rest_num.
         Their max offsets are asked in one call, their locks and pop offsets taken in one
         (``PopTable.take_plain``); only a queue locked elsewhere or one the POP's rules apply
@@ -378,30 +402,34 @@ class _QueuePop:
                                      self.run_.header.init_mode)
         return offset
 
-    async def run(self) -> None:
+    def start(self) -> "asyncio.Future | None":
+        """Visit the queue (a non-order POP takes its lock here, an order POP has taken it:
+        ``lock``): the future of its check-point's put when it read messages for a non-order
+        POP, the queue still locked until :meth:`finish` (or :meth:`abandon`); else None,
+        the visit done and the lock released."""
         run, offset = self.run_, None
-        if run.order:
-            if not await self._lock():
-                return
-        else:
+        if not run.order:
             (found,) = self.table.take_plain((self.slot,), self.tag, run.in_flight_max, False)
             if found == LOCKED_ELSEWHERE:
                 self._locked_elsewhere()
-                return
+                return None
             if found >= 0:
                 offset = found
+        put = None
         try:
             now_ms = self.ctx.now_ms()
             offset = self._prepare(now_ms, None, offset)
             if offset is not None:
                 result, offset = self._read(offset)
                 try:
-                    await self._take(result, offset, now_ms)
+                    put = self._take(result, offset, now_ms)
                 except BaseException:
                     result.release()
                     raise
         finally:
-            self.table.unlock(self.slot, self.tag)
+            if put is None:
+                self.table.unlock(self.slot, self.tag)
+        return put
 
     def count_rest(self, max_offset: int, found: int) -> None:
         """A non-order run that is already full, for a queue ``PopTable.take_plain`` found
@@ -423,7 +451,7 @@ class _QueuePop:
         run.rest_num += max(0, self._max_offset(max_offset) - self._offset_or_init())
         run._retry_at(self.ctx.now_ms() + LOCK_RETRY_MS)
 
-    async def _lock(self) -> bool:
+    async def lock(self) -> bool:
         """An order POP's lock: it waits for one held elsewhere (at most
         ORDER_LOCK_WAIT_MS; see the module docstring)."""
         if self.table.try_lock(self.slot, self.tag):
@@ -496,30 +524,67 @@ class _QueuePop:
                                         message_filter.record_filter)
         return result, offset
 
-    async def _take(self, result, offset: int, now_ms: int) -> None:
+    def _take(self, result, offset: int, now_ms: int) -> "asyncio.Future | None":
+        """Take what the read found; the future of the check-point's put when it waits for
+        one (:meth:`start`)."""
         run, table = self.run_, self.table
         if result.status is GetStatus.FOUND:
             queue_offsets = _queue_offsets(result.buffers)
-            if run.order:
-                self._record_order_run(queue_offsets, now_ms)
-                next_offset = offset            # the run's head until it is acknowledged
-            elif not await self._write_check_point(offset, queue_offsets, now_ms):
-                run.rest_num += max(0, result.max_offset - result.next_begin_offset) + \
-                    len(queue_offsets)
-                result.release()
-                return
-            else:
-                next_offset = result.next_begin_offset
-            table.popped(self.slot, next_offset, len(queue_offsets), now_ms)
-            run.rest_num += max(0, result.max_offset - result.next_begin_offset)
-            _count_get(self.ctx, self.topic, run.group, result)
-            run.add_messages(result, self.topic, self.queue_id, offset, queue_offsets,
-                             self.is_retry)
-            return
+            if not run.order:
+                return self._put_check_point(result, offset, queue_offsets, now_ms)
+            self._record_order_run(queue_offsets, now_ms)
+            self._taken(result, offset, queue_offsets, offset, now_ms)  # the run's head
+            return None
         if result.status in _NOTHING_TAKEN and result.next_begin_offset > -1:
             table.set_pop_offset(self.slot, result.next_begin_offset)
         run.rest_num += max(0, result.max_offset - result.next_begin_offset)
         result.release()
+        return None
+
+    def _taken(self, result, offset: int, queue_offsets: list[int], next_offset: int,
+               now_ms: int) -> None:
+        """The read's messages are handed out: the pop offset moves to ``next_offset``."""
+        run = self.run_
+        self.table.popped(self.slot, next_offset, len(queue_offsets), now_ms)
+        run.rest_num += max(0, result.max_offset - result.next_begin_offset)
+        _count_get(self.ctx, self.topic, run.group, result)
+        run.add_messages(result, self.topic, self.queue_id, offset, queue_offsets,
+                         self.is_retry)
+
+    def finish(self, put) -> None:
+        """The check-point's put of :meth:`start` ended with ``put``: the messages are handed
+        out once it is stored (else they stay, counted as left, and the put is logged); the
+        lock is released."""
+        result, offset, queue_offsets, now_ms, diff = self._pending
+        ctx = self.ctx
+        try:
+            try:
+                if not put.status.stored:
+                    log.error("[PopBuffer]put ck to store fail: %s, %s",
+                              self._check_point(offset, diff), put.status.name)
+                    self.run_.rest_num += \
+                        max(0, result.max_offset - result.next_begin_offset) + len(queue_offsets)
+                    result.release()
+                    return
+                if ctx.stats is not None:
+                    ctx.stats.pop_checkpoint(self.run_.header.topic, self.run_.group)
+                if ctx.config.broker.enable_pop_log:
+                    log.info("[PopBuffer]add ck just offset, %s",
+                             self._check_point(offset, diff))
+                self._taken(result, offset, queue_offsets, result.next_begin_offset, now_ms)
+            except BaseException:
+                result.release()
+                raise
+        finally:
+            self.table.unlock(self.slot, self.tag)
+
+    def abandon(self) -> None:
+        """The wait for :meth:`start`'s put ended with an error: the read is released, the
+        lock too."""
+        try:
+            self._pending[0].release()
+        finally:
+            self.table.unlock(self.slot, self.tag)
 
     def _record_order_run(self, queue_offsets: list[int], now_ms: int) -> None:
         run = self.run_
@@ -533,10 +598,10 @@ class _QueuePop:
         self.table.set_order_record(self.slot, orjson.dumps(info.to_json(),
                                                             option=orjson.OPT_NON_STR_KEYS))
 
-    async def _write_check_point(self, offset: int, queue_offsets: list[int],
-                                 now_ms: int) -> bool:
-        """Write the check-point of the messages read (born at the POP's clock reading
-        ``now_ms``) and wait until it is stored; False when its put failed."""
+    def _put_check_point(self, result, offset: int, queue_offsets: list[int],
+                         now_ms: int) -> "asyncio.Future":
+        """Put the check-point of the messages read (born at the POP's clock reading
+        ``now_ms``): the future done once it is stored (:meth:`finish` takes its outcome)."""
         run, ctx = self.run_, self.ctx
         broker = ctx.config.broker
         diff = list(map(offset.__rsub__, queue_offsets))      # each offset - start offset
@@ -545,19 +610,11 @@ class _QueuePop:
             run.header.invisible_time, diff, broker.broker_name,
             pop.revive_topic(broker.broker_cluster_name), run.revive_qid, ctx.store_host,
             send.timer_rules(ctx), now_ms)
-        put = await revive_log.put_revive_record(ctx.putter, record)
-        if not put.status.stored:
-            log.error("[PopBuffer]put ck to store fail: %s, %s", self._check_point(offset, diff),
-                      put.status.name)
-            return False
-        if ctx.stats is not None:
-            ctx.stats.pop_checkpoint(run.header.topic, run.group)
-        if broker.enable_pop_log:
-            log.info("[PopBuffer]add ck just offset, %s", self._check_point(offset, diff))
-        return True
+        self._pending = (result, offset, queue_offsets, now_ms, diff)
+        return revive_log.put_revive_record(ctx.putter, record)
 
     def _check_point(self, offset: int, diff: list[int]) -> PopCheckPoint:
-        """The check-point _write_check_point wrote (for its log lines)."""
+        """The check-point _put_check_point put (for its log lines)."""
         run = self.run_
         return PopCheckPoint(topic=self.topic, cid=run.group, queue_id=self.queue_id,
                              start_offset=offset, pop_time=run.pop_time,

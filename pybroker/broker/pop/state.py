@@ -43,9 +43,9 @@ class SlotCache:
     async def slots_of(self, topic: str, group: str, queue_ids: Sequence[int]) -> list[int]:
         """The slots of ``queue_ids`` of topic@group (a POP's queues): when all are known,
         found by plain (topic, group, queue id) tuples, no SlotKey made."""
-        known = self._slots
         try:
-            return [known[(topic, group, queue_id)] for queue_id in queue_ids]
+            return list(map(self._slots.__getitem__,
+                            zip(itertools.repeat(topic), itertools.repeat(group), queue_ids)))
         except KeyError:
             return await self.slots([SlotKey(topic, group, queue_id) for queue_id in queue_ids])
 

@@ -36,6 +36,7 @@ from pybroker.remoting.limits import ConnectionLimits
 from pybroker.remoting.server import RequestTable
 from pybroker.store.config_docs import TopicConfig
 from pybroker.store.pop_table import PopTable, SlotKey
+from pybroker.store.read_api import StoreReads
 from pybroker._fast.stats import StatsCounter
 
 from tests.unit.broker.test_send_fast import FakeTransport, Side, feed, responses
@@ -56,6 +57,10 @@ class _Bounds:
 
     def get_offset_bounds_in_queue(self, topic: str, queue_id: int) -> tuple[int, int]:
         return BOUNDS if topic == TOPIC else (-1, 0)
+
+    def offset_outside_queue(self, topic: str, queue_id: int,
+                             queue_offset: int) -> tuple[int, int] | None:
+        return StoreReads.offset_outside_queue(self, topic, queue_id, queue_offset)
 
 
 class AckSide(Side):

@@ -327,3 +327,79 @@ def test_one_unit_check_is_the_numpy_rule():
     for limit in (0, 7, 100, 2500, 5300, 1 << 40):
         expected = [bool(valid) for valid in _valid_units(view, 0, len(units), limit)]
         assert [_unit_counts(view, index, limit) for index in range(len(units))] == expected
+
+
+def test_an_ack_s_bounds_check_answers_as_a_caught_up_one(tmp_path, writer, rand):
+    """offset_outside_queue (an ack's check) answers as the caught-up bounds check of a reader
+    with the same sources (the oracle), over seeded histories: puts, the dispatched position
+    moving or not, reads that bring queues up to it, the CommitLog's published min offset
+    moving (files deleted: the min offsets move up) and a topic deletion's count; offsets
+    around each queue's bounds. A queue this reader knows whose bounds hold the offset answers
+    without reading the writers' positions."""
+    live = {"dispatched": 0, "changes": (0, 0)}
+    positions_calls = []
+
+    def positions() -> tuple[int, int]:
+        positions_calls.append(1)
+        return live["dispatched"], live["dispatched"]
+
+    def oracle_positions() -> tuple[int, int]:
+        return live["dispatched"], live["dispatched"]
+    ends = []
+    settings = settings_for(tmp_path)
+    with MessageStoreReader(settings, positions=positions,
+                            store_changes=lambda: live["changes"]) as reader, \
+            MessageStoreReader(settings, positions=oracle_positions,
+                               store_changes=lambda: live["changes"]) as oracle:
+        fast = 0
+        for _ in range(60):
+            ends += [end for _, _, end in put_many(writer, rand, rand.randrange(0, 6))]
+            if ends and rand.random() < 0.7:
+                live["dispatched"] = max(live["dispatched"], rand.choice(ends))
+            if ends and rand.random() < 0.1:
+                min_offset, deletions = live["changes"]
+                live["changes"] = (max(min_offset, rand.choice(ends)), deletions)
+            if rand.random() < 0.05:
+                live["changes"] = (live["changes"][0], live["changes"][1] + 1)
+            if rand.random() < 0.5:
+                queue_id = rand.randrange(3)
+                reader.get_messages("g", TOPIC, queue_id, 0, 1).release()
+            for _ in range(6):
+                queue_id = rand.randrange(4)
+                low, high = oracle.get_offset_bounds_in_queue(TOPIC, queue_id)
+                offset = rand.randrange(low - 2, high + 3)
+                expected = None if low <= offset <= high else (low, high)
+                before = len(positions_calls)
+                assert reader.offset_outside_queue(TOPIC, queue_id, offset) == expected, \
+                    (queue_id, offset, low, high)
+                fast += len(positions_calls) == before
+        assert fast > 20
+
+
+def test_an_ack_s_bounds_check_catches_up_only_when_the_queue_does_not_hold_it(tmp_path,
+                                                                              writer):
+    ends = []
+    for index in range(6):
+        result = writer.put_messages(encode(body_of(index, 5)), TOPIC, 0, 1, 0)
+        ends.append(result.physical_offset + result.wrote_bytes)
+    live = {"dispatched": ends[2], "changes": (0, 0)}
+    calls = []
+
+    def positions() -> tuple[int, int]:
+        calls.append(1)
+        return live["dispatched"], live["dispatched"]
+    with MessageStoreReader(settings_for(tmp_path), positions=positions,
+                            store_changes=lambda: live["changes"]) as reader:
+        assert reader.get_offset_bounds_in_queue(TOPIC, 0) == (0, 3)
+        live["dispatched"] = ends[5]
+        before = len(calls)
+        for offset in (0, 1, 2):                 # held as the reader last saw the queue
+            assert reader.offset_outside_queue(TOPIC, 0, offset) is None
+        assert len(calls) == before
+        assert reader.offset_outside_queue(TOPIC, 0, 4) is None     # caught up: 0..6
+        assert len(calls) == before + 1
+        assert reader.offset_outside_queue(TOPIC, 0, 7) == (0, 6)
+        # Files deleted below the third record: the queue starts at 2 for a caught-up check.
+        live["changes"] = (ends[1], 0)
+        assert reader.offset_outside_queue(TOPIC, 0, 1) == (2, 6)
+        assert reader.offset_outside_queue(TOPIC, 0, 2) is None
