@@ -605,10 +605,11 @@ class MappedFileQueue:
         return len(gone)
 
     def forget_files_beyond(self, offset: int) -> int:
-        """Writer side, at start: unmap (never delete) the files that begin after global
-        ``offset``, the end of the data: files the allocator made ready ahead of the writer,
-        so the next append goes at ``offset`` and not at the start of the last ready file.
-        They are mapped again when the writer reaches them. Returns how many."""
+        """Unmap (never delete) the files that begin after global ``offset``. Writer side, at
+        start, ``offset`` the end of the data: files the allocator made ready ahead of the
+        writer, so the next append goes at ``offset`` and not at the start of the last ready
+        file; they are mapped again when the writer reaches them. Reader side: files past the
+        one a reader's position is in (``refresh`` maps them again). Returns how many."""
         beyond = [f for f in self.mapped_files if f.file_from_offset > offset]
         for mapped_file in beyond:
             mapped_file.shutdown(0)

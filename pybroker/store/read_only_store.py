@@ -482,6 +482,12 @@ class MessageStoreReader(StoreReads):
                 was_empty = queue.min_offset_in_queue() >= queue.max_offset_in_queue()
             mapped_file.wrote_position = mapped_file.flushed_position = count * _UNIT_SIZE
             if count < units_per_file:
+                if index + 1 < len(files):
+                    # Files the writer made past this one (a queue opened when they were on
+                    # disk) hold only units beyond the target: mapped, they would count in
+                    # the queue's max offset. The refresh above maps them again once this
+                    # file is full.
+                    file_queue.forget_files_beyond(mapped_file.file_from_offset)
                 break
         if was_empty and queue.max_offset_in_queue() > queue.min_offset_in_queue():
             queue.correct_min_offset(self._physical_min_offset())

@@ -89,6 +89,26 @@ def test_reader_serves_only_up_to_the_dispatched_position(tmp_path, writer, rand
                 assert reader.get_max_offset_in_queue(TOPIC, queue_id) == len(expected)
 
 
+def test_a_queue_opened_behind_a_later_file_counts_only_what_it_reached(tmp_path, writer):
+    """A reader that opens a queue when the writer has gone on into the queue's next file
+    (32 units a file here) counts, in its max offset, only the units below its position;
+    the later file is mapped again when the reader's position reaches it (seed 2219500391 of
+    the ack bounds test found a reader that counted the later file: (32, 32) for (27, 27))."""
+    ends = []
+    for index in range(40):
+        result = writer.put_messages(encode(body_of(index, 5)), TOPIC, 0, 1, 0)
+        ends.append(result.physical_offset + result.wrote_bytes)
+    with MessageStoreReader(settings_for(tmp_path)) as reader:
+        reader.advance(ends[26])
+        assert reader.get_offset_bounds_in_queue(TOPIC, 0) == (0, 27)
+        assert reader.get_max_offset_in_queue(TOPIC, 0) == 27
+        reader.advance(ends[34])
+        assert reader.get_offset_bounds_in_queue(TOPIC, 0) == (0, 35)
+        reader.advance(ends[39])
+        assert reader.get_offset_bounds_in_queue(TOPIC, 0) == (0, 40)
+        assert read_queue(reader, TOPIC, 0) == [body_of(index, 5) for index in range(40)]
+
+
 def test_reader_follows_files_created_after_it_opened(tmp_path, writer, rand):
     with MessageStoreReader(settings_for(tmp_path)) as reader:
         puts = []
