@@ -32,7 +32,9 @@ object per connection (:meth:`RemotingConnection.write_frames`).
 
 Write path. :meth:`RemotingConnection.send` encodes at once (so an unencodable command raises at
 the caller) and queues the frame; the queue is written once per event-loop turn
-(``loop.call_soon``), so the replies to every frame of one read leave in one system call.
+(``loop.call_soon``), so the replies to every frame of one read leave in one system call. The
+answer of a handler that waited (``send(now=True)``: made alone, in a later turn than its read)
+is written at once with what is queued before it, not one more loop turn later.
 
 Matching. Requests go to the ``dispatch`` callable (a :class:`pybroker.remoting.server.
 RequestTable`); responses to the futures of :meth:`RemotingConnection.invoke`, by opaque;
@@ -371,10 +373,16 @@ class RemotingConnection(asyncio.BufferedProtocol):
         if not future.cancelled():
             self._run_held_frames()
 
-    def track_task(self, task: asyncio.Task) -> None:
-        """Count a handler that waits (see ``requests_in_progress_max``) until it finishes."""
+    def start_handler_task(self, coroutine) -> asyncio.Task:
+        """Run ``coroutine`` (a handler that waits; it answers its own errors) as a Task of
+        this connection's loop, counted against ``requests_in_progress_max`` until it
+        finishes. The loop keeps only weak references to tasks: the connection keeps them
+        alive. (The connection's own loop: asyncio.get_running_loop() is a getpid system call
+        on Python 3.11.)"""
+        task = self._loop.create_task(coroutine)  # tidy: allow (answers its own errors)
         self.handler_tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task) -> None:
         self.handler_tasks.discard(task)
@@ -409,8 +417,11 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     # --- send ------------------------------------------------------------------------------
 
-    def send(self, command: RemotingCommand) -> None:
-        """Encode ``command`` now and write it at the end of this loop turn.
+    def send(self, command: RemotingCommand, *, now: bool = False) -> None:
+        """Encode ``command`` now and write it at the end of this loop turn, or with ``now``
+        at once, after what is queued before it (an answer that is not one of a read's, as a
+        handler's that waited: no other answer of the same read can join its write, and the
+        end of the turn is one more loop turn away).
 
         Raises ValueError/TypeError when the command cannot be encoded (e.g. a frame over
         ``frame_max_bytes``). On a closed connection the command is dropped (logged at DEBUG),
@@ -424,25 +435,39 @@ class RemotingConnection(asyncio.BufferedProtocol):
             except BaseException:
                 body.release()
                 raise
-            self.send_frame(head)
-            if self._closed:
+            if not self._queue(head, now):
                 body.release()
                 return
             self._writes.append_mapped(body)
+        elif not self._queue(_command.encode(command, self.serialize_type,
+                                             frame_max_bytes=self.limits.frame_max_bytes),
+                             now):
             return
-        frame = _command.encode(command, self.serialize_type,
-                                frame_max_bytes=self.limits.frame_max_bytes)
-        self.send_frame(frame)
+        if now:
+            self._write_queued()
+        else:
+            self._flush_at_turn_end()
 
     def send_frame(self, frame: bytes) -> None:
         """Queue an already encoded frame (e.g. a forwarded answer) for this loop turn's write."""
+        if self._queue(frame):
+            self._flush_at_turn_end()
+
+    def _queue(self, frame: bytes, written_now: bool = False) -> bool:
+        """Queue ``frame``; False when the connection is closed (the frame dropped).
+        ``written_now``: the caller writes the queue before anything else runs, and
+        _after_write then decides whether the socket stays lent (no lending back and forth
+        around a write)."""
         if self._closed:
             LOGGER.debug("%s: connection closed, dropped a %d-byte frame", self.remote_address,
                          len(frame))
-            return
+            return False
         self._writes.append(frame)
-        if self._socket_lent:
+        if self._socket_lent and not written_now:
             self._lend(False)       # it must not write before this frame
+        return True
+
+    def _flush_at_turn_end(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -501,6 +526,9 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._write_queued()
+
+    def _write_queued(self) -> None:
         if self._closed or not self._writes:
             return
         self._writes.write_to(self._transport)

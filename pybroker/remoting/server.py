@@ -11,8 +11,11 @@ cause, never to the client); oneway requests (flag bit 1) are never answered; a 
 None sends nothing (it may answer later with ``connection.send``).
 
 Handlers are coroutines, but most finish without waiting. The table starts each one with
-``coroutine.send(None)`` right inside the read callback and only wraps it in a Task when it
-actually waits; benchmarks/micro/test_bench_remoting.py measures the gain.
+``coroutine.send(None)`` right inside the read callback and only wraps it in a Task (of the
+connection's loop) when it actually waits; benchmarks/micro/test_bench_remoting.py measures the
+gain. The answer of a handler that waited is written as soon as it is made (it is alone: the
+other answers of its read left at that read's turn end), one loop turn earlier than a queued
+write would leave.
 
 :func:`start_server` / :func:`start_unix_server` listen (TCP with optional SO_REUSEPORT, or a
 unix socket, or a socket bound by the caller) and return a :class:`RemotingServer`.
@@ -107,7 +110,7 @@ class RequestTable:
             _answer_error(connection, request, error)
             return
         if not self.eager:
-            self._spawn(connection, _finish(connection, request, coroutine))
+            self._spawn(connection, _finish(connection, request, coroutine, False))
             return
         try:
             yielded = coroutine.send(None)
@@ -117,16 +120,14 @@ class RequestTable:
         except Exception as error:
             _answer_error(connection, request, error)
             return
-        # The handler waits on something: a Task takes over from where it stopped.
-        self._spawn(connection, _finish(connection, request, _resume(coroutine, yielded)))
+        # The handler waits on something: a Task takes over from where it stopped, and
+        # writes its answer at once when it comes (_finish).
+        self._spawn(connection, _finish(connection, request, _resume(coroutine, yielded), True))
 
     @staticmethod
     def _spawn(connection: RemotingConnection, coroutine) -> None:
         # _finish answers every error of the request itself (per request: no done-callback).
-        task = asyncio.get_running_loop().create_task(coroutine)  # tidy: allow
-        # The loop keeps only weak references to tasks; the connection keeps them alive and
-        # counts them against its requests_in_progress_max.
-        connection.track_task(task)
+        connection.start_handler_task(coroutine)
 
 
 @types.coroutine
@@ -147,29 +148,33 @@ def _resume(coroutine, yielded):
                 return stop.value
 
 
-async def _finish(connection: RemotingConnection, request: RemotingCommand, awaitable) -> None:
+async def _finish(connection: RemotingConnection, request: RemotingCommand, awaitable,
+                  now: bool) -> None:
+    """Await a handler's answer and send it; ``now``: the handler waited (it answers alone,
+    in a later loop turn than its read), so its answer is written at once, not one more turn
+    later (connection.send's ``now``)."""
     try:
         response = await awaitable
     except asyncio.CancelledError:
         raise
     except Exception as error:
-        _answer_error(connection, request, error)
+        _answer_error(connection, request, error, now)
         return
-    _answer(connection, request, response)
+    _answer(connection, request, response, now)
 
 
 def _answer(connection: RemotingConnection, request: RemotingCommand,
-            response: Optional[RemotingCommand]) -> None:
+            response: Optional[RemotingCommand], now: bool = False) -> None:
     if response is None or request.is_oneway:
         return
     try:
-        connection.send(response)
+        connection.send(response, now=now)
     except (ValueError, TypeError) as error:  # e.g. a reply over frame_max_bytes
-        _answer_error(connection, request, error)
+        _answer_error(connection, request, error, now)
 
 
 def _answer_error(connection: RemotingConnection, request: RemotingCommand,
-                  error: Exception) -> None:
+                  error: Exception, now: bool = False) -> None:
     if isinstance(error, HeaderError):
         code, remark = error.code, error.remark
     else:
@@ -179,7 +184,7 @@ def _answer_error(connection: RemotingConnection, request: RemotingCommand,
         remark = client_remark(error)
     if request.is_oneway:
         return
-    connection.send(create_response(request, code, remark))
+    connection.send(create_response(request, code, remark), now=now)
 
 
 class _Listener(Protocol):

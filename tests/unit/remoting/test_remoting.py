@@ -256,6 +256,49 @@ def test_deferred_answer_through_connection_send():
     assert later.code == 0 and later.remark == "later"
 
 
+def test_an_answer_after_a_wait_is_written_in_the_turn_the_handler_resumes(monkeypatch):
+    """A handler that waits becomes a task of its connection's loop without asking asyncio
+    for the running loop (a getpid system call per call on Python 3.11), and its answer, made
+    alone in a later turn than its read, is written in the turn the handler resumes (not
+    queued for one more turn)."""
+    waited = 108
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        entered, gate = loop.create_future(), loop.create_future()
+        finished = []
+
+        async def gated(connection, request):
+            entered.set_result(connection)
+            await gate
+            finished.append(request.opaque)
+            return create_response(request, 0, "gated")
+
+        table = make_table()
+        table.register(waited, gated)
+        server = await start_server("127.0.0.1", 0, table)
+        client = await connected_client(server)
+        asked = []
+        real = asyncio.get_running_loop
+        monkeypatch.setattr(asyncio, "get_running_loop", lambda: asked.append(1) or real())
+        answer = asyncio.ensure_future(client.invoke(create_request(waited), 2000))
+        connection = await entered
+        await asyncio.sleep(0)          # the handler's task waits for the gate
+        gate.set_result(None)
+        await asyncio.sleep(0)          # the handler's task resumes in this turn, before us
+        seen = (list(asked), bool(finished), connection.unsent_bytes)
+        monkeypatch.undo()
+        response = await answer
+        client.close()
+        server.close()
+        return seen, response
+
+    (asked, finished, unsent_bytes), response = run(scenario)
+    assert asked == []
+    assert finished and unsent_bytes == 0
+    assert response.code == 0 and response.remark == "gated"
+
+
 def test_server_to_client_request_answered_by_client_table():
     async def on_notify(connection, request):
         return create_response(request, 0, "client got " + request.ext_fields["consumerGroup"])
