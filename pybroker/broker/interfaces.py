@@ -156,10 +156,10 @@ class Putter(Protocol):
     """How encoded records reach the CommitLog.
 
     A putter may also offer ``put_now(records, topic, queue_id, count, sys_flag, wait_store,
-    future)`` (pybroker.proc.ring_putter.RingPutter): put() without a coroutine, resolving
-    the caller's ``future``; it returns a refusal (PutResult) or None, and raises RingFull
-    when it cannot take the records now; and ``signal_now()``: wake the writer now rather than
-    at the end of this loop turn."""
+    future)`` (pybroker.proc.ring_putter.RingPutter): put() without a coroutine and without
+    message ids, resolving the caller's ``future`` and waking the writer at once rather than
+    at the end of this loop turn; it returns a refusal (PutResult) or None, and raises
+    RingFull when it cannot take the records now."""
 
     async def put(self, records: bytes | bytearray | memoryview, topic: str, queue_id: int,
                   count: int, sys_flag: int, wait_store: bool, *,

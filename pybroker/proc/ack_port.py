@@ -83,10 +83,10 @@ class FastAckPort:
                 token, started_ns = 0, 0
             putter.add_fast_put(entry[0], FastAck(end, write_frames, entry, token, started_ns))
         putter.puts_total += len(taken)
-        putter.after_commit(loop, appender_asleep, len(taken))
         # This read's acks are all in: the appender need not wait for the end of the turn
-        # (as RevivePuts' records at a turn's end; one loop turn less per ack).
-        putter.signal_now()
+        # (as RevivePuts' records; one loop turn less per ack), and no deferred wake-up is
+        # made only to be cancelled (its handle would cost the loop a turn).
+        putter.wake_at_once(appender_asleep)
         if putter.fast_failure is not None:
             putter.fast_failure.committed(loop)
 

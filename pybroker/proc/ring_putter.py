@@ -353,20 +353,25 @@ class RingPutter:
         """put() without a coroutine, for a caller that has its own future to resolve (the
         POP revive records: broker/pop/revive_log.py): the refusal as a PutResult, or None
         once the records are in the ring, ``future`` then resolved with the outcome as
-        put() returns it. Raises RingFull, with nothing done, when the ring has no room
-        now (or puts already wait for room): put() waits for it."""
+        put(message_ids=False) returns it (no message id: the revive records' waiters read
+        none). The appender is woken at once when it sleeps (:meth:`wake_at_once`: the
+        callers put a turn's first record, or everything of the turn at its end). Raises
+        RingFull, with nothing done, when the ring has no room now (or puts already wait for
+        room): put() waits for it."""
         view = memoryview(records).cast("B")
         topic_bytes = topic.encode()
         refused = self._refusal(len(view), topic, topic_bytes, count, wait_store)
         if refused is not None:
             return refused
-        loop = asyncio.get_running_loop()
+        # The future's own loop (a C call): asyncio.get_running_loop() is a getpid system
+        # call on Python 3.11.
+        loop = future.get_loop()
         started = loop.time()
         request_id = self._try_reserve(lambda: self.core.put_python(
             view, topic_bytes, queue_id, count, sys_flag, wait_store, started))
         if request_id < 0:
             raise RingFull
-        self._commit_put(loop, request_id, view, count, started, future)
+        self._commit_put(loop, request_id, view, count, started, future, False, True)
         return None
 
     def _refusal(self, records_bytes: int, topic: str, topic_bytes: bytes, count: int,
@@ -391,16 +396,21 @@ class RingPutter:
 
     def _commit_put(self, loop: asyncio.AbstractEventLoop, request_id: int,
                     view: memoryview | None, count: int, started: float,
-                    future: asyncio.Future, message_ids: bool = True) -> asyncio.Future:
+                    future: asyncio.Future, message_ids: bool = True,
+                    wake_at_once: bool = False) -> asyncio.Future:
         """A put reserved as ``request_id``: wait for its outcome on ``future`` (with the
-        records' offset message ids when ``message_ids``: ``view`` its records)."""
+        records' offset message ids when ``message_ids``: ``view`` its records); the
+        appender's wake-up deferred to the turn's end (after_commit), or given at once."""
         self._pending[request_id] = _Pending(
             future, _record_sizes(view, count) if message_ids and view is not None else None)
         if self.fast_failure is not None:
             self.fast_failure.committed(loop, started)
         # Commit at once: a deferred commit per loop turn made bigger batches but, measured,
         # lock-stepped one producer with the appender (fewer messages/s, not more).
-        self.after_commit(loop, self.ring.commit(), 1)
+        if wake_at_once:
+            self.wake_at_once(self.ring.commit())
+        else:
+            self.after_commit(loop, self.ring.commit(), 1)
         self.puts_total += 1
         return future
 
@@ -430,12 +440,18 @@ class RingPutter:
                 self.signal_handle.cancel()
                 self._signal_appender()
 
-    def signal_now(self) -> None:
-        """Wake the appender now when its wake-up waits for the end of this loop turn: for a
-        caller that itself runs at a turn's end and has put everything it had (RevivePuts)."""
-        if self.signal_handle is not None:
-            self.signal_handle.cancel()
-            self._signal_appender()
+    def wake_at_once(self, appender_asleep: bool) -> None:
+        """After a commit (``appender_asleep``: what it returned), for a caller that has put
+        everything it had (the ACK port after a read's acks, RevivePuts): wake the appender
+        now when it sleeps or its wake-up waits for the end of this loop turn, which is then
+        cancelled (one signal). No wake-up is deferred to be cancelled at once: a cancelled
+        handle still costs the loop one more turn."""
+        handle = self.signal_handle
+        if handle is not None:
+            handle.cancel()
+        elif not appender_asleep:
+            return
+        self._signal_appender()
 
     def _signal_appender(self) -> None:
         self.signal_handle = None

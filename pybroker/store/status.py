@@ -49,6 +49,10 @@ class PutStatus(enum.Enum):
 _PUT_OK = PutStatus.PUT_OK
 _PUT_STORED = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT,
                          PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE})
+# The outcomes PutStatus.stored is true of, for a hot path's ``status in STORED_STATUSES``: a
+# tuple is searched by identity in C, where the property is a Python call (and a set's lookup
+# hashes the member in Python).
+STORED_STATUSES = tuple(status for status in PutStatus if status.stored)
 
 
 class GetStatus(enum.Enum):

@@ -25,14 +25,14 @@ from pybroker._fast.pop.ack_take import AckEnd
 from pybroker.broker.pop import ack as ack_handler
 from pybroker.protocol.codes import RequestCode, ResponseCode
 from pybroker.protocol.command import RemotingCommand, create_response, encode_json_header
-from pybroker.store.status import PutStatus
+from pybroker.store.status import STORED_STATUSES
 
 __all__ = ["queue_lookup", "answer_pieces", "ack_end", "AnswerQueue", "STORED"]
 
 _OPAQUE = 2_000_000_001
 # The outcomes whose record is stored (PutStatus.stored), for the C end of an ack: a tuple,
 # found by identity (a set would call the enum's Python __hash__ per ack).
-STORED = tuple(status for status in PutStatus if status.stored)
+STORED = STORED_STATUSES
 
 
 def queue_lookup(ctx) -> Callable[[str, str, int, int], int]:

@@ -28,7 +28,7 @@ import logging
 import operator
 import random
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from itertools import repeat
 
 import orjson
@@ -51,9 +51,9 @@ from pybroker.protocol.properties import decode_properties
 from pybroker._fast import record as record_codec
 from pybroker.store.pop_checkpoint import PopCheckPoint
 from pybroker.store.pop_table import LOCKED_ELSEWHERE, NOT_PLAIN
-from pybroker.store.status import GetStatus
+from pybroker.store.status import STORED_STATUSES, GetStatus
 
-__all__ = ["handle_pop_message", "run_pop", "init_pop_offset", "take_pending_offset",
+__all__ = ["run_pop", "init_pop_offset", "take_pending_offset",
            "BORN_TIME", "ORDER_LOCK_WAIT_MS"]
 
 log = logging.getLogger("pybroker.broker.pop")
@@ -83,13 +83,6 @@ def fill_born_time(request: RemotingCommand, now_ms: int) -> None:
         request.ext_fields[BORN_TIME] = str(now_ms)
 
 
-def handle_pop_message(ctx: BrokerContext, channel,
-                       request: RemotingCommand) -> Awaitable[RemotingCommand | None]:
-    """Answer a POP_MESSAGE request, or hold it (the awaitable gives None): run_pop's first
-    run (no coroutine of its own to resume)."""
-    return run_pop(ctx, channel, request)
-
-
 def _refusal(ctx, channel, request: RemotingCommand, header,
              now_ms: int) -> RemotingCommand | None:
     broker = ctx.config.broker
@@ -112,9 +105,10 @@ def _refusal(ctx, channel, request: RemotingCommand, header,
 
 async def run_pop(ctx: BrokerContext, channel, request: RemotingCommand,
                   rerun: bool = False) -> RemotingCommand | None:
-    """One run of a POP request (the first, or again when woken: ``rerun``). The run over the
-    queues is this one coroutine: each check-point put is awaited here, so its completion
-    resumes this frame alone (the steps before and after a put are plain calls)."""
+    """One run of a POP request: the POP_MESSAGE handler (its answer, or None when it is
+    held), or a held request's run again when woken (``rerun``). The run over the queues is
+    this one coroutine: each check-point put is awaited here, so its completion resumes this
+    frame alone (the steps before and after a put are plain calls)."""
     now_ms = ctx.now_ms()
     fill_born_time(request, now_ms)
     header = parse_request_header(request.code, request.ext_fields)
@@ -258,7 +252,8 @@ class _PopRun:
         broker = ctx.config.broker
         self.revive_qid = PopConstants.ORDER_REVIVE_QUEUE if self.order else \
             pop_state.next_revive_queue(broker.revive_queue_num)
-        self.random_q = random.randrange(100)
+        # Java's random.nextInt(100), by C calls only (randrange is three Python calls).
+        self.random_q = int(random.random() * 100)
         self.infos = pop.OffsetInfos(self.order)
         self.messages: list[memoryview] = []
         # The answer holds max_msg_nums messages (kept where messages are added: a POP of
@@ -559,7 +554,7 @@ class _QueuePop:
         ctx = self.ctx
         try:
             try:
-                if not put.status.stored:
+                if put.status not in STORED_STATUSES:
                     log.error("[PopBuffer]put ck to store fail: %s, %s",
                               self._check_point(offset, diff), put.status.name)
                     self.run_.rest_num += \
@@ -630,4 +625,5 @@ def _count_get(ctx, topic: str, group: str, result) -> None:
         stats.group_get(topic, group, result.message_count, size_bytes, False)
 
 
-HANDLERS: dict[int, Callable] = {RequestCode.POP_MESSAGE: handle_pop_message}
+# The handler is run_pop's first run itself: no frame of its own to call or resume.
+HANDLERS: dict[int, Callable] = {RequestCode.POP_MESSAGE: run_pop}

@@ -17,15 +17,17 @@ revive service (broker/pop/revive.py) takes a check-point as due by how far the 
 delivered. POP needs the timer (Java refuses POP with timerWheelEnable=false); a refusal of the
 rule (flow control, an invisible time past timerMaxDelaySec) is the put's outcome.
 
-The records of one loop turn go out together (:class:`RevivePuts`): a remoting worker answers
-many acks per read of a busy connection, and each would otherwise be a ring request, a
-completion and often an appender wake-up of its own. Those that share a topic and queue (the
-parked ones all do) are one put of several records, in the order they came; each waiter is
-answered with that put's outcome once it is stored, so nothing is answered earlier than alone.
-The put goes into the ring at the end of the turn itself (the putter's put_now), not from a
-task of its own; the outcome resolves the waiter's future directly when the put carries one
-record (a POP-then-ACK client's case), so a record costs no loop turn beyond its waiter's,
-and the appender is woken when the turn's records are in, not one turn later.
+The records of one loop turn after its first go out together (:class:`RevivePuts`): a remoting
+worker answers many acks per read of a busy connection, and each would otherwise be a ring
+request, a completion and often an appender wake-up of its own. Those that share a topic and
+queue (the parked ones all do) are one put of several records, in the order they came; each
+waiter is answered with that put's outcome once it is stored, so nothing is answered earlier
+than alone. That put goes into the ring at the end of the turn itself (the putter's put_now),
+not from a task of its own, and the appender is woken then, not one turn later. The turn's
+first record (a POP's check-point, a lone ack: a POP-then-ACK client's case) does not wait for
+the turn's end: it is put and the appender woken at once, so the appender appends it while
+the worker finishes its turn. The outcome resolves the waiter's future directly when the put
+carries one record, so a record costs no loop turn beyond its waiter's.
 """
 import asyncio
 import weakref
@@ -153,21 +155,31 @@ class RevivePuts:
         self.records_total = 0       # records they carried
 
     def put(self, record: ReviveRecord) -> asyncio.Future:
-        """A future of the PutResult of the put that will carry ``record``."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
+        """A future of the PutResult of the put that will carry ``record``: the turn's first
+        record is put at once, the others with each other at the turn's end."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
             # Records left by a loop that ended before its turn did (tests run one loop per
-            # call) have no waiter left: start afresh in this one.
+            # call) have no waiter left: start afresh in this one. (The loop is kept, not
+            # asked for: asyncio.get_running_loop() is a getpid system call on Python 3.11.)
+            loop = asyncio.get_running_loop()
             self._loop, self._waiting, self._flush_handle = loop, {}, None
         future = loop.create_future()
-        self._waiting.setdefault((record.topic, record.queue_id), []).append(
-            (record.records, future))
-        if self._flush_handle is None:
-            self._flush_handle = loop.call_soon(self._flush)
+        if self._flush_handle is not None:
+            self._waiting.setdefault((record.topic, record.queue_id), []).append(
+                (record.records, future))
+            return future
+        # The turn's first record (a POP's check-point, a lone ack): into the ring and the
+        # appender woken now, not one loop turn later; the rest of the turn's records wait
+        # for its end, behind it.
+        self._flush_handle = loop.call_soon(self._flush)
+        self._put_run(record.topic, record.queue_id, [(record.records, future)])
         return future
 
     def _flush(self) -> None:
         self._flush_handle = None
+        if not self._waiting:           # the turn's only record went at once
+            return
         waiting, self._waiting = self._waiting, {}
         for (topic, queue_id), entries in waiting.items():
             start = 0
@@ -179,17 +191,13 @@ class RevivePuts:
                     end += 1
                 self._put_run(topic, queue_id, entries[start:end])
                 start = end
-        # This runs at a turn's end with every record of the turn put: the appender need not
-        # wait one more turn for its wake-up.
-        signal_now = getattr(self.putter, "signal_now", None)
-        if signal_now is not None:
-            signal_now()
 
     def _put_run(self, topic: str, queue_id: int,
                  entries: list[tuple[bytearray, asyncio.Future]]) -> None:
         """Put one run's records: straight into the putter's ring when it takes them now
-        (put_now: the outcome resolves the one waiter's own future, or a future whose
-        callback answers every waiter), else in a task that waits for room."""
+        (put_now, which wakes the appender at once: the outcome resolves the one waiter's own
+        future, or a future whose callback answers every waiter), else in a task that waits
+        for room."""
         records = entries[0][0] if len(entries) == 1 else \
             b"".join(records for records, _ in entries)
         self.puts_total += 1
@@ -199,7 +207,7 @@ class RevivePuts:
             if len(entries) == 1:
                 future = entries[0][1]
             else:
-                future = asyncio.get_running_loop().create_future()
+                future = entries[0][1].get_loop().create_future()
                 future.add_done_callback(lambda done: _answer_all(entries, done))
             try:
                 refused = put_now(records, topic, queue_id, len(entries), 0, True, future)

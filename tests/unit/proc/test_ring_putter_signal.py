@@ -1,6 +1,7 @@
 """RingPutter wakes a sleeping appender once per loop turn, never loses that wake-up, and never
-signals an appender that is awake; POP's revive records enter its ring without a task; the
-position waiters are among its sleep flags only where acknowledgements can be held.
+signals an appender that is awake; POP's revive records enter its ring without a task, the
+turn's first at once, and without asking asyncio for the running loop each time; the position
+waiters are among its sleep flags only where acknowledgements can be held.
 
 Method: one asyncio loop runs RingPutter.put on real shared-memory rings (tmp_path); the test
 plays the appender in the same process (consumer flag, peek, completion push) and counts the
@@ -95,13 +96,45 @@ def test_signal_goes_out_within_the_turn_after_many_puts(plane):
     assert sum(seen) == 1 and seen.index(1) == _SIGNAL_DEFER_PUTS_MAX - 1
 
 
+def test_wake_at_once_signals_once_and_defers_nothing(plane):
+    """A caller that has put everything it had (the ACK port after a read, RevivePuts) wakes
+    a sleeping appender at once without a deferred wake-up left in the loop (a cancelled
+    handle costs it one more turn); an awake appender gets nothing; a wake-up deferred by an
+    earlier put of the turn is cancelled and given now, once."""
+    ring, completions, control, wake = plane
+
+    def commit():
+        offset = ring.reserve(8)
+        ring.data()[offset:offset + 8] = b"\x00" * 8
+        return ring.commit()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        putter = RingPutter(ring, completions, control, wake, 0, (b"\x7f\x00\x00\x01", 10911))
+        assert ring.set_consumer_sleeping() is False
+        putter.wake_at_once(commit())
+        seen = [(wake.consume(), putter.signal_handle)]
+        putter.wake_at_once(commit())               # the flag is taken: awake
+        seen.append((wake.consume(), putter.signal_handle))
+        ring.set_consumer_sleeping()                # asleep again (records wait: no matter)
+        putter.after_commit(loop, commit(), 1)      # deferred to the turn's end
+        deferred = putter.signal_handle
+        putter.wake_at_once(commit())
+        seen.append((wake.consume(), putter.signal_handle))
+        await asyncio.sleep(0)
+        seen.append((wake.consume(), deferred.cancelled()))
+        return seen
+
+    assert asyncio.run(main()) == [(1, None), (0, None), (1, None), (0, True)]
+
+
 def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
     """POP's revive records (broker/pop/revive_log.py RevivePuts) over the real RingPutter:
-    the records of one turn enter the ring at its end through put_now, one request per topic
-    and queue, with no task of their own; a lone record's waiter is resolved by the completion
-    itself, a run's waiters each once it is stored; a refused record never reaches the ring;
-    a sleeping appender is woken by the flush itself; a ring without room falls back to put(),
-    which waits for it."""
+    the turn's first record enters the ring through put_now at once and wakes a sleeping
+    appender at once; the others enter it at the turn's end, one request per topic and queue;
+    none has a task of its own; a lone record's waiter is resolved by the completion itself, a
+    run's waiters each once it is stored; a refused record never reaches the ring; a ring
+    without room falls back to put(), which waits for it."""
     from pybroker.broker.interfaces import RingFull
     from pybroker.broker.pop.revive_log import ReviveRecord, RevivePuts
     ring, completions, control, wake = plane
@@ -112,12 +145,16 @@ def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
         assert ring.set_consumer_sleeping() is False
         tasks_before = len(asyncio.all_tasks())
         alone = puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_wheel_timer", 0))
+        # The turn's first record: in the ring, the sleeping appender woken, before the turn
+        # ends.
+        assert ring.peek_batch(1 << 20)[0] == 1 and wake.consume() == 1
         run = [puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_REVIVE_LOG_c", 1))
                for _ in range(3)]
         refused = puts.put(ReviveRecord(bytearray(RECORD), "t" * 300, 0))
+        assert ring.peek_batch(1 << 20)[0] == 1
         await asyncio.sleep(0)                  # the turn ends: RevivePuts flushes
         assert len(asyncio.all_tasks()) == tasks_before
-        assert wake.consume() == 1              # the sleeping appender woken by the flush
+        assert wake.consume() == 0              # the appender's flag was taken by the first
         assert refused.done() and refused.result().status is PutStatus.MESSAGE_ILLEGAL
         assert (puts.puts_total, puts.records_total) == (3, 5)
         requests = []
@@ -155,6 +192,35 @@ def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
         assert (await asyncio.wait_for(waiting, 5)).status is PutStatus.PUT_OK
         assert filler > 0 and all(future.result().status is PutStatus.PUT_OK
                                   for future in fillers)
+
+    asyncio.run(main())
+
+
+def test_revive_puts_ask_asyncio_for_the_loop_once(plane, monkeypatch):
+    """asyncio.get_running_loop() is a getpid system call per call on Python 3.11: RevivePuts
+    asks it once for its loop, and the putter's put_now never (it takes the waiter's future's
+    own loop), whether a record goes at once or with its turn's others."""
+    from pybroker.broker.pop.revive_log import ReviveRecord, RevivePuts
+    ring, completions, control, wake = plane
+
+    async def main():
+        putter = RingPutter(ring, completions, control, wake, 0, (b"\x7f\x00\x00\x01", 10911))
+        puts = RevivePuts(putter)
+        futures = [puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_wheel_timer", 0))]
+        asked = []
+        real = asyncio.get_running_loop
+        monkeypatch.setattr(asyncio, "get_running_loop", lambda: asked.append(1) or real())
+        futures += [puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_wheel_timer", 0))
+                    for _ in range(2)]
+        await asyncio.sleep(0)                  # the turn's end: the two go as one put
+        futures.append(puts.put(ReviveRecord(bytearray(RECORD), "rmq_sys_wheel_timer", 0)))
+        monkeypatch.undo()
+        assert asked == []
+        assert (puts.puts_total, puts.records_total) == (3, 4)
+        assert complete_all(ring, completions) == 3
+        putter.on_wake()
+        results = await asyncio.wait_for(asyncio.gather(*futures), 5)
+        assert [result.status for result in results] == [PutStatus.PUT_OK] * 4
 
     asyncio.run(main())
 
