@@ -247,16 +247,17 @@ def print_top(counts: dict, top: int, messages: int) -> None:
 
 
 @contextlib.contextmanager
-def hooked_broker(prefix: str, topic: str, queues: int, **conf: str):
+def hooked_broker(prefix: str, topic: str, queues: int, hook: str = _HOOK, **conf: str):
     """``(broker, work_dir)``: a one-worker ASYNC_FLUSH broker of this checkout (``conf``: more
     broker.conf settings), started, with ``topic`` of ``queues`` queues, whose processes load
-    the profile hook (SIGUSR2 toggles it; counts-<pid>.json land in ``work_dir``); stopped and
+    ``hook`` as their sitecustomize (this tool's profile hook by default: SIGUSR2 toggles it;
+    counts-<pid>.json land in ``work_dir``, the hook's PYBROKER_COUNT_DIR); stopped and
     removed after."""
     with tempfile.TemporaryDirectory(prefix=prefix) as work:
         work_dir = pathlib.Path(work)
         hook_dir = work_dir / "hook"
         hook_dir.mkdir()
-        (hook_dir / "sitecustomize.py").write_text(_HOOK)
+        (hook_dir / "sitecustomize.py").write_text(hook)
         os.environ["PYTHONPATH"] = f"{hook_dir}{os.pathsep}{ROOT}"   # tidy: allow
         os.environ[ENV_DIR] = str(work_dir)                          # tidy: allow
         bb.use_pybroker(bb.PyBrokerInstall((sys.executable, "-m", "pybroker"), "checkout",
