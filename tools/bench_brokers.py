@@ -350,7 +350,10 @@ class PyBroker(LoopbackAddresses):
         self.namesrv_port = namesrv_port or jr.free_port()
         self.broker_port = jr.free_port(offsets=(-2, 0, 1))
         store = self.work_dir / "store"
-        self.conf = dict(conf, storePathRootDir=str(store),
+        # A free gRPC port unless the scenario sets one: standalone's default 8081 is taken
+        # by any other broker on the box (a shared box runs several).
+        self.conf = dict({"grpcServerPort": str(jr.free_port())} | dict(conf),
+                         storePathRootDir=str(store),
                          storePathCommitLog=str(store / "commitlog"), brokerIP1=jr.LOOPBACK,
                          listenPort=str(self.broker_port), namesrvAddr=self.namesrv_addr)
         self.conf_path = self.work_dir / "broker.conf"

@@ -1,5 +1,5 @@
-# Python calls, C calls, loop turns and system calls per sent message: remoting worker and appender.
-"""Count what the remoting worker and the appender do per SEND_MESSAGE_V2 (issue #28 items 2, 4).
+# Python calls, C calls, loop turns and system calls per sent message: worker, appender, dispatcher.
+"""Count what the remoting worker, the appender and the dispatcher do per SEND_MESSAGE_V2 (#28).
 
 Wall-clock figures on the shared 2-core box are noise; counts are not. This starts
 ``pybroker standalone`` from this checkout with one remoting worker (ASYNC_FLUSH) and a topic
@@ -10,20 +10,23 @@ binary one), each answer followed at once by the next send (a sliding window), o
 request as each producer thread writes its own (``--batched``: the next sends of one read in
 one write).
 
-Around the measured sends the worker's and the appender's main threads run the profile hook of
-``tools/count_pop_calls.py`` (``sys.setprofile``, switched on and off by SIGUSR2) counting
-every Python call, every C call, the event loop's callbacks and turns; ``strace -c -f`` of each
-process counts its system calls over the same window when strace is on the PATH. Printed per
+Around the measured sends the worker's, the appender's and the dispatcher's main threads run
+the profile hook of ``tools/count_pop_calls.py`` (``sys.setprofile``, switched on and off by
+SIGUSR2) counting every Python call, every C call, the event loop's callbacks and turns;
+``strace -c -f`` of each process counts its system calls over the same window when strace is
+on the PATH. Printed per
 message and per cycle: the worker's cycle is a completion wake-up (its eventfd ``read`` under
 strace, else ``RingPutter.on_wake``), the appender's a ring drained
-(``_Appender._drain_ring``); with ``--top N`` the N Python and C functions called most, per
-message.
+(``_Appender._drain_ring``), the dispatcher's a dispatch batch (``_dispatch_batch``: it paces
+itself under load, one batch a millisecond); with ``--top N`` the N Python and C functions
+called most, per message.
 
 ``--cpu-messages N`` then sends N more without hook and strace and prints each process's CPU
-time per message (psutil): an indication only on a shared box. ``--perf DIR`` samples both
-processes over those N sends (``perf record -e cpu-clock -F 2000 -g``, kernel included; the
-software clock, as a VM has no cycle counter) into ``DIR/worker-<size>.data`` and
-``DIR/appender-<size>.data``: ``perf report -i FILE --no-children --sort dso,sym``.
+time per message (psutil): an indication only on a shared box. ``--perf DIR`` samples the
+three processes over those N sends (``perf record -e cpu-clock -F 2000 -g``, kernel included;
+the software clock, as a VM has no cycle counter) into ``DIR/worker-<size>.data``,
+``DIR/appender-<size>.data`` and ``DIR/dispatcher-<size>.data``: ``perf report -i FILE
+--no-children --sort dso,sym``.
 
 Usage: ``python tools/count_send_calls.py [--size 128] [--inflight 64] [--connections 1]
 [--messages 20000] [--top 25] [--cpu-messages 100000] [--perf DIR]`` (about a minute).
@@ -154,7 +157,8 @@ def _cycles(counts: dict, python_name: str, c_name: str) -> int:
 
 def _measure(broker: bb.PyBroker, args, out_dir: pathlib.Path) -> dict:
     processes = {"worker": cp.child_process(broker, "pb-remoting"),
-                 "appender": cp.child_process(broker, "pb-appender")}
+                 "appender": cp.child_process(broker, "pb-appender"),
+                 "dispatcher": cp.child_process(broker, "pb-dispatcher")}
     run = lambda messages: asyncio.run(_send(broker.broker_addr, args.size,  # noqa: E731
                                              args.encoding, args.connections, args.inflight,
                                              messages, args.batched))
@@ -206,7 +210,8 @@ def _report(result: dict, top: int) -> None:
           f"{result['connections']} connection(s), {writes} (main threads, loop included; "
           f"0.2 s idle either side)")
     cycle_of = {"worker": ("on_wake (ring_putter.py", ""),
-                "appender": ("_drain_ring (appender.py", "")}
+                "appender": ("_drain_ring (appender.py", ""),
+                "dispatcher": ("_dispatch_batch (dispatcher.py", "")}
     for name, figures in result["processes"].items():
         counts = figures["counts"]
         cycles = _cycles(counts, *cycle_of[name])
