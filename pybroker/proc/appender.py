@@ -274,7 +274,8 @@ class _Appender:
         self.wakes.dispatcher.signal()
 
     def run(self) -> None:
-        sleeper = Sleeper(self.wakes.appender, [ConsumerSide(ring) for ring in self.rings])
+        sleep = Sleeper(self.wakes.appender,
+                        [ConsumerSide(ring) for ring in self.rings]).frameless()
         terminated = stop_on_sigterm(self.wakes.appender)
         load_disk_full, load_min_offset = self.load_disk_full, self.load_commitlog_min_offset
         load_deletions, space = self.load_topic_deletion_requested, self.space
@@ -314,7 +315,7 @@ class _Appender:
                 return
             timeout = _BLOCKED_WAIT_MS if self.blocked else _IDLE_WAIT_MS
             commit_wait = None if step is None else step.wait_ms(self.clock_ms())
-            if sleeper.sleep(timeout if commit_wait is None else min(timeout, commit_wait)):
+            if sleep(timeout if commit_wait is None else min(timeout, commit_wait)):
                 self.add_wakeups(1)
 
     def wait_for_flush(self) -> None:

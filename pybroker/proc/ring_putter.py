@@ -50,7 +50,8 @@ from pybroker.proc import ring_format
 from pybroker.proc.ack_holds import AckHolds
 from pybroker.proc.fast_failure import FastFailure, Withdrawn
 from pybroker.proc.send_port import FastSendPort
-from pybroker.proc.wake import AsyncWakeReader, ConsumerSide, ProducerSide, SleepFlag
+from pybroker.proc.wake import (AsyncWakeReader, ConsumerSide, DeferredSignal, ProducerSide,
+                                SleepFlag)
 from pybroker.protocol.constants import RETRY_GROUP_TOPIC_PREFIX
 from pybroker.protocol.message_id import offset_message_id
 from pybroker.store import layout
@@ -210,10 +211,8 @@ class RingPutter:
         # call per call on Python 3.11, once per completion wake-up here (measured,
         # docs/architecture/data-plane.md "Where one send's time goes").
         self._wake_loop: asyncio.AbstractEventLoop | None = None
-        # The appender's deferred wake-up (after_commit); read in C by the send port's take
-        # (_fast/send/port.pyx, the twin of after_commit's nothing-to-do test).
-        self.signal_handle: asyncio.Handle | None = None
-        self._deferred_puts = 0
+        # The appender's deferred wake-up (after_commit; the send port's take calls it in C).
+        self.appender_signal = DeferredSignal(appender_wake, _SIGNAL_DEFER_PUTS_MAX)
         self._writers: dict[int, Callable[[bytes], object]] = {}
         self._answers_flushes: list[Callable[[], None]] = []
         # What each flush would write (add_answers_flush): one non-empty means a wake-up has
@@ -415,47 +414,20 @@ class RingPutter:
         return future
 
     def after_commit(self, loop: asyncio.AbstractEventLoop, appender_asleep: bool,
-                      puts: int) -> None:
+                     puts: int) -> None:
         """After a commit of ``puts`` requests: when the appender sleeps, wake it after the
         callbacks of this loop turn (the other puts decoded from the same reads) have
-        committed too, or as soon as _SIGNAL_DEFER_PUTS_MAX puts wait, so that a long turn
-        still overlaps with the appender's drain instead of lock-stepping with it.
-        Nothing to do when the appender is awake and no wake-up is pending: the send port's
-        take in C tests that itself (_fast/send/port.pyx, a twin kept equal by
-        tests/unit/_fast/test_send_port.py)."""
-        if appender_asleep:
-            # The flag is taken: nobody else signals this appender until we do, and we do
-            # in this loop's next turn at the latest, so the wake-up is late, never lost.
-            self._deferred_puts = 0
-            if self.signal_handle is None:
-                # One loop turn late even when nothing else is ready this turn: signalling
-                # at once saved that turn's zero-timeout epoll_wait (0.08-0.13 per message
-                # at 8 threads), but in interleaved pairs the drains came smaller (two of
-                # three) and the sends slower (all three) (data-plane.md, "Where one
-                # send's time goes", the follow-up).
-                self.signal_handle = loop.call_soon(self._signal_appender)
-        if self.signal_handle is not None:
-            self._deferred_puts += puts
-            if self._deferred_puts >= _SIGNAL_DEFER_PUTS_MAX:
-                self.signal_handle.cancel()
-                self._signal_appender()
+        committed too, or as soon as _SIGNAL_DEFER_PUTS_MAX puts wait
+        (:class:`~pybroker._fast.wake.DeferredSignal`, which the send port's take calls in
+        C)."""
+        self.appender_signal.after_commit(loop, appender_asleep, puts)
 
     def wake_at_once(self, appender_asleep: bool) -> None:
         """After a commit (``appender_asleep``: what it returned), for a caller that has put
         everything it had (the ACK port after a read's acks, RevivePuts): wake the appender
-        now when it sleeps or its wake-up waits for the end of this loop turn, which is then
-        cancelled (one signal). No wake-up is deferred to be cancelled at once: a cancelled
-        handle still costs the loop one more turn."""
-        handle = self.signal_handle
-        if handle is not None:
-            handle.cancel()
-        elif not appender_asleep:
-            return
-        self._signal_appender()
-
-    def _signal_appender(self) -> None:
-        self.signal_handle = None
-        self.appender_wake.signal()
+        now when it sleeps or its wake-up waits for the end of this loop turn (one signal;
+        :meth:`DeferredSignal.wake_at_once <pybroker._fast.wake.DeferredSignal>`)."""
+        self.appender_signal.wake_at_once(appender_asleep)
 
     async def _reserve(self, write: Callable[[], int], started: float) -> int:
         """Write the request into the ring (room and a completion slot; ``write``: the

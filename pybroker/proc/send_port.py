@@ -17,6 +17,7 @@ from typing import Protocol
 
 from pybroker._fast.send.port import PortTake
 from pybroker._fast.send.take import SendPath
+from pybroker._fast.wake import DeferredSignal
 from pybroker.proc.fast_failure import FastFailure
 
 __all__ = ["FastSendPort", "PortPutter"]
@@ -28,7 +29,7 @@ class PortPutter(Protocol):
     fast_failure: FastFailure | None
     puts_total: int
     space_waits_total: int
-    signal_handle: asyncio.Handle | None      # the appender's wake-up pending (after_commit)
+    appender_signal: DeferredSignal       # the appender's wake-up (after_commit, in C)
 
     def after_commit(self, loop: asyncio.AbstractEventLoop, appender_asleep: bool,
                      puts: int) -> None:

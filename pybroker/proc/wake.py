@@ -23,22 +23,22 @@ of a ring, :class:`PositionWatch` of one control-block position (held acknowledg
 pulls), :class:`DispatchEndWatch` (the dispatcher's end: written, bounded by confirm),
 :class:`PopTableWatch` (a process holding POPs: its waiter bit on the POP table) and
 :class:`WhileWanted` (flags armed only while something wants them). ``ProducerSide``,
-``WhileWanted``, arming and clearing a process's flags (:class:`Sleeper`) and the asyncio
-workers' round (:class:`AsyncWakeReader`: the loop's reader of the eventfd) are C, from
-:mod:`pybroker._fast.wake`, re-exported here: a remoting worker's completion round runs
-without Python frames but its ``on_wake``.
+``WhileWanted``, arming and clearing a process's flags (:class:`Sleeper`), the asyncio
+workers' round (:class:`AsyncWakeReader`: the loop's reader of the eventfd), the eventfd
+itself (:class:`WakeFd`) and a worker's deferred wake-up of the appender
+(:class:`DeferredSignal`) are C, from :mod:`pybroker._fast.wake`, re-exported here: a
+remoting worker's completion round runs without Python frames but its ``on_wake``, and a
+signal or a wait costs none.
 """
 import asyncio
 import dataclasses
 import functools
-import os
-import select
 import signal
 import time
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
-from pybroker._fast.wake import (AsyncWakeReader, ProducerSide, WhileWanted,  # noqa: F401
-                                 arm_flags, disarm_flags)
+from pybroker._fast.wake import (AsyncWakeReader, DeferredSignal, ProducerSide,  # noqa: F401
+                                 WakeFd, WhileWanted, arm_flags, disarm_flags, sleep_on)
 from pybroker.proc.children import STOP_SIGNAL, accept_stop
 from pybroker.store.control_block import APPENDER, DISPATCHER, FLUSHER, HA, ControlBlock
 from pybroker.tasks import within
@@ -55,59 +55,6 @@ class SleepFlag(Protocol):
 
     def clear_sleeping(self) -> None:
         """Clear the flag (awake again)."""
-
-
-class WakeFd:
-    """A non-blocking eventfd. ``signal()`` from any process that inherited it; ``wait()``
-    blocks the owner until signalled. Counts: signals_sent (this process), wakeups (reads
-    that found a signal)."""
-
-    def __init__(self, fd: int | None = None):
-        self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if fd is None else fd
-        self.signals_sent = 0
-        self.wakeups = 0
-        self._poller: "select.poll | None" = None   # made by the first wait(), in the waiter
-
-    def fileno(self) -> int:
-        return self.fd
-
-    def signal(self) -> None:
-        """Add 1 to the eventfd counter (one write syscall)."""
-        try:
-            os.eventfd_write(self.fd, 1)
-        except BlockingIOError:
-            # The counter is at its maximum: the owner has a wake-up pending anyway.
-            pass
-        self.signals_sent += 1
-
-    def consume(self) -> int:
-        """Read and reset the counter without blocking; the number of signals, or 0."""
-        try:
-            count = os.eventfd_read(self.fd)
-        except BlockingIOError:
-            return 0
-        self.wakeups += 1
-        return count
-
-    def wait(self, timeout_ms: int | None) -> bool:
-        """Block until signalled or timeout_ms (None = no limit) passes; True if signalled.
-        Resets the counter. A pending signal makes poll return at once, so there is no read
-        before it, and no read (which would raise EAGAIN) after a timeout: one poll and, when
-        signalled, one read per wait (this runs once per drain of the data-plane loops)."""
-        poller = self._poller
-        if poller is None:
-            poller = self._poller = select.poll()
-            poller.register(self.fd, select.POLLIN)
-        if not poller.poll(timeout_ms):
-            return False
-        return self.consume() > 0
-
-    def close(self) -> None:
-        """Close the descriptor (idempotent)."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-            self._poller = None
 
 
 @dataclasses.dataclass
@@ -309,8 +256,9 @@ class Sleeper:
     """Blocking wait for the appender / dispatcher / flusher loops.
 
     ``sleep(timeout_ms)`` arms every flag; if any reports work it returns True at once,
-    otherwise it blocks on the eventfd. Flags are cleared on return either way (arm_flags and
-    disarm_flags are C: no Python call besides sleep's own and the wait's)."""
+    otherwise it blocks on the eventfd. Flags are cleared on return either way (the whole of
+    it is C, :func:`pybroker._fast.wake.sleep_on`; :meth:`frameless` is the same without
+    this method's frame)."""
 
     def __init__(self, wake_fd: WakeFd, flags: Sequence[SleepFlag]):
         self.wake_fd = wake_fd
@@ -318,11 +266,12 @@ class Sleeper:
 
     def sleep(self, timeout_ms: int | None) -> bool:
         """Wait for work: True when work was found or a signal came, False on timeout."""
-        if arm_flags(self.flags):
-            return True
-        signalled = self.wake_fd.wait(timeout_ms)
-        disarm_flags(self.flags)
-        return signalled
+        return sleep_on(self.flags, self.wake_fd, timeout_ms)
+
+    def frameless(self) -> Callable[[int | None], bool]:
+        """:meth:`sleep` as a call without a Python frame, for a loop that sleeps once per
+        drain (the flags list is this sleeper's: changes to it are seen)."""
+        return functools.partial(sleep_on, self.flags, self.wake_fd)
 
     async def sleep_async(self, timeout_ms: int | None) -> bool:
         """sleep() for a coroutine: waits in the running loop (add_reader), never blocks it."""

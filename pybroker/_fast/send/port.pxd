@@ -2,12 +2,14 @@
 from pybroker._fast.send.take cimport SendPath
 from pybroker._fast.socket_reader cimport CTaker
 from pybroker._fast.taker cimport TakeAnswer
+from pybroker._fast.wake cimport DeferredSignal
 
 
 cdef class PortTake(CTaker):
     cdef readonly SendPath core
     cdef Py_ssize_t _slot
-    cdef object _putter             # the RingPutter (puts_total, signal_handle, after_commit)
+    cdef object _putter             # the RingPutter (puts_total)
+    cdef DeferredSignal _appender_signal    # its appender_signal (after_commit in C)
     cdef object _fast_failure       # its FastFailure, or None
     cdef object _busy_since         # fast_failure.busy_since (the appender's busy_since_ms)
     cdef object _loop
@@ -16,6 +18,5 @@ cdef class PortTake(CTaker):
                     TakeAnswer *answer) except -1
 
 
-# The nothing-to-do tests of RingPutter.after_commit and FastFailure.committed (twins).
-cdef bint wakes_appender(object putter, bint asleep) except -1
+# The nothing-to-do test of FastFailure.committed (a twin).
 cdef bint arms_queue_timeout(object fast_failure) except -1

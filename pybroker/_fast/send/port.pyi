@@ -13,7 +13,5 @@ class PortTake(CTaker):
     def take(self, buffer: Buffer, start: int, end: int) -> tuple[int, int, int]:
         """(position, outcome, frame_length)."""
 
-def after_commit_has_work(putter: object, asleep: bool) -> bool:
-    """False when RingPutter.after_commit would do nothing (the twin test)."""
 def committed_has_work(fast_failure: object) -> bool:
     """False when FastFailure.committed would do nothing (the twin test)."""

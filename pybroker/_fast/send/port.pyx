@@ -10,16 +10,17 @@ Around :meth:`SendPath.take_c <pybroker._fast.send.take.SendPath>`, what the por
   ``busy_since_ms`` is loaded here (FastFailure.busy_since); 0, no drain running, is not busy;
   only a running drain asks FastFailure.page_cache_busy(began) (the rule, in Python).
 * after a take that committed puts: the putter's ``puts_total``; the appender's wake-up
-  (RingPutter.after_commit) unless it has nothing to do - the appender awake and no wake-up
-  pending (:func:`wakes_appender`); fast failure's ``committed`` unless its queue-timeout
-  timer is armed or the timeout is off (:func:`arms_queue_timeout`).
+  (the putter's :class:`~pybroker._fast.wake.DeferredSignal`, a C call: RingPutter.after_commit
+  is the same object's); fast failure's ``committed`` unless its queue-timeout timer is armed
+  or the timeout is off (:func:`arms_queue_timeout`).
 
-The two nothing-to-do tests twin the first lines of those Python methods (docs/architecture.md,
-the twins; tests/unit/_fast/test_send_port.py keeps them equal).
+The nothing-to-do test of ``committed`` twins the first lines of that Python method
+(docs/architecture.md, the twins; tests/unit/_fast/test_send_port.py keeps them equal).
 """
 from libc.stdint cimport uint64_t
 
 from pybroker._fast.send.take cimport SendTaken
+from pybroker._fast.wake cimport DeferredSignal
 
 
 cdef class PortTake(CTaker):
@@ -32,6 +33,7 @@ cdef class PortTake(CTaker):
         self.core = core
         self._slot = slot
         self._putter = putter
+        self._appender_signal = putter.appender_signal
         self._fast_failure = fast_failure
         self._busy_since = None if fast_failure is None else fast_failure.busy_since
         self._loop = loop
@@ -58,29 +60,17 @@ cdef class PortTake(CTaker):
         self.core.take_c(buffer, start, end, self._slot, &taken)
         if taken.puts:
             putter.puts_total += taken.puts
-            if wakes_appender(putter, taken.asleep):
-                putter.after_commit(self._loop, taken.asleep, taken.puts)
+            self._appender_signal.after_commit_c(self._loop, taken.asleep, taken.puts)
             if fast_failure is not None and arms_queue_timeout(fast_failure):
                 fast_failure.committed(self._loop)
         answer[0] = taken.answer
         return 0
 
 
-cdef bint wakes_appender(object putter, bint asleep) except -1:
-    """False when RingPutter.after_commit has nothing to do: the appender awake and no
-    wake-up pending."""
-    return asleep or putter.signal_handle is not None
-
-
 cdef bint arms_queue_timeout(object fast_failure) except -1:
     """False when FastFailure.committed has nothing to do: the timer armed, or the queue
     timeout off."""
     return fast_failure.timer is None and fast_failure.wait_s is not None
-
-
-def after_commit_has_work(object putter, bint asleep) -> bool:
-    """:func:`wakes_appender` for the twin test."""
-    return wakes_appender(putter, asleep)
 
 
 def committed_has_work(object fast_failure) -> bool:

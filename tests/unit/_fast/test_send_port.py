@@ -1,6 +1,7 @@
-"""The send port's take in C (pybroker._fast.send.port) leaves out RingPutter.after_commit,
-FastFailure.committed and FastFailure.page_cache_busy only when they would do nothing: the
-twins of docs/architecture.md's list.
+"""The send port's take in C (pybroker._fast.send.port) leaves out FastFailure.committed and
+FastFailure.page_cache_busy only when they would do nothing: the twins of docs/architecture.md's
+list. (The appender's wake-up it calls in C is RingPutter.after_commit's own object,
+pybroker._fast.wake.DeferredSignal: no twin; tests/unit/proc/test_ring_putter_signal.py.)
 
 Method: each Python method runs on real instances (made without their rings and control block:
 the methods read only the attributes set here) in every state its first test reads; what it
@@ -10,37 +11,8 @@ compared with the C test's answer taken before it ran.
 import asyncio
 import itertools
 
-from pybroker._fast.send.port import after_commit_has_work, committed_has_work
+from pybroker._fast.send.port import committed_has_work
 from pybroker.proc.fast_failure import FastFailure
-from pybroker.proc.ring_putter import _SIGNAL_DEFER_PUTS_MAX, RingPutter
-
-
-class _Wake:
-    def __init__(self):
-        self.signals = 0
-
-    def signal(self):
-        self.signals += 1
-
-
-def test_after_commit_is_left_out_only_when_it_does_nothing():
-    async def main():
-        loop = asyncio.get_running_loop()
-        for asleep, pending, deferred, puts in itertools.product(
-                (False, True), (False, True), (0, _SIGNAL_DEFER_PUTS_MAX - 1), (1, 3)):
-            putter = object.__new__(RingPutter)
-            putter.appender_wake = _Wake()
-            putter.signal_handle = loop.call_soon(lambda: None) if pending else None
-            putter._deferred_puts = deferred
-            in_c = after_commit_has_work(putter, asleep)
-            before = (putter.signal_handle, putter._deferred_puts)
-            putter.after_commit(loop, asleep, puts)
-            changed = (putter.signal_handle, putter._deferred_puts) != before \
-                or putter.appender_wake.signals != 0
-            assert in_c == changed, (asleep, pending, deferred, puts)
-            if putter.signal_handle is not None:
-                putter.signal_handle.cancel()
-    asyncio.run(main())
 
 
 def test_committed_is_left_out_only_when_it_does_nothing():

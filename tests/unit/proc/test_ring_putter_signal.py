@@ -1,20 +1,25 @@
 """RingPutter wakes a sleeping appender once per loop turn, never loses that wake-up, and never
 signals an appender that is awake; POP's revive records enter its ring without a task, the
 turn's first at once, and without asking asyncio for the running loop each time; the position
-waiters are among its sleep flags only where acknowledgements can be held.
+waiters are among its sleep flags only where acknowledgements can be held. The deferred
+wake-up (pybroker._fast.wake.DeferredSignal, which the send port's take calls in C) makes no
+Python call, goes out once per turn whatever wake_at_once did, and is not lost to a loop that
+closed with it pending.
 
 Method: one asyncio loop runs RingPutter.put on real shared-memory rings (tmp_path); the test
 plays the appender in the same process (consumer flag, peek, completion push) and counts the
-eventfd's signals after the loop turn in which many puts committed.
+eventfd's signals after the loop turn in which many puts committed; a profile hook counts the
+Python calls of a deferral.
 """
 import asyncio
+import sys
 
 import pytest
 
 from pybroker.proc import shared
 from pybroker.proc.ring_format import read_put_request, status_code
 from pybroker.proc.ring_putter import _SIGNAL_DEFER_PUTS_MAX, RingPutter
-from pybroker.proc.wake import WakeFd
+from pybroker.proc.wake import DeferredSignal, WakeFd
 from pybroker.store.control_block import ControlBlock
 from pybroker.store.status import PutStatus
 
@@ -98,9 +103,9 @@ def test_signal_goes_out_within_the_turn_after_many_puts(plane):
 
 def test_wake_at_once_signals_once_and_defers_nothing(plane):
     """A caller that has put everything it had (the ACK port after a read, RevivePuts) wakes
-    a sleeping appender at once without a deferred wake-up left in the loop (a cancelled
-    handle costs it one more turn); an awake appender gets nothing; a wake-up deferred by an
-    earlier put of the turn is cancelled and given now, once."""
+    a sleeping appender at once without a deferred wake-up left pending; an awake appender
+    gets nothing; a wake-up deferred by an earlier put of the turn is given now, once (its
+    queued handle finds nothing pending at the turn's end)."""
     ring, completions, control, wake = plane
 
     def commit():
@@ -111,21 +116,22 @@ def test_wake_at_once_signals_once_and_defers_nothing(plane):
     async def main():
         loop = asyncio.get_running_loop()
         putter = RingPutter(ring, completions, control, wake, 0, (b"\x7f\x00\x00\x01", 10911))
+        pending = lambda: putter.appender_signal.pending  # noqa: E731
         assert ring.set_consumer_sleeping() is False
         putter.wake_at_once(commit())
-        seen = [(wake.consume(), putter.signal_handle)]
+        seen = [(wake.consume(), pending())]
         putter.wake_at_once(commit())               # the flag is taken: awake
-        seen.append((wake.consume(), putter.signal_handle))
+        seen.append((wake.consume(), pending()))
         ring.set_consumer_sleeping()                # asleep again (records wait: no matter)
         putter.after_commit(loop, commit(), 1)      # deferred to the turn's end
-        deferred = putter.signal_handle
+        seen.append((wake.consume(), pending()))
         putter.wake_at_once(commit())
-        seen.append((wake.consume(), putter.signal_handle))
+        seen.append((wake.consume(), pending()))
         await asyncio.sleep(0)
-        seen.append((wake.consume(), deferred.cancelled()))
+        seen.append((wake.consume(), pending()))
         return seen
 
-    assert asyncio.run(main()) == [(1, None), (0, None), (1, None), (0, True)]
+    assert asyncio.run(main()) == [(1, False), (0, False), (0, True), (1, False), (0, False)]
 
 
 def test_revive_records_of_a_turn_go_into_the_ring_without_a_task(plane):
@@ -240,3 +246,72 @@ def test_position_waiters_only_where_acks_are_held(plane, sync_flush, sync_maste
     held = sync_flush or sync_master
     assert watched == (["flushed_position", "replicated_position"] if held else [])
     assert len(putter.sleep_flags()) == 2 + len(watched)
+
+
+def test_a_deferral_makes_no_python_call(plane):
+    """after_commit and wake_at_once of the deferred wake-up are C through and through: no
+    call_soon, no handle made, no callback frame (issue #28: 7 Python calls per read)."""
+    wake = plane[3]
+    deferred = DeferredSignal(wake, _SIGNAL_DEFER_PUTS_MAX)
+    calls = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        deferred.after_commit(loop, False, 0)      # bound to the loop (its handle made)
+        sys.setprofile(hook)
+        try:
+            deferred.after_commit(loop, True, 1)
+            deferred.after_commit(loop, False, 2)
+            pending = deferred.pending
+            deferred.wake_at_once(False)
+        finally:
+            sys.setprofile(None)
+        assert pending and not deferred.pending
+        assert wake.consume() == 1
+    asyncio.run(main())
+    assert calls == []
+
+
+def test_one_signal_per_turn_after_wake_at_once(plane):
+    """A wake-up signalled early (wake_at_once, or the bound) and deferred again in the same
+    turn goes out once more at the turn's end, not twice; an awake appender gets nothing."""
+    wake = plane[3]
+    deferred = DeferredSignal(wake, _SIGNAL_DEFER_PUTS_MAX)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        deferred.after_commit(loop, True, 1)
+        deferred.wake_at_once(False)
+        deferred.after_commit(loop, True, 1)       # the appender slept again meanwhile
+        assert wake.consume() == 1
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert wake.consume() == 1 and not deferred.pending
+        deferred.after_commit(loop, False, 5)
+        deferred.wake_at_once(False)
+        await asyncio.sleep(0)
+        assert wake.consume() == 0
+        assert wake.signals_sent == 2
+    asyncio.run(main())
+
+
+def test_a_wake_up_left_in_a_closed_loop_is_not_carried_over(plane):
+    """A loop closed with a wake-up pending (its turn never came) leaves nothing that holds
+    back the next loop's: the first commit finding the appender asleep there is signalled at
+    that loop's next turn."""
+    wake = plane[3]
+    deferred = DeferredSignal(wake, _SIGNAL_DEFER_PUTS_MAX)
+    old = asyncio.new_event_loop()
+    deferred.after_commit(old, True, 1)
+    old.close()
+    assert deferred.pending and wake.consume() == 0
+
+    async def main():
+        deferred.after_commit(asyncio.get_running_loop(), True, 1)
+        await asyncio.sleep(0)
+        return wake.consume()
+    assert asyncio.run(main()) == 1

@@ -11,6 +11,8 @@ nothing to do, fails the test, and the whole exchange runs under a deadline.
 import asyncio
 import multiprocessing
 import os
+import signal
+import threading
 import time
 
 import pytest
@@ -57,6 +59,44 @@ def test_wake_fd_signal_wait_and_timeout():
     assert (wake.signals_sent, wake.wakeups) == (3, 2)
     wake.close()
     wake.close()
+
+
+class _Raised(Exception):
+    pass
+
+
+@pytest.mark.parametrize("handler", ["signals", "nothing", "raises"])
+def test_wake_fd_wait_runs_signal_handlers(handler):
+    """A signal during wait() runs its Python handler there (the stop request's handler
+    signals the eventfd: stop_on_sigterm); a handler that does nothing lets the wait go on
+    for the rest of its timeout, one that raises ends it with the exception."""
+    wake = WakeFd()
+
+    def on_signal(signal_number, frame):
+        if handler == "signals":
+            wake.signal()
+        elif handler == "raises":
+            raise _Raised()
+    previous = signal.signal(signal.SIGUSR2, on_signal)
+    timer = threading.Timer(0.05, signal.pthread_kill,
+                            (threading.main_thread().ident, signal.SIGUSR2))
+    try:
+        started = time.monotonic()
+        timer.start()
+        if handler == "raises":
+            with pytest.raises(_Raised):
+                wake.wait(WAIT_MS)
+            assert time.monotonic() - started < 2
+        elif handler == "signals":
+            assert wake.wait(WAIT_MS) is True
+            assert time.monotonic() - started < 2
+        else:
+            assert wake.wait(300) is False
+            assert 0.29 <= time.monotonic() - started < 2
+    finally:
+        timer.join()
+        signal.signal(signal.SIGUSR2, previous)
+        wake.close()
 
 
 def test_sleeper_returns_at_once_when_work_is_there():
