@@ -37,6 +37,7 @@ and 0 for the queues of a deleted topic: readers then know every queue's max off
 touching its files.
 """
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 
@@ -117,6 +118,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     watch = DispatchEndWatch(control, DISPATCHER.slot, not settings.read_un_committed)
     counters = control.worker(DISPATCHER.slot)
     waits = _Waits(wakes.dispatcher, watch, counters)
+    beat, load_written, batch_counters = _frameless_words(control, counters)
     slots = wakes.by_slot()
     stats = stats if stats is not None else private_writer(DISPATCHER.stats_section)
     stop_requested = stop_requested or stop_on_sigterm(wakes.dispatcher)
@@ -126,8 +128,8 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     log.info("dispatcher: reput from %d", dispatcher.reput_from_offset)
     try:
         while True:
-            counters.beat()
-            written = control.written_position     # before the deletion fields: see there
+            beat()
+            written = load_written()               # before the deletion fields: see there
             end = watch.end(written)
             target = deletions.target(end)
             held = False
@@ -140,7 +142,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
                 count = _dispatch_batch(dispatcher, target, at_confirm=target == end < written)
                 held = count < 0
                 waits.worked = waits.worked or count > 0
-                _count_batch(stats, counters, max(count, 0))
+                _count_batch(stats, batch_counters, max(count, 0))
                 _publish_batch(control, dispatcher, slots, offsets)
                 drop_behind.advance(dispatcher.reput_from_offset)
             deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher,
@@ -150,7 +152,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
                 continue
             wait_ms = min(wait_ms, cleanup.maybe_run(dispatcher))
             # An unconfirmed tail at the stop is dispatched by the next start's recovery.
-            if stop_requested() and (held or watch.end(control.written_position)
+            if stop_requested() and (held or watch.end(load_written())
                                      <= dispatcher.reput_from_offset):
                 flusher.flush(dispatcher.last_store_timestamp, thorough=True)
                 return
@@ -164,6 +166,15 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
             index_service.close()
 
 
+def _frameless_words(control: ControlBlock, counters):
+    """The words touched once per pass or batch, as calls without Python frames
+    (data-plane.md, "The wake-ups without Python frames"): the heartbeat, the load of
+    written_position, the adders of appends and batches."""
+    return (functools.partial(counters.adder("heartbeats"), 1),
+            control.loader("written_position"),
+            (counters.adder("appends"), counters.adder("batches")))
+
+
 class _Waits:
     """The dispatcher's waits: under load a paced one, flags down (pybroker/proc/wake.py,
     Pacer; the stop signal and topic deletions still cut it short), else a sleep on the
@@ -174,7 +185,7 @@ class _Waits:
         self.watch = watch
         self.sleeper = Sleeper(wake_fd, [watch])
         self.pacer = Pacer(_REPUT_INTERVAL_MS, _REPUT_BUSY_GAP_NS)
-        self.counters = counters
+        self.add_wakeups = counters.adder("wakeups")
         self.worked = False         # a batch moved since the last wait
 
     def wait(self, target: int, held: bool, wait_ms: int) -> None:
@@ -186,7 +197,7 @@ class _Waits:
             self.watch.target = target
             signalled = self.sleeper.sleep(min(wait_ms, _IDLE_WAIT_MS))
         if signalled:
-            self.counters.add(wakeups=1)
+            self.add_wakeups(1)
 
 
 class _OffsetPublisher:
@@ -262,10 +273,14 @@ class _Cleanup:
 
 
 def _count_batch(stats, counters, count: int) -> None:
+    """``counters``: the adders of this worker's appends and batches."""
     stats.add(StatsCounter.DISPATCHED_MESSAGES, count)
     stats.add(StatsCounter.DISPATCH_BATCHES)
     stats.record(StatsHistogram.DISPATCH_BATCH_MESSAGES, count)
-    counters.add(appends=count, batches=1)
+    add_appends, add_batches = counters
+    if count:
+        add_appends(count)
+    add_batches(1)
 
 
 def _dispatch_batch(dispatcher: Dispatcher, target: int, at_confirm: bool) -> int:

@@ -146,10 +146,11 @@ class DispatchEndWatch:
         self.gated = gated
         self.target = 0
         self._armed: list[str] = []
+        self._load_confirm = control.loader("confirm_position")    # no frame per end()
 
     def end(self, written: int) -> int:
         """The dispatch end for ``written`` (the caller's load of written_position)."""
-        return min(written, self.control.confirm_position) if self.gated else written
+        return min(written, self._load_confirm()) if self.gated else written
 
     def set_sleeping(self) -> bool:
         fields = ("written_position", "confirm_position") if self.gated \
