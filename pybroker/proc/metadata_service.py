@@ -227,7 +227,8 @@ class MetadataService:
 
     async def _commit_offset(self, connection: RemotingConnection, request: RemotingCommand):
         """A worker's pull-piggy-backed commits: a JSON body of [group, topic, queueId,
-        offset] rows (a loop turn's, in order; proc/remoting.py _flush_commits)."""
+        offset] rows (the last of each queue since the worker's previous forward;
+        proc/commit_forward.py)."""
         body = request.body
         commit = self.ctx.metadata.offsets.commit
         try:

@@ -32,6 +32,7 @@ from pybroker.broker.timer_slots import slot_counts_of
 from pybroker.config import BrokerRole, with_broker_settings
 from pybroker.proc.ack_port import FastAckPort
 from pybroker.proc.children import STOP_SIGNAL, accept_stop
+from pybroker.proc.commit_forward import CommitForwards
 from pybroker.proc.metadata_link import LinkBusy, MetadataLink
 from pybroker.proc.metadata_service import EXT_CHANNEL_ID
 from pybroker.proc.pull_port import FastPullPort, PullTaker
@@ -104,6 +105,9 @@ class RemotingWorker:
         self.exit_status = 0
         self.metadata_client = MetadataLink(worker_id, metadata_socket, client_table,
                                             self._apply_hello, self._link_lost)
+        # Offsets committed by pulls (piggy-backed), forwarded per interval: the last one of
+        # each queue (Java keeps only that one too).
+        self.commit_forwards = CommitForwards(self.metadata_client.invoke_oneway)
         self.replica = MetadataReplica(self._create_topic, self._commit_offset,
                                        self._create_send_back_topic)
         self.long_poll = LongPollService(data_plane.reader.get_max_offset_in_queue,
@@ -152,11 +156,8 @@ class RemotingWorker:
         self.pull_port: FastPullPort | None = None
         if config.store.broker_role != BrokerRole.SLAVE and not config.broker.acl_enable:
             self.pull_port = FastPullPort(config, data_plane.reader, self.stats,
-                                          self._commit_offsets)
+                                          self.commit_forwards.add)
         self.table: RequestTable | None = None          # the request table, once serving
-        # Offsets committed by pulls (piggy-backed), forwarded once per loop turn: the last
-        # one of each queue (Java keeps only that one too).
-        self._pending_commits: dict[tuple[str, str, int], int] = {}
         self.stopping = asyncio.Event()
 
     def _pop_state(self, config, data_plane) -> PopState | None:
@@ -236,7 +237,7 @@ class RemotingWorker:
             held.close()
         for server in self.servers:
             await server.wait_closed()
-        self._flush_commits()
+        self.commit_forwards.close()
         self.metadata_client.close()
         if self.pull_port is not None:
             self.pull_port.close()
@@ -339,7 +340,7 @@ class RemotingWorker:
         self.fast_putter = putter if putter.fast_enabled and self.acl is None else None
         if not config.broker.acl_enable:
             self.pull_port = FastPullPort(config, self.data_plane.reader, self.stats,
-                                          self._commit_offsets)
+                                          self.commit_forwards.add)
         if self.table is not None:
             self._register_data_handlers(self.table)
         self._refresh_fast_topics()
@@ -371,7 +372,7 @@ class RemotingWorker:
                        request: RemotingCommand) -> RemotingCommand | None:
         # Commits of earlier pulls first: a later UPDATE_CONSUMER_OFFSET must win over them,
         # and a QUERY_CONSUMER_OFFSET must see them.
-        self._flush_commits()
+        self.commit_forwards.flush()
         channel = _channel_of(connection)
         channel.language, channel.version = request.language, request.version
         ext_fields = dict(request.ext_fields)
@@ -485,26 +486,7 @@ class RemotingWorker:
         return self.replica.topic_config(topic)
 
     async def _commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self._commit_offsets([(group, topic, queue_id, offset)])
-
-    def _commit_offsets(self, commits: list) -> None:
-        """Queue ``[(group, topic, queue_id, offset)]`` for this loop turn's forward."""
-        if not self._pending_commits:
-            asyncio.get_running_loop().call_soon(self._flush_commits)
-        pending = self._pending_commits
-        for group, topic, queue_id, offset in commits:
-            pending[(group, topic, queue_id)] = offset
-
-    def _flush_commits(self) -> None:
-        """Forward the queued commit offsets in one oneway COMMIT_OFFSET (a JSON body of
-        [group, topic, queueId, offset] rows, applied in order by the metadata service)."""
-        pending, self._pending_commits = self._pending_commits, {}
-        if pending:
-            self.metadata_client.invoke_oneway(create_request(
-                InternalCode.COMMIT_OFFSET, {}, orjson.dumps(
-                    [[group, topic, queue_id, offset]
-                     for (group, topic, queue_id), offset in pending.items()]),
-                oneway=True))
+        self.commit_forwards.add([(group, topic, queue_id, offset)])
 
 
 def run_remoting_worker(worker_id: int, config, data_plane, metadata_socket: str,
