@@ -10,6 +10,8 @@ cdef struct QueueSlot:
     Py_buffer view                # the file's writable map (held while bound)
     bint bound
     bint dirty                    # written since the last take_dirty()
+    bint unpublished              # written since the last publish_offsets()
+    Py_ssize_t offset_word        # byte position of the queue's max-offset word (-1: none)
     int64_t file_from_offset      # consume-queue offset of the file's first byte
     int64_t file_size
     int64_t wrote_position        # file position of the next unit

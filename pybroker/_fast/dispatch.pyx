@@ -18,18 +18,25 @@ A scan stops (the record left for the caller, nothing of it written) with:
 * ``SCAN_BLANK`` (the file's BLANK marker), ``SCAN_END`` (end of data or a record not yet
   whole), ``SCAN_CORRUPT`` (a damaged record), or ``SCAN_DONE`` at ``end``.
 
+With a queue offset table (pybroker/store/queue_offsets.py) each queue is bound with the
+position of its word there, and ``publish_offsets`` stores, in one call a batch, the max offset
+of every queue written since the last one: its bound file's end in units, as
+``ConsumeQueue.max_offset_in_queue`` reads it (the bound file is the queue's last one: the
+scanner never rolls a file).
+
 Units go only where the Python rule puts them: a unit whose record ends at or below the
 queue's last dispatched physical offset, or whose queue offset is below the file's write
 position, is skipped as already written (re-dispatch after recovery).
 """
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.mem cimport PyMem_Malloc, PyMem_Free, PyMem_Realloc
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcmp, memset
 
 from pybroker._fast.debug cimport PYBROKER_DEBUG, debug_bounds
 from pybroker._fast.hton cimport pb_pack_int32, pb_pack_int64, pb_unpack_int32, pb_unpack_int64
 from pybroker._fast.jhash cimport java_hash_continue_utf8
+from pybroker._fast.ring cimport pb_store_release_u64
 from pybroker._fast.record cimport (RecordFields, RecordStatus, RECORD_STATUS_OK,
                                     RECORD_STATUS_BLANK, RECORD_STATUS_END,
                                     RECORD_STATUS_TRUNCATED, parse_record)
@@ -277,10 +284,13 @@ cdef class ReputScanner:
         return self.slots[entry.value]
 
     def bind_queue(self, bytes topic, int32_t queue_id, file_buffer, int64_t file_from_offset,
-                   int64_t wrote_position, int64_t last_dispatched_phy):
+                   int64_t wrote_position, int64_t last_dispatched_phy,
+                   Py_ssize_t offset_word=-1):
         """Bind a queue's last file (its writable map, consume-queue offset of its first byte,
         file position of the next unit) and the queue's last dispatched physical offset;
-        returns the queue's slot number (stable until forget())."""
+        ``offset_word``: byte position of the queue's max-offset word in the table
+        publish_offsets() stores into (-1: none). Returns the queue's slot number (stable
+        until forget())."""
         cdef QueueSlot *slot = self._slot_of(topic, queue_id)
         cdef pb_tq_entry *entry = pb_tq_find(&self.queues, <const unsigned char *>topic,
                                              len(topic), queue_id)
@@ -296,6 +306,7 @@ cdef class ReputScanner:
         slot.file_size = slot.view.len
         slot.wrote_position = wrote_position
         slot.last_dispatched_phy = last_dispatched_phy
+        slot.offset_word = offset_word
         return entry.value
 
     def bind_index(self, file_buffer, int64_t hash_slots, int64_t index_max):
@@ -324,6 +335,36 @@ cdef class ReputScanner:
                 written.append((i, self.slots[i].wrote_position,
                                 self.slots[i].last_dispatched_phy))
         return written
+
+    def publish_offsets(self, table):
+        """Release-store the max offset (units: the bound file's consume-queue offset and
+        write position over the unit size) of each queue a unit was written to since the
+        last call into its ``offset_word`` of ``table`` (a writable buffer of native 64-bit
+        words), slot by slot, one store a queue; returns the number of stores. A queue bound
+        without a word is passed over."""
+        cdef Py_buffer view
+        cdef Py_ssize_t i, stores = 0
+        cdef QueueSlot *slot
+        PyObject_GetBuffer(table, &view, PyBUF_WRITABLE)
+        try:
+            for i in range(self.slot_count):
+                slot = self.slots[i]
+                if not slot.unpublished:
+                    continue
+                slot.unpublished = False
+                if slot.offset_word < 0:
+                    continue
+                if slot.offset_word > view.len - 8 or \
+                        (<uintptr_t>view.buf + <uintptr_t>slot.offset_word) & 7:
+                    raise ValueError(f"no 8-byte aligned word at offset {slot.offset_word} "
+                                     f"of a {view.len}-byte table")
+                pb_store_release_u64(
+                    <uint64_t *>(<unsigned char *>view.buf + slot.offset_word),
+                    <uint64_t>((slot.file_from_offset + slot.wrote_position) // CQ_UNIT_SIZE))
+                stores += 1
+            return stores
+        finally:
+            PyBuffer_Release(&view)
 
     def scan(self, buffer, Py_ssize_t position, Py_ssize_t end):
         """Dispatch whole records of ``buffer`` (one CommitLog file's map) from file position
@@ -463,3 +504,4 @@ cdef void _write_unit(QueueSlot *slot, const RecordFields *f,
     slot.wrote_position += CQ_UNIT_SIZE
     slot.last_dispatched_phy = f.physical_offset + f.total_size
     slot.dirty = True
+    slot.unpublished = True

@@ -106,12 +106,13 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
     of a queue offset table, pybroker/store/queue_offsets.py)."""
     commitlog, queues, index_service = _open_store(settings)
     start = control.dispatched_position or queues.max_physical_offset()
+    offsets = _OffsetPublisher(queue_offsets, queues)
     dispatcher = Dispatcher(commitlog, queues, index_service,
                             settings.delay_levels_ms,
                             max(start, commitlog.min_offset(), 0),
                             damaged_records=DamagedRecords.load(settings.store_path_root_dir),
-                            keep_bindings=True, track_moved=queue_offsets is not None)
-    offsets = _OffsetPublisher(queue_offsets, queues)
+                            keep_bindings=True, offset_table=offsets.writer)
+    publish_offsets = dispatcher.publish_offsets if offsets.writer is not None else None
     flusher = _LogicsFlusher(settings, queues, index_service, control, clock_ms)
     cleanup = _Cleanup(settings, commitlog, queues, index_service, control, clock_ms)
     deletions = DispatcherDeletions(requests_path(settings.store_path_root_dir), control)
@@ -143,7 +144,7 @@ def run_dispatcher(settings: StoreConfig, control: ControlBlock, wakes: DataPlan
                 held = count < 0
                 waits.worked = waits.worked or count > 0
                 _count_batch(stats, batch_counters, max(count, 0))
-                _publish_batch(control, dispatcher, slots, offsets)
+                _publish_batch(control, dispatcher, slots, publish_offsets)
                 drop_behind.advance(dispatcher.reput_from_offset)
             deletions.apply_if_reached(dispatcher.reput_from_offset, queues, dispatcher,
                                        offsets.deleted)
@@ -202,8 +203,8 @@ class _Waits:
 
 class _OffsetPublisher:
     """This process's side of the queue offset table (pybroker/store/queue_offsets.py), or
-    nothing without one: every queue loaded at start, then the queues of each batch, and the
-    queues of deleted topics (0)."""
+    nothing without one: every queue loaded at start and the queues of deleted topics (0);
+    the queues of each batch are the Dispatcher's (``publish_offsets``, one C call)."""
 
     def __init__(self, buffer, queues):
         self.queues = queues
@@ -212,24 +213,22 @@ class _OffsetPublisher:
             self.writer.republish(queues)
             self.writer.ready()
 
-    def batch(self, dispatcher: Dispatcher) -> None:
-        if self.writer is not None:
-            self.writer.publish_queues(dispatcher.take_moved())
-
     def deleted(self) -> None:
         if self.writer is not None:
             self.writer.republish(self.queues)
 
 
 def _publish_batch(control: ControlBlock, dispatcher: Dispatcher, slots,
-                   offsets: _OffsetPublisher) -> None:
-    """A batch's dispatched_position, then its queues' max offsets (never ahead of it).
+                   publish_offsets: Callable[[], int] | None) -> None:
+    """A batch's dispatched_position, then its queues' max offsets (never ahead of it;
+    ``publish_offsets``: Dispatcher.publish_offsets, None without a table).
     Only the processes waiting for the position (held long polls) are woken: a wake-up of
     every remoting worker and of the supervisor per batch cost each of them an event-loop
     turn per batch under load (docs/benchmarks.md)."""
     signal_mask(control.publish("dispatched_position", dispatcher.reput_from_offset, True),
                 slots)
-    offsets.batch(dispatcher)
+    if publish_offsets is not None:
+        publish_offsets()
 
 
 class _Cleanup:

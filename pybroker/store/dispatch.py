@@ -30,8 +30,13 @@ written) is filled with filler units instead of stopping that queue.
 
 The dispatched position is published after every call through ``on_dispatched(offset)`` (the
 control block in the multi-process broker) and kept in :attr:`Dispatcher.reput_from_offset`.
-With ``track_moved`` the queues that received units are collected for :meth:`take_moved`
-(the dispatcher process publishes their max offsets: pybroker/store/queue_offsets.py).
+With an ``offset_table`` (a :class:`pybroker.store.queue_offsets.QueueOffsetWriter`: the
+dispatcher process's) :meth:`publish_offsets` publishes the max offset of every queue that
+received units since its last call, in one C call for the units the scanner wrote: each
+queue is bound to the scanner with the position of its word in the table, and the scanner
+stores there its bound file's end in units (the queue's last file: the value of
+``ConsumeQueue.max_offset_in_queue``). The queues the Python rules moved go through the
+table's Python side after that (their value then is the latest, so a word never goes back).
 """
 import logging
 from collections.abc import Callable
@@ -95,6 +100,8 @@ class Dispatcher:
         Physical offset (bytes) of the first record to dispatch.
     on_dispatched : callable, optional
         Called with the new dispatched physical offset after each :meth:`dispatch_until`.
+    offset_table : QueueOffsetWriter, optional
+        The queue offset table :meth:`publish_offsets` publishes moved queues' max offsets in.
     """
 
     def __init__(self, commitlog: CommitLog, consume_queue_store: ConsumeQueueStore,
@@ -102,7 +109,7 @@ class Dispatcher:
                  reput_from_offset: int = 0,
                  on_dispatched: Callable[[int], None] | None = None,
                  damaged_records=None, keep_bindings: bool = False,
-                 track_moved: bool = False):
+                 offset_table=None):
         if reput_from_offset < 0:
             raise ValueError(f"reput_from_offset must be >= 0, got {reput_from_offset}")
         self.commitlog = commitlog
@@ -126,16 +133,25 @@ class Dispatcher:
         self._scanner = reput.ReputScanner(index_service is not None)
         # scanner slot -> (queue, its bound last file)
         self._bound: dict[int, tuple[ConsumeQueue, MappedFile]] = {}
-        # Queues that received units since the last take_moved() (None: not tracked).
-        self._moved: dict[tuple[str, int], ConsumeQueue] | None = {} if track_moved else None
+        self.offset_table = offset_table          # QueueOffsetWriter or None
+        # Queues the Python rules gave units since the last publish_offsets() (None: no
+        # table); the scanner keeps its own (ReputScanner.publish_offsets).
+        self._moved: dict[tuple[str, int], ConsumeQueue] | None = \
+            {} if offset_table is not None else None
 
-    def take_moved(self) -> list[ConsumeQueue]:
-        """The queues that received units since the last call (``track_moved`` only)."""
+    def publish_offsets(self) -> int:
+        """Publish in ``offset_table`` the max offset of each queue that received units since
+        the last call (call once the dispatched position covers them: a reader never sees a
+        value ahead of it); the number of values stored."""
+        stores = self._scanner.publish_offsets(self.offset_table.buffer)
         moved = self._moved
-        if not moved:
-            return []
-        self._moved = {}
-        return list(moved.values())
+        if moved:
+            # After the scanner's: a queue both moved holds its latest value, not the
+            # bound file's end from before the Python rule placed a unit.
+            self._moved = {}
+            self.offset_table.publish_queues(moved.values())
+            stores += len(moved)
+        return stores
 
     def dispatch_behind_bytes(self, max_physical_offset: int | None = None) -> int:
         """Bytes written to the CommitLog but not dispatched yet."""
@@ -246,10 +262,13 @@ class Dispatcher:
                 or files[-1].is_full() or queue.read_only:
             return False
         last = files[-1]
+        table = self.offset_table
         # The scanner holds the view until release(); it is dropped then, never kept here.
         slot = self._scanner.bind_queue(topic_bytes, queue_id, last.buffer(),
                                         last.file_from_offset, last.wrote_position,
-                                        queue.last_dispatched_phy_offset)
+                                        queue.last_dispatched_phy_offset,
+                                        -1 if table is None
+                                        else table.value_position(topic, queue_id))
         self._bound[slot] = (queue, last)
         return True
 
@@ -264,13 +283,10 @@ class Dispatcher:
 
     def _sync_queues(self) -> None:
         """Positions the scanner wrote back into the Python queue objects."""
-        moved = self._moved
         for slot, wrote_position, last_dispatched_phy in self._scanner.take_dirty():
             queue, mapped_file = self._bound[slot]
             mapped_file.wrote_position = wrote_position
             queue.last_dispatched_phy_offset = last_dispatched_phy
-            if moved is not None:
-                moved[(queue.topic, queue.queue_id)] = queue
 
     def release_files(self) -> None:
         """Release the scanner's maps (before files are closed: cleanup, topic deletion,
@@ -340,9 +356,13 @@ class Dispatcher:
         return store_timestamp + self.delay_levels_ms[level - 1]
 
     def forget_queues(self) -> None:
-        """Drop the cached queues (call after consume queues were destroyed or replaced)."""
+        """Drop the cached queues (call after consume queues were destroyed or replaced).
+        Max offsets not yet published are dropped with them (a destroyed queue's must not
+        follow its 0): with an offset table, republish every queue after this."""
         self._last_queue_key = None
         self._last_queue = None
         self._unbind_all()
         self._scanner.forget()
+        if self._moved:
+            self._moved = {}
 

@@ -27,9 +27,13 @@ The dispatcher is the only writer. An entry is written whole before ``end`` cove
 release store), so a reader that loaded ``end`` reads only complete entries; an entry never
 moves or goes away (a deleted topic's queues read 0, as a queue without a directory does).
 The dispatcher publishes a batch's queues after ``dispatched_position``, so a value never runs
-ahead of what the dispatched position covers. Before ``ready`` (the dispatcher of a new
-generation has not published its loaded queues yet) and, after an overflow, for a queue not in
-the table, a reader answers None: the caller falls back to the consume-queue files.
+ahead of what the dispatched position covers, and a queue's value only grows between two
+topic deletions. Most values are stored by the reput scanner in C, at the word positions
+:meth:`QueueOffsetWriter.value_position` gave it (``Dispatcher.publish_offsets`` in
+pybroker/store/dispatch.py): one call a batch, each value one release store. Before
+``ready`` (the dispatcher of a new generation has not published its loaded queues yet) and,
+after an overflow, for a queue not in the table, a reader answers None: the caller falls back
+to the consume-queue files.
 """
 import struct
 
@@ -88,6 +92,21 @@ class QueueOffsetWriter:
             self._append(topic, queue_id, max_offset)
         else:
             ring.store_u64(self.buffer, at, max_offset)
+
+    def value_position(self, topic: str, queue_id: int) -> int:
+        """Byte position of the queue's max-offset word, for a writer in C (the reput
+        scanner's ``publish_offsets``). A queue without an entry gets one reading 0, what a
+        reader answers for a queue not in the table until the table overflowed (every queue
+        loaded at start is in it then, so such a queue is one created since, and a batch's
+        units are published after the batch); after an overflow it gets none (-1: a reader
+        then asks the queue's files), nor when it does not fit."""
+        at = self.entries.get((topic, queue_id))
+        if at is None:
+            if self.overflowed:
+                return -1
+            self._append(topic, queue_id, 0)
+            at = self.entries.get((topic, queue_id), -1)
+        return at
 
     def publish_queues(self, queues) -> None:
         """Publish each ConsumeQueue of ``queues`` (topic, queue id and max offset)."""

@@ -2,8 +2,11 @@
 queue's max offset as the dispatcher wrote it: the number of records each queue received, over
 rolled consume-queue files (the C scanner's and the Python rule's units), 0 for a queue that
 does not exist or whose topic was deleted, nothing it cannot vouch for (before the dispatcher
-is ready, a queue that did not fit). Method: real records appended to a CommitLog in tmp_path
-and dispatched by the real Dispatcher; the oracle is the count of records sent to each queue.
+is ready, a queue that did not fit); a batch's values appear only at Dispatcher.publish_offsets
+(the dispatcher process calls it after the dispatched position), each the queue's latest.
+Method: real records appended to a CommitLog in tmp_path and dispatched by the real
+Dispatcher; the oracle is the count of records sent to each queue (and, per queue,
+ConsumeQueue.max_offset_in_queue, the Python rule the scanner's C stores must equal).
 """
 import mmap
 import random
@@ -28,11 +31,12 @@ def parts(tmp_path):
     commitlog = CommitLog(str(tmp_path / "commitlog"), 64 * 1024)
     # 64 units a file: queues roll files, so the Python rule places some units.
     queues = ConsumeQueueStore(str(tmp_path), 64 * 20)
-    dispatcher = Dispatcher(commitlog, queues, None, DELAYS, 0, keep_bindings=True,
-                            track_moved=True)
     region = SharedRegion.create(str(tmp_path / "queue-offsets"), TABLE_BYTES)
     initialise(region.buffer)
-    yield commitlog, queues, dispatcher, region.buffer
+    writer = QueueOffsetWriter(region.buffer)
+    dispatcher = Dispatcher(commitlog, queues, None, DELAYS, 0, keep_bindings=True,
+                            offset_table=writer)
+    yield commitlog, queues, dispatcher, writer
     dispatcher.release_files()
     commitlog.shutdown(0)
     queues.close()
@@ -59,9 +63,15 @@ def _expected(reader: QueueOffsetReader, sent: dict) -> None:
             [reader.max_offset(topic, queue_id) for queue_id in queue_ids]
 
 
+def _same_as_the_queues(reader: QueueOffsetReader, queues) -> None:
+    for queue in queues.queues():
+        assert reader.max_offset(queue.topic, queue.queue_id) == queue.max_offset_in_queue()
+
+
 def test_a_reader_sees_every_queues_max_offset_as_dispatched(parts):
-    commitlog, queues, dispatcher, table = parts
-    writer, reader = QueueOffsetWriter(table), QueueOffsetReader(table)
+    commitlog, queues, dispatcher, writer = parts
+    table = writer.buffer
+    reader = QueueOffsetReader(table)
     assert reader.max_offset("TopicA", 0) is None          # not ready: the reader falls back
     assert reader.max_offsets("TopicA", [0, 1]) == [None, None]
     writer.republish(queues)
@@ -69,11 +79,16 @@ def test_a_reader_sees_every_queues_max_offset_as_dispatched(parts):
     rand, sent = random.Random(28), {}
     _expected(reader, sent)
     for _ in range(6):
+        before = dict(sent)
         _send(commitlog, sent, 130, rand)
         dispatcher.dispatch_until(commitlog.max_offset())
-        writer.publish_queues(dispatcher.take_moved())
+        _expected(reader, before)            # nothing of the batch before publish_offsets
+        moved = {key for key, count in sent.items() if count != before.get(key, 0)}
+        assert dispatcher.publish_offsets() >= len(moved)
         _expected(reader, sent)
-    assert dispatcher.take_moved() == []
+        _same_as_the_queues(reader, queues)
+    assert dispatcher.publish_offsets() == 0       # nothing moved since
+    _expected(reader, sent)
     assert max(len(queue.mapped_file_queue.mapped_files) for queue in queues.queues()) > 2
     # A reader attached later, and a writer restarted on the same table (no entry twice).
     _expected(QueueOffsetReader(table), sent)
@@ -86,20 +101,58 @@ def test_a_reader_sees_every_queues_max_offset_as_dispatched(parts):
 
 
 def test_a_deleted_topics_queues_read_zero(parts):
-    commitlog, queues, dispatcher, table = parts
-    writer, reader = QueueOffsetWriter(table), QueueOffsetReader(table)
+    commitlog, queues, dispatcher, writer = parts
+    reader = QueueOffsetReader(writer.buffer)
     writer.republish(queues)
     writer.ready()
     rand, sent = random.Random(5), {}
     _send(commitlog, sent, 200, rand)
     dispatcher.dispatch_until(commitlog.max_offset())
-    writer.publish_queues(dispatcher.take_moved())
+    dispatcher.publish_offsets()
     _expected(reader, sent)
     dispatcher.release_files()
     queues.delete_topic("TopicA")
     dispatcher.forget_queues()
     writer.republish(queues)
-    _expected(reader, {key: count for key, count in sent.items() if key[0] != "TopicA"})
+    assert dispatcher.publish_offsets() == 0
+    left = {key: count for key, count in sent.items() if key[0] != "TopicA"}
+    _expected(reader, left)
+    # The topic again (its queue offsets restarted, as the appender does at a deletion):
+    # its queues count from 0, through the scanner once bound again.
+    for queue_id in range(QUEUES["TopicA"]):
+        commitlog.remove_topic_queue("TopicA", queue_id)
+    for count in range(1, 4):
+        append(commitlog, b"again", "TopicA", 1)
+        dispatcher.dispatch_until(commitlog.max_offset())
+        dispatcher.publish_offsets()
+        assert reader.max_offset("TopicA", 1) == count
+    _expected(reader, left | {("TopicA", 1): 3})
+
+
+def test_a_queue_the_python_rule_moved_last_in_a_batch_holds_its_latest_value(parts):
+    """A fresh queue's first unit and the unit that rolls its full file are the Python
+    rule's; the units between are the scanner's. When the roll is the queue's last unit in a
+    batch the scanner's slot still holds the full file's end: the Python rule's value must
+    be the one that stays."""
+    commitlog, queues, dispatcher, writer = parts
+    reader = QueueOffsetReader(writer.buffer)
+    writer.republish(queues)
+    writer.ready()
+    units_per_file = 64
+    for _ in range(units_per_file + 1):
+        append(commitlog, b"r", "TopicA", 3)
+    append(commitlog, b"other", "TopicA", 4)
+    dispatcher.dispatch_until(commitlog.max_offset())
+    assert len(queues.find("TopicA", 3).mapped_file_queue.mapped_files) == 2
+    dispatcher.publish_offsets()
+    assert reader.max_offset("TopicA", 3) == units_per_file + 1
+    assert reader.max_offset("TopicA", 4) == 1
+    for _ in range(3):              # the scanner's stores after the roll, bound again
+        append(commitlog, b"r", "TopicA", 3)
+    dispatcher.dispatch_until(commitlog.max_offset())
+    dispatcher.publish_offsets()
+    assert reader.max_offset("TopicA", 3) == units_per_file + 4
+    _same_as_the_queues(reader, queues)
 
 
 def test_a_queue_that_does_not_fit_is_not_vouched_for(tmp_path):
@@ -128,8 +181,8 @@ def test_a_store_reader_counts_rest_from_the_table_and_asks_its_files_what_it_ca
     """A remoting worker's reader (rest_offsets): get_max_offsets_in_queues answers from the
     table, and from the queues' files for a queue the table cannot vouch for; its
     get_max_offset_in_queue keeps answering from the files."""
-    commitlog, queues, dispatcher, table = parts
-    writer = QueueOffsetWriter(table)
+    commitlog, queues, dispatcher, writer = parts
+    table = writer.buffer
     rand, sent = random.Random(11), {}
     _send(commitlog, sent, 300, rand)
     dispatcher.dispatch_until(commitlog.max_offset())
@@ -148,3 +201,63 @@ def test_a_store_reader_counts_rest_from_the_table_and_asks_its_files_what_it_ca
         writer.publish("TopicA", 0, 10_000)        # the table's word, not the files'
         assert reader.get_max_offsets_in_queues(topic, queue_ids) == [10_000] + expected[1:]
         assert reader.get_max_offset_in_queue(topic, 0) == expected[0]
+
+
+class _MisplacedTable:
+    """An offset table whose words are where no aligned word is (the scanner must refuse)."""
+
+    def __init__(self, position: int):
+        self.buffer = bytearray(ENTRIES_OFFSET + 64)
+        self.position = position
+
+    def value_position(self, topic: str, queue_id: int) -> int:
+        return self.position
+
+    def publish_queues(self, queues) -> None:
+        pass
+
+
+@pytest.mark.parametrize("position", [ENTRIES_OFFSET + 60, ENTRIES_OFFSET + 4])
+def test_the_scanner_refuses_a_word_outside_the_table(tmp_path, position):
+    commitlog = CommitLog(str(tmp_path / "commitlog"), 64 * 1024)
+    queues = ConsumeQueueStore(str(tmp_path), 64 * 20)
+    dispatcher = Dispatcher(commitlog, queues, None, DELAYS, 0, keep_bindings=True,
+                            offset_table=_MisplacedTable(position))
+    try:
+        for _ in range(2):          # the first unit the Python rule's, the second the scanner's
+            append(commitlog, b"x", "TopicA", 0)
+        dispatcher.dispatch_until(commitlog.max_offset())
+        with pytest.raises(ValueError, match="aligned word"):
+            dispatcher.publish_offsets()
+    finally:
+        dispatcher.release_files()
+        commitlog.shutdown(0)
+        queues.close()
+
+
+def test_after_an_overflow_a_new_queue_is_not_vouched_for_before_its_batch_is_published(
+        tmp_path):
+    """After an overflow an absent queue reads None (the files answer); binding a new queue
+    to the scanner must not make it read 0 before its batch is published."""
+    commitlog = CommitLog(str(tmp_path / "commitlog"), 64 * 1024)
+    queues = ConsumeQueueStore(str(tmp_path), 64 * 20)
+    region = SharedRegion.create(str(tmp_path / "small"), ENTRIES_OFFSET + 2 * 24)
+    initialise(region.buffer)
+    writer = QueueOffsetWriter(region.buffer)
+    dispatcher = Dispatcher(commitlog, queues, None, DELAYS, 0, keep_bindings=True,
+                            offset_table=writer)
+    try:
+        reader = QueueOffsetReader(region.buffer)
+        writer.ready()
+        writer.publish("TopicB-" + "b" * 120, 0, 5)       # does not fit: overflow
+        for _ in range(3):          # the first unit the Python rule's, then the scanner's
+            append(commitlog, b"x", "TopicA", 0)
+        dispatcher.dispatch_until(commitlog.max_offset())
+        assert reader.max_offset("TopicA", 0) is None
+        dispatcher.publish_offsets()
+        assert reader.max_offset("TopicA", 0) == 3
+    finally:
+        dispatcher.release_files()
+        commitlog.shutdown(0)
+        queues.close()
+        region.close()
