@@ -167,16 +167,25 @@ async def hooked(worker: psutil.Process, out_dir: pathlib.Path, name: str, phase
     await phase()
     await asyncio.sleep(0.2)                    # the last answers' completions ran
     os.kill(worker.pid, TOGGLE)
-    counts_path = out_dir / f"counts-{worker.pid}.json"
+    return collected(out_dir, name, worker.pid, tracer)
+
+
+def collected(out_dir: pathlib.Path, name: str, pid: int, tracer) -> dict:
+    """After the hook of process ``pid`` was switched off: its counts (it writes them to
+    ``counts-<pid>.json``; waited for, up to 10 s, then taken away) and, when ``tracer`` (the
+    strace of ``strace-<name>.txt``) runs, its system calls, the tracer stopped:
+    ``{"counts", "syscalls", "syscalls_by_name"}``. The count_*_calls tools share it."""
+    counts_path = out_dir / f"counts-{pid}.json"
     deadline = time.monotonic() + 10
     while not counts_path.exists() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+        time.sleep(0.05)          # (a load's loop waits too: its load has ended)
     if tracer is not None:
         tracer.send_signal(signal.SIGINT)
         tracer.wait(timeout=10)
     counts = json.loads(counts_path.read_text())
     counts_path.unlink()
-    calls, per_call = _syscalls(strace_out) if tracer is not None else (0, {})
+    calls, per_call = _syscalls(out_dir / f"strace-{name}.txt") if tracer is not None \
+        else (0, {})
     return {"counts": counts, "syscalls": calls, "syscalls_by_name": per_call}
 
 

@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import pathlib
-import signal
 import sys
 import time
 
@@ -172,18 +171,8 @@ async def _measure(broker: bb.PyBroker, args, out_dir: pathlib.Path) -> dict:
         result = {"pulls": args.pulls, "messages": messages, "gap_ms": args.gap_ms,
                   "elapsed_s": round(elapsed, 2), "processes": {}}
         for name, process in processes.items():
-            counts_path = out_dir / f"counts-{process.pid}.json"
-            deadline = time.monotonic() + 10
-            while not counts_path.exists() and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            tracer = tracers[name]
-            if tracer is not None:
-                tracer.send_signal(signal.SIGINT)
-                tracer.wait(timeout=10)
-            calls, per_call = cp._syscalls(out_dir / f"strace-{name}.txt") \
-                if tracer is not None else (0, {})
-            result["processes"][name] = {"counts": json.loads(counts_path.read_text()),
-                                         "syscalls": calls, "syscalls_by_name": per_call}
+            result["processes"][name] = cp.collected(out_dir, name, process.pid,
+                                                     tracers[name])
         if args.cpu_pulls:                        # without hooks and strace: CPU seconds
             before = {name: sum(process.cpu_times()[:2])
                       for name, process in processes.items()}

@@ -176,18 +176,7 @@ def _measure(broker: bb.PyBroker, args, out_dir: pathlib.Path) -> dict:
               "batched": args.batched,
               "messages": messages, "processes": {}}
     for name, process in processes.items():
-        counts_path = out_dir / f"counts-{process.pid}.json"
-        deadline = time.monotonic() + 10
-        while not counts_path.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        tracer = tracers[name]
-        if tracer is not None:
-            tracer.send_signal(signal.SIGINT)
-            tracer.wait(timeout=10)
-        calls, per_call = cp._syscalls(out_dir / f"strace-{name}.txt") \
-            if tracer is not None else (0, {})
-        result["processes"][name] = {"counts": json.loads(counts_path.read_text()),
-                                     "syscalls": calls, "syscalls_by_name": per_call}
+        result["processes"][name] = cp.collected(out_dir, name, process.pid, tracers[name])
     if args.cpu_messages:                         # without hooks and strace: CPU seconds
         samplers = {name: _perf_record(process.pid, args.perf / f"{name}-{args.size}.data")
                     for name, process in processes.items()} if args.perf else {}
