@@ -83,10 +83,16 @@ def position(store_dir: str, field: str) -> int:
         return -1
 
 
+def commitlog_names(commitlog_dir: str) -> list[str]:
+    """The CommitLog's file names in order: a file being made is ``<name>.<pid>.tmp`` until
+    it is renamed (store/mapped_file.py), not yet one of them."""
+    return sorted(name for name in os.listdir(commitlog_dir) if name.isdigit())
+
+
 def commitlog_bytes(commitlog_dir: str, end: int, file_size: int) -> bytes:
     """The CommitLog's bytes [first file, end) read from disk (files must be contiguous)."""
     data = bytearray()
-    names = sorted(os.listdir(commitlog_dir))
+    names = commitlog_names(commitlog_dir)
     for name in names:
         base = int(name)
         if base >= end:
@@ -100,8 +106,8 @@ def assert_commitlogs_identical(master_dir: str, slave_dir: str, end: int,
                                 file_size: int) -> None:
     """Same file names below ``end`` and the same bytes up to ``end`` (Java's BLANK fillers
     included: the slave copies whole files)."""
-    master_names = [n for n in sorted(os.listdir(master_dir)) if int(n) < end]
-    slave_names = [n for n in sorted(os.listdir(slave_dir)) if int(n) < end]
+    master_names = [n for n in commitlog_names(master_dir) if int(n) < end]
+    slave_names = [n for n in commitlog_names(slave_dir) if int(n) < end]
     assert master_names == slave_names, (master_names, slave_names)
     master = commitlog_bytes(master_dir, end, file_size)
     slave = commitlog_bytes(slave_dir, end, file_size)

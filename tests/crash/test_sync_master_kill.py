@@ -29,7 +29,7 @@ from pybroker._testbase.ha_cluster import HACluster
 from pybroker.protocol.codes import ResponseCode
 from pybroker.remoting.client import RemotingClient
 from pybroker.store import layout
-from tests.ha_support import client_for, send, wait_for
+from tests.ha_support import client_for, commitlog_names, send, wait_for
 from tests.send_forms import ALL_FORMS, freeze, thaw
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -123,7 +123,8 @@ def _units(store_dir: str) -> list[tuple[int, int, int, int]]:
 
 
 def _read(commitlog_dir: str, physical_offset: int, size: int) -> bytes:
-    base = max(int(name) for name in os.listdir(commitlog_dir) if int(name) <= physical_offset)
+    base = max(int(name) for name in commitlog_names(commitlog_dir)
+               if int(name) <= physical_offset)
     with open(os.path.join(commitlog_dir, "%020d" % base), "rb") as file:
         file.seek(physical_offset - base)
         return file.read(size)
