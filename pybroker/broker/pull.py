@@ -216,7 +216,8 @@ def _read_store(ctx, request: RemotingCommand, header, group_config, pull_filter
     started = stats.now_ns() if stats is not None else 0
     result = ctx.store.get_messages(header.consumer_group, header.topic, header.queue_id,
                                     queue_offset, header.max_msg_nums, header.max_msg_bytes,
-                                    pull_filter.tag_codes, pull_filter.record_filter)
+                                    pull_filter.tag_codes, pull_filter.record_filter,
+                                    residency=stats is not None)
     residency = None
     if stats is not None:
         residency = _count_get(stats, header, result, started)

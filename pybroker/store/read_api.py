@@ -52,7 +52,8 @@ class _Holds:
     def __init__(self):
         self.buffers: list[memoryview] = []
         self._mapped_files: list[MappedFile] = []
-        # (pages, cold pages) measured before the read's own checks touched the records.
+        # (pages, cold pages) measured before the read's own checks touched the records;
+        # None: not measured (only a read asked for it measures: GetResult's ``residency``).
         self._residency: list[int] | None = None
 
     def _add(self, view: memoryview, mapped_file: MappedFile) -> None:
@@ -62,11 +63,11 @@ class _Holds:
     def _measure(self, views: list[memoryview],
                  measured: tuple[int, int] | None = None) -> None:
         """Count ``views``' pages and cold pages (``measured`` when taken already) before the
-        records are checked: the check reads them, and a pull's residency is the page cache
-        as the pull found it."""
-        pages, cold_pages = measured if measured is not None else pagecache.cold_pages(views)
+        records are checked, when this read measures them (``_residency`` set): the check
+        reads them, and a pull's residency is the page cache as the pull found it."""
         if self._residency is None:
-            self._residency = [0, 0]
+            return
+        pages, cold_pages = measured if measured is not None else pagecache.cold_pages(views)
         self._residency[0] += pages
         self._residency[1] += cold_pages
 
@@ -83,10 +84,10 @@ class _Holds:
     def page_residency(self) -> tuple[int, int]:
         """(pages, pages not in the page cache) under :attr:`buffers`, before anything read
         them: one mincore per run of nearby records (``pybroker._fast.pagecache``), measured
-        by the read before it checked the records."""
-        if self._residency is not None:
-            return self._residency[0], self._residency[1]
-        return pagecache.cold_pages(self.buffers)
+        by the read before it checked the records. Only for a read that was asked to measure
+        (``get_messages(residency=True)``)."""
+        assert self._residency is not None, "a read asked to measure its residency"
+        return self._residency[0], self._residency[1]
 
     def release(self) -> None:
         """Release every view and hold; the buffers are unusable afterwards. Idempotent."""
@@ -126,8 +127,10 @@ class GetResult(_Holds):
                  "suggest_pull_from_slave", "damaged_physical_offset", "damaged_queue_offset")
 
     def __init__(self, status: GetStatus, next_begin_offset: int, min_offset: int,
-                 max_offset: int):
+                 max_offset: int, residency: bool = False):
         super().__init__()
+        if residency:
+            self._residency = [0, 0]
         self.status = status
         self.next_begin_offset = next_begin_offset
         self.min_offset = min_offset
@@ -228,7 +231,7 @@ class StoreReads:
     def get_messages(self, group: str, topic: str, queue_id: int, queue_offset: int,
                      max_count: int, max_bytes: int | None = None,
                      tag_codes: set[int] | frozenset[int] | None = None,
-                     record_filter=None) -> GetResult:
+                     record_filter=None, residency: bool = False) -> GetResult:
         """Read up to ``max_count`` records of a queue from ``queue_offset`` (Java getMessage).
 
         Status and ``next_begin_offset`` follow protocol.md §2.3; the reply is capped by
@@ -238,6 +241,9 @@ class StoreReads:
         ``record_filter(view) -> bool``: called with each candidate record's bytes (after the
         tag and batch-size checks); a refused record is skipped without counting towards the
         batch, as Java's isMatchedByCommitLog (the SQL92 filter). It must not raise.
+        ``residency``: measure the records' pages and cold pages before they are checked
+        (one ``mincore`` per run of nearby records), for :meth:`GetResult.page_residency`;
+        only the pull handler's figures ask for it, so a POP's read makes no such call.
         ``group`` is accepted for the broker's interface and not used by the store.
         """
         queue = self._find_queue(topic, queue_id)
@@ -260,7 +266,7 @@ class StoreReads:
         else:
             result = self._read_queue(queue, self._commitlog_of_read(), queue_offset, max_count,
                                       max_bytes, tag_codes, min_offset, max_offset,
-                                      record_filter)
+                                      record_filter, residency)
         stats = self._stats
         if result.status is GetStatus.FOUND:
             stats["get_times_found"] += 1
@@ -271,7 +277,7 @@ class StoreReads:
 
     def _read_queue(self, queue, commitlog: CommitLog, queue_offset: int, max_count: int,
                     max_bytes: int | None, tag_codes, min_offset: int, max_offset: int,
-                    record_filter=None) -> GetResult:
+                    record_filter=None, residency: bool = False) -> GetResult:
         """Read from ``queue_offset`` (within [min_offset, max_offset), the bounds the caller
         just read) through ``commitlog`` (current as the queue's look-up left it)."""
         scan_units = max(_PULL_SCAN_UNITS_MIN, max_count)
@@ -279,7 +285,7 @@ class StoreReads:
         bounds = (min_offset, max_offset)
         if record_filter is None:
             result = self._read_at_once(queue, commitlog, queue_offset, scan_units, max_count,
-                                        max_bytes, tag_codes, bounds, owner)
+                                        max_bytes, tag_codes, bounds, owner, residency)
             if result is not None:
                 return result
             # A record to take is not readable here (its file is gone or beyond this
@@ -304,7 +310,8 @@ class StoreReads:
             unservable |= self.damaged_records.mask(physical_offsets)
         if unservable.any():
             matched = matched[~unservable[matched]]
-        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset,
+                           residency)
 
         def locate(unit_index: int) -> tuple[int, int] | None:
             # A unit that does not point at its record: the record, from the CommitLog.
@@ -336,8 +343,8 @@ class StoreReads:
 
     def _read_at_once(self, queue, commitlog: CommitLog, queue_offset: int, scan_units: int,
                       max_count: int, max_bytes: int | None, tag_codes,
-                      bounds: tuple[int, int],
-                      owner: tuple[bytes, int, int]) -> GetResult | None:
+                      bounds: tuple[int, int], owner: tuple[bytes, int, int],
+                      residency: bool) -> GetResult | None:
         """A pull without a record filter: every matched unit is taken until the batch is
         full, so the units it takes are decided in one C pass (pybroker/_fast/pull_scan.pyx)
         before a record is read. None when :meth:`_take_at_once` cannot take them. The
@@ -359,7 +366,8 @@ class StoreReads:
         finally:
             units.release()
             units_file.release()
-        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset)
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, queue_offset, min_offset, max_offset,
+                           residency)
         if groups is None or not self._take_at_once(result, commitlog, groups, owner):
             return None
         result.next_begin_offset = queue_offset + scanned
@@ -507,7 +515,7 @@ class StoreReads:
         if view is None:
             return False                 # the file is being deleted (expired) meanwhile
         # A pull's residency, taken before the check reads the record.
-        measured = pagecache.cold_pages([view]) if owner is not None else None
+        measured = pagecache.cold_pages([view]) if holds._residency is not None else None
         topic, queue_id, first = owner if owner is not None else (None, 0, 0)
         if record_codec.check_records(view, [0], [size], physical_offset,
                                       self.settings.check_crc_on_read, topic, queue_id, first,

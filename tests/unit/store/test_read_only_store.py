@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from pybroker._fast import pagecache
 from pybroker._fast import record as record_codec
 from pybroker._fast.jhash import tags_code
 from pybroker.protocol.properties import encode_properties
@@ -423,3 +424,35 @@ def test_an_ack_s_bounds_check_catches_up_only_when_the_queue_does_not_hold_it(t
         live["changes"] = (ends[1], 0)
         assert reader.offset_outside_queue(TOPIC, 0, 1) == (2, 6)
         assert reader.offset_outside_queue(TOPIC, 0, 2) is None
+
+
+@pytest.mark.parametrize("record_filter", [None, lambda view: True],
+                         ids=["at-once", "per-unit"])
+def test_only_a_read_asked_for_its_residency_asks_mincore(tmp_path, writer, record_filter,
+                                                          monkeypatch):
+    """A read measures its records' page residency (pagecache.cold_pages, one mincore per run
+    of records) only when asked (the pull handler's figures): a POP's read makes no such
+    system call. Asked, the figures are those of its records' pages, taken before the read's
+    checks."""
+    for index in range(6):
+        assert writer.put_messages(encode(body_of(index, 5)), TOPIC, 0, 1,
+                                   0).status is PutStatus.PUT_OK
+    measured = []
+    real_cold_pages = pagecache.cold_pages
+
+    def cold_pages(views):
+        figures = real_cold_pages(views)
+        measured.append(figures)
+        return figures
+    monkeypatch.setattr(pagecache, "cold_pages", cold_pages)
+    with MessageStoreReader(settings_for(tmp_path), writer.max_physical_offset) as reader:
+        with reader.get_messages("g", TOPIC, 0, 0, 32, None, None, record_filter) as result:
+            assert result.status is GetStatus.FOUND and len(bodies(result)) == 6
+            assert measured == []
+        with reader.get_messages("g", TOPIC, 0, 0, 32, None, None, record_filter,
+                                 residency=True) as result:
+            assert result.status is GetStatus.FOUND and len(bodies(result)) == 6
+            assert measured, "a read asked for its residency measures it"
+            pages, cold = result.page_residency()
+            assert (pages, cold) == (sum(p for p, _ in measured), sum(c for _, c in measured))
+            assert pages >= 1 and cold == 0     # just written: in the page cache
