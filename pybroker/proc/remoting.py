@@ -14,6 +14,7 @@ import logging
 import orjson
 
 from pybroker._fast.send.round import HeldRequests
+from pybroker._fast.selector import new_event_loop as fast_event_loop
 from pybroker.acl.validator import AccessValidator
 from pybroker.broker import (end_transaction, filter_check, pull, query, runtime_settings,
                              timer_requests,
@@ -494,7 +495,10 @@ def run_remoting_worker(worker_id: int, config, data_plane, metadata_socket: str
     """Main of a forked remoting worker process; returns its exit status. ``listen_sockets``:
     port -> this worker's listening socket."""
     worker = RemotingWorker(worker_id, config, data_plane, metadata_socket, listen_sockets)
-    asyncio.run(worker.run())
+    # The loop's selector calls the C readers (socket reads, completion round) without a loop
+    # turn each (docs/architecture/data-plane.md, "The loop's C readers called by its selector").
+    with asyncio.Runner(loop_factory=fast_event_loop) as runner:
+        runner.run(worker.run())
     return worker.exit_status
 
 

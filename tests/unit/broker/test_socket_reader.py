@@ -11,6 +11,8 @@ same: fast sends and sends left to the handlers in chunks of 1 to 12 frames, fra
 two at every byte, a malformed frame (the connection's protocol error); a peer that closes in
 the middle of a frame or resets the connection (connection_lost once, with asyncio's error);
 a peer that stops reading its answers (reading pauses and resumes, nothing lost or reordered).
+The C reader runs on the remoting worker's loop (``selector.new_event_loop``: its selector
+calls the reader itself, and a poll that finds a request reads it before asyncio's turn).
 The C reader makes a read's first take with the send port's take in C (its ``c_first``); with
 the port first of a TakerChain whose second taker answers frames of its own code (as the pull and
 ACK takers do) the chain goes on in Python from that take: a seeded stream of sends, that
@@ -30,6 +32,7 @@ import pytest
 
 from pybroker import clock
 from pybroker._fast.frame import TAKE_END, TAKE_OTHER, next_frame
+from pybroker._fast.selector import new_event_loop
 from pybroker.broker import send
 from pybroker.broker.channel import Channel
 from pybroker.broker.pop import ack
@@ -126,8 +129,10 @@ def _run(side: Side, read_in_c: bool, scenario, **ends_options) -> tuple:
         if not ends.connection.is_closed:
             ends.connection.close()
             await ends.closed()
+    # The C reader on the remoting worker's loop, whose selector calls it (selector.pyx).
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=new_event_loop if read_in_c else None) as runner:
+            runner.run(main())
     finally:
         ends.client.close()
     return ends.finish()
@@ -140,6 +145,25 @@ def _both(sides, scenario, wait_ms: int | None = None, **ends_options) -> tuple:
     _, in_c = sides(wait_ms=wait_ms)
     return (_run(by_asyncio, False, scenario, **ends_options),
             _run(in_c, True, scenario, **ends_options))
+
+
+def test_the_worker_loop_reads_the_socket_in_its_select(sides):
+    """On the worker's loop the socket's C reader is called by the selector itself: a poll
+    that finds the request hands no event of the socket back to asyncio, and the request is
+    read and put (asyncio's own selector hands the socket's event back, unread)."""
+    _, side = sides()
+
+    async def scenario(ends: _Ends) -> None:
+        await ends.write(frame("binary", body=b"first"))
+        selector = asyncio.get_running_loop()._selector
+        ends.client.sendall(frame("binary", body=b"in-select"))
+        ready = selector.select(0.1)    # before the loop's own turn: the read is this select's
+        assert ends.server.fileno() not in [key.fd for key, _ in ready]
+        assert not _unread_bytes(ends.server)
+        await settle(ends.side, ends.connection)
+        ends.received += _read_all(ends.client)
+    received, requests, _, _, _ = _run(side, True, scenario)
+    assert len(requests) == 2 and _count_frames(received) == 2
 
 
 def test_a_mixed_stream_gets_the_same_answers(sides):
