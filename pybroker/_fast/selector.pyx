@@ -175,9 +175,10 @@ cdef object _c_reader_handle(tuple key):
     """The reader handle of a read-only ``key`` when its callback is a C reader called without
     arguments and it is not cancelled, else None (a SelectorKey: fileobj, fd, events, data;
     asyncio's data: the reader and writer handles)."""
-    if key[2] != _EVENT_READ:
+    data = key[3]
+    if key[2] != _EVENT_READ or type(data) is not tuple:
         return None
-    handle = (<tuple>key[3])[0]
+    handle = (<tuple>data)[0]
     if handle is None or handle._cancelled or handle._args:
         return None
     kind = type(handle._callback)

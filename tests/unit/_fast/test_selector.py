@@ -137,7 +137,7 @@ def test_python_reader_timer_and_call_soon_keep_their_times(loop, wakes):
         loop.remove_reader(left.fileno())
         left.close()
         right.close()
-    assert seen["late"] < 0.015, seen
+    assert seen["late"] < 0.035, seen        # not ROUNDS ticks late (64 ms or more)
     assert seen["soon_rounds"] == seen["fired_rounds"], seen
     assert seen["read_rounds"] - seen["fired_rounds"] <= 2, seen
     assert reader.rounds - seen["fired_rounds"] >= 5, "the C reader stayed busy"
@@ -163,9 +163,10 @@ def test_the_timeout_is_honoured(loop, wakes):
     with _Ticker(wake):
         time.sleep(0.005)
         started = time.monotonic()
-        assert selector.select(0.02) == []
+        assert selector.select(0.01) == []
         elapsed = time.monotonic() - started
-    assert 0.02 <= elapsed < 0.05, elapsed
+    # Not ROUNDS polls long (a tick a millisecond: 64 ms or more).
+    assert 0.01 <= elapsed < 0.045, elapsed
     busy = _self_signalling(loop, wakes())
     rounds = busy.rounds
     assert selector.select(None) == []
