@@ -22,7 +22,9 @@ itself under load, one batch a millisecond); with ``--top N`` the N Python and C
 called most, per message.
 
 ``--cpu-messages N`` then sends N more without hook and strace and prints each process's CPU
-time per message (psutil): an indication only on a shared box. ``--perf DIR`` samples the
+time per message (psutil): an indication only on a shared box; and, over the same sends, its
+minor and major page faults (/proc/PID/stat) and context switches per message, which are
+counts. ``--perf DIR`` samples the
 three processes over those N sends (``perf record -e cpu-clock -F 2000 -g``, kernel included;
 the software clock, as a VM has no cycle counter) into ``DIR/worker-<size>.data``,
 ``DIR/appender-<size>.data`` and ``DIR/dispatcher-<size>.data``: ``perf report -i FILE
@@ -149,6 +151,15 @@ def _perf_record(pid: int, out: pathlib.Path) -> subprocess.Popen:
     return sampler
 
 
+def _kernel_counts(process) -> tuple[int, int, int]:
+    """(minor faults, major faults, context switches) of ``process`` so far: /proc's stat
+    fields 10 and 12 (the name in parentheses may hold spaces: split after its end)."""
+    with open(f"/proc/{process.pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    switches = process.num_ctx_switches()
+    return int(fields[7]), int(fields[9]), switches.voluntary + switches.involuntary
+
+
 def _cycles(counts: dict, python_name: str, c_name: str) -> int:
     if c_name:
         return sum(count for name, count in counts["top_c"] if name == c_name)
@@ -181,6 +192,7 @@ def _measure(broker: bb.PyBroker, args, out_dir: pathlib.Path) -> dict:
         samplers = {name: _perf_record(process.pid, args.perf / f"{name}-{args.size}.data")
                     for name, process in processes.items()} if args.perf else {}
         before = {name: sum(process.cpu_times()[:2]) for name, process in processes.items()}
+        kernel_before = {name: _kernel_counts(process) for name, process in processes.items()}
         sent = run(args.cpu_messages)
         for sampler in samplers.values():
             sampler.send_signal(signal.SIGINT)
@@ -188,6 +200,12 @@ def _measure(broker: bb.PyBroker, args, out_dir: pathlib.Path) -> dict:
         for name, process in processes.items():
             used = sum(process.cpu_times()[:2]) - before[name]
             result["processes"][name]["cpu_us_per_message"] = used * 1e6 / sent
+            minor, major, switches = (
+                after - first for after, first in
+                zip(_kernel_counts(process), kernel_before[name], strict=True))
+            result["processes"][name]["kernel_per_message"] = {
+                "minor_faults": minor / sent, "major_faults": major / sent,
+                "context_switches": switches / sent}
         result["cpu_messages"] = sent
     return result
 
@@ -227,6 +245,10 @@ def _report(result: dict, top: int) -> None:
             print(f"  CPU (psutil, no hook, {result['cpu_messages']} more messages; an "
                   f"indication on a shared box): {figures['cpu_us_per_message']:.2f} us per "
                   f"message")
+            kernel = figures["kernel_per_message"]
+            print(f"  the same messages: {kernel['minor_faults']:.4f} minor and "
+                  f"{kernel['major_faults']:.4f} major faults, "
+                  f"{kernel['context_switches']:.3f} context switches per message")
         busiest = sorted(figures["syscalls_by_name"].items(), key=lambda item: -item[1])[:6]
         if busiest:
             print("  system calls by name: " + ", ".join(
