@@ -302,12 +302,14 @@ class DataPlane:
         slots = workers + 1 + (timer_slot is not None)
         grpc_slots = range(config.remoting.remoting_workers, workers)
         slot_count = config.remoting.completion_ring_slots
+        # The rings are memfds, never written back to the store's disk (proc/shared.py).
         rings = [create_byte_ring(run_directory.region_path(f"send-{slot}"),
                                   config.derived.grpc_send_ring_bytes if slot in grpc_slots
-                                  else config.remoting.send_ring_size_bytes)
+                                  else config.remoting.send_ring_size_bytes, in_memory=True)
                  for slot in range(slots)]
         completions = [create_completion_ring(run_directory.region_path(f"done-{slot}"),
-                                              slot_count) for slot in range(slots)]
+                                              slot_count, in_memory=True)
+                       for slot in range(slots)]
         wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(), [WakeFd() for _ in range(slots)],
                                WakeFd())
         queue_offsets = SharedRegion.create(run_directory.region_path("queue-offsets"),

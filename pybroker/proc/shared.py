@@ -1,9 +1,17 @@
-# Shared regions: plain files in a run directory mapped with mmap; the creator owns and unlinks.
+# Shared regions: files in a run directory or memfds, mapped with mmap; the creator owns them.
 """Create, attach and close the memory shared between broker processes (style.md §8.2).
 
 A region is a plain file (under ``<store>/run/`` or ``/dev/shm/pybroker-<pid>/``) mapped
-``MAP_SHARED``. The process that creates it (the supervisor) owns it: its ``close()`` unmaps and
-unlinks. Attachers (workers) only map and close. Ownership is tied to the creating *pid*, so a
+``MAP_SHARED``, or (``in_memory``) a memfd, which no other process can open by a name: the
+processes forked after its creation share it through the inherited map. The data plane's
+send and completion rings are memfds: a file of the store's filesystem is written back by the
+kernel (every dirty page once its inode has been dirty 30 s, dirty_expire_centisecs), and each
+page written back is write-protected in every process mapping it, so the next record stored
+into it cost its writer and the appender (which patches records in the slot) a page fault
+each, with ext4's page_mkwrite, and the disk the ring's whole traffic as writes
+(docs/architecture/data-plane.md, "Where an 8-thread drain's time goes"). The process that
+creates a region (the supervisor) owns it: its ``close()`` unmaps and unlinks a file.
+Attachers (workers) only map and close. Ownership is tied to the creating *pid*, so a
 forked child that inherits the creator's object never unlinks on close. Never
 ``multiprocessing.shared_memory``: its resource tracker may unlink a block when any attached
 process exits.
@@ -30,8 +38,10 @@ _MAP_FLAGS_LAZY = mmap.MAP_SHARED
 class SharedRegion:
     """One mapped file. Use :meth:`create` or :meth:`attach`; ``buffer`` is the mmap."""
 
-    def __init__(self, path: str, buffer: mmap.mmap, owner_pid: int | None):
+    def __init__(self, path: str, buffer: mmap.mmap, owner_pid: int | None,
+                 linked: bool = True):
         self.path = path
+        self.linked = linked        # a file at path (False: a memfd named after path)
         self.buffer = buffer
         self.size_bytes = len(buffer)
         self.owner_pid = owner_pid
@@ -39,11 +49,15 @@ class SharedRegion:
         self._closed = False
 
     @classmethod
-    def create(cls, path: str, size_bytes: int, populate: bool = True) -> "SharedRegion":
+    def create(cls, path: str, size_bytes: int, populate: bool = True,
+               in_memory: bool = False) -> "SharedRegion":
         """Create (replacing a stale one) the file of size_bytes at path and map it; this
-        process owns it. The file's mode is 0600. ``populate``: pre-fault every page."""
+        process owns it. The file's mode is 0600. ``populate``: pre-fault every page.
+        ``in_memory``: a memfd named after path's file name instead (module docstring)."""
         if size_bytes <= 0:
             raise ValueError(f"region size must be > 0 bytes, got {size_bytes}")
+        if in_memory:
+            return cls._create_in_memory(path, size_bytes, populate)
         # A stale file is unlinked, not truncated: a process still mapping it keeps its own
         # pages instead of faulting (SIGBUS) on a shrunk file.
         _unlink_quietly(path)
@@ -60,6 +74,19 @@ class SharedRegion:
             raise
         os.close(fd)
         return cls(path, buffer, os.getpid())
+
+    @classmethod
+    def _create_in_memory(cls, path: str, size_bytes: int, populate: bool) -> "SharedRegion":
+        # Its pages are memory from the first touch on (no blocks to reserve: the memory
+        # cgroup, not the disk, bounds it), as a populated or lazy file region's are.
+        fd = os.memfd_create(os.path.basename(path), os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size_bytes)
+            buffer = mmap.mmap(fd, size_bytes, _MAP_FLAGS if populate else _MAP_FLAGS_LAZY,
+                               mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        return cls(path, buffer, os.getpid(), linked=False)
 
     @classmethod
     def attach(cls, path: str, size_bytes: int | None = None,
@@ -91,7 +118,7 @@ class SharedRegion:
             self.ring.close()
         self.buffer.close()
         self._closed = True
-        if self.owner:
+        if self.owner and self.linked:
             _unlink_quietly(self.path)
 
     def __enter__(self) -> "SharedRegion":
@@ -109,9 +136,11 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def create_byte_ring(path: str, capacity_bytes: int) -> SharedRegion:
-    """Create a region at path holding a fresh ByteRing of capacity_bytes; region.ring."""
-    region = SharedRegion.create(path, ByteRing.region_size(capacity_bytes), populate=False)
+def create_byte_ring(path: str, capacity_bytes: int, in_memory: bool = False) -> SharedRegion:
+    """Create a region at path (``in_memory``: a memfd named after it) holding a fresh
+    ByteRing of capacity_bytes; region.ring."""
+    region = SharedRegion.create(path, ByteRing.region_size(capacity_bytes), populate=False,
+                                 in_memory=in_memory)
     region.ring = ByteRing(region.buffer, True, capacity_bytes)
     return region
 
@@ -127,9 +156,11 @@ def attach_byte_ring(path: str) -> SharedRegion:
     return region
 
 
-def create_completion_ring(path: str, slot_count: int) -> SharedRegion:
-    """Create a region at path holding a fresh CompletionRing of slot_count slots."""
-    region = SharedRegion.create(path, CompletionRing.region_size(slot_count))
+def create_completion_ring(path: str, slot_count: int, in_memory: bool = False) -> SharedRegion:
+    """Create a region at path (``in_memory``: a memfd named after it) holding a fresh
+    CompletionRing of slot_count slots."""
+    region = SharedRegion.create(path, CompletionRing.region_size(slot_count),
+                                 in_memory=in_memory)
     region.ring = CompletionRing(region.buffer, True, slot_count)
     return region
 
