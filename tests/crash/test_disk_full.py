@@ -114,8 +114,9 @@ def _until(predicate, timeout_s: float) -> float:
 
 def test_no_room_for_the_shared_regions_refuses_start_up(small_disk, tmp_path):
     broker = StandaloneBroker(tmp_path / "broker", {"storePathRootDir": str(small_disk / "s")})
-    # Default rings: 32 MiB per remoting worker and one for the supervisor; leave 40 MiB.
-    _fill_to(small_disk, 1 - (40 << 20) / (192 << 20))
+    # The regions in the store's run directory: the queue offset table (4 MiB) and the
+    # statistics region (the rings are memfds, proc/shared.py); leave 2 MiB.
+    _fill_to(small_disk, 1 - (2 << 20) / (192 << 20))
     try:
         with pytest.raises(RuntimeError, match="exited with 1"):
             broker.start()
