@@ -546,12 +546,12 @@ class TimerStore(TimerPuts):
 
     def coming_bytes(self) -> int:
         """About the CommitLog bytes the timer puts soon (store/prefault.py faults them in):
-        the slots planned ahead and what the running slot has not put, at most the cap."""
+        the slots planned ahead and what the running slot has not put."""
         coming = self.ahead.coming_bytes(self.curr_write_time_ms)
         state = self.in_slot
         if state is not None:
             coming += int(state.plan.wanted.sizes[~state.done].sum())
-        return min(coming, self.ahead.bytes_max)
+        return coming
 
     def next_due_ms(self) -> int | None:
         """When the running slot's next message falls due (the worker wakes then), or None."""

@@ -255,12 +255,12 @@ class AheadRuns:
     def coming_bytes(self, write_ms: int) -> int:
         """About the CommitLog bytes the slots planned ahead that begin within AHEAD_MS of
         ``write_ms`` will be put as when they fall due (converted or not: what is not held is
-        converted then), at most ``bytes_max``; the flusher faults their pages in ahead of the
-        appender (store/prefault.py)."""
-        coming = sum(max(ready.out_bytes, ready.planned_bytes)
-                     for slot_ms, ready in self._slots.items()
-                     if slot_ms < write_ms + AHEAD_MS)
-        return min(coming, self.bytes_max)
+        converted then), held or not (``bytes_max`` bounds the recipes, not the puts); the
+        flusher faults their pages in ahead of the appender (store/prefault.py, at most its
+        COMING_BYTES_MAX)."""
+        return sum(max(ready.out_bytes, ready.planned_bytes)
+                   for slot_ms, ready in self._slots.items()
+                   if slot_ms < write_ms + AHEAD_MS)
 
     def plan_of(self, slot_ms: int, slot) -> SlotPlan | None:
         """The plan read ahead for the slot when the wheel's entry (first, last, count) is

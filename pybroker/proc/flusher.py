@@ -22,7 +22,9 @@ ACCESS_READ maps.)
 
 After each flush it keeps a window of CommitLog pages faulted in ahead of the written position
 (:mod:`pybroker.store.prefault`), so the appender's stores into fresh pages of the sparse files
-are minor faults.
+are minor faults; the window and the files made ready (store/allocate.py) cover the timer's
+re-puts of slots due soon (the control block's timer ahead line), at most
+``COMING_BYTES_MAX`` of them.
 
 After each flush it writes the checkpoint: the flushed CommitLog offset (pybroker's field,
 recovery's proof of the end: store/checkpoint.py), physicMsgTimestamp = store time of the last
@@ -52,7 +54,7 @@ from pybroker.store.checkpoint import StoreCheckpoint
 from pybroker.store.commitlog import CommitLog
 from pybroker.store.control_block import FLUSHER, ControlBlock
 from pybroker.store.drop_behind import DropBehind
-from pybroker.store.prefault import PrefaultWindow
+from pybroker.store.prefault import COMING_BYTES_MAX, PrefaultWindow
 from pybroker.store.read_only_store import follow_commitlog
 from pybroker.store.settings import StoreConfig
 
@@ -155,10 +157,11 @@ class _Flusher:
             self.counters.beat()
             stopping = self.stop_requested()
             flushed = self.flush_once(least_pages=0 if (self.sync or stopping) else None)
+            coming = min(self.timer_ahead.coming_bytes, COMING_BYTES_MAX)
             if not stopping:
-                self.allocator.advance(self.followed)
+                self.allocator.advance(self.followed, coming)
             if self.prefault is not None and not stopping:
-                self.prefault_ahead(self.prefault)
+                self.prefault_ahead(self.prefault, coming)
                 self.drop_behind.advance(self.prefault.prefaulted_position)
             else:
                 self.drop_behind.advance(self.followed)
@@ -171,12 +174,11 @@ class _Flusher:
             if sleeper.sleep(_SYNC_IDLE_WAIT_MS if self.sync else self.interval_ms):
                 self.counters.add(wakeups=1)
 
-    def prefault_ahead(self, prefault: PrefaultWindow) -> None:
+    def prefault_ahead(self, prefault: PrefaultWindow, coming: int) -> None:
         """After the flush, keep the window of faulted pages ahead of the appender
-        (store/prefault.py), wide enough for the timer's re-puts of slots due soon.
-        Under SYNC_FLUSH acks wait for this process: only when nothing is waiting to be
-        flushed, and at most SYNC_PREFAULT_BYTES_MAX per turn."""
-        coming = self.timer_ahead.coming_bytes
+        (store/prefault.py), wide enough for the ``coming`` bytes of the timer's re-puts of
+        slots due soon. Under SYNC_FLUSH acks wait for this process: only when nothing is
+        waiting to be flushed, and at most SYNC_PREFAULT_BYTES_MAX per turn."""
         if not self.sync:
             populated = prefault.advance(self.followed, coming_bytes=coming)
         elif self.control.written_position <= self.commitlog.flushed_where:

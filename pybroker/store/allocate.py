@@ -6,7 +6,10 @@ size, map, and with ``warmMapedFileEnable`` fallocate and fault in a whole file 
 GiB) while every put waits. The allocator keeps the file after the one being written ready
 instead: :meth:`FileAllocator.advance` (the flusher, once per turn, with the written
 position) names the files wanted, the next two as Java's (next and next-next: a flusher turn
-is up to flushIntervalCommitLog apart), and the thread prepares them:
+is up to flushIntervalCommitLog apart), and beyond them every file that bytes known to be
+written soon reach (the timer's re-puts of slots due soon, the control block's timer ahead
+line: a burst of them is appended at once, and the pre-fault of store/prefault.py covers only
+files that exist), and the thread prepares them:
 
 * creates it (sparse, or fallocated with ``warmMapedFileEnable``) under its store name; the
   creation links a finished temporary file into place and never replaces one, so when the
@@ -44,7 +47,7 @@ _WARM_CHUNK_PAGES_ASYNC = 4096      # ASYNC_FLUSH: populate 16 MiB per call (sto
 
 
 class FileAllocator:
-    """Prepares the two CommitLog files after the written one (see the module docstring).
+    """Prepares the CommitLog files after the written one (see the module docstring).
 
     ``stats``: the flusher's section (MAPPED_FILES_CREATED, LOCKED_BYTES, ALLOCATE_US,
     ALLOCATE_FAULTS).
@@ -60,7 +63,7 @@ class FileAllocator:
         self.chunk_bytes = max(pages, 1) * os.sysconf("SC_PAGE_SIZE")
         self.stats = stats
         self._condition = threading.Condition()
-        self._written = -1
+        self._written = (-1, 0)         # the writer's position, the bytes coming after it
         self._stopped = False
         self._prepared: dict[int, MappedFile] = {}     # base -> file mapped (and locked)
         self._locked: set[int] = set()
@@ -76,18 +79,20 @@ class FileAllocator:
         with self._condition:
             self.failure = error
 
-    def advance(self, written_position: int) -> None:
-        """The writer reached ``written_position`` (bytes): prepare what follows.
-        ServiceFailedError once the thread has ended by an error (an invariant violation, or
-        ROUND_FAILURES_MAX failing rounds in a row): its owner stops, as after any service's
-        failure (docs/architecture/services.md)."""
+    def advance(self, written_position: int, coming_bytes: int = 0) -> None:
+        """The writer reached ``written_position`` (bytes) and ``coming_bytes`` more are
+        known to come soon: prepare what follows. ServiceFailedError once the thread has
+        ended by an error (an invariant violation, or ROUND_FAILURES_MAX failing rounds in a
+        row): its owner stops, as after any service's failure
+        (docs/architecture/services.md)."""
         if self.failure is not None:
             raise ServiceFailedError(f"the CommitLog file allocator ended: "
                                      f"{type(self.failure).__name__}: {self.failure}") \
                 from self.failure
+        wanted = (written_position, max(coming_bytes, 0))
         with self._condition:
-            if written_position != self._written:
-                self._written = written_position
+            if wanted != self._written:
+                self._written = wanted
                 self._condition.notify()
 
     def close(self, discard_from: int | None = None) -> None:
@@ -114,7 +119,7 @@ class FileAllocator:
             return base in self._prepared
 
     def _run(self) -> None:
-        handled = -1
+        handled = (-1, 0)
         # A failing round is logged and tried again a while later (pybroker/tasks.py).
         rounds = Rounds("CommitLog file allocator", logger=log)
         while True:
@@ -125,26 +130,32 @@ class FileAllocator:
                     return
                 written = self._written
             with rounds:
-                self._prepare_for(written)
+                self._prepare_for(*written)
                 handled = written
             if rounds.failures:
                 with self._condition:
                     self._condition.wait_for(lambda: self._stopped, _IDLE_WAIT_S)
 
-    def _prepare_for(self, written: int) -> None:
-        """The files the writer at ``written`` needs next, prepared; those behind released."""
+    def _prepare_for(self, written: int, coming: int) -> None:
+        """The files the writer at ``written`` needs next (``coming`` bytes more known to
+        come soon), prepared; those behind released."""
         current = written - written % self.file_size
         for base in [b for b in self._prepared if b < current]:
             self._release(base)      # the writer moved on: Java's munlock after a roll
         if self.warm and current not in self._prepared:
             self._prepare(current, written - current)
-        # The next two files, as Java's allocator (next and next-next). Never a file after
-        # one that does not exist: a writer starting now would take the later file for
-        # its current one.
-        for base in (current + self.file_size, current + 2 * self.file_size):
+        # The next two files, as Java's allocator (next and next-next), and every file the
+        # coming bytes reach. Never a file after one that does not exist: a writer starting
+        # now would take the later file for its current one.
+        reached = written + coming
+        last = max(current + 2 * self.file_size, reached - reached % self.file_size)
+        for base in range(current + self.file_size, last + 1, self.file_size):
             previous = paths.offset_file_path(self.commitlog_dir, base - self.file_size)
-            if base not in self._prepared and os.path.exists(previous):
-                self._prepare(base, 0)
+            if base in self._prepared:
+                continue
+            if not os.path.exists(previous):
+                break
+            self._prepare(base, 0)
 
     def _prepare(self, base: int, from_position: int) -> None:
         if base in self._refused:

@@ -38,6 +38,9 @@ log = logging.getLogger("pybroker.store.prefault")
 
 WINDOW_MIN_BYTES = 256 << 10
 WINDOW_MAX_BYTES = 32 << 20
+# The most of the bytes known to come (the timer's re-puts of slots due soon) faulted in and
+# made ready ahead: page cache the appender fills within seconds (AHEAD_MS of the timer).
+COMING_BYTES_MAX = 1 << 30
 assert WINDOW_MIN_BYTES <= WINDOW_MAX_BYTES
 
 

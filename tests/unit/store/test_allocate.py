@@ -1,8 +1,9 @@
 # The allocator makes the next CommitLog file ready ahead of the writer (Java's allocate service).
 """Goal: with the writer in file N the allocator creates files N+1 and N+2 (sparse, or with
-warmMapedFileEnable fallocated, faulted in whole and mlocked where permitted), never a file
-after a missing one, never replaces a file the writer created first, and unlocks a file
-once the writer moved past it; what it did shows in the flusher's instruments.
+warmMapedFileEnable fallocated, faulted in whole and mlocked where permitted) and every further
+file that bytes known to come soon reach, never a file after a missing one, never replaces a
+file the writer created first, and unlocks a file once the writer moved past it; what it did
+shows in the flusher's instruments.
 
 Method: a real FileAllocator thread on a temp CommitLog directory of 1 MiB files, the writer
 played by the test; residency by mincore (pybroker.prof.residency), allocation by st_blocks,
@@ -75,6 +76,27 @@ def test_next_file_is_created_sparse_and_never_after_a_missing_one(commitlog_dir
         for n in range(4)]
 
 
+def test_the_files_bytes_known_to_come_reach_are_made_ready_too(commitlog_dir):
+    """The timer's re-puts of slots due soon (the flusher passes the control block's timer
+    ahead line): every file they reach is made ready, beyond the next two, sparse; none past
+    them; and as the writer moves the files its coming bytes reach from there."""
+    allocator = _allocator(commitlog_dir, warm=False)
+    writer_file = MappedFile(paths.offset_file_path(commitlog_dir, 0), FILE_BYTES)
+    try:
+        allocator.advance(1000, coming_bytes=4 * FILE_BYTES)     # reaches into file 4
+        assert allocator.wait_prepared(4 * FILE_BYTES, 10)
+        assert not allocator.wait_prepared(5 * FILE_BYTES, 0.3)
+        for n in range(1, 5):
+            assert os.stat(paths.offset_file_path(commitlog_dir, n * FILE_BYTES)).st_blocks == 0
+        allocator.advance(2 * FILE_BYTES, coming_bytes=4 * FILE_BYTES - 1)   # file 5's last byte
+        assert allocator.wait_prepared(5 * FILE_BYTES, 10)
+        assert not allocator.wait_prepared(6 * FILE_BYTES, 0.3)
+    finally:
+        allocator.close()
+        writer_file.shutdown(0)
+    assert len(os.listdir(commitlog_dir)) == 6
+
+
 def test_a_file_the_writer_created_first_is_kept(commitlog_dir):
     MappedFile(paths.offset_file_path(commitlog_dir, 0), FILE_BYTES).shutdown(0)
     next_path = paths.offset_file_path(commitlog_dir, FILE_BYTES)
@@ -142,11 +164,11 @@ def test_a_failing_round_is_logged_and_retried_and_endless_failures_reach_the_ow
     real = allocator._prepare_for
     failures = []
 
-    def failing_once(written: int) -> None:
+    def failing_once(written: int, coming: int) -> None:
         if not failures:
             failures.append(written)
             raise OSError("injected failure")
-        real(written)
+        real(written, coming)
     monkeypatch.setattr(allocator, "_prepare_for", failing_once)
     monkeypatch.setattr("pybroker.store.allocate._IDLE_WAIT_S", 0.05)
     try:
@@ -157,7 +179,7 @@ def test_a_failing_round_is_logged_and_retried_and_endless_failures_reach_the_ow
         assert failures == [1000]
         assert "a round failed (1 in a row" in caplog.text and "injected failure" in caplog.text
 
-        def broken(written: int) -> None:
+        def broken(written: int, coming: int) -> None:
             raise AssertionError("injected invariant violation")
         monkeypatch.setattr(allocator, "_prepare_for", broken)
         caplog.clear()
