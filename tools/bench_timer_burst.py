@@ -26,7 +26,12 @@ delay; a push consumer on the same 2-core box cannot take 500,000 messages in 10
 
 Per broker (a fresh store, the shared conf of tools/bench_brokers.py plus the timer settings):
 the topic is created with 8 queues, the lateness consumer starts, TimerProducer sends (every
-message due at one time for ``burst``: Apache's first slot, 2 minutes after the start), and the
+message due at one time for ``burst``: Apache's first slot, 2 minutes after the start), then
+``--warmup`` plain messages (100,000 by default) are sent so that the consumer is warm when
+the burst falls due (the JIT of a consumer started cold took a third of the box during the
+burst; the result records how long before the due time the warm-up was consumed; with
+``--consumer-at-end`` the consumer starts only 10 s after the last due time, to separate the
+broker's own lateness from the cores it shares with the consumer), and the
 driver polls GET_BROKER_RUNTIME_INFO every second (timerCongestNum: parked, timerOffsetBehind,
 timerEnqueueTps, timerDequeueTps). Figures: send TPS (client), parking TPS (messages / time
 from the first send until every one is parked), lateness p50/p90/p99/p99.9/max, early
@@ -113,11 +118,16 @@ def measure(name: str, args, installs: dict, classes: pathlib.Path, work: pathli
     try:
         bb.create_topic(broker, TOPIC)
         wait_s = FIRST_SLOT_DELAY_S + slots * distance / 1000 + args.late_limit_s + 120
-        consumer_args = ["consumer", broker.namesrv_addr, TOPIC, str(total), str(int(wait_s))]
+        warmups = 0 if args.consumer_at_end else args.warmup
+        consumer_args = ["consumer", broker.namesrv_addr, TOPIC, str(total), str(int(wait_s)),
+                         str(warmups)]
         if args.apache_consumer:
             consumer_args.append("apache")
-        consumer = bb.spawn(_java_argv(install, classes, consumer_args),
+
+        def start_consumer():
+            return bb.spawn(_java_argv(install, classes, consumer_args),
                             work / f"{name}-consumer.log")
+        consumer = None if args.consumer_at_end else start_consumer()
         parked = _Parking(broker, total)
         producer_args = ["producer", broker.namesrv_addr, str(total), "--", "-t", TOPIC,
                          "-tc", str(threads), "-ms", str(args.message_size), "-p", "1000",
@@ -127,17 +137,73 @@ def measure(name: str, args, installs: dict, classes: pathlib.Path, work: pathli
         while producer.poll() is None:
             parked.poll()
             time.sleep(1)
-        sent = _result((work / f"{name}-producer.log").read_text(errors="replace"))
+        producer_log = (work / f"{name}-producer.log").read_text(errors="replace")
+        sent = _result(producer_log)
+        if consumer is None:
+            warmup = None
+            # Every slot's due time and 10 s more (the burst goal's bound) before any read.
+            last_due_ms = _due_ms(producer_log) + (slots - 1) * distance
+            while time.time() * 1000 < last_due_ms + 10_000:
+                parked.poll()
+                time.sleep(1)
+            consumer = start_consumer()
+        else:
+            warmup = _warm_up(broker, args, install, classes, work / f"{name}-warmup.log",
+                              warmups)
         while consumer.poll() is None:
             parked.poll()
             time.sleep(1)
-        lateness = _result((work / f"{name}-consumer.log").read_text(errors="replace"))
+        consumer_log = (work / f"{name}-consumer.log").read_text(errors="replace")
+        lateness = _result(consumer_log)
+        if warmup is not None:
+            warmup["consumed_before_due_s"] = _before_due_s(producer_log, consumer_log)
         return {"broker": name, "scenario": args.scenario, "messages": total,
+                "warmup": warmup, "consumer_at_end": args.consumer_at_end,
                 "threads": threads, "slots": slots, "message_size": args.message_size,
                 "send": sent, "parking": parked.summary(), "lateness": lateness}
     finally:
         broker.stop()
         bb.stop_all()
+
+
+def _warm_up(broker, args, install, classes: pathlib.Path, log: pathlib.Path,
+             warmups: int) -> dict | None:
+    """``--warmup`` plain messages sent to the topic once every timer message is sent, well
+    before the burst falls due: the lateness consumer takes them through its whole path, so
+    its JIT has compiled it before the burst (started cold, the consumer's compiler threads
+    took a third of the box's CPU during pybroker's burst, perf, 2026-12-07)."""
+    if not warmups:
+        return None
+    process = bb.spawn(_java_argv(install, classes, [
+        "warmup", broker.namesrv_addr, TOPIC, str(warmups), str(args.message_size)]), log)
+    process.wait()
+    return dict(_result(log.read_text(errors="replace")), messages=warmups)
+
+
+def _mark(text: str, name: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith(f"BENCH_MARK {name} "):
+            return int(line.split()[2])
+    return None
+
+
+def _before_due_s(producer_log: str, consumer_log: str) -> float | None:
+    """How long before the burst's due time the consumer had taken the whole warm-up
+    (negative: after it; None: never). The due time is TimerProducer's (its start's second
+    + 2 min + 10 ms), its start taken at the producer's first_send mark, a few ms before."""
+    consumed = _mark(consumer_log, "warmup_consumed")
+    if consumed is None:
+        return None
+    return round((_due_ms(producer_log) - consumed) / 1000, 1)
+
+
+def _due_ms(producer_log: str) -> int:
+    """The first slot's due time: TimerProducer's start's second + 2 min + 10 ms, its start
+    taken at the producer's first_send mark (a few ms before)."""
+    first_send = _mark(producer_log, "first_send")
+    if first_send is None:
+        raise jr.HarnessError(f"no first_send mark in:\n{producer_log[-3000:]}")
+    return first_send // 1000 * 1000 + FIRST_SLOT_DELAY_S * 1000 + 10
 
 
 class _Parking:
@@ -187,6 +253,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--classes-dir", type=pathlib.Path, default=None)
     parser.add_argument("--apache-consumer", action="store_true",
                         help="run Apache's TimerConsumer beside the lateness consumer")
+    parser.add_argument("--warmup", type=int, default=100_000,
+                        help="plain messages sent before the burst to warm the lateness "
+                             "consumer's JIT (0: none, the consumer starts cold)")
+    parser.add_argument("--consumer-at-end", action="store_true",
+                        help="start the lateness consumer 10 s after the last slot's due "
+                             "time (no warm-up): the stored lateness without a consumer "
+                             "sharing the cores during the burst; the received lateness "
+                             "then only says when it was read")
     parser.add_argument("--late-limit-s", type=int, default=60,
                         help="how long after the last slot to wait for deliveries")
     parser.add_argument("--pybroker", default=None, metavar="CMD",
@@ -239,6 +313,11 @@ def _print(record: dict) -> None:
           f"parked all after {parking['all_parked_s']} s ({parking['parking_tps']}/s), "
           f"delivered {late['count']:,}/{late['expected']:,} "
           f"(duplicates {late['duplicates']})")
+    warmup = record.get("warmup")
+    if warmup:
+        print(f"{'':>10} warm-up: {warmup['sent']:,} of {warmup['messages']:,} sent in "
+              f"{warmup['seconds']} s, all consumed {warmup['consumed_before_due_s']} s "
+              f"before the due time")
     for side in ("stored", "received"):
         figures = late[side]
         print(f"{'':>10} lateness {side:>8} (ms): early {figures['early']}, p50 "

@@ -3,7 +3,8 @@
 // delivery lateness of every message exactly.
 //
 // Usage: java -cp "lib/*:apache-classes:this" TimerBench producer NAMESRV TOTAL -- ARGS...
-//        java -cp ... TimerBench consumer NAMESRV TOPIC TOTAL TIMEOUT_S [apache]
+//        java -cp ... TimerBench consumer NAMESRV TOPIC TOTAL TIMEOUT_S WARMUP [apache]
+//        java -cp ... TimerBench warmup NAMESRV TOPIC COUNT SIZE
 //
 // producer: Apache's TimerProducer with ARGS (-t, -tc, -ms, -p, -st, -mt, -sd). Its -n flag
 //   reads the -t value (a bug of 5.3.3's TimerProducer and TimerConsumer), so the launcher
@@ -17,7 +18,13 @@
 //   Apache's TimerConsumer runs beside it (its own group, its own printed figures). Prints
 //   "BENCH_RESULT {json}" when TOTAL distinct messages arrived or TIMEOUT_S passed: count,
 //   duplicates, early (stored before its time), percentiles, max, within 1 precision (1000
-//   ms) and within 10 s, of both.
+//   ms) and within 10 s, of both. Warm-up messages (the TIMER_BENCH_WARMUP property) take the
+//   same steps into a set of their own and are not counted; it prints "BENCH_MARK
+//   warmup_consumed MS" once WARMUP of them arrived.
+// warmup: sends COUNT plain (not timer) messages of SIZE bytes to TOPIC from 8 threads, each
+//   with TIMER_BENCH_WARMUP = its send time, so that the consumer's JIT has compiled its path
+//   before the burst (a consumer started cold spends the burst's first seconds compiling on
+//   the broker's cores); prints "BENCH_RESULT {json}" (sent, failed, seconds).
 import java.lang.reflect.Field;
 import java.lang.reflect.Method;
 import java.util.Arrays;
@@ -25,17 +32,23 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.ArrayList;
+import java.util.List;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 
 public final class TimerBench {
     private static final String PRODUCER = "org.apache.rocketmq.example.benchmark.timer.TimerProducer";
     private static final String CONSUMER = "org.apache.rocketmq.example.benchmark.timer.TimerConsumer";
+    private static final String WARMUP = "TIMER_BENCH_WARMUP";
 
     private TimerBench() {
     }
@@ -44,9 +57,11 @@ public final class TimerBench {
         if (args[0].equals("producer")) {
             producer(args[1], Long.parseLong(args[2]),
                 Arrays.copyOfRange(args, 4, args.length));
+        } else if (args[0].equals("warmup")) {
+            warmup(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
         } else {
             consumer(args[1], args[2], Integer.parseInt(args[3]), Long.parseLong(args[4]),
-                args.length > 5 && args[5].equals("apache"));
+                Integer.parseInt(args[5]), args.length > 6 && args[6].equals("apache"));
         }
     }
 
@@ -79,13 +94,53 @@ public final class TimerBench {
         System.exit(0);
     }
 
-    static void consumer(String namesrv, String topic, int total, long timeoutS, boolean apache)
-        throws Exception {
+    static void warmup(String namesrv, String topic, int count, int size) throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer("timer_bench_warmup");
+        producer.setNamesrvAddr(namesrv);
+        producer.start();
+        byte[] body = new byte[size];
+        AtomicInteger next = new AtomicInteger();
+        AtomicLong ok = new AtomicLong();
+        AtomicLong failed = new AtomicLong();
+        long started = System.currentTimeMillis();
+        List<Thread> threads = new ArrayList<>();
+        for (int t = 0; t < 8; t++) {
+            Thread thread = new Thread(() -> {
+                while (next.getAndIncrement() < count) {
+                    Message message = new Message(topic, body);
+                    message.putUserProperty(WARMUP, Long.toString(System.currentTimeMillis()));
+                    try {
+                        SendResult result = producer.send(message);
+                        (result.getSendStatus() == SendStatus.SEND_OK ? ok : failed)
+                            .incrementAndGet();
+                    } catch (Exception e) {
+                        failed.incrementAndGet();
+                    }
+                }
+            });
+            thread.start();
+            threads.add(thread);
+        }
+        for (Thread thread : threads) {
+            thread.join();
+        }
+        double seconds = (System.currentTimeMillis() - started) / 1000.0;
+        producer.shutdown();
+        System.out.printf("BENCH_RESULT {\"sent\":%d,\"failed\":%d,\"seconds\":%.3f}%n",
+            ok.get(), failed.get(), seconds);
+        System.out.flush();
+        System.exit(0);
+    }
+
+    static void consumer(String namesrv, String topic, int total, long timeoutS, int warmups,
+        boolean apache) throws Exception {
         long[] lateness = new long[total];
         long[] stored = new long[total];
         AtomicInteger count = new AtomicInteger();
         AtomicLong duplicates = new AtomicLong();
         Set<String> seen = ConcurrentHashMap.newKeySet();
+        Set<String> seenWarm = ConcurrentHashMap.newKeySet();
+        AtomicInteger warmed = new AtomicInteger();
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("timer_bench_lateness");
         consumer.setNamesrvAddr(namesrv);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
@@ -97,6 +152,13 @@ public final class TimerBench {
             for (MessageExt message : messages) {
                 String wanted = message.getUserProperty("MY_RECORD_TIMER_DELIVER_MS");
                 if (wanted == null) {
+                    String sent = message.getUserProperty(WARMUP);
+                    if (sent != null && seenWarm.add(message.getMsgId())
+                        && Long.parseLong(sent) > 0
+                        && warmed.incrementAndGet() == warmups) {
+                        System.out.println("BENCH_MARK warmup_consumed " + now);
+                        System.out.flush();
+                    }
                     continue;
                 }
                 if (!seen.add(message.getMsgId())) {
