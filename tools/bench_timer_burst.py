@@ -223,8 +223,11 @@ class _Parking:
         except (OSError, ValueError, jr.HarnessError):
             return
         sample = {"t_s": round(time.monotonic() - self.started, 1)}
+        # The pull figures (Java's 10 s / 1 min / 10 min rates): messages a found pull
+        # carried, the consumer's side of the burst.
         for key in ("timerCongestNum", "timerOffsetBehind", "timerEnqueueTps",
-                    "timerDequeueTps", "timerReadBehind"):
+                    "timerDequeueTps", "timerReadBehind", "getFoundTps", "getTransferedTps",
+                    "getTotalTps"):
             sample[key] = table.get(key)
         self.samples.append(sample)
         if self.all_parked_s is None and int(table.get("timerCongestNum") or 0) >= self.total:
