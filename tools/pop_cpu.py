@@ -47,14 +47,6 @@ def broker_processes(broker) -> dict[str, psutil.Process]:
     return found
 
 
-def _named(processes: dict, prefix: str) -> psutil.Process:
-    """The one process whose name starts with ``prefix`` (``remoting``: remoting-0)."""
-    found = [process for name, process in processes.items() if name.startswith(prefix)]
-    if len(found) != 1:
-        raise SystemExit(f"{len(found)} processes named {prefix}*: {sorted(processes)}")
-    return found[0]
-
-
 def _stop(process: subprocess.Popen) -> None:
     process.send_signal(signal.SIGINT)
     process.wait(timeout=30)
@@ -112,10 +104,9 @@ async def _record_phase(load, process, seconds: float, out: pathlib.Path) -> str
 
 async def _strace_phase(load, process, seconds: float, out: pathlib.Path) -> str:
     path = out / "strace.txt"
-    tracer = subprocess.Popen(["strace", "-c", "-f", "-p", str(process.pid), "-o", str(path)],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    await asyncio.sleep(0.5)
+    tracer = cpc._strace(process.pid, path)
+    if tracer is None:
+        return "no strace on this machine"
     rounds = await _run_for(load, seconds)
     _stop(tracer)
     return f"{rounds} round trips\n" + path.read_text()
@@ -140,10 +131,12 @@ async def _measure(broker, args, out: pathlib.Path) -> None:
         print(f"  {'all':14s} {total:13.1f}")
         if args.record:
             print(f"perf record of {args.record}:")
-            print(await _record_phase(load, _named(processes, args.record), args.seconds, out))
+            print(await _record_phase(load, cpc.child_process(broker, f"pb-{args.record}"),
+                                      args.seconds, out))
         if args.strace:
             print(f"strace -c -f of {args.strace}:")
-            print(await _strace_phase(load, _named(processes, args.strace), args.seconds, out))
+            print(await _strace_phase(load, cpc.child_process(broker, f"pb-{args.strace}"),
+                                      args.seconds, out))
     finally:
         await load.instance.shutdown()
 

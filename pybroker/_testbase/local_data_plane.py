@@ -71,10 +71,11 @@ class LocalDataPlane:
         if settings.sync_flush:
             # As DataPlane.create outside controller mode: the flusher owns the confirm offset.
             self.control.publish("confirm_position", 0)
-        self.rings = [create_byte_ring(str(run_dir / f"send-{i}"), ring_bytes)
+        # memfds, as the supervisor's (proc/dataplane.py): no writeback of the rings' pages
+        self.rings = [create_byte_ring(str(run_dir / f"send-{i}"), ring_bytes, in_memory=True)
                       for i in range(producers)]
         self.completions = [create_completion_ring(str(run_dir / f"done-{i}"),
-                                                   completion_slots)
+                                                   completion_slots, in_memory=True)
                             for i in range(producers)]
         self.wakes = DataPlaneWakes(WakeFd(), WakeFd(), WakeFd(),
                                     [WakeFd() for _ in range(producers)])
