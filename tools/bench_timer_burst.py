@@ -26,7 +26,8 @@ delay; a push consumer on the same 2-core box cannot take 500,000 messages in 10
 
 Per broker (a fresh store, the shared conf of tools/bench_brokers.py plus the timer settings):
 the topic is created with 8 queues, the lateness consumer starts, TimerProducer sends (every
-message due at one time for ``burst``: Apache's first slot, 2 minutes after the start), then
+message due at one time for ``burst``: Apache's first slot, 2 minutes after the start), then,
+once every message is parked (at the latest 45 s before the due time),
 ``--warmup`` plain messages (100,000 by default) are sent so that the consumer is warm when
 the burst falls due (the JIT of a consumer started cold took a third of the box during the
 burst; the result records how long before the due time the warm-up was consumed; with
@@ -63,6 +64,7 @@ TOPIC = "TimerBenchTopic"
 BROKERS = ("pybroker", "java-5.3.3")
 GET_BROKER_RUNTIME_INFO = 28
 FIRST_SLOT_DELAY_S = 120          # TimerProducer's first slot is 2 minutes after its start
+WARMUP_LEAD_S = 45                # the consumer's warm-up starts at the latest this long before
 TIMER_CONF = {"timerWheelEnable": "true", "timerPrecisionMs": "1000"}
 # scenario -> (threads, slots, messages per slot and thread, slot distance ms)
 SCENARIOS = {"burst": (16, 1, 31_250, 1000), "spread": (64, 60, 200, 1000)}
@@ -148,8 +150,14 @@ def measure(name: str, args, installs: dict, classes: pathlib.Path, work: pathli
                 time.sleep(1)
             consumer = start_consumer()
         else:
+            # Once every message is parked (the parking figure is the timer's alone), and
+            # at the latest WARMUP_LEAD_S before the due time.
+            warm_from_ms = _due_ms(producer_log) - WARMUP_LEAD_S * 1000
+            while parked.all_parked_s is None and time.time() * 1000 < warm_from_ms:
+                parked.poll()
+                time.sleep(1)
             warmup = _warm_up(broker, args, install, classes, work / f"{name}-warmup.log",
-                              warmups)
+                              warmups, parked)
         while consumer.poll() is None:
             parked.poll()
             time.sleep(1)
@@ -167,7 +175,7 @@ def measure(name: str, args, installs: dict, classes: pathlib.Path, work: pathli
 
 
 def _warm_up(broker, args, install, classes: pathlib.Path, log: pathlib.Path,
-             warmups: int) -> dict | None:
+             warmups: int, parked: "_Parking") -> dict | None:
     """``--warmup`` plain messages sent to the topic once every timer message is sent, well
     before the burst falls due: the lateness consumer takes them through its whole path, so
     its JIT has compiled it before the burst (started cold, the consumer's compiler threads
@@ -176,7 +184,9 @@ def _warm_up(broker, args, install, classes: pathlib.Path, log: pathlib.Path,
         return None
     process = bb.spawn(_java_argv(install, classes, [
         "warmup", broker.namesrv_addr, TOPIC, str(warmups), str(args.message_size)]), log)
-    process.wait()
+    while process.poll() is None:
+        parked.poll()
+        time.sleep(1)
     return dict(_result(log.read_text(errors="replace")), messages=warmups)
 
 
