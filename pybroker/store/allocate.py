@@ -63,7 +63,7 @@ class FileAllocator:
         self.chunk_bytes = max(pages, 1) * os.sysconf("SC_PAGE_SIZE")
         self.stats = stats
         self._condition = threading.Condition()
-        self._written = (-1, 0)         # the writer's position, the bytes coming after it
+        self._wanted = (-1, 0)          # the writer's position, the bytes coming after it
         self._stopped = False
         self._prepared: dict[int, MappedFile] = {}     # base -> file mapped (and locked)
         self._locked: set[int] = set()
@@ -91,8 +91,8 @@ class FileAllocator:
                 from self.failure
         wanted = (written_position, max(coming_bytes, 0))
         with self._condition:
-            if wanted != self._written:
-                self._written = wanted
+            if wanted != self._wanted:
+                self._wanted = wanted
                 self._condition.notify()
 
     def close(self, discard_from: int | None = None) -> None:
@@ -124,14 +124,14 @@ class FileAllocator:
         rounds = Rounds("CommitLog file allocator", logger=log)
         while True:
             with self._condition:
-                while not self._stopped and self._written == handled:
+                while not self._stopped and self._wanted == handled:
                     self._condition.wait(_IDLE_WAIT_S)
                 if self._stopped:
                     return
-                written = self._written
+                wanted = self._wanted
             with rounds:
-                self._prepare_for(*written)
-                handled = written
+                self._prepare_for(*wanted)
+                handled = wanted
             if rounds.failures:
                 with self._condition:
                     self._condition.wait_for(lambda: self._stopped, _IDLE_WAIT_S)
